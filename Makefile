@@ -1,0 +1,41 @@
+# hoard: `make run` serves the example projects.json on a supervised local
+# redis-server; `make test` runs every test (CI runs exactly this).
+GO      ?= go
+BIN     := bin/hoard
+FUZZTIME ?= 30s
+
+.PHONY: all build run test vet bench fuzz clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/hoard
+
+# The admin token is generated once into data/admin-token (unless
+# HOARD_ADMIN_TOKEN is set); the CLI needs the same value.
+run: build
+	@mkdir -p data
+	@[ -s data/admin-token ] || (head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > data/admin-token && chmod 600 data/admin-token)
+	@echo "admin token: export HOARD_ADMIN_TOKEN=$$(cat data/admin-token)"
+	HOARD_ADMIN_TOKEN=$${HOARD_ADMIN_TOKEN:-$$(cat data/admin-token)} $(BIN) serve --create-listed-projects
+
+vet:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || (echo "gofmt needed:"; gofmt -l .; exit 1)
+	$(GO) vet ./...
+
+# Every test, on a real redis-server and a real 3-node Redis Cluster that
+# the tests start themselves (internal/redistest); fuzz seeds run as tests.
+test: vet
+	$(GO) test -count=1 -timeout 30m ./...
+
+# Load generators, not timed tests: see README "Figures".
+bench: build
+	$(BIN) bench all
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./queues
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzParseWarriorPath$$' -fuzztime $(FUZZTIME) ./server
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeWarriorBodies$$' -fuzztime $(FUZZTIME) ./server
+
+clean:
+	rm -rf bin

@@ -1,0 +1,381 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+
+	"github.com/hoardproject/hoard/internal/localredis"
+	"github.com/hoardproject/hoard/queues"
+	"github.com/hoardproject/hoard/server"
+)
+
+// The load generators behind `make bench`. They only ever target loopback
+// servers they start themselves (or a --url the operator names), run for a
+// bounded time over a bounded item supply, and stop by themselves.
+
+type benchOptions struct {
+	warriors  int
+	duration  time.Duration
+	runs      int
+	multis    []int
+	keepAlive bool
+}
+
+func benchCommand() *cobra.Command {
+	var o benchOptions
+	cmd := &cobra.Command{Use: "bench", Short: "Load generators (hoard starts its own redis-server and server on loopback)"}
+	all := &cobra.Command{
+		Use:   "all",
+		Short: "Warrior round trips over HTTP, and the claim script against Redis's EVALSHA ceiling",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			env, err := startBenchEnv(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer env.stop()
+			if err := benchWarriors(cmd.Context(), env, o); err != nil {
+				return err
+			}
+			return benchScript(cmd.Context(), env, o)
+		},
+	}
+	warriors := &cobra.Command{
+		Use:   "warriors",
+		Short: "Request+done round trips per second from concurrent warriors over HTTP",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			env, err := startBenchEnv(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer env.stop()
+			return benchWarriors(cmd.Context(), env, o)
+		},
+	}
+	script := &cobra.Command{
+		Use:   "script",
+		Short: "Claim script calls per second, against Redis's own EVALSHA ceiling",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			env, err := startBenchEnv(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer env.stop()
+			return benchScript(cmd.Context(), env, o)
+		},
+	}
+	for _, c := range []*cobra.Command{all, warriors, script} {
+		f := c.Flags()
+		f.IntVar(&o.warriors, "warriors", 32, "concurrent warriors (or script callers)")
+		f.DurationVar(&o.duration, "duration", 5*time.Second, "length of each run")
+		f.IntVar(&o.runs, "runs", 3, "runs per figure; the median is reported")
+		f.IntSliceVar(&o.multis, "multi", []int{1, 100}, "items per request (multi=N)")
+		f.BoolVar(&o.keepAlive, "keep-alive", false, "reuse connections (seesaw's Tornado client sends Connection: close)")
+		cmd.AddCommand(c)
+	}
+	return cmd
+}
+
+// benchEnv is a throwaway redis-server and hoard server on loopback.
+type benchEnv struct {
+	dir    string
+	redis  *localredis.Server
+	rdb    redis.UniversalClient
+	engine *queues.Engine
+	srv    *server.Server
+	url    string
+	token  string
+}
+
+func startBenchEnv(ctx context.Context) (*benchEnv, error) {
+	dir, err := os.MkdirTemp("", "hoard-bench-")
+	if err != nil {
+		return nil, err
+	}
+	env := &benchEnv{dir: dir}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	env.redis = localredis.New(localredis.Config{DataDir: dir, Logger: quiet})
+	if err := env.redis.Start(ctx); err != nil {
+		env.stop()
+		return nil, err
+	}
+	opts, err := redis.ParseURL(env.redis.URL())
+	if err != nil {
+		env.stop()
+		return nil, err
+	}
+	opts.PoolSize = 128
+	env.rdb = redis.NewClient(opts)
+	env.engine = queues.NewEngine(env.rdb, queues.Options{Logger: quiet})
+	token := make([]byte, 16)
+	_, _ = rand.Read(token)
+	env.token = hex.EncodeToString(token)
+	env.srv, err = server.New(server.Config{Listen: "127.0.0.1:0", AdminToken: env.token, Logger: quiet}, env.engine)
+	if err != nil {
+		env.stop()
+		return nil, err
+	}
+	if err := env.srv.Start(ctx); err != nil {
+		env.stop()
+		return nil, err
+	}
+	env.url = "http://" + env.srv.Addr()
+	fmt.Printf("bench: redis-server %s, hoard at %s, GOMAXPROCS=%d\n", env.redis.URL(), env.url, runtime.GOMAXPROCS(0))
+	return env, nil
+}
+
+func (env *benchEnv) stop() {
+	if env.srv != nil {
+		_ = env.srv.Stop()
+	}
+	if env.rdb != nil {
+		_ = env.rdb.Close()
+	}
+	if env.redis != nil {
+		_ = env.redis.Stop()
+	}
+	_ = os.RemoveAll(env.dir)
+}
+
+// fill creates a project holding n items.
+func (env *benchEnv) fill(ctx context.Context, slug string, n int) error {
+	maxMulti := queues.MaxMulti
+	if _, err := env.engine.CreateProject(ctx, slug, queues.SettingsPatch{MaxMulti: &maxMulti}); err != nil {
+		return err
+	}
+	batch := make([]queues.QueueItem, 0, 10000)
+	for i := 0; i < n; i++ {
+		batch = append(batch, queues.QueueItem{Name: fmt.Sprintf("%s/item/%09d", slug, i)})
+		if len(batch) == cap(batch) || i == n-1 {
+			if _, err := env.engine.Enqueue(ctx, slug, queues.Target{Queue: queues.QueueTodo}, batch); err != nil {
+				return err
+			}
+			batch = batch[:0]
+		}
+	}
+	return nil
+}
+
+// runFigure is one measured run.
+type runFigure struct {
+	roundTrips, items float64 // per second
+}
+
+func benchWarriors(ctx context.Context, env *benchEnv, o benchOptions) error {
+	conn := "Connection: close, like seesaw"
+	if o.keepAlive {
+		conn = "keep-alive"
+	}
+	fmt.Printf("\nwarrior round trips (POST request + POST done) over HTTP, %d warriors, %s, %d runs of %s\n", o.warriors, conn, o.runs, o.duration)
+	for _, multi := range o.multis {
+		var figures []runFigure
+		for run := 0; run < o.runs; run++ {
+			slug := fmt.Sprintf("bench-m%d-r%d", multi, run)
+			// Enough items that the queue never drains within a run.
+			supply := multi * 40000
+			if supply > 3_000_000 {
+				supply = 3_000_000
+			}
+			if err := env.fill(ctx, slug, supply); err != nil {
+				return err
+			}
+			fig, err := warriorRun(ctx, env.url, slug, multi, o)
+			if err != nil {
+				return err
+			}
+			figures = append(figures, fig)
+		}
+		med := medianFigure(figures)
+		fmt.Printf("  multi=%-4d %9.0f round trips/s  %10.0f items/s   (runs: %s)\n", multi, med.roundTrips, med.items, describeRuns(figures))
+	}
+	return nil
+}
+
+func warriorRun(ctx context.Context, baseURL, slug string, multi int, o benchOptions) (runFigure, error) {
+	transport := &http.Transport{MaxIdleConnsPerHost: o.warriors, DisableKeepAlives: !o.keepAlive}
+	client := &http.Client{Transport: transport, Timeout: 20 * time.Second}
+	defer transport.CloseIdleConnections()
+	requestURL := baseURL + "/" + slug + "/request"
+	if multi > 1 {
+		requestURL = fmt.Sprintf("%s/%s/multi=%d//request", baseURL, slug, multi)
+	}
+	doneURL := baseURL + "/" + slug + "/done"
+	runCtx, cancel := context.WithTimeout(ctx, o.duration)
+	defer cancel()
+	var roundTrips, items atomic.Int64
+	var firstErr error
+	var errOnce sync.Once
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := 0; w < o.warriors; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			downloader := fmt.Sprintf("warrior%03d", w)
+			reqBody := []byte(`{"downloader":"` + downloader + `","api_version":"2","version":"20260101.01"}`)
+			for runCtx.Err() == nil {
+				n, err := warriorRoundTrip(runCtx, client, requestURL, doneURL, downloader, reqBody)
+				if err != nil {
+					if runCtx.Err() == nil {
+						errOnce.Do(func() { firstErr = err })
+					}
+					return
+				}
+				roundTrips.Add(1)
+				items.Add(int64(n))
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start).Seconds()
+	if firstErr != nil {
+		return runFigure{}, firstErr
+	}
+	return runFigure{roundTrips: float64(roundTrips.Load()) / elapsed, items: float64(items.Load()) / elapsed}, nil
+}
+
+func warriorRoundTrip(ctx context.Context, client *http.Client, requestURL, doneURL, downloader string, reqBody []byte) (int, error) {
+	body, status, err := post(ctx, client, requestURL, reqBody)
+	if err != nil {
+		return 0, err
+	}
+	if status != http.StatusOK {
+		return 0, fmt.Errorf("request: HTTP %d: %s", status, body)
+	}
+	var got struct {
+		ItemName string `json:"item_name"`
+	}
+	if err := json.Unmarshal(body, &got); err != nil {
+		return 0, fmt.Errorf("request reply: %w", err)
+	}
+	done, _ := json.Marshal(map[string]any{
+		"downloader": downloader, "version": "20260101.01", "item": got.ItemName,
+		"bytes": map[string]int{"data": 1000}, "id": map[string]string{"pipeline_hash": "bench"},
+	})
+	body, status, err = post(ctx, client, doneURL, done)
+	if err != nil {
+		return 0, err
+	}
+	if status != http.StatusOK || strings.TrimSpace(string(body)) != "OK" {
+		return 0, fmt.Errorf("done: HTTP %d: %s", status, body)
+	}
+	return strings.Count(got.ItemName, "\x00") + 1, nil
+}
+
+func post(ctx context.Context, client *http.Client, url string, body []byte) ([]byte, int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "ArchiveTeam Warrior/0.10.3 Standalone hoard-bench")
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	return raw, resp.StatusCode, err
+}
+
+// ceilingScript is the cheapest script that still touches a key in the
+// project's slot: Redis's own EVALSHA ceiling on this machine.
+var ceilingScript = redis.NewScript(`return redis.call('EXISTS', KEYS[1])`)
+
+func benchScript(ctx context.Context, env *benchEnv, o benchOptions) error {
+	fmt.Printf("\nclaim script vs Redis's EVALSHA ceiling, %d callers, %d runs of %s\n", o.warriors, o.runs, o.duration)
+	var claims, ceiling []runFigure
+	for run := 0; run < o.runs; run++ {
+		slug := fmt.Sprintf("bench-script-r%d", run)
+		if err := env.fill(ctx, slug, 1_500_000); err != nil {
+			return err
+		}
+		claim, err := callRate(ctx, o, func(ctx context.Context, w int) error {
+			_, err := env.engine.Claim(ctx, queues.ClaimRequest{Project: slug, Downloader: fmt.Sprintf("caller%03d", w), IP: "127.0.0.1", Count: 1})
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		key := queues.ConfigKey(slug)
+		ceil, err := callRate(ctx, o, func(ctx context.Context, _ int) error {
+			return ceilingScript.Run(ctx, env.rdb, []string{key}).Err()
+		})
+		if err != nil {
+			return err
+		}
+		claims = append(claims, claim)
+		ceiling = append(ceiling, ceil)
+	}
+	mc, mx := medianFigure(claims), medianFigure(ceiling)
+	fmt.Printf("  claim.lua (multi=1)   %9.0f calls/s   (runs: %s)\n", mc.roundTrips, describeRuns(claims))
+	fmt.Printf("  EVALSHA ceiling       %9.0f calls/s   (runs: %s)\n", mx.roundTrips, describeRuns(ceiling))
+	fmt.Printf("  ratio                 %9.2f\n", mc.roundTrips/mx.roundTrips)
+	return nil
+}
+
+// callRate runs fn from o.warriors goroutines for o.duration.
+func callRate(ctx context.Context, o benchOptions, fn func(ctx context.Context, worker int) error) (runFigure, error) {
+	runCtx, cancel := context.WithTimeout(ctx, o.duration)
+	defer cancel()
+	var calls atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := 0; w < o.warriors; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for runCtx.Err() == nil {
+				if err := fn(runCtx, w); err != nil {
+					if runCtx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
+						once.Do(func() { firstErr = err })
+					}
+					return
+				}
+				calls.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return runFigure{}, firstErr
+	}
+	rate := float64(calls.Load()) / time.Since(start).Seconds()
+	return runFigure{roundTrips: rate, items: rate}, nil
+}
+
+func medianFigure(figs []runFigure) runFigure {
+	sorted := append([]runFigure(nil), figs...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].roundTrips < sorted[j].roundTrips })
+	return sorted[len(sorted)/2]
+}
+
+func describeRuns(figs []runFigure) string {
+	parts := make([]string, len(figs))
+	for i, f := range figs {
+		parts[i] = fmt.Sprintf("%.0f", f.roundTrips)
+	}
+	return strings.Join(parts, " ")
+}

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hoardproject/hoard/queues"
+)
+
+func projectCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "project", Short: "Create, change and show projects"}
+	cmd.AddCommand(projectWriteCommand("create"), projectWriteCommand("set"), &cobra.Command{
+		Use:   "show <slug>",
+		Short: "Show a project's settings and counts",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var out json.RawMessage
+			if err := newAdminClient().do(cmd.Context(), http.MethodGet, "/projects/"+args[0], nil, &out); err != nil {
+				return err
+			}
+			return printJSON(out)
+		},
+	}, &cobra.Command{
+		Use:   "list",
+		Short: "List projects",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var out struct {
+				Projects []string `json:"projects"`
+			}
+			if err := newAdminClient().do(cmd.Context(), http.MethodGet, "/projects", nil, &out); err != nil {
+				return err
+			}
+			fmt.Println(strings.Join(out.Projects, "\n"))
+			return nil
+		},
+	})
+	return cmd
+}
+
+// projectWriteCommand builds "create" and "set": the same flags, and only
+// the flags given are sent.
+func projectWriteCommand(verb string) *cobra.Command {
+	var (
+		title, minVersion             string
+		paused, reclaim               bool
+		ratePerMinute                 float64
+		rateBurst, budget, claimLimit int
+		maxMulti, logLength           int
+		reclaimTTL                    time.Duration
+		uploadTargets, extras         []string
+	)
+	cmd := &cobra.Command{
+		Use:   verb + " <slug>",
+		Short: map[string]string{"create": "Create a project", "set": "Change a project's settings"}[verb],
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var p queues.SettingsPatch
+			f := cmd.Flags()
+			changed := func(name string) bool { return f.Changed(name) }
+			if changed("title") {
+				p.Title = &title
+			}
+			if changed("paused") {
+				p.Paused = &paused
+			}
+			if changed("min-version") {
+				p.MinVersion = &minVersion
+			}
+			if changed("rate-per-minute") {
+				p.RatePerMinute = &ratePerMinute
+			}
+			if changed("rate-burst") {
+				p.RateBurst = &rateBurst
+			}
+			if changed("downloader-budget") {
+				p.DownloaderBudget = &budget
+			}
+			if changed("claims-limit") {
+				p.ClaimsLimit = &claimLimit
+			}
+			if changed("reclaim") {
+				p.ReclaimEnabled = &reclaim
+			}
+			if changed("reclaim-ttl") {
+				d := queues.Duration(reclaimTTL)
+				p.ReclaimTTL = &d
+			}
+			if changed("max-multi") {
+				p.MaxMulti = &maxMulti
+			}
+			if changed("log-length") {
+				p.LogLength = &logLength
+			}
+			if changed("upload-target") {
+				p.UploadTargets = &uploadTargets
+			}
+			if changed("extra") {
+				m := map[string]json.RawMessage{}
+				for _, kv := range extras {
+					k, v, ok := strings.Cut(kv, "=")
+					if !ok || !json.Valid([]byte(v)) {
+						return fmt.Errorf("--extra %q: want key=<JSON value>, e.g. depth=2 or name='\"x\"'", kv)
+					}
+					m[k] = json.RawMessage(v)
+				}
+				p.Extra = &m
+			}
+			method := map[string]string{"create": http.MethodPost, "set": http.MethodPatch}[verb]
+			var out json.RawMessage
+			if err := newAdminClient().do(cmd.Context(), method, "/projects/"+args[0], p, &out); err != nil {
+				return err
+			}
+			return printJSON(out)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&title, "title", "", "human-readable title")
+	f.BoolVar(&paused, "paused", false, "stop handing out items (withheld from projects.json)")
+	f.StringVar(&minVersion, "min-version", "", "lowest pipeline VERSION served (older get 455); \"\" = any")
+	f.Float64Var(&ratePerMinute, "rate-per-minute", 0, "item requests per minute for the project, smoothed; 0 = unlimited")
+	f.IntVar(&rateBurst, "rate-burst", 1, "requests allowed back to back under the rate limit")
+	f.IntVar(&budget, "downloader-budget", 0, "most items one downloader may have out; 0 = unlimited")
+	f.IntVar(&claimLimit, "claims-limit", 0, "most items out in the whole project; 0 = unlimited")
+	f.BoolVar(&reclaim, "reclaim", false, "hand out items again after TTL x times claimed")
+	f.DurationVar(&reclaimTTL, "reclaim-ttl", queues.DefaultReclaimTTL, "reclaim TTL")
+	f.IntVar(&maxMulti, "max-multi", queues.DefaultMaxMulti, "largest N served for multi=N")
+	f.IntVar(&logLength, "log-length", queues.DefaultLogLength, "recent completions kept")
+	f.StringSliceVar(&uploadTargets, "upload-target", nil, "rsync:// or http(s):// target ending in /, with :downloader; repeatable")
+	f.StringArrayVar(&extras, "extra", nil, "key=<JSON> sent with every item; repeatable")
+	f.SortFlags = false
+	return cmd
+}
+
+func printJSON(raw json.RawMessage) error {
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		_, err = os.Stdout.Write(raw)
+		return err
+	}
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+
+	"github.com/hoardproject/hoard/internal/localredis"
+	"github.com/hoardproject/hoard/queues"
+	"github.com/hoardproject/hoard/server"
+)
+
+type serveOptions struct {
+	listen               string
+	redisURL             string
+	dataDir              string
+	adminToken           string
+	insecureNoAdminToken bool
+	projectsFile         string
+	publicURL            string
+	trustedProxies       []string
+	createListed         bool
+	logFormat            string
+}
+
+func serveCommand() *cobra.Command {
+	var o serveOptions
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the tracker (with a supervised local redis-server unless HOARD_REDIS_URL is set)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runServe(cmd.Context(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.listen, "listen", envOr("HOARD_LISTEN", "127.0.0.1:8080"), "address to listen on ($HOARD_LISTEN)")
+	f.StringVar(&o.redisURL, "redis-url", envOr("HOARD_REDIS_URL", ""), "redis:// or unix:// URL, or comma-separated cluster nodes; empty = run a local redis-server ($HOARD_REDIS_URL)")
+	f.StringVar(&o.dataDir, "data-dir", envOr("HOARD_DATA_DIR", "./data"), "where the local redis-server keeps its data ($HOARD_DATA_DIR)")
+	f.StringVar(&o.adminToken, "admin-token", envOr("HOARD_ADMIN_TOKEN", ""), "token the admin API requires ($HOARD_ADMIN_TOKEN)")
+	f.BoolVar(&o.insecureNoAdminToken, "insecure-no-admin-token", false, "DEVELOPMENT ONLY: allow admin calls without a token when none is set")
+	f.StringVar(&o.projectsFile, "projects-file", envOr("HOARD_PROJECTS_FILE", "projects.json"), "Warrior HQ projects.json to serve ($HOARD_PROJECTS_FILE)")
+	f.StringVar(&o.publicURL, "public-url", envOr("HOARD_PUBLIC_URL", ""), "public base URL, for leaderboard links ($HOARD_PUBLIC_URL)")
+	f.StringSliceVar(&o.trustedProxies, "trusted-proxy", splitList(envOr("HOARD_TRUSTED_PROXIES", "")), "proxy IP/CIDR whose X-Forwarded-For is trusted; repeatable ($HOARD_TRUSTED_PROXIES, comma-separated)")
+	f.BoolVar(&o.createListed, "create-listed-projects", false, "create any project named in the projects file that does not exist yet")
+	f.StringVar(&o.logFormat, "log-format", envOr("HOARD_LOG_FORMAT", "text"), "text or json")
+	return cmd
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}
+
+func newLogger(format string) *slog.Logger {
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, nil))
+}
+
+func runServe(ctx context.Context, o serveOptions) error {
+	logger := newLogger(o.logFormat)
+	slog.SetDefault(logger)
+	if o.adminToken == "" && !o.insecureNoAdminToken {
+		logger.Warn("HOARD_ADMIN_TOKEN is not set: every admin call will be refused")
+	}
+	if o.adminToken == "" && o.insecureNoAdminToken {
+		logger.Warn("INSECURE: the admin API accepts calls without a token (--insecure-no-admin-token)")
+	}
+
+	redisURL := o.redisURL
+	if redisURL == "" {
+		dir, err := filepath.Abs(filepath.Join(o.dataDir, "redis"))
+		if err != nil {
+			return err
+		}
+		child := localredis.New(localredis.Config{DataDir: dir, AppendOnly: true, Logger: logger.With("component", "redis-server")})
+		if err := child.Start(ctx); err != nil {
+			return err
+		}
+		defer func() {
+			if err := child.Stop(); err != nil {
+				logger.Error("stopping redis-server", "err", err)
+			}
+		}()
+		redisURL = child.URL()
+		logger.Info("started local redis-server", "url", redisURL, "data_dir", dir)
+	}
+	rdb, err := newRedisClient(redisURL)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	if err := pingWithRetry(ctx, rdb); err != nil {
+		return err
+	}
+
+	engine := queues.NewEngine(rdb, queues.Options{Logger: logger})
+	if o.createListed {
+		if err := createListedProjects(ctx, engine, o.projectsFile, logger); err != nil {
+			return err
+		}
+	}
+	srv, err := server.New(server.Config{
+		Listen: o.listen, AdminToken: o.adminToken, InsecureNoAdminToken: o.insecureNoAdminToken,
+		ProjectsFile: o.projectsFile, PublicURL: o.publicURL, TrustedProxies: o.trustedProxies, Logger: logger,
+	}, engine)
+	if err != nil {
+		return err
+	}
+	if err := srv.Start(ctx); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		logger.Info("shutting down")
+	case err := <-srv.Done():
+		if err != nil {
+			return fmt.Errorf("http server: %w", err)
+		}
+	}
+	return srv.Stop()
+}
+
+func pingWithRetry(ctx context.Context, rdb redis.UniversalClient) error {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		err := rdb.Ping(ctx).Err()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("cannot reach redis: %w", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// createListedProjects creates the projects named in projects.json that do
+// not exist yet, so `make run` serves the example project at once.
+func createListedProjects(ctx context.Context, engine *queues.Engine, path string, logger *slog.Logger) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	var doc struct {
+		Projects []struct {
+			Name  string `json:"name"`
+			Title string `json:"title"`
+		} `json:"projects"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	for _, p := range doc.Projects {
+		title := p.Title
+		_, err := engine.CreateProject(ctx, p.Name, queues.SettingsPatch{Title: &title})
+		var qe *queues.Error
+		switch {
+		case err == nil:
+			logger.Info("created project from projects file", "project", p.Name)
+		case errors.As(err, &qe) && qe.Code == queues.CodeExists:
+		default:
+			return fmt.Errorf("create project %q from %s: %w", p.Name, path, err)
+		}
+	}
+	return nil
+}

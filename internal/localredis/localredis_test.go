@@ -1,0 +1,205 @@
+package localredis_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/internal/localredis"
+)
+
+// requireRedisServer skips the test when redis-server is missing, except on
+// CI where a missing binary is a broken runner and must fail loudly.
+func requireRedisServer(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		reason := "redis-server is not installed (" + err.Error() + "); install it with `sudo apt-get install redis-server`"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(reason)
+		}
+		t.Skip(reason)
+	}
+}
+
+func testLogger() *slog.Logger {
+	level := slog.LevelWarn
+	if testing.Verbose() {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}
+
+func startServer(t *testing.T, cfg localredis.Config) *localredis.Server {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger()
+	}
+	server := localredis.New(cfg)
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+	defer cancel()
+	require.NoError(t, server.Start(ctx))
+	t.Cleanup(func() { _ = server.Stop() })
+	return server
+}
+
+func clientFor(t *testing.T, server *localredis.Server) *redis.Client {
+	t.Helper()
+	options, err := redis.ParseURL(server.URL())
+	require.NoError(t, err)
+	require.Equal(t, server.Network(), options.Network)
+	require.Equal(t, server.Address(), options.Addr)
+	client := redis.NewClient(options)
+	t.Cleanup(func() { _ = client.Close() })
+	return client
+}
+
+func TestDataSurvivesRestartWithAOF(t *testing.T) {
+	requireRedisServer(t)
+	dataDir := t.TempDir()
+	ctx := t.Context()
+
+	first := startServer(t, localredis.Config{DataDir: dataDir, AppendOnly: true})
+	require.Equal(t, "unix", first.Network())
+	require.Equal(t, filepath.Join(dataDir, "redis.sock"), first.Address())
+	require.True(t, strings.HasPrefix(first.URL(), "unix:///"), first.URL())
+	require.NoError(t, clientFor(t, first).Set(ctx, "survivor", "still here", 0).Err())
+	require.NoError(t, first.Stop())
+	require.NoError(t, first.Stop(), "a second Stop must be harmless")
+
+	second := startServer(t, localredis.Config{DataDir: dataDir, AppendOnly: true})
+	value, err := clientFor(t, second).Get(ctx, "survivor").Result()
+	require.NoError(t, err)
+	require.Equal(t, "still here", value)
+
+	info, err := clientFor(t, second).ConfigGet(ctx, "notify-keyspace-events").Result()
+	require.NoError(t, err)
+	require.ElementsMatch(t, []rune("xE"), []rune(info["notify-keyspace-events"]))
+}
+
+func TestServerCanBeRestartedAfterStop(t *testing.T) {
+	requireRedisServer(t)
+	server := startServer(t, localredis.Config{DataDir: t.TempDir()})
+	require.NoError(t, server.Stop())
+	require.NoError(t, server.Start(t.Context()))
+	require.NoError(t, clientFor(t, server).Ping(t.Context()).Err())
+}
+
+func TestTCPPortListensOnLoopback(t *testing.T) {
+	requireRedisServer(t)
+	port, err := localredis.FreeLoopbackPort()
+	require.NoError(t, err)
+	server := startServer(t, localredis.Config{DataDir: t.TempDir(), Port: port})
+	require.Equal(t, "tcp", server.Network())
+	require.Equal(t, "127.0.0.1:"+strconv.Itoa(port), server.Address())
+	require.Equal(t, "redis://127.0.0.1:"+strconv.Itoa(port)+"/0", server.URL())
+	require.NoError(t, clientFor(t, server).Ping(t.Context()).Err())
+}
+
+func TestTooLongSocketPathFallsBackToTCP(t *testing.T) {
+	requireRedisServer(t)
+	dataDir := filepath.Join(t.TempDir(), strings.Repeat("d", 120))
+	server := startServer(t, localredis.Config{DataDir: dataDir})
+	require.Equal(t, "tcp", server.Network())
+	require.True(t, strings.HasPrefix(server.Address(), "127.0.0.1:"), server.Address())
+	require.NoError(t, clientFor(t, server).Ping(t.Context()).Err())
+}
+
+func TestStopWithoutStartAndAfterFailedStart(t *testing.T) {
+	server := localredis.New(localredis.Config{DataDir: t.TempDir(), Binary: "/nonexistent/redis-server"})
+	require.NoError(t, server.Stop())
+	require.Error(t, server.Start(t.Context()))
+	require.NoError(t, server.Stop())
+	require.NoError(t, server.Stop())
+}
+
+func TestMissingBinary(t *testing.T) {
+	server := localredis.New(localredis.Config{DataDir: t.TempDir(), Binary: "/nonexistent/redis-server", Logger: testLogger()})
+	err := server.Start(t.Context())
+	require.ErrorIs(t, err, localredis.ErrRedisServerNotFound)
+	require.Contains(t, err.Error(), "sudo apt-get install redis-server")
+	require.Contains(t, err.Error(), "HOARD_REDIS_URL")
+}
+
+func TestSecondServerOnSameDataDirIsRefused(t *testing.T) {
+	requireRedisServer(t)
+	dataDir := t.TempDir()
+	first := startServer(t, localredis.Config{DataDir: dataDir})
+
+	second := localredis.New(localredis.Config{DataDir: dataDir, Logger: testLogger()})
+	err := second.Start(t.Context())
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "already running")
+	require.NoError(t, second.Stop())
+
+	// The refused attempt must not have disturbed the first server.
+	require.NoError(t, clientFor(t, first).Ping(t.Context()).Err())
+}
+
+func TestKilledChildIsRestarted(t *testing.T) {
+	requireRedisServer(t)
+	dataDir := t.TempDir()
+	server := startServer(t, localredis.Config{DataDir: dataDir})
+	client := clientFor(t, server)
+	ctx := t.Context()
+
+	pid := childPID(t, dataDir)
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+
+	require.Eventually(t, func() bool {
+		pingCtx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer cancel()
+		if client.Ping(pingCtx).Err() != nil {
+			return false
+		}
+		// Make sure we are talking to a new process, not the dying one.
+		newPID, err := readPID(dataDir)
+		return err == nil && newPID != pid
+	}, 5*time.Second, 50*time.Millisecond)
+
+	require.NoError(t, server.Stop())
+}
+
+func childPID(t *testing.T, dataDir string) int {
+	t.Helper()
+	pid, err := readPID(dataDir)
+	require.NoError(t, err)
+	return pid
+}
+
+func readPID(dataDir string) (int, error) {
+	content, err := os.ReadFile(filepath.Join(dataDir, "redis.pid"))
+	if err != nil {
+		return 0, err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(content)))
+	if err != nil {
+		return 0, errors.New("bad pidfile: " + err.Error())
+	}
+	return pid, nil
+}
+
+func TestStartFailureExplainsItself(t *testing.T) {
+	requireRedisServer(t)
+	server := localredis.New(localredis.Config{
+		DataDir:   t.TempDir(),
+		ExtraArgs: []string{"--no-such-directive", "yes"},
+		Logger:    testLogger(),
+	})
+	err := server.Start(t.Context())
+	require.Error(t, err)
+	t.Log(err)
+	require.Contains(t, err.Error(), "exited during start-up")
+	require.Contains(t, err.Error(), "no-such-directive", "the error should carry redis-server's own complaint")
+	require.NoError(t, server.Stop())
+}

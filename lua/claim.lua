@@ -1,0 +1,242 @@
+-- claim.lua: hand out up to N items to one downloader, atomically: gates,
+-- rate limit, budget, claims limit, queue order and reclaims in one step, so
+-- no crash or concurrent request can lose an item or give it out twice.
+--
+-- KEYS[1]  config     HASH  project settings
+-- KEYS[2]  reserved   LIST  todo:d:<downloader>
+-- KEYS[3]  todo       LIST
+-- KEYS[4]  backfeed   LIST  todo:backfeed
+-- KEYS[5]  secondary  LIST  todo:secondary
+-- KEYS[6]  redo       LIST  todo:redo
+-- KEYS[7]  out        ZSET  item -> claimed at (ms)
+-- KEYS[8]  deadlines  ZSET  item -> reclaim deadline (ms)
+-- KEYS[9]  claims     HASH  item -> claim record
+-- KEYS[10] done       SET
+-- KEYS[11] budget     HASH  downloader -> items out
+-- KEYS[12] extras     HASH  item -> JSON object of extra keys
+-- KEYS[13] stats      HASH  counters
+-- KEYS[14] blocked    HASH  nickname or IP -> JSON reason
+-- KEYS[15] rate       STRING GCRA theoretical arrival time (ms)
+--
+-- ARGV[1] now (ms)
+-- ARGV[2] downloader
+-- ARGV[3] client IP
+-- ARGV[4] items wanted (>= 1; the caller caps it)
+-- ARGV[5] client script version ("" when the client sent none)
+--
+-- Returns {code, detail, ...}
+--   1  {1, reclaims, project extra JSON, item1, extras1, item2, extras2, ...}:
+--      how many of the items are reclaims, the project's extra keys (JSON
+--      object), then the items (extras is "" when the item has none)
+--   0  nothing for you; detail = "empty", "budget" or "claims_limit"
+--  -1  no such project
+--  -2  version too old; detail = the minimum version
+--  -3  blocked; detail = the block entry (JSON)
+--  -4  rate limited; detail = milliseconds until a request would pass
+--  -5  project paused
+--
+-- Note: items found in claims or done when popped are duplicates queued
+-- twice; they are dropped (counted in stats.duplicates_dropped) because the
+-- item already has its one place.
+
+local now = tonumber(ARGV[1])
+local downloader = ARGV[2]
+local ip = ARGV[3]
+local wanted = tonumber(ARGV[4])
+local version = ARGV[5]
+
+local cfg = redis.call('HMGET', KEYS[1], 'created_at', 'paused', 'min_version',
+  'rate_per_minute', 'rate_burst', 'downloader_budget', 'claims_limit',
+  'reclaim_enabled', 'reclaim_ttl_ms', 'max_multi', 'extra')
+if not cfg[1] then
+  return {-1, 'no such project'}
+end
+if cfg[2] == '1' then
+  return {-5, 'paused'}
+end
+
+local block = redis.call('HGET', KEYS[14], downloader) or redis.call('HGET', KEYS[14], ip)
+if block then
+  redis.call('HINCRBY', KEYS[13], 'requests_blocked', 1)
+  return {-3, block}
+end
+
+-- Versions compare as versions: runs of digits numerically (any length),
+-- runs of letters as text, separators ignored, missing parts as zero.
+local function version_tokens(v)
+  local tokens = {}
+  for run in string.gmatch(v, '%w+') do
+    local pos = 1
+    while pos <= #run do
+      local s, e = string.find(run, '^%d+', pos)
+      if not s then s, e = string.find(run, '^%a+', pos) end
+      tokens[#tokens + 1] = string.sub(run, s, e)
+      pos = e + 1
+    end
+  end
+  return tokens
+end
+local function compare_tokens(a, b)
+  local a_num, b_num = string.find(a, '^%d') ~= nil, string.find(b, '^%d') ~= nil
+  if a_num and b_num then
+    a = string.gsub(a, '^0+', '')
+    b = string.gsub(b, '^0+', '')
+    if #a ~= #b then return #a < #b and -1 or 1 end
+  elseif a_num ~= b_num then
+    return a_num and 1 or -1 -- "1.0.1" is newer than "1.0.beta"
+  end
+  if a == b then return 0 end
+  return a < b and -1 or 1
+end
+local function version_less(a, b)
+  local ta, tb = version_tokens(a), version_tokens(b)
+  for i = 1, math.max(#ta, #tb) do
+    local c = compare_tokens(ta[i] or '0', tb[i] or '0')
+    if c ~= 0 then return c < 0 end
+  end
+  return false
+end
+
+local min_version = cfg[3]
+if min_version and min_version ~= '' and (version == '' or version_less(version, min_version)) then
+  redis.call('HINCRBY', KEYS[13], 'requests_too_old', 1)
+  return {-2, min_version}
+end
+
+redis.call('HINCRBY', KEYS[13], 'requests', 1)
+
+-- GCRA: requests are spaced by period ms with a burst allowance, so there
+-- is no burst at minute boundaries as with per-minute counters.
+local rate = tonumber(cfg[4] or '0') or 0
+if rate > 0 then
+  local period = 60000 / rate
+  local burst = math.max(1, tonumber(cfg[5] or '1') or 1)
+  local tat = tonumber(redis.call('GET', KEYS[15]) or '0') or 0
+  if tat < now then tat = now end
+  local allow_at = tat + period - burst * period
+  if now < allow_at then
+    redis.call('HINCRBY', KEYS[13], 'requests_rate_limited', 1)
+    return {-4, int(math.ceil(allow_at - now))}
+  end
+  redis.call('SET', KEYS[15], int(tat + period), 'PX', int(tat + period - now + 1000))
+end
+
+local max_multi = tonumber(cfg[10] or '0') or 0
+if max_multi > 0 then wanted = math.min(wanted, max_multi) end
+
+local budget_limit = tonumber(cfg[6] or '0') or 0
+if budget_limit > 0 then
+  local have = tonumber(redis.call('HGET', KEYS[11], downloader) or '0')
+  if have >= budget_limit then
+    redis.call('HINCRBY', KEYS[13], 'requests_empty', 1)
+    return {0, 'budget'}
+  end
+  wanted = math.min(wanted, budget_limit - have)
+end
+
+local claims_limit = tonumber(cfg[7] or '0') or 0
+local reclaim_enabled = cfg[8] == '1'
+local ttl = tonumber(cfg[9] or '0') or 0
+if ttl <= 0 then ttl = 21600000 end
+
+local taken = {}
+local reclaims = 0
+local out_args, deadline_args, claim_args = {}, {}, {}
+
+local function take_reclaims(want)
+  if not reclaim_enabled or want <= 0 then return end
+  local due = redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', int(now), 'LIMIT', 0, want)
+  for _, item in ipairs(due) do
+    local record = redis.call('HGET', KEYS[9], item)
+    local count, _, previous = parse_claim(record)
+    budget_decrement(KEYS[11], previous)
+    count = count + 1
+    if count == 2 then
+      redis.call('HINCRBY', KEYS[13], 'items_reclaimed', 1)
+    end
+    -- Written at once (not batched) so a second ZRANGEBYSCORE in this call
+    -- cannot see the item as due again.
+    redis.call('HSET', KEYS[9], item, format_claim(count, now, downloader, ip))
+    redis.call('ZADD', KEYS[7], int(now), item)
+    redis.call('ZADD', KEYS[8], int(now + ttl * count), item)
+    taken[#taken + 1] = item
+    reclaims = reclaims + 1
+  end
+end
+
+local dropped = 0
+local function pop_fresh(key, want)
+  local rounds = 0
+  while want > 0 and rounds < 8 do
+    rounds = rounds + 1
+    local asked = want
+    local batch = redis.call('LPOP', key, asked)
+    if not batch then return end
+    for _, item in ipairs(batch) do
+      if redis.call('HEXISTS', KEYS[9], item) == 1 or redis.call('SISMEMBER', KEYS[10], item) == 1 then
+        dropped = dropped + 1
+      else
+        taken[#taken + 1] = item
+        out_args[#out_args + 1] = int(now)
+        out_args[#out_args + 1] = item
+        deadline_args[#deadline_args + 1] = int(now + ttl)
+        deadline_args[#deadline_args + 1] = item
+        claim_args[#claim_args + 1] = item
+        claim_args[#claim_args + 1] = format_claim(1, now, downloader, ip)
+        want = want - 1
+      end
+    end
+    if #batch < asked then return end -- the queue ran dry
+  end
+end
+
+-- Priority (seed 004): reclaims first when the claims limit is hit, then the
+-- downloader's reserved queue, todo, backfeed, secondary, redo, then reclaims.
+local fresh_room = wanted
+local limit_hit = false
+if claims_limit > 0 then
+  fresh_room = math.max(0, claims_limit - redis.call('ZCARD', KEYS[7]))
+  limit_hit = fresh_room == 0
+end
+if limit_hit then
+  take_reclaims(wanted)
+end
+for i = 2, 6 do
+  local want = math.min(wanted - #taken, fresh_room - #claim_args / 2)
+  if want <= 0 then break end
+  pop_fresh(KEYS[i], want)
+end
+take_reclaims(wanted - #taken)
+
+if dropped > 0 then
+  redis.call('HINCRBY', KEYS[13], 'duplicates_dropped', dropped)
+end
+if #taken == 0 then
+  redis.call('HINCRBY', KEYS[13], 'requests_empty', 1)
+  if limit_hit then return {0, 'claims_limit'} end
+  return {0, 'empty'}
+end
+
+if #out_args > 0 then
+  call_chunked('ZADD', KEYS[7], out_args)
+  call_chunked('ZADD', KEYS[8], deadline_args)
+  call_chunked('HSET', KEYS[9], claim_args)
+end
+redis.call('HINCRBY', KEYS[11], downloader, #taken)
+redis.call('HINCRBY', KEYS[13], 'requests_served', 1)
+redis.call('HINCRBY', KEYS[13], 'items_served', #taken)
+if reclaims > 0 then
+  redis.call('HINCRBY', KEYS[13], 'requests_served_reclaim', 1)
+  redis.call('HINCRBY', KEYS[13], 'reclaims_served', reclaims)
+end
+
+local extras = {}
+if redis.call('EXISTS', KEYS[12]) == 1 then
+  extras = redis.call('HMGET', KEYS[12], unpack(taken))
+end
+local reply = {1, reclaims, cfg[11] or '{}'}
+for i, item in ipairs(taken) do
+  reply[#reply + 1] = item
+  reply[#reply + 1] = extras[i] or ''
+end
+return reply

@@ -1,0 +1,20 @@
+-- config_write.lua: create a project, or change settings of an existing one.
+--
+-- KEYS[1] config HASH
+--
+-- ARGV[1] "create" (fails if the project exists) or "update" (fails if it
+--         does not)
+-- ARGV[2..] field, value pairs. Every setting is always written with an
+--         explicit value (the Go side fills defaults), so no script needs
+--         defaults of its own.
+--
+-- Returns 1 on success, 0 when creating a project that exists, -1 when
+-- updating a project that does not.
+
+local exists = redis.call('EXISTS', KEYS[1]) == 1
+if ARGV[1] == 'create' and exists then return 0 end
+if ARGV[1] == 'update' and not exists then return -1 end
+if #ARGV > 1 then
+  redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+end
+return 1

@@ -1,0 +1,56 @@
+package queues_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/queues"
+)
+
+// BenchmarkClaimDone measures one claim script plus one done script per
+// item, from parallel callers, on each real backend.
+func BenchmarkClaimDone(b *testing.B) {
+	for _, backend := range redistest.Backends() {
+		b.Run(backend.Name, func(b *testing.B) {
+			ctx := context.Background()
+			if err := redistest.Flush(ctx, backend); err != nil {
+				b.Fatal(err)
+			}
+			engine := queues.NewEngine(backend.Client, queues.Options{})
+			if _, err := engine.CreateProject(ctx, "bench", queues.SettingsPatch{}); err != nil {
+				b.Fatal(err)
+			}
+			items := make([]queues.QueueItem, 0, 10000)
+			for i := 0; i < b.N+1000; i++ {
+				items = append(items, queues.QueueItem{Name: fmt.Sprintf("item-%09d", i)})
+				if len(items) == cap(items) {
+					if _, err := engine.Enqueue(ctx, "bench", queues.Target{Queue: queues.QueueTodo}, items); err != nil {
+						b.Fatal(err)
+					}
+					items = items[:0]
+				}
+			}
+			if _, err := engine.Enqueue(ctx, "bench", queues.Target{Queue: queues.QueueTodo}, items); err != nil {
+				b.Fatal(err)
+			}
+			var worker atomic.Int64
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				downloader := fmt.Sprintf("bench%03d", worker.Add(1))
+				for pb.Next() {
+					res, err := engine.Claim(ctx, queues.ClaimRequest{Project: "bench", Downloader: downloader, IP: "127.0.0.1", Count: 1})
+					if err != nil {
+						b.Fatal(err)
+					}
+					if _, err := engine.Done(ctx, queues.DoneRequest{Project: "bench", Downloader: downloader,
+						Items: []string{res.Items[0].Name}, Bytes: map[string]int64{"data": 1000}}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+	}
+}

@@ -1,0 +1,686 @@
+// Package queues is hoard's work-queue engine: projects, items, claims,
+// reclaims and completions, kept in Redis. Every item transition is one Lua
+// script over keys that share the project's hash tag, so every item is
+// always in exactly one place: a todo queue, out, or done.
+package queues
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"math"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Engine runs the work queue against one Redis or Redis Cluster. It is safe
+// for concurrent use; it holds no state of its own beyond the client.
+type Engine struct {
+	rdb    redis.UniversalClient
+	clock  Clock
+	logger *slog.Logger
+}
+
+// Options configure an Engine. Zero values take defaults.
+type Options struct {
+	Clock  Clock
+	Logger *slog.Logger
+}
+
+// NewEngine returns an Engine over rdb.
+func NewEngine(rdb redis.UniversalClient, opts Options) *Engine {
+	if opts.Clock == nil {
+		opts.Clock = SystemClock{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &Engine{rdb: rdb, clock: opts.Clock, logger: opts.Logger}
+}
+
+// Redis returns the engine's client, for components that share it.
+func (e *Engine) Redis() redis.UniversalClient { return e.rdb }
+
+// Clock returns the engine's clock.
+func (e *Engine) Clock() Clock { return e.clock }
+
+func (e *Engine) nowMillis() int64 { return e.clock.Now().UnixMilli() }
+
+// Project is a project's settings with its creation time.
+type Project struct {
+	Slug      string    `json:"slug"`
+	CreatedAt time.Time `json:"created_at"`
+	Settings
+}
+
+// CreateProject creates a project with default settings changed by patch.
+func (e *Engine) CreateProject(ctx context.Context, slug string, patch SettingsPatch) (Project, error) {
+	const op = "queues.CreateProject"
+	if err := ValidateSlug(slug); err != nil {
+		return Project{}, err
+	}
+	settings, err := patch.Apply(DefaultSettings())
+	if err != nil {
+		return Project{}, err
+	}
+	// The registry comes first: a crash between the two writes leaves a
+	// listed slug without config, which reads as "not found", never a
+	// project nobody can list.
+	if err := e.rdb.SAdd(ctx, ProjectsKey, slug).Err(); err != nil {
+		return Project{}, unavailable(op, err)
+	}
+	now := e.clock.Now()
+	args := append([]any{"create", "created_at", strconv.FormatInt(now.UnixMilli(), 10)}, settings.fields()...)
+	n, err := e.runScriptInt(ctx, op, configWriteScript, []string{ConfigKey(slug)}, args...)
+	if err != nil {
+		return Project{}, err
+	}
+	if n == 0 {
+		return Project{}, errorf(op, CodeExists, "project %q already exists", slug)
+	}
+	e.logger.InfoContext(ctx, "project created", "project", slug)
+	return Project{Slug: slug, CreatedAt: time.UnixMilli(now.UnixMilli()), Settings: settings}, nil
+}
+
+// UpdateProject changes a project's settings; they apply to the next
+// request. A new reclaim TTL also applies to the claims already out.
+func (e *Engine) UpdateProject(ctx context.Context, slug string, patch SettingsPatch) (Project, error) {
+	const op = "queues.UpdateProject"
+	project, err := e.Project(ctx, slug)
+	if err != nil {
+		return Project{}, err
+	}
+	settings, err := patch.Apply(project.Settings)
+	if err != nil {
+		return Project{}, err
+	}
+	args := append([]any{"update"}, settings.fields()...)
+	n, err := e.runScriptInt(ctx, op, configWriteScript, []string{ConfigKey(slug)}, args...)
+	if err != nil {
+		return Project{}, err
+	}
+	if n < 0 {
+		return Project{}, errorf(op, CodeProjectNotFound, "no project %q", slug)
+	}
+	ttlChanged := settings.ReclaimTTL != project.ReclaimTTL
+	project.Settings = settings
+	if ttlChanged {
+		if err := e.rescoreDeadlines(ctx, slug); err != nil {
+			return project, err
+		}
+	}
+	return project, nil
+}
+
+// rescoreDeadlines rewrites every claim's reclaim deadline from the current
+// TTL, a page of claims per script call, so Redis is never blocked for long.
+// HSCAN may return an item twice; rescoring is idempotent.
+func (e *Engine) rescoreDeadlines(ctx context.Context, slug string) error {
+	const op = "queues.rescoreDeadlines"
+	var cursor uint64
+	for {
+		fields, next, err := e.rdb.HScan(ctx, ClaimsKey(slug), cursor, "", 1000).Result()
+		if err != nil {
+			return unavailable(op, err)
+		}
+		items := make([]any, 0, len(fields)/2)
+		for i := 0; i < len(fields); i += 2 {
+			items = append(items, fields[i])
+		}
+		if len(items) > 0 {
+			if _, err := e.runScriptInt(ctx, op, rescoreScript,
+				[]string{ConfigKey(slug), DeadlinesKey(slug), ClaimsKey(slug)}, items...); err != nil {
+				return err
+			}
+		}
+		if next == 0 {
+			return nil
+		}
+		cursor = next
+	}
+}
+
+// Project reads a project's settings.
+func (e *Engine) Project(ctx context.Context, slug string) (Project, error) {
+	const op = "queues.Project"
+	if err := ValidateSlug(slug); err != nil {
+		return Project{}, err
+	}
+	h, err := e.rdb.HGetAll(ctx, ConfigKey(slug)).Result()
+	if err != nil {
+		return Project{}, unavailable(op, err)
+	}
+	created, ok := h["created_at"]
+	if !ok {
+		return Project{}, errorf(op, CodeProjectNotFound, "no project %q", slug)
+	}
+	ms, _ := strconv.ParseInt(created, 10, 64)
+	return Project{Slug: slug, CreatedAt: time.UnixMilli(ms), Settings: settingsFromHash(h)}, nil
+}
+
+// Projects lists the slugs of every project, sorted.
+func (e *Engine) Projects(ctx context.Context) ([]string, error) {
+	slugs, err := e.rdb.SMembers(ctx, ProjectsKey).Result()
+	if err != nil {
+		return nil, unavailable("queues.Projects", err)
+	}
+	sort.Strings(slugs)
+	return slugs, nil
+}
+
+// ClaimRequest asks for items for one downloader.
+type ClaimRequest struct {
+	Project    string
+	Downloader string
+	IP         string
+	Version    string
+	Count      int
+}
+
+// ClaimedItem is one item handed out.
+type ClaimedItem struct {
+	Name string
+	// Extras is the item's JSON object of extra keys, or nil.
+	Extras json.RawMessage
+}
+
+// ClaimResult lists the items handed out; Reclaims of them were reclaims.
+type ClaimResult struct {
+	Items    []ClaimedItem
+	Reclaims int
+	// ProjectExtra is the project's JSON object of keys sent with every item.
+	ProjectExtra json.RawMessage
+}
+
+// Claim hands out up to req.Count items in one script. A request for more
+// than the project's max_multi is cut to max_multi by the caller reading
+// settings; Claim itself caps at MaxMulti.
+func (e *Engine) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
+	const op = "queues.Claim"
+	if err := ValidateSlug(req.Project); err != nil {
+		return ClaimResult{}, err
+	}
+	if err := ValidateDownloader(req.Downloader); err != nil {
+		return ClaimResult{}, err
+	}
+	if req.Count < 1 {
+		req.Count = 1
+	}
+	if req.Count > MaxMulti {
+		req.Count = MaxMulti
+	}
+	if len(req.Version) > 64 {
+		return ClaimResult{}, errorf(op, CodeInvalid, "version is longer than 64 bytes")
+	}
+	ip := req.IP
+	if ip == "" {
+		ip = "-"
+	}
+	slug := req.Project
+	keys := []string{
+		ConfigKey(slug), ReservedQueueKey(slug, req.Downloader),
+		QueueKey(slug, QueueTodo), QueueKey(slug, QueueBackfeed), QueueKey(slug, QueueSecondary), QueueKey(slug, QueueRedo),
+		OutKey(slug), DeadlinesKey(slug), ClaimsKey(slug), DoneKey(slug), BudgetKey(slug),
+		ExtrasKey(slug), StatsKey(slug), BlockedKey(slug), RateKey(slug),
+	}
+	code, rest, err := e.runScriptList(ctx, op, claimScript, keys,
+		e.nowMillis(), req.Downloader, ip, req.Count, req.Version)
+	if err != nil {
+		return ClaimResult{}, err
+	}
+	detail := ""
+	if len(rest) > 0 {
+		detail = replyString(rest[0])
+	}
+	switch code {
+	case 1:
+		result := ClaimResult{Reclaims: int(replyInt(rest[0])), ProjectExtra: json.RawMessage(replyString(rest[1]))}
+		for i := 2; i+1 < len(rest); i += 2 {
+			item := ClaimedItem{Name: replyString(rest[i])}
+			if extras := replyString(rest[i+1]); extras != "" {
+				item.Extras = json.RawMessage(extras)
+			}
+			result.Items = append(result.Items, item)
+		}
+		return result, nil
+	case 0:
+		reason := map[string]string{
+			"empty":        "no items left for you",
+			"budget":       "you have as many items out as your budget allows; finish some first",
+			"claims_limit": "the project's claims limit is reached",
+		}[detail]
+		if reason == "" {
+			reason = "no items left for you"
+		}
+		return ClaimResult{}, &Error{Op: op, Code: CodeNoItem, Message: reason}
+	case -1:
+		return ClaimResult{}, errorf(op, CodeProjectNotFound, "no project %q", slug)
+	case -2:
+		return ClaimResult{}, errorf(op, CodeVersionTooOld, "script version %q is older than the minimum %q; update your pipeline", req.Version, detail)
+	case -3:
+		var entry BlockEntry
+		_ = json.Unmarshal([]byte(detail), &entry)
+		msg := "you are blocked"
+		if entry.Reason != "" {
+			msg += ": " + entry.Reason
+		}
+		return ClaimResult{}, errorf(op, CodeBlocked, "%s", msg)
+	case -4:
+		ms, _ := strconv.ParseInt(detail, 10, 64)
+		return ClaimResult{}, &Error{Op: op, Code: CodeRateLimited, Message: "rate limited; slow down", RetryAfter: time.Duration(ms) * time.Millisecond}
+	case -5:
+		return ClaimResult{}, &Error{Op: op, Code: CodeNoItem, Message: "project is paused"}
+	}
+	return ClaimResult{}, unavailable(op, errors.New("claim script returned an unknown code "+strconv.FormatInt(code, 10)))
+}
+
+// DoneRequest reports items completed by one downloader.
+type DoneRequest struct {
+	Project    string
+	Downloader string
+	Version    string
+	UserAgent  string
+	Items      []string
+	// Bytes maps file groups to byte counts, as seesaw sends it.
+	Bytes map[string]int64
+	// ID is any JSON the pipeline sends as "id" (seesaw sends a dict).
+	ID json.RawMessage
+}
+
+// DoneResult says how many items were completed now, and how many had
+// been completed before (they count once).
+type DoneResult struct {
+	New        int `json:"new"`
+	Duplicates int `json:"duplicates"`
+}
+
+// MaxByteGroups caps the keys of a done's bytes map.
+const MaxByteGroups = 32
+
+// Done completes items. Every item must be out or already done; otherwise
+// nothing changes and the error lists the items that were never handed out.
+func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) {
+	const op = "queues.Done"
+	if err := ValidateSlug(req.Project); err != nil {
+		return DoneResult{}, err
+	}
+	if err := ValidateDownloader(req.Downloader); err != nil {
+		return DoneResult{}, err
+	}
+	if len(req.Items) == 0 {
+		return DoneResult{}, errorf(op, CodeInvalid, "no items")
+	}
+	if len(req.Items) > MaxMulti {
+		return DoneResult{}, errorf(op, CodeInvalid, "%d items in one done; the limit is %d", len(req.Items), MaxMulti)
+	}
+	for _, item := range req.Items {
+		if err := ValidateItem(item); err != nil {
+			return DoneResult{}, err
+		}
+	}
+	if len(req.Bytes) > MaxByteGroups {
+		return DoneResult{}, errorf(op, CodeInvalid, "bytes has %d groups; the limit is %d", len(req.Bytes), MaxByteGroups)
+	}
+	if len(req.Version) > 64 {
+		return DoneResult{}, errorf(op, CodeInvalid, "version is longer than 64 bytes")
+	}
+	groups := make([]string, 0, len(req.Bytes))
+	var total int64
+	for group, n := range req.Bytes {
+		if group == "" || len(group) > 64 {
+			return DoneResult{}, errorf(op, CodeInvalid, "bytes group names must be 1-64 bytes")
+		}
+		if n < 0 || n > math.MaxInt64/4-total {
+			return DoneResult{}, errorf(op, CodeInvalid, "bytes[%q] = %d is out of range", group, n)
+		}
+		total += n
+		groups = append(groups, group)
+	}
+	sort.Strings(groups)
+
+	tail, err := logTail(req.UserAgent, req.ID)
+	if err != nil {
+		return DoneResult{}, &Error{Op: op, Code: CodeInvalid, Message: "id is not valid JSON", Err: err}
+	}
+	slug := req.Project
+	keys := []string{
+		ConfigKey(slug), OutKey(slug), DeadlinesKey(slug), ClaimsKey(slug), DoneKey(slug), BudgetKey(slug),
+		ExtrasKey(slug), StatsKey(slug), DownloaderBytesKey(slug), DownloaderItemsKey(slug),
+		DownloaderVersionKey(slug), DomainBytesKey(slug), LogKey(slug),
+	}
+	args := make([]any, 0, 6+2*len(groups)+len(req.Items))
+	args = append(args, e.nowMillis(), req.Downloader, req.Version, total, tail, len(groups))
+	for _, g := range groups {
+		args = append(args, g, req.Bytes[g])
+	}
+	for _, item := range req.Items {
+		args = append(args, item)
+	}
+	code, rest, err := e.runScriptList(ctx, op, doneScript, keys, args...)
+	if err != nil {
+		return DoneResult{}, err
+	}
+	switch code {
+	case 1:
+		return DoneResult{New: int(replyInt(rest[0])), Duplicates: int(replyInt(rest[1]))}, nil
+	case -1:
+		return DoneResult{}, errorf(op, CodeProjectNotFound, "no project %q", slug)
+	case -2:
+		unknown := make([]string, len(rest))
+		for i, v := range rest {
+			unknown[i] = replyString(v)
+		}
+		return DoneResult{}, &Error{Op: op, Code: CodeNotHandedOut, Items: unknown,
+			Message: "refused: " + strconv.Itoa(len(unknown)) + " item(s) were never handed out (or were released), so nothing was marked done: " + truncate(unknown[0], 200)}
+	}
+	return DoneResult{}, unavailable(op, errors.New("done script returned an unknown code"))
+}
+
+// logTail builds the log entry members the Go side knows: user agent and id.
+func logTail(userAgent string, id json.RawMessage) (string, error) {
+	ua, _ := json.Marshal(truncate(userAgent, 200))
+	tail := `"ua":` + string(ua)
+	if len(id) > 0 {
+		if !json.Valid(id) {
+			return "", errors.New("invalid JSON")
+		}
+		var compact = make([]byte, 0, len(id))
+		buf := jsonCompact(compact, id)
+		tail += `,"id":` + string(buf)
+	}
+	return tail, nil
+}
+
+// ReleaseResult counts what a release did.
+type ReleaseResult struct {
+	Released int `json:"released"`
+	// NotOut items were not out: never handed out, done, or released before.
+	NotOut int `json:"not_out"`
+	// Filtered items were out but excluded by the release's filter.
+	Filtered int `json:"filtered"`
+}
+
+func (r *ReleaseResult) add(o ReleaseResult) {
+	r.Released += o.Released
+	r.NotOut += o.NotOut
+	r.Filtered += o.Filtered
+}
+
+// Release puts named items back in todo:redo. With onlyDownloader set, only
+// that downloader's claims are released (a warrior giving up its own item).
+func (e *Engine) Release(ctx context.Context, slug string, items []string, onlyDownloader string) (ReleaseResult, error) {
+	if err := ValidateSlug(slug); err != nil {
+		return ReleaseResult{}, err
+	}
+	for _, item := range items {
+		if err := ValidateItem(item); err != nil {
+			return ReleaseResult{}, err
+		}
+	}
+	var total ReleaseResult
+	for start := 0; start < len(items); start += 1000 {
+		batch := items[start:min(start+1000, len(items))]
+		r, err := e.release(ctx, slug, batch, onlyDownloader, -1)
+		if err != nil {
+			return total, err
+		}
+		total.add(r)
+	}
+	return total, nil
+}
+
+func (e *Engine) release(ctx context.Context, slug string, items []string, onlyDownloader string, cutoffMillis int64) (ReleaseResult, error) {
+	const op = "queues.Release"
+	cutoff := ""
+	if cutoffMillis >= 0 {
+		cutoff = strconv.FormatInt(cutoffMillis, 10)
+	}
+	keys := []string{ConfigKey(slug), QueueKey(slug, QueueRedo), OutKey(slug), DeadlinesKey(slug),
+		ClaimsKey(slug), BudgetKey(slug), StatsKey(slug)}
+	args := make([]any, 0, 2+len(items))
+	args = append(args, onlyDownloader, cutoff)
+	for _, item := range items {
+		args = append(args, item)
+	}
+	code, rest, err := e.runScriptList(ctx, op, releaseScript, keys, args...)
+	if err != nil {
+		return ReleaseResult{}, err
+	}
+	if code < 0 {
+		return ReleaseResult{}, errorf(op, CodeProjectNotFound, "no project %q", slug)
+	}
+	return ReleaseResult{Released: int(code), NotOut: int(replyInt(rest[0])), Filtered: int(replyInt(rest[1]))}, nil
+}
+
+// ReleaseFilter selects claims for ReleaseClaims. The zero filter selects
+// every claim.
+type ReleaseFilter struct {
+	// OlderThan selects claims made at least this long ago (0 = any age).
+	OlderThan time.Duration
+	// Downloader selects one downloader's claims ("" = anyone's).
+	Downloader string
+}
+
+// ReleaseClaims releases the claims the filter selects, back to todo:redo.
+// It pages through out by claim time (never loading all of it), and each
+// page is released by one script that re-checks the filter, so a claim
+// that changes meanwhile is never released by mistake.
+func (e *Engine) ReleaseClaims(ctx context.Context, slug string, filter ReleaseFilter) (ReleaseResult, error) {
+	const op = "queues.ReleaseClaims"
+	if err := ValidateSlug(slug); err != nil {
+		return ReleaseResult{}, err
+	}
+	if filter.Downloader != "" {
+		if err := ValidateDownloader(filter.Downloader); err != nil {
+			return ReleaseResult{}, err
+		}
+	}
+	if filter.OlderThan < 0 {
+		return ReleaseResult{}, errorf(op, CodeInvalid, "older_than must not be negative")
+	}
+	if _, err := e.Project(ctx, slug); err != nil {
+		return ReleaseResult{}, err
+	}
+	var cutoff int64 = -1
+	max := "+inf"
+	if filter.OlderThan > 0 {
+		cutoff = e.clock.Now().Add(-filter.OlderThan).UnixMilli()
+		max = strconv.FormatInt(cutoff, 10)
+	}
+	var total ReleaseResult
+	// Released claims leave out, so the next page starts where the
+	// filtered (kept) claims end.
+	offset := int64(0)
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		page, err := e.rdb.ZRangeArgs(ctx, redis.ZRangeArgs{
+			Key: OutKey(slug), Start: "-inf", Stop: max, ByScore: true, Offset: offset, Count: 1000,
+		}).Result()
+		if err != nil {
+			return total, unavailable(op, err)
+		}
+		if len(page) == 0 {
+			return total, nil
+		}
+		r, err := e.release(ctx, slug, page, filter.Downloader, cutoff)
+		if err != nil {
+			return total, err
+		}
+		total.add(ReleaseResult{Released: r.Released, Filtered: r.Filtered})
+		offset += int64(r.Filtered)
+		if r.Released == 0 && r.Filtered == 0 {
+			// Everything on the page vanished meanwhile; read it again.
+			continue
+		}
+	}
+}
+
+// QueueItem is an item to queue, with optional extra keys.
+type QueueItem struct {
+	Name   string          `json:"name"`
+	Extras json.RawMessage `json:"extras,omitempty"`
+}
+
+// Target names the queue items go to: a shared queue, or the reserved
+// queue of one downloader.
+type Target struct {
+	Queue      Queue
+	Downloader string
+}
+
+// MaxEnqueueBatch caps the items of one Enqueue call.
+const MaxEnqueueBatch = 100000
+
+// Enqueue appends items to a queue and returns its new length. Every item
+// must be valid; callers that accept messy input filter it first.
+func (e *Engine) Enqueue(ctx context.Context, slug string, target Target, items []QueueItem) (int64, error) {
+	const op = "queues.Enqueue"
+	if err := ValidateSlug(slug); err != nil {
+		return 0, err
+	}
+	if len(items) > MaxEnqueueBatch {
+		return 0, errorf(op, CodeInvalid, "%d items in one batch; the limit is %d", len(items), MaxEnqueueBatch)
+	}
+	key := ""
+	if target.Downloader != "" {
+		if err := ValidateDownloader(target.Downloader); err != nil {
+			return 0, err
+		}
+		key = ReservedQueueKey(slug, target.Downloader)
+	} else {
+		q, err := ParseQueue(string(target.Queue))
+		if err != nil {
+			return 0, err
+		}
+		key = QueueKey(slug, q)
+	}
+	var extras []any
+	names := make([]any, 0, len(items))
+	for _, item := range items {
+		if err := ValidateItem(item.Name); err != nil {
+			return 0, err
+		}
+		if len(item.Extras) > 0 {
+			var obj map[string]json.RawMessage
+			if err := json.Unmarshal(item.Extras, &obj); err != nil {
+				return 0, errorf(op, CodeInvalid, "extras of %q must be a JSON object", truncate(item.Name, 60))
+			}
+			if _, ok := obj["item_name"]; ok {
+				return 0, errorf(op, CodeInvalid, "extras of %q may not set item_name", truncate(item.Name, 60))
+			}
+			extras = append(extras, item.Name, string(jsonCompact(nil, item.Extras)))
+		}
+		names = append(names, item.Name)
+	}
+	keys := []string{ConfigKey(slug), key, ExtrasKey(slug), StatsKey(slug), ReservedSetKey(slug)}
+	args := make([]any, 0, 2+len(extras)+len(names))
+	args = append(args, target.Downloader, len(extras)/2)
+	args = append(args, extras...)
+	args = append(args, names...)
+	n, err := e.runScriptInt(ctx, op, enqueueScript, keys, args...)
+	if err != nil {
+		return 0, err
+	}
+	if n < 0 {
+		return 0, errorf(op, CodeProjectNotFound, "no project %q", slug)
+	}
+	return n, nil
+}
+
+// Counts are the sizes of a project's places.
+type Counts struct {
+	Todo      int64 `json:"todo"`
+	Backfeed  int64 `json:"todo:backfeed"`
+	Secondary int64 `json:"todo:secondary"`
+	Redo      int64 `json:"todo:redo"`
+	// Reserved sums the per-downloader reserved queues.
+	Reserved int64 `json:"todo:reserved"`
+	Out      int64 `json:"out"`
+	Done     int64 `json:"done"`
+	// Reclaimable is how many claims are past their reclaim deadline.
+	Reclaimable int64 `json:"reclaimable"`
+}
+
+// TodoTotal is every item waiting in a queue.
+func (c Counts) TodoTotal() int64 {
+	return c.Todo + c.Backfeed + c.Secondary + c.Redo + c.Reserved
+}
+
+// Counts reads the sizes of every place of a project in one pipeline.
+func (e *Engine) Counts(ctx context.Context, slug string) (Counts, error) {
+	const op = "queues.Counts"
+	if _, err := e.Project(ctx, slug); err != nil {
+		return Counts{}, err
+	}
+	reserved, err := e.rdb.SMembers(ctx, ReservedSetKey(slug)).Result()
+	if err != nil {
+		return Counts{}, unavailable(op, err)
+	}
+	pipe := e.rdb.Pipeline()
+	shared := make([]*redis.IntCmd, len(SharedQueues))
+	for i, q := range SharedQueues {
+		shared[i] = pipe.LLen(ctx, QueueKey(slug, q))
+	}
+	reservedLens := make([]*redis.IntCmd, len(reserved))
+	for i, d := range reserved {
+		reservedLens[i] = pipe.LLen(ctx, ReservedQueueKey(slug, d))
+	}
+	out := pipe.ZCard(ctx, OutKey(slug))
+	done := pipe.SCard(ctx, DoneKey(slug))
+	due := pipe.ZCount(ctx, DeadlinesKey(slug), "-inf", strconv.FormatInt(e.nowMillis(), 10))
+	if _, err := pipe.Exec(ctx); err != nil {
+		return Counts{}, unavailable(op, err)
+	}
+	c := Counts{
+		Todo: shared[0].Val(), Backfeed: shared[1].Val(), Secondary: shared[2].Val(), Redo: shared[3].Val(),
+		Out: out.Val(), Done: done.Val(), Reclaimable: due.Val(),
+	}
+	for _, l := range reservedLens {
+		c.Reserved += l.Val()
+	}
+	return c, nil
+}
+
+// BlockEntry records why and by whom a nickname or IP was blocked.
+type BlockEntry struct {
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
+	By     string    `json:"by"`
+}
+
+// Block blocks a nickname or IP in one project; its item requests get 403.
+func (e *Engine) Block(ctx context.Context, slug, who string, entry BlockEntry) error {
+	const op = "queues.Block"
+	if _, err := e.Project(ctx, slug); err != nil {
+		return err
+	}
+	if who == "" || len(who) > 64 {
+		return errorf(op, CodeInvalid, "block target must be a nickname or an IP")
+	}
+	if entry.At.IsZero() {
+		entry.At = e.clock.Now().UTC()
+	}
+	raw, _ := json.Marshal(entry)
+	if err := e.rdb.HSet(ctx, BlockedKey(slug), who, raw).Err(); err != nil {
+		return unavailable(op, err)
+	}
+	return nil
+}
+
+// Unblock lifts a block; it reports whether there was one.
+func (e *Engine) Unblock(ctx context.Context, slug, who string) (bool, error) {
+	if err := ValidateSlug(slug); err != nil {
+		return false, err
+	}
+	n, err := e.rdb.HDel(ctx, BlockedKey(slug), who).Result()
+	if err != nil {
+		return false, unavailable("queues.Unblock", err)
+	}
+	return n > 0, nil
+}

@@ -1,0 +1,703 @@
+package queues_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/queues"
+)
+
+type bundle struct {
+	ctx    context.Context
+	engine *queues.Engine
+	clock  *queues.FakeClock
+	rdb    redis.UniversalClient
+	slug   string
+}
+
+func setup(t *testing.T, b redistest.Backend, patch queues.SettingsPatch) bundle {
+	t.Helper()
+	ctx := context.Background()
+	clock := queues.NewFakeClock(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
+	engine := queues.NewEngine(b.Client, queues.Options{Clock: clock, Logger: quietLogger})
+	slug := "proj"
+	_, err := engine.CreateProject(ctx, slug, patch)
+	require.NoError(t, err)
+	return bundle{ctx: ctx, engine: engine, clock: clock, rdb: b.Client, slug: slug}
+}
+
+func (tb bundle) enqueue(t *testing.T, target queues.Target, names ...string) {
+	t.Helper()
+	items := make([]queues.QueueItem, len(names))
+	for i, n := range names {
+		items[i] = queues.QueueItem{Name: n}
+	}
+	_, err := tb.engine.Enqueue(tb.ctx, tb.slug, target, items)
+	require.NoError(t, err)
+}
+
+func (tb bundle) claim(t *testing.T, downloader string, n int) []string {
+	t.Helper()
+	res, err := tb.engine.Claim(tb.ctx, queues.ClaimRequest{Project: tb.slug, Downloader: downloader, IP: "127.0.0.1", Count: n})
+	require.NoError(t, err)
+	names := make([]string, len(res.Items))
+	for i, it := range res.Items {
+		names[i] = it.Name
+	}
+	return names
+}
+
+func (tb bundle) claimErr(downloader string, n int) error {
+	_, err := tb.engine.Claim(tb.ctx, queues.ClaimRequest{Project: tb.slug, Downloader: downloader, IP: "127.0.0.1", Count: n})
+	return err
+}
+
+func (tb bundle) done(downloader string, items ...string) (queues.DoneResult, error) {
+	return tb.engine.Done(tb.ctx, queues.DoneRequest{Project: tb.slug, Downloader: downloader, Items: items,
+		Bytes: map[string]int64{"data": 100}})
+}
+
+func (tb bundle) counts(t *testing.T) queues.Counts {
+	t.Helper()
+	c, err := tb.engine.Counts(tb.ctx, tb.slug)
+	require.NoError(t, err)
+	return c
+}
+
+func requireCode(t *testing.T, err error, code queues.Code) {
+	t.Helper()
+	require.Error(t, err)
+	require.Equal(t, code, queues.CodeOf(err), "error: %v", err)
+}
+
+func ptr[T any](v T) *T { return &v }
+
+var todo = queues.Target{Queue: queues.QueueTodo}
+
+var quietLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func TestClaimAndDone(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{})
+		tb.enqueue(t, todo, "a", "b", "c")
+		require.Equal(t, []string{"a"}, tb.claim(t, "alice", 1))
+		require.Equal(t, queues.Counts{Todo: 2, Out: 1}, tb.counts(t))
+
+		res, err := tb.done("alice", "a")
+		require.NoError(t, err)
+		require.Equal(t, queues.DoneResult{New: 1}, res)
+		// A repeated done is accepted and counted once.
+		res, err = tb.done("alice", "a")
+		require.NoError(t, err)
+		require.Equal(t, queues.DoneResult{Duplicates: 1}, res)
+		require.Equal(t, queues.Counts{Todo: 2, Done: 1}, tb.counts(t))
+
+		stats, err := tb.engine.Stats(tb.ctx, tb.slug)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, stats.Counters["items_done"])
+		require.EqualValues(t, 100, stats.Counters["bytes_done"])
+		require.Equal(t, []queues.DownloaderStats{{Name: "alice", Bytes: 100, Items: 1}}, stats.Downloaders)
+		require.EqualValues(t, 100, stats.DomainBytes["data"])
+		require.Equal(t, 1.0, stats.IRSR)
+
+		recent, err := tb.engine.Recent(tb.ctx, tb.slug, 10)
+		require.NoError(t, err)
+		require.Len(t, recent, 1)
+		require.Contains(t, string(recent[0]), `"items":["a"]`)
+		require.Contains(t, string(recent[0]), `"by":"alice"`)
+	})
+}
+
+func TestQueuePriorityOrder(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{ReclaimEnabled: ptr(true), ReclaimTTL: ptr(queues.Duration(time.Hour))})
+		tb.enqueue(t, todo, "stale")
+		require.Equal(t, []string{"stale"}, tb.claim(t, "bob", 1))
+		tb.clock.Advance(2 * time.Hour) // "stale" is now due for a reclaim
+
+		tb.enqueue(t, queues.Target{Queue: queues.QueueRedo}, "redo1")
+		tb.enqueue(t, queues.Target{Queue: queues.QueueSecondary}, "sec1")
+		tb.enqueue(t, queues.Target{Queue: queues.QueueBackfeed}, "bf1")
+		tb.enqueue(t, todo, "todo1")
+		tb.enqueue(t, queues.Target{Downloader: "alice"}, "mine1")
+
+		var order []string
+		for range 6 {
+			order = append(order, tb.claim(t, "alice", 1)...)
+		}
+		require.Equal(t, []string{"mine1", "todo1", "bf1", "sec1", "redo1", "stale"}, order)
+		// Another downloader never sees alice's reserved queue.
+		tb.enqueue(t, queues.Target{Downloader: "alice"}, "mine2")
+		requireCode(t, tb.claimErr("carol", 1), queues.CodeNoItem)
+		require.EqualValues(t, 1, tb.counts(t).Reserved)
+
+		// One request can span queues.
+		tb.enqueue(t, todo, "t1")
+		tb.enqueue(t, queues.Target{Queue: queues.QueueSecondary}, "s1", "s2")
+		require.Equal(t, []string{"t1", "s1", "s2"}, tb.claim(t, "carol", 5))
+	})
+}
+
+func TestMultiClaimThenPartialDone(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{})
+		tb.enqueue(t, todo, "i1", "i2", "i3", "i4", "i5")
+		got := tb.claim(t, "alice", 100)
+		require.Equal(t, []string{"i1", "i2", "i3", "i4", "i5"}, got)
+		// Seesaw reports only the items that succeeded; the aborted ones
+		// stay out.
+		res, err := tb.done("alice", "i1", "i3", "i5")
+		require.NoError(t, err)
+		require.Equal(t, 3, res.New)
+		require.Equal(t, queues.Counts{Out: 2, Done: 3}, tb.counts(t))
+		assertPlaces(t, tb, map[string]string{"i1": "done", "i2": "out", "i3": "done", "i4": "out", "i5": "done"})
+	})
+}
+
+func TestDoneForItemNeverHandedOutChangesNothing(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{})
+		tb.enqueue(t, todo, "queued", "claimed")
+		require.Equal(t, []string{"queued"}, tb.claim(t, "alice", 1))
+		before := dumpProject(t, tb)
+
+		_, err := tb.done("alice", "never-seen")
+		requireCode(t, err, queues.CodeNotHandedOut)
+		// Mixed with a valid item, the whole done is refused.
+		_, err = tb.done("alice", "queued", "claimed")
+		requireCode(t, err, queues.CodeNotHandedOut)
+		var qe *queues.Error
+		require.True(t, errors.As(err, &qe))
+		require.Equal(t, []string{"claimed"}, qe.Items)
+
+		after := dumpProject(t, tb)
+		delete(before, "hoard:{proj}:stats")
+		delete(after, "hoard:{proj}:stats")
+		require.Equal(t, before, after)
+	})
+}
+
+func TestLateDoneAfterReclaimCompletesOnce(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{ReclaimEnabled: ptr(true), ReclaimTTL: ptr(queues.Duration(time.Hour))})
+		tb.enqueue(t, todo, "x")
+		require.Equal(t, []string{"x"}, tb.claim(t, "alice", 1))
+		tb.clock.Advance(61 * time.Minute)
+		require.Equal(t, []string{"x"}, tb.claim(t, "bob", 1), "reclaimed for bob")
+		require.Equal(t, queues.Counts{Out: 1}, tb.counts(t), "a reclaim changes no counts")
+
+		res, err := tb.done("alice", "x") // alice was slow, not dead
+		require.NoError(t, err)
+		require.Equal(t, 1, res.New)
+		res, err = tb.done("bob", "x")
+		require.NoError(t, err)
+		require.Equal(t, queues.DoneResult{Duplicates: 1}, res)
+
+		stats, err := tb.engine.Stats(tb.ctx, tb.slug)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, stats.Counters["items_done"])
+		require.EqualValues(t, 1, stats.Counters["items_reclaimed"])
+		require.Equal(t, queues.Counts{Done: 1}, stats.Counts)
+		budget, err := tb.rdb.HGetAll(tb.ctx, queues.BudgetKey(tb.slug)).Result()
+		require.NoError(t, err)
+		require.Empty(t, budget, "nobody holds a claim any more")
+	})
+}
+
+func TestReclaimIsOffForANewProject(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{})
+		tb.enqueue(t, todo, "x")
+		tb.claim(t, "alice", 1)
+		tb.clock.Advance(1000 * time.Hour)
+		require.EqualValues(t, 1, tb.counts(t).Reclaimable)
+		requireCode(t, tb.claimErr("bob", 1), queues.CodeNoItem)
+
+		_, err := tb.engine.UpdateProject(tb.ctx, tb.slug, queues.SettingsPatch{ReclaimEnabled: ptr(true)})
+		require.NoError(t, err)
+		require.Equal(t, []string{"x"}, tb.claim(t, "bob", 1))
+	})
+}
+
+func TestReclaimDeadlineGrowsWithTimesClaimed(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{ReclaimEnabled: ptr(true), ReclaimTTL: ptr(queues.Duration(time.Hour))})
+		tb.enqueue(t, todo, "x")
+		tb.claim(t, "alice", 1) // claimed once: due after 1h
+		tb.clock.Advance(59 * time.Minute)
+		requireCode(t, tb.claimErr("bob", 1), queues.CodeNoItem)
+		tb.clock.Advance(time.Minute)
+		require.Equal(t, []string{"x"}, tb.claim(t, "bob", 1)) // claimed twice: due after 2h
+		tb.clock.Advance(119 * time.Minute)
+		requireCode(t, tb.claimErr("carol", 1), queues.CodeNoItem)
+		tb.clock.Advance(time.Minute)
+		require.Equal(t, []string{"x"}, tb.claim(t, "carol", 1)) // three times: 3h
+		tb.clock.Advance(179 * time.Minute)
+		requireCode(t, tb.claimErr("dave", 1), queues.CodeNoItem)
+		tb.clock.Advance(time.Minute)
+		require.Equal(t, []string{"x"}, tb.claim(t, "dave", 1))
+
+		record, err := tb.rdb.HGet(tb.ctx, queues.ClaimsKey(tb.slug), "x").Result()
+		require.NoError(t, err)
+		require.True(t, strings.HasPrefix(record, "4 "), record)
+		require.Contains(t, record, " dave 127.0.0.1")
+	})
+}
+
+func TestClaimsLimitServesReclaimsFirst(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{ClaimsLimit: ptr(2)})
+		tb.enqueue(t, todo, "a", "b", "c", "d")
+		require.Equal(t, []string{"a"}, tb.claim(t, "alice", 1))
+		require.Equal(t, []string{"b"}, tb.claim(t, "bob", 5), "capped by the room left under the limit")
+		err := tb.claimErr("carol", 1)
+		requireCode(t, err, queues.CodeNoItem)
+		require.Contains(t, err.Error(), "claims limit")
+
+		_, err = tb.engine.UpdateProject(tb.ctx, tb.slug, queues.SettingsPatch{ReclaimEnabled: ptr(true), ReclaimTTL: ptr(queues.Duration(time.Hour))})
+		require.NoError(t, err)
+		tb.clock.Advance(2 * time.Hour)
+		// At the limit, reclaims come before todo even though todo has items.
+		require.Equal(t, []string{"a", "b"}, tb.claim(t, "carol", 5))
+		require.Equal(t, queues.Counts{Todo: 2, Out: 2}, tb.counts(t))
+	})
+}
+
+func TestDownloaderBudget(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{DownloaderBudget: ptr(2)})
+		tb.enqueue(t, todo, "a", "b", "c", "d", "e")
+		require.Equal(t, []string{"a", "b"}, tb.claim(t, "alice", 10))
+		err := tb.claimErr("alice", 1)
+		requireCode(t, err, queues.CodeNoItem)
+		require.Contains(t, err.Error(), "budget")
+		require.Equal(t, []string{"c"}, tb.claim(t, "bob", 1))
+		_, err = tb.done("alice", "a")
+		require.NoError(t, err)
+		require.Equal(t, []string{"d"}, tb.claim(t, "alice", 10))
+	})
+}
+
+func TestVersionGateComparesVersions(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{MinVersion: ptr("20240101.10")})
+		names := make([]string, 20)
+		for i := range names {
+			names[i] = fmt.Sprintf("i%d", i)
+		}
+		tb.enqueue(t, todo, names...)
+		for _, tc := range []struct {
+			version string
+			ok      bool
+		}{
+			{"", false},
+			{"20240101.9", false}, // a string comparison would let this through
+			{"20240101.09", false},
+			{"20231231.99", false},
+			{"20240101.10", true},
+			{"20240101.010", true},
+			{"20240101.10.1", true},
+			{"20240101.11", true},
+			{"20240102", true},
+			{"120240101", true},
+		} {
+			_, err := tb.engine.Claim(tb.ctx, queues.ClaimRequest{Project: tb.slug, Downloader: "alice", Version: tc.version, Count: 1})
+			if tc.ok {
+				require.NoError(t, err, tc.version)
+			} else {
+				requireCode(t, err, queues.CodeVersionTooOld)
+			}
+		}
+	})
+}
+
+func TestBlocked(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{})
+		tb.enqueue(t, todo, "a", "b")
+		require.NoError(t, tb.engine.Block(tb.ctx, tb.slug, "mallory", queues.BlockEntry{Reason: "bad uploads", By: "op"}))
+		err := tb.claimErr("mallory", 1)
+		requireCode(t, err, queues.CodeBlocked)
+		require.Contains(t, err.Error(), "bad uploads")
+		require.NoError(t, tb.engine.Block(tb.ctx, tb.slug, "127.0.0.1", queues.BlockEntry{Reason: "abuse"}))
+		requireCode(t, tb.claimErr("alice", 1), queues.CodeBlocked)
+		_, err = tb.engine.Unblock(tb.ctx, tb.slug, "127.0.0.1")
+		require.NoError(t, err)
+		require.Equal(t, []string{"a"}, tb.claim(t, "alice", 1))
+		require.EqualValues(t, 1, tb.counts(t).Todo, "a blocked request took nothing")
+	})
+}
+
+func TestRateLimitIsSmooth(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{RatePerMinute: ptr(60.0), RateBurst: ptr(2)})
+		names := make([]string, 10)
+		for i := range names {
+			names[i] = fmt.Sprintf("i%d", i)
+		}
+		tb.enqueue(t, todo, names...)
+		tb.claim(t, "alice", 1)
+		tb.claim(t, "alice", 1) // the burst of two
+		err := tb.claimErr("alice", 1)
+		requireCode(t, err, queues.CodeRateLimited)
+		var qe *queues.Error
+		require.True(t, errors.As(err, &qe))
+		require.Equal(t, time.Second, qe.RetryAfter)
+		tb.clock.Advance(999 * time.Millisecond)
+		requireCode(t, tb.claimErr("alice", 1), queues.CodeRateLimited)
+		tb.clock.Advance(time.Millisecond)
+		tb.claim(t, "alice", 1)
+		requireCode(t, tb.claimErr("alice", 1), queues.CodeRateLimited)
+		require.EqualValues(t, 7, tb.counts(t).Todo)
+	})
+}
+
+func TestPausedProjectServesNothing(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{Paused: ptr(true)})
+		tb.enqueue(t, todo, "a")
+		err := tb.claimErr("alice", 1)
+		requireCode(t, err, queues.CodeNoItem)
+		require.Contains(t, err.Error(), "paused")
+	})
+}
+
+func TestReleaseClaims(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{})
+		tb.enqueue(t, todo, "old-a", "old-b", "new-a", "new-b")
+		tb.claim(t, "alice", 1)
+		tb.claim(t, "bobby", 1)
+		tb.clock.Advance(7 * time.Hour)
+		tb.claim(t, "alice", 1)
+		tb.claim(t, "bobby", 1)
+
+		res, err := tb.engine.ReleaseClaims(tb.ctx, tb.slug, queues.ReleaseFilter{OlderThan: 6 * time.Hour, Downloader: "alice"})
+		require.NoError(t, err)
+		require.Equal(t, 1, res.Released)
+		assertPlaces(t, tb, map[string]string{"old-a": "todo:redo", "old-b": "out", "new-a": "out", "new-b": "out"})
+
+		res, err = tb.engine.ReleaseClaims(tb.ctx, tb.slug, queues.ReleaseFilter{Downloader: "bobby"})
+		require.NoError(t, err)
+		require.Equal(t, 2, res.Released)
+		res, err = tb.engine.ReleaseClaims(tb.ctx, tb.slug, queues.ReleaseFilter{})
+		require.NoError(t, err)
+		require.Equal(t, 1, res.Released)
+		require.Equal(t, queues.Counts{Redo: 4}, tb.counts(t))
+		// Released items are served again.
+		require.Len(t, tb.claim(t, "carol", 10), 4)
+	})
+}
+
+func TestWarriorReleaseOnlyOwnClaims(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{})
+		tb.enqueue(t, todo, "a", "b")
+		tb.claim(t, "alice", 1)
+		res, err := tb.engine.Release(tb.ctx, tb.slug, []string{"a"}, "bobby")
+		require.NoError(t, err)
+		require.Equal(t, queues.ReleaseResult{Filtered: 1}, res)
+		res, err = tb.engine.Release(tb.ctx, tb.slug, []string{"a", "b"}, "alice")
+		require.NoError(t, err)
+		require.Equal(t, queues.ReleaseResult{Released: 1, NotOut: 1}, res)
+		require.Equal(t, queues.Counts{Todo: 1, Redo: 1}, tb.counts(t))
+	})
+}
+
+func TestDuplicateQueuedItemIsDropped(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{})
+		tb.enqueue(t, todo, "a", "a", "b")
+		require.Equal(t, []string{"a"}, tb.claim(t, "alice", 1))
+		require.Equal(t, []string{"b"}, tb.claim(t, "bobby", 1), "the second copy of a is not handed out")
+		_, err := tb.done("alice", "a")
+		require.NoError(t, err)
+		tb.enqueue(t, todo, "a", "c")
+		require.Equal(t, []string{"c"}, tb.claim(t, "bobby", 1), "a done item is not handed out again")
+	})
+}
+
+func TestItemExtras(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{})
+		_, err := tb.engine.Enqueue(tb.ctx, tb.slug, todo, []queues.QueueItem{
+			{Name: "a", Extras: []byte(`{"depth": 2}`)}, {Name: "b"},
+		})
+		require.NoError(t, err)
+		res, err := tb.engine.Claim(tb.ctx, queues.ClaimRequest{Project: tb.slug, Downloader: "alice", Count: 2})
+		require.NoError(t, err)
+		require.Equal(t, `{"depth":2}`, string(res.Items[0].Extras))
+		require.Nil(t, res.Items[1].Extras)
+
+		_, err = tb.engine.Enqueue(tb.ctx, tb.slug, todo, []queues.QueueItem{{Name: "c", Extras: []byte(`[1]`)}})
+		requireCode(t, err, queues.CodeInvalid)
+	})
+}
+
+func TestBadInputChangesNothing(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{})
+		before := dumpProject(t, tb)
+		_, err := tb.engine.CreateProject(tb.ctx, "bad{slug}", queues.SettingsPatch{})
+		requireCode(t, err, queues.CodeInvalid)
+		require.Contains(t, err.Error(), "{ or }")
+		_, err = tb.engine.CreateProject(tb.ctx, tb.slug, queues.SettingsPatch{})
+		requireCode(t, err, queues.CodeExists)
+		_, err = tb.engine.Claim(tb.ctx, queues.ClaimRequest{Project: tb.slug, Downloader: "a{b}c"})
+		requireCode(t, err, queues.CodeInvalid)
+		_, err = tb.engine.Claim(tb.ctx, queues.ClaimRequest{Project: tb.slug, Downloader: "x"})
+		requireCode(t, err, queues.CodeInvalid)
+		_, err = tb.engine.Claim(tb.ctx, queues.ClaimRequest{Project: "nope", Downloader: "alice"})
+		requireCode(t, err, queues.CodeProjectNotFound)
+		_, err = tb.engine.Enqueue(tb.ctx, tb.slug, todo, []queues.QueueItem{{Name: "ok"}, {Name: "bad\nitem"}})
+		requireCode(t, err, queues.CodeInvalid)
+		_, err = tb.engine.Enqueue(tb.ctx, "nope", todo, []queues.QueueItem{{Name: "ok"}})
+		requireCode(t, err, queues.CodeProjectNotFound)
+		_, err = tb.engine.UpdateProject(tb.ctx, tb.slug, queues.SettingsPatch{UploadTargets: ptr([]string{"ftp://x/"})})
+		requireCode(t, err, queues.CodeInvalid)
+		_, err = tb.engine.Done(tb.ctx, queues.DoneRequest{Project: tb.slug, Downloader: "alice", Items: []string{"a"}, ID: []byte(`{bad`)})
+		requireCode(t, err, queues.CodeInvalid)
+		require.Equal(t, before, dumpProject(t, tb))
+		_, err = tb.engine.Counts(tb.ctx, "nope")
+		requireCode(t, err, queues.CodeProjectNotFound)
+	})
+}
+
+// TestConcurrentClaimsNeverShareAnItem: many goroutines claim at once; no
+// item goes to two warriors (reclaiming is on, but no deadline passes).
+func TestConcurrentClaimsNeverShareAnItem(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{ReclaimEnabled: ptr(true)})
+		const total = 3000
+		names := make([]string, total)
+		for i := range names {
+			names[i] = fmt.Sprintf("item-%05d", i)
+		}
+		tb.enqueue(t, todo, names...)
+
+		var mu sync.Mutex
+		owner := map[string]string{}
+		var wg sync.WaitGroup
+		errs := make(chan error, 32)
+		for w := range 32 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				downloader := fmt.Sprintf("warrior-%02d", w)
+				for {
+					res, err := tb.engine.Claim(tb.ctx, queues.ClaimRequest{Project: tb.slug, Downloader: downloader, Count: 1 + w%7})
+					if queues.CodeOf(err) == queues.CodeNoItem {
+						return
+					}
+					if err != nil {
+						errs <- err
+						return
+					}
+					mu.Lock()
+					for _, it := range res.Items {
+						if prev, ok := owner[it.Name]; ok {
+							errs <- fmt.Errorf("%s went to %s and %s", it.Name, prev, downloader)
+						}
+						owner[it.Name] = downloader
+					}
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		require.Len(t, owner, total)
+		require.Equal(t, queues.Counts{Out: total}, tb.counts(t))
+	})
+}
+
+// TestRandomizedTransitionsKeepEveryItemInOnePlace drives random requests,
+// dones, releases and reclaims, then checks every item is in exactly one
+// place and every index agrees with the others.
+func TestRandomizedTransitionsKeepEveryItemInOnePlace(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{ReclaimEnabled: ptr(true), ReclaimTTL: ptr(queues.Duration(time.Minute)), ClaimsLimit: ptr(150)})
+		rng := rand.New(rand.NewPCG(7, 11))
+		all := map[string]bool{}
+		next := 0
+		addItems := func(n int, target queues.Target) {
+			names := make([]string, n)
+			for i := range names {
+				names[i] = fmt.Sprintf("r%04d", next)
+				all[names[i]] = true
+				next++
+			}
+			tb.enqueue(t, target, names...)
+		}
+		downloaders := []string{"alice", "bobby", "carol", "davey"}
+		held := map[string][]string{}
+		for step := range 1500 {
+			d := downloaders[rng.IntN(len(downloaders))]
+			switch op := rng.IntN(100); {
+			case op < 8:
+				targets := []queues.Target{todo, {Queue: queues.QueueBackfeed}, {Queue: queues.QueueSecondary}, {Downloader: d}}
+				addItems(1+rng.IntN(20), targets[rng.IntN(len(targets))])
+			case op < 50:
+				res, err := tb.engine.Claim(tb.ctx, queues.ClaimRequest{Project: tb.slug, Downloader: d, Count: 1 + rng.IntN(10)})
+				if err != nil {
+					require.Equal(t, queues.CodeNoItem, queues.CodeOf(err), "step %d: %v", step, err)
+					continue
+				}
+				for _, it := range res.Items {
+					held[d] = append(held[d], it.Name)
+				}
+			case op < 80:
+				if len(held[d]) == 0 {
+					continue
+				}
+				k := 1 + rng.IntN(len(held[d]))
+				_, err := tb.done(d, held[d][:k]...)
+				// A held item may have been released meanwhile: then the
+				// done is refused as a whole and changes nothing.
+				if err != nil {
+					require.Equal(t, queues.CodeNotHandedOut, queues.CodeOf(err), "step %d: %v", step, err)
+				}
+				held[d] = held[d][k:]
+			case op < 85:
+				if len(held[d]) > 0 {
+					_, err := tb.engine.Release(tb.ctx, tb.slug, held[d][:1], d)
+					require.NoError(t, err)
+					held[d] = held[d][1:]
+				}
+			case op < 87:
+				_, err := tb.engine.ReleaseClaims(tb.ctx, tb.slug, queues.ReleaseFilter{OlderThan: 3 * time.Minute})
+				require.NoError(t, err)
+			default:
+				tb.clock.Advance(time.Duration(rng.IntN(40)) * time.Second)
+			}
+		}
+		places := placesOf(t, tb)
+		for item := range all {
+			require.Len(t, places[item], 1, "item %s is in %v", item, places[item])
+		}
+		require.Len(t, places, len(all))
+		checkIndexesAgree(t, tb)
+	})
+}
+
+// placesOf lists, for every item, each place it sits in.
+func placesOf(t *testing.T, tb bundle) map[string][]string {
+	t.Helper()
+	places := map[string][]string{}
+	add := func(place string, items []string) {
+		for _, it := range items {
+			places[it] = append(places[it], place)
+		}
+	}
+	for _, q := range queues.SharedQueues {
+		items, err := tb.rdb.LRange(tb.ctx, queues.QueueKey(tb.slug, q), 0, -1).Result()
+		require.NoError(t, err)
+		add(string(q), items)
+	}
+	reserved, err := tb.rdb.SMembers(tb.ctx, queues.ReservedSetKey(tb.slug)).Result()
+	require.NoError(t, err)
+	for _, d := range reserved {
+		items, err := tb.rdb.LRange(tb.ctx, queues.ReservedQueueKey(tb.slug, d), 0, -1).Result()
+		require.NoError(t, err)
+		add("todo:d:"+d, items)
+	}
+	out, err := tb.rdb.ZRange(tb.ctx, queues.OutKey(tb.slug), 0, -1).Result()
+	require.NoError(t, err)
+	add("out", out)
+	done, err := tb.rdb.SMembers(tb.ctx, queues.DoneKey(tb.slug)).Result()
+	require.NoError(t, err)
+	add("done", done)
+	return places
+}
+
+func assertPlaces(t *testing.T, tb bundle, want map[string]string) {
+	t.Helper()
+	places := placesOf(t, tb)
+	for item, place := range want {
+		require.Equal(t, []string{place}, places[item], item)
+	}
+}
+
+// checkIndexesAgree: out, deadlines and claims name the same items, and the
+// budget hash counts exactly the claims each downloader holds.
+func checkIndexesAgree(t *testing.T, tb bundle) {
+	t.Helper()
+	out, err := tb.rdb.ZRange(tb.ctx, queues.OutKey(tb.slug), 0, -1).Result()
+	require.NoError(t, err)
+	deadlines, err := tb.rdb.ZRange(tb.ctx, queues.DeadlinesKey(tb.slug), 0, -1).Result()
+	require.NoError(t, err)
+	claims, err := tb.rdb.HGetAll(tb.ctx, queues.ClaimsKey(tb.slug)).Result()
+	require.NoError(t, err)
+	sort.Strings(out)
+	sort.Strings(deadlines)
+	claimed := make([]string, 0, len(claims))
+	perDownloader := map[string]string{}
+	counts := map[string]int{}
+	for item, record := range claims {
+		claimed = append(claimed, item)
+		fields := strings.Fields(record)
+		require.Len(t, fields, 4, record)
+		counts[fields[2]]++
+	}
+	sort.Strings(claimed)
+	require.Equal(t, out, deadlines)
+	require.Equal(t, out, claimed)
+	for d, n := range counts {
+		perDownloader[d] = fmt.Sprint(n)
+	}
+	budget, err := tb.rdb.HGetAll(tb.ctx, queues.BudgetKey(tb.slug)).Result()
+	require.NoError(t, err)
+	require.Equal(t, perDownloader, budget)
+}
+
+// dumpProject reads every key of the project, to prove an operation
+// changed nothing.
+func dumpProject(t *testing.T, tb bundle) map[string]string {
+	t.Helper()
+	dump := map[string]string{}
+	keys := []string{queues.ConfigKey(tb.slug), queues.OutKey(tb.slug), queues.DeadlinesKey(tb.slug), queues.ClaimsKey(tb.slug),
+		queues.DoneKey(tb.slug), queues.BudgetKey(tb.slug), queues.StatsKey(tb.slug), queues.LogKey(tb.slug), queues.ExtrasKey(tb.slug),
+		queues.DownloaderBytesKey(tb.slug), queues.DownloaderItemsKey(tb.slug)}
+	for _, q := range queues.SharedQueues {
+		keys = append(keys, queues.QueueKey(tb.slug, q))
+	}
+	for _, k := range keys {
+		v, err := tb.rdb.Dump(tb.ctx, k).Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		require.NoError(t, err)
+		dump[k] = v
+	}
+	return dump
+}
+
+func TestTTLChangeAppliesToClaimsAlreadyOut(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{ReclaimEnabled: ptr(true), ReclaimTTL: ptr(queues.Duration(6 * time.Hour))})
+		tb.enqueue(t, todo, "x", "y")
+		tb.claim(t, "alice", 2)
+		tb.clock.Advance(90 * time.Minute)
+		requireCode(t, tb.claimErr("bobby", 1), queues.CodeNoItem)
+		_, err := tb.engine.UpdateProject(tb.ctx, tb.slug, queues.SettingsPatch{ReclaimTTL: ptr(queues.Duration(time.Hour))})
+		require.NoError(t, err)
+		require.Equal(t, []string{"x", "y"}, tb.claim(t, "bobby", 5))
+		checkIndexesAgree(t, tb)
+	})
+}

@@ -1,0 +1,74 @@
+package queues
+
+// Every key of a project carries the project's hash tag "{slug}", so every
+// script touches a single slot and the same code runs on one Redis and on
+// Redis Cluster. All key names are built here and nowhere else; scripts
+// receive them in KEYS and never build names of their own.
+
+// ProjectsKey is the registry of project slugs (SET). It is global, so no
+// script touches it.
+const ProjectsKey = "hoard:projects"
+
+func projectPrefix(slug string) string { return "hoard:{" + slug + "}:" }
+
+// ConfigKey holds the project's settings (HASH field -> value).
+func ConfigKey(slug string) string { return projectPrefix(slug) + "config" }
+
+// QueueKey is one of the shared todo queues (LIST, served from the head).
+func QueueKey(slug string, q Queue) string { return projectPrefix(slug) + string(q) }
+
+// ReservedQueueKey holds items reserved for one downloader (LIST).
+func ReservedQueueKey(slug, downloader string) string {
+	return projectPrefix(slug) + "todo:d:" + downloader
+}
+
+// ReservedSetKey lists the downloaders that have a reserved queue (SET), so
+// counts never need SCAN.
+func ReservedSetKey(slug string) string { return projectPrefix(slug) + "reserved" }
+
+// OutKey scores every claimed item by its claim time in ms (ZSET).
+func OutKey(slug string) string { return projectPrefix(slug) + "out" }
+
+// DeadlinesKey scores every claimed item by the time it may be reclaimed,
+// claim time + TTL x times claimed, in ms (ZSET). Due reclaims are a range
+// query on it, never a scan of out.
+func DeadlinesKey(slug string) string { return projectPrefix(slug) + "deadlines" }
+
+// ClaimsKey maps a claimed item to its claim record
+// "<times claimed> <claimed at ms> <downloader> <ip>" (HASH).
+func ClaimsKey(slug string) string { return projectPrefix(slug) + "claims" }
+
+// DoneKey holds completed items (SET).
+func DoneKey(slug string) string { return projectPrefix(slug) + "done" }
+
+// ExtrasKey maps an item to the JSON object of extra keys served with it
+// (HASH). Only items queued with extras have an entry.
+func ExtrasKey(slug string) string { return projectPrefix(slug) + "extras" }
+
+// BudgetKey maps a downloader to the number of items it has out (HASH).
+func BudgetKey(slug string) string { return projectPrefix(slug) + "budget" }
+
+// StatsKey holds the project's counters (HASH).
+func StatsKey(slug string) string { return projectPrefix(slug) + "stats" }
+
+// DownloaderBytesKey maps a downloader to the bytes it uploaded (HASH).
+func DownloaderBytesKey(slug string) string { return projectPrefix(slug) + "downloader_bytes" }
+
+// DownloaderItemsKey maps a downloader to the items it completed (HASH).
+func DownloaderItemsKey(slug string) string { return projectPrefix(slug) + "downloader_items" }
+
+// DownloaderVersionKey maps a downloader to the script version it last used (HASH).
+func DownloaderVersionKey(slug string) string { return projectPrefix(slug) + "downloader_version" }
+
+// DomainBytesKey maps a file group of the done "bytes" map to its total (HASH).
+func DomainBytesKey(slug string) string { return projectPrefix(slug) + "domain_bytes" }
+
+// LogKey holds the most recent completions, newest first, capped (LIST).
+func LogKey(slug string) string { return projectPrefix(slug) + "log" }
+
+// BlockedKey maps a blocked nickname or IP to a JSON {reason, at, by} (HASH).
+func BlockedKey(slug string) string { return projectPrefix(slug) + "blocked" }
+
+// RateKey holds the GCRA theoretical arrival time of the project's request
+// rate limit, in ms (STRING).
+func RateKey(slug string) string { return projectPrefix(slug) + "rate" }

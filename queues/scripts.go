@@ -1,0 +1,99 @@
+package queues
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hoardproject/hoard/lua"
+)
+
+// Every script, loaded from lua/ with the shared prelude prepended.
+var (
+	claimScript       = loadScript("claim.lua")
+	doneScript        = loadScript("done.lua")
+	releaseScript     = loadScript("release.lua")
+	enqueueScript     = loadScript("enqueue.lua")
+	configWriteScript = loadScript("config_write.lua")
+	rescoreScript     = loadScript("rescore.lua")
+)
+
+func loadScript(name string) *redis.Script {
+	prelude, err := lua.Files.ReadFile("prelude.lua")
+	if err != nil {
+		panic(err)
+	}
+	body, err := lua.Files.ReadFile(name)
+	if err != nil {
+		panic(fmt.Sprintf("lua script %s: %v", name, err))
+	}
+	return redis.NewScript(string(prelude) + "\n" + string(body))
+}
+
+// runScript runs a script with EVALSHA (EVAL once after a NOSCRIPT) and
+// wraps failures as CodeUnavailable errors of op. On a cluster go-redis
+// routes it by KEYS[1]; all KEYS share one hash tag, so one slot.
+func (e *Engine) runScript(ctx context.Context, op string, script *redis.Script, keys []string, args ...any) (any, error) {
+	reply, err := script.Run(ctx, e.rdb, keys, args...).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, unavailable(op, err)
+	}
+	return reply, nil
+}
+
+// runScriptInt runs a script that returns one integer.
+func (e *Engine) runScriptInt(ctx context.Context, op string, script *redis.Script, keys []string, args ...any) (int64, error) {
+	reply, err := e.runScript(ctx, op, script, keys, args...)
+	if err != nil {
+		return 0, err
+	}
+	n, ok := reply.(int64)
+	if !ok {
+		return 0, unavailable(op, fmt.Errorf("script replied %T, want an integer", reply))
+	}
+	return n, nil
+}
+
+// runScriptList runs a script that returns an array whose first element is
+// an integer status code.
+func (e *Engine) runScriptList(ctx context.Context, op string, script *redis.Script, keys []string, args ...any) (int64, []any, error) {
+	reply, err := e.runScript(ctx, op, script, keys, args...)
+	if err != nil {
+		return 0, nil, err
+	}
+	list, ok := reply.([]any)
+	if !ok || len(list) == 0 {
+		return 0, nil, unavailable(op, fmt.Errorf("script replied %T, want an array", reply))
+	}
+	code, ok := list[0].(int64)
+	if !ok {
+		return 0, nil, unavailable(op, fmt.Errorf("script status is %T, want an integer", list[0]))
+	}
+	return code, list[1:], nil
+}
+
+// replyString reads a script reply element that may come back as a bulk
+// string or an integer.
+func replyString(v any) string {
+	switch v := v.(type) {
+	case string:
+		return v
+	case int64:
+		return strconv.FormatInt(v, 10)
+	}
+	return ""
+}
+
+func replyInt(v any) int64 {
+	switch v := v.(type) {
+	case int64:
+		return v
+	case string:
+		n, _ := strconv.ParseInt(v, 10, 64)
+		return n
+	}
+	return 0
+}

@@ -1,0 +1,293 @@
+package queues
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Queue names a shared todo queue. The order of the constants is the order
+// requests are served in, after the downloader's reserved queue (seed 004).
+type Queue string
+
+const (
+	QueueTodo      Queue = "todo"
+	QueueBackfeed  Queue = "todo:backfeed"
+	QueueSecondary Queue = "todo:secondary"
+	QueueRedo      Queue = "todo:redo"
+)
+
+// SharedQueues lists the shared queues in serving order.
+var SharedQueues = []Queue{QueueTodo, QueueBackfeed, QueueSecondary, QueueRedo}
+
+// ParseQueue accepts a queue name with or without the "todo:" prefix.
+func ParseQueue(name string) (Queue, error) {
+	switch strings.TrimPrefix(name, "todo:") {
+	case "todo", "":
+		return QueueTodo, nil
+	case "backfeed":
+		return QueueBackfeed, nil
+	case "secondary":
+		return QueueSecondary, nil
+	case "redo":
+		return QueueRedo, nil
+	}
+	return "", errorf("queues.ParseQueue", CodeInvalid, "unknown queue %q (want todo, backfeed, secondary or redo)", name)
+}
+
+// Defaults for a new project. Reclaiming starts off, as on the Archiveteam
+// tracker; the TTL default matches universal-tracker's release-stale.rb.
+const (
+	DefaultReclaimTTL = 6 * time.Hour
+	DefaultMaxMulti   = 100
+	DefaultLogLength  = 1000
+	MaxLogLength      = 100000
+)
+
+// Settings are a project's operator-controlled settings.
+type Settings struct {
+	Title  string `json:"title"`
+	Paused bool   `json:"paused"`
+	// MinVersion is the lowest pipeline VERSION served; older gets 455.
+	MinVersion string `json:"min_version"`
+	// RatePerMinute limits item requests for the whole project (0 = off),
+	// smoothly (GCRA), with RateBurst requests allowed back to back.
+	RatePerMinute float64 `json:"rate_per_minute"`
+	RateBurst     int     `json:"rate_burst"`
+	// DownloaderBudget caps the items one downloader may have out (0 = off).
+	DownloaderBudget int `json:"downloader_budget"`
+	// ClaimsLimit caps the items out in the whole project (0 = off).
+	ClaimsLimit    int      `json:"claims_limit"`
+	ReclaimEnabled bool     `json:"reclaim_enabled"`
+	ReclaimTTL     Duration `json:"reclaim_ttl"`
+	// MaxMulti caps the N of /multi=N/request.
+	MaxMulti int `json:"max_multi"`
+	// LogLength is how many recent completions are kept.
+	LogLength int `json:"log_length"`
+	// UploadTargets are rsync:// or http(s):// URLs ending in "/", where
+	// ":downloader" is replaced by the nickname.
+	UploadTargets []string `json:"upload_targets"`
+	// Extra keys sent with every item (never evaluated; plain JSON).
+	Extra map[string]json.RawMessage `json:"extra"`
+}
+
+// DefaultSettings are a new project's settings.
+func DefaultSettings() Settings {
+	return Settings{
+		RateBurst:     1,
+		ReclaimTTL:    Duration(DefaultReclaimTTL),
+		MaxMulti:      DefaultMaxMulti,
+		LogLength:     DefaultLogLength,
+		UploadTargets: []string{},
+		Extra:         map[string]json.RawMessage{},
+	}
+}
+
+// SettingsPatch changes some settings; nil fields stay as they are.
+type SettingsPatch struct {
+	Title            *string                     `json:"title,omitempty"`
+	Paused           *bool                       `json:"paused,omitempty"`
+	MinVersion       *string                     `json:"min_version,omitempty"`
+	RatePerMinute    *float64                    `json:"rate_per_minute,omitempty"`
+	RateBurst        *int                        `json:"rate_burst,omitempty"`
+	DownloaderBudget *int                        `json:"downloader_budget,omitempty"`
+	ClaimsLimit      *int                        `json:"claims_limit,omitempty"`
+	ReclaimEnabled   *bool                       `json:"reclaim_enabled,omitempty"`
+	ReclaimTTL       *Duration                   `json:"reclaim_ttl,omitempty"`
+	MaxMulti         *int                        `json:"max_multi,omitempty"`
+	LogLength        *int                        `json:"log_length,omitempty"`
+	UploadTargets    *[]string                   `json:"upload_targets,omitempty"`
+	Extra            *map[string]json.RawMessage `json:"extra,omitempty"`
+}
+
+// Apply returns s with the patch applied and checked.
+func (p SettingsPatch) Apply(s Settings) (Settings, error) {
+	if p.Title != nil {
+		s.Title = *p.Title
+	}
+	if p.Paused != nil {
+		s.Paused = *p.Paused
+	}
+	if p.MinVersion != nil {
+		s.MinVersion = *p.MinVersion
+	}
+	if p.RatePerMinute != nil {
+		s.RatePerMinute = *p.RatePerMinute
+	}
+	if p.RateBurst != nil {
+		s.RateBurst = *p.RateBurst
+	}
+	if p.DownloaderBudget != nil {
+		s.DownloaderBudget = *p.DownloaderBudget
+	}
+	if p.ClaimsLimit != nil {
+		s.ClaimsLimit = *p.ClaimsLimit
+	}
+	if p.ReclaimEnabled != nil {
+		s.ReclaimEnabled = *p.ReclaimEnabled
+	}
+	if p.ReclaimTTL != nil {
+		s.ReclaimTTL = *p.ReclaimTTL
+	}
+	if p.MaxMulti != nil {
+		s.MaxMulti = *p.MaxMulti
+	}
+	if p.LogLength != nil {
+		s.LogLength = *p.LogLength
+	}
+	if p.UploadTargets != nil {
+		s.UploadTargets = append([]string{}, (*p.UploadTargets)...)
+	}
+	if p.Extra != nil {
+		s.Extra = *p.Extra
+	}
+	return s, s.Validate()
+}
+
+// Validate names the first bad field.
+func (s Settings) Validate() error {
+	const op = "queues.Settings.Validate"
+	bad := func(field, format string, args ...any) error {
+		return errorf(op, CodeInvalid, "%s: %s", field, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case len(s.Title) > 200:
+		return bad("title", "longer than 200 bytes")
+	case len(s.MinVersion) > 64 || strings.ContainsAny(s.MinVersion, "\x00\r\n"):
+		return bad("min_version", "must be at most 64 printable bytes")
+	case s.RatePerMinute < 0 || s.RatePerMinute > 6e6:
+		return bad("rate_per_minute", "must be between 0 (off) and 6000000")
+	case s.RateBurst < 1 || s.RateBurst > 1e6:
+		return bad("rate_burst", "must be between 1 and 1000000")
+	case s.DownloaderBudget < 0:
+		return bad("downloader_budget", "must be 0 (off) or more")
+	case s.ClaimsLimit < 0:
+		return bad("claims_limit", "must be 0 (off) or more")
+	case time.Duration(s.ReclaimTTL) < time.Second:
+		return bad("reclaim_ttl", "must be at least 1s")
+	case s.MaxMulti < 1 || s.MaxMulti > MaxMulti:
+		return bad("max_multi", "must be between 1 and %d", MaxMulti)
+	case s.LogLength < 0 || s.LogLength > MaxLogLength:
+		return bad("log_length", "must be between 0 and %d", MaxLogLength)
+	case len(s.UploadTargets) > 100:
+		return bad("upload_targets", "at most 100")
+	}
+	for _, target := range s.UploadTargets {
+		u, err := url.Parse(target)
+		if err != nil || (u.Scheme != "rsync" && u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return bad("upload_targets", "%q is not an rsync://, http:// or https:// URL", target)
+		}
+		if !strings.HasSuffix(target, "/") {
+			return bad("upload_targets", "%q must end in / (seesaw appends file names)", target)
+		}
+	}
+	for key, value := range s.Extra {
+		if key == "item_name" {
+			return bad("extra", "may not set item_name")
+		}
+		if !json.Valid(value) {
+			return bad("extra", "%q is not valid JSON", key)
+		}
+	}
+	return nil
+}
+
+// fields encodes settings as config hash fields; every field is written so
+// the scripts never need defaults of their own.
+func (s Settings) fields() []any {
+	targets, _ := json.Marshal(s.UploadTargets)
+	extra, _ := json.Marshal(s.Extra)
+	return []any{
+		"title", s.Title,
+		"paused", boolField(s.Paused),
+		"min_version", s.MinVersion,
+		"rate_per_minute", strconv.FormatFloat(s.RatePerMinute, 'f', -1, 64),
+		"rate_burst", strconv.Itoa(s.RateBurst),
+		"downloader_budget", strconv.Itoa(s.DownloaderBudget),
+		"claims_limit", strconv.Itoa(s.ClaimsLimit),
+		"reclaim_enabled", boolField(s.ReclaimEnabled),
+		"reclaim_ttl_ms", strconv.FormatInt(time.Duration(s.ReclaimTTL).Milliseconds(), 10),
+		"max_multi", strconv.Itoa(s.MaxMulti),
+		"log_length", strconv.Itoa(s.LogLength),
+		"upload_targets", string(targets),
+		"extra", string(extra),
+	}
+}
+
+// settingsFromHash decodes a config hash; missing or unreadable fields keep
+// their defaults.
+func settingsFromHash(h map[string]string) Settings {
+	s := DefaultSettings()
+	s.Title = h["title"]
+	s.Paused = h["paused"] == "1"
+	s.MinVersion = h["min_version"]
+	if v, err := strconv.ParseFloat(h["rate_per_minute"], 64); err == nil {
+		s.RatePerMinute = v
+	}
+	intField(h, "rate_burst", &s.RateBurst)
+	intField(h, "downloader_budget", &s.DownloaderBudget)
+	intField(h, "claims_limit", &s.ClaimsLimit)
+	s.ReclaimEnabled = h["reclaim_enabled"] == "1"
+	if v, err := strconv.ParseInt(h["reclaim_ttl_ms"], 10, 64); err == nil {
+		s.ReclaimTTL = Duration(time.Duration(v) * time.Millisecond)
+	}
+	intField(h, "max_multi", &s.MaxMulti)
+	intField(h, "log_length", &s.LogLength)
+	_ = json.Unmarshal([]byte(h["upload_targets"]), &s.UploadTargets)
+	_ = json.Unmarshal([]byte(h["extra"]), &s.Extra)
+	return s
+}
+
+func boolField(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+func intField(h map[string]string, name string, dst *int) {
+	if v, err := strconv.Atoi(h[name]); err == nil {
+		*dst = v
+	}
+}
+
+// Duration is a time.Duration that reads and writes JSON as "1h30m", and
+// also reads a number of seconds.
+type Duration time.Duration
+
+// MarshalJSON writes the duration as a Go duration string.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+// UnmarshalJSON reads "90m" or 5400 (seconds).
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var text string
+	if err := json.Unmarshal(b, &text); err == nil {
+		v, err := time.ParseDuration(text)
+		if err != nil {
+			return fmt.Errorf("bad duration %q: %w", text, err)
+		}
+		*d = Duration(v)
+		return nil
+	}
+	var seconds float64
+	if err := json.Unmarshal(b, &seconds); err != nil {
+		return fmt.Errorf("duration must be a string like \"6h\" or a number of seconds")
+	}
+	*d = Duration(time.Duration(seconds * float64(time.Second)))
+	return nil
+}
+
+// jsonCompact appends src without insignificant space; src must be valid.
+func jsonCompact(dst, src []byte) []byte {
+	var b bytes.Buffer
+	if err := json.Compact(&b, src); err != nil {
+		return append(dst, src...)
+	}
+	return append(dst, b.Bytes()...)
+}

@@ -1,0 +1,345 @@
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/hoardproject/hoard/queues"
+)
+
+// AdminEngine is what the admin API needs from the engine.
+type AdminEngine interface {
+	CreateProject(ctx context.Context, slug string, patch queues.SettingsPatch) (queues.Project, error)
+	UpdateProject(ctx context.Context, slug string, patch queues.SettingsPatch) (queues.Project, error)
+	Project(ctx context.Context, slug string) (queues.Project, error)
+	Projects(ctx context.Context) ([]string, error)
+	Enqueue(ctx context.Context, slug string, target queues.Target, items []queues.QueueItem) (int64, error)
+	Counts(ctx context.Context, slug string) (queues.Counts, error)
+	Stats(ctx context.Context, slug string) (queues.Stats, error)
+	Release(ctx context.Context, slug string, items []string, onlyDownloader string) (queues.ReleaseResult, error)
+	ReleaseClaims(ctx context.Context, slug string, filter queues.ReleaseFilter) (queues.ReleaseResult, error)
+	Block(ctx context.Context, slug, who string, entry queues.BlockEntry) error
+	Unblock(ctx context.Context, slug, who string) (bool, error)
+}
+
+// AdminAPI is the operators' API under /api/v1. Every call needs the admin
+// token; every change is logged with who made it.
+type AdminAPI struct {
+	Engine AdminEngine
+	Logger *slog.Logger
+	// MaxBodyBytes caps request bodies (item batches are the big ones).
+	MaxBodyBytes int64
+}
+
+// ActorHeader names the operator making a change (the CLI sends
+// user@host); it is logged beside the client address.
+const ActorHeader = "X-Hoard-Actor"
+
+var actorPattern = regexp.MustCompile(`^[-_.@a-zA-Z0-9]{1,64}$`)
+
+// requireToken refuses every call unless it carries the admin token. With
+// no token configured, every call is refused unless the operator chose the
+// insecure dev mode explicitly.
+func requireToken(token string, insecure bool) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if token == "" {
+			if insecure {
+				c.Next()
+				return
+			}
+			_ = c.Error(&httpError{Status: http.StatusForbidden, Code: "admin_disabled",
+				Message: "the admin API is disabled: start hoard with HOARD_ADMIN_TOKEN set"})
+			c.Abort()
+			return
+		}
+		got, ok := strings.CutPrefix(c.GetHeader("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+			c.Header("WWW-Authenticate", `Bearer realm="hoard admin"`)
+			_ = c.Error(&httpError{Status: http.StatusUnauthorized, Code: "unauthorized",
+				Message: "missing or wrong admin token (send Authorization: Bearer <HOARD_ADMIN_TOKEN>)"})
+			c.Abort()
+			return
+		}
+		c.Next()
+	}
+}
+
+func (a *AdminAPI) register(g *gin.RouterGroup) {
+	g.GET("/projects", a.listProjects)
+	g.POST("/projects/:slug", a.createProject)
+	g.GET("/projects/:slug", a.showProject)
+	g.PATCH("/projects/:slug", a.updateProject)
+	g.GET("/projects/:slug/counts", a.counts)
+	g.GET("/projects/:slug/stats", a.stats)
+	g.POST("/projects/:slug/items", a.addItems)
+	g.POST("/projects/:slug/claims/release", a.releaseClaims)
+	g.PUT("/projects/:slug/blocks/:who", a.block)
+	g.DELETE("/projects/:slug/blocks/:who", a.unblock)
+}
+
+// actor is who made a change, for the log.
+func actor(c *gin.Context) string {
+	name := c.GetHeader(ActorHeader)
+	if !actorPattern.MatchString(name) {
+		name = "unnamed"
+	}
+	return name + " from " + c.ClientIP()
+}
+
+func (a *AdminAPI) logChange(c *gin.Context, what string, attrs ...any) {
+	a.Logger.InfoContext(c.Request.Context(), "admin change: "+what,
+		append([]any{"project", c.Param("slug"), "by", actor(c)}, attrs...)...)
+}
+
+func (a *AdminAPI) decode(c *gin.Context, dst any) bool {
+	body, err := readBody(c, a.MaxBodyBytes)
+	if err == nil {
+		err = decodeJSON(body, dst)
+	}
+	if err != nil {
+		_ = c.Error(err)
+		return false
+	}
+	return true
+}
+
+func (a *AdminAPI) listProjects(c *gin.Context) {
+	slugs, err := a.Engine.Projects(c.Request.Context())
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"projects": slugs})
+}
+
+func (a *AdminAPI) createProject(c *gin.Context) {
+	var patch queues.SettingsPatch
+	if c.Request.ContentLength != 0 {
+		if !a.decode(c, &patch) {
+			return
+		}
+	}
+	project, err := a.Engine.CreateProject(c.Request.Context(), c.Param("slug"), patch)
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	a.logChange(c, "project created", "settings", project.Settings)
+	c.JSON(http.StatusCreated, project)
+}
+
+func (a *AdminAPI) showProject(c *gin.Context) {
+	project, err := a.Engine.Project(c.Request.Context(), c.Param("slug"))
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	counts, err := a.Engine.Counts(c.Request.Context(), c.Param("slug"))
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"project": project, "counts": counts})
+}
+
+func (a *AdminAPI) updateProject(c *gin.Context) {
+	var patch queues.SettingsPatch
+	if !a.decode(c, &patch) {
+		return
+	}
+	project, err := a.Engine.UpdateProject(c.Request.Context(), c.Param("slug"), patch)
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	changed, _ := json.Marshal(patch)
+	a.logChange(c, "settings changed", "patch", string(changed))
+	c.JSON(http.StatusOK, project)
+}
+
+func (a *AdminAPI) counts(c *gin.Context) {
+	counts, err := a.Engine.Counts(c.Request.Context(), c.Param("slug"))
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	c.JSON(http.StatusOK, counts)
+}
+
+func (a *AdminAPI) stats(c *gin.Context) {
+	stats, err := a.Engine.Stats(c.Request.Context(), c.Param("slug"))
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	c.JSON(http.StatusOK, stats)
+}
+
+// AddItemsRequest queues a batch. Items are strings or
+// {"name": ..., "extras": {...}} objects.
+type AddItemsRequest struct {
+	Queue      string            `json:"queue"`
+	Downloader string            `json:"downloader"`
+	Items      []json.RawMessage `json:"items"`
+}
+
+// Rejection says why one entry of a batch was not queued.
+type Rejection struct {
+	Index int    `json:"index"`
+	Error string `json:"error"`
+}
+
+// AddItemsResponse reports a batch: bad entries are skipped and counted,
+// the rest are queued.
+type AddItemsResponse struct {
+	Queued     int         `json:"queued"`
+	Rejected   int         `json:"rejected"`
+	Rejections []Rejection `json:"rejections,omitempty"`
+	Length     int64       `json:"length"`
+}
+
+func (a *AdminAPI) addItems(c *gin.Context) {
+	var req AddItemsRequest
+	if !a.decode(c, &req) {
+		return
+	}
+	target := queues.Target{Downloader: req.Downloader}
+	if req.Downloader == "" {
+		q, err := queues.ParseQueue(req.Queue)
+		if err != nil {
+			_ = c.Error(err)
+			return
+		}
+		target.Queue = q
+	}
+	if len(req.Items) > queues.MaxEnqueueBatch {
+		_ = c.Error(badRequest("%d items in one batch; the limit is %d", len(req.Items), queues.MaxEnqueueBatch))
+		return
+	}
+	var resp AddItemsResponse
+	items := make([]queues.QueueItem, 0, len(req.Items))
+	reject := func(i int, err error) {
+		resp.Rejected++
+		if len(resp.Rejections) < 20 {
+			msg := err.Error()
+			var qe *queues.Error
+			if ok := asQueuesError(err, &qe); ok {
+				msg = qe.Message
+			}
+			resp.Rejections = append(resp.Rejections, Rejection{Index: i, Error: msg})
+		}
+	}
+	for i, raw := range req.Items {
+		var item queues.QueueItem
+		if len(raw) > 0 && raw[0] == '"' {
+			if err := json.Unmarshal(raw, &item.Name); err != nil {
+				reject(i, err)
+				continue
+			}
+		} else if err := json.Unmarshal(raw, &item); err != nil {
+			reject(i, badRequest("want a string or {\"name\", \"extras\"}"))
+			continue
+		}
+		if err := queues.ValidateItem(item.Name); err != nil {
+			reject(i, err)
+			continue
+		}
+		if len(item.Extras) > 0 {
+			var obj map[string]json.RawMessage
+			if err := json.Unmarshal(item.Extras, &obj); err != nil {
+				reject(i, badRequest("extras must be a JSON object"))
+				continue
+			}
+			if _, ok := obj["item_name"]; ok {
+				reject(i, badRequest("extras may not set item_name"))
+				continue
+			}
+		}
+		items = append(items, item)
+	}
+	length, err := a.Engine.Enqueue(c.Request.Context(), c.Param("slug"), target, items)
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	resp.Queued, resp.Length = len(items), length
+	a.logChange(c, "items queued", "queue", target.Queue, "downloader", target.Downloader,
+		"queued", resp.Queued, "rejected", resp.Rejected)
+	c.JSON(http.StatusOK, resp)
+}
+
+// ReleaseRequest selects claims to release: listed items, or every claim
+// matching older_than and downloader.
+type ReleaseRequest struct {
+	OlderThan  queues.Duration `json:"older_than"`
+	Downloader string          `json:"downloader"`
+	Items      []string        `json:"items"`
+}
+
+func (a *AdminAPI) releaseClaims(c *gin.Context) {
+	var req ReleaseRequest
+	if !a.decode(c, &req) {
+		return
+	}
+	var (
+		result queues.ReleaseResult
+		err    error
+	)
+	if len(req.Items) > 0 {
+		result, err = a.Engine.Release(c.Request.Context(), c.Param("slug"), req.Items, req.Downloader)
+	} else {
+		result, err = a.Engine.ReleaseClaims(c.Request.Context(), c.Param("slug"), queues.ReleaseFilter{
+			OlderThan: time.Duration(req.OlderThan), Downloader: req.Downloader})
+	}
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	a.logChange(c, "claims released", "older_than", time.Duration(req.OlderThan).String(),
+		"downloader", req.Downloader, "items", len(req.Items), "released", result.Released)
+	c.JSON(http.StatusOK, result)
+}
+
+type blockRequest struct {
+	Reason string `json:"reason"`
+}
+
+func (a *AdminAPI) block(c *gin.Context) {
+	var req blockRequest
+	if c.Request.ContentLength != 0 && !a.decode(c, &req) {
+		return
+	}
+	if len(req.Reason) > 500 {
+		_ = c.Error(badRequest("reason is longer than 500 bytes"))
+		return
+	}
+	err := a.Engine.Block(c.Request.Context(), c.Param("slug"), c.Param("who"), queues.BlockEntry{Reason: req.Reason, By: actor(c)})
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	a.logChange(c, "blocked", "who", c.Param("who"), "reason", req.Reason)
+	c.JSON(http.StatusOK, gin.H{"blocked": c.Param("who")})
+}
+
+func (a *AdminAPI) unblock(c *gin.Context) {
+	found, err := a.Engine.Unblock(c.Request.Context(), c.Param("slug"), c.Param("who"))
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	if !found {
+		_ = c.Error(&httpError{Status: http.StatusNotFound, Code: "not_blocked", Message: "not blocked"})
+		return
+	}
+	a.logChange(c, "unblocked", "who", c.Param("who"))
+	c.JSON(http.StatusOK, gin.H{"unblocked": c.Param("who")})
+}

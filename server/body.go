@@ -1,0 +1,82 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/gin-gonic/gin"
+)
+
+// readBody reads the whole request body, refusing more than limit bytes.
+func readBody(c *gin.Context, limit int64) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, limit))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return nil, badRequest("request body is larger than %d bytes", limit)
+	}
+	if err != nil {
+		return nil, badRequest("could not read the request body: %v", err)
+	}
+	return body, nil
+}
+
+// decodeJSON decodes one JSON object from body into dst and refuses
+// trailing data, so a truncated or concatenated body is an error.
+func decodeJSON(body []byte, dst any) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return badRequest("empty request body; want a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if err := dec.Decode(dst); err != nil {
+		return badRequest("malformed JSON: %v", err)
+	}
+	if dec.More() {
+		return badRequest("malformed JSON: data after the object")
+	}
+	return nil
+}
+
+// looseString reads a JSON string or number as text: seesaw sends
+// api_version as "2" but a hand-written client may send 2.
+type looseString string
+
+func (s *looseString) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
+	var text string
+	if err := json.Unmarshal(b, &text); err == nil {
+		*s = looseString(text)
+		return nil
+	}
+	var n json.Number
+	if err := json.Unmarshal(b, &n); err != nil {
+		return errors.New("want a string or a number")
+	}
+	*s = looseString(n.String())
+	return nil
+}
+
+// byteCount reads a non-negative integer byte count.
+type byteCount int64
+
+func (n *byteCount) UnmarshalJSON(b []byte) error {
+	v, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil {
+		f, ferr := strconv.ParseFloat(string(b), 64)
+		if ferr != nil || f != float64(int64(f)) {
+			return errors.New("byte counts must be whole numbers")
+		}
+		v = int64(f)
+	}
+	if v < 0 {
+		return errors.New("byte counts must not be negative")
+	}
+	*n = byteCount(v)
+	return nil
+}

@@ -1,0 +1,88 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"strconv"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/hoardproject/hoard/queues"
+)
+
+// StatusVersionTooOld is the status seesaw understands as "your pipeline
+// is out of date" (universal-tracker's 455).
+const StatusVersionTooOld = 455
+
+// httpError is an error of the HTTP layer itself (auth, routing).
+type httpError struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *httpError) Error() string { return e.Message }
+
+func badRequest(format string, args ...any) error {
+	return &queues.Error{Op: "server", Code: queues.CodeInvalid, Message: fmt.Sprintf(format, args...)}
+}
+
+// statusOf maps an engine error code to the one HTTP status clients get.
+func statusOf(code queues.Code) int {
+	switch code {
+	case queues.CodeInvalid:
+		return http.StatusBadRequest
+	case queues.CodeProjectNotFound, queues.CodeNoItem:
+		return http.StatusNotFound
+	case queues.CodeRateLimited:
+		return http.StatusTooManyRequests
+	case queues.CodeVersionTooOld:
+		return StatusVersionTooOld
+	case queues.CodeBlocked:
+		return http.StatusForbidden
+	case queues.CodeNotHandedOut, queues.CodeExists:
+		return http.StatusConflict
+	case queues.CodeUnavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// renderErrors is the one place errors become responses: handlers call
+// c.Error(err) and return, and this middleware writes a JSON body
+// {"error": message, "code": name} with the status the error's code maps to.
+func renderErrors(logger *slog.Logger) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		c.Next()
+		if len(c.Errors) == 0 || c.Writer.Written() {
+			return
+		}
+		err := c.Errors.Last().Err
+		status, code, message := http.StatusInternalServerError, "internal", "internal error"
+		var qe *queues.Error
+		var he *httpError
+		switch {
+		case errors.As(err, &he):
+			status, code, message = he.Status, he.Code, he.Message
+		case errors.As(err, &qe):
+			status, code, message = statusOf(qe.Code), qe.Code.String(), qe.Message
+			if qe.Code == queues.CodeRateLimited && qe.RetryAfter > 0 {
+				c.Header("Retry-After", strconv.Itoa(int(math.Ceil(qe.RetryAfter.Seconds()))))
+			}
+		}
+		if status >= 500 {
+			logger.ErrorContext(c.Request.Context(), "request failed", "method", c.Request.Method,
+				"path", c.Request.URL.Path, "status", status, "err", err)
+		}
+		body := gin.H{"error": message, "code": code}
+		if qe != nil && len(qe.Items) > 0 {
+			body["items"] = qe.Items
+		}
+		c.JSON(status, body)
+	}
+}
+
+func asQueuesError(err error, target **queues.Error) bool { return errors.As(err, target) }

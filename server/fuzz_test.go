@@ -1,0 +1,63 @@
+package server
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/hoardproject/hoard/queues"
+)
+
+// FuzzParseWarriorPath: any path either routes to a valid slug and action,
+// is refused with an error, or is not a warrior path; it never panics.
+func FuzzParseWarriorPath(f *testing.F) {
+	for _, seed := range []string{"/p/request", "/p/multi=100//request", "/p/multi=3/request", "/p/done",
+		"/p/multi=0//request", "//request", "/p//request", "/a{b}/request", "/p/multi=99999999999999999999/request", "/"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, path string) {
+		route, ok, err := parseWarriorPath(path)
+		if !ok || err != nil {
+			return
+		}
+		if queues.ValidateSlug(route.Slug) != nil {
+			t.Fatalf("routed to an invalid slug %q", route.Slug)
+		}
+		if route.Multi < 1 || route.Multi > queues.MaxMulti {
+			t.Fatalf("multi %d out of range", route.Multi)
+		}
+		if !strings.Contains(path, route.Action) {
+			t.Fatalf("action %q not in path", route.Action)
+		}
+	})
+}
+
+// FuzzDecodeWarriorBodies: request, done and release bodies decode or fail
+// cleanly; a decoded done never carries a negative byte count.
+func FuzzDecodeWarriorBodies(f *testing.F) {
+	for _, seed := range []string{
+		`{"downloader": "tester1", "api_version": "2", "version": "20240101.01"}`,
+		`{"downloader": "tester1", "version": "1", "item": "a\u0000b", "bytes": {"data": 1234}, "id": {"pipeline_hash": "abc"}}`,
+		`{"downloader": 5, "api_version": 2}`, `{"bytes": {"data": 1.5}}`, `{"bytes": {"data": -1}}`, `{} {}`, `[`, ``,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var req requestBody
+		_ = decodeJSON(body, &req)
+		var rel releaseBody
+		_ = decodeJSON(body, &rel)
+		var done doneBody
+		if decodeJSON(body, &done) == nil {
+			for k, v := range done.Bytes {
+				if v < 0 {
+					t.Fatalf("negative byte count %q=%d accepted", k, v)
+				}
+			}
+			if done.Item != nil {
+				for _, item := range splitItems(*done.Item) {
+					_ = queues.ValidateItem(item)
+				}
+			}
+		}
+	})
+}

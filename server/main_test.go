@@ -1,0 +1,11 @@
+package server_test
+
+import (
+	"testing"
+
+	"github.com/hoardproject/hoard/internal/redistest"
+)
+
+// TestMain runs the HTTP tests on a real redis-server and a real 3-node
+// Redis Cluster (see internal/redistest).
+func TestMain(m *testing.M) { redistest.RunMain(m) }

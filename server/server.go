@@ -1,0 +1,173 @@
+// Package server is hoard's HTTP front: the seesaw warrior API, the admin
+// API, projects.json and /now. Handlers are methods on small structs that
+// depend on narrow interfaces; one middleware renders every error.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/hoardproject/hoard/queues"
+)
+
+// Config configures the HTTP server.
+type Config struct {
+	// Listen is the address to listen on, e.g. "127.0.0.1:8080".
+	Listen string
+	// AdminToken guards /api/v1; empty refuses every admin call unless
+	// InsecureNoAdminToken is set (local development only).
+	AdminToken           string
+	InsecureNoAdminToken bool
+	// ProjectsFile is the Warrior HQ projects.json to serve.
+	ProjectsFile string
+	// PublicURL is this tracker's public base URL, for leaderboard links.
+	PublicURL string
+	// TrustedProxies are the proxies whose X-Forwarded-For is believed.
+	// Empty trusts none, so a client cannot spoof its IP past a block.
+	TrustedProxies []string
+	// WarriorBodyBytes and AdminBodyBytes cap request bodies.
+	WarriorBodyBytes int64
+	AdminBodyBytes   int64
+	Logger           *slog.Logger
+}
+
+// Defaults for Config.
+const (
+	DefaultWarriorBodyBytes = 2 << 20
+	DefaultAdminBodyBytes   = 64 << 20
+)
+
+// Server is the HTTP server. Start it with Start and stop it with Stop.
+type Server struct {
+	cfg     Config
+	engine  *queues.Engine
+	handler http.Handler
+	logger  *slog.Logger
+
+	mu       sync.Mutex
+	http     *http.Server
+	listener net.Listener
+	stopped  bool
+	serveErr chan error
+}
+
+// New builds the server and its routes.
+func New(cfg Config, engine *queues.Engine) (*Server, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.WarriorBodyBytes <= 0 {
+		cfg.WarriorBodyBytes = DefaultWarriorBodyBytes
+	}
+	if cfg.AdminBodyBytes <= 0 {
+		cfg.AdminBodyBytes = DefaultAdminBodyBytes
+	}
+	gin.SetMode(gin.ReleaseMode)
+	router := gin.New()
+	if err := router.SetTrustedProxies(cfg.TrustedProxies); err != nil {
+		return nil, fmt.Errorf("trusted proxies: %w", err)
+	}
+	router.Use(gin.Recovery(), renderErrors(cfg.Logger))
+
+	warrior := &WarriorAPI{Engine: engine, MaxBodyBytes: cfg.WarriorBodyBytes}
+	admin := &AdminAPI{Engine: engine, Logger: cfg.Logger, MaxBodyBytes: cfg.AdminBodyBytes}
+	projects := &ProjectsFile{Path: cfg.ProjectsFile, Engine: engine, PublicURL: cfg.PublicURL, CacheFor: 10 * time.Second}
+
+	router.GET("/now", func(c *gin.Context) {
+		c.String(http.StatusOK, "%s\n", strconv.FormatInt(engine.Clock().Now().Unix(), 10))
+	})
+	router.GET("/healthz", func(c *gin.Context) {
+		if err := engine.Redis().Ping(c.Request.Context()).Err(); err != nil {
+			_ = c.Error(&queues.Error{Op: "server.healthz", Code: queues.CodeUnavailable, Message: "redis is unreachable", Err: err})
+			return
+		}
+		c.String(http.StatusOK, "ok\n")
+	})
+	router.GET("/projects.json", projects.Serve)
+	adminGroup := router.Group("/api/v1", requireToken(cfg.AdminToken, cfg.InsecureNoAdminToken))
+	admin.register(adminGroup)
+	// Warrior paths are routed on the raw path by WarriorAPI.Dispatch:
+	// gin's tree cannot express "/<slug>/multi=N//request".
+	router.NoRoute(warrior.Dispatch)
+
+	return &Server{cfg: cfg, engine: engine, handler: router, logger: cfg.Logger}, nil
+}
+
+// Handler returns the server's routes, for tests and embedding.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Start listens and serves in the background; it returns once the
+// listener is bound, so Addr is valid.
+func (s *Server) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.http != nil {
+		return errors.New("server already started")
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", s.cfg.Listen, err)
+	}
+	s.listener = ln
+	s.http = &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
+	}
+	s.serveErr = make(chan error, 1)
+	go func() {
+		err := s.http.Serve(ln)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		s.serveErr <- err
+	}()
+	s.logger.InfoContext(ctx, "listening", "addr", ln.Addr().String(),
+		"admin_api", map[bool]string{true: "token", false: "disabled"}[s.cfg.AdminToken != ""])
+	return nil
+}
+
+// Addr is the bound address, after Start.
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.listener == nil {
+		return ""
+	}
+	return s.listener.Addr().String()
+}
+
+// Done reports the server's exit: nil after Stop, or the error that ended it.
+func (s *Server) Done() <-chan error { return s.serveErr }
+
+// Stop drains in-flight requests for up to 10 s, then closes. Calling it
+// twice, or before Start, is safe.
+func (s *Server) Stop() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped || s.http == nil {
+		s.stopped = true
+		return nil
+	}
+	s.stopped = true
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.http.Shutdown(ctx); err != nil {
+		return s.http.Close()
+	}
+	return nil
+}

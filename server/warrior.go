@@ -1,0 +1,286 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/hoardproject/hoard/queues"
+)
+
+// WarriorEngine is what the warrior API needs from the engine.
+type WarriorEngine interface {
+	Claim(ctx context.Context, req queues.ClaimRequest) (queues.ClaimResult, error)
+	Done(ctx context.Context, req queues.DoneRequest) (queues.DoneResult, error)
+	Release(ctx context.Context, slug string, items []string, onlyDownloader string) (queues.ReleaseResult, error)
+	Project(ctx context.Context, slug string) (queues.Project, error)
+}
+
+// WarriorAPI serves the seesaw tracker protocol (warrior-protocol.md §1).
+type WarriorAPI struct {
+	Engine WarriorEngine
+	// MaxBodyBytes caps request bodies; larger ones get 400.
+	MaxBodyBytes int64
+}
+
+// warriorRoute is a parsed warrior path.
+type warriorRoute struct {
+	Slug   string
+	Action string // request, done, upload or release
+	Multi  int    // items wanted; 1 unless the path says multi=N
+}
+
+// parseWarriorPath routes on the raw path, because production pipelines
+// use "<slug>/multi=N/" as their tracker URL and seesaw appends "/request",
+// giving "/<slug>/multi=N//request". A redirect to a cleaned path would cost
+// every warrior a round trip (and turn into a GET on 302/303).
+func parseWarriorPath(path string) (warriorRoute, bool, error) {
+	parts := strings.Split(strings.TrimPrefix(path, "/"), "/")
+	route := warriorRoute{Multi: 1}
+	switch {
+	case len(parts) == 2:
+	case len(parts) == 3 && strings.HasPrefix(parts[1], "multi="):
+	case len(parts) == 4 && strings.HasPrefix(parts[1], "multi=") && parts[2] == "":
+	default:
+		return route, false, nil
+	}
+	route.Slug, route.Action = parts[0], parts[len(parts)-1]
+	switch route.Action {
+	case "request", "done", "upload", "release":
+	default:
+		return route, false, nil
+	}
+	if len(parts) > 2 {
+		n, err := strconv.Atoi(strings.TrimPrefix(parts[1], "multi="))
+		if err != nil || n < 1 || n > queues.MaxMulti {
+			return route, true, badRequest("multi=N needs N between 1 and %d", queues.MaxMulti)
+		}
+		route.Multi = n
+	}
+	if err := queues.ValidateSlug(route.Slug); err != nil {
+		return route, true, err
+	}
+	return route, true, nil
+}
+
+// Dispatch routes every path gin has no route for: warrior calls, or 404.
+func (w *WarriorAPI) Dispatch(c *gin.Context) {
+	route, ok, err := parseWarriorPath(c.Request.URL.Path)
+	if !ok {
+		_ = c.Error(&httpError{Status: http.StatusNotFound, Code: "no_route", Message: "no such endpoint"})
+		return
+	}
+	if c.Request.Method != http.MethodPost {
+		c.Header("Allow", http.MethodPost)
+		_ = c.Error(&httpError{Status: http.StatusMethodNotAllowed, Code: "method", Message: "warrior calls are POSTs"})
+		return
+	}
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	switch route.Action {
+	case "request":
+		w.request(c, route)
+	case "done":
+		w.done(c, route)
+	case "upload":
+		w.upload(c, route)
+	case "release":
+		w.release(c, route)
+	}
+}
+
+type requestBody struct {
+	Downloader looseString `json:"downloader"`
+	APIVersion looseString `json:"api_version"`
+	Version    looseString `json:"version"`
+}
+
+func (w *WarriorAPI) request(c *gin.Context, route warriorRoute) {
+	body, err := readBody(c, w.MaxBodyBytes)
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	var req requestBody
+	if err := decodeJSON(body, &req); err != nil {
+		_ = c.Error(err)
+		return
+	}
+	result, err := w.Engine.Claim(c.Request.Context(), queues.ClaimRequest{
+		Project: route.Slug, Downloader: string(req.Downloader), IP: c.ClientIP(),
+		Version: string(req.Version), Count: route.Multi,
+	})
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	names := make([]string, len(result.Items))
+	for i, item := range result.Items {
+		names[i] = item.Name
+	}
+	joined := strings.Join(names, "\x00")
+	if req.APIVersion != "2" {
+		// universal-tracker's api_version 1: the bare name as text.
+		c.Data(http.StatusOK, "text/plain; charset=utf-8", []byte(joined))
+		return
+	}
+	reply, err := itemReply(joined, result)
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	c.Data(http.StatusOK, "application/json", reply)
+}
+
+// itemReply builds {"item_name": ..., extra keys...}. Seesaw copies every
+// key onto the item. Project extras come first, then the item's own (for a
+// single item), and item_name always wins.
+func itemReply(joined string, result queues.ClaimResult) ([]byte, error) {
+	name, _ := json.Marshal(joined)
+	hasProjectExtra := len(result.ProjectExtra) > 0 && !bytes.Equal(result.ProjectExtra, []byte("{}"))
+	hasItemExtra := len(result.Items) == 1 && len(result.Items[0].Extras) > 0
+	if !hasProjectExtra && !hasItemExtra {
+		return append(append([]byte(`{"item_name":`), name...), '}'), nil
+	}
+	merged := map[string]json.RawMessage{}
+	if hasProjectExtra {
+		if err := json.Unmarshal(result.ProjectExtra, &merged); err != nil {
+			return nil, &queues.Error{Op: "server.itemReply", Code: queues.CodeUnavailable, Message: "project extra keys are corrupt", Err: err}
+		}
+	}
+	if hasItemExtra {
+		if err := json.Unmarshal(result.Items[0].Extras, &merged); err != nil {
+			return nil, &queues.Error{Op: "server.itemReply", Code: queues.CodeUnavailable, Message: "item extra keys are corrupt", Err: err}
+		}
+	}
+	merged["item_name"] = name
+	return json.Marshal(merged)
+}
+
+type doneBody struct {
+	Downloader looseString          `json:"downloader"`
+	Version    looseString          `json:"version"`
+	Item       *string              `json:"item"`
+	Bytes      map[string]byteCount `json:"bytes"`
+	ID         json.RawMessage      `json:"id"`
+}
+
+func (w *WarriorAPI) done(c *gin.Context, route warriorRoute) {
+	body, err := readBody(c, w.MaxBodyBytes)
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	var req doneBody
+	if err := decodeJSON(body, &req); err != nil {
+		_ = c.Error(err)
+		return
+	}
+	if req.Item == nil {
+		_ = c.Error(badRequest("missing \"item\""))
+		return
+	}
+	byteMap := make(map[string]int64, len(req.Bytes))
+	for k, v := range req.Bytes {
+		byteMap[k] = int64(v)
+	}
+	_, err = w.Engine.Done(c.Request.Context(), queues.DoneRequest{
+		Project: route.Slug, Downloader: string(req.Downloader), Version: string(req.Version),
+		UserAgent: c.Request.UserAgent(), Items: splitItems(*req.Item), Bytes: byteMap, ID: req.ID,
+	})
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	// Seesaw's SendDoneToTracker succeeds only on a body that strips to "OK".
+	c.Data(http.StatusOK, "text/plain; charset=utf-8", []byte("OK\n"))
+}
+
+// splitItems splits NUL-joined items; one trailing NUL is tolerated.
+func splitItems(joined string) []string {
+	return strings.Split(strings.TrimSuffix(joined, "\x00"), "\x00")
+}
+
+type uploadBody struct {
+	Downloader looseString `json:"downloader"`
+	ItemName   string      `json:"item_name"`
+	Version    looseString `json:"version"`
+}
+
+func (w *WarriorAPI) upload(c *gin.Context, route warriorRoute) {
+	body, err := readBody(c, w.MaxBodyBytes)
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	var req uploadBody
+	if err := decodeJSON(body, &req); err != nil {
+		_ = c.Error(err)
+		return
+	}
+	if err := queues.ValidateDownloader(string(req.Downloader)); err != nil {
+		_ = c.Error(err)
+		return
+	}
+	project, err := w.Engine.Project(c.Request.Context(), route.Slug)
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	if len(project.UploadTargets) == 0 {
+		_ = c.Error(&httpError{Status: http.StatusNotFound, Code: "no_upload_target", Message: "this project has no upload target configured"})
+		return
+	}
+	target := project.UploadTargets[rand.IntN(len(project.UploadTargets))]
+	c.JSON(http.StatusOK, gin.H{"upload_target": strings.ReplaceAll(target, ":downloader", string(req.Downloader))})
+}
+
+type releaseBody struct {
+	Downloader looseString `json:"downloader"`
+	Item       *string     `json:"item"`
+}
+
+func (w *WarriorAPI) release(c *gin.Context, route warriorRoute) {
+	body, err := readBody(c, w.MaxBodyBytes)
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	var req releaseBody
+	if err := decodeJSON(body, &req); err != nil {
+		_ = c.Error(err)
+		return
+	}
+	if req.Item == nil {
+		_ = c.Error(badRequest("missing \"item\""))
+		return
+	}
+	if err := queues.ValidateDownloader(string(req.Downloader)); err != nil {
+		_ = c.Error(err)
+		return
+	}
+	items := splitItems(*req.Item)
+	if len(items) > queues.MaxMulti {
+		_ = c.Error(badRequest("at most %d items per release", queues.MaxMulti))
+		return
+	}
+	result, err := w.Engine.Release(c.Request.Context(), route.Slug, items, string(req.Downloader))
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	if result.Released == 0 {
+		_ = c.Error(&queues.Error{Op: "server.release", Code: queues.CodeNotHandedOut, Items: items,
+			Message: "nothing released: the items are not out with you"})
+		return
+	}
+	c.JSON(http.StatusOK, result)
+}
