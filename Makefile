@@ -26,7 +26,7 @@ vet:
 # Every test, on a real redis-server and a real 3-node Redis Cluster that
 # the tests start themselves (internal/redistest); fuzz seeds run as tests.
 test: vet
-	$(GO) test -count=1 -timeout 30m ./...
+	$(GO) test -race -count=1 -timeout 30m ./...
 
 # Load generators, not timed tests: see README "Figures".
 bench: build

@@ -179,6 +179,9 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	args := s.commandLine(dataDir)
+	s.mu.Lock()
+	s.outputTail = nil // a failed start should only show this run's output
+	s.mu.Unlock()
 
 	// Supervision outlives Start's ctx (which only bounds start-up), but keeps its values.
 	supervisionCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -193,7 +196,7 @@ func (s *Server) Start(ctx context.Context) error {
 	err = s.waitReady(readyCtx, first)
 	cancelReady()
 	if err != nil {
-		s.terminate(first)
+		_ = s.terminate(first) // the readiness error is the one worth reporting
 		cancel()
 		return fmt.Errorf("localredis: redis-server did not become ready: %w%s", err, s.describeOutputTail())
 	}
@@ -267,7 +270,7 @@ func refuseIfDataDirInUse(dataDir string) error {
 		// Garbage pidfile: nobody can be relying on it, redis-server overwrites it.
 		return nil
 	}
-	if pid != os.Getpid() && processIsAlive(pid) && processLooksLikeRedis(pid) {
+	if pid != os.Getpid() && processIsLiveRedis(pid) {
 		return fmt.Errorf("localredis: another redis-server (pid %d) is already running on data dir %s; stop it first (or remove %s if that pid is not a redis-server)", pid, dataDir, pidFile)
 	}
 	return nil
@@ -467,7 +470,7 @@ func (s *Server) supervise(sup *supervision, binary string, args []string) {
 				return // Stop terminates the replacement
 			}
 			if err != nil {
-				s.terminate(replacement)
+				_ = s.terminate(replacement)
 				s.logger.Error("restarted redis-server did not become ready", "error", err, "retry_in", restartDelay)
 				continue
 			}

@@ -203,3 +203,16 @@ func TestStartFailureExplainsItself(t *testing.T) {
 	require.Contains(t, err.Error(), "no-such-directive", "the error should carry redis-server's own complaint")
 	require.NoError(t, server.Stop())
 }
+
+func TestStalePidfileDoesNotBlockStart(t *testing.T) {
+	requireRedisServer(t)
+	dataDir := t.TempDir()
+	// A pid that certainly belongs to no running process any more.
+	finished := exec.Command("true")
+	require.NoError(t, finished.Run())
+	stalePID := strconv.Itoa(finished.ProcessState.Pid())
+	require.NoError(t, os.WriteFile(filepath.Join(dataDir, "redis.pid"), []byte(stalePID+"\n"), 0o600))
+
+	server := startServer(t, localredis.Config{DataDir: dataDir})
+	require.NoError(t, clientFor(t, server).Ping(t.Context()).Err())
+}

@@ -8,9 +8,9 @@ import (
 
 var sigterm os.Signal = syscall.SIGTERM
 
-// processIsAlive reports whether pid names a running process. EPERM means it
-// exists but belongs to someone else, which still counts as alive.
-func processIsAlive(pid int) bool {
+// processExists reports whether pid names a process. EPERM means it exists
+// but belongs to someone else, which still counts.
+func processExists(pid int) bool {
 	process, err := os.FindProcess(pid)
 	if err != nil {
 		return false

@@ -19,13 +19,30 @@ func childSysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
 }
 
-// processLooksLikeRedis guards against a stale pidfile whose pid was reused by
-// an unrelated process (e.g. after a reboot).
-func processLooksLikeRedis(pid int) bool {
-	comm, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+// processIsLiveRedis reports whether pid is a running redis-server. It
+// looks at /proc rather than trusting kill(pid, 0) because both mistakes
+// that matter here would make hoard refuse to start for no reason: a pid
+// reused by an unrelated process (after a reboot), and a zombie left by a
+// container init that does not reap orphans.
+func processIsLiveRedis(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if os.IsNotExist(err) {
+		return false
+	}
 	if err != nil {
 		// Cannot tell (e.g. restricted /proc); assume the worst.
-		return true
+		return processExists(pid)
 	}
-	return strings.Contains(string(comm), "redis")
+	// Format: "pid (comm) state ...", where comm may itself contain spaces and ')'.
+	openParen := strings.IndexByte(string(stat), '(')
+	closeParen := strings.LastIndexByte(string(stat), ')')
+	if openParen < 0 || closeParen < openParen || closeParen+2 >= len(stat) {
+		return processExists(pid)
+	}
+	comm := string(stat[openParen+1 : closeParen])
+	state := stat[closeParen+2]
+	if state == 'Z' || state == 'X' {
+		return false
+	}
+	return strings.Contains(comm, "redis")
 }

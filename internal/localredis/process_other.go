@@ -8,6 +8,6 @@ import "syscall"
 // outside Linux; Stop remains the only way the child ends.
 func childSysProcAttr() *syscall.SysProcAttr { return nil }
 
-// processLooksLikeRedis cannot inspect other processes portably, so it
-// trusts the pidfile.
-func processLooksLikeRedis(pid int) bool { return true }
+// processIsLiveRedis cannot inspect other processes portably, so any live
+// process named by the pidfile counts.
+func processIsLiveRedis(pid int) bool { return processExists(pid) }

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/queues"
+	"github.com/hoardproject/hoard/server"
+)
+
+// runCLI runs the hoard command line against url and returns its stdout.
+func runCLI(t *testing.T, url string, args ...string) (string, error) {
+	t.Helper()
+	t.Setenv("HOARD_URL", url)
+	t.Setenv("HOARD_ADMIN_TOKEN", "cli-token")
+	stdout := os.Stdout
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	os.Stdout = w
+	cmd := rootCommand()
+	cmd.SetArgs(args)
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	runErr := cmd.ExecuteContext(context.Background())
+	w.Close()
+	os.Stdout = stdout
+	printed, _ := io.ReadAll(r)
+	return out.String() + string(printed), runErr
+}
+
+func TestCLIAgainstARealServer(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+		engine := queues.NewEngine(b.Client, queues.Options{Logger: quiet})
+		srv, err := server.New(server.Config{AdminToken: "cli-token", Logger: quiet}, engine)
+		require.NoError(t, err)
+		ts := httptest.NewServer(srv.Handler())
+		defer ts.Close()
+
+		out, err := runCLI(t, ts.URL, "project", "create", "cliproj", "--title", "CLI", "--claims-limit", "100000")
+		require.NoError(t, err, out)
+		require.Contains(t, out, `"title": "CLI"`)
+		_, err = runCLI(t, ts.URL, "project", "create", "cliproj")
+		require.ErrorContains(t, err, "already exists")
+		out, err = runCLI(t, ts.URL, "project", "set", "cliproj", "--reclaim", "--reclaim-ttl", "2h", "--min-version", "20240101.01")
+		require.NoError(t, err, out)
+		project, err := engine.Project(context.Background(), "cliproj")
+		require.NoError(t, err)
+		require.True(t, project.ReclaimEnabled)
+		require.Equal(t, queues.Duration(2*time.Hour), project.ReclaimTTL)
+
+		// 25,000 lines with blanks and malformed ones, in small batches.
+		var input strings.Builder
+		for i := 0; i < 25000; i++ {
+			switch {
+			case i%5000 == 1:
+				input.WriteString("bad\x00line\n")
+			case i%5000 == 2:
+				input.WriteString("\n")
+			case i%5000 == 3:
+				input.WriteString(strings.Repeat("z", queues.MaxItemBytes+10) + "\n")
+			default:
+				fmt.Fprintf(&input, "item-%06d\r\n", i)
+			}
+		}
+		path := filepath.Join(t.TempDir(), "items.txt")
+		require.NoError(t, os.WriteFile(path, []byte(input.String()), 0o600))
+		out, err = runCLI(t, ts.URL, "queue", "add", "cliproj", path, "--batch", "3000")
+		require.NoError(t, err, out)
+		require.Contains(t, out, "queued 24985 items into todo of cliproj; skipped 10 malformed and 5 blank lines")
+
+		out, err = runCLI(t, ts.URL, "queue", "counts", "cliproj")
+		require.NoError(t, err, out)
+		require.Regexp(t, `todo\s+24985`, out)
+
+		_, err = runCLI(t, ts.URL, "queue", "add", "cliproj", path, "--strict")
+		require.ErrorContains(t, err, "line 2")
+
+		_, err = engine.Claim(context.Background(), queues.ClaimRequest{Project: "cliproj", Downloader: "tester1", Version: "20240101.01", Count: 50})
+		require.NoError(t, err)
+		out, err = runCLI(t, ts.URL, "claims", "release", "cliproj", "--downloader", "tester1")
+		require.NoError(t, err, out)
+		require.Contains(t, out, "released 50 claims")
+
+		_, err = runCLI(t, ts.URL, "queue", "counts", "nosuchproject")
+		require.ErrorContains(t, err, "no project")
+	})
+}

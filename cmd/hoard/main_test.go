@@ -1,0 +1,11 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/hoardproject/hoard/internal/redistest"
+)
+
+// TestMain gives the CLI tests a real redis-server and a real 3-node
+// Redis Cluster (see internal/redistest).
+func TestMain(m *testing.M) { redistest.RunMain(m) }
