@@ -34,8 +34,8 @@ bench: build
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./queues
 
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzParseWarriorPath$$' -fuzztime $(FUZZTIME) ./server
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeWarriorBodies$$' -fuzztime $(FUZZTIME) ./server
+	$(GO) test -run '^$$' -fuzz '^FuzzParseWarriorPath$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./server
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeWarriorBodies$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./server
 
 clean:
 	rm -rf bin

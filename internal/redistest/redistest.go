@@ -24,6 +24,7 @@ package redistest
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -132,6 +133,12 @@ var packageBackends []Backend
 // when redis-server is missing, failing instead when CI is "true"), runs the
 // tests, stops the children and exits with the tests' code.
 func RunMain(m *testing.M) {
+	flag.Parse()
+	if fuzzing() {
+		// Fuzz targets are pure parsers, and the fuzzer starts and restarts
+		// many worker processes: starting a cluster in each stalls it.
+		os.Exit(m.Run())
+	}
 	if reason, unavailable := Unavailable(); unavailable {
 		if os.Getenv("CI") == "true" {
 			fmt.Fprintln(os.Stderr, "FAIL: "+reason)
@@ -153,6 +160,16 @@ func RunMain(m *testing.M) {
 	code := m.Run()
 	stop()
 	os.Exit(code)
+}
+
+// fuzzing reports whether this process runs `go test -fuzz` (as the
+// coordinator or as one of its workers).
+func fuzzing() bool {
+	if f := flag.Lookup("test.fuzz"); f != nil && f.Value.String() != "" {
+		return true
+	}
+	f := flag.Lookup("test.fuzzworker")
+	return f != nil && f.Value.String() == "true"
 }
 
 // Backends returns the backends RunMain started.
