@@ -31,12 +31,14 @@ type fixture struct {
 
 const token = "s3cret-token"
 
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
 func newFixture(t *testing.T, b redistest.Backend, cfg server.Config) *fixture {
 	t.Helper()
 	clock := queues.NewFakeClock(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
-	engine := queues.NewEngine(b.Client, queues.Options{Clock: clock})
+	engine := queues.NewEngine(b.Client, queues.Options{Clock: clock, Logger: quiet})
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		cfg.Logger = quiet
 	}
 	if cfg.ProjectsFile == "" {
 		cfg.ProjectsFile = filepath.Join(t.TempDir(), "projects.json")
