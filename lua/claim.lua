@@ -16,7 +16,8 @@
 -- KEYS[12] extras     HASH  item -> JSON object of extra keys
 -- KEYS[13] stats      HASH  counters
 -- KEYS[14] blocked    HASH  nickname or IP -> JSON reason
--- KEYS[15] rate       STRING GCRA theoretical arrival time (ms)
+-- KEYS[15] rate       STRING GCRA theoretical arrival time (ms, fractional)
+-- KEYS[16] released   HASH  item -> released record, for items released to redo
 --
 -- ARGV[1] now (ms)
 -- ARGV[2] downloader
@@ -35,9 +36,10 @@
 --  -4  rate limited; detail = milliseconds until a request would pass
 --  -5  project paused
 --
--- Note: items found in claims or done when popped are duplicates queued
--- twice; they are dropped (counted in stats.duplicates_dropped) because the
--- item already has its one place.
+-- Note: items found in claims or done when popped, or popped twice in this
+-- call, are duplicates queued twice; they are dropped (counted in
+-- stats.duplicates_dropped) because the item already has its one place. A
+-- released item popped again continues its claim count and claimant list.
 
 local now = tonumber(ARGV[1])
 local downloader = ARGV[2]
@@ -114,11 +116,14 @@ if rate > 0 then
   local tat = tonumber(redis.call('GET', KEYS[15]) or '0') or 0
   if tat < now then tat = now end
   local allow_at = tat + period - burst * period
-  if now < allow_at then
+  -- 1 us of slack: sums of fractional periods must not lose a request
+  -- to floating-point error.
+  if allow_at - now > 0.001 then
     redis.call('HINCRBY', KEYS[13], 'requests_rate_limited', 1)
     return {-4, int(math.ceil(allow_at - now))}
   end
-  redis.call('SET', KEYS[15], int(tat + period), 'PX', int(tat + period - now + 1000))
+  -- Fractional ms, so periods under 1 ms (over 60,000/min) still add up.
+  redis.call('SET', KEYS[15], string.format('%.4f', tat + period), 'PX', int(math.ceil(tat + period - now) + 1000))
 end
 
 local max_multi = tonumber(cfg[10] or '0') or 0
@@ -148,7 +153,7 @@ local function take_reclaims(want)
   local due = redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', int(now), 'LIMIT', 0, want)
   for _, item in ipairs(due) do
     local record = redis.call('HGET', KEYS[9], item)
-    local count, _, previous = parse_claim(record)
+    local count, _, previous, _, earlier = parse_claim(record)
     budget_decrement(KEYS[11], previous)
     count = count + 1
     if count == 2 then
@@ -156,7 +161,7 @@ local function take_reclaims(want)
     end
     -- Written at once (not batched) so a second ZRANGEBYSCORE in this call
     -- cannot see the item as due again.
-    redis.call('HSET', KEYS[9], item, format_claim(count, now, downloader, ip))
+    redis.call('HSET', KEYS[9], item, format_claim(count, now, downloader, ip, push_claimant(previous, earlier, 4)))
     redis.call('ZADD', KEYS[7], int(now), item)
     redis.call('ZADD', KEYS[8], int(now + ttl * count), item)
     taken[#taken + 1] = item
@@ -165,6 +170,8 @@ local function take_reclaims(want)
 end
 
 local dropped = 0
+local picked = {}
+local any_released = redis.call('EXISTS', KEYS[16]) == 1
 local function pop_fresh(key, want)
   local rounds = 0
   while want > 0 and rounds < 8 do
@@ -173,16 +180,29 @@ local function pop_fresh(key, want)
     local batch = redis.call('LPOP', key, asked)
     if not batch then return end
     for _, item in ipairs(batch) do
-      if redis.call('HEXISTS', KEYS[9], item) == 1 or redis.call('SISMEMBER', KEYS[10], item) == 1 then
+      if picked[item] or redis.call('HEXISTS', KEYS[9], item) == 1 or redis.call('SISMEMBER', KEYS[10], item) == 1 then
         dropped = dropped + 1
       else
+        picked[item] = true
+        local count, earlier = 1, '-'
+        if any_released then
+          local released = redis.call('HGET', KEYS[16], item)
+          if released then
+            local before, _, claimants = parse_released(released)
+            count, earlier = before + 1, push_claimant(downloader, claimants, 5)
+            -- drop ourselves from the head: earlier lists the others
+            earlier = string.match(earlier, '^[^,]+,(.*)$') or '-'
+            if earlier == '' then earlier = '-' end
+            redis.call('HDEL', KEYS[16], item)
+          end
+        end
         taken[#taken + 1] = item
         out_args[#out_args + 1] = int(now)
         out_args[#out_args + 1] = item
-        deadline_args[#deadline_args + 1] = int(now + ttl)
+        deadline_args[#deadline_args + 1] = int(now + ttl * count)
         deadline_args[#deadline_args + 1] = item
         claim_args[#claim_args + 1] = item
-        claim_args[#claim_args + 1] = format_claim(1, now, downloader, ip)
+        claim_args[#claim_args + 1] = format_claim(count, now, downloader, ip, earlier)
         want = want - 1
       end
     end

@@ -1,5 +1,7 @@
 -- done.lua: complete items, atomically. Either every item is accepted
--- (completed now, or already done and counted once) or nothing changes.
+-- (completed now, or already done and counted once) or nothing changes:
+-- every check runs before the first write, and counters saturate rather
+-- than fail, so the script cannot stop halfway.
 --
 -- KEYS[1]  config             HASH
 -- KEYS[2]  out                ZSET item -> claimed at (ms)
@@ -14,11 +16,13 @@
 -- KEYS[11] downloader_version HASH
 -- KEYS[12] domain_bytes       HASH file group -> bytes
 -- KEYS[13] log                LIST recent completions (JSON), newest first
+-- KEYS[14] released           HASH item -> released record
+-- KEYS[15] redo               LIST todo:redo, where released items wait
 --
 -- ARGV[1] now (ms)
 -- ARGV[2] downloader who reports the items
 -- ARGV[3] client script version ("" when none)
--- ARGV[4] total bytes reported
+-- ARGV[4] total bytes reported (at most 2^45; the caller caps each group)
 -- ARGV[5] extra members for the log entry: a JSON object body without
 --         braces (e.g. "\"ua\":\"...\",\"id\":{...}"), or ""
 -- ARGV[6] G, the number of file groups in the bytes map; then G pairs
@@ -28,11 +32,16 @@
 --   {1, new, duplicates}   accepted: new items completed, repeats counted once
 --   {-1}                   no such project
 --   {-2, item, ...}        refused, nothing changed: these items were never
---                          handed out (not out and not done)
+--                          handed out (not out, not released, not done)
+--   {-3, item, ...}        refused, nothing changed: these items are out (or
+--                          released) but the reporter never claimed them
 --
--- Note: the reporting downloader gets the credit even when the claim has
--- since moved to someone else (a late done after a reclaim); the budget of
--- the current claimant is the one released, because it holds the claim.
+-- Note: an item is accepted from its current claimant or any of its recent
+-- claimants, so a slow warrior whose item was reclaimed still completes it
+-- (once), and gets the credit. A released item (an operator's release, or
+-- the warrior's own) may still be completed by a claimant: it is taken out
+-- of todo:redo. The domain_bytes hash keeps at most 64 groups; bytes of
+-- further groups count under "other".
 
 local now = tonumber(ARGV[1])
 local downloader = ARGV[2]
@@ -42,68 +51,104 @@ local log_tail = ARGV[5]
 local groups = tonumber(ARGV[6])
 local first_item = 7 + groups * 2
 
-local log_length = redis.call('HGET', KEYS[1], 'log_length')
-if not redis.call('HGET', KEYS[1], 'created_at') then
+local cfg = redis.call('HMGET', KEYS[1], 'created_at', 'log_length')
+if not cfg[1] then
   return {-1}
 end
-log_length = tonumber(log_length or '1000') or 1000
+local log_length = tonumber(cfg[2] or '1000') or 1000
 
-local fresh, records, unknown = {}, {}, {}
+-- Checks: classify every item before changing anything.
+local claimed, claimed_records, released_items, unknown, strangers = {}, {}, {}, {}, {}
 local duplicates = 0
 local seen = {}
+local any_released = redis.call('EXISTS', KEYS[14]) == 1
 for i = first_item, #ARGV do
   local item = ARGV[i]
   if not seen[item] then
     seen[item] = true
     local record = redis.call('HGET', KEYS[4], item)
     if record then
-      fresh[#fresh + 1] = item
-      records[#records + 1] = record
+      local _, _, claimant, _, earlier = parse_claim(record)
+      if claimant == downloader or in_list(downloader, earlier) then
+        claimed[#claimed + 1] = item
+        claimed_records[#claimed_records + 1] = record
+      else
+        strangers[#strangers + 1] = item
+      end
     elseif redis.call('SISMEMBER', KEYS[5], item) == 1 then
       duplicates = duplicates + 1
     else
-      unknown[#unknown + 1] = item
+      local released = any_released and redis.call('HGET', KEYS[14], item)
+      if released then
+        local _, _, claimants = parse_released(released)
+        if in_list(downloader, claimants) then
+          released_items[#released_items + 1] = item
+        else
+          strangers[#strangers + 1] = item
+        end
+      else
+        unknown[#unknown + 1] = item
+      end
     end
   end
 end
 
-if #unknown > 0 then
+local function refuse(code, items)
   redis.call('HINCRBY', KEYS[8], 'dones_refused', 1)
-  local reply = {-2}
-  for _, item in ipairs(unknown) do reply[#reply + 1] = item end
+  local reply = {code}
+  for _, item in ipairs(items) do reply[#reply + 1] = item end
   return reply
 end
+if #unknown > 0 then return refuse(-2, unknown) end
+if #strangers > 0 then return refuse(-3, strangers) end
 
+-- Writes.
 if duplicates > 0 then
   redis.call('HINCRBY', KEYS[8], 'dones_duplicate', duplicates)
+end
+local fresh = {}
+local rtt_sum = 0
+for i, item in ipairs(claimed) do
+  local _, claimed_at, claimant = parse_claim(claimed_records[i])
+  budget_decrement(KEYS[6], claimant)
+  rtt_sum = rtt_sum + math.max(0, now - claimed_at)
+  fresh[#fresh + 1] = item
+end
+if #claimed > 0 then
+  call_chunked('HDEL', KEYS[4], claimed)
+  call_chunked('ZREM', KEYS[2], claimed)
+  call_chunked('ZREM', KEYS[3], claimed)
+  redis.call('HINCRBY', KEYS[8], 'rtt_ms_sum', int(rtt_sum))
+  redis.call('HINCRBY', KEYS[8], 'rtt_count', #claimed)
+end
+for _, item in ipairs(released_items) do
+  -- Released items were appended to redo's tail; search from there.
+  redis.call('LREM', KEYS[15], -1, item)
+  redis.call('HDEL', KEYS[14], item)
+  fresh[#fresh + 1] = item
+end
+if #released_items > 0 then
+  redis.call('HINCRBY', KEYS[8], 'dones_after_release', #released_items)
 end
 if #fresh == 0 then
   return {1, 0, duplicates}
 end
-
-local rtt_sum = 0
-for i, item in ipairs(fresh) do
-  local _, claimed_at, claimant = parse_claim(records[i])
-  budget_decrement(KEYS[6], claimant)
-  rtt_sum = rtt_sum + math.max(0, now - claimed_at)
-end
-call_chunked('HDEL', KEYS[4], fresh)
-call_chunked('ZREM', KEYS[2], fresh)
-call_chunked('ZREM', KEYS[3], fresh)
 call_chunked('HDEL', KEYS[7], fresh)
 call_chunked('SADD', KEYS[5], fresh)
 
 redis.call('HINCRBY', KEYS[8], 'items_done', #fresh)
-redis.call('HINCRBY', KEYS[8], 'bytes_done', int(total_bytes))
-redis.call('HINCRBY', KEYS[8], 'rtt_ms_sum', int(rtt_sum))
-redis.call('HINCRBY', KEYS[8], 'rtt_count', #fresh)
-redis.call('HINCRBY', KEYS[9], downloader, int(total_bytes))
+hincr_capped(KEYS[8], 'bytes_done', total_bytes)
+hincr_capped(KEYS[9], downloader, total_bytes)
 redis.call('HINCRBY', KEYS[10], downloader, #fresh)
 if version ~= '' then
   redis.call('HSET', KEYS[11], downloader, version)
 end
 for i = 7, first_item - 1, 2 do
-  redis.call('HINCRBY', KEYS[12], ARGV[i], ARGV[i + 1])
+  local group = ARGV[i]
+  if redis.call('HEXISTS', KEYS[12], group) == 0 and redis.call('HLEN', KEYS[12]) >= 64 then
+    group = 'other'
+  end
+  hincr_capped(KEYS[12], group, tonumber(ARGV[i + 1]))
 end
 
 if log_length > 0 then

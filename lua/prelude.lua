@@ -1,17 +1,41 @@
--- prelude.lua: helpers prepended to every script by queues.newScript, so
+-- prelude.lua: helpers prepended to every script by queues.loadScript, so
 -- the claim-record format lives in one place. It defines functions only; it
 -- reads no KEYS or ARGV and returns nothing.
 
--- A claim record is "<times claimed> <claimed at ms> <downloader> <ip>".
--- Downloaders match [-_a-zA-Z0-9]{3,30} and IPs never hold spaces, so a
--- space-separated string is unambiguous and cheaper than cjson.
+-- A claim record is "<times claimed> <claimed at ms> <downloader> <ip>
+-- <earlier claimants>", the last a comma-separated list (newest first, at
+-- most 4) or "-". Downloaders match [-_a-zA-Z0-9]{3,30} and IPs hold no
+-- spaces or commas, so this is unambiguous and cheaper than cjson.
 local function parse_claim(record)
-  local count, at, downloader, ip = string.match(record, '^(%d+) (%d+) (%S+) (%S+)$')
-  return tonumber(count), tonumber(at), downloader, ip
+  local count, at, downloader, ip, earlier = string.match(record, '^(%d+) (%d+) (%S+) (%S+) (%S+)$')
+  return tonumber(count), tonumber(at), downloader, ip, earlier
 end
 
-local function format_claim(count, at, downloader, ip)
-  return string.format('%d %.0f %s %s', count, at, downloader, ip)
+local function format_claim(count, at, downloader, ip, earlier)
+  return string.format('%d %.0f %s %s %s', count, at, downloader, ip, earlier)
+end
+
+-- A released record ("released" hash) keeps what a later done or claim of
+-- a released item needs: "<times claimed> <released at ms> <claimants>".
+local function parse_released(record)
+  local count, at, claimants = string.match(record, '^(%d+) (%d+) (%S+)$')
+  return tonumber(count), tonumber(at), claimants
+end
+
+-- Prepends name to a claimant list, without repeats, keeping at most max.
+local function push_claimant(name, list, max)
+  local out = {name}
+  if list ~= '-' then
+    for other in string.gmatch(list, '[^,]+') do
+      if #out >= max then break end
+      if other ~= name then out[#out + 1] = other end
+    end
+  end
+  return table.concat(out, ',')
+end
+
+local function in_list(name, list)
+  return string.find(',' .. list .. ',', ',' .. name .. ',', 1, true) ~= nil
 end
 
 -- Integral numbers as text without Lua 5.1's exponent formatting.
@@ -24,6 +48,18 @@ end
 local function budget_decrement(key, downloader)
   if redis.call('HINCRBY', key, downloader, -1) <= 0 then
     redis.call('HDEL', key, downloader)
+  end
+end
+
+-- Counters saturate at 2^62 instead of letting HINCRBY fail on overflow:
+-- a failing command midway would leave a script's earlier writes applied.
+local counter_cap = 4611686018427387904
+local function hincr_capped(key, field, n)
+  local current = tonumber(redis.call('HGET', key, field) or '0') or 0
+  if current + n >= counter_cap then
+    redis.call('HSET', key, field, '4611686018427387904')
+  else
+    redis.call('HINCRBY', key, field, int(n))
   end
 end
 

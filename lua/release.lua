@@ -9,31 +9,38 @@
 -- KEYS[5] claims     HASH item -> claim record
 -- KEYS[6] budget     HASH downloader -> items out
 -- KEYS[7] stats      HASH counters
+-- KEYS[8] released   HASH item -> released record
 --
--- ARGV[1] only items claimed by this downloader ("" = anyone's)
--- ARGV[2] only items claimed at or before this time in ms ("" = any time)
--- ARGV[3..] the items
+-- ARGV[1] now (ms)
+-- ARGV[2] only items claimed by this downloader ("" = anyone's)
+-- ARGV[3] only items claimed at or before this time in ms ("" = any time)
+-- ARGV[4..] the items
 --
 -- Returns {released, not_out, filtered}
 --   released  items moved from out to todo:redo
 --   not_out   items that were not out (never handed out, done, or already released)
---   filtered  items out but excluded by ARGV[1] or ARGV[2]
+--   filtered  items out but excluded by ARGV[2] or ARGV[3]
 --   {-1} when the project does not exist.
+--
+-- Note: a released item keeps its claim count and claimants in "released"
+-- while it waits in redo, so a late done from a claimant still completes it
+-- and the next claim continues the count (TTL x times claimed).
 
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {-1}
 end
-local only_downloader = ARGV[1]
-local cutoff = tonumber(ARGV[2])
+local now = tonumber(ARGV[1])
+local only_downloader = ARGV[2]
+local cutoff = tonumber(ARGV[3])
 
 local released, not_out, filtered = {}, 0, 0
-for i = 3, #ARGV do
+for i = 4, #ARGV do
   local item = ARGV[i]
   local record = redis.call('HGET', KEYS[5], item)
   if not record then
     not_out = not_out + 1
   else
-    local _, claimed_at, claimant = parse_claim(record)
+    local count, claimed_at, claimant, _, earlier = parse_claim(record)
     if (only_downloader ~= '' and claimant ~= only_downloader) or (cutoff and claimed_at > cutoff) then
       filtered = filtered + 1
     else
@@ -41,6 +48,7 @@ for i = 3, #ARGV do
       redis.call('HDEL', KEYS[5], item)
       redis.call('ZREM', KEYS[3], item)
       redis.call('ZREM', KEYS[4], item)
+      redis.call('HSET', KEYS[8], item, string.format('%d %.0f %s', count, now, push_claimant(claimant, earlier, 5)))
       released[#released + 1] = item
     end
   end

@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"math"
 	"sort"
 	"strconv"
 	"time"
@@ -98,7 +97,9 @@ func (e *Engine) UpdateProject(ctx context.Context, slug string, patch SettingsP
 	if err != nil {
 		return Project{}, err
 	}
-	args := append([]any{"update"}, settings.fields()...)
+	// Only the fields the patch names are written, so concurrent changes
+	// of different settings do not undo each other.
+	args := append([]any{"update"}, settings.fieldsNamed(patch.fieldNames())...)
 	n, err := e.runScriptInt(ctx, op, configWriteScript, []string{ConfigKey(slug)}, args...)
 	if err != nil {
 		return Project{}, err
@@ -225,7 +226,7 @@ func (e *Engine) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, erro
 		ConfigKey(slug), ReservedQueueKey(slug, req.Downloader),
 		QueueKey(slug, QueueTodo), QueueKey(slug, QueueBackfeed), QueueKey(slug, QueueSecondary), QueueKey(slug, QueueRedo),
 		OutKey(slug), DeadlinesKey(slug), ClaimsKey(slug), DoneKey(slug), BudgetKey(slug),
-		ExtrasKey(slug), StatsKey(slug), BlockedKey(slug), RateKey(slug),
+		ExtrasKey(slug), StatsKey(slug), BlockedKey(slug), RateKey(slug), ReleasedKey(slug),
 	}
 	code, rest, err := e.runScriptList(ctx, op, claimScript, keys,
 		e.nowMillis(), req.Downloader, ip, req.Count, req.Version)
@@ -298,8 +299,13 @@ type DoneResult struct {
 	Duplicates int `json:"duplicates"`
 }
 
-// MaxByteGroups caps the keys of a done's bytes map.
-const MaxByteGroups = 32
+// Limits on a done's report. A group over 1 TiB is not a real upload, and
+// the caps keep every counter far from overflowing.
+const (
+	MaxByteGroups = 32
+	MaxGroupBytes = 1 << 40
+	MaxIDBytes    = 4096
+)
 
 // Done completes items. Every item must be out or already done; otherwise
 // nothing changes and the error lists the items that were never handed out.
@@ -334,13 +340,16 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 		if group == "" || len(group) > 64 {
 			return DoneResult{}, errorf(op, CodeInvalid, "bytes group names must be 1-64 bytes")
 		}
-		if n < 0 || n > math.MaxInt64/4-total {
-			return DoneResult{}, errorf(op, CodeInvalid, "bytes[%q] = %d is out of range", group, n)
+		if n < 0 || n > MaxGroupBytes {
+			return DoneResult{}, errorf(op, CodeInvalid, "bytes[%q] = %d is out of range (0 to %d)", truncate(group, 64), n, int64(MaxGroupBytes))
 		}
 		total += n
 		groups = append(groups, group)
 	}
 	sort.Strings(groups)
+	if len(req.ID) > MaxIDBytes {
+		return DoneResult{}, errorf(op, CodeInvalid, "id is %d bytes; the limit is %d", len(req.ID), MaxIDBytes)
+	}
 
 	tail, err := logTail(req.UserAgent, req.ID)
 	if err != nil {
@@ -350,7 +359,7 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 	keys := []string{
 		ConfigKey(slug), OutKey(slug), DeadlinesKey(slug), ClaimsKey(slug), DoneKey(slug), BudgetKey(slug),
 		ExtrasKey(slug), StatsKey(slug), DownloaderBytesKey(slug), DownloaderItemsKey(slug),
-		DownloaderVersionKey(slug), DomainBytesKey(slug), LogKey(slug),
+		DownloaderVersionKey(slug), DomainBytesKey(slug), LogKey(slug), ReleasedKey(slug), QueueKey(slug, QueueRedo),
 	}
 	args := make([]any, 0, 6+2*len(groups)+len(req.Items))
 	args = append(args, e.nowMillis(), req.Downloader, req.Version, total, tail, len(groups))
@@ -369,13 +378,17 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 		return DoneResult{New: int(replyInt(rest[0])), Duplicates: int(replyInt(rest[1]))}, nil
 	case -1:
 		return DoneResult{}, errorf(op, CodeProjectNotFound, "no project %q", slug)
-	case -2:
-		unknown := make([]string, len(rest))
+	case -2, -3:
+		items := make([]string, len(rest))
 		for i, v := range rest {
-			unknown[i] = replyString(v)
+			items[i] = replyString(v)
 		}
-		return DoneResult{}, &Error{Op: op, Code: CodeNotHandedOut, Items: unknown,
-			Message: "refused: " + strconv.Itoa(len(unknown)) + " item(s) were never handed out (or were released), so nothing was marked done: " + truncate(unknown[0], 200)}
+		if code == -2 {
+			return DoneResult{}, &Error{Op: op, Code: CodeNotHandedOut, Items: items,
+				Message: "refused: " + strconv.Itoa(len(items)) + " item(s) were never handed out, so nothing was marked done: " + truncate(items[0], 200)}
+		}
+		return DoneResult{}, &Error{Op: op, Code: CodeNotClaimant, Items: items,
+			Message: "refused: " + strconv.Itoa(len(items)) + " item(s) were claimed by other downloaders, not " + req.Downloader + ", so nothing was marked done: " + truncate(items[0], 200)}
 	}
 	return DoneResult{}, unavailable(op, errors.New("done script returned an unknown code"))
 }
@@ -440,9 +453,9 @@ func (e *Engine) release(ctx context.Context, slug string, items []string, onlyD
 		cutoff = strconv.FormatInt(cutoffMillis, 10)
 	}
 	keys := []string{ConfigKey(slug), QueueKey(slug, QueueRedo), OutKey(slug), DeadlinesKey(slug),
-		ClaimsKey(slug), BudgetKey(slug), StatsKey(slug)}
-	args := make([]any, 0, 2+len(items))
-	args = append(args, onlyDownloader, cutoff)
+		ClaimsKey(slug), BudgetKey(slug), StatsKey(slug), ReleasedKey(slug)}
+	args := make([]any, 0, 3+len(items))
+	args = append(args, e.nowMillis(), onlyDownloader, cutoff)
 	for _, item := range items {
 		args = append(args, item)
 	}
@@ -485,12 +498,10 @@ func (e *Engine) ReleaseClaims(ctx context.Context, slug string, filter ReleaseF
 	if _, err := e.Project(ctx, slug); err != nil {
 		return ReleaseResult{}, err
 	}
-	var cutoff int64 = -1
-	max := "+inf"
-	if filter.OlderThan > 0 {
-		cutoff = e.clock.Now().Add(-filter.OlderThan).UnixMilli()
-		max = strconv.FormatInt(cutoff, 10)
-	}
+	// The cutoff is fixed when the release starts, so claims made while it
+	// pages (items it released being claimed again) are left alone.
+	cutoff := e.clock.Now().Add(-filter.OlderThan).UnixMilli()
+	max := strconv.FormatInt(cutoff, 10)
 	var total ReleaseResult
 	// Released claims leave out, so the next page starts where the
 	// filtered (kept) claims end.
@@ -537,26 +548,34 @@ type Target struct {
 // MaxEnqueueBatch caps the items of one Enqueue call.
 const MaxEnqueueBatch = 100000
 
-// Enqueue appends items to a queue and returns its new length. Every item
-// must be valid; callers that accept messy input filter it first.
-func (e *Engine) Enqueue(ctx context.Context, slug string, target Target, items []QueueItem) (int64, error) {
+// EnqueueResult reports a batch: items queued, items skipped because they
+// were out or done already, and the queue's length afterwards.
+type EnqueueResult struct {
+	Queued  int   `json:"queued"`
+	Skipped int   `json:"skipped"`
+	Length  int64 `json:"length"`
+}
+
+// Enqueue appends items to a queue. Every item must be valid; callers that
+// accept messy input filter it first.
+func (e *Engine) Enqueue(ctx context.Context, slug string, target Target, items []QueueItem) (EnqueueResult, error) {
 	const op = "queues.Enqueue"
 	if err := ValidateSlug(slug); err != nil {
-		return 0, err
+		return EnqueueResult{}, err
 	}
 	if len(items) > MaxEnqueueBatch {
-		return 0, errorf(op, CodeInvalid, "%d items in one batch; the limit is %d", len(items), MaxEnqueueBatch)
+		return EnqueueResult{}, errorf(op, CodeInvalid, "%d items in one batch; the limit is %d", len(items), MaxEnqueueBatch)
 	}
 	key := ""
 	if target.Downloader != "" {
 		if err := ValidateDownloader(target.Downloader); err != nil {
-			return 0, err
+			return EnqueueResult{}, err
 		}
 		key = ReservedQueueKey(slug, target.Downloader)
 	} else {
 		q, err := ParseQueue(string(target.Queue))
 		if err != nil {
-			return 0, err
+			return EnqueueResult{}, err
 		}
 		key = QueueKey(slug, q)
 	}
@@ -564,33 +583,33 @@ func (e *Engine) Enqueue(ctx context.Context, slug string, target Target, items 
 	names := make([]any, 0, len(items))
 	for _, item := range items {
 		if err := ValidateItem(item.Name); err != nil {
-			return 0, err
+			return EnqueueResult{}, err
 		}
 		if len(item.Extras) > 0 {
 			var obj map[string]json.RawMessage
 			if err := json.Unmarshal(item.Extras, &obj); err != nil {
-				return 0, errorf(op, CodeInvalid, "extras of %q must be a JSON object", truncate(item.Name, 60))
+				return EnqueueResult{}, errorf(op, CodeInvalid, "extras of %q must be a JSON object", truncate(item.Name, 60))
 			}
 			if _, ok := obj["item_name"]; ok {
-				return 0, errorf(op, CodeInvalid, "extras of %q may not set item_name", truncate(item.Name, 60))
+				return EnqueueResult{}, errorf(op, CodeInvalid, "extras of %q may not set item_name", truncate(item.Name, 60))
 			}
 			extras = append(extras, item.Name, string(jsonCompact(nil, item.Extras)))
 		}
 		names = append(names, item.Name)
 	}
-	keys := []string{ConfigKey(slug), key, ExtrasKey(slug), StatsKey(slug), ReservedSetKey(slug)}
+	keys := []string{ConfigKey(slug), key, ExtrasKey(slug), StatsKey(slug), ReservedSetKey(slug), ClaimsKey(slug), DoneKey(slug)}
 	args := make([]any, 0, 2+len(extras)+len(names))
 	args = append(args, target.Downloader, len(extras)/2)
 	args = append(args, extras...)
 	args = append(args, names...)
-	n, err := e.runScriptInt(ctx, op, enqueueScript, keys, args...)
+	code, rest, err := e.runScriptList(ctx, op, enqueueScript, keys, args...)
 	if err != nil {
-		return 0, err
+		return EnqueueResult{}, err
 	}
-	if n < 0 {
-		return 0, errorf(op, CodeProjectNotFound, "no project %q", slug)
+	if code < 0 {
+		return EnqueueResult{}, errorf(op, CodeProjectNotFound, "no project %q", slug)
 	}
-	return n, nil
+	return EnqueueResult{Queued: int(code), Skipped: int(replyInt(rest[0])), Length: replyInt(rest[1])}, nil
 }
 
 // Counts are the sizes of a project's places.

@@ -26,6 +26,8 @@ const (
 	CodeBlocked
 	// CodeNotHandedOut: a done or release named items that are not out.
 	CodeNotHandedOut
+	// CodeNotClaimant: a done named items that someone else claimed.
+	CodeNotClaimant
 	// CodeExists: the thing to create already exists.
 	CodeExists
 	// CodeUnavailable: a dependency (Redis) failed.
@@ -48,6 +50,8 @@ func (c Code) String() string {
 		return "blocked"
 	case CodeNotHandedOut:
 		return "not_handed_out"
+	case CodeNotClaimant:
+		return "not_your_claim"
 	case CodeExists:
 		return "exists"
 	case CodeUnavailable:

@@ -72,3 +72,9 @@ func BlockedKey(slug string) string { return projectPrefix(slug) + "blocked" }
 // RateKey holds the GCRA theoretical arrival time of the project's request
 // rate limit, in ms (STRING).
 func RateKey(slug string) string { return projectPrefix(slug) + "rate" }
+
+// ReleasedKey maps an item released back to todo:redo to
+// "<times claimed> <released at ms> <claimants>" (HASH), so a late done from
+// a claimant still completes it and the next claim continues its count. An
+// entry lives exactly as long as the item waits in redo.
+func ReleasedKey(slug string) string { return projectPrefix(slug) + "released" }

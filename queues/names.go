@@ -17,10 +17,7 @@ const (
 )
 
 var (
-	// downloaderPattern is seesaw's own check (check_downloader_or_exit)
-	// and universal-tracker's.
-	downloaderPattern = regexp.MustCompile(`^[-_a-zA-Z0-9]{3,30}$`)
-	slugPattern       = regexp.MustCompile(`^[a-z0-9][-_a-z0-9]{0,63}$`)
+	slugPattern = regexp.MustCompile(`^[a-z0-9][-_a-z0-9]{0,63}$`)
 )
 
 // reservedSlugs would shadow hoard's own routes.
@@ -44,9 +41,16 @@ func ValidateSlug(slug string) error {
 	return nil
 }
 
-// ValidateDownloader checks a nickname with seesaw's own rule.
+// ValidateDownloader checks a nickname with seesaw's own rule
+// (check_downloader_or_exit, and universal-tracker's): ^[-_a-zA-Z0-9]{3,30}$.
+// It is a loop rather than a regexp because it runs on every request.
 func ValidateDownloader(name string) error {
-	if strings.ContainsAny(name, "{}") || !downloaderPattern.MatchString(name) {
+	valid := len(name) >= 3 && len(name) <= 30
+	for i := 0; valid && i < len(name); i++ {
+		c := name[i]
+		valid = c == '-' || c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
+	}
+	if !valid {
 		return errorf("queues.ValidateDownloader", CodeInvalid,
 			"downloader %q must be 3-30 characters of a-z, A-Z, 0-9, - and _", truncate(name, 40))
 	}

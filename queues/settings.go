@@ -218,6 +218,46 @@ func (s Settings) fields() []any {
 	}
 }
 
+// fieldsNamed encodes only the named config hash fields.
+func (s Settings) fieldsNamed(names []string) []any {
+	all := s.fields()
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	out := make([]any, 0, 2*len(names))
+	for i := 0; i < len(all); i += 2 {
+		if want[all[i].(string)] {
+			out = append(out, all[i], all[i+1])
+		}
+	}
+	return out
+}
+
+// fieldNames lists the config hash fields the patch changes.
+func (p SettingsPatch) fieldNames() []string {
+	var names []string
+	add := func(set bool, name string) {
+		if set {
+			names = append(names, name)
+		}
+	}
+	add(p.Title != nil, "title")
+	add(p.Paused != nil, "paused")
+	add(p.MinVersion != nil, "min_version")
+	add(p.RatePerMinute != nil, "rate_per_minute")
+	add(p.RateBurst != nil, "rate_burst")
+	add(p.DownloaderBudget != nil, "downloader_budget")
+	add(p.ClaimsLimit != nil, "claims_limit")
+	add(p.ReclaimEnabled != nil, "reclaim_enabled")
+	add(p.ReclaimTTL != nil, "reclaim_ttl_ms")
+	add(p.MaxMulti != nil, "max_multi")
+	add(p.LogLength != nil, "log_length")
+	add(p.UploadTargets != nil, "upload_targets")
+	add(p.Extra != nil, "extra")
+	return names
+}
+
 // settingsFromHash decodes a config hash; missing or unreadable fields keep
 // their defaults.
 func settingsFromHash(h map[string]string) Settings {

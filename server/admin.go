@@ -21,7 +21,7 @@ type AdminEngine interface {
 	UpdateProject(ctx context.Context, slug string, patch queues.SettingsPatch) (queues.Project, error)
 	Project(ctx context.Context, slug string) (queues.Project, error)
 	Projects(ctx context.Context) ([]string, error)
-	Enqueue(ctx context.Context, slug string, target queues.Target, items []queues.QueueItem) (int64, error)
+	Enqueue(ctx context.Context, slug string, target queues.Target, items []queues.QueueItem) (queues.EnqueueResult, error)
 	Counts(ctx context.Context, slug string) (queues.Counts, error)
 	Stats(ctx context.Context, slug string) (queues.Stats, error)
 	Release(ctx context.Context, slug string, items []string, onlyDownloader string) (queues.ReleaseResult, error)
@@ -197,10 +197,11 @@ type Rejection struct {
 	Error string `json:"error"`
 }
 
-// AddItemsResponse reports a batch: bad entries are skipped and counted,
-// the rest are queued.
+// AddItemsResponse reports a batch: malformed entries are rejected and
+// counted, items already out or done are skipped, the rest are queued.
 type AddItemsResponse struct {
 	Queued     int         `json:"queued"`
+	Skipped    int         `json:"skipped"`
 	Rejected   int         `json:"rejected"`
 	Rejections []Rejection `json:"rejections,omitempty"`
 	Length     int64       `json:"length"`
@@ -265,14 +266,14 @@ func (a *AdminAPI) addItems(c *gin.Context) {
 		}
 		items = append(items, item)
 	}
-	length, err := a.Engine.Enqueue(c.Request.Context(), c.Param("slug"), target, items)
+	result, err := a.Engine.Enqueue(c.Request.Context(), c.Param("slug"), target, items)
 	if err != nil {
 		_ = c.Error(err)
 		return
 	}
-	resp.Queued, resp.Length = len(items), length
+	resp.Queued, resp.Skipped, resp.Length = result.Queued, result.Skipped, result.Length
 	a.logChange(c, "items queued", "queue", target.Queue, "downloader", target.Downloader,
-		"queued", resp.Queued, "rejected", resp.Rejected)
+		"queued", resp.Queued, "skipped", resp.Skipped, "rejected", resp.Rejected)
 	c.JSON(http.StatusOK, resp)
 }
 

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"sync"
@@ -32,11 +33,12 @@ import (
 // bounded time over a bounded item supply, and stop by themselves.
 
 type benchOptions struct {
-	warriors  int
-	duration  time.Duration
-	runs      int
-	multis    []int
-	keepAlive bool
+	warriors   int
+	duration   time.Duration
+	runs       int
+	multis     []int
+	keepAlive  bool
+	cpuProfile string
 }
 
 func benchCommand() *cobra.Command {
@@ -47,7 +49,7 @@ func benchCommand() *cobra.Command {
 		Short: "Warrior round trips over HTTP, and the claim script against Redis's EVALSHA ceiling",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			env, err := startBenchEnv(cmd.Context())
+			env, err := startBenchEnv(cmd.Context(), o)
 			if err != nil {
 				return err
 			}
@@ -63,7 +65,7 @@ func benchCommand() *cobra.Command {
 		Short: "Request+done round trips per second from concurrent warriors over HTTP",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			env, err := startBenchEnv(cmd.Context())
+			env, err := startBenchEnv(cmd.Context(), o)
 			if err != nil {
 				return err
 			}
@@ -76,7 +78,7 @@ func benchCommand() *cobra.Command {
 		Short: "Claim script calls per second, against Redis's own EVALSHA ceiling",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			env, err := startBenchEnv(cmd.Context())
+			env, err := startBenchEnv(cmd.Context(), o)
 			if err != nil {
 				return err
 			}
@@ -91,6 +93,7 @@ func benchCommand() *cobra.Command {
 		f.IntVar(&o.runs, "runs", 3, "runs per figure; the median is reported")
 		f.IntSliceVar(&o.multis, "multi", []int{1, 100}, "items per request (multi=N)")
 		f.BoolVar(&o.keepAlive, "keep-alive", false, "reuse connections (seesaw's Tornado client sends Connection: close)")
+		f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (server and load generator share this process)")
 		cmd.AddCommand(c)
 	}
 	return cmd
@@ -98,16 +101,17 @@ func benchCommand() *cobra.Command {
 
 // benchEnv is a throwaway redis-server and hoard server on loopback.
 type benchEnv struct {
-	dir    string
-	redis  *localredis.Server
-	rdb    redis.UniversalClient
-	engine *queues.Engine
-	srv    *server.Server
-	url    string
-	token  string
+	dir     string
+	redis   *localredis.Server
+	rdb     redis.UniversalClient
+	engine  *queues.Engine
+	srv     *server.Server
+	url     string
+	token   string
+	profile *os.File
 }
 
-func startBenchEnv(ctx context.Context) (*benchEnv, error) {
+func startBenchEnv(ctx context.Context, o benchOptions) (*benchEnv, error) {
 	dir, err := os.MkdirTemp("", "hoard-bench-")
 	if err != nil {
 		return nil, err
@@ -140,11 +144,27 @@ func startBenchEnv(ctx context.Context) (*benchEnv, error) {
 		return nil, err
 	}
 	env.url = "http://" + env.srv.Addr()
+	if o.cpuProfile != "" {
+		file, err := os.Create(o.cpuProfile)
+		if err != nil {
+			env.stop()
+			return nil, err
+		}
+		if err := pprof.StartCPUProfile(file); err != nil {
+			env.stop()
+			return nil, err
+		}
+		env.profile = file
+	}
 	fmt.Printf("bench: redis-server %s, hoard at %s, GOMAXPROCS=%d\n", env.redis.URL(), env.url, runtime.GOMAXPROCS(0))
 	return env, nil
 }
 
 func (env *benchEnv) stop() {
+	if env.profile != nil {
+		pprof.StopCPUProfile()
+		_ = env.profile.Close()
+	}
 	if env.srv != nil {
 		_ = env.srv.Stop()
 	}

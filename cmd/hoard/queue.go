@@ -83,7 +83,7 @@ func queueAddCommand() *cobra.Command {
 
 // addTally counts what queue add did; it is read by the progress line.
 type addTally struct {
-	lines, queued, rejected, blank, bytesRead atomic.Int64
+	lines, queued, skipped, rejected, blank, bytesRead atomic.Int64
 }
 
 func runQueueAdd(ctx context.Context, slug, path string, o addOptions) error {
@@ -115,6 +115,7 @@ func runQueueAdd(ctx context.Context, slug, path string, o addOptions) error {
 			return err
 		}
 		tally.queued.Add(int64(resp.Queued))
+		tally.skipped.Add(int64(resp.Skipped))
 		tally.rejected.Add(int64(resp.Rejected))
 		return nil
 	}
@@ -178,8 +179,8 @@ func runQueueAdd(ctx context.Context, slug, path string, o addOptions) error {
 	if o.downloader != "" {
 		target = "todo:d:" + o.downloader
 	}
-	fmt.Printf("queued %d items into %s of %s; skipped %d malformed and %d blank lines\n",
-		tally.queued.Load(), target, slug, tally.rejected.Load(), tally.blank.Load())
+	fmt.Printf("queued %d items into %s of %s; skipped %d malformed and %d blank lines, and %d items already out or done\n",
+		tally.queued.Load(), target, slug, tally.rejected.Load(), tally.blank.Load(), tally.skipped.Load())
 	for _, r := range firstRejects {
 		fmt.Fprintln(os.Stderr, "  skipped", r)
 	}
