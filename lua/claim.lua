@@ -18,12 +18,22 @@
 -- KEYS[14] blocked    HASH  nickname or IP -> JSON reason
 -- KEYS[15] rate       STRING GCRA theoretical arrival time (ms, fractional)
 -- KEYS[16] released   HASH  item -> released record, for items released to redo
+-- KEYS[17] rate:d     STRING this downloader's GCRA state
+-- KEYS[18] rate:ip    STRING this client IP's GCRA state
+-- then, for each limit group g (in the order of the config's limit_groups):
+-- KEYS[19+5g .. 22+5g]  LIST  the group's sub-queues of todo, todo:backfeed,
+--                             todo:secondary and todo:redo
+-- KEYS[23+5g]           STRING the group's GCRA state
 --
 -- ARGV[1] now (ms)
 -- ARGV[2] downloader
 -- ARGV[3] client IP
 -- ARGV[4] items wanted (>= 1; the caller caps it)
 -- ARGV[5] client script version ("" when the client sent none)
+-- ARGV[6] the global block entry (JSON) of the downloader or its IP, or ""
+--         (the global list is cached by the frontends: no script touches it)
+-- ARGV[7] the limit_groups_version the caller built KEYS from
+-- ARGV[8..] for each group: rate per minute, burst
 --
 -- Returns {code, detail, ...}
 --   1  {1, reclaims, project extra JSON, item1, extras1, item2, extras2, ...}:
@@ -35,6 +45,7 @@
 --  -3  blocked; detail = the block entry (JSON)
 --  -4  rate limited; detail = milliseconds until a request would pass
 --  -5  project paused
+--  -6  stale: the project's limit groups changed; rebuild KEYS and retry
 --
 -- Note: items found in claims or done when popped, or popped twice in this
 -- call, are duplicates queued twice; they are dropped (counted in
@@ -46,18 +57,29 @@ local downloader = ARGV[2]
 local ip = ARGV[3]
 local wanted = tonumber(ARGV[4])
 local version = ARGV[5]
+local global_block = ARGV[6]
+local groups_version = ARGV[7]
+local ngroups = (#KEYS - 18) / 5
 
 local cfg = redis.call('HMGET', KEYS[1], 'created_at', 'paused', 'min_version',
   'rate_per_minute', 'rate_burst', 'downloader_budget', 'claims_limit',
-  'reclaim_enabled', 'reclaim_ttl_ms', 'max_multi', 'extra')
+  'reclaim_enabled', 'reclaim_ttl_ms', 'max_multi', 'extra', 'limit_groups_version',
+  'downloader_rate_per_minute', 'downloader_rate_burst', 'ip_rate_per_minute', 'ip_rate_burst',
+  'ignore_global_blocks')
 if not cfg[1] then
   return {-1, 'no such project'}
 end
 if cfg[2] == '1' then
   return {-5, 'paused'}
 end
+if (cfg[12] or '0') ~= groups_version then
+  return {-6, cfg[12] or '0'}
+end
 
 local block = redis.call('HGET', KEYS[14], downloader) or redis.call('HGET', KEYS[14], ip)
+if not block and global_block ~= '' and cfg[17] ~= '1' then
+  block = global_block
+end
 if block then
   redis.call('HINCRBY', KEYS[13], 'requests_blocked', 1)
   return {-3, block}
@@ -108,23 +130,37 @@ end
 redis.call('HINCRBY', KEYS[13], 'requests', 1)
 
 -- GCRA: requests are spaced by period ms with a burst allowance, so there
--- is no burst at minute boundaries as with per-minute counters.
-local rate = tonumber(cfg[4] or '0') or 0
-if rate > 0 then
+-- is no burst at minute boundaries as with per-minute counters. All three
+-- limits (project, downloader, IP) are checked before any is charged, so a
+-- refused request costs no limit its slot. Times are fractional ms so rates
+-- over 60,000/min still add up; 1 us of slack absorbs rounding.
+local function gcra_check(key, rate_text, burst_text)
+  local rate = tonumber(rate_text or '0') or 0
+  if rate <= 0 then return 0, nil end
   local period = 60000 / rate
-  local burst = math.max(1, tonumber(cfg[5] or '1') or 1)
-  local tat = tonumber(redis.call('GET', KEYS[15]) or '0') or 0
+  local burst = math.max(1, tonumber(burst_text or '1') or 1)
+  local tat = tonumber(redis.call('GET', key) or '0') or 0
   if tat < now then tat = now end
-  local allow_at = tat + period - burst * period
-  -- 1 us of slack: sums of fractional periods must not lose a request
-  -- to floating-point error.
-  if allow_at - now > 0.001 then
-    redis.call('HINCRBY', KEYS[13], 'requests_rate_limited', 1)
-    return {-4, int(math.ceil(allow_at - now))}
-  end
-  -- Fractional ms, so periods under 1 ms (over 60,000/min) still add up.
-  redis.call('SET', KEYS[15], string.format('%.4f', tat + period), 'PX', int(math.ceil(tat + period - now) + 1000))
+  local wait = tat + period - burst * period - now
+  if wait > 0.001 then return wait, nil end
+  return 0, {key, tat + period}
 end
+local function gcra_charge(charge)
+  if charge then
+    redis.call('SET', charge[1], string.format('%.4f', charge[2]), 'PX', int(math.ceil(charge[2] - now) + 1000))
+  end
+end
+local wait_project, charge_project = gcra_check(KEYS[15], cfg[4], cfg[5])
+local wait_downloader, charge_downloader = gcra_check(KEYS[17], cfg[13], cfg[14])
+local wait_ip, charge_ip = gcra_check(KEYS[18], cfg[15], cfg[16])
+local wait = math.max(wait_project, wait_downloader, wait_ip)
+if wait > 0 then
+  redis.call('HINCRBY', KEYS[13], 'requests_rate_limited', 1)
+  return {-4, int(math.ceil(wait))}
+end
+gcra_charge(charge_project)
+gcra_charge(charge_downloader)
+gcra_charge(charge_ip)
 
 local max_multi = tonumber(cfg[10] or '0') or 0
 if max_multi > 0 then wanted = math.min(wanted, max_multi) end
@@ -210,21 +246,69 @@ local function pop_fresh(key, want)
   end
 end
 
--- Priority (seed 004): reclaims first when the claims limit is hit, then the
--- downloader's reserved queue, todo, backfeed, secondary, redo, then reclaims.
+-- Limit groups: how many items each may hand out now (GCRA tokens), and
+-- whether one is holding back items it has waiting ("limit hit").
+local group_tokens, group_tat, group_period = {}, {}, {}
+local group_limit_hit = false
+for g = 0, ngroups - 1 do
+  local rate = tonumber(ARGV[8 + 2 * g]) or 0
+  local burst = math.max(1, tonumber(ARGV[9 + 2 * g]) or 1)
+  local tokens = 0
+  if rate > 0 then
+    local period = 60000 / rate
+    local tat = tonumber(redis.call('GET', KEYS[23 + 5 * g]) or '0') or 0
+    if tat < now then tat = now end
+    tokens = math.max(0, math.floor((now - tat) / period + burst + 0.000001))
+    group_tat[g], group_period[g] = tat, period
+  end
+  group_tokens[g] = tokens
+  if tokens == 0 and not group_limit_hit then
+    for q = 0, 3 do
+      if redis.call('EXISTS', KEYS[19 + 5 * g + q]) == 1 then
+        group_limit_hit = true
+        break
+      end
+    end
+  end
+end
+
+-- Priority (seed 004): reclaims first when the claims limit or a limit
+-- group's limit is hit, then the downloader's reserved queue, then todo,
+-- backfeed, secondary and redo (each: the groups' sub-queues as their
+-- limits allow, then the rest), then reclaims.
 local fresh_room = wanted
-local limit_hit = false
+local claims_limit_hit = false
 if claims_limit > 0 then
   fresh_room = math.max(0, claims_limit - redis.call('ZCARD', KEYS[7]))
-  limit_hit = fresh_room == 0
+  claims_limit_hit = fresh_room == 0
 end
-if limit_hit then
+if claims_limit_hit or group_limit_hit then
   take_reclaims(wanted)
 end
-for i = 2, 6 do
-  local want = math.min(wanted - #taken, fresh_room - #claim_args / 2)
-  if want <= 0 then break end
-  pop_fresh(KEYS[i], want)
+local function room()
+  return math.min(wanted - #taken, fresh_room - #claim_args / 2)
+end
+if room() > 0 then
+  pop_fresh(KEYS[2], room())
+end
+for q = 0, 3 do
+  for g = 0, ngroups - 1 do
+    local want = math.min(room(), group_tokens[g])
+    if want > 0 then
+      local before = #taken
+      pop_fresh(KEYS[19 + 5 * g + q], want)
+      local got = #taken - before
+      if got > 0 then
+        group_tokens[g] = group_tokens[g] - got
+        group_tat[g] = group_tat[g] + got * group_period[g]
+        redis.call('SET', KEYS[23 + 5 * g], string.format('%.4f', group_tat[g]),
+          'PX', int(math.ceil(group_tat[g] - now) + 1000))
+      end
+    end
+  end
+  if room() > 0 then
+    pop_fresh(KEYS[3 + q], room())
+  end
 end
 take_reclaims(wanted - #taken)
 
@@ -233,7 +317,11 @@ if dropped > 0 then
 end
 if #taken == 0 then
   redis.call('HINCRBY', KEYS[13], 'requests_empty', 1)
-  if limit_hit then return {0, 'claims_limit'} end
+  if claims_limit_hit then return {0, 'claims_limit'} end
+  if group_limit_hit then
+    redis.call('HINCRBY', KEYS[13], 'requests_group_limited', 1)
+    return {0, 'group_limit'}
+  end
   return {0, 'empty'}
 end
 

@@ -2,8 +2,9 @@
 --
 -- KEYS[1] config HASH
 --
--- ARGV[1] "create" (fails if the project exists) or "update" (fails if it
---         does not)
+-- ARGV[1] "create" (fails if the project exists), "update" (fails if it
+--         does not) or "groups" (an update that also bumps
+--         limit_groups_version, so every frontend rebuilds its claim KEYS)
 -- ARGV[2..] field, value pairs. Every setting is always written with an
 --         explicit value (the Go side fills defaults), so no script needs
 --         defaults of its own.
@@ -13,8 +14,11 @@
 
 local exists = redis.call('EXISTS', KEYS[1]) == 1
 if ARGV[1] == 'create' and exists then return 0 end
-if ARGV[1] == 'update' and not exists then return -1 end
+if ARGV[1] ~= 'create' and not exists then return -1 end
 if #ARGV > 1 then
   redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+end
+if ARGV[1] == 'groups' then
+  redis.call('HINCRBY', KEYS[1], 'limit_groups_version', 1)
 end
 return 1

@@ -1,21 +1,25 @@
--- enqueue.lua: append items to one todo queue of a project.
+-- enqueue.lua: append items to a project's queues. The caller routes each
+-- item (to a todo queue, a limit group's sub-queue, or a reserved queue);
+-- this script appends each list of items to its key.
 --
 -- KEYS[1] config    HASH
--- KEYS[2] queue     LIST the target queue (todo, todo:backfeed, todo:secondary,
---                        todo:redo or todo:d:<downloader>)
--- KEYS[3] extras    HASH item -> JSON object of extra keys
--- KEYS[4] stats     HASH counters
--- KEYS[5] reserved  SET  downloaders with a reserved queue
--- KEYS[6] claims    HASH item -> claim record
--- KEYS[7] done      SET
+-- KEYS[2] extras    HASH item -> JSON object of extra keys
+-- KEYS[3] stats     HASH counters
+-- KEYS[4] reserved  SET  downloaders with a reserved queue
+-- KEYS[5] claims    HASH item -> claim record
+-- KEYS[6] done      SET
+-- KEYS[7..] the target queues (LIST)
 --
--- ARGV[1] the downloader when KEYS[2] is a reserved queue, else ""
--- ARGV[2] E, the number of (item, extras JSON) pairs that follow; then the
---         pairs; then the items.
+-- ARGV[1] the downloader when a target is a reserved queue, else ""
+-- ARGV[2] the limit_groups_version the caller routed by ("" = not checked:
+--         no item was routed by groups)
+-- ARGV[3] E, the number of (item, extras JSON) pairs that follow; then the
+--         pairs; then, for each target in KEYS order, its item count
+--         followed by its items.
 --
--- Returns {queued, skipped, length}: items queued, items skipped because
--- they are out or done already, and the queue's length afterwards; or {-1}
--- when the project does not exist.
+-- Returns {queued, skipped, length of the last target}: items queued, items
+-- skipped because they are out or done already; or {-1} when the project
+-- does not exist, {-2, version} when the routing is stale.
 --
 -- Note: an item already waiting in a queue is not looked for (that would
 -- cost a scan, or an index of every item); if it is queued twice, the claim
@@ -24,28 +28,41 @@
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {-1}
 end
-local pairs_count = tonumber(ARGV[2])
-local first_item = 3 + pairs_count * 2
+if ARGV[2] ~= '' then
+  local current = redis.call('HGET', KEYS[1], 'limit_groups_version') or '0'
+  if current ~= ARGV[2] then return {-2, current} end
+end
+local pairs_count = tonumber(ARGV[3])
+local pos = 4 + pairs_count * 2
 if pairs_count > 0 then
   local extras = {}
-  for i = 3, first_item - 1 do extras[#extras + 1] = ARGV[i] end
-  call_chunked('HSET', KEYS[3], extras)
+  for i = 4, pos - 1 do extras[#extras + 1] = ARGV[i] end
+  call_chunked('HSET', KEYS[2], extras)
 end
-local items = {}
-local skipped = 0
-for i = first_item, #ARGV do
-  local item = ARGV[i]
-  if redis.call('HEXISTS', KEYS[6], item) == 1 or redis.call('SISMEMBER', KEYS[7], item) == 1 then
-    skipped = skipped + 1
-  else
-    items[#items + 1] = item
+local queued, skipped, length = 0, 0, 0
+for k = 7, #KEYS do
+  local n = tonumber(ARGV[pos])
+  pos = pos + 1
+  local items = {}
+  for i = pos, pos + n - 1 do
+    local item = ARGV[i]
+    if redis.call('HEXISTS', KEYS[5], item) == 1 or redis.call('SISMEMBER', KEYS[6], item) == 1 then
+      skipped = skipped + 1
+    else
+      items[#items + 1] = item
+    end
   end
+  pos = pos + n
+  if #items > 0 then
+    call_chunked('RPUSH', KEYS[k], items)
+    queued = queued + #items
+  end
+  length = redis.call('LLEN', KEYS[k])
 end
-if #items > 0 then
-  call_chunked('RPUSH', KEYS[2], items)
-  redis.call('HINCRBY', KEYS[4], 'items_queued', #items)
+if queued > 0 then
+  redis.call('HINCRBY', KEYS[3], 'items_queued', queued)
   if ARGV[1] ~= '' then
-    redis.call('SADD', KEYS[5], ARGV[1])
+    redis.call('SADD', KEYS[4], ARGV[1])
   end
 end
-return {#items, skipped, redis.call('LLEN', KEYS[2])}
+return {queued, skipped, length}

@@ -19,9 +19,11 @@ import (
 // Engine runs the work queue against one Redis or Redis Cluster. It is safe
 // for concurrent use; it holds no state of its own beyond the client.
 type Engine struct {
-	rdb    redis.UniversalClient
-	clock  Clock
-	logger *slog.Logger
+	rdb          redis.UniversalClient
+	clock        Clock
+	logger       *slog.Logger
+	groupCache   groupCache
+	globalBlocks globalBlockCache
 }
 
 // Options configure an Engine. Zero values take defaults.
@@ -222,16 +224,30 @@ func (e *Engine) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, erro
 		ip = "-"
 	}
 	slug := req.Project
-	keys := []string{
-		ConfigKey(slug), ReservedQueueKey(slug, req.Downloader),
-		QueueKey(slug, QueueTodo), QueueKey(slug, QueueBackfeed), QueueKey(slug, QueueSecondary), QueueKey(slug, QueueRedo),
-		OutKey(slug), DeadlinesKey(slug), ClaimsKey(slug), DoneKey(slug), BudgetKey(slug),
-		ExtrasKey(slug), StatsKey(slug), BlockedKey(slug), RateKey(slug), ReleasedKey(slug),
-	}
-	code, rest, err := e.runScriptList(ctx, op, claimScript, keys,
-		e.nowMillis(), req.Downloader, ip, req.Count, req.Version)
+	state, err := e.limitGroups(ctx, slug, false)
 	if err != nil {
 		return ClaimResult{}, err
+	}
+	globalBlock, err := e.globalBlocks.lookup(ctx, e, req.Downloader, ip)
+	if err != nil {
+		return ClaimResult{}, err
+	}
+	var code int64
+	var rest []any
+	for attempt := 0; ; attempt++ {
+		keys, groupArgs := claimKeys(slug, req.Downloader, ip, globalBlock, state)
+		args := append([]any{e.nowMillis(), req.Downloader, ip, req.Count, req.Version}, groupArgs...)
+		code, rest, err = e.runScriptList(ctx, op, claimScript, keys, args...)
+		if err != nil {
+			return ClaimResult{}, err
+		}
+		if code != -6 || attempt == 2 {
+			break
+		}
+		// Another frontend changed the limit groups: rebuild KEYS.
+		if state, err = e.limitGroups(ctx, slug, true); err != nil {
+			return ClaimResult{}, err
+		}
 	}
 	detail := ""
 	if len(rest) > 0 {
@@ -253,6 +269,7 @@ func (e *Engine) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, erro
 			"empty":        "no items left for you",
 			"budget":       "you have as many items out as your budget allows; finish some first",
 			"claims_limit": "the project's claims limit is reached",
+			"group_limit":  "the items left are rate-limited; try again soon",
 		}[detail]
 		if reason == "" {
 			reason = "no items left for you"
@@ -275,6 +292,8 @@ func (e *Engine) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, erro
 		return ClaimResult{}, &Error{Op: op, Code: CodeRateLimited, Message: "rate limited; slow down", RetryAfter: time.Duration(ms) * time.Millisecond}
 	case -5:
 		return ClaimResult{}, &Error{Op: op, Code: CodeNoItem, Message: "project is paused"}
+	case -6:
+		return ClaimResult{}, unavailable(op, errors.New("limit groups kept changing during the claim"))
 	}
 	return ClaimResult{}, unavailable(op, errors.New("claim script returned an unknown code "+strconv.FormatInt(code, 10)))
 }
@@ -566,21 +585,19 @@ func (e *Engine) Enqueue(ctx context.Context, slug string, target Target, items 
 	if len(items) > MaxEnqueueBatch {
 		return EnqueueResult{}, errorf(op, CodeInvalid, "%d items in one batch; the limit is %d", len(items), MaxEnqueueBatch)
 	}
-	key := ""
+	var queue Queue
 	if target.Downloader != "" {
 		if err := ValidateDownloader(target.Downloader); err != nil {
 			return EnqueueResult{}, err
 		}
-		key = ReservedQueueKey(slug, target.Downloader)
 	} else {
 		q, err := ParseQueue(string(target.Queue))
 		if err != nil {
 			return EnqueueResult{}, err
 		}
-		key = QueueKey(slug, q)
+		queue = q
 	}
 	var extras []any
-	names := make([]any, 0, len(items))
 	for _, item := range items {
 		if err := ValidateItem(item.Name); err != nil {
 			return EnqueueResult{}, err
@@ -595,21 +612,87 @@ func (e *Engine) Enqueue(ctx context.Context, slug string, target Target, items 
 			}
 			extras = append(extras, item.Name, string(jsonCompact(nil, item.Extras)))
 		}
-		names = append(names, item.Name)
 	}
-	keys := []string{ConfigKey(slug), key, ExtrasKey(slug), StatsKey(slug), ReservedSetKey(slug), ClaimsKey(slug), DoneKey(slug)}
-	args := make([]any, 0, 2+len(extras)+len(names))
-	args = append(args, target.Downloader, len(extras)/2)
-	args = append(args, extras...)
-	args = append(args, names...)
-	code, rest, err := e.runScriptList(ctx, op, enqueueScript, keys, args...)
+	state, err := e.limitGroups(ctx, slug, false)
 	if err != nil {
 		return EnqueueResult{}, err
 	}
-	if code < 0 {
-		return EnqueueResult{}, errorf(op, CodeProjectNotFound, "no project %q", slug)
+	for attempt := 0; ; attempt++ {
+		// Route: a reserved queue takes everything; otherwise each item
+		// goes to the sub-queue of its limit group, or the queue itself.
+		keys := []string{ConfigKey(slug), ExtrasKey(slug), StatsKey(slug), ReservedSetKey(slug), ClaimsKey(slug), DoneKey(slug)}
+		routed := make([][]any, 1+len(state.groups))
+		version := ""
+		if target.Downloader != "" {
+			keys = append(keys, ReservedQueueKey(slug, target.Downloader))
+			for _, item := range items {
+				routed[0] = append(routed[0], item.Name)
+			}
+		} else {
+			keys = append(keys, QueueKey(slug, queue))
+			for _, g := range state.groups {
+				keys = append(keys, GroupQueueKey(slug, queue, g.Name))
+			}
+			for _, item := range items {
+				g := groupFor(state.groups, item.Name)
+				routed[g+1] = append(routed[g+1], item.Name)
+			}
+			if len(state.groups) > 0 {
+				version = state.version
+			}
+		}
+		args := make([]any, 0, 4+len(extras)+len(items)+len(routed))
+		args = append(args, target.Downloader, version, len(extras)/2)
+		args = append(args, extras...)
+		for i := range keys[6:] {
+			args = append(args, len(routed[i]))
+			args = append(args, routed[i]...)
+		}
+		code, rest, err := e.runScriptList(ctx, op, enqueueScript, keys, args...)
+		if err != nil {
+			return EnqueueResult{}, err
+		}
+		switch {
+		case code == -1:
+			return EnqueueResult{}, errorf(op, CodeProjectNotFound, "no project %q", slug)
+		case code == -2 && attempt < 2:
+			if state, err = e.limitGroups(ctx, slug, true); err != nil {
+				return EnqueueResult{}, err
+			}
+			continue
+		case code < 0:
+			return EnqueueResult{}, unavailable(op, errors.New("limit groups kept changing during the enqueue"))
+		}
+		length := replyInt(rest[1])
+		if target.Downloader == "" {
+			// Report the whole queue: the queue and its groups' sub-queues.
+			if length, err = e.queueLength(ctx, slug, queue); err != nil {
+				return EnqueueResult{}, err
+			}
+		}
+		return EnqueueResult{Queued: int(code), Skipped: int(replyInt(rest[0])), Length: length}, nil
 	}
-	return EnqueueResult{Queued: int(code), Skipped: int(replyInt(rest[0])), Length: replyInt(rest[1])}, nil
+}
+
+// queueLength counts a shared queue with its limit groups' sub-queues.
+func (e *Engine) queueLength(ctx context.Context, slug string, q Queue) (int64, error) {
+	known, err := e.rdb.SMembers(ctx, GroupsKnownKey(slug)).Result()
+	if err != nil {
+		return 0, unavailable("queues.queueLength", err)
+	}
+	pipe := e.rdb.Pipeline()
+	lens := []*redis.IntCmd{pipe.LLen(ctx, QueueKey(slug, q))}
+	for _, g := range known {
+		lens = append(lens, pipe.LLen(ctx, GroupQueueKey(slug, q, g)))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, unavailable("queues.queueLength", err)
+	}
+	var n int64
+	for _, l := range lens {
+		n += l.Val()
+	}
+	return n, nil
 }
 
 // Counts are the sizes of a project's places.
@@ -641,10 +724,18 @@ func (e *Engine) Counts(ctx context.Context, slug string) (Counts, error) {
 	if err != nil {
 		return Counts{}, unavailable(op, err)
 	}
+	known, err := e.rdb.SMembers(ctx, GroupsKnownKey(slug)).Result()
+	if err != nil {
+		return Counts{}, unavailable(op, err)
+	}
 	pipe := e.rdb.Pipeline()
-	shared := make([]*redis.IntCmd, len(SharedQueues))
+	// A shared queue's count includes its limit groups' sub-queues.
+	shared := make([][]*redis.IntCmd, len(SharedQueues))
 	for i, q := range SharedQueues {
-		shared[i] = pipe.LLen(ctx, QueueKey(slug, q))
+		shared[i] = append(shared[i], pipe.LLen(ctx, QueueKey(slug, q)))
+		for _, g := range known {
+			shared[i] = append(shared[i], pipe.LLen(ctx, GroupQueueKey(slug, q, g)))
+		}
 	}
 	reservedLens := make([]*redis.IntCmd, len(reserved))
 	for i, d := range reserved {
@@ -656,8 +747,15 @@ func (e *Engine) Counts(ctx context.Context, slug string) (Counts, error) {
 	if _, err := pipe.Exec(ctx); err != nil {
 		return Counts{}, unavailable(op, err)
 	}
+	sum := func(cmds []*redis.IntCmd) int64 {
+		var n int64
+		for _, c := range cmds {
+			n += c.Val()
+		}
+		return n
+	}
 	c := Counts{
-		Todo: shared[0].Val(), Backfeed: shared[1].Val(), Secondary: shared[2].Val(), Redo: shared[3].Val(),
+		Todo: sum(shared[0]), Backfeed: sum(shared[1]), Secondary: sum(shared[2]), Redo: sum(shared[3]),
 		Out: out.Val(), Done: done.Val(), Reclaimable: due.Val(),
 	}
 	for _, l := range reservedLens {

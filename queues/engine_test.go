@@ -645,10 +645,17 @@ func placesOf(t *testing.T, tb bundle) map[string][]string {
 			places[it] = append(places[it], place)
 		}
 	}
+	groups, err := tb.rdb.SMembers(tb.ctx, queues.GroupsKnownKey(tb.slug)).Result()
+	require.NoError(t, err)
 	for _, q := range queues.SharedQueues {
 		items, err := tb.rdb.LRange(tb.ctx, queues.QueueKey(tb.slug, q), 0, -1).Result()
 		require.NoError(t, err)
 		add(string(q), items)
+		for _, g := range groups {
+			items, err := tb.rdb.LRange(tb.ctx, queues.GroupQueueKey(tb.slug, q, g), 0, -1).Result()
+			require.NoError(t, err)
+			add(string(q)+":g:"+g, items)
+		}
 	}
 	reserved, err := tb.rdb.SMembers(tb.ctx, queues.ReservedSetKey(tb.slug)).Result()
 	require.NoError(t, err)

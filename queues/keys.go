@@ -78,3 +78,36 @@ func RateKey(slug string) string { return projectPrefix(slug) + "rate" }
 // a claimant still completes it and the next claim continues its count. An
 // entry lives exactly as long as the item waits in redo.
 func ReleasedKey(slug string) string { return projectPrefix(slug) + "released" }
+
+// GroupQueueKey holds the items of queue q that belong to limit group g
+// (LIST): they are served only as fast as the group's rate allows, so the
+// rest of q flows at full speed and no request scans for them.
+func GroupQueueKey(slug string, q Queue, group string) string {
+	return projectPrefix(slug) + string(q) + ":g:" + group
+}
+
+// GroupRateKey holds limit group g's GCRA theoretical arrival time (STRING).
+func GroupRateKey(slug, group string) string { return projectPrefix(slug) + "rate:g:" + group }
+
+// GroupsKnownKey lists every limit group that ever had sub-queues (SET), so
+// a removed group's items can be found and routed back without SCAN.
+func GroupsKnownKey(slug string) string { return projectPrefix(slug) + "groups_known" }
+
+// DownloaderRateKey holds one downloader's request GCRA state (STRING).
+func DownloaderRateKey(slug, downloader string) string {
+	return projectPrefix(slug) + "rate:d:" + downloader
+}
+
+// IPRateKey holds one client IP's request GCRA state (STRING).
+func IPRateKey(slug, ip string) string { return projectPrefix(slug) + "rate:ip:" + ip }
+
+// GlobalBlockedKey maps a nickname or IP blocked in every project to a JSON
+// BlockEntry (HASH). It is global, so no script touches it: frontends
+// cache it and check it before the claim script runs.
+const GlobalBlockedKey = "hoard:blocked"
+
+// AdminLogKey keeps the project's recent operator changes (LIST, capped).
+func AdminLogKey(slug string) string { return projectPrefix(slug) + "admin_log" }
+
+// GlobalAdminLogKey keeps recent operator changes to global state (LIST, capped).
+const GlobalAdminLogKey = "hoard:admin_log"

@@ -19,6 +19,7 @@ var (
 	enqueueScript     = loadScript("enqueue.lua")
 	configWriteScript = loadScript("config_write.lua")
 	rescoreScript     = loadScript("rescore.lua")
+	siftScript        = loadScript("sift.lua")
 )
 
 func loadScript(name string) *redis.Script {

@@ -58,6 +58,14 @@ type Settings struct {
 	// smoothly (GCRA), with RateBurst requests allowed back to back.
 	RatePerMinute float64 `json:"rate_per_minute"`
 	RateBurst     int     `json:"rate_burst"`
+	// DownloaderRatePerMinute and IPRatePerMinute limit item requests of
+	// each downloader and each client IP the same way (0 = off).
+	DownloaderRatePerMinute float64 `json:"downloader_rate_per_minute"`
+	DownloaderRateBurst     int     `json:"downloader_rate_burst"`
+	IPRatePerMinute         float64 `json:"ip_rate_per_minute"`
+	IPRateBurst             int     `json:"ip_rate_burst"`
+	// IgnoreGlobalBlocks serves nicknames and IPs blocked server-wide.
+	IgnoreGlobalBlocks bool `json:"ignore_global_blocks"`
 	// DownloaderBudget caps the items one downloader may have out (0 = off).
 	DownloaderBudget int `json:"downloader_budget"`
 	// ClaimsLimit caps the items out in the whole project (0 = off).
@@ -73,35 +81,45 @@ type Settings struct {
 	UploadTargets []string `json:"upload_targets"`
 	// Extra keys sent with every item (never evaluated; plain JSON).
 	Extra map[string]json.RawMessage `json:"extra"`
+	// LimitGroups rate-limit item types and patterns; set them with
+	// Engine.SetLimitGroups, which also re-routes queued items.
+	LimitGroups []LimitGroup `json:"limit_groups"`
 }
 
 // DefaultSettings are a new project's settings.
 func DefaultSettings() Settings {
 	return Settings{
-		RateBurst:     1,
-		ReclaimTTL:    Duration(DefaultReclaimTTL),
-		MaxMulti:      DefaultMaxMulti,
-		LogLength:     DefaultLogLength,
-		UploadTargets: []string{},
-		Extra:         map[string]json.RawMessage{},
+		RateBurst:           1,
+		DownloaderRateBurst: 1,
+		IPRateBurst:         1,
+		ReclaimTTL:          Duration(DefaultReclaimTTL),
+		MaxMulti:            DefaultMaxMulti,
+		LogLength:           DefaultLogLength,
+		UploadTargets:       []string{},
+		Extra:               map[string]json.RawMessage{},
 	}
 }
 
 // SettingsPatch changes some settings; nil fields stay as they are.
 type SettingsPatch struct {
-	Title            *string                     `json:"title,omitempty"`
-	Paused           *bool                       `json:"paused,omitempty"`
-	MinVersion       *string                     `json:"min_version,omitempty"`
-	RatePerMinute    *float64                    `json:"rate_per_minute,omitempty"`
-	RateBurst        *int                        `json:"rate_burst,omitempty"`
-	DownloaderBudget *int                        `json:"downloader_budget,omitempty"`
-	ClaimsLimit      *int                        `json:"claims_limit,omitempty"`
-	ReclaimEnabled   *bool                       `json:"reclaim_enabled,omitempty"`
-	ReclaimTTL       *Duration                   `json:"reclaim_ttl,omitempty"`
-	MaxMulti         *int                        `json:"max_multi,omitempty"`
-	LogLength        *int                        `json:"log_length,omitempty"`
-	UploadTargets    *[]string                   `json:"upload_targets,omitempty"`
-	Extra            *map[string]json.RawMessage `json:"extra,omitempty"`
+	Title                   *string                     `json:"title,omitempty"`
+	Paused                  *bool                       `json:"paused,omitempty"`
+	MinVersion              *string                     `json:"min_version,omitempty"`
+	RatePerMinute           *float64                    `json:"rate_per_minute,omitempty"`
+	RateBurst               *int                        `json:"rate_burst,omitempty"`
+	DownloaderRatePerMinute *float64                    `json:"downloader_rate_per_minute,omitempty"`
+	DownloaderRateBurst     *int                        `json:"downloader_rate_burst,omitempty"`
+	IPRatePerMinute         *float64                    `json:"ip_rate_per_minute,omitempty"`
+	IPRateBurst             *int                        `json:"ip_rate_burst,omitempty"`
+	IgnoreGlobalBlocks      *bool                       `json:"ignore_global_blocks,omitempty"`
+	DownloaderBudget        *int                        `json:"downloader_budget,omitempty"`
+	ClaimsLimit             *int                        `json:"claims_limit,omitempty"`
+	ReclaimEnabled          *bool                       `json:"reclaim_enabled,omitempty"`
+	ReclaimTTL              *Duration                   `json:"reclaim_ttl,omitempty"`
+	MaxMulti                *int                        `json:"max_multi,omitempty"`
+	LogLength               *int                        `json:"log_length,omitempty"`
+	UploadTargets           *[]string                   `json:"upload_targets,omitempty"`
+	Extra                   *map[string]json.RawMessage `json:"extra,omitempty"`
 }
 
 // Apply returns s with the patch applied and checked.
@@ -120,6 +138,21 @@ func (p SettingsPatch) Apply(s Settings) (Settings, error) {
 	}
 	if p.RateBurst != nil {
 		s.RateBurst = *p.RateBurst
+	}
+	if p.DownloaderRatePerMinute != nil {
+		s.DownloaderRatePerMinute = *p.DownloaderRatePerMinute
+	}
+	if p.DownloaderRateBurst != nil {
+		s.DownloaderRateBurst = *p.DownloaderRateBurst
+	}
+	if p.IPRatePerMinute != nil {
+		s.IPRatePerMinute = *p.IPRatePerMinute
+	}
+	if p.IPRateBurst != nil {
+		s.IPRateBurst = *p.IPRateBurst
+	}
+	if p.IgnoreGlobalBlocks != nil {
+		s.IgnoreGlobalBlocks = *p.IgnoreGlobalBlocks
 	}
 	if p.DownloaderBudget != nil {
 		s.DownloaderBudget = *p.DownloaderBudget
@@ -163,6 +196,14 @@ func (s Settings) Validate() error {
 		return bad("rate_per_minute", "must be between 0 (off) and 6000000")
 	case s.RateBurst < 1 || s.RateBurst > 1e6:
 		return bad("rate_burst", "must be between 1 and 1000000")
+	case s.DownloaderRatePerMinute < 0 || s.DownloaderRatePerMinute > 6e6:
+		return bad("downloader_rate_per_minute", "must be between 0 (off) and 6000000")
+	case s.DownloaderRateBurst < 1 || s.DownloaderRateBurst > 1e6:
+		return bad("downloader_rate_burst", "must be between 1 and 1000000")
+	case s.IPRatePerMinute < 0 || s.IPRatePerMinute > 6e6:
+		return bad("ip_rate_per_minute", "must be between 0 (off) and 6000000")
+	case s.IPRateBurst < 1 || s.IPRateBurst > 1e6:
+		return bad("ip_rate_burst", "must be between 1 and 1000000")
 	case s.DownloaderBudget < 0:
 		return bad("downloader_budget", "must be 0 (off) or more")
 	case s.ClaimsLimit < 0:
@@ -207,6 +248,11 @@ func (s Settings) fields() []any {
 		"min_version", s.MinVersion,
 		"rate_per_minute", strconv.FormatFloat(s.RatePerMinute, 'f', -1, 64),
 		"rate_burst", strconv.Itoa(s.RateBurst),
+		"downloader_rate_per_minute", strconv.FormatFloat(s.DownloaderRatePerMinute, 'f', -1, 64),
+		"downloader_rate_burst", strconv.Itoa(s.DownloaderRateBurst),
+		"ip_rate_per_minute", strconv.FormatFloat(s.IPRatePerMinute, 'f', -1, 64),
+		"ip_rate_burst", strconv.Itoa(s.IPRateBurst),
+		"ignore_global_blocks", boolField(s.IgnoreGlobalBlocks),
 		"downloader_budget", strconv.Itoa(s.DownloaderBudget),
 		"claims_limit", strconv.Itoa(s.ClaimsLimit),
 		"reclaim_enabled", boolField(s.ReclaimEnabled),
@@ -247,6 +293,11 @@ func (p SettingsPatch) fieldNames() []string {
 	add(p.MinVersion != nil, "min_version")
 	add(p.RatePerMinute != nil, "rate_per_minute")
 	add(p.RateBurst != nil, "rate_burst")
+	add(p.DownloaderRatePerMinute != nil, "downloader_rate_per_minute")
+	add(p.DownloaderRateBurst != nil, "downloader_rate_burst")
+	add(p.IPRatePerMinute != nil, "ip_rate_per_minute")
+	add(p.IPRateBurst != nil, "ip_rate_burst")
+	add(p.IgnoreGlobalBlocks != nil, "ignore_global_blocks")
 	add(p.DownloaderBudget != nil, "downloader_budget")
 	add(p.ClaimsLimit != nil, "claims_limit")
 	add(p.ReclaimEnabled != nil, "reclaim_enabled")
@@ -269,6 +320,16 @@ func settingsFromHash(h map[string]string) Settings {
 		s.RatePerMinute = v
 	}
 	intField(h, "rate_burst", &s.RateBurst)
+	if v, err := strconv.ParseFloat(h["downloader_rate_per_minute"], 64); err == nil {
+		s.DownloaderRatePerMinute = v
+	}
+	intField(h, "downloader_rate_burst", &s.DownloaderRateBurst)
+	if v, err := strconv.ParseFloat(h["ip_rate_per_minute"], 64); err == nil {
+		s.IPRatePerMinute = v
+	}
+	intField(h, "ip_rate_burst", &s.IPRateBurst)
+	s.IgnoreGlobalBlocks = h["ignore_global_blocks"] == "1"
+	s.LimitGroups = decodeGroups(h["limit_groups"])
 	intField(h, "downloader_budget", &s.DownloaderBudget)
 	intField(h, "claims_limit", &s.ClaimsLimit)
 	s.ReclaimEnabled = h["reclaim_enabled"] == "1"

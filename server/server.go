@@ -38,6 +38,9 @@ type Config struct {
 	WarriorBodyBytes int64
 	AdminBodyBytes   int64
 	Logger           *slog.Logger
+	// MetricsToken, when set, is required to read /metrics
+	// (Authorization: Bearer …). Empty leaves /metrics open.
+	MetricsToken string
 }
 
 // Defaults for Config.
@@ -76,9 +79,11 @@ func New(cfg Config, engine *queues.Engine) (*Server, error) {
 	if err := router.SetTrustedProxies(cfg.TrustedProxies); err != nil {
 		return nil, fmt.Errorf("trusted proxies: %w", err)
 	}
-	router.Use(gin.Recovery(), renderErrors(cfg.Logger))
+	// Metrics wrap Recovery and renderErrors, to record the final status.
+	metrics := NewMetrics(engine, cfg.Logger)
+	router.Use(metrics.Middleware(), gin.Recovery(), renderErrors(cfg.Logger))
 
-	warrior := &WarriorAPI{Engine: engine, MaxBodyBytes: cfg.WarriorBodyBytes}
+	warrior := &WarriorAPI{Engine: engine, MaxBodyBytes: cfg.WarriorBodyBytes, StatsJSON: &StatsJSON{Engine: engine}}
 	admin := &AdminAPI{Engine: engine, Logger: cfg.Logger, MaxBodyBytes: cfg.AdminBodyBytes}
 	projects := &ProjectsFile{Path: cfg.ProjectsFile, Engine: engine, PublicURL: cfg.PublicURL, CacheFor: 10 * time.Second}
 
@@ -93,6 +98,7 @@ func New(cfg Config, engine *queues.Engine) (*Server, error) {
 		c.String(http.StatusOK, "ok\n")
 	})
 	router.GET("/projects.json", projects.Serve)
+	router.GET("/metrics", metrics.Serve(cfg.MetricsToken))
 	adminGroup := router.Group("/api/v1", requireToken(cfg.AdminToken, cfg.InsecureNoAdminToken))
 	admin.register(adminGroup)
 	// Warrior paths are routed on the raw path by WarriorAPI.Dispatch:

@@ -27,6 +27,8 @@ type WarriorAPI struct {
 	Engine WarriorEngine
 	// MaxBodyBytes caps request bodies; larger ones get 400.
 	MaxBodyBytes int64
+	// StatsJSON serves GET /<slug>/stats.json (server/stats.go); nil: 404.
+	StatsJSON *StatsJSON
 }
 
 // warriorRoute is a parsed warrior path.
@@ -71,7 +73,16 @@ func parseWarriorPath(path string) (warriorRoute, bool, error) {
 
 // Dispatch routes every path gin has no route for: warrior calls, or 404.
 func (w *WarriorAPI) Dispatch(c *gin.Context) {
+	// Metrics and stats.json (server/metrics.go, server/stats.go).
+	if slug, ok := statsJSONSlug(c.Request.URL.Path); ok && w.StatsJSON != nil {
+		c.Set(routeKey, routeStatsJSON)
+		w.StatsJSON.Serve(c, slug)
+		return
+	}
 	route, ok, err := parseWarriorPath(c.Request.URL.Path)
+	if ok {
+		c.Set(routeKey, warriorRouteLabel(route, c.Request.URL.Path))
+	}
 	if !ok {
 		_ = c.Error(&httpError{Status: http.StatusNotFound, Code: "no_route", Message: "no such endpoint"})
 		return

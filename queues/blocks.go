@@ -1,0 +1,95 @@
+package queues
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"time"
+)
+
+// globalBlockRefresh bounds how long a frontend serves a nickname or IP
+// after it was blocked server-wide.
+const globalBlockRefresh = 2 * time.Second
+
+// globalBlockCache is a frontend's copy of the server-wide block list. The
+// list lives in one global key, outside every project's slot, so the claim
+// script cannot read it; the frontend looks the downloader and IP up here
+// and passes the entry in. Block lists are small, so a full reload every
+// few seconds costs little and needs no pub/sub.
+type globalBlockCache struct {
+	mu       sync.Mutex
+	entries  map[string]string
+	loadedAt time.Time
+}
+
+func (c *globalBlockCache) lookup(ctx context.Context, e *Engine, downloader, ip string) (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.entries == nil || e.clock.Now().Sub(c.loadedAt) > globalBlockRefresh || e.clock.Now().Before(c.loadedAt) {
+		entries, err := e.rdb.HGetAll(ctx, GlobalBlockedKey).Result()
+		if err != nil {
+			return "", unavailable("queues.globalBlocks", err)
+		}
+		c.entries, c.loadedAt = entries, e.clock.Now()
+	}
+	if entry, ok := c.entries[downloader]; ok {
+		return entry, nil
+	}
+	return c.entries[ip], nil
+}
+
+func (c *globalBlockCache) invalidate() {
+	c.mu.Lock()
+	c.entries = nil
+	c.mu.Unlock()
+}
+
+// BlockGlobally blocks a nickname or IP in every project (except projects
+// with ignore_global_blocks). Frontends see it within globalBlockRefresh.
+func (e *Engine) BlockGlobally(ctx context.Context, who string, entry BlockEntry) error {
+	const op = "queues.BlockGlobally"
+	if who == "" || len(who) > 64 {
+		return errorf(op, CodeInvalid, "block target must be a nickname or an IP")
+	}
+	if entry.At.IsZero() {
+		entry.At = e.clock.Now().UTC()
+	}
+	raw, _ := json.Marshal(entry)
+	if err := e.rdb.HSet(ctx, GlobalBlockedKey, who, raw).Err(); err != nil {
+		return unavailable(op, err)
+	}
+	e.globalBlocks.invalidate()
+	return nil
+}
+
+// UnblockGlobally lifts a server-wide block; it reports whether there was one.
+func (e *Engine) UnblockGlobally(ctx context.Context, who string) (bool, error) {
+	n, err := e.rdb.HDel(ctx, GlobalBlockedKey, who).Result()
+	if err != nil {
+		return false, unavailable("queues.UnblockGlobally", err)
+	}
+	e.globalBlocks.invalidate()
+	return n > 0, nil
+}
+
+// Blocks lists the block entries of a project ("" = the global list).
+func (e *Engine) Blocks(ctx context.Context, slug string) (map[string]BlockEntry, error) {
+	key := GlobalBlockedKey
+	if slug != "" {
+		if _, err := e.Project(ctx, slug); err != nil {
+			return nil, err
+		}
+		key = BlockedKey(slug)
+	}
+	raw, err := e.rdb.HGetAll(ctx, key).Result()
+	if err != nil {
+		return nil, unavailable("queues.Blocks", err)
+	}
+	out := make(map[string]BlockEntry, len(raw))
+	for who, v := range raw {
+		var entry BlockEntry
+		_ = json.Unmarshal([]byte(v), &entry)
+		out[who] = entry
+	}
+	return out, nil
+}

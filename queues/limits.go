@@ -1,0 +1,294 @@
+package queues
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"sync"
+)
+
+// groupState is one frontend's cached copy of a project's limit groups. The
+// claim and enqueue scripts compare its version with the config's, so a
+// stale copy is caught and refreshed, never silently used.
+type groupState struct {
+	version string
+	groups  []compiledGroup
+}
+
+// groupCache holds groupState per project slug.
+type groupCache struct {
+	mu     sync.Mutex
+	states map[string]*groupState
+}
+
+func (e *Engine) limitGroups(ctx context.Context, slug string, refresh bool) (*groupState, error) {
+	e.groupCache.mu.Lock()
+	state, ok := e.groupCache.states[slug]
+	e.groupCache.mu.Unlock()
+	if ok && !refresh {
+		return state, nil
+	}
+	values, err := e.rdb.HMGet(ctx, ConfigKey(slug), "limit_groups", "limit_groups_version", "created_at").Result()
+	if err != nil {
+		return nil, unavailable("queues.limitGroups", err)
+	}
+	if values[2] == nil {
+		// No such project: nothing to cache (slugs come from clients),
+		// and the scripts answer "no such project" themselves.
+		return &groupState{version: "0"}, nil
+	}
+	raw, _ := values[0].(string)
+	version, _ := values[1].(string)
+	if version == "" {
+		version = "0"
+	}
+	groups, err := compileGroups(decodeGroups(raw))
+	if err != nil {
+		// Stored groups were validated when set; a bad copy means damage.
+		return nil, unavailable("queues.limitGroups", err)
+	}
+	state = &groupState{version: version, groups: groups}
+	e.groupCache.mu.Lock()
+	if e.groupCache.states == nil {
+		e.groupCache.states = map[string]*groupState{}
+	}
+	e.groupCache.states[slug] = state
+	e.groupCache.mu.Unlock()
+	return state, nil
+}
+
+// claimKeys builds the claim script's KEYS and the group part of its ARGV.
+func claimKeys(slug, downloader, ip, globalBlock string, state *groupState) ([]string, []any) {
+	keys := make([]string, 0, 18+5*len(state.groups))
+	keys = append(keys,
+		ConfigKey(slug), ReservedQueueKey(slug, downloader),
+		QueueKey(slug, QueueTodo), QueueKey(slug, QueueBackfeed), QueueKey(slug, QueueSecondary), QueueKey(slug, QueueRedo),
+		OutKey(slug), DeadlinesKey(slug), ClaimsKey(slug), DoneKey(slug), BudgetKey(slug),
+		ExtrasKey(slug), StatsKey(slug), BlockedKey(slug), RateKey(slug), ReleasedKey(slug),
+		DownloaderRateKey(slug, downloader), IPRateKey(slug, ip))
+	args := make([]any, 0, 2+2*len(state.groups))
+	args = append(args, globalBlock, state.version)
+	for _, g := range state.groups {
+		for _, q := range SharedQueues {
+			keys = append(keys, GroupQueueKey(slug, q, g.Name))
+		}
+		keys = append(keys, GroupRateKey(slug, g.Name))
+		args = append(args, strconv.FormatFloat(g.RatePerMinute, 'f', -1, 64), g.Burst)
+	}
+	return keys, args
+}
+
+// SetLimitGroups replaces a project's limit groups, then re-routes the
+// items already queued so each sits in the sub-queue of its group.
+// Requests stay correct meanwhile: an item not yet re-routed is only served
+// as if it had no group.
+func (e *Engine) SetLimitGroups(ctx context.Context, slug string, groups []LimitGroup) (SiftResult, error) {
+	const op = "queues.SetLimitGroups"
+	if err := ValidateSlug(slug); err != nil {
+		return SiftResult{}, err
+	}
+	compiled, err := compileGroups(groups)
+	if err != nil {
+		return SiftResult{}, err
+	}
+	stored := make([]LimitGroup, len(compiled))
+	names := make([]any, len(compiled))
+	for i, g := range compiled {
+		stored[i], names[i] = g.LimitGroup, g.Name
+	}
+	raw, _ := json.Marshal(stored)
+	if len(names) > 0 {
+		if err := e.rdb.SAdd(ctx, GroupsKnownKey(slug), names...).Err(); err != nil {
+			return SiftResult{}, unavailable(op, err)
+		}
+	}
+	n, err := e.runScriptInt(ctx, op, configWriteScript, []string{ConfigKey(slug)}, "groups", "limit_groups", string(raw))
+	if err != nil {
+		return SiftResult{}, err
+	}
+	if n < 0 {
+		return SiftResult{}, errorf(op, CodeProjectNotFound, "no project %q", slug)
+	}
+	return e.Reroute(ctx, slug)
+}
+
+// SiftResult counts a re-route or a move.
+type SiftResult struct {
+	Moved   int `json:"moved"`
+	Scanned int `json:"scanned"`
+}
+
+// Reroute puts every queued item of the shared queues into the queue its
+// limit group (or none) calls for: items matching a group go to that
+// group's sub-queue, items of removed or changed groups come back.
+func (e *Engine) Reroute(ctx context.Context, slug string) (SiftResult, error) {
+	const op = "queues.Reroute"
+	known, err := e.rdb.SMembers(ctx, GroupsKnownKey(slug)).Result()
+	if err != nil {
+		return SiftResult{}, unavailable(op, err)
+	}
+	var total SiftResult
+	for _, q := range SharedQueues {
+		sources := []string{QueueKey(slug, q)}
+		for _, g := range known {
+			sources = append(sources, GroupQueueKey(slug, q, g))
+		}
+		for _, source := range sources {
+			r, err := e.sift(ctx, slug, source, q, nil, -1)
+			total.Moved += r.Moved
+			total.Scanned += r.Scanned
+			if err != nil {
+				return total, err
+			}
+		}
+	}
+	return total, nil
+}
+
+// MoveRequest moves items between shared queues: those matching Match (any
+// when Match is nil), at most Count (all when Count <= 0).
+type MoveRequest struct {
+	From  Queue
+	To    Queue
+	Match *LimitGroup // only Type, Glob or Regex are read
+	Count int
+}
+
+// Move moves queued items from one shared queue (and its groups'
+// sub-queues) to another, keeping each item in the sub-queue its limit
+// group calls for.
+func (e *Engine) Move(ctx context.Context, slug string, req MoveRequest) (SiftResult, error) {
+	const op = "queues.Move"
+	if _, err := e.Project(ctx, slug); err != nil {
+		return SiftResult{}, err
+	}
+	from, err := ParseQueue(string(req.From))
+	if err != nil {
+		return SiftResult{}, err
+	}
+	to, err := ParseQueue(string(req.To))
+	if err != nil {
+		return SiftResult{}, err
+	}
+	if from == to {
+		return SiftResult{}, errorf(op, CodeInvalid, "from and to are the same queue")
+	}
+	var match *compiledGroup
+	if req.Match != nil {
+		m := *req.Match
+		m.Name, m.Burst = "match", 1
+		compiled, err := compileGroups([]LimitGroup{m})
+		if err != nil {
+			return SiftResult{}, err
+		}
+		match = &compiled[0]
+	}
+	known, err := e.rdb.SMembers(ctx, GroupsKnownKey(slug)).Result()
+	if err != nil {
+		return SiftResult{}, unavailable(op, err)
+	}
+	sources := []string{QueueKey(slug, from)}
+	for _, g := range known {
+		sources = append(sources, GroupQueueKey(slug, from, g))
+	}
+	limit := req.Count
+	if limit <= 0 {
+		limit = -1
+	}
+	var total SiftResult
+	for _, source := range sources {
+		r, err := e.sift(ctx, slug, source, to, match, limit)
+		total.Moved += r.Moved
+		total.Scanned += r.Scanned
+		if err != nil {
+			return total, err
+		}
+		if limit > 0 {
+			limit -= r.Moved
+			if limit == 0 {
+				break
+			}
+		}
+	}
+	return total, nil
+}
+
+// sift walks one queue from its head once, a page per script call. Items
+// that match (every item when match is nil) are routed into the shared
+// queue dest, into the sub-queue their limit group calls for; the others
+// rotate to the tail. It stops after one pass over the queue's length at
+// the start, or after limit items moved (limit < 0: no limit). Routing
+// decisions carry the groups' version; a change meanwhile restarts the page
+// with fresh groups.
+func (e *Engine) sift(ctx context.Context, slug, source string, dest Queue, match *compiledGroup, limit int) (SiftResult, error) {
+	const op = "queues.sift"
+	const page = 1000
+	var result SiftResult
+	length, err := e.rdb.LLen(ctx, source).Result()
+	if err != nil {
+		return result, unavailable(op, err)
+	}
+	state, err := e.limitGroups(ctx, slug, true)
+	if err != nil {
+		return result, err
+	}
+	for int64(result.Scanned) < length && (limit < 0 || result.Moved < limit) {
+		if err := ctx.Err(); err != nil {
+			return result, err
+		}
+		want := int64(page)
+		if rest := length - int64(result.Scanned); rest < want {
+			want = rest
+		}
+		items, err := e.rdb.LRange(ctx, source, 0, want-1).Result()
+		if err != nil {
+			return result, unavailable(op, err)
+		}
+		if len(items) == 0 {
+			return result, nil
+		}
+		// Destinations: KEYS[3] is dest itself, KEYS[3+g] dest's sub-queue
+		// of group g.
+		keys := []string{ConfigKey(slug), source, QueueKey(slug, dest)}
+		for _, g := range state.groups {
+			keys = append(keys, GroupQueueKey(slug, dest, g.Name))
+		}
+		args := []any{state.version, len(items), "decide"}
+		moving := 0
+		for _, item := range items {
+			d := 0
+			if (match == nil || match.matches(item)) && (limit < 0 || result.Moved+moving < limit) {
+				d = 1 + groupFor(state.groups, item) + 1 // 1 = dest, 2+g = group g
+				moving++
+			}
+			target := ""
+			if d > 0 {
+				target = keys[1+d]
+			}
+			if target == source {
+				d = 0 // already where it belongs
+				moving--
+			}
+			args = append(args, item, d)
+		}
+		code, rest, err := e.runScriptList(ctx, op, siftScript, keys, args...)
+		if err != nil {
+			return result, err
+		}
+		switch code {
+		case -1:
+			return result, errorf(op, CodeProjectNotFound, "no project %q", slug)
+		case -2:
+			if state, err = e.limitGroups(ctx, slug, true); err != nil {
+				return result, err
+			}
+			continue
+		}
+		result.Moved += int(replyInt(rest[0]))
+		result.Scanned += int(replyInt(rest[0]) + replyInt(rest[1]))
+		if code == 0 {
+			return result, nil // the queue is empty
+		}
+	}
+	return result, nil
+}

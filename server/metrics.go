@@ -1,0 +1,264 @@
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/hoardproject/hoard/queues"
+)
+
+// routeKey is the gin context key under which a handler names its route
+// for the HTTP metrics. Values are the route* constants below.
+const routeKey = "hoard.route"
+
+// Route labels of hoard_http_*: a fixed, small set. Never a raw path or a
+// slug, which would let any client mint new time series.
+const (
+	routeRequest      = "request"
+	routeMultiRequest = "multi_request"
+	routeDone         = "done"
+	routeUpload       = "upload"
+	routeRelease      = "release"
+	routeStatsJSON    = "stats_json"
+	routeProjectsJSON = "projects_json"
+	routeNow          = "now"
+	routeHealthz      = "healthz"
+	routeMetrics      = "metrics"
+	routeAdmin        = "admin"
+	routeOther        = "other"
+)
+
+// scrapeTimeout bounds how long one /metrics scrape may spend reading
+// project statistics from Redis.
+const scrapeTimeout = 5 * time.Second
+
+// latencyBuckets span 100µs to 10s.
+var latencyBuckets = []float64{
+	.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10,
+}
+
+// Metrics owns the server's private Prometheus registry.
+type Metrics struct {
+	registry *prometheus.Registry
+	duration *prometheus.HistogramVec
+	requests *prometheus.CounterVec
+}
+
+// NewMetrics builds a registry with the Go and process collectors, the
+// HTTP request metrics and a per-project collector over stats.
+func NewMetrics(stats ProjectStats, logger *slog.Logger) *Metrics {
+	m := &Metrics{
+		registry: prometheus.NewRegistry(),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "hoard_http_request_duration_seconds",
+			Help:    "Time to serve an HTTP request, by route and status code.",
+			Buckets: latencyBuckets,
+		}, []string{"route", "code"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hoard_http_requests_total",
+			Help: "HTTP requests served, by route and status code.",
+		}, []string{"route", "code"}),
+	}
+	m.registry.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.duration,
+		m.requests,
+		newProjectCollector(stats, logger),
+	)
+	return m
+}
+
+// Middleware times every request. It must run outside renderErrors and
+// gin.Recovery, so the status it records is the one the client got.
+func (m *Metrics) Middleware() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		start := time.Now()
+		c.Next()
+		route, code := routeLabel(c), strconv.Itoa(c.Writer.Status())
+		m.duration.WithLabelValues(route, code).Observe(time.Since(start).Seconds())
+		m.requests.WithLabelValues(route, code).Inc()
+	}
+}
+
+// routeLabel is the route a handler named with c.Set(routeKey, …), or
+// else one derived from gin's matched route pattern.
+func routeLabel(c *gin.Context) string {
+	if v, ok := c.Get(routeKey); ok {
+		if s, ok := v.(string); ok {
+			return s
+		}
+	}
+	switch p := c.FullPath(); {
+	case p == "/now":
+		return routeNow
+	case p == "/healthz":
+		return routeHealthz
+	case p == "/projects.json":
+		return routeProjectsJSON
+	case p == "/metrics":
+		return routeMetrics
+	case p == "/api/v1" || strings.HasPrefix(p, "/api/v1/"):
+		return routeAdmin
+	}
+	return routeOther
+}
+
+// warriorRouteLabel labels a parsed warrior path; a path with a multi=N
+// segment is a multi_request.
+func warriorRouteLabel(route warriorRoute, path string) string {
+	if route.Action == "request" && strings.Count(strings.TrimPrefix(path, "/"), "/") > 1 {
+		return routeMultiRequest
+	}
+	return route.Action
+}
+
+// Serve answers GET /metrics in the Prometheus text format. A non-empty
+// token is required as "Authorization: Bearer <token>"; an empty one
+// leaves /metrics open.
+func (m *Metrics) Serve(token string) gin.HandlerFunc {
+	h := promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+	return func(c *gin.Context) {
+		if token != "" {
+			got, ok := strings.CutPrefix(c.GetHeader("Authorization"), "Bearer ")
+			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+				c.Header("WWW-Authenticate", `Bearer realm="hoard metrics"`)
+				_ = c.Error(&httpError{Status: http.StatusUnauthorized, Code: "unauthorized",
+					Message: "missing or wrong metrics token (send Authorization: Bearer <HOARD_METRICS_TOKEN>)"})
+				return
+			}
+		}
+		h.ServeHTTP(c.Writer, c.Request)
+	}
+}
+
+// ProjectStats is what the project collector needs from the engine.
+type ProjectStats interface {
+	Projects(ctx context.Context) ([]string, error)
+	Stats(ctx context.Context, slug string) (queues.Stats, error)
+}
+
+// projectCollector reads every project's statistics at scrape time, so
+// the numbers are Redis's, not a copy that can drift.
+type projectCollector struct {
+	stats  ProjectStats
+	logger *slog.Logger
+
+	items            *prometheus.Desc
+	itemsDone        *prometheus.Desc
+	bytesDone        *prometheus.Desc
+	itemRequests     *prometheus.Desc
+	itemsServed      *prometheus.Desc
+	reclaimsServed   *prometheus.Desc
+	irsr             *prometheus.Desc
+	reclaimRate      *prometheus.Desc
+	reclaimServeRate *prometheus.Desc
+	rtt              *prometheus.Desc
+	scrapeErrors     prometheus.Counter
+}
+
+// requestResults maps the result label of hoard_project_item_requests_total
+// to its counter in queues.Stats.Counters.
+var requestResults = []struct{ label, counter string }{
+	{"served", "requests_served"},
+	{"empty", "requests_empty"},
+	{"rate_limited", "requests_rate_limited"},
+	{"blocked", "requests_blocked"},
+	{"too_old", "requests_too_old"},
+}
+
+func newProjectCollector(stats ProjectStats, logger *slog.Logger) *projectCollector {
+	project := []string{"project"}
+	desc := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, append(project, labels...), nil)
+	}
+	return &projectCollector{
+		stats:            stats,
+		logger:           logger,
+		items:            desc("hoard_project_items", "Items in each place of a project (queues, out, done, reclaimable).", "place"),
+		itemsDone:        desc("hoard_project_items_done_total", "Items completed."),
+		bytesDone:        desc("hoard_project_bytes_done_total", "Bytes reported by completed items."),
+		itemRequests:     desc("hoard_project_item_requests_total", "Item requests, by result.", "result"),
+		itemsServed:      desc("hoard_project_items_served_total", "Items handed out, reclaims included."),
+		reclaimsServed:   desc("hoard_project_reclaims_served_total", "Reclaimed items handed out again."),
+		irsr:             desc("hoard_project_irsr", "Item request serve rate: share of item requests given an item."),
+		reclaimRate:      desc("hoard_project_reclaim_rate", "Share of handed-out items reclaimed at least once."),
+		reclaimServeRate: desc("hoard_project_reclaim_serve_rate", "Share of served requests given a reclaim."),
+		rtt:              desc("hoard_project_rtt_seconds", "Mean time from claim to done."),
+		scrapeErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hoard_metrics_scrape_errors_total",
+			Help: "Projects (or project lists) whose statistics could not be read during a scrape.",
+		}),
+	}
+}
+
+func (p *projectCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{p.items, p.itemsDone, p.bytesDone, p.itemRequests, p.itemsServed,
+		p.reclaimsServed, p.irsr, p.reclaimRate, p.reclaimServeRate, p.rtt} {
+		ch <- d
+	}
+	p.scrapeErrors.Describe(ch)
+}
+
+func (p *projectCollector) Collect(ch chan<- prometheus.Metric) {
+	// Emitted last, so it includes this scrape's errors.
+	defer p.scrapeErrors.Collect(ch)
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
+	defer cancel()
+	slugs, err := p.stats.Projects(ctx)
+	if err != nil {
+		p.scrapeErrors.Inc()
+		p.logger.Warn("metrics: cannot list projects", "err", err)
+		return
+	}
+	for _, slug := range slugs {
+		s, err := p.stats.Stats(ctx, slug)
+		if err != nil {
+			p.scrapeErrors.Inc()
+			p.logger.Warn("metrics: cannot read project stats", "project", slug, "err", err)
+			continue
+		}
+		p.collectProject(ch, slug, s)
+	}
+}
+
+func (p *projectCollector) collectProject(ch chan<- prometheus.Metric, slug string, s queues.Stats) {
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append([]string{slug}, labels...)...)
+	}
+	// A missing counter reads as 0 from the nil-safe map lookup.
+	counter := func(d *prometheus.Desc, key string, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(s.Counters[key]), append([]string{slug}, labels...)...)
+	}
+	c := s.Counts
+	for _, place := range []struct {
+		name string
+		n    int64
+	}{
+		{"todo", c.Todo}, {"todo:backfeed", c.Backfeed}, {"todo:secondary", c.Secondary}, {"todo:redo", c.Redo},
+		{"todo:reserved", c.Reserved}, {"out", c.Out}, {"done", c.Done}, {"reclaimable", c.Reclaimable},
+	} {
+		gauge(p.items, float64(place.n), place.name)
+	}
+	counter(p.itemsDone, "items_done")
+	counter(p.bytesDone, "bytes_done")
+	for _, r := range requestResults {
+		counter(p.itemRequests, r.counter, r.label)
+	}
+	counter(p.itemsServed, "items_served")
+	counter(p.reclaimsServed, "reclaims_served")
+	gauge(p.irsr, s.IRSR)
+	gauge(p.reclaimRate, s.ReclaimRate)
+	gauge(p.reclaimServeRate, s.ReclaimServeRate)
+	gauge(p.rtt, time.Duration(s.RTT).Seconds())
+}
