@@ -20,10 +20,11 @@
 -- KEYS[16] released   HASH  item -> released record, for items released to redo
 -- KEYS[17] rate:d     STRING this downloader's GCRA state
 -- KEYS[18] rate:ip    STRING this client IP's GCRA state
+-- KEYS[19] hourly     HASH  this hour's counters (expires after 8 days)
 -- then, for each limit group g (in the order of the config's limit_groups):
--- KEYS[19+5g .. 22+5g]  LIST  the group's sub-queues of todo, todo:backfeed,
+-- KEYS[20+5g .. 23+5g]  LIST  the group's sub-queues of todo, todo:backfeed,
 --                             todo:secondary and todo:redo
--- KEYS[23+5g]           STRING the group's GCRA state
+-- KEYS[24+5g]           STRING the group's GCRA state
 --
 -- ARGV[1] now (ms)
 -- ARGV[2] downloader
@@ -59,7 +60,7 @@ local wanted = tonumber(ARGV[4])
 local version = ARGV[5]
 local global_block = ARGV[6]
 local groups_version = ARGV[7]
-local ngroups = (#KEYS - 18) / 5
+local ngroups = (#KEYS - 19) / 5
 
 local cfg = redis.call('HMGET', KEYS[1], 'created_at', 'paused', 'min_version',
   'rate_per_minute', 'rate_burst', 'downloader_budget', 'claims_limit',
@@ -128,6 +129,11 @@ if min_version and min_version ~= '' and (version == '' or version_less(version,
 end
 
 redis.call('HINCRBY', KEYS[13], 'requests', 1)
+local function hourly(field, n)
+  redis.call('HINCRBY', KEYS[19], field, n)
+end
+hourly('requests', 1)
+redis.call('EXPIRE', KEYS[19], 691200)
 
 -- GCRA: requests are spaced by period ms with a burst allowance, so there
 -- is no burst at minute boundaries as with per-minute counters. All three
@@ -256,7 +262,7 @@ for g = 0, ngroups - 1 do
   local tokens = 0
   if rate > 0 then
     local period = 60000 / rate
-    local tat = tonumber(redis.call('GET', KEYS[23 + 5 * g]) or '0') or 0
+    local tat = tonumber(redis.call('GET', KEYS[24 + 5 * g]) or '0') or 0
     if tat < now then tat = now end
     tokens = math.max(0, math.floor((now - tat) / period + burst + 0.000001))
     group_tat[g], group_period[g] = tat, period
@@ -264,7 +270,7 @@ for g = 0, ngroups - 1 do
   group_tokens[g] = tokens
   if tokens == 0 and not group_limit_hit then
     for q = 0, 3 do
-      if redis.call('EXISTS', KEYS[19 + 5 * g + q]) == 1 then
+      if redis.call('EXISTS', KEYS[20 + 5 * g + q]) == 1 then
         group_limit_hit = true
         break
       end
@@ -296,12 +302,12 @@ for q = 0, 3 do
     local want = math.min(room(), group_tokens[g])
     if want > 0 then
       local before = #taken
-      pop_fresh(KEYS[19 + 5 * g + q], want)
+      pop_fresh(KEYS[20 + 5 * g + q], want)
       local got = #taken - before
       if got > 0 then
         group_tokens[g] = group_tokens[g] - got
         group_tat[g] = group_tat[g] + got * group_period[g]
-        redis.call('SET', KEYS[23 + 5 * g], string.format('%.4f', group_tat[g]),
+        redis.call('SET', KEYS[24 + 5 * g], string.format('%.4f', group_tat[g]),
           'PX', int(math.ceil(group_tat[g] - now) + 1000))
       end
     end
@@ -333,9 +339,11 @@ end
 redis.call('HINCRBY', KEYS[11], downloader, #taken)
 redis.call('HINCRBY', KEYS[13], 'requests_served', 1)
 redis.call('HINCRBY', KEYS[13], 'items_served', #taken)
+hourly('requests_served', 1)
 if reclaims > 0 then
   redis.call('HINCRBY', KEYS[13], 'requests_served_reclaim', 1)
   redis.call('HINCRBY', KEYS[13], 'reclaims_served', reclaims)
+  hourly('requests_served_reclaim', 1)
 end
 
 local extras = {}

@@ -18,6 +18,7 @@
 -- KEYS[13] log                LIST recent completions (JSON), newest first
 -- KEYS[14] released           HASH item -> released record
 -- KEYS[15] redo               LIST todo:redo, where released items wait
+-- KEYS[16] hourly             HASH this hour's counters (expires after 8 days)
 --
 -- ARGV[1] now (ms)
 -- ARGV[2] downloader who reports the items
@@ -138,6 +139,9 @@ call_chunked('SADD', KEYS[5], fresh)
 
 redis.call('HINCRBY', KEYS[8], 'items_done', #fresh)
 hincr_capped(KEYS[8], 'bytes_done', total_bytes)
+redis.call('HINCRBY', KEYS[16], 'items_done', #fresh)
+hincr_capped(KEYS[16], 'bytes_done', total_bytes)
+redis.call('EXPIRE', KEYS[16], 691200)
 hincr_capped(KEYS[9], downloader, total_bytes)
 redis.call('HINCRBY', KEYS[10], downloader, #fresh)
 if version ~= '' then

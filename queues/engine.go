@@ -235,8 +235,9 @@ func (e *Engine) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, erro
 	var code int64
 	var rest []any
 	for attempt := 0; ; attempt++ {
-		keys, groupArgs := claimKeys(slug, req.Downloader, ip, globalBlock, state)
-		args := append([]any{e.nowMillis(), req.Downloader, ip, req.Count, req.Version}, groupArgs...)
+		now := e.clock.Now()
+		keys, groupArgs := claimKeys(slug, req.Downloader, ip, globalBlock, now, state)
+		args := append([]any{now.UnixMilli(), req.Downloader, ip, req.Count, req.Version}, groupArgs...)
 		code, rest, err = e.runScriptList(ctx, op, claimScript, keys, args...)
 		if err != nil {
 			return ClaimResult{}, err
@@ -375,13 +376,15 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 		return DoneResult{}, &Error{Op: op, Code: CodeInvalid, Message: "id is not valid JSON", Err: err}
 	}
 	slug := req.Project
+	now := e.clock.Now()
 	keys := []string{
 		ConfigKey(slug), OutKey(slug), DeadlinesKey(slug), ClaimsKey(slug), DoneKey(slug), BudgetKey(slug),
 		ExtrasKey(slug), StatsKey(slug), DownloaderBytesKey(slug), DownloaderItemsKey(slug),
 		DownloaderVersionKey(slug), DomainBytesKey(slug), LogKey(slug), ReleasedKey(slug), QueueKey(slug, QueueRedo),
+		HourlyKey(slug, now),
 	}
 	args := make([]any, 0, 6+2*len(groups)+len(req.Items))
-	args = append(args, e.nowMillis(), req.Downloader, req.Version, total, tail, len(groups))
+	args = append(args, now.UnixMilli(), req.Downloader, req.Version, total, tail, len(groups))
 	for _, g := range groups {
 		args = append(args, g, req.Bytes[g])
 	}

@@ -118,6 +118,12 @@ func TestClaimAndDone(t *testing.T) {
 		require.Equal(t, []queues.DownloaderStats{{Name: "alice", Bytes: 100, Items: 1}}, stats.Downloaders)
 		require.EqualValues(t, 100, stats.DomainBytes["data"])
 		require.Equal(t, 1.0, stats.IRSR)
+		require.Len(t, stats.Hourly, 24)
+		require.Equal(t, queues.HourStats{Hour: tb.clock.Now().Truncate(time.Hour), ItemsDone: 1, BytesDone: 100, Requests: 1, RequestsServed: 1}, stats.Hourly[23])
+		require.Equal(t, queues.WindowStats{Requests: 1, IRSR: 1, ItemsDone: 1, BytesDone: 100}, stats.LastHour)
+		ttl, err := tb.rdb.TTL(tb.ctx, queues.HourlyKey(tb.slug, tb.clock.Now())).Result()
+		require.NoError(t, err)
+		require.InDelta(t, queues.HourlyRetention.Seconds(), ttl.Seconds(), 5, "hourly history expires")
 
 		recent, err := tb.engine.Recent(tb.ctx, tb.slug, 10)
 		require.NoError(t, err)

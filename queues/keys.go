@@ -1,5 +1,7 @@
 package queues
 
+import "time"
+
 // Every key of a project carries the project's hash tag "{slug}", so every
 // script touches a single slot and the same code runs on one Redis and on
 // Redis Cluster. All key names are built here and nowhere else; scripts
@@ -111,3 +113,10 @@ func AdminLogKey(slug string) string { return projectPrefix(slug) + "admin_log" 
 
 // GlobalAdminLogKey keeps recent operator changes to global state (LIST, capped).
 const GlobalAdminLogKey = "hoard:admin_log"
+
+// HourlyKey holds the counters of one UTC hour (HASH: items_done,
+// bytes_done, requests, requests_served, requests_served_reclaim). Each
+// expires after HourlyRetention, so history stays bounded.
+func HourlyKey(slug string, hour time.Time) string {
+	return projectPrefix(slug) + "hourly:" + hour.UTC().Format("2006010215")
+}

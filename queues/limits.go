@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strconv"
 	"sync"
+	"time"
 )
 
 // groupState is one frontend's cached copy of a project's limit groups. The
@@ -58,14 +59,14 @@ func (e *Engine) limitGroups(ctx context.Context, slug string, refresh bool) (*g
 }
 
 // claimKeys builds the claim script's KEYS and the group part of its ARGV.
-func claimKeys(slug, downloader, ip, globalBlock string, state *groupState) ([]string, []any) {
-	keys := make([]string, 0, 18+5*len(state.groups))
+func claimKeys(slug, downloader, ip, globalBlock string, now time.Time, state *groupState) ([]string, []any) {
+	keys := make([]string, 0, 19+5*len(state.groups))
 	keys = append(keys,
 		ConfigKey(slug), ReservedQueueKey(slug, downloader),
 		QueueKey(slug, QueueTodo), QueueKey(slug, QueueBackfeed), QueueKey(slug, QueueSecondary), QueueKey(slug, QueueRedo),
 		OutKey(slug), DeadlinesKey(slug), ClaimsKey(slug), DoneKey(slug), BudgetKey(slug),
 		ExtrasKey(slug), StatsKey(slug), BlockedKey(slug), RateKey(slug), ReleasedKey(slug),
-		DownloaderRateKey(slug, downloader), IPRateKey(slug, ip))
+		DownloaderRateKey(slug, downloader), IPRateKey(slug, ip), HourlyKey(slug, now))
 	args := make([]any, 0, 2+2*len(state.groups))
 	args = append(args, globalBlock, state.version)
 	for _, g := range state.groups {

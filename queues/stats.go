@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strconv"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Stats are a project's counters and the rates operators steer by (seed
@@ -23,7 +25,34 @@ type Stats struct {
 	RTT         Duration          `json:"rtt"`
 	Downloaders []DownloaderStats `json:"downloaders"`
 	DomainBytes map[string]int64  `json:"domain_bytes"`
+	// LastHour are the same rates over the current and the previous UTC
+	// hour, which is what operators steer by; the ones above are lifetime.
+	LastHour WindowStats `json:"last_hour"`
+	// Hourly lists the last 24 UTC hours, oldest first.
+	Hourly []HourStats `json:"hourly"`
 }
+
+// WindowStats are the rates over a recent window.
+type WindowStats struct {
+	Requests         int64   `json:"requests"`
+	IRSR             float64 `json:"irsr"`
+	ReclaimServeRate float64 `json:"reclaim_serve_rate"`
+	ItemsDone        int64   `json:"items_done"`
+	BytesDone        int64   `json:"bytes_done"`
+}
+
+// HourStats are one UTC hour's counters.
+type HourStats struct {
+	Hour                  time.Time `json:"hour"`
+	ItemsDone             int64     `json:"items_done"`
+	BytesDone             int64     `json:"bytes_done"`
+	Requests              int64     `json:"requests"`
+	RequestsServed        int64     `json:"requests_served"`
+	RequestsServedReclaim int64     `json:"requests_served_reclaim"`
+}
+
+// HourlyRetention is how long hourly counters are kept.
+const HourlyRetention = 8 * 24 * time.Hour
 
 // DownloaderStats is one row of the leaderboard.
 type DownloaderStats struct {
@@ -46,6 +75,11 @@ func (e *Engine) Stats(ctx context.Context, slug string) (Stats, error) {
 	items := pipe.HGetAll(ctx, DownloaderItemsKey(slug))
 	versions := pipe.HGetAll(ctx, DownloaderVersionKey(slug))
 	domains := pipe.HGetAll(ctx, DomainBytesKey(slug))
+	thisHour := e.clock.Now().UTC().Truncate(time.Hour)
+	hours := make([]*redis.MapStringStringCmd, 24)
+	for i := range hours {
+		hours[i] = pipe.HGetAll(ctx, HourlyKey(slug, thisHour.Add(time.Duration(i-23)*time.Hour)))
+	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return Stats{}, unavailable(op, err)
 	}
@@ -57,6 +91,22 @@ func (e *Engine) Stats(ctx context.Context, slug string) (Stats, error) {
 	if c["rtt_count"] > 0 {
 		s.RTT = Duration(time.Duration(c["rtt_ms_sum"]/c["rtt_count"]) * time.Millisecond)
 	}
+	for i, h := range hours {
+		c := intMap(h.Val())
+		s.Hourly = append(s.Hourly, HourStats{Hour: thisHour.Add(time.Duration(i-23) * time.Hour),
+			ItemsDone: c["items_done"], BytesDone: c["bytes_done"], Requests: c["requests"],
+			RequestsServed: c["requests_served"], RequestsServedReclaim: c["requests_served_reclaim"]})
+	}
+	var served, reclaimServed int64
+	for _, h := range s.Hourly[22:] {
+		s.LastHour.Requests += h.Requests
+		served += h.RequestsServed
+		reclaimServed += h.RequestsServedReclaim
+		s.LastHour.ItemsDone += h.ItemsDone
+		s.LastHour.BytesDone += h.BytesDone
+	}
+	s.LastHour.IRSR = ratio(served, s.LastHour.Requests)
+	s.LastHour.ReclaimServeRate = ratio(reclaimServed, served)
 	byteCounts, itemCounts := intMap(bytes.Val()), intMap(items.Val())
 	names := map[string]bool{}
 	for n := range byteCounts {

@@ -28,6 +28,13 @@ type AdminEngine interface {
 	ReleaseClaims(ctx context.Context, slug string, filter queues.ReleaseFilter) (queues.ReleaseResult, error)
 	Block(ctx context.Context, slug, who string, entry queues.BlockEntry) error
 	Unblock(ctx context.Context, slug, who string) (bool, error)
+	BlockGlobally(ctx context.Context, who string, entry queues.BlockEntry) error
+	UnblockGlobally(ctx context.Context, who string) (bool, error)
+	Blocks(ctx context.Context, slug string) (map[string]queues.BlockEntry, error)
+	SetLimitGroups(ctx context.Context, slug string, groups []queues.LimitGroup) (queues.SiftResult, error)
+	Move(ctx context.Context, slug string, req queues.MoveRequest) (queues.SiftResult, error)
+	RecordChange(ctx context.Context, slug string, entry queues.ChangeEntry) error
+	Changes(ctx context.Context, slug string, n int) ([]queues.ChangeEntry, error)
 }
 
 // AdminAPI is the operators' API under /api/v1. Every call needs the admin
@@ -81,8 +88,16 @@ func (a *AdminAPI) register(g *gin.RouterGroup) {
 	g.GET("/projects/:slug/stats", a.stats)
 	g.POST("/projects/:slug/items", a.addItems)
 	g.POST("/projects/:slug/claims/release", a.releaseClaims)
+	g.GET("/projects/:slug/blocks", a.listBlocks)
 	g.PUT("/projects/:slug/blocks/:who", a.block)
 	g.DELETE("/projects/:slug/blocks/:who", a.unblock)
+	g.PUT("/projects/:slug/limit-groups", a.setLimitGroups)
+	g.POST("/projects/:slug/queues/move", a.move)
+	g.GET("/projects/:slug/log", a.changes)
+	g.GET("/blocks", a.listBlocks)
+	g.PUT("/blocks/:who", a.block)
+	g.DELETE("/blocks/:who", a.unblock)
+	g.GET("/log", a.changes)
 }
 
 // actor is who made a change, for the log.
@@ -94,9 +109,22 @@ func actor(c *gin.Context) string {
 	return name + " from " + c.ClientIP()
 }
 
+// logChange records a change in hoard's log and in the project's (or the
+// global) admin log in Redis, which operators read back with GET …/log.
 func (a *AdminAPI) logChange(c *gin.Context, what string, attrs ...any) {
 	a.Logger.InfoContext(c.Request.Context(), "admin change: "+what,
 		append([]any{"project", c.Param("slug"), "by", actor(c)}, attrs...)...)
+	details := map[string]any{}
+	for i := 0; i+1 < len(attrs); i += 2 {
+		if k, ok := attrs[i].(string); ok {
+			details[k] = attrs[i+1]
+		}
+	}
+	raw, _ := json.Marshal(details)
+	entry := queues.ChangeEntry{By: actor(c), What: what, Details: raw}
+	if err := a.Engine.RecordChange(c.Request.Context(), c.Param("slug"), entry); err != nil {
+		a.Logger.ErrorContext(c.Request.Context(), "could not record an admin change", "err", err)
+	}
 }
 
 func (a *AdminAPI) decode(c *gin.Context, dst any) bool {
@@ -322,7 +350,13 @@ func (a *AdminAPI) block(c *gin.Context) {
 		_ = c.Error(badRequest("reason is longer than 500 bytes"))
 		return
 	}
-	err := a.Engine.Block(c.Request.Context(), c.Param("slug"), c.Param("who"), queues.BlockEntry{Reason: req.Reason, By: actor(c)})
+	entry := queues.BlockEntry{Reason: req.Reason, By: actor(c)}
+	var err error
+	if c.Param("slug") == "" {
+		err = a.Engine.BlockGlobally(c.Request.Context(), c.Param("who"), entry)
+	} else {
+		err = a.Engine.Block(c.Request.Context(), c.Param("slug"), c.Param("who"), entry)
+	}
 	if err != nil {
 		_ = c.Error(err)
 		return
@@ -332,7 +366,13 @@ func (a *AdminAPI) block(c *gin.Context) {
 }
 
 func (a *AdminAPI) unblock(c *gin.Context) {
-	found, err := a.Engine.Unblock(c.Request.Context(), c.Param("slug"), c.Param("who"))
+	var found bool
+	var err error
+	if c.Param("slug") == "" {
+		found, err = a.Engine.UnblockGlobally(c.Request.Context(), c.Param("who"))
+	} else {
+		found, err = a.Engine.Unblock(c.Request.Context(), c.Param("slug"), c.Param("who"))
+	}
 	if err != nil {
 		_ = c.Error(err)
 		return
@@ -343,4 +383,69 @@ func (a *AdminAPI) unblock(c *gin.Context) {
 	}
 	a.logChange(c, "unblocked", "who", c.Param("who"))
 	c.JSON(http.StatusOK, gin.H{"unblocked": c.Param("who")})
+}
+
+func (a *AdminAPI) listBlocks(c *gin.Context) {
+	blocks, err := a.Engine.Blocks(c.Request.Context(), c.Param("slug"))
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"blocks": blocks})
+}
+
+// setLimitGroups replaces the project's limit groups and re-routes queued
+// items before answering, so the reply says how many items moved.
+func (a *AdminAPI) setLimitGroups(c *gin.Context) {
+	var req struct {
+		Groups []queues.LimitGroup `json:"groups"`
+	}
+	if !a.decode(c, &req) {
+		return
+	}
+	result, err := a.Engine.SetLimitGroups(c.Request.Context(), c.Param("slug"), req.Groups)
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	a.logChange(c, "limit groups set", "groups", req.Groups, "rerouted", result.Moved)
+	c.JSON(http.StatusOK, gin.H{"groups": req.Groups, "rerouted": result})
+}
+
+// MoveQueueRequest moves queued items between queues, by pattern, count or
+// both. Exactly one of type, glob and regex may be given.
+type MoveQueueRequest struct {
+	From  string `json:"from"`
+	To    string `json:"to"`
+	Type  string `json:"type,omitempty"`
+	Glob  string `json:"glob,omitempty"`
+	Regex string `json:"regex,omitempty"`
+	Count int    `json:"count,omitempty"`
+}
+
+func (a *AdminAPI) move(c *gin.Context) {
+	var req MoveQueueRequest
+	if !a.decode(c, &req) {
+		return
+	}
+	move := queues.MoveRequest{From: queues.Queue(req.From), To: queues.Queue(req.To), Count: req.Count}
+	if req.Type != "" || req.Glob != "" || req.Regex != "" {
+		move.Match = &queues.LimitGroup{Type: req.Type, Glob: req.Glob, Regex: req.Regex}
+	}
+	result, err := a.Engine.Move(c.Request.Context(), c.Param("slug"), move)
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	a.logChange(c, "items moved", "request", req, "moved", result.Moved)
+	c.JSON(http.StatusOK, result)
+}
+
+func (a *AdminAPI) changes(c *gin.Context) {
+	entries, err := a.Engine.Changes(c.Request.Context(), c.Param("slug"), 200)
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"changes": entries})
 }

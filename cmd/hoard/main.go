@@ -28,7 +28,8 @@ func rootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serveCommand(), projectCommand(), queueCommand(), claimsCommand(), benchCommand())
+	root.AddCommand(serveCommand(), projectCommand(), queueCommand(), claimsCommand(), limitsCommand(),
+		blockCommand(), unblockCommand(), blocksCommand(), logCommand(), benchCommand())
 	return root
 }
 

@@ -55,6 +55,9 @@ func projectWriteCommand(verb string) *cobra.Command {
 		maxMulti, logLength           int
 		reclaimTTL                    time.Duration
 		uploadTargets, extras         []string
+		downloaderRate, ipRate        float64
+		downloaderBurst, ipBurst      int
+		ignoreGlobalBlocks            bool
 	)
 	cmd := &cobra.Command{
 		Use:   verb + " <slug>",
@@ -78,6 +81,21 @@ func projectWriteCommand(verb string) *cobra.Command {
 			}
 			if changed("rate-burst") {
 				p.RateBurst = &rateBurst
+			}
+			if changed("downloader-rate-per-minute") {
+				p.DownloaderRatePerMinute = &downloaderRate
+			}
+			if changed("downloader-rate-burst") {
+				p.DownloaderRateBurst = &downloaderBurst
+			}
+			if changed("ip-rate-per-minute") {
+				p.IPRatePerMinute = &ipRate
+			}
+			if changed("ip-rate-burst") {
+				p.IPRateBurst = &ipBurst
+			}
+			if changed("ignore-global-blocks") {
+				p.IgnoreGlobalBlocks = &ignoreGlobalBlocks
 			}
 			if changed("downloader-budget") {
 				p.DownloaderBudget = &budget
@@ -126,6 +144,11 @@ func projectWriteCommand(verb string) *cobra.Command {
 	f.StringVar(&minVersion, "min-version", "", "lowest pipeline VERSION served (older get 455); \"\" = any")
 	f.Float64Var(&ratePerMinute, "rate-per-minute", 0, "item requests per minute for the project, smoothed; 0 = unlimited")
 	f.IntVar(&rateBurst, "rate-burst", 1, "requests allowed back to back under the rate limit")
+	f.Float64Var(&downloaderRate, "downloader-rate-per-minute", 0, "item requests per minute per downloader; 0 = unlimited")
+	f.IntVar(&downloaderBurst, "downloader-rate-burst", 1, "requests one downloader may make back to back")
+	f.Float64Var(&ipRate, "ip-rate-per-minute", 0, "item requests per minute per client IP; 0 = unlimited")
+	f.IntVar(&ipBurst, "ip-rate-burst", 1, "requests one IP may make back to back")
+	f.BoolVar(&ignoreGlobalBlocks, "ignore-global-blocks", false, "serve nicknames and IPs blocked server-wide")
 	f.IntVar(&budget, "downloader-budget", 0, "most items one downloader may have out; 0 = unlimited")
 	f.IntVar(&claimLimit, "claims-limit", 0, "most items out in the whole project; 0 = unlimited")
 	f.BoolVar(&reclaim, "reclaim", false, "hand out items again after TTL x times claimed")

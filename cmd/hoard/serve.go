@@ -24,6 +24,7 @@ type serveOptions struct {
 	redisURL             string
 	dataDir              string
 	adminToken           string
+	metricsToken         string
 	insecureNoAdminToken bool
 	projectsFile         string
 	publicURL            string
@@ -46,6 +47,7 @@ func serveCommand() *cobra.Command {
 	f.StringVar(&o.redisURL, "redis-url", envOr("HOARD_REDIS_URL", ""), "redis:// or unix:// URL, or comma-separated cluster nodes; empty = run a local redis-server ($HOARD_REDIS_URL)")
 	f.StringVar(&o.dataDir, "data-dir", envOr("HOARD_DATA_DIR", "./data"), "where the local redis-server keeps its data ($HOARD_DATA_DIR)")
 	f.StringVar(&o.adminToken, "admin-token", envOr("HOARD_ADMIN_TOKEN", ""), "token the admin API requires ($HOARD_ADMIN_TOKEN)")
+	f.StringVar(&o.metricsToken, "metrics-token", envOr("HOARD_METRICS_TOKEN", ""), "token /metrics requires; empty = open ($HOARD_METRICS_TOKEN)")
 	f.BoolVar(&o.insecureNoAdminToken, "insecure-no-admin-token", false, "DEVELOPMENT ONLY: allow admin calls without a token when none is set")
 	f.StringVar(&o.projectsFile, "projects-file", envOr("HOARD_PROJECTS_FILE", "projects.json"), "Warrior HQ projects.json to serve ($HOARD_PROJECTS_FILE)")
 	f.StringVar(&o.publicURL, "public-url", envOr("HOARD_PUBLIC_URL", ""), "public base URL, for leaderboard links ($HOARD_PUBLIC_URL)")
@@ -116,7 +118,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 		}
 	}
 	srv, err := server.New(server.Config{
-		Listen: o.listen, AdminToken: o.adminToken, InsecureNoAdminToken: o.insecureNoAdminToken,
+		Listen: o.listen, AdminToken: o.adminToken, InsecureNoAdminToken: o.insecureNoAdminToken, MetricsToken: o.metricsToken,
 		ProjectsFile: o.projectsFile, PublicURL: o.publicURL, TrustedProxies: o.trustedProxies, Logger: logger,
 	}, engine)
 	if err != nil {
