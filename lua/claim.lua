@@ -252,10 +252,8 @@ local function pop_fresh(key, want)
   end
 end
 
--- Limit groups: how many items each may hand out now (GCRA tokens), and
--- whether one is holding back items it has waiting ("limit hit").
+-- Limit groups: how many items each may hand out now (GCRA tokens).
 local group_tokens, group_tat, group_period = {}, {}, {}
-local group_limit_hit = false
 for g = 0, ngroups - 1 do
   local rate = tonumber(ARGV[8 + 2 * g]) or 0
   local burst = math.max(1, tonumber(ARGV[9 + 2 * g]) or 1)
@@ -268,14 +266,21 @@ for g = 0, ngroups - 1 do
     group_tat[g], group_period[g] = tat, period
   end
   group_tokens[g] = tokens
-  if tokens == 0 and not group_limit_hit then
-    for q = 0, 3 do
-      if redis.call('EXISTS', KEYS[20 + 5 * g + q]) == 1 then
-        group_limit_hit = true
-        break
+end
+-- Whether a group is holding back items it has waiting ("limit hit").
+-- Only reclaim priority and the final reason need it, so it is computed
+-- when those ask, not on every request.
+local function group_limit_hit()
+  for g = 0, ngroups - 1 do
+    if group_tokens[g] == 0 then
+      for q = 0, 3 do
+        if redis.call('EXISTS', KEYS[20 + 5 * g + q]) == 1 then
+          return true
+        end
       end
     end
   end
+  return false
 end
 
 -- Priority (seed 004): reclaims first when the claims limit or a limit
@@ -288,7 +293,7 @@ if claims_limit > 0 then
   fresh_room = math.max(0, claims_limit - redis.call('ZCARD', KEYS[7]))
   claims_limit_hit = fresh_room == 0
 end
-if claims_limit_hit or group_limit_hit then
+if claims_limit_hit or (reclaim_enabled and group_limit_hit()) then
   take_reclaims(wanted)
 end
 local function room()
@@ -324,7 +329,7 @@ end
 if #taken == 0 then
   redis.call('HINCRBY', KEYS[13], 'requests_empty', 1)
   if claims_limit_hit then return {0, 'claims_limit'} end
-  if group_limit_hit then
+  if group_limit_hit() then
     redis.call('HINCRBY', KEYS[13], 'requests_group_limited', 1)
     return {0, 'group_limit'}
   end

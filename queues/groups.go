@@ -3,7 +3,6 @@ package queues
 import (
 	"encoding/json"
 	"fmt"
-	"path"
 	"regexp"
 	"strings"
 )
@@ -42,9 +41,6 @@ func (g compiledGroup) matches(item string) bool {
 	case g.Type != "":
 		typ, _, found := strings.Cut(item, ":")
 		return found && typ == g.Type
-	case g.Glob != "":
-		ok, _ := path.Match(g.Glob, item)
-		return ok
 	default:
 		return g.re.MatchString(item)
 	}
@@ -95,9 +91,11 @@ func compileGroups(groups []LimitGroup) ([]compiledGroup, error) {
 				return nil, bad("type must be an item prefix without ':'")
 			}
 		case g.Glob != "":
-			if _, err := path.Match(g.Glob, ""); err != nil || len(g.Glob) > 1024 {
+			re, err := globRegexp(g.Glob)
+			if err != nil || len(g.Glob) > 1024 {
 				return nil, bad("bad glob: %v", err)
 			}
+			c.re = re
 		default:
 			re, err := regexp.Compile(g.Regex)
 			if err != nil || len(g.Regex) > 1024 {
@@ -126,4 +124,35 @@ func decodeGroups(raw string) []LimitGroup {
 		_ = json.Unmarshal([]byte(raw), &groups)
 	}
 	return groups
+}
+
+// globRegexp compiles an item glob to RE2: "*" matches any run of
+// characters, "/" included (items are URLs as often as names), "?" one
+// character, and "[...]" a class; everything else is literal.
+func globRegexp(glob string) (*regexp.Regexp, error) {
+	var b strings.Builder
+	b.WriteString(`^`)
+	for i := 0; i < len(glob); i++ {
+		switch c := glob[i]; c {
+		case '*':
+			b.WriteString(`.*`)
+		case '?':
+			b.WriteString(`.`)
+		case '[':
+			end := strings.IndexByte(glob[i+1:], ']')
+			if end < 0 {
+				return nil, fmt.Errorf("unclosed [ in %q", glob)
+			}
+			class := glob[i+1 : i+1+end]
+			if strings.HasPrefix(class, "!") {
+				class = "^" + class[1:]
+			}
+			b.WriteString("[" + class + "]")
+			i += end + 1
+		default:
+			b.WriteString(regexp.QuoteMeta(string(c)))
+		}
+	}
+	b.WriteString(`$`)
+	return regexp.Compile(b.String())
 }

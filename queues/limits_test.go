@@ -55,9 +55,9 @@ func TestPatternLimitKeepsTheRestFlowing(t *testing.T) {
 		var items []string
 		for i := range 1000 {
 			if i%10 == 0 {
-				items = append(items, fmt.Sprintf("url:https://small.example/%d", i))
+				items = append(items, fmt.Sprintf("url:https://small.example/page/%d", i))
 			} else {
-				items = append(items, fmt.Sprintf("url:https://huge.example/%d", i))
+				items = append(items, fmt.Sprintf("url:https://huge.example/page/%d?x=/y", i))
 			}
 		}
 		tb.enqueue(t, todo, items...)
@@ -205,5 +205,23 @@ func TestGlobalBlocks(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, found)
 		require.Equal(t, []string{"a"}, tb.claim(t, "mallory", 1))
+	})
+}
+
+func TestGlobsMatchAcrossSlashes(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{})
+		_, err := tb.engine.SetLimitGroups(tb.ctx, tb.slug, []queues.LimitGroup{
+			{Name: "huge", Glob: "url:https://huge.example/*", RatePerMinute: 0},
+			{Name: "img", Glob: "*.[jp][pn]g", RatePerMinute: 0},
+		})
+		require.NoError(t, err)
+		tb.enqueue(t, todo, "url:https://huge.example/a/b/c", "url:https://huge.example.org/x", "x/y.png", "x/y.gif", "url:https://HUGE.example/a")
+		assertPlaces(t, tb, map[string]string{
+			"url:https://huge.example/a/b/c": "todo:g:huge", "url:https://huge.example.org/x": "todo",
+			"x/y.png": "todo:g:img", "x/y.gif": "todo", "url:https://HUGE.example/a": "todo",
+		})
+		_, err = tb.engine.SetLimitGroups(tb.ctx, tb.slug, []queues.LimitGroup{{Name: "bad", Glob: "a[b", RatePerMinute: 0}})
+		requireCode(t, err, queues.CodeInvalid)
 	})
 }

@@ -57,7 +57,10 @@ func benchCommand() *cobra.Command {
 			if err := benchWarriors(cmd.Context(), env, o); err != nil {
 				return err
 			}
-			return benchScript(cmd.Context(), env, o)
+			if err := benchScript(cmd.Context(), env, o); err != nil {
+				return err
+			}
+			return benchLimits(cmd.Context(), env, o)
 		},
 	}
 	warriors := &cobra.Command{
@@ -86,7 +89,8 @@ func benchCommand() *cobra.Command {
 			return benchScript(cmd.Context(), env, o)
 		},
 	}
-	for _, c := range []*cobra.Command{all, warriors, script} {
+	limits := benchLimitsCommand(&o)
+	for _, c := range []*cobra.Command{all, warriors, script, limits} {
 		f := c.Flags()
 		f.IntVar(&o.warriors, "warriors", 32, "concurrent warriors (or script callers)")
 		f.DurationVar(&o.duration, "duration", 5*time.Second, "length of each run")
