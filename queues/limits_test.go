@@ -67,6 +67,10 @@ func TestPatternLimitKeepsTheRestFlowing(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 900, res.Moved, "queued items were re-routed to the group's sub-queue")
 		require.EqualValues(t, 1000, tb.counts(t).Todo, "sub-queues count as todo")
+		stats, err := tb.engine.Stats(tb.ctx, tb.slug)
+		require.NoError(t, err)
+		require.Len(t, stats.Groups, 1)
+		require.EqualValues(t, 900, stats.Groups[0].Queued)
 
 		huge, small := 0, 0
 		for range 100 {

@@ -25,11 +25,19 @@ type Stats struct {
 	RTT         Duration          `json:"rtt"`
 	Downloaders []DownloaderStats `json:"downloaders"`
 	DomainBytes map[string]int64  `json:"domain_bytes"`
+	// Groups are the project's limit groups with the items each holds.
+	Groups []GroupStats `json:"groups"`
 	// LastHour are the same rates over the current and the previous UTC
 	// hour, which is what operators steer by; the ones above are lifetime.
 	LastHour WindowStats `json:"last_hour"`
 	// Hourly lists the last 24 UTC hours, oldest first.
 	Hourly []HourStats `json:"hourly"`
+}
+
+// GroupStats is one limit group and the items waiting in its sub-queues.
+type GroupStats struct {
+	LimitGroup
+	Queued int64 `json:"queued"`
 }
 
 // WindowStats are the rates over a recent window.
@@ -84,6 +92,9 @@ func (e *Engine) Stats(ctx context.Context, slug string) (Stats, error) {
 		return Stats{}, unavailable(op, err)
 	}
 	s := Stats{Counts: counts, Counters: intMap(counters.Val()), DomainBytes: intMap(domains.Val())}
+	if s.Groups, err = e.groupStats(ctx, slug); err != nil {
+		return Stats{}, err
+	}
 	c := s.Counters
 	s.IRSR = ratio(c["requests_served"], c["requests"])
 	s.ReclaimRate = ratio(c["items_reclaimed"], c["items_served"]-c["reclaims_served"])
@@ -159,4 +170,33 @@ func ratio(part, whole int64) float64 {
 		return 0
 	}
 	return float64(part) / float64(whole)
+}
+
+func (e *Engine) groupStats(ctx context.Context, slug string) ([]GroupStats, error) {
+	project, err := e.Project(ctx, slug)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]GroupStats, 0, len(project.LimitGroups))
+	if len(project.LimitGroups) == 0 {
+		return out, nil
+	}
+	pipe := e.rdb.Pipeline()
+	lens := make([][]*redis.IntCmd, len(project.LimitGroups))
+	for i, g := range project.LimitGroups {
+		for _, q := range SharedQueues {
+			lens[i] = append(lens[i], pipe.LLen(ctx, GroupQueueKey(slug, q, g.Name)))
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, unavailable("queues.groupStats", err)
+	}
+	for i, g := range project.LimitGroups {
+		gs := GroupStats{LimitGroup: g}
+		for _, l := range lens[i] {
+			gs.Queued += l.Val()
+		}
+		out = append(out, gs)
+	}
+	return out, nil
 }
