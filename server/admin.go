@@ -128,15 +128,7 @@ func (a *AdminAPI) logChange(c *gin.Context, what string, attrs ...any) {
 }
 
 func (a *AdminAPI) decode(c *gin.Context, dst any) bool {
-	body, err := readBody(c, a.MaxBodyBytes)
-	if err == nil {
-		err = decodeJSON(body, dst)
-	}
-	if err != nil {
-		_ = c.Error(err)
-		return false
-	}
-	return true
+	return bindJSON(c, a.MaxBodyBytes, dst)
 }
 
 func (a *AdminAPI) listProjects(c *gin.Context) {

@@ -24,6 +24,20 @@ func readBody(c *gin.Context, limit int64) ([]byte, error) {
 	return body, nil
 }
 
+// bindJSON reads the body (at most limit bytes) and decodes it into dst;
+// on failure it records the error for renderErrors and returns false.
+func bindJSON(c *gin.Context, limit int64, dst any) bool {
+	body, err := readBody(c, limit)
+	if err == nil {
+		err = decodeJSON(body, dst)
+	}
+	if err != nil {
+		_ = c.Error(err)
+		return false
+	}
+	return true
+}
+
 // decodeJSON decodes one JSON object from body into dst and refuses
 // trailing data, so a truncated or concatenated body is an error.
 func decodeJSON(body []byte, dst any) error {

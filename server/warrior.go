@@ -115,14 +115,8 @@ type requestBody struct {
 }
 
 func (w *WarriorAPI) request(c *gin.Context, route warriorRoute) {
-	body, err := readBody(c, w.MaxBodyBytes)
-	if err != nil {
-		_ = c.Error(err)
-		return
-	}
 	var req requestBody
-	if err := decodeJSON(body, &req); err != nil {
-		_ = c.Error(err)
+	if !bindJSON(c, w.MaxBodyBytes, &req) {
 		return
 	}
 	result, err := w.Engine.Claim(c.Request.Context(), queues.ClaimRequest{
@@ -185,14 +179,8 @@ type doneBody struct {
 }
 
 func (w *WarriorAPI) done(c *gin.Context, route warriorRoute) {
-	body, err := readBody(c, w.MaxBodyBytes)
-	if err != nil {
-		_ = c.Error(err)
-		return
-	}
 	var req doneBody
-	if err := decodeJSON(body, &req); err != nil {
-		_ = c.Error(err)
+	if !bindJSON(c, w.MaxBodyBytes, &req) {
 		return
 	}
 	if req.Item == nil {
@@ -203,7 +191,7 @@ func (w *WarriorAPI) done(c *gin.Context, route warriorRoute) {
 	for k, v := range req.Bytes {
 		byteMap[k] = int64(v)
 	}
-	_, err = w.Engine.Done(c.Request.Context(), queues.DoneRequest{
+	_, err := w.Engine.Done(c.Request.Context(), queues.DoneRequest{
 		Project: route.Slug, Downloader: string(req.Downloader), Version: string(req.Version),
 		UserAgent: c.Request.UserAgent(), Items: splitItems(*req.Item), Bytes: byteMap, ID: req.ID,
 	})
@@ -227,14 +215,8 @@ type uploadBody struct {
 }
 
 func (w *WarriorAPI) upload(c *gin.Context, route warriorRoute) {
-	body, err := readBody(c, w.MaxBodyBytes)
-	if err != nil {
-		_ = c.Error(err)
-		return
-	}
 	var req uploadBody
-	if err := decodeJSON(body, &req); err != nil {
-		_ = c.Error(err)
+	if !bindJSON(c, w.MaxBodyBytes, &req) {
 		return
 	}
 	if err := queues.ValidateDownloader(string(req.Downloader)); err != nil {
@@ -260,14 +242,8 @@ type releaseBody struct {
 }
 
 func (w *WarriorAPI) release(c *gin.Context, route warriorRoute) {
-	body, err := readBody(c, w.MaxBodyBytes)
-	if err != nil {
-		_ = c.Error(err)
-		return
-	}
 	var req releaseBody
-	if err := decodeJSON(body, &req); err != nil {
-		_ = c.Error(err)
+	if !bindJSON(c, w.MaxBodyBytes, &req) {
 		return
 	}
 	if req.Item == nil {

@@ -44,52 +44,49 @@ type benchOptions struct {
 func benchCommand() *cobra.Command {
 	var o benchOptions
 	cmd := &cobra.Command{Use: "bench", Short: "Load generators (hoard starts its own redis-server and server on loopback)"}
-	all := &cobra.Command{
-		Use:   "all",
-		Short: "Warrior round trips over HTTP, and the claim script against Redis's EVALSHA ceiling",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+	// each runs its benchmarks in a fresh loopback environment.
+	each := func(run func(ctx context.Context, env *benchEnv) error) func(*cobra.Command, []string) error {
+		return func(cmd *cobra.Command, _ []string) error {
 			env, err := startBenchEnv(cmd.Context(), o)
 			if err != nil {
 				return err
 			}
 			defer env.stop()
-			if err := benchWarriors(cmd.Context(), env, o); err != nil {
+			return run(cmd.Context(), env)
+		}
+	}
+	all := &cobra.Command{
+		Use:   "all",
+		Short: "Warrior round trips, the claim script against Redis's EVALSHA ceiling, and pattern limits",
+		Args:  cobra.NoArgs,
+		RunE: each(func(ctx context.Context, env *benchEnv) error {
+			if err := benchWarriors(ctx, env, o); err != nil {
 				return err
 			}
-			if err := benchScript(cmd.Context(), env, o); err != nil {
+			if err := benchScript(ctx, env, o); err != nil {
 				return err
 			}
-			return benchLimits(cmd.Context(), env, o)
-		},
+			return benchLimits(ctx, env, o)
+		}),
 	}
 	warriors := &cobra.Command{
 		Use:   "warriors",
 		Short: "Request+done round trips per second from concurrent warriors over HTTP",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			env, err := startBenchEnv(cmd.Context(), o)
-			if err != nil {
-				return err
-			}
-			defer env.stop()
-			return benchWarriors(cmd.Context(), env, o)
-		},
+		RunE:  each(func(ctx context.Context, env *benchEnv) error { return benchWarriors(ctx, env, o) }),
 	}
 	script := &cobra.Command{
 		Use:   "script",
 		Short: "Claim script calls per second, against Redis's own EVALSHA ceiling",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			env, err := startBenchEnv(cmd.Context(), o)
-			if err != nil {
-				return err
-			}
-			defer env.stop()
-			return benchScript(cmd.Context(), env, o)
-		},
+		RunE:  each(func(ctx context.Context, env *benchEnv) error { return benchScript(ctx, env, o) }),
 	}
-	limits := benchLimitsCommand(&o)
+	limits := &cobra.Command{
+		Use:   "limits",
+		Short: "Item request serve rate with 90% of todo pattern-limited, vs an unlimited queue and vs claim-N-random-then-filter",
+		Args:  cobra.NoArgs,
+		RunE:  each(func(ctx context.Context, env *benchEnv) error { return benchLimits(ctx, env, o) }),
+	}
 	for _, c := range []*cobra.Command{all, warriors, script, limits} {
 		f := c.Flags()
 		f.IntVar(&o.warriors, "warriors", 32, "concurrent warriors (or script callers)")

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/spf13/cobra"
 
 	"github.com/hoardproject/hoard/queues"
 )
@@ -27,22 +26,6 @@ const (
 	limitBenchRemainder = 100_000
 	limitBenchRate      = 60.0 // limited items per minute
 )
-
-func benchLimitsCommand(o *benchOptions) *cobra.Command {
-	return &cobra.Command{
-		Use:   "limits",
-		Short: "Item request serve rate with 90% of todo pattern-limited, vs an unlimited queue and vs claim-N-random-then-filter",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			env, err := startBenchEnv(cmd.Context(), *o)
-			if err != nil {
-				return err
-			}
-			defer env.stop()
-			return benchLimits(cmd.Context(), env, *o)
-		},
-	}
-}
 
 type limitFigure struct {
 	requests, served, remainder, limited int64
