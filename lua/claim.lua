@@ -34,7 +34,9 @@
 -- ARGV[6] the global block entry (JSON) of the downloader or its IP, or ""
 --         (the global list is cached by the frontends: no script touches it)
 -- ARGV[7] the limit_groups_version the caller built KEYS from
--- ARGV[8..] for each group: rate per minute, burst
+-- ARGV[8..] for each group: rate per minute (-1: a removed group whose
+--         sub-queues may still hold items, served without limit so nothing
+--         is stranded while a re-route runs), burst, name
 --
 -- Returns {code, detail, ...}
 --   1  {1, reclaims, project extra JSON, item1, extras1, item2, extras2, ...}:
@@ -61,6 +63,10 @@ local version = ARGV[5]
 local global_block = ARGV[6]
 local groups_version = ARGV[7]
 local ngroups = (#KEYS - 19) / 5
+local group_index = {}
+for g = 0, ngroups - 1 do
+  group_index[ARGV[10 + 3 * g]] = g
+end
 
 local cfg = redis.call('HMGET', KEYS[1], 'created_at', 'paused', 'min_version',
   'rate_per_minute', 'rate_burst', 'downloader_budget', 'claims_limit',
@@ -70,11 +76,11 @@ local cfg = redis.call('HMGET', KEYS[1], 'created_at', 'paused', 'min_version',
 if not cfg[1] then
   return {-1, 'no such project'}
 end
-if cfg[2] == '1' then
-  return {-5, 'paused'}
-end
 if (cfg[12] or '0') ~= groups_version then
   return {-6, cfg[12] or '0'}
+end
+if cfg[2] == '1' then
+  return {-5, 'paused'}
 end
 
 local block = redis.call('HGET', KEYS[14], downloader) or redis.call('HGET', KEYS[14], ip)
@@ -186,16 +192,66 @@ local reclaim_enabled = cfg[8] == '1'
 local ttl = tonumber(cfg[9] or '0') or 0
 if ttl <= 0 then ttl = 21600000 end
 
+-- Limit groups: how many items each may hand out now (GCRA tokens).
+local group_tokens, group_tat, group_period = {}, {}, {}
+local unlimited = 1000000000
+for g = 0, ngroups - 1 do
+  local rate = tonumber(ARGV[8 + 3 * g]) or 0
+  local burst = math.max(1, tonumber(ARGV[9 + 3 * g]) or 1)
+  local tokens = 0
+  if rate < 0 then
+    tokens = unlimited
+  elseif rate > 0 then
+    local period = 60000 / rate
+    local tat = tonumber(redis.call('GET', KEYS[24 + 5 * g]) or '0') or 0
+    if tat < now then tat = now end
+    tokens = math.max(0, math.floor((now - tat) / period + burst + 0.000001))
+    group_tat[g], group_period[g] = tat, period
+  end
+  group_tokens[g] = tokens
+end
+-- Whether a group is holding back items it has waiting ("limit hit").
+-- Only reclaim priority and the final reason need it, so it is computed
+-- when those ask, not on every request.
+-- Spends n of group g's tokens (items handed out under its limit).
+local function charge_group(g, n)
+  if n <= 0 or group_tokens[g] >= unlimited then return end
+  group_tokens[g] = group_tokens[g] - n
+  group_tat[g] = group_tat[g] + n * group_period[g]
+  redis.call('SET', KEYS[24 + 5 * g], string.format('%.4f', group_tat[g]),
+    'PX', int(math.ceil(group_tat[g] - now) + 1000))
+end
+
+local function group_limit_hit()
+  for g = 0, ngroups - 1 do
+    if group_tokens[g] == 0 then
+      for q = 0, 3 do
+        if redis.call('EXISTS', KEYS[20 + 5 * g + q]) == 1 then
+          return true
+        end
+      end
+    end
+  end
+  return false
+end
+
 local taken = {}
 local reclaims = 0
 local out_args, deadline_args, claim_args = {}, {}, {}
 
+-- Due claims of a limit group with no tokens left are skipped (they stay
+-- due); the window looks past a few of them so they cannot starve others.
 local function take_reclaims(want)
   if not reclaim_enabled or want <= 0 then return end
-  local due = redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', int(now), 'LIMIT', 0, want)
+  local due = redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', int(now), 'LIMIT', 0, want * 4 + 16)
   for _, item in ipairs(due) do
+    if want <= 0 then break end
     local record = redis.call('HGET', KEYS[9], item)
-    local count, _, previous, _, earlier = parse_claim(record)
+    local count, _, previous, _, earlier, group = parse_claim(record)
+    local g = group_index[group]
+    if g == nil or group_tokens[g] > 0 then
+    if g ~= nil then charge_group(g, 1) end
+    want = want - 1
     budget_decrement(KEYS[11], previous)
     count = count + 1
     if count == 2 then
@@ -203,18 +259,19 @@ local function take_reclaims(want)
     end
     -- Written at once (not batched) so a second ZRANGEBYSCORE in this call
     -- cannot see the item as due again.
-    redis.call('HSET', KEYS[9], item, format_claim(count, now, downloader, ip, push_claimant(previous, earlier, 4)))
+    redis.call('HSET', KEYS[9], item, format_claim(count, now, downloader, ip, push_claimant(previous, earlier, 4), group))
     redis.call('ZADD', KEYS[7], int(now), item)
     redis.call('ZADD', KEYS[8], int(now + ttl * count), item)
     taken[#taken + 1] = item
     reclaims = reclaims + 1
+    end
   end
 end
 
 local dropped = 0
 local picked = {}
 local any_released = redis.call('EXISTS', KEYS[16]) == 1
-local function pop_fresh(key, want)
+local function pop_fresh(key, want, group)
   local rounds = 0
   while want > 0 and rounds < 8 do
     rounds = rounds + 1
@@ -244,43 +301,12 @@ local function pop_fresh(key, want)
         deadline_args[#deadline_args + 1] = int(now + ttl * count)
         deadline_args[#deadline_args + 1] = item
         claim_args[#claim_args + 1] = item
-        claim_args[#claim_args + 1] = format_claim(count, now, downloader, ip, earlier)
+        claim_args[#claim_args + 1] = format_claim(count, now, downloader, ip, earlier, group)
         want = want - 1
       end
     end
     if #batch < asked then return end -- the queue ran dry
   end
-end
-
--- Limit groups: how many items each may hand out now (GCRA tokens).
-local group_tokens, group_tat, group_period = {}, {}, {}
-for g = 0, ngroups - 1 do
-  local rate = tonumber(ARGV[8 + 2 * g]) or 0
-  local burst = math.max(1, tonumber(ARGV[9 + 2 * g]) or 1)
-  local tokens = 0
-  if rate > 0 then
-    local period = 60000 / rate
-    local tat = tonumber(redis.call('GET', KEYS[24 + 5 * g]) or '0') or 0
-    if tat < now then tat = now end
-    tokens = math.max(0, math.floor((now - tat) / period + burst + 0.000001))
-    group_tat[g], group_period[g] = tat, period
-  end
-  group_tokens[g] = tokens
-end
--- Whether a group is holding back items it has waiting ("limit hit").
--- Only reclaim priority and the final reason need it, so it is computed
--- when those ask, not on every request.
-local function group_limit_hit()
-  for g = 0, ngroups - 1 do
-    if group_tokens[g] == 0 then
-      for q = 0, 3 do
-        if redis.call('EXISTS', KEYS[20 + 5 * g + q]) == 1 then
-          return true
-        end
-      end
-    end
-  end
-  return false
 end
 
 -- Priority (seed 004): reclaims first when the claims limit or a limit
@@ -300,25 +326,19 @@ local function room()
   return math.min(wanted - #taken, fresh_room - #claim_args / 2)
 end
 if room() > 0 then
-  pop_fresh(KEYS[2], room())
+  pop_fresh(KEYS[2], room(), '-')
 end
 for q = 0, 3 do
   for g = 0, ngroups - 1 do
     local want = math.min(room(), group_tokens[g])
     if want > 0 then
       local before = #taken
-      pop_fresh(KEYS[20 + 5 * g + q], want)
-      local got = #taken - before
-      if got > 0 then
-        group_tokens[g] = group_tokens[g] - got
-        group_tat[g] = group_tat[g] + got * group_period[g]
-        redis.call('SET', KEYS[24 + 5 * g], string.format('%.4f', group_tat[g]),
-          'PX', int(math.ceil(group_tat[g] - now) + 1000))
-      end
+      pop_fresh(KEYS[20 + 5 * g + q], want, ARGV[10 + 3 * g])
+      charge_group(g, #taken - before)
     end
   end
   if room() > 0 then
-    pop_fresh(KEYS[3 + q], room())
+    pop_fresh(KEYS[3 + q], room(), '-')
   end
 end
 take_reclaims(wanted - #taken)

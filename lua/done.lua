@@ -19,6 +19,14 @@
 -- KEYS[14] released           HASH item -> released record
 -- KEYS[15] redo               LIST todo:redo, where released items wait
 -- KEYS[16] hourly             HASH this hour's counters (expires after 8 days)
+-- KEYS[17] series:m           HASH this UTC day's per-minute items ("HHMM")
+--                                   and bytes ("HHMMb"); expires after 2 days
+-- KEYS[18] series:h           HASH this UTC year's per-hour items ("MMDDHH")
+--                                   and bytes ("MMDDHHb"); expires after 400 days
+-- KEYS[19] series:d           HASH this UTC day's bytes per hour and
+--                                   downloader ("HH downloader"); expires after 8 days
+-- KEYS[20..] the sub-queues of todo:redo of every known limit group (LIST):
+--            a released item waits in redo or in one of them
 --
 -- ARGV[1] now (ms)
 -- ARGV[2] downloader who reports the items
@@ -28,6 +36,10 @@
 --         braces (e.g. "\"ua\":\"...\",\"id\":{...}"), or ""
 -- ARGV[6] G, the number of file groups in the bytes map; then G pairs
 --         (group, bytes); then the items.
+-- ARGV[7+2G] the minute field "HHMM"; ARGV[8+2G] the hour field "MMDDHH";
+--         ARGV[9+2G] the event channel, published to after a completion
+--         (a hint for live viewers: they re-read counts from Redis).
+-- (so the items start at ARGV[10+2G])
 --
 -- Returns
 --   {1, new, duplicates}   accepted: new items completed, repeats counted once
@@ -50,7 +62,10 @@ local version = ARGV[3]
 local total_bytes = tonumber(ARGV[4])
 local log_tail = ARGV[5]
 local groups = tonumber(ARGV[6])
-local first_item = 7 + groups * 2
+local minute_field = ARGV[7 + groups * 2]
+local hour_field = ARGV[8 + groups * 2]
+local channel = ARGV[9 + groups * 2]
+local first_item = 10 + groups * 2
 
 local cfg = redis.call('HMGET', KEYS[1], 'created_at', 'log_length')
 if not cfg[1] then
@@ -123,8 +138,13 @@ if #claimed > 0 then
   redis.call('HINCRBY', KEYS[8], 'rtt_count', #claimed)
 end
 for _, item in ipairs(released_items) do
-  -- Released items were appended to redo's tail; search from there.
-  redis.call('LREM', KEYS[15], -1, item)
+  -- Released items were appended to a tail; search from there. (A re-route
+  -- may have moved one between redo and its groups' sub-queues.)
+  if redis.call('LREM', KEYS[15], -1, item) == 0 then
+    for k = 20, #KEYS do
+      if redis.call('LREM', KEYS[k], -1, item) > 0 then break end
+    end
+  end
   redis.call('HDEL', KEYS[14], item)
   fresh[#fresh + 1] = item
 end
@@ -147,7 +167,7 @@ redis.call('HINCRBY', KEYS[10], downloader, #fresh)
 if version ~= '' then
   redis.call('HSET', KEYS[11], downloader, version)
 end
-for i = 7, first_item - 1, 2 do
+for i = 7, 6 + groups * 2, 2 do
   local group = ARGV[i]
   if redis.call('HEXISTS', KEYS[12], group) == 0 and redis.call('HLEN', KEYS[12]) >= 64 then
     group = 'other'
@@ -155,15 +175,30 @@ for i = 7, first_item - 1, 2 do
   hincr_capped(KEYS[12], group, tonumber(ARGV[i + 1]))
 end
 
-if log_length > 0 then
-  local entry = '{"items":' .. cjson.encode(fresh) ..
+local function series(key, field, n, ttl)
+  redis.call('HINCRBY', key, field, n)
+  redis.call('EXPIRE', key, ttl)
+end
+series(KEYS[17], minute_field, #fresh, 172800)
+series(KEYS[17], minute_field .. 'b', total_bytes, 172800)
+series(KEYS[18], hour_field, #fresh, 34560000)
+series(KEYS[18], hour_field .. 'b', total_bytes, 34560000)
+series(KEYS[19], string.sub(hour_field, 5, 6) .. ' ' .. downloader, total_bytes, 691200)
+
+local entry = '{"items":' .. cjson.encode(fresh) ..
     ',"by":' .. cjson.encode(downloader) ..
     ',"at":' .. int(now) ..
     ',"bytes":' .. int(total_bytes) ..
     ',"version":' .. cjson.encode(version)
-  if log_tail ~= '' then entry = entry .. ',' .. log_tail end
-  redis.call('LPUSH', KEYS[13], entry .. '}')
+if log_tail ~= '' then entry = entry .. ',' .. log_tail end
+entry = entry .. '}'
+if log_length > 0 then
+  redis.call('LPUSH', KEYS[13], entry)
   redis.call('LTRIM', KEYS[13], 0, log_length - 1)
 end
+-- The project name is inside the slot's keys; the channel is global, so
+-- every frontend subscribes once (pub/sub is a hint, never the truth).
+local slug = string.match(KEYS[1], '{(.*)}')
+redis.call('PUBLISH', channel, '{"project":' .. cjson.encode(slug) .. ',"entry":' .. entry .. '}')
 
 return {1, #fresh, duplicates}

@@ -3,16 +3,18 @@
 -- reads no KEYS or ARGV and returns nothing.
 
 -- A claim record is "<times claimed> <claimed at ms> <downloader> <ip>
--- <earlier claimants>", the last a comma-separated list (newest first, at
--- most 4) or "-". Downloaders match [-_a-zA-Z0-9]{3,30} and IPs hold no
--- spaces or commas, so this is unambiguous and cheaper than cjson.
+-- <earlier claimants> <limit group>": the claimants a comma-separated list
+-- (newest first, at most 4) or "-", the group the item was served under or
+-- "-" (a reclaim spends that group's rate). Downloaders match
+-- [-_a-zA-Z0-9]{3,30}, group names [-_a-z0-9]{1,32}, and IPs hold no spaces
+-- or commas, so this is unambiguous and cheaper than cjson.
 local function parse_claim(record)
-  local count, at, downloader, ip, earlier = string.match(record, '^(%d+) (%d+) (%S+) (%S+) (%S+)$')
-  return tonumber(count), tonumber(at), downloader, ip, earlier
+  local count, at, downloader, ip, earlier, group = string.match(record, '^(%d+) (%d+) (%S+) (%S+) (%S+) (%S+)$')
+  return tonumber(count), tonumber(at), downloader, ip, earlier, group
 end
 
-local function format_claim(count, at, downloader, ip, earlier)
-  return string.format('%d %.0f %s %s %s', count, at, downloader, ip, earlier)
+local function format_claim(count, at, downloader, ip, earlier, group)
+  return string.format('%d %.0f %s %s %s %s', count, at, downloader, ip, earlier, group)
 end
 
 -- A released record ("released" hash) keeps what a later done or claim of

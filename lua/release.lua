@@ -10,17 +10,21 @@
 -- KEYS[6] budget     HASH downloader -> items out
 -- KEYS[7] stats      HASH counters
 -- KEYS[8] released   HASH item -> released record
+-- KEYS[9..] the sub-queues of todo:redo of each limit group (LIST)
 --
 -- ARGV[1] now (ms)
 -- ARGV[2] only items claimed by this downloader ("" = anyone's)
 -- ARGV[3] only items claimed at or before this time in ms ("" = any time)
--- ARGV[4..] the items
+-- ARGV[4] the limit_groups_version the caller routed by
+-- ARGV[5..] (item, d) pairs: d = 0 sends the item to todo:redo, d >= 1 to
+--         KEYS[8 + d], the sub-queue of its limit group (so a release never
+--         lets an item skip its group's limit)
 --
 -- Returns {released, not_out, filtered}
 --   released  items moved from out to todo:redo
 --   not_out   items that were not out (never handed out, done, or already released)
 --   filtered  items out but excluded by ARGV[2] or ARGV[3]
---   {-1} when the project does not exist.
+--   {-1} when the project does not exist, {-2} when the routing is stale.
 --
 -- Note: a released item keeps its claim count and claimants in "released"
 -- while it waits in redo, so a late done from a claimant still completes it
@@ -29,13 +33,18 @@
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {-1}
 end
+if (redis.call('HGET', KEYS[1], 'limit_groups_version') or '0') ~= ARGV[4] then
+  return {-2}
+end
 local now = tonumber(ARGV[1])
 local only_downloader = ARGV[2]
 local cutoff = tonumber(ARGV[3])
 
-local released, not_out, filtered = {}, 0, 0
-for i = 4, #ARGV do
+local released, not_out, filtered = 0, 0, 0
+local to = {}
+for i = 5, #ARGV, 2 do
   local item = ARGV[i]
+  local d = tonumber(ARGV[i + 1])
   local record = redis.call('HGET', KEYS[5], item)
   if not record then
     not_out = not_out + 1
@@ -49,12 +58,17 @@ for i = 4, #ARGV do
       redis.call('ZREM', KEYS[3], item)
       redis.call('ZREM', KEYS[4], item)
       redis.call('HSET', KEYS[8], item, string.format('%d %.0f %s', count, now, push_claimant(claimant, earlier, 5)))
-      released[#released + 1] = item
+      local key = d > 0 and KEYS[8 + d] or KEYS[2]
+      to[key] = to[key] or {}
+      table.insert(to[key], item)
+      released = released + 1
     end
   end
 end
-if #released > 0 then
-  call_chunked('RPUSH', KEYS[2], released)
-  redis.call('HINCRBY', KEYS[7], 'items_released', #released)
+for key, items in pairs(to) do
+  call_chunked('RPUSH', key, items)
 end
-return {#released, not_out, filtered}
+if released > 0 then
+  redis.call('HINCRBY', KEYS[7], 'items_released', released)
+end
+return {released, not_out, filtered}

@@ -17,25 +17,42 @@ const globalBlockRefresh = 2 * time.Second
 // and passes the entry in. Block lists are small, so a full reload every
 // few seconds costs little and needs no pub/sub.
 type globalBlockCache struct {
-	mu       sync.Mutex
-	entries  map[string]string
-	loadedAt time.Time
+	mu         sync.Mutex
+	entries    map[string]string
+	loadedAt   time.Time
+	refreshing bool
 }
 
+// lookup answers from the cached list. When the copy is stale, one caller
+// reloads it while the others keep answering from the old copy, so claims
+// never queue up behind the reload. Only the very first load waits.
 func (c *globalBlockCache) lookup(ctx context.Context, e *Engine, downloader, ip string) (string, error) {
+	now := e.clock.Now()
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.entries == nil || e.clock.Now().Sub(c.loadedAt) > globalBlockRefresh || e.clock.Now().Before(c.loadedAt) {
-		entries, err := e.rdb.HGetAll(ctx, GlobalBlockedKey).Result()
-		if err != nil {
+	stale := c.entries == nil || now.Sub(c.loadedAt) > globalBlockRefresh || now.Before(c.loadedAt)
+	reload := stale && (c.entries == nil || !c.refreshing)
+	if reload {
+		c.refreshing = true
+	}
+	entries := c.entries
+	c.mu.Unlock()
+	if reload {
+		fresh, err := e.rdb.HGetAll(ctx, GlobalBlockedKey).Result()
+		c.mu.Lock()
+		c.refreshing = false
+		if err == nil {
+			c.entries, c.loadedAt = fresh, now
+			entries = fresh
+		}
+		c.mu.Unlock()
+		if err != nil && entries == nil {
 			return "", unavailable("queues.globalBlocks", err)
 		}
-		c.entries, c.loadedAt = entries, e.clock.Now()
 	}
-	if entry, ok := c.entries[downloader]; ok {
+	if entry, ok := entries[downloader]; ok {
 		return entry, nil
 	}
-	return c.entries[ip], nil
+	return entries[ip], nil
 }
 
 func (c *globalBlockCache) invalidate() {

@@ -381,13 +381,26 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 		ConfigKey(slug), OutKey(slug), DeadlinesKey(slug), ClaimsKey(slug), DoneKey(slug), BudgetKey(slug),
 		ExtrasKey(slug), StatsKey(slug), DownloaderBytesKey(slug), DownloaderItemsKey(slug),
 		DownloaderVersionKey(slug), DomainBytesKey(slug), LogKey(slug), ReleasedKey(slug), QueueKey(slug, QueueRedo),
-		HourlyKey(slug, now),
+		HourlyKey(slug, now), SeriesMinuteKey(slug, now), SeriesHourKey(slug, now), SeriesDownloaderKey(slug, now),
 	}
-	args := make([]any, 0, 6+2*len(groups)+len(req.Items))
+	// A released item waits in redo or in one of its groups' sub-queues.
+	state, err := e.limitGroups(ctx, slug, false)
+	if err != nil {
+		return DoneResult{}, err
+	}
+	for _, g := range state.groups {
+		keys = append(keys, GroupQueueKey(slug, QueueRedo, g.Name))
+	}
+	for _, name := range state.removed {
+		keys = append(keys, GroupQueueKey(slug, QueueRedo, name))
+	}
+	args := make([]any, 0, 9+2*len(groups)+len(req.Items))
 	args = append(args, now.UnixMilli(), req.Downloader, req.Version, total, tail, len(groups))
 	for _, g := range groups {
 		args = append(args, g, req.Bytes[g])
 	}
+	utc := now.UTC()
+	args = append(args, utc.Format("1504"), utc.Format("010215"), EventsChannel)
 	for _, item := range req.Items {
 		args = append(args, item)
 	}
@@ -474,21 +487,40 @@ func (e *Engine) release(ctx context.Context, slug string, items []string, onlyD
 	if cutoffMillis >= 0 {
 		cutoff = strconv.FormatInt(cutoffMillis, 10)
 	}
-	keys := []string{ConfigKey(slug), QueueKey(slug, QueueRedo), OutKey(slug), DeadlinesKey(slug),
-		ClaimsKey(slug), BudgetKey(slug), StatsKey(slug), ReleasedKey(slug)}
-	args := make([]any, 0, 3+len(items))
-	args = append(args, e.nowMillis(), onlyDownloader, cutoff)
-	for _, item := range items {
-		args = append(args, item)
-	}
-	code, rest, err := e.runScriptList(ctx, op, releaseScript, keys, args...)
+	state, err := e.limitGroups(ctx, slug, false)
 	if err != nil {
 		return ReleaseResult{}, err
 	}
-	if code < 0 {
-		return ReleaseResult{}, errorf(op, CodeProjectNotFound, "no project %q", slug)
+	for attempt := 0; ; attempt++ {
+		// Released items go back to redo, into their limit group's
+		// sub-queue, so a release never lets an item skip its limit.
+		keys := []string{ConfigKey(slug), QueueKey(slug, QueueRedo), OutKey(slug), DeadlinesKey(slug),
+			ClaimsKey(slug), BudgetKey(slug), StatsKey(slug), ReleasedKey(slug)}
+		for _, g := range state.groups {
+			keys = append(keys, GroupQueueKey(slug, QueueRedo, g.Name))
+		}
+		args := make([]any, 0, 4+2*len(items))
+		args = append(args, e.nowMillis(), onlyDownloader, cutoff, state.version)
+		for _, item := range items {
+			args = append(args, item, groupFor(state.groups, item)+1)
+		}
+		code, rest, err := e.runScriptList(ctx, op, releaseScript, keys, args...)
+		if err != nil {
+			return ReleaseResult{}, err
+		}
+		switch {
+		case code == -1:
+			return ReleaseResult{}, errorf(op, CodeProjectNotFound, "no project %q", slug)
+		case code == -2 && attempt < 2:
+			if state, err = e.limitGroups(ctx, slug, true); err != nil {
+				return ReleaseResult{}, err
+			}
+			continue
+		case code < 0:
+			return ReleaseResult{}, unavailable(op, errors.New("limit groups kept changing during the release"))
+		}
+		return ReleaseResult{Released: int(code), NotOut: int(replyInt(rest[0])), Filtered: int(replyInt(rest[1]))}, nil
 	}
-	return ReleaseResult{Released: int(code), NotOut: int(replyInt(rest[0])), Filtered: int(replyInt(rest[1]))}, nil
 }
 
 // ReleaseFilter selects claims for ReleaseClaims. The zero filter selects
@@ -640,9 +672,9 @@ func (e *Engine) Enqueue(ctx context.Context, slug string, target Target, items 
 				g := groupFor(state.groups, item.Name)
 				routed[g+1] = append(routed[g+1], item.Name)
 			}
-			if len(state.groups) > 0 {
-				version = state.version
-			}
+			// Always checked, even with no groups: a frontend that cached
+			// "no groups" must not keep routing around a new one.
+			version = state.version
 		}
 		args := make([]any, 0, 4+len(extras)+len(items)+len(routed))
 		args = append(args, target.Downloader, version, len(extras)/2)

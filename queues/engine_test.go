@@ -705,7 +705,7 @@ func checkIndexesAgree(t *testing.T, tb bundle) {
 	for item, record := range claims {
 		claimed = append(claimed, item)
 		fields := strings.Fields(record)
-		require.Len(t, fields, 5, record)
+		require.Len(t, fields, 6, record)
 		counts[fields[2]]++
 	}
 	sort.Strings(claimed)
@@ -799,7 +799,7 @@ func TestLateDoneAfterReleaseCompletesOnce(t *testing.T) {
 		record, err := tb.rdb.HGet(tb.ctx, queues.ClaimsKey(tb.slug), "y").Result()
 		require.NoError(t, err)
 		require.True(t, strings.HasPrefix(record, "2 "), record)
-		require.True(t, strings.HasSuffix(record, " alice"), record)
+		require.True(t, strings.HasSuffix(record, " alice -"), record)
 		tb.clock.Advance(119 * time.Minute)
 		requireCode(t, tb.claimErr("carol", 1), queues.CodeNoItem)
 		tb.clock.Advance(time.Minute)

@@ -120,3 +120,26 @@ const GlobalAdminLogKey = "hoard:admin_log"
 func HourlyKey(slug string, hour time.Time) string {
 	return projectPrefix(slug) + "hourly:" + hour.UTC().Format("2006010215")
 }
+
+// SeriesMinuteKey holds one UTC day of per-minute completions (HASH), for
+// the charts; it expires after two days.
+func SeriesMinuteKey(slug string, t time.Time) string {
+	return projectPrefix(slug) + "series:m:" + t.UTC().Format("20060102")
+}
+
+// SeriesHourKey holds one UTC year of per-hour completions (HASH); it
+// expires after 400 days, so history is per-minute for a day and per-hour
+// for a year whatever the project's age.
+func SeriesHourKey(slug string, t time.Time) string {
+	return projectPrefix(slug) + "series:h:" + t.UTC().Format("2006")
+}
+
+// SeriesDownloaderKey holds one UTC day of bytes per hour and downloader
+// (HASH, field "HH nick"), for the top-downloaders chart; 8 days' worth.
+func SeriesDownloaderKey(slug string, t time.Time) string {
+	return projectPrefix(slug) + "series:d:" + t.UTC().Format("20060102")
+}
+
+// EventsChannel is the pub/sub channel every completion is announced on.
+// It is one global channel so each frontend subscribes once.
+const EventsChannel = "hoard:events"

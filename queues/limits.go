@@ -3,7 +3,9 @@ package queues
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -14,6 +16,10 @@ import (
 type groupState struct {
 	version string
 	groups  []compiledGroup
+	// removed are groups no longer configured whose sub-queues may still
+	// hold items until a re-route empties them; claims serve them without
+	// limit, so nothing is ever stranded.
+	removed []string
 }
 
 // groupCache holds groupState per project slug.
@@ -29,10 +35,13 @@ func (e *Engine) limitGroups(ctx context.Context, slug string, refresh bool) (*g
 	if ok && !refresh {
 		return state, nil
 	}
-	values, err := e.rdb.HMGet(ctx, ConfigKey(slug), "limit_groups", "limit_groups_version", "created_at").Result()
-	if err != nil {
+	pipe := e.rdb.Pipeline()
+	config := pipe.HMGet(ctx, ConfigKey(slug), "limit_groups", "limit_groups_version", "created_at")
+	knownCmd := pipe.SMembers(ctx, GroupsKnownKey(slug))
+	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, unavailable("queues.limitGroups", err)
 	}
+	values := config.Val()
 	if values[2] == nil {
 		// No such project: nothing to cache (slugs come from clients),
 		// and the scripts answer "no such project" themselves.
@@ -49,6 +58,15 @@ func (e *Engine) limitGroups(ctx context.Context, slug string, refresh bool) (*g
 		return nil, unavailable("queues.limitGroups", err)
 	}
 	state = &groupState{version: version, groups: groups}
+	current := map[string]bool{}
+	for _, g := range groups {
+		current[g.Name] = true
+	}
+	for _, name := range knownCmd.Val() {
+		if !current[name] {
+			state.removed = append(state.removed, name)
+		}
+	}
 	e.groupCache.mu.Lock()
 	if e.groupCache.states == nil {
 		e.groupCache.states = map[string]*groupState{}
@@ -60,37 +78,54 @@ func (e *Engine) limitGroups(ctx context.Context, slug string, refresh bool) (*g
 
 // claimKeys builds the claim script's KEYS and the group part of its ARGV.
 func claimKeys(slug, downloader, ip, globalBlock string, now time.Time, state *groupState) ([]string, []any) {
-	keys := make([]string, 0, 19+5*len(state.groups))
+	keys := make([]string, 0, 19+5*(len(state.groups)+len(state.removed)))
 	keys = append(keys,
 		ConfigKey(slug), ReservedQueueKey(slug, downloader),
 		QueueKey(slug, QueueTodo), QueueKey(slug, QueueBackfeed), QueueKey(slug, QueueSecondary), QueueKey(slug, QueueRedo),
 		OutKey(slug), DeadlinesKey(slug), ClaimsKey(slug), DoneKey(slug), BudgetKey(slug),
 		ExtrasKey(slug), StatsKey(slug), BlockedKey(slug), RateKey(slug), ReleasedKey(slug),
 		DownloaderRateKey(slug, downloader), IPRateKey(slug, ip), HourlyKey(slug, now))
-	args := make([]any, 0, 2+2*len(state.groups))
+	args := make([]any, 0, 2+3*(len(state.groups)+len(state.removed)))
 	args = append(args, globalBlock, state.version)
-	for _, g := range state.groups {
+	addGroup := func(name, rate string, burst int) {
 		for _, q := range SharedQueues {
-			keys = append(keys, GroupQueueKey(slug, q, g.Name))
+			keys = append(keys, GroupQueueKey(slug, q, name))
 		}
-		keys = append(keys, GroupRateKey(slug, g.Name))
-		args = append(args, strconv.FormatFloat(g.RatePerMinute, 'f', -1, 64), g.Burst)
+		keys = append(keys, GroupRateKey(slug, name))
+		args = append(args, rate, burst, name)
+	}
+	for _, g := range state.groups {
+		addGroup(g.Name, strconv.FormatFloat(g.RatePerMinute, 'f', -1, 64), g.Burst)
+	}
+	for _, name := range state.removed {
+		addGroup(name, "-1", 1)
 	}
 	return keys, args
 }
 
-// SetLimitGroups replaces a project's limit groups, then re-routes the
-// items already queued so each sits in the sub-queue of its group.
-// Requests stay correct meanwhile: an item not yet re-routed is only served
-// as if it had no group.
+// SetLimitGroups replaces a project's limit groups and, when their
+// matchers changed, re-routes the items already queued (see Reroute).
 func (e *Engine) SetLimitGroups(ctx context.Context, slug string, groups []LimitGroup) (SiftResult, error) {
-	const op = "queues.SetLimitGroups"
-	if err := ValidateSlug(slug); err != nil {
+	rerouteNeeded, err := e.UpdateLimitGroups(ctx, slug, groups)
+	if err != nil || !rerouteNeeded {
 		return SiftResult{}, err
+	}
+	return e.Reroute(ctx, slug)
+}
+
+// UpdateLimitGroups replaces a project's limit groups and reports whether
+// queued items need a re-route (a matcher changed, not only a rate). Claims
+// stay correct before the re-route: an item not yet re-routed is served as
+// its old routing says, and a removed group's items are served unlimited.
+func (e *Engine) UpdateLimitGroups(ctx context.Context, slug string, groups []LimitGroup) (bool, error) {
+	const op = "queues.UpdateLimitGroups"
+	project, err := e.Project(ctx, slug)
+	if err != nil {
+		return false, err
 	}
 	compiled, err := compileGroups(groups)
 	if err != nil {
-		return SiftResult{}, err
+		return false, err
 	}
 	stored := make([]LimitGroup, len(compiled))
 	names := make([]any, len(compiled))
@@ -100,17 +135,26 @@ func (e *Engine) SetLimitGroups(ctx context.Context, slug string, groups []Limit
 	raw, _ := json.Marshal(stored)
 	if len(names) > 0 {
 		if err := e.rdb.SAdd(ctx, GroupsKnownKey(slug), names...).Err(); err != nil {
-			return SiftResult{}, unavailable(op, err)
+			return false, unavailable(op, err)
 		}
 	}
 	n, err := e.runScriptInt(ctx, op, configWriteScript, []string{ConfigKey(slug)}, "groups", "limit_groups", string(raw))
 	if err != nil {
-		return SiftResult{}, err
+		return false, err
 	}
 	if n < 0 {
-		return SiftResult{}, errorf(op, CodeProjectNotFound, "no project %q", slug)
+		return false, errorf(op, CodeProjectNotFound, "no project %q", slug)
 	}
-	return e.Reroute(ctx, slug)
+	return matchers(project.LimitGroups) != matchers(stored), nil
+}
+
+// matchers describes what routes items, ignoring rates.
+func matchers(groups []LimitGroup) string {
+	var b strings.Builder
+	for _, g := range groups {
+		fmt.Fprintf(&b, "%q %q %q %q\n", g.Name, g.Type, g.Glob, g.Regex)
+	}
+	return b.String()
 }
 
 // SiftResult counts a re-route or a move.
@@ -141,6 +185,21 @@ func (e *Engine) Reroute(ctx context.Context, slug string) (SiftResult, error) {
 			if err != nil {
 				return total, err
 			}
+		}
+	}
+	// Forget removed groups whose sub-queues are now empty, so claims stop
+	// carrying their keys.
+	state, err := e.limitGroups(ctx, slug, true)
+	if err != nil {
+		return total, err
+	}
+	for _, name := range state.removed {
+		keys := []string{GroupsKnownKey(slug)}
+		for _, q := range SharedQueues {
+			keys = append(keys, GroupQueueKey(slug, q, name))
+		}
+		if _, err := e.runScriptInt(ctx, op, forgetGroupScript, keys, name); err != nil {
+			return total, err
 		}
 	}
 	return total, nil
@@ -253,6 +312,20 @@ func (e *Engine) sift(ctx context.Context, slug, source string, dest Queue, matc
 		keys := []string{ConfigKey(slug), source, QueueKey(slug, dest)}
 		for _, g := range state.groups {
 			keys = append(keys, GroupQueueKey(slug, dest, g.Name))
+		}
+		if limit >= 0 {
+			// Pop no further than the last item to move, so the items after
+			// it keep their place at the head.
+			lastMove, would := -1, 0
+			for i, item := range items {
+				if (match == nil || match.matches(item)) && result.Moved+would < limit {
+					lastMove, would = i, would+1
+				}
+			}
+			if lastMove < 0 {
+				lastMove = len(items) - 1 // nothing to move here: rotate the page
+			}
+			items = items[:lastMove+1]
 		}
 		args := []any{state.version, len(items), "decide"}
 		moving := 0

@@ -20,6 +20,7 @@ var (
 	configWriteScript = loadScript("config_write.lua")
 	rescoreScript     = loadScript("rescore.lua")
 	siftScript        = loadScript("sift.lua")
+	forgetGroupScript = loadScript("forget_group.lua")
 )
 
 func loadScript(name string) *redis.Script {

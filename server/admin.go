@@ -31,7 +31,8 @@ type AdminEngine interface {
 	BlockGlobally(ctx context.Context, who string, entry queues.BlockEntry) error
 	UnblockGlobally(ctx context.Context, who string) (bool, error)
 	Blocks(ctx context.Context, slug string) (map[string]queues.BlockEntry, error)
-	SetLimitGroups(ctx context.Context, slug string, groups []queues.LimitGroup) (queues.SiftResult, error)
+	UpdateLimitGroups(ctx context.Context, slug string, groups []queues.LimitGroup) (bool, error)
+	Reroute(ctx context.Context, slug string) (queues.SiftResult, error)
 	Move(ctx context.Context, slug string, req queues.MoveRequest) (queues.SiftResult, error)
 	RecordChange(ctx context.Context, slug string, entry queues.ChangeEntry) error
 	Changes(ctx context.Context, slug string, n int) ([]queues.ChangeEntry, error)
@@ -93,6 +94,7 @@ func (a *AdminAPI) register(g *gin.RouterGroup) {
 	g.DELETE("/projects/:slug/blocks/:who", a.unblock)
 	g.PUT("/projects/:slug/limit-groups", a.setLimitGroups)
 	g.POST("/projects/:slug/queues/move", a.move)
+	g.POST("/projects/:slug/queues/reroute", a.reroute)
 	g.GET("/projects/:slug/log", a.changes)
 	g.GET("/blocks", a.listBlocks)
 	g.PUT("/blocks/:who", a.block)
@@ -386,8 +388,12 @@ func (a *AdminAPI) listBlocks(c *gin.Context) {
 	c.JSON(http.StatusOK, gin.H{"blocks": blocks})
 }
 
-// setLimitGroups replaces the project's limit groups and re-routes queued
-// items before answering, so the reply says how many items moved.
+// setLimitGroups replaces the project's limit groups, records the change,
+// and, when a matcher changed, re-routes queued items before answering. The
+// re-route runs on its own context: a client that goes away does not cut it
+// off. If it is cut off anyway (the process stops), nothing is stranded:
+// claims serve a removed group's items without limit, and
+// POST …/queues/reroute finishes the job.
 func (a *AdminAPI) setLimitGroups(c *gin.Context) {
 	var req struct {
 		Groups []queues.LimitGroup `json:"groups"`
@@ -395,13 +401,34 @@ func (a *AdminAPI) setLimitGroups(c *gin.Context) {
 	if !a.decode(c, &req) {
 		return
 	}
-	result, err := a.Engine.SetLimitGroups(c.Request.Context(), c.Param("slug"), req.Groups)
+	rerouteNeeded, err := a.Engine.UpdateLimitGroups(c.Request.Context(), c.Param("slug"), req.Groups)
 	if err != nil {
 		_ = c.Error(err)
 		return
 	}
-	a.logChange(c, "limit groups set", "groups", req.Groups, "rerouted", result.Moved)
+	a.logChange(c, "limit groups set", "groups", req.Groups, "reroute", rerouteNeeded)
+	var result queues.SiftResult
+	if rerouteNeeded {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request.Context()), 6*time.Hour)
+		defer cancel()
+		if result, err = a.Engine.Reroute(ctx, c.Param("slug")); err != nil {
+			_ = c.Error(err)
+			return
+		}
+	}
 	c.JSON(http.StatusOK, gin.H{"groups": req.Groups, "rerouted": result})
+}
+
+func (a *AdminAPI) reroute(c *gin.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request.Context()), 6*time.Hour)
+	defer cancel()
+	result, err := a.Engine.Reroute(ctx, c.Param("slug"))
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	a.logChange(c, "queues re-routed", "moved", result.Moved)
+	c.JSON(http.StatusOK, result)
 }
 
 // MoveQueueRequest moves queued items between queues, by pattern, count or

@@ -48,6 +48,18 @@ func limitsCommand() *cobra.Command {
 			return printJSON(out)
 		},
 	}, &cobra.Command{
+		Use:   "reroute <slug>",
+		Short: "Route every queued item into the sub-queue its limit group calls for (finishes an interrupted re-route)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var out queues.SiftResult
+			if err := newAdminClient().do(cmd.Context(), http.MethodPost, "/projects/"+args[0]+"/queues/reroute", nil, &out); err != nil {
+				return err
+			}
+			fmt.Printf("re-routed %d items (%d looked at)\n", out.Moved, out.Scanned)
+			return nil
+		},
+	}, &cobra.Command{
 		Use:   "clear <slug>",
 		Short: "Remove every limit group, and route their items back",
 		Args:  cobra.ExactArgs(1),
