@@ -36,6 +36,12 @@ const (
 	routeMetrics      = "metrics"
 	routeAdmin        = "admin"
 	routeOther        = "other"
+	routePage         = "page"
+	routeChartsJSON   = "charts_json"
+	routeRecentJSON   = "recent_json"
+	routeWebsocket    = "websocket"
+	routeIndex        = "index"
+	routeStatic       = "static"
 )
 
 // scrapeTimeout bounds how long one /metrics scrape may spend reading
@@ -108,6 +114,10 @@ func routeLabel(c *gin.Context) string {
 		return routeProjectsJSON
 	case p == "/metrics":
 		return routeMetrics
+	case p == "/":
+		return routeIndex
+	case strings.HasPrefix(p, "/static/"):
+		return routeStatic
 	case p == "/api/v1" || strings.HasPrefix(p, "/api/v1/"):
 		return routeAdmin
 	}

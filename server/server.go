@@ -16,6 +16,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/hoardproject/hoard/leaderboard"
 	"github.com/hoardproject/hoard/queues"
 )
 
@@ -53,6 +54,7 @@ const (
 type Server struct {
 	cfg     Config
 	engine  *queues.Engine
+	hub     *leaderboard.Hub
 	handler http.Handler
 	logger  *slog.Logger
 
@@ -83,7 +85,9 @@ func New(cfg Config, engine *queues.Engine) (*Server, error) {
 	metrics := NewMetrics(engine, cfg.Logger)
 	router.Use(metrics.Middleware(), gin.Recovery(), renderErrors(cfg.Logger))
 
-	warrior := &WarriorAPI{Engine: engine, MaxBodyBytes: cfg.WarriorBodyBytes, StatsJSON: &StatsJSON{Engine: engine}}
+	hub := leaderboard.NewHub(leaderboard.Config{Logger: cfg.Logger}, engine.Redis(), engine)
+	pages := &Pages{Engine: engine, Hub: hub}
+	warrior := &WarriorAPI{Engine: engine, MaxBodyBytes: cfg.WarriorBodyBytes, StatsJSON: &StatsJSON{Engine: engine}, Pages: pages}
 	admin := &AdminAPI{Engine: engine, Logger: cfg.Logger, MaxBodyBytes: cfg.AdminBodyBytes}
 	projects := &ProjectsFile{Path: cfg.ProjectsFile, Engine: engine, PublicURL: cfg.PublicURL, CacheFor: 10 * time.Second}
 
@@ -98,6 +102,8 @@ func New(cfg Config, engine *queues.Engine) (*Server, error) {
 		c.String(http.StatusOK, "ok\n")
 	})
 	router.GET("/projects.json", projects.Serve)
+	router.GET("/", pages.Index)
+	router.StaticFS("/static", http.FS(leaderboard.Static()))
 	router.GET("/metrics", metrics.Serve(cfg.MetricsToken))
 	adminGroup := router.Group("/api/v1", requireToken(cfg.AdminToken, cfg.InsecureNoAdminToken))
 	admin.register(adminGroup)
@@ -105,7 +111,7 @@ func New(cfg Config, engine *queues.Engine) (*Server, error) {
 	// gin's tree cannot express "/<slug>/multi=N//request".
 	router.NoRoute(warrior.Dispatch)
 
-	return &Server{cfg: cfg, engine: engine, handler: router, logger: cfg.Logger}, nil
+	return &Server{cfg: cfg, engine: engine, hub: hub, handler: router, logger: cfg.Logger}, nil
 }
 
 // Handler returns the server's routes, for tests and embedding.
@@ -119,9 +125,14 @@ func (s *Server) Start(ctx context.Context) error {
 	if s.http != nil {
 		return errors.New("server already started")
 	}
+	// The live hub subscribes before the first viewer can connect.
+	if err := s.hub.Start(ctx); err != nil {
+		return fmt.Errorf("leaderboard hub: %w", err)
+	}
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", s.cfg.Listen)
 	if err != nil {
+		_ = s.hub.Stop()
 		return fmt.Errorf("listen on %s: %w", s.cfg.Listen, err)
 	}
 	s.listener = ln
@@ -172,8 +183,12 @@ func (s *Server) Stop() error {
 	s.stopped = true
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := s.http.Shutdown(ctx); err != nil {
-		return s.http.Close()
+	err := s.http.Shutdown(ctx)
+	if err != nil {
+		err = s.http.Close()
 	}
-	return nil
+	// Shutdown leaves hijacked (websocket) connections alone; the hub
+	// closes them.
+	_ = s.hub.Stop()
+	return err
 }

@@ -29,6 +29,8 @@ type WarriorAPI struct {
 	MaxBodyBytes int64
 	// StatsJSON serves GET /<slug>/stats.json (server/stats.go); nil: 404.
 	StatsJSON *StatsJSON
+	// Pages serves the leaderboard page, its websocket and chart data.
+	Pages *Pages
 }
 
 // warriorRoute is a parsed warrior path.
@@ -77,6 +79,12 @@ func (w *WarriorAPI) Dispatch(c *gin.Context) {
 	if slug, ok := statsJSONSlug(c.Request.URL.Path); ok && w.StatsJSON != nil {
 		c.Set(routeKey, routeStatsJSON)
 		w.StatsJSON.Serve(c, slug)
+		return
+	}
+	// The project page and its live stream (server/pages.go).
+	if slug, resource, ok := pagePath(c.Request.URL.Path); ok && w.Pages != nil {
+		c.Set(routeKey, pageResources[resource])
+		w.Pages.Serve(c, slug, resource)
 		return
 	}
 	route, ok, err := parseWarriorPath(c.Request.URL.Path)

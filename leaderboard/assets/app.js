@@ -1,0 +1,211 @@
+// hoard project page: counts, live log, leaderboard and charts, updated
+// live over a websocket. No framework and no build step.
+(function () {
+  "use strict";
+  const slug = decodeURIComponent(location.pathname.split("/")[1] || "");
+  const base = "/" + encodeURIComponent(slug);
+  const $ = (sel) => document.querySelector(sel);
+  const LOG_ROWS = 50, TOP_ROWS = 18;
+
+  const state = { downloaders: new Map(), seen: new Set(), countsAt: 0, rankBy: "bytes", showAll: false };
+
+  const fmt = (n) => Number(n || 0).toLocaleString("en-US");
+  function bytes(n) {
+    n = Number(n || 0);
+    const units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let i = 0;
+    while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+    return (i ? n.toFixed(n < 10 ? 2 : 1) : n) + " " + units[i];
+  }
+  const pct = (x) => (100 * (x || 0)).toFixed(1) + "%";
+
+  $("#title").textContent = slug;
+  document.title = slug + " · hoard";
+
+  // Counts -------------------------------------------------------------
+  function applyCounts(counts, at) {
+    if (!counts || at < state.countsAt) return; // never go back in time
+    state.countsAt = at;
+    document.querySelectorAll("[data-count]").forEach((el) => {
+      const v = counts[el.dataset.count];
+      if (v !== undefined) el.textContent = fmt(v);
+    });
+  }
+
+  // Live log -----------------------------------------------------------
+  function entryKey(e) { return e.at + " " + e.by + " " + (e.items || []).join("\u0000"); }
+  function addEntries(entries, live) {
+    const tbody = $("#log");
+    // Oldest first, so the newest ends up on top.
+    const sorted = entries.slice().sort((a, b) => a.at - b.at);
+    for (const e of sorted) {
+      const key = entryKey(e);
+      if (state.seen.has(key)) continue;
+      state.seen.add(key);
+      const items = e.items || [];
+      const size = items.length ? e.bytes / items.length : 0;
+      for (const item of items) {
+        const tr = document.createElement("tr");
+        tr.className = "log-row" + (live ? " fresh" : "");
+        tr.dataset.item = item;
+        tr.title = "version " + (e.version || "?") + " · " + (e.ua || "") + " · " + new Date(e.at).toLocaleString();
+        for (const [text, cls] of [[e.by, ""], [item, ""], [bytes(size), "num"]]) {
+          const td = document.createElement("td");
+          td.textContent = text;
+          if (cls) td.className = cls;
+          tr.appendChild(td);
+        }
+        tbody.insertBefore(tr, tbody.firstChild);
+      }
+      if (live) {
+        const d = state.downloaders.get(e.by) || { name: e.by, bytes: 0, items: 0 };
+        d.bytes += e.bytes || 0;
+        d.items += items.length;
+        state.downloaders.set(e.by, d);
+        scheduleTable();
+      }
+    }
+    while (tbody.rows.length > LOG_ROWS) tbody.deleteRow(tbody.rows.length - 1);
+    if (state.seen.size > 5000) state.seen = new Set(Array.from(state.seen).slice(-1000));
+  }
+
+  // Downloaders table: rebuilt at most twice a second, however fast
+  // completions arrive, and only the rows shown.
+  let tableTimer = null;
+  function scheduleTable() {
+    if (tableTimer) return;
+    tableTimer = setTimeout(() => { tableTimer = null; renderTable(); }, 500);
+  }
+  function renderTable() {
+    const rows = Array.from(state.downloaders.values()).sort((a, b) =>
+      (b[state.rankBy] - a[state.rankBy]) || a.name.localeCompare(b.name));
+    const shown = state.showAll ? rows : rows.slice(0, TOP_ROWS);
+    const frag = document.createDocumentFragment();
+    shown.forEach((d, i) => {
+      const tr = document.createElement("tr");
+      tr.dataset.downloader = d.name;
+      tr.title = d.version ? "version " + d.version : "";
+      for (const [text, cls] of [[i + 1, "num"], [d.name, ""], [bytes(d.bytes), "num"], [fmt(d.items), "num"]]) {
+        const td = document.createElement("td");
+        td.textContent = text;
+        if (cls) td.className = cls;
+        tr.appendChild(td);
+      }
+      frag.appendChild(tr);
+    });
+    $("#downloaders").replaceChildren(frag);
+  }
+  $("#rank-by").addEventListener("change", (ev) => { state.rankBy = ev.target.value; renderTable(); });
+  $("#show-all").addEventListener("change", (ev) => { state.showAll = ev.target.checked; renderTable(); });
+  if (location.hash === "#show-all") { $("#show-all").checked = true; state.showAll = true; }
+
+  // Stats --------------------------------------------------------------
+  async function loadStats() {
+    const res = await fetch(base + "/stats.json", { cache: "no-store" });
+    if (!res.ok) return;
+    const s = await res.json();
+    applyCounts(s.counts, 0);
+    state.downloaders = new Map((s.downloaders || []).map((d) => [d.name, { name: d.name, bytes: d.bytes, items: d.items, version: d.version }]));
+    renderTable();
+    $("#stat-irsr").textContent = s.last_hour && s.last_hour.requests ? pct(s.last_hour.irsr) : pct(s.irsr);
+    $("#stat-reclaim-rate").textContent = pct(s.reclaim_rate);
+    $("#stat-reclaim-serve-rate").textContent = pct(s.reclaim_serve_rate);
+    $("#stat-rtt").textContent = s.rtt || "–";
+    const hourly = s.hourly || [];
+    $("#stat-items-hour").textContent = hourly.length > 1 ? fmt(hourly[hourly.length - 2].items_done) : "–";
+    $("#stat-bytes").textContent = bytes((s.counters || {}).bytes_done);
+  }
+
+  // Charts -------------------------------------------------------------
+  const COLORS = ["#4fa3ff", "#3fb950", "#e3b341", "#f778ba", "#a371f7", "#ff7b72", "#79c0ff", "#56d364", "#d29922", "#db61a2"];
+  function canvas2d(id) {
+    const c = $(id), ratio = window.devicePixelRatio || 1;
+    const w = c.clientWidth || 300, h = c.clientHeight || 180;
+    c.width = w * ratio; c.height = h * ratio;
+    const g = c.getContext("2d");
+    g.setTransform(ratio, 0, 0, ratio, 0, 0);
+    g.clearRect(0, 0, w, h);
+    return { g, w, h };
+  }
+  function drawSeries(id, series, opts) {
+    const { g, w, h } = canvas2d(id);
+    const pad = { l: 56, r: 8, t: 8, b: 18 };
+    let max = 0;
+    for (const s of series) for (const v of s.values) max = Math.max(max, v);
+    if (max === 0) max = 1;
+    g.strokeStyle = "#2d333b"; g.fillStyle = "#8b949e"; g.font = "11px system-ui";
+    for (let i = 0; i <= 2; i++) {
+      const y = pad.t + (h - pad.t - pad.b) * (1 - i / 2);
+      g.beginPath(); g.moveTo(pad.l, y); g.lineTo(w - pad.r, y); g.stroke();
+      g.fillText(opts.label(max * i / 2), 4, y + 4);
+    }
+    g.fillText(opts.from, pad.l, h - 4);
+    g.fillText("now", w - pad.r - 22, h - 4);
+    series.forEach((s, k) => {
+      const n = s.values.length;
+      if (n === 0) return;
+      const x = (i) => pad.l + (w - pad.l - pad.r) * (n === 1 ? 1 : i / (n - 1));
+      const y = (v) => pad.t + (h - pad.t - pad.b) * (1 - v / max);
+      g.strokeStyle = g.fillStyle = s.color || COLORS[k % COLORS.length];
+      if (opts.bars) {
+        const bw = Math.max(1, (w - pad.l - pad.r) / n - 1);
+        s.values.forEach((v, i) => g.fillRect(x(i) - bw / 2, y(v), bw, y(0) - y(v)));
+      } else {
+        g.lineWidth = 1.5; g.beginPath();
+        s.values.forEach((v, i) => (i ? g.lineTo(x(i), y(v)) : g.moveTo(x(i), y(v))));
+        g.stroke();
+      }
+    });
+  }
+  async function loadCharts() {
+    const res = await fetch(base + "/charts.json", { cache: "no-store" });
+    if (!res.ok) return;
+    const c = await res.json();
+    const hours = c.hours || [];
+    // Items done over time: the running total, counted back from now.
+    const cumulative = new Array(hours.length);
+    let total = c.items_done_total || 0;
+    for (let i = hours.length - 1; i >= 0; i--) { cumulative[i] = total; total -= hours[i].items; }
+    drawSeries("#chart-items", [{ values: cumulative }], { label: fmt, from: "30 days ago" });
+    drawSeries("#chart-hourly", [{ values: hours.map((p) => p.items) }], { label: fmt, from: "30 days ago", bars: true });
+    drawSeries("#chart-bytes", [{ values: (c.minutes || []).map((p) => p.bytes / 60) }], { label: (v) => bytes(v) + "/s", from: "24 h ago" });
+    const top = (c.downloaders || []).map((d, k) => {
+      let run = 0;
+      return { name: d.name, color: COLORS[k % COLORS.length], values: d.bytes.map((b) => (run += b)) };
+    });
+    drawSeries("#chart-downloaders", top, { label: bytes, from: "7 days ago" });
+    $("#legend").replaceChildren(...top.map((s) => {
+      const span = document.createElement("span");
+      const dot = document.createElement("i");
+      dot.style.background = s.color;
+      span.append(dot, s.name);
+      return span;
+    }));
+  }
+
+  // Live updates -------------------------------------------------------
+  let delay = 1000;
+  function connect() {
+    const ws = new WebSocket((location.protocol === "https:" ? "wss://" : "ws://") + location.host + base + "/ws");
+    ws.onopen = () => { delay = 1000; $("#status").textContent = "live"; $("#status").classList.add("live"); };
+    ws.onmessage = (ev) => {
+      const msg = JSON.parse(ev.data);
+      applyCounts(msg.counts, msg.at || 0);
+      // A snapshot's entries are history (already in the leaderboard);
+      // an update's are new.
+      addEntries(msg.log || [], msg.type === "update");
+    };
+    ws.onclose = () => {
+      $("#status").textContent = "reconnecting";
+      $("#status").classList.remove("live");
+      setTimeout(connect, delay);
+      delay = Math.min(delay * 2, 15000);
+    };
+  }
+
+  loadStats().catch(() => {}).finally(connect);
+  loadCharts().catch(() => {});
+  setInterval(() => loadStats().catch(() => {}), 30000);
+  setInterval(() => loadCharts().catch(() => {}), 60000);
+  window.addEventListener("resize", () => loadCharts().catch(() => {}));
+})();

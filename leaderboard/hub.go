@@ -1,0 +1,381 @@
+// Package leaderboard is hoard's live project page: a websocket hub fed by
+// Redis pub/sub, and the page itself (embedded assets, no CDN, no build).
+package leaderboard
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hoardproject/hoard/queues"
+)
+
+// Source is what the hub reads from the engine: the truth behind every
+// pub/sub hint.
+type Source interface {
+	Counts(ctx context.Context, slug string) (queues.Counts, error)
+	Recent(ctx context.Context, slug string, n int) ([]json.RawMessage, error)
+}
+
+// Config tunes the hub; zero values take the defaults.
+type Config struct {
+	// Interval is the most often a viewer gets an update: events arriving
+	// meanwhile are coalesced into one message.
+	Interval time.Duration
+	// Sweep is how often counts are re-read and sent even with no event,
+	// because pub/sub messages can be lost while a frontend is away.
+	Sweep time.Duration
+	// SendBuffer is how many updates may wait for a slow viewer before it
+	// is dropped, so one slow viewer never stalls the others.
+	SendBuffer int
+	// WriteTimeout bounds each websocket write.
+	WriteTimeout time.Duration
+	// MaxViewers caps connections per frontend (503 beyond).
+	MaxViewers int
+	Logger     *slog.Logger
+}
+
+// Hub fans completions out to the viewers of each project. Each frontend
+// runs one hub with one Redis subscription, so several frontends behind a
+// load balancer all show the same stream.
+type Hub struct {
+	cfg    Config
+	rdb    redis.UniversalClient
+	source Source
+	up     websocket.Upgrader
+
+	mu      sync.Mutex
+	rooms   map[string]*room
+	viewers int
+
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	stopOnce sync.Once
+	pubsub   *redis.PubSub
+}
+
+// room is one project's viewers and what waits to be sent to them.
+type room struct {
+	viewers map[*viewer]struct{}
+	pending []json.RawMessage
+	dirty   bool
+}
+
+// viewer is one websocket client. Only the hub closes send, under hub.mu.
+type viewer struct {
+	conn   *websocket.Conn
+	send   chan []byte
+	closed bool
+}
+
+// maxPending bounds the log entries kept for one update.
+const maxPending = 100
+
+// NewHub builds a hub over the engine's Redis client.
+func NewHub(cfg Config, rdb redis.UniversalClient, source Source) *Hub {
+	if cfg.Interval <= 0 {
+		cfg.Interval = 250 * time.Millisecond
+	}
+	if cfg.Sweep <= 0 {
+		cfg.Sweep = 5 * time.Second
+	}
+	if cfg.SendBuffer <= 0 {
+		cfg.SendBuffer = 16
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 10 * time.Second
+	}
+	if cfg.MaxViewers <= 0 {
+		cfg.MaxViewers = 20000
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Hub{
+		cfg: cfg, rdb: rdb, source: source, rooms: map[string]*room{},
+		up: websocket.Upgrader{
+			ReadBufferSize: 256, WriteBufferSize: 1024,
+			// Pooled write buffers: an idle viewer holds none.
+			WriteBufferPool: &sync.Pool{},
+			// The page is served by this same origin; other origins may
+			// read stats.json instead.
+			CheckOrigin: sameOrigin,
+		},
+	}
+}
+
+func sameOrigin(r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return true
+	}
+	return origin == "http://"+r.Host || origin == "https://"+r.Host
+}
+
+// Start subscribes to the events channel and starts the update loop.
+func (h *Hub) Start(ctx context.Context) error {
+	h.pubsub = h.rdb.Subscribe(ctx, queues.EventsChannel)
+	if _, err := h.pubsub.Receive(ctx); err != nil {
+		_ = h.pubsub.Close()
+		return err
+	}
+	ctx, h.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	h.wg.Add(2)
+	go h.listen(ctx)
+	go h.loop(ctx)
+	return nil
+}
+
+// Stop closes the subscription and every viewer. It is safe to call twice,
+// or without Start.
+func (h *Hub) Stop() error {
+	h.stopOnce.Do(func() {
+		if h.cancel != nil {
+			h.cancel()
+		}
+		if h.pubsub != nil {
+			_ = h.pubsub.Close()
+		}
+		h.wg.Wait()
+		h.mu.Lock()
+		for slug, r := range h.rooms {
+			for v := range r.viewers {
+				h.dropLocked(slug, v)
+			}
+		}
+		h.mu.Unlock()
+	})
+	return nil
+}
+
+type event struct {
+	Project string          `json:"project"`
+	Entry   json.RawMessage `json:"entry"`
+}
+
+// listen turns pub/sub messages into pending log entries of watched rooms.
+func (h *Hub) listen(ctx context.Context) {
+	defer h.wg.Done()
+	ch := h.pubsub.Channel(redis.WithChannelSize(1000))
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case msg, ok := <-ch:
+			if !ok {
+				return
+			}
+			var ev event
+			if json.Unmarshal([]byte(msg.Payload), &ev) != nil {
+				continue
+			}
+			h.mu.Lock()
+			if r, ok := h.rooms[ev.Project]; ok {
+				if len(r.pending) >= maxPending {
+					r.pending = r.pending[1:]
+				}
+				r.pending = append(r.pending, ev.Entry)
+				r.dirty = true
+			}
+			h.mu.Unlock()
+		}
+	}
+}
+
+// loop sends each dirty room one coalesced update per interval, and every
+// room its counts per sweep.
+func (h *Hub) loop(ctx context.Context) {
+	defer h.wg.Done()
+	ticker := time.NewTicker(h.cfg.Interval)
+	defer ticker.Stop()
+	lastSweep := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		sweep := time.Since(lastSweep) >= h.cfg.Sweep
+		if sweep {
+			lastSweep = time.Now()
+		}
+		h.mu.Lock()
+		due := map[string][]json.RawMessage{}
+		for slug, r := range h.rooms {
+			if r.dirty || sweep {
+				due[slug] = r.pending
+				r.pending, r.dirty = nil, false
+			}
+		}
+		h.mu.Unlock()
+		for slug, entries := range due {
+			counts, err := h.source.Counts(ctx, slug)
+			if err != nil {
+				h.cfg.Logger.Warn("leaderboard: reading counts", "project", slug, "err", err)
+				continue
+			}
+			if entries == nil {
+				entries = []json.RawMessage{}
+			}
+			msg, _ := json.Marshal(map[string]any{"type": "update", "counts": counts, "log": entries, "at": time.Now().UnixMilli()})
+			h.broadcast(slug, msg)
+		}
+	}
+}
+
+// broadcast queues msg for every viewer of slug without blocking: a viewer
+// whose buffer is full is dropped.
+func (h *Hub) broadcast(slug string, msg []byte) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r, ok := h.rooms[slug]
+	if !ok {
+		return
+	}
+	for v := range r.viewers {
+		select {
+		case v.send <- msg:
+		default:
+			h.dropLocked(slug, v)
+		}
+	}
+}
+
+func (h *Hub) dropLocked(slug string, v *viewer) {
+	if v.closed {
+		return
+	}
+	v.closed = true
+	close(v.send)
+	h.viewers--
+	if r, ok := h.rooms[slug]; ok {
+		delete(r.viewers, v)
+		if len(r.viewers) == 0 {
+			delete(h.rooms, slug)
+		}
+	}
+}
+
+func (h *Hub) drop(slug string, v *viewer) {
+	h.mu.Lock()
+	h.dropLocked(slug, v)
+	h.mu.Unlock()
+}
+
+// Viewers reports how many viewers are connected.
+func (h *Hub) Viewers() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.viewers
+}
+
+// ErrTooManyViewers is returned when MaxViewers are connected.
+var ErrTooManyViewers = errors.New("too many viewers on this frontend")
+
+// Serve upgrades a request to a websocket for one project's live stream.
+// The first message is a snapshot from stored state (counts and the recent
+// log), so a viewer that connects or reconnects catches up whatever
+// pub/sub messages it missed.
+func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, slug string) error {
+	h.mu.Lock()
+	full := h.viewers >= h.cfg.MaxViewers
+	h.mu.Unlock()
+	if full {
+		return ErrTooManyViewers
+	}
+	conn, err := h.up.Upgrade(w, r, nil)
+	if err != nil {
+		return nil // the upgrader has answered the client
+	}
+	v := &viewer{conn: conn, send: make(chan []byte, h.cfg.SendBuffer)}
+	h.mu.Lock()
+	rm, ok := h.rooms[slug]
+	if !ok {
+		rm = &room{viewers: map[*viewer]struct{}{}}
+		h.rooms[slug] = rm
+	}
+	rm.viewers[v] = struct{}{}
+	h.viewers++
+	h.mu.Unlock()
+
+	go h.write(slug, v)
+	go h.read(slug, v)
+
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	counts, err := h.source.Counts(ctx, slug)
+	if err != nil {
+		h.drop(slug, v)
+		return nil
+	}
+	recent, err := h.source.Recent(ctx, slug, 50)
+	if err != nil {
+		h.drop(slug, v)
+		return nil
+	}
+	snapshot, _ := json.Marshal(map[string]any{"type": "snapshot", "counts": counts, "log": recent, "at": time.Now().UnixMilli()})
+	h.mu.Lock()
+	if !v.closed {
+		select {
+		case v.send <- snapshot:
+		default:
+			h.dropLocked(slug, v)
+		}
+	}
+	h.mu.Unlock()
+	return nil
+}
+
+const pingEvery = 30 * time.Second
+
+// write sends queued messages with a deadline each, and pings; it ends
+// when the hub closes send or a write fails.
+func (h *Hub) write(slug string, v *viewer) {
+	ping := time.NewTicker(pingEvery)
+	defer func() {
+		ping.Stop()
+		_ = v.conn.Close()
+		h.drop(slug, v)
+	}()
+	for {
+		select {
+		case msg, ok := <-v.send:
+			_ = v.conn.SetWriteDeadline(time.Now().Add(h.cfg.WriteTimeout))
+			if !ok {
+				_ = v.conn.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseGoingAway, ""))
+				return
+			}
+			if err := v.conn.WriteMessage(websocket.TextMessage, msg); err != nil {
+				return
+			}
+		case <-ping.C:
+			_ = v.conn.SetWriteDeadline(time.Now().Add(h.cfg.WriteTimeout))
+			if err := v.conn.WriteMessage(websocket.PingMessage, nil); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// read discards what the viewer sends (nothing is expected) and notices
+// when it goes away; a viewer silent past two pings is gone.
+func (h *Hub) read(slug string, v *viewer) {
+	defer h.drop(slug, v)
+	v.conn.SetReadLimit(512)
+	_ = v.conn.SetReadDeadline(time.Now().Add(2*pingEvery + 10*time.Second))
+	v.conn.SetPongHandler(func(string) error {
+		return v.conn.SetReadDeadline(time.Now().Add(2*pingEvery + 10*time.Second))
+	})
+	for {
+		if _, _, err := v.conn.ReadMessage(); err != nil {
+			return
+		}
+	}
+}

@@ -1,0 +1,130 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/hoardproject/hoard/leaderboard"
+	"github.com/hoardproject/hoard/queues"
+)
+
+// PageEngine is what the leaderboard pages read.
+type PageEngine interface {
+	Projects(ctx context.Context) ([]string, error)
+	Project(ctx context.Context, slug string) (queues.Project, error)
+	Counts(ctx context.Context, slug string) (queues.Counts, error)
+	Charts(ctx context.Context, slug string) (queues.Charts, error)
+	Recent(ctx context.Context, slug string, n int) ([]json.RawMessage, error)
+}
+
+// Pages serves the viewers' side: the project index at /, each project's
+// page at /<slug>/, its live websocket, and charts.json and recent.json
+// (the same data for scripts and userscripts).
+type Pages struct {
+	Engine PageEngine
+	Hub    *leaderboard.Hub
+}
+
+// pageResources are the GET paths under /<slug>/ that Pages answers.
+var pageResources = map[string]string{
+	"": routePage, "charts.json": routeChartsJSON, "recent.json": routeRecentJSON, "ws": routeWebsocket,
+}
+
+// pagePath reports whether path is /<slug>/<resource> for a page resource.
+func pagePath(path string) (slug, resource string, ok bool) {
+	rest := strings.TrimPrefix(path, "/")
+	slug, resource, found := strings.Cut(rest, "/")
+	if !found || slug == "" || strings.Contains(resource, "/") {
+		return "", "", false
+	}
+	_, ok = pageResources[resource]
+	return slug, resource, ok
+}
+
+// Serve answers one page resource; WarriorAPI.Dispatch routes here.
+func (p *Pages) Serve(c *gin.Context, slug, resource string) {
+	if c.Request.Method != http.MethodGet && c.Request.Method != http.MethodHead {
+		c.Header("Allow", http.MethodGet)
+		_ = c.Error(&httpError{Status: http.StatusMethodNotAllowed, Code: "method", Message: "pages are read with GET"})
+		return
+	}
+	if err := queues.ValidateSlug(slug); err != nil {
+		_ = c.Error(&queues.Error{Op: "server.pages", Code: queues.CodeProjectNotFound, Message: "no such project", Err: err})
+		return
+	}
+	ctx := c.Request.Context()
+	if _, err := p.Engine.Project(ctx, slug); err != nil {
+		_ = c.Error(err)
+		return
+	}
+	switch resource {
+	case "":
+		c.Header("Cache-Control", "no-cache")
+		c.Data(http.StatusOK, "text/html; charset=utf-8", leaderboard.ProjectPage())
+	case "charts.json":
+		charts, err := p.Engine.Charts(ctx, slug)
+		if err != nil {
+			_ = c.Error(err)
+			return
+		}
+		c.Header("Access-Control-Allow-Origin", "*")
+		c.Header("Cache-Control", "max-age=30")
+		c.JSON(http.StatusOK, charts)
+	case "recent.json":
+		recent, err := p.Engine.Recent(ctx, slug, 100)
+		if err != nil {
+			_ = c.Error(err)
+			return
+		}
+		c.Header("Access-Control-Allow-Origin", "*")
+		c.Header("Cache-Control", "max-age=2")
+		c.JSON(http.StatusOK, recent)
+	case "ws":
+		if err := p.Hub.Serve(c.Writer, c.Request, slug); err != nil {
+			status := http.StatusServiceUnavailable
+			if !errors.Is(err, leaderboard.ErrTooManyViewers) {
+				status = http.StatusInternalServerError
+			}
+			_ = c.Error(&httpError{Status: status, Code: "websocket", Message: err.Error()})
+		}
+	}
+}
+
+type indexRow struct {
+	queues.Project
+	Counts queues.Counts
+}
+
+// Index lists the projects with their counts.
+func (p *Pages) Index(c *gin.Context) {
+	ctx := c.Request.Context()
+	slugs, err := p.Engine.Projects(ctx)
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	rows := make([]indexRow, 0, len(slugs))
+	for _, slug := range slugs {
+		project, err := p.Engine.Project(ctx, slug)
+		if err != nil {
+			continue
+		}
+		counts, err := p.Engine.Counts(ctx, slug)
+		if err != nil {
+			continue
+		}
+		rows = append(rows, indexRow{Project: project, Counts: counts})
+	}
+	var page bytes.Buffer
+	if err := leaderboard.IndexTemplate.Execute(&page, rows); err != nil {
+		_ = c.Error(err)
+		return
+	}
+	c.Data(http.StatusOK, "text/html; charset=utf-8", page.Bytes())
+}
