@@ -13,6 +13,7 @@ import (
 // Stats are a project's counters and the rates operators steer by (seed
 // 004's definitions).
 type Stats struct {
+	Title    string           `json:"title"`
 	Counts   Counts           `json:"counts"`
 	Counters map[string]int64 `json:"counters"`
 	// IRSR, item request serve rate: share of item requests given an item.
@@ -92,9 +93,12 @@ func (e *Engine) Stats(ctx context.Context, slug string) (Stats, error) {
 		return Stats{}, unavailable(op, err)
 	}
 	s := Stats{Counts: counts, Counters: intMap(counters.Val()), DomainBytes: intMap(domains.Val())}
-	if s.Groups, err = e.groupStats(ctx, slug); err != nil {
+	project, err := e.Project(ctx, slug)
+	if err != nil {
 		return Stats{}, err
 	}
+	s.Title = project.Title
+	s.Groups = groupStats(ctx, e, slug, project.LimitGroups)
 	c := s.Counters
 	s.IRSR = ratio(c["requests_served"], c["requests"])
 	s.ReclaimRate = ratio(c["items_reclaimed"], c["items_served"]-c["reclaims_served"])
@@ -172,31 +176,27 @@ func ratio(part, whole int64) float64 {
 	return float64(part) / float64(whole)
 }
 
-func (e *Engine) groupStats(ctx context.Context, slug string) ([]GroupStats, error) {
-	project, err := e.Project(ctx, slug)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]GroupStats, 0, len(project.LimitGroups))
-	if len(project.LimitGroups) == 0 {
-		return out, nil
+// groupStats counts the items each limit group holds; a failed read
+// leaves the counts at zero rather than failing the whole page.
+func groupStats(ctx context.Context, e *Engine, slug string, groups []LimitGroup) []GroupStats {
+	out := make([]GroupStats, 0, len(groups))
+	if len(groups) == 0 {
+		return out
 	}
 	pipe := e.rdb.Pipeline()
-	lens := make([][]*redis.IntCmd, len(project.LimitGroups))
-	for i, g := range project.LimitGroups {
+	lens := make([][]*redis.IntCmd, len(groups))
+	for i, g := range groups {
 		for _, q := range SharedQueues {
 			lens[i] = append(lens[i], pipe.LLen(ctx, GroupQueueKey(slug, q, g.Name)))
 		}
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, unavailable("queues.groupStats", err)
-	}
-	for i, g := range project.LimitGroups {
+	_, _ = pipe.Exec(ctx)
+	for i, g := range groups {
 		gs := GroupStats{LimitGroup: g}
 		for _, l := range lens[i] {
 			gs.Queued += l.Val()
 		}
 		out = append(out, gs)
 	}
-	return out, nil
+	return out
 }

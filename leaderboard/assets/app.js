@@ -5,7 +5,7 @@
   const slug = decodeURIComponent(location.pathname.split("/")[1] || "");
   const base = "/" + encodeURIComponent(slug);
   const $ = (sel) => document.querySelector(sel);
-  const LOG_ROWS = 50, TOP_ROWS = 18;
+  const LOG_ROWS = 25, TOP_ROWS = 18;
 
   const state = { downloaders: new Map(), seen: new Set(), countsAt: 0, rankBy: "bytes", showAll: false };
 
@@ -104,6 +104,7 @@
     const res = await fetch(base + "/stats.json", { cache: "no-store" });
     if (!res.ok) return;
     const s = await res.json();
+    if (s.title) { $("#title").textContent = s.title; document.title = s.title + " · hoard"; }
     applyCounts(s.counts, 0);
     state.downloaders = new Map((s.downloaders || []).map((d) => [d.name, { name: d.name, bytes: d.bytes, items: d.items, version: d.version }]));
     renderTable();
@@ -112,7 +113,7 @@
     $("#stat-reclaim-serve-rate").textContent = pct(s.reclaim_serve_rate);
     $("#stat-rtt").textContent = s.rtt || "–";
     const hourly = s.hourly || [];
-    $("#stat-items-hour").textContent = hourly.length > 1 ? fmt(hourly[hourly.length - 2].items_done) : "–";
+    $("#stat-items-hour").textContent = hourly.length ? fmt(hourly[hourly.length - 1].items_done) : "–";
     $("#stat-bytes").textContent = bytes((s.counters || {}).bytes_done);
   }
 
