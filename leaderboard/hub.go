@@ -55,6 +55,9 @@ type Hub struct {
 	rooms   map[string]*room
 	viewers int
 
+	// wake tells the loop an event arrived, so a quiet room's first event
+	// goes out at once instead of at the next tick.
+	wake     chan struct{}
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	stopOnce sync.Once
@@ -63,9 +66,10 @@ type Hub struct {
 
 // room is one project's viewers and what waits to be sent to them.
 type room struct {
-	viewers map[*viewer]struct{}
-	pending []json.RawMessage
-	dirty   bool
+	viewers  map[*viewer]struct{}
+	pending  []json.RawMessage
+	dirty    bool
+	lastSent time.Time
 }
 
 // viewer is one websocket client. Only the hub closes send, under hub.mu.
@@ -99,7 +103,7 @@ func NewHub(cfg Config, rdb redis.UniversalClient, source Source) *Hub {
 		cfg.Logger = slog.Default()
 	}
 	return &Hub{
-		cfg: cfg, rdb: rdb, source: source, rooms: map[string]*room{},
+		cfg: cfg, rdb: rdb, source: source, rooms: map[string]*room{}, wake: make(chan struct{}, 1),
 		up: websocket.Upgrader{
 			ReadBufferSize: 256, WriteBufferSize: 1024,
 			// Pooled write buffers: an idle viewer holds none.
@@ -185,15 +189,20 @@ func (h *Hub) listen(ctx context.Context) {
 				r.dirty = true
 			}
 			h.mu.Unlock()
+			select {
+			case h.wake <- struct{}{}:
+			default:
+			}
 		}
 	}
 }
 
-// loop sends each dirty room one coalesced update per interval, and every
-// room its counts per sweep.
+// loop sends a dirty room an update at once if it was sent nothing for an
+// interval (leading edge), else at the next tick, so a viewer gets at most
+// one coalesced update per interval; and every room its counts per sweep.
 func (h *Hub) loop(ctx context.Context) {
 	defer h.wg.Done()
-	ticker := time.NewTicker(h.cfg.Interval)
+	ticker := time.NewTicker(h.cfg.Interval / 2)
 	defer ticker.Stop()
 	lastSweep := time.Now()
 	for {
@@ -201,17 +210,19 @@ func (h *Hub) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
+		case <-h.wake:
 		}
-		sweep := time.Since(lastSweep) >= h.cfg.Sweep
+		now := time.Now()
+		sweep := now.Sub(lastSweep) >= h.cfg.Sweep
 		if sweep {
-			lastSweep = time.Now()
+			lastSweep = now
 		}
 		h.mu.Lock()
 		due := map[string][]json.RawMessage{}
 		for slug, r := range h.rooms {
-			if r.dirty || sweep {
+			if (r.dirty && now.Sub(r.lastSent) >= h.cfg.Interval) || sweep {
 				due[slug] = r.pending
-				r.pending, r.dirty = nil, false
+				r.pending, r.dirty, r.lastSent = nil, false, now
 			}
 		}
 		h.mu.Unlock()

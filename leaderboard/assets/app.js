@@ -184,6 +184,20 @@
     }));
   }
 
+  // After live activity, refresh the stats and charts soon (at most every
+  // few seconds), so the page never contradicts its own live log for long.
+  let refreshTimer = null, lastRefresh = 0;
+  function scheduleRefresh() {
+    if (refreshTimer) return;
+    const wait = Math.max(1000, 5000 - (Date.now() - lastRefresh));
+    refreshTimer = setTimeout(() => {
+      refreshTimer = null;
+      lastRefresh = Date.now();
+      loadStats().catch(() => {});
+      loadCharts().catch(() => {});
+    }, wait);
+  }
+
   // Live updates -------------------------------------------------------
   let delay = 1000;
   function connect() {
@@ -195,6 +209,7 @@
       // A snapshot's entries are history (already in the leaderboard);
       // an update's are new.
       addEntries(msg.log || [], msg.type === "update");
+      if (msg.type === "update" && (msg.log || []).length) scheduleRefresh();
     };
     ws.onclose = () => {
       $("#status").textContent = "reconnecting";
