@@ -4,7 +4,7 @@ GO      ?= go
 BIN     := bin/hoard
 FUZZTIME ?= 30s
 
-.PHONY: all build run test vet bench fuzz clean
+.PHONY: all build run test vet e2e-deps bench fuzz clean
 
 all: build
 
@@ -25,12 +25,19 @@ vet:
 
 # Every test, on a real redis-server and a real 3-node Redis Cluster that
 # the tests start themselves (internal/redistest); fuzz seeds run as tests.
-test: vet
+test: vet e2e-deps
 	$(GO) test -race -count=1 -timeout 30m ./...
+
+# The browser test's playwright-core, pinned in leaderboard/e2e's lockfile
+# (it uses Debian's chromium; it downloads no browser).
+e2e-deps:
+	@if [ ! -d leaderboard/e2e/node_modules ] && command -v npm >/dev/null; then \
+		cd leaderboard/e2e && npm ci --no-audit --no-fund; fi
 
 # Load generators, not timed tests: see README "Figures".
 bench: build
 	$(BIN) bench all
+	$(BIN) bench viewers --viewers 5000
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./queues
 
 fuzz:
