@@ -19,7 +19,7 @@ func BenchmarkClaimDone(b *testing.B) {
 			if err := redistest.Flush(ctx, backend); err != nil {
 				b.Fatal(err)
 			}
-			engine := queues.NewEngine(backend.Client, queues.Options{})
+			engine := queues.NewEngine(backend.Client, queues.Options{Logger: quietLogger})
 			if _, err := engine.CreateProject(ctx, "bench", queues.SettingsPatch{}); err != nil {
 				b.Fatal(err)
 			}

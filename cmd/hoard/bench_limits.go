@@ -22,8 +22,8 @@ import (
 //     Lua script on the same Redis so only the method differs.
 
 const (
-	limitBenchLimited   = 900_000
-	limitBenchRemainder = 100_000
+	limitBenchLimited   = 2_250_000
+	limitBenchRemainder = 250_000
 	limitBenchRate      = 60.0 // limited items per minute
 )
 
