@@ -43,6 +43,7 @@ bench: build
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseWarriorPath$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./server
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeWarriorBodies$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./server
+	$(GO) test -run '^$$' -fuzz '^FuzzSplitBackfeed$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./server
 
 clean:
 	rm -rf bin

@@ -1,6 +1,9 @@
 package queues
 
-import "time"
+import (
+	"strconv"
+	"time"
+)
 
 // Every key of a project carries the project's hash tag "{slug}", so every
 // script touches a single slot and the same code runs on one Redis and on
@@ -143,3 +146,12 @@ func SeriesDownloaderKey(slug string, t time.Time) string {
 // EventsChannel is the pub/sub channel every completion is announced on.
 // It is one global channel so each frontend subscribes once.
 const EventsChannel = "hoard:events"
+
+// BloomMetaKey describes the project's backfeed Bloom filter (HASH: m bits
+// and k hashes per generation, gens, count in the newest generation).
+func BloomMetaKey(slug string) string { return projectPrefix(slug) + "bloom" }
+
+// BloomKey holds one generation of the Bloom filter's bits (STRING).
+func BloomKey(slug string, generation int) string {
+	return projectPrefix(slug) + "bloom:" + strconv.Itoa(generation)
+}

@@ -21,6 +21,7 @@ var (
 	rescoreScript     = loadScript("rescore.lua")
 	siftScript        = loadScript("sift.lua")
 	forgetGroupScript = loadScript("forget_group.lua")
+	bloomAddScript    = loadScript("bloom_add.lua")
 )
 
 func loadScript(name string) *redis.Script {

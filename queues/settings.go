@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -45,7 +46,10 @@ const (
 	DefaultReclaimTTL = 6 * time.Hour
 	DefaultMaxMulti   = 100
 	DefaultLogLength  = 1000
-	MaxLogLength      = 100000
+	// A generation of 10M items at 1e-6 is about 36 MB of bits.
+	DefaultBloomCapacity = 10_000_000
+	DefaultBloomFPRate   = 1e-6
+	MaxLogLength         = 100000
 )
 
 // Settings are a project's operator-controlled settings.
@@ -81,10 +85,19 @@ type Settings struct {
 	UploadTargets []string `json:"upload_targets"`
 	// Extra keys sent with every item (never evaluated; plain JSON).
 	Extra map[string]json.RawMessage `json:"extra"`
+	// BackfeedSecret is the <secret> of POST /backfeed/legacy/<slug>-<secret>
+	// ("" = backfeed off). Letters, digits and _ only, 8-128 of them.
+	BackfeedSecret string `json:"backfeed_secret"`
+	// BloomCapacity and BloomFPRate size each generation of the backfeed
+	// Bloom filter: a new generation starts after BloomCapacity items.
+	BloomCapacity int     `json:"bloom_capacity"`
+	BloomFPRate   float64 `json:"bloom_fp_rate"`
 	// LimitGroups rate-limit item types and patterns; set them with
 	// Engine.SetLimitGroups, which also re-routes queued items.
 	LimitGroups []LimitGroup `json:"limit_groups"`
 }
+
+var secretPattern = regexp.MustCompile(`^[A-Za-z0-9_]{8,128}$`)
 
 // DefaultSettings are a new project's settings.
 func DefaultSettings() Settings {
@@ -94,6 +107,8 @@ func DefaultSettings() Settings {
 		IPRateBurst:         1,
 		ReclaimTTL:          Duration(DefaultReclaimTTL),
 		MaxMulti:            DefaultMaxMulti,
+		BloomCapacity:       DefaultBloomCapacity,
+		BloomFPRate:         DefaultBloomFPRate,
 		LogLength:           DefaultLogLength,
 		UploadTargets:       []string{},
 		Extra:               map[string]json.RawMessage{},
@@ -120,6 +135,9 @@ type SettingsPatch struct {
 	LogLength               *int                        `json:"log_length,omitempty"`
 	UploadTargets           *[]string                   `json:"upload_targets,omitempty"`
 	Extra                   *map[string]json.RawMessage `json:"extra,omitempty"`
+	BackfeedSecret          *string                     `json:"backfeed_secret,omitempty"`
+	BloomCapacity           *int                        `json:"bloom_capacity,omitempty"`
+	BloomFPRate             *float64                    `json:"bloom_fp_rate,omitempty"`
 }
 
 // Apply returns s with the patch applied and checked.
@@ -178,6 +196,15 @@ func (p SettingsPatch) Apply(s Settings) (Settings, error) {
 	if p.Extra != nil {
 		s.Extra = *p.Extra
 	}
+	if p.BackfeedSecret != nil {
+		s.BackfeedSecret = *p.BackfeedSecret
+	}
+	if p.BloomCapacity != nil {
+		s.BloomCapacity = *p.BloomCapacity
+	}
+	if p.BloomFPRate != nil {
+		s.BloomFPRate = *p.BloomFPRate
+	}
 	return s, s.Validate()
 }
 
@@ -214,6 +241,12 @@ func (s Settings) Validate() error {
 		return bad("max_multi", "must be between 1 and %d", MaxMulti)
 	case s.LogLength < 0 || s.LogLength > MaxLogLength:
 		return bad("log_length", "must be between 0 and %d", MaxLogLength)
+	case s.BackfeedSecret != "" && !secretPattern.MatchString(s.BackfeedSecret):
+		return bad("backfeed_secret", "must be 8-128 of A-Z, a-z, 0-9 and _ (the URL puts it after the last -)")
+	case s.BloomCapacity < MaxBloomBatch || s.BloomCapacity > 500_000_000:
+		return bad("bloom_capacity", "must be between %d and 500000000", MaxBloomBatch)
+	case s.BloomFPRate <= 0 || s.BloomFPRate > 0.1:
+		return bad("bloom_fp_rate", "must be above 0 and at most 0.1")
 	case len(s.UploadTargets) > 100:
 		return bad("upload_targets", "at most 100")
 	}
@@ -261,6 +294,9 @@ func (s Settings) fields() []any {
 		"log_length", strconv.Itoa(s.LogLength),
 		"upload_targets", string(targets),
 		"extra", string(extra),
+		"backfeed_secret", s.BackfeedSecret,
+		"bloom_capacity", strconv.Itoa(s.BloomCapacity),
+		"bloom_fp_rate", strconv.FormatFloat(s.BloomFPRate, 'g', -1, 64),
 	}
 }
 
@@ -306,6 +342,9 @@ func (p SettingsPatch) fieldNames() []string {
 	add(p.LogLength != nil, "log_length")
 	add(p.UploadTargets != nil, "upload_targets")
 	add(p.Extra != nil, "extra")
+	add(p.BackfeedSecret != nil, "backfeed_secret")
+	add(p.BloomCapacity != nil, "bloom_capacity")
+	add(p.BloomFPRate != nil, "bloom_fp_rate")
 	return names
 }
 
@@ -330,6 +369,11 @@ func settingsFromHash(h map[string]string) Settings {
 	intField(h, "ip_rate_burst", &s.IPRateBurst)
 	s.IgnoreGlobalBlocks = h["ignore_global_blocks"] == "1"
 	s.LimitGroups = decodeGroups(h["limit_groups"])
+	s.BackfeedSecret = h["backfeed_secret"]
+	intField(h, "bloom_capacity", &s.BloomCapacity)
+	if v, err := strconv.ParseFloat(h["bloom_fp_rate"], 64); err == nil {
+		s.BloomFPRate = v
+	}
 	intField(h, "downloader_budget", &s.DownloaderBudget)
 	intField(h, "claims_limit", &s.ClaimsLimit)
 	s.ReclaimEnabled = h["reclaim_enabled"] == "1"

@@ -22,6 +22,7 @@ type AdminEngine interface {
 	Project(ctx context.Context, slug string) (queues.Project, error)
 	Projects(ctx context.Context) ([]string, error)
 	Enqueue(ctx context.Context, slug string, target queues.Target, items []queues.QueueItem) (queues.EnqueueResult, error)
+	EnqueueRegistered(ctx context.Context, slug string, q queues.Queue, items []string) (queues.BackfeedResult, error)
 	Counts(ctx context.Context, slug string) (queues.Counts, error)
 	Stats(ctx context.Context, slug string) (queues.Stats, error)
 	Release(ctx context.Context, slug string, items []string, onlyDownloader string) (queues.ReleaseResult, error)
@@ -211,6 +212,10 @@ type AddItemsRequest struct {
 	Queue      string            `json:"queue"`
 	Downloader string            `json:"downloader"`
 	Items      []json.RawMessage `json:"items"`
+	// Register adds the items to the backfeed Bloom filter too, so
+	// backfeed never queues them again; items it has seen are skipped.
+	// Not with a downloader's reserved queue, nor with extras.
+	Register bool `json:"register"`
 }
 
 // Rejection says why one entry of a batch was not queued.
@@ -288,12 +293,33 @@ func (a *AdminAPI) addItems(c *gin.Context) {
 		}
 		items = append(items, item)
 	}
-	result, err := a.Engine.Enqueue(c.Request.Context(), c.Param("slug"), target, items)
-	if err != nil {
-		_ = c.Error(err)
-		return
+	if req.Register {
+		if target.Downloader != "" {
+			_ = c.Error(badRequest("register works with the shared queues, not a reserved queue"))
+			return
+		}
+		names := make([]string, 0, len(items))
+		for _, item := range items {
+			if len(item.Extras) > 0 {
+				_ = c.Error(badRequest("register does not take items with extras"))
+				return
+			}
+			names = append(names, item.Name)
+		}
+		result, err := a.Engine.EnqueueRegistered(c.Request.Context(), c.Param("slug"), target.Queue, names)
+		if err != nil {
+			_ = c.Error(err)
+			return
+		}
+		resp.Queued, resp.Skipped = result.New, result.Duplicate
+	} else {
+		result, err := a.Engine.Enqueue(c.Request.Context(), c.Param("slug"), target, items)
+		if err != nil {
+			_ = c.Error(err)
+			return
+		}
+		resp.Queued, resp.Skipped, resp.Length = result.Queued, result.Skipped, result.Length
 	}
-	resp.Queued, resp.Skipped, resp.Length = result.Queued, result.Skipped, result.Length
 	a.logChange(c, "items queued", "queue", target.Queue, "downloader", target.Downloader,
 		"queued", resp.Queued, "skipped", resp.Skipped, "rejected", resp.Rejected)
 	c.JSON(http.StatusOK, resp)

@@ -61,3 +61,22 @@ func FuzzDecodeWarriorBodies(f *testing.F) {
 		}
 	})
 }
+
+// FuzzSplitBackfeed: any body splits into non-empty items without NUL, and
+// items plus empty ones never exceed the separators + 1.
+func FuzzSplitBackfeed(f *testing.F) {
+	for _, seed := range []string{"a\x00b\x00", "a\nb\r\n", "\x00\x00", "", "\n", "x"} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		items, empty := splitBackfeed(body)
+		for _, item := range items {
+			if item == "" || strings.ContainsRune(item, 0) {
+				t.Fatalf("bad item %q", item)
+			}
+		}
+		if len(items)+empty > len(body)+1 {
+			t.Fatalf("%d items from %d bytes", len(items)+empty, len(body))
+		}
+	})
+}

@@ -42,6 +42,7 @@ const (
 	routeWebsocket    = "websocket"
 	routeIndex        = "index"
 	routeStatic       = "static"
+	routeBackfeed     = "backfeed"
 )
 
 // scrapeTimeout bounds how long one /metrics scrape may spend reading
@@ -116,6 +117,8 @@ func routeLabel(c *gin.Context) string {
 		return routeMetrics
 	case p == "/":
 		return routeIndex
+	case p == "/backfeed/legacy/:key":
+		return routeBackfeed
 	case strings.HasPrefix(p, "/static/"):
 		return routeStatic
 	case p == "/api/v1" || strings.HasPrefix(p, "/api/v1/"):

@@ -102,6 +102,8 @@ func New(cfg Config, engine *queues.Engine) (*Server, error) {
 		c.String(http.StatusOK, "ok\n")
 	})
 	router.GET("/projects.json", projects.Serve)
+	backfeed := &Backfeed{Engine: engine, MaxBodyBytes: DefaultBackfeedBodyBytes}
+	router.POST("/backfeed/legacy/:key", backfeed.Serve)
 	router.GET("/", pages.Index)
 	router.StaticFS("/static", http.FS(leaderboard.Static()))
 	router.GET("/metrics", metrics.Serve(cfg.MetricsToken))

@@ -58,6 +58,7 @@ func projectWriteCommand(verb string) *cobra.Command {
 		downloaderRate, ipRate        float64
 		downloaderBurst, ipBurst      int
 		ignoreGlobalBlocks            bool
+		backfeedSecret                string
 	)
 	cmd := &cobra.Command{
 		Use:   verb + " <slug>",
@@ -93,6 +94,9 @@ func projectWriteCommand(verb string) *cobra.Command {
 			}
 			if changed("ip-rate-burst") {
 				p.IPRateBurst = &ipBurst
+			}
+			if changed("backfeed-secret") {
+				p.BackfeedSecret = &backfeedSecret
 			}
 			if changed("ignore-global-blocks") {
 				p.IgnoreGlobalBlocks = &ignoreGlobalBlocks
@@ -149,6 +153,7 @@ func projectWriteCommand(verb string) *cobra.Command {
 	f.Float64Var(&ipRate, "ip-rate-per-minute", 0, "item requests per minute per client IP; 0 = unlimited")
 	f.IntVar(&ipBurst, "ip-rate-burst", 1, "requests one IP may make back to back")
 	f.BoolVar(&ignoreGlobalBlocks, "ignore-global-blocks", false, "serve nicknames and IPs blocked server-wide")
+	f.StringVar(&backfeedSecret, "backfeed-secret", "", "secret of POST /backfeed/legacy/<slug>-<secret> (8-128 of A-Za-z0-9_); \"\" turns backfeed off")
 	f.IntVar(&budget, "downloader-budget", 0, "most items one downloader may have out; 0 = unlimited")
 	f.IntVar(&claimLimit, "claims-limit", 0, "most items out in the whole project; 0 = unlimited")
 	f.BoolVar(&reclaim, "reclaim", false, "hand out items again after TTL x times claimed")

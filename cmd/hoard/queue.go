@@ -53,6 +53,7 @@ type addOptions struct {
 	batch      int
 	strict     bool
 	jsonLines  bool
+	register   bool
 }
 
 func queueAddCommand() *cobra.Command {
@@ -78,6 +79,7 @@ func queueAddCommand() *cobra.Command {
 	f.IntVar(&o.batch, "batch", 10000, "items per request")
 	f.BoolVar(&o.strict, "strict", false, "stop at the first malformed line instead of skipping it")
 	f.BoolVar(&o.jsonLines, "jsonl", false, "lines are JSON objects {\"name\", \"extras\"}")
+	f.BoolVar(&o.register, "register", false, "also register the items in the backfeed Bloom filter, so backfeed never queues them again (items it has seen are skipped)")
 	return cmd
 }
 
@@ -110,7 +112,7 @@ func runQueueAdd(ctx context.Context, slug, path string, o addOptions) error {
 
 	send := func(batch []json.RawMessage) error {
 		var resp server.AddItemsResponse
-		req := map[string]any{"queue": o.queue, "downloader": o.downloader, "items": batch}
+		req := map[string]any{"queue": o.queue, "downloader": o.downloader, "items": batch, "register": o.register}
 		if err := client.do(ctx, http.MethodPost, "/projects/"+slug+"/items", req, &resp); err != nil {
 			return err
 		}
