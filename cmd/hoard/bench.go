@@ -66,7 +66,10 @@ func benchCommand() *cobra.Command {
 			if err := benchScript(ctx, env, o); err != nil {
 				return err
 			}
-			return benchLimits(ctx, env, o)
+			if err := benchLimits(ctx, env, o); err != nil {
+				return err
+			}
+			return benchBackfeed(ctx, env, o)
 		}),
 	}
 	warriors := &cobra.Command{
@@ -87,7 +90,13 @@ func benchCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE:  each(func(ctx context.Context, env *benchEnv) error { return benchLimits(ctx, env, o) }),
 	}
-	for _, c := range []*cobra.Command{all, warriors, script, limits} {
+	backfeed := &cobra.Command{
+		Use:   "backfeed",
+		Short: "Backfeed ingest in items per second over HTTP, and Redis bytes per queued item",
+		Args:  cobra.NoArgs,
+		RunE:  each(func(ctx context.Context, env *benchEnv) error { return benchBackfeed(ctx, env, o) }),
+	}
+	for _, c := range []*cobra.Command{all, warriors, script, limits, backfeed} {
 		f := c.Flags()
 		f.IntVar(&o.warriors, "warriors", 32, "concurrent warriors (or script callers)")
 		f.DurationVar(&o.duration, "duration", 5*time.Second, "length of each run")
