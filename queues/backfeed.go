@@ -2,8 +2,13 @@ package queues
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"errors"
+	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/bits-and-blooms/bloom/v3"
 )
@@ -50,12 +55,112 @@ func (e *Engine) Backfeed(ctx context.Context, slug, secret string, items []stri
 	return e.bloomAdd(ctx, slug, secret, QueueBackfeed, items)
 }
 
+// CheckBackfeedSecret says whether secret is the project's backfeed secret,
+// before a frontend spends anything on the request's body. The comparison
+// takes the same time however much of the secret matches. bloom_add.lua
+// checks again, atomically with the push.
+func (e *Engine) CheckBackfeedSecret(ctx context.Context, slug, secret string) error {
+	const op = "queues.CheckBackfeedSecret"
+	if ValidateSlug(slug) != nil {
+		return errorf(op, CodeProjectNotFound, "no project %q", slug)
+	}
+	fields, err := e.rdb.HMGet(ctx, ConfigKey(slug), "created_at", "backfeed_secret").Result()
+	if err != nil {
+		return unavailable(op, err)
+	}
+	if fields[0] == nil {
+		return errorf(op, CodeProjectNotFound, "no project %q", slug)
+	}
+	stored, _ := fields[1].(string)
+	want, got := sha256.Sum256([]byte(stored)), sha256.Sum256([]byte(secret))
+	if stored == "" || secret == "" || subtle.ConstantTimeCompare(want[:], got[:]) != 1 {
+		return &Error{Op: op, Code: CodeBlocked, Message: "wrong backfeed secret, or backfeed is off for this project", Err: ErrBadSecret}
+	}
+	return nil
+}
+
 // EnqueueRegistered queues items like Enqueue, and registers them in the
 // Bloom filter, so backfeed never queues them again; items the filter has
 // seen are skipped.
 func (e *Engine) EnqueueRegistered(ctx context.Context, slug string, q Queue, items []string) (BackfeedResult, error) {
 	return e.bloomAdd(ctx, slug, "", q, items)
 }
+
+// bloomShape is one filter generation's shape: m bits, k hashes, and the
+// items it takes before the next generation starts.
+type bloomShape struct {
+	m, k     uint
+	capacity int
+}
+
+func (s bloomShape) String() string {
+	return strconv.FormatUint(uint64(s.m), 10) + ":" + strconv.FormatUint(uint64(s.k), 10) + ":" + strconv.Itoa(s.capacity)
+}
+
+// MaxBloomGenerationBits is the largest generation: a Redis string holds at
+// most 2^32 bits (512 MiB), and SETBIT refuses offsets beyond it.
+const MaxBloomGenerationBits = 1 << 32
+
+// newBloomShape sizes a generation for capacity items at false-positive
+// rate fp, refusing one Redis cannot hold.
+func newBloomShape(capacity int, fp float64) (bloomShape, error) {
+	m, k := BloomParameters(capacity, fp)
+	if uint64(m) > MaxBloomGenerationBits {
+		return bloomShape{}, fmt.Errorf("a generation of %d items at false-positive rate %g needs %d MiB of bits, above Redis's 512 MiB string limit; lower bloom_capacity (full generations chain)",
+			capacity, fp, (uint64(m)+(8<<20)-1)/(8<<20))
+	}
+	return bloomShape{m: m, k: k, capacity: capacity}, nil
+}
+
+// parseBloomShapes reads meta's "m:k:cap,..." list.
+func parseBloomShapes(text string) ([]bloomShape, error) {
+	if text == "" {
+		return nil, nil
+	}
+	var shapes []bloomShape
+	for _, part := range strings.Split(text, ",") {
+		fields := strings.Split(part, ":")
+		if len(fields) != 3 {
+			return nil, fmt.Errorf("bad generation shape %q", part)
+		}
+		m, errM := strconv.ParseUint(fields[0], 10, 64)
+		k, errK := strconv.ParseUint(fields[1], 10, 32)
+		capacity, errC := strconv.Atoi(fields[2])
+		if errM != nil || errK != nil || errC != nil || m == 0 || m > MaxBloomGenerationBits || k == 0 || k > 64 || capacity <= 0 {
+			return nil, fmt.Errorf("bad generation shape %q", part)
+		}
+		shapes = append(shapes, bloomShape{m: uint(m), k: uint(k), capacity: capacity})
+	}
+	return shapes, nil
+}
+
+// readBloomShapes returns the shapes of the filter's existing generations.
+// A filter written before shapes were recorded has one m and k for every
+// generation and the project's current capacity, exactly as bloom_add.lua
+// migrates it.
+func (e *Engine) readBloomShapes(ctx context.Context, slug string, capacity int) ([]bloomShape, error) {
+	meta, err := e.rdb.HMGet(ctx, BloomMetaKey(slug), "gens", "shapes", "m", "k").Result()
+	if err != nil {
+		return nil, err
+	}
+	text, _ := meta[1].(string)
+	if m, ok := meta[2].(string); ok && text == "" {
+		k, _ := meta[3].(string)
+		gens, _ := meta[0].(string)
+		n, _ := strconv.Atoi(gens)
+		one := m + ":" + k + ":" + strconv.Itoa(capacity)
+		text = strings.TrimSuffix(strings.Repeat(one+",", n), ",")
+	}
+	shapes, err := parseBloomShapes(text)
+	if err != nil {
+		return nil, fmt.Errorf("the Bloom filter's metadata (%s) is damaged: %w", BloomMetaKey(slug), err)
+	}
+	return shapes, nil
+}
+
+// maxBloomRetries bounds how often one batch re-reads a filter or limit
+// groups another frontend changed under it.
+const maxBloomRetries = 8
 
 func (e *Engine) bloomAdd(ctx context.Context, slug, secret string, q Queue, items []string) (BackfeedResult, error) {
 	const op = "queues.bloomAdd"
@@ -75,26 +180,24 @@ func (e *Engine) bloomAdd(ctx context.Context, slug, secret string, q Queue, ite
 		}
 		valid = append(valid, item)
 	}
-	m, k := BloomParameters(project.BloomCapacity, project.BloomFPRate)
-	meta, err := e.rdb.HMGet(ctx, BloomMetaKey(slug), "m", "k", "gens").Result()
+	next, err := newBloomShape(project.BloomCapacity, project.BloomFPRate)
+	if err != nil {
+		return result, errorf(op, CodeInvalid, "%v", err)
+	}
+	shapes, err := e.readBloomShapes(ctx, slug, project.BloomCapacity)
 	if err != nil {
 		return result, unavailable(op, err)
-	}
-	gens := 1
-	if s, ok := meta[0].(string); ok {
-		// An existing filter keeps its shape; settings apply to new projects.
-		mm, _ := strconv.ParseUint(s, 10, 64)
-		kk, _ := strconv.ParseUint(meta[1].(string), 10, 64)
-		m, k = uint(mm), uint(kk)
-		gens, _ = strconv.Atoi(meta[2].(string))
 	}
 	state, err := e.limitGroups(ctx, slug, false)
 	if err != nil {
 		return result, err
 	}
+	retries := 0
 	for start := 0; start < len(valid); {
 		batch := valid[start:min(start+MaxBloomBatch, len(valid))]
-		keys := []string{ConfigKey(slug), BloomMetaKey(slug), StatsKey(slug), ClaimsKey(slug), DoneKey(slug)}
+		gens := len(shapes)
+		all := append(slices.Clip(shapes), next)
+		keys := []string{ConfigKey(slug), BloomMetaKey(slug), StatsKey(slug), ClaimsKey(slug), DoneKey(slug), ReleasedKey(slug)}
 		for g := 1; g <= gens+1; g++ {
 			keys = append(keys, BloomKey(slug, g))
 		}
@@ -102,12 +205,22 @@ func (e *Engine) bloomAdd(ctx context.Context, slug, secret string, q Queue, ite
 		for _, g := range state.groups {
 			keys = append(keys, GroupQueueKey(slug, q, g.Name))
 		}
-		args := make([]any, 0, 6+len(batch)*(2+int(k)))
-		args = append(args, secret, gens, m, k, project.BloomCapacity, state.version)
+		known := make([]string, gens)
+		perItem := 2
+		for g, shape := range all {
+			if g < gens {
+				known[g] = shape.String()
+			}
+			perItem += int(shape.k)
+		}
+		args := make([]any, 0, 5+len(batch)*perItem)
+		args = append(args, secret, gens, strings.Join(known, ","), next.String(), state.version)
 		for _, item := range batch {
 			args = append(args, item, groupFor(state.groups, item)+2)
-			for _, loc := range bloomLocations(item, m, k) {
-				args = append(args, loc)
+			for _, shape := range all {
+				for _, loc := range bloomLocations(item, shape.m, shape.k) {
+					args = append(args, loc)
+				}
 			}
 		}
 		code, rest, err := e.runScriptList(ctx, op, bloomAddScript, keys, args...)
@@ -119,19 +232,27 @@ func (e *Engine) bloomAdd(ctx context.Context, slug, secret string, q Queue, ite
 			return result, errorf(op, CodeProjectNotFound, "no project %q", slug)
 		case -2:
 			return result, &Error{Op: op, Code: CodeBlocked, Message: "wrong backfeed secret, or backfeed is off for this project", Err: ErrBadSecret}
-		case -3:
-			// Another frontend started a generation: take the filter's shape.
-			gens, m, k = int(replyInt(rest[0])), uint(replyInt(rest[1])), uint(replyInt(rest[2]))
-			continue
-		case -4:
-			if state, err = e.limitGroups(ctx, slug, true); err != nil {
+		case -3, -4:
+			// Another frontend started a generation or changed the limit
+			// groups: re-read, a bounded number of times.
+			if retries++; retries > maxBloomRetries {
+				return result, unavailable(op, fmt.Errorf("the Bloom filter or limit groups kept changing during %d attempts", maxBloomRetries))
+			}
+			if code == -3 {
+				if shapes, err = e.readBloomShapes(ctx, slug, project.BloomCapacity); err != nil {
+					return result, unavailable(op, err)
+				}
+			} else if state, err = e.limitGroups(ctx, slug, true); err != nil {
 				return result, err
 			}
 			continue
 		}
+		retries = 0
 		result.New += int(code)
 		result.Duplicate += int(replyInt(rest[0]))
-		gens = int(replyInt(rest[1]))
+		if int(replyInt(rest[1])) > gens {
+			shapes = all
+		}
 		start += len(batch)
 	}
 	return result, nil

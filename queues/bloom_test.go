@@ -71,3 +71,68 @@ func TestBloomFalsePositiveRate(t *testing.T) {
 	}
 	require.LessOrEqual(t, rate, 1e-5, "the designed rate is 1e-6; 10x is the bound for a 1M sample")
 }
+
+// TestBloomSettingsChangeShapesOnlyNewGenerations raises bloom_capacity and
+// the false-positive rate on a filter with items in it: the generations
+// already written keep their own m and k, so old items are still known and
+// new items are not mistaken for duplicates.
+func TestBloomSettingsChangeShapesOnlyNewGenerations(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{BackfeedSecret: ptr("secret_123"), BloomCapacity: ptr(1000)})
+		old := names("old-", 1500)
+		res, err := tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", old)
+		require.NoError(t, err)
+		require.Equal(t, 1500, res.New)
+
+		_, err = tb.engine.UpdateProject(tb.ctx, tb.slug, queues.SettingsPatch{BloomCapacity: ptr(50_000), BloomFPRate: ptr(1e-4)})
+		require.NoError(t, err)
+		fresh := names("new-", 3000)
+		res, err = tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", fresh)
+		require.NoError(t, err)
+		require.Equal(t, 3000, res.New, "no new item is taken for a duplicate after the settings change")
+		res, err = tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", append(append([]string{}, old...), fresh...))
+		require.NoError(t, err)
+		require.Equal(t, 4500, res.Duplicate, "old and new items are all known")
+
+		meta, err := tb.rdb.HGetAll(tb.ctx, queues.BloomMetaKey(tb.slug)).Result()
+		require.NoError(t, err)
+		m1, k1 := queues.BloomParameters(1000, 1e-6)
+		m3, k3 := queues.BloomParameters(50_000, 1e-4)
+		require.Equal(t, fmt.Sprintf("%d:%d:1000,%d:%d:1000,%d:%d:50000", m1, k1, m1, k1, m3, k3), meta["shapes"])
+		require.Equal(t, "3", meta["gens"])
+	})
+}
+
+// TestBloomLegacyMetaIsMigrated: a filter written before per-generation
+// shapes were recorded (one m and k in meta) keeps working.
+func TestBloomLegacyMetaIsMigrated(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{BackfeedSecret: ptr("secret_123"), BloomCapacity: ptr(1000)})
+		m, k := queues.BloomParameters(1000, 1e-6)
+		require.NoError(t, tb.rdb.HSet(tb.ctx, queues.BloomMetaKey(tb.slug), "m", m, "k", k, "gens", 1, "count", 0).Err())
+		items := names("legacy-", 500)
+		res, err := tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", items)
+		require.NoError(t, err)
+		require.Equal(t, 500, res.New)
+		res, err = tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", items)
+		require.NoError(t, err)
+		require.Equal(t, 500, res.Duplicate)
+		shapes, err := tb.rdb.HGet(tb.ctx, queues.BloomMetaKey(tb.slug), "shapes").Result()
+		require.NoError(t, err)
+		require.Equal(t, fmt.Sprintf("%d:%d:1000", m, k), shapes)
+	})
+}
+
+// TestBloomGenerationLargerThanRedisStringIsRefused: a capacity whose
+// generation would need more than 2^32 bits is refused when it is set,
+// instead of failing SETBIT halfway through a batch.
+func TestBloomGenerationLargerThanRedisStringIsRefused(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{BackfeedSecret: ptr("secret_123")})
+		_, err := tb.engine.UpdateProject(tb.ctx, tb.slug, queues.SettingsPatch{BloomCapacity: ptr(200_000_000)})
+		requireCode(t, err, queues.CodeInvalid)
+		require.Contains(t, err.Error(), "512 MiB")
+		_, err = tb.engine.UpdateProject(tb.ctx, tb.slug, queues.SettingsPatch{BloomCapacity: ptr(100_000_000)})
+		require.NoError(t, err, "100M items at 1e-6 fit in one generation")
+	})
+}

@@ -250,6 +250,9 @@ func (s Settings) Validate() error {
 	case len(s.UploadTargets) > 100:
 		return bad("upload_targets", "at most 100")
 	}
+	if _, err := newBloomShape(s.BloomCapacity, s.BloomFPRate); err != nil {
+		return bad("bloom_capacity", "%v", err)
+	}
 	for _, target := range s.UploadTargets {
 		u, err := url.Parse(target)
 		if err != nil || (u.Scheme != "rsync" && u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

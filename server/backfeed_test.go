@@ -64,6 +64,13 @@ func TestBackfeedEndpoint(t *testing.T) {
 		require.Equal(t, http.StatusNotFound, r.status, r.body)
 		r, _ = f.backfeed(url, "text/plain", strings.Repeat("y", server.DefaultBackfeedBodyBytes+1))
 		require.Equal(t, http.StatusRequestEntityTooLarge, r.status)
+		// The secret is checked before the body is read: an oversized body
+		// with a wrong secret is refused as forbidden, not read.
+		r, _ = f.backfeed("/backfeed/legacy/grab-it-wrongsecret", "text/plain", strings.Repeat("y", server.DefaultBackfeedBodyBytes+1))
+		require.Equal(t, http.StatusForbidden, r.status, r.body)
+		r, _ = f.backfeed(url, "text/plain", strings.Repeat("i\n", server.DefaultBackfeedItems+1))
+		require.Equal(t, http.StatusRequestEntityTooLarge, r.status, r.body)
+		require.Contains(t, r.body, "send smaller batches")
 		f.project("closed", queues.SettingsPatch{})
 		r, _ = f.backfeed("/backfeed/legacy/closed-"+secret, "text/plain", "url:z\x00")
 		require.Equal(t, http.StatusForbidden, r.status, "backfeed is off without a secret")

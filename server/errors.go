@@ -75,7 +75,7 @@ func renderErrors(logger *slog.Logger) gin.HandlerFunc {
 		}
 		if status >= 500 {
 			logger.ErrorContext(c.Request.Context(), "request failed", "method", c.Request.Method,
-				"path", c.Request.URL.Path, "status", status, "err", err)
+				"path", loggablePath(c), "status", status, "err", err)
 		}
 		body := gin.H{"error": message, "code": code}
 		if qe != nil && len(qe.Items) > 0 {
@@ -86,3 +86,14 @@ func renderErrors(logger *slog.Logger) gin.HandlerFunc {
 }
 
 func asQueuesError(err error, target **queues.Error) bool { return errors.As(err, target) }
+
+// loggablePath is the path to log for a request: the route pattern where
+// gin matched one, so a secret in the path (the backfeed URL carries the
+// project's secret) never reaches the log; warrior and page paths, routed
+// by hand, carry no secrets.
+func loggablePath(c *gin.Context) string {
+	if route := c.FullPath(); route != "" {
+		return route
+	}
+	return c.Request.URL.Path
+}
