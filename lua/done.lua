@@ -25,7 +25,10 @@
 --                                   and bytes ("MMDDHHb"); expires after 400 days
 -- KEYS[19] series:d           HASH this UTC day's bytes per hour and
 --                                   downloader ("HH downloader"); expires after 8 days
--- KEYS[20..] the sub-queues of todo:redo of every known limit group (LIST):
+-- KEYS[20] recent_done       ZSET item -> done at (ms): the latest completions,
+--                                   kept when done_mode is count or archive
+-- KEYS[21] done_archive      LIST completions waiting for the archive file
+-- KEYS[22..] the sub-queues of todo:redo of every known limit group (LIST):
 --            a released item waits in redo or in one of them
 --
 -- ARGV[1] now (ms)
@@ -55,6 +58,12 @@
 -- the warrior's own) may still be completed by a claimant: it is taken out
 -- of todo:redo. The domain_bytes hash keeps at most 64 groups; bytes of
 -- further groups count under "other".
+--
+-- done_mode keep adds completions to the done set. count and archive keep
+-- only the latest recent_done of them (trimmed oldest first) and count the
+-- rest in stats.done_discarded; archive also queues them for the archive
+-- file. A repeat of a completion older than that answers like a done for an
+-- item never handed out.
 
 local now = tonumber(ARGV[1])
 local downloader = ARGV[2]
@@ -67,11 +76,13 @@ local hour_field = ARGV[8 + groups * 2]
 local channel = ARGV[9 + groups * 2]
 local first_item = 10 + groups * 2
 
-local cfg = redis.call('HMGET', KEYS[1], 'created_at', 'log_length')
+local cfg = redis.call('HMGET', KEYS[1], 'created_at', 'log_length', 'done_mode', 'recent_done')
 if not cfg[1] then
   return {-1}
 end
 local log_length = tonumber(cfg[2] or '1000') or 1000
+local done_mode = cfg[3] or 'keep'
+local recent_max = tonumber(cfg[4] or '1000000') or 1000000
 
 -- Checks: classify every item before changing anything.
 local claimed, claimed_records, released_items, unknown, strangers = {}, {}, {}, {}, {}
@@ -91,7 +102,8 @@ for i = first_item, #ARGV do
       else
         strangers[#strangers + 1] = item
       end
-    elseif redis.call('SISMEMBER', KEYS[5], item) == 1 then
+    elseif redis.call('SISMEMBER', KEYS[5], item) == 1
+        or (done_mode ~= 'keep' and redis.call('ZSCORE', KEYS[20], item)) then
       duplicates = duplicates + 1
     else
       local released = any_released and redis.call('HGET', KEYS[14], item)
@@ -141,7 +153,7 @@ for _, item in ipairs(released_items) do
   -- Released items were appended to a tail; search from there. (A re-route
   -- may have moved one between redo and its groups' sub-queues.)
   if redis.call('LREM', KEYS[15], -1, item) == 0 then
-    for k = 20, #KEYS do
+    for k = 22, #KEYS do
       if redis.call('LREM', KEYS[k], -1, item) > 0 then break end
     end
   end
@@ -155,7 +167,20 @@ if #fresh == 0 then
   return {1, 0, duplicates}
 end
 call_chunked('HDEL', KEYS[7], fresh)
-call_chunked('SADD', KEYS[5], fresh)
+if done_mode == 'keep' then
+  call_chunked('SADD', KEYS[5], fresh)
+else
+  local scored = {}
+  for _, item in ipairs(fresh) do
+    scored[#scored + 1] = now
+    scored[#scored + 1] = item
+  end
+  call_chunked('ZADD', KEYS[20], scored)
+  local excess = redis.call('ZCARD', KEYS[20]) - recent_max
+  if excess > 0 then redis.call('ZREMRANGEBYRANK', KEYS[20], 0, excess - 1) end
+  redis.call('HINCRBY', KEYS[8], 'done_discarded', #fresh)
+  if done_mode == 'archive' then call_chunked('RPUSH', KEYS[21], fresh) end
+end
 
 redis.call('HINCRBY', KEYS[8], 'items_done', #fresh)
 hincr_capped(KEYS[8], 'bytes_done', total_bytes)

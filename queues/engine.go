@@ -382,6 +382,7 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 		ExtrasKey(slug), StatsKey(slug), DownloaderBytesKey(slug), DownloaderItemsKey(slug),
 		DownloaderVersionKey(slug), DomainBytesKey(slug), LogKey(slug), ReleasedKey(slug), QueueKey(slug, QueueRedo),
 		HourlyKey(slug, now), SeriesMinuteKey(slug, now), SeriesHourKey(slug, now), SeriesDownloaderKey(slug, now),
+		RecentDoneKey(slug), DoneArchiveKey(slug),
 	}
 	// A released item waits in redo or in one of its groups' sub-queues.
 	state, err := e.limitGroups(ctx, slug, false)
@@ -739,7 +740,12 @@ type Counts struct {
 	// Reserved sums the per-downloader reserved queues.
 	Reserved int64 `json:"todo:reserved"`
 	Out      int64 `json:"out"`
-	Done     int64 `json:"done"`
+	// Done counts every completion: those in the done set, and those
+	// counted and discarded (done_mode count or archive).
+	Done int64 `json:"done"`
+	// Offloaded is how many of the waiting items above are in segment
+	// files on disk rather than in Redis.
+	Offloaded int64 `json:"offloaded"`
 	// Reclaimable is how many claims are past their reclaim deadline.
 	Reclaimable int64 `json:"reclaimable"`
 }
@@ -778,8 +784,10 @@ func (e *Engine) Counts(ctx context.Context, slug string) (Counts, error) {
 	}
 	out := pipe.ZCard(ctx, OutKey(slug))
 	done := pipe.SCard(ctx, DoneKey(slug))
+	discarded := pipe.HGet(ctx, StatsKey(slug), "done_discarded")
+	offloaded := pipe.HGetAll(ctx, OffloadKey(slug))
 	due := pipe.ZCount(ctx, DeadlinesKey(slug), "-inf", strconv.FormatInt(e.nowMillis(), 10))
-	if _, err := pipe.Exec(ctx); err != nil {
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return Counts{}, unavailable(op, err)
 	}
 	sum := func(cmds []*redis.IntCmd) int64 {
@@ -792,6 +800,24 @@ func (e *Engine) Counts(ctx context.Context, slug string) (Counts, error) {
 	c := Counts{
 		Todo: sum(shared[0]), Backfeed: sum(shared[1]), Secondary: sum(shared[2]), Redo: sum(shared[3]),
 		Out: out.Val(), Done: done.Val(), Reclaimable: due.Val(),
+	}
+	if n, err := strconv.ParseInt(discarded.Val(), 10, 64); err == nil {
+		c.Done += n
+	}
+	// Offloaded items still wait in their queue.
+	for i, q := range SharedQueues {
+		n, _ := strconv.ParseInt(offloaded.Val()["q:"+string(q)], 10, 64)
+		c.Offloaded += n
+		switch i {
+		case 0:
+			c.Todo += n
+		case 1:
+			c.Backfeed += n
+		case 2:
+			c.Secondary += n
+		case 3:
+			c.Redo += n
+		}
 	}
 	for _, l := range reservedLens {
 		c.Reserved += l.Val()

@@ -155,3 +155,30 @@ func BloomMetaKey(slug string) string { return projectPrefix(slug) + "bloom" }
 func BloomKey(slug string, generation int) string {
 	return projectPrefix(slug) + "bloom:" + strconv.Itoa(generation)
 }
+
+// RecentDoneKey holds the latest completions (ZSET item -> done at, ms) of a
+// project whose done_mode discards done items, so a repeated done is still
+// recognised; done.lua trims it to recent_done entries.
+func RecentDoneKey(slug string) string { return projectPrefix(slug) + "recent_done" }
+
+// DoneArchiveKey lists completions waiting to be appended to the project's
+// archive files (done_mode archive); the offloader drains it.
+func DoneArchiveKey(slug string) string { return projectPrefix(slug) + "done_archive" }
+
+// OffloadKey holds a project's offload counters (HASH): "seq", the last
+// segment number handed out, and "q:<queue>", the items of each shared queue
+// that are on disk (or on their way there).
+func OffloadKey(slug string) string { return projectPrefix(slug) + "offload" }
+
+// SegmentsKey indexes a project's segment files (HASH id -> record "state
+// queue count node created source"); a file whose id is not here is an
+// orphan.
+func SegmentsKey(slug string) string { return projectPrefix(slug) + "segments" }
+
+// StagingKey holds a segment's items (LIST) between taking them off a queue
+// and the file being safely on disk.
+func StagingKey(slug, id string) string { return projectPrefix(slug) + "staging:" + id }
+
+// ListKey is a project key named by its suffix (a queue's list, e.g.
+// "todo:g:users"), as segment records store their source.
+func ListKey(slug, suffix string) string { return projectPrefix(slug) + suffix }

@@ -22,6 +22,13 @@ var (
 	siftScript        = loadScript("sift.lua")
 	forgetGroupScript = loadScript("forget_group.lua")
 	bloomAddScript    = loadScript("bloom_add.lua")
+
+	offloadTakeScript   = loadScript("offload_take.lua")
+	offloadCommitScript = loadScript("offload_commit.lua")
+	offloadAbortScript  = loadScript("offload_abort.lua")
+	refillScript        = loadScript("refill.lua")
+	segmentMoveScript   = loadScript("segment_move.lua")
+	doneDrainScript     = loadScript("done_drain.lua")
 )
 
 func loadScript(name string) *redis.Script {

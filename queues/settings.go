@@ -50,6 +50,18 @@ const (
 	DefaultBloomCapacity = 10_000_000
 	DefaultBloomFPRate   = 1e-6
 	MaxLogLength         = 100000
+	// Offloading: a segment of 100k ~40-byte items is about 1 MB gzipped,
+	// and moving it is one short script.
+	DefaultOffloadSegment = 100_000
+	MaxOffloadSegment     = 1_000_000
+	DefaultRecentDone     = 1_000_000
+)
+
+// The done modes.
+const (
+	DoneKeep    = "keep"
+	DoneCount   = "count"
+	DoneArchive = "archive"
 )
 
 // Settings are a project's operator-controlled settings.
@@ -92,6 +104,19 @@ type Settings struct {
 	// Bloom filter: a new generation starts after BloomCapacity items.
 	BloomCapacity int     `json:"bloom_capacity"`
 	BloomFPRate   float64 `json:"bloom_fp_rate"`
+	// OffloadAbove is the most items a shared queue (with its limit groups'
+	// sub-queues) keeps in Redis before its tail moves to segment files on
+	// disk (0 = never). Segments come back when fewer than a quarter of it
+	// remain in Redis.
+	OffloadAbove int `json:"offload_above"`
+	// OffloadSegment is the items per segment file.
+	OffloadSegment int `json:"offload_segment"`
+	// DoneMode says what becomes of done items: "keep" them in the done
+	// set, "count" them and discard them, or "archive" them to compressed
+	// files on disk. The last two keep only RecentDone recent completions
+	// in Redis, so a repeated done still answers OK.
+	DoneMode   string `json:"done_mode"`
+	RecentDone int    `json:"recent_done"`
 	// LimitGroups rate-limit item types and patterns; set them with
 	// Engine.SetLimitGroups, which also re-routes queued items.
 	LimitGroups []LimitGroup `json:"limit_groups"`
@@ -109,6 +134,9 @@ func DefaultSettings() Settings {
 		MaxMulti:            DefaultMaxMulti,
 		BloomCapacity:       DefaultBloomCapacity,
 		BloomFPRate:         DefaultBloomFPRate,
+		OffloadSegment:      DefaultOffloadSegment,
+		DoneMode:            DoneKeep,
+		RecentDone:          DefaultRecentDone,
 		LogLength:           DefaultLogLength,
 		UploadTargets:       []string{},
 		Extra:               map[string]json.RawMessage{},
@@ -138,6 +166,10 @@ type SettingsPatch struct {
 	BackfeedSecret          *string                     `json:"backfeed_secret,omitempty"`
 	BloomCapacity           *int                        `json:"bloom_capacity,omitempty"`
 	BloomFPRate             *float64                    `json:"bloom_fp_rate,omitempty"`
+	OffloadAbove            *int                        `json:"offload_above,omitempty"`
+	OffloadSegment          *int                        `json:"offload_segment,omitempty"`
+	DoneMode                *string                     `json:"done_mode,omitempty"`
+	RecentDone              *int                        `json:"recent_done,omitempty"`
 }
 
 // Apply returns s with the patch applied and checked.
@@ -205,6 +237,18 @@ func (p SettingsPatch) Apply(s Settings) (Settings, error) {
 	if p.BloomFPRate != nil {
 		s.BloomFPRate = *p.BloomFPRate
 	}
+	if p.OffloadAbove != nil {
+		s.OffloadAbove = *p.OffloadAbove
+	}
+	if p.OffloadSegment != nil {
+		s.OffloadSegment = *p.OffloadSegment
+	}
+	if p.DoneMode != nil {
+		s.DoneMode = *p.DoneMode
+	}
+	if p.RecentDone != nil {
+		s.RecentDone = *p.RecentDone
+	}
 	return s, s.Validate()
 }
 
@@ -249,6 +293,14 @@ func (s Settings) Validate() error {
 		return bad("bloom_fp_rate", "must be above 0 and at most 0.1")
 	case len(s.UploadTargets) > 100:
 		return bad("upload_targets", "at most 100")
+	case s.OffloadSegment < 1000 || s.OffloadSegment > MaxOffloadSegment:
+		return bad("offload_segment", "must be between 1000 and %d", MaxOffloadSegment)
+	case s.OffloadAbove != 0 && s.OffloadAbove < 2*s.OffloadSegment:
+		return bad("offload_above", "must be 0 (off) or at least twice offload_segment (%d)", 2*s.OffloadSegment)
+	case s.DoneMode != DoneKeep && s.DoneMode != DoneCount && s.DoneMode != DoneArchive:
+		return bad("done_mode", "must be keep, count or archive")
+	case s.RecentDone < 1000 || s.RecentDone > 100_000_000:
+		return bad("recent_done", "must be between 1000 and 100000000")
 	}
 	if _, err := newBloomShape(s.BloomCapacity, s.BloomFPRate); err != nil {
 		return bad("bloom_capacity", "%v", err)
@@ -300,6 +352,10 @@ func (s Settings) fields() []any {
 		"backfeed_secret", s.BackfeedSecret,
 		"bloom_capacity", strconv.Itoa(s.BloomCapacity),
 		"bloom_fp_rate", strconv.FormatFloat(s.BloomFPRate, 'g', -1, 64),
+		"offload_above", strconv.Itoa(s.OffloadAbove),
+		"offload_segment", strconv.Itoa(s.OffloadSegment),
+		"done_mode", s.DoneMode,
+		"recent_done", strconv.Itoa(s.RecentDone),
 	}
 }
 
@@ -348,6 +404,10 @@ func (p SettingsPatch) fieldNames() []string {
 	add(p.BackfeedSecret != nil, "backfeed_secret")
 	add(p.BloomCapacity != nil, "bloom_capacity")
 	add(p.BloomFPRate != nil, "bloom_fp_rate")
+	add(p.OffloadAbove != nil, "offload_above")
+	add(p.OffloadSegment != nil, "offload_segment")
+	add(p.DoneMode != nil, "done_mode")
+	add(p.RecentDone != nil, "recent_done")
 	return names
 }
 
@@ -374,6 +434,12 @@ func settingsFromHash(h map[string]string) Settings {
 	s.LimitGroups = decodeGroups(h["limit_groups"])
 	s.BackfeedSecret = h["backfeed_secret"]
 	intField(h, "bloom_capacity", &s.BloomCapacity)
+	intField(h, "offload_above", &s.OffloadAbove)
+	intField(h, "offload_segment", &s.OffloadSegment)
+	intField(h, "recent_done", &s.RecentDone)
+	if mode := h["done_mode"]; mode != "" {
+		s.DoneMode = mode
+	}
 	if v, err := strconv.ParseFloat(h["bloom_fp_rate"], 64); err == nil {
 		s.BloomFPRate = v
 	}

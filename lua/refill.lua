@@ -1,0 +1,40 @@
+-- refill.lua: bring an on-disk segment's items back into its queue, routed
+-- to the limit groups' sub-queues, and forget the segment, in one step.
+-- Two frontends refilling the same segment queue it once: the second finds
+-- no record.
+--
+-- KEYS[1] config   HASH (limit_groups_version)
+-- KEYS[2] segments HASH id -> "state queue count node created source"
+-- KEYS[3] offload  HASH "q:<queue>" -> items of the queue on disk
+-- KEYS[4..] the target queues (LIST): the shared queue and its limit
+--           groups' sub-queues
+--
+-- ARGV[1] id
+-- ARGV[2] the limit_groups_version the items were routed by
+-- ARGV[3..] per item: the item, then its target (1-based, among the
+--           target queues)
+--
+-- Returns {n} items queued, {0} when the segment is not on disk any more
+-- (refilled, moved away or never committed), {-1} when the item count does
+-- not match the record, or {-4} when the limit groups changed.
+
+local record = redis.call('HGET', KEYS[2], ARGV[1])
+if not record then return {0} end
+local state, queue, count = string.match(record, '^(%S+) (%S+) (%S+) ')
+if state ~= 'disk' then return {0} end
+if (redis.call('HGET', KEYS[1], 'limit_groups_version') or '0') ~= ARGV[2] then
+  return {-4}
+end
+if (#ARGV - 2) / 2 ~= tonumber(count) then return {-1} end
+local to = {}
+for i = 3, #ARGV, 2 do
+  local key = KEYS[3 + tonumber(ARGV[i + 1])]
+  to[key] = to[key] or {}
+  table.insert(to[key], ARGV[i])
+end
+for key, items in pairs(to) do
+  call_chunked('RPUSH', key, items)
+end
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('HINCRBY', KEYS[3], 'q:' .. queue, -tonumber(count))
+return {tonumber(count)}

@@ -1,0 +1,803 @@
+package queues
+
+import (
+	"bufio"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The offloader keeps Redis memory bounded. Per project (settings
+// offload_above, offload_segment, done_mode) it:
+//
+//   - moves the tail of a shared queue that grew past offload_above to a
+//     gzip segment file under Dir/segments/<slug>/, in three steps that each
+//     leave every item in one place: offload_take.lua moves the items to a
+//     staging list and records the segment; the file is written and synced;
+//     offload_commit.lua drops the staged copy;
+//   - refills the oldest segment it owns when fewer than a quarter of
+//     offload_above remain in Redis (refill.lua queues the items and forgets
+//     the segment in one step; the file is deleted after);
+//   - puts back the items of segments left staged by a crash, once they are
+//     older than the protection window (offload_abort.lua);
+//   - drains done items into archive files (done_mode archive), or empties
+//     an old done set (count and archive);
+//   - removes orphaned files: those no segment record references AND whose
+//     timestamp of interest (the file's mtime, touched whenever offload or
+//     refill works with it) is older than the protection window.
+//
+// Claims never touch disk: they pop lists in Redis, and the offloader works
+// beside them. Segment files live on the frontend that wrote them (its
+// Node); each frontend refills only its own.
+
+// Segment states, as segment records name them.
+const (
+	SegmentStaging  = "staging"
+	SegmentDisk     = "disk"
+	SegmentArchived = "archived"
+)
+
+// Segment is one segment record.
+type Segment struct {
+	ID      string    `json:"id"`
+	State   string    `json:"state"`
+	Queue   string    `json:"queue"` // a shared queue, or "done" for the archive
+	Count   int64     `json:"count"`
+	Node    string    `json:"node"`
+	Created time.Time `json:"created"`
+	Source  string    `json:"source"` // the list it was taken from
+}
+
+func parseSegment(id, record string) (Segment, error) {
+	f := strings.Fields(record)
+	if len(f) != 6 {
+		return Segment{}, fmt.Errorf("segment %s: bad record %q", id, record)
+	}
+	count, err1 := strconv.ParseInt(f[2], 10, 64)
+	created, err2 := strconv.ParseInt(f[4], 10, 64)
+	if err1 != nil || err2 != nil {
+		return Segment{}, fmt.Errorf("segment %s: bad record %q", id, record)
+	}
+	return Segment{ID: id, State: f[0], Queue: f[1], Count: count, Node: f[3], Created: time.UnixMilli(created), Source: f[5]}, nil
+}
+
+var segmentFileName = regexp.MustCompile(`^(\d{12})\.gz$`)
+
+// Offloader runs the offload, refill, archive and orphan cleanup passes of
+// one frontend.
+type Offloader struct {
+	Engine *Engine
+	// Dir is HOARD_DATA_DIR: segments go to Dir/segments/<slug>/, archives
+	// to Dir/archive/<slug>/.
+	Dir string
+	// Node names this frontend in segment records (no spaces).
+	Node string
+	// Interval between passes (default 1s). A pass keeps going while a
+	// queue is over its limit, so a fast enqueue is followed closely.
+	Interval time.Duration
+	// Protection is the orphan protection window (default 1h): an
+	// unreferenced file younger than this is kept, and a staged segment
+	// younger than this is left to the frontend writing it.
+	Protection time.Duration
+	Logger     *slog.Logger
+
+	mu       sync.Mutex
+	cancel   context.CancelFunc
+	done     chan struct{}
+	archived map[string]time.Time // slug -> last archive write
+}
+
+// Defaults for an Offloader.
+const (
+	DefaultOffloadInterval  = time.Second
+	DefaultOrphanProtection = time.Hour
+	archiveFlushInterval    = time.Minute
+	maxSegmentsPerPass      = 64
+	doneDrainBatch          = 10_000
+	segmentReadBatch        = 10_000
+	maxRefillRetries        = 8
+)
+
+func (o *Offloader) logger() *slog.Logger {
+	if o.Logger != nil {
+		return o.Logger
+	}
+	return slog.Default()
+}
+
+func (o *Offloader) protection() time.Duration {
+	if o.Protection > 0 {
+		return o.Protection
+	}
+	return DefaultOrphanProtection
+}
+
+func (o *Offloader) node() string {
+	if o.Node != "" {
+		return o.Node
+	}
+	return "local"
+}
+
+// ValidateNode checks a node name for segment records.
+func ValidateNode(node string) error {
+	if node == "" || len(node) > 128 || strings.ContainsAny(node, " \t\r\n") {
+		return fmt.Errorf("node name %q must be 1-128 characters without spaces", node)
+	}
+	return nil
+}
+
+// Start runs passes every Interval until Stop.
+func (o *Offloader) Start(ctx context.Context) error {
+	if err := ValidateNode(o.node()); err != nil {
+		return err
+	}
+	if o.Dir == "" {
+		return errors.New("offloader needs a data directory")
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.cancel != nil {
+		return errors.New("offloader already started")
+	}
+	ctx, o.cancel = context.WithCancel(ctx)
+	o.done = make(chan struct{})
+	interval := o.Interval
+	if interval <= 0 {
+		interval = DefaultOffloadInterval
+	}
+	go func() {
+		defer close(o.done)
+		ticker := time.NewTicker(interval)
+		defer ticker.Stop()
+		for {
+			if err := o.RunOnce(ctx); err != nil && ctx.Err() == nil {
+				o.logger().Warn("offload pass failed", "err", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-ticker.C:
+			}
+		}
+	}()
+	return nil
+}
+
+// Stop ends the passes and waits for the current one. Safe to call twice.
+func (o *Offloader) Stop() {
+	o.mu.Lock()
+	cancel, done := o.cancel, o.done
+	o.cancel = nil
+	o.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
+
+// RunOnce makes one pass over every project.
+func (o *Offloader) RunOnce(ctx context.Context) error {
+	slugs, err := o.Engine.Projects(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, slug := range slugs {
+		if err := o.runProject(ctx, slug); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", slug, err))
+		}
+	}
+	if _, err := o.CleanupOrphans(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (o *Offloader) runProject(ctx context.Context, slug string) error {
+	project, err := o.Engine.Project(ctx, slug)
+	if err != nil {
+		var qe *Error
+		if errors.As(err, &qe) && qe.Code == CodeProjectNotFound {
+			return nil // deleted meanwhile
+		}
+		return err
+	}
+	if err := o.recoverStaged(ctx, slug); err != nil {
+		return err
+	}
+	if project.DoneMode != DoneKeep {
+		if err := o.drainDone(ctx, slug); err != nil {
+			return err
+		}
+	}
+	if project.DoneMode == DoneArchive {
+		if err := o.archiveDone(ctx, slug, project.OffloadSegment, false); err != nil {
+			return err
+		}
+	}
+	for _, q := range SharedQueues {
+		if project.OffloadAbove > 0 {
+			if _, err := o.offloadQueue(ctx, slug, q, project.OffloadAbove, project.OffloadSegment); err != nil {
+				return err
+			}
+		}
+		// Refill even with offloading now off, so nothing stays on disk.
+		if _, err := o.refillQueue(ctx, slug, q, project.OffloadAbove); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// queueLists returns the list keys of a shared queue (the queue and its
+// known limit groups' sub-queues) with their lengths.
+func (o *Offloader) queueLists(ctx context.Context, slug string, q Queue) ([]string, []int64, error) {
+	known, err := o.Engine.rdb.SMembers(ctx, GroupsKnownKey(slug)).Result()
+	if err != nil {
+		return nil, nil, err
+	}
+	slices.Sort(known)
+	keys := []string{QueueKey(slug, q)}
+	for _, g := range known {
+		keys = append(keys, GroupQueueKey(slug, q, g))
+	}
+	pipe := o.Engine.rdb.Pipeline()
+	cmds := make([]*redis.IntCmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = pipe.LLen(ctx, k)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, nil, err
+	}
+	lens := make([]int64, len(keys))
+	for i, c := range cmds {
+		lens[i] = c.Val()
+	}
+	return keys, lens, nil
+}
+
+func (o *Offloader) newSegmentID(ctx context.Context, slug string) (string, error) {
+	seq, err := o.Engine.rdb.HIncrBy(ctx, OffloadKey(slug), "seq", 1).Result()
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%012d", seq), nil
+}
+
+func (o *Offloader) segmentDir(slug string, archive bool) string {
+	if archive {
+		return filepath.Join(o.Dir, "archive", slug)
+	}
+	return filepath.Join(o.Dir, "segments", slug)
+}
+
+func (o *Offloader) segmentPath(slug string, seg Segment) string {
+	return filepath.Join(o.segmentDir(slug, seg.Queue == "done"), seg.ID+".gz")
+}
+
+// offloadQueue moves segments off a shared queue while more than above of
+// its items are in Redis, down to above minus one segment.
+func (o *Offloader) offloadQueue(ctx context.Context, slug string, q Queue, above, segment int) (int64, error) {
+	var moved int64
+	for range maxSegmentsPerPass {
+		keys, lens, err := o.queueLists(ctx, slug, q)
+		if err != nil {
+			return moved, err
+		}
+		var total int64
+		longest := 0
+		for i, l := range lens {
+			total += l
+			if l > lens[longest] {
+				longest = i
+			}
+		}
+		if total <= int64(above) {
+			return moved, nil
+		}
+		want := min(int64(segment), total-int64(above-segment), lens[longest])
+		n, err := o.offloadOnce(ctx, slug, string(q), keys[longest], "tail", want, lens[longest]-want)
+		if err != nil || n == 0 {
+			return moved, err
+		}
+		moved += n
+	}
+	return moved, nil
+}
+
+// offloadOnce takes up to want items off source (keeping keep), writes them
+// to a new segment file and commits it. It returns the items moved.
+func (o *Offloader) offloadOnce(ctx context.Context, slug, queue, source, end string, want, keep int64) (int64, error) {
+	id, err := o.newSegmentID(ctx, slug)
+	if err != nil {
+		return 0, err
+	}
+	seg := Segment{ID: id, Queue: queue, Node: o.node(), Source: strings.TrimPrefix(source, projectPrefix(slug))}
+	staging := StagingKey(slug, id)
+	taken, err := o.Engine.runScriptInt(ctx, "queues.offload", offloadTakeScript,
+		[]string{source, staging, SegmentsKey(slug), OffloadKey(slug)},
+		id, end, want, keep, queue, seg.Node, o.Engine.nowMillis(), seg.Source)
+	if err != nil || taken <= 0 {
+		return 0, err
+	}
+	seg.Count = taken
+	state := SegmentDisk
+	if queue == "done" {
+		state = SegmentArchived
+	}
+	path := o.segmentPath(slug, seg)
+	if err := o.writeSegment(ctx, path, staging, taken); err != nil {
+		// The items stay staged; recoverStaged puts them back once the
+		// segment is older than the protection window.
+		return 0, fmt.Errorf("segment %s: %w", id, err)
+	}
+	// Touch: this segment is of interest right now.
+	now := o.Engine.clock.Now()
+	_ = os.Chtimes(path, now, now)
+	ok, err := o.Engine.runScriptInt(ctx, "queues.offload", offloadCommitScript,
+		[]string{staging, SegmentsKey(slug)}, id, state, taken)
+	if err != nil {
+		return 0, err
+	}
+	if ok != 1 {
+		// Aborted as stale meanwhile: the items are back in Redis.
+		_ = os.Remove(path)
+		return 0, fmt.Errorf("segment %s was no longer staged when its file was ready (reply %d)", id, ok)
+	}
+	return taken, nil
+}
+
+// writeSegment writes the staged items to a new gzip file, one per line,
+// and syncs it and its directory.
+func (o *Offloader) writeSegment(ctx context.Context, path, staging string, count int64) (err error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	file, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := file.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			_ = os.Remove(path)
+		}
+	}()
+	buffered := bufio.NewWriterSize(file, 256<<10)
+	zw, err := gzip.NewWriterLevel(buffered, gzip.BestSpeed)
+	if err != nil {
+		return err
+	}
+	var written int64
+	for start := int64(0); start < count; start += segmentReadBatch {
+		items, err := o.Engine.rdb.LRange(ctx, staging, start, min(start+segmentReadBatch, count)-1).Result()
+		if err != nil {
+			return err
+		}
+		for _, item := range items {
+			if _, err := io.WriteString(zw, item); err != nil {
+				return err
+			}
+			if _, err := zw.Write([]byte{'\n'}); err != nil {
+				return err
+			}
+			written++
+		}
+	}
+	if written != count {
+		return fmt.Errorf("staged %d items but read %d", count, written)
+	}
+	if err := zw.Close(); err != nil {
+		return err
+	}
+	if err := buffered.Flush(); err != nil {
+		return err
+	}
+	if err := file.Sync(); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// readSegment reads a segment file's items.
+func readSegment(path string) ([]string, error) {
+	file, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer file.Close()
+	zr, err := gzip.NewReader(bufio.NewReaderSize(file, 256<<10))
+	if err != nil {
+		return nil, err
+	}
+	var items []string
+	scanner := bufio.NewScanner(zr)
+	scanner.Buffer(make([]byte, 64<<10), MaxItemBytes+2)
+	for scanner.Scan() {
+		items = append(items, scanner.Text())
+	}
+	if err := scanner.Err(); err != nil {
+		return nil, err
+	}
+	return items, zr.Close()
+}
+
+// Segments lists a project's segment records, oldest first.
+func (o *Offloader) Segments(ctx context.Context, slug string) ([]Segment, error) {
+	records, err := o.Engine.rdb.HGetAll(ctx, SegmentsKey(slug)).Result()
+	if err != nil {
+		return nil, unavailable("queues.Segments", err)
+	}
+	segments := make([]Segment, 0, len(records))
+	for id, record := range records {
+		seg, err := parseSegment(id, record)
+		if err != nil {
+			o.logger().Error("damaged segment record", "project", slug, "err", err)
+			continue
+		}
+		segments = append(segments, seg)
+	}
+	slices.SortFunc(segments, func(a, b Segment) int { return strings.Compare(a.ID, b.ID) })
+	return segments, nil
+}
+
+// refillQueue brings this node's oldest segments of q back while fewer
+// than a quarter of above items of q are in Redis (all of them when
+// offloading is off).
+func (o *Offloader) refillQueue(ctx context.Context, slug string, q Queue, above int) (int64, error) {
+	segments, err := o.Segments(ctx, slug)
+	if err != nil {
+		return 0, err
+	}
+	var refilled int64
+	for _, seg := range segments {
+		if seg.State != SegmentDisk || seg.Queue != string(q) || seg.Node != o.node() {
+			continue
+		}
+		_, lens, err := o.queueLists(ctx, slug, q)
+		if err != nil {
+			return refilled, err
+		}
+		var total int64
+		for _, l := range lens {
+			total += l
+		}
+		if above > 0 && total >= int64(above/4) {
+			return refilled, nil
+		}
+		n, err := o.refillSegment(ctx, slug, seg)
+		if err != nil {
+			return refilled, err
+		}
+		refilled += n
+	}
+	return refilled, nil
+}
+
+func (o *Offloader) refillSegment(ctx context.Context, slug string, seg Segment) (int64, error) {
+	const op = "queues.refill"
+	path := o.segmentPath(slug, seg)
+	now := o.Engine.clock.Now()
+	_ = os.Chtimes(path, now, now) // of interest: about to be read
+	items, err := readSegment(path)
+	if err != nil {
+		return 0, fmt.Errorf("segment %s (%d items of %s) can't be read from %s: %w", seg.ID, seg.Count, seg.Queue, path, err)
+	}
+	if int64(len(items)) != seg.Count {
+		return 0, fmt.Errorf("segment %s: file %s holds %d items, the record says %d", seg.ID, path, len(items), seg.Count)
+	}
+	for range maxRefillRetries {
+		state, err := o.Engine.limitGroups(ctx, slug, false)
+		if err != nil {
+			return 0, err
+		}
+		keys := []string{ConfigKey(slug), SegmentsKey(slug), OffloadKey(slug), QueueKey(slug, Queue(seg.Queue))}
+		for _, g := range state.groups {
+			keys = append(keys, GroupQueueKey(slug, Queue(seg.Queue), g.Name))
+		}
+		args := make([]any, 0, 2+2*len(items))
+		args = append(args, seg.ID, state.version)
+		for _, item := range items {
+			args = append(args, item, groupFor(state.groups, item)+2)
+		}
+		code, _, err := o.Engine.runScriptList(ctx, op, refillScript, keys, args...)
+		if err != nil {
+			return 0, err
+		}
+		switch {
+		case code == -4:
+			if _, err := o.Engine.limitGroups(ctx, slug, true); err != nil {
+				return 0, err
+			}
+			continue
+		case code < 0:
+			return 0, fmt.Errorf("segment %s: refill refused (%d)", seg.ID, code)
+		}
+		// Queued (or already gone): the file is no longer referenced.
+		_ = os.Remove(path)
+		return code, nil
+	}
+	return 0, fmt.Errorf("segment %s: limit groups kept changing", seg.ID)
+}
+
+// recoverStaged puts back the items of staged segments older than the
+// protection window: their offload stopped before the file was committed.
+func (o *Offloader) recoverStaged(ctx context.Context, slug string) error {
+	segments, err := o.Segments(ctx, slug)
+	if err != nil {
+		return err
+	}
+	cutoff := o.Engine.clock.Now().Add(-o.protection())
+	for _, seg := range segments {
+		if seg.State != SegmentStaging || !seg.Created.Before(cutoff) {
+			continue
+		}
+		target := ListKey(slug, seg.Source)
+		end := "tail"
+		if seg.Queue == "done" {
+			end = "head"
+		} else if name, ok := strings.CutPrefix(seg.Source, seg.Queue+":g:"); ok {
+			known, err := o.Engine.rdb.SIsMember(ctx, GroupsKnownKey(slug), name).Result()
+			if err != nil {
+				return err
+			}
+			if !known {
+				target = QueueKey(slug, Queue(seg.Queue))
+			}
+		}
+		n, err := o.Engine.runScriptInt(ctx, "queues.recoverStaged", offloadAbortScript,
+			[]string{StagingKey(slug, seg.ID), SegmentsKey(slug), OffloadKey(slug), target}, seg.ID, end)
+		if err != nil {
+			return err
+		}
+		if n >= 0 {
+			o.logger().Warn("put back the items of a segment whose offload stopped", "project", slug, "segment", seg.ID, "items", n, "node", seg.Node)
+		}
+	}
+	return nil
+}
+
+// drainDone empties a done set the project no longer keeps.
+func (o *Offloader) drainDone(ctx context.Context, slug string) error {
+	for range maxSegmentsPerPass {
+		n, err := o.Engine.runScriptInt(ctx, "queues.drainDone", doneDrainScript,
+			[]string{ConfigKey(slug), DoneKey(slug), StatsKey(slug), DoneArchiveKey(slug)}, doneDrainBatch)
+		if err != nil || n == 0 {
+			return err
+		}
+	}
+	return nil
+}
+
+// archiveDone writes waiting completions to archive files: full segments
+// at once, a partial one at most once a minute (or when flush is set).
+func (o *Offloader) archiveDone(ctx context.Context, slug string, segment int, flush bool) error {
+	for range maxSegmentsPerPass {
+		waiting, err := o.Engine.rdb.LLen(ctx, DoneArchiveKey(slug)).Result()
+		if err != nil || waiting == 0 {
+			return err
+		}
+		o.mu.Lock()
+		last, seen := o.archived[slug]
+		if !seen {
+			if o.archived == nil {
+				o.archived = map[string]time.Time{}
+			}
+			o.archived[slug] = o.Engine.clock.Now()
+		}
+		o.mu.Unlock()
+		due := flush || (seen && o.Engine.clock.Now().Sub(last) >= archiveFlushInterval)
+		if waiting < int64(segment) && !due {
+			return nil
+		}
+		if _, err := o.offloadOnce(ctx, slug, "done", DoneArchiveKey(slug), "head", int64(segment), 0); err != nil {
+			return err
+		}
+		o.mu.Lock()
+		o.archived[slug] = o.Engine.clock.Now()
+		o.mu.Unlock()
+	}
+	return nil
+}
+
+// FlushArchive writes every waiting completion of a project to archive
+// files now.
+func (o *Offloader) FlushArchive(ctx context.Context, slug string) error {
+	project, err := o.Engine.Project(ctx, slug)
+	if err != nil {
+		return err
+	}
+	return o.archiveDone(ctx, slug, project.OffloadSegment, true)
+}
+
+// CleanupOrphans removes segment and archive files that no segment record
+// references and whose timestamp of interest (mtime) is older than the
+// protection window. It takes no lock: offload records a segment before
+// writing its file and refill reads a file before forgetting it, so an
+// unreferenced file is never needed again; the window keeps anything being
+// worked on right now.
+func (o *Offloader) CleanupOrphans(ctx context.Context) (int, error) {
+	removed := 0
+	cutoff := o.Engine.clock.Now().Add(-o.protection())
+	for _, kind := range []string{"segments", "archive"} {
+		projects, err := os.ReadDir(filepath.Join(o.Dir, kind))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return removed, err
+		}
+		for _, project := range projects {
+			if !project.IsDir() {
+				continue
+			}
+			slug := project.Name()
+			dir := filepath.Join(o.Dir, kind, slug)
+			files, err := os.ReadDir(dir)
+			if err != nil {
+				return removed, err
+			}
+			for _, file := range files {
+				if file.IsDir() {
+					continue
+				}
+				info, err := file.Info()
+				if err != nil || !info.ModTime().Before(cutoff) {
+					continue // gone already, or of recent interest
+				}
+				if m := segmentFileName.FindStringSubmatch(file.Name()); m != nil && ValidateSlug(slug) == nil {
+					referenced, err := o.Engine.rdb.HExists(ctx, SegmentsKey(slug), m[1]).Result()
+					if err != nil {
+						return removed, err
+					}
+					if referenced {
+						continue
+					}
+				}
+				path := filepath.Join(dir, file.Name())
+				if err := os.Remove(path); err == nil {
+					removed++
+					o.logger().Info("removed orphaned segment file", "path", path)
+				}
+			}
+		}
+	}
+	return removed, nil
+}
+
+// MoveSegments moves this project's on-disk segments of one shared queue to
+// another; the items follow when the segments are refilled. It returns the
+// items moved.
+func (o *Offloader) MoveSegments(ctx context.Context, slug string, from, to Queue) (int64, error) {
+	segments, err := o.Segments(ctx, slug)
+	if err != nil {
+		return 0, err
+	}
+	var moved int64
+	for _, seg := range segments {
+		if seg.State != SegmentDisk || seg.Queue != string(from) {
+			continue
+		}
+		n, err := o.Engine.runScriptInt(ctx, "queues.MoveSegments", segmentMoveScript,
+			[]string{SegmentsKey(slug), OffloadKey(slug)}, seg.ID, string(to))
+		if err != nil {
+			return moved, err
+		}
+		moved += n
+	}
+	return moved, nil
+}
+
+// ExportQueue writes every item of a shared queue, one per line: those in
+// Redis (the queue and its groups' sub-queues) and those in this node's
+// segment files. Items claimed or refilled while it runs may be missed or
+// written twice; pause the project for an exact copy.
+func (o *Offloader) ExportQueue(ctx context.Context, slug string, q Queue, w io.Writer) (int64, error) {
+	if _, err := o.Engine.Project(ctx, slug); err != nil {
+		return 0, err
+	}
+	keys, _, err := o.queueLists(ctx, slug, q)
+	if err != nil {
+		return 0, unavailable("queues.ExportQueue", err)
+	}
+	var n int64
+	for _, key := range keys {
+		for start := int64(0); ; start += segmentReadBatch {
+			items, err := o.Engine.rdb.LRange(ctx, key, start, start+segmentReadBatch-1).Result()
+			if err != nil {
+				return n, unavailable("queues.ExportQueue", err)
+			}
+			for _, item := range items {
+				if _, err := io.WriteString(w, item+"\n"); err != nil {
+					return n, err
+				}
+				n++
+			}
+			if len(items) < segmentReadBatch {
+				break
+			}
+		}
+	}
+	m, err := o.exportSegments(ctx, slug, string(q), w)
+	return n + m, err
+}
+
+// ExportArchive writes every archived completion of a project, one per
+// line, then those still waiting to be archived.
+func (o *Offloader) ExportArchive(ctx context.Context, slug string, w io.Writer) (int64, error) {
+	if _, err := o.Engine.Project(ctx, slug); err != nil {
+		return 0, err
+	}
+	n, err := o.exportSegments(ctx, slug, "done", w)
+	if err != nil {
+		return n, err
+	}
+	items, err := o.Engine.rdb.LRange(ctx, DoneArchiveKey(slug), 0, -1).Result()
+	if err != nil {
+		return n, unavailable("queues.ExportArchive", err)
+	}
+	for _, item := range items {
+		if _, err := io.WriteString(w, item+"\n"); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+func (o *Offloader) exportSegments(ctx context.Context, slug, queue string, w io.Writer) (int64, error) {
+	segments, err := o.Segments(ctx, slug)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, seg := range segments {
+		if seg.Queue != queue || seg.State == SegmentStaging || seg.Node != o.node() {
+			continue
+		}
+		path := o.segmentPath(slug, seg)
+		now := o.Engine.clock.Now()
+		_ = os.Chtimes(path, now, now) // of interest while it is read
+		items, err := readSegment(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // refilled meanwhile: its items were in Redis
+		}
+		if err != nil {
+			return n, fmt.Errorf("segment %s: %w", seg.ID, err)
+		}
+		for _, item := range items {
+			if _, err := io.WriteString(w, item+"\n"); err != nil {
+				return n, err
+			}
+			n++
+		}
+	}
+	return n, nil
+}

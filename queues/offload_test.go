@@ -1,0 +1,398 @@
+package queues_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/queues"
+)
+
+func offloader(tb bundle, t *testing.T) *queues.Offloader {
+	return &queues.Offloader{Engine: tb.engine, Dir: t.TempDir(), Node: "node-a", Logger: quietLogger}
+}
+
+func segmentFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	var files []string
+	_ = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			files = append(files, path)
+		}
+		return nil
+	})
+	return files
+}
+
+func redisQueueLen(t *testing.T, tb bundle, q queues.Queue) int64 {
+	t.Helper()
+	n, err := tb.rdb.LLen(tb.ctx, queues.QueueKey(tb.slug, q)).Result()
+	require.NoError(t, err)
+	return n
+}
+
+// claimEverything claims and completes every item, running offload passes
+// between claims, and returns how often each item was handed out.
+func claimEverything(t *testing.T, tb bundle, o *queues.Offloader) map[string]int {
+	t.Helper()
+	seen := map[string]int{}
+	for range 10_000 {
+		got := claimSome(t, tb, "alice", 100)
+		if len(got) == 0 {
+			require.NoError(t, o.RunOnce(tb.ctx))
+			if got = claimSome(t, tb, "alice", 100); len(got) == 0 {
+				return seen
+			}
+		}
+		for _, item := range got {
+			seen[item]++
+		}
+		_, err := tb.done("alice", got...)
+		require.NoError(t, err)
+	}
+	t.Fatal("the queue never drained")
+	return nil
+}
+
+// claimSome claims up to n items; none when the queue is empty.
+func claimSome(t *testing.T, tb bundle, downloader string, n int) []string {
+	t.Helper()
+	res, err := tb.engine.Claim(tb.ctx, queues.ClaimRequest{Project: tb.slug, Downloader: downloader, IP: "127.0.0.1", Count: n})
+	if queues.CodeOf(err) == queues.CodeNoItem {
+		return nil
+	}
+	require.NoError(t, err)
+	items := make([]string, len(res.Items))
+	for i, it := range res.Items {
+		items[i] = it.Name
+	}
+	return items
+}
+
+func TestOffloadBoundsTheQueueInRedisAndRefillsEveryItem(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{OffloadAbove: ptr(4000), OffloadSegment: ptr(1000)})
+		o := offloader(tb, t)
+		items := names("url:", 20_000)
+		tb.enqueue(t, todo, items...)
+		require.NoError(t, o.RunOnce(tb.ctx))
+
+		require.LessOrEqual(t, redisQueueLen(t, tb, queues.QueueTodo), int64(4000), "the tail went to disk")
+		c := tb.counts(t)
+		require.EqualValues(t, 20_000, c.Todo, "offloaded items still count as waiting")
+		require.EqualValues(t, 20_000-redisQueueLen(t, tb, queues.QueueTodo), c.Offloaded)
+		files := segmentFiles(t, o.Dir)
+		require.Len(t, files, int(c.Offloaded/1000))
+		segments, err := o.Segments(tb.ctx, tb.slug)
+		require.NoError(t, err)
+		for _, seg := range segments {
+			require.Equal(t, queues.SegmentDisk, seg.State)
+			require.Equal(t, "node-a", seg.Node)
+		}
+
+		// Exported: everything, in Redis and on disk.
+		var out bytes.Buffer
+		n, err := o.ExportQueue(tb.ctx, tb.slug, queues.QueueTodo, &out)
+		require.NoError(t, err)
+		require.EqualValues(t, 20_000, n)
+		exported := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+		sort.Strings(exported)
+		want := append([]string{}, items...)
+		sort.Strings(want)
+		require.Equal(t, want, exported)
+
+		// Claims drain Redis, refills bring the segments back: every item
+		// is handed out exactly once, and no file is left.
+		seen := claimEverything(t, tb, o)
+		require.Len(t, seen, 20_000)
+		for item, times := range seen {
+			require.Equal(t, 1, times, item)
+		}
+		require.Empty(t, segmentFiles(t, o.Dir))
+		segments, err = o.Segments(tb.ctx, tb.slug)
+		require.NoError(t, err)
+		require.Empty(t, segments)
+		require.Equal(t, queues.Counts{Done: 20_000}, tb.counts(t))
+	})
+}
+
+func TestOffloadedSegmentsFollowLimitGroupsAndMoves(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{OffloadAbove: ptr(2000), OffloadSegment: ptr(1000)})
+		o := offloader(tb, t)
+		tb.enqueue(t, todo, names("post:", 5000)...)
+		require.NoError(t, o.RunOnce(tb.ctx))
+		require.EqualValues(t, 5000, tb.counts(t).Todo)
+
+		moved, err := o.MoveSegments(tb.ctx, tb.slug, queues.QueueTodo, queues.QueueSecondary)
+		require.NoError(t, err)
+		require.Positive(t, moved)
+		c := tb.counts(t)
+		require.EqualValues(t, 5000-moved, c.Todo)
+		require.EqualValues(t, moved, c.Secondary)
+
+		// Groups set while items are on disk route them on refill.
+		_, err = tb.engine.SetLimitGroups(tb.ctx, tb.slug, []queues.LimitGroup{{Name: "posts", Type: "post", RatePerMinute: 1000}})
+		require.NoError(t, err)
+		_, err = tb.engine.UpdateProject(tb.ctx, tb.slug, queues.SettingsPatch{OffloadAbove: ptr(0)})
+		require.NoError(t, err)
+		require.NoError(t, o.RunOnce(tb.ctx))
+		c = tb.counts(t)
+		require.Zero(t, c.Offloaded, "offloading off: every segment comes back")
+		require.EqualValues(t, moved, c.Secondary)
+		n, err := tb.rdb.LLen(tb.ctx, queues.GroupQueueKey(tb.slug, queues.QueueSecondary, "posts")).Result()
+		require.NoError(t, err)
+		require.Equal(t, moved, n, "refilled items went to their group's sub-queue")
+	})
+}
+
+func TestStoppedOffloadPutsItemsBackAndItsFileIsCleanedUp(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{OffloadAbove: ptr(2000), OffloadSegment: ptr(1000)})
+		o := offloader(tb, t)
+		tb.enqueue(t, todo, names("u:", 3000)...)
+		// The disk fails: a file stands where the segment directory goes.
+		require.NoError(t, os.MkdirAll(filepath.Join(o.Dir, "segments"), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(o.Dir, "segments", tb.slug), []byte("x"), 0o644))
+		require.Error(t, o.RunOnce(tb.ctx))
+		segments, err := o.Segments(tb.ctx, tb.slug)
+		require.NoError(t, err)
+		require.Len(t, segments, 1)
+		require.Equal(t, queues.SegmentStaging, segments[0].State)
+		require.EqualValues(t, 3000, tb.counts(t).Todo, "staged items still count")
+
+		// Within the protection window the stage is left alone.
+		require.NoError(t, os.Remove(filepath.Join(o.Dir, "segments", tb.slug)))
+		_, err = tb.engine.UpdateProject(tb.ctx, tb.slug, queues.SettingsPatch{OffloadAbove: ptr(0)})
+		require.NoError(t, err)
+		require.NoError(t, o.RunOnce(tb.ctx))
+		segments, err = o.Segments(tb.ctx, tb.slug)
+		require.NoError(t, err)
+		require.Len(t, segments, 1)
+
+		// A half-written file of that segment, and a stray file.
+		dir := filepath.Join(o.Dir, "segments", tb.slug)
+		require.NoError(t, os.MkdirAll(dir, 0o755))
+		half := filepath.Join(dir, segments[0].ID+".gz")
+		require.NoError(t, os.WriteFile(half, []byte("\x1f\x8b partial"), 0o644))
+		old := tb.clock.Now().Add(-2 * time.Hour)
+		require.NoError(t, os.Chtimes(half, old, old))
+
+		tb.clock.Advance(2 * time.Hour)
+		require.NoError(t, o.RunOnce(tb.ctx))
+		segments, err = o.Segments(tb.ctx, tb.slug)
+		require.NoError(t, err)
+		require.Empty(t, segments, "the stale stage was put back")
+		require.EqualValues(t, 3000, redisQueueLen(t, tb, queues.QueueTodo))
+		require.Equal(t, queues.Counts{Todo: 3000}, tb.counts(t))
+		require.NoFileExists(t, half, "the unreferenced, stale file is an orphan")
+	})
+}
+
+func TestOrphanCleanupKeepsReferencedAndFreshFiles(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{OffloadAbove: ptr(2000), OffloadSegment: ptr(1000)})
+		o := offloader(tb, t)
+		tb.enqueue(t, todo, names("u:", 4000)...)
+		require.NoError(t, o.RunOnce(tb.ctx))
+		live := segmentFiles(t, o.Dir)
+		require.NotEmpty(t, live)
+		dir := filepath.Dir(live[0])
+		fresh := filepath.Join(dir, "999999999998.gz")
+		stale := filepath.Join(dir, "999999999999.gz")
+		for _, p := range []string{fresh, stale} {
+			require.NoError(t, os.WriteFile(p, []byte("orphan"), 0o644))
+		}
+		// Timestamps of interest are the offloader clock's times.
+		now := tb.clock.Now()
+		require.NoError(t, os.Chtimes(fresh, now, now))
+		old := now.Add(-3 * time.Hour)
+		for _, p := range append([]string{stale}, live...) {
+			require.NoError(t, os.Chtimes(p, old, old))
+		}
+		removed, err := o.CleanupOrphans(tb.ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, removed)
+		require.NoFileExists(t, stale)
+		require.FileExists(t, fresh, "unreferenced but of recent interest")
+		for _, p := range live {
+			require.FileExists(t, p, "referenced, however old")
+		}
+	})
+}
+
+// TestOrphanCleanupRacesOffloadAndRefill runs cleanup in a loop with a
+// protection window of a millisecond beside offload, refill and claims on
+// two frontends' offloaders sharing one directory, while stale junk files
+// appear under the names the next segments will take (a crash's
+// leftovers), and checks that every item is still handed out exactly once.
+func TestOrphanCleanupRacesOffloadAndRefill(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		engine := queues.NewEngine(b.Client, queues.Options{Logger: quietLogger})
+		_, err := engine.CreateProject(ctx, "race", queues.SettingsPatch{OffloadAbove: ptr(2000), OffloadSegment: ptr(1000)})
+		require.NoError(t, err)
+		tb := bundle{ctx: ctx, engine: engine, rdb: b.Client, slug: "race"}
+		dir := t.TempDir()
+		workers := []*queues.Offloader{
+			{Engine: engine, Dir: dir, Node: "shared", Protection: time.Millisecond, Logger: quietLogger},
+			{Engine: engine, Dir: dir, Node: "shared", Protection: time.Millisecond, Logger: quietLogger},
+		}
+		const total = 30_000
+		var wg sync.WaitGroup
+		var stop atomic.Bool
+		var removed atomic.Int64
+		wg.Add(1)
+		go func() { // the cleanup, as fast as it can
+			defer wg.Done()
+			for !stop.Load() {
+				n, _ := workers[1].CleanupOrphans(ctx)
+				removed.Add(int64(n))
+			}
+		}()
+		wg.Add(1)
+		go func() { // leftovers of crashed writes, named like the next segments
+			defer wg.Done()
+			for !stop.Load() {
+				seq, _ := b.Client.HGet(ctx, queues.OffloadKey("race"), "seq").Int64()
+				path := filepath.Join(dir, "segments", "race", fmt.Sprintf("%012d.gz", seq+1))
+				if os.MkdirAll(filepath.Dir(path), 0o755) == nil && os.WriteFile(path, []byte("junk"), 0o644) == nil {
+					old := time.Now().Add(-time.Hour)
+					_ = os.Chtimes(path, old, old)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}()
+		for _, w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for !stop.Load() {
+					_ = w.RunOnce(ctx)
+				}
+			}()
+		}
+		// Enqueue in waves while claiming, so offload and refill both run.
+		seen := map[string]int{}
+		claimed := 0
+		for wave := range 6 {
+			tb.enqueue(t, todo, names("w"+string(rune('a'+wave))+":", total/6)...)
+			for range 20 {
+				got := claimSome(t, tb, "bob", 100)
+				for _, item := range got {
+					seen[item]++
+				}
+				claimed += len(got)
+				if len(got) > 0 {
+					_, err := tb.done("bob", got...)
+					require.NoError(t, err)
+				}
+			}
+		}
+		stop.Store(true)
+		wg.Wait()
+		rest := claimEverything(t, tb, workers[0])
+		for item, n := range rest {
+			seen[item] += n
+		}
+		require.Len(t, seen, total, "no item lost")
+		for item, n := range seen {
+			require.Equal(t, 1, n, "item %s handed out %d times", item, n)
+		}
+		_, err = workers[0].CleanupOrphans(ctx) // the junk written last
+		require.NoError(t, err)
+		require.Empty(t, segmentFiles(t, dir))
+		require.Equal(t, queues.Counts{Done: total}, tb.counts(t))
+		t.Logf("claimed %d during the race; cleanup removed %d files", claimed, removed.Load())
+	})
+}
+
+func TestDoneCountModeKeepsNoDoneSet(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{DoneMode: ptr(queues.DoneCount), RecentDone: ptr(1000)})
+		items := names("i:", 1500)
+		tb.enqueue(t, todo, items...)
+		for range 15 {
+			got := tb.claim(t, "alice", 100)
+			res, err := tb.done("alice", got...)
+			require.NoError(t, err)
+			require.Equal(t, 100, res.New)
+		}
+		card, err := tb.rdb.SCard(tb.ctx, queues.DoneKey(tb.slug)).Result()
+		require.NoError(t, err)
+		require.Zero(t, card, "no done set")
+		recent, err := tb.rdb.ZCard(tb.ctx, queues.RecentDoneKey(tb.slug)).Result()
+		require.NoError(t, err)
+		require.EqualValues(t, 1000, recent, "trimmed to recent_done")
+		require.EqualValues(t, 1500, tb.counts(t).Done)
+
+		// A repeated done of a recent item is OK and counts once.
+		res, err := tb.done("alice", items[1499])
+		require.NoError(t, err)
+		require.Equal(t, 0, res.New)
+		require.EqualValues(t, 1500, tb.counts(t).Done)
+		// One older than the window is unknown.
+		_, err = tb.done("alice", items[0])
+		require.Error(t, err)
+	})
+}
+
+func TestDoneArchiveModeWritesExportableFilesAndDrainsOldDoneSet(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{OffloadSegment: ptr(1000)})
+		o := offloader(tb, t)
+		items := names("a:", 2500)
+		tb.enqueue(t, todo, items...)
+		for range 5 { // 500 done while done items are kept
+			_, err := tb.done("alice", tb.claim(t, "alice", 100)...)
+			require.NoError(t, err)
+		}
+		_, err := tb.engine.UpdateProject(tb.ctx, tb.slug, queues.SettingsPatch{DoneMode: ptr(queues.DoneArchive)})
+		require.NoError(t, err)
+		for range 20 {
+			_, err := tb.done("alice", tb.claim(t, "alice", 100)...)
+			require.NoError(t, err)
+		}
+		require.NoError(t, o.RunOnce(tb.ctx))
+		require.NoError(t, o.FlushArchive(tb.ctx, tb.slug))
+		card, err := tb.rdb.SCard(tb.ctx, queues.DoneKey(tb.slug)).Result()
+		require.NoError(t, err)
+		require.Zero(t, card, "the old done set was drained into the archive")
+		waiting, err := tb.rdb.LLen(tb.ctx, queues.DoneArchiveKey(tb.slug)).Result()
+		require.NoError(t, err)
+		require.Zero(t, waiting)
+		require.EqualValues(t, 2500, tb.counts(t).Done)
+		require.Len(t, segmentFiles(t, filepath.Join(o.Dir, "archive")), 3)
+
+		var out bytes.Buffer
+		n, err := o.ExportArchive(tb.ctx, tb.slug, &out)
+		require.NoError(t, err)
+		require.EqualValues(t, 2500, n)
+		exported := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+		sort.Strings(exported)
+		want := append([]string{}, items...)
+		sort.Strings(want)
+		require.Equal(t, want, exported)
+
+		// Archive files are referenced: cleanup keeps them however old.
+		tb.clock.Advance(48 * time.Hour)
+		for _, p := range segmentFiles(t, o.Dir) {
+			old := tb.clock.Now().Add(-24 * time.Hour)
+			require.NoError(t, os.Chtimes(p, old, old))
+		}
+		removed, err := o.CleanupOrphans(tb.ctx)
+		require.NoError(t, err)
+		require.Zero(t, removed)
+	})
+}
