@@ -46,6 +46,8 @@ type AdminAPI struct {
 	Logger *slog.Logger
 	// MaxBodyBytes caps request bodies (item batches are the big ones).
 	MaxBodyBytes int64
+	// Offloader serves the segment and export calls; nil answers 503.
+	Offloader OffloadEngine
 }
 
 // ActorHeader names the operator making a change (the CLI sends
@@ -101,6 +103,7 @@ func (a *AdminAPI) register(g *gin.RouterGroup) {
 	g.PUT("/blocks/:who", a.block)
 	g.DELETE("/blocks/:who", a.unblock)
 	g.GET("/log", a.changes)
+	a.registerOffload(g)
 }
 
 // actor is who made a change, for the log.

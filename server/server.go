@@ -42,6 +42,9 @@ type Config struct {
 	// MetricsToken, when set, is required to read /metrics
 	// (Authorization: Bearer …). Empty leaves /metrics open.
 	MetricsToken string
+	// Offloader, when set, serves the segment and export admin calls
+	// (its owner starts and stops it).
+	Offloader *queues.Offloader
 }
 
 // Defaults for Config.
@@ -89,6 +92,9 @@ func New(cfg Config, engine *queues.Engine) (*Server, error) {
 	pages := &Pages{Engine: engine, Hub: hub}
 	warrior := &WarriorAPI{Engine: engine, MaxBodyBytes: cfg.WarriorBodyBytes, StatsJSON: &StatsJSON{Engine: engine}, Pages: pages}
 	admin := &AdminAPI{Engine: engine, Logger: cfg.Logger, MaxBodyBytes: cfg.AdminBodyBytes}
+	if cfg.Offloader != nil {
+		admin.Offloader = cfg.Offloader
+	}
 	projects := &ProjectsFile{Path: cfg.ProjectsFile, Engine: engine, PublicURL: cfg.PublicURL, CacheFor: 10 * time.Second}
 
 	router.GET("/now", func(c *gin.Context) {

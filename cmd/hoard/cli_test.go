@@ -98,3 +98,59 @@ func TestCLIAgainstARealServer(t *testing.T) {
 		require.ErrorContains(t, err, "no project")
 	})
 }
+
+// TestCLIOffloadExportAndReimport: a queue offloaded to disk is counted,
+// listed, moved, exported whole and queued again elsewhere.
+func TestCLIOffloadExportAndReimport(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+		engine := queues.NewEngine(b.Client, queues.Options{Logger: quiet})
+		offloader := &queues.Offloader{Engine: engine, Dir: t.TempDir(), Node: "cli-node", Logger: quiet}
+		srv, err := server.New(server.Config{AdminToken: "cli-token", Logger: quiet, Offloader: offloader}, engine)
+		require.NoError(t, err)
+		ts := httptest.NewServer(srv.Handler())
+		defer ts.Close()
+		ctx := context.Background()
+
+		out, err := runCLI(t, ts.URL, "project", "create", "big", "--offload-above", "2000", "--offload-segment", "1000", "--done-mode", "count")
+		require.NoError(t, err, out)
+		var input strings.Builder
+		for i := range 6000 {
+			fmt.Fprintf(&input, "user:%05d\n", i)
+		}
+		path := filepath.Join(t.TempDir(), "items.txt")
+		require.NoError(t, os.WriteFile(path, []byte(input.String()), 0o600))
+		out, err = runCLI(t, ts.URL, "queue", "add", "big", path)
+		require.NoError(t, err, out)
+		require.NoError(t, offloader.RunOnce(ctx))
+
+		out, err = runCLI(t, ts.URL, "queue", "counts", "big")
+		require.NoError(t, err, out)
+		require.Regexp(t, `todo\s+6000`, out)
+		require.Regexp(t, `offloaded\s+[1-9]\d{3}`, out)
+		out, err = runCLI(t, ts.URL, "segments", "list", "big")
+		require.NoError(t, err, out)
+		require.Regexp(t, `disk\s+todo\s+1000\s+cli-node`, out)
+
+		exported := filepath.Join(t.TempDir(), "export.txt")
+		out, err = runCLI(t, ts.URL, "queue", "export", "big", "todo", "-o", exported)
+		require.NoError(t, err, out)
+		raw, err := os.ReadFile(exported)
+		require.NoError(t, err)
+		lines := strings.Split(strings.TrimSuffix(string(raw), "\n"), "\n")
+		require.Len(t, lines, 6000)
+
+		out, err = runCLI(t, ts.URL, "segments", "move", "big", "--from", "todo", "--to", "secondary")
+		require.NoError(t, err, out)
+		require.Regexp(t, `moved [1-9]\d{3} offloaded items`, out)
+
+		out, err = runCLI(t, ts.URL, "project", "create", "copy")
+		require.NoError(t, err, out)
+		out, err = runCLI(t, ts.URL, "queue", "add", "copy", exported)
+		require.NoError(t, err, out)
+		require.Contains(t, out, "queued 6000 items")
+
+		_, err = runCLI(t, ts.URL, "queue", "export", "nosuch", "todo")
+		require.ErrorContains(t, err, "no project")
+	})
+}

@@ -67,21 +67,28 @@ func (a *adminClient) do(ctx context.Context, method, path string, body, out any
 		return fmt.Errorf("cannot reach hoard at %s (set HOARD_URL): %w", a.base, err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return a.replyError(resp)
+	}
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		return err
-	}
-	if resp.StatusCode/100 != 2 {
-		var e struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(raw, &e) == nil && e.Error != "" {
-			return fmt.Errorf("%s (HTTP %d)", e.Error, resp.StatusCode)
-		}
-		return fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(raw)))
 	}
 	if out != nil {
 		return json.Unmarshal(raw, out)
 	}
 	return nil
+}
+
+// replyError turns a non-2xx reply into an error carrying the server's
+// message.
+func (a *adminClient) replyError(resp *http.Response) error {
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	var e struct {
+		Error string `json:"error"`
+	}
+	if json.Unmarshal(raw, &e) == nil && e.Error != "" {
+		return fmt.Errorf("%s (HTTP %d)", e.Error, resp.StatusCode)
+	}
+	return fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(raw)))
 }

@@ -53,6 +53,10 @@ func projectWriteCommand(verb string) *cobra.Command {
 		ratePerMinute                 float64
 		rateBurst, budget, claimLimit int
 		maxMulti, logLength           int
+		bloomCapacity, offloadAbove   int
+		offloadSegment, recentDone    int
+		bloomFPRate                   float64
+		doneMode                      string
 		reclaimTTL                    time.Duration
 		uploadTargets, extras         []string
 		downloaderRate, ipRate        float64
@@ -123,6 +127,24 @@ func projectWriteCommand(verb string) *cobra.Command {
 			if changed("upload-target") {
 				p.UploadTargets = &uploadTargets
 			}
+			if changed("bloom-capacity") {
+				p.BloomCapacity = &bloomCapacity
+			}
+			if changed("bloom-fp-rate") {
+				p.BloomFPRate = &bloomFPRate
+			}
+			if changed("offload-above") {
+				p.OffloadAbove = &offloadAbove
+			}
+			if changed("offload-segment") {
+				p.OffloadSegment = &offloadSegment
+			}
+			if changed("done-mode") {
+				p.DoneMode = &doneMode
+			}
+			if changed("recent-done") {
+				p.RecentDone = &recentDone
+			}
 			if changed("extra") {
 				m := map[string]json.RawMessage{}
 				for _, kv := range extras {
@@ -162,6 +184,12 @@ func projectWriteCommand(verb string) *cobra.Command {
 	f.IntVar(&logLength, "log-length", queues.DefaultLogLength, "recent completions kept")
 	f.StringSliceVar(&uploadTargets, "upload-target", nil, "rsync:// or http(s):// target ending in /, with :downloader; repeatable")
 	f.StringArrayVar(&extras, "extra", nil, "key=<JSON> sent with every item; repeatable")
+	f.IntVar(&bloomCapacity, "bloom-capacity", queues.DefaultBloomCapacity, "items per backfeed Bloom filter generation")
+	f.Float64Var(&bloomFPRate, "bloom-fp-rate", queues.DefaultBloomFPRate, "false-positive rate of new Bloom filter generations")
+	f.IntVar(&offloadAbove, "offload-above", 0, "items a queue keeps in Redis before its tail moves to segment files on disk; 0 = never")
+	f.IntVar(&offloadSegment, "offload-segment", queues.DefaultOffloadSegment, "items per offloaded segment file")
+	f.StringVar(&doneMode, "done-mode", queues.DoneKeep, "done items: keep (a set in Redis), count (and discard), or archive (to files on disk)")
+	f.IntVar(&recentDone, "recent-done", queues.DefaultRecentDone, "completions remembered for repeated dones when done-mode is count or archive")
 	f.SortFlags = false
 	return cmd
 }

@@ -22,7 +22,7 @@ import (
 
 func queueCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "queue", Short: "Queue items and read queue counts"}
-	cmd.AddCommand(queueAddCommand(), moveCommand(), &cobra.Command{
+	cmd.AddCommand(queueAddCommand(), moveCommand(), queueExportCommand(), &cobra.Command{
 		Use:   "counts <slug>",
 		Short: "Show how many items are in each place",
 		Args:  cobra.ExactArgs(1),
@@ -37,7 +37,7 @@ func queueCommand() *cobra.Command {
 				n    int64
 			}{
 				{"todo", c.Todo}, {"todo:backfeed", c.Backfeed}, {"todo:secondary", c.Secondary}, {"todo:redo", c.Redo},
-				{"todo:reserved", c.Reserved}, {"out", c.Out}, {"  reclaimable", c.Reclaimable}, {"done", c.Done},
+				{"todo:reserved", c.Reserved}, {"  offloaded", c.Offloaded}, {"out", c.Out}, {"  reclaimable", c.Reclaimable}, {"done", c.Done},
 			} {
 				fmt.Fprintf(w, "%-15s %12d\n", row.name, row.n)
 			}

@@ -23,6 +23,7 @@ type serveOptions struct {
 	listen               string
 	redisURL             string
 	dataDir              string
+	node                 string
 	adminToken           string
 	metricsToken         string
 	insecureNoAdminToken bool
@@ -45,7 +46,9 @@ func serveCommand() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&o.listen, "listen", envOr("HOARD_LISTEN", "127.0.0.1:8080"), "address to listen on ($HOARD_LISTEN)")
 	f.StringVar(&o.redisURL, "redis-url", envOr("HOARD_REDIS_URL", ""), "redis:// or unix:// URL, or comma-separated cluster nodes; empty = run a local redis-server ($HOARD_REDIS_URL)")
-	f.StringVar(&o.dataDir, "data-dir", envOr("HOARD_DATA_DIR", "./data"), "where the local redis-server keeps its data ($HOARD_DATA_DIR)")
+	f.StringVar(&o.dataDir, "data-dir", envOr("HOARD_DATA_DIR", "./data"), "where the local redis-server keeps its data and offloaded segment files go ($HOARD_DATA_DIR)")
+	host, _ := os.Hostname()
+	f.StringVar(&o.node, "node", envOr("HOARD_NODE", host), "this frontend's name in segment records: it refills the segments it wrote ($HOARD_NODE)")
 	f.StringVar(&o.adminToken, "admin-token", envOr("HOARD_ADMIN_TOKEN", ""), "token the admin API requires ($HOARD_ADMIN_TOKEN)")
 	f.StringVar(&o.metricsToken, "metrics-token", envOr("HOARD_METRICS_TOKEN", ""), "token /metrics requires; empty = open ($HOARD_METRICS_TOKEN)")
 	f.BoolVar(&o.insecureNoAdminToken, "insecure-no-admin-token", false, "DEVELOPMENT ONLY: allow admin calls without a token when none is set")
@@ -117,9 +120,17 @@ func runServe(ctx context.Context, o serveOptions) error {
 			return err
 		}
 	}
+	// The offloader keeps Redis memory bounded for projects that ask for it
+	// (offload_above, done_mode); its files live under the data directory.
+	offloader := &queues.Offloader{Engine: engine, Dir: o.dataDir, Node: o.node, Logger: logger.With("component", "offload")}
+	if err := offloader.Start(ctx); err != nil {
+		return fmt.Errorf("offloader: %w", err)
+	}
+	defer offloader.Stop()
 	srv, err := server.New(server.Config{
 		Listen: o.listen, AdminToken: o.adminToken, InsecureNoAdminToken: o.insecureNoAdminToken, MetricsToken: o.metricsToken,
 		ProjectsFile: o.projectsFile, PublicURL: o.publicURL, TrustedProxies: o.trustedProxies, Logger: logger,
+		Offloader: offloader,
 	}, engine)
 	if err != nil {
 		return err
