@@ -38,6 +38,7 @@ e2e-deps:
 bench: build
 	$(BIN) bench all
 	$(BIN) bench viewers --viewers 5000
+	$(BIN) bench offload
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./queues
 
 fuzz:

@@ -106,7 +106,7 @@ func benchCommand() *cobra.Command {
 		f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (server and load generator share this process)")
 		cmd.AddCommand(c)
 	}
-	cmd.AddCommand(benchViewersCommand())
+	cmd.AddCommand(benchViewersCommand(), benchOffloadCommand())
 	return cmd
 }
 
