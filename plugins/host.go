@@ -409,14 +409,37 @@ func (h *Host) deliver(hook hookKind, ev ItemEvent) int {
 	return queued
 }
 
-// lease takes a job's lease in Redis for ttl. Without Redis every host
-// runs every job; when Redis fails the job runs anyway (ticks are meant to
-// be idempotent, and a skipped reaper is worse than a doubled one).
+// lease takes (or renews, when this host holds it) a job's lease in Redis
+// for ttl, so one frontend runs each period. Without Redis every host runs
+// every job; when Redis fails the job runs anyway (ticks are meant to be
+// idempotent, and a skipped reaper is worse than a doubled one).
 func (h *Host) lease(ctx context.Context, key string, ttl time.Duration) bool {
 	if h.opts.Redis == nil {
 		return true
 	}
-	ok, err := h.opts.Redis.SetNX(ctx, key, h.owner, ttl).Result()
+	ctx, cancel := context.WithTimeout(ctx, h.opts.CallTimeout)
+	defer cancel()
+	var ok bool
+	var err error
+	for attempt := 0; attempt < 2; attempt++ {
+		if ok, err = h.opts.Redis.SetNX(ctx, key, h.owner, ttl).Result(); err != nil || ok {
+			break
+		}
+		// Our own schedule already spaces our runs; the lease only keeps
+		// other frontends out, so a lease this host holds is renewed.
+		// (GET then SET: if the lease expires in between and another
+		// frontend takes it, both run once, which ticks tolerate.)
+		var holder string
+		holder, err = h.opts.Redis.Get(ctx, key).Result()
+		if errors.Is(err, redis.Nil) {
+			continue // expired just now: try to take it again
+		}
+		if err == nil && holder == h.owner {
+			err = h.opts.Redis.Set(ctx, key, h.owner, ttl).Err()
+			ok = err == nil
+		}
+		break
+	}
 	if err != nil {
 		h.log.Warn("job lease unavailable; running the job anyway", "key", key, "err", err)
 		return true

@@ -212,6 +212,7 @@ type controlled struct {
 	starts      []time.Time
 	ticks       []plugins.Tick
 	enqueue     []plugins.QueueItem
+	panicTicks  int
 }
 
 func (c *controlled) factory(context.Context, *slog.Logger) (plugins.Plugin, error) {
@@ -257,6 +258,10 @@ func (p *controlledPlugin) OnTick(_ context.Context, tick plugins.Tick) (plugins
 	p.c.mu.Lock()
 	defer p.c.mu.Unlock()
 	p.c.ticks = append(p.c.ticks, tick)
+	if p.c.panicTicks > 0 {
+		p.c.panicTicks--
+		panic("tick told to panic")
+	}
 	return plugins.TickResult{Enqueue: p.c.enqueue}, nil
 }
 func (p *controlledPlugin) Stats(context.Context) (plugins.Stats, error) { return plugins.Stats{}, nil }
@@ -414,4 +419,27 @@ func gatherLabeled(t *testing.T, h *plugins.Host, name, label, value string) flo
 	}
 	t.Fatalf("no series %s{%s=%q}", name, label, value)
 	return 0
+}
+
+func TestTickCutShortByACrashRunsAgainOnTheNextInstance(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &controlled{panicTicks: 1}
+		logger, _ := newTestLogger(t)
+		h, err := plugins.NewHost(plugins.Options{
+			Plugins: []plugins.Spec{{Name: "sched"}}, Builtins: map[string]plugins.Factory{"sched": c.factory}, Logger: logger,
+		})
+		require.NoError(t, err)
+		t0 := time.Now()
+		require.NoError(t, h.Start(t.Context()))
+		defer h.Stop()
+		synctest.Wait()
+		require.NoError(t, h.WaitRunning(t.Context(), "sched"))
+		synctest.Wait()
+		ticks := c.tickLog()
+		require.Len(t, ticks, 2, "the run that panicked, then the same run on the new instance")
+		require.Equal(t, t0, ticks[0].Scheduled)
+		require.Equal(t, t0, ticks[1].Scheduled)
+		require.Equal(t, plugins.DefaultMinBackoff, ticks[1].At.Sub(t0), "after the restart back-off, not a period later")
+		require.Equal(t, 1, statusOf(h, "sched").Restarts)
+	})
 }

@@ -142,6 +142,17 @@ func (i *instance) markBroken(err error) {
 	})
 }
 
+// dead reports whether the instance cannot serve any more: an in-process
+// call panicked or the process exited.
+func (i *instance) dead() bool {
+	select {
+	case <-i.broken:
+		return true
+	default:
+		return i.exited()
+	}
+}
+
 // exited reports whether an external plugin's process is gone.
 func (i *instance) exited() bool { return i.client != nil && i.client.Exited() }
 

@@ -96,10 +96,16 @@ func (a *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
 	for i := 0; i+1 < len(args); i += 2 {
 		// go-plugin appends the plugin's own timestamp; hoard's record
 		// carries the time it was received, which is close enough.
-		if key, ok := args[i].(string); ok && key == "timestamp" {
+		key := args[i]
+		switch key {
+		case "timestamp":
 			continue
+		case "plugin":
+			// go-plugin's "plugin" is the binary's path; hoard's "plugin"
+			// is the plugin's name, already on the logger.
+			key = "binary"
 		}
-		all = append(all, args[i], args[i+1])
+		all = append(all, key, args[i+1])
 	}
 	a.logger.Log(context.Background(), lvl, msg, all...)
 }

@@ -503,14 +503,32 @@ func (s *supervisor) schedule(ctx context.Context) {
 			names = append(names, name)
 		}
 		slices.Sort(names)
+		cutShort := false
 		for _, name := range names {
 			j, scheduled := jobs[name], due[name]
 			if scheduled.After(now) {
 				continue
 			}
 			missed := int64(now.Sub(scheduled) / j.Period)
-			s.tick(ctx, inst, desc, j, Tick{Job: j.Name, Scheduled: scheduled, At: now, Missed: missed})
+			err := s.tick(ctx, inst, desc, j, Tick{Job: j.Name, Scheduled: scheduled, At: now, Missed: missed})
+			if err != nil && (inst.dead() || errors.Is(err, ErrUnavailable)) {
+				// The instance died under the tick: keep the run due, so
+				// the next instance runs it (as the catch-up) rather than
+				// a period later.
+				cutShort = true
+				break
+			}
 			due[name] = scheduled.Add(time.Duration(missed+1) * j.Period)
+		}
+		if cutShort {
+			// Wait for the supervisor to notice; a connection that only
+			// blinked is retried after a health interval, never in a loop.
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			case <-clock.After(s.h.opts.HealthInterval):
+			}
 		}
 	}
 }
@@ -526,13 +544,14 @@ func (s *supervisor) countTick(job string, f func(*tickCounters)) {
 	f(c)
 }
 
-// tick runs one job under its lease and queues the items it returns.
-func (s *supervisor) tick(ctx context.Context, inst *instance, desc Description, job Job, tick Tick) {
+// tick runs one job under its lease and queues the items it returns. The
+// error is the plugin's (a failure to queue is logged, not returned).
+func (s *supervisor) tick(ctx context.Context, inst *instance, desc Description, job Job, tick Tick) error {
 	ttl := job.Period - job.Period/10
 	if !s.h.lease(ctx, jobLeaseKey(s.spec.Name, job.Name), ttl) {
 		s.countTick(job.Name, func(c *tickCounters) { c.skipped++ })
 		s.log.Debug("job ran elsewhere this period", "job", job.Name)
-		return
+		return nil
 	}
 	if tick.Missed > 0 {
 		s.log.Info("job catching up once for missed runs", "job", job.Name, "missed", tick.Missed)
@@ -546,7 +565,7 @@ func (s *supervisor) tick(ctx context.Context, inst *instance, desc Description,
 	if err != nil {
 		s.countTick(job.Name, func(c *tickCounters) { c.failed++ })
 		s.log.Warn("job failed", "job", job.Name, "err", err)
-		return
+		return err
 	}
 	s.countTick(job.Name, func(c *tickCounters) { c.ok++ })
 	if len(result.Enqueue) > 0 {
@@ -554,6 +573,7 @@ func (s *supervisor) tick(ctx context.Context, inst *instance, desc Description,
 			s.log.Warn("cannot queue the job's items", "job", job.Name, "items", len(result.Enqueue), "err", err)
 		}
 	}
+	return nil
 }
 
 // enqueue queues a tick's items, each into its project, refusing the lot
