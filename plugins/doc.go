@@ -88,7 +88,8 @@
 //
 // Item names must be unique per step (the queue engine keeps done items
 // forever and skips queuing them again), hence the step and epoch or round
-// in the names above. Hooks are at-least-once across several frontends and
-// at-most-once per host: they must be idempotent and must not be the only
-// path forward.
+// in the names above. Hooks are hints: an event can be lost (a pub/sub
+// message missed, a full backlog) or seen more than once (each hoard
+// frontend runs its own instance of a plugin, and each instance hears every
+// completion). Hooks must be idempotent and never the only path forward.
 package plugins

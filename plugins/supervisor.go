@@ -609,6 +609,11 @@ func (s *supervisor) enqueue(ctx context.Context, desc Description, items []Queu
 		cancel()
 		s.itemsQueued.Add(uint64(n))
 		if err != nil {
+			// The project may have been deleted since: ensure it again
+			// next time.
+			s.mu.Lock()
+			delete(s.ensured, project)
+			s.mu.Unlock()
 			return fmt.Errorf("queue into %q: %w", project, err)
 		}
 	}
