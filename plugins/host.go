@@ -317,9 +317,11 @@ type Status struct {
 	// PID of the plugin process (0 for a builtin or when not running).
 	PID int `json:"pid,omitempty"`
 	// Since is when the plugin entered State.
-	Since     time.Time `json:"since"`
-	Restarts  int       `json:"restarts"`
-	LastError string    `json:"last_error,omitempty"`
+	Since time.Time `json:"since"`
+	// Restarts counts runs that ended (the process died, a call panicked,
+	// health checks failed); failed launches show in LastError instead.
+	Restarts  int    `json:"restarts"`
+	LastError string `json:"last_error,omitempty"`
 	// Description is the last one the plugin gave (kept while it is down,
 	// so its events still queue).
 	Description   Description `json:"description"`
