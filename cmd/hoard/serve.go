@@ -32,6 +32,7 @@ type serveOptions struct {
 	trustedProxies       []string
 	createListed         bool
 	logFormat            string
+	plugins              pluginOptions
 }
 
 func serveCommand() *cobra.Command {
@@ -57,6 +58,7 @@ func serveCommand() *cobra.Command {
 	f.StringSliceVar(&o.trustedProxies, "trusted-proxy", splitList(envOr("HOARD_TRUSTED_PROXIES", "")), "proxy IP/CIDR whose X-Forwarded-For is trusted; repeatable ($HOARD_TRUSTED_PROXIES, comma-separated)")
 	f.BoolVar(&o.createListed, "create-listed-projects", false, "create any project named in the projects file that does not exist yet")
 	f.StringVar(&o.logFormat, "log-format", envOr("HOARD_LOG_FORMAT", "text"), "text or json")
+	addPluginFlags(cmd, &o.plugins)
 	return cmd
 }
 
@@ -127,6 +129,12 @@ func runServe(ctx context.Context, o serveOptions) error {
 		return fmt.Errorf("offloader: %w", err)
 	}
 	defer offloader.Stop()
+
+	pluginHost, err := startPlugins(ctx, o.plugins, redisURL, rdb, engine, logger)
+	if err != nil {
+		return err
+	}
+	defer pluginHost.Stop()
 	srv, err := server.New(server.Config{
 		Listen: o.listen, AdminToken: o.adminToken, InsecureNoAdminToken: o.insecureNoAdminToken, MetricsToken: o.metricsToken,
 		ProjectsFile: o.projectsFile, PublicURL: o.publicURL, TrustedProxies: o.trustedProxies, Logger: logger,

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+
+	"github.com/hoardproject/hoard/plugins"
+	"github.com/hoardproject/hoard/queues"
+)
+
+// builtinPlugins are the plugins compiled into hoard, by name: `--plugin
+// NAME` with no path runs one in-process. An explicit map, not init()
+// registration, so what is built in reads in one place.
+var builtinPlugins = map[string]plugins.Factory{}
+
+// pluginOptions are serve's plugin flags.
+type pluginOptions struct {
+	plugins  []string
+	settings []string
+}
+
+func addPluginFlags(cmd *cobra.Command, o *pluginOptions) {
+	f := cmd.Flags()
+	f.StringArrayVar(&o.plugins, "plugin", splitList(envOr("HOARD_PLUGINS", "")),
+		"plugin to run: NAME=PATH for a plugin binary, NAME for a builtin; repeatable ($HOARD_PLUGINS, comma-separated)")
+	f.StringArrayVar(&o.settings, "plugin-settings", nil,
+		"a plugin's own settings: NAME=JSON or NAME=@FILE; repeatable")
+}
+
+// startPlugins starts the plugin host. With no plugin configured it starts
+// nothing, and its Stop is still safe to call. A plugin that fails to start
+// is retried in the background: it never keeps hoard from serving.
+func startPlugins(ctx context.Context, o pluginOptions, redisURL string, rdb redis.UniversalClient,
+	engine *queues.Engine, logger *slog.Logger) (*plugins.Host, error) {
+	specs, err := plugins.ParseSpecs(o.plugins, o.settings)
+	if err != nil {
+		return nil, err
+	}
+	host, err := plugins.NewHost(plugins.Options{
+		Plugins: specs, Builtins: builtinPlugins, RedisURL: redisURL, Redis: rdb,
+		Queues: plugins.EngineQueues(engine), Logger: logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := host.Start(ctx); err != nil {
+		return nil, fmt.Errorf("plugins: %w", err)
+	}
+	for _, spec := range specs {
+		logger.Info("plugin configured", "plugin", spec.Name, "path", spec.Path)
+	}
+	return host, nil
+}

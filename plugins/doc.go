@@ -1,0 +1,95 @@
+// Package plugins is hoard's plugin system: the contract every plugin
+// implements (Plugin), the two ways to run one (in-process through its
+// Factory, or as its own binary over hashicorp/go-plugin's gRPC), and the
+// Host that runs and supervises them inside `hoard serve`.
+//
+// # One contract, two transports
+//
+// A plugin is a Factory that builds a Plugin (Vault's builtin/external
+// split). A builtin is listed in Options.Builtins and called in-process,
+// which is how every unit test runs a plugin. The same Factory becomes a
+// binary with a one-line main:
+//
+//	func main() { plugins.Serve(bittorrent.New) }
+//
+// and the host reaches it through go-plugin (gRPC over a Unix socket with
+// automatic mTLS, the protocol in pluginpb). The handshake checks a magic
+// cookie and ProtocolVersion; a binary built for another protocol version
+// is refused with ErrIncompatible and not restarted.
+//
+// Only control-plane calls cross the boundary. A plugin's hot path (the
+// BitTorrent plugin's announce and scrape listeners, its swarm store) runs in
+// the plugin's own process and talks to Redis directly: Configure hands it
+// hoard's Redis URL and its own settings, and Describe lists the listeners it
+// bound.
+//
+// # What the host does
+//
+// For each configured plugin (--plugin NAME=PATH, HOARD_PLUGINS; settings
+// with --plugin-settings NAME=@FILE) the host:
+//
+//  1. starts it (its binary, or its Factory), then calls Configure and
+//     Describe, and creates the projects of its item types if missing;
+//  2. ticks each described job at its period (OnTick), under a Redis lease
+//     so one frontend runs each period, and queues the items the tick
+//     returns into the plugin's projects;
+//  3. delivers OnItemDone for completions of the plugin's items (from the
+//     queue engine's pub/sub) and OnReclaim for its items whose claim expired
+//     (from a sweep over the stored reclaim deadlines);
+//  4. pings it and calls Health every HealthInterval, caching Stats for
+//     /metrics and the leaderboard;
+//  5. restarts it, with a back-off doubling up to MaxBackoff, when its
+//     process exits, an in-process call panics, or it fails HealthFailures
+//     health checks in a row; its log lines and output go to hoard's log
+//     with plugin=NAME;
+//  6. on Stop, calls Close and kills what is left after the grace period.
+//
+// A crashed, slow or hung plugin never blocks hoard: every call has a
+// deadline and returns when it passes (the goroutine left behind is bounded
+// by MaxInflight, after which calls fail fast with ErrBusy); hook events go
+// through a bounded per-plugin backlog and are dropped and counted when it
+// is full; ticks missed while a plugin is down are not replayed in a burst,
+// the next run says how many it stands for (Tick.Missed).
+//
+// # Work as item types
+//
+// A plugin's periodic work becomes ordinary hoard items, so it is claimed,
+// reclaimed, counted and shown like any other work, and no deadline depends
+// on a scheduler having run (the lesson of seed 000):
+//
+//	tick ──► plugin finds due work from stored timestamps ──► TickResult.Enqueue
+//	     ──► host queues items into the plugin's project (todo)
+//	     ──► a worker claims them (the plugin's own workers over Redis, or any
+//	         warrior over the HTTP API), does the step, reports done
+//	     ──► OnItemDone (hint) lets the plugin advance at once; the next tick
+//	         re-derives anything a lost hint missed
+//	     ──► a worker that dies leaves its claim to expire: OnReclaim, and the
+//	         queue hands the item out again
+//
+// The unseeded reaper (seed 000) fits as item types in a project such as
+// "bt-reaper": a job "reaper" (period 4h in Orpheus, shorter is fine) scans
+// the torrents' stored last-seeded and notice timestamps and returns items
+// "notify-initial:<infohash>:<epoch>", "notify-final:..." and "remove:...",
+// capped per run (per user, and in total) for the breadth-first order the
+// seed asks for. Whoever processes them (the plugin, or the site's worker
+// sending the private messages) reports them done; OnItemDone moves the
+// torrent's reaper state forward (initial → final → removed), and a reseed
+// seen by the announce path clears it. Because every step is computed from
+// stored timestamps, a reaper paused for a week resumes with one catch-up
+// run that queues only the next step for each torrent, never a mass
+// removal.
+//
+// The scoring policy (seed 002) fits the same way: a job "score" queues
+// "score:<infohash>:<round>" items for torrents due, in score order; the
+// worker counts the swarm's peers, multiplies the score (×0.5 with no peers,
+// ×0.8 under the tracker's maximum, ×1.2 at the maximum with 5% new) and
+// removes the torrent under 0.005. torrents.count and torrents.processed
+// become the plugin's Stats gauges and counters.
+//
+// Item names must be unique per step (the queue engine keeps done items
+// forever and skips queuing them again), hence the step and epoch or round
+// in the names above. Hooks are hints: an event can be lost (a pub/sub
+// message missed, a full backlog) or seen more than once (each hoard
+// frontend runs its own instance of a plugin, and each instance hears every
+// completion). Hooks must be idempotent and never the only path forward.
+package plugins

@@ -1,0 +1,308 @@
+package plugins
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/emptypb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/hoardproject/hoard/plugins/pluginpb"
+)
+
+// ProtocolVersion is the version of the plugin protocol (pluginpb) this
+// hoard speaks. Bump it on any change old plugins cannot serve; the
+// handshake then refuses mismatched binaries with ErrIncompatible instead of
+// letting them fail call by call.
+const ProtocolVersion = 1
+
+// pluginSetKey is the one plugin a hoard plugin binary serves.
+const pluginSetKey = "plugin"
+
+// Handshake is the go-plugin handshake of hoard plugins. The magic cookie is
+// not a secret: it only stops a plugin binary run by hand from waiting
+// forever for a host, and stops hoard from driving some other program's
+// plugin.
+func Handshake() plugin.HandshakeConfig {
+	return plugin.HandshakeConfig{
+		ProtocolVersion:  ProtocolVersion,
+		MagicCookieKey:   "HOARD_PLUGIN_MAGIC_COOKIE",
+		MagicCookieValue: "a4bd0b7c3c2e4f4e9b1d2f8e6c5a7d90-hoard-plugin",
+	}
+}
+
+// PluginSet is the go-plugin plugin set a hoard plugin binary serves (impl
+// set) and the host dispenses (impl nil).
+func PluginSet(impl Plugin) plugin.PluginSet {
+	return plugin.PluginSet{pluginSetKey: &GRPCPlugin{Impl: impl}}
+}
+
+// GRPCPlugin adapts the Plugin contract to go-plugin's gRPC transport. On
+// the plugin side it serves Impl; on the host side it returns a Plugin that
+// forwards every call over gRPC.
+type GRPCPlugin struct {
+	plugin.NetRPCUnsupportedPlugin
+	Impl Plugin
+}
+
+// GRPCServer registers Impl on the plugin process' gRPC server.
+func (p *GRPCPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
+	if p.Impl == nil {
+		return errors.New("plugins: GRPCPlugin has no Impl to serve")
+	}
+	pluginpb.RegisterPluginServer(s, &grpcServer{impl: p.Impl})
+	return nil
+}
+
+// GRPCClient returns the host's view of the plugin: a Plugin over conn.
+func (p *GRPCPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, conn *grpc.ClientConn) (any, error) {
+	return &grpcClient{client: pluginpb.NewPluginClient(conn)}, nil
+}
+
+// grpcClient is a Plugin in another process.
+type grpcClient struct {
+	client pluginpb.PluginClient
+}
+
+var _ Plugin = (*grpcClient)(nil)
+
+func (c *grpcClient) Configure(ctx context.Context, cfg Config) error {
+	_, err := c.client.Configure(ctx, &pluginpb.ConfigureRequest{Name: cfg.Name, RedisUrl: cfg.RedisURL, Settings: cfg.Settings})
+	return fromStatus(err)
+}
+
+func (c *grpcClient) Describe(ctx context.Context) (Description, error) {
+	reply, err := c.client.Describe(ctx, &emptypb.Empty{})
+	if err != nil {
+		return Description{}, fromStatus(err)
+	}
+	return descriptionFromProto(reply), nil
+}
+
+func (c *grpcClient) OnItemDone(ctx context.Context, ev ItemEvent) error {
+	_, err := c.client.OnItemDone(ctx, itemEventToProto(ev))
+	return fromStatus(err)
+}
+
+func (c *grpcClient) OnReclaim(ctx context.Context, ev ItemEvent) error {
+	_, err := c.client.OnReclaim(ctx, itemEventToProto(ev))
+	return fromStatus(err)
+}
+
+func (c *grpcClient) OnTick(ctx context.Context, tick Tick) (TickResult, error) {
+	reply, err := c.client.OnTick(ctx, &pluginpb.Tick{
+		Job: tick.Job, Scheduled: timestampToProto(tick.Scheduled), At: timestampToProto(tick.At), Missed: tick.Missed,
+	})
+	if err != nil {
+		return TickResult{}, fromStatus(err)
+	}
+	result := TickResult{Enqueue: make([]QueueItem, 0, len(reply.GetEnqueue()))}
+	for _, item := range reply.GetEnqueue() {
+		result.Enqueue = append(result.Enqueue, QueueItem{Project: item.GetProject(), Item: item.GetItem()})
+	}
+	return result, nil
+}
+
+func (c *grpcClient) Stats(ctx context.Context) (Stats, error) {
+	reply, err := c.client.Stats(ctx, &emptypb.Empty{})
+	if err != nil {
+		return Stats{}, fromStatus(err)
+	}
+	stats := Stats{Metrics: make([]Metric, 0, len(reply.GetMetrics()))}
+	for _, m := range reply.GetMetrics() {
+		stats.Metrics = append(stats.Metrics, Metric{
+			Name: m.GetName(), Help: m.GetHelp(), Kind: MetricKind(m.GetKind()), Value: m.GetValue(), Labels: m.GetLabels(),
+		})
+	}
+	return stats, nil
+}
+
+func (c *grpcClient) Health(ctx context.Context) error {
+	_, err := c.client.Health(ctx, &emptypb.Empty{})
+	return fromStatus(err)
+}
+
+func (c *grpcClient) Close(ctx context.Context) error {
+	_, err := c.client.Close(ctx, &emptypb.Empty{})
+	return fromStatus(err)
+}
+
+// grpcServer serves a Plugin to the host.
+type grpcServer struct {
+	pluginpb.UnimplementedPluginServer
+	impl Plugin
+}
+
+func (s *grpcServer) Configure(ctx context.Context, req *pluginpb.ConfigureRequest) (*emptypb.Empty, error) {
+	err := s.impl.Configure(ctx, Config{Name: req.GetName(), RedisURL: req.GetRedisUrl(), Settings: req.GetSettings()})
+	return &emptypb.Empty{}, toStatus(err)
+}
+
+func (s *grpcServer) Describe(ctx context.Context, _ *emptypb.Empty) (*pluginpb.Description, error) {
+	d, err := s.impl.Describe(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return descriptionToProto(d), nil
+}
+
+func (s *grpcServer) OnItemDone(ctx context.Context, ev *pluginpb.ItemEvent) (*emptypb.Empty, error) {
+	return &emptypb.Empty{}, toStatus(s.impl.OnItemDone(ctx, itemEventFromProto(ev)))
+}
+
+func (s *grpcServer) OnReclaim(ctx context.Context, ev *pluginpb.ItemEvent) (*emptypb.Empty, error) {
+	return &emptypb.Empty{}, toStatus(s.impl.OnReclaim(ctx, itemEventFromProto(ev)))
+}
+
+func (s *grpcServer) OnTick(ctx context.Context, tick *pluginpb.Tick) (*pluginpb.TickResult, error) {
+	result, err := s.impl.OnTick(ctx, Tick{
+		Job: tick.GetJob(), Scheduled: timestampFromProto(tick.GetScheduled()), At: timestampFromProto(tick.GetAt()), Missed: tick.GetMissed(),
+	})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	reply := &pluginpb.TickResult{Enqueue: make([]*pluginpb.QueueItem, 0, len(result.Enqueue))}
+	for _, item := range result.Enqueue {
+		reply.Enqueue = append(reply.Enqueue, &pluginpb.QueueItem{Project: item.Project, Item: item.Item})
+	}
+	return reply, nil
+}
+
+func (s *grpcServer) Stats(ctx context.Context, _ *emptypb.Empty) (*pluginpb.StatsReply, error) {
+	stats, err := s.impl.Stats(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	reply := &pluginpb.StatsReply{Metrics: make([]*pluginpb.Metric, 0, len(stats.Metrics))}
+	for _, m := range stats.Metrics {
+		reply.Metrics = append(reply.Metrics, &pluginpb.Metric{
+			Name: m.Name, Help: m.Help, Kind: pluginpb.Metric_Kind(m.Kind), Value: m.Value, Labels: m.Labels,
+		})
+	}
+	return reply, nil
+}
+
+func (s *grpcServer) Health(ctx context.Context, _ *emptypb.Empty) (*emptypb.Empty, error) {
+	return &emptypb.Empty{}, toStatus(s.impl.Health(ctx))
+}
+
+func (s *grpcServer) Close(ctx context.Context, _ *emptypb.Empty) (*emptypb.Empty, error) {
+	return &emptypb.Empty{}, toStatus(s.impl.Close(ctx))
+}
+
+// toStatus turns a plugin's error into a gRPC status the host can map back
+// (Vault's wrapError idea): deadlines and cancellations keep their meaning,
+// anything else travels as its message.
+func toStatus(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	}
+	return status.Error(codes.Unknown, err.Error())
+}
+
+// fromStatus turns a gRPC error back into one errors.Is understands.
+func fromStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	switch st.Code() {
+	case codes.DeadlineExceeded:
+		return fmt.Errorf("%s: %w", st.Message(), context.DeadlineExceeded)
+	case codes.Canceled:
+		return fmt.Errorf("%s: %w", st.Message(), context.Canceled)
+	case codes.Unavailable:
+		return fmt.Errorf("%s: %w", st.Message(), ErrUnavailable)
+	case codes.Unknown:
+		return errors.New(st.Message())
+	}
+	return fmt.Errorf("plugin call failed (%s): %s", st.Code(), st.Message())
+}
+
+func descriptionToProto(d Description) *pluginpb.Description {
+	out := &pluginpb.Description{Version: d.Version}
+	for _, t := range d.ItemTypes {
+		out.ItemTypes = append(out.ItemTypes, &pluginpb.ItemType{
+			Name: t.Name, Project: t.Project, ItemPrefix: t.ItemPrefix, ReclaimTtl: durationToProto(t.ReclaimTTL),
+		})
+	}
+	for _, j := range d.Jobs {
+		out.Jobs = append(out.Jobs, &pluginpb.Job{Name: j.Name, Period: durationToProto(j.Period)})
+	}
+	for _, l := range d.Listeners {
+		out.Listeners = append(out.Listeners, &pluginpb.Listener{Name: l.Name, Network: l.Network, Address: l.Address})
+	}
+	return out
+}
+
+func descriptionFromProto(d *pluginpb.Description) Description {
+	out := Description{Version: d.GetVersion()}
+	for _, t := range d.GetItemTypes() {
+		out.ItemTypes = append(out.ItemTypes, ItemType{
+			Name: t.GetName(), Project: t.GetProject(), ItemPrefix: t.GetItemPrefix(), ReclaimTTL: durationFromProto(t.GetReclaimTtl()),
+		})
+	}
+	for _, j := range d.GetJobs() {
+		out.Jobs = append(out.Jobs, Job{Name: j.GetName(), Period: durationFromProto(j.GetPeriod())})
+	}
+	for _, l := range d.GetListeners() {
+		out.Listeners = append(out.Listeners, Listener{Name: l.GetName(), Network: l.GetNetwork(), Address: l.GetAddress()})
+	}
+	return out
+}
+
+func itemEventToProto(ev ItemEvent) *pluginpb.ItemEvent {
+	return &pluginpb.ItemEvent{
+		ItemType: ev.ItemType, Project: ev.Project, Item: ev.Item, Downloader: ev.Downloader, At: timestampToProto(ev.At),
+	}
+}
+
+func itemEventFromProto(ev *pluginpb.ItemEvent) ItemEvent {
+	return ItemEvent{
+		ItemType: ev.GetItemType(), Project: ev.GetProject(), Item: ev.GetItem(), Downloader: ev.GetDownloader(), At: timestampFromProto(ev.GetAt()),
+	}
+}
+
+func durationToProto(d time.Duration) *durationpb.Duration {
+	if d == 0 {
+		return nil
+	}
+	return durationpb.New(d)
+}
+
+func durationFromProto(d *durationpb.Duration) time.Duration {
+	if d == nil {
+		return 0
+	}
+	return d.AsDuration()
+}
+
+// timestampToProto keeps the zero time as "unset" so it survives the trip.
+func timestampToProto(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}
+
+func timestampFromProto(t *timestamppb.Timestamp) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.AsTime()
+}

@@ -1,0 +1,450 @@
+package plugins
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Spec names one plugin the host runs.
+type Spec struct {
+	// Name is what hoard calls the plugin (ValidateName): in logs, metrics
+	// and Redis keys.
+	Name string
+	// Path is the plugin binary. Empty means a builtin: Options.Builtins
+	// must hold a Factory under Name.
+	Path string
+	// Settings is the plugin's own JSON document, passed in Configure.
+	Settings json.RawMessage
+}
+
+// Queues is what the host needs from the queue engine to queue a plugin's
+// items for it. cmd/hoard adapts *queues.Engine to it.
+type Queues interface {
+	// EnsureProject creates the project unless it exists; with reclaimTTL
+	// > 0 a new project reclaims expired claims after that TTL.
+	EnsureProject(ctx context.Context, slug string, reclaimTTL time.Duration) error
+	// Enqueue appends items to the project's todo queue and returns how
+	// many were queued (items out or done already are skipped).
+	Enqueue(ctx context.Context, slug string, items []string) (int, error)
+}
+
+// Options configure a Host. Zero durations and sizes take the defaults
+// below.
+type Options struct {
+	Plugins  []Spec
+	Builtins map[string]Factory
+	// RedisURL is passed to every plugin in Configure.
+	RedisURL string
+	// Redis carries item-done events (pub/sub), the reclaim sweep and the
+	// job leases. Nil turns those three off; Deliver* still work.
+	Redis redis.UniversalClient
+	// Queues queues the items ticks return. Nil refuses them (logged).
+	Queues Queues
+	Logger *slog.Logger
+	Clock  Clock
+
+	// CallTimeout bounds Configure, Describe, Stats, Health and a builtin
+	// Factory.
+	CallTimeout time.Duration
+	// HookTimeout bounds one OnItemDone or OnReclaim.
+	HookTimeout time.Duration
+	// TickTimeout bounds one OnTick.
+	TickTimeout time.Duration
+	// StartTimeout bounds an external plugin's start and handshake.
+	StartTimeout time.Duration
+	// HealthInterval is how often the host pings each plugin, calls its
+	// Health and refreshes its Stats.
+	HealthInterval time.Duration
+	// HealthFailures in a row restart the plugin.
+	HealthFailures int
+	// ExitPollInterval is how often the host looks for a dead process.
+	ExitPollInterval time.Duration
+	// MinBackoff and MaxBackoff bound the wait before a restart; it
+	// doubles on each failure and starts over once a plugin has run for
+	// MaxBackoff.
+	MinBackoff time.Duration
+	MaxBackoff time.Duration
+	// StopGrace is how long Close may take before the process is killed.
+	StopGrace time.Duration
+	// EventQueue is each plugin's backlog of undelivered hook events;
+	// events past it are dropped and counted.
+	EventQueue int
+	// MaxInflight bounds each plugin's calls still running, including
+	// those past their deadline; past it calls fail with ErrBusy.
+	MaxInflight int
+	// ReclaimSweepInterval is how often expired claims of the plugins'
+	// projects are looked for.
+	ReclaimSweepInterval time.Duration
+	// ReclaimSweepBatch caps the expired claims read per project per sweep.
+	ReclaimSweepBatch int
+}
+
+// Defaults for Options.
+const (
+	DefaultCallTimeout          = 10 * time.Second
+	DefaultHookTimeout          = 5 * time.Second
+	DefaultTickTimeout          = time.Minute
+	DefaultStartTimeout         = 30 * time.Second
+	DefaultHealthInterval       = 10 * time.Second
+	DefaultHealthFailures       = 3
+	DefaultExitPollInterval     = 500 * time.Millisecond
+	DefaultMinBackoff           = time.Second
+	DefaultMaxBackoff           = time.Minute
+	DefaultStopGrace            = 5 * time.Second
+	DefaultEventQueue           = 4096
+	DefaultMaxInflight          = 8
+	DefaultReclaimSweepInterval = 30 * time.Second
+	DefaultReclaimSweepBatch    = 1000
+)
+
+func (o *Options) setDefaults() {
+	setDuration := func(d *time.Duration, def time.Duration) {
+		if *d <= 0 {
+			*d = def
+		}
+	}
+	setInt := func(n *int, def int) {
+		if *n <= 0 {
+			*n = def
+		}
+	}
+	setDuration(&o.CallTimeout, DefaultCallTimeout)
+	setDuration(&o.HookTimeout, DefaultHookTimeout)
+	setDuration(&o.TickTimeout, DefaultTickTimeout)
+	setDuration(&o.StartTimeout, DefaultStartTimeout)
+	setDuration(&o.HealthInterval, DefaultHealthInterval)
+	setDuration(&o.ExitPollInterval, DefaultExitPollInterval)
+	setDuration(&o.MinBackoff, DefaultMinBackoff)
+	setDuration(&o.MaxBackoff, DefaultMaxBackoff)
+	setDuration(&o.StopGrace, DefaultStopGrace)
+	setDuration(&o.ReclaimSweepInterval, DefaultReclaimSweepInterval)
+	setInt(&o.HealthFailures, DefaultHealthFailures)
+	setInt(&o.EventQueue, DefaultEventQueue)
+	setInt(&o.MaxInflight, DefaultMaxInflight)
+	setInt(&o.ReclaimSweepBatch, DefaultReclaimSweepBatch)
+	if o.MaxBackoff < o.MinBackoff {
+		o.MaxBackoff = o.MinBackoff
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Clock == nil {
+		o.Clock = SystemClock{}
+	}
+}
+
+// reservedNames would make a plugin's metrics collide with hoard's own
+// (hoard_<name>_...).
+var reservedNames = map[string]bool{"plugin": true, "http": true, "project": true, "metrics": true, "hoard": true, "go": true, "process": true}
+
+// Host runs and supervises hoard's plugins: it starts each one (builtin or
+// external), configures it, learns what it owns, ticks its jobs, delivers
+// its item events, polls its health and stats, and restarts it when it dies
+// or fails its health checks. Nothing a plugin does can block the host's
+// callers: every call has a deadline and every event delivery is
+// asynchronous and bounded.
+type Host struct {
+	opts  Options
+	log   *slog.Logger
+	owner string // this host's identity in job leases
+
+	supervisors []*supervisor
+	byName      map[string]*supervisor
+
+	mu      sync.Mutex
+	started bool
+	cancel  context.CancelFunc
+	pubsub  *redis.PubSub
+	wg      sync.WaitGroup
+
+	stopOnce sync.Once
+}
+
+// NewHost checks the options: names valid and unique, every builtin known,
+// every binary present and executable. A plugin that is configured wrong
+// stops hoard at start; one that fails later is only restarted.
+func NewHost(opts Options) (*Host, error) {
+	opts.setDefaults()
+	h := &Host{opts: opts, log: opts.Logger.With("component", "plugins"), byName: map[string]*supervisor{}}
+	var errs []error
+	for _, spec := range opts.Plugins {
+		if err := ValidateName(spec.Name); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if reservedNames[spec.Name] {
+			errs = append(errs, fmt.Errorf("plugin name %q is reserved by hoard's own metrics", spec.Name))
+			continue
+		}
+		if h.byName[spec.Name] != nil {
+			errs = append(errs, fmt.Errorf("plugin %q is configured twice", spec.Name))
+			continue
+		}
+		if len(spec.Settings) > 0 && !json.Valid(spec.Settings) {
+			errs = append(errs, fmt.Errorf("plugin %q: settings are not valid JSON", spec.Name))
+			continue
+		}
+		if spec.Path == "" {
+			if opts.Builtins[spec.Name] == nil {
+				errs = append(errs, fmt.Errorf("plugin %q has no path and is not built in (builtins: %v)", spec.Name, builtinNames(opts.Builtins)))
+				continue
+			}
+		} else if err := checkExecutable(spec.Path); err != nil {
+			errs = append(errs, fmt.Errorf("plugin %q: %w", spec.Name, err))
+			continue
+		}
+		s := newSupervisor(h, spec)
+		h.supervisors = append(h.supervisors, s)
+		h.byName[spec.Name] = s
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	host, _ := os.Hostname()
+	var id [6]byte
+	_, _ = rand.Read(id[:])
+	h.owner = fmt.Sprintf("%s:%d:%s", host, os.Getpid(), hex.EncodeToString(id[:]))
+	return h, nil
+}
+
+func builtinNames(m map[string]Factory) []string {
+	names := make([]string, 0, len(m))
+	for name := range m {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func checkExecutable(path string) error {
+	info, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if info.IsDir() {
+		return fmt.Errorf("%s is a directory", path)
+	}
+	if info.Mode().Perm()&0o111 == 0 {
+		return fmt.Errorf("%s is not executable", path)
+	}
+	return nil
+}
+
+// Start subscribes to item-done events (when Options.Redis is set) and
+// starts every plugin's supervisor. It does not wait for the plugins: one
+// that fails to start is retried in the background, and WaitRunning tells
+// when one is up. ctx bounds the subscription only; Stop ends the rest.
+func (h *Host) Start(ctx context.Context) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.started {
+		return errors.New("plugin host already started")
+	}
+	if len(h.supervisors) == 0 {
+		h.started = true
+		return nil
+	}
+	if h.opts.Redis != nil {
+		ps, err := h.subscribe(ctx)
+		if err != nil {
+			return err
+		}
+		h.pubsub = ps
+	}
+	h.started = true
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	h.cancel = cancel
+	if h.pubsub != nil {
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			h.listenDone(runCtx, h.pubsub)
+		}()
+	}
+	for _, s := range h.supervisors {
+		s.start(runCtx, &h.wg)
+	}
+	return nil
+}
+
+// Stop stops every plugin (Close, then kill after the grace period) and
+// waits for the host's goroutines. It is safe to call twice, or without
+// Start.
+func (h *Host) Stop() error {
+	h.stopOnce.Do(func() {
+		h.mu.Lock()
+		cancel, ps := h.cancel, h.pubsub
+		h.mu.Unlock()
+		if cancel != nil {
+			cancel()
+		}
+		if ps != nil {
+			_ = ps.Close()
+		}
+		h.wg.Wait()
+	})
+	return nil
+}
+
+// State is where a plugin is in its life.
+type State string
+
+// Plugin states.
+const (
+	StateStarting State = "starting" // launching, configuring, describing
+	StateRunning  State = "running"
+	StateBackoff  State = "backoff" // down, waiting to restart
+	StateFailed   State = "failed"  // will not be restarted (ErrIncompatible)
+	StateStopped  State = "stopped" // the host stopped
+)
+
+// Status is a snapshot of one plugin.
+type Status struct {
+	Name  string `json:"name"`
+	Path  string `json:"path,omitempty"` // "" for a builtin
+	State State  `json:"state"`
+	// PID of the plugin process (0 for a builtin or when not running).
+	PID int `json:"pid,omitempty"`
+	// Since is when the plugin entered State.
+	Since time.Time `json:"since"`
+	// Restarts counts runs that ended (the process died, a call panicked,
+	// health checks failed); failed launches show in LastError instead.
+	Restarts  int    `json:"restarts"`
+	LastError string `json:"last_error,omitempty"`
+	// Description is the last one the plugin gave (kept while it is down,
+	// so its events still queue).
+	Description   Description `json:"description"`
+	EventsDropped uint64      `json:"events_dropped"`
+	HookErrors    uint64      `json:"hook_errors"`
+	TicksRun      uint64      `json:"ticks_run"`
+	TickErrors    uint64      `json:"tick_errors"`
+	ItemsQueued   uint64      `json:"items_queued"`
+}
+
+// Status returns every plugin's status, in configuration order.
+func (h *Host) Status() []Status {
+	out := make([]Status, 0, len(h.supervisors))
+	for _, s := range h.supervisors {
+		out = append(out, s.status())
+	}
+	return out
+}
+
+// Stats returns each plugin's metrics as last polled (with the health
+// check), by plugin name. It never calls a plugin.
+func (h *Host) Stats() map[string]Stats {
+	out := make(map[string]Stats, len(h.supervisors))
+	for _, s := range h.supervisors {
+		out[s.spec.Name] = s.cachedStats()
+	}
+	return out
+}
+
+// WaitRunning waits until the named plugin is running. It returns an error
+// wrapping ErrIncompatible if the plugin failed for good, ErrUnavailable if
+// the host stopped, and ctx's error when ctx ends first.
+func (h *Host) WaitRunning(ctx context.Context, name string) error {
+	s := h.byName[name]
+	if s == nil {
+		return fmt.Errorf("no plugin %q", name)
+	}
+	for {
+		st, changed := s.stateAndChanged()
+		switch st.State {
+		case StateRunning:
+			return nil
+		case StateFailed:
+			return fmt.Errorf("plugin %q failed: %s: %w", name, st.LastError, ErrIncompatible)
+		case StateStopped:
+			return fmt.Errorf("plugin %q: %w", name, ErrUnavailable)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-changed:
+		}
+	}
+}
+
+// Call runs fn against the named plugin's current instance with the
+// host's CallTimeout, for callers that need a plugin directly (an admin
+// status page). It returns ErrUnavailable while the plugin is down.
+func (h *Host) Call(ctx context.Context, name string, fn func(context.Context, Plugin) error) error {
+	s := h.byName[name]
+	if s == nil {
+		return fmt.Errorf("no plugin %q", name)
+	}
+	inst := s.running()
+	if inst == nil {
+		return fmt.Errorf("plugin %q: %w", name, ErrUnavailable)
+	}
+	return inst.call(ctx, h.opts.CallTimeout, fn)
+}
+
+// DeliverDone queues OnItemDone for every plugin that owns the item (the
+// event's ItemType is filled in per plugin). It never blocks: a plugin
+// whose backlog is full loses the event, counted in its status. It returns
+// how many plugins the event was queued for.
+func (h *Host) DeliverDone(ev ItemEvent) int { return h.deliver(hookDone, ev) }
+
+// DeliverReclaim queues OnReclaim the same way.
+func (h *Host) DeliverReclaim(ev ItemEvent) int { return h.deliver(hookReclaim, ev) }
+
+func (h *Host) deliver(hook hookKind, ev ItemEvent) int {
+	queued := 0
+	for _, s := range h.supervisors {
+		if s.offer(hook, ev) {
+			queued++
+		}
+	}
+	return queued
+}
+
+// lease takes (or renews, when this host holds it) a job's lease in Redis
+// for ttl, so one frontend runs each period. Without Redis every host runs
+// every job; when Redis fails the job runs anyway (ticks are meant to be
+// idempotent, and a skipped reaper is worse than a doubled one).
+func (h *Host) lease(ctx context.Context, key string, ttl time.Duration) bool {
+	if h.opts.Redis == nil {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(ctx, h.opts.CallTimeout)
+	defer cancel()
+	var ok bool
+	var err error
+	for attempt := 0; attempt < 2; attempt++ {
+		if ok, err = h.opts.Redis.SetNX(ctx, key, h.owner, ttl).Result(); err != nil || ok {
+			break
+		}
+		// Our own schedule already spaces our runs; the lease only keeps
+		// other frontends out, so a lease this host holds is renewed.
+		// (GET then SET: if the lease expires in between and another
+		// frontend takes it, both run once, which ticks tolerate.)
+		var holder string
+		holder, err = h.opts.Redis.Get(ctx, key).Result()
+		if errors.Is(err, redis.Nil) {
+			continue // expired just now: try to take it again
+		}
+		if err == nil && holder == h.owner {
+			err = h.opts.Redis.Set(ctx, key, h.owner, ttl).Err()
+			ok = err == nil
+		}
+		break
+	}
+	if err != nil {
+		h.log.Warn("job lease unavailable; running the job anyway", "key", key, "err", err)
+		return true
+	}
+	return ok
+}

@@ -1,0 +1,197 @@
+// Package exampleplugin is a tiny real hoard plugin for the host's tests: it
+// owns one item type, one job and one HTTP listener, counts what the host
+// sends it, and misbehaves on request (hangs, panics, turns unhealthy) so
+// the host's supervision can be tested over both transports.
+//
+// Items of its project with these names trigger the misbehaviour when
+// reported done:
+//
+//	echo:hang   OnItemDone blocks, ignoring its context, until Close
+//	echo:panic  OnItemDone panics (an external plugin's process dies)
+//	echo:sick   Health fails from then on
+package exampleplugin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/hoardproject/hoard/plugins"
+)
+
+// Settings is the plugin's settings document.
+type Settings struct {
+	// Project is the hoard project its items live in ("example").
+	Project string `json:"project"`
+	// TickPeriod is the period of its "heartbeat" job ("1m").
+	TickPeriod string `json:"tick_period"`
+	// Listen, when set, serves GET /stats over HTTP there.
+	Listen string `json:"listen"`
+}
+
+// Item names that make the plugin misbehave.
+const (
+	HangItem  = "echo:hang"
+	PanicItem = "echo:panic"
+	SickItem  = "echo:sick"
+)
+
+// Example is the plugin.
+type Example struct {
+	logger *slog.Logger
+
+	mu        sync.Mutex
+	settings  Settings
+	period    time.Duration
+	name      string
+	listener  net.Listener
+	server    *http.Server
+	done      float64
+	reclaims  float64
+	ticks     float64
+	missed    float64
+	lastDone  string
+	sick      bool
+	release   chan struct{}
+	closeOnce *sync.Once
+}
+
+var _ plugins.Plugin = (*Example)(nil)
+
+// New is the plugin's Factory.
+func New(_ context.Context, logger *slog.Logger) (plugins.Plugin, error) {
+	return &Example{logger: logger, release: make(chan struct{}), closeOnce: &sync.Once{}}, nil
+}
+
+// Configure reads the settings and opens the listener.
+func (e *Example) Configure(ctx context.Context, cfg plugins.Config) error {
+	s := Settings{Project: "example", TickPeriod: "1m"}
+	if len(cfg.Settings) > 0 {
+		if err := json.Unmarshal(cfg.Settings, &s); err != nil {
+			return fmt.Errorf("settings: %w", err)
+		}
+	}
+	period, err := time.ParseDuration(s.TickPeriod)
+	if err != nil {
+		return fmt.Errorf("settings: tick_period: %w", err)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.settings, e.period, e.name = s, period, cfg.Name
+	if s.Listen != "" && e.listener == nil {
+		var lc net.ListenConfig
+		ln, err := lc.Listen(ctx, "tcp", s.Listen)
+		if err != nil {
+			return err
+		}
+		e.listener = ln
+		e.server = &http.Server{Handler: http.HandlerFunc(e.serveStats), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = e.server.Serve(ln) }()
+	}
+	e.logger.Info("example plugin configured", "name", cfg.Name, "project", s.Project, "pid", os.Getpid())
+	return nil
+}
+
+func (e *Example) serveStats(w http.ResponseWriter, r *http.Request) {
+	stats, _ := e.Stats(r.Context())
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(stats)
+}
+
+// Describe lists the item type, the job and the listener.
+func (e *Example) Describe(context.Context) (plugins.Description, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	d := plugins.Description{
+		Version:   "1.0.0",
+		ItemTypes: []plugins.ItemType{{Name: "echo", Project: e.settings.Project, ItemPrefix: "echo:", ReclaimTTL: time.Minute}},
+		Jobs:      []plugins.Job{{Name: "heartbeat", Period: e.period}},
+	}
+	if e.listener != nil {
+		d.Listeners = []plugins.Listener{{Name: "stats", Network: "tcp", Address: e.listener.Addr().String()}}
+	}
+	return d, nil
+}
+
+// OnItemDone counts the item, or misbehaves as asked.
+func (e *Example) OnItemDone(_ context.Context, ev plugins.ItemEvent) error {
+	switch ev.Item {
+	case HangItem:
+		<-e.release // deliberately deaf to the context
+		return errors.New("released by Close")
+	case PanicItem:
+		panic("example plugin asked to panic")
+	case SickItem:
+		e.mu.Lock()
+		e.sick = true
+		e.mu.Unlock()
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.done++
+	e.lastDone = ev.Item
+	return nil
+}
+
+// OnReclaim counts the reclaim.
+func (e *Example) OnReclaim(context.Context, plugins.ItemEvent) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.reclaims++
+	return nil
+}
+
+// OnTick counts the tick and asks for one item named after it.
+func (e *Example) OnTick(_ context.Context, tick plugins.Tick) (plugins.TickResult, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.ticks++
+	e.missed += float64(tick.Missed)
+	return plugins.TickResult{Enqueue: []plugins.QueueItem{
+		{Project: e.settings.Project, Item: fmt.Sprintf("echo:tick-%d", tick.Scheduled.UnixMilli())},
+	}}, nil
+}
+
+// Stats reports the counters.
+func (e *Example) Stats(context.Context) (plugins.Stats, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return plugins.Stats{Metrics: []plugins.Metric{
+		{Name: "items_done_total", Help: "Items reported done.", Kind: plugins.Counter, Value: e.done},
+		{Name: "reclaims_total", Help: "Claims that expired.", Kind: plugins.Counter, Value: e.reclaims},
+		{Name: "ticks_total", Help: "Heartbeat runs.", Kind: plugins.Counter, Value: e.ticks},
+		{Name: "ticks_missed_total", Help: "Heartbeat runs missed.", Kind: plugins.Counter, Value: e.missed},
+		{Name: "last_done", Help: "1 for the last item done.", Kind: plugins.Gauge, Value: 1, Labels: map[string]string{"item": e.lastDone}},
+		{Name: "pid", Help: "The plugin's process id.", Kind: plugins.Gauge, Value: float64(os.Getpid())},
+	}}, nil
+}
+
+// Health fails once a SickItem was done.
+func (e *Example) Health(context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.sick {
+		return errors.New("example plugin was told it is sick")
+	}
+	return nil
+}
+
+// Close stops the listener and releases a hung hook.
+func (e *Example) Close(ctx context.Context) error {
+	e.closeOnce.Do(func() { close(e.release) })
+	e.mu.Lock()
+	server := e.server
+	e.server, e.listener = nil, nil
+	e.mu.Unlock()
+	if server != nil {
+		return server.Shutdown(ctx)
+	}
+	return nil
+}

@@ -1,0 +1,20 @@
+package plugins
+
+// Every Redis key the host writes is built here. A plugin's keys carry the
+// plugin's name as hash tag ("{name}"); names are validated to hold no
+// brace. No script touches these keys: each is read or written by one plain
+// command.
+
+func pluginPrefix(name string) string { return "hoard:plugin:{" + name + "}:" }
+
+// jobLeaseKey holds the owner of a job's current period (STRING with a TTL
+// just under the period), so one tick runs per period across every hoard
+// frontend and across restarts.
+func jobLeaseKey(plugin, job string) string { return pluginPrefix(plugin) + "lease:job:" + job }
+
+// reclaimLeaseKey is the lease of the reclaim sweep (STRING with a TTL).
+func reclaimLeaseKey(plugin string) string { return pluginPrefix(plugin) + "lease:reclaims" }
+
+// reclaimCursorKey maps each project the plugin owns to the reclaim
+// deadline (ms) up to which expired claims were delivered (HASH).
+func reclaimCursorKey(plugin string) string { return pluginPrefix(plugin) + "reclaim_cursor" }

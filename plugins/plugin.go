@@ -1,0 +1,300 @@
+package plugins
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/hoardproject/hoard/queues"
+)
+
+// Plugin is the one contract every hoard plugin implements, whether it runs
+// in-process (a builtin, and every unit test) or in its own process behind
+// go-plugin's gRPC transport. The host calls it; a plugin never calls the
+// host back. Every method gets a context whose deadline the host sets: a
+// plugin should honour it, and the host stops waiting when it passes either
+// way.
+type Plugin interface {
+	// Configure is the first call after the plugin starts, and is made
+	// again after every restart. The plugin opens its Redis connections
+	// and listeners here.
+	Configure(ctx context.Context, cfg Config) error
+	// Describe says what the plugin owns. It is called after Configure, so
+	// listener addresses can be the ones actually bound.
+	Describe(ctx context.Context) (Description, error)
+	// OnItemDone is called for each completed item of an item type the
+	// plugin owns. Delivery is a hint: at most once per host, possibly
+	// more than once across several hoard frontends, and lost while the
+	// plugin is down or too slow. Hooks must be idempotent and must not be
+	// the only path that moves the plugin's state forward (see the package
+	// doc).
+	OnItemDone(ctx context.Context, ev ItemEvent) error
+	// OnReclaim is called when the claim on an item the plugin owns
+	// expired: its reclaim deadline passed without a done, so the queue
+	// will hand it out again (when the project reclaims). Same delivery
+	// rules as OnItemDone.
+	OnReclaim(ctx context.Context, ev ItemEvent) error
+	// OnTick runs one of the plugin's scheduled jobs. Ticks of one plugin
+	// never overlap. A tick should be quick: find the work, return it as
+	// items to queue (TickResult.Enqueue) or queue it itself, and let
+	// workers process the items.
+	OnTick(ctx context.Context, tick Tick) (TickResult, error)
+	// Stats returns the plugin's counters and gauges, for /metrics and the
+	// leaderboard. The host polls it with the health check and serves the
+	// cached copy, so a slow plugin never slows a scrape.
+	Stats(ctx context.Context) (Stats, error)
+	// Health returns nil when the plugin can do its job. Errors count
+	// towards a restart.
+	Health(ctx context.Context) error
+	// Close releases what Configure opened (listeners first). The host
+	// calls it before stopping or restarting the plugin; an external
+	// plugin's process is killed after the grace period whatever Close
+	// does.
+	Close(ctx context.Context) error
+}
+
+// Factory builds a plugin. The same Factory serves a builtin (the host calls
+// it in-process) and an external plugin (its main calls Serve(factory)), so
+// a plugin is tested without a subprocess and shipped as one. The logger
+// is the host's logger with the plugin's name in-process, and a logger
+// whose records reach the host's log through go-plugin otherwise.
+type Factory func(ctx context.Context, logger *slog.Logger) (Plugin, error)
+
+// Config is what the host tells a plugin in Configure.
+type Config struct {
+	// Name is the name the host knows the plugin by (from its Spec).
+	Name string `json:"name"`
+	// RedisURL is hoard's Redis: one redis://, rediss:// or unix:// URL, or a
+	// comma-separated list of cluster nodes, exactly as HOARD_REDIS_URL.
+	RedisURL string `json:"redis_url"`
+	// Settings is the plugin's own JSON document from hoard's
+	// configuration (Spec.Settings), or nil.
+	Settings json.RawMessage `json:"settings,omitempty"`
+}
+
+// Description is what a plugin owns.
+type Description struct {
+	// Version is the plugin's own version, for the logs and the status.
+	Version string `json:"version"`
+	// ItemTypes route item events: an item of Project whose name starts
+	// with ItemPrefix belongs to the plugin.
+	ItemTypes []ItemType `json:"item_types"`
+	// Jobs are ticked by the host at their period.
+	Jobs []Job `json:"jobs"`
+	// Listeners are the sockets the plugin serves itself (announce,
+	// scrape). Informational: the host logs and reports them.
+	Listeners []Listener `json:"listeners"`
+}
+
+// ItemType is a kind of work item a plugin owns, queued in a hoard project.
+// Several item types may share a project when their prefixes differ.
+type ItemType struct {
+	Name    string `json:"name"`
+	Project string `json:"project"`
+	// ItemPrefix is the prefix of every item name of this type ("" = every
+	// item of the project). The longest matching prefix wins.
+	ItemPrefix string `json:"item_prefix"`
+	// ReclaimTTL, when set, is the reclaim TTL the host gives the project
+	// if it has to create it (with reclaiming on), so an item whose worker
+	// died is handed out again. An existing project is left as it is.
+	ReclaimTTL time.Duration `json:"reclaim_ttl"`
+}
+
+// Job is a scheduled job a plugin owns.
+type Job struct {
+	Name   string        `json:"name"`
+	Period time.Duration `json:"period"`
+}
+
+// Listener is a socket a plugin serves itself.
+type Listener struct {
+	Name    string `json:"name"`
+	Network string `json:"network"` // "tcp", "udp", "tcp4", ...
+	Address string `json:"address"` // as bound, e.g. "[::]:6969"
+}
+
+// ItemEvent is one item that completed or whose claim expired.
+type ItemEvent struct {
+	// ItemType is the name of the plugin's item type the item belongs to.
+	ItemType string `json:"item_type"`
+	Project  string `json:"project"`
+	Item     string `json:"item"`
+	// Downloader completed the item (done) or held the expired claim
+	// (reclaim); "" when unknown.
+	Downloader string `json:"downloader"`
+	// At is when the item completed, or when its claim expired.
+	At time.Time `json:"at"`
+}
+
+// Tick is one run of a scheduled job.
+type Tick struct {
+	Job string `json:"job"`
+	// Scheduled is when this run was due; At is when it was started.
+	Scheduled time.Time `json:"scheduled"`
+	At        time.Time `json:"at"`
+	// Missed counts the runs skipped before this one (the plugin was down,
+	// or hoard was paused): they are never replayed in a burst; this one
+	// run stands for all of them. Work must therefore be computed from
+	// stored timestamps, never from "one run per period" (seed 000).
+	Missed int64 `json:"missed"`
+}
+
+// TickResult is what a tick hands back to the host.
+type TickResult struct {
+	// Enqueue are items the host queues (todo) on the plugin's behalf.
+	// Each must belong to one of the plugin's item types.
+	Enqueue []QueueItem `json:"enqueue"`
+}
+
+// QueueItem is one item to queue in a project.
+type QueueItem struct {
+	Project string `json:"project"`
+	Item    string `json:"item"`
+}
+
+// MetricKind says how a metric adds up.
+type MetricKind int
+
+// Metric kinds.
+const (
+	// Counter only ever grows (until the plugin restarts).
+	Counter MetricKind = iota + 1
+	// Gauge is a current value.
+	Gauge
+)
+
+// String names the kind.
+func (k MetricKind) String() string {
+	switch k {
+	case Counter:
+		return "counter"
+	case Gauge:
+		return "gauge"
+	}
+	return fmt.Sprintf("MetricKind(%d)", int(k))
+}
+
+// Stats are a plugin's metrics.
+type Stats struct {
+	Metrics []Metric `json:"metrics"`
+}
+
+// Metric is one counter or gauge. Name and label names follow Prometheus'
+// rules ([a-zA-Z_][a-zA-Z0-9_]*); /metrics serves it as
+// hoard_<plugin>_<name>.
+type Metric struct {
+	Name   string            `json:"name"`
+	Help   string            `json:"help,omitempty"`
+	Kind   MetricKind        `json:"kind"`
+	Value  float64           `json:"value"`
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// Limits on what a plugin may describe and return, so one misbehaving
+// plugin cannot make the host allocate without bound.
+const (
+	MaxItemTypes    = 64
+	MaxJobs         = 64
+	MaxListeners    = 64
+	MinJobPeriod    = time.Second
+	MaxTickEnqueue  = 100000
+	MaxMetrics      = 2000
+	MaxMetricLabels = 8
+)
+
+var (
+	pluginNamePattern = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
+	partNamePattern   = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,63}$`)
+	metricNamePattern = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]{0,127}$`)
+)
+
+// ValidateName checks a plugin's name: 1-32 of a-z, 0-9 and -, starting
+// with a letter. It becomes part of Redis keys (inside a hash tag, so never
+// a brace) and of metric names.
+func ValidateName(name string) error {
+	if !pluginNamePattern.MatchString(name) {
+		return fmt.Errorf("plugin name %q must be 1-32 of a-z, 0-9 and -, starting with a letter", name)
+	}
+	return nil
+}
+
+// Validate checks a description. Item type and job names are 1-64 of a-z,
+// 0-9, _ and -; projects are valid hoard slugs; periods are at least
+// MinJobPeriod; names are unique.
+func (d Description) Validate() error {
+	var errs []error
+	if len(d.ItemTypes) > MaxItemTypes || len(d.Jobs) > MaxJobs || len(d.Listeners) > MaxListeners {
+		return fmt.Errorf("description lists %d item types, %d jobs and %d listeners; the limits are %d, %d and %d",
+			len(d.ItemTypes), len(d.Jobs), len(d.Listeners), MaxItemTypes, MaxJobs, MaxListeners)
+	}
+	names := map[string]bool{}
+	prefixes := map[string]string{}
+	for _, t := range d.ItemTypes {
+		if !partNamePattern.MatchString(t.Name) {
+			errs = append(errs, fmt.Errorf("item type name %q must be 1-64 of a-z, 0-9, _ and -, starting with a letter", t.Name))
+		}
+		if names[t.Name] {
+			errs = append(errs, fmt.Errorf("item type %q is described twice", t.Name))
+		}
+		names[t.Name] = true
+		if err := queues.ValidateSlug(t.Project); err != nil {
+			errs = append(errs, fmt.Errorf("item type %q: %w", t.Name, err))
+		}
+		if strings.ContainsAny(t.ItemPrefix, "\x00\r\n") {
+			errs = append(errs, fmt.Errorf("item type %q: prefix contains NUL, CR or LF", t.Name))
+		}
+		key := t.Project + "\x00" + t.ItemPrefix
+		if other, ok := prefixes[key]; ok {
+			errs = append(errs, fmt.Errorf("item types %q and %q both own prefix %q of project %q", other, t.Name, t.ItemPrefix, t.Project))
+		}
+		prefixes[key] = t.Name
+		if t.ReclaimTTL < 0 {
+			errs = append(errs, fmt.Errorf("item type %q: negative reclaim TTL", t.Name))
+		}
+	}
+	jobs := map[string]bool{}
+	for _, j := range d.Jobs {
+		if !partNamePattern.MatchString(j.Name) {
+			errs = append(errs, fmt.Errorf("job name %q must be 1-64 of a-z, 0-9, _ and -, starting with a letter", j.Name))
+		}
+		if jobs[j.Name] {
+			errs = append(errs, fmt.Errorf("job %q is described twice", j.Name))
+		}
+		jobs[j.Name] = true
+		if j.Period < MinJobPeriod {
+			errs = append(errs, fmt.Errorf("job %q: period %s is shorter than %s", j.Name, j.Period, MinJobPeriod))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// owner finds the item type an item belongs to: same project, longest
+// matching prefix.
+func (d Description) owner(project, item string) (ItemType, bool) {
+	var best ItemType
+	found := false
+	for _, t := range d.ItemTypes {
+		if t.Project != project || !strings.HasPrefix(item, t.ItemPrefix) {
+			continue
+		}
+		if !found || len(t.ItemPrefix) > len(best.ItemPrefix) {
+			best, found = t, true
+		}
+	}
+	return best, found
+}
+
+// ownsProject reports whether any item type lives in project.
+func (d Description) ownsProject(project string) bool {
+	for _, t := range d.ItemTypes {
+		if t.Project == project {
+			return true
+		}
+	}
+	return false
+}

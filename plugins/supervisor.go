@@ -1,0 +1,621 @@
+package plugins
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hoardproject/hoard/queues"
+)
+
+type hookKind int
+
+const (
+	hookDone hookKind = iota
+	hookReclaim
+	hookKinds
+)
+
+func (k hookKind) String() string {
+	if k == hookDone {
+		return "done"
+	}
+	return "reclaim"
+}
+
+type delivery struct {
+	hook hookKind
+	ev   ItemEvent
+}
+
+// supervisor keeps one plugin running. Its goroutines: run (launch, watch,
+// restart), schedule (ticks), deliverLoop (hook events) and sweepReclaims.
+type supervisor struct {
+	h      *Host
+	spec   Spec
+	log    *slog.Logger
+	events chan delivery
+
+	mu        sync.Mutex
+	state     State
+	since     time.Time
+	inst      *instance
+	desc      Description
+	lastErr   string
+	restarts  int
+	stats     Stats
+	ensured   map[string]bool
+	changed   chan struct{} // closed and replaced on every state change
+	tickCount map[string]*tickCounters
+
+	dropped     [hookKinds]atomic.Uint64
+	hookErrors  [hookKinds]atomic.Uint64
+	itemsQueued atomic.Uint64
+	lastHookLog atomic.Int64 // unix ns of the last hook error logged
+}
+
+type tickCounters struct {
+	ok, failed, skipped uint64
+}
+
+func newSupervisor(h *Host, spec Spec) *supervisor {
+	return &supervisor{
+		h:         h,
+		spec:      spec,
+		log:       h.opts.Logger.With("plugin", spec.Name),
+		events:    make(chan delivery, h.opts.EventQueue),
+		state:     StateStarting,
+		since:     h.opts.Clock.Now(),
+		ensured:   map[string]bool{},
+		changed:   make(chan struct{}),
+		tickCount: map[string]*tickCounters{},
+	}
+}
+
+func (s *supervisor) start(ctx context.Context, wg *sync.WaitGroup) {
+	loops := []func(context.Context){s.run, s.schedule, s.deliverLoop}
+	if s.h.opts.Redis != nil {
+		loops = append(loops, s.sweepReclaims)
+	}
+	for _, loop := range loops {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			loop(ctx)
+		}()
+	}
+}
+
+// setState records a transition and wakes everyone waiting for one.
+func (s *supervisor) setState(state State, inst *instance, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.state, s.inst, s.since = state, inst, s.h.opts.Clock.Now()
+	if err != nil {
+		s.lastErr = err.Error()
+	}
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+func (s *supervisor) stateAndChanged() (Status, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Status{State: s.state, LastError: s.lastErr}, s.changed
+}
+
+func (s *supervisor) running() *instance {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state != StateRunning {
+		return nil
+	}
+	return s.inst
+}
+
+// waitRunning blocks until the plugin runs (or ctx ends: nil) and returns
+// the instance, its description and the channel closed on the next change.
+func (s *supervisor) waitRunning(ctx context.Context) (*instance, Description, <-chan struct{}) {
+	for {
+		s.mu.Lock()
+		state, inst, desc, changed := s.state, s.inst, s.desc, s.changed
+		s.mu.Unlock()
+		if state == StateRunning {
+			return inst, desc, changed
+		}
+		select {
+		case <-ctx.Done():
+			return nil, Description{}, nil
+		case <-changed:
+		}
+	}
+}
+
+func (s *supervisor) description() Description {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.desc
+}
+
+func (s *supervisor) status() Status {
+	s.mu.Lock()
+	st := Status{
+		Name: s.spec.Name, Path: s.spec.Path, State: s.state, Since: s.since, Restarts: s.restarts,
+		LastError: s.lastErr, Description: s.desc,
+	}
+	if s.state == StateRunning && s.inst != nil {
+		st.PID = s.inst.pid
+	}
+	for _, c := range s.tickCount {
+		st.TicksRun += c.ok + c.failed
+		st.TickErrors += c.failed
+	}
+	s.mu.Unlock()
+	for k := range hookKinds {
+		st.EventsDropped += s.dropped[k].Load()
+		st.HookErrors += s.hookErrors[k].Load()
+	}
+	st.ItemsQueued = s.itemsQueued.Load()
+	return st
+}
+
+func (s *supervisor) cachedStats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}
+
+// sleep waits d on the host's clock; false when ctx ended first.
+func (s *supervisor) sleep(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-s.h.opts.Clock.After(d):
+		return true
+	}
+}
+
+// run keeps the plugin running until ctx ends: launch, watch, and on death
+// or failed health, stop it and launch again after a back-off that doubles
+// up to MaxBackoff (and starts over once a run lasted MaxBackoff).
+func (s *supervisor) run(ctx context.Context) {
+	opts := &s.h.opts
+	backoff := opts.MinBackoff
+	defer s.setState(StateStopped, nil, nil)
+	for {
+		s.setState(StateStarting, nil, nil)
+		inst, err := s.launch(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, ErrIncompatible) {
+				s.log.Error("plugin cannot run with this hoard; not restarting it", "err", err)
+				s.setState(StateFailed, nil, err)
+				<-ctx.Done()
+				return
+			}
+			s.log.Error("plugin failed to start", "err", err, "retry_in", backoff)
+			s.setState(StateBackoff, nil, err)
+			if !s.sleep(ctx, backoff) {
+				return
+			}
+			backoff = min(2*backoff, opts.MaxBackoff)
+			continue
+		}
+		started := opts.Clock.Now()
+		s.setState(StateRunning, inst, nil)
+		desc := s.description()
+		s.log.Info("plugin running", "pid", inst.pid, "version", desc.Version, "item_types", len(desc.ItemTypes),
+			"jobs", len(desc.Jobs), "listeners", desc.Listeners)
+		reason := s.watch(ctx, inst)
+		if ctx.Err() != nil {
+			inst.stop(opts.StopGrace)
+			return
+		}
+		s.setState(StateBackoff, nil, reason)
+		inst.stop(opts.StopGrace)
+		s.mu.Lock()
+		s.restarts++
+		s.mu.Unlock()
+		if opts.Clock.Now().Sub(started) >= opts.MaxBackoff {
+			backoff = opts.MinBackoff
+		}
+		s.log.Warn("plugin down; restarting it", "reason", reason, "retry_in", backoff)
+		if !s.sleep(ctx, backoff) {
+			return
+		}
+		backoff = min(2*backoff, opts.MaxBackoff)
+	}
+}
+
+// launch starts an instance, configures it, reads its description and
+// creates the projects its item types live in.
+func (s *supervisor) launch(ctx context.Context) (*instance, error) {
+	opts := &s.h.opts
+	var inst *instance
+	var err error
+	if s.spec.Path == "" {
+		inst, err = startBuiltin(ctx, opts.Builtins[s.spec.Name], s.log, opts.CallTimeout, opts.MaxInflight)
+	} else {
+		inst, err = startExternal(s.spec.Path, s.log, opts.StartTimeout, opts.MaxInflight)
+	}
+	if err != nil {
+		return nil, err
+	}
+	fail := func(step string, err error) (*instance, error) {
+		inst.stop(opts.StopGrace)
+		return nil, fmt.Errorf("%s: %w", step, err)
+	}
+	cfg := Config{Name: s.spec.Name, RedisURL: opts.RedisURL, Settings: s.spec.Settings}
+	if err := inst.call(ctx, opts.CallTimeout, func(ctx context.Context, p Plugin) error { return p.Configure(ctx, cfg) }); err != nil {
+		return fail("configure", err)
+	}
+	var desc Description
+	err = inst.call(ctx, opts.CallTimeout, func(ctx context.Context, p Plugin) error {
+		var err error
+		desc, err = p.Describe(ctx)
+		return err
+	})
+	if err != nil {
+		return fail("describe", err)
+	}
+	if err := desc.Validate(); err != nil {
+		return fail("describe", err)
+	}
+	s.mu.Lock()
+	s.desc = desc
+	s.mu.Unlock()
+	for _, project := range desc.projects() {
+		if err := s.ensureProject(ctx, desc, project); err != nil {
+			// Not fatal: the project is ensured again before items are
+			// queued into it.
+			s.log.Warn("cannot create the plugin's project", "project", project, "err", err)
+		}
+	}
+	s.refreshStats(ctx, inst)
+	return inst, nil
+}
+
+// projects lists the distinct projects of the item types, in order.
+func (d Description) projects() []string {
+	var out []string
+	for _, t := range d.ItemTypes {
+		if !slices.Contains(out, t.Project) {
+			out = append(out, t.Project)
+		}
+	}
+	return out
+}
+
+func (s *supervisor) ensureProject(ctx context.Context, desc Description, project string) error {
+	q := s.h.opts.Queues
+	if q == nil {
+		return nil
+	}
+	s.mu.Lock()
+	done := s.ensured[project]
+	s.mu.Unlock()
+	if done {
+		return nil
+	}
+	var ttl time.Duration
+	for _, t := range desc.ItemTypes {
+		if t.Project == project && t.ReclaimTTL > 0 && (ttl == 0 || t.ReclaimTTL < ttl) {
+			ttl = t.ReclaimTTL
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.h.opts.CallTimeout)
+	defer cancel()
+	if err := q.EnsureProject(ctx, project, ttl); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.ensured[project] = true
+	s.mu.Unlock()
+	return nil
+}
+
+// watch returns why the instance must be replaced: its process exited, an
+// in-process call panicked, it failed HealthFailures health checks in a
+// row, or ctx ended.
+func (s *supervisor) watch(ctx context.Context, inst *instance) error {
+	opts := &s.h.opts
+	exitPoll := opts.Clock.After(opts.ExitPollInterval)
+	healthTick := opts.Clock.After(opts.HealthInterval)
+	failures := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-inst.broken:
+			return inst.brokenErr
+		case <-exitPoll:
+			if inst.exited() {
+				return errors.New("plugin process exited")
+			}
+			exitPoll = opts.Clock.After(opts.ExitPollInterval)
+		case <-healthTick:
+			if err := s.checkHealth(ctx, inst); err != nil {
+				failures++
+				s.log.Warn("plugin health check failed", "err", err, "failures", failures, "limit", opts.HealthFailures)
+				if inst.exited() {
+					return errors.New("plugin process exited")
+				}
+				if failures >= opts.HealthFailures {
+					return fmt.Errorf("%d health checks failed in a row, the last: %w", failures, err)
+				}
+			} else {
+				failures = 0
+			}
+			healthTick = opts.Clock.After(opts.HealthInterval)
+		}
+	}
+}
+
+// checkHealth pings the connection, asks the plugin, and refreshes the
+// cached stats while it is at it.
+func (s *supervisor) checkHealth(ctx context.Context, inst *instance) error {
+	opts := &s.h.opts
+	if err := inst.ping(ctx, opts.CallTimeout); err != nil {
+		return fmt.Errorf("ping: %w", err)
+	}
+	if err := inst.call(ctx, opts.CallTimeout, func(ctx context.Context, p Plugin) error { return p.Health(ctx) }); err != nil {
+		return err
+	}
+	s.refreshStats(ctx, inst)
+	return nil
+}
+
+func (s *supervisor) refreshStats(ctx context.Context, inst *instance) {
+	var stats Stats
+	err := inst.call(ctx, s.h.opts.CallTimeout, func(ctx context.Context, p Plugin) error {
+		var err error
+		stats, err = p.Stats(ctx)
+		return err
+	})
+	if err != nil {
+		s.log.Debug("plugin stats unavailable", "err", err)
+		return
+	}
+	if len(stats.Metrics) > MaxMetrics {
+		s.log.Warn("plugin returned too many metrics; keeping the first ones", "metrics", len(stats.Metrics), "limit", MaxMetrics)
+		stats.Metrics = stats.Metrics[:MaxMetrics]
+	}
+	s.mu.Lock()
+	s.stats = stats
+	s.mu.Unlock()
+}
+
+// offer queues an event for the plugin if it owns the item. It never
+// blocks: a full backlog drops the event and counts it.
+func (s *supervisor) offer(hook hookKind, ev ItemEvent) bool {
+	t, ok := s.description().owner(ev.Project, ev.Item)
+	if !ok {
+		return false
+	}
+	ev.ItemType = t.Name
+	select {
+	case s.events <- delivery{hook: hook, ev: ev}:
+		return true
+	default:
+		s.dropped[hook].Add(1)
+		return false
+	}
+}
+
+// deliverLoop calls the hooks one event at a time, in order, waiting while
+// the plugin is down (the backlog still bounds what waits).
+func (s *supervisor) deliverLoop(ctx context.Context) {
+	for {
+		var d delivery
+		select {
+		case <-ctx.Done():
+			return
+		case d = <-s.events:
+		}
+		inst, _, _ := s.waitRunning(ctx)
+		if inst == nil {
+			return
+		}
+		err := inst.call(ctx, s.h.opts.HookTimeout, func(ctx context.Context, p Plugin) error {
+			if d.hook == hookDone {
+				return p.OnItemDone(ctx, d.ev)
+			}
+			return p.OnReclaim(ctx, d.ev)
+		})
+		if err != nil {
+			s.hookErrors[d.hook].Add(1)
+			s.logHookError(d, err)
+		}
+	}
+}
+
+// logHookError logs at most one hook failure per hookLogInterval, so a
+// plugin that fails every event cannot flood hoard's log; the counters in
+// Status and /metrics have the totals.
+func (s *supervisor) logHookError(d delivery, err error) {
+	const hookLogInterval = 10 * time.Second
+	now := s.h.opts.Clock.Now().UnixNano()
+	last := s.lastHookLog.Load()
+	if now-last < int64(hookLogInterval) || !s.lastHookLog.CompareAndSwap(last, now) {
+		return
+	}
+	s.log.Warn("plugin hook failed", "hook", d.hook.String(), "project", d.ev.Project, "item", d.ev.Item, "err", err,
+		"errors_total", s.hookErrors[d.hook].Load())
+}
+
+// schedule ticks the plugin's jobs. A job first runs as soon as the plugin
+// is up, then every period. Runs never overlap, and runs missed while the
+// plugin was down (or the host was paused) collapse into one catch-up run
+// whose Tick.Missed counts them.
+func (s *supervisor) schedule(ctx context.Context) {
+	clock := s.h.opts.Clock
+	due := map[string]time.Time{}
+	for {
+		inst, desc, changed := s.waitRunning(ctx)
+		if inst == nil {
+			return
+		}
+		now := clock.Now()
+		jobs := map[string]Job{}
+		for _, j := range desc.Jobs {
+			jobs[j.Name] = j
+			if _, ok := due[j.Name]; !ok {
+				due[j.Name] = now
+			}
+		}
+		for name := range due {
+			if _, ok := jobs[name]; !ok {
+				delete(due, name)
+			}
+		}
+		if len(jobs) == 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			}
+			continue
+		}
+		next := time.Time{}
+		for _, t := range due {
+			if next.IsZero() || t.Before(next) {
+				next = t
+			}
+		}
+		if next.After(now) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			case <-clock.After(next.Sub(now)):
+			}
+			continue
+		}
+		names := make([]string, 0, len(jobs))
+		for name := range jobs {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		cutShort := false
+		for _, name := range names {
+			j, scheduled := jobs[name], due[name]
+			if scheduled.After(now) {
+				continue
+			}
+			missed := int64(now.Sub(scheduled) / j.Period)
+			err := s.tick(ctx, inst, desc, j, Tick{Job: j.Name, Scheduled: scheduled, At: now, Missed: missed})
+			if err != nil && (inst.dead() || errors.Is(err, ErrUnavailable)) {
+				// The instance died under the tick: keep the run due, so
+				// the next instance runs it (as the catch-up) rather than
+				// a period later.
+				cutShort = true
+				break
+			}
+			due[name] = scheduled.Add(time.Duration(missed+1) * j.Period)
+		}
+		if cutShort {
+			// Wait for the supervisor to notice; a connection that only
+			// blinked is retried after a health interval, never in a loop.
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			case <-clock.After(s.h.opts.HealthInterval):
+			}
+		}
+	}
+}
+
+func (s *supervisor) countTick(job string, f func(*tickCounters)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.tickCount[job]
+	if c == nil {
+		c = &tickCounters{}
+		s.tickCount[job] = c
+	}
+	f(c)
+}
+
+// tick runs one job under its lease and queues the items it returns. The
+// error is the plugin's (a failure to queue is logged, not returned).
+func (s *supervisor) tick(ctx context.Context, inst *instance, desc Description, job Job, tick Tick) error {
+	ttl := job.Period - job.Period/10
+	if !s.h.lease(ctx, jobLeaseKey(s.spec.Name, job.Name), ttl) {
+		s.countTick(job.Name, func(c *tickCounters) { c.skipped++ })
+		s.log.Debug("job ran elsewhere this period", "job", job.Name)
+		return nil
+	}
+	if tick.Missed > 0 {
+		s.log.Info("job catching up once for missed runs", "job", job.Name, "missed", tick.Missed)
+	}
+	var result TickResult
+	err := inst.call(ctx, s.h.opts.TickTimeout, func(ctx context.Context, p Plugin) error {
+		var err error
+		result, err = p.OnTick(ctx, tick)
+		return err
+	})
+	if err != nil {
+		s.countTick(job.Name, func(c *tickCounters) { c.failed++ })
+		s.log.Warn("job failed", "job", job.Name, "err", err)
+		return err
+	}
+	s.countTick(job.Name, func(c *tickCounters) { c.ok++ })
+	if len(result.Enqueue) > 0 {
+		if err := s.enqueue(ctx, desc, result.Enqueue); err != nil {
+			s.log.Warn("cannot queue the job's items", "job", job.Name, "items", len(result.Enqueue), "err", err)
+		}
+	}
+	return nil
+}
+
+// enqueue queues a tick's items, each into its project, refusing the lot
+// if any item belongs to no item type of the plugin.
+func (s *supervisor) enqueue(ctx context.Context, desc Description, items []QueueItem) error {
+	if len(items) > MaxTickEnqueue {
+		return fmt.Errorf("a tick returned %d items; the limit is %d", len(items), MaxTickEnqueue)
+	}
+	q := s.h.opts.Queues
+	if q == nil {
+		return errors.New("the host has no queue engine to queue items with")
+	}
+	byProject := map[string][]string{}
+	var order []string
+	for _, item := range items {
+		if _, ok := desc.owner(item.Project, item.Item); !ok {
+			return fmt.Errorf("item %q of project %q: %w", item.Item, item.Project, ErrNotOwned)
+		}
+		if err := queues.ValidateItem(item.Item); err != nil {
+			return err
+		}
+		if byProject[item.Project] == nil {
+			order = append(order, item.Project)
+		}
+		byProject[item.Project] = append(byProject[item.Project], item.Item)
+	}
+	for _, project := range order {
+		if err := s.ensureProject(ctx, desc, project); err != nil {
+			return fmt.Errorf("create project %q: %w", project, err)
+		}
+		qctx, cancel := context.WithTimeout(ctx, s.h.opts.CallTimeout)
+		n, err := q.Enqueue(qctx, project, byProject[project])
+		cancel()
+		s.itemsQueued.Add(uint64(n))
+		if err != nil {
+			// The project may have been deleted since: ensure it again
+			// next time.
+			s.mu.Lock()
+			delete(s.ensured, project)
+			s.mu.Unlock()
+			return fmt.Errorf("queue into %q: %w", project, err)
+		}
+	}
+	return nil
+}
