@@ -61,6 +61,16 @@ type Metrics struct {
 	requests *prometheus.CounterVec
 }
 
+// Register adds collectors to the registry.
+func (m *Metrics) Register(collectors ...prometheus.Collector) error {
+	for _, c := range collectors {
+		if err := m.registry.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // NewMetrics builds a registry with the Go and process collectors, the
 // HTTP request metrics and a per-project collector over stats.
 func NewMetrics(stats ProjectStats, logger *slog.Logger) *Metrics {

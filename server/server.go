@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hoardproject/hoard/leaderboard"
 	"github.com/hoardproject/hoard/queues"
@@ -42,6 +43,8 @@ type Config struct {
 	// MetricsToken, when set, is required to read /metrics
 	// (Authorization: Bearer …). Empty leaves /metrics open.
 	MetricsToken string
+	// Collectors add metrics to /metrics (the plugin host's, for one).
+	Collectors []prometheus.Collector
 	// Offloader, when set, serves the segment and export admin calls
 	// (its owner starts and stops it).
 	Offloader *queues.Offloader
@@ -86,6 +89,9 @@ func New(cfg Config, engine *queues.Engine) (*Server, error) {
 	}
 	// Metrics wrap Recovery and renderErrors, to record the final status.
 	metrics := NewMetrics(engine, cfg.Logger)
+	if err := metrics.Register(cfg.Collectors...); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
 	router.Use(metrics.Middleware(), gin.Recovery(), renderErrors(cfg.Logger))
 
 	hub := leaderboard.NewHub(leaderboard.Config{Logger: cfg.Logger}, engine.Redis(), engine)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
@@ -138,7 +139,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 	srv, err := server.New(server.Config{
 		Listen: o.listen, AdminToken: o.adminToken, InsecureNoAdminToken: o.insecureNoAdminToken, MetricsToken: o.metricsToken,
 		ProjectsFile: o.projectsFile, PublicURL: o.publicURL, TrustedProxies: o.trustedProxies, Logger: logger,
-		Offloader: offloader,
+		Offloader: offloader, Collectors: []prometheus.Collector{pluginHost.Collector()},
 	}, engine)
 	if err != nil {
 		return err
