@@ -102,7 +102,7 @@ var errPasskeyRequired = &ClientError{Reason: "this tracker requires a passkey i
 // peerList renders Swarms peers without copying them.
 type peerList []Peer
 
-func (l peerList) Len() int                             { return len(l) }
+func (l peerList) Len() int                            { return len(l) }
 func (l peerList) At(i int) ([20]byte, netip.AddrPort) { return l[i].ID, l[i].Addr }
 
 // internalFailure is what a client reads when the store fails: no details,
