@@ -121,6 +121,13 @@ func (f *fakeSwarms) Scrape(_ context.Context, passkey string, hashes []InfoHash
 	return out, nil
 }
 
+// set changes the fake's behaviour while listeners may be using it.
+func (f *fakeSwarms) set(change func(f *fakeSwarms)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	change(f)
+}
+
 // addPeer seeds a swarm directly.
 func (f *fakeSwarms) addPeer(h InfoHash, id PeerID, addr string, seeder bool) {
 	f.mu.Lock()

@@ -205,7 +205,7 @@ func TestHTTPAnnounceCompactPeers(t *testing.T) {
 		"peers6":       "\x20\x01\x0d\xb8" + strings.Repeat("\x00", 11) + "\x01\xc8\xd5",
 	}, out)
 
-	fake.interval = 5 * time.Minute
+	fake.set(func(f *fakeSwarms) { f.interval = 5 * time.Minute })
 	out = get(t, base+"/announce?"+announceQuery(nil))
 	require.Equal(t, int64(300), out["interval"], "the store may set its own interval")
 	require.Equal(t, int64(600), out["min interval"])
@@ -243,7 +243,7 @@ func TestHTTPFailureReasons(t *testing.T) {
 	require.Equal(t, wire.ErrBadLeft.Error(),
 		failure(t, base+"/good/announce?"+strings.Replace(announceQuery(nil), "left=100", "left=-1", 1)))
 
-	fake.fail = errors.New("redis: connection refused at 10.1.2.3:6379")
+	fake.set(func(f *fakeSwarms) { f.fail = errors.New("redis: connection refused at 10.1.2.3:6379") })
 	reason := failure(t, base+"/good/announce?"+announceQuery(nil))
 	require.Equal(t, internalFailure, reason)
 	require.NotContains(t, reason, "redis", "internals stay in the log")
