@@ -48,30 +48,34 @@ type ScrapeCounts struct {
 
 // peerAddr returns the address to render and whether it is IPv4;
 // ok is false for an address that cannot be rendered (the zero value).
+// IPv4-mapped IPv6 addresses are IPv4 peers.
 func peerAddr(ap netip.AddrPort) (addr netip.Addr, is4, ok bool) {
-	addr = ap.Addr().Unmap()
-	if !addr.IsValid() {
-		return addr, false, false
+	addr = ap.Addr()
+	if addr.Is4In6() {
+		addr = addr.Unmap()
 	}
-	return addr.WithZone(""), addr.Is4(), true
+	return addr, addr.Is4(), addr.IsValid()
 }
 
 // AppendCompactPeer appends the 6-byte (IPv4) or 18-byte (IPv6) compact
 // form of addr (BEP 23, BEP 7). An IPv4-mapped IPv6 address is written as
-// IPv4.
+// IPv4; the zero AddrPort writes nothing.
 func AppendCompactPeer(dst []byte, ap netip.AddrPort) []byte {
 	addr, is4, ok := peerAddr(ap)
 	if !ok {
 		return dst
 	}
+	return appendCompact(dst, addr, is4, ap.Port())
+}
+
+func appendCompact(dst []byte, addr netip.Addr, is4 bool, port uint16) []byte {
 	if is4 {
 		a := addr.As4()
-		dst = append(dst, a[:]...)
-	} else {
-		a := addr.As16()
-		dst = append(dst, a[:]...)
+		return append(dst, a[0], a[1], a[2], a[3], byte(port>>8), byte(port))
 	}
-	return append(dst, byte(ap.Port()>>8), byte(ap.Port()))
+	a := addr.As16()
+	dst = append(dst, a[:]...)
+	return append(dst, byte(port>>8), byte(port))
 }
 
 // AppendHTTPAnnounce appends a complete bencoded announce response. With
@@ -101,7 +105,7 @@ func AppendHTTPAnnounce[L PeerList](dst []byte, r *AnnounceReply, peers L, compa
 				continue
 			}
 			var ipText [64]byte
-			ip := addr.AppendTo(ipText[:0])
+			ip := addr.WithZone("").AppendTo(ipText[:0])
 			dst = append(dst, "d2:ip"...)
 			dst = AppendBytes(dst, ip)
 			if !noPeerID {
@@ -125,6 +129,7 @@ func AppendHTTPAnnounce[L PeerList](dst []byte, r *AnnounceReply, peers L, compa
 			}
 		}
 	}
+	dst = slices.Grow(dst, 6*n4+18*n6+32)
 	dst = append(dst, "5:peers"...)
 	dst = AppendStringHeader(dst, 6*n4)
 	dst = appendCompactFamily(dst, peers, true)
@@ -139,8 +144,8 @@ func AppendHTTPAnnounce[L PeerList](dst []byte, r *AnnounceReply, peers L, compa
 func appendCompactFamily[L PeerList](dst []byte, peers L, want4 bool) []byte {
 	for i := range peers.Len() {
 		_, ap := peers.At(i)
-		if _, is4, ok := peerAddr(ap); ok && is4 == want4 {
-			dst = AppendCompactPeer(dst, ap)
+		if addr, is4, ok := peerAddr(ap); ok && is4 == want4 {
+			dst = appendCompact(dst, addr, is4, ap.Port())
 		}
 	}
 	return dst

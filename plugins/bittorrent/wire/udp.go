@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"net/netip"
+	"slices"
 )
 
 // ProtocolID is the magic connection id of a BEP 15 connect request.
@@ -261,10 +262,16 @@ func AppendUDPAnnounce[L PeerList](dst []byte, tx uint32, r *AnnounceReply, peer
 	if ipv6 {
 		limit = MaxUDPPeers6
 	}
+	n := min(peers.Len(), limit)
+	if ipv6 {
+		dst = slices.Grow(dst, 18*n)
+	} else {
+		dst = slices.Grow(dst, 6*n)
+	}
 	for i, written := 0, 0; i < peers.Len() && written < limit; i++ {
 		_, ap := peers.At(i)
-		if _, is4, ok := peerAddr(ap); ok && is4 != ipv6 {
-			dst = AppendCompactPeer(dst, ap)
+		if addr, is4, ok := peerAddr(ap); ok && is4 != ipv6 {
+			dst = appendCompact(dst, addr, is4, ap.Port())
 			written++
 		}
 	}
