@@ -34,7 +34,7 @@ func (f *fixedSwarms) Scrape(_ context.Context, _ string, hashes []InfoHash) ([]
 // counted are the handler's own.
 type discardWriter struct{ h http.Header }
 
-func (w *discardWriter) Header() http.Header       { return w.h }
+func (w *discardWriter) Header() http.Header         { return w.h }
 func (w *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
 func (w *discardWriter) WriteHeader(int)             {}
 
