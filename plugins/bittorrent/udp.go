@@ -27,9 +27,10 @@ type UDPConfig struct {
 	Addr6  string
 	Swarms Swarms
 	Logger *slog.Logger
-	// Secret keys the connection ids. Hosts answering the same clients
-	// should share it; empty picks a random one, so ids do not survive a
-	// restart (clients just reconnect).
+	// Secret keys the connection ids (at least 16 bytes; 32 random bytes
+	// recommended). Hosts answering the same clients should share it;
+	// empty picks a random one, so ids do not survive a restart (clients
+	// just reconnect).
 	Secret []byte
 	// Workers is how many goroutines read each socket (default 32). Each
 	// handles one packet at a time, store round trip included, so this is
@@ -85,6 +86,9 @@ func NewUDPServer(cfg UDPConfig) (*UDPServer, error) {
 	cfg.AnnouncePolicy = cfg.AnnouncePolicy.withDefaults()
 	if err := cfg.AnnouncePolicy.validate(); err != nil {
 		return nil, fmt.Errorf("bittorrent udp: %w", err)
+	}
+	if len(cfg.Secret) > 0 && len(cfg.Secret) < 16 {
+		return nil, errors.New("bittorrent udp: Secret must be at least 16 bytes (32 random bytes recommended)")
 	}
 	if len(cfg.Secret) == 0 {
 		cfg.Secret = make([]byte, 32)

@@ -332,6 +332,8 @@ func TestUDPLifecycle(t *testing.T) {
 	require.ErrorContains(t, err, "Addr4")
 	_, err = NewUDPServer(UDPConfig{Addr4: "127.0.0.1:0"})
 	require.ErrorContains(t, err, "Swarms")
+	_, err = NewUDPServer(UDPConfig{Addr4: "127.0.0.1:0", Swarms: fake, Secret: []byte("short")})
+	require.ErrorContains(t, err, "Secret")
 
 	srv, err := NewUDPServer(UDPConfig{Addr4: "127.0.0.1:0", Swarms: fake, Logger: quietLogger()})
 	require.NoError(t, err)

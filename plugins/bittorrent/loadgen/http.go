@@ -32,7 +32,7 @@ type httpConn struct {
 }
 
 func (r *run) dialHTTP(ctx context.Context) (*httpConn, error) {
-	var d net.Dialer
+	d := net.Dialer{KeepAlive: -1} // BitTorrent clients set no TCP keep-alive; it costs syscalls
 	dialCtx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
 	conn, err := d.DialContext(dialCtx, "tcp", r.target.String())
