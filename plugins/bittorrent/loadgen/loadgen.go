@@ -1,0 +1,354 @@
+// Package loadgen is an announce load generator for BitTorrent trackers:
+// ours, opentracker, or anything speaking HTTP or UDP (BEP 15) announces.
+// It only ever talks to a loopback address.
+//
+// Traffic model (after aquatic's load tester): a fixed set of torrents and
+// a fixed pool of peers; every announce picks a torrent and a peer at
+// random, so swarms grow to a steady size instead of without bound. A
+// fixed fraction of the peers are seeders (left=0). Every announce asks for
+// compact peers and NumWant of them.
+package loadgen
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Mode is how announces are sent.
+type Mode string
+
+// The modes.
+const (
+	// ModeHTTPKeepAlive sends HTTP/1.1 announces over long-lived
+	// connections, one per worker.
+	ModeHTTPKeepAlive Mode = "http-keepalive"
+	// ModeHTTPClose opens a new TCP connection for every announce and asks
+	// the tracker to close it, as most BitTorrent clients do.
+	ModeHTTPClose Mode = "http-close"
+	// ModeUDP sends BEP 15 announces, one socket per worker, reusing the
+	// connection id for a minute as clients do.
+	ModeUDP Mode = "udp"
+)
+
+// Config describes a run. Zero values pick the defaults.
+type Config struct {
+	Mode Mode
+	// Target is the tracker's host:port. It must be a loopback address
+	// (127.0.0.0/8, ::1, or localhost resolving only to those).
+	Target string
+	// Path is the announce path, with any fixed query the tracker needs:
+	// "/announce" (the HTTP default; opentracker), "/<passkey>/announce",
+	// "/announce/<passkey>" or "/announce?passkey=<passkey>". The generated
+	// query is appended. In UDP mode a non-empty Path is sent as BEP 41 URL
+	// data; the default there is none.
+	Path string
+	// Torrents is how many info-hashes to spread announces over (default
+	// 10000); they are InfoHashes(Seed, Torrents).
+	Torrents int
+	// Peers is the pool of simulated peers (default 10 × Torrents).
+	Peers int
+	// Seed makes the torrents and peers reproducible.
+	Seed uint64
+	// NumWant is the numwant each announce sends (default 50).
+	NumWant int
+	// SeederFraction is the fraction of peers announcing left=0 (default
+	// 0.25, as aquatic's HTTP load test; negative for none).
+	SeederFraction float64
+	// Concurrency is the number of workers, each with one announce in
+	// flight (default 32).
+	Concurrency int
+	// Announces bounds the run by count, Duration by time; the first
+	// reached ends it. With neither, Announces is 10000.
+	Announces int
+	Duration  time.Duration
+	// Timeout bounds each announce (default 5s); a timeout is an error.
+	Timeout time.Duration
+}
+
+// Result is what a run measured.
+type Result struct {
+	Mode      Mode
+	Announces int64 // answered without a failure
+	Errors    int64 // transport errors, timeouts, non-200s and failure replies
+	// FirstError describes the first error, to tell a misconfigured run
+	// ("Requested download is not authorized") from an overloaded tracker.
+	FirstError      string
+	Elapsed         time.Duration
+	AnnouncesPerSec float64
+	// Latency of successful announces, from the request being written to
+	// the reply being read (HTTP close mode includes the TCP handshake).
+	P50, P99, Max time.Duration
+	// PeersReceived totals the compact peers handed out, to check the
+	// tracker did return swarms.
+	PeersReceived int64
+}
+
+// String is a one-line summary.
+func (r Result) String() string {
+	s := fmt.Sprintf("%s: %d announces in %s = %.0f/s, p50 %s, p99 %s, max %s, %d errors, %.1f peers/announce",
+		r.Mode, r.Announces, r.Elapsed.Round(time.Millisecond), r.AnnouncesPerSec,
+		r.P50, r.P99, r.Max, r.Errors, float64(r.PeersReceived)/float64(max(r.Announces, 1)))
+	if r.FirstError != "" {
+		s += " (first error: " + r.FirstError + ")"
+	}
+	return s
+}
+
+// Defaults.
+const (
+	DefaultTorrents       = 10000
+	DefaultNumWant        = 50
+	DefaultSeederFraction = 0.25
+	DefaultConcurrency    = 32
+	DefaultAnnounces      = 10000
+	DefaultTimeout        = 5 * time.Second
+)
+
+// ErrNotLoopback refuses a target off this machine.
+var ErrNotLoopback = errors.New("loadgen: target must be a loopback address")
+
+// InfoHashes returns the n info-hashes a run with this seed announces:
+// SHA-1 of "hoard-loadgen", the seed and the index. Give the same list to
+// a whitelisting tracker (see WriteWhitelist).
+func InfoHashes(seed uint64, n int) [][20]byte {
+	out := make([][20]byte, n)
+	var msg [13 + 16]byte
+	copy(msg[:], "hoard-loadgen")
+	binary.BigEndian.PutUint64(msg[13:], seed)
+	for i := range out {
+		binary.BigEndian.PutUint64(msg[21:], uint64(i))
+		out[i] = sha1.Sum(msg[:])
+	}
+	return out
+}
+
+// WriteWhitelist writes hashes one per line in lowercase hex, the format
+// of opentracker's -w/access.whitelist file.
+func WriteWhitelist(w io.Writer, hashes [][20]byte) error {
+	line := make([]byte, 41)
+	line[40] = '\n'
+	for _, h := range hashes {
+		hex.Encode(line, h[:])
+		if _, err := w.Write(line); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Config) withDefaults() (Config, error) {
+	out := *c
+	switch out.Mode {
+	case ModeHTTPKeepAlive, ModeHTTPClose:
+		if out.Path == "" {
+			out.Path = "/announce"
+		}
+	case ModeUDP:
+	default:
+		return out, fmt.Errorf("loadgen: unknown mode %q (want %s, %s or %s)", out.Mode, ModeHTTPKeepAlive, ModeHTTPClose, ModeUDP)
+	}
+	if out.Path != "" && out.Path[0] != '/' {
+		return out, fmt.Errorf("loadgen: Path %q must start with /", out.Path)
+	}
+	if out.Torrents <= 0 {
+		out.Torrents = DefaultTorrents
+	}
+	if out.Peers <= 0 {
+		out.Peers = 10 * out.Torrents
+	}
+	if out.NumWant <= 0 {
+		out.NumWant = DefaultNumWant
+	}
+	switch {
+	case out.SeederFraction == 0:
+		out.SeederFraction = DefaultSeederFraction
+	case out.SeederFraction < 0:
+		out.SeederFraction = 0
+	case out.SeederFraction > 1:
+		return out, fmt.Errorf("loadgen: SeederFraction %v is more than 1", out.SeederFraction)
+	}
+	if out.Concurrency <= 0 {
+		out.Concurrency = DefaultConcurrency
+	}
+	if out.Announces <= 0 && out.Duration <= 0 {
+		out.Announces = DefaultAnnounces
+	}
+	if out.Timeout <= 0 {
+		out.Timeout = DefaultTimeout
+	}
+	return out, nil
+}
+
+// resolveLoopback resolves target and refuses anything not on loopback;
+// the run then dials the resolved address, so a name cannot change under
+// it.
+func resolveLoopback(ctx context.Context, target string) (netip.AddrPort, error) {
+	host, portText, err := net.SplitHostPort(target)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("loadgen: target %q: %w", target, err)
+	}
+	port, err := net.DefaultResolver.LookupPort(ctx, "tcp", portText)
+	if err != nil || port == 0 {
+		return netip.AddrPort{}, fmt.Errorf("loadgen: target %q: bad port", target)
+	}
+	var addrs []netip.Addr
+	if ip, err := netip.ParseAddr(host); err == nil {
+		addrs = []netip.Addr{ip}
+	} else if host == "localhost" {
+		if addrs, err = net.DefaultResolver.LookupNetIP(ctx, "ip", host); err != nil {
+			return netip.AddrPort{}, fmt.Errorf("loadgen: resolve %q: %w", host, err)
+		}
+	}
+	if len(addrs) == 0 {
+		return netip.AddrPort{}, fmt.Errorf("%w: %q", ErrNotLoopback, target)
+	}
+	for _, a := range addrs {
+		if !a.Unmap().IsLoopback() {
+			return netip.AddrPort{}, fmt.Errorf("%w: %q resolves to %s", ErrNotLoopback, target, a)
+		}
+	}
+	return netip.AddrPortFrom(addrs[0].Unmap(), uint16(port)), nil
+}
+
+// Run sends announces until the count or the duration is reached, or ctx
+// ends, and reports what it measured. It returns an error only for a bad
+// Config or target; failed announces are counted in the Result.
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return Result{}, err
+	}
+	target, err := resolveLoopback(ctx, cfg.Target)
+	if err != nil {
+		return Result{}, err
+	}
+	start := time.Now()
+	if cfg.Duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cfg.Duration)
+		defer cancel()
+	}
+	run := &run{
+		cfg:      cfg,
+		target:   target,
+		hashes:   InfoHashes(cfg.Seed, cfg.Torrents),
+		budgeted: cfg.Announces > 0,
+	}
+	run.remaining.Store(int64(cfg.Announces))
+
+	workers := make([]*workerStats, cfg.Concurrency)
+	var wg sync.WaitGroup
+	for i := range workers {
+		workers[i] = &workerStats{}
+		wg.Add(1)
+		go func(stats *workerStats) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(cfg.Seed, uint64(i)+1))
+			switch cfg.Mode {
+			case ModeUDP:
+				run.udpWorker(ctx, rng, stats)
+			default:
+				run.httpWorker(ctx, rng, stats, cfg.Mode == ModeHTTPClose)
+			}
+		}(workers[i])
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+
+	res := Result{Mode: cfg.Mode, Elapsed: elapsed}
+	var hist histogram
+	for _, w := range workers {
+		res.Announces += w.announces
+		res.Errors += w.errors
+		res.PeersReceived += w.peers
+		if res.FirstError == "" && w.firstError != "" {
+			res.FirstError = w.firstError
+		}
+		hist.merge(&w.latency)
+	}
+	if elapsed > 0 {
+		res.AnnouncesPerSec = float64(res.Announces) / elapsed.Seconds()
+	}
+	res.P50, res.P99, res.Max = hist.quantile(0.50), hist.quantile(0.99), hist.max()
+	return res, nil
+}
+
+type run struct {
+	cfg       Config
+	target    netip.AddrPort
+	hashes    [][20]byte
+	budgeted  bool
+	remaining atomic.Int64
+}
+
+// next claims one announce from the budget; false ends the worker.
+func (r *run) next(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	return !r.budgeted || r.remaining.Add(-1) >= 0
+}
+
+// announce is one simulated announce.
+type announce struct {
+	infoHash [20]byte
+	peerID   [20]byte
+	port     uint16
+	left     uint64
+	key      uint32
+}
+
+// pick chooses a torrent and a peer at random. A peer's id, port and
+// whether it seeds follow from its index, so the same peer announces the
+// same way every time.
+func (r *run) pick(rng *rand.Rand) announce {
+	t := rng.IntN(len(r.hashes))
+	p := uint64(rng.IntN(r.cfg.Peers))
+	a := announce{infoHash: r.hashes[t], key: uint32(p)}
+	copy(a.peerID[:], "-HL0001-")
+	var idBytes [8]byte
+	binary.BigEndian.PutUint64(idBytes[:], p^r.cfg.Seed)
+	hex.Encode(a.peerID[8:], idBytes[2:]) // 12 hex digits
+	a.port = uint16(1024 + p%64000)
+	// Seeders are a fixed subset of peers, spread by a multiplicative hash.
+	if float64((p*0x9E3779B97F4A7C15)>>11)/float64(1<<53) >= r.cfg.SeederFraction {
+		a.left = 1 << 20
+	}
+	return a
+}
+
+// workerStats is one worker's tally; merged after the run, so no locks.
+type workerStats struct {
+	announces  int64
+	errors     int64
+	peers      int64
+	firstError string
+	latency    histogram
+}
+
+func (s *workerStats) fail(ctx context.Context, err error) {
+	if ctx.Err() != nil {
+		return // the run ended mid-announce: not the tracker's fault
+	}
+	s.errors++
+	if s.firstError == "" {
+		s.firstError = err.Error()
+	}
+}
+
+func (s *workerStats) ok(latency time.Duration, peers int) {
+	s.announces++
+	s.peers += int64(peers)
+	s.latency.record(latency)
+}
