@@ -8,6 +8,8 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -51,9 +53,13 @@ type Hub struct {
 	source Source
 	up     websocket.Upgrader
 
-	mu      sync.Mutex
-	rooms   map[string]*room
+	mu    sync.Mutex
+	rooms map[string]*room
+	// viewers counts connected viewers plus the slots Serve has reserved
+	// for upgrades in progress, so MaxViewers holds under concurrency.
 	viewers int
+	// stopped refuses every viewer once Stop has begun.
+	stopped bool
 
 	// wake tells the loop an event arrived, so a quiet room's first event
 	// goes out at once instead of at the next tick.
@@ -77,6 +83,10 @@ type viewer struct {
 	conn   *websocket.Conn
 	send   chan []byte
 	closed bool
+	// ready is false until the snapshot is queued; updates broadcast before
+	// then wait in held, so the snapshot is always the first message.
+	ready bool
+	held  [][]byte
 }
 
 // maxPending bounds the log entries kept for one update.
@@ -115,12 +125,20 @@ func NewHub(cfg Config, rdb redis.UniversalClient, source Source) *Hub {
 	}
 }
 
+// sameOrigin accepts a request without Origin (not a browser) or from the
+// page's own scheme and host, compared without case as RFC 6454 and RFC
+// 3986 say they are.
 func sameOrigin(r *http.Request) bool {
 	origin := r.Header.Get("Origin")
 	if origin == "" {
 		return true
 	}
-	return origin == "http://"+r.Host || origin == "https://"+r.Host
+	u, err := url.Parse(origin)
+	if err != nil {
+		return false
+	}
+	scheme := strings.ToLower(u.Scheme)
+	return (scheme == "http" || scheme == "https") && u.Host != "" && strings.EqualFold(u.Host, r.Host)
 }
 
 // Start subscribes to the events channel and starts the update loop.
@@ -141,6 +159,11 @@ func (h *Hub) Start(ctx context.Context) error {
 // or without Start.
 func (h *Hub) Stop() error {
 	h.stopOnce.Do(func() {
+		// From here on Serve refuses viewers, before and after the upgrade,
+		// so none registers after the loop below has dropped them all.
+		h.mu.Lock()
+		h.stopped = true
+		h.mu.Unlock()
 		if h.cancel != nil {
 			h.cancel()
 		}
@@ -205,6 +228,9 @@ func (h *Hub) loop(ctx context.Context) {
 	ticker := time.NewTicker(h.cfg.Interval / 2)
 	defer ticker.Stop()
 	lastSweep := time.Now()
+	// failing marks the rooms whose counts could not be read, so a Redis
+	// outage logs once per room rather than once per interval.
+	failing := map[string]bool{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -229,9 +255,14 @@ func (h *Hub) loop(ctx context.Context) {
 		for slug, entries := range due {
 			counts, err := h.source.Counts(ctx, slug)
 			if err != nil {
-				h.cfg.Logger.Warn("leaderboard: reading counts", "project", slug, "err", err)
+				if !failing[slug] {
+					h.cfg.Logger.Warn("leaderboard: reading counts; the update waits for the next interval", "project", slug, "err", err)
+				}
+				failing[slug] = true
+				h.requeue(slug, entries)
 				continue
 			}
+			delete(failing, slug)
 			if entries == nil {
 				entries = []json.RawMessage{}
 			}
@@ -239,6 +270,23 @@ func (h *Hub) loop(ctx context.Context) {
 			h.broadcast(slug, msg)
 		}
 	}
+}
+
+// requeue puts back entries whose update could not be sent, ahead of any
+// that arrived since, so the next interval sends them instead of losing
+// them.
+func (h *Hub) requeue(slug string, entries []json.RawMessage) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r, ok := h.rooms[slug]
+	if !ok {
+		return
+	}
+	merged := append(entries, r.pending...)
+	if len(merged) > maxPending {
+		merged = merged[len(merged)-maxPending:]
+	}
+	r.pending, r.dirty = merged, true
 }
 
 // broadcast queues msg for every viewer of slug without blocking: a viewer
@@ -251,6 +299,16 @@ func (h *Hub) broadcast(slug string, msg []byte) {
 		return
 	}
 	for v := range r.viewers {
+		if !v.ready {
+			// Held until its snapshot is queued; the snapshot and the held
+			// updates must fit in send together.
+			if len(v.held) >= h.cfg.SendBuffer-1 {
+				h.dropLocked(slug, v)
+				continue
+			}
+			v.held = append(v.held, msg)
+			continue
+		}
 		select {
 		case v.send <- msg:
 		default:
@@ -290,30 +348,57 @@ func (h *Hub) Viewers() int {
 // ErrTooManyViewers is returned when MaxViewers are connected.
 var ErrTooManyViewers = errors.New("too many viewers on this frontend")
 
+// ErrHubStopped is returned once Stop has begun.
+var ErrHubStopped = errors.New("the live hub is stopped")
+
 // Serve upgrades a request to a websocket for one project's live stream.
 // The first message is a snapshot from stored state (counts and the recent
 // log), so a viewer that connects or reconnects catches up whatever
-// pub/sub messages it missed.
+// pub/sub messages it missed; updates broadcast while the snapshot is read
+// are held and follow it, so none is lost and none comes first.
 func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, slug string) error {
+	// Check and reserve in one step, so concurrent requests cannot all see
+	// one free slot.
 	h.mu.Lock()
-	full := h.viewers >= h.cfg.MaxViewers
-	h.mu.Unlock()
-	if full {
+	switch {
+	case h.stopped:
+		h.mu.Unlock()
+		return ErrHubStopped
+	case h.viewers >= h.cfg.MaxViewers:
+		h.mu.Unlock()
 		return ErrTooManyViewers
 	}
+	h.viewers++
+	h.mu.Unlock()
+
 	conn, err := h.up.Upgrade(w, r, nil)
 	if err != nil {
+		h.mu.Lock()
+		h.viewers--
+		h.mu.Unlock()
 		return nil // the upgrader has answered the client
 	}
 	v := &viewer{conn: conn, send: make(chan []byte, h.cfg.SendBuffer)}
 	h.mu.Lock()
+	if h.stopped {
+		// Stop began during the upgrade and may already have dropped every
+		// viewer: this one must not outlive it.
+		h.viewers--
+		h.mu.Unlock()
+		_ = conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseGoingAway, ""),
+			time.Now().Add(h.cfg.WriteTimeout))
+		_ = conn.Close()
+		return nil
+	}
 	rm, ok := h.rooms[slug]
 	if !ok {
 		rm = &room{viewers: map[*viewer]struct{}{}}
 		h.rooms[slug] = rm
 	}
+	// Registered before the snapshot is read, so every event from here on
+	// reaches this viewer: in the snapshot, in a held update, or both (the
+	// page drops duplicates).
 	rm.viewers[v] = struct{}{}
-	h.viewers++
 	h.mu.Unlock()
 
 	go h.write(slug, v)
@@ -332,15 +417,22 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, slug string) error {
 		return nil
 	}
 	snapshot, _ := json.Marshal(map[string]any{"type": "snapshot", "counts": counts, "log": recent, "at": time.Now().UnixMilli()})
+	// One critical section: no broadcast can slip between the snapshot and
+	// the updates held for it.
 	h.mu.Lock()
-	if !v.closed {
+	defer h.mu.Unlock()
+	if v.closed {
+		return nil
+	}
+	for _, msg := range append([][]byte{snapshot}, v.held...) {
 		select {
-		case v.send <- snapshot:
+		case v.send <- msg:
 		default:
 			h.dropLocked(slug, v)
+			return nil
 		}
 	}
-	h.mu.Unlock()
+	v.held, v.ready = nil, true
 	return nil
 }
 
