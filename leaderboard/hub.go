@@ -83,10 +83,32 @@ type viewer struct {
 	conn   *websocket.Conn
 	send   chan []byte
 	closed bool
-	// ready is false until the snapshot is queued; updates broadcast before
-	// then wait in held, so the snapshot is always the first message.
-	ready bool
-	held  [][]byte
+	// ready is false until the snapshot is queued. Updates broadcast
+	// before then are merged into one held update that follows the
+	// snapshot, so the snapshot is always first and a slow snapshot read
+	// costs one message, not a full buffer.
+	ready      bool
+	held       bool
+	heldCounts queues.Counts
+	heldLog    []json.RawMessage
+	heldAt     int64
+}
+
+// hold merges one update into the viewer's held update.
+func (v *viewer) hold(counts queues.Counts, entries []json.RawMessage, at int64) {
+	v.held, v.heldCounts, v.heldAt = true, counts, at
+	v.heldLog = append(v.heldLog, entries...)
+	if len(v.heldLog) > maxPending {
+		v.heldLog = v.heldLog[len(v.heldLog)-maxPending:]
+	}
+}
+
+func updateMessage(counts queues.Counts, entries []json.RawMessage, at int64) []byte {
+	if entries == nil {
+		entries = []json.RawMessage{}
+	}
+	msg, _ := json.Marshal(map[string]any{"type": "update", "counts": counts, "log": entries, "at": at})
+	return msg
 }
 
 // maxPending bounds the log entries kept for one update.
@@ -103,6 +125,8 @@ func NewHub(cfg Config, rdb redis.UniversalClient, source Source) *Hub {
 	if cfg.SendBuffer <= 0 {
 		cfg.SendBuffer = 16
 	}
+	// A new viewer's snapshot and its held update go out together.
+	cfg.SendBuffer = max(cfg.SendBuffer, 2)
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 10 * time.Second
 	}
@@ -263,11 +287,7 @@ func (h *Hub) loop(ctx context.Context) {
 				continue
 			}
 			delete(failing, slug)
-			if entries == nil {
-				entries = []json.RawMessage{}
-			}
-			msg, _ := json.Marshal(map[string]any{"type": "update", "counts": counts, "log": entries, "at": time.Now().UnixMilli()})
-			h.broadcast(slug, msg)
+			h.broadcast(slug, counts, entries, time.Now().UnixMilli())
 		}
 	}
 }
@@ -289,9 +309,10 @@ func (h *Hub) requeue(slug string, entries []json.RawMessage) {
 	r.pending, r.dirty = merged, true
 }
 
-// broadcast queues msg for every viewer of slug without blocking: a viewer
-// whose buffer is full is dropped.
-func (h *Hub) broadcast(slug string, msg []byte) {
+// broadcast queues an update for every viewer of slug without blocking: a
+// viewer whose buffer is full is dropped.
+func (h *Hub) broadcast(slug string, counts queues.Counts, entries []json.RawMessage, at int64) {
+	msg := updateMessage(counts, entries, at)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	r, ok := h.rooms[slug]
@@ -300,13 +321,7 @@ func (h *Hub) broadcast(slug string, msg []byte) {
 	}
 	for v := range r.viewers {
 		if !v.ready {
-			// Held until its snapshot is queued; the snapshot and the held
-			// updates must fit in send together.
-			if len(v.held) >= h.cfg.SendBuffer-1 {
-				h.dropLocked(slug, v)
-				continue
-			}
-			v.held = append(v.held, msg)
+			v.hold(counts, entries, at)
 			continue
 		}
 		select {
@@ -424,15 +439,13 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, slug string) error {
 	if v.closed {
 		return nil
 	}
-	for _, msg := range append([][]byte{snapshot}, v.held...) {
-		select {
-		case v.send <- msg:
-		default:
-			h.dropLocked(slug, v)
-			return nil
-		}
+	// send is empty (nothing was queued before ready) and holds at least
+	// two messages.
+	v.send <- snapshot
+	if v.held {
+		v.send <- updateMessage(v.heldCounts, v.heldLog, v.heldAt)
 	}
-	v.held, v.ready = nil, true
+	v.ready, v.held, v.heldLog = true, false, nil
 	return nil
 }
 

@@ -215,12 +215,13 @@ func readUntil(t *testing.T, conn *websocket.Conn, item string) message {
 	}
 }
 
-// TestSnapshotComesBeforeUpdates: an update broadcast while a new viewer's
-// snapshot is being read reaches it after the snapshot, not before.
+// TestSnapshotComesBeforeUpdates: updates broadcast while a new viewer's
+// snapshot is being read reach it after the snapshot, not before, merged
+// into one, so more of them than its buffer holds do not drop it.
 func TestSnapshotComesBeforeUpdates(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		source := &fakeSource{}
-		_, url := frontend(t, b, source, leaderboard.Config{Interval: 5 * time.Millisecond, Sweep: time.Hour})
+		hub, url := frontend(t, b, source, leaderboard.Config{Interval: 5 * time.Millisecond, Sweep: time.Hour, SendBuffer: 2})
 		first, _, err := websocket.DefaultDialer.Dial(url, nil)
 		require.NoError(t, err)
 		defer first.Close()
@@ -231,9 +232,12 @@ func TestSnapshotComesBeforeUpdates(t *testing.T) {
 		require.NoError(t, err)
 		defer joining.Close()
 		<-called // the joining viewer is registered and its snapshot is being read
-		publish(t, b, "during")
-		// The first viewer got the update: it has been broadcast to the room.
-		require.Equal(t, "update", readUntil(t, first, "during").Type)
+		const during = 5
+		for i := range during {
+			publish(t, b, fmt.Sprintf("during%d", i))
+			// The first viewer got it: it has been broadcast to the room.
+			require.Equal(t, "update", readUntil(t, first, fmt.Sprintf("during%d", i)).Type)
+		}
 		close(release)
 
 		m := read(t, joining, 5*time.Second)
@@ -241,8 +245,11 @@ func TestSnapshotComesBeforeUpdates(t *testing.T) {
 		require.EqualValues(t, 7, m.Counts.Done)
 		m = read(t, joining, 5*time.Second)
 		require.Equal(t, "update", m.Type)
-		require.Len(t, m.Log, 1)
-		require.Contains(t, string(m.Log[0]), `"during"`, "the held update follows the snapshot")
+		require.Len(t, m.Log, during, "the held updates follow the snapshot as one")
+		for i, e := range m.Log {
+			require.Contains(t, string(e), fmt.Sprintf(`"during%d"`, i))
+		}
+		require.Equal(t, 2, hub.Viewers())
 	})
 }
 
