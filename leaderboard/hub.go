@@ -35,7 +35,8 @@ type Config struct {
 	// because pub/sub messages can be lost while a frontend is away.
 	Sweep time.Duration
 	// SendBuffer is how many updates may wait for a slow viewer before it
-	// is dropped, so one slow viewer never stalls the others.
+	// is dropped, so one slow viewer never stalls the others. At least 2:
+	// a new viewer's snapshot and its held update go out together.
 	SendBuffer int
 	// WriteTimeout bounds each websocket write.
 	WriteTimeout time.Duration
