@@ -8,6 +8,8 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,7 +35,8 @@ type Config struct {
 	// because pub/sub messages can be lost while a frontend is away.
 	Sweep time.Duration
 	// SendBuffer is how many updates may wait for a slow viewer before it
-	// is dropped, so one slow viewer never stalls the others.
+	// is dropped, so one slow viewer never stalls the others. At least 2:
+	// a new viewer's snapshot and its held update go out together.
 	SendBuffer int
 	// WriteTimeout bounds each websocket write.
 	WriteTimeout time.Duration
@@ -51,9 +54,13 @@ type Hub struct {
 	source Source
 	up     websocket.Upgrader
 
-	mu      sync.Mutex
-	rooms   map[string]*room
+	mu    sync.Mutex
+	rooms map[string]*room
+	// viewers counts connected viewers plus the slots Serve has reserved
+	// for upgrades in progress, so MaxViewers holds under concurrency.
 	viewers int
+	// stopped refuses every viewer once Stop has begun.
+	stopped bool
 
 	// wake tells the loop an event arrived, so a quiet room's first event
 	// goes out at once instead of at the next tick.
@@ -77,6 +84,32 @@ type viewer struct {
 	conn   *websocket.Conn
 	send   chan []byte
 	closed bool
+	// ready is false until the snapshot is queued. Updates broadcast
+	// before then are merged into one held update that follows the
+	// snapshot, so the snapshot is always first and a slow snapshot read
+	// costs one message, not a full buffer.
+	ready      bool
+	held       bool
+	heldCounts queues.Counts
+	heldLog    []json.RawMessage
+	heldAt     int64
+}
+
+// hold merges one update into the viewer's held update.
+func (v *viewer) hold(counts queues.Counts, entries []json.RawMessage, at int64) {
+	v.held, v.heldCounts, v.heldAt = true, counts, at
+	v.heldLog = append(v.heldLog, entries...)
+	if len(v.heldLog) > maxPending {
+		v.heldLog = v.heldLog[len(v.heldLog)-maxPending:]
+	}
+}
+
+func updateMessage(counts queues.Counts, entries []json.RawMessage, at int64) []byte {
+	if entries == nil {
+		entries = []json.RawMessage{}
+	}
+	msg, _ := json.Marshal(map[string]any{"type": "update", "counts": counts, "log": entries, "at": at})
+	return msg
 }
 
 // maxPending bounds the log entries kept for one update.
@@ -93,6 +126,8 @@ func NewHub(cfg Config, rdb redis.UniversalClient, source Source) *Hub {
 	if cfg.SendBuffer <= 0 {
 		cfg.SendBuffer = 16
 	}
+	// A new viewer's snapshot and its held update go out together.
+	cfg.SendBuffer = max(cfg.SendBuffer, 2)
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 10 * time.Second
 	}
@@ -115,12 +150,20 @@ func NewHub(cfg Config, rdb redis.UniversalClient, source Source) *Hub {
 	}
 }
 
+// sameOrigin accepts a request without Origin (not a browser) or from the
+// page's own scheme and host, compared without case as RFC 6454 and RFC
+// 3986 say they are.
 func sameOrigin(r *http.Request) bool {
 	origin := r.Header.Get("Origin")
 	if origin == "" {
 		return true
 	}
-	return origin == "http://"+r.Host || origin == "https://"+r.Host
+	u, err := url.Parse(origin)
+	if err != nil {
+		return false
+	}
+	scheme := strings.ToLower(u.Scheme)
+	return (scheme == "http" || scheme == "https") && u.Host != "" && strings.EqualFold(u.Host, r.Host)
 }
 
 // Start subscribes to the events channel and starts the update loop.
@@ -141,6 +184,11 @@ func (h *Hub) Start(ctx context.Context) error {
 // or without Start.
 func (h *Hub) Stop() error {
 	h.stopOnce.Do(func() {
+		// From here on Serve refuses viewers, before and after the upgrade,
+		// so none registers after the loop below has dropped them all.
+		h.mu.Lock()
+		h.stopped = true
+		h.mu.Unlock()
 		if h.cancel != nil {
 			h.cancel()
 		}
@@ -205,6 +253,9 @@ func (h *Hub) loop(ctx context.Context) {
 	ticker := time.NewTicker(h.cfg.Interval / 2)
 	defer ticker.Stop()
 	lastSweep := time.Now()
+	// failing marks the rooms whose counts could not be read, so a Redis
+	// outage logs once per room rather than once per interval.
+	failing := map[string]bool{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -229,21 +280,40 @@ func (h *Hub) loop(ctx context.Context) {
 		for slug, entries := range due {
 			counts, err := h.source.Counts(ctx, slug)
 			if err != nil {
-				h.cfg.Logger.Warn("leaderboard: reading counts", "project", slug, "err", err)
+				if !failing[slug] {
+					h.cfg.Logger.Warn("leaderboard: reading counts; the update waits for the next interval", "project", slug, "err", err)
+				}
+				failing[slug] = true
+				h.requeue(slug, entries)
 				continue
 			}
-			if entries == nil {
-				entries = []json.RawMessage{}
-			}
-			msg, _ := json.Marshal(map[string]any{"type": "update", "counts": counts, "log": entries, "at": time.Now().UnixMilli()})
-			h.broadcast(slug, msg)
+			delete(failing, slug)
+			h.broadcast(slug, counts, entries, time.Now().UnixMilli())
 		}
 	}
 }
 
-// broadcast queues msg for every viewer of slug without blocking: a viewer
-// whose buffer is full is dropped.
-func (h *Hub) broadcast(slug string, msg []byte) {
+// requeue puts back entries whose update could not be sent, ahead of any
+// that arrived since, so the next interval sends them instead of losing
+// them.
+func (h *Hub) requeue(slug string, entries []json.RawMessage) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r, ok := h.rooms[slug]
+	if !ok {
+		return
+	}
+	merged := append(entries, r.pending...)
+	if len(merged) > maxPending {
+		merged = merged[len(merged)-maxPending:]
+	}
+	r.pending, r.dirty = merged, true
+}
+
+// broadcast queues an update for every viewer of slug without blocking: a
+// viewer whose buffer is full is dropped.
+func (h *Hub) broadcast(slug string, counts queues.Counts, entries []json.RawMessage, at int64) {
+	msg := updateMessage(counts, entries, at)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	r, ok := h.rooms[slug]
@@ -251,6 +321,10 @@ func (h *Hub) broadcast(slug string, msg []byte) {
 		return
 	}
 	for v := range r.viewers {
+		if !v.ready {
+			v.hold(counts, entries, at)
+			continue
+		}
 		select {
 		case v.send <- msg:
 		default:
@@ -290,30 +364,57 @@ func (h *Hub) Viewers() int {
 // ErrTooManyViewers is returned when MaxViewers are connected.
 var ErrTooManyViewers = errors.New("too many viewers on this frontend")
 
+// ErrHubStopped is returned once Stop has begun.
+var ErrHubStopped = errors.New("the live hub is stopped")
+
 // Serve upgrades a request to a websocket for one project's live stream.
 // The first message is a snapshot from stored state (counts and the recent
 // log), so a viewer that connects or reconnects catches up whatever
-// pub/sub messages it missed.
+// pub/sub messages it missed; updates broadcast while the snapshot is read
+// are held and follow it, so none is lost and none comes first.
 func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, slug string) error {
+	// Check and reserve in one step, so concurrent requests cannot all see
+	// one free slot.
 	h.mu.Lock()
-	full := h.viewers >= h.cfg.MaxViewers
-	h.mu.Unlock()
-	if full {
+	switch {
+	case h.stopped:
+		h.mu.Unlock()
+		return ErrHubStopped
+	case h.viewers >= h.cfg.MaxViewers:
+		h.mu.Unlock()
 		return ErrTooManyViewers
 	}
+	h.viewers++
+	h.mu.Unlock()
+
 	conn, err := h.up.Upgrade(w, r, nil)
 	if err != nil {
+		h.mu.Lock()
+		h.viewers--
+		h.mu.Unlock()
 		return nil // the upgrader has answered the client
 	}
 	v := &viewer{conn: conn, send: make(chan []byte, h.cfg.SendBuffer)}
 	h.mu.Lock()
+	if h.stopped {
+		// Stop began during the upgrade and may already have dropped every
+		// viewer: this one must not outlive it.
+		h.viewers--
+		h.mu.Unlock()
+		_ = conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseGoingAway, ""),
+			time.Now().Add(h.cfg.WriteTimeout))
+		_ = conn.Close()
+		return nil
+	}
 	rm, ok := h.rooms[slug]
 	if !ok {
 		rm = &room{viewers: map[*viewer]struct{}{}}
 		h.rooms[slug] = rm
 	}
+	// Registered before the snapshot is read, so every event from here on
+	// reaches this viewer: in the snapshot, in a held update, or both (the
+	// page drops duplicates).
 	rm.viewers[v] = struct{}{}
-	h.viewers++
 	h.mu.Unlock()
 
 	go h.write(slug, v)
@@ -332,15 +433,20 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, slug string) error {
 		return nil
 	}
 	snapshot, _ := json.Marshal(map[string]any{"type": "snapshot", "counts": counts, "log": recent, "at": time.Now().UnixMilli()})
+	// One critical section: no broadcast can slip between the snapshot and
+	// the updates held for it.
 	h.mu.Lock()
-	if !v.closed {
-		select {
-		case v.send <- snapshot:
-		default:
-			h.dropLocked(slug, v)
-		}
+	defer h.mu.Unlock()
+	if v.closed {
+		return nil
 	}
-	h.mu.Unlock()
+	// send is empty (nothing was queued before ready) and holds at least
+	// two messages.
+	v.send <- snapshot
+	if v.held {
+		v.send <- updateMessage(v.heldCounts, v.heldLog, v.heldAt)
+	}
+	v.ready, v.held, v.heldLog = true, false, nil
 	return nil
 }
 

@@ -28,14 +28,16 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // frontend is one hub serving one project's websocket, as a hoard
 // frontend does.
-func frontend(t *testing.T, b redistest.Backend, engine *queues.Engine, cfg leaderboard.Config) (*leaderboard.Hub, string) {
+func frontend(t *testing.T, b redistest.Backend, engine leaderboard.Source, cfg leaderboard.Config) (*leaderboard.Hub, string) {
 	t.Helper()
 	cfg.Logger = quiet
 	hub := leaderboard.NewHub(cfg, b.Client, engine)
 	require.NoError(t, hub.Start(context.Background()))
 	t.Cleanup(func() { require.NoError(t, hub.Stop()); require.NoError(t, hub.Stop()) })
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_ = hub.Serve(w, r, "live")
+		if err := hub.Serve(w, r, "live"); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		}
 	}))
 	t.Cleanup(ts.Close)
 	return hub, "ws" + strings.TrimPrefix(ts.URL, "http")
@@ -148,5 +150,165 @@ func TestSlowViewerIsDroppedAndOthersKeepFlowing(t *testing.T) {
 		require.Eventually(t, sawAfter.Load, 3*time.Second, 10*time.Millisecond, "the reading viewer kept getting updates")
 		fast.Close()
 		received.Wait()
+	})
+}
+
+// fakeSource answers with fixed counts; its Counts can be made to fail and
+// its Recent to wait, to put the hub into the states that matter.
+type fakeSource struct {
+	failCounts   atomic.Bool
+	countsFailed atomic.Int64
+	// gate, when set, makes the next Recent call send on called and wait
+	// for gate to close.
+	mu     sync.Mutex
+	gate   chan struct{}
+	called chan struct{}
+}
+
+func (f *fakeSource) Counts(context.Context, string) (queues.Counts, error) {
+	if f.failCounts.Load() {
+		f.countsFailed.Add(1)
+		return queues.Counts{}, fmt.Errorf("redis is away")
+	}
+	return queues.Counts{Done: 7}, nil
+}
+
+func (f *fakeSource) Recent(ctx context.Context, _ string, _ int) ([]json.RawMessage, error) {
+	f.mu.Lock()
+	gate, called := f.gate, f.called
+	f.gate = nil
+	f.mu.Unlock()
+	if gate != nil {
+		called <- struct{}{}
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return []json.RawMessage{json.RawMessage(`{"items":["old"],"by":"x","at":1,"bytes":1}`)}, nil
+}
+
+func (f *fakeSource) holdNextRecent() (called chan struct{}, release chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.gate, f.called = make(chan struct{}), make(chan struct{}, 1)
+	return f.called, f.gate
+}
+
+func publish(t *testing.T, b redistest.Backend, item string) {
+	t.Helper()
+	payload := fmt.Sprintf(`{"project":"live","entry":{"items":[%q],"by":"x","at":%d,"bytes":1}}`, item, time.Now().UnixMilli())
+	require.NoError(t, b.Client.Publish(context.Background(), queues.EventsChannel, payload).Err())
+}
+
+// readUntil reads messages until one's log mentions item.
+func readUntil(t *testing.T, conn *websocket.Conn, item string) message {
+	t.Helper()
+	for {
+		m := read(t, conn, 5*time.Second)
+		for _, e := range m.Log {
+			if strings.Contains(string(e), `"`+item+`"`) {
+				return m
+			}
+		}
+	}
+}
+
+// TestSnapshotComesBeforeUpdates: updates broadcast while a new viewer's
+// snapshot is being read reach it after the snapshot, not before, merged
+// into one, so more of them than its buffer holds do not drop it.
+func TestSnapshotComesBeforeUpdates(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		source := &fakeSource{}
+		hub, url := frontend(t, b, source, leaderboard.Config{Interval: 5 * time.Millisecond, Sweep: time.Hour, SendBuffer: 2})
+		first, _, err := websocket.DefaultDialer.Dial(url, nil)
+		require.NoError(t, err)
+		defer first.Close()
+		require.Equal(t, "snapshot", read(t, first, 5*time.Second).Type)
+
+		called, release := source.holdNextRecent()
+		joining, _, err := websocket.DefaultDialer.Dial(url, nil)
+		require.NoError(t, err)
+		defer joining.Close()
+		<-called // the joining viewer is registered and its snapshot is being read
+		const during = 5
+		for i := range during {
+			publish(t, b, fmt.Sprintf("during%d", i))
+			// The first viewer got it: it has been broadcast to the room.
+			require.Equal(t, "update", readUntil(t, first, fmt.Sprintf("during%d", i)).Type)
+		}
+		close(release)
+
+		m := read(t, joining, 5*time.Second)
+		require.Equal(t, "snapshot", m.Type, "the snapshot is the first message")
+		require.EqualValues(t, 7, m.Counts.Done)
+		m = read(t, joining, 5*time.Second)
+		require.Equal(t, "update", m.Type)
+		require.Len(t, m.Log, during, "the held updates follow the snapshot as one")
+		for i, e := range m.Log {
+			require.Contains(t, string(e), fmt.Sprintf(`"during%d"`, i))
+		}
+		require.Equal(t, 2, hub.Viewers())
+	})
+}
+
+// TestCountsFailureKeepsPendingEntries: when counts cannot be read, the
+// coalesced entries wait for the next interval instead of being lost.
+func TestCountsFailureKeepsPendingEntries(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		source := &fakeSource{}
+		_, url := frontend(t, b, source, leaderboard.Config{Interval: 5 * time.Millisecond, Sweep: time.Hour})
+		conn, _, err := websocket.DefaultDialer.Dial(url, nil)
+		require.NoError(t, err)
+		defer conn.Close()
+		require.Equal(t, "snapshot", read(t, conn, 5*time.Second).Type)
+
+		source.failCounts.Store(true)
+		publish(t, b, "kept")
+		require.Eventually(t, func() bool { return source.countsFailed.Load() > 0 }, 5*time.Second, time.Millisecond)
+		source.failCounts.Store(false)
+		m := readUntil(t, conn, "kept")
+		require.Equal(t, "update", m.Type)
+		require.EqualValues(t, 7, m.Counts.Done)
+	})
+}
+
+// TestServeAfterStopIsRefused: a stopped hub upgrades nobody.
+func TestServeAfterStopIsRefused(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		hub, url := frontend(t, b, &fakeSource{}, leaderboard.Config{})
+		require.NoError(t, hub.Stop())
+		conn, resp, err := websocket.DefaultDialer.Dial(url, nil)
+		if conn != nil {
+			conn.Close()
+		}
+		require.ErrorIs(t, err, websocket.ErrBadHandshake)
+		require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+		require.Zero(t, hub.Viewers())
+	})
+}
+
+// TestOriginIsComparedWithoutCase: scheme and host are case-insensitive;
+// another host is refused.
+func TestOriginIsComparedWithoutCase(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		hub, url := frontend(t, b, &fakeSource{}, leaderboard.Config{})
+		host := strings.TrimPrefix(url, "ws://")
+		for _, origin := range []string{"http://" + host, "HTTP://" + host, "Https://" + strings.ToUpper(host)} {
+			conn, _, err := websocket.DefaultDialer.Dial(url, http.Header{"Origin": {origin}})
+			require.NoError(t, err, origin)
+			require.Equal(t, "snapshot", read(t, conn, 5*time.Second).Type, origin)
+			conn.Close()
+		}
+		for _, origin := range []string{"http://evil.example", "null", "ftp://" + host, "http://" + host + ".evil.example"} {
+			conn, resp, err := websocket.DefaultDialer.Dial(url, http.Header{"Origin": {origin}})
+			if conn != nil {
+				conn.Close()
+			}
+			require.ErrorIs(t, err, websocket.ErrBadHandshake, origin)
+			require.Equal(t, http.StatusForbidden, resp.StatusCode, origin)
+		}
+		require.Eventually(t, func() bool { return hub.Viewers() == 0 }, 5*time.Second, 10*time.Millisecond)
 	})
 }

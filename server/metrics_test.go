@@ -80,13 +80,15 @@ func TestMetricsAndStatsJSON(t *testing.T) {
 		r = f.get("/metered/stats.json")
 		require.Equal(t, http.StatusOK, r.status, r.body)
 		require.Equal(t, "*", r.header.Get("Access-Control-Allow-Origin"))
-		require.Equal(t, "max-age=5", r.header.Get("Cache-Control"))
+		require.Equal(t, "public, max-age=2", r.header.Get("Cache-Control"))
 		stats := decode(t, r.body)
 		require.Equal(t, map[string]any{"todo": 0.0, "todo:backfeed": 0.0, "todo:secondary": 0.0, "todo:redo": 0.0,
 			"todo:reserved": 0.0, "out": 1.0, "done": 1.0, "offloaded": 0.0, "reclaimable": 0.0}, stats["counts"])
 		require.Equal(t, []any{map[string]any{"name": "tester1", "bytes": 1234.0, "items": 1.0, "version": "20240101.01"}},
 			stats["downloaders"])
 		require.Equal(t, 1.0, stats["irsr"])
+		require.Equal(t, 1.0, stats["downloaders_total"])
+		require.Equal(t, float64(f.clock.Now().UnixMilli()), stats["generated_at"])
 
 		for _, path := range []string{"/nosuch/stats.json", "/Bad%20Slug/stats.json", "/metrics/stats.json"} {
 			r = f.get(path)

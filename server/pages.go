@@ -7,6 +7,8 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -19,16 +21,38 @@ type PageEngine interface {
 	Projects(ctx context.Context) ([]string, error)
 	Project(ctx context.Context, slug string) (queues.Project, error)
 	Counts(ctx context.Context, slug string) (queues.Counts, error)
+	// Charts fails with queues.CodeProjectNotFound for a missing project.
 	Charts(ctx context.Context, slug string) (queues.Charts, error)
 	Recent(ctx context.Context, slug string, n int) ([]json.RawMessage, error)
 }
 
 // Pages serves the viewers' side: the project index at /, each project's
 // page at /<slug>/, its live websocket, and charts.json and recent.json
-// (the same data for scripts and userscripts).
+// (the same data for scripts and userscripts). Each frontend reads one
+// project's charts at most once per CacheFor, however many pages poll them.
 type Pages struct {
 	Engine PageEngine
 	Hub    *leaderboard.Hub
+	// Clock times the charts cache; nil is the wall clock.
+	Clock queues.Clock
+	// CacheFor is how long one charts read is reused and the max-age
+	// sent; zero is DefaultPageCacheFor.
+	CacheFor time.Duration
+
+	once   sync.Once
+	charts *sharedJSON
+}
+
+func (p *Pages) init() {
+	p.once.Do(func() {
+		if p.Clock == nil {
+			p.Clock = queues.SystemClock{}
+		}
+		if p.CacheFor <= 0 {
+			p.CacheFor = DefaultPageCacheFor
+		}
+		p.charts = newSharedJSON(p.CacheFor, p.Clock)
+	})
 }
 
 // pageResources are the GET paths under /<slug>/ that Pages answers.
@@ -49,6 +73,7 @@ func pagePath(path string) (slug, resource string, ok bool) {
 
 // Serve answers one page resource; WarriorAPI.Dispatch routes here.
 func (p *Pages) Serve(c *gin.Context, slug, resource string) {
+	p.init()
 	if c.Request.Method != http.MethodGet && c.Request.Method != http.MethodHead {
 		c.Header("Allow", http.MethodGet)
 		_ = c.Error(&httpError{Status: http.StatusMethodNotAllowed, Code: "method", Message: "pages are read with GET"})
@@ -59,6 +84,21 @@ func (p *Pages) Serve(c *gin.Context, slug, resource string) {
 		return
 	}
 	ctx := c.Request.Context()
+	if resource == "charts.json" {
+		// Charts answers "no such project" itself, so the existence check
+		// is cached with the charts instead of costing a read per request.
+		body, err := p.charts.get(ctx, slug, func(ctx context.Context) (any, error) {
+			return p.Engine.Charts(ctx, slug)
+		})
+		if err != nil {
+			_ = c.Error(err)
+			return
+		}
+		c.Header("Access-Control-Allow-Origin", "*")
+		c.Header("Cache-Control", publicMaxAge(p.CacheFor))
+		c.Data(http.StatusOK, "application/json; charset=utf-8", body)
+		return
+	}
 	if _, err := p.Engine.Project(ctx, slug); err != nil {
 		_ = c.Error(err)
 		return
@@ -67,15 +107,6 @@ func (p *Pages) Serve(c *gin.Context, slug, resource string) {
 	case "":
 		c.Header("Cache-Control", "no-cache")
 		c.Data(http.StatusOK, "text/html; charset=utf-8", leaderboard.ProjectPage())
-	case "charts.json":
-		charts, err := p.Engine.Charts(ctx, slug)
-		if err != nil {
-			_ = c.Error(err)
-			return
-		}
-		c.Header("Access-Control-Allow-Origin", "*")
-		c.Header("Cache-Control", "max-age=30")
-		c.JSON(http.StatusOK, charts)
 	case "recent.json":
 		recent, err := p.Engine.Recent(ctx, slug, 100)
 		if err != nil {
@@ -88,7 +119,7 @@ func (p *Pages) Serve(c *gin.Context, slug, resource string) {
 	case "ws":
 		if err := p.Hub.Serve(c.Writer, c.Request, slug); err != nil {
 			status := http.StatusServiceUnavailable
-			if !errors.Is(err, leaderboard.ErrTooManyViewers) {
+			if !errors.Is(err, leaderboard.ErrTooManyViewers) && !errors.Is(err, leaderboard.ErrHubStopped) {
 				status = http.StatusInternalServerError
 			}
 			_ = c.Error(&httpError{Status: status, Code: "websocket", Message: err.Error()})

@@ -50,6 +50,8 @@ func TestLeaderboardPagesAndJSON(t *testing.T) {
 
 		r = get("/live/charts.json")
 		require.Equal(t, http.StatusOK, r.status, r.body)
+		require.Equal(t, "public, max-age=2", r.header.Get("Cache-Control"))
+		require.Equal(t, "*", r.header.Get("Access-Control-Allow-Origin"))
 		var charts queues.Charts
 		require.NoError(t, json.Unmarshal([]byte(r.body), &charts))
 		require.EqualValues(t, 2, charts.ItemsDoneTotal)

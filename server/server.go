@@ -95,8 +95,9 @@ func New(cfg Config, engine *queues.Engine) (*Server, error) {
 	router.Use(metrics.Middleware(), gin.Recovery(), renderErrors(cfg.Logger))
 
 	hub := leaderboard.NewHub(leaderboard.Config{Logger: cfg.Logger}, engine.Redis(), engine)
-	pages := &Pages{Engine: engine, Hub: hub}
-	warrior := &WarriorAPI{Engine: engine, MaxBodyBytes: cfg.WarriorBodyBytes, StatsJSON: &StatsJSON{Engine: engine}, Pages: pages}
+	pages := &Pages{Engine: engine, Hub: hub, Clock: engine.Clock()}
+	stats := &StatsJSON{Engine: engine, Clock: engine.Clock()}
+	warrior := &WarriorAPI{Engine: engine, MaxBodyBytes: cfg.WarriorBodyBytes, StatsJSON: stats, Pages: pages}
 	admin := &AdminAPI{Engine: engine, Logger: cfg.Logger, MaxBodyBytes: cfg.AdminBodyBytes}
 	if cfg.Offloader != nil {
 		admin.Offloader = cfg.Offloader

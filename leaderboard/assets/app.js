@@ -7,7 +7,15 @@
   const $ = (sel) => document.querySelector(sel);
   const LOG_ROWS = 25, TOP_ROWS = 18;
 
-  const state = { downloaders: new Map(), seen: new Set(), countsAt: 0, rankBy: "bytes", showAll: false };
+  const LIVE_KEPT = 5000;
+
+  // live holds the completions received live, until a stats.json read
+  // after them includes them (see loadStats); statsAt is when the shown
+  // stats were read; more is how many downloaders stats.json left out.
+  const state = {
+    downloaders: new Map(), seen: new Set(), countsAt: 0, rankBy: "bytes", showAll: false,
+    live: [], statsAt: 0, more: 0,
+  };
 
   const fmt = (n) => Number(n || 0).toLocaleString("en-US");
   function bytes(n) {
@@ -34,9 +42,24 @@
 
   // Live log -----------------------------------------------------------
   function entryKey(e) { return e.at + " " + e.by + " " + (e.items || []).join("\u0000"); }
+  // insertRow keeps the log newest first by each entry's time, so an
+  // entry that arrives late (or an update before its snapshot) still lands
+  // where it belongs.
+  function insertRow(tbody, tr, at) {
+    for (const row of tbody.rows) {
+      if (Number(row.dataset.at) <= at) { tbody.insertBefore(tr, row); return; }
+    }
+    tbody.appendChild(tr);
+  }
+  function countLive(by, bytes, items) {
+    const d = state.downloaders.get(by) || { name: by, bytes: 0, items: 0 };
+    d.bytes += bytes;
+    d.items += items;
+    state.downloaders.set(by, d);
+  }
   function addEntries(entries, live) {
     const tbody = $("#log");
-    // Oldest first, so the newest ends up on top.
+    // Oldest first, so among equal times the last received ends up on top.
     const sorted = entries.slice().sort((a, b) => a.at - b.at);
     for (const e of sorted) {
       const key = entryKey(e);
@@ -48,6 +71,7 @@
         const tr = document.createElement("tr");
         tr.className = "log-row" + (live ? " fresh" : "");
         tr.dataset.item = item;
+        tr.dataset.at = Number(e.at) || 0;
         tr.title = "version " + (e.version || "?") + " · " + (e.ua || "") + " · " + new Date(e.at).toLocaleString();
         for (const [text, cls] of [[e.by, ""], [item, ""], [bytes(size), "num"]]) {
           const td = document.createElement("td");
@@ -55,13 +79,13 @@
           if (cls) td.className = cls;
           tr.appendChild(td);
         }
-        tbody.insertBefore(tr, tbody.firstChild);
+        insertRow(tbody, tr, Number(e.at) || 0);
       }
       if (live) {
-        const d = state.downloaders.get(e.by) || { name: e.by, bytes: 0, items: 0 };
-        d.bytes += e.bytes || 0;
-        d.items += items.length;
-        state.downloaders.set(e.by, d);
+        const done = { at: Number(e.at) || 0, by: e.by, bytes: e.bytes || 0, items: items.length };
+        countLive(done.by, done.bytes, done.items);
+        state.live.push(done);
+        if (state.live.length > LIVE_KEPT) state.live.splice(0, state.live.length - LIVE_KEPT);
         scheduleTable();
       }
     }
@@ -94,6 +118,9 @@
       frag.appendChild(tr);
     });
     $("#downloaders").replaceChildren(frag);
+    const more = $("#downloaders-more");
+    more.hidden = !(state.showAll && state.more > 0);
+    more.textContent = "and " + fmt(state.more) + " more";
   }
   $("#rank-by").addEventListener("change", (ev) => { state.rankBy = ev.target.value; renderTable(); });
   $("#show-all").addEventListener("change", (ev) => { state.showAll = ev.target.checked; renderTable(); });
@@ -101,12 +128,23 @@
 
   // Stats --------------------------------------------------------------
   async function loadStats() {
-    const res = await fetch(base + "/stats.json", { cache: "no-store" });
+    // The server and the browser both reuse a reply for a second or two
+    // (Cache-Control), so thousands of open pages cost Redis one read.
+    const res = await fetch(base + "/stats.json");
     if (!res.ok) return;
     const s = await res.json();
+    const generated = Number(s.generated_at) || 0;
+    if (generated && generated < state.statsAt) return; // older than what is shown
+    state.statsAt = generated;
     if (s.title) { $("#title").textContent = s.title; document.title = s.title + " · hoard"; }
     applyCounts(s.counts, 0);
     state.downloaders = new Map((s.downloaders || []).map((d) => [d.name, { name: d.name, bytes: d.bytes, items: d.items, version: d.version }]));
+    // Completions that came live after these stats were read are not in
+    // them yet: count them again, so a cached reply never takes the table
+    // back in time.
+    state.live = generated ? state.live.filter((e) => e.at > generated) : [];
+    for (const e of state.live) countLive(e.by, e.bytes, e.items);
+    state.more = Math.max(0, (Number(s.downloaders_total) || 0) - (s.downloaders || []).length);
     renderTable();
     $("#stat-irsr").textContent = s.last_hour && s.last_hour.requests ? pct(s.last_hour.irsr) : pct(s.irsr);
     $("#stat-reclaim-rate").textContent = pct(s.reclaim_rate);
@@ -159,7 +197,7 @@
     });
   }
   async function loadCharts() {
-    const res = await fetch(base + "/charts.json", { cache: "no-store" });
+    const res = await fetch(base + "/charts.json");
     if (!res.ok) return;
     const c = await res.json();
     const hours = c.hours || [];
@@ -205,6 +243,9 @@
     ws.onopen = () => { delay = 1000; $("#status").textContent = "live"; $("#status").classList.add("live"); };
     ws.onmessage = (ev) => {
       const msg = JSON.parse(ev.data);
+      // A snapshot restarts the clock: after a reconnect it may come from
+      // another frontend, whose clock may be behind the last one's.
+      if (msg.type === "snapshot") state.countsAt = 0;
       applyCounts(msg.counts, msg.at || 0);
       // A snapshot's entries are history (already in the leaderboard);
       // an update's are new.
