@@ -63,7 +63,7 @@ func event(e bittorrent.Event) announceOpt {
 	return func(r *bittorrent.AnnounceRequest) { r.Event = e }
 }
 func passkey(p string) announceOpt { return func(r *bittorrent.AnnounceRequest) { r.Passkey = p } }
-func numWant(n int) announceOpt   { return func(r *bittorrent.AnnounceRequest) { r.NumWant = n } }
+func numWant(n int) announceOpt    { return func(r *bittorrent.AnnounceRequest) { r.NumWant = n } }
 func transfer(up, down uint64) announceOpt {
 	return func(r *bittorrent.AnnounceRequest) { r.Uploaded, r.Downloaded = up, down }
 }
