@@ -6,8 +6,8 @@
 --
 -- KEYS[1] torrent    HASH  id, created, last_action, announces, seeders,
 --                          leechers, snatches
--- KEYS[2] seeders    HASH  peer id (20 bytes) -> compact address
--- KEYS[3] leechers   HASH  peer id (20 bytes) -> compact address
+-- KEYS[2] seeders    HASH  peer id (20 bytes) -> peer entry (see ARGV[3])
+-- KEYS[3] leechers   HASH  peer id (20 bytes) -> peer entry
 -- KEYS[4] deadlines  ZSET  peer id .. user id -> deadline (ms)
 -- KEYS[5] peer       HASH  this peer's record
 -- KEYS[6] timeout    STRING this peer's timeout key, expires at its deadline
@@ -16,7 +16,9 @@
 --
 -- ARGV[1]  now (ms)
 -- ARGV[2]  peer id (20 bytes)
--- ARGV[3]  compact address (4 or 16 address bytes + 2 port bytes)
+-- ARGV[3]  peer entry: one byte N (6 or 18), the peer id, then the N-byte
+--          compact address (4 or 16 address bytes, 2 port bytes). Entries
+--          are stored ready to send, so picking peers is a concatenation.
 -- ARGV[4]  uploaded (bytes, as reported)
 -- ARGV[5]  downloaded (bytes, as reported)
 -- ARGV[6]  left (bytes)
@@ -24,31 +26,35 @@
 -- ARGV[8]  numwant (>= 0, already capped)
 -- ARGV[9]  "1": the torrent must be registered (private mode)
 -- ARGV[10] user id, "" in open mode
--- ARGV[11] peer timeout (ms): the deadline is now + this
+-- ARGV[11] peer timeout (ms)
 -- ARGV[12] peer record retention (ms) after its deadline
 -- ARGV[13] open-mode torrent retention (ms) once its swarm is empty; 0 keeps it
 -- ARGV[14] hit-and-run minimum seed time (ms), 0: none
 -- ARGV[15] hit-and-run minimum ratio, 0: none
+-- ARGV[16] the peer's new deadline: now + timeout (ms)
 --
 -- Returns
 --   {1, seeders, leechers, snatches, born, d_seeders, d_leechers, snatched,
---    torrent id, user bits, user version, d_uploaded, d_downloaded,
---    peer id 1, address 1, peer id 2, address 2, ...}
+--    torrent id, user bits, user version, d_uploaded, d_downloaded, peers}
 --      born: 1 when the swarm had no peer before this announce (the caller
 --      then indexes it for the expiry sweep); snatched: 1 when this
---      announce counted a snatch; user bits -1 when the user's state did
---      not change (see user_settle); d_uploaded/d_downloaded: what this
---      peer transferred since its previous announce
+--      announce counted a snatch; torrent id "" when not registered; user
+--      bits -1 when the user's state did not change (see user_write);
+--      d_uploaded/d_downloaded: what this peer transferred since its
+--      previous announce; peers: the chosen peers' entries concatenated
+--      into one string, so the reply is one bulk string, not one per peer
 --  -1  the torrent is not registered (private mode)
 --  -2  the peer id is active in this swarm under another user
 --
 -- Note: a seeder gets only leechers; a leecher gets seeders first, then
 -- other leechers. Peers are picked with HRANDFIELD, so an announce costs
--- O(numwant), never O(swarm). The requester is never among them.
+-- O(numwant), never O(swarm). The requester is never among them. Numbers
+-- that arrive as decimal text are stored as they came, because formatting
+-- numbers is one of the dearer things a script does.
 
 local now = tonumber(ARGV[1])
 local peer_id = ARGV[2]
-local addr = ARGV[3]
+local entry = ARGV[3]
 local uploaded = tonumber(ARGV[4])
 local downloaded = tonumber(ARGV[5])
 local left = tonumber(ARGV[6])
@@ -56,30 +62,23 @@ local event = ARGV[7]
 local numwant = tonumber(ARGV[8])
 local user = ARGV[10]
 local timeout_ms = tonumber(ARGV[11])
-local retention_ms = tonumber(ARGV[12])
-local open_retention_ms = tonumber(ARGV[13])
 local hnr_seed_ms = tonumber(ARGV[14])
 local hnr_ratio = tonumber(ARGV[15])
 
 local k_torrent, k_seeders, k_leechers, k_deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local k_peer, k_timeout, k_user = KEYS[5], KEYS[6], KEYS[7]
 
-local torrent_id = ''
-if ARGV[9] == '1' then
-  torrent_id = redis.call('HGET', k_torrent, 'id')
-  if not torrent_id then
-    return {-1}
-  end
+local t = redis.call('HMGET', k_torrent, 'id', 'created')
+if ARGV[9] == '1' and not t[1] then
+  return {-1}
 end
+local torrent_id = t[1] or ''
 
-local was_seeder = redis.call('HEXISTS', k_seeders, peer_id) == 1
-local was_leecher = redis.call('HEXISTS', k_leechers, peer_id) == 1
-local was_active = was_seeder or was_leecher
 local p = redis.call('HMGET', k_peer, 'user', 'uploaded', 'downloaded', 'last_announce',
-  'completed', 'total_time', 'first_announce')
+  'completed', 'total_time', 'addr')
 local known = p[1] ~= false
 if known and p[1] ~= user then
-  if was_active then
+  if redis.call('HEXISTS', k_seeders, peer_id) == 1 or redis.call('HEXISTS', k_leechers, peer_id) == 1 then
     return {-2}
   end
   -- An old, inactive record of another user's session: start afresh.
@@ -88,11 +87,27 @@ if known and p[1] ~= user then
   known = false
 end
 
-local seeders_before = redis.call('HLEN', k_seeders)
-local leechers_before = redis.call('HLEN', k_leechers)
 local member = peer_id .. user
 local leaving = event == '3'
 local seeding = left == 0
+
+-- Move the peer to its role (or out); the replies say where it was.
+local was_seeder, was_leecher
+if leaving then
+  local was = peer_leave(k_seeders, k_leechers, k_deadlines, k_timeout, peer_id, member)
+  was_seeder, was_leecher = was == 1, was == 0
+else
+  if seeding then
+    was_leecher = redis.call('HDEL', k_leechers, peer_id) == 1
+    was_seeder = redis.call('HSET', k_seeders, peer_id, entry) == 0
+  else
+    was_seeder = redis.call('HDEL', k_seeders, peer_id) == 1
+    was_leecher = redis.call('HSET', k_leechers, peer_id, entry) == 0
+  end
+  redis.call('ZADD', k_deadlines, ARGV[16], member)
+  redis.call('SET', k_timeout, '1', 'PX', ARGV[11])
+end
+local was_active = was_seeder or was_leecher
 
 -- What happened since the previous announce. Time counts only while the
 -- peer was in the swarm, and never more than one timeout. A started event
@@ -112,30 +127,28 @@ if event == '1' and not (known and p[5] == '1') then
   snatched = 1
 end
 
-if leaving then
-  peer_leave(k_seeders, k_leechers, k_deadlines, k_peer, k_timeout, peer_id, member)
-else
-  local role, other = k_leechers, k_seeders
-  if seeding then role, other = k_seeders, k_leechers end
-  redis.call('HDEL', other, peer_id)
-  redis.call('HSET', role, peer_id, addr)
-  redis.call('ZADD', k_deadlines, int(now + timeout_ms), member)
-  redis.call('SET', k_timeout, '1', 'PX', timeout_ms)
-end
-
 -- The peer record. A stopped event from a peer never seen leaves none.
 if known or not leaving then
   local active = '1'
   if leaving then active = '0' end
-  local fields = {'user', user, 'addr', addr, 'uploaded', int(uploaded),
-    'downloaded', int(downloaded), 'left', int(left), 'last_announce', int(now),
-    'total_time', int((tonumber(p[6]) or 0) + elapsed), 'active', active,
-    'first_announce', p[7] or int(now)}
+  local fields = {'uploaded', ARGV[4], 'downloaded', ARGV[5], 'left', ARGV[6],
+    'last_announce', ARGV[1], 'active', active}
+  if not known then
+    local n = #fields
+    fields[n + 1], fields[n + 2] = 'user', user
+    fields[n + 3], fields[n + 4] = 'first_announce', ARGV[1]
+    fields[n + 5], fields[n + 6] = 'total_time', '0'
+  end
+  local addr = string.sub(entry, 22)
+  if addr ~= p[7] then
+    fields[#fields + 1] = 'addr'
+    fields[#fields + 1] = addr
+  end
   if elapsed > 0 then
-    fields[#fields + 1] = 'speed_up'
-    fields[#fields + 1] = string.format('%.2f', d_up * 1000 / elapsed)
-    fields[#fields + 1] = 'speed_down'
-    fields[#fields + 1] = string.format('%.2f', d_down * 1000 / elapsed)
+    local n = #fields
+    fields[n + 1], fields[n + 2] = 'total_time', int((tonumber(p[6]) or 0) + elapsed)
+    fields[n + 3], fields[n + 4] = 'speed_up', string.format('%.2f', d_up * 1000 / elapsed)
+    fields[n + 5], fields[n + 6] = 'speed_down', string.format('%.2f', d_down * 1000 / elapsed)
   end
   if snatched == 1 then
     fields[#fields + 1] = 'completed'
@@ -143,63 +156,69 @@ if known or not leaving then
   end
   redis.call('HSET', k_peer, unpack(fields))
   if leaving then
-    redis.call('PEXPIRE', k_peer, retention_ms)
+    redis.call('PEXPIRE', k_peer, ARGV[12])
   else
-    redis.call('PEXPIRE', k_peer, timeout_ms + retention_ms)
+    redis.call('PEXPIRE', k_peer, timeout_ms + tonumber(ARGV[12]))
   end
 end
 
 -- The user's record on this torrent: transfer, seed and leech time,
 -- active peers, complete and snatched, and from them the user's state.
-local user_bits, user_ver = -1, 0
+local user_state, user_ver = -1, 0
 if user ~= '' and (known or not leaving) then
-  if d_up > 0 then redis.call('HINCRBY', k_user, 'uploaded', int(d_up)) end
-  if d_down > 0 then redis.call('HINCRBY', k_user, 'downloaded', int(d_down)) end
-  if elapsed > 0 then
-    if was_seeder then
-      redis.call('HINCRBY', k_user, 'seed_ms', int(elapsed))
-    else
-      redis.call('HINCRBY', k_user, 'leech_ms', int(elapsed))
-    end
+  local u = user_read(k_user)
+  u.uploaded = u.uploaded + d_up
+  u.downloaded = u.downloaded + d_down
+  if was_seeder then
+    u.seed_ms = u.seed_ms + elapsed
+  else
+    u.leech_ms = u.leech_ms + elapsed
   end
   if leaving and was_active then
-    user_peer_left(k_user)
+    u.peers = math.max(0, u.peers - 1)
   elseif not leaving and not was_active then
-    redis.call('HINCRBY', k_user, 'peers', 1)
+    u.peers = u.peers + 1
   end
-  if seeding and not leaving then
-    redis.call('HSET', k_user, 'complete', '1')
+  if (seeding and not leaving) or snatched == 1 then
+    u.complete = true
   end
-  if snatched == 1 then
-    redis.call('HSET', k_user, 'complete', '1')
-    redis.call('HSETNX', k_user, 'snatched', int(now))
+  if snatched == 1 and u.snatched == 0 then
+    u.snatched = now
   end
-  redis.call('HSETNX', k_user, 'first_announce', int(now))
-  redis.call('HSET', k_user, 'last_announce', int(now))
-  user_bits, user_ver = user_settle(k_user, now, hnr_seed_ms, hnr_ratio)
+  u.last = ARGV[1]
+  user_state, user_ver = user_write(k_user, u, now, hnr_seed_ms, hnr_ratio)
 end
 
 -- The torrent's counters.
+local seeders = redis.call('HLEN', k_seeders)
+local leechers = redis.call('HLEN', k_leechers)
+local d_seeders, d_leechers = 0, 0
+if was_seeder then d_seeders = -1 end
+if was_leecher then d_leechers = -1 end
+if not leaving then
+  if seeding then d_seeders = d_seeders + 1 else d_leechers = d_leechers + 1 end
+end
+local was_empty = seeders + leechers - d_seeders - d_leechers == 0
 redis.call('HINCRBY', k_torrent, 'announces', 1)
-redis.call('HSETNX', k_torrent, 'created', int(now))
 local snatches
 if snatched == 1 then
   snatches = redis.call('HINCRBY', k_torrent, 'snatches', 1)
 else
   snatches = tonumber(redis.call('HGET', k_torrent, 'snatches') or '0')
 end
-local was_empty = seeders_before + leechers_before == 0
-local seeders, leechers = swarm_settle(k_torrent, k_seeders, k_leechers, now,
-  leaving and was_seeder, open_retention_ms, was_empty)
+local fields = {}
+if not t[2] then
+  fields[1], fields[2] = 'created', ARGV[1]
+end
+torrent_counts(fields, seeders, leechers, ARGV[1], leaving and was_seeder)
+redis.call('HSET', k_torrent, unpack(fields))
 local born = 0
 if was_empty and seeders + leechers > 0 then born = 1 end
-
-local out = {1, seeders, leechers, snatches, born, seeders - seeders_before,
-  leechers - leechers_before, snatched, torrent_id, user_bits, int(user_ver),
-  int(d_up), int(d_down)}
+torrent_retention(k_torrent, t[1] ~= false, seeders + leechers == 0, born == 1, tonumber(ARGV[13]))
 
 -- Up to n random peers of one role hash, skipping the requester.
-local function append_random(key, n, skip)
+local packed = {}
+local function pick(key, n, skip)
   local want = n
   if skip then want = n + 1 end
   local picked = redis.call('HRANDFIELD', key, want, 'WITHVALUES')
@@ -207,9 +226,8 @@ local function append_random(key, n, skip)
   for i = 1, #picked, 2 do
     if got >= n then break end
     if picked[i] ~= skip then
-      out[#out + 1] = picked[i]
-      out[#out + 1] = picked[i + 1]
       got = got + 1
+      packed[#packed + 1] = picked[i + 1]
     end
   end
   return got
@@ -217,12 +235,14 @@ end
 
 if not leaving and numwant > 0 then
   if seeding then
-    append_random(k_leechers, numwant, nil)
+    pick(k_leechers, numwant, nil)
   else
-    local got = append_random(k_seeders, numwant, nil)
+    local got = pick(k_seeders, numwant, nil)
     if got < numwant then
-      append_random(k_leechers, numwant - got, peer_id)
+      pick(k_leechers, numwant - got, peer_id)
     end
   end
 end
-return out
+
+return {1, seeders, leechers, snatches, born, d_seeders, d_leechers, snatched, torrent_id,
+  user_state, int(user_ver), int(d_up), int(d_down), table.concat(packed)}

@@ -24,7 +24,7 @@
 --          user 1, bits 1, version 1, user 2, ...}
 --   next deadline: the swarm's earliest remaining deadline (ms), 0 when no
 --   peer is left; torrent id "" when the torrent is not registered; then
---   one triple per user whose state changed (see user_settle)
+--   one triple per user whose state changed (see user_write)
 
 local now = tonumber(ARGV[1])
 local open_retention_ms = tonumber(ARGV[2])
@@ -32,9 +32,7 @@ local hnr_seed_ms = tonumber(ARGV[3])
 local hnr_ratio = tonumber(ARGV[4])
 local k_torrent, k_seeders, k_leechers, k_deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
-local seeders_before = redis.call('HLEN', k_seeders)
-local leechers_before = redis.call('HLEN', k_leechers)
-local removed = 0
+local removed, d_seeders, d_leechers = 0, 0, 0
 local users = {}
 
 for i = 0, #ARGV - 5 do
@@ -44,12 +42,17 @@ for i = 0, #ARGV - 5 do
   if deadline >= 0 and deadline <= now then
     local peer_id = string.sub(member, 1, 20)
     local user = string.sub(member, 21)
-    local was = peer_leave(k_seeders, k_leechers, k_deadlines, k_peer, k_timeout, peer_id, member)
+    local was = peer_leave(k_seeders, k_leechers, k_deadlines, k_timeout, peer_id, member)
     if was >= 0 then
       removed = removed + 1
+      if was == 1 then d_seeders = d_seeders - 1 else d_leechers = d_leechers - 1 end
+      if redis.call('EXISTS', k_peer) == 1 then
+        redis.call('HSET', k_peer, 'active', '0')
+      end
       if user ~= '' then
-        user_peer_left(k_user)
-        local bits, ver = user_settle(k_user, now, hnr_seed_ms, hnr_ratio)
+        local u = user_read(k_user)
+        u.peers = math.max(0, u.peers - 1)
+        local bits, ver = user_write(k_user, u, now, hnr_seed_ms, hnr_ratio)
         if bits >= 0 then
           users[#users + 1] = user
           users[#users + 1] = bits
@@ -60,15 +63,19 @@ for i = 0, #ARGV - 5 do
   end
 end
 
-local seeders, leechers = seeders_before, leechers_before
+local t = redis.call('HMGET', k_torrent, 'id')
 if removed > 0 then
-  seeders, leechers = swarm_settle(k_torrent, k_seeders, k_leechers, now, false, open_retention_ms, false)
+  local seeders = redis.call('HLEN', k_seeders)
+  local leechers = redis.call('HLEN', k_leechers)
+  local fields = {}
+  torrent_counts(fields, seeders, leechers, ARGV[1], false)
+  redis.call('HSET', k_torrent, unpack(fields))
+  torrent_retention(k_torrent, t[1] ~= false, seeders + leechers == 0, false, open_retention_ms)
 end
 local next_deadline = 0
 local first = redis.call('ZRANGE', k_deadlines, 0, 0, 'WITHSCORES')
 if #first == 2 then next_deadline = tonumber(first[2]) end
 
-local out = {removed, seeders - seeders_before, leechers - leechers_before, int(next_deadline),
-  redis.call('HGET', k_torrent, 'id') or ''}
+local out = {removed, d_seeders, d_leechers, int(next_deadline), t[1] or ''}
 for _, v in ipairs(users) do out[#out + 1] = v end
 return out

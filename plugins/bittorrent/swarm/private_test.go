@@ -2,9 +2,11 @@ package swarm_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/internal/redistest"
@@ -216,5 +218,39 @@ func TestUserSetsRepairAfterLostFlush(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 1, report.UserStates)
 		require.Equal(t, []string{"t1"}, f.user("alice").Active)
+	})
+}
+
+func TestScriptsReloadAfterScriptFlush(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f, hash := privateFixture(t, b, swarm.Config{})
+		ctx := context.Background()
+		flushScripts := func() {
+			if cluster, ok := b.Client.(*redis.ClusterClient); ok {
+				require.NoError(t, cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+					return c.ScriptFlush(ctx).Err()
+				}))
+				return
+			}
+			require.NoError(t, b.Client.ScriptFlush(ctx).Err())
+		}
+		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"))
+		f.flush()
+		// A restarted Redis has no scripts: announces, flushes (user sets)
+		// and sweeps (expire, due_settle) load theirs again.
+		flushScripts()
+		for i := range 5 {
+			other := infoHash(fmt.Sprint("reload-", i))
+			require.NoError(t, f.store.RegisterTorrent(ctx, other, fmt.Sprint("r", i)))
+			f.announce(other, peerID("-TR", 1), 1, passkey("passkeyA"))
+		}
+		flushScripts()
+		require.Len(t, f.user("alice").Active, 6)
+		flushScripts()
+		f.clock.Advance(2 * time.Hour)
+		removed, err := f.store.Sweep(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 6, removed)
+		require.Empty(t, f.user("alice").Active)
 	})
 }

@@ -107,7 +107,9 @@ func (c *passkeyCache) lookup(ctx context.Context, s *Store, passkey string) (st
 	defer c.mu.Unlock()
 	if err != nil {
 		if entry != nil {
+			// Keep answering from the old copy while Redis is unreachable.
 			entry.refreshing = false
+			return entry.userID, nil
 		}
 		return "", fmt.Errorf("swarm: passkey lookup: %w", err)
 	}
@@ -195,9 +197,10 @@ func (s *Store) RegisterTorrent(ctx context.Context, hash bittorrent.InfoHash, t
 }
 
 // UnregisterTorrent makes a torrent unknown: announces are refused from
-// now on and its peers leave as their deadlines pass. Its counters stay
-// (the site may still want them); its index entries go. Unregistering an
-// unknown torrent is not an error.
+// now on and its peers leave as their deadlines pass. Its record (the
+// counters) is kept until its swarm has been empty for
+// OpenTorrentRetention, like any unregistered torrent's; its index
+// entries go now. Unregistering an unknown torrent is not an error.
 func (s *Store) UnregisterTorrent(ctx context.Context, hash bittorrent.InfoHash) error {
 	if err := s.rdb.HDel(ctx, TorrentKey(hash), "id").Err(); err != nil {
 		return fmt.Errorf("swarm.UnregisterTorrent: %w", err)

@@ -55,24 +55,40 @@ type scriptCall struct {
 
 // runScriptsPipelined runs many invocations of one script in a single
 // pipeline (go-redis splits it by node on a cluster) and returns one
-// command per call, in order. Calls that failed with NOSCRIPT (a node
-// restarted or was added since the script was loaded) are rerun one by
-// one with EVALSHA-then-EVAL, which also reloads the script there.
+// command per call, in order. When calls fail with NOSCRIPT (a node
+// restarted or was added since the script was loaded), the script is
+// loaded on every node and those calls are sent again in one more
+// pipeline, so a restart costs one extra round trip, not one per call.
 func (s *Store) runScriptsPipelined(ctx context.Context, script *redis.Script, calls []scriptCall) []*redis.Cmd {
 	if len(calls) == 0 {
 		return nil
 	}
-	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(calls))
+	pipe := s.rdb.Pipeline()
 	for i, call := range calls {
 		cmds[i] = script.EvalSha(ctx, pipe, call.keys, call.args...)
 	}
-	_, _ = pipe.Exec(ctx) // errors are read per command below
+	_, _ = pipe.Exec(ctx) // errors are read per command
+	var missing []int
 	for i, cmd := range cmds {
 		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			cmds[i] = script.Run(ctx, s.rdb, calls[i].keys, calls[i].args...)
+			missing = append(missing, i)
 		}
 	}
+	if len(missing) == 0 {
+		return cmds
+	}
+	if err := script.Load(ctx, s.rdb).Err(); err != nil {
+		for _, i := range missing {
+			cmds[i] = script.Run(ctx, s.rdb, calls[i].keys, calls[i].args...)
+		}
+		return cmds
+	}
+	pipe = s.rdb.Pipeline()
+	for _, i := range missing {
+		cmds[i] = script.EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
+	}
+	_, _ = pipe.Exec(ctx)
 	return cmds
 }
 

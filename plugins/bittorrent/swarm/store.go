@@ -242,12 +242,13 @@ func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (
 	if s.cfg.Private {
 		private = "1"
 	}
+	timeout := s.cfg.PeerTimeout.Milliseconds()
 	reply, err := s.runScriptList(ctx, "swarm.Announce", announceScript,
 		announceKeys(req.InfoHash, req.PeerID, userID),
-		now, req.PeerID[:], compactAddr(req.Addr), req.Uploaded, req.Downloaded, req.Left,
+		now, req.PeerID[:], peerEntry(req.PeerID, req.Addr), req.Uploaded, req.Downloaded, req.Left,
 		int(req.Event), numWant, private, userID,
-		s.cfg.PeerTimeout.Milliseconds(), s.cfg.PeerRetention.Milliseconds(),
-		s.openRetentionMillis(), s.cfg.HnR.MinSeedTime.Milliseconds(), s.cfg.HnR.MinRatio)
+		timeout, s.cfg.PeerRetention.Milliseconds(),
+		s.openRetentionMillis(), s.cfg.HnR.MinSeedTime.Milliseconds(), s.cfg.HnR.MinRatio, now+timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -260,8 +261,7 @@ func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (
 	default:
 		return nil, fmt.Errorf("swarm.Announce: script returned code %d", code)
 	}
-	const peersAt = 13
-	if len(reply) < peersAt || (len(reply)-peersAt)%2 != 0 {
+	if len(reply) != 14 {
 		return nil, fmt.Errorf("swarm.Announce: %w (%d elements)", errBadReply, len(reply))
 	}
 	resp := &bittorrent.AnnounceResponse{
@@ -271,19 +271,10 @@ func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (
 		Incomplete:  replyInt(reply[2]),
 		Downloaded:  replyInt(reply[3]),
 	}
-	if n := (len(reply) - peersAt) / 2; n > 0 {
-		resp.Peers = make([]bittorrent.Peer, 0, n)
-		for i := peersAt; i+1 < len(reply); i += 2 {
-			id, _ := reply[i].(string)
-			addr, ok := parseCompactAddr(replyString(reply[i+1]))
-			if len(id) != len(bittorrent.PeerID{}) || !ok {
-				continue // not written by announce.lua; never hand it out
-			}
-			var peer bittorrent.Peer
-			copy(peer.ID[:], id)
-			peer.Addr = addr
-			resp.Peers = append(resp.Peers, peer)
-		}
+	packed, _ := reply[13].(string)
+	resp.Peers, err = unpackPeers(packed)
+	if err != nil {
+		return nil, fmt.Errorf("swarm.Announce: %w", err)
 	}
 
 	if replyInt(reply[4]) == 1 {
@@ -291,9 +282,8 @@ func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (
 		// in the batched flush, so a crash cannot leave a swarm whose
 		// peers only the keyspace events would ever remove. LT keeps an
 		// earlier score if the entry is still there.
-		deadline := now + s.cfg.PeerTimeout.Milliseconds()
 		err := s.rdb.ZAddLT(ctx, DueKey(dueShard(req.InfoHash)),
-			redis.Z{Score: float64(deadline), Member: hexHash(req.InfoHash)}).Err()
+			redis.Z{Score: float64(now + timeout), Member: hexHash(req.InfoHash)}).Err()
 		if err != nil {
 			// The announce itself is recorded; Repair re-indexes swarms.
 			s.logger.Warn("swarm: indexing a new swarm for expiry failed", "info_hash", hexHash(req.InfoHash), "error", err)
