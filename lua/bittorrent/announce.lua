@@ -27,7 +27,7 @@
 -- ARGV[9]  "1": the torrent must be registered (private mode)
 -- ARGV[10] user id, "" in open mode
 -- ARGV[11] peer timeout (ms)
--- ARGV[12] peer record retention (ms) after its deadline
+-- ARGV[12] peer record retention (ms) once the peer left
 -- ARGV[13] open-mode torrent retention (ms) once its swarm is empty; 0 keeps it
 -- ARGV[14] hit-and-run minimum seed time (ms), 0: none
 -- ARGV[15] hit-and-run minimum ratio, 0: none
@@ -68,14 +68,14 @@ local hnr_ratio = tonumber(ARGV[15])
 local k_torrent, k_seeders, k_leechers, k_deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local k_peer, k_timeout, k_user = KEYS[5], KEYS[6], KEYS[7]
 
-local t = redis.call('HMGET', k_torrent, 'id', 'created')
+local t = redis.call('HMGET', k_torrent, 'id', 'created', 'announces', 'snatches')
 if ARGV[9] == '1' and not t[1] then
   return {-1}
 end
 local torrent_id = t[1] or ''
 
 local p = redis.call('HMGET', k_peer, 'user', 'uploaded', 'downloaded', 'last_announce',
-  'completed', 'total_time', 'addr')
+  'completed', 'total_time', 'addr', 'active', 'left')
 local known = p[1] ~= false
 if known and p[1] ~= user then
   if redis.call('HEXISTS', k_seeders, peer_id) == 1 or redis.call('HEXISTS', k_leechers, peer_id) == 1 then
@@ -91,17 +91,20 @@ local member = peer_id .. user
 local leaving = event == '3'
 local seeding = left == 0
 
--- Move the peer to its role (or out); the replies say where it was.
-local was_seeder, was_leecher
+-- Move the peer to its role (or out); the replies say where it was. An
+-- active peer's record says which role hash holds it (its last left), so
+-- a peer that keeps its role skips the other hash.
+local was_seeder, was_leecher = false, false
 if leaving then
   local was = peer_leave(k_seeders, k_leechers, k_deadlines, k_timeout, peer_id, member)
   was_seeder, was_leecher = was == 1, was == 0
 else
+  local same_role = known and p[8] == '1' and (tonumber(p[9]) == 0) == seeding
   if seeding then
-    was_leecher = redis.call('HDEL', k_leechers, peer_id) == 1
+    if not same_role then was_leecher = redis.call('HDEL', k_leechers, peer_id) == 1 end
     was_seeder = redis.call('HSET', k_seeders, peer_id, entry) == 0
   else
-    was_seeder = redis.call('HDEL', k_seeders, peer_id) == 1
+    if not same_role then was_seeder = redis.call('HDEL', k_seeders, peer_id) == 1 end
     was_leecher = redis.call('HSET', k_leechers, peer_id, entry) == 0
   end
   redis.call('ZADD', k_deadlines, ARGV[16], member)
@@ -140,7 +143,7 @@ if known or not leaving then
     fields[n + 5], fields[n + 6] = 'total_time', '0'
   end
   local addr = string.sub(entry, 22)
-  if addr ~= p[7] then
+  if addr ~= p[7] or not known then
     fields[#fields + 1] = 'addr'
     fields[#fields + 1] = addr
   end
@@ -155,10 +158,12 @@ if known or not leaving then
     fields[#fields + 1] = '1'
   end
   redis.call('HSET', k_peer, unpack(fields))
+  -- A record lives while its peer does (expire.lua removes every peer in
+  -- the end), then PeerRetention longer.
   if leaving then
     redis.call('PEXPIRE', k_peer, ARGV[12])
-  else
-    redis.call('PEXPIRE', k_peer, timeout_ms + tonumber(ARGV[12]))
+  elseif known and p[8] ~= '1' then
+    redis.call('PERSIST', k_peer)
   end
 end
 
@@ -199,16 +204,14 @@ if not leaving then
   if seeding then d_seeders = d_seeders + 1 else d_leechers = d_leechers + 1 end
 end
 local was_empty = seeders + leechers - d_seeders - d_leechers == 0
-redis.call('HINCRBY', k_torrent, 'announces', 1)
-local snatches
+local snatches = (tonumber(t[4]) or 0) + snatched
+local fields = {'announces', int((tonumber(t[3]) or 0) + 1)}
 if snatched == 1 then
-  snatches = redis.call('HINCRBY', k_torrent, 'snatches', 1)
-else
-  snatches = tonumber(redis.call('HGET', k_torrent, 'snatches') or '0')
+  fields[3], fields[4] = 'snatches', int(snatches)
 end
-local fields = {}
 if not t[2] then
-  fields[1], fields[2] = 'created', ARGV[1]
+  fields[#fields + 1] = 'created'
+  fields[#fields + 1] = ARGV[1]
 end
 torrent_counts(fields, seeders, leechers, ARGV[1], leaving and was_seeder)
 redis.call('HSET', k_torrent, unpack(fields))

@@ -18,7 +18,8 @@
 -- ARGV[2] open-mode torrent retention (ms) once its swarm is empty
 -- ARGV[3] hit-and-run minimum seed time (ms), 0: none
 -- ARGV[4] hit-and-run minimum ratio, 0: none
--- ARGV[5+i] peer i's deadlines member: peer id (20 bytes) .. user id
+-- ARGV[5] peer record retention (ms) once the peer left
+-- ARGV[6+i] peer i's deadlines member: peer id (20 bytes) .. user id
 --
 -- Returns {removed, d_seeders, d_leechers, next deadline, torrent id,
 --          user 1, bits 1, version 1, user 2, ...}
@@ -30,13 +31,14 @@ local now = tonumber(ARGV[1])
 local open_retention_ms = tonumber(ARGV[2])
 local hnr_seed_ms = tonumber(ARGV[3])
 local hnr_ratio = tonumber(ARGV[4])
+local peer_retention_ms = ARGV[5]
 local k_torrent, k_seeders, k_leechers, k_deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
 local removed, d_seeders, d_leechers = 0, 0, 0
 local users = {}
 
-for i = 0, #ARGV - 5 do
-  local member = ARGV[5 + i]
+for i = 0, #ARGV - 6 do
+  local member = ARGV[6 + i]
   local k_peer, k_timeout, k_user = KEYS[5 + 3 * i], KEYS[6 + 3 * i], KEYS[7 + 3 * i]
   local deadline = tonumber(redis.call('ZSCORE', k_deadlines, member) or '-1')
   if deadline >= 0 and deadline <= now then
@@ -48,6 +50,7 @@ for i = 0, #ARGV - 5 do
       if was == 1 then d_seeders = d_seeders - 1 else d_leechers = d_leechers - 1 end
       if redis.call('EXISTS', k_peer) == 1 then
         redis.call('HSET', k_peer, 'active', '0')
+        redis.call('PEXPIRE', k_peer, peer_retention_ms)
       end
       if user ~= '' then
         local u = user_read(k_user)

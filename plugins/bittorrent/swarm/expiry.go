@@ -43,8 +43,9 @@ func (s *Store) expireMembers(ctx context.Context, hash bittorrent.InfoHash, mem
 }
 
 func (s *Store) expireArgs(members []string) []any {
-	args := make([]any, 0, 4+len(members))
-	args = append(args, s.nowMillis(), s.openRetentionMillis(), s.cfg.HnR.MinSeedTime.Milliseconds(), s.cfg.HnR.MinRatio)
+	args := make([]any, 0, 5+len(members))
+	args = append(args, s.nowMillis(), s.openRetentionMillis(), s.cfg.HnR.MinSeedTime.Milliseconds(), s.cfg.HnR.MinRatio,
+		s.cfg.PeerRetention.Milliseconds())
 	for _, member := range members {
 		args = append(args, member)
 	}

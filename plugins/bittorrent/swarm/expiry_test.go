@@ -66,11 +66,14 @@ func TestSweepExpiresPeersWithoutEvents(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 2, removed)
 		require.Empty(t, dueEntries(t, b), "an empty swarm leaves the due index")
+		ttl, err := b.Client.PTTL(ctx, swarm.PeerKey(hash, peerID("-TR", 2))).Result()
+		require.NoError(t, err)
+		require.Equal(t, 24*time.Hour, ttl.Round(time.Hour), "an expired peer's record is kept for PeerRetention")
 		st = f.stats()
 		require.Equal(t, swarm.Stats{Announces: 4, Requests: 4}, st)
 
 		// Its open-mode record now expires on its own.
-		ttl, err := b.Client.PTTL(ctx, swarm.TorrentKey(hash)).Result()
+		ttl, err = b.Client.PTTL(ctx, swarm.TorrentKey(hash)).Result()
 		require.NoError(t, err)
 		require.Equal(t, 24*time.Hour, ttl.Round(time.Hour))
 		f.announce(hash, peerID("-TR", 4), 4)

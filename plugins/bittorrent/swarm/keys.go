@@ -97,8 +97,8 @@ func DeadlinesKey(hash bittorrent.InfoHash) string { return keysOf(hash).deadlin
 
 // PeerKey holds one peer's record (HASH): user, addr, uploaded,
 // downloaded, left, speed_up, speed_down (bytes/s), completed,
-// first_announce, last_announce (ms), total_time (ms), active. It
-// outlives the peer's deadline by Config.PeerRetention.
+// first_announce, last_announce (ms), total_time (ms), active. It lives
+// while the peer is in the swarm, then Config.PeerRetention longer.
 func PeerKey(hash bittorrent.InfoHash, peer bittorrent.PeerID) string {
 	return keysOf(hash).peer(peer[:])
 }

@@ -35,8 +35,16 @@ func TestAnnounceCountsSeedersLeechersAndAnnounces(t *testing.T) {
 		require.Equal(t, int64(0), resp.Incomplete)
 		require.Equal(t, int64(1), resp.Downloaded)
 
+		// A seeder that needs data again (new files) is a leecher again.
+		resp = f.announce(hash, peerID("-TR", 2), 2)
+		require.Equal(t, int64(1), resp.Complete)
+		require.Equal(t, int64(1), resp.Incomplete)
+		resp = f.announce(hash, peerID("-TR", 2), 2, seeding)
+		require.Equal(t, int64(2), resp.Complete)
+		require.Equal(t, int64(0), resp.Incomplete)
+
 		info := f.torrent(hash)
-		require.Equal(t, int64(3), info.Announces)
+		require.Equal(t, int64(5), info.Announces)
 		require.Equal(t, int64(2), info.Seeders)
 		require.Equal(t, int64(0), info.Leechers)
 		require.Equal(t, int64(1), info.Snatches)
@@ -89,6 +97,19 @@ func TestStoppedRemovesThePeer(t *testing.T) {
 		active, err := b.Client.HGet(ctx, swarm.PeerKey(hash, peerID("-TR", 1)), "active").Result()
 		require.NoError(t, err)
 		require.Equal(t, "0", active, "the record stays, inactive")
+		ttl, err := b.Client.PTTL(ctx, swarm.PeerKey(hash, peerID("-TR", 1))).Result()
+		require.NoError(t, err)
+		require.Equal(t, 24*time.Hour, ttl.Round(time.Hour), "for PeerRetention")
+		ttl, err = b.Client.PTTL(ctx, swarm.PeerKey(hash, peerID("-TR", 2))).Result()
+		require.NoError(t, err)
+		require.Equal(t, time.Duration(-1), ttl, "an active peer's record does not expire")
+
+		// The stopped peer comes back: its record is kept again.
+		f.announce(hash, peerID("-TR", 1), 1, seeding, event(bittorrent.EventStarted))
+		ttl, err = b.Client.PTTL(ctx, swarm.PeerKey(hash, peerID("-TR", 1))).Result()
+		require.NoError(t, err)
+		require.Equal(t, time.Duration(-1), ttl)
+		f.announce(hash, peerID("-TR", 1), 1, seeding, event(bittorrent.EventStopped))
 
 		// A stopped from a peer never seen changes nothing.
 		resp = f.announce(hash, peerID("-TR", 9), 9, event(bittorrent.EventStopped))
