@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -48,18 +49,19 @@ type indexDelta struct {
 }
 
 // pending holds the global writes of scripts that ran since the last
-// flush: counter deltas (summed), index deltas per torrent (summed), the
-// newest state per user and torrent, and transfer deltas per user.
+// flush: counter deltas (summed, lock-free), and under mu the index
+// deltas per torrent (summed), the newest state per user and torrent, and
+// transfer deltas per user.
 type pending struct {
+	stats [statCount]atomic.Int64
+
 	mu     sync.Mutex
-	stats  [statCount]int64
 	index  map[bittorrent.InfoHash]*indexDelta
 	users  map[userTorrent]userUpdate
 	totals map[string]*[2]int64
 }
 
 func (p *pending) reset() {
-	p.stats = [statCount]int64{}
 	p.index = make(map[bittorrent.InfoHash]*indexDelta)
 	p.users = make(map[userTorrent]userUpdate)
 	p.totals = make(map[string]*[2]int64)
@@ -68,9 +70,9 @@ func (p *pending) reset() {
 func (p *pending) size() int { return len(p.index) + len(p.users) + len(p.totals) }
 
 func (p *pending) addStat(stat int, n int64) {
-	p.mu.Lock()
-	p.stats[stat] += n
-	p.mu.Unlock()
+	if n != 0 {
+		p.stats[stat].Add(n)
+	}
 }
 
 func (p *pending) addIndexLocked(hash bittorrent.InfoHash, seeders, leechers, snatches int64) {
@@ -113,12 +115,15 @@ func (p *pending) addTotalsLocked(userID string, uploaded, downloaded int64) {
 // batch has grown past maxPendingEntries.
 func (p *pending) addAnnounce(hash bittorrent.InfoHash, dSeeders, dLeechers, snatched int64, userID string,
 	uploaded, downloaded int64, update *userUpdate) bool {
+	p.addStat(statAnnounces, 1)
+	p.addStat(statSeeders, dSeeders)
+	p.addStat(statLeechers, dLeechers)
+	p.addStat(statSnatches, snatched)
+	if dSeeders == 0 && dLeechers == 0 && snatched == 0 && update == nil && uploaded == 0 && downloaded == 0 {
+		return false // the common announce: nothing but the counter
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.stats[statAnnounces]++
-	p.stats[statSeeders] += dSeeders
-	p.stats[statLeechers] += dLeechers
-	p.stats[statSnatches] += snatched
 	p.addIndexLocked(hash, dSeeders, dLeechers, snatched)
 	p.addUserLocked(update)
 	p.addTotalsLocked(userID, uploaded, downloaded)
@@ -127,10 +132,10 @@ func (p *pending) addAnnounce(hash bittorrent.InfoHash, dSeeders, dLeechers, sna
 
 // addExpiry records one expire.lua run's effects.
 func (p *pending) addExpiry(hash bittorrent.InfoHash, dSeeders, dLeechers int64, updates []userUpdate) bool {
+	p.addStat(statSeeders, dSeeders)
+	p.addStat(statLeechers, dLeechers)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.stats[statSeeders] += dSeeders
-	p.stats[statLeechers] += dLeechers
 	p.addIndexLocked(hash, dSeeders, dLeechers, 0)
 	for i := range updates {
 		p.addUserLocked(&updates[i])
@@ -138,13 +143,25 @@ func (p *pending) addExpiry(hash bittorrent.InfoHash, dSeeders, dLeechers int64,
 	return p.size() > maxPendingEntries
 }
 
-// take empties the batch and returns what it held.
-func (p *pending) take() *pending {
+// batch is what one flush writes.
+type batch struct {
+	stats  [statCount]int64
+	index  map[bittorrent.InfoHash]*indexDelta
+	users  map[userTorrent]userUpdate
+	totals map[string]*[2]int64
+}
+
+// take empties the pending writes and returns them.
+func (p *pending) take() batch {
+	var b batch
+	for i := range p.stats {
+		b.stats[i] = p.stats[i].Swap(0)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := &pending{stats: p.stats, index: p.index, users: p.users, totals: p.totals}
+	b.index, b.users, b.totals = p.index, p.users, p.totals
 	p.reset()
-	return out
+	return b
 }
 
 // Flush writes the batched global effects now: counters, indexes, user
@@ -169,7 +186,7 @@ func (s *Store) flushIfIdle(ctx context.Context) {
 }
 
 func (s *Store) flushLocked(ctx context.Context) error {
-	batch := s.pending.take()
+	work := s.pending.take()
 	pipe := s.rdb.Pipeline()
 	var requeue []func()
 	var cmds []redis.Cmder
@@ -178,13 +195,13 @@ func (s *Store) flushLocked(ctx context.Context) error {
 		requeue = append(requeue, undo)
 	}
 
-	for stat, n := range batch.stats {
+	for stat, n := range work.stats {
 		if n != 0 {
 			queue(pipe.HIncrBy(ctx, StatsKey, statNames[stat], n), func() { s.pending.addStat(stat, n) })
 		}
 	}
 	indexes := [3]Index{IndexSeeders, IndexLeechers, IndexSnatches}
-	for hash, d := range batch.index {
+	for hash, d := range work.index {
 		member := hexHash(hash)
 		for i, n := range [3]int64{d.seeders, d.leechers, d.snatches} {
 			if n == 0 {
@@ -200,7 +217,7 @@ func (s *Store) flushLocked(ctx context.Context) error {
 			queue(pipe.ZIncrBy(ctx, IndexKey(indexes[i]), float64(n), member), undo)
 		}
 	}
-	for userID, t := range batch.totals {
+	for userID, t := range work.totals {
 		up, down := t[0], t[1]
 		queue(pipe.HIncrBy(ctx, UserStatsKey(userID), "uploaded", up), func() {
 			s.pending.mu.Lock()
@@ -213,9 +230,9 @@ func (s *Store) flushLocked(ctx context.Context) error {
 			s.pending.mu.Unlock()
 		})
 	}
-	userCalls := make([]scriptCall, 0, len(batch.users))
-	userUpdates := make([]userUpdate, 0, len(batch.users))
-	for _, u := range batch.users {
+	userCalls := make([]scriptCall, 0, len(work.users))
+	userUpdates := make([]userUpdate, 0, len(work.users))
+	for _, u := range work.users {
 		userCalls = append(userCalls, userSetsCall(u))
 		userUpdates = append(userUpdates, u)
 	}
