@@ -3,6 +3,7 @@ package swarm_test
 import (
 	"context"
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
@@ -335,5 +336,52 @@ func TestGlobalCountersAndIndexes(t *testing.T) {
 		top, err = f.store.Top(ctx, swarm.IndexLeechers, 10)
 		require.NoError(t, err)
 		require.Len(t, top, 2)
+	})
+}
+
+func TestConcurrentAnnouncesKeepCountsExact(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, swarm.Config{})
+		ctx := context.Background()
+		hashes := []bittorrent.InfoHash{infoHash("race-a"), infoHash("race-b")}
+		const workers, peers = 8, 20
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Go(func() {
+				for p := range peers {
+					id := peerID("-TR", w*1000+p)
+					for _, hash := range hashes {
+						for _, req := range []*bittorrent.AnnounceRequest{
+							request(hash, id, p, event(bittorrent.EventStarted)),
+							request(hash, id, p, seeding, event(bittorrent.EventCompleted)),
+							request(hash, id, p, seeding, event(bittorrent.EventCompleted)),
+						} {
+							if _, err := f.store.Announce(ctx, req); err != nil {
+								t.Error(err)
+								return
+							}
+						}
+						if p%2 == 0 { // half of them leave again
+							if _, err := f.store.Announce(ctx, request(hash, id, p, seeding, event(bittorrent.EventStopped))); err != nil {
+								t.Error(err)
+								return
+							}
+						}
+					}
+				}
+			})
+		}
+		wg.Wait()
+		for _, hash := range hashes {
+			info := f.torrent(hash)
+			require.Equal(t, int64(workers*peers/2), info.Seeders)
+			require.Equal(t, int64(0), info.Leechers)
+			require.Equal(t, int64(workers*peers), info.Snatches)
+			require.Equal(t, int64(workers*peers*3+workers*peers/2), info.Announces)
+		}
+		st := f.stats()
+		require.Equal(t, int64(len(hashes)*workers*peers/2), st.Seeders)
+		require.Equal(t, int64(0), st.Leechers)
+		require.Equal(t, int64(len(hashes)*workers*peers), st.Snatches)
 	})
 }
