@@ -1,0 +1,251 @@
+-- announce.lua: one announce, atomically: checks the torrent is registered
+-- (private mode), writes the peer into its role hash, deadline index and
+-- timeout key, updates the peer record, the user-torrent record and the
+-- torrent's counters, and picks random peers for the reply. Everything a
+-- listener needs comes back in this one round trip.
+--
+-- KEYS[1] torrent    HASH  id, created, last_action, announces, seeders,
+--                          leechers, snatches
+-- KEYS[2] seeders    HASH  peer id (20 bytes) -> peer entry (see ARGV[3])
+-- KEYS[3] leechers   HASH  peer id (20 bytes) -> peer entry
+-- KEYS[4] deadlines  ZSET  peer id .. user id -> deadline (ms)
+-- KEYS[5] peer       HASH  this peer's record
+-- KEYS[6] timeout    STRING this peer's timeout key, expires at its deadline
+-- KEYS[7] user       HASH  this user's record on the torrent (untouched
+--                          when ARGV[10] is "")
+--
+-- ARGV[1]  now (ms)
+-- ARGV[2]  peer id (20 bytes)
+-- ARGV[3]  peer entry: one byte N (6 or 18), the peer id, then the N-byte
+--          compact address (4 or 16 address bytes, 2 port bytes). Entries
+--          are stored ready to send, so picking peers is a concatenation.
+-- ARGV[4]  uploaded (bytes, as reported)
+-- ARGV[5]  downloaded (bytes, as reported)
+-- ARGV[6]  left (bytes)
+-- ARGV[7]  event: 0 none, 1 completed, 2 started, 3 stopped
+-- ARGV[8]  numwant (>= 0, already capped)
+-- ARGV[9]  "1": the torrent must be registered (private mode)
+-- ARGV[10] user id, "" in open mode
+-- ARGV[11] peer timeout (ms)
+-- ARGV[12] peer record retention (ms) once the peer left
+-- ARGV[13] open-mode torrent retention (ms) once its swarm is empty; 0 keeps it
+-- ARGV[14] hit-and-run minimum seed time (ms), 0: none
+-- ARGV[15] hit-and-run minimum ratio, 0: none
+-- ARGV[16] the peer's new deadline: now + timeout (ms)
+--
+-- Returns
+--   {1, seeders, leechers, snatches, born, d_seeders, d_leechers, snatched,
+--    torrent id, user bits, user version, d_uploaded, d_downloaded, peers}
+--      born: 1 when the swarm had no peer before this announce (the caller
+--      then indexes it for the expiry sweep); snatched: 1 when this
+--      announce counted a snatch; torrent id "" when not registered; user
+--      bits -1 when the user's state did not change (see user_write);
+--      d_uploaded/d_downloaded: what this peer transferred since its
+--      previous announce; peers: the chosen peers' entries concatenated
+--      into one string, so the reply is one bulk string, not one per peer
+--  -1  the torrent is not registered (private mode)
+--  -2  the peer id is active in this swarm under another user
+--
+-- Note: a seeder gets only leechers; a leecher gets seeders first, then
+-- other leechers. Peers are picked with HRANDFIELD, so an announce costs
+-- O(numwant), never O(swarm). The requester is never among them. Numbers
+-- that arrive as decimal text are stored as they came, because formatting
+-- numbers is one of the dearer things a script does.
+
+local now = tonumber(ARGV[1])
+local peer_id = ARGV[2]
+local entry = ARGV[3]
+local uploaded = tonumber(ARGV[4])
+local downloaded = tonumber(ARGV[5])
+local left = tonumber(ARGV[6])
+local event = ARGV[7]
+local numwant = tonumber(ARGV[8])
+local user = ARGV[10]
+local timeout_ms = tonumber(ARGV[11])
+local hnr_seed_ms = tonumber(ARGV[14])
+local hnr_ratio = tonumber(ARGV[15])
+
+local k_torrent, k_seeders, k_leechers, k_deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local k_peer, k_timeout, k_user = KEYS[5], KEYS[6], KEYS[7]
+
+local t = redis.call('HMGET', k_torrent, 'id', 'created', 'announces', 'snatches')
+if ARGV[9] == '1' and not t[1] then
+  return {-1}
+end
+local torrent_id = t[1] or ''
+
+local p = redis.call('HMGET', k_peer, 'user', 'uploaded', 'downloaded', 'last_announce',
+  'completed', 'total_time', 'addr', 'active', 'left')
+local known = p[1] ~= false
+if known and p[1] ~= user then
+  if redis.call('HEXISTS', k_seeders, peer_id) == 1 or redis.call('HEXISTS', k_leechers, peer_id) == 1 then
+    return {-2}
+  end
+  -- An old, inactive record of another user's session: start afresh.
+  redis.call('DEL', k_peer)
+  p = {}
+  known = false
+end
+
+local member = peer_id .. user
+local leaving = event == '3'
+local seeding = left == 0
+
+-- Move the peer to its role (or out); the replies say where it was. An
+-- active peer's record says which role hash holds it (its last left), so
+-- a peer that keeps its role skips the other hash.
+local was_seeder, was_leecher = false, false
+if leaving then
+  local was = peer_leave(k_seeders, k_leechers, k_deadlines, k_timeout, peer_id, member)
+  was_seeder, was_leecher = was == 1, was == 0
+else
+  local same_role = known and p[8] == '1' and (tonumber(p[9]) == 0) == seeding
+  if seeding then
+    if not same_role then was_leecher = redis.call('HDEL', k_leechers, peer_id) == 1 end
+    was_seeder = redis.call('HSET', k_seeders, peer_id, entry) == 0
+  else
+    if not same_role then was_seeder = redis.call('HDEL', k_seeders, peer_id) == 1 end
+    was_leecher = redis.call('HSET', k_leechers, peer_id, entry) == 0
+  end
+  redis.call('ZADD', k_deadlines, ARGV[16], member)
+  redis.call('SET', k_timeout, '1', 'PX', ARGV[11])
+end
+local was_active = was_seeder or was_leecher
+
+-- What happened since the previous announce. Time counts only while the
+-- peer was in the swarm, and never more than one timeout. A started event
+-- opens a new session whose counters begin at the values it reports;
+-- counters that went backwards (a client restart) count as nothing.
+local elapsed = 0
+if was_active then
+  elapsed = math.min(math.max(0, now - (tonumber(p[4]) or now)), timeout_ms)
+end
+local d_up, d_down = 0, 0
+if known and event ~= '2' then
+  d_up = math.max(0, uploaded - (tonumber(p[2]) or 0))
+  d_down = math.max(0, downloaded - (tonumber(p[3]) or 0))
+end
+local snatched = 0
+if event == '1' and not (known and p[5] == '1') then
+  snatched = 1
+end
+
+-- The peer record. A stopped event from a peer never seen leaves none.
+if known or not leaving then
+  local active = '1'
+  if leaving then active = '0' end
+  local fields = {'uploaded', ARGV[4], 'downloaded', ARGV[5], 'left', ARGV[6],
+    'last_announce', ARGV[1], 'active', active}
+  if not known then
+    local n = #fields
+    fields[n + 1], fields[n + 2] = 'user', user
+    fields[n + 3], fields[n + 4] = 'first_announce', ARGV[1]
+    fields[n + 5], fields[n + 6] = 'total_time', '0'
+  end
+  local addr = string.sub(entry, 22)
+  if addr ~= p[7] or not known then
+    fields[#fields + 1] = 'addr'
+    fields[#fields + 1] = addr
+  end
+  if elapsed > 0 then
+    local n = #fields
+    fields[n + 1], fields[n + 2] = 'total_time', int((tonumber(p[6]) or 0) + elapsed)
+    fields[n + 3], fields[n + 4] = 'speed_up', string.format('%.2f', d_up * 1000 / elapsed)
+    fields[n + 5], fields[n + 6] = 'speed_down', string.format('%.2f', d_down * 1000 / elapsed)
+  end
+  if snatched == 1 then
+    fields[#fields + 1] = 'completed'
+    fields[#fields + 1] = '1'
+  end
+  redis.call('HSET', k_peer, unpack(fields))
+  -- A record lives while its peer does (expire.lua removes every peer in
+  -- the end), then PeerRetention longer.
+  if leaving then
+    redis.call('PEXPIRE', k_peer, ARGV[12])
+  elseif known and p[8] ~= '1' then
+    redis.call('PERSIST', k_peer)
+  end
+end
+
+-- The user's record on this torrent: transfer, seed and leech time,
+-- active peers, complete and snatched, and from them the user's state.
+local user_state, user_ver = -1, 0
+if user ~= '' and (known or not leaving) then
+  local u = user_read(k_user)
+  u.uploaded = u.uploaded + d_up
+  u.downloaded = u.downloaded + d_down
+  if was_seeder then
+    u.seed_ms = u.seed_ms + elapsed
+  else
+    u.leech_ms = u.leech_ms + elapsed
+  end
+  if leaving and was_active then
+    u.peers = math.max(0, u.peers - 1)
+  elseif not leaving and not was_active then
+    u.peers = u.peers + 1
+  end
+  if (seeding and not leaving) or snatched == 1 then
+    u.complete = true
+  end
+  if snatched == 1 and u.snatched == 0 then
+    u.snatched = now
+  end
+  u.last = ARGV[1]
+  user_state, user_ver = user_write(k_user, u, now, hnr_seed_ms, hnr_ratio)
+end
+
+-- The torrent's counters.
+local seeders = redis.call('HLEN', k_seeders)
+local leechers = redis.call('HLEN', k_leechers)
+local d_seeders, d_leechers = 0, 0
+if was_seeder then d_seeders = -1 end
+if was_leecher then d_leechers = -1 end
+if not leaving then
+  if seeding then d_seeders = d_seeders + 1 else d_leechers = d_leechers + 1 end
+end
+local was_empty = seeders + leechers - d_seeders - d_leechers == 0
+local snatches = (tonumber(t[4]) or 0) + snatched
+local fields = {'announces', int((tonumber(t[3]) or 0) + 1)}
+if snatched == 1 then
+  fields[3], fields[4] = 'snatches', int(snatches)
+end
+if not t[2] then
+  fields[#fields + 1] = 'created'
+  fields[#fields + 1] = ARGV[1]
+end
+torrent_counts(fields, seeders, leechers, ARGV[1], leaving and was_seeder)
+redis.call('HSET', k_torrent, unpack(fields))
+local born = 0
+if was_empty and seeders + leechers > 0 then born = 1 end
+torrent_retention(k_torrent, t[1] ~= false, seeders + leechers == 0, born == 1, tonumber(ARGV[13]))
+
+-- Up to n random peers of one role hash, skipping the requester.
+local packed = {}
+local function pick(key, n, skip)
+  local want = n
+  if skip then want = n + 1 end
+  local picked = redis.call('HRANDFIELD', key, want, 'WITHVALUES')
+  local got = 0
+  for i = 1, #picked, 2 do
+    if got >= n then break end
+    if picked[i] ~= skip then
+      got = got + 1
+      packed[#packed + 1] = picked[i + 1]
+    end
+  end
+  return got
+end
+
+if not leaving and numwant > 0 then
+  if seeding then
+    pick(k_leechers, numwant, nil)
+  else
+    local got = pick(k_seeders, numwant, nil)
+    if got < numwant then
+      pick(k_leechers, numwant - got, peer_id)
+    end
+  end
+end
+
+return {1, seeders, leechers, snatches, born, d_seeders, d_leechers, snatched, torrent_id,
+  user_state, int(user_ver), int(d_up), int(d_down), table.concat(packed)}

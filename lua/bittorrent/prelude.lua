@@ -1,0 +1,135 @@
+-- prelude.lua: helpers prepended to every BitTorrent script by
+-- swarm.loadScript, so the rules shared by announce.lua and expire.lua
+-- (leaving a swarm, the torrent's counters, a user's state on a torrent)
+-- live in one place. It defines functions only; it reads no KEYS or ARGV
+-- and returns nothing.
+--
+-- Performance note: every redis.call costs about a microsecond, so the
+-- hot path reads each record with one HMGET and writes it with one HSET.
+
+-- Integral numbers as text without Lua 5.1's exponent formatting.
+local function int(n)
+  return string.format('%.0f', n)
+end
+
+-- peer_leave takes one peer out of its swarm: the role hashes (whose
+-- lengths are the seeder and leecher counts), the deadline index and the
+-- timeout key. Its record stays (marked inactive by the caller) until its
+-- own TTL, for accounting. Returns 1 when the peer was a seeder, 0 a
+-- leecher, -1 when it was not in the swarm.
+local function peer_leave(k_seeders, k_leechers, k_deadlines, k_timeout, peer_id, member)
+  local was = -1
+  if redis.call('HDEL', k_seeders, peer_id) == 1 then was = 1 end
+  if redis.call('HDEL', k_leechers, peer_id) == 1 and was < 0 then was = 0 end
+  redis.call('ZREM', k_deadlines, member)
+  redis.call('DEL', k_timeout)
+  return was
+end
+
+-- torrent_counts appends the torrent record's count fields to an HSET
+-- argument list: the seeder and leecher counts (the role hashes' lengths,
+-- which cannot drift) and last_action, the "last seeded" stamp a reaper
+-- reads, which moves to now (ms, as text) only while the torrent has
+-- seeders or when seeded_now says a seeder was here until now (it just
+-- stopped).
+local function torrent_counts(fields, seeders, leechers, now_text, seeded_now)
+  local n = #fields
+  fields[n + 1], fields[n + 2] = 'seeders', seeders
+  fields[n + 3], fields[n + 4] = 'leechers', leechers
+  if seeders > 0 or seeded_now then
+    fields[n + 5], fields[n + 6] = 'last_action', now_text
+  end
+end
+
+-- torrent_retention lets an open-mode torrent's record (one with no
+-- registered id) expire open_retention_ms after its swarm empties, and
+-- keeps it again when a peer comes back (born), so random info-hashes do
+-- not accumulate.
+local function torrent_retention(k_torrent, registered, empty, born, open_retention_ms)
+  if registered or open_retention_ms <= 0 then return end
+  if empty then
+    redis.call('PEXPIRE', k_torrent, open_retention_ms)
+  elseif born then
+    redis.call('PERSIST', k_torrent)
+  end
+end
+
+-- The numeric fields of a user's record on one torrent.
+local user_numbers = {'peers', 'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'downloaded'}
+
+-- A user's record on one torrent, read with one HMGET. u.was keeps the
+-- values read, so user_write writes only what changed.
+local function user_read(key)
+  local v = redis.call('HMGET', key, 'peers', 'snatched', 'seed_ms', 'leech_ms',
+    'uploaded', 'downloaded', 'complete', 'bits', 'ver', 'first_announce')
+  local u = {was = {}, complete = v[7] == '1', bits = tonumber(v[8]) or -1,
+    ver = tonumber(v[9]) or 0, first = v[10]}
+  for i, name in ipairs(user_numbers) do
+    u[name] = tonumber(v[i]) or 0
+    u.was[name] = u[name]
+  end
+  u.was.complete = u.complete
+  return u
+end
+
+-- A user's state on one torrent, as the user sets show it: bit 1 active
+-- (has a peer in the swarm), 2 complete (has had the whole torrent: a
+-- completed event or an announce with left=0), 4 incomplete (announced,
+-- never complete), 8 hit-and-run (snatched it, has no peer left, and
+-- neither seeded hnr_seed_ms nor reached hnr_ratio; both 0 disables it).
+local function user_bits(u, hnr_seed_ms, hnr_ratio)
+  local bits = 0
+  if u.peers > 0 then bits = bits + 1 end
+  if u.complete then bits = bits + 2 else bits = bits + 4 end
+  if u.snatched > 0 and u.peers == 0 and (hnr_seed_ms > 0 or hnr_ratio > 0) then
+    local served = (hnr_seed_ms > 0 and u.seed_ms >= hnr_seed_ms)
+      or (hnr_ratio > 0 and (u.downloaded == 0 or u.uploaded / u.downloaded >= hnr_ratio))
+    if not served then bits = bits + 8 end
+  end
+  return bits
+end
+
+-- user_write stores what the caller changed in a record read by user_read
+-- (u.last, when set, is the new last_announce as text) with one HSET.
+-- When the state bits changed it gives them a new version, max(previous +
+-- 1, now), so versions only grow even if the record is ever recreated;
+-- the caller copies changed bits to the user's sets (another slot), and
+-- the versions let that copy ignore stale, reordered writes. Returns bits
+-- and version, or -1 and 0 when the state did not change.
+local function user_write(key, u, now, hnr_seed_ms, hnr_ratio)
+  local fields = {}
+  for _, name in ipairs(user_numbers) do
+    if u[name] ~= u.was[name] then
+      fields[#fields + 1] = name
+      fields[#fields + 1] = int(u[name])
+    end
+  end
+  if u.complete ~= u.was.complete then
+    fields[#fields + 1] = 'complete'
+    fields[#fields + 1] = '1'
+  end
+  if not u.first then
+    fields[#fields + 1] = 'first_announce'
+    fields[#fields + 1] = u.last or int(now)
+  end
+  if u.last then
+    fields[#fields + 1] = 'last_announce'
+    fields[#fields + 1] = u.last
+  end
+  local bits = user_bits(u, hnr_seed_ms, hnr_ratio)
+  local ver = 0
+  if bits ~= u.bits then
+    ver = math.max(u.ver + 1, now)
+    fields[#fields + 1] = 'bits'
+    fields[#fields + 1] = bits
+    fields[#fields + 1] = 'ver'
+    fields[#fields + 1] = int(ver)
+  end
+  if #fields > 0 then
+    redis.call('HSET', key, unpack(fields))
+  end
+  if bits == u.bits then
+    return -1, 0
+  end
+  return bits, ver
+end

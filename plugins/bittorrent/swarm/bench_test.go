@@ -1,0 +1,203 @@
+package swarm_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
+)
+
+const (
+	benchTorrents    = 200
+	benchSeeders     = 25 // per torrent
+	benchLeechers    = 25 // per torrent
+	benchNumWant     = 50
+	benchParallelism = 8 // goroutines per GOMAXPROCS, so Redis is kept busy
+)
+
+// BenchmarkAnnounce measures steady-state announces (event none,
+// numwant 50) from parallel callers against 200 swarms of 25 seeders and
+// 25 leechers, in open and private mode, on each real backend. The store
+// is started, so its batched flush runs as in production.
+func BenchmarkAnnounce(b *testing.B) {
+	for _, backend := range redistest.Backends() {
+		for _, private := range []bool{false, true} {
+			mode := "open"
+			if private {
+				mode = "private"
+			}
+			ctx := context.Background()
+			if err := redistest.Flush(ctx, backend); err != nil {
+				b.Fatal(err)
+			}
+			store, err := swarm.New(backend.Client, swarm.Config{Private: private, Logger: quietLogger})
+			if err != nil {
+				b.Fatal(err)
+			}
+			hashes := make([]bittorrent.InfoHash, benchTorrents)
+			for i := range hashes {
+				hashes[i] = infoHash(fmt.Sprint("bench-", i))
+				if private {
+					if err := store.RegisterTorrent(ctx, hashes[i], fmt.Sprint(i)); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			if private {
+				if err := store.AddUser(ctx, "benchpasskey", "benchuser"); err != nil {
+					b.Fatal(err)
+				}
+				if err := store.AddClient(ctx, "-BN", "bench"); err != nil {
+					b.Fatal(err)
+				}
+			}
+			benchRequest := func(torrent, peer int) *bittorrent.AnnounceRequest {
+				req := request(hashes[torrent], peerID("-BN", peer), peer, numWant(benchNumWant))
+				if peer < benchSeeders {
+					req.Left = 0
+				}
+				if private {
+					req.Passkey = "benchpasskey"
+				}
+				return req
+			}
+			for t := range benchTorrents {
+				for p := range benchSeeders + benchLeechers {
+					if _, err := store.Announce(ctx, benchRequest(t, p)); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			if err := store.Start(ctx); err != nil {
+				b.Fatal(err)
+			}
+
+			b.Run(backend.Name+"/"+mode, func(b *testing.B) {
+				var peersSeen atomic.Int64
+				b.SetParallelism(benchParallelism)
+				b.ReportAllocs()
+				resetStats(b, backend.Client)
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					rng := rand.New(rand.NewPCG(rand.Uint64(), 0))
+					for pb.Next() {
+						resp, err := store.Announce(ctx, benchRequest(rng.IntN(benchTorrents), rng.IntN(benchSeeders+benchLeechers)))
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						peersSeen.Add(int64(len(resp.Peers)))
+					}
+				})
+				b.StopTimer()
+				b.ReportMetric(float64(peersSeen.Load())/float64(b.N), "peers/op")
+				b.ReportMetric(redisMicrosPerCall(b, backend.Client), "redis-µs/script")
+			})
+			if err := store.Stop(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+// BenchmarkEvalshaTrivial is the floor BenchmarkAnnounce compares with:
+// a bare EVALSHA of a one-line script, with the same parallelism, on the
+// same backends, in the same run.
+func BenchmarkEvalshaTrivial(b *testing.B) {
+	trivial := redis.NewScript("return 1")
+	for _, backend := range redistest.Backends() {
+		b.Run(backend.Name, func(b *testing.B) {
+			ctx := context.Background()
+			if err := trivial.Load(ctx, backend.Client).Err(); err != nil {
+				b.Fatal(err)
+			}
+			b.SetParallelism(benchParallelism)
+			b.ReportAllocs()
+			resetStats(b, backend.Client)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				key := fmt.Sprintf("hoard:bt:{bench-%d}:trivial", rand.IntN(1000))
+				for pb.Next() {
+					if err := trivial.EvalSha(ctx, backend.Client, []string{key}).Err(); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			b.ReportMetric(redisMicrosPerCall(b, backend.Client), "redis-µs/script")
+		})
+	}
+}
+
+// redisMicrosPerCall reads how long the server spent per EVALSHA since
+// the last CONFIG RESETSTAT, summed over a cluster's masters.
+func redisMicrosPerCall(b *testing.B, client redis.UniversalClient) float64 {
+	b.Helper()
+	ctx := context.Background()
+	var calls, usec float64
+	read := func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "commandstats").Result()
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(info, "\n") {
+			rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:")
+			if !ok {
+				continue
+			}
+			for _, field := range strings.Split(rest, ",") {
+				name, value, _ := strings.Cut(field, "=")
+				n, _ := strconv.ParseFloat(value, 64)
+				switch name {
+				case "calls":
+					calls += n
+				case "usec":
+					usec += n
+				}
+			}
+		}
+		return nil
+	}
+	var err error
+	if cluster, ok := client.(*redis.ClusterClient); ok {
+		var mu sync.Mutex
+		err = cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			mu.Lock()
+			defer mu.Unlock()
+			return read(ctx, c)
+		})
+	} else {
+		err = read(ctx, client.(*redis.Client))
+	}
+	if err != nil || calls == 0 {
+		return 0
+	}
+	return usec / calls
+}
+
+// resetStats zeroes the servers' command statistics.
+func resetStats(b *testing.B, client redis.UniversalClient) {
+	b.Helper()
+	ctx := context.Background()
+	reset := func(ctx context.Context, c *redis.Client) error { return c.ConfigResetStat(ctx).Err() }
+	if cluster, ok := client.(*redis.ClusterClient); ok {
+		if err := cluster.ForEachMaster(ctx, reset); err != nil {
+			b.Fatal(err)
+		}
+		return
+	}
+	if err := reset(ctx, client.(*redis.Client)); err != nil {
+		b.Fatal(err)
+	}
+}

@@ -1,0 +1,72 @@
+package swarm
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/hoardproject/hoard/plugins/bittorrent"
+)
+
+// Peers are stored as entries ready to send: one byte N, the 20-byte peer
+// id, then the N-byte compact address (BEP 23 / BEP 7: 4 or 16 address
+// bytes, then the port big-endian). announce.lua returns the picked
+// entries concatenated, so choosing peers costs the script no formatting.
+
+// compactAddr packs an address; IPv4-mapped IPv6 addresses are stored as
+// IPv4 so one client is one peer whichever socket it came in on.
+func compactAddr(addr netip.AddrPort) []byte {
+	ip := addr.Addr().Unmap()
+	out := ip.AsSlice()
+	port := addr.Port()
+	return append(out, byte(port>>8), byte(port))
+}
+
+// peerEntry is a peer as the role hashes store it.
+func peerEntry(id bittorrent.PeerID, addr netip.AddrPort) []byte {
+	compact := compactAddr(addr)
+	entry := make([]byte, 0, 1+len(id)+len(compact))
+	entry = append(entry, byte(len(compact)))
+	entry = append(entry, id[:]...)
+	return append(entry, compact...)
+}
+
+// parseCompactAddr unpacks a stored address.
+func parseCompactAddr(b string) (netip.AddrPort, bool) {
+	switch len(b) {
+	case 6:
+		ip := netip.AddrFrom4([4]byte{b[0], b[1], b[2], b[3]})
+		return netip.AddrPortFrom(ip, uint16(b[4])<<8|uint16(b[5])), true
+	case 18:
+		var a [16]byte
+		copy(a[:], b[:16])
+		return netip.AddrPortFrom(netip.AddrFrom16(a), uint16(b[16])<<8|uint16(b[17])), true
+	}
+	return netip.AddrPort{}, false
+}
+
+// unpackPeers reads announce.lua's concatenated peer entries.
+func unpackPeers(packed string) ([]bittorrent.Peer, error) {
+	if packed == "" {
+		return nil, nil
+	}
+	const idLen = len(bittorrent.PeerID{})
+	peers := make([]bittorrent.Peer, 0, len(packed)/(1+idLen+6))
+	for i := 0; i < len(packed); {
+		n := int(packed[i])
+		end := i + 1 + idLen + n
+		if end > len(packed) {
+			return nil, fmt.Errorf("%w: truncated peer list", errBadReply)
+		}
+		addr, ok := parseCompactAddr(packed[i+1+idLen : end])
+		if !ok {
+			i = end // not written by announce.lua; never hand it out
+			continue
+		}
+		var peer bittorrent.Peer
+		copy(peer.ID[:], packed[i+1:i+1+idLen])
+		peer.Addr = addr
+		peers = append(peers, peer)
+		i = end
+	}
+	return peers, nil
+}

@@ -1,0 +1,51 @@
+// Package swarm is the BitTorrent plugin's swarm store on Redis or Redis
+// Cluster: it implements bittorrent.Swarms for the announce and scrape
+// listeners, and gives the admin API and CLI a registry of torrents,
+// users and whitelisted clients.
+//
+// # Where things live, and why
+//
+// Everything about one torrent (its record, its seeders and leechers, the
+// peers' deadlines, records and timeout keys, and each user's record on
+// it) shares the torrent's hash tag, so one Lua script per announce
+// (announce.lua) writes the peer and the torrent's counters atomically,
+// picks the reply's peers, and returns in one round trip.
+//
+// Global keys (counters, the sorted indexes) and a user's sets cannot
+// share a torrent's slot on a cluster (a script may only touch one slot),
+// and writing them in the same request would cost a second round trip
+// and turn the global counters into one hot key. So the scripts return what changed (count deltas, a
+// user's new state with a version) and the store batches these in memory
+// and flushes them every Config.FlushInterval in one pipeline, the way
+// Ocelot batches its database writes. Count deltas commute, and user
+// states carry versions (user_sets.lua keeps the newest), so flushes from
+// many frontends may arrive in any order. What a crash loses before its
+// flush (at most one interval) is restored by Repair, which recomputes
+// the global and per-user views from the per-torrent truth; it runs every
+// Config.RepairInterval on one frontend at a time.
+//
+// # Expiry
+//
+// Each peer has a deadline, Config.PeerTimeout (two announce intervals)
+// after its last announce, kept in three places: its timeout key expires
+// then, the swarm's deadline index scores it, and the swarm's entry in the
+// sharded due index is scored at or before the earliest deadline of the
+// swarm. Keyspace expiry events of timeout keys (subscribed on every
+// master: they are node-local on a cluster) remove a peer within moments;
+// the sweep reads the due index for swarms with passed deadlines and
+// removes their peers, because events are lost while nobody listens. Both
+// run expire.lua, which rechecks the deadline, so they never remove a peer
+// that has announced since.
+//
+// # What is exact
+//
+// Per torrent, everything is exact and atomic: the role hashes are the
+// seeder and leecher counts, and snatches, announces, last_action, the
+// peer records and each user's record on the torrent (transfer, seed
+// time, hit-and-run state) change in the same script as the peer. The
+// global counters, the indexes, the users' sets and the users' transfer
+// totals (UserStatsKey) are derived from those, lag by up to one
+// FlushInterval, and may miss a crashed frontend's last batch: Repair
+// restores all of them but the transfer totals, which a site that needs
+// them exact should sum from the per-torrent user records.
+package swarm

@@ -1,0 +1,225 @@
+package swarm_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
+)
+
+// dueEntries returns every swarm in the due index with its score.
+func dueEntries(t *testing.T, b redistest.Backend) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for shard := range swarm.DueShards {
+		zs, err := b.Client.ZRangeWithScores(context.Background(), swarm.DueKey(shard), 0, -1).Result()
+		require.NoError(t, err)
+		for _, z := range zs {
+			out[z.Member.(string)] = z.Score
+		}
+	}
+	return out
+}
+
+func TestSweepExpiresPeersWithoutEvents(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		// Nobody listens for expiry events here: only the sweep removes.
+		f := newFixture(t, b, swarm.Config{Interval: 30 * time.Minute})
+		ctx := context.Background()
+		hash := infoHash("sweep")
+		f.announce(hash, peerID("-TR", 1), 1, seeding)
+		f.announce(hash, peerID("-TR", 2), 2)
+		firstDeadline := float64(epoch.Add(time.Hour).UnixMilli())
+		require.Equal(t, map[string]float64{fmt.Sprintf("%x", hash): firstDeadline}, dueEntries(t, b))
+
+		f.clock.Advance(40 * time.Minute)
+		f.announce(hash, peerID("-TR", 2), 2)
+		removed, err := f.store.Sweep(ctx)
+		require.NoError(t, err)
+		require.Zero(t, removed, "nothing is due before two intervals")
+
+		f.clock.Advance(21 * time.Minute) // the seeder missed two intervals
+		removed, err = f.store.Sweep(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, removed)
+		info := f.torrent(hash)
+		require.Equal(t, int64(0), info.Seeders)
+		require.Equal(t, int64(1), info.Leechers)
+		resp := f.announce(hash, peerID("-TR", 3), 3)
+		require.Equal(t, []bittorrent.PeerID{peerID("-TR", 2)}, peerIDs(resp.Peers), "the expired seeder is never handed out")
+		st := f.stats()
+		require.Equal(t, int64(0), st.Seeders)
+		require.Equal(t, int64(2), st.Leechers)
+		// The swarm stays due at its next deadline: the leecher's.
+		require.Equal(t, map[string]float64{fmt.Sprintf("%x", hash): float64(epoch.Add(100 * time.Minute).UnixMilli())},
+			dueEntries(t, b))
+
+		f.clock.Advance(2 * time.Hour)
+		removed, err = f.store.Sweep(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 2, removed)
+		require.Empty(t, dueEntries(t, b), "an empty swarm leaves the due index")
+		ttl, err := b.Client.PTTL(ctx, swarm.PeerKey(hash, peerID("-TR", 2))).Result()
+		require.NoError(t, err)
+		require.Equal(t, 24*time.Hour, ttl.Round(time.Hour), "an expired peer's record is kept for PeerRetention")
+		st = f.stats()
+		require.Equal(t, swarm.Stats{Announces: 4, Requests: 4}, st)
+
+		// Its open-mode record now expires on its own.
+		ttl, err = b.Client.PTTL(ctx, swarm.TorrentKey(hash)).Result()
+		require.NoError(t, err)
+		require.Equal(t, 24*time.Hour, ttl.Round(time.Hour))
+		f.announce(hash, peerID("-TR", 4), 4)
+		ttl, err = b.Client.PTTL(ctx, swarm.TorrentKey(hash)).Result()
+		require.NoError(t, err)
+		require.Equal(t, time.Duration(-1), ttl, "a returning peer keeps the record")
+		require.Len(t, dueEntries(t, b), 1, "the reborn swarm is indexed again")
+	})
+}
+
+func TestSweepWorksOffManySwarmsAndLargeSwarms(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, swarm.Config{})
+		ctx := context.Background()
+		// 300 swarms of one peer (several rounds per shard on some) and
+		// one swarm of 250 peers (several batches of one swarm).
+		for i := range 300 {
+			f.announce(infoHash(fmt.Sprint("many-", i)), peerID("-TR", i), i)
+		}
+		big := infoHash("big")
+		for i := range 250 {
+			f.announce(big, peerID("-TR", i), i)
+		}
+		f.clock.Advance(61 * time.Minute)
+		removed, err := f.store.Sweep(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 550, removed)
+		require.Empty(t, dueEntries(t, b))
+		require.Equal(t, int64(0), f.stats().Leechers)
+		require.Equal(t, int64(0), f.torrent(big).Leechers)
+	})
+}
+
+func TestSweepUpdatesUserSets(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f, hash := privateFixture(t, b, swarm.Config{HnR: swarm.HnRPolicy{MinSeedTime: time.Hour}})
+		me := peerID("-TR", 1)
+		f.announce(hash, me, 1, passkey("passkeyA"), event(bittorrent.EventStarted))
+		f.announce(hash, me, 1, passkey("passkeyA"), seeding, event(bittorrent.EventCompleted))
+		require.Equal(t, []string{"t1"}, f.user("alice").Active)
+		f.clock.Advance(2 * time.Hour)
+		removed, err := f.store.Sweep(context.Background())
+		require.NoError(t, err)
+		require.Equal(t, 1, removed)
+		u := f.user("alice")
+		require.Empty(t, u.Active)
+		require.Equal(t, []string{"t1"}, u.HnR, "a snatcher who vanished without seeding")
+	})
+}
+
+// disableNotifications clears notify-keyspace-events everywhere, so a
+// test proves that Start turns expiry events on by itself.
+func disableNotifications(t *testing.T, b redistest.Backend) {
+	t.Helper()
+	ctx := context.Background()
+	off := func(ctx context.Context, c *redis.Client) error {
+		return c.ConfigSet(ctx, "notify-keyspace-events", "").Err()
+	}
+	if cluster, ok := b.Client.(*redis.ClusterClient); ok {
+		require.NoError(t, cluster.ForEachMaster(ctx, off))
+		return
+	}
+	require.NoError(t, off(ctx, b.Client.(*redis.Client)))
+}
+
+func TestKeyspaceEventExpiresPeers(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		disableNotifications(t, b)
+		// The sweep would run only after an hour: removals here come from events.
+		f, _ := privateFixture(t, b, swarm.Config{SweepInterval: time.Hour})
+		ctx := context.Background()
+		require.NoError(t, f.store.Start(ctx))
+
+		// Swarms on every master of a cluster (events are node-local).
+		var hashes []bittorrent.InfoHash
+		for i := range 12 {
+			hash := infoHash(fmt.Sprint("event-", i))
+			require.NoError(t, f.store.RegisterTorrent(ctx, hash, fmt.Sprint("e", i)))
+			f.announce(hash, peerID("-TR", i), i, passkey("passkeyA"), seeding)
+			hashes = append(hashes, hash)
+		}
+		// A peer that announced again since its timeout key was set must
+		// survive the event of that key.
+		survivor := hashes[0]
+		f.clock.Advance(61 * time.Minute)
+		f.announce(survivor, peerID("-TR", 0), 0, passkey("passkeyA"), seeding)
+		// The deadline has passed by the store's clock; make Redis agree.
+		for i, hash := range hashes {
+			require.NoError(t, b.Client.PExpire(ctx, swarm.TimeoutKey(hash, peerID("-TR", i), "alice"), time.Millisecond).Err())
+		}
+		require.Eventually(t, func() bool {
+			return f.store.ExpiryStats().ExpiredByEvent == int64(len(hashes)-1)
+		}, 10*time.Second, 5*time.Millisecond)
+		require.Eventually(t, func() bool {
+			return f.store.ExpiryStats().EventsReceived == int64(len(hashes))
+		}, 10*time.Second, 5*time.Millisecond)
+		for _, hash := range hashes {
+			want := int64(0)
+			if hash == survivor {
+				want = 1
+			}
+			require.Equal(t, want, f.torrent(hash).Seeders)
+		}
+		require.Zero(t, f.store.ExpiryStats().ExpiredBySweep)
+		require.Equal(t, []string{"e0"}, f.user("alice").Active)
+		require.NoError(t, f.store.Stop())
+	})
+}
+
+func TestStartStop(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, swarm.Config{})
+		ctx := context.Background()
+		require.NoError(t, f.store.Start(ctx))
+		require.Error(t, f.store.Start(ctx), "a second Start is refused")
+		f.announce(infoHash("stop"), peerID("-TR", 1), 1)
+		require.NoError(t, f.store.Stop())
+		require.NoError(t, f.store.Stop())
+		// Stop flushed the batch.
+		stats, err := f.store.Stats(ctx)
+		require.NoError(t, err)
+		require.Equal(t, int64(1), stats.Announces)
+
+		never, err := swarm.New(b.Client, swarm.Config{Logger: quietLogger})
+		require.NoError(t, err)
+		require.NoError(t, never.Stop(), "Stop without Start")
+	})
+}
+
+func TestConfigValidation(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		for name, cfg := range map[string]swarm.Config{
+			"MinInterval":     {Interval: time.Minute, MinInterval: time.Hour},
+			"PeerTimeout":     {Interval: time.Hour, PeerTimeout: time.Minute},
+			"CacheTTL":        {CacheTTL: -time.Second},
+			"MaxNumWant":      {MaxNumWant: -1},
+			"HnR.MinRatio":    {HnR: swarm.HnRPolicy{MinRatio: -1}},
+			"HnR.MinSeedTime": {HnR: swarm.HnRPolicy{MinSeedTime: -1}},
+		} {
+			_, err := swarm.New(b.Client, cfg)
+			require.ErrorContains(t, err, name)
+		}
+		s, err := swarm.New(b.Client, swarm.Config{Interval: 10 * time.Minute})
+		require.NoError(t, err)
+		cfg := s.Config()
+		require.Equal(t, 5*time.Minute, cfg.MinInterval)
+		require.Equal(t, 20*time.Minute, cfg.PeerTimeout, "two announce intervals")
+	})
+}

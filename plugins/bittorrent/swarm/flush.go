@@ -1,0 +1,303 @@
+package swarm
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hoardproject/hoard/plugins/bittorrent"
+)
+
+// The global counters, in StatsKey's field order.
+const (
+	statAnnounces = iota
+	statScrapes
+	statRequests
+	statSeeders
+	statLeechers
+	statSnatches
+	statCount
+)
+
+var statNames = [statCount]string{"announces", "scrapes", "requests", "seeders", "leechers", "snatches"}
+
+// maxPendingEntries bounds the batch: an announce that grows it past this
+// flushes it at once (when no flush is running), so a store that was
+// never started cannot grow it without end.
+const maxPendingEntries = 20_000
+
+// userTorrent names a user's state on one torrent.
+type userTorrent struct {
+	user    string
+	torrent string // torrent id
+}
+
+// userUpdate is a user's new state on a torrent, from a script.
+type userUpdate struct {
+	key     userTorrent
+	bits    int64
+	version int64
+}
+
+// indexDelta is how one torrent's index scores changed.
+type indexDelta struct {
+	seeders, leechers, snatches int64
+}
+
+// pending holds the global writes of scripts that ran since the last
+// flush: counter deltas (summed, lock-free), and under mu the index
+// deltas per torrent (summed), the newest state per user and torrent, and
+// transfer deltas per user.
+type pending struct {
+	stats [statCount]atomic.Int64
+
+	mu     sync.Mutex
+	index  map[bittorrent.InfoHash]*indexDelta
+	users  map[userTorrent]userUpdate
+	totals map[string]*[2]int64
+}
+
+func (p *pending) reset() {
+	p.index = make(map[bittorrent.InfoHash]*indexDelta)
+	p.users = make(map[userTorrent]userUpdate)
+	p.totals = make(map[string]*[2]int64)
+}
+
+func (p *pending) size() int { return len(p.index) + len(p.users) + len(p.totals) }
+
+func (p *pending) addStat(stat int, n int64) {
+	if n != 0 {
+		p.stats[stat].Add(n)
+	}
+}
+
+func (p *pending) addIndexLocked(hash bittorrent.InfoHash, seeders, leechers, snatches int64) {
+	if seeders == 0 && leechers == 0 && snatches == 0 {
+		return
+	}
+	d := p.index[hash]
+	if d == nil {
+		d = &indexDelta{}
+		p.index[hash] = d
+	}
+	d.seeders += seeders
+	d.leechers += leechers
+	d.snatches += snatches
+}
+
+func (p *pending) addUserLocked(u *userUpdate) {
+	if u == nil || u.key.torrent == "" {
+		return
+	}
+	if old, ok := p.users[u.key]; !ok || u.version >= old.version {
+		p.users[u.key] = *u
+	}
+}
+
+func (p *pending) addTotalsLocked(userID string, uploaded, downloaded int64) {
+	if userID == "" || (uploaded == 0 && downloaded == 0) {
+		return
+	}
+	t := p.totals[userID]
+	if t == nil {
+		t = &[2]int64{}
+		p.totals[userID] = t
+	}
+	t[0] += uploaded
+	t[1] += downloaded
+}
+
+// addAnnounce records one announce's effects; it reports whether the
+// batch has grown past maxPendingEntries.
+func (p *pending) addAnnounce(hash bittorrent.InfoHash, dSeeders, dLeechers, snatched int64, userID string,
+	uploaded, downloaded int64, update *userUpdate) bool {
+	p.addStat(statAnnounces, 1)
+	p.addStat(statSeeders, dSeeders)
+	p.addStat(statLeechers, dLeechers)
+	p.addStat(statSnatches, snatched)
+	if dSeeders == 0 && dLeechers == 0 && snatched == 0 && update == nil && uploaded == 0 && downloaded == 0 {
+		return false // the common announce: nothing but the counter
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.addIndexLocked(hash, dSeeders, dLeechers, snatched)
+	p.addUserLocked(update)
+	p.addTotalsLocked(userID, uploaded, downloaded)
+	return p.size() > maxPendingEntries
+}
+
+// addExpiry records one expire.lua run's effects.
+func (p *pending) addExpiry(hash bittorrent.InfoHash, dSeeders, dLeechers int64, updates []userUpdate) bool {
+	p.addStat(statSeeders, dSeeders)
+	p.addStat(statLeechers, dLeechers)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.addIndexLocked(hash, dSeeders, dLeechers, 0)
+	for i := range updates {
+		p.addUserLocked(&updates[i])
+	}
+	return p.size() > maxPendingEntries
+}
+
+// batch is what one flush writes.
+type batch struct {
+	stats  [statCount]int64
+	index  map[bittorrent.InfoHash]*indexDelta
+	users  map[userTorrent]userUpdate
+	totals map[string]*[2]int64
+}
+
+// take empties the pending writes and returns them.
+func (p *pending) take() batch {
+	var b batch
+	for i := range p.stats {
+		b.stats[i] = p.stats[i].Swap(0)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	b.index, b.users, b.totals = p.index, p.users, p.totals
+	p.reset()
+	return b
+}
+
+// Flush writes the batched global effects now: counters, indexes, user
+// sets and user totals, in one pipeline. Writes that fail go back into
+// the batch for the next flush. Flushes never overlap.
+func (s *Store) Flush(ctx context.Context) error {
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
+	return s.flushLocked(ctx)
+}
+
+// flushIfIdle flushes unless a flush is already running (which will
+// empty the batch anyway).
+func (s *Store) flushIfIdle(ctx context.Context) {
+	if !s.flushMu.TryLock() {
+		return
+	}
+	defer s.flushMu.Unlock()
+	if err := s.flushLocked(ctx); err != nil {
+		s.logger.Warn("swarm: flushing a full batch failed", "error", err)
+	}
+}
+
+func (s *Store) flushLocked(ctx context.Context) error {
+	work := s.pending.take()
+	pipe := s.rdb.Pipeline()
+	var requeue []func()
+	var cmds []redis.Cmder
+	queue := func(cmd redis.Cmder, undo func()) {
+		cmds = append(cmds, cmd)
+		requeue = append(requeue, undo)
+	}
+
+	for stat, n := range work.stats {
+		if n != 0 {
+			queue(pipe.HIncrBy(ctx, StatsKey, statNames[stat], n), func() { s.pending.addStat(stat, n) })
+		}
+	}
+	indexes := [3]Index{IndexSeeders, IndexLeechers, IndexSnatches}
+	for hash, d := range work.index {
+		member := hexHash(hash)
+		for i, n := range [3]int64{d.seeders, d.leechers, d.snatches} {
+			if n == 0 {
+				continue
+			}
+			undo := func() {
+				var back [3]int64
+				back[i] = n
+				s.pending.mu.Lock()
+				s.pending.addIndexLocked(hash, back[0], back[1], back[2])
+				s.pending.mu.Unlock()
+			}
+			queue(pipe.ZIncrBy(ctx, IndexKey(indexes[i]), float64(n), member), undo)
+		}
+	}
+	for userID, t := range work.totals {
+		up, down := t[0], t[1]
+		queue(pipe.HIncrBy(ctx, UserStatsKey(userID), "uploaded", up), func() {
+			s.pending.mu.Lock()
+			s.pending.addTotalsLocked(userID, up, 0)
+			s.pending.mu.Unlock()
+		})
+		queue(pipe.HIncrBy(ctx, UserStatsKey(userID), "downloaded", down), func() {
+			s.pending.mu.Lock()
+			s.pending.addTotalsLocked(userID, 0, down)
+			s.pending.mu.Unlock()
+		})
+	}
+	userCalls := make([]scriptCall, 0, len(work.users))
+	userUpdates := make([]userUpdate, 0, len(work.users))
+	for _, u := range work.users {
+		userCalls = append(userCalls, userSetsCall(u))
+		userUpdates = append(userUpdates, u)
+	}
+
+	failed := 0
+	var firstErr error
+	if len(cmds) > 0 {
+		_, _ = pipe.Exec(ctx) // errors are read per command
+		for i, cmd := range cmds {
+			if err := cmd.Err(); err != nil {
+				failed++
+				firstErr = firstError(firstErr, err)
+				requeue[i]()
+			}
+		}
+	}
+	for i, cmd := range s.runScriptsPipelined(ctx, userSetsScript, userCalls) {
+		if err := cmd.Err(); err != nil {
+			failed++
+			firstErr = firstError(firstErr, err)
+			s.pending.mu.Lock()
+			s.pending.addUserLocked(&userUpdates[i])
+			s.pending.mu.Unlock()
+		}
+	}
+	if failed > 0 {
+		s.counters.flushFailures.Add(int64(failed))
+		return fmt.Errorf("swarm.Flush: %d of %d writes failed, kept for the next flush: %w",
+			failed, len(cmds)+len(userCalls), firstErr)
+	}
+	return nil
+}
+
+func firstError(first, err error) error {
+	if first != nil {
+		return first
+	}
+	return err
+}
+
+// userSetsCall is user_sets.lua's invocation for one user state.
+func userSetsCall(u userUpdate) scriptCall {
+	return scriptCall{
+		keys: []string{
+			UserSetKey(u.key.user, UserActive), UserSetKey(u.key.user, UserComplete),
+			UserSetKey(u.key.user, UserIncomplete), UserSetKey(u.key.user, UserHnR),
+			UserVersionsKey(u.key.user),
+		},
+		args: []any{u.key.torrent, u.version, u.bits},
+	}
+}
+
+// flushLoop flushes every FlushInterval until ctx ends.
+func (s *Store) flushLoop(ctx context.Context) {
+	defer s.wg.Done()
+	ticker := time.NewTicker(s.cfg.FlushInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+			if err := s.Flush(ctx); err != nil && ctx.Err() == nil {
+				s.logger.Warn("swarm: flush failed", "error", err)
+			}
+		}
+	}
+}

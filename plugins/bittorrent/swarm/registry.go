@@ -1,0 +1,434 @@
+package swarm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hoardproject/hoard/plugins/bittorrent"
+)
+
+// Errors of the admin API, for errors.Is.
+var (
+	// ErrInvalid: an argument is malformed (a bad id, passkey or prefix).
+	ErrInvalid = errors.New("invalid argument")
+	// ErrNotFound: the torrent has no record.
+	ErrNotFound = errors.New("not found")
+)
+
+// maxPrefixLen bounds a whitelisted peer_id prefix: a peer_id is 20 bytes.
+const maxPrefixLen = len(bittorrent.PeerID{})
+
+// maxCachedPasskeys bounds the passkey cache; past it the cache starts
+// over, so a flood of made-up passkeys cannot grow it without end.
+const maxCachedPasskeys = 100_000
+
+// admit checks a private-mode announce: a known passkey and a whitelisted
+// client. It returns the user id ("" in open mode). Both lookups are
+// cached, so the common case costs no round trip; the torrent's
+// registration is checked inside the announce script itself.
+func (s *Store) admit(ctx context.Context, passkey string, peer bittorrent.PeerID) (string, error) {
+	if !s.cfg.Private {
+		return "", nil
+	}
+	userID, err := s.userForPasskey(ctx, passkey)
+	if err != nil {
+		return "", err
+	}
+	allowed, err := s.whitelist.allows(ctx, s, peer)
+	if err != nil {
+		return "", err
+	}
+	if !allowed {
+		return "", &bittorrent.ClientError{Reason: "your client is not whitelisted"}
+	}
+	return userID, nil
+}
+
+// userForPasskey resolves a passkey or refuses it with a ClientError.
+func (s *Store) userForPasskey(ctx context.Context, passkey string) (string, error) {
+	if passkey == "" {
+		return "", &bittorrent.ClientError{Reason: "a passkey is required"}
+	}
+	if !validName(passkey) {
+		return "", &bittorrent.ClientError{Reason: "unknown passkey"}
+	}
+	userID, err := s.passkeys.lookup(ctx, s, passkey)
+	if err != nil {
+		return "", err
+	}
+	if userID == "" {
+		return "", &bittorrent.ClientError{Reason: "unknown passkey"}
+	}
+	return userID, nil
+}
+
+// passkeyCache is a frontend's copy of passkey lookups, misses included.
+// A stale entry is refreshed by the one caller that finds it stale while
+// others keep using it, so a hot passkey never waits on Redis.
+type passkeyCache struct {
+	mu      sync.Mutex
+	entries map[string]*passkeyEntry
+}
+
+type passkeyEntry struct {
+	userID     string // "" when the passkey is unknown
+	loadedAt   time.Time
+	refreshing bool
+}
+
+func (c *passkeyCache) lookup(ctx context.Context, s *Store, passkey string) (string, error) {
+	now := s.clock.Now()
+	c.mu.Lock()
+	entry := c.entries[passkey]
+	fresh := entry != nil && !now.Before(entry.loadedAt) && now.Sub(entry.loadedAt) <= s.cfg.CacheTTL
+	if entry != nil && (fresh || entry.refreshing) {
+		userID := entry.userID
+		c.mu.Unlock()
+		return userID, nil
+	}
+	if entry != nil {
+		entry.refreshing = true
+	}
+	c.mu.Unlock()
+
+	userID, err := s.rdb.Get(ctx, PasskeyKey(passkey)).Result()
+	if errors.Is(err, redis.Nil) {
+		userID, err = "", nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		if entry != nil {
+			// Keep answering from the old copy while Redis is unreachable.
+			entry.refreshing = false
+			return entry.userID, nil
+		}
+		return "", fmt.Errorf("swarm: passkey lookup: %w", err)
+	}
+	if c.entries == nil || len(c.entries) >= maxCachedPasskeys {
+		c.entries = make(map[string]*passkeyEntry)
+	}
+	c.entries[passkey] = &passkeyEntry{userID: userID, loadedAt: now}
+	return userID, nil
+}
+
+func (c *passkeyCache) invalidate(passkey string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.entries, passkey)
+}
+
+// whitelistCache is a frontend's copy of the client whitelist. When it is
+// stale one caller reloads it while the others keep answering from the
+// old copy; only the very first load waits.
+type whitelistCache struct {
+	mu         sync.Mutex
+	prefixes   []string
+	loaded     bool
+	loadedAt   time.Time
+	refreshing bool
+}
+
+func (c *whitelistCache) allows(ctx context.Context, s *Store, peer bittorrent.PeerID) (bool, error) {
+	now := s.clock.Now()
+	c.mu.Lock()
+	stale := !c.loaded || now.Sub(c.loadedAt) > s.cfg.CacheTTL || now.Before(c.loadedAt)
+	reload := stale && (!c.loaded || !c.refreshing)
+	if reload {
+		c.refreshing = true
+	}
+	prefixes, loaded := c.prefixes, c.loaded
+	c.mu.Unlock()
+	if reload {
+		fresh, err := s.rdb.HKeys(ctx, WhitelistKey).Result()
+		c.mu.Lock()
+		c.refreshing = false
+		if err == nil {
+			c.prefixes, c.loaded, c.loadedAt = fresh, true, now
+			prefixes, loaded = fresh, true
+		}
+		c.mu.Unlock()
+		if err != nil && !loaded {
+			return false, fmt.Errorf("swarm: whitelist: %w", err)
+		}
+	}
+	id := string(peer[:])
+	for _, prefix := range prefixes {
+		if strings.HasPrefix(id, prefix) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func (c *whitelistCache) invalidate() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.loaded = false
+}
+
+// RegisterTorrent registers an info-hash under the site's torrent id
+// (private mode accepts announces only for registered torrents). It may
+// be called again to change the id.
+func (s *Store) RegisterTorrent(ctx context.Context, hash bittorrent.InfoHash, torrentID string) error {
+	if !validName(torrentID) {
+		return fmt.Errorf("swarm: torrent id %q: want 1-%d characters of A-Z a-z 0-9 _ -: %w", torrentID, maxNameLen, ErrInvalid)
+	}
+	key := TorrentKey(hash)
+	pipe := s.rdb.TxPipeline() // one key: MULTI is fine on a cluster
+	pipe.HSet(ctx, key, "id", torrentID)
+	pipe.HSetNX(ctx, key, "created", s.nowMillis())
+	pipe.Persist(ctx, key) // it may have been an expiring open-mode record
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("swarm.RegisterTorrent: %w", err)
+	}
+	if err := s.rdb.HSet(ctx, RegistryKey, hexHash(hash), torrentID).Err(); err != nil {
+		return fmt.Errorf("swarm.RegisterTorrent: registry: %w", err)
+	}
+	return nil
+}
+
+// UnregisterTorrent makes a torrent unknown: announces are refused from
+// now on and its peers leave as their deadlines pass. Its record (the
+// counters) is kept until its swarm has been empty for
+// OpenTorrentRetention, like any unregistered torrent's; its index
+// entries go now. Unregistering an unknown torrent is not an error.
+func (s *Store) UnregisterTorrent(ctx context.Context, hash bittorrent.InfoHash) error {
+	if err := s.rdb.HDel(ctx, TorrentKey(hash), "id").Err(); err != nil {
+		return fmt.Errorf("swarm.UnregisterTorrent: %w", err)
+	}
+	pipe := s.rdb.Pipeline()
+	pipe.HDel(ctx, RegistryKey, hexHash(hash))
+	for _, index := range []Index{IndexSeeders, IndexLeechers, IndexSnatches} {
+		pipe.ZRem(ctx, IndexKey(index), hexHash(hash))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("swarm.UnregisterTorrent: %w", err)
+	}
+	return nil
+}
+
+// TorrentInfo is a torrent's record.
+type TorrentInfo struct {
+	InfoHash   bittorrent.InfoHash
+	ID         string    // "" when not registered
+	Created    time.Time // first registration or announce
+	LastAction time.Time // last time it had a seeder; zero if never
+	Announces  int64
+	Seeders    int64
+	Leechers   int64
+	Snatches   int64
+}
+
+// Torrent returns a torrent's record, or ErrNotFound.
+func (s *Store) Torrent(ctx context.Context, hash bittorrent.InfoHash) (TorrentInfo, error) {
+	fields, err := s.rdb.HGetAll(ctx, TorrentKey(hash)).Result()
+	if err != nil {
+		return TorrentInfo{}, fmt.Errorf("swarm.Torrent: %w", err)
+	}
+	if len(fields) == 0 {
+		return TorrentInfo{}, fmt.Errorf("swarm.Torrent %s: %w", hexHash(hash), ErrNotFound)
+	}
+	num := func(name string) int64 { n, _ := strconv.ParseInt(fields[name], 10, 64); return n }
+	at := func(name string) time.Time {
+		if ms := num(name); ms > 0 {
+			return time.UnixMilli(ms)
+		}
+		return time.Time{}
+	}
+	return TorrentInfo{
+		InfoHash:   hash,
+		ID:         fields["id"],
+		Created:    at("created"),
+		LastAction: at("last_action"),
+		Announces:  num("announces"),
+		Seeders:    num("seeders"),
+		Leechers:   num("leechers"),
+		Snatches:   num("snatches"),
+	}, nil
+}
+
+// AddUser maps a passkey to a user id, replacing any previous mapping.
+func (s *Store) AddUser(ctx context.Context, passkey, userID string) error {
+	if !validName(passkey) {
+		return fmt.Errorf("swarm: passkey: want 1-%d characters of A-Z a-z 0-9 _ -: %w", maxNameLen, ErrInvalid)
+	}
+	if !validName(userID) {
+		return fmt.Errorf("swarm: user id %q: want 1-%d characters of A-Z a-z 0-9 _ -: %w", userID, maxNameLen, ErrInvalid)
+	}
+	if err := s.rdb.Set(ctx, PasskeyKey(passkey), userID, 0).Err(); err != nil {
+		return fmt.Errorf("swarm.AddUser: %w", err)
+	}
+	s.passkeys.invalidate(passkey)
+	return nil
+}
+
+// RemoveUser forgets a passkey. Its user's records and sets stay.
+func (s *Store) RemoveUser(ctx context.Context, passkey string) error {
+	if !validName(passkey) {
+		return fmt.Errorf("swarm: passkey: %w", ErrInvalid)
+	}
+	if err := s.rdb.Del(ctx, PasskeyKey(passkey)).Err(); err != nil {
+		return fmt.Errorf("swarm.RemoveUser: %w", err)
+	}
+	s.passkeys.invalidate(passkey)
+	return nil
+}
+
+// Client is one whitelisted client: a peer_id prefix and a readable name.
+type Client struct {
+	Prefix string // e.g. "-TR3", "-qB4", "A2-"
+	Name   string // e.g. "Transmission 3.x"
+}
+
+// AddClient whitelists a peer_id prefix (1-20 bytes).
+func (s *Store) AddClient(ctx context.Context, prefix, name string) error {
+	if prefix == "" || len(prefix) > maxPrefixLen {
+		return fmt.Errorf("swarm: client prefix must be 1-%d bytes: %w", maxPrefixLen, ErrInvalid)
+	}
+	if len(name) > 200 {
+		return fmt.Errorf("swarm: client name is longer than 200 bytes: %w", ErrInvalid)
+	}
+	if err := s.rdb.HSet(ctx, WhitelistKey, prefix, name).Err(); err != nil {
+		return fmt.Errorf("swarm.AddClient: %w", err)
+	}
+	s.whitelist.invalidate()
+	return nil
+}
+
+// RemoveClient takes a prefix off the whitelist.
+func (s *Store) RemoveClient(ctx context.Context, prefix string) error {
+	if err := s.rdb.HDel(ctx, WhitelistKey, prefix).Err(); err != nil {
+		return fmt.Errorf("swarm.RemoveClient: %w", err)
+	}
+	s.whitelist.invalidate()
+	return nil
+}
+
+// Clients lists the whitelist, sorted by prefix. In private mode an empty
+// whitelist refuses every client.
+func (s *Store) Clients(ctx context.Context) ([]Client, error) {
+	all, err := s.rdb.HGetAll(ctx, WhitelistKey).Result()
+	if err != nil {
+		return nil, fmt.Errorf("swarm.Clients: %w", err)
+	}
+	clients := make([]Client, 0, len(all))
+	for prefix, name := range all {
+		clients = append(clients, Client{Prefix: prefix, Name: name})
+	}
+	sort.Slice(clients, func(i, j int) bool { return clients[i].Prefix < clients[j].Prefix })
+	return clients, nil
+}
+
+// Stats are the global counters (see StatsKey). They lag by up to one
+// FlushInterval per frontend.
+type Stats struct {
+	Announces int64
+	Scrapes   int64
+	Requests  int64 // announces and scrapes, refused ones included
+	Seeders   int64
+	Leechers  int64
+	Snatches  int64
+}
+
+// Stats returns the global counters.
+func (s *Store) Stats(ctx context.Context) (Stats, error) {
+	v, err := s.rdb.HMGet(ctx, StatsKey, statNames[:]...).Result()
+	if err != nil {
+		return Stats{}, fmt.Errorf("swarm.Stats: %w", err)
+	}
+	return Stats{
+		Announces: replyInt(v[statAnnounces]),
+		Scrapes:   replyInt(v[statScrapes]),
+		Requests:  replyInt(v[statRequests]),
+		Seeders:   replyInt(v[statSeeders]),
+		Leechers:  replyInt(v[statLeechers]),
+		Snatches:  replyInt(v[statSnatches]),
+	}, nil
+}
+
+// Ranked is one torrent in an index.
+type Ranked struct {
+	InfoHash bittorrent.InfoHash
+	Count    int64
+}
+
+// Top returns up to n torrents with the highest count in an index.
+func (s *Store) Top(ctx context.Context, index Index, n int) ([]Ranked, error) {
+	switch index {
+	case IndexSeeders, IndexLeechers, IndexSnatches:
+	default:
+		return nil, fmt.Errorf("swarm: index %q: %w", index, ErrInvalid)
+	}
+	if n <= 0 {
+		return nil, nil
+	}
+	zs, err := s.rdb.ZRevRangeWithScores(ctx, IndexKey(index), 0, int64(n-1)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("swarm.Top: %w", err)
+	}
+	out := make([]Ranked, 0, len(zs))
+	for _, z := range zs {
+		hash, ok := parseHexHash(fmt.Sprint(z.Member))
+		if !ok {
+			continue
+		}
+		out = append(out, Ranked{InfoHash: hash, Count: int64(z.Score)})
+	}
+	return out, nil
+}
+
+// UserSummary is what the store knows of one user over all torrents.
+type UserSummary struct {
+	Active     []string // torrent ids the user has a peer in
+	Complete   []string // torrent ids the user has had complete
+	Incomplete []string // torrent ids the user announced and never completed
+	HnR        []string // hit-and-runs (see HnRPolicy)
+	Uploaded   int64    // bytes, summed over announces
+	Downloaded int64
+}
+
+// User returns a user's sets (sorted) and transfer totals. They lag by up
+// to one FlushInterval per frontend.
+func (s *Store) User(ctx context.Context, userID string) (UserSummary, error) {
+	if !validName(userID) {
+		return UserSummary{}, fmt.Errorf("swarm: user id %q: %w", userID, ErrInvalid)
+	}
+	pipe := s.rdb.Pipeline()
+	sets := []UserSet{UserActive, UserComplete, UserIncomplete, UserHnR}
+	cmds := make([]*redis.StringSliceCmd, len(sets))
+	for i, set := range sets {
+		cmds[i] = pipe.SMembers(ctx, UserSetKey(userID, set))
+	}
+	totals := pipe.HMGet(ctx, UserStatsKey(userID), "uploaded", "downloaded")
+	if _, err := pipe.Exec(ctx); err != nil {
+		return UserSummary{}, fmt.Errorf("swarm.User: %w", err)
+	}
+	members := make([][]string, len(sets))
+	for i, cmd := range cmds {
+		members[i] = cmd.Val()
+		sort.Strings(members[i])
+	}
+	return UserSummary{
+		Active: members[0], Complete: members[1], Incomplete: members[2], HnR: members[3],
+		Uploaded: replyInt(totals.Val()[0]), Downloaded: replyInt(totals.Val()[1]),
+	}, nil
+}
+
+// ParseInfoHash reads a 40-character hex info-hash, for the admin API and
+// CLI.
+func ParseInfoHash(s string) (bittorrent.InfoHash, error) {
+	hash, ok := parseHexHash(strings.ToLower(s))
+	if !ok {
+		return hash, fmt.Errorf("swarm: info-hash %q: want 40 hex characters: %w", s, ErrInvalid)
+	}
+	return hash, nil
+}

@@ -1,0 +1,131 @@
+package swarm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	luabt "github.com/hoardproject/hoard/lua/bittorrent"
+)
+
+// Every script, loaded from lua/bittorrent with the shared prelude
+// prepended.
+var (
+	announceScript  = loadScript("announce.lua")
+	expireScript    = loadScript("expire.lua")
+	dueSettleScript = loadScript("due_settle.lua")
+	userSetsScript  = loadScript("user_sets.lua")
+)
+
+func loadScript(name string) *redis.Script {
+	prelude, err := luabt.Files.ReadFile("prelude.lua")
+	if err != nil {
+		panic(err)
+	}
+	body, err := luabt.Files.ReadFile(name)
+	if err != nil {
+		panic(fmt.Sprintf("lua script %s: %v", name, err))
+	}
+	return redis.NewScript(string(prelude) + "\n" + string(body))
+}
+
+// runScriptList runs a script that returns an array, with EVALSHA (EVAL
+// once after a NOSCRIPT). On a cluster go-redis routes it by KEYS[1]; all
+// KEYS share one hash tag, so one slot.
+func (s *Store) runScriptList(ctx context.Context, op string, script *redis.Script, keys []string, args ...any) ([]any, error) {
+	reply, err := script.Run(ctx, s.rdb, keys, args...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	list, ok := reply.([]any)
+	if !ok || len(list) == 0 {
+		return nil, fmt.Errorf("%s: script replied %T, want an array", op, reply)
+	}
+	return list, nil
+}
+
+// scriptCall is one script invocation in a pipelined batch.
+type scriptCall struct {
+	keys []string
+	args []any
+}
+
+// runScriptsPipelined runs many invocations of one script in a single
+// pipeline (go-redis splits it by node on a cluster) and returns one
+// command per call, in order. When calls fail with NOSCRIPT (a node
+// restarted or was added since the script was loaded), the script is
+// loaded on every node and those calls are sent again in one more
+// pipeline, so a restart costs one extra round trip, not one per call.
+func (s *Store) runScriptsPipelined(ctx context.Context, script *redis.Script, calls []scriptCall) []*redis.Cmd {
+	if len(calls) == 0 {
+		return nil
+	}
+	cmds := make([]*redis.Cmd, len(calls))
+	pipe := s.rdb.Pipeline()
+	for i, call := range calls {
+		cmds[i] = script.EvalSha(ctx, pipe, call.keys, call.args...)
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command
+	var missing []int
+	for i, cmd := range cmds {
+		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			missing = append(missing, i)
+		}
+	}
+	if len(missing) == 0 {
+		return cmds
+	}
+	if err := script.Load(ctx, s.rdb).Err(); err != nil {
+		for _, i := range missing {
+			cmds[i] = script.Run(ctx, s.rdb, calls[i].keys, calls[i].args...)
+		}
+		return cmds
+	}
+	pipe = s.rdb.Pipeline()
+	for _, i := range missing {
+		cmds[i] = script.EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
+	}
+	_, _ = pipe.Exec(ctx)
+	return cmds
+}
+
+// cmdList reads a pipelined script reply that should be an array.
+func cmdList(cmd *redis.Cmd) ([]any, error) {
+	reply, err := cmd.Result()
+	if err != nil {
+		return nil, err
+	}
+	list, ok := reply.([]any)
+	if !ok || len(list) == 0 {
+		return nil, fmt.Errorf("script replied %T, want an array", reply)
+	}
+	return list, nil
+}
+
+var errBadReply = errors.New("malformed script reply")
+
+// replyInt reads a script reply element that may come back as an integer
+// or as a number in a bulk string.
+func replyInt(v any) int64 {
+	switch v := v.(type) {
+	case int64:
+		return v
+	case string:
+		n, _ := strconv.ParseInt(v, 10, 64)
+		return n
+	}
+	return 0
+}
+
+func replyString(v any) string {
+	switch v := v.(type) {
+	case string:
+		return v
+	case int64:
+		return strconv.FormatInt(v, 10)
+	}
+	return ""
+}

@@ -1,0 +1,349 @@
+package swarm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hoardproject/hoard/plugins/bittorrent"
+)
+
+// HnRPolicy says when a user who snatched a torrent and left it is a
+// hit-and-run: when they seeded it for less than MinSeedTime and reached
+// less than MinRatio (uploaded/downloaded on that torrent). A zero field
+// is not a requirement; both zero disables hit-and-runs.
+type HnRPolicy struct {
+	MinSeedTime time.Duration
+	MinRatio    float64
+}
+
+// Config configures a Store. Zero values take the defaults named on each
+// field.
+type Config struct {
+	// Private requires a registered torrent, a known passkey and a
+	// whitelisted client on every announce; open mode accepts any
+	// info-hash and needs no passkey.
+	Private bool
+	// Interval is the announce interval sent to clients (30m).
+	Interval time.Duration
+	// MinInterval is the minimum announce interval sent to clients
+	// (Interval/2).
+	MinInterval time.Duration
+	// PeerTimeout is how long after its last announce a peer is dropped
+	// (2 x Interval). It must be at least Interval.
+	PeerTimeout time.Duration
+	// MaxNumWant caps the peers returned per announce, whatever the
+	// listener let through (200).
+	MaxNumWant int
+	// PeerRetention is how long a peer's record outlives the peer (24h).
+	PeerRetention time.Duration
+	// OpenTorrentRetention is how long an unregistered torrent's record
+	// (counters, created, last_action) outlives its last peer (24h), so
+	// random info-hashes do not accumulate. Negative keeps them forever.
+	OpenTorrentRetention time.Duration
+	// HnR is the hit-and-run policy (private mode; disabled by default).
+	HnR HnRPolicy
+	// CacheTTL is how long passkey lookups and the client whitelist are
+	// cached per frontend (10s). A change made through this Store applies
+	// here at once; other frontends see it within CacheTTL.
+	CacheTTL time.Duration
+	// FlushInterval is how often batched global writes are flushed (1s).
+	FlushInterval time.Duration
+	// SweepInterval is how often the expiry sweep runs (15s).
+	SweepInterval time.Duration
+	// RepairInterval is how often one frontend recomputes the global
+	// counters, indexes and user sets from per-torrent truth (1h).
+	// Negative disables the periodic repair (Repair can still be called).
+	RepairInterval time.Duration
+	// ExpiryWorkers is how many goroutines process expiry events (4).
+	ExpiryWorkers int
+	// Clock defaults to the wall clock.
+	Clock Clock
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// validate fills in defaults and names the first bad field.
+func (c *Config) validate() error {
+	durations := []struct {
+		name  string
+		value *time.Duration
+		def   time.Duration
+	}{
+		{"Interval", &c.Interval, 30 * time.Minute},
+		{"MinInterval", &c.MinInterval, 0},
+		{"PeerTimeout", &c.PeerTimeout, 0},
+		{"PeerRetention", &c.PeerRetention, 24 * time.Hour},
+		{"CacheTTL", &c.CacheTTL, 10 * time.Second},
+		{"FlushInterval", &c.FlushInterval, time.Second},
+		{"SweepInterval", &c.SweepInterval, 15 * time.Second},
+		{"HnR.MinSeedTime", &c.HnR.MinSeedTime, 0},
+	}
+	for _, d := range durations {
+		if *d.value < 0 {
+			return fmt.Errorf("swarm config: %s must not be negative, got %v", d.name, *d.value)
+		}
+		if *d.value == 0 {
+			*d.value = d.def
+		}
+	}
+	if c.MinInterval == 0 {
+		c.MinInterval = c.Interval / 2
+	}
+	if c.MinInterval > c.Interval {
+		return fmt.Errorf("swarm config: MinInterval (%v) must not exceed Interval (%v)", c.MinInterval, c.Interval)
+	}
+	if c.PeerTimeout == 0 {
+		c.PeerTimeout = 2 * c.Interval
+	}
+	if c.PeerTimeout < c.Interval {
+		return fmt.Errorf("swarm config: PeerTimeout (%v) must be at least Interval (%v), or peers expire between announces",
+			c.PeerTimeout, c.Interval)
+	}
+	if c.OpenTorrentRetention == 0 {
+		c.OpenTorrentRetention = 24 * time.Hour
+	}
+	if c.RepairInterval == 0 {
+		c.RepairInterval = time.Hour
+	}
+	if c.MaxNumWant < 0 {
+		return fmt.Errorf("swarm config: MaxNumWant must not be negative, got %d", c.MaxNumWant)
+	}
+	if c.MaxNumWant == 0 {
+		c.MaxNumWant = 200
+	}
+	if c.HnR.MinRatio < 0 {
+		return fmt.Errorf("swarm config: HnR.MinRatio must not be negative, got %v", c.HnR.MinRatio)
+	}
+	if c.ExpiryWorkers < 0 {
+		return fmt.Errorf("swarm config: ExpiryWorkers must not be negative, got %d", c.ExpiryWorkers)
+	}
+	if c.ExpiryWorkers == 0 {
+		c.ExpiryWorkers = 4
+	}
+	if c.Clock == nil {
+		c.Clock = SystemClock{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// Store is the Redis swarm store. It is safe for concurrent use.
+type Store struct {
+	rdb    redis.UniversalClient
+	cfg    Config
+	clock  Clock
+	logger *slog.Logger
+
+	passkeys  passkeyCache
+	whitelist whitelistCache
+	pending   pending
+	flushMu   sync.Mutex
+
+	counters counters
+
+	lifecycle sync.Mutex
+	started   bool
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	stopOnce  sync.Once
+	listener  *expiryListener
+}
+
+var _ bittorrent.Swarms = (*Store)(nil)
+
+// New returns a Store over rdb (a *redis.Client, *redis.ClusterClient or
+// any other UniversalClient). Announce and Scrape work at once; Start
+// runs the expiry listener, the sweep, the batched flush and the repair.
+func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
+	if rdb == nil {
+		return nil, errors.New("swarm: nil Redis client")
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Store{rdb: rdb, cfg: cfg, clock: cfg.Clock, logger: cfg.Logger}
+	s.pending.reset()
+	return s, nil
+}
+
+// Config returns the store's configuration with defaults filled in.
+func (s *Store) Config() Config { return s.cfg }
+
+func (s *Store) nowMillis() int64 { return s.clock.Now().UnixMilli() }
+
+// Announce records the peer and returns up to NumWant other peers: one
+// script round trip when the passkey and whitelist are cached. Refusals
+// are *bittorrent.ClientError; other errors are internal.
+func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (*bittorrent.AnnounceResponse, error) {
+	s.pending.addStat(statRequests, 1)
+	if req == nil {
+		return nil, errors.New("swarm.Announce: nil request")
+	}
+	if !req.Addr.IsValid() || req.Addr.Port() == 0 {
+		return nil, &bittorrent.ClientError{Reason: "invalid peer address or port"}
+	}
+	if req.Event > bittorrent.EventStopped {
+		return nil, &bittorrent.ClientError{Reason: "invalid event"}
+	}
+	userID, err := s.admit(ctx, req.Passkey, req.PeerID)
+	if err != nil {
+		return nil, err
+	}
+	numWant := min(max(req.NumWant, 0), s.cfg.MaxNumWant)
+	now := s.nowMillis()
+	private := "0"
+	if s.cfg.Private {
+		private = "1"
+	}
+	timeout := s.cfg.PeerTimeout.Milliseconds()
+	reply, err := s.runScriptList(ctx, "swarm.Announce", announceScript,
+		announceKeys(req.InfoHash, req.PeerID, userID),
+		now, req.PeerID[:], peerEntry(req.PeerID, req.Addr), req.Uploaded, req.Downloaded, req.Left,
+		int(req.Event), numWant, private, userID,
+		timeout, s.cfg.PeerRetention.Milliseconds(),
+		s.openRetentionMillis(), s.cfg.HnR.MinSeedTime.Milliseconds(), s.cfg.HnR.MinRatio, now+timeout)
+	if err != nil {
+		return nil, err
+	}
+	switch code := replyInt(reply[0]); code {
+	case 1:
+	case -1:
+		return nil, &bittorrent.ClientError{Reason: "unregistered torrent"}
+	case -2:
+		return nil, &bittorrent.ClientError{Reason: "peer_id is in use by another user in this swarm"}
+	default:
+		return nil, fmt.Errorf("swarm.Announce: script returned code %d", code)
+	}
+	if len(reply) != 14 {
+		return nil, fmt.Errorf("swarm.Announce: %w (%d elements)", errBadReply, len(reply))
+	}
+	resp := &bittorrent.AnnounceResponse{
+		Interval:    s.cfg.Interval,
+		MinInterval: s.cfg.MinInterval,
+		Complete:    replyInt(reply[1]),
+		Incomplete:  replyInt(reply[2]),
+		Downloaded:  replyInt(reply[3]),
+	}
+	packed, _ := reply[13].(string)
+	resp.Peers, err = unpackPeers(packed)
+	if err != nil {
+		return nil, fmt.Errorf("swarm.Announce: %w", err)
+	}
+
+	if replyInt(reply[4]) == 1 {
+		// The swarm had no peer: index it for the sweep now rather than
+		// in the batched flush, so a crash cannot leave a swarm whose
+		// peers only the keyspace events would ever remove. LT keeps an
+		// earlier score if the entry is still there.
+		err := s.rdb.ZAddLT(ctx, DueKey(dueShard(req.InfoHash)),
+			redis.Z{Score: float64(now + timeout), Member: hexHash(req.InfoHash)}).Err()
+		if err != nil {
+			// The announce itself is recorded; Repair re-indexes swarms.
+			s.logger.Warn("swarm: indexing a new swarm for expiry failed", "info_hash", hexHash(req.InfoHash), "error", err)
+		}
+	}
+	s.recordAnnounce(ctx, req.InfoHash, userID, reply)
+	return resp, nil
+}
+
+// recordAnnounce batches the global side effects of one announce.
+func (s *Store) recordAnnounce(ctx context.Context, hash bittorrent.InfoHash, userID string, reply []any) {
+	dSeeders, dLeechers, snatched := replyInt(reply[5]), replyInt(reply[6]), replyInt(reply[7])
+	var update *userUpdate
+	if userID != "" {
+		if bits := replyInt(reply[9]); bits >= 0 {
+			update = &userUpdate{
+				key:     userTorrent{user: userID, torrent: replyString(reply[8])},
+				bits:    bits,
+				version: replyInt(reply[10]),
+			}
+		}
+	}
+	full := s.pending.addAnnounce(hash, dSeeders, dLeechers, snatched, userID,
+		replyInt(reply[11]), replyInt(reply[12]), update)
+	if full {
+		s.flushIfIdle(ctx)
+	}
+}
+
+func (s *Store) openRetentionMillis() int64 {
+	if s.cfg.OpenTorrentRetention < 0 {
+		return 0
+	}
+	return s.cfg.OpenTorrentRetention.Milliseconds()
+}
+
+// Scrape returns one entry per hash, in order, in one pipelined round
+// trip. Unknown torrents, and in private mode unregistered ones, get zero
+// counts; in private mode the passkey must be valid.
+func (s *Store) Scrape(ctx context.Context, passkey string, hashes []bittorrent.InfoHash) ([]bittorrent.ScrapeEntry, error) {
+	s.pending.addStat(statRequests, 1)
+	if s.cfg.Private {
+		if _, err := s.userForPasskey(ctx, passkey); err != nil {
+			return nil, err
+		}
+	}
+	s.pending.addStat(statScrapes, 1)
+	entries := make([]bittorrent.ScrapeEntry, len(hashes))
+	if len(hashes) == 0 {
+		return entries, nil
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.SliceCmd, len(hashes))
+	for i, hash := range hashes {
+		cmds[i] = pipe.HMGet(ctx, TorrentKey(hash), "seeders", "leechers", "snatches", "id")
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("swarm.Scrape: %w", err)
+	}
+	for i, cmd := range cmds {
+		v := cmd.Val()
+		if s.cfg.Private && v[3] == nil {
+			continue
+		}
+		entries[i] = bittorrent.ScrapeEntry{
+			Complete:   replyInt(v[0]),
+			Incomplete: replyInt(v[1]),
+			Downloaded: replyInt(v[2]),
+		}
+	}
+	return entries, nil
+}
+
+// counters are the store's own activity counts, for metrics and tests.
+type counters struct {
+	expiredByEvent atomic.Int64
+	expiredBySweep atomic.Int64
+	eventsReceived atomic.Int64
+	eventsDropped  atomic.Int64
+	flushFailures  atomic.Int64
+}
+
+// ExpiryStats counts this Store's expiry work since New.
+type ExpiryStats struct {
+	ExpiredByEvent int64 // peers removed on a keyspace expiry event
+	ExpiredBySweep int64 // peers removed by the sweep
+	EventsReceived int64 // timeout-key expiry events received
+	EventsDropped  int64 // events dropped because the workers were behind (the sweep removes those peers)
+	FlushFailures  int64 // batched writes that failed and were kept for the next flush
+}
+
+// ExpiryStats returns the store's expiry counters.
+func (s *Store) ExpiryStats() ExpiryStats {
+	return ExpiryStats{
+		ExpiredByEvent: s.counters.expiredByEvent.Load(),
+		ExpiredBySweep: s.counters.expiredBySweep.Load(),
+		EventsReceived: s.counters.eventsReceived.Load(),
+		EventsDropped:  s.counters.eventsDropped.Load(),
+		FlushFailures:  s.counters.flushFailures.Load(),
+	}
+}
