@@ -9,13 +9,16 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hoardproject/hoard/plugins"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btplugin"
 	"github.com/hoardproject/hoard/queues"
 )
 
 // builtinPlugins are the plugins compiled into hoard, by name: `--plugin
 // NAME` with no path runs one in-process. An explicit map, not init()
 // registration, so what is built in reads in one place.
-var builtinPlugins = map[string]plugins.Factory{}
+var builtinPlugins = map[string]plugins.Factory{
+	"bittorrent": btplugin.New,
+}
 
 // pluginOptions are serve's plugin flags.
 type pluginOptions struct {

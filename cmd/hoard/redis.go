@@ -1,46 +1,10 @@
 package main
 
 import (
-	"fmt"
-	"strings"
-
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hoardproject/hoard/internal/redisurl"
 )
 
-// newRedisClient connects to HOARD_REDIS_URL: one redis://, rediss:// or
-// unix:// URL means one server; a comma-separated list of nodes (host:port
-// or redis://host:port) means a Redis Cluster.
-func newRedisClient(url string) (redis.UniversalClient, error) {
-	if !strings.Contains(url, ",") {
-		opts, err := redis.ParseURL(url)
-		if err != nil {
-			return nil, fmt.Errorf("HOARD_REDIS_URL %q: %w", url, err)
-		}
-		return redis.NewClient(opts), nil
-	}
-	var addrs []string
-	var base *redis.Options
-	for _, node := range strings.Split(url, ",") {
-		node = strings.TrimSpace(node)
-		if node == "" {
-			continue
-		}
-		if !strings.Contains(node, "://") {
-			node = "redis://" + node
-		}
-		opts, err := redis.ParseURL(node)
-		if err != nil {
-			return nil, fmt.Errorf("cluster node %q: %w", node, err)
-		}
-		if base == nil {
-			base = opts
-		}
-		addrs = append(addrs, opts.Addr)
-	}
-	if base == nil {
-		return nil, fmt.Errorf("HOARD_REDIS_URL %q names no nodes", url)
-	}
-	return redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs: addrs, Username: base.Username, Password: base.Password, TLSConfig: base.TLSConfig,
-	}), nil
-}
+// newRedisClient connects to HOARD_REDIS_URL (see redisurl.Dial).
+func newRedisClient(url string) (redis.UniversalClient, error) { return redisurl.Dial(url) }

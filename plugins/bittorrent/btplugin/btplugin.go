@@ -1,0 +1,364 @@
+// Package btplugin is the BitTorrent plugin: it implements hoard's plugin
+// contract by running the announce/scrape listeners (HTTP and UDP, package
+// bittorrent) in front of the Redis swarm store (package swarm). The host
+// only configures it, asks for its stats and checks its health; announces
+// and scrapes never cross the RPC boundary.
+//
+// cmd/hoard-bittorrent serves it over go-plugin; `hoard serve --plugin
+// bittorrent` runs the same Factory in-process.
+package btplugin
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hoardproject/hoard/internal/redisurl"
+	"github.com/hoardproject/hoard/plugins"
+	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
+)
+
+// Version is the plugin's version, reported in Describe.
+const Version = "1.0.0"
+
+// Settings is the plugin's settings document (hoard serve
+// --plugin-settings bittorrent=JSON). Durations are Go durations ("30m").
+type Settings struct {
+	// Mode is "open" (any info-hash, no passkey) or "private" (registered
+	// torrents, passkeys, whitelisted clients).
+	Mode string `json:"mode"`
+	// HTTP, UDP4 and UDP6 are listen addresses; "" turns one off. The
+	// defaults serve loopback only: a tracker open to the world is a
+	// decision for the operator.
+	HTTP string `json:"http"`
+	UDP4 string `json:"udp4"`
+	UDP6 string `json:"udp6"`
+	// Interval and MinInterval are sent to clients (30m, 15m); peers are
+	// dropped after two intervals without an announce.
+	Interval    string `json:"interval"`
+	MinInterval string `json:"min_interval"`
+	// DefaultNumWant and MaxNumWant bound the peers per announce (50, 100).
+	DefaultNumWant int `json:"default_numwant"`
+	MaxNumWant     int `json:"max_numwant"`
+	// UDPSecret signs UDP connection IDs (hex, at least 16 bytes); empty
+	// picks a random one per process.
+	UDPSecret string `json:"udp_secret"`
+	// ProxyHeader names the header carrying the client address (e.g.
+	// X-Forwarded-For), believed only from TrustedProxies (CIDRs).
+	ProxyHeader    string   `json:"proxy_header"`
+	TrustedProxies []string `json:"trusted_proxies"`
+	// HnRMinSeedTime and HnRMinRatio define a hit-and-run (private mode).
+	HnRMinSeedTime string  `json:"hnr_min_seed_time"`
+	HnRMinRatio    float64 `json:"hnr_min_ratio"`
+}
+
+// Defaults for Settings.
+const (
+	DefaultHTTP = "127.0.0.1:6969"
+	DefaultUDP4 = "127.0.0.1:6969"
+	DefaultUDP6 = "[::1]:6969"
+)
+
+func (s *Settings) parse(raw json.RawMessage) (swarm.Config, bittorrent.AnnouncePolicy, error) {
+	*s = Settings{Mode: "open", HTTP: DefaultHTTP, UDP4: DefaultUDP4, UDP6: DefaultUDP6, Interval: "30m"}
+	if len(raw) > 0 {
+		dec := json.NewDecoder(strings.NewReader(string(raw)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(s); err != nil {
+			return swarm.Config{}, bittorrent.AnnouncePolicy{}, fmt.Errorf("bittorrent settings: %w", err)
+		}
+	}
+	duration := func(name, text string) (time.Duration, error) {
+		if text == "" {
+			return 0, nil
+		}
+		d, err := time.ParseDuration(text)
+		if err != nil || d < 0 {
+			return 0, fmt.Errorf("bittorrent settings: %s %q is not a duration like 30m", name, text)
+		}
+		return d, nil
+	}
+	var cfg swarm.Config
+	var policy bittorrent.AnnouncePolicy
+	var err error
+	switch s.Mode {
+	case "open":
+	case "private":
+		cfg.Private = true
+		policy.RequirePasskey = true
+	default:
+		return cfg, policy, fmt.Errorf("bittorrent settings: mode %q must be open or private", s.Mode)
+	}
+	if cfg.Interval, err = duration("interval", s.Interval); err != nil {
+		return cfg, policy, err
+	}
+	if cfg.MinInterval, err = duration("min_interval", s.MinInterval); err != nil {
+		return cfg, policy, err
+	}
+	if cfg.HnR.MinSeedTime, err = duration("hnr_min_seed_time", s.HnRMinSeedTime); err != nil {
+		return cfg, policy, err
+	}
+	cfg.HnR.MinRatio = s.HnRMinRatio
+	if s.MaxNumWant < 0 || s.DefaultNumWant < 0 {
+		return cfg, policy, errors.New("bittorrent settings: numwant limits must not be negative")
+	}
+	cfg.MaxNumWant = s.MaxNumWant
+	policy.Interval, policy.MinInterval = cfg.Interval, cfg.MinInterval
+	policy.DefaultNumWant, policy.MaxNumWant = s.DefaultNumWant, s.MaxNumWant
+	if s.HTTP == "" && s.UDP4 == "" && s.UDP6 == "" {
+		return cfg, policy, errors.New("bittorrent settings: http, udp4 and udp6 are all off; nothing would be served")
+	}
+	return cfg, policy, nil
+}
+
+// Tracker is the plugin: a swarm store and its listeners.
+type Tracker struct {
+	logger *slog.Logger
+
+	mu     sync.Mutex
+	rdb    redis.UniversalClient
+	store  *swarm.Store
+	http   *bittorrent.HTTPServer
+	udp    *bittorrent.UDPServer
+	cancel context.CancelFunc
+	closed bool
+}
+
+var _ plugins.Plugin = (*Tracker)(nil)
+
+// New is the plugin's Factory.
+func New(_ context.Context, logger *slog.Logger) (plugins.Plugin, error) {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &Tracker{logger: logger}, nil
+}
+
+// Configure connects to Redis, starts the swarm store's expiry and the
+// listeners. A second Configure (after the host restarted the plugin's
+// settings) replaces the first.
+func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
+	var settings Settings
+	storeCfg, policy, err := settings.parse(cfg.Settings)
+	if err != nil {
+		return err
+	}
+	if err := t.Close(ctx); err != nil {
+		return err
+	}
+	rdb, err := redisurl.Dial(cfg.RedisURL)
+	if err != nil {
+		return err
+	}
+	storeCfg.Logger = t.logger.With("component", "swarm")
+	store, err := swarm.New(rdb, storeCfg)
+	if err != nil {
+		_ = rdb.Close()
+		return err
+	}
+	// The listeners outlive Configure's context: they run until Close.
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	undo := func() {
+		cancel()
+		_ = store.Stop()
+		_ = rdb.Close()
+	}
+	if err := store.Start(runCtx); err != nil {
+		undo()
+		return fmt.Errorf("swarm store: %w", err)
+	}
+	var httpServer *bittorrent.HTTPServer
+	if settings.HTTP != "" {
+		var proxies []netip.Prefix
+		for _, p := range settings.TrustedProxies {
+			prefix, err := netip.ParsePrefix(p)
+			if err != nil {
+				undo()
+				return fmt.Errorf("bittorrent settings: trusted proxy %q: %w", p, err)
+			}
+			proxies = append(proxies, prefix)
+		}
+		httpServer, err = bittorrent.NewHTTPServer(bittorrent.HTTPConfig{
+			AnnouncePolicy: policy, Addr: settings.HTTP, Swarms: store, Logger: t.logger.With("component", "http"),
+			ProxyHeader: settings.ProxyHeader, TrustedProxies: proxies,
+		})
+		if err == nil {
+			err = httpServer.Start(runCtx)
+		}
+		if err != nil {
+			undo()
+			return fmt.Errorf("http listener: %w", err)
+		}
+	}
+	var udpServer *bittorrent.UDPServer
+	if settings.UDP4 != "" || settings.UDP6 != "" {
+		var secret []byte
+		if settings.UDPSecret != "" {
+			if secret, err = hex.DecodeString(settings.UDPSecret); err != nil {
+				undo()
+				return fmt.Errorf("bittorrent settings: udp_secret is not hex: %w", err)
+			}
+		}
+		udpServer, err = bittorrent.NewUDPServer(bittorrent.UDPConfig{
+			AnnouncePolicy: policy, Addr4: settings.UDP4, Addr6: settings.UDP6, Swarms: store,
+			Logger: t.logger.With("component", "udp"), Secret: secret,
+		})
+		if err == nil {
+			err = udpServer.Start(runCtx)
+		}
+		if err != nil {
+			if httpServer != nil {
+				_ = httpServer.Stop()
+			}
+			undo()
+			return fmt.Errorf("udp listener: %w", err)
+		}
+	}
+	t.mu.Lock()
+	t.rdb, t.store, t.http, t.udp, t.cancel, t.closed = rdb, store, httpServer, udpServer, cancel, false
+	t.mu.Unlock()
+	t.logger.Info("bittorrent tracker serving", "mode", settings.Mode, "http", t.httpAddr(), "udp4", t.udpAddr(false), "udp6", t.udpAddr(true))
+	return nil
+}
+
+func (t *Tracker) httpAddr() string {
+	if t.http == nil {
+		return ""
+	}
+	return t.http.Addr()
+}
+
+func (t *Tracker) udpAddr(v6 bool) string {
+	if t.udp == nil {
+		return ""
+	}
+	if v6 {
+		return t.udp.Addr6()
+	}
+	return t.udp.Addr4()
+}
+
+// Store is the swarm store, for in-process callers (tests, the admin API
+// of a host that runs the plugin built in).
+func (t *Tracker) Store() *swarm.Store {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.store
+}
+
+// Describe names the listeners as bound.
+func (t *Tracker) Describe(context.Context) (plugins.Description, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	d := plugins.Description{Version: Version}
+	if addr := t.httpAddr(); addr != "" {
+		d.Listeners = append(d.Listeners, plugins.Listener{Name: "http", Network: "tcp", Address: addr})
+	}
+	if addr := t.udpAddr(false); addr != "" {
+		d.Listeners = append(d.Listeners, plugins.Listener{Name: "udp4", Network: "udp4", Address: addr})
+	}
+	if addr := t.udpAddr(true); addr != "" {
+		d.Listeners = append(d.Listeners, plugins.Listener{Name: "udp6", Network: "udp6", Address: addr})
+	}
+	return d, nil
+}
+
+// OnItemDone, OnReclaim and OnTick: the tracker core owns no item types
+// or jobs yet; scoring (seed 002) and the reaper (seed 000) will.
+func (t *Tracker) OnItemDone(context.Context, plugins.ItemEvent) error { return nil }
+
+// OnReclaim: see OnItemDone.
+func (t *Tracker) OnReclaim(context.Context, plugins.ItemEvent) error { return nil }
+
+// OnTick: see OnItemDone.
+func (t *Tracker) OnTick(context.Context, plugins.Tick) (plugins.TickResult, error) {
+	return plugins.TickResult{}, nil
+}
+
+// Stats are the global swarm counters and this process's listener counts.
+func (t *Tracker) Stats(ctx context.Context) (plugins.Stats, error) {
+	t.mu.Lock()
+	store, httpServer, udpServer := t.store, t.http, t.udp
+	t.mu.Unlock()
+	if store == nil {
+		return plugins.Stats{}, errors.New("bittorrent plugin is not configured")
+	}
+	global, err := store.Stats(ctx)
+	if err != nil {
+		return plugins.Stats{}, err
+	}
+	metric := func(name, help string, kind plugins.MetricKind, v float64, labels map[string]string) plugins.Metric {
+		return plugins.Metric{Name: name, Help: help, Kind: kind, Value: v, Labels: labels}
+	}
+	out := plugins.Stats{Metrics: []plugins.Metric{
+		metric("seeders", "Seeders in every swarm (lags by the flush interval).", plugins.Gauge, float64(global.Seeders), nil),
+		metric("leechers", "Leechers in every swarm.", plugins.Gauge, float64(global.Leechers), nil),
+		metric("snatches", "Completed downloads ever counted.", plugins.Gauge, float64(global.Snatches), nil),
+		metric("swarm_announces", "Announces recorded by every frontend.", plugins.Gauge, float64(global.Announces), nil),
+		metric("swarm_scrapes", "Scrapes answered by every frontend.", plugins.Gauge, float64(global.Scrapes), nil),
+	}}
+	add := func(listener string, s bittorrent.ListenerStats) {
+		l := map[string]string{"listener": listener}
+		out.Metrics = append(out.Metrics,
+			metric("announces_total", "Announces this process answered.", plugins.Counter, float64(s.Announces), l),
+			metric("scrapes_total", "Scrapes this process answered.", plugins.Counter, float64(s.Scrapes), l),
+			metric("malformed_total", "Requests refused by the parser.", plugins.Counter, float64(s.Malformed), l),
+			metric("refused_total", "Requests refused by policy (passkey, registration, whitelist).", plugins.Counter, float64(s.Refused), l),
+			metric("internal_errors_total", "Requests that failed inside the tracker.", plugins.Counter, float64(s.InternalErrors), l),
+		)
+	}
+	if httpServer != nil {
+		add("http", httpServer.Stats())
+	}
+	if udpServer != nil {
+		add("udp", udpServer.Stats())
+	}
+	return out, nil
+}
+
+// Health checks Redis.
+func (t *Tracker) Health(ctx context.Context) error {
+	t.mu.Lock()
+	rdb := t.rdb
+	t.mu.Unlock()
+	if rdb == nil {
+		return errors.New("bittorrent plugin is not configured")
+	}
+	return rdb.Ping(ctx).Err()
+}
+
+// Close stops the listeners, then the store, then closes Redis. Safe to
+// call twice.
+func (t *Tracker) Close(context.Context) error {
+	t.mu.Lock()
+	httpServer, udpServer, store, rdb, cancel := t.http, t.udp, t.store, t.rdb, t.cancel
+	t.http, t.udp, t.store, t.rdb, t.cancel, t.closed = nil, nil, nil, nil, nil, true
+	t.mu.Unlock()
+	var errs []error
+	if httpServer != nil {
+		errs = append(errs, httpServer.Stop())
+	}
+	if udpServer != nil {
+		errs = append(errs, udpServer.Stop())
+	}
+	if store != nil {
+		errs = append(errs, store.Stop())
+	}
+	if cancel != nil {
+		cancel()
+	}
+	if rdb != nil {
+		errs = append(errs, rdb.Close())
+	}
+	return errors.Join(errs...)
+}
