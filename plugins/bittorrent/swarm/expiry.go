@@ -214,9 +214,10 @@ type expiryListener struct {
 	channel string
 	work    chan string
 
-	mu   sync.Mutex
-	subs map[string]*redis.PubSub // by node address
-	wg   sync.WaitGroup
+	mu      sync.Mutex
+	subs    map[string]*redis.PubSub // by node address
+	refused map[string]bool          // nodes that refused CONFIG: asked once, logged once
+	wg      sync.WaitGroup
 }
 
 func newExpiryListener(s *Store) *expiryListener {
@@ -229,24 +230,23 @@ func newExpiryListener(s *Store) *expiryListener {
 		channel: "__keyevent@" + strconv.Itoa(db) + "__:expired",
 		work:    make(chan string, expiryQueueSize),
 		subs:    make(map[string]*redis.PubSub),
+		refused: make(map[string]bool),
 	}
 }
 
 // start subscribes on every master (or the one server) and starts the
-// workers and, on a cluster, the topology refresh.
+// workers and the refresh. On error the caller cancels loopCtx and calls
+// close.
 func (l *expiryListener) start(ctx, loopCtx context.Context) error {
 	if err := l.subscribeAll(ctx, loopCtx); err != nil {
-		l.close()
 		return err
 	}
 	for range l.s.cfg.ExpiryWorkers {
 		l.wg.Add(1)
 		go l.worker(loopCtx)
 	}
-	if _, ok := l.s.rdb.(*redis.ClusterClient); ok {
-		l.wg.Add(1)
-		go l.refreshLoop(loopCtx)
-	}
+	l.wg.Add(1)
+	go l.refreshLoop(loopCtx)
 	return nil
 }
 
@@ -297,15 +297,19 @@ func (l *expiryListener) subscribe(ctx, loopCtx context.Context, addr string, no
 	if known {
 		return nil
 	}
-	l.s.ensureNotifications(ctx, node, addr)
+	l.ensureNotifications(ctx, node, addr)
 	sub := node.Subscribe(ctx, l.channel)
 	if _, err := sub.Receive(ctx); err != nil {
 		_ = sub.Close()
 		return fmt.Errorf("swarm: subscribing to expiry events on %s: %w", addr, err)
 	}
 	l.mu.Lock()
+	defer l.mu.Unlock()
+	if loopCtx.Err() != nil { // stopping: close has run or is running
+		_ = sub.Close()
+		return nil
+	}
 	l.subs[addr] = sub
-	l.mu.Unlock()
 	l.wg.Add(1)
 	go l.read(loopCtx, sub)
 	return nil
@@ -361,18 +365,27 @@ func (l *expiryListener) worker(ctx context.Context) {
 	}
 }
 
+// refreshLoop follows a cluster's masters (a failover's new master needs
+// the notification flags and a subscription of its own); on a single
+// server (or a failover client, whose master may change) it re-applies
+// the flags.
 func (l *expiryListener) refreshLoop(ctx context.Context) {
 	defer l.wg.Done()
 	ticker := time.NewTicker(listenerRefresh)
 	defer ticker.Stop()
+	_, cluster := l.s.rdb.(*redis.ClusterClient)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
-			if err := l.subscribeAll(ctx, ctx); err != nil && ctx.Err() == nil {
-				l.s.logger.Warn("swarm: refreshing expiry subscriptions failed", "error", err)
-			}
+		}
+		if !cluster {
+			l.ensureNotifications(ctx, l.s.rdb, "server")
+			continue
+		}
+		if err := l.subscribeAll(ctx, ctx); err != nil && ctx.Err() == nil {
+			l.s.logger.Warn("swarm: refreshing expiry subscriptions failed", "error", err)
 		}
 	}
 }
@@ -392,13 +405,28 @@ func (l *expiryListener) close() {
 // node, keeping whatever flags are already set. It is best effort: a
 // managed Redis may refuse CONFIG, in which case the operator must set
 // notify-keyspace-events themselves, and until then the sweep alone
-// removes expired peers (later, but just as surely).
-func (s *Store) ensureNotifications(ctx context.Context, node redis.Cmdable, addr string) {
+// removes expired peers (later, but just as surely). A node that refused
+// once is not asked again.
+func (l *expiryListener) ensureNotifications(ctx context.Context, node redis.Cmdable, addr string) {
 	const param = "notify-keyspace-events"
+	l.mu.Lock()
+	refused := l.refused[addr]
+	l.mu.Unlock()
+	if refused {
+		return
+	}
+	refuse := func(msg string, err error) {
+		if ctx.Err() != nil {
+			return
+		}
+		l.mu.Lock()
+		l.refused[addr] = true
+		l.mu.Unlock()
+		l.s.logger.Warn(msg, "node", addr, "error", err)
+	}
 	current, err := node.ConfigGet(ctx, param).Result()
 	if err != nil {
-		s.logger.Info("swarm: cannot read notify-keyspace-events; expired peers wait for the sweep unless it includes Ex",
-			"node", addr, "error", err)
+		refuse("swarm: cannot read notify-keyspace-events; unless it includes Ex, expired peers wait for the sweep", err)
 		return
 	}
 	flags := current[param]
@@ -413,8 +441,7 @@ func (s *Store) ensureNotifications(ctx context.Context, node redis.Cmdable, add
 		return
 	}
 	if err := node.ConfigSet(ctx, param, want).Err(); err != nil {
-		s.logger.Warn("swarm: cannot enable expiry events (CONFIG SET notify-keyspace-events); expired peers wait for the sweep",
-			"node", addr, "error", err)
+		refuse("swarm: cannot enable expiry events (CONFIG SET notify-keyspace-events); expired peers wait for the sweep", err)
 	}
 }
 
@@ -433,6 +460,7 @@ func (s *Store) Start(ctx context.Context) error {
 	listener := newExpiryListener(s)
 	if err := listener.start(ctx, loopCtx); err != nil {
 		cancel()
+		listener.close()
 		return err
 	}
 	s.listener, s.cancel, s.started = listener, cancel, true
