@@ -47,7 +47,7 @@ func (f *fleet) clusterBackend(ctx context.Context) (Backend, error) {
 	if err := verifyCrossKeyScript(ctx, client); err != nil {
 		return Backend{}, fmt.Errorf("cluster at %v is not usable: %w", addrs, err)
 	}
-	return Backend{Name: clusterBackendName, Client: client}, nil
+	return Backend{Name: clusterBackendName, Client: client, URL: strings.Join(addrs, ",")}, nil
 }
 
 // startCluster starts three cluster-enabled nodes and joins them into one

@@ -51,6 +51,10 @@ func init() {
 type Backend struct {
 	Name   string // "single" or "cluster"
 	Client redis.UniversalClient
+	// URL reaches the same Redis in HOARD_REDIS_URL's form (one URL, or
+	// a comma-separated node list for the cluster), for code under test
+	// that dials by itself, like plugins.
+	URL string
 }
 
 const (
@@ -238,7 +242,8 @@ func (f *fleet) stop() {
 
 func (f *fleet) singleBackend(ctx context.Context) (Backend, error) {
 	var options *redis.Options
-	if url := os.Getenv("HOARD_TEST_REDIS_URL"); url != "" {
+	var url string
+	if url = os.Getenv("HOARD_TEST_REDIS_URL"); url != "" {
 		parsed, err := redis.ParseURL(url)
 		if err != nil {
 			return Backend{}, fmt.Errorf("HOARD_TEST_REDIS_URL: %w", err)
@@ -250,13 +255,14 @@ func (f *fleet) singleBackend(ctx context.Context) (Backend, error) {
 			return Backend{}, err
 		}
 		options = &redis.Options{Network: server.Network(), Addr: server.Address()}
+		url = server.URL()
 	}
 	client := redis.NewClient(options)
 	f.trackClient(client)
 	if err := client.Ping(ctx).Err(); err != nil {
 		return Backend{}, fmt.Errorf("ping %s: %w", options.Addr, err)
 	}
-	return Backend{Name: singleBackendName, Client: client}, nil
+	return Backend{Name: singleBackendName, Client: client, URL: url}, nil
 }
 
 // startServer starts one redis-server on a fresh loopback port in
