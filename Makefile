@@ -10,6 +10,7 @@ all: build
 
 build:
 	$(GO) build -o $(BIN) ./cmd/hoard
+	$(GO) build -o bin/hoard-bittorrent ./cmd/hoard-bittorrent
 
 # The admin token is generated once into data/admin-token (unless
 # HOARD_ADMIN_TOKEN is set); the CLI needs the same value.
@@ -45,6 +46,9 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseWarriorPath$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./server
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeWarriorBodies$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./server
 	$(GO) test -run '^$$' -fuzz '^FuzzSplitBackfeed$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./server
+	$(GO) test -run '^$$' -fuzz '^FuzzParseAnnounceQuery$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./plugins/bittorrent/wire
+	$(GO) test -run '^$$' -fuzz '^FuzzParseUDPPacket$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./plugins/bittorrent/wire
+	$(GO) test -run '^$$' -fuzz '^FuzzBencodeWriter$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./plugins/bittorrent/wire
 
 clean:
 	rm -rf bin
