@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -137,15 +138,17 @@ func TestAria2DownloadThroughHoard(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		seeder := exec.CommandContext(ctx, "aria2c", append(aria2Flags(seedDir, freePort(t)), "--seed-ratio=0.0", torrent)...)
-		var seederLog bytes.Buffer
-		seeder.Stdout, seeder.Stderr = &seederLog, &seederLog
+		seederLog := &lockedBuffer{}
+		seeder.Stdout, seeder.Stderr = seederLog, seederLog
 		require.NoError(t, seeder.Start())
 		defer func() { _ = seeder.Process.Kill(); _ = seeder.Wait() }()
 		waitFor(t, "the seeder's announce", func() bool { return scrapeOne(t, tr.Store(), hash).Complete == 1 })
 
 		leecher := exec.CommandContext(ctx, "aria2c", append(aria2Flags(leechDir, freePort(t)), "--seed-time=0", torrent)...)
 		out, err = leecher.CombinedOutput()
-		require.NoError(t, err, "leecher: %s\nseeder: %s", out, seederLog.String())
+		if err != nil {
+			t.Fatalf("leecher: %v\n%s\nseeder: %s", err, out, seederLog.String())
+		}
 		got, err := os.ReadFile(filepath.Join(leechDir, "payload.bin"))
 		require.NoError(t, err)
 		require.True(t, bytes.Equal(payload, got), "the downloaded file differs")
@@ -159,6 +162,24 @@ func TestAria2DownloadThroughHoard(t *testing.T) {
 		require.NoError(t, err)
 		require.GreaterOrEqual(t, info.Announces, int64(3), "started by both, stopped by the leecher")
 	})
+}
+
+// lockedBuffer collects a child's output while the test may read it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 const libtorrentScript = `
