@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hoardproject/hoard/leaderboard"
+	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 	"github.com/hoardproject/hoard/queues"
 )
 
@@ -48,6 +49,9 @@ type Config struct {
 	// Offloader, when set, serves the segment and export admin calls
 	// (its owner starts and stops it).
 	Offloader *queues.Offloader
+	// BitTorrent, when set, serves the /api/v1/bittorrent admin calls
+	// (a store that need not be started); nil answers them with 503.
+	BitTorrent *swarm.Store
 }
 
 // Defaults for Config.
@@ -122,6 +126,7 @@ func New(cfg Config, engine *queues.Engine) (*Server, error) {
 	router.GET("/metrics", metrics.Serve(cfg.MetricsToken))
 	adminGroup := router.Group("/api/v1", requireToken(cfg.AdminToken, cfg.InsecureNoAdminToken))
 	admin.register(adminGroup)
+	(&BitTorrentAdmin{Store: cfg.BitTorrent, Admin: admin}).register(adminGroup)
 	// Warrior paths are routed on the raw path by WarriorAPI.Dispatch:
 	// gin's tree cannot express "/<slug>/multi=N//request".
 	router.NoRoute(warrior.Dispatch)

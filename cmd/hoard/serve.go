@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hoardproject/hoard/internal/localredis"
+	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 	"github.com/hoardproject/hoard/queues"
 	"github.com/hoardproject/hoard/server"
 )
@@ -136,10 +137,16 @@ func runServe(ctx context.Context, o serveOptions) error {
 		return err
 	}
 	defer pluginHost.Stop()
+	// The BitTorrent admin calls write through a store of their own that
+	// never starts: they need no expiry or flush loops.
+	btAdmin, err := swarm.New(rdb, swarm.Config{Logger: logger.With("component", "bittorrent-admin")})
+	if err != nil {
+		return err
+	}
 	srv, err := server.New(server.Config{
 		Listen: o.listen, AdminToken: o.adminToken, InsecureNoAdminToken: o.insecureNoAdminToken, MetricsToken: o.metricsToken,
 		ProjectsFile: o.projectsFile, PublicURL: o.publicURL, TrustedProxies: o.trustedProxies, Logger: logger,
-		Offloader: offloader, Collectors: []prometheus.Collector{pluginHost.Collector()},
+		Offloader: offloader, BitTorrent: btAdmin, Collectors: []prometheus.Collector{pluginHost.Collector()},
 	}, engine)
 	if err != nil {
 		return err

@@ -1,0 +1,340 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hoardproject/hoard/server"
+)
+
+// btCommand is `hoard bt`: the BitTorrent tracker's torrents, passkeys
+// and client whitelist, through the admin API (/api/v1/bittorrent).
+func btCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bt",
+		Short: "Manage the BitTorrent tracker: torrents, passkeys, the client whitelist, stats",
+		Long: `Manage the BitTorrent tracker through the admin API at $HOARD_URL.
+
+Changes reach the tracker frontends within their cache time (10s) for
+passkeys and the whitelist, at once for torrents.`,
+	}
+	cmd.AddCommand(btTorrentCommand(), btUserCommand(), btClientCommand(), btClientsCommand(), btStatsCommand(), btTopCommand())
+	return cmd
+}
+
+func btTorrentCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "torrent", Short: "Register, unregister and show torrents"}
+	var id string
+	add := &cobra.Command{
+		Use:   "add <infohash> --id N",
+		Short: "Register a torrent under the site's torrent id (again: change its id)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var reply server.RegisterTorrentReply
+			path, err := btPath("/torrents/", "info-hash", args[0])
+			if err != nil {
+				return err
+			}
+			err = newAdminClient().do(cmd.Context(), http.MethodPut, path, map[string]string{"id": id}, &reply)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			switch reply.PreviousID {
+			case "":
+				fmt.Fprintf(w, "registered %s as torrent %s\n", reply.InfoHash, reply.ID)
+			default:
+				fmt.Fprintf(w, "registered %s as torrent %s (was %s)\n", reply.InfoHash, reply.ID, reply.PreviousID)
+			}
+			return nil
+		},
+	}
+	add.Flags().StringVar(&id, "id", "", "the site's torrent id (required)")
+	_ = add.MarkFlagRequired("id")
+	remove := &cobra.Command{
+		Use:   "remove <infohash>",
+		Short: "Unregister a torrent: announces are refused, its peers time out",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var reply struct {
+				InfoHash       string `json:"info_hash"`
+				UnregisteredID string `json:"unregistered_id"`
+			}
+			path, err := btPath("/torrents/", "info-hash", args[0])
+			if err != nil {
+				return err
+			}
+			err = newAdminClient().do(cmd.Context(), http.MethodDelete, path, nil, &reply)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "unregistered %s (torrent %s); its peers leave as their announces time out\n",
+				reply.InfoHash, reply.UnregisteredID)
+			return nil
+		},
+	}
+	show := &cobra.Command{
+		Use:   "show <infohash>",
+		Short: "Show a torrent's record: id, counts, times",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var t server.TorrentRecord
+			path, err := btPath("/torrents/", "info-hash", args[0])
+			if err != nil {
+				return err
+			}
+			err = newAdminClient().do(cmd.Context(), http.MethodGet, path, nil, &t)
+			if err != nil {
+				return err
+			}
+			id := t.ID
+			if !t.Registered {
+				id = "(not registered)"
+			}
+			printRows(cmd.OutOrStdout(), [][2]string{
+				{"info_hash", t.InfoHash}, {"id", id},
+				{"created", timeOrNever(t.Created)}, {"last_action", timeOrNever(t.LastAction)},
+				{"seeders", strconv.FormatInt(t.Seeders, 10)}, {"leechers", strconv.FormatInt(t.Leechers, 10)},
+				{"snatches", strconv.FormatInt(t.Snatches, 10)}, {"announces", strconv.FormatInt(t.Announces, 10)},
+			})
+			return nil
+		},
+	}
+	cmd.AddCommand(add, remove, show)
+	return cmd
+}
+
+func btUserCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "user", Short: "Add and remove passkeys, show what the tracker knows of a user"}
+	var userID string
+	add := &cobra.Command{
+		Use:   "add <passkey> --user-id U",
+		Short: "Map a passkey to the site's user id (replaces any previous mapping)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var reply server.UserChangeReply
+			path, err := btPath("/users/", "passkey", args[0])
+			if err != nil {
+				return err
+			}
+			err = newAdminClient().do(cmd.Context(), http.MethodPut, path, map[string]string{"user_id": userID}, &reply)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "passkey %s now belongs to user %s\n", reply.Passkey, reply.UserID)
+			return nil
+		},
+	}
+	add.Flags().StringVar(&userID, "user-id", "", "the site's user id (required)")
+	_ = add.MarkFlagRequired("user-id")
+	remove := &cobra.Command{
+		Use:   "remove <passkey>",
+		Short: "Forget a passkey (the user's records stay); an unknown passkey is not an error",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var reply server.UserChangeReply
+			path, err := btPath("/users/", "passkey", args[0])
+			if err != nil {
+				return err
+			}
+			err = newAdminClient().do(cmd.Context(), http.MethodDelete, path, nil, &reply)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "passkey %s removed\n", reply.Passkey)
+			return nil
+		},
+	}
+	show := &cobra.Command{
+		Use:   "show <user_id>",
+		Short: "Show a user's torrents (active, complete, incomplete, hit-and-run) and transfer totals",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var u server.TrackerUser
+			path, err := btPath("/users/by-id/", "user id", args[0])
+			if err != nil {
+				return err
+			}
+			err = newAdminClient().do(cmd.Context(), http.MethodGet, path, nil, &u)
+			if err != nil {
+				return err
+			}
+			ids := func(list []string) string {
+				if len(list) == 0 {
+					return "0"
+				}
+				return fmt.Sprintf("%d: %s", len(list), strings.Join(list, " "))
+			}
+			printRows(cmd.OutOrStdout(), [][2]string{
+				{"user_id", u.UserID},
+				{"uploaded", strconv.FormatInt(u.Uploaded, 10) + " bytes"},
+				{"downloaded", strconv.FormatInt(u.Downloaded, 10) + " bytes"},
+				{"active", ids(u.Active)}, {"complete", ids(u.Complete)},
+				{"incomplete", ids(u.Incomplete)}, {"hnr", ids(u.HnR)},
+			})
+			return nil
+		},
+	}
+	cmd.AddCommand(add, remove, show)
+	return cmd
+}
+
+// prefixAfterDashes explains a refused flag: Azureus-style prefixes start
+// with '-', which cobra reads as a flag unless it comes after --.
+func prefixAfterDashes(cmd *cobra.Command, err error) error {
+	return fmt.Errorf("%w (a prefix that starts with '-' goes after --: hoard bt client %s [--name NAME] -- -TR3)", err, cmd.Name())
+}
+
+func btClientCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "client",
+		Short: "Whitelist peer_id prefixes (see hoard bt clients)",
+		Long: `Whitelist peer_id prefixes: in private mode the tracker admits only clients
+whose peer_id starts with a whitelisted prefix. A prefix that starts with '-'
+(Azureus style) goes after --, e.g.:
+
+  hoard bt client add --name "Transmission 3" -- -TR3
+  hoard bt client remove -- -TR3`,
+	}
+	var name string
+	add := &cobra.Command{
+		Use:   "add [--name NAME] [--] <prefix>",
+		Short: "Whitelist a peer_id prefix (1-20 bytes)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var reply server.WhitelistedClient
+			err := newAdminClient().do(cmd.Context(), http.MethodPut, "/bittorrent/clients/"+url.PathEscape(args[0]),
+				server.AddClientRequest{Name: name}, &reply)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "whitelisted %s %s\n", strconv.Quote(reply.Prefix), reply.Name)
+			return nil
+		},
+	}
+	add.Flags().StringVar(&name, "name", "", "the client's readable name, e.g. \"Transmission 3\"")
+	add.SetFlagErrorFunc(prefixAfterDashes)
+	remove := &cobra.Command{
+		Use:   "remove [--] <prefix>",
+		Short: "Take a peer_id prefix off the whitelist",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var reply server.WhitelistedClient
+			err := newAdminClient().do(cmd.Context(), http.MethodDelete, "/bittorrent/clients/"+url.PathEscape(args[0]), nil, &reply)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "removed %s %s from the whitelist\n", strconv.Quote(reply.Prefix), reply.Name)
+			return nil
+		},
+	}
+	remove.SetFlagErrorFunc(prefixAfterDashes)
+	cmd.AddCommand(add, remove)
+	return cmd
+}
+
+func btClientsCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "clients",
+		Short: "List the client whitelist (warns when it is empty)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var reply server.ClientsReply
+			if err := newAdminClient().do(cmd.Context(), http.MethodGet, "/bittorrent/clients", nil, &reply); err != nil {
+				return err
+			}
+			if len(reply.Clients) == 0 {
+				fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+server.EmptyWhitelistWarning)
+				return nil
+			}
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "PREFIX\tNAME")
+			for _, c := range reply.Clients {
+				fmt.Fprintf(w, "%s\t%s\n", strconv.Quote(c.Prefix), c.Name)
+			}
+			return w.Flush()
+		},
+	}
+}
+
+func btStatsCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "stats",
+		Short: "Show the tracker's global counters (they lag by the flush interval)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var s server.SwarmStats
+			if err := newAdminClient().do(cmd.Context(), http.MethodGet, "/bittorrent/stats", nil, &s); err != nil {
+				return err
+			}
+			n := func(v int64) string { return strconv.FormatInt(v, 10) }
+			printRows(cmd.OutOrStdout(), [][2]string{
+				{"seeders", n(s.Seeders)}, {"leechers", n(s.Leechers)}, {"snatches", n(s.Snatches)},
+				{"announces", n(s.Announces)}, {"scrapes", n(s.Scrapes)}, {"requests", n(s.Requests)},
+			})
+			return nil
+		},
+	}
+}
+
+func btTopCommand() *cobra.Command {
+	var (
+		by    string
+		count int
+	)
+	cmd := &cobra.Command{
+		Use:   "top [--by seeders|leechers|snatches] [-n 10]",
+		Short: "List the torrents with the most seeders, leechers or snatches",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			query := url.Values{"by": {by}, "n": {strconv.Itoa(count)}}
+			var reply server.TopReply
+			if err := newAdminClient().do(cmd.Context(), http.MethodGet, "/bittorrent/top?"+query.Encode(), nil, &reply); err != nil {
+				return err
+			}
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintf(w, "#\tINFO_HASH\t%s\n", strings.ToUpper(reply.By))
+			for i, t := range reply.Torrents {
+				fmt.Fprintf(w, "%d\t%s\t%d\n", i+1, t.InfoHash, t.Count)
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&by, "by", "seeders", "seeders, leechers or snatches")
+	cmd.Flags().IntVarP(&count, "count", "n", server.DefaultTopCount, fmt.Sprintf("how many torrents (1-%d)", server.MaxTopCount))
+	return cmd
+}
+
+// btPath is the admin path of one torrent or user. Their names never hold
+// a '/', and an escaped one would reach the router as a path separator
+// (and a "no such endpoint"), so it is refused here with the reason.
+func btPath(collection, what, name string) (string, error) {
+	if strings.Contains(name, "/") {
+		return "", fmt.Errorf("a %s may not contain '/'", what)
+	}
+	return "/bittorrent" + collection + url.PathEscape(name), nil
+}
+
+// printRows prints name/value pairs in two aligned columns.
+func printRows(out io.Writer, rows [][2]string) {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	for _, row := range rows {
+		fmt.Fprintf(w, "%s\t%s\n", row[0], row[1])
+	}
+	_ = w.Flush()
+}
+
+func timeOrNever(t *time.Time) string {
+	if t == nil {
+		return "never"
+	}
+	return t.Format(time.RFC3339)
+}

@@ -1,0 +1,445 @@
+package server
+
+import (
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
+)
+
+// The BitTorrent admin calls, for the site that owns torrents, users and
+// the client whitelist (a Gazelle-style site keeps its database as the
+// truth and pushes changes here):
+//
+//	PUT    /api/v1/bittorrent/torrents/:infohash   {"id":"123"}   register (or re-id) a torrent
+//	DELETE /api/v1/bittorrent/torrents/:infohash                  unregister it (404 if not registered)
+//	GET    /api/v1/bittorrent/torrents/:infohash                  its record (404 if none)
+//	PUT    /api/v1/bittorrent/users/:passkey       {"user_id":"7"} map a passkey to a user
+//	DELETE /api/v1/bittorrent/users/:passkey                      forget a passkey
+//	GET    /api/v1/bittorrent/users/by-id/:user_id                the user's sets and totals
+//	GET    /api/v1/bittorrent/clients                             the client whitelist
+//	PUT    /api/v1/bittorrent/clients/*prefix      {"name":"…"}   whitelist a peer_id prefix
+//	DELETE /api/v1/bittorrent/clients/*prefix                     take it off (404 if not listed)
+//	GET    /api/v1/bittorrent/stats                               the global counters
+//	GET    /api/v1/bittorrent/top?by=seeders&n=10                 torrents ranked by seeders, leechers or snatches
+//
+// Info-hashes are 40 hex characters; torrent ids, user ids and passkeys
+// are 1-64 characters of A-Z a-z 0-9 _ -. A client prefix is 1-20 bytes of
+// a peer_id, percent-encoded in the path (url.PathEscape), so prefixes
+// like "-TR3" or "M7-" pass as they are and any other byte, "/" included,
+// passes escaped.
+//
+// Changes are written through this process's own swarm.Store, which never
+// runs Start: admin calls need no expiry or flush loops. The tracker
+// frontends cache passkeys and the whitelist for their swarm.Config
+// CacheTTL (10s), so a change reaches announces within that time.
+// Passkeys are secrets: the log and the replies show only their first
+// characters.
+
+// BitTorrentAdmin serves the BitTorrent admin calls. A nil Store answers
+// every call with 503.
+type BitTorrentAdmin struct {
+	Store *swarm.Store
+	Admin *AdminAPI // for the change log and body decoding
+}
+
+// Defaults and bounds of GET …/top.
+const (
+	DefaultTopCount = 10
+	MaxTopCount     = 1000
+)
+
+func (b *BitTorrentAdmin) register(g *gin.RouterGroup) {
+	bt := g.Group("/bittorrent", b.requireStore)
+	bt.PUT("/torrents/:infohash", b.registerTorrent)
+	bt.DELETE("/torrents/:infohash", b.unregisterTorrent)
+	bt.GET("/torrents/:infohash", b.showTorrent)
+	bt.PUT("/users/:passkey", b.addUser)
+	bt.DELETE("/users/:passkey", b.removeUser)
+	bt.GET("/users/by-id/:user_id", b.showUser)
+	bt.GET("/clients", b.listClients)
+	bt.PUT("/clients/*prefix", b.addClient)
+	bt.DELETE("/clients/*prefix", b.removeClient)
+	bt.GET("/stats", b.stats)
+	bt.GET("/top", b.top)
+}
+
+func (b *BitTorrentAdmin) requireStore(c *gin.Context) {
+	if b.Store == nil {
+		_ = c.Error(&httpError{Status: http.StatusServiceUnavailable, Code: "bittorrent_off",
+			Message: "this hoard has no BitTorrent swarm store (server.Config.BitTorrent is not set)"})
+		c.Abort()
+		return
+	}
+	c.Next()
+}
+
+// swarmError turns the store's argument errors into 400 and 404 replies
+// with the store's own explanation; anything else stays internal.
+func swarmError(err error) error {
+	message := strings.TrimPrefix(err.Error(), "swarm: ")
+	switch {
+	case errors.Is(err, swarm.ErrInvalid):
+		return badRequest("%s", strings.TrimSuffix(message, ": "+swarm.ErrInvalid.Error()))
+	case errors.Is(err, swarm.ErrNotFound):
+		return &httpError{Status: http.StatusNotFound, Code: "not_found", Message: message}
+	}
+	return err
+}
+
+func hexHash(hash bittorrent.InfoHash) string { return hex.EncodeToString(hash[:]) }
+
+// RedactPasskey shows enough of a passkey to tell two apart in a log and
+// never enough to use it: at most its first 4 characters, fewer for short
+// ones.
+func RedactPasskey(passkey string) string {
+	return passkey[:min(4, len(passkey)/4)] + "…"
+}
+
+// TorrentRecord is a torrent's record as the admin API shows it. Counts
+// are exact; times are absent when they never happened.
+type TorrentRecord struct {
+	InfoHash   string     `json:"info_hash"`
+	ID         string     `json:"id"`
+	Registered bool       `json:"registered"`
+	Created    *time.Time `json:"created,omitempty"`
+	LastAction *time.Time `json:"last_action,omitempty"`
+	Announces  int64      `json:"announces"`
+	Seeders    int64      `json:"seeders"`
+	Leechers   int64      `json:"leechers"`
+	Snatches   int64      `json:"snatches"`
+}
+
+func torrentRecord(info swarm.TorrentInfo) TorrentRecord {
+	at := func(t time.Time) *time.Time {
+		if t.IsZero() {
+			return nil
+		}
+		utc := t.UTC()
+		return &utc
+	}
+	return TorrentRecord{
+		InfoHash: hexHash(info.InfoHash), ID: info.ID, Registered: info.ID != "",
+		Created: at(info.Created), LastAction: at(info.LastAction),
+		Announces: info.Announces, Seeders: info.Seeders, Leechers: info.Leechers, Snatches: info.Snatches,
+	}
+}
+
+// RegisterTorrentRequest is the body of PUT …/torrents/:infohash. The id
+// may be a JSON string or number.
+type RegisterTorrentRequest struct {
+	ID looseString `json:"id"`
+}
+
+// RegisterTorrentReply answers PUT …/torrents/:infohash; PreviousID is
+// the id the torrent had before, if it was registered.
+type RegisterTorrentReply struct {
+	InfoHash   string `json:"info_hash"`
+	ID         string `json:"id"`
+	PreviousID string `json:"previous_id,omitempty"`
+}
+
+func (b *BitTorrentAdmin) registerTorrent(c *gin.Context) {
+	hash, err := swarm.ParseInfoHash(c.Param("infohash"))
+	if err != nil {
+		_ = c.Error(swarmError(err))
+		return
+	}
+	var req RegisterTorrentRequest
+	if !b.Admin.decode(c, &req) {
+		return
+	}
+	if req.ID == "" {
+		_ = c.Error(badRequest(`the body needs the site's torrent id: {"id": "123"}`))
+		return
+	}
+	ctx := c.Request.Context()
+	var previous string
+	switch info, err := b.Store.Torrent(ctx, hash); {
+	case err == nil:
+		previous = info.ID
+	case !errors.Is(err, swarm.ErrNotFound):
+		_ = c.Error(err)
+		return
+	}
+	if err := b.Store.RegisterTorrent(ctx, hash, string(req.ID)); err != nil {
+		_ = c.Error(swarmError(err))
+		return
+	}
+	b.Admin.logChange(c, "torrent registered", "info_hash", hexHash(hash), "id", string(req.ID), "previous_id", previous)
+	c.JSON(http.StatusOK, RegisterTorrentReply{InfoHash: hexHash(hash), ID: string(req.ID), PreviousID: previous})
+}
+
+func (b *BitTorrentAdmin) unregisterTorrent(c *gin.Context) {
+	hash, err := swarm.ParseInfoHash(c.Param("infohash"))
+	if err != nil {
+		_ = c.Error(swarmError(err))
+		return
+	}
+	ctx := c.Request.Context()
+	info, err := b.Store.Torrent(ctx, hash)
+	if err == nil && info.ID == "" {
+		err = swarm.ErrNotFound
+	}
+	if errors.Is(err, swarm.ErrNotFound) {
+		_ = c.Error(&httpError{Status: http.StatusNotFound, Code: "not_registered",
+			Message: "torrent " + hexHash(hash) + " is not registered"})
+		return
+	}
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	if err := b.Store.UnregisterTorrent(ctx, hash); err != nil {
+		_ = c.Error(swarmError(err))
+		return
+	}
+	b.Admin.logChange(c, "torrent unregistered", "info_hash", hexHash(hash), "id", info.ID)
+	c.JSON(http.StatusOK, gin.H{"info_hash": hexHash(hash), "unregistered_id": info.ID})
+}
+
+func (b *BitTorrentAdmin) showTorrent(c *gin.Context) {
+	hash, err := swarm.ParseInfoHash(c.Param("infohash"))
+	if err != nil {
+		_ = c.Error(swarmError(err))
+		return
+	}
+	info, err := b.Store.Torrent(c.Request.Context(), hash)
+	if err != nil {
+		_ = c.Error(swarmError(err))
+		return
+	}
+	c.JSON(http.StatusOK, torrentRecord(info))
+}
+
+// AddUserRequest is the body of PUT …/users/:passkey. The user id may be a
+// JSON string or number.
+type AddUserRequest struct {
+	UserID looseString `json:"user_id"`
+}
+
+// UserChangeReply answers PUT and DELETE …/users/:passkey, with the
+// passkey redacted.
+type UserChangeReply struct {
+	Passkey string `json:"passkey"`
+	UserID  string `json:"user_id,omitempty"`
+}
+
+func (b *BitTorrentAdmin) addUser(c *gin.Context) {
+	passkey := c.Param("passkey")
+	var req AddUserRequest
+	if !b.Admin.decode(c, &req) {
+		return
+	}
+	if req.UserID == "" {
+		_ = c.Error(badRequest(`the body needs the site's user id: {"user_id": "7"}`))
+		return
+	}
+	if err := b.Store.AddUser(c.Request.Context(), passkey, string(req.UserID)); err != nil {
+		_ = c.Error(swarmError(err))
+		return
+	}
+	b.Admin.logChange(c, "passkey added", "passkey", RedactPasskey(passkey), "user_id", string(req.UserID))
+	c.JSON(http.StatusOK, UserChangeReply{Passkey: RedactPasskey(passkey), UserID: string(req.UserID)})
+}
+
+// removeUser forgets a passkey. The store cannot tell a known passkey from
+// an unknown one without reading it, and forgetting is idempotent, so an
+// unknown passkey is not an error.
+func (b *BitTorrentAdmin) removeUser(c *gin.Context) {
+	passkey := c.Param("passkey")
+	if err := b.Store.RemoveUser(c.Request.Context(), passkey); err != nil {
+		_ = c.Error(swarmError(err))
+		return
+	}
+	b.Admin.logChange(c, "passkey removed", "passkey", RedactPasskey(passkey))
+	c.JSON(http.StatusOK, UserChangeReply{Passkey: RedactPasskey(passkey)})
+}
+
+// TrackerUser is what the tracker knows of one user: the site's torrent
+// ids in each set, their sizes, and the transfer totals in bytes. A user
+// the tracker never saw has empty sets. Everything lags by up to one
+// flush interval per frontend.
+type TrackerUser struct {
+	UserID     string         `json:"user_id"`
+	Active     []string       `json:"active"`
+	Complete   []string       `json:"complete"`
+	Incomplete []string       `json:"incomplete"`
+	HnR        []string       `json:"hnr"`
+	Counts     map[string]int `json:"counts"`
+	Uploaded   int64          `json:"uploaded"`
+	Downloaded int64          `json:"downloaded"`
+}
+
+func (b *BitTorrentAdmin) showUser(c *gin.Context) {
+	userID := c.Param("user_id")
+	summary, err := b.Store.User(c.Request.Context(), userID)
+	if err != nil {
+		_ = c.Error(swarmError(err))
+		return
+	}
+	nonNil := func(ids []string) []string {
+		if ids == nil {
+			return []string{}
+		}
+		return ids
+	}
+	c.JSON(http.StatusOK, TrackerUser{
+		UserID: userID,
+		Active: nonNil(summary.Active), Complete: nonNil(summary.Complete),
+		Incomplete: nonNil(summary.Incomplete), HnR: nonNil(summary.HnR),
+		Counts: map[string]int{"active": len(summary.Active), "complete": len(summary.Complete),
+			"incomplete": len(summary.Incomplete), "hnr": len(summary.HnR)},
+		Uploaded: summary.Uploaded, Downloaded: summary.Downloaded,
+	})
+}
+
+// WhitelistedClient is one entry of the client whitelist.
+type WhitelistedClient struct {
+	Prefix string `json:"prefix"`
+	Name   string `json:"name"`
+}
+
+// ClientsReply answers GET …/clients. Warning is set when the list is
+// empty: a private tracker refuses every client then.
+type ClientsReply struct {
+	Clients []WhitelistedClient `json:"clients"`
+	Warning string              `json:"warning,omitempty"`
+}
+
+// EmptyWhitelistWarning is ClientsReply.Warning for an empty whitelist.
+const EmptyWhitelistWarning = "the client whitelist is empty: a tracker in private mode refuses every client"
+
+func (b *BitTorrentAdmin) listClients(c *gin.Context) {
+	clients, err := b.Store.Clients(c.Request.Context())
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	reply := ClientsReply{Clients: make([]WhitelistedClient, 0, len(clients))}
+	for _, client := range clients {
+		reply.Clients = append(reply.Clients, WhitelistedClient{Prefix: client.Prefix, Name: client.Name})
+	}
+	if len(reply.Clients) == 0 {
+		reply.Warning = EmptyWhitelistWarning
+	}
+	c.JSON(http.StatusOK, reply)
+}
+
+// clientPrefix is the prefix in a …/clients/*prefix path, unescaped by
+// net/url.
+func clientPrefix(c *gin.Context) string { return strings.TrimPrefix(c.Param("prefix"), "/") }
+
+// AddClientRequest is the optional body of PUT …/clients/*prefix.
+type AddClientRequest struct {
+	Name string `json:"name"`
+}
+
+func (b *BitTorrentAdmin) addClient(c *gin.Context) {
+	prefix := clientPrefix(c)
+	var req AddClientRequest
+	if c.Request.ContentLength != 0 && !b.Admin.decode(c, &req) {
+		return
+	}
+	if err := b.Store.AddClient(c.Request.Context(), prefix, req.Name); err != nil {
+		_ = c.Error(swarmError(err))
+		return
+	}
+	b.Admin.logChange(c, "client whitelisted", "prefix", prefix, "name", req.Name)
+	c.JSON(http.StatusOK, WhitelistedClient{Prefix: prefix, Name: req.Name})
+}
+
+func (b *BitTorrentAdmin) removeClient(c *gin.Context) {
+	prefix := clientPrefix(c)
+	ctx := c.Request.Context()
+	clients, err := b.Store.Clients(ctx)
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	var removed *swarm.Client
+	for i := range clients {
+		if clients[i].Prefix == prefix {
+			removed = &clients[i]
+		}
+	}
+	if removed == nil {
+		_ = c.Error(&httpError{Status: http.StatusNotFound, Code: "not_whitelisted",
+			Message: "no client prefix " + strconv.Quote(prefix) + " is whitelisted"})
+		return
+	}
+	if err := b.Store.RemoveClient(ctx, prefix); err != nil {
+		_ = c.Error(swarmError(err))
+		return
+	}
+	b.Admin.logChange(c, "client removed from whitelist", "prefix", prefix, "name", removed.Name)
+	c.JSON(http.StatusOK, WhitelistedClient{Prefix: removed.Prefix, Name: removed.Name})
+}
+
+// SwarmStats are the global counters over every frontend; they lag by up
+// to one flush interval per frontend.
+type SwarmStats struct {
+	Announces int64 `json:"announces"`
+	Scrapes   int64 `json:"scrapes"`
+	Requests  int64 `json:"requests"`
+	Seeders   int64 `json:"seeders"`
+	Leechers  int64 `json:"leechers"`
+	Snatches  int64 `json:"snatches"`
+}
+
+func (b *BitTorrentAdmin) stats(c *gin.Context) {
+	s, err := b.Store.Stats(c.Request.Context())
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	c.JSON(http.StatusOK, SwarmStats{Announces: s.Announces, Scrapes: s.Scrapes, Requests: s.Requests,
+		Seeders: s.Seeders, Leechers: s.Leechers, Snatches: s.Snatches})
+}
+
+// RankedTorrent is one line of GET …/top.
+type RankedTorrent struct {
+	InfoHash string `json:"info_hash"`
+	Count    int64  `json:"count"`
+}
+
+// TopReply answers GET …/top.
+type TopReply struct {
+	By       string          `json:"by"`
+	Torrents []RankedTorrent `json:"torrents"`
+}
+
+func (b *BitTorrentAdmin) top(c *gin.Context) {
+	by := c.DefaultQuery("by", string(swarm.IndexSeeders))
+	switch swarm.Index(by) {
+	case swarm.IndexSeeders, swarm.IndexLeechers, swarm.IndexSnatches:
+	default:
+		_ = c.Error(badRequest("by=%q: want seeders, leechers or snatches", by))
+		return
+	}
+	n := DefaultTopCount
+	if text, ok := c.GetQuery("n"); ok {
+		var err error
+		if n, err = strconv.Atoi(text); err != nil || n < 1 || n > MaxTopCount {
+			_ = c.Error(badRequest("n=%q: want a whole number from 1 to %d", text, MaxTopCount))
+			return
+		}
+	}
+	ranked, err := b.Store.Top(c.Request.Context(), swarm.Index(by), n)
+	if err != nil {
+		_ = c.Error(swarmError(err))
+		return
+	}
+	reply := TopReply{By: by, Torrents: make([]RankedTorrent, 0, len(ranked))}
+	for _, r := range ranked {
+		reply.Torrents = append(reply.Torrents, RankedTorrent{InfoHash: hexHash(r.InfoHash), Count: r.Count})
+	}
+	c.JSON(http.StatusOK, reply)
+}
