@@ -223,3 +223,33 @@ func TestConfigValidation(t *testing.T) {
 		require.Equal(t, 20*time.Minute, cfg.PeerTimeout, "two announce intervals")
 	})
 }
+
+// TestUnregisteredTorrentLeavesRankingsWhenItsPeersExpire: a torrent
+// deleted while it had a seeder must not come back into the rankings with a
+// negative count when that seeder's expiry is flushed.
+func TestUnregisteredTorrentLeavesRankingsWhenItsPeersExpire(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		f := newFixture(t, b, swarm.Config{})
+		hash := infoHash("deleted-later")
+		require.NoError(t, f.store.RegisterTorrent(ctx, hash, "77"))
+		f.announce(hash, peerID("-SD0001-", 1), 1, seeding)
+		f.flush()
+		top, err := f.store.Top(ctx, swarm.IndexSeeders, 10)
+		require.NoError(t, err)
+		require.Len(t, top, 1)
+
+		require.NoError(t, f.store.UnregisterTorrent(ctx, hash))
+		f.clock.Advance(2 * time.Hour)
+		_, err = f.store.Sweep(ctx)
+		require.NoError(t, err)
+		f.flush()
+		for _, index := range []swarm.Index{swarm.IndexSeeders, swarm.IndexLeechers, swarm.IndexSnatches} {
+			top, err = f.store.Top(ctx, index, 10)
+			require.NoError(t, err)
+			for _, r := range top {
+				require.Positive(t, r.Count, "index %v holds %x with count %d", index, r.InfoHash, r.Count)
+			}
+		}
+	})
+}

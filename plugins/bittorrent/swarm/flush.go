@@ -201,6 +201,7 @@ func (s *Store) flushLocked(ctx context.Context) error {
 		}
 	}
 	indexes := [3]Index{IndexSeeders, IndexLeechers, IndexSnatches}
+	var shrunk [3]bool
 	for hash, d := range work.index {
 		member := hexHash(hash)
 		for i, n := range [3]int64{d.seeders, d.leechers, d.snatches} {
@@ -215,6 +216,17 @@ func (s *Store) flushLocked(ctx context.Context) error {
 				s.pending.mu.Unlock()
 			}
 			queue(pipe.ZIncrBy(ctx, IndexKey(indexes[i]), float64(n), member), undo)
+			if n < 0 {
+				shrunk[i] = true
+			}
+		}
+	}
+	// A torrent whose count fell to zero leaves the ranking; so does one a
+	// late delta would push below zero (its record was deleted, e.g. by
+	// UnregisterTorrent, before its last peers expired).
+	for i, touched := range shrunk {
+		if touched {
+			queue(pipe.ZRemRangeByScore(ctx, IndexKey(indexes[i]), "-inf", "0"), func() {})
 		}
 	}
 	for userID, t := range work.totals {
