@@ -11,23 +11,27 @@
 --
 -- ARGV[1] id
 -- ARGV[2] the limit_groups_version the items were routed by
--- ARGV[3..] per item: the item, then its target (1-based, among the
+-- ARGV[3] the shared queue the caller routed the items for (the record's
+--         queue when the caller listed it)
+-- ARGV[4..] per item: the item, then its target (1-based, among the
 --           target queues)
 --
 -- Returns {n} items queued, {0} when the segment is not on disk any more
 -- (refilled, moved away or never committed), {-1} when the item count does
--- not match the record, or {-4} when the limit groups changed.
+-- not match the record, {-4} when the limit groups changed, or {-5} when
+-- the segment was moved to another queue since the caller listed it.
 
 local record = redis.call('HGET', KEYS[2], ARGV[1])
 if not record then return {0} end
 local state, queue, count = string.match(record, '^(%S+) (%S+) (%S+) ')
 if state ~= 'disk' then return {0} end
+if queue ~= ARGV[3] then return {-5} end
 if (redis.call('HGET', KEYS[1], 'limit_groups_version') or '0') ~= ARGV[2] then
   return {-4}
 end
-if (#ARGV - 2) / 2 ~= tonumber(count) then return {-1} end
+if (#ARGV - 3) / 2 ~= tonumber(count) then return {-1} end
 local to = {}
-for i = 3, #ARGV, 2 do
+for i = 4, #ARGV, 2 do
   local key = KEYS[3 + tonumber(ARGV[i + 1])]
   to[key] = to[key] or {}
   table.insert(to[key], ARGV[i])

@@ -769,7 +769,9 @@ func (e *Engine) Counts(ctx context.Context, slug string) (Counts, error) {
 	if err != nil {
 		return Counts{}, unavailable(op, err)
 	}
-	pipe := e.rdb.Pipeline()
+	// One transaction, so an offload landing between two reads can't count
+	// a segment twice or not at all (every key shares the project's slot).
+	pipe := e.rdb.TxPipeline()
 	// A shared queue's count includes its limit groups' sub-queues.
 	shared := make([][]*redis.IntCmd, len(SharedQueues))
 	for i, q := range SharedQueues {

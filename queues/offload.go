@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"compress/gzip"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -133,6 +135,30 @@ func (o *Offloader) node() string {
 	return "local"
 }
 
+// loadNodeID returns the node name kept in dir/node-id, creating a random
+// one the first time, so a frontend keeps its name (and refills its own
+// segments) across restarts even when its hostname changes.
+func loadNodeID(dir string) (string, error) {
+	path := filepath.Join(dir, "node-id")
+	if raw, err := os.ReadFile(path); err == nil {
+		return strings.TrimSpace(string(raw)), nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	id := "node-" + hex.EncodeToString(b[:])
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(path, []byte(id+"\n"), 0o644); err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
 // ValidateNode checks a node name for segment records.
 func ValidateNode(node string) error {
 	if node == "" || len(node) > 128 || strings.ContainsAny(node, " \t\r\n") {
@@ -143,11 +169,18 @@ func ValidateNode(node string) error {
 
 // Start runs passes every Interval until Stop.
 func (o *Offloader) Start(ctx context.Context) error {
-	if err := ValidateNode(o.node()); err != nil {
-		return err
-	}
 	if o.Dir == "" {
 		return errors.New("offloader needs a data directory")
+	}
+	if o.Node == "" {
+		node, err := loadNodeID(o.Dir)
+		if err != nil {
+			return err
+		}
+		o.Node = node
+	}
+	if err := ValidateNode(o.node()); err != nil {
+		return err
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -221,28 +254,32 @@ func (o *Offloader) runProject(ctx context.Context, slug string) error {
 	if err := o.recoverStaged(ctx, slug); err != nil {
 		return err
 	}
+	// One step's failure does not stop the others: a lost segment file
+	// must not keep every other queue from being offloaded or refilled.
+	var errs []error
 	if project.DoneMode != DoneKeep {
-		if err := o.drainDone(ctx, slug); err != nil {
-			return err
-		}
+		errs = append(errs, o.drainDone(ctx, slug))
 	}
 	if project.DoneMode == DoneArchive {
-		if err := o.archiveDone(ctx, slug, project.OffloadSegment, false); err != nil {
-			return err
-		}
+		errs = append(errs, o.archiveDone(ctx, slug, project.OffloadSegment, false))
+	}
+	segments, err := o.Segments(ctx, slug)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
 	}
 	for _, q := range SharedQueues {
-		if project.OffloadAbove > 0 {
-			if _, err := o.offloadQueue(ctx, slug, q, project.OffloadAbove, project.OffloadSegment); err != nil {
-				return err
-			}
+		// todo:redo is never offloaded: it holds released items, which a
+		// late done takes out of the list by name (done.lua), so they must
+		// stay in Redis. It is small (released claims only).
+		if project.OffloadAbove > 0 && q != QueueRedo {
+			_, err := o.offloadQueue(ctx, slug, q, project.OffloadAbove, project.OffloadSegment)
+			errs = append(errs, err)
 		}
 		// Refill even with offloading now off, so nothing stays on disk.
-		if _, err := o.refillQueue(ctx, slug, q, project.OffloadAbove); err != nil {
-			return err
-		}
+		_, err := o.refillQueue(ctx, slug, q, project.OffloadAbove, segments)
+		errs = append(errs, err)
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // queueLists returns the list keys of a shared queue (the queue and its
@@ -451,6 +488,9 @@ func readSegment(path string) ([]string, error) {
 
 // Segments lists a project's segment records, oldest first.
 func (o *Offloader) Segments(ctx context.Context, slug string) ([]Segment, error) {
+	if ValidateSlug(slug) != nil {
+		return nil, errorf("queues.Segments", CodeProjectNotFound, "no project %q", slug)
+	}
 	records, err := o.Engine.rdb.HGetAll(ctx, SegmentsKey(slug)).Result()
 	if err != nil {
 		return nil, unavailable("queues.Segments", err)
@@ -468,37 +508,54 @@ func (o *Offloader) Segments(ctx context.Context, slug string) ([]Segment, error
 	return segments, nil
 }
 
-// refillQueue brings this node's oldest segments of q back while fewer
-// than a quarter of above items of q are in Redis (all of them when
-// offloading is off).
-func (o *Offloader) refillQueue(ctx context.Context, slug string, q Queue, above int) (int64, error) {
-	segments, err := o.Segments(ctx, slug)
-	if err != nil {
-		return 0, err
+// ownsFile says whether this frontend can refill a segment: it wrote it,
+// or its file is in this data directory (a frontend that came back under
+// another name, or frontends sharing one directory).
+func (o *Offloader) ownsFile(slug string, seg Segment) bool {
+	if seg.Node == o.node() {
+		return true
 	}
+	_, err := os.Stat(o.segmentPath(slug, seg))
+	return err == nil
+}
+
+// refillQueue brings this node's segments of q back, oldest first, while
+// the list a segment came from holds fewer than a quarter of above items
+// (all of them when offloading is off). A segment that can't be refilled
+// is reported and skipped, so the others still come back.
+func (o *Offloader) refillQueue(ctx context.Context, slug string, q Queue, above int, segments []Segment) (int64, error) {
 	var refilled int64
+	var errs []error
 	for _, seg := range segments {
-		if seg.State != SegmentDisk || seg.Queue != string(q) || seg.Node != o.node() {
+		if seg.State != SegmentDisk || seg.Queue != string(q) || !o.ownsFile(slug, seg) {
 			continue
 		}
-		_, lens, err := o.queueLists(ctx, slug, q)
-		if err != nil {
-			return refilled, err
-		}
-		var total int64
-		for _, l := range lens {
-			total += l
-		}
-		if above > 0 && total >= int64(above/4) {
-			return refilled, nil
+		if above > 0 {
+			// The list the items go back to: the source if it is one of
+			// q's lists still, else the plain queue.
+			keys, lens, err := o.queueLists(ctx, slug, q)
+			if err != nil {
+				return refilled, err
+			}
+			length := lens[0]
+			for i, k := range keys {
+				if k == ListKey(slug, seg.Source) {
+					length = lens[i]
+				}
+			}
+			if length >= int64(above/4) {
+				continue
+			}
 		}
 		n, err := o.refillSegment(ctx, slug, seg)
 		if err != nil {
-			return refilled, err
+			o.logger().Error("segment not refilled", "project", slug, "segment", seg.ID, "items", seg.Count, "err", err)
+			errs = append(errs, err)
+			continue
 		}
 		refilled += n
 	}
-	return refilled, nil
+	return refilled, errors.Join(errs...)
 }
 
 func (o *Offloader) refillSegment(ctx context.Context, slug string, seg Segment) (int64, error) {
@@ -522,8 +579,8 @@ func (o *Offloader) refillSegment(ctx context.Context, slug string, seg Segment)
 		for _, g := range state.groups {
 			keys = append(keys, GroupQueueKey(slug, Queue(seg.Queue), g.Name))
 		}
-		args := make([]any, 0, 2+2*len(items))
-		args = append(args, seg.ID, state.version)
+		args := make([]any, 0, 3+2*len(items))
+		args = append(args, seg.ID, state.version, seg.Queue)
 		for _, item := range items {
 			args = append(args, item, groupFor(state.groups, item)+2)
 		}
@@ -532,6 +589,10 @@ func (o *Offloader) refillSegment(ctx context.Context, slug string, seg Segment)
 			return 0, err
 		}
 		switch {
+		case code == -5:
+			// Moved to another queue since it was listed: the next pass
+			// refills it there.
+			return 0, nil
 		case code == -4:
 			if _, err := o.Engine.limitGroups(ctx, slug, true); err != nil {
 				return 0, err
@@ -672,14 +733,17 @@ func (o *Offloader) CleanupOrphans(ctx context.Context) (int, error) {
 				if err != nil || !info.ModTime().Before(cutoff) {
 					continue // gone already, or of recent interest
 				}
-				if m := segmentFileName.FindStringSubmatch(file.Name()); m != nil && ValidateSlug(slug) == nil {
-					referenced, err := o.Engine.rdb.HExists(ctx, SegmentsKey(slug), m[1]).Result()
-					if err != nil {
-						return removed, err
-					}
-					if referenced {
-						continue
-					}
+				// Only files named like segments are ours to remove.
+				m := segmentFileName.FindStringSubmatch(file.Name())
+				if m == nil || ValidateSlug(slug) != nil {
+					continue
+				}
+				referenced, err := o.Engine.rdb.HExists(ctx, SegmentsKey(slug), m[1]).Result()
+				if err != nil {
+					return removed, err
+				}
+				if referenced {
+					continue
 				}
 				path := filepath.Join(dir, file.Name())
 				if err := os.Remove(path); err == nil {
@@ -759,17 +823,21 @@ func (o *Offloader) ExportArchive(ctx context.Context, slug string, w io.Writer)
 	if err != nil {
 		return n, err
 	}
-	items, err := o.Engine.rdb.LRange(ctx, DoneArchiveKey(slug), 0, -1).Result()
-	if err != nil {
-		return n, unavailable("queues.ExportArchive", err)
-	}
-	for _, item := range items {
-		if _, err := io.WriteString(w, item+"\n"); err != nil {
-			return n, err
+	for start := int64(0); ; start += segmentReadBatch {
+		items, err := o.Engine.rdb.LRange(ctx, DoneArchiveKey(slug), start, start+segmentReadBatch-1).Result()
+		if err != nil {
+			return n, unavailable("queues.ExportArchive", err)
 		}
-		n++
+		for _, item := range items {
+			if _, err := io.WriteString(w, item+"\n"); err != nil {
+				return n, err
+			}
+			n++
+		}
+		if len(items) < segmentReadBatch {
+			return n, nil
+		}
 	}
-	return n, nil
 }
 
 func (o *Offloader) exportSegments(ctx context.Context, slug, queue string, w io.Writer) (int64, error) {
@@ -779,8 +847,26 @@ func (o *Offloader) exportSegments(ctx context.Context, slug, queue string, w io
 	}
 	var n int64
 	for _, seg := range segments {
-		if seg.Queue != queue || seg.State == SegmentStaging || seg.Node != o.node() {
+		if seg.Queue != queue {
 			continue
+		}
+		if seg.State == SegmentStaging {
+			// On their way to disk: still in Redis, in the staging list.
+			items, err := o.Engine.rdb.LRange(ctx, StagingKey(slug, seg.ID), 0, -1).Result()
+			if err != nil {
+				return n, unavailable("queues.export", err)
+			}
+			for _, item := range items {
+				if _, err := io.WriteString(w, item+"\n"); err != nil {
+					return n, err
+				}
+				n++
+			}
+			continue
+		}
+		if !o.ownsFile(slug, seg) {
+			return n, errorf("queues.export", CodeUnavailable,
+				"segment %s (%d items) is on frontend %q; export there, or it would be incomplete", seg.ID, seg.Count, seg.Node)
 		}
 		path := o.segmentPath(slug, seg)
 		now := o.Engine.clock.Now()

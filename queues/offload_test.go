@@ -396,3 +396,93 @@ func TestDoneArchiveModeWritesExportableFilesAndDrainsOldDoneSet(t *testing.T) {
 		require.Zero(t, removed)
 	})
 }
+
+func claimN(t *testing.T, tb bundle, who string, n int) []string {
+	t.Helper()
+	var all []string
+	for len(all) < n {
+		got := claimSome(t, tb, who, 100)
+		if len(got) == 0 {
+			break
+		}
+		all = append(all, got...)
+	}
+	return all
+}
+
+// Released items wait in todo:redo, which is never offloaded: a late done
+// takes them out of the list by name.
+func TestReleasedItemsStayInRedisAndAreDoneOnce(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{OffloadAbove: ptr(2000), OffloadSegment: ptr(1000), DoneMode: ptr(queues.DoneCount)})
+		o := offloader(tb, t)
+		tb.enqueue(t, todo, names("r:", 3000)...)
+		got := claimN(t, tb, "alice", 3000)
+		_, err := tb.engine.Release(tb.ctx, tb.slug, got, "")
+		require.NoError(t, err)
+		require.NoError(t, o.RunOnce(tb.ctx))
+		require.Zero(t, tb.counts(t).Offloaded)
+		for i := 0; i < len(got); i += 100 {
+			_, err := tb.done("alice", got[i:i+100]...)
+			require.NoError(t, err)
+		}
+		require.Equal(t, queues.Counts{Done: 3000}, tb.counts(t))
+		require.Empty(t, claimEverything(t, tb, o), "no done item is handed out again")
+	})
+}
+
+// A frontend that comes back under another name still refills the
+// segments whose files are in its data directory.
+func TestRenamedFrontendRefillsItsFiles(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{OffloadAbove: ptr(2000), OffloadSegment: ptr(1000)})
+		o := offloader(tb, t)
+		tb.enqueue(t, todo, names("n:", 5000)...)
+		require.NoError(t, o.RunOnce(tb.ctx))
+		restarted := &queues.Offloader{Engine: tb.engine, Dir: o.Dir, Node: "node-a-2", Logger: quietLogger}
+		require.Len(t, claimEverything(t, tb, restarted), 5000)
+	})
+}
+
+// A lost segment file is reported, and every other segment and queue is
+// still refilled.
+func TestOneLostSegmentDoesNotBlockTheOthers(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{OffloadAbove: ptr(2000), OffloadSegment: ptr(1000)})
+		o := offloader(tb, t)
+		tb.enqueue(t, todo, names("t:", 3000)...)
+		tb.enqueue(t, queues.Target{Queue: queues.QueueSecondary}, names("s:", 3000)...)
+		require.NoError(t, o.RunOnce(tb.ctx))
+		segs, err := o.Segments(tb.ctx, tb.slug)
+		require.NoError(t, err)
+		for _, s := range segs {
+			if s.Queue == "todo" {
+				require.NoError(t, os.Remove(filepath.Join(o.Dir, "segments", tb.slug, s.ID+".gz")))
+			}
+		}
+		for len(claimSome(t, tb, "alice", 100)) > 0 {
+		}
+		require.Error(t, o.RunOnce(tb.ctx), "the lost file is reported")
+		segs, err = o.Segments(tb.ctx, tb.slug)
+		require.NoError(t, err)
+		for _, s := range segs {
+			require.NotEqual(t, string(queues.QueueSecondary), s.Queue, "secondary's segments came back")
+		}
+	})
+}
+
+// An export includes items staged on their way to disk.
+func TestExportIncludesStagedItems(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{OffloadAbove: ptr(2000), OffloadSegment: ptr(1000)})
+		o := offloader(tb, t)
+		tb.enqueue(t, todo, names("e:", 3000)...)
+		require.NoError(t, os.MkdirAll(filepath.Join(o.Dir, "segments"), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(o.Dir, "segments", tb.slug), []byte("x"), 0o644))
+		require.Error(t, o.RunOnce(tb.ctx)) // the segment stays staged
+		var out bytes.Buffer
+		n, err := o.ExportQueue(tb.ctx, tb.slug, queues.QueueTodo, &out)
+		require.NoError(t, err)
+		require.EqualValues(t, 3000, n)
+	})
+}

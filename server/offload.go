@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -122,6 +123,8 @@ const ExportItemsTrailer = "Hoard-Export-Items"
 // error reply; after it, the stream is cut short without the trailer, so a
 // reader can tell a complete export from a broken one.
 func (a *AdminAPI) stream(c *gin.Context, export func(io.Writer) (int64, error)) {
+	// A big export streams for longer than the server's write timeout.
+	_ = http.NewResponseController(c.Writer).SetWriteDeadline(time.Time{})
 	c.Header("Content-Type", "text/plain; charset=utf-8")
 	c.Header("Trailer", ExportItemsTrailer)
 	w := &lazyWriter{c: c}
@@ -132,8 +135,10 @@ func (a *AdminAPI) stream(c *gin.Context, export func(io.Writer) (int64, error))
 			_ = c.Error(err)
 			return
 		}
+		// Too late for an error reply: log it and end without the trailer,
+		// which is how a reader tells a partial body from a whole export.
 		_ = buffered.Flush()
-		_ = c.Error(err)
+		a.Logger.ErrorContext(c.Request.Context(), "export cut short", "project", c.Param("slug"), "err", err)
 		return
 	}
 	if err := buffered.Flush(); err != nil {

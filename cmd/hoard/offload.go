@@ -53,7 +53,8 @@ func exportCommand(use, short string, path func(args []string) string, nargs int
 		Args:  cobra.ExactArgs(nargs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			w := cmd.OutOrStdout()
-			if output != "" && output != "-" {
+			toFile := output != "" && output != "-"
+			if toFile {
 				file, err := os.Create(output)
 				if err != nil {
 					return err
@@ -63,6 +64,9 @@ func exportCommand(use, short string, path func(args []string) string, nargs int
 			}
 			n, err := newAdminClient().stream(cmd.Context(), path(args), w)
 			if err != nil {
+				if toFile {
+					_ = os.Remove(output) // never leave a partial export behind
+				}
 				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "exported %d items\n", n)
