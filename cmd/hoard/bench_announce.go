@@ -276,6 +276,13 @@ func benchAnnounce(ctx context.Context, o announceBenchOptions) error {
 		}
 		fmt.Printf("%-15s %-12s %10.2f\n", fig.mode, "hoard/ot", medians[0]/medians[1])
 	}
+	if slices.Contains(o.modes, string(loadgen.ModeHTTPKeepAlive)) {
+		// Checked with curl against Debian's 0.0~git20210823 build.
+		fmt.Println("note: opentracker closes every HTTP connection after its reply, so its http-keepalive row is one connection per announce")
+	}
+	if len(profileParts) > 0 {
+		fmt.Println("note: hoard's http-close runs ran under the CPU profiler, which slows them")
+	}
 	if len(profileParts) > 0 {
 		reportAnnounceProfile(ctx, o.cpuProfile, profileParts)
 	}
