@@ -40,6 +40,7 @@ bench: build
 	$(BIN) bench all
 	$(BIN) bench viewers --viewers 5000
 	$(BIN) bench offload
+	$(BIN) bench announce
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./queues
 
 fuzz:

@@ -107,6 +107,7 @@ func benchCommand() *cobra.Command {
 		cmd.AddCommand(c)
 	}
 	cmd.AddCommand(benchViewersCommand(), benchOffloadCommand())
+	cmd.AddCommand(benchAnnounceCommand())
 	return cmd
 }
 

@@ -1,0 +1,681 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+
+	"github.com/hoardproject/hoard/internal/localredis"
+	"github.com/hoardproject/hoard/plugins"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btplugin"
+	"github.com/hoardproject/hoard/plugins/bittorrent/loadgen"
+)
+
+// The announce benchmark: the same announce load against hoard's
+// BitTorrent tracker (in this process, over its own redis-server) and
+// against opentracker from Debian (a child process, whitelisting the
+// load's torrents), in turn, per mode. Loopback only; every run is
+// bounded by an announce count and a timeout; every server it starts is
+// stopped at the end.
+
+type announceBenchOptions struct {
+	modes       []string
+	runs        int
+	announces   int
+	warmup      int
+	torrents    int
+	peers       int
+	numWant     int
+	seeders     float64
+	concurrency int
+	seed        uint64
+	opentracker string
+	cpuProfile  string
+}
+
+// The bounds keep a mistyped flag from turning the benchmark into a flood.
+const (
+	maxBenchAnnounces   = 5_000_000
+	maxBenchConcurrency = 1024
+	maxBenchTorrents    = 1_000_000
+)
+
+func benchAnnounceCommand() *cobra.Command {
+	var o announceBenchOptions
+	cmd := &cobra.Command{
+		Use:   "announce",
+		Short: "Announces per second from hoard's BitTorrent tracker and from opentracker under the same load (HTTP keep-alive, HTTP close, UDP)",
+		Long: `Starts a redis-server, hoard's BitTorrent tracker in this process (open
+mode, HTTP and UDP on 127.0.0.1) and opentracker (whitelisting the load's
+torrents) on 127.0.0.1, then for each mode runs the same announce load
+against each in turn, --runs times, and prints medians. Each target is
+warmed up first with the same reproducible announces, so the measured runs
+are the steady state of peers re-announcing into populated swarms.
+
+The load generator shares this process with hoard's tracker, so the
+columns "bench CPU" (this process), "redis CPU" and "opentracker CPU" say
+where the machine's CPU went per announce; against opentracker, "bench
+CPU" is the load generator alone.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return benchAnnounce(cmd.Context(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&o.modes, "modes", []string{string(loadgen.ModeHTTPKeepAlive), string(loadgen.ModeHTTPClose), string(loadgen.ModeUDP)},
+		"modes to run: http-keepalive, http-close, udp")
+	f.IntVar(&o.runs, "runs", 3, "measured runs per target and mode; medians are reported")
+	f.IntVar(&o.announces, "announces", 50_000, "announces per measured run")
+	f.IntVar(&o.warmup, "warmup", 0, "announces per target and mode before measuring, not counted (0: as many as --announces, so every measured announce re-announces a known peer)")
+	f.IntVar(&o.torrents, "torrents", loadgen.DefaultTorrents, "torrents the announces spread over")
+	f.IntVar(&o.peers, "peers", 0, "simulated peers (0: 10 x --torrents)")
+	f.IntVar(&o.numWant, "numwant", loadgen.DefaultNumWant, "numwant of every announce")
+	f.Float64Var(&o.seeders, "seeders", loadgen.DefaultSeederFraction, "fraction of peers that are seeders")
+	f.IntVar(&o.concurrency, "concurrency", loadgen.DefaultConcurrency, "announces in flight")
+	f.Uint64Var(&o.seed, "seed", 1, "seed of the torrents and peers")
+	f.StringVar(&o.opentracker, "opentracker", "/usr/bin/opentracker", "opentracker binary (Debian: apt-get install -y opentracker)")
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the hoard http-close runs to this file and print its top functions")
+	return cmd
+}
+
+func (o *announceBenchOptions) validate() error {
+	switch {
+	case o.runs < 1 || o.runs > 100:
+		return errors.New("--runs must be between 1 and 100")
+	case o.announces < 1 || o.announces > maxBenchAnnounces:
+		return fmt.Errorf("--announces must be between 1 and %d", maxBenchAnnounces)
+	case o.warmup < 0 || o.warmup > maxBenchAnnounces:
+		return fmt.Errorf("--warmup must be between 0 and %d", maxBenchAnnounces)
+	case o.torrents < 1 || o.torrents > maxBenchTorrents:
+		return fmt.Errorf("--torrents must be between 1 and %d", maxBenchTorrents)
+	case o.peers < 0 || o.peers > 100*maxBenchTorrents:
+		return fmt.Errorf("--peers must be between 0 and %d", 100*maxBenchTorrents)
+	case o.numWant < 1 || o.numWant > 200:
+		return errors.New("--numwant must be between 1 and 200")
+	case o.seeders < 0 || o.seeders > 1:
+		return errors.New("--seeders must be between 0 and 1")
+	case o.concurrency < 1 || o.concurrency > maxBenchConcurrency:
+		return fmt.Errorf("--concurrency must be between 1 and %d", maxBenchConcurrency)
+	}
+	if len(o.modes) == 0 {
+		return errors.New("--modes names no mode")
+	}
+	for _, m := range o.modes {
+		switch loadgen.Mode(m) {
+		case loadgen.ModeHTTPKeepAlive, loadgen.ModeHTTPClose, loadgen.ModeUDP:
+		default:
+			return fmt.Errorf("--modes: unknown mode %q (want %s, %s or %s)", m, loadgen.ModeHTTPKeepAlive, loadgen.ModeHTTPClose, loadgen.ModeUDP)
+		}
+	}
+	if o.warmup == 0 {
+		o.warmup = o.announces
+	}
+	return nil
+}
+
+// loadConfig is the load every target gets in mode.
+func (o *announceBenchOptions) loadConfig(mode loadgen.Mode, target string, announces int) loadgen.Config {
+	seeders := o.seeders
+	if seeders == 0 {
+		seeders = -1 // loadgen reads 0 as its default
+	}
+	return loadgen.Config{
+		Mode: mode, Target: target, Torrents: o.torrents, Peers: o.peers, Seed: o.seed,
+		NumWant: o.numWant, SeederFraction: seeders, Concurrency: o.concurrency, Announces: announces,
+	}
+}
+
+// announceTarget is one tracker under test.
+type announceTarget struct {
+	name string
+	http string // host:port
+	udp  string // host:port
+	// processCPU is the tracker's own process CPU when it is not this
+	// process (opentracker); nil for hoard.
+	processCPU func() (time.Duration, error)
+}
+
+func (t *announceTarget) addr(mode loadgen.Mode) string {
+	if mode == loadgen.ModeUDP {
+		return t.udp
+	}
+	return t.http
+}
+
+// announceRun is one measured run and the CPU it cost.
+type announceRun struct {
+	res                        loadgen.Result
+	selfCPU, redisCPU, peerCPU time.Duration
+	// scriptTime is the time Redis spent inside EVAL/EVALSHA (its
+	// commandstats), a part of redisCPU.
+	scriptTime time.Duration
+}
+
+func benchAnnounce(ctx context.Context, o announceBenchOptions) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	otBinary, err := findOpentracker(o.opentracker)
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "hoard-bench-announce-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	rs := localredis.New(localredis.Config{DataDir: filepath.Join(dir, "redis"), Logger: quiet})
+	if err := rs.Start(ctx); err != nil {
+		return err
+	}
+	defer rs.Stop()
+	// A separate client for INFO cpu, so it never waits behind the tracker's pool.
+	infoOpts, err := redis.ParseURL(rs.URL())
+	if err != nil {
+		return err
+	}
+	infoClient := redis.NewClient(infoOpts)
+	defer infoClient.Close()
+
+	hoard, stopHoard, err := startBenchTracker(ctx, rs.URL(), quiet)
+	if err != nil {
+		return err
+	}
+	defer stopHoard()
+
+	ot, stopOT, err := startOpentracker(ctx, otBinary, filepath.Join(dir, "opentracker"), o)
+	if err != nil {
+		return err
+	}
+	defer stopOT()
+
+	fmt.Printf("bench announce: redis-server %s; hoard http %s udp %s (in this process); opentracker %s (whitelist of %d torrents); GOMAXPROCS=%d\n",
+		rs.URL(), hoard.http, hoard.udp, ot.http, o.torrents, runtime.GOMAXPROCS(0))
+	peers := o.peers
+	if peers == 0 {
+		peers = 10 * o.torrents
+	}
+	fmt.Printf("load: %d torrents, %d peers, numwant %d, %.0f%% seeders, %d in flight; per target and mode %d warm-up announces, then %d runs of %d (hoard, then opentracker, in turn)\n",
+		o.torrents, peers, o.numWant, 100*o.seeders, o.concurrency, o.warmup, o.runs, o.announces)
+
+	targets := []*announceTarget{hoard, ot}
+	type modeFigures struct {
+		mode loadgen.Mode
+		runs [2][]announceRun
+	}
+	var all []modeFigures
+	var profileParts []string
+	for _, m := range o.modes {
+		mode := loadgen.Mode(m)
+		fig := modeFigures{mode: mode}
+		for _, t := range targets {
+			res, err := loadgen.Run(ctx, o.loadConfig(mode, t.addr(mode), o.warmup))
+			if err != nil {
+				return err
+			}
+			if res.Announces == 0 {
+				return fmt.Errorf("%s %s warm-up: no announce succeeded (%s)", t.name, mode, res.FirstError)
+			}
+			fmt.Printf("  warm-up %-14s %-11s %s\n", mode, t.name, res)
+		}
+		for run := 0; run < o.runs; run++ {
+			for i, t := range targets {
+				var profile string
+				if o.cpuProfile != "" && mode == loadgen.ModeHTTPClose && t == hoard {
+					profile = fmt.Sprintf("%s.run%d", o.cpuProfile, run+1)
+					profileParts = append(profileParts, profile)
+				}
+				r, err := measureAnnounceRun(ctx, o.loadConfig(mode, t.addr(mode), o.announces), t, infoClient, profile)
+				if err != nil {
+					return fmt.Errorf("%s %s run %d: %w", t.name, mode, run+1, err)
+				}
+				fmt.Printf("  run %d   %-14s %-11s %s\n", run+1, mode, t.name, r.res)
+				fig.runs[i] = append(fig.runs[i], r)
+			}
+		}
+		all = append(all, fig)
+	}
+
+	fmt.Printf("\nmedians of %d runs of %d announces (%d in flight). CPU columns are microseconds per answered announce:\n", o.runs, o.announces, o.concurrency)
+	fmt.Printf("bench = this process (load generator, plus hoard's tracker on hoard rows), redis = redis-server (script = inside EVALSHA), ot = opentracker\n")
+	fmt.Printf("%-15s %-12s %10s %-22s %8s %8s %6s %6s %7s %7s %7s %7s\n",
+		"mode", "target", "announce/s", "(runs)", "p50", "p99", "errors", "peers", "bench", "redis", "script", "ot")
+	for _, fig := range all {
+		var medians [2]float64
+		for i, t := range targets {
+			s := summarizeAnnounceRuns(fig.runs[i])
+			medians[i] = s.rate
+			otCPU, script := "-", fmt.Sprintf("%.1f", s.scriptTime)
+			if t.processCPU != nil {
+				otCPU, script = fmt.Sprintf("%.1f", s.peerCPU), "-"
+			}
+			fmt.Printf("%-15s %-12s %10.0f %-22s %8s %8s %6d %6.1f %7.1f %7.1f %7s %7s\n",
+				fig.mode, t.name, s.rate, "("+s.rates+")", millis(s.p50), millis(s.p99), s.errors, s.peersPerAnnounce,
+				s.selfCPU, s.redisCPU, script, otCPU)
+		}
+		fmt.Printf("%-15s %-12s %10.2f\n", fig.mode, "hoard/ot", medians[0]/medians[1])
+	}
+	if slices.Contains(o.modes, string(loadgen.ModeHTTPKeepAlive)) {
+		// Checked with curl against Debian's 0.0~git20210823 build.
+		fmt.Println("note: opentracker closes every HTTP connection after its reply, so its http-keepalive row is one connection per announce")
+	}
+	if len(profileParts) > 0 {
+		fmt.Println("note: hoard's http-close runs ran under the CPU profiler, which slows them")
+	}
+	if len(profileParts) > 0 {
+		reportAnnounceProfile(ctx, o.cpuProfile, profileParts)
+	}
+	return nil
+}
+
+// measureAnnounceRun runs one load and the CPU accounting around it,
+// under a CPU profile when profile names a file.
+func measureAnnounceRun(ctx context.Context, cfg loadgen.Config, t *announceTarget, infoClient *redis.Client, profile string) (announceRun, error) {
+	var out announceRun
+	redisBefore, err := redisCPU(ctx, infoClient)
+	if err != nil {
+		return out, err
+	}
+	scriptBefore, err := redisScriptTime(ctx, infoClient)
+	if err != nil {
+		return out, err
+	}
+	var peerBefore time.Duration
+	if t.processCPU != nil {
+		if peerBefore, err = t.processCPU(); err != nil {
+			return out, err
+		}
+	}
+	if profile != "" {
+		file, err := os.Create(profile)
+		if err != nil {
+			return out, err
+		}
+		defer file.Close()
+		if err := pprof.StartCPUProfile(file); err != nil {
+			return out, err
+		}
+	}
+	selfBefore := selfCPU()
+	// The label tells the load generator's samples from the tracker's
+	// (whose goroutines carry side=hoard, see startBenchTracker).
+	pprof.Do(ctx, pprof.Labels("side", "loadgen"), func(ctx context.Context) {
+		out.res, err = loadgen.Run(ctx, cfg)
+	})
+	out.selfCPU = selfCPU() - selfBefore
+	if profile != "" {
+		pprof.StopCPUProfile()
+	}
+	if err != nil {
+		return out, err
+	}
+	if out.res.Announces == 0 {
+		return out, fmt.Errorf("no announce succeeded (%s)", out.res.FirstError)
+	}
+	redisAfter, err := redisCPU(ctx, infoClient)
+	if err != nil {
+		return out, err
+	}
+	out.redisCPU = redisAfter - redisBefore
+	scriptAfter, err := redisScriptTime(ctx, infoClient)
+	if err != nil {
+		return out, err
+	}
+	out.scriptTime = scriptAfter - scriptBefore
+	if t.processCPU != nil {
+		peerAfter, err := t.processCPU()
+		if err != nil {
+			return out, err
+		}
+		out.peerCPU = peerAfter - peerBefore
+	}
+	return out, nil
+}
+
+// announceSummary is the medians of one target's runs in one mode.
+type announceSummary struct {
+	rate                       float64
+	rates                      string
+	p50, p99                   time.Duration
+	errors                     int64
+	peersPerAnnounce           float64
+	selfCPU, redisCPU, peerCPU float64 // µs per announce
+	scriptTime                 float64 // µs per announce
+}
+
+func summarizeAnnounceRuns(runs []announceRun) announceSummary {
+	var s announceSummary
+	var rates, peersPer, self, red, peer, script []float64
+	var p50s, p99s []time.Duration
+	var rateTexts []string
+	for _, r := range runs {
+		n := float64(r.res.Announces)
+		rates = append(rates, r.res.AnnouncesPerSec)
+		rateTexts = append(rateTexts, fmt.Sprintf("%.0f", r.res.AnnouncesPerSec))
+		p50s = append(p50s, r.res.P50)
+		p99s = append(p99s, r.res.P99)
+		peersPer = append(peersPer, float64(r.res.PeersReceived)/n)
+		self = append(self, float64(r.selfCPU.Microseconds())/n)
+		red = append(red, float64(r.redisCPU.Microseconds())/n)
+		peer = append(peer, float64(r.peerCPU.Microseconds())/n)
+		script = append(script, float64(r.scriptTime.Microseconds())/n)
+		s.errors += r.res.Errors
+	}
+	s.rate, s.rates = medianOf(rates), strings.Join(rateTexts, " ")
+	s.p50, s.p99 = medianOf(p50s), medianOf(p99s)
+	s.peersPerAnnounce = medianOf(peersPer)
+	s.selfCPU, s.redisCPU, s.peerCPU = medianOf(self), medianOf(red), medianOf(peer)
+	s.scriptTime = medianOf(script)
+	return s
+}
+
+// millis renders a latency as "1.23ms", so the table's columns line up.
+func millis(d time.Duration) string {
+	return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
+}
+
+func medianOf[T int64 | float64 | time.Duration](values []T) T {
+	sorted := slices.Clone(values)
+	slices.Sort(sorted)
+	return sorted[len(sorted)/2]
+}
+
+// startBenchTracker runs hoard's BitTorrent plugin in this process, open
+// mode, HTTP and UDP on ephemeral loopback ports. Its goroutines carry
+// the profiler label side=hoard (labels pass to the goroutines a
+// labelled goroutine starts: the listeners and every connection's).
+func startBenchTracker(ctx context.Context, redisURL string, logger *slog.Logger) (*announceTarget, func(), error) {
+	p, err := btplugin.New(ctx, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	tracker := p.(*btplugin.Tracker)
+	settings, _ := json.Marshal(map[string]string{"mode": "open", "http": "127.0.0.1:0", "udp4": "127.0.0.1:0", "udp6": ""})
+	pprof.Do(ctx, pprof.Labels("side", "hoard"), func(ctx context.Context) {
+		err = tracker.Configure(ctx, plugins.Config{Name: "bittorrent", RedisURL: redisURL, Settings: settings})
+	})
+	stop := func() { _ = tracker.Close(context.Background()) }
+	if err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("hoard tracker: %w", err)
+	}
+	desc, err := tracker.Describe(ctx)
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	t := &announceTarget{name: "hoard"}
+	for _, l := range desc.Listeners {
+		switch l.Name {
+		case "http":
+			t.http = l.Address
+		case "udp4":
+			t.udp = l.Address
+		}
+	}
+	if t.http == "" || t.udp == "" {
+		stop()
+		return nil, nil, fmt.Errorf("hoard tracker bound %+v, want http and udp4", desc.Listeners)
+	}
+	return t, stop, nil
+}
+
+// findOpentracker resolves the opentracker binary or says how to get it.
+func findOpentracker(name string) (string, error) {
+	path, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("opentracker not found at %q (%v): install Debian's package with `apt-get install -y opentracker`, or name the binary with --opentracker", name, err)
+	}
+	return path, nil
+}
+
+// startOpentracker runs opentracker on 127.0.0.1 (TCP and UDP on one
+// free port), chrooted to dir with the load's info-hashes as its
+// whitelist (Debian builds it in whitelist mode). The returned stop kills
+// it and waits.
+func startOpentracker(ctx context.Context, binary, dir string, o announceBenchOptions) (*announceTarget, func(), error) {
+	// opentracker chroots here and drops to nobody: the directory and the
+	// whitelist must be readable by nobody.
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, nil, err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return nil, nil, err
+	}
+	var wl bytes.Buffer
+	if err := loadgen.WriteWhitelist(&wl, loadgen.InfoHashes(o.seed, o.torrents)); err != nil {
+		return nil, nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "wl.txt"), wl.Bytes(), 0o644); err != nil {
+		return nil, nil, err
+	}
+	port, err := freeLoopbackPortTCPAndUDP()
+	if err != nil {
+		return nil, nil, err
+	}
+	portText := strconv.Itoa(port)
+	// -w is read after the chroot, so it is relative to -d.
+	cmd := exec.Command(binary, "-i", "127.0.0.1", "-p", portText, "-P", portText, "-u", "nobody", "-d", dir, "-w", "/wl.txt")
+	var output lockedTail
+	cmd.Stdout, cmd.Stderr = &output, &output
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, fmt.Errorf("opentracker: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	var stopOnce sync.Once
+	stop := func() {
+		stopOnce.Do(func() {
+			_ = cmd.Process.Signal(os.Interrupt) // its systemd unit stops it with SIGINT
+			select {
+			case <-exited:
+			case <-time.After(3 * time.Second):
+				_ = cmd.Process.Kill()
+				<-exited
+			}
+		})
+	}
+	addr := net.JoinHostPort("127.0.0.1", portText)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err == nil {
+			_ = conn.Close()
+			break
+		}
+		select {
+		case <-exited:
+			return nil, nil, fmt.Errorf("opentracker exited before listening on %s: %s", addr, output.String())
+		case <-ctx.Done():
+			stop()
+			return nil, nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return nil, nil, fmt.Errorf("opentracker is not listening on %s after 10s: %s", addr, output.String())
+		}
+	}
+	pid := cmd.Process.Pid
+	t := &announceTarget{name: "opentracker", http: addr, udp: addr,
+		processCPU: func() (time.Duration, error) { return processCPU(pid) }}
+	return t, stop, nil
+}
+
+// freeLoopbackPortTCPAndUDP is a port free for both TCP and UDP on
+// 127.0.0.1 a moment ago.
+func freeLoopbackPortTCPAndUDP() (int, error) {
+	for range 20 {
+		port, err := localredis.FreeLoopbackPort()
+		if err != nil {
+			return 0, err
+		}
+		udp, err := net.ListenPacket("udp4", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err == nil {
+			_ = udp.Close()
+			return port, nil
+		}
+	}
+	return 0, errors.New("no loopback port free for both TCP and UDP")
+}
+
+// lockedTail keeps the first few KB a child prints, for error messages.
+type lockedTail struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lockedTail) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if room := 4096 - l.buf.Len(); room > 0 {
+		l.buf.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+func (l *lockedTail) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.TrimSpace(l.buf.String())
+}
+
+// selfCPU is this process's user+system CPU time.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// processCPU is another process's user+system CPU time from
+// /proc/PID/stat, in clock ticks of 10ms (USER_HZ is 100 on Linux).
+func processCPU(pid int) (time.Duration, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the parenthesised command name, which may hold spaces.
+	end := bytes.LastIndexByte(raw, ')')
+	if end < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	fields := strings.Fields(string(raw[end+1:]))
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(fields))
+	}
+	// utime and stime are fields 14 and 15 of the file, 12 and 13 here.
+	utime, err1 := strconv.ParseInt(fields[11], 10, 64)
+	stime, err2 := strconv.ParseInt(fields[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: bad utime/stime", pid)
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
+}
+
+// redisCPU is redis-server's used_cpu_sys + used_cpu_user.
+func redisCPU(ctx context.Context, rdb *redis.Client) (time.Duration, error) {
+	info, err := rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, fmt.Errorf("redis INFO cpu: %w", err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		name, value, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (name == "used_cpu_sys" || name == "used_cpu_user") {
+			v, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				return 0, fmt.Errorf("redis INFO cpu %s: %w", name, err)
+			}
+			total += v
+		}
+	}
+	return time.Duration(total * float64(time.Second)), nil
+}
+
+// redisScriptTime is the time Redis has spent inside EVAL and EVALSHA
+// (INFO commandstats; the commands a script calls are inside it too).
+func redisScriptTime(ctx context.Context, rdb *redis.Client) (time.Duration, error) {
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return 0, fmt.Errorf("redis INFO commandstats: %w", err)
+	}
+	var usec int64
+	for _, line := range strings.Split(info, "\n") {
+		name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
+			continue
+		}
+		for _, field := range strings.Split(stats, ",") {
+			if value, ok := strings.CutPrefix(field, "usec="); ok {
+				n, err := strconv.ParseInt(value, 10, 64)
+				if err != nil {
+					return 0, fmt.Errorf("redis INFO commandstats %s: %w", name, err)
+				}
+				usec += n
+			}
+		}
+	}
+	return time.Duration(usec) * time.Microsecond, nil
+}
+
+// reportAnnounceProfile merges the per-run profiles into path and prints
+// the top of the tracker's samples, when the go tool is at hand.
+func reportAnnounceProfile(ctx context.Context, path string, parts []string) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		fmt.Printf("\nCPU profiles of the hoard http-close runs: %s (merge and read them with `go tool pprof -top -tagfocus=side=hoard %s`)\n",
+			strings.Join(parts, " "), strings.Join(parts, " "))
+		return
+	}
+	merge := exec.CommandContext(ctx, goTool, append([]string{"tool", "pprof", "-proto", "-output", path}, parts...)...)
+	if out, err := merge.CombinedOutput(); err != nil {
+		fmt.Printf("\nmerging the CPU profiles failed (%v): %s\nthey are %s\n", err, out, strings.Join(parts, " "))
+		return
+	}
+	for _, p := range parts {
+		_ = os.Remove(p)
+	}
+	fmt.Printf("\nCPU profile of the hoard http-close runs (this process: tracker and load generator): %s\n", path)
+	views := []struct {
+		title string
+		args  []string
+	}{
+		{"where the samples went, by side (side=hoard: the tracker's goroutines; side=loadgen: the generator's; no label: runtime, GC, netpoll)",
+			[]string{"-tags"}},
+		{"top functions of the tracker's goroutines (side=hoard), flat", []string{"-top", "-nodecount=30", "-tagfocus=side=hoard"}},
+		{"top of the tracker's goroutines (side=hoard), cumulative", []string{"-top", "-cum", "-nodecount=40", "-tagfocus=side=hoard"}},
+		{"top functions of the whole process, flat", []string{"-top", "-nodecount=25"}},
+	}
+	for _, v := range views {
+		args := append(append([]string{"tool", "pprof"}, v.args...), path)
+		out, err := exec.CommandContext(ctx, goTool, args...).CombinedOutput()
+		fmt.Printf("\n--- %s (go %s)\n%s", v.title, strings.Join(args, " "), out)
+		if err != nil {
+			fmt.Printf("(%v)\n", err)
+		}
+	}
+}
