@@ -253,3 +253,35 @@ func TestUnregisteredTorrentLeavesRankingsWhenItsPeersExpire(t *testing.T) {
 		}
 	})
 }
+
+// A swarm that empties and is reborn before the sweep settles its due
+// entry must not be dropped from the due index: the reborn swarm's
+// announce re-scores the stale entry, so the sweep's settle (which
+// removes the entry only when its score is still the one the sweep read)
+// leaves it.
+func TestRebornSwarmReplacesItsStaleDueEntry(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, swarm.Config{Interval: 30 * time.Minute})
+		hash := infoHash("reborn")
+		member := fmt.Sprintf("%x", hash)
+		f.announce(hash, peerID("-TR", 1), 1)
+		stale := float64(epoch.Add(time.Hour).UnixMilli())
+		require.Equal(t, map[string]float64{member: stale}, dueEntries(t, b))
+
+		// The peer leaves; the swarm is empty but its entry stays until a sweep.
+		f.announce(hash, peerID("-TR", 1), 1, event(bittorrent.EventStopped))
+		require.Equal(t, map[string]float64{member: stale}, dueEntries(t, b))
+
+		// Past the stale score, a new peer is born into the swarm.
+		f.clock.Advance(2 * time.Hour)
+		f.announce(hash, peerID("-TR", 2), 2)
+		fresh := float64(epoch.Add(3 * time.Hour).UnixMilli())
+		require.Equal(t, map[string]float64{member: fresh}, dueEntries(t, b),
+			"the reborn swarm's entry carries its new deadline, not the stale one a concurrent sweep may have read")
+
+		removed, err := f.store.Sweep(context.Background())
+		require.NoError(t, err)
+		require.Zero(t, removed)
+		require.Equal(t, map[string]float64{member: fresh}, dueEntries(t, b))
+	})
+}

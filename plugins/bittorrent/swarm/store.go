@@ -242,9 +242,13 @@ func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (
 	if replyInt(reply[4]) == 1 {
 		// The swarm had no peer: index it for the sweep now rather than
 		// in the batched flush, so a crash cannot leave a swarm whose
-		// peers only the keyspace events would ever remove. LT keeps an
-		// earlier score if the entry is still there.
-		err := s.rdb.ZAddLT(ctx, DueKey(dueShard(req.InfoHash)),
+		// peers only the keyspace events would ever remove. A plain ZADD,
+		// not LT: an entry still there is stale (the swarm was empty, so
+		// no deadline of its is older than this one), and a sweep that
+		// emptied the swarm and read that stale score settles the entry
+		// only if the score is unchanged (due_settle.lua). Keeping the
+		// stale score would let that settle drop this live swarm.
+		err := s.rdb.ZAdd(ctx, DueKey(dueShard(req.InfoHash)),
 			redis.Z{Score: float64(now + timeout), Member: hexHash(req.InfoHash)}).Err()
 		if err != nil {
 			// The announce itself is recorded; Repair re-indexes swarms.
