@@ -32,6 +32,8 @@
 -- ARGV[14] hit-and-run minimum seed time (ms), 0: none
 -- ARGV[15] hit-and-run minimum ratio, 0: none
 -- ARGV[16] the peer's new deadline: now + timeout (ms)
+-- ARGV[17] "6": pick only IPv4 peers, "18": only IPv6 peers (a UDP reply
+--          carries its socket's family only), "0": either
 --
 -- Returns
 --   {1, seeders, leechers, snatches, born, d_seeders, d_leechers, snatched,
@@ -64,6 +66,8 @@ local user = ARGV[10]
 local timeout_ms = tonumber(ARGV[11])
 local hnr_seed_ms = tonumber(ARGV[14])
 local hnr_ratio = tonumber(ARGV[15])
+local only_len = tonumber(ARGV[17])
+if only_len == 0 then only_len = nil end
 
 local k_torrent, k_seeders, k_leechers, k_deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local k_peer, k_timeout, k_user = KEYS[5], KEYS[6], KEYS[7]
@@ -135,7 +139,7 @@ if known or not leaving then
   local active = '1'
   if leaving then active = '0' end
   local fields = {'uploaded', ARGV[4], 'downloaded', ARGV[5], 'left', ARGV[6],
-    'last_announce', ARGV[1], 'active', active}
+    'last_announce', ARGV[1], 'active', active, 'up_delta', int(d_up), 'down_delta', int(d_down)}
   if not known then
     local n = #fields
     fields[n + 1], fields[n + 2] = 'user', user
@@ -219,16 +223,19 @@ local born = 0
 if was_empty and seeders + leechers > 0 then born = 1 end
 torrent_retention(k_torrent, t[1] ~= false, seeders + leechers == 0, born == 1, tonumber(ARGV[13]))
 
--- Up to n random peers of one role hash, skipping the requester.
+-- Up to n random peers of one role hash, skipping the requester. When one
+-- family is wanted, twice as many are sampled (still O(numwant)), so a
+-- family that is a minority in the swarm is not crowded out by the other.
 local packed = {}
 local function pick(key, n, skip)
   local want = n
-  if skip then want = n + 1 end
+  if only_len then want = 2 * n end
+  if skip then want = want + 1 end
   local picked = redis.call('HRANDFIELD', key, want, 'WITHVALUES')
   local got = 0
   for i = 1, #picked, 2 do
     if got >= n then break end
-    if picked[i] ~= skip then
+    if picked[i] ~= skip and (not only_len or string.byte(picked[i + 1], 1) == only_len) then
       got = got + 1
       packed[#packed + 1] = picked[i + 1]
     end

@@ -45,7 +45,22 @@ type AnnounceRequest struct {
 	NumWant    int    // already capped; 0 means "send no peers"
 	Passkey    string // empty in open mode
 	Key        string // the client's key parameter, if any
+	// PeerFamily restricts the returned peers to one address family. A
+	// UDP reply carries only its socket's family (BEP 15), so the store
+	// picks among those peers rather than the listener dropping the
+	// others after the pick (which could leave a client in a mostly
+	// other-family swarm with none).
+	PeerFamily PeerFamily
 }
+
+// PeerFamily is the address family of the peers an announce wants.
+type PeerFamily uint8
+
+const (
+	AnyFamily PeerFamily = iota // HTTP: peers and peers6 both
+	IPv4Only                    // 6-byte compact peers
+	IPv6Only                    // 18-byte compact peers
+)
 
 // Peer is one peer returned to a client.
 type Peer struct {

@@ -296,6 +296,10 @@ func (s *UDPServer) announce(ctx context.Context, w *udpWorker, ip netip.Addr, o
 		NumWant:    numWant,
 		Passkey:    passkey,
 		Key:        udpKey(req.Key),
+		PeerFamily: IPv4Only,
+	}
+	if !ip.Is4() {
+		announce.PeerFamily = IPv6Only
 	}
 	resp, err := s.cfg.Swarms.Announce(ctx, announce)
 	if err != nil {

@@ -141,8 +141,10 @@ func TestUDPConnectAnnounceScrape(t *testing.T) {
 			fake.downloaded[testHash] = 4
 			srv := startUDP(t, fake, func(c *UDPConfig) { c.Interval = time.Hour })
 			addr := srv.Addr4()
+			wantFamily := IPv4Only
 			if family.ipv6 {
 				addr = srv.Addr6()
+				wantFamily = IPv6Only
 			}
 			c := dialUDPClient(t, family.network, "", addr)
 			c.connect()
@@ -163,8 +165,8 @@ func TestUDPConnectAnnounceScrape(t *testing.T) {
 				InfoHash: testHash, PeerID: testPeer,
 				Addr: netip.AddrPortFrom(c.localAddr().Addr(), 6881),
 				Left: 100, Event: EventStarted, NumWant: DefaultNumWant,
-				Passkey: "pk1", Key: "cafe0001",
-			}, fake.lastAnnounce())
+				Passkey: "pk1", Key: "cafe0001", PeerFamily: wantFamily,
+			}, fake.lastAnnounce(), "the store is asked for the socket's family only")
 
 			resp = c.do(wire.UDPRequest{Action: wire.ActionScrape, InfoHashes: [][20]byte{testHash2, testHash, testHash2}})
 			require.Equal(t, wire.ActionScrape, resp.Action, resp.Message)

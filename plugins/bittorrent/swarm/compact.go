@@ -70,3 +70,15 @@ func unpackPeers(packed string) ([]bittorrent.Peer, error) {
 	}
 	return peers, nil
 }
+
+// compactLen is the stored compact length of the peers family wants (the
+// first byte of a peer entry), 0 for any family.
+func compactLen(family bittorrent.PeerFamily) int {
+	switch family {
+	case bittorrent.IPv4Only:
+		return 6
+	case bittorrent.IPv6Only:
+		return 18
+	}
+	return 0
+}

@@ -210,7 +210,8 @@ func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (
 		now, req.PeerID[:], peerEntry(req.PeerID, req.Addr), req.Uploaded, req.Downloaded, req.Left,
 		int(req.Event), numWant, private, userID,
 		timeout, s.cfg.PeerRetention.Milliseconds(),
-		s.openRetentionMillis(), s.cfg.HnR.MinSeedTime.Milliseconds(), s.cfg.HnR.MinRatio, now+timeout)
+		s.openRetentionMillis(), s.cfg.HnR.MinSeedTime.Milliseconds(), s.cfg.HnR.MinRatio, now+timeout,
+		compactLen(req.PeerFamily))
 	if err != nil {
 		return nil, err
 	}

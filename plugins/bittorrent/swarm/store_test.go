@@ -211,6 +211,42 @@ func TestAddressChangeAndIPv6(t *testing.T) {
 	})
 }
 
+// A UDP reply carries one family only, so the store picks among that
+// family's peers: an IPv4 client in a mostly-IPv6 swarm still gets the
+// IPv4 peers there are, and an IPv6 client gets no IPv4 ones.
+func TestPeerFamilyPicksOnlyThatFamily(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, swarm.Config{})
+		hash := infoHash("families")
+		for i := 1; i <= 10; i++ {
+			v6 := netip.AddrPortFrom(netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 15: byte(i)}), 6881)
+			_, err := f.store.Announce(context.Background(), &bittorrent.AnnounceRequest{
+				InfoHash: hash, PeerID: peerID("-TR", i), Addr: v6, Left: 0,
+			})
+			require.NoError(t, err)
+		}
+		f.announce(hash, peerID("-TR", 11), 11, seeding) // the one IPv4 seeder
+
+		resp, err := f.store.Announce(context.Background(), &bittorrent.AnnounceRequest{
+			InfoHash: hash, PeerID: peerID("-LT", 1), Addr: addr(12), Left: 1, NumWant: 6,
+			PeerFamily: bittorrent.IPv4Only,
+		})
+		require.NoError(t, err)
+		require.Equal(t, []bittorrent.Peer{{ID: peerID("-TR", 11), Addr: addr(11)}}, resp.Peers)
+
+		resp, err = f.store.Announce(context.Background(), &bittorrent.AnnounceRequest{
+			InfoHash: hash, PeerID: peerID("-LT", 2),
+			Addr: netip.MustParseAddrPort("[2001:db8::99]:6881"), Left: 1, NumWant: 50,
+			PeerFamily: bittorrent.IPv6Only,
+		})
+		require.NoError(t, err)
+		require.Len(t, resp.Peers, 10, "all ten IPv6 seeders, and neither the IPv4 seeder nor the IPv4 leecher")
+		for _, p := range resp.Peers {
+			require.True(t, p.Addr.Addr().Is6(), p.Addr.String())
+		}
+	})
+}
+
 func TestBadRequestsAreRefused(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		f := newFixture(t, b, swarm.Config{})
@@ -383,5 +419,31 @@ func TestConcurrentAnnouncesKeepCountsExact(t *testing.T) {
 		require.Equal(t, int64(len(hashes)*workers*peers/2), st.Seeders)
 		require.Equal(t, int64(0), st.Leechers)
 		require.Equal(t, int64(len(hashes)*workers*peers), st.Snatches)
+	})
+}
+
+// The peer record keeps what the peer moved since its previous announce
+// (up_delta, down_delta) beside the totals it reported; a started event
+// opens a session, so it moves nothing, and a counter that went backwards
+// (a client restart) counts as nothing.
+func TestPeerRecordKeepsTransferDeltas(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, swarm.Config{})
+		ctx := context.Background()
+		hash := infoHash("deltas")
+		peer := peerID("-TR", 1)
+		deltas := func() []any {
+			v, err := b.Client.HMGet(ctx, swarm.PeerKey(hash, peer), "up_delta", "down_delta", "uploaded", "downloaded").Result()
+			require.NoError(t, err)
+			return v
+		}
+		f.announce(hash, peer, 1, event(bittorrent.EventStarted), transfer(500, 700))
+		require.Equal(t, []any{"0", "0", "500", "700"}, deltas())
+		f.clock.Advance(time.Minute)
+		f.announce(hash, peer, 1, transfer(1500, 1000))
+		require.Equal(t, []any{"1000", "300", "1500", "1000"}, deltas())
+		f.clock.Advance(time.Minute)
+		f.announce(hash, peer, 1, transfer(100, 1200))
+		require.Equal(t, []any{"0", "200", "100", "1200"}, deltas())
 	})
 }
