@@ -38,6 +38,8 @@ type Pages struct {
 	// CacheFor is how long one charts read is reused and the max-age
 	// sent; zero is DefaultPageCacheFor.
 	CacheFor time.Duration
+	// Plugins, when set, lists the plugins and their totals on the index.
+	Plugins PluginSource
 
 	once   sync.Once
 	charts *sharedJSON
@@ -132,7 +134,8 @@ type indexRow struct {
 	Counts queues.Counts
 }
 
-// Index lists the projects with their counts.
+// Index lists the projects with their counts, and the plugins with
+// their totals.
 func (p *Pages) Index(c *gin.Context) {
 	ctx := c.Request.Context()
 	slugs, err := p.Engine.Projects(ctx)
@@ -153,7 +156,11 @@ func (p *Pages) Index(c *gin.Context) {
 		rows = append(rows, indexRow{Project: project, Counts: counts})
 	}
 	var page bytes.Buffer
-	if err := leaderboard.IndexTemplate.Execute(&page, rows); err != nil {
+	data := struct {
+		Projects []indexRow
+		Plugins  []PublicPlugin
+	}{rows, publicPlugins(p.Plugins)}
+	if err := leaderboard.IndexTemplate.Execute(&page, data); err != nil {
 		_ = c.Error(err)
 		return
 	}

@@ -52,6 +52,9 @@ type Config struct {
 	// BitTorrent, when set, serves the /api/v1/bittorrent admin calls
 	// (a store that need not be started); nil answers them with 503.
 	BitTorrent *swarm.Store
+	// Plugins, when set, puts the plugins' states and totals on the
+	// index page and in /plugins.json (the plugin host).
+	Plugins PluginSource
 }
 
 // Defaults for Config.
@@ -99,7 +102,7 @@ func New(cfg Config, engine *queues.Engine) (*Server, error) {
 	router.Use(metrics.Middleware(), gin.Recovery(), renderErrors(cfg.Logger))
 
 	hub := leaderboard.NewHub(leaderboard.Config{Logger: cfg.Logger}, engine.Redis(), engine)
-	pages := &Pages{Engine: engine, Hub: hub, Clock: engine.Clock()}
+	pages := &Pages{Engine: engine, Hub: hub, Clock: engine.Clock(), Plugins: cfg.Plugins}
 	stats := &StatsJSON{Engine: engine, Clock: engine.Clock()}
 	warrior := &WarriorAPI{Engine: engine, MaxBodyBytes: cfg.WarriorBodyBytes, StatsJSON: stats, Pages: pages}
 	admin := &AdminAPI{Engine: engine, Logger: cfg.Logger, MaxBodyBytes: cfg.AdminBodyBytes}
@@ -122,6 +125,7 @@ func New(cfg Config, engine *queues.Engine) (*Server, error) {
 	backfeed := &Backfeed{Engine: engine, MaxBodyBytes: DefaultBackfeedBodyBytes}
 	router.POST("/backfeed/legacy/:key", backfeed.Serve)
 	router.GET("/", pages.Index)
+	router.GET("/plugins.json", (&PluginsJSON{Source: cfg.Plugins}).Serve)
 	router.StaticFS("/static", http.FS(leaderboard.Static()))
 	router.GET("/metrics", metrics.Serve(cfg.MetricsToken))
 	adminGroup := router.Group("/api/v1", requireToken(cfg.AdminToken, cfg.InsecureNoAdminToken))

@@ -146,6 +146,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 		Listen: o.listen, AdminToken: o.adminToken, InsecureNoAdminToken: o.insecureNoAdminToken, MetricsToken: o.metricsToken,
 		ProjectsFile: o.projectsFile, PublicURL: o.publicURL, TrustedProxies: o.trustedProxies, Logger: logger,
 		Offloader: offloader, BitTorrent: btAdmin, Collectors: []prometheus.Collector{pluginHost.Collector()},
+		Plugins: pluginHost,
 	}, engine)
 	if err != nil {
 		return err

@@ -1,0 +1,79 @@
+package server
+
+import (
+	"cmp"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/hoardproject/hoard/plugins"
+)
+
+// PluginSource is what the public pages read of the plugin host: the
+// plugins' states and their metrics as last polled. Neither call reaches
+// a plugin, so a hung plugin never slows a page.
+type PluginSource interface {
+	Status() []plugins.Status
+	Stats() map[string]plugins.Stats
+}
+
+// PublicPlugin is one plugin as viewers see it on the index page and in
+// /plugins.json: its state and its unlabelled metrics (the totals, such as
+// the BitTorrent plugin's seeders and announces). The binary's path, its
+// PID and its last error are operators' business and stay in the admin
+// log and /metrics.
+type PublicPlugin struct {
+	Name     string         `json:"name"`
+	State    plugins.State  `json:"state"`
+	Since    time.Time      `json:"since"`
+	Restarts int            `json:"restarts"`
+	Metrics  []PublicMetric `json:"metrics"`
+}
+
+// PublicMetric is one plugin metric's current value.
+type PublicMetric struct {
+	Name  string  `json:"name"`
+	Help  string  `json:"help,omitempty"`
+	Kind  string  `json:"kind"`
+	Value float64 `json:"value"`
+}
+
+// publicPlugins renders source for viewers, in configuration order, with
+// each plugin's metrics sorted by name; nil source gives none.
+func publicPlugins(source PluginSource) []PublicPlugin {
+	if source == nil {
+		return nil
+	}
+	stats := source.Stats()
+	var out []PublicPlugin
+	for _, st := range source.Status() {
+		p := PublicPlugin{Name: st.Name, State: st.State, Since: st.Since, Restarts: st.Restarts, Metrics: []PublicMetric{}}
+		for _, m := range stats[st.Name].Metrics {
+			if len(m.Labels) > 0 {
+				continue
+			}
+			p.Metrics = append(p.Metrics, PublicMetric{Name: m.Name, Help: m.Help, Kind: m.Kind.String(), Value: m.Value})
+		}
+		slices.SortFunc(p.Metrics, func(a, b PublicMetric) int { return cmp.Compare(a.Name, b.Name) })
+		out = append(out, p)
+	}
+	return out
+}
+
+// PluginsJSON serves GET /plugins.json: every plugin's state and totals,
+// for the leaderboard and for scripts (CORS *).
+type PluginsJSON struct {
+	Source PluginSource
+}
+
+func (p *PluginsJSON) Serve(c *gin.Context) {
+	list := publicPlugins(p.Source)
+	if list == nil {
+		list = []PublicPlugin{}
+	}
+	c.Header("Access-Control-Allow-Origin", "*")
+	c.Header("Cache-Control", "max-age=2")
+	c.JSON(http.StatusOK, list)
+}
