@@ -55,6 +55,13 @@ func startPlugins(ctx context.Context, o pluginOptions, redisURL string, rdb red
 	}
 	for _, spec := range specs {
 		logger.Info("plugin configured", "plugin", spec.Name, "path", spec.Path)
+		if spec.Path == "" {
+			// The host recovers a panic in its calls into a builtin, but not
+			// in the builtin's own goroutines (its listeners, its loops):
+			// only a separate process keeps a crash away from the warrior API.
+			logger.Warn("plugin runs in-process: a crash in it is hoard's crash; run its binary (NAME=PATH) in production",
+				"plugin", spec.Name)
+		}
 	}
 	return host, nil
 }
