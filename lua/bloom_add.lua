@@ -15,9 +15,11 @@
 -- KEYS[4] claims   HASH (an item out is not queued again)
 -- KEYS[5] done     SET  (nor an item done)
 -- KEYS[6] released HASH (nor an item an operator released, waiting in redo)
--- KEYS[7 .. 6+G]   STRING the filter's generations 1..G, then generation G+1
+-- KEYS[7] recent_done ZSET (nor an item done recently when done_mode is
+--                  count or archive, which keep no done set)
+-- KEYS[8 .. 7+G]   STRING the filter's generations 1..G, then generation G+1
 --                  (started when generation G fills up during this batch)
--- KEYS[8+G ..]     the target queues (LIST): a queue and its limit groups'
+-- KEYS[9+G ..]     the target queues (LIST): a queue and its limit groups'
 --                  sub-queues
 --
 -- ARGV[1] the backfeed secret to check ("" = no check: an admin call)
@@ -35,7 +37,7 @@
 --   {-4} limit groups changed.
 --
 -- Note: an item is a duplicate when ANY generation has all its bits set, or
--- when it is out, done or released.
+-- when it is out, done (in the done set or recent_done) or released.
 
 if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
 if ARGV[1] ~= '' then
@@ -82,9 +84,10 @@ for g = 1, gens + 1 do
 end
 
 local count = tonumber(meta[2] or '0')
-local first_target = 8 + gens
-local current = gens -- the generation new items go into (KEYS[6 + current])
+local first_target = 9 + gens
+local current = gens -- the generation new items go into (KEYS[7 + current])
 
+local any_recent = redis.call('EXISTS', KEYS[7]) == 1
 local fresh, duplicates = 0, 0
 local to = {}
 local i = 6
@@ -95,7 +98,7 @@ while i <= #ARGV do
     local all = true
     local base = i + offsets[g]
     for j = 0, ks[g] - 1 do
-      if redis.call('GETBIT', KEYS[6 + g], ARGV[base + j]) == 0 then
+      if redis.call('GETBIT', KEYS[7 + g], ARGV[base + j]) == 0 then
         all = false
         break
       end
@@ -104,7 +107,8 @@ while i <= #ARGV do
   end
   if not seen and (redis.call('HEXISTS', KEYS[4], item) == 1
       or redis.call('SISMEMBER', KEYS[5], item) == 1
-      or redis.call('HEXISTS', KEYS[6], item) == 1) then
+      or redis.call('HEXISTS', KEYS[6], item) == 1
+      or (any_recent and redis.call('ZSCORE', KEYS[7], item))) then
     seen = true
   end
   if seen then
@@ -117,7 +121,7 @@ while i <= #ARGV do
     end
     local base = i + offsets[current]
     for j = 0, ks[current] - 1 do
-      redis.call('SETBIT', KEYS[6 + current], ARGV[base + j], 1)
+      redis.call('SETBIT', KEYS[7 + current], ARGV[base + j], 1)
     end
     count = count + 1
     local key = KEYS[first_target + target - 1]

@@ -8,7 +8,9 @@
 -- KEYS[4] reserved  SET  downloaders with a reserved queue
 -- KEYS[5] claims    HASH item -> claim record
 -- KEYS[6] done      SET
--- KEYS[7..] the target queues (LIST)
+-- KEYS[7] recent_done ZSET the latest completions (done_mode count or
+--                   archive keep these instead of a done set)
+-- KEYS[8..] the target queues (LIST)
 --
 -- ARGV[1] the downloader when a target is a reserved queue, else ""
 -- ARGV[2] the limit_groups_version the caller routed by ("" = not checked:
@@ -18,7 +20,8 @@
 --         followed by its items.
 --
 -- Returns {queued, skipped, length of the last target}: items queued, items
--- skipped because they are out or done already; or {-1} when the project
+-- skipped because they are out or done already (in the done set, or among
+-- the recent completions); or {-1} when the project
 -- does not exist, {-2, version} when the routing is stale.
 --
 -- Note: an item already waiting in a queue is not looked for (that would
@@ -39,14 +42,16 @@ if pairs_count > 0 then
   for i = 4, pos - 1 do extras[#extras + 1] = ARGV[i] end
   call_chunked('HSET', KEYS[2], extras)
 end
+local any_recent = redis.call('EXISTS', KEYS[7]) == 1
 local queued, skipped, length = 0, 0, 0
-for k = 7, #KEYS do
+for k = 8, #KEYS do
   local n = tonumber(ARGV[pos])
   pos = pos + 1
   local items = {}
   for i = pos, pos + n - 1 do
     local item = ARGV[i]
-    if redis.call('HEXISTS', KEYS[5], item) == 1 or redis.call('SISMEMBER', KEYS[6], item) == 1 then
+    if redis.call('HEXISTS', KEYS[5], item) == 1 or redis.call('SISMEMBER', KEYS[6], item) == 1
+        or (any_recent and redis.call('ZSCORE', KEYS[7], item)) then
       skipped = skipped + 1
     else
       items[#items + 1] = item

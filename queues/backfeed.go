@@ -197,7 +197,7 @@ func (e *Engine) bloomAdd(ctx context.Context, slug, secret string, q Queue, ite
 		batch := valid[start:min(start+MaxBloomBatch, len(valid))]
 		gens := len(shapes)
 		all := append(slices.Clip(shapes), next)
-		keys := []string{ConfigKey(slug), BloomMetaKey(slug), StatsKey(slug), ClaimsKey(slug), DoneKey(slug), ReleasedKey(slug)}
+		keys := []string{ConfigKey(slug), BloomMetaKey(slug), StatsKey(slug), ClaimsKey(slug), DoneKey(slug), ReleasedKey(slug), RecentDoneKey(slug)}
 		for g := 1; g <= gens+1; g++ {
 			keys = append(keys, BloomKey(slug, g))
 		}

@@ -136,3 +136,32 @@ func TestBloomGenerationLargerThanRedisStringIsRefused(t *testing.T) {
 		require.NoError(t, err, "100M items at 1e-6 fit in one generation")
 	})
 }
+
+// TestRecentlyDoneItemsAreNotQueuedAgainWithoutADoneSet: done_mode count
+// (and archive) keep no done set, only recent_done; backfeed and enqueue
+// must still recognise an item completed recently.
+func TestRecentlyDoneItemsAreNotQueuedAgainWithoutADoneSet(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{BackfeedSecret: ptr("secret_123"), DoneMode: ptr(queues.DoneCount)})
+		tb.enqueue(t, todo, "url:a", "url:b")
+		got := tb.claim(t, "alice", 2)
+		_, err := tb.done("alice", got...)
+		require.NoError(t, err)
+		card, err := tb.rdb.SCard(tb.ctx, queues.DoneKey(tb.slug)).Result()
+		require.NoError(t, err)
+		require.Zero(t, card, "no done set in count mode")
+
+		res, err := tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", []string{"url:a", "url:c"})
+		require.NoError(t, err)
+		require.Equal(t, queues.BackfeedResult{Received: 2, New: 1, Duplicate: 1}, res)
+		reg, err := tb.engine.EnqueueRegistered(tb.ctx, tb.slug, queues.QueueTodo, []string{"url:b"})
+		require.NoError(t, err)
+		require.Equal(t, queues.BackfeedResult{Received: 1, Duplicate: 1}, reg)
+		enq := tb.enqueueResult(t, todo, "url:a", "url:b", "url:d")
+		require.Equal(t, 1, enq.Queued)
+		require.Equal(t, 2, enq.Skipped, "recently done items are skipped")
+		c := tb.counts(t)
+		require.EqualValues(t, 1, c.Backfeed)
+		require.EqualValues(t, 1, c.Todo)
+	})
+}

@@ -656,7 +656,7 @@ func (e *Engine) Enqueue(ctx context.Context, slug string, target Target, items 
 	for attempt := 0; ; attempt++ {
 		// Route: a reserved queue takes everything; otherwise each item
 		// goes to the sub-queue of its limit group, or the queue itself.
-		keys := []string{ConfigKey(slug), ExtrasKey(slug), StatsKey(slug), ReservedSetKey(slug), ClaimsKey(slug), DoneKey(slug)}
+		keys := []string{ConfigKey(slug), ExtrasKey(slug), StatsKey(slug), ReservedSetKey(slug), ClaimsKey(slug), DoneKey(slug), RecentDoneKey(slug)}
 		routed := make([][]any, 1+len(state.groups))
 		version := ""
 		if target.Downloader != "" {
@@ -680,7 +680,7 @@ func (e *Engine) Enqueue(ctx context.Context, slug string, target Target, items 
 		args := make([]any, 0, 4+len(extras)+len(items)+len(routed))
 		args = append(args, target.Downloader, version, len(extras)/2)
 		args = append(args, extras...)
-		for i := range keys[6:] {
+		for i := range keys[7:] {
 			args = append(args, len(routed[i]))
 			args = append(args, routed[i]...)
 		}
