@@ -55,6 +55,9 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzFailureWriter$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./plugins/bittorrent/wire
 	$(GO) test -run '^$$' -fuzz '^FuzzUDPAnnounceWriter$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./plugins/bittorrent/wire
 	$(GO) test -run '^$$' -fuzz '^FuzzUDPScrapeWriter$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./plugins/bittorrent/wire
+	$(GO) test -run '^$$' -fuzz '^FuzzParseScrapeQuery$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./plugins/bittorrent/wire
+	$(GO) test -run '^$$' -fuzz '^FuzzParsePath$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./plugins/bittorrent/wire
+	$(GO) test -run '^$$' -fuzz '^FuzzParseURLData$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./plugins/bittorrent/wire
 
 clean:
 	rm -rf bin

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -64,4 +65,116 @@ func TestParseURLData(t *testing.T) {
 		require.Equal(t, tc.ep, ep, tc.data)
 		require.Equal(t, tc.passkey, pk, tc.data)
 	}
+}
+
+// endpointPath is the path segment naming ep.
+func endpointPath(ep Endpoint) string {
+	if ep == EndpointScrape {
+		return "scrape"
+	}
+	return "announce"
+}
+
+// passkeyShapes are the URL paths that must parse to (ep, passkey). A
+// passkey spelled like an endpoint ("/scrape/announce") is ambiguous in the
+// /<passkey>/<endpoint> shape, and ParsePath reads the first segment as the
+// endpoint, so that shape is left out for such passkeys.
+func passkeyShapes(ep Endpoint, passkey string) []string {
+	name := endpointPath(ep)
+	if passkey == "" {
+		return []string{"/" + name, "/" + name + "/"}
+	}
+	shapes := []string{"/" + name + "/" + passkey}
+	if endpointName(passkey) == EndpointUnknown {
+		shapes = append(shapes, "/"+passkey+"/"+name)
+	}
+	return shapes
+}
+
+// FuzzParsePath checks ParsePath never panics, that whatever it accepts is
+// exactly one of the documented shapes with a well-formed passkey, and
+// that every shape built from a well-formed passkey is accepted.
+func FuzzParsePath(f *testing.F) {
+	for _, s := range []string{"/announce", "/scrape/", "/pk/announce", "/announce/pk", "/{pk}/scrape",
+		"//announce", "/announce/a/b", "abcDEF0123456789abcdef0123456789", "/scrape/announce", "announce"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ep, passkey := ParsePath(s)
+		if ep == EndpointUnknown {
+			require.Empty(t, passkey)
+		} else {
+			require.True(t, passkey == "" || ValidPasskey(passkey), "%q", passkey)
+			name := endpointPath(ep)
+			if passkey == "" {
+				require.Contains(t, []string{"/" + name, "/" + name + "/"}, s)
+			} else {
+				require.Contains(t, []string{"/" + name + "/" + passkey, "/" + passkey + "/" + name}, s)
+			}
+		}
+
+		if !ValidPasskey(s) {
+			return
+		}
+		for _, ep := range []Endpoint{EndpointAnnounce, EndpointScrape} {
+			for _, path := range passkeyShapes(ep, s) {
+				gotEP, gotPK := ParsePath(path)
+				require.Equal(t, ep, gotEP, path)
+				require.Equal(t, s, gotPK, path)
+			}
+		}
+	})
+}
+
+// FuzzParseURLData checks ParseURLData never panics, agrees with ParsePath
+// on the path, only returns well-formed passkeys, and that the request it
+// read, written back in every URL shape and carried through a UDP packet's
+// BEP 41 options, reads the same.
+func FuzzParseURLData(f *testing.F) {
+	for _, s := range []string{"/announce", "/pk/announce", "/announce/pk?passkey=pk", "/scrape?passkey=a%2Db",
+		"/pk/announce?passkey=other", "/announce?passkey=%7B", "/announce?passkey=%zz", "/nope", "?", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data string) {
+		ep, passkey, err := ParseURLData(data)
+
+		if len(data) <= maxURLData {
+			in := testAnnounceRequest()
+			in.URLData = []byte(data)
+			var r UDPRequest
+			require.NoError(t, ParseUDPRequest(AppendUDPRequest(nil, &in), &r))
+			require.Equal(t, data, string(r.URLData), "BEP 41 options carry the URL data unchanged")
+			ep2, passkey2, err2 := ParseURLData(string(r.URLData))
+			require.Equal(t, ep, ep2)
+			require.Equal(t, passkey, passkey2)
+			require.Equal(t, err, err2)
+		}
+
+		path, _, hasQuery := strings.Cut(data, "?")
+		pathEP, pathPK := ParsePath(path)
+		if err != nil {
+			require.NotEmpty(t, err.Error())
+			if pathEP == EndpointUnknown {
+				require.ErrorIs(t, err, ErrBadURLData)
+			}
+			return
+		}
+		require.Equal(t, pathEP, ep)
+		require.NotEqual(t, EndpointUnknown, ep)
+		require.True(t, passkey == "" || ValidPasskey(passkey), "%q", passkey)
+		if pathPK != "" || !hasQuery {
+			require.Equal(t, pathPK, passkey)
+		}
+
+		shapes := passkeyShapes(ep, passkey)
+		if passkey != "" {
+			shapes = append(shapes, "/"+endpointPath(ep)+"?passkey="+string(AppendQueryEscape(nil, passkey)))
+		}
+		for _, shape := range shapes {
+			gotEP, gotPK, err := ParseURLData(shape)
+			require.NoError(t, err, shape)
+			require.Equal(t, ep, gotEP, shape)
+			require.Equal(t, passkey, gotPK, shape)
+		}
+	})
 }

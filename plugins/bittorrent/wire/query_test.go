@@ -219,3 +219,53 @@ func FuzzParseAnnounceQuery(f *testing.F) {
 		require.Equal(t, q, q2)
 	})
 }
+
+// FuzzParseScrapeQuery checks the scrape parser never panics, keeps at
+// most limit hashes (exactly the first info_hash parameters, up to limit),
+// returns the first passkey parameter only when it is well-formed, and
+// that what it accepts survives a trip through the client-side encoding.
+func FuzzParseScrapeQuery(f *testing.F) {
+	f.Add("info_hash="+hash20Escaped+"&passkey=pk1&info_hash=aaaaaaaaaaaaaaaaaaaa&passkey=%7B", uint8(10))
+	f.Add("info_hash="+hash20Escaped+"&info_hash=short", uint8(1))
+	f.Add("passkey=%7B&info_hash=%", uint8(0))
+	f.Add("&&=&info_hash==%00&passkey", uint8(3))
+	f.Fuzz(func(t *testing.T, raw string, limit uint8) {
+		hashes, passkey, err := ParseScrapeQuery(raw, nil, int(limit))
+		require.LessOrEqual(t, len(hashes), int(limit))
+		if err != nil {
+			require.NotEmpty(t, err.Error())
+			return
+		}
+		n := 0
+		for pair := range strings.SplitSeq(raw, "&") {
+			if name, _, _ := strings.Cut(pair, "="); name == "info_hash" {
+				n++
+			}
+		}
+		require.Len(t, hashes, min(n, int(limit)))
+
+		first, found, qerr := QueryValue(raw, "passkey")
+		require.NoError(t, qerr)
+		if found {
+			require.True(t, ValidPasskey(passkey), "%q", passkey)
+			require.Equal(t, first, passkey)
+		} else {
+			require.Empty(t, passkey)
+		}
+
+		var again []byte
+		for _, h := range hashes {
+			again = append(again, "info_hash="...)
+			again = AppendQueryEscape(again, string(h[:]))
+			again = append(again, '&')
+		}
+		if passkey != "" {
+			again = append(again, "passkey="...)
+			again = AppendQueryEscape(again, passkey)
+		}
+		hashes2, passkey2, err := ParseScrapeQuery(string(again), nil, int(limit))
+		require.NoError(t, err, "%q", again)
+		require.Equal(t, hashes, hashes2)
+		require.Equal(t, passkey, passkey2)
+	})
+}
