@@ -488,6 +488,9 @@ func (s *Store) Stop() error {
 			s.listener.close()
 		}
 		s.wg.Wait()
+		if s.announces != nil {
+			s.announces.stop()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		err = s.Flush(ctx)

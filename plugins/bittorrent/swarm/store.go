@@ -63,6 +63,11 @@ type Config struct {
 	RepairInterval time.Duration
 	// ExpiryWorkers is how many goroutines process expiry events (4).
 	ExpiryWorkers int
+	// AnnouncePipelines is how many shared pipelines carry concurrent
+	// announces to Redis (4): announces that arrive while all are busy
+	// go out together in the next free one (see coalescer). Negative
+	// sends every announce in its own round trip.
+	AnnouncePipelines int
 	// Clock defaults to the wall clock.
 	Clock Clock
 	// Logger defaults to slog.Default().
@@ -127,6 +132,9 @@ func (c *Config) validate() error {
 	if c.ExpiryWorkers == 0 {
 		c.ExpiryWorkers = 4
 	}
+	if c.AnnouncePipelines == 0 {
+		c.AnnouncePipelines = 4
+	}
 	if c.Clock == nil {
 		c.Clock = SystemClock{}
 	}
@@ -150,6 +158,10 @@ type Store struct {
 
 	counters counters
 
+	// announces carries announce scripts in shared pipelines; nil sends
+	// each alone.
+	announces *coalescer
+
 	lifecycle sync.Mutex
 	started   bool
 	cancel    context.CancelFunc
@@ -172,6 +184,9 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	}
 	s := &Store{rdb: rdb, cfg: cfg, clock: cfg.Clock, logger: cfg.Logger}
 	s.pending.reset()
+	if cfg.AnnouncePipelines > 0 {
+		s.announces = newCoalescer(s, announceScript, cfg.AnnouncePipelines)
+	}
 	return s, nil
 }
 
@@ -205,14 +220,22 @@ func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (
 		private = "1"
 	}
 	timeout := s.cfg.PeerTimeout.Milliseconds()
-	reply, err := s.runScriptList(ctx, "swarm.Announce", announceScript,
-		announceKeys(req.InfoHash, req.PeerID, userID),
-		now, req.PeerID[:], peerEntry(req.PeerID, req.Addr), req.Uploaded, req.Downloaded, req.Left,
+	keys := announceKeys(req.InfoHash, req.PeerID, userID)
+	args := []any{now, req.PeerID[:], peerEntry(req.PeerID, req.Addr), req.Uploaded, req.Downloaded, req.Left,
 		int(req.Event), numWant, private, userID,
 		timeout, s.cfg.PeerRetention.Milliseconds(),
 		s.openRetentionMillis(), s.cfg.HnR.MinSeedTime.Milliseconds(), s.cfg.HnR.MinRatio, now+timeout,
-		compactLen(req.PeerFamily))
-	if err != nil {
+		compactLen(req.PeerFamily)}
+	var reply []any
+	if s.announces != nil {
+		cmd, err := s.announces.run(ctx, keys, args)
+		if err == nil {
+			reply, err = cmdList(cmd)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("swarm.Announce: %w", err)
+		}
+	} else if reply, err = s.runScriptList(ctx, "swarm.Announce", announceScript, keys, args...); err != nil {
 		return nil, err
 	}
 	switch code := replyInt(reply[0]); code {

@@ -375,9 +375,20 @@ func TestGlobalCountersAndIndexes(t *testing.T) {
 	})
 }
 
+// Announces sent in shared pipelines (one pipeline, so batches form) and
+// announces sent alone count the same.
 func TestConcurrentAnnouncesKeepCountsExact(t *testing.T) {
+	for _, mode := range []struct {
+		name      string
+		pipelines int
+	}{{"coalesced", 1}, {"alone", -1}} {
+		t.Run(mode.name, func(t *testing.T) { concurrentAnnounces(t, mode.pipelines) })
+	}
+}
+
+func concurrentAnnounces(t *testing.T, pipelines int) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		f := newFixture(t, b, swarm.Config{})
+		f := newFixture(t, b, swarm.Config{AnnouncePipelines: pipelines})
 		ctx := context.Background()
 		hashes := []bittorrent.InfoHash{infoHash("race-a"), infoHash("race-b")}
 		const workers, peers = 8, 20
@@ -445,5 +456,21 @@ func TestPeerRecordKeepsTransferDeltas(t *testing.T) {
 		f.clock.Advance(time.Minute)
 		f.announce(hash, peer, 1, transfer(100, 1200))
 		require.Equal(t, []any{"0", "200", "100", "1200"}, deltas())
+	})
+}
+
+// After Stop, the shared pipelines are gone and an announce (from a
+// listener still draining) goes out alone.
+func TestAnnounceAfterStopGoesOutAlone(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, swarm.Config{})
+		hash := infoHash("after-stop")
+		f.announce(hash, peerID("-TR", 1), 1, seeding)
+		require.NoError(t, f.store.Stop())
+		require.NoError(t, f.store.Stop(), "Stop twice is safe")
+		resp := f.announce(hash, peerID("-TR", 2), 2)
+		require.Equal(t, int64(1), resp.Complete)
+		require.Equal(t, int64(1), resp.Incomplete)
+		require.Equal(t, []bittorrent.PeerID{peerID("-TR", 1)}, peerIDs(resp.Peers))
 	})
 }
