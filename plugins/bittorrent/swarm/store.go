@@ -224,7 +224,7 @@ func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (
 	args := []any{now, req.PeerID[:], peerEntry(req.PeerID, req.Addr), req.Uploaded, req.Downloaded, req.Left,
 		int(req.Event), numWant, private, userID,
 		timeout, s.cfg.PeerRetention.Milliseconds(),
-		s.openRetentionMillis(), s.cfg.HnR.MinSeedTime.Milliseconds(), s.cfg.HnR.MinRatio, now+timeout,
+		s.openRetentionMillis(), s.cfg.HnR.MinSeedTime.Milliseconds(), s.cfg.HnR.MinRatio, now + timeout,
 		compactLen(req.PeerFamily)}
 	var reply []any
 	if s.announces != nil {
