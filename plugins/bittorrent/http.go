@@ -167,35 +167,85 @@ var httpBufPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return
 var headerTextPlain = []string{"text/plain; charset=utf-8"}
 
 // ServeHTTP routes on the raw path; there are few enough shapes that a
-// router would only add allocations.
+// router would only add allocations. A path that names announce or scrape
+// but does not parse, or a method other than GET and HEAD on one, gets a
+// bencoded failure reason, since that is all a torrent client shows its
+// user; anything else is a plain 404. HEAD gets the headers of a GET
+// without touching the swarms, so it is not recorded as an announce.
 func (s *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-		return
-	}
 	ep, pathPasskey := wire.ParsePath(r.URL.Path)
-	if ep == wire.EndpointUnknown {
+	if ep == wire.EndpointUnknown && !trackerLikePath(r.URL.Path) {
 		http.NotFound(w, r)
 		return
 	}
 	bufp := httpBufPool.Get().(*[]byte)
 	buf := (*bufp)[:0]
-	if ep == wire.EndpointAnnounce {
+	// Failures are 200 too: clients only read a bencoded body on 200.
+	status := http.StatusOK
+	h := w.Header()
+	switch {
+	case r.Method != http.MethodGet && r.Method != http.MethodHead:
+		// No client announces with another method, so this answers HTTP
+		// tools: keep the status they understand, with a readable body.
+		status = http.StatusMethodNotAllowed
+		h["Allow"] = headerAllow
+		s.stats.malformed.Add(1)
+		buf = wire.AppendFailure(buf, failureMethod)
+	case ep == wire.EndpointUnknown:
+		s.stats.malformed.Add(1)
+		buf = wire.AppendFailure(buf, pathFailure(r.URL.Path))
+	case r.Method == http.MethodHead:
+	case ep == wire.EndpointAnnounce:
 		buf = s.announce(r, pathPasskey, buf)
-	} else {
+	default:
 		buf = s.scrape(r, pathPasskey, buf)
 	}
-	h := w.Header()
 	h["Content-Type"] = headerTextPlain
-	h["Content-Length"] = []string{strconv.Itoa(len(buf))}
-	// Failures are 200 too: clients only read a bencoded body on 200.
-	w.WriteHeader(http.StatusOK)
+	if len(buf) > 0 {
+		h["Content-Length"] = []string{strconv.Itoa(len(buf))}
+	}
+	w.WriteHeader(status)
 	_, _ = w.Write(buf)
 	if cap(buf) <= 64<<10 { // don't let one huge response pin memory
 		*bufp = buf
 		httpBufPool.Put(bufp)
 	}
+}
+
+var headerAllow = []string{"GET, HEAD"}
+
+// Failure reasons for requests that never reach the parser.
+const (
+	failureMethod        = "announce and scrape take GET requests"
+	failureTrailingSlash = "the tracker URL path ends in a slash it must not have"
+	failureBadPathKey    = "malformed passkey in the tracker URL: a passkey is 1 to 128 of A-Z a-z 0-9 . _ ~ -"
+	failureUnknownPath   = "unknown tracker URL: use /announce, /<passkey>/announce or /announce/<passkey> (scrape likewise)"
+)
+
+// trackerLikePath reports whether a path that did not parse was meant for
+// the tracker: it names announce or scrape, in any case.
+func trackerLikePath(path string) bool {
+	lower := strings.ToLower(path)
+	return strings.Contains(lower, "announce") || strings.Contains(lower, "scrape")
+}
+
+// pathFailure says what is wrong with a tracker-like path ParsePath
+// refused, as specifically as the path allows.
+func pathFailure(path string) string {
+	if trimmed, ok := strings.CutSuffix(path, "/"); ok {
+		if ep, _ := wire.ParsePath(trimmed); ep != wire.EndpointUnknown {
+			return failureTrailingSlash
+		}
+	}
+	first, second, ok := strings.Cut(strings.TrimPrefix(path, "/"), "/")
+	if ok && !strings.Contains(second, "/") {
+		switch {
+		case (first == "announce" || first == "scrape") && !wire.ValidPasskey(second),
+			(second == "announce" || second == "scrape") && !wire.ValidPasskey(first):
+			return failureBadPathKey
+		}
+	}
+	return failureUnknownPath
 }
 
 // announce renders the announce response, or a failure, into buf.

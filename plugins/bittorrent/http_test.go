@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -296,23 +297,83 @@ func TestHTTPScrapeLimit(t *testing.T) {
 	require.Len(t, out["files"], 2)
 }
 
-func TestHTTPRouting(t *testing.T) {
-	_, base := startHTTP(t, newFakeSwarms(), nil)
-	for _, path := range []string{"/", "/announce.php", "/a/b/announce", "/%7Bx%7D/announce", "/stats"} {
-		resp, err := http.Get(base + path)
-		require.NoError(t, err)
-		resp.Body.Close()
-		require.Equal(t, http.StatusNotFound, resp.StatusCode, path)
-	}
-	resp, err := http.Post(base+"/announce", "text/plain", strings.NewReader(""))
+// fetch sends one request and returns the status, headers and body.
+func fetch(t *testing.T, method, url string) (int, http.Header, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
 	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, resp.Header, body
+}
 
-	resp, err = http.Head(base + "/announce?" + announceQuery(nil))
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
+func TestHTTPRouting(t *testing.T) {
+	fake := newFakeSwarms()
+	srv, base := startHTTP(t, fake, nil)
+
+	// Paths with nothing to do with the tracker stay a plain 404, whatever
+	// the method.
+	for _, path := range []string{"/", "/stats", "/favicon.ico", "/a/b"} {
+		for _, method := range []string{http.MethodGet, http.MethodPost} {
+			status, _, body := fetch(t, method, base+path)
+			require.Equal(t, http.StatusNotFound, status, "%s %s", method, path)
+			require.NotContains(t, string(body), "failure reason")
+		}
+	}
+
+	// A path meant for the tracker that does not parse gets a failure
+	// reason a client shows its user.
+	q := "?" + announceQuery(nil)
+	for path, reason := range map[string]string{
+		"/announce/pk/":                       failureTrailingSlash,
+		"/pk/announce/":                       failureTrailingSlash,
+		"/pk/scrape/":                         failureTrailingSlash,
+		"/announce/%7Bpk%7D":                  failureBadPathKey,
+		"/pk%20x/announce":                    failureBadPathKey,
+		"/scrape/" + strings.Repeat("k", 129): failureBadPathKey,
+		"/announce.php":                       failureUnknownPath,
+		"/a/b/announce":                       failureUnknownPath,
+		"/Announce":                           failureUnknownPath,
+		"/announce/a/b":                       failureUnknownPath,
+		"/tracker/SCRAPE":                     failureUnknownPath,
+	} {
+		require.Equal(t, reason, failure(t, base+path+q), path)
+	}
+
+	// Another method on a tracker path: 405 with Allow, and a bencoded body.
+	for _, path := range []string{"/announce", "/pk/scrape", "/announce.php"} {
+		status, header, body := fetch(t, http.MethodPost, base+path+q)
+		require.Equal(t, http.StatusMethodNotAllowed, status, path)
+		require.Equal(t, "GET, HEAD", header.Get("Allow"))
+		var out map[string]any
+		require.NoError(t, bencode.Unmarshal(body, &out), "%q", body)
+		require.Equal(t, map[string]any{"failure reason": failureMethod}, out)
+	}
+	require.Empty(t, fake.announces, "nothing reached the swarms")
+	require.Equal(t, uint64(11+3), srv.Stats().Malformed)
+
+	// HEAD answers like a GET would, but records nothing.
+	for _, path := range []string{"/announce", "/pk/announce", "/scrape"} {
+		status, header, body := fetch(t, http.MethodHead, base+path+q)
+		require.Equal(t, http.StatusOK, status, path)
+		require.Equal(t, "text/plain; charset=utf-8", header.Get("Content-Type"))
+		require.Empty(t, body)
+	}
+	status, header, _ := fetch(t, http.MethodHead, base+"/announce/pk/"+q)
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, strconv.Itoa(len(wire.AppendFailure(nil, failureTrailingSlash))), header.Get("Content-Length"))
+	require.Empty(t, fake.announces, "HEAD is not an announce")
+	require.Empty(t, fake.scrapes, "nor a scrape")
+	stats := srv.Stats()
+	require.Zero(t, stats.Announces)
+	require.Zero(t, stats.Scrapes)
+
+	// The same GET is an announce.
+	get(t, base+"/announce"+q)
+	require.Len(t, fake.announces, 1)
 }
 
 func TestHTTPLifecycle(t *testing.T) {
