@@ -26,14 +26,17 @@ import (
 // The offloader keeps Redis memory bounded. Per project (settings
 // offload_above, offload_segment, done_mode) it:
 //
-//   - moves the tail of a shared queue that grew past offload_above to a
-//     gzip segment file under Dir/segments/<slug>/, in three steps that each
-//     leave every item in one place: offload_take.lua moves the items to a
-//     staging list and records the segment; the file is written and synced;
-//     offload_commit.lua drops the staged copy;
-//   - refills the oldest segment it owns when fewer than a quarter of
-//     offload_above remain in Redis (refill.lua queues the items and forgets
-//     the segment in one step; the file is deleted after);
+//   - moves items off a shared queue (the queue and its limit groups'
+//     sub-queues together) that grew past offload_above to gzip segment
+//     files under Dir/segments/<slug>/, in three steps that each leave
+//     every item in one place: offload_take.lua moves the items to a
+//     staging list and records the segment; the file is written and
+//     synced; offload_commit.lua drops the staged copy;
+//   - refills the oldest segment it owns (refill.lua queues the items and
+//     forgets the segment in one step; the file is deleted after) when the
+//     list it goes back to holds fewer than a quarter of offload_above AND
+//     the queue's total stays within offload_above, or when that list is
+//     empty (see refillQueue);
 //   - puts back the items of segments left staged by a crash, once they are
 //     older than the protection window (offload_abort.lua);
 //   - drains done items into archive files (done_mode archive), or empties
@@ -330,6 +333,17 @@ func (o *Offloader) segmentPath(slug string, seg Segment) string {
 
 // offloadQueue moves segments off a shared queue while more than above of
 // its items are in Redis, down to above minus one segment.
+//
+// Every list keeps one segment's worth of items: segments are taken from
+// the list with the most items beyond that, and never below it. A list
+// refilled because it ran dry (refillQueue) therefore keeps its items,
+// and what goes to disk instead is the excess of the lists that are not
+// being drained (a rate-limited group's sub-queue holding many items).
+// Without this, a refill into a dry list beside a full one would be
+// offloaded again by the next pass, and back, forever. The cost: with
+// several lists each holding about a segment, Redis may hold up to one
+// segment per list (the queue and its limit groups) rather than above;
+// above is at least two segments, so the plain queue alone never passes it.
 func (o *Offloader) offloadQueue(ctx context.Context, slug string, q Queue, above, segment int) (int64, error) {
 	var moved int64
 	for range maxSegmentsPerPass {
@@ -337,19 +351,19 @@ func (o *Offloader) offloadQueue(ctx context.Context, slug string, q Queue, abov
 		if err != nil {
 			return moved, err
 		}
-		var total int64
-		longest := 0
+		var total, excess int64
+		from := -1
 		for i, l := range lens {
 			total += l
-			if l > lens[longest] {
-				longest = i
+			if e := l - min(l, int64(segment)); e > excess {
+				from, excess = i, e
 			}
 		}
-		if total <= int64(above) {
+		if total <= int64(above) || from < 0 {
 			return moved, nil
 		}
-		want := min(int64(segment), total-int64(above-segment), lens[longest])
-		n, err := o.offloadOnce(ctx, slug, string(q), keys[longest], "tail", want, lens[longest]-want)
+		want := min(int64(segment), total-int64(above-segment), excess)
+		n, err := o.offloadOnce(ctx, slug, string(q), keys[from], "tail", want, lens[from]-want)
 		if err != nil || n == 0 {
 			return moved, err
 		}
@@ -519,10 +533,21 @@ func (o *Offloader) ownsFile(slug string, seg Segment) bool {
 	return err == nil
 }
 
-// refillQueue brings this node's segments of q back, oldest first, while
-// the list a segment came from holds fewer than a quarter of above items
-// (all of them when offloading is off). A segment that can't be refilled
-// is reported and skipped, so the others still come back.
+// refillQueue brings this node's segments of q back, oldest first (all of
+// them when offloading is off). A segment comes back when the list it goes
+// back to (its source if that is one of q's lists still, else the plain
+// queue) runs low, fewer than a quarter of above items, and the queue's
+// total in Redis (every list of q) stays within above with the segment
+// added; so offloadQueue never has reason to take it straight back.
+//
+// A list that is empty is refilled regardless of the total: its claims
+// must not starve because another list of the queue (a rate-limited
+// group's sub-queue, say) holds most of the budget. The next offload then
+// moves that other list's excess to disk, not the refilled items (every
+// list keeps a segment's worth; see offloadQueue).
+//
+// A segment that can't be refilled is reported and skipped, so the others
+// still come back.
 func (o *Offloader) refillQueue(ctx context.Context, slug string, q Queue, above int, segments []Segment) (int64, error) {
 	var refilled int64
 	var errs []error
@@ -531,19 +556,20 @@ func (o *Offloader) refillQueue(ctx context.Context, slug string, q Queue, above
 			continue
 		}
 		if above > 0 {
-			// The list the items go back to: the source if it is one of
-			// q's lists still, else the plain queue.
 			keys, lens, err := o.queueLists(ctx, slug, q)
 			if err != nil {
 				return refilled, err
 			}
+			var total int64
 			length := lens[0]
 			for i, k := range keys {
+				total += lens[i]
 				if k == ListKey(slug, seg.Source) {
 					length = lens[i]
 				}
 			}
-			if length >= int64(above/4) {
+			fits := length < int64(above/4) && total+seg.Count <= int64(above)
+			if !fits && length > 0 {
 				continue
 			}
 		}

@@ -486,3 +486,90 @@ func TestExportIncludesStagedItems(t *testing.T) {
 		require.EqualValues(t, 3000, n)
 	})
 }
+
+func offloadSeq(t *testing.T, tb bundle) int64 {
+	t.Helper()
+	seq, err := tb.rdb.HGet(tb.ctx, queues.OffloadKey(tb.slug), "seq").Int64()
+	require.NoError(t, err)
+	return seq
+}
+
+func listLen(t *testing.T, tb bundle, key string) int64 {
+	t.Helper()
+	n, err := tb.rdb.LLen(tb.ctx, key).Result()
+	require.NoError(t, err)
+	return n
+}
+
+// A rate-limited group's sub-queue holding most of offload_above must not
+// make refill and offload bounce a segment of the plain queue between Redis
+// and disk on every pass.
+func TestRefillAndOffloadDoNotPingPongBesideAStuckGroup(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{OffloadAbove: ptr(2000), OffloadSegment: ptr(1000)})
+		o := offloader(tb, t)
+		_, err := tb.engine.SetLimitGroups(tb.ctx, tb.slug, []queues.LimitGroup{{Name: "posts", Type: "post", RatePerMinute: 1}})
+		require.NoError(t, err)
+		tb.enqueue(t, todo, names("post:", 900)...)
+		tb.enqueue(t, todo, names("user:", 3200)...)
+		require.NoError(t, o.RunOnce(tb.ctx))
+		written := offloadSeq(t, tb)
+		require.Positive(t, written)
+		for range 5 {
+			require.NoError(t, o.RunOnce(tb.ctx))
+		}
+		require.Equal(t, written, offloadSeq(t, tb), "no segment written again while nothing is claimed")
+		require.LessOrEqual(t, tb.counts(t).Todo-tb.counts(t).Offloaded, int64(2000))
+
+		// Draining the plain queue brings every user item back once, and
+		// nothing goes to disk again.
+		seen := claimEverything(t, tb, o)
+		users := 0
+		for item, n := range seen {
+			require.Equal(t, 1, n, item)
+			if strings.HasPrefix(item, "user:") {
+				users++
+			}
+		}
+		require.Equal(t, 3200, users)
+		require.Equal(t, written, offloadSeq(t, tb), "refills fit within offload_above: no segment written again")
+	})
+}
+
+// An empty plain queue is refilled even when a stuck group's sub-queue
+// holds so much that the refill passes offload_above; the next pass moves
+// the group's excess to disk, not the refilled items.
+func TestDryPlainQueueIsRefilledBesideAFullGroup(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{OffloadAbove: ptr(2000), OffloadSegment: ptr(1000)})
+		o := offloader(tb, t)
+		tb.enqueue(t, todo, names("user:", 3000)...)
+		require.NoError(t, o.RunOnce(tb.ctx)) // 2000 stay, 1000 on disk
+		require.EqualValues(t, 1000, tb.counts(t).Offloaded)
+		require.Len(t, claimN(t, tb, "alice", 2000), 2000)
+
+		_, err := tb.engine.SetLimitGroups(tb.ctx, tb.slug, []queues.LimitGroup{{Name: "posts", Type: "post", RatePerMinute: 1}})
+		require.NoError(t, err)
+		tb.enqueue(t, todo, names("post:", 1900)...)
+		plain := queues.QueueKey(tb.slug, queues.QueueTodo)
+		group := queues.GroupQueueKey(tb.slug, queues.QueueTodo, "posts")
+		require.NoError(t, o.RunOnce(tb.ctx))
+		require.EqualValues(t, 1000, listLen(t, tb, plain), "the dry plain queue was refilled")
+		for range 3 {
+			require.NoError(t, o.RunOnce(tb.ctx))
+		}
+		require.EqualValues(t, 1000, listLen(t, tb, plain), "the refilled items stay in Redis")
+		require.EqualValues(t, 1000, listLen(t, tb, group), "the group's excess went to disk")
+		c := tb.counts(t)
+		require.EqualValues(t, 900, c.Offloaded)
+		require.EqualValues(t, 2900, c.Todo)
+		got := claimN(t, tb, "bob", 2000) // until none: the group serves one a minute
+		users := 0
+		for _, item := range got {
+			if strings.HasPrefix(item, "user:") {
+				users++
+			}
+		}
+		require.Equal(t, 1000, users)
+	})
+}
