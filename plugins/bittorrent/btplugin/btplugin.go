@@ -306,6 +306,8 @@ func (t *Tracker) Stats(ctx context.Context) (plugins.Stats, error) {
 		metric("snatches", "Completed downloads ever counted.", plugins.Gauge, float64(global.Snatches), nil),
 		metric("swarm_announces", "Announces recorded by every frontend.", plugins.Gauge, float64(global.Announces), nil),
 		metric("swarm_scrapes", "Scrapes answered by every frontend.", plugins.Gauge, float64(global.Scrapes), nil),
+		metric("swarm_requests", "Announces and scrapes that reached the store on every frontend, refused ones included.",
+			plugins.Gauge, float64(global.Requests), nil),
 	}}
 	add := func(listener string, s bittorrent.ListenerStats) {
 		l := map[string]string{"listener": listener}
