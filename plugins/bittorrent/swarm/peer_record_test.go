@@ -1,0 +1,153 @@
+package swarm_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
+)
+
+// The peer record and the user-torrent record are what accounting reads
+// (Ocelot's xbt_files_users and users_leech_stats): these tests read them
+// straight from Redis, field by field, as announce.lua writes them.
+
+// hash reads one Redis hash.
+func (f *fixture) hash(key string) map[string]string {
+	f.t.Helper()
+	v, err := f.b.Client.HGetAll(context.Background(), key).Result()
+	require.NoError(f.t, err)
+	return v
+}
+
+func millis(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) }
+
+// speed is a transfer rate as the script formats it: bytes per second
+// with two decimals.
+func speed(delta, elapsedMs int64) string {
+	return fmt.Sprintf("%.2f", float64(delta)*1000/float64(elapsedMs))
+}
+
+func TestPeerRecordFields(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, swarm.Config{})
+		hash, peer := infoHash("peer-record"), peerID("-TR", 1)
+		key := swarm.PeerKey(hash, peer)
+		first := epoch
+
+		f.announce(hash, peer, 1, event(bittorrent.EventStarted), transfer(100, 50))
+		rec := f.hash(key)
+		require.Equal(t, "100", rec["uploaded"], "counters are stored as reported")
+		require.Equal(t, "50", rec["downloaded"])
+		require.Equal(t, "1000", rec["left"])
+		require.Equal(t, millis(first), rec["first_announce"])
+		require.Equal(t, millis(first), rec["last_announce"])
+		require.Equal(t, "0", rec["total_time"])
+		require.Equal(t, "1", rec["active"])
+		require.Equal(t, "", rec["user"], "open mode has no user")
+		require.NotContains(t, rec, "speed_up", "no speed before any time has passed")
+		require.NotContains(t, rec, "speed_down")
+		require.NotContains(t, rec, "completed")
+
+		// 7 s later it has sent 3000 bytes, received 12345 and finished.
+		f.clock.Advance(7 * time.Second)
+		second := first.Add(7 * time.Second)
+		f.announce(hash, peer, 1, seeding, event(bittorrent.EventCompleted), transfer(100+3000, 50+12345))
+		rec = f.hash(key)
+		require.Equal(t, "3100", rec["uploaded"])
+		require.Equal(t, "12395", rec["downloaded"])
+		require.Equal(t, "0", rec["left"])
+		require.Equal(t, millis(first), rec["first_announce"], "first_announce stays")
+		require.Equal(t, millis(second), rec["last_announce"])
+		require.Equal(t, "7000", rec["total_time"])
+		require.Equal(t, speed(3000, 7000), rec["speed_up"])
+		require.Equal(t, speed(12345, 7000), rec["speed_down"])
+		require.Equal(t, "1763.57", rec["speed_down"], "12345 B in 7 s")
+		require.Equal(t, "1", rec["completed"])
+		require.Equal(t, "1", rec["active"])
+		ttl, err := b.Client.PTTL(context.Background(), key).Result()
+		require.NoError(t, err)
+		require.Equal(t, time.Duration(-1), ttl, "an active peer's record does not expire")
+
+		// 3 s later it stops, having sent 600 more and received nothing.
+		f.clock.Advance(3 * time.Second)
+		third := second.Add(3 * time.Second)
+		f.announce(hash, peer, 1, seeding, event(bittorrent.EventStopped), transfer(3100+600, 12395))
+		rec = f.hash(key)
+		require.Equal(t, "3700", rec["uploaded"])
+		require.Equal(t, "12395", rec["downloaded"])
+		require.Equal(t, millis(first), rec["first_announce"])
+		require.Equal(t, millis(third), rec["last_announce"])
+		require.Equal(t, "10000", rec["total_time"], "total_time is the time between first and last announce")
+		require.Equal(t, speed(600, 3000), rec["speed_up"])
+		require.Equal(t, "200.00", rec["speed_up"])
+		require.Equal(t, "0.00", rec["speed_down"])
+		require.Equal(t, "1", rec["completed"], "completed stays")
+		require.Equal(t, "0", rec["active"])
+		ttl, err = b.Client.PTTL(context.Background(), key).Result()
+		require.NoError(t, err)
+		retention := f.store.Config().PeerRetention
+		require.True(t, ttl > 0 && ttl <= retention, "a stopped peer's record lives PeerRetention (%v) longer, has %v", retention, ttl)
+	})
+}
+
+func TestUserTorrentRecordFields(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f, hash := privateFixture(t, b, swarm.Config{})
+		peer := peerID("-TR", 1)
+		key := swarm.UserTorrentKey(hash, "alice")
+		start := epoch
+		alice := passkey("passkeyA")
+
+		// A started event opens the session at the counters it reports.
+		f.announce(hash, peer, 1, alice, event(bittorrent.EventStarted), transfer(1000, 2000))
+		rec := f.hash(key)
+		// The script writes only the numbers that changed: absent is 0.
+		require.NotContains(t, rec, "uploaded", "a started event's counters are the session's base")
+		require.NotContains(t, rec, "downloaded")
+		require.NotContains(t, rec, "leech_ms")
+		require.Equal(t, "1", rec["peers"])
+		require.Equal(t, millis(start), rec["first_announce"])
+		require.Equal(t, millis(start), rec["last_announce"])
+		require.Equal(t, "alice", f.hash(swarm.PeerKey(hash, peer))["user"])
+
+		// 5 s leeching, then 5 s more leeching ending in completed: leech time.
+		f.clock.Advance(5 * time.Second)
+		f.announce(hash, peer, 1, alice, transfer(1000+10, 2000+400))
+		f.clock.Advance(5 * time.Second)
+		completedAt := start.Add(10 * time.Second)
+		f.announce(hash, peer, 1, alice, seeding, event(bittorrent.EventCompleted), transfer(1000+30, 2000+1000))
+		rec = f.hash(key)
+		require.Equal(t, "10000", rec["leech_ms"])
+		require.NotContains(t, rec, "seed_ms", "not seeded yet")
+		require.Equal(t, "30", rec["uploaded"], "deltas since the session began")
+		require.Equal(t, "1000", rec["downloaded"])
+		require.Equal(t, "1", rec["complete"])
+		require.Equal(t, millis(completedAt), rec["snatched"])
+
+		// 4 s seeding, then 2 s more seeding ending in stopped: seed time.
+		f.clock.Advance(4 * time.Second)
+		f.announce(hash, peer, 1, alice, seeding, transfer(1000+530, 3000))
+		f.clock.Advance(2 * time.Second)
+		stoppedAt := start.Add(16 * time.Second)
+		f.announce(hash, peer, 1, alice, seeding, event(bittorrent.EventStopped), transfer(1000+730, 3000))
+		rec = f.hash(key)
+		require.Equal(t, "6000", rec["seed_ms"])
+		require.Equal(t, "10000", rec["leech_ms"])
+		require.Equal(t, "730", rec["uploaded"])
+		require.Equal(t, "1000", rec["downloaded"])
+		require.Equal(t, "0", rec["peers"], "its only peer left")
+		require.Equal(t, millis(completedAt), rec["snatched"], "snatched is the first completed")
+		require.Equal(t, millis(start), rec["first_announce"])
+		require.Equal(t, millis(stoppedAt), rec["last_announce"])
+		ttl, err := b.Client.PTTL(context.Background(), key).Result()
+		require.NoError(t, err)
+		require.Equal(t, time.Duration(-1), ttl, "the hit-and-run truth has no TTL")
+	})
+}
