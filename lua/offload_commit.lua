@@ -6,7 +6,8 @@
 --
 -- ARGV[1] id
 -- ARGV[2] the state the segment takes: "disk" (a queue's segment, to be
---         refilled) or "archived" (done items, kept for export)
+--         refilled) or "archived" (done items: the file is moved to its
+--         final name next, then archive_finish.lua drops the record)
 -- ARGV[3] the number of items the file holds (must match the record)
 --
 -- Returns 1, or 0 when the segment is no longer staged (it was aborted as

@@ -166,13 +166,15 @@ func RecentDoneKey(slug string) string { return projectPrefix(slug) + "recent_do
 func DoneArchiveKey(slug string) string { return projectPrefix(slug) + "done_archive" }
 
 // OffloadKey holds a project's offload counters (HASH): "seq", the last
-// segment number handed out, and "q:<queue>", the items of each shared queue
-// that are on disk (or on their way there).
+// segment number handed out, "q:<queue>", the items of each shared queue
+// that are on disk (or on their way there), and "archive:<node>", the
+// completions in archive files in that frontend's data directory.
 func OffloadKey(slug string) string { return projectPrefix(slug) + "offload" }
 
 // SegmentsKey indexes a project's segment files (HASH id -> record "state
-// queue count node created source"); a file whose id is not here is an
-// orphan.
+// queue count node created source"): every queue segment, and the archive
+// files still being written or moved into place (a finished archive file
+// has no record). A segment file whose id is not here is an orphan.
 func SegmentsKey(slug string) string { return projectPrefix(slug) + "segments" }
 
 // StagingKey holds a segment's items (LIST) between taking them off a queue

@@ -39,11 +39,17 @@ import (
 //     empty (see refillQueue);
 //   - puts back the items of segments left staged by a crash, once they are
 //     older than the protection window (offload_abort.lua);
-//   - drains done items into archive files (done_mode archive), or empties
-//     an old done set (count and archive);
-//   - removes orphaned files: those no segment record references AND whose
-//     timestamp of interest (the file's mtime, touched whenever offload or
-//     refill works with it) is older than the protection window.
+//   - drains done items into archive files under Dir/archive/<slug>/
+//     (done_mode archive), or empties an old done set (count and archive).
+//     An archive file is written under a temporary name, committed, moved
+//     to its final name, and then its record is dropped: a file under a
+//     final archive name is always a committed one and needs no record, so
+//     the segments hash does not grow with the archive;
+//   - removes orphaned files: segment files and temporary files that no
+//     segment record references AND whose timestamp of interest (the
+//     file's mtime, touched whenever offload or refill works with it) is
+//     older than the protection window. Finished archive files are never
+//     considered.
 //
 // Claims never touch disk: they pop lists in Redis, and the offloader works
 // beside them. Segment files live on the frontend that wrote them (its
@@ -51,8 +57,13 @@ import (
 
 // Segment states, as segment records name them.
 const (
-	SegmentStaging  = "staging"
-	SegmentDisk     = "disk"
+	// SegmentStaging: the items are in the staging list; the file is
+	// being written.
+	SegmentStaging = "staging"
+	// SegmentDisk: a queue's segment, in its file, waiting to be refilled.
+	SegmentDisk = "disk"
+	// SegmentArchived: an archive file, committed and being moved to its
+	// final name; the record is dropped once it is there.
 	SegmentArchived = "archived"
 )
 
@@ -80,7 +91,14 @@ func parseSegment(id, record string) (Segment, error) {
 	return Segment{ID: id, State: f[0], Queue: f[1], Count: count, Node: f[3], Created: time.UnixMilli(created), Source: f[5]}, nil
 }
 
-var segmentFileName = regexp.MustCompile(`^(\d{12})\.gz$`)
+// Segment and archive files are named <id>.gz, and written as
+// <id>.gz.tmp first.
+var (
+	segmentFileName = regexp.MustCompile(`^(\d{12})\.gz$`)
+	tmpFileName     = regexp.MustCompile(`^(\d{12})\.gz\.tmp$`)
+)
+
+const tmpSuffix = ".tmp"
 
 // Offloader runs the offload, refill, archive and orphan cleanup passes of
 // one frontend.
@@ -270,6 +288,7 @@ func (o *Offloader) runProject(ctx context.Context, slug string) error {
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
+	errs = append(errs, o.finishArchives(ctx, slug, segments))
 	for _, q := range SharedQueues {
 		// todo:redo is never offloaded: it holds released items, which a
 		// late done takes out of the list by name (done.lua), so they must
@@ -388,19 +407,31 @@ func (o *Offloader) offloadOnce(ctx context.Context, slug, queue, source, end st
 		return 0, err
 	}
 	seg.Count = taken
-	state := SegmentDisk
-	if queue == "done" {
-		state = SegmentArchived
-	}
-	path := o.segmentPath(slug, seg)
-	if err := o.writeSegment(ctx, path, staging, taken); err != nil {
+	final := o.segmentPath(slug, seg)
+	tmp := final + tmpSuffix
+	if err := o.writeSegment(ctx, tmp, staging, taken); err != nil {
 		// The items stay staged; recoverStaged puts them back once the
-		// segment is older than the protection window.
+		// segment is older than the staged-segment window.
 		return 0, fmt.Errorf("segment %s: %w", id, err)
 	}
 	// Touch: this segment is of interest right now.
 	now := o.Engine.clock.Now()
-	_ = os.Chtimes(path, now, now)
+	_ = os.Chtimes(tmp, now, now)
+	archive := queue == "done"
+	state, written := SegmentDisk, final
+	if archive {
+		// An archive file takes its final name only once committed, so a
+		// file under that name never needs a record.
+		state, written = SegmentArchived, tmp
+		err = syncDir(filepath.Dir(tmp))
+	} else {
+		// Still staged: were the commit lost, the file is an orphan.
+		err = publishFile(tmp, final)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return 0, fmt.Errorf("segment %s: %w", id, err)
+	}
 	ok, err := o.Engine.runScriptInt(ctx, "queues.offload", offloadCommitScript,
 		[]string{staging, SegmentsKey(slug)}, id, state, taken)
 	if err != nil {
@@ -408,19 +439,83 @@ func (o *Offloader) offloadOnce(ctx context.Context, slug, queue, source, end st
 	}
 	if ok != 1 {
 		// Aborted as stale meanwhile: the items are back in Redis.
-		_ = os.Remove(path)
+		_ = os.Remove(written)
 		return 0, fmt.Errorf("segment %s was no longer staged when its file was ready (reply %d)", id, ok)
+	}
+	if archive {
+		if err := o.finishArchive(ctx, slug, seg); err != nil {
+			// Committed: a later pass finishes it.
+			return taken, err
+		}
 	}
 	return taken, nil
 }
 
-// writeSegment writes the staged items to a new gzip file, one per line,
-// and syncs it and its directory.
+// publishFile moves a synced file to its final name, durably.
+func publishFile(tmp, final string) error {
+	if err := os.Rename(tmp, final); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(final))
+}
+
+// ownsArchive says whether this frontend holds a committed archive
+// segment's file: it wrote it, or the file is in this data directory.
+func (o *Offloader) ownsArchive(slug string, seg Segment) bool {
+	if seg.Node == o.node() {
+		return true
+	}
+	final := o.segmentPath(slug, seg)
+	for _, path := range []string{final, final + tmpSuffix} {
+		if _, err := os.Stat(path); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// finishArchive moves a committed archive file to its final name, unless
+// it is there already, and drops its record (archive_finish.lua).
+func (o *Offloader) finishArchive(ctx context.Context, slug string, seg Segment) error {
+	final := o.segmentPath(slug, seg)
+	if _, err := os.Stat(final); errors.Is(err, fs.ErrNotExist) {
+		if err := publishFile(final+tmpSuffix, final); err != nil {
+			return fmt.Errorf("archive segment %s (%d completions): %w", seg.ID, seg.Count, err)
+		}
+	} else if err != nil {
+		return err
+	}
+	_, err := o.Engine.runScriptInt(ctx, "queues.finishArchive", archiveFinishScript,
+		[]string{SegmentsKey(slug), OffloadKey(slug)}, seg.ID, o.node())
+	return err
+}
+
+// finishArchives finishes the committed archive segments this frontend
+// holds: those a crash or an error stopped between commit and rename, and
+// records of archive files written before archive files needed none.
+func (o *Offloader) finishArchives(ctx context.Context, slug string, segments []Segment) error {
+	var errs []error
+	for _, seg := range segments {
+		if seg.State != SegmentArchived || seg.Queue != "done" || !o.ownsArchive(slug, seg) {
+			continue
+		}
+		if err := o.finishArchive(ctx, slug, seg); err != nil {
+			o.logger().Error("archive file not finished", "project", slug, "segment", seg.ID, "items", seg.Count, "err", err)
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// writeSegment writes the staged items to a gzip file, one per line, and
+// syncs it (the caller syncs the directory). The segment's id was just
+// handed out, so a file already under that name is a stale leftover (of a
+// crash, or of a Redis that lost its seq) and is replaced.
 func (o *Offloader) writeSegment(ctx context.Context, path, staging string, count int64) (err error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	file, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	file, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err
 	}
@@ -462,10 +557,7 @@ func (o *Offloader) writeSegment(ctx context.Context, path, staging string, coun
 	if err := buffered.Flush(); err != nil {
 		return err
 	}
-	if err := file.Sync(); err != nil {
-		return err
-	}
-	return syncDir(filepath.Dir(path))
+	return file.Sync()
 }
 
 func syncDir(dir string) error {
@@ -724,12 +816,13 @@ func (o *Offloader) FlushArchive(ctx context.Context, slug string) error {
 	return o.archiveDone(ctx, slug, project.OffloadSegment, true)
 }
 
-// CleanupOrphans removes segment and archive files that no segment record
-// references and whose timestamp of interest (mtime) is older than the
-// protection window. It takes no lock: offload records a segment before
-// writing its file and refill reads a file before forgetting it, so an
-// unreferenced file is never needed again; the window keeps anything being
-// worked on right now.
+// CleanupOrphans removes segment files and temporary files that no
+// segment record references and whose timestamp of interest (mtime) is
+// older than the protection window. A finished archive file (<id>.gz under
+// archive/) is never an orphan: it has no record by design. It takes no
+// lock: offload records a segment before writing its file and refill reads
+// a file before forgetting it, so an unreferenced file is never needed
+// again; the window keeps anything being worked on right now.
 func (o *Offloader) CleanupOrphans(ctx context.Context) (int, error) {
 	removed := 0
 	cutoff := o.Engine.clock.Now().Add(-o.protection())
@@ -742,40 +835,71 @@ func (o *Offloader) CleanupOrphans(ctx context.Context) (int, error) {
 			return removed, err
 		}
 		for _, project := range projects {
-			if !project.IsDir() {
+			slug := project.Name()
+			if !project.IsDir() || ValidateSlug(slug) != nil {
 				continue
 			}
-			slug := project.Name()
-			dir := filepath.Join(o.Dir, kind, slug)
-			files, err := os.ReadDir(dir)
+			n, err := o.cleanupDir(ctx, slug, filepath.Join(o.Dir, kind, slug), kind == "archive", cutoff)
+			removed += n
 			if err != nil {
 				return removed, err
 			}
-			for _, file := range files {
-				if file.IsDir() {
-					continue
-				}
-				info, err := file.Info()
-				if err != nil || !info.ModTime().Before(cutoff) {
-					continue // gone already, or of recent interest
-				}
-				// Only files named like segments are ours to remove.
-				m := segmentFileName.FindStringSubmatch(file.Name())
-				if m == nil || ValidateSlug(slug) != nil {
-					continue
-				}
-				referenced, err := o.Engine.rdb.HExists(ctx, SegmentsKey(slug), m[1]).Result()
-				if err != nil {
-					return removed, err
-				}
-				if referenced {
-					continue
-				}
-				path := filepath.Join(dir, file.Name())
-				if err := os.Remove(path); err == nil {
-					removed++
-					o.logger().Info("removed orphaned segment file", "path", path)
-				}
+		}
+	}
+	return removed, nil
+}
+
+// orphanCheckBatch bounds the existence checks sent in one pipeline.
+const orphanCheckBatch = 1000
+
+// cleanupDir removes the orphans of one project directory, checking the
+// candidates' records in pipelines rather than one round trip each.
+func (o *Offloader) cleanupDir(ctx context.Context, slug, dir string, archive bool, cutoff time.Time) (int, error) {
+	files, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	type candidate struct{ path, id string }
+	var candidates []candidate
+	for _, file := range files {
+		if file.IsDir() {
+			continue
+		}
+		// Only files named like segments are ours to remove.
+		m := tmpFileName.FindStringSubmatch(file.Name())
+		if m == nil && !archive {
+			m = segmentFileName.FindStringSubmatch(file.Name())
+		}
+		if m == nil {
+			continue
+		}
+		info, err := file.Info()
+		if err != nil || !info.ModTime().Before(cutoff) {
+			continue // gone already, or of recent interest
+		}
+		candidates = append(candidates, candidate{filepath.Join(dir, file.Name()), m[1]})
+	}
+	removed := 0
+	for start := 0; start < len(candidates); start += orphanCheckBatch {
+		batch := candidates[start:min(start+orphanCheckBatch, len(candidates))]
+		pipe := o.Engine.rdb.Pipeline()
+		referenced := make([]*redis.BoolCmd, len(batch))
+		for i, c := range batch {
+			referenced[i] = pipe.HExists(ctx, SegmentsKey(slug), c.id)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return removed, err
+		}
+		for i, c := range batch {
+			if referenced[i].Val() {
+				continue
+			}
+			if err := os.Remove(c.path); err == nil {
+				removed++
+				o.logger().Info("removed orphaned segment file", "path", c.path)
 			}
 		}
 	}
@@ -840,25 +964,90 @@ func (o *Offloader) ExportQueue(ctx context.Context, slug string, q Queue, w io.
 }
 
 // ExportArchive writes every archived completion of a project, one per
-// line, then those still waiting to be archived.
+// line: those in this frontend's archive files, those on their way there,
+// then those waiting to be archived. It refuses when another frontend's
+// data directory holds archive files: export there too, or the copy would
+// be incomplete.
 func (o *Offloader) ExportArchive(ctx context.Context, slug string, w io.Writer) (int64, error) {
+	const op = "queues.ExportArchive"
 	if _, err := o.Engine.Project(ctx, slug); err != nil {
 		return 0, err
 	}
-	n, err := o.exportSegments(ctx, slug, "done", w)
+	counters, err := o.Engine.rdb.HGetAll(ctx, OffloadKey(slug)).Result()
 	if err != nil {
+		return 0, unavailable(op, err)
+	}
+	var elsewhere []string
+	for field, value := range counters {
+		node, ok := strings.CutPrefix(field, "archive:")
+		if n, _ := strconv.ParseInt(value, 10, 64); ok && node != o.node() && n > 0 {
+			elsewhere = append(elsewhere, fmt.Sprintf("%q (%d)", node, n))
+		}
+	}
+	if len(elsewhere) > 0 {
+		slices.Sort(elsewhere)
+		return 0, errorf(op, CodeUnavailable, "archive files are also on frontend %s; export there, or this one would be incomplete",
+			strings.Join(elsewhere, ", "))
+	}
+	segments, err := o.Segments(ctx, slug)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	read := map[string]bool{} // archive files read from their record
+	for _, seg := range segments {
+		if seg.Queue != "done" {
+			continue
+		}
+		var items []string
+		switch seg.State {
+		case SegmentStaging:
+			// On their way to disk: still in Redis, in the staging list.
+			if items, err = o.Engine.rdb.LRange(ctx, StagingKey(slug, seg.ID), 0, -1).Result(); err != nil {
+				return n, unavailable(op, err)
+			}
+		case SegmentArchived:
+			if !o.ownsArchive(slug, seg) {
+				return n, errorf(op, CodeUnavailable,
+					"archive file %s (%d completions) is on frontend %q; export there, or this one would be incomplete", seg.ID, seg.Count, seg.Node)
+			}
+			if items, err = o.readArchive(slug, seg); err != nil {
+				return n, fmt.Errorf("archive file %s: %w", seg.ID, err)
+			}
+			read[seg.ID] = true
+		}
+		m, err := writeItems(w, items)
+		if n += m; err != nil {
+			return n, err
+		}
+	}
+	dir := o.segmentDir(slug, true)
+	files, err := os.ReadDir(dir) // sorted by name, so by id
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return n, err
+	}
+	for _, file := range files {
+		m := segmentFileName.FindStringSubmatch(file.Name())
+		if m == nil || file.IsDir() || read[m[1]] {
+			continue
+		}
+		items, err := readSegment(filepath.Join(dir, file.Name()))
+		if err != nil {
+			return n, fmt.Errorf("archive file %s: %w", file.Name(), err)
+		}
+		written, err := writeItems(w, items)
+		if n += written; err != nil {
+			return n, err
+		}
 	}
 	for start := int64(0); ; start += segmentReadBatch {
 		items, err := o.Engine.rdb.LRange(ctx, DoneArchiveKey(slug), start, start+segmentReadBatch-1).Result()
 		if err != nil {
-			return n, unavailable("queues.ExportArchive", err)
+			return n, unavailable(op, err)
 		}
-		for _, item := range items {
-			if _, err := io.WriteString(w, item+"\n"); err != nil {
-				return n, err
-			}
-			n++
+		written, err := writeItems(w, items)
+		if n += written; err != nil {
+			return n, err
 		}
 		if len(items) < segmentReadBatch {
 			return n, nil
@@ -866,6 +1055,33 @@ func (o *Offloader) ExportArchive(ctx context.Context, slug string, w io.Writer)
 	}
 }
 
+// readArchive reads a committed archive file under whichever name it has
+// (it may be moved to its final name while we look).
+func (o *Offloader) readArchive(slug string, seg Segment) ([]string, error) {
+	final := o.segmentPath(slug, seg)
+	var err error
+	for _, path := range []string{final, final + tmpSuffix, final} {
+		var items []string
+		if items, err = readSegment(path); !errors.Is(err, fs.ErrNotExist) {
+			return items, err
+		}
+	}
+	return nil, err
+}
+
+func writeItems(w io.Writer, items []string) (int64, error) {
+	var n int64
+	for _, item := range items {
+		if _, err := io.WriteString(w, item+"\n"); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+// exportSegments writes the items of a queue's segments: those staged
+// (still in Redis) and those in this frontend's files.
 func (o *Offloader) exportSegments(ctx context.Context, slug, queue string, w io.Writer) (int64, error) {
 	segments, err := o.Segments(ctx, slug)
 	if err != nil {
@@ -876,39 +1092,31 @@ func (o *Offloader) exportSegments(ctx context.Context, slug, queue string, w io
 		if seg.Queue != queue {
 			continue
 		}
+		var items []string
 		if seg.State == SegmentStaging {
 			// On their way to disk: still in Redis, in the staging list.
-			items, err := o.Engine.rdb.LRange(ctx, StagingKey(slug, seg.ID), 0, -1).Result()
-			if err != nil {
+			if items, err = o.Engine.rdb.LRange(ctx, StagingKey(slug, seg.ID), 0, -1).Result(); err != nil {
 				return n, unavailable("queues.export", err)
 			}
-			for _, item := range items {
-				if _, err := io.WriteString(w, item+"\n"); err != nil {
-					return n, err
-				}
-				n++
+		} else {
+			if !o.ownsFile(slug, seg) {
+				return n, errorf("queues.export", CodeUnavailable,
+					"segment %s (%d items) is on frontend %q; export there, or it would be incomplete", seg.ID, seg.Count, seg.Node)
 			}
-			continue
-		}
-		if !o.ownsFile(slug, seg) {
-			return n, errorf("queues.export", CodeUnavailable,
-				"segment %s (%d items) is on frontend %q; export there, or it would be incomplete", seg.ID, seg.Count, seg.Node)
-		}
-		path := o.segmentPath(slug, seg)
-		now := o.Engine.clock.Now()
-		_ = os.Chtimes(path, now, now) // of interest while it is read
-		items, err := readSegment(path)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue // refilled meanwhile: its items were in Redis
-		}
-		if err != nil {
-			return n, fmt.Errorf("segment %s: %w", seg.ID, err)
-		}
-		for _, item := range items {
-			if _, err := io.WriteString(w, item+"\n"); err != nil {
-				return n, err
+			path := o.segmentPath(slug, seg)
+			now := o.Engine.clock.Now()
+			_ = os.Chtimes(path, now, now) // of interest while it is read
+			items, err = readSegment(path)
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // refilled meanwhile: its items were in Redis
 			}
-			n++
+			if err != nil {
+				return n, fmt.Errorf("segment %s: %w", seg.ID, err)
+			}
+		}
+		m, err := writeItems(w, items)
+		if n += m; err != nil {
+			return n, err
 		}
 	}
 	return n, nil

@@ -2,11 +2,13 @@ package queues_test
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -385,7 +387,20 @@ func TestDoneArchiveModeWritesExportableFilesAndDrainsOldDoneSet(t *testing.T) {
 		sort.Strings(want)
 		require.Equal(t, want, exported)
 
-		// Archive files are referenced: cleanup keeps them however old.
+		// Archive files need no record each: Redis keeps a per-frontend
+		// count, not an entry per file.
+		records, err := tb.rdb.HLen(tb.ctx, queues.SegmentsKey(tb.slug)).Result()
+		require.NoError(t, err)
+		require.Zero(t, records, "no segment record per archive file")
+		archived, err := tb.rdb.HGet(tb.ctx, queues.OffloadKey(tb.slug), "archive:node-a").Int64()
+		require.NoError(t, err)
+		require.EqualValues(t, 2500, archived)
+
+		// Cleanup never removes a finished archive file however old; a
+		// stale temporary file nobody references goes.
+		archiveDir := filepath.Join(o.Dir, "archive", tb.slug)
+		leftover := filepath.Join(archiveDir, "999999999999.gz.tmp")
+		require.NoError(t, os.WriteFile(leftover, []byte("half"), 0o644))
 		tb.clock.Advance(48 * time.Hour)
 		for _, p := range segmentFiles(t, o.Dir) {
 			old := tb.clock.Now().Add(-24 * time.Hour)
@@ -393,7 +408,66 @@ func TestDoneArchiveModeWritesExportableFilesAndDrainsOldDoneSet(t *testing.T) {
 		}
 		removed, err := o.CleanupOrphans(tb.ctx)
 		require.NoError(t, err)
-		require.Zero(t, removed)
+		require.Equal(t, 1, removed)
+		require.NoFileExists(t, leftover)
+		require.Len(t, segmentFiles(t, archiveDir), 3)
+
+		// Another frontend's archive files make an export here incomplete.
+		require.NoError(t, tb.rdb.HSet(tb.ctx, queues.OffloadKey(tb.slug), "archive:node-b", 10).Err())
+		_, err = o.ExportArchive(tb.ctx, tb.slug, &out)
+		require.ErrorContains(t, err, `frontend "node-b"`)
+	})
+}
+
+func writeGzip(t *testing.T, path string, items ...string) {
+	t.Helper()
+	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	zw := gzip.NewWriter(f)
+	for _, item := range items {
+		_, err := zw.Write([]byte(item + "\n"))
+		require.NoError(t, err)
+	}
+	require.NoError(t, zw.Close())
+	require.NoError(t, f.Close())
+}
+
+// An archive file committed but not yet under its final name (a crash
+// between the two) is finished by the next pass, and exported meanwhile;
+// records of archive files from before they needed none are dropped.
+func TestCommittedArchiveFileIsFinishedByTheNextPass(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{DoneMode: ptr(queues.DoneArchive)})
+		o := offloader(tb, t)
+		dir := filepath.Join(o.Dir, "archive", tb.slug)
+		created := strconv.FormatInt(tb.clock.Now().UnixMilli(), 10)
+		writeGzip(t, filepath.Join(dir, "000000000001.gz"), "old:1", "old:2")
+		writeGzip(t, filepath.Join(dir, "000000000002.gz.tmp"), "new:1", "new:2", "new:3")
+		require.NoError(t, tb.rdb.HSet(tb.ctx, queues.SegmentsKey(tb.slug),
+			"000000000001", "archived done 2 node-a "+created+" done_archive",
+			"000000000002", "archived done 3 node-a "+created+" done_archive").Err())
+
+		var out bytes.Buffer
+		n, err := o.ExportArchive(tb.ctx, tb.slug, &out)
+		require.NoError(t, err)
+		require.EqualValues(t, 5, n)
+
+		require.NoError(t, o.RunOnce(tb.ctx))
+		require.FileExists(t, filepath.Join(dir, "000000000002.gz"))
+		require.NoFileExists(t, filepath.Join(dir, "000000000002.gz.tmp"))
+		records, err := tb.rdb.HLen(tb.ctx, queues.SegmentsKey(tb.slug)).Result()
+		require.NoError(t, err)
+		require.Zero(t, records)
+		archived, err := tb.rdb.HGet(tb.ctx, queues.OffloadKey(tb.slug), "archive:node-a").Int64()
+		require.NoError(t, err)
+		require.EqualValues(t, 5, archived)
+
+		out.Reset()
+		n, err = o.ExportArchive(tb.ctx, tb.slug, &out)
+		require.NoError(t, err)
+		require.EqualValues(t, 5, n)
+		require.Equal(t, "old:1\nold:2\nnew:1\nnew:2\nnew:3\n", out.String())
 	})
 }
 

@@ -29,6 +29,7 @@ var (
 	refillScript        = loadScript("refill.lua")
 	segmentMoveScript   = loadScript("segment_move.lua")
 	doneDrainScript     = loadScript("done_drain.lua")
+	archiveFinishScript = loadScript("archive_finish.lua")
 )
 
 func loadScript(name string) *redis.Script {
