@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -38,7 +39,7 @@ import (
 //     the queue's total stays within offload_above, or when that list is
 //     empty (see refillQueue);
 //   - puts back the items of segments left staged by a crash, once they are
-//     older than the protection window (offload_abort.lua);
+//     older than the staged-segment window (offload_abort.lua);
 //   - drains done items into archive files under Dir/archive/<slug>/
 //     (done_mode archive), or empties an old done set (count and archive).
 //     An archive file is written under a temporary name, committed, moved
@@ -113,15 +114,39 @@ type Offloader struct {
 	// queue is over its limit, so a fast enqueue is followed closely.
 	Interval time.Duration
 	// Protection is the orphan protection window (default 1h): an
-	// unreferenced file younger than this is kept, and a staged segment
-	// younger than this is left to the frontend writing it.
+	// unreferenced file younger than this is kept.
 	Protection time.Duration
-	Logger     *slog.Logger
+	// StagedWindow is how long a staged segment is left to the frontend
+	// writing it before its items are put back (default: Protection).
+	StagedWindow time.Duration
+	Logger       *slog.Logger
 
 	mu       sync.Mutex
 	cancel   context.CancelFunc
 	done     chan struct{}
 	archived map[string]time.Time // slug -> last archive write
+
+	committed, refilled, recovered, orphansRemoved atomic.Int64
+}
+
+// OffloadActivity counts what one Offloader did since it was made.
+type OffloadActivity struct {
+	// Committed counts segment and archive files written and committed.
+	Committed int64
+	// Refilled counts segments brought back into Redis.
+	Refilled int64
+	// Recovered counts staged segments whose items were put back.
+	Recovered int64
+	// OrphansRemoved counts orphaned files removed.
+	OrphansRemoved int64
+}
+
+// Activity reports what this Offloader did so far.
+func (o *Offloader) Activity() OffloadActivity {
+	return OffloadActivity{
+		Committed: o.committed.Load(), Refilled: o.refilled.Load(),
+		Recovered: o.recovered.Load(), OrphansRemoved: o.orphansRemoved.Load(),
+	}
 }
 
 // Defaults for an Offloader.
@@ -147,6 +172,13 @@ func (o *Offloader) protection() time.Duration {
 		return o.Protection
 	}
 	return DefaultOrphanProtection
+}
+
+func (o *Offloader) stagedWindow() time.Duration {
+	if o.StagedWindow > 0 {
+		return o.StagedWindow
+	}
+	return o.protection()
 }
 
 func (o *Offloader) node() string {
@@ -445,9 +477,11 @@ func (o *Offloader) offloadOnce(ctx context.Context, slug, queue, source, end st
 	if archive {
 		if err := o.finishArchive(ctx, slug, seg); err != nil {
 			// Committed: a later pass finishes it.
+			o.committed.Add(1)
 			return taken, err
 		}
 	}
+	o.committed.Add(1)
 	return taken, nil
 }
 
@@ -721,19 +755,23 @@ func (o *Offloader) refillSegment(ctx context.Context, slug string, seg Segment)
 		}
 		// Queued (or already gone): the file is no longer referenced.
 		_ = os.Remove(path)
+		if code > 0 {
+			o.refilled.Add(1)
+		}
 		return code, nil
 	}
 	return 0, fmt.Errorf("segment %s: limit groups kept changing", seg.ID)
 }
 
 // recoverStaged puts back the items of staged segments older than the
-// protection window: their offload stopped before the file was committed.
+// staged-segment window: their offload stopped before the file was
+// committed.
 func (o *Offloader) recoverStaged(ctx context.Context, slug string) error {
 	segments, err := o.Segments(ctx, slug)
 	if err != nil {
 		return err
 	}
-	cutoff := o.Engine.clock.Now().Add(-o.protection())
+	cutoff := o.Engine.clock.Now().Add(-o.stagedWindow())
 	for _, seg := range segments {
 		if seg.State != SegmentStaging || !seg.Created.Before(cutoff) {
 			continue
@@ -757,6 +795,7 @@ func (o *Offloader) recoverStaged(ctx context.Context, slug string) error {
 			return err
 		}
 		if n >= 0 {
+			o.recovered.Add(1)
 			o.logger().Warn("put back the items of a segment whose offload stopped", "project", slug, "segment", seg.ID, "items", n, "node", seg.Node)
 		}
 	}
@@ -841,6 +880,7 @@ func (o *Offloader) CleanupOrphans(ctx context.Context) (int, error) {
 			}
 			n, err := o.cleanupDir(ctx, slug, filepath.Join(o.Dir, kind, slug), kind == "archive", cutoff)
 			removed += n
+			o.orphansRemoved.Add(int64(n))
 			if err != nil {
 				return removed, err
 			}

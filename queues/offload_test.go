@@ -234,11 +234,14 @@ func TestOrphanCleanupKeepsReferencedAndFreshFiles(t *testing.T) {
 	})
 }
 
-// TestOrphanCleanupRacesOffloadAndRefill runs cleanup in a loop with a
-// protection window of a millisecond beside offload, refill and claims on
-// two frontends' offloaders sharing one directory, while stale junk files
-// appear under the names the next segments will take (a crash's
+// TestOrphanCleanupRacesOffloadAndRefill runs cleanup in a loop with an
+// orphan protection window of a millisecond beside offload, refill and
+// claims on two frontends' offloaders sharing one directory, while stale
+// junk files appear under the names the next segments will take (a crash's
 // leftovers), and checks that every item is still handed out exactly once.
+// Staged segments get a long window of their own, so none is put back
+// mid-write: every segment is live while cleanup runs, and the test
+// requires that segments were committed and refilled during the race.
 func TestOrphanCleanupRacesOffloadAndRefill(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
@@ -247,31 +250,42 @@ func TestOrphanCleanupRacesOffloadAndRefill(t *testing.T) {
 		require.NoError(t, err)
 		tb := bundle{ctx: ctx, engine: engine, rdb: b.Client, slug: "race"}
 		dir := t.TempDir()
-		workers := []*queues.Offloader{
-			{Engine: engine, Dir: dir, Node: "shared", Protection: time.Millisecond, Logger: quietLogger},
-			{Engine: engine, Dir: dir, Node: "shared", Protection: time.Millisecond, Logger: quietLogger},
+		newWorker := func() *queues.Offloader {
+			return &queues.Offloader{Engine: engine, Dir: dir, Node: "shared", Protection: time.Millisecond,
+				StagedWindow: time.Hour, Logger: quietLogger}
 		}
+		workers := []*queues.Offloader{newWorker(), newWorker()}
+		cleaner := newWorker()
 		const total = 30_000
 		var wg sync.WaitGroup
 		var stop atomic.Bool
-		var removed atomic.Int64
 		wg.Add(1)
 		go func() { // the cleanup, as fast as it can
 			defer wg.Done()
 			for !stop.Load() {
-				n, _ := workers[1].CleanupOrphans(ctx)
-				removed.Add(int64(n))
+				_, _ = cleaner.CleanupOrphans(ctx)
 			}
 		}()
+		var junk atomic.Int64
 		wg.Add(1)
 		go func() { // leftovers of crashed writes, named like the next segments
 			defer wg.Done()
 			for !stop.Load() {
 				seq, _ := b.Client.HGet(ctx, queues.OffloadKey("race"), "seq").Int64()
-				path := filepath.Join(dir, "segments", "race", fmt.Sprintf("%012d.gz", seq+1))
-				if os.MkdirAll(filepath.Dir(path), 0o755) == nil && os.WriteFile(path, []byte("junk"), 0o644) == nil {
-					old := time.Now().Add(-time.Hour)
-					_ = os.Chtimes(path, old, old)
+				segDir := filepath.Join(dir, "segments", "race")
+				path := filepath.Join(segDir, fmt.Sprintf("%012d.gz", seq+1))
+				// Created only where no file is: a leftover is there before
+				// a segment is written, never written over a live one.
+				if os.MkdirAll(segDir, 0o755) == nil {
+					tmp := filepath.Join(segDir, "junk")
+					if os.WriteFile(tmp, []byte("junk"), 0o644) == nil {
+						old := time.Now().Add(-time.Hour)
+						_ = os.Chtimes(tmp, old, old)
+						if os.Link(tmp, path) == nil {
+							junk.Add(1)
+						}
+						_ = os.Remove(tmp)
+					}
 				}
 				time.Sleep(time.Millisecond)
 			}
@@ -285,25 +299,54 @@ func TestOrphanCleanupRacesOffloadAndRefill(t *testing.T) {
 				}
 			}()
 		}
-		// Enqueue in waves while claiming, so offload and refill both run.
+		activity := func() (committed, refilled int64) {
+			for _, w := range workers {
+				a := w.Activity()
+				committed += a.Committed
+				refilled += a.Refilled
+			}
+			return committed, refilled
+		}
+		// Enqueue in waves while claiming, so offload and refill both run;
+		// keep claiming until both have (or the items run out).
 		seen := map[string]int{}
 		claimed := 0
+		claim := func() int {
+			got := claimSome(t, tb, "bob", 100)
+			for _, item := range got {
+				seen[item]++
+			}
+			claimed += len(got)
+			if len(got) > 0 {
+				_, err := tb.done("bob", got...)
+				require.NoError(t, err)
+			}
+			return len(got)
+		}
 		for wave := range 6 {
 			tb.enqueue(t, todo, names("w"+string(rune('a'+wave))+":", total/6)...)
 			for range 20 {
-				got := claimSome(t, tb, "bob", 100)
-				for _, item := range got {
-					seen[item]++
-				}
-				claimed += len(got)
-				if len(got) > 0 {
-					_, err := tb.done("bob", got...)
-					require.NoError(t, err)
-				}
+				claim()
+			}
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for committed, refilled := activity(); (committed == 0 || refilled == 0) && time.Now().Before(deadline); committed, refilled = activity() {
+			if claim() == 0 {
+				time.Sleep(time.Millisecond)
 			}
 		}
 		stop.Store(true)
 		wg.Wait()
+		committed, refilled := activity()
+		removed := cleaner.Activity().OrphansRemoved
+		t.Logf("during the race: %d segments committed, %d refilled, %d items claimed; %d junk files planted, %d orphans removed",
+			committed, refilled, claimed, junk.Load(), removed)
+		require.Positive(t, committed, "segments were written while cleanup ran")
+		require.Positive(t, refilled, "segments were refilled while cleanup ran")
+		for _, w := range workers {
+			require.Zero(t, w.Activity().Recovered, "no staged segment was put back mid-write")
+		}
+
 		rest := claimEverything(t, tb, workers[0])
 		for item, n := range rest {
 			seen[item] += n
@@ -316,7 +359,6 @@ func TestOrphanCleanupRacesOffloadAndRefill(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, segmentFiles(t, dir))
 		require.Equal(t, queues.Counts{Done: total}, tb.counts(t))
-		t.Logf("claimed %d during the race; cleanup removed %d files", claimed, removed.Load())
 	})
 }
 
