@@ -50,6 +50,7 @@ type announceBenchOptions struct {
 	seed        uint64
 	opentracker string
 	cpuProfile  string
+	pipelines   int
 }
 
 // The bounds keep a mistyped flag from turning the benchmark into a flood.
@@ -93,6 +94,7 @@ CPU" is the load generator alone.`,
 	f.IntVar(&o.concurrency, "concurrency", loadgen.DefaultConcurrency, "announces in flight")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the torrents and peers")
 	f.StringVar(&o.opentracker, "opentracker", "/usr/bin/opentracker", "opentracker binary (Debian: apt-get install -y opentracker)")
+	f.IntVar(&o.pipelines, "announce-pipelines", 0, "hoard's shared announce pipelines (0: its default; -1: each announce in its own round trip)")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the hoard http-close runs to this file and print its top functions")
 	return cmd
 }
@@ -113,6 +115,8 @@ func (o *announceBenchOptions) validate() error {
 		return errors.New("--numwant must be between 1 and 200")
 	case o.seeders < 0 || o.seeders > 1:
 		return errors.New("--seeders must be between 0 and 1")
+	case o.pipelines < -1 || o.pipelines > 64:
+		return errors.New("--announce-pipelines must be between -1 and 64")
 	case o.concurrency < 1 || o.concurrency > maxBenchConcurrency:
 		return fmt.Errorf("--concurrency must be between 1 and %d", maxBenchConcurrency)
 	}
@@ -198,7 +202,7 @@ func benchAnnounce(ctx context.Context, o announceBenchOptions) error {
 	infoClient := redis.NewClient(infoOpts)
 	defer infoClient.Close()
 
-	hoard, stopHoard, err := startBenchTracker(ctx, rs.URL(), quiet)
+	hoard, stopHoard, err := startBenchTracker(ctx, rs.URL(), o.pipelines, quiet)
 	if err != nil {
 		return err
 	}
@@ -405,13 +409,14 @@ func medianOf[T int64 | float64 | time.Duration](values []T) T {
 // mode, HTTP and UDP on ephemeral loopback ports. Its goroutines carry
 // the profiler label side=hoard (labels pass to the goroutines a
 // labelled goroutine starts: the listeners and every connection's).
-func startBenchTracker(ctx context.Context, redisURL string, logger *slog.Logger) (*announceTarget, func(), error) {
+func startBenchTracker(ctx context.Context, redisURL string, pipelines int, logger *slog.Logger) (*announceTarget, func(), error) {
 	p, err := btplugin.New(ctx, logger)
 	if err != nil {
 		return nil, nil, err
 	}
 	tracker := p.(*btplugin.Tracker)
-	settings, _ := json.Marshal(map[string]string{"mode": "open", "http": "127.0.0.1:0", "udp4": "127.0.0.1:0", "udp6": ""})
+	settings, _ := json.Marshal(map[string]any{"mode": "open", "http": "127.0.0.1:0", "udp4": "127.0.0.1:0", "udp6": "",
+		"announce_pipelines": pipelines})
 	pprof.Do(ctx, pprof.Labels("side", "hoard"), func(ctx context.Context) {
 		err = tracker.Configure(ctx, plugins.Config{Name: "bittorrent", RedisURL: redisURL, Settings: settings})
 	})

@@ -60,6 +60,9 @@ type Settings struct {
 	// HnRMinSeedTime and HnRMinRatio define a hit-and-run (private mode).
 	HnRMinSeedTime string  `json:"hnr_min_seed_time"`
 	HnRMinRatio    float64 `json:"hnr_min_ratio"`
+	// AnnouncePipelines is how many shared pipelines carry concurrent
+	// announces to Redis (0: 4); -1 sends each announce alone.
+	AnnouncePipelines int `json:"announce_pipelines"`
 }
 
 // Defaults for Settings.
@@ -113,6 +116,10 @@ func (s *Settings) parse(raw json.RawMessage) (swarm.Config, bittorrent.Announce
 		return cfg, policy, errors.New("bittorrent settings: numwant limits must not be negative")
 	}
 	cfg.MaxNumWant = s.MaxNumWant
+	if s.AnnouncePipelines < -1 || s.AnnouncePipelines > 64 {
+		return cfg, policy, errors.New("bittorrent settings: announce_pipelines must be -1 (off), 0 (default) or up to 64")
+	}
+	cfg.AnnouncePipelines = s.AnnouncePipelines
 	policy.Interval, policy.MinInterval = cfg.Interval, cfg.MinInterval
 	policy.DefaultNumWant, policy.MaxNumWant = s.DefaultNumWant, s.MaxNumWant
 	if s.HTTP == "" && s.UDP4 == "" && s.UDP6 == "" {
