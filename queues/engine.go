@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -748,6 +749,18 @@ type Counts struct {
 	Offloaded int64 `json:"offloaded"`
 	// Reclaimable is how many claims are past their reclaim deadline.
 	Reclaimable int64 `json:"reclaimable"`
+
+	// offloadedIn splits Offloaded by shared queue, in SharedQueues order.
+	offloadedIn [4]int64
+}
+
+// OffloadedIn is how many of shared queue q's waiting items are in segment
+// files on disk.
+func (c Counts) OffloadedIn(q Queue) int64 {
+	if i := slices.Index(SharedQueues, q); i >= 0 && i < len(c.offloadedIn) {
+		return c.offloadedIn[i]
+	}
+	return 0
 }
 
 // TodoTotal is every item waiting in a queue.
@@ -810,6 +823,7 @@ func (e *Engine) Counts(ctx context.Context, slug string) (Counts, error) {
 	for i, q := range SharedQueues {
 		n, _ := strconv.ParseInt(offloaded.Val()["q:"+string(q)], 10, 64)
 		c.Offloaded += n
+		c.offloadedIn[i] = n
 		switch i {
 		case 0:
 			c.Todo += n

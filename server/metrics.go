@@ -178,6 +178,7 @@ type projectCollector struct {
 	logger *slog.Logger
 
 	items            *prometheus.Desc
+	itemsOffloaded   *prometheus.Desc
 	itemsDone        *prometheus.Desc
 	bytesDone        *prometheus.Desc
 	itemRequests     *prometheus.Desc
@@ -209,6 +210,7 @@ func newProjectCollector(stats ProjectStats, logger *slog.Logger) *projectCollec
 		stats:            stats,
 		logger:           logger,
 		items:            desc("hoard_project_items", "Items in each place of a project (queues, out, done, reclaimable).", "place"),
+		itemsOffloaded:   desc("hoard_project_items_offloaded", "Waiting items of each shared queue in segment files on disk, not Redis (also in hoard_project_items).", "queue"),
 		itemsDone:        desc("hoard_project_items_done_total", "Items completed."),
 		bytesDone:        desc("hoard_project_bytes_done_total", "Bytes reported by completed items."),
 		itemRequests:     desc("hoard_project_item_requests_total", "Item requests, by result.", "result"),
@@ -226,7 +228,7 @@ func newProjectCollector(stats ProjectStats, logger *slog.Logger) *projectCollec
 }
 
 func (p *projectCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{p.items, p.itemsDone, p.bytesDone, p.itemRequests, p.itemsServed,
+	for _, d := range []*prometheus.Desc{p.items, p.itemsOffloaded, p.itemsDone, p.bytesDone, p.itemRequests, p.itemsServed,
 		p.reclaimsServed, p.irsr, p.reclaimRate, p.reclaimServeRate, p.rtt} {
 		ch <- d
 	}
@@ -272,6 +274,9 @@ func (p *projectCollector) collectProject(ch chan<- prometheus.Metric, slug stri
 		{"todo:reserved", c.Reserved}, {"out", c.Out}, {"done", c.Done}, {"reclaimable", c.Reclaimable},
 	} {
 		gauge(p.items, float64(place.n), place.name)
+	}
+	for _, q := range queues.SharedQueues {
+		gauge(p.itemsOffloaded, float64(c.OffloadedIn(q)), string(q))
 	}
 	counter(p.itemsDone, "items_done")
 	counter(p.bytesDone, "bytes_done")

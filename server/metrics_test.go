@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -128,5 +129,27 @@ func TestMetricsToken(t *testing.T) {
 		// stats.json stays public whatever the token.
 		f.project("open", queues.SettingsPatch{})
 		require.Equal(t, http.StatusOK, f.get("/open/stats.json").status)
+	})
+}
+
+func TestMetricsOffloadedPerQueue(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, server.Config{})
+		above, segment := 2000, 1000
+		items := make([]string, 3500)
+		for i := range items {
+			items[i] = "u:" + strconv.Itoa(i)
+		}
+		f.project("big", queues.SettingsPatch{OffloadAbove: &above, OffloadSegment: &segment}, items...)
+		o := &queues.Offloader{Engine: f.engine, Dir: t.TempDir(), Node: "n", Logger: quiet}
+		require.NoError(t, o.RunOnce(f.ctx))
+		counts, err := f.engine.Counts(f.ctx, "big")
+		require.NoError(t, err)
+		require.Positive(t, counts.Offloaded)
+
+		body := f.get("/metrics").body
+		require.Equal(t, strconv.FormatInt(counts.Offloaded, 10), metricLine(t, body, `hoard_project_items_offloaded{project="big",queue="todo"}`))
+		require.Equal(t, "0", metricLine(t, body, `hoard_project_items_offloaded{project="big",queue="todo:secondary"}`))
+		require.Equal(t, "3500", metricLine(t, body, `hoard_project_items{place="todo",project="big"}`), "offloaded items still wait in todo")
 	})
 }
