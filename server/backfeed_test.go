@@ -131,3 +131,29 @@ func TestBackfeedWithLuaSocket(t *testing.T) {
 		require.EqualValues(t, 1000, counts.Backfeed)
 	})
 }
+
+// TestRegisteredItemsAreDuplicatesToBackfeed: `queue add --register` goes
+// through the admin API with a token; backfeed then calls the items
+// duplicates and queues nothing.
+func TestRegisteredItemsAreDuplicatesToBackfeed(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, server.Config{AdminToken: token})
+		s := secret
+		f.project("grab-it", queues.SettingsPatch{BackfeedSecret: &s})
+		r := f.admin(http.MethodPost, "/projects/grab-it/items", `{"queue":"todo","register":true,"items":["url:r1","url:r2"]}`, token)
+		require.Equal(t, http.StatusOK, r.status, r.body)
+		require.Equal(t, 2.0, decode(t, r.body)["queued"])
+		r = f.admin(http.MethodPost, "/projects/grab-it/items", `{"queue":"todo","register":true,"items":["url:r2","url:r3"]}`, token)
+		require.Equal(t, http.StatusOK, r.status, r.body)
+		require.Equal(t, 1.0, decode(t, r.body)["queued"])
+		require.Equal(t, 1.0, decode(t, r.body)["skipped"], "registered already")
+
+		_, m := f.backfeed("/backfeed/legacy/grab-it-"+secret, "text/plain", "url:r1\x00url:r3\x00url:new\x00")
+		require.Equal(t, 2.0, m["duplicate"])
+		require.Equal(t, 1.0, m["new"])
+		counts, err := f.engine.Counts(f.ctx, "grab-it")
+		require.NoError(t, err)
+		require.EqualValues(t, 3, counts.Todo)
+		require.EqualValues(t, 1, counts.Backfeed)
+	})
+}

@@ -154,3 +154,29 @@ func TestCLIOffloadExportAndReimport(t *testing.T) {
 		require.ErrorContains(t, err, "no project")
 	})
 }
+
+// TestCLIQueueAddRegister: items queued with --register are duplicates to
+// backfeed afterwards.
+func TestCLIQueueAddRegister(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+		engine := queues.NewEngine(b.Client, queues.Options{Logger: quiet})
+		srv, err := server.New(server.Config{AdminToken: "cli-token", Logger: quiet}, engine)
+		require.NoError(t, err)
+		ts := httptest.NewServer(srv.Handler())
+		defer ts.Close()
+		ctx := context.Background()
+		secret := "bf_secret_1"
+		_, err = engine.CreateProject(ctx, "reg", queues.SettingsPatch{BackfeedSecret: &secret})
+		require.NoError(t, err)
+
+		path := filepath.Join(t.TempDir(), "items.txt")
+		require.NoError(t, os.WriteFile(path, []byte("user:a\nuser:b\n"), 0o600))
+		out, err := runCLI(t, ts.URL, "queue", "add", "reg", path, "--register")
+		require.NoError(t, err, out)
+		require.Contains(t, out, "queued 2 items")
+		res, err := engine.Backfeed(ctx, "reg", secret, []string{"user:a", "user:b", "user:c"})
+		require.NoError(t, err)
+		require.Equal(t, queues.BackfeedResult{Received: 3, New: 1, Duplicate: 2}, res)
+	})
+}
