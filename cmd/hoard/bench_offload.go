@@ -164,6 +164,35 @@ func benchOffloadBytes(ctx context.Context, env *benchEnv, o offloadBenchOptions
 	return env.rdb.FlushAll(ctx).Err()
 }
 
+// claimStallThreshold is the gap between served claims reported as a stall.
+const claimStallThreshold = time.Second
+
+// claimStalls tracks the gaps between claims that got items, across every
+// claimer.
+type claimStalls struct {
+	mu         sync.Mutex
+	last       time.Time     // the latest served claim (or the start)
+	longest    time.Duration // the longest gap
+	longestEnd time.Duration // when it ended, from the start
+	count      int           // gaps of claimStallThreshold or more
+}
+
+func (s *claimStalls) served(now, start time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !now.After(s.last) {
+		return
+	}
+	gap := now.Sub(s.last)
+	s.last = now
+	if gap >= claimStallThreshold {
+		s.count++
+	}
+	if gap > s.longest {
+		s.longest, s.longestEnd = gap, now.Sub(start)
+	}
+}
+
 // benchOffloadScale queues o.items items while claim+done loops run,
 // under a Redis maxmemory cap with noeviction: a write that would pass the
 // cap fails, and so fails the run.
@@ -213,9 +242,11 @@ func benchOffloadScale(ctx context.Context, env *benchEnv, o offloadBenchOptions
 			}
 		}
 	}()
-	var claimed atomic.Int64
+	var claimed, empty atomic.Int64
 	var latMu sync.Mutex
 	var latencies []time.Duration
+	start := time.Now()
+	stalls := &claimStalls{last: start}
 	claimErr := make(chan error, o.claimers)
 	for c := range o.claimers {
 		wg.Add(1)
@@ -229,9 +260,11 @@ func benchOffloadScale(ctx context.Context, env *benchEnv, o offloadBenchOptions
 				latMu.Unlock()
 			}()
 			for runCtx.Err() == nil {
-				start := time.Now()
+				began := time.Now()
 				res, err := env.engine.Claim(runCtx, queues.ClaimRequest{Project: slug, Downloader: who, IP: "127.0.0.1", Count: 100})
 				if queues.CodeOf(err) == queues.CodeNoItem {
+					// Counted: "served throughout" must be shown, not assumed.
+					empty.Add(1)
 					time.Sleep(10 * time.Millisecond)
 					continue
 				}
@@ -241,7 +274,9 @@ func benchOffloadScale(ctx context.Context, env *benchEnv, o offloadBenchOptions
 					}
 					return
 				}
-				mine = append(mine, time.Since(start))
+				now := time.Now()
+				mine = append(mine, now.Sub(began))
+				stalls.served(now, start)
 				names := make([]string, len(res.Items))
 				for i, it := range res.Items {
 					names[i] = it.Name
@@ -257,7 +292,6 @@ func benchOffloadScale(ctx context.Context, env *benchEnv, o offloadBenchOptions
 		}()
 	}
 
-	start := time.Now()
 	var queued atomic.Int64
 	progressDone := make(chan struct{})
 	go func() {
@@ -292,6 +326,7 @@ func benchOffloadScale(ctx context.Context, env *benchEnv, o offloadBenchOptions
 	}
 	enq.Wait()
 	elapsed := time.Since(start)
+	stalls.served(time.Now(), start) // a stall running to the end counts too
 	close(progressDone)
 	cancel()
 	wg.Wait()
@@ -319,8 +354,11 @@ func benchOffloadScale(ctx context.Context, env *benchEnv, o offloadBenchOptions
 	}
 	fmt.Printf("  queued %d items in %s (%.0f items/s); peak used_memory %.1f MiB of the %d MiB cap\n",
 		o.items, elapsed.Round(time.Second), float64(o.items)/elapsed.Seconds(), float64(peak.Load())/(1<<20), o.memoryCap>>20)
-	fmt.Printf("  claims served throughout: %d items in %d claims, claim latency p50 %s p99 %s\n",
+	fmt.Printf("  claims served: %d items in %d claims, claim latency p50 %s p99 %s\n",
 		claimed.Load(), len(latencies), pct(0.5).Round(time.Microsecond), pct(0.99).Round(time.Microsecond))
+	fmt.Printf("  empty replies (no item): %d of %d claim requests; longest time without a served claim %s (ending %s into the run); %d stalls of %s or more\n",
+		empty.Load(), empty.Load()+int64(len(latencies)), stalls.longest.Round(time.Millisecond), stalls.longestEnd.Round(time.Second),
+		stalls.count, claimStallThreshold)
 	fmt.Printf("  at the end: %d waiting (%d on disk in %.0f MiB of segments), %d out, %d done; all %d accounted for\n",
 		counts.TodoTotal(), counts.Offloaded, float64(dirBytes(dir))/(1<<20), counts.Out, counts.Done, o.items)
 	return nil
