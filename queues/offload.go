@@ -371,6 +371,37 @@ func (o *Offloader) newSegmentID(ctx context.Context, slug string) (string, erro
 	return fmt.Sprintf("%012d", seq), nil
 }
 
+// newArchiveID hands out an id for an archive file. Finished archive files
+// have no record, so were Redis to lose seq, a new id could name one of
+// them: then seq is first moved past every archive file's id.
+func (o *Offloader) newArchiveID(ctx context.Context, slug string) (string, error) {
+	id, err := o.newSegmentID(ctx, slug)
+	if err != nil {
+		return "", err
+	}
+	dir := o.segmentDir(slug, true)
+	if _, err := os.Stat(filepath.Join(dir, id+".gz")); err != nil {
+		return id, nil
+	}
+	files, err := os.ReadDir(dir)
+	if err != nil {
+		return "", err
+	}
+	seq, _ := strconv.ParseInt(id, 10, 64)
+	var highest int64
+	for _, file := range files {
+		if m := segmentFileName.FindStringSubmatch(file.Name()); m != nil {
+			n, _ := strconv.ParseInt(m[1], 10, 64)
+			highest = max(highest, n)
+		}
+	}
+	o.logger().Warn("archive file ids were reused (did Redis lose the project's offload seq?): moving seq past them", "project", slug, "seq", seq, "highest", highest)
+	if err := o.Engine.rdb.HIncrBy(ctx, OffloadKey(slug), "seq", highest-seq).Err(); err != nil {
+		return "", err
+	}
+	return o.newSegmentID(ctx, slug)
+}
+
 func (o *Offloader) segmentDir(slug string, archive bool) string {
 	if archive {
 		return filepath.Join(o.Dir, "archive", slug)
@@ -426,7 +457,11 @@ func (o *Offloader) offloadQueue(ctx context.Context, slug string, q Queue, abov
 // offloadOnce takes up to want items off source (keeping keep), writes them
 // to a new segment file and commits it. It returns the items moved.
 func (o *Offloader) offloadOnce(ctx context.Context, slug, queue, source, end string, want, keep int64) (int64, error) {
-	id, err := o.newSegmentID(ctx, slug)
+	newID := o.newSegmentID
+	if queue == "done" {
+		newID = o.newArchiveID
+	}
+	id, err := newID(ctx, slug)
 	if err != nil {
 		return 0, err
 	}

@@ -510,6 +510,20 @@ func TestCommittedArchiveFileIsFinishedByTheNextPass(t *testing.T) {
 		require.NoError(t, err)
 		require.EqualValues(t, 5, n)
 		require.Equal(t, "old:1\nold:2\nnew:1\nnew:2\nnew:3\n", out.String())
+
+		// The offload seq starts over (here it was never set, as after a
+		// Redis that lost it): new archive files never take a finished
+		// one's id.
+		tb.enqueue(t, todo, "late:1", "late:2")
+		_, err = tb.done("alice", tb.claim(t, "alice", 2)...)
+		require.NoError(t, err)
+		require.NoError(t, o.FlushArchive(tb.ctx, tb.slug))
+		require.FileExists(t, filepath.Join(dir, "000000000003.gz"))
+		out.Reset()
+		n, err = o.ExportArchive(tb.ctx, tb.slug, &out)
+		require.NoError(t, err)
+		require.EqualValues(t, 7, n)
+		require.True(t, strings.HasPrefix(out.String(), "old:1\nold:2\nnew:1\nnew:2\nnew:3\n"), out.String())
 	})
 }
 
