@@ -352,15 +352,29 @@ func (l *expiryListener) worker(ctx context.Context) {
 			if !ok {
 				continue
 			}
-			removed, _, err := l.s.expireMembers(ctx, hash, []string{string(peer[:]) + userID})
-			if err != nil {
-				if ctx.Err() == nil {
+			member := []string{string(peer[:]) + userID}
+			// An event comes once: a transient failure (a busy or failing
+			// over node) is retried a few times before the peer is left to
+			// the sweep, which removes it later but just as surely.
+			for attempt, backoff := 0, 50*time.Millisecond; ; attempt, backoff = attempt+1, backoff*4 {
+				removed, _, err := l.s.expireMembers(ctx, hash, member)
+				if err == nil {
+					l.s.counters.expiredByEvent.Add(removed)
+					break
+				}
+				if ctx.Err() != nil {
+					break
+				}
+				if attempt == 3 {
 					l.s.logger.Warn("swarm: expiring a peer on its event failed; the sweep will retry",
 						"info_hash", hexHash(hash), "error", err)
+					break
 				}
-				continue
+				select {
+				case <-ctx.Done():
+				case <-time.After(backoff):
+				}
 			}
-			l.s.counters.expiredByEvent.Add(removed)
 		}
 	}
 }

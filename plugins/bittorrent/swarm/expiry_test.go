@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/internal/redistest"
@@ -162,13 +163,14 @@ func TestKeyspaceEventExpiresPeers(t *testing.T) {
 		f.announce(survivor, peerID("-TR", 0), 0, passkey("passkeyA"), seeding)
 		// The deadline has passed by the store's clock; make Redis agree.
 		for i, hash := range hashes {
-			require.NoError(t, b.Client.PExpire(ctx, swarm.TimeoutKey(hash, peerID("-TR", i), "alice"), time.Millisecond).Err())
+			set, err := b.Client.PExpire(ctx, swarm.TimeoutKey(hash, peerID("-TR", i), "alice"), time.Millisecond).Result()
+			require.NoError(t, err)
+			require.True(t, set, "peer %d has its timeout key", i)
 		}
-		require.Eventually(t, func() bool {
-			return f.store.ExpiryStats().ExpiredByEvent == int64(len(hashes)-1)
-		}, 10*time.Second, 5*time.Millisecond)
-		require.Eventually(t, func() bool {
-			return f.store.ExpiryStats().EventsReceived == int64(len(hashes))
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			st := f.store.ExpiryStats()
+			assert.Equal(c, int64(len(hashes)-1), st.ExpiredByEvent, "%+v", st)
+			assert.Equal(c, int64(len(hashes)), st.EventsReceived, "%+v", st)
 		}, 10*time.Second, 5*time.Millisecond)
 		for _, hash := range hashes {
 			want := int64(0)
