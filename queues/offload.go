@@ -712,14 +712,21 @@ func (o *Offloader) ownsFile(slug string, seg Segment) bool {
 func (o *Offloader) refillQueue(ctx context.Context, slug string, q Queue, above int, segments []Segment) (int64, error) {
 	var refilled int64
 	var errs []error
+	// The lists' lengths are read once, and again only after a refill
+	// changed them: a queue with hundreds of segments on disk costs one
+	// read per pass, not two round trips per segment.
+	var keys []string
+	var lens []int64
 	for _, seg := range segments {
 		if seg.State != SegmentDisk || seg.Queue != string(q) || !o.ownsFile(slug, seg) {
 			continue
 		}
 		if above > 0 {
-			keys, lens, err := o.queueLists(ctx, slug, q)
-			if err != nil {
-				return refilled, err
+			if keys == nil {
+				var err error
+				if keys, lens, err = o.queueLists(ctx, slug, q); err != nil {
+					return refilled, err
+				}
 			}
 			var total int64
 			length := lens[0]
@@ -735,6 +742,7 @@ func (o *Offloader) refillQueue(ctx context.Context, slug string, q Queue, above
 			}
 		}
 		n, err := o.refillSegment(ctx, slug, seg)
+		keys = nil // re-read: the refill (or a failed one) may have changed them
 		if err != nil {
 			o.logger().Error("segment not refilled", "project", slug, "segment", seg.ID, "items", seg.Count, "err", err)
 			errs = append(errs, err)
