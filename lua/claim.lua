@@ -21,10 +21,12 @@
 -- KEYS[17] rate:d     STRING this downloader's GCRA state
 -- KEYS[18] rate:ip    STRING this client IP's GCRA state
 -- KEYS[19] hourly     HASH  this hour's counters (expires after 8 days)
+-- KEYS[20] recent_done ZSET item -> done at (ms): the latest completions
+--                          (done_mode count or archive keep no done set)
 -- then, for each limit group g (in the order of the config's limit_groups):
--- KEYS[20+5g .. 23+5g]  LIST  the group's sub-queues of todo, todo:backfeed,
+-- KEYS[21+5g .. 24+5g]  LIST  the group's sub-queues of todo, todo:backfeed,
 --                             todo:secondary and todo:redo
--- KEYS[24+5g]           STRING the group's GCRA state
+-- KEYS[25+5g]           STRING the group's GCRA state
 --
 -- ARGV[1] now (ms)
 -- ARGV[2] downloader
@@ -49,11 +51,19 @@
 --  -4  rate limited; detail = milliseconds until a request would pass
 --  -5  project paused
 --  -6  stale: the project's limit groups changed; rebuild KEYS and retry
+--  -7  corrupt state, nothing changed; detail = which key or field is unusable
 --
--- Note: items found in claims or done when popped, or popped twice in this
--- call, are duplicates queued twice; they are dropped (counted in
+-- Note: items found in claims, done or recent_done when popped, or popped
+-- twice in this call, are duplicates queued twice; they are dropped (counted in
 -- stats.duplicates_dropped) because the item already has its one place. A
 -- released item popped again continues its claim count and claimant list.
+--
+-- Note: the script cannot stop between a pop and its claim record. Every key
+-- it touches is type-checked, and every counter it increments is checked to
+-- be an integer, before its first write (a failing command in a script keeps
+-- the writes before it); each popped batch's out, deadlines, claims and
+-- budget are written right after its pop; a due claim whose record is
+-- missing or unreadable is skipped and counted (claims_unreadable).
 
 local now = tonumber(ARGV[1])
 local downloader = ARGV[2]
@@ -62,7 +72,7 @@ local wanted = tonumber(ARGV[4])
 local version = ARGV[5]
 local global_block = ARGV[6]
 local groups_version = ARGV[7]
-local ngroups = (#KEYS - 19) / 5
+local ngroups = (#KEYS - 20) / 5
 local group_index = {}
 for g = 0, ngroups - 1 do
   group_index[ARGV[10 + 3 * g]] = g
@@ -81,6 +91,47 @@ if (cfg[12] or '0') ~= groups_version then
 end
 if cfg[2] == '1' then
   return {-5, 'paused'}
+end
+
+-- Validate before the first write (see the note above).
+local expected_types = {
+  [2] = 'list', [3] = 'list', [4] = 'list', [5] = 'list', [6] = 'list',
+  [7] = 'zset', [8] = 'zset', [9] = 'hash', [10] = 'set', [11] = 'hash',
+  [12] = 'hash', [13] = 'hash', [14] = 'hash', [15] = 'string', [16] = 'hash',
+  [17] = 'string', [18] = 'string', [19] = 'hash', [20] = 'zset',
+}
+for g = 0, ngroups - 1 do
+  for q = 0, 3 do expected_types[21 + 5 * g + q] = 'list' end
+  expected_types[25 + 5 * g] = 'string'
+end
+for i, want in pairs(expected_types) do
+  local have = redis.call('TYPE', KEYS[i])['ok']
+  if have ~= 'none' and have ~= want then
+    return {-7, KEYS[i] .. ' is a ' .. have .. ', not a ' .. want}
+  end
+end
+local function integer_field(value)
+  return value == false or (#value <= 18 and string.find(value, '^%-?%d+$') ~= nil)
+end
+local counters = {'requests', 'requests_blocked', 'requests_too_old', 'requests_rate_limited',
+  'requests_empty', 'requests_group_limited', 'requests_served', 'items_served',
+  'requests_served_reclaim', 'reclaims_served', 'items_reclaimed', 'duplicates_dropped',
+  'claims_unreadable'}
+local values = redis.call('HMGET', KEYS[13], unpack(counters))
+for i, field in ipairs(counters) do
+  if not integer_field(values[i]) then
+    return {-7, KEYS[13] .. ' field ' .. field .. ' is not an integer'}
+  end
+end
+local hourly_counters = {'requests', 'requests_served', 'requests_served_reclaim'}
+values = redis.call('HMGET', KEYS[19], unpack(hourly_counters))
+for i, field in ipairs(hourly_counters) do
+  if not integer_field(values[i]) then
+    return {-7, KEYS[19] .. ' field ' .. field .. ' is not an integer'}
+  end
+end
+if not integer_field(redis.call('HGET', KEYS[11], downloader)) then
+  return {-7, KEYS[11] .. ' field ' .. downloader .. ' is not an integer'}
 end
 
 local block = redis.call('HGET', KEYS[14], downloader) or redis.call('HGET', KEYS[14], ip)
@@ -203,7 +254,7 @@ for g = 0, ngroups - 1 do
     tokens = unlimited
   elseif rate > 0 then
     local period = 60000 / rate
-    local tat = tonumber(redis.call('GET', KEYS[24 + 5 * g]) or '0') or 0
+    local tat = tonumber(redis.call('GET', KEYS[25 + 5 * g]) or '0') or 0
     if tat < now then tat = now end
     tokens = math.max(0, math.floor((now - tat) / period + burst + 0.000001))
     group_tat[g], group_period[g] = tat, period
@@ -218,7 +269,7 @@ local function charge_group(g, n)
   if n <= 0 or group_tokens[g] >= unlimited then return end
   group_tokens[g] = group_tokens[g] - n
   group_tat[g] = group_tat[g] + n * group_period[g]
-  redis.call('SET', KEYS[24 + 5 * g], string.format('%.4f', group_tat[g]),
+  redis.call('SET', KEYS[25 + 5 * g], string.format('%.4f', group_tat[g]),
     'PX', int(math.ceil(group_tat[g] - now) + 1000))
 end
 
@@ -226,7 +277,7 @@ local function group_limit_hit()
   for g = 0, ngroups - 1 do
     if group_tokens[g] == 0 then
       for q = 0, 3 do
-        if redis.call('EXISTS', KEYS[20 + 5 * g + q]) == 1 then
+        if redis.call('EXISTS', KEYS[21 + 5 * g + q]) == 1 then
           return true
         end
       end
@@ -237,7 +288,8 @@ end
 
 local taken = {}
 local reclaims = 0
-local out_args, deadline_args, claim_args = {}, {}, {}
+local fresh = 0
+local unreadable = 0
 
 -- Due claims of a limit group with no tokens left are skipped (they stay
 -- due); the window looks past a few of them so they cannot starve others.
@@ -247,7 +299,14 @@ local function take_reclaims(want)
   for _, item in ipairs(due) do
     if want <= 0 then break end
     local record = redis.call('HGET', KEYS[9], item)
-    local count, _, previous, _, earlier, group = parse_claim(record)
+    local count, _, previous, _, earlier, group
+    if record then
+      count, _, previous, _, earlier, group = parse_claim(record)
+    end
+    if not count then
+      -- Missing or unreadable: leave it due for an operator, never guess.
+      unreadable = unreadable + 1
+    else
     local g = group_index[group]
     if g == nil or group_tokens[g] > 0 then
     if g ~= nil then charge_group(g, 1) end
@@ -265,12 +324,14 @@ local function take_reclaims(want)
     taken[#taken + 1] = item
     reclaims = reclaims + 1
     end
+    end
   end
 end
 
 local dropped = 0
 local picked = {}
 local any_released = redis.call('EXISTS', KEYS[16]) == 1
+local any_recent = redis.call('EXISTS', KEYS[20]) == 1
 local function pop_fresh(key, want, group)
   local rounds = 0
   while want > 0 and rounds < 8 do
@@ -278,8 +339,11 @@ local function pop_fresh(key, want, group)
     local asked = want
     local batch = redis.call('LPOP', key, asked)
     if not batch then return end
+    -- This batch's claims are written before anything else can run.
+    local out_args, deadline_args, claim_args = {}, {}, {}
     for _, item in ipairs(batch) do
-      if picked[item] or redis.call('HEXISTS', KEYS[9], item) == 1 or redis.call('SISMEMBER', KEYS[10], item) == 1 then
+      if picked[item] or redis.call('HEXISTS', KEYS[9], item) == 1 or redis.call('SISMEMBER', KEYS[10], item) == 1
+          or (any_recent and redis.call('ZSCORE', KEYS[20], item)) then
         dropped = dropped + 1
       else
         picked[item] = true
@@ -305,6 +369,13 @@ local function pop_fresh(key, want, group)
         want = want - 1
       end
     end
+    if #claim_args > 0 then
+      call_chunked('ZADD', KEYS[7], out_args)
+      call_chunked('ZADD', KEYS[8], deadline_args)
+      call_chunked('HSET', KEYS[9], claim_args)
+      redis.call('HINCRBY', KEYS[11], downloader, #claim_args / 2)
+      fresh = fresh + #claim_args / 2
+    end
     if #batch < asked then return end -- the queue ran dry
   end
 end
@@ -323,7 +394,7 @@ if claims_limit_hit or (reclaim_enabled and group_limit_hit()) then
   take_reclaims(wanted)
 end
 local function room()
-  return math.min(wanted - #taken, fresh_room - #claim_args / 2)
+  return math.min(wanted - #taken, fresh_room - fresh)
 end
 if room() > 0 then
   pop_fresh(KEYS[2], room(), '-')
@@ -333,7 +404,7 @@ for q = 0, 3 do
     local want = math.min(room(), group_tokens[g])
     if want > 0 then
       local before = #taken
-      pop_fresh(KEYS[20 + 5 * g + q], want, ARGV[10 + 3 * g])
+      pop_fresh(KEYS[21 + 5 * g + q], want, ARGV[10 + 3 * g])
       charge_group(g, #taken - before)
     end
   end
@@ -346,6 +417,9 @@ take_reclaims(wanted - #taken)
 if dropped > 0 then
   redis.call('HINCRBY', KEYS[13], 'duplicates_dropped', dropped)
 end
+if unreadable > 0 then
+  redis.call('HINCRBY', KEYS[13], 'claims_unreadable', unreadable)
+end
 if #taken == 0 then
   redis.call('HINCRBY', KEYS[13], 'requests_empty', 1)
   if claims_limit_hit then return {0, 'claims_limit'} end
@@ -356,12 +430,9 @@ if #taken == 0 then
   return {0, 'empty'}
 end
 
-if #out_args > 0 then
-  call_chunked('ZADD', KEYS[7], out_args)
-  call_chunked('ZADD', KEYS[8], deadline_args)
-  call_chunked('HSET', KEYS[9], claim_args)
+if reclaims > 0 then
+  redis.call('HINCRBY', KEYS[11], downloader, reclaims)
 end
-redis.call('HINCRBY', KEYS[11], downloader, #taken)
 redis.call('HINCRBY', KEYS[13], 'requests_served', 1)
 redis.call('HINCRBY', KEYS[13], 'items_served', #taken)
 hourly('requests_served', 1)

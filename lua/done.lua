@@ -103,7 +103,7 @@ for i = first_item, #ARGV do
         strangers[#strangers + 1] = item
       end
     elseif redis.call('SISMEMBER', KEYS[5], item) == 1
-        or (done_mode ~= 'keep' and redis.call('ZSCORE', KEYS[20], item)) then
+        or redis.call('ZSCORE', KEYS[20], item) then
       duplicates = duplicates + 1
     else
       local released = any_released and redis.call('HGET', KEYS[14], item)

@@ -47,9 +47,14 @@ end
 
 -- One fewer item out for a downloader; the field goes when it reaches zero
 -- so the budget hash stays as small as the set of active downloaders.
+-- A field that is not an integer (it can't be, but a script must not fail
+-- after its first write) is dropped rather than incremented.
 local function budget_decrement(key, downloader)
-  if redis.call('HINCRBY', key, downloader, -1) <= 0 then
+  local value = redis.call('HGET', key, downloader)
+  if not value or #value > 18 or not string.find(value, '^%-?%d+$') or tonumber(value) <= 1 then
     redis.call('HDEL', key, downloader)
+  else
+    redis.call('HINCRBY', key, downloader, -1)
   end
 end
 

@@ -296,6 +296,11 @@ func (e *Engine) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, erro
 		return ClaimResult{}, &Error{Op: op, Code: CodeNoItem, Message: "project is paused"}
 	case -6:
 		return ClaimResult{}, unavailable(op, errors.New("limit groups kept changing during the claim"))
+	case -7:
+		// Nothing was popped or written: the items stay queued until an
+		// operator repairs the key the script names.
+		e.logger.Error("claim refused: corrupt project state", "project", slug, "detail", detail)
+		return ClaimResult{}, unavailable(op, errors.New("project state is corrupt ("+detail+"); nothing was handed out"))
 	}
 	return ClaimResult{}, unavailable(op, errors.New("claim script returned an unknown code "+strconv.FormatInt(code, 10)))
 }

@@ -30,10 +30,14 @@ type bundle struct {
 
 func setup(t *testing.T, b redistest.Backend, patch queues.SettingsPatch) bundle {
 	t.Helper()
+	return setupProject(t, b, "proj", patch)
+}
+
+func setupProject(t *testing.T, b redistest.Backend, slug string, patch queues.SettingsPatch) bundle {
+	t.Helper()
 	ctx := context.Background()
 	clock := queues.NewFakeClock(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
 	engine := queues.NewEngine(b.Client, queues.Options{Clock: clock, Logger: quietLogger})
-	slug := "proj"
 	_, err := engine.CreateProject(ctx, slug, patch)
 	require.NoError(t, err)
 	return bundle{ctx: ctx, engine: engine, clock: clock, rdb: b.Client, slug: slug}

@@ -1,0 +1,171 @@
+package queues_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/queues"
+)
+
+// doneModes are the three ways a project keeps its completions. Tests of
+// the claim/done path run in each, because count and archive keep no done
+// set: a check that only looks there misses every completion they made.
+var doneModes = []string{queues.DoneKeep, queues.DoneCount, queues.DoneArchive}
+
+// forEachMode runs fn on every backend in every done mode, as subtests
+// <backend>/<mode>. patch is applied with the mode added.
+func forEachMode(t *testing.T, patch queues.SettingsPatch, fn func(t *testing.T, tb bundle, mode string)) {
+	t.Helper()
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		for _, mode := range doneModes {
+			t.Run(mode, func(t *testing.T) {
+				p := patch
+				p.DoneMode = ptr(mode)
+				tb := setupProject(t, b, "proj-"+mode, p)
+				fn(t, tb, mode)
+			})
+		}
+	})
+}
+
+func TestItemQueuedTwiceIsServedAndDoneOnce(t *testing.T) {
+	forEachMode(t, queues.SettingsPatch{}, func(t *testing.T, tb bundle, mode string) {
+		// Queued twice while both copies wait: the second copy is only
+		// caught when it is popped.
+		tb.enqueue(t, todo, "twice")
+		tb.enqueue(t, todo, "twice")
+		require.Equal(t, []string{"twice"}, tb.claim(t, "alice", 1))
+		res, err := tb.done("alice", "twice")
+		require.NoError(t, err)
+		require.Equal(t, 1, res.New)
+
+		requireCode(t, tb.claimErr("bob", 5), queues.CodeNoItem)
+		stats, err := tb.engine.Stats(tb.ctx, tb.slug)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, stats.Counters["items_done"], "done once")
+		require.EqualValues(t, 1, stats.Counters["items_served"], "served once")
+		require.EqualValues(t, 1, stats.Counters["duplicates_dropped"])
+		c := tb.counts(t)
+		require.Zero(t, c.Todo)
+		require.Zero(t, c.Out)
+		require.EqualValues(t, 1, c.Done)
+	})
+}
+
+func TestClaimsAndDonesConserveItemsInEveryMode(t *testing.T) {
+	forEachMode(t, queues.SettingsPatch{}, func(t *testing.T, tb bundle, mode string) {
+		items := names("m:", 30)
+		tb.enqueue(t, todo, items...)
+		tb.enqueue(t, todo, items[:10]...) // duplicates, caught when popped
+		served := map[string]int{}
+		for {
+			got, err := tb.engine.Claim(tb.ctx, queues.ClaimRequest{Project: tb.slug, Downloader: "alice", IP: "127.0.0.1", Count: 7})
+			if queues.CodeOf(err) == queues.CodeNoItem {
+				break
+			}
+			require.NoError(t, err)
+			batch := make([]string, len(got.Items))
+			for i, it := range got.Items {
+				batch[i] = it.Name
+				served[it.Name]++
+			}
+			_, err = tb.done("alice", batch...)
+			require.NoError(t, err)
+		}
+		require.Len(t, served, 30)
+		for name, n := range served {
+			require.Equal(t, 1, n, "%s served once", name)
+		}
+		require.EqualValues(t, 30, tb.counts(t).Done)
+	})
+}
+
+// TestClaimScriptFailureLosesNoItem puts a key of the wrong type, or a
+// counter that is not an integer, at each place claim.lua writes or reads
+// after it pops. Before, the script popped items and then failed on such a
+// key, and Redis kept the pops: the items were gone. Now it refuses before
+// its first write, and the items wait where they were.
+func TestClaimScriptFailureLosesNoItem(t *testing.T) {
+	type corruption struct {
+		name  string
+		apply func(tb bundle) error
+		// detail is a part of the error the claim must report.
+		detail string
+	}
+	wrongType := func(key func(string) string) func(tb bundle) error {
+		return func(tb bundle) error {
+			k := key(tb.slug)
+			if err := tb.rdb.Del(tb.ctx, k).Err(); err != nil {
+				return err
+			}
+			return tb.rdb.SAdd(tb.ctx, k, "junk").Err()
+		}
+	}
+	wrongTypeList := func(key func(string) string) func(tb bundle) error {
+		return func(tb bundle) error {
+			k := key(tb.slug)
+			if err := tb.rdb.Del(tb.ctx, k).Err(); err != nil {
+				return err
+			}
+			return tb.rdb.RPush(tb.ctx, k, "junk").Err()
+		}
+	}
+	badCounter := func(key func(string) string, field string) func(tb bundle) error {
+		return func(tb bundle) error {
+			return tb.rdb.HSet(tb.ctx, key(tb.slug), field, "not-a-number").Err()
+		}
+	}
+	cases := []corruption{
+		{"out", wrongTypeList(queues.OutKey), "out"},
+		{"deadlines", wrongTypeList(queues.DeadlinesKey), "deadlines"},
+		{"claims", wrongTypeList(queues.ClaimsKey), "claims"},
+		{"done", wrongTypeList(queues.DoneKey), "done"},
+		{"budget", wrongTypeList(queues.BudgetKey), "budget"},
+		{"extras", wrongTypeList(queues.ExtrasKey), "extras"},
+		{"released", wrongTypeList(queues.ReleasedKey), "released"},
+		{"recent_done", wrongTypeList(queues.RecentDoneKey), "recent_done"},
+		{"backfeed queue", wrongType(func(s string) string { return queues.QueueKey(s, queues.QueueBackfeed) }), "backfeed"},
+		{"reserved queue", wrongType(func(s string) string { return queues.ReservedQueueKey(s, "alice") }), "todo:d:alice"},
+		{"items_served counter", badCounter(queues.StatsKey, "items_served"), "items_served"},
+		{"requests_served counter", badCounter(queues.StatsKey, "requests_served"), "requests_served"},
+		{"budget of the claimant", badCounter(queues.BudgetKey, "alice"), "alice"},
+	}
+	forEachMode(t, queues.SettingsPatch{}, func(t *testing.T, tb bundle, mode string) {
+		for i, c := range cases {
+			// Each case in its own project, so one corruption never hides another.
+			slug := "corrupt-" + mode + "-" + strings.Repeat("x", i%3) + string(rune('a'+i))
+			_, err := tb.engine.CreateProject(tb.ctx, slug, queues.SettingsPatch{DoneMode: ptr(mode)})
+			require.NoError(t, err)
+			pb := tb
+			pb.slug = slug
+			items := names("c:", 5)
+			pb.enqueue(t, todo, items...)
+			require.NoError(t, c.apply(pb), c.name)
+
+			err = pb.claimErr("alice", 5)
+			require.Error(t, err, c.name)
+			require.Contains(t, err.Error(), c.detail, c.name)
+			queued, err := pb.rdb.LRange(pb.ctx, queues.QueueKey(slug, queues.QueueTodo), 0, -1).Result()
+			require.NoError(t, err)
+			require.Equal(t, items, queued, "%s: every item is still queued, in order", c.name)
+		}
+	})
+}
+
+// A due claim whose record is gone or unreadable is skipped and counted,
+// and the rest of the request is served.
+func TestUnreadableDueClaimIsSkippedAndCounted(t *testing.T) {
+	forEachMode(t, queues.SettingsPatch{ReclaimEnabled: ptr(true), ReclaimTTL: ptr(queues.Duration(60_000_000_000))}, func(t *testing.T, tb bundle, mode string) {
+		tb.enqueue(t, todo, "a", "b")
+		require.Equal(t, []string{"a", "b"}, tb.claim(t, "alice", 2))
+		require.NoError(t, tb.rdb.HSet(tb.ctx, queues.ClaimsKey(tb.slug), "a", "garbage").Err())
+		tb.clock.Advance(2 * 60_000_000_000)
+		require.Equal(t, []string{"b"}, tb.claim(t, "bob", 2))
+		stats, err := tb.engine.Stats(tb.ctx, tb.slug)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, stats.Counters["claims_unreadable"])
+	})
+}
