@@ -9,7 +9,11 @@
 -- KEYS[3] segments HASH id -> "state queue count node created source"
 -- KEYS[4] offload  HASH "q:<queue>" -> items of the queue on disk
 --
--- ARGV[1] id, the new segment's id
+-- ARGV[1] id, the new segment's id: it must be above the project's id
+--         sequence ("seq" in KEYS[4]), which it then becomes. Ids are handed
+--         out here, in the step that records them, because orphan cleanup
+--         raises seq past every id it found unreferenced (orphan_check.lua):
+--         such an id is never recorded later, so its file is never live.
 -- ARGV[2] "tail" or "head": the end of the source to take from
 -- ARGV[3] the most items to take
 -- ARGV[4] keep: leave at least this many items in the source
@@ -20,9 +24,12 @@
 -- ARGV[8] source, KEYS[1] without the project's prefix
 --
 -- Returns the number of items taken: 0 when the source has no more than
--- keep items, or -1 when the id is already in use.
+-- keep items, or -1 when the id is at or below seq or already in use (the
+-- caller proposes the next one).
 
-if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 or redis.call('EXISTS', KEYS[2]) == 1 then
+local id = tonumber(ARGV[1])
+local seq = tonumber(redis.call('HGET', KEYS[4], 'seq') or '0') or 0
+if not id or id <= seq or redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 or redis.call('EXISTS', KEYS[2]) == 1 then
   return -1
 end
 local want, keep = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -36,6 +43,7 @@ else
   items = redis.call('LRANGE', KEYS[1], 0, take - 1)
   redis.call('LTRIM', KEYS[1], take, -1)
 end
+redis.call('HSET', KEYS[4], 'seq', ARGV[1])
 call_chunked('RPUSH', KEYS[2], items)
 redis.call('HSET', KEYS[3], ARGV[1],
   table.concat({'staging', ARGV[5], take, ARGV[6], ARGV[7], ARGV[8]}, ' '))

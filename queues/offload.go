@@ -363,12 +363,16 @@ func (o *Offloader) queueLists(ctx context.Context, slug string, q Queue) ([]str
 	return keys, lens, nil
 }
 
+// newSegmentID proposes the next segment id. It is only a proposal:
+// offload_take.lua records it and raises seq to it in one step, and refuses
+// it (-1) when seq has moved past it meanwhile (another offloader, or an
+// orphan cleanup that found a file of that id unreferenced).
 func (o *Offloader) newSegmentID(ctx context.Context, slug string) (string, error) {
-	seq, err := o.Engine.rdb.HIncrBy(ctx, OffloadKey(slug), "seq", 1).Result()
-	if err != nil {
+	seq, err := o.Engine.rdb.HGet(ctx, OffloadKey(slug), "seq").Int64()
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return "", err
 	}
-	return fmt.Sprintf("%012d", seq), nil
+	return fmt.Sprintf("%012d", seq+1), nil
 }
 
 // newArchiveID hands out an id for an archive file. Finished archive files
@@ -396,7 +400,7 @@ func (o *Offloader) newArchiveID(ctx context.Context, slug string) (string, erro
 		}
 	}
 	o.logger().Warn("archive file ids were reused (did Redis lose the project's offload seq?): moving seq past them", "project", slug, "seq", seq, "highest", highest)
-	if err := o.Engine.rdb.HIncrBy(ctx, OffloadKey(slug), "seq", highest-seq).Err(); err != nil {
+	if err := o.Engine.rdb.HIncrBy(ctx, OffloadKey(slug), "seq", highest-seq+1).Err(); err != nil {
 		return "", err
 	}
 	return o.newSegmentID(ctx, slug)
@@ -461,18 +465,30 @@ func (o *Offloader) offloadOnce(ctx context.Context, slug, queue, source, end st
 	if queue == "done" {
 		newID = o.newArchiveID
 	}
-	id, err := newID(ctx, slug)
-	if err != nil {
-		return 0, err
+	var id, staging string
+	var taken int64
+	// A proposal is refused when seq moved past it; a few retries cover a
+	// concurrent offloader or cleanup, and the next pass covers the rest.
+	for range 4 {
+		var err error
+		if id, err = newID(ctx, slug); err != nil {
+			return 0, err
+		}
+		staging = StagingKey(slug, id)
+		taken, err = o.Engine.runScriptInt(ctx, "queues.offload", offloadTakeScript,
+			[]string{source, staging, SegmentsKey(slug), OffloadKey(slug)},
+			id, end, want, keep, queue, o.node(), o.Engine.nowMillis(), strings.TrimPrefix(source, projectPrefix(slug)))
+		if err != nil {
+			return 0, err
+		}
+		if taken != -1 {
+			break
+		}
+	}
+	if taken <= 0 {
+		return 0, nil
 	}
 	seg := Segment{ID: id, Queue: queue, Node: o.node(), Source: strings.TrimPrefix(source, projectPrefix(slug))}
-	staging := StagingKey(slug, id)
-	taken, err := o.Engine.runScriptInt(ctx, "queues.offload", offloadTakeScript,
-		[]string{source, staging, SegmentsKey(slug), OffloadKey(slug)},
-		id, end, want, keep, queue, seg.Node, o.Engine.nowMillis(), seg.Source)
-	if err != nil || taken <= 0 {
-		return 0, err
-	}
 	seg.Count = taken
 	final := o.segmentPath(slug, seg)
 	tmp := final + tmpSuffix
@@ -486,6 +502,7 @@ func (o *Offloader) offloadOnce(ctx context.Context, slug, queue, source, end st
 	_ = os.Chtimes(tmp, now, now)
 	archive := queue == "done"
 	state, written := SegmentDisk, final
+	var err error
 	if archive {
 		// An archive file takes its final name only once committed, so a
 		// file under that name never needs a record.
@@ -968,18 +985,20 @@ func (o *Offloader) cleanupDir(ctx context.Context, slug, dir string, archive bo
 	removed := 0
 	for start := 0; start < len(candidates); start += orphanCheckBatch {
 		batch := candidates[start:min(start+orphanCheckBatch, len(candidates))]
-		pipe := o.Engine.rdb.Pipeline()
-		referenced := make([]*redis.BoolCmd, len(batch))
+		ids := make([]string, len(batch))
 		for i, c := range batch {
-			referenced[i] = pipe.HExists(ctx, SegmentsKey(slug), c.id)
+			ids[i] = c.id
 		}
-		if _, err := pipe.Exec(ctx); err != nil {
+		orphans, err := o.unreferencedIDs(ctx, slug, ids)
+		if err != nil {
 			return removed, err
 		}
-		for i, c := range batch {
-			if referenced[i].Val() {
+		for _, c := range batch {
+			if !orphans[c.id] {
 				continue
 			}
+			// By name is safe: orphan_check raised seq past c.id, so no
+			// offload can record that id and rename a live file here.
 			if err := os.Remove(c.path); err == nil {
 				removed++
 				o.logger().Info("removed orphaned segment file", "path", c.path)
@@ -987,6 +1006,25 @@ func (o *Offloader) cleanupDir(ctx context.Context, slug, dir string, archive bo
 		}
 	}
 	return removed, nil
+}
+
+// unreferencedIDs returns which of ids have no segment record, and makes
+// sure none of them can get one later (orphan_check.lua).
+func (o *Offloader) unreferencedIDs(ctx context.Context, slug string, ids []string) (map[string]bool, error) {
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	reply, err := o.Engine.runScript(ctx, "queues.CleanupOrphans", orphanCheckScript, []string{SegmentsKey(slug), OffloadKey(slug)}, args...)
+	if err != nil {
+		return nil, err
+	}
+	list, _ := reply.([]any)
+	orphans := make(map[string]bool, len(list))
+	for _, id := range list {
+		orphans[replyString(id)] = true
+	}
+	return orphans, nil
 }
 
 // MoveSegments moves this project's on-disk segments of one shared queue to

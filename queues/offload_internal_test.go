@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -40,5 +43,72 @@ func TestRefillAfterASegmentMoveFollowsTheMove(t *testing.T) {
 		require.NoError(t, err)
 		require.EqualValues(t, 1000, c.Secondary)
 		require.EqualValues(t, 2000, c.Todo)
+	})
+}
+
+// TestOrphanCleanupNeverRemovesAFileThatTookTheNameMeanwhile replays the
+// interleaving that lost live segments: cleanup lists a leftover file named
+// like the next segment (old mtime), finds it unreferenced, and removes it
+// by name; in between, an offload takes that id, records it, and renames
+// its fresh segment over the leftover. The check now raises the id
+// sequence past every id it found unreferenced, so the offload takes the
+// next id and the removal can only hit the leftover.
+func TestOrphanCleanupNeverRemovesAFileThatTookTheNameMeanwhile(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		e := NewEngine(b.Client, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		above, seg := 2000, 1000
+		_, err := e.CreateProject(ctx, "orph", SettingsPatch{OffloadAbove: &above, OffloadSegment: &seg})
+		require.NoError(t, err)
+		dir := t.TempDir()
+		o := &Offloader{Engine: e, Dir: dir, Node: "n", Protection: 2 * time.Hour} // RunOnce's own cleanup leaves the leftover to this test
+
+		// A leftover of a crashed write, under the next segment's name.
+		next, err := o.newSegmentID(ctx, "orph")
+		require.NoError(t, err)
+		segDir := filepath.Join(dir, "segments", "orph")
+		require.NoError(t, os.MkdirAll(segDir, 0o755))
+		leftover := filepath.Join(segDir, next+".gz")
+		require.NoError(t, os.WriteFile(leftover, []byte("junk"), 0o644))
+		old := time.Now().Add(-time.Hour)
+		require.NoError(t, os.Chtimes(leftover, old, old))
+
+		// Cleanup, first half: the leftover is unreferenced.
+		orphans, err := o.unreferencedIDs(ctx, "orph", []string{next})
+		require.NoError(t, err)
+		require.True(t, orphans[next])
+
+		// Meanwhile an offload writes a segment.
+		items := make([]QueueItem, 3000)
+		for i := range items {
+			items[i] = QueueItem{Name: fmt.Sprintf("o:%05d", i)}
+		}
+		_, err = e.Enqueue(ctx, "orph", Target{Queue: QueueTodo}, items)
+		require.NoError(t, err)
+		require.NoError(t, o.RunOnce(ctx))
+		segs, err := o.Segments(ctx, "orph")
+		require.NoError(t, err)
+		require.NotEmpty(t, segs)
+		for _, s := range segs {
+			require.NotEqual(t, next, s.ID, "an id found unreferenced is never handed out")
+		}
+
+		// Cleanup, second half: removal by name hits only the leftover.
+		require.NoError(t, os.Remove(leftover))
+		seen := map[string]int{}
+		for range 100 {
+			res, err := e.Claim(ctx, ClaimRequest{Project: "orph", Downloader: "alice", IP: "127.0.0.1", Count: 500})
+			if CodeOf(err) == CodeNoItem {
+				require.NoError(t, o.RunOnce(ctx))
+				if res, err = e.Claim(ctx, ClaimRequest{Project: "orph", Downloader: "alice", IP: "127.0.0.1", Count: 500}); CodeOf(err) == CodeNoItem {
+					break
+				}
+			}
+			require.NoError(t, err)
+			for _, it := range res.Items {
+				seen[it.Name]++
+			}
+		}
+		require.Len(t, seen, 3000, "every item came back from its segment")
 	})
 }

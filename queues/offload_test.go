@@ -242,13 +242,29 @@ func TestOrphanCleanupKeepsReferencedAndFreshFiles(t *testing.T) {
 // Staged segments get a long window of their own, so none is put back
 // mid-write: every segment is live while cleanup runs, and the test
 // requires that segments were committed and refilled during the race.
+// TestOrphanCleanupRacesOffloadAndRefill runs orphan cleanup as fast as it
+// can beside two offloaders, refills, claims and a writer of leftovers
+// named like the next segment. One race by default; HOARD_TEST_LONG=1 runs
+// 12 per backend (hundreds of segment commits under cleanup).
 func TestOrphanCleanupRacesOffloadAndRefill(t *testing.T) {
+	races := 1
+	if os.Getenv("HOARD_TEST_LONG") != "" {
+		races = 12
+	}
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		for race := range races {
+			t.Run(fmt.Sprintf("race%d", race), func(t *testing.T) { orphanCleanupRace(t, b, fmt.Sprintf("race%d", race)) })
+		}
+	})
+}
+
+func orphanCleanupRace(t *testing.T, b redistest.Backend, slug string) {
+	{
 		ctx := context.Background()
 		engine := queues.NewEngine(b.Client, queues.Options{Logger: quietLogger})
-		_, err := engine.CreateProject(ctx, "race", queues.SettingsPatch{OffloadAbove: ptr(2000), OffloadSegment: ptr(1000)})
+		_, err := engine.CreateProject(ctx, slug, queues.SettingsPatch{OffloadAbove: ptr(2000), OffloadSegment: ptr(1000)})
 		require.NoError(t, err)
-		tb := bundle{ctx: ctx, engine: engine, rdb: b.Client, slug: "race"}
+		tb := bundle{ctx: ctx, engine: engine, rdb: b.Client, slug: slug}
 		dir := t.TempDir()
 		newWorker := func() *queues.Offloader {
 			return &queues.Offloader{Engine: engine, Dir: dir, Node: "shared", Protection: time.Millisecond,
@@ -271,8 +287,8 @@ func TestOrphanCleanupRacesOffloadAndRefill(t *testing.T) {
 		go func() { // leftovers of crashed writes, named like the next segments
 			defer wg.Done()
 			for !stop.Load() {
-				seq, _ := b.Client.HGet(ctx, queues.OffloadKey("race"), "seq").Int64()
-				segDir := filepath.Join(dir, "segments", "race")
+				seq, _ := b.Client.HGet(ctx, queues.OffloadKey(slug), "seq").Int64()
+				segDir := filepath.Join(dir, "segments", slug)
 				path := filepath.Join(segDir, fmt.Sprintf("%012d.gz", seq+1))
 				// Created only where no file is: a leftover is there before
 				// a segment is written, never written over a live one.
@@ -359,7 +375,7 @@ func TestOrphanCleanupRacesOffloadAndRefill(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, segmentFiles(t, dir))
 		require.Equal(t, queues.Counts{Done: total}, tb.counts(t))
-	})
+	}
 }
 
 func TestDoneCountModeKeepsNoDoneSet(t *testing.T) {

@@ -25,6 +25,7 @@ var (
 
 	offloadTakeScript   = loadScript("offload_take.lua")
 	offloadCommitScript = loadScript("offload_commit.lua")
+	orphanCheckScript   = loadScript("orphan_check.lua")
 	offloadAbortScript  = loadScript("offload_abort.lua")
 	refillScript        = loadScript("refill.lua")
 	segmentMoveScript   = loadScript("segment_move.lua")
