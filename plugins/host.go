@@ -63,6 +63,10 @@ type Options struct {
 	TickTimeout time.Duration
 	// StartTimeout bounds an external plugin's start and handshake.
 	StartTimeout time.Duration
+	// PIDDir, when set, keeps each external plugin's pid file
+	// (<name>.pid); a plugin a previous host left running is killed
+	// before its replacement starts (see leftover.go).
+	PIDDir string
 	// HealthInterval is how often the host pings each plugin, calls its
 	// Health and refreshes its Stats.
 	HealthInterval time.Duration

@@ -1,6 +1,10 @@
 package plugins
 
 import (
+	"syscall"
+
+	"github.com/hoardproject/hoard/internal/childproc"
+
 	"context"
 	"errors"
 	"fmt"
@@ -64,6 +68,9 @@ func startBuiltin(ctx context.Context, factory Factory, logger *slog.Logger, tim
 func startExternal(path string, logger *slog.Logger, startTimeout time.Duration, maxInflight int) (*instance, error) {
 	cmd := exec.Command(path)
 	cmd.Env = pluginEnv(os.Environ())
+	// The plugin owns sockets (the tracker's ports): it must not outlive
+	// hoard, even a hoard killed with SIGKILL.
+	childproc.DieWithParent(cmd, syscall.SIGKILL)
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  Handshake(),
 		Plugins:          PluginSet(nil),
@@ -76,7 +83,13 @@ func startExternal(path string, logger *slog.Logger, startTimeout time.Duration,
 		SyncStdout:       &lineLogger{logger: logger, level: slog.LevelInfo, attrs: []any{"stream", "stdout"}},
 		SyncStderr:       &lineLogger{logger: logger, level: slog.LevelWarn, attrs: []any{"stream", "stderr"}},
 	})
-	rpc, err := client.Client()
+	// Start forks the plugin; it must happen on childproc's thread for the
+	// parent-death signal to be tied to hoard's life (see childproc).
+	err := childproc.Do(func() error { _, err := client.Start(); return err })
+	var rpc plugin.ClientProtocol
+	if err == nil {
+		rpc, err = client.Client()
+	}
 	if err != nil {
 		client.Kill()
 		if strings.Contains(err.Error(), "incompatible API version") {

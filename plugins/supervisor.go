@@ -243,7 +243,17 @@ func (s *supervisor) launch(ctx context.Context) (*instance, error) {
 	if s.spec.Path == "" {
 		inst, err = startBuiltin(ctx, opts.Builtins[s.spec.Name], s.log, opts.CallTimeout, opts.MaxInflight)
 	} else {
+		if opts.PIDDir != "" {
+			if _, err := killLeftover(opts.PIDDir, s.spec.Name, s.spec.Path, s.log); err != nil {
+				s.log.Warn("cannot clear a leftover plugin", "err", err)
+			}
+		}
 		inst, err = startExternal(s.spec.Path, s.log, opts.StartTimeout, opts.MaxInflight)
+		if err == nil && opts.PIDDir != "" && inst.pid > 0 {
+			if err := writePIDFile(opts.PIDDir, s.spec.Name, inst.pid); err != nil {
+				s.log.Warn("cannot write the plugin's pid file", "err", err)
+			}
+		}
 	}
 	if err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
@@ -37,7 +38,7 @@ func addPluginFlags(cmd *cobra.Command, o *pluginOptions) {
 // startPlugins starts the plugin host. With no plugin configured it starts
 // nothing, and its Stop is still safe to call. A plugin that fails to start
 // is retried in the background: it never keeps hoard from serving.
-func startPlugins(ctx context.Context, o pluginOptions, redisURL string, rdb redis.UniversalClient,
+func startPlugins(ctx context.Context, o pluginOptions, dataDir, redisURL string, rdb redis.UniversalClient,
 	engine *queues.Engine, logger *slog.Logger) (*plugins.Host, error) {
 	specs, err := plugins.ParseSpecs(o.plugins, o.settings)
 	if err != nil {
@@ -46,6 +47,7 @@ func startPlugins(ctx context.Context, o pluginOptions, redisURL string, rdb red
 	host, err := plugins.NewHost(plugins.Options{
 		Plugins: specs, Builtins: builtinPlugins, RedisURL: redisURL, Redis: rdb,
 		Queues: plugins.EngineQueues(engine), Logger: logger,
+		PIDDir: filepath.Join(dataDir, "plugins"),
 	})
 	if err != nil {
 		return nil, err

@@ -131,7 +131,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 	}
 	defer offloader.Stop()
 
-	pluginHost, err := startPlugins(ctx, o.plugins, redisURL, rdb, engine, logger)
+	pluginHost, err := startPlugins(ctx, o.plugins, o.dataDir, redisURL, rdb, engine, logger)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,8 @@
 package localredis
 
 import (
+	"github.com/hoardproject/hoard/internal/childproc"
+
 	"bufio"
 	"context"
 	"errors"
@@ -339,7 +341,9 @@ func (s *Server) launch(binary string, args []string) (*child, error) {
 	cmd.Stdout = outputWriter
 	cmd.Stderr = outputWriter
 	cmd.SysProcAttr = childSysProcAttr()
-	if err := cmd.Start(); err != nil {
+	// Forked from childproc's long-lived thread, so the parent-death signal
+	// fires when hoard dies, not when some runtime thread is retired.
+	if err := childproc.Do(cmd.Start); err != nil {
 		outputReader.Close()
 		outputWriter.Close()
 		return nil, fmt.Errorf("localredis: start %s: %w", binary, err)

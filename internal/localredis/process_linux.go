@@ -13,8 +13,8 @@ import (
 // Redis stops, after it has stopped writing.
 //
 // Pdeathsig fires when the OS thread that forked the child exits, not the
-// whole process; the Go runtime only retires threads locked with
-// runtime.LockOSThread, which hoard does not do around Start.
+// whole process, so the child is started on internal/childproc's thread,
+// which lives as long as hoard.
 func childSysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
 }
