@@ -84,6 +84,9 @@ type Server struct {
 	lifecycle sync.Mutex
 	// supervision is non-nil between a successful Start and the next Stop.
 	supervision *supervision
+	// dirLock holds the data dir's flock between Start and Stop; every
+	// redis-server child inherits it (see lock_unix.go).
+	dirLock *os.File
 
 	// mu guards the fields below, which are read from other goroutines.
 	mu         sync.Mutex
@@ -174,12 +177,24 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return fmt.Errorf("localredis: create data dir: %w", err)
 	}
+	lock, err := lockDataDir(dataDir)
+	if err != nil {
+		return err
+	}
+	started := false
+	defer func() {
+		if !started && lock != nil {
+			lock.Close()
+		}
+	}()
+	// Still checked: a redis-server started by an older hoard holds no lock.
 	if err := refuseIfDataDirInUse(dataDir); err != nil {
 		return err
 	}
 	if err := s.chooseListenAddress(dataDir); err != nil {
 		return err
 	}
+	s.dirLock = lock
 	args := s.commandLine(dataDir)
 	s.mu.Lock()
 	s.outputTail = nil // a failed start should only show this run's output
@@ -204,6 +219,7 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	sup.child = first
 	s.supervision = sup
+	started = true
 	s.logger.Info("redis-server started", "network", s.Network(), "address", s.Address(), "pid", first.cmd.Process.Pid)
 
 	go s.supervise(sup, binary, args)
@@ -230,6 +246,7 @@ func (s *Server) Stop() error {
 	sup.mu.Lock()
 	current := sup.child
 	sup.mu.Unlock()
+	defer s.releaseLock()
 	if current == nil {
 		return nil
 	}
@@ -240,6 +257,15 @@ func (s *Server) Stop() error {
 	}
 	s.logger.Info("redis-server stopped")
 	return nil
+}
+
+// releaseLock gives up this process's hold on the data dir's lock; a
+// redis-server still running keeps its inherited hold until it exits.
+func (s *Server) releaseLock() {
+	if s.dirLock != nil {
+		s.dirLock.Close()
+		s.dirLock = nil
+	}
 }
 
 func (s *Server) findBinary() (string, error) {
@@ -341,6 +367,9 @@ func (s *Server) launch(binary string, args []string) (*child, error) {
 	cmd.Stdout = outputWriter
 	cmd.Stderr = outputWriter
 	cmd.SysProcAttr = childSysProcAttr()
+	if s.dirLock != nil {
+		cmd.ExtraFiles = []*os.File{s.dirLock} // fd 3: the data dir's lock
+	}
 	// Forked from childproc's long-lived thread, so the parent-death signal
 	// fires when hoard dies, not when some runtime thread is retired.
 	if err := childproc.Do(cmd.Start); err != nil {

@@ -139,7 +139,7 @@ func TestSecondServerOnSameDataDirIsRefused(t *testing.T) {
 	second := localredis.New(localredis.Config{DataDir: dataDir, Logger: testLogger()})
 	err := second.Start(t.Context())
 	require.Error(t, err)
-	require.Contains(t, err.Error(), "already running")
+	require.Contains(t, err.Error(), "in use by another hoard")
 	require.NoError(t, second.Stop())
 
 	// The refused attempt must not have disturbed the first server.
