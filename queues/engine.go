@@ -754,6 +754,11 @@ type Counts struct {
 	Offloaded int64 `json:"offloaded"`
 	// Reclaimable is how many claims are past their reclaim deadline.
 	Reclaimable int64 `json:"reclaimable"`
+	// OldestClaimAgeSeconds is how long the oldest claim still out has been out
+	// (0 with none): a claim older than the reclaim TTL while reclaiming
+	// is off is work nobody will bring back. Read from the lowest score of
+	// out, O(log n).
+	OldestClaimAgeSeconds float64 `json:"oldest_claim_age_seconds"`
 
 	// offloadedIn splits Offloaded by shared queue, in SharedQueues order.
 	offloadedIn [4]int64
@@ -807,6 +812,7 @@ func (e *Engine) Counts(ctx context.Context, slug string) (Counts, error) {
 	discarded := pipe.HGet(ctx, StatsKey(slug), "done_discarded")
 	offloaded := pipe.HGetAll(ctx, OffloadKey(slug))
 	due := pipe.ZCount(ctx, DeadlinesKey(slug), "-inf", strconv.FormatInt(e.nowMillis(), 10))
+	oldest := pipe.ZRangeWithScores(ctx, OutKey(slug), 0, 0)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return Counts{}, unavailable(op, err)
 	}
@@ -823,6 +829,11 @@ func (e *Engine) Counts(ctx context.Context, slug string) (Counts, error) {
 	}
 	if n, err := strconv.ParseInt(discarded.Val(), 10, 64); err == nil {
 		c.Done += n
+	}
+	if first := oldest.Val(); len(first) == 1 {
+		if age := e.nowMillis() - int64(first[0].Score); age > 0 {
+			c.OldestClaimAgeSeconds = float64(age) / 1000
+		}
 	}
 	// Offloaded items still wait in their queue.
 	for i, q := range SharedQueues {

@@ -233,18 +233,36 @@ func TestLateDoneAfterReclaimCompletesOnce(t *testing.T) {
 	})
 }
 
-func TestReclaimIsOffForANewProject(t *testing.T) {
+// TestReclaimIsOnForANewProject: a new project reclaims after 6 hours, so a
+// claim lost in a crash comes back by itself; the oldest claim's age shows
+// in the counts either way.
+func TestReclaimIsOnForANewProject(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		tb := setup(t, b, queues.SettingsPatch{})
-		tb.enqueue(t, todo, "x")
+		settings, err := tb.engine.Project(tb.ctx, tb.slug)
+		require.NoError(t, err)
+		require.True(t, settings.ReclaimEnabled)
+		require.Equal(t, queues.Duration(6*time.Hour), settings.ReclaimTTL)
+
+		tb.enqueue(t, todo, "x", "y")
+		require.Zero(t, tb.counts(t).OldestClaimAgeSeconds, "no claim, no age")
 		tb.claim(t, "alice", 1)
-		tb.clock.Advance(1000 * time.Hour)
-		require.EqualValues(t, 1, tb.counts(t).Reclaimable)
+		tb.clock.Advance(90 * time.Minute)
+		tb.claim(t, "carol", 1)
+		tb.clock.Advance(30 * time.Minute)
+		c := tb.counts(t)
+		require.Equal(t, 7200.0, c.OldestClaimAgeSeconds, "the oldest claim, not the newest")
 		requireCode(t, tb.claimErr("bob", 1), queues.CodeNoItem)
 
-		_, err := tb.engine.UpdateProject(tb.ctx, tb.slug, queues.SettingsPatch{ReclaimEnabled: ptr(true)})
+		tb.clock.Advance(4 * time.Hour)
+		require.EqualValues(t, 1, tb.counts(t).Reclaimable)
+		require.Equal(t, []string{"x"}, tb.claim(t, "bob", 1), "reclaimed after 6 hours")
+
+		// An operator can still turn it off.
+		_, err = tb.engine.UpdateProject(tb.ctx, tb.slug, queues.SettingsPatch{ReclaimEnabled: ptr(false)})
 		require.NoError(t, err)
-		require.Equal(t, []string{"x"}, tb.claim(t, "bob", 1))
+		tb.clock.Advance(1000 * time.Hour)
+		requireCode(t, tb.claimErr("dave", 1), queues.CodeNoItem)
 	})
 }
 

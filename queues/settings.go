@@ -40,8 +40,12 @@ func ParseQueue(name string) (Queue, error) {
 	return "", errorf("queues.ParseQueue", CodeInvalid, "unknown queue %q (want todo, backfeed, secondary or redo)", name)
 }
 
-// Defaults for a new project. Reclaiming starts off, as on the Archiveteam
-// tracker; the TTL default matches universal-tracker's release-stale.rb.
+// Defaults for a new project. Reclaiming starts on, with a TTL of 6 hours
+// (universal-tracker's release-stale.rb threshold): with it off, a claim
+// whose reply was lost in a crash (a frontend killed mid-request, a warrior
+// that died) stays out forever, shown as ordinary out work. 6 hours is
+// long for an item and short for a lost one; a project of slow items
+// raises it (the deadline also grows with each time an item is claimed).
 const (
 	DefaultReclaimTTL = 6 * time.Hour
 	DefaultMaxMulti   = 100
@@ -130,6 +134,7 @@ func DefaultSettings() Settings {
 		RateBurst:           1,
 		DownloaderRateBurst: 1,
 		IPRateBurst:         1,
+		ReclaimEnabled:      true,
 		ReclaimTTL:          Duration(DefaultReclaimTTL),
 		MaxMulti:            DefaultMaxMulti,
 		BloomCapacity:       DefaultBloomCapacity,

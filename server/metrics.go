@@ -188,6 +188,7 @@ type projectCollector struct {
 	reclaimRate      *prometheus.Desc
 	reclaimServeRate *prometheus.Desc
 	rtt              *prometheus.Desc
+	oldestClaim      *prometheus.Desc
 	scrapeErrors     prometheus.Counter
 }
 
@@ -220,6 +221,7 @@ func newProjectCollector(stats ProjectStats, logger *slog.Logger) *projectCollec
 		reclaimRate:      desc("hoard_project_reclaim_rate", "Share of handed-out items reclaimed at least once."),
 		reclaimServeRate: desc("hoard_project_reclaim_serve_rate", "Share of served requests given a reclaim."),
 		rtt:              desc("hoard_project_rtt_seconds", "Mean time from claim to done."),
+		oldestClaim:      desc("hoard_project_oldest_claim_age_seconds", "Age of the oldest claim still out (0 with none); past the reclaim TTL with reclaiming off, it is work nobody will bring back."),
 		scrapeErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "hoard_metrics_scrape_errors_total",
 			Help: "Projects (or project lists) whose statistics could not be read during a scrape.",
@@ -229,7 +231,7 @@ func newProjectCollector(stats ProjectStats, logger *slog.Logger) *projectCollec
 
 func (p *projectCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{p.items, p.itemsOffloaded, p.itemsDone, p.bytesDone, p.itemRequests, p.itemsServed,
-		p.reclaimsServed, p.irsr, p.reclaimRate, p.reclaimServeRate, p.rtt} {
+		p.reclaimsServed, p.irsr, p.reclaimRate, p.reclaimServeRate, p.rtt, p.oldestClaim} {
 		ch <- d
 	}
 	p.scrapeErrors.Describe(ch)
@@ -288,5 +290,6 @@ func (p *projectCollector) collectProject(ch chan<- prometheus.Metric, slug stri
 	gauge(p.irsr, s.IRSR)
 	gauge(p.reclaimRate, s.ReclaimRate)
 	gauge(p.reclaimServeRate, s.ReclaimServeRate)
+	gauge(p.oldestClaim, c.OldestClaimAgeSeconds)
 	gauge(p.rtt, time.Duration(s.RTT).Seconds())
 }

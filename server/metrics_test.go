@@ -70,6 +70,7 @@ func TestMetricsAndStatsJSON(t *testing.T) {
 		require.Equal(t, "2", metricLine(t, body, `hoard_project_item_requests_total{project="metered",result="served"}`))
 		require.Equal(t, "0", metricLine(t, body, `hoard_project_item_requests_total{project="metered",result="rate_limited"}`))
 		require.Equal(t, "2", metricLine(t, body, `hoard_project_items_served_total{project="metered"}`))
+		require.Equal(t, "0", metricLine(t, body, `hoard_project_oldest_claim_age_seconds{project="metered"}`))
 		require.Equal(t, "0", metricLine(t, body, `hoard_metrics_scrape_errors_total`))
 		require.Contains(t, body, "go_goroutines ")
 
@@ -84,7 +85,8 @@ func TestMetricsAndStatsJSON(t *testing.T) {
 		require.Equal(t, "public, max-age=2", r.header.Get("Cache-Control"))
 		stats := decode(t, r.body)
 		require.Equal(t, map[string]any{"todo": 0.0, "todo:backfeed": 0.0, "todo:secondary": 0.0, "todo:redo": 0.0,
-			"todo:reserved": 0.0, "out": 1.0, "done": 1.0, "offloaded": 0.0, "reclaimable": 0.0}, stats["counts"])
+			"todo:reserved": 0.0, "out": 1.0, "done": 1.0, "offloaded": 0.0, "reclaimable": 0.0,
+			"oldest_claim_age_seconds": 0.0}, stats["counts"])
 		require.Equal(t, []any{map[string]any{"name": "tester1", "bytes": 1234.0, "items": 1.0, "version": "20240101.01"}},
 			stats["downloaders"])
 		require.Equal(t, 1.0, stats["irsr"])

@@ -41,6 +41,10 @@ func queueCommand() *cobra.Command {
 			} {
 				fmt.Fprintf(w, "%-15s %12d\n", row.name, row.n)
 			}
+			if c.Out > 0 {
+				age := time.Duration(c.OldestClaimAgeSeconds * float64(time.Second)).Round(time.Second)
+				fmt.Fprintf(w, "%-15s %12s\n", "  oldest claim", age)
+			}
 			return nil
 		},
 	})
