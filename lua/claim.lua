@@ -134,7 +134,10 @@ if not integer_field(redis.call('HGET', KEYS[11], downloader)) then
   return {-7, KEYS[11] .. ' field ' .. downloader .. ' is not an integer'}
 end
 
-local block = redis.call('HGET', KEYS[14], downloader) or redis.call('HGET', KEYS[14], ip)
+-- Block targets are stored lower-cased (queues.blockKey); the exact
+-- spelling is still looked up for entries stored before that.
+local block = redis.call('HGET', KEYS[14], string.lower(downloader)) or redis.call('HGET', KEYS[14], downloader)
+  or redis.call('HGET', KEYS[14], string.lower(ip))
 if not block and global_block ~= '' and cfg[17] ~= '1' then
   block = global_block
 end

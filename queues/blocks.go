@@ -3,6 +3,7 @@ package queues
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync"
 	"time"
 )
@@ -49,11 +50,19 @@ func (c *globalBlockCache) lookup(ctx context.Context, e *Engine, downloader, ip
 			return "", unavailable("queues.globalBlocks", err)
 		}
 	}
-	if entry, ok := entries[downloader]; ok {
-		return entry, nil
+	for _, who := range []string{blockKey(downloader), downloader, blockKey(ip)} {
+		if entry, ok := entries[who]; ok {
+			return entry, nil
+		}
 	}
-	return entries[ip], nil
+	return "", nil
 }
+
+// blockKey is how a block target is stored and looked up: nicknames are
+// case-insensitive (Alice and alice are one warrior on the leaderboard's
+// terms, and a block must not be dodged by changing case), and so are IPv6
+// addresses' hex digits. The claim script folds case the same way.
+func blockKey(who string) string { return strings.ToLower(who) }
 
 func (c *globalBlockCache) invalidate() {
 	c.mu.Lock()
@@ -72,7 +81,7 @@ func (e *Engine) BlockGlobally(ctx context.Context, who string, entry BlockEntry
 		entry.At = e.clock.Now().UTC()
 	}
 	raw, _ := json.Marshal(entry)
-	if err := e.rdb.HSet(ctx, GlobalBlockedKey, who, raw).Err(); err != nil {
+	if err := e.rdb.HSet(ctx, GlobalBlockedKey, blockKey(who), raw).Err(); err != nil {
 		return unavailable(op, err)
 	}
 	e.globalBlocks.invalidate()
@@ -81,7 +90,7 @@ func (e *Engine) BlockGlobally(ctx context.Context, who string, entry BlockEntry
 
 // UnblockGlobally lifts a server-wide block; it reports whether there was one.
 func (e *Engine) UnblockGlobally(ctx context.Context, who string) (bool, error) {
-	n, err := e.rdb.HDel(ctx, GlobalBlockedKey, who).Result()
+	n, err := e.rdb.HDel(ctx, GlobalBlockedKey, blockKey(who), who).Result()
 	if err != nil {
 		return false, unavailable("queues.UnblockGlobally", err)
 	}

@@ -877,7 +877,7 @@ func (e *Engine) Block(ctx context.Context, slug, who string, entry BlockEntry) 
 		entry.At = e.clock.Now().UTC()
 	}
 	raw, _ := json.Marshal(entry)
-	if err := e.rdb.HSet(ctx, BlockedKey(slug), who, raw).Err(); err != nil {
+	if err := e.rdb.HSet(ctx, BlockedKey(slug), blockKey(who), raw).Err(); err != nil {
 		return unavailable(op, err)
 	}
 	return nil
@@ -888,7 +888,8 @@ func (e *Engine) Unblock(ctx context.Context, slug, who string) (bool, error) {
 	if err := ValidateSlug(slug); err != nil {
 		return false, err
 	}
-	n, err := e.rdb.HDel(ctx, BlockedKey(slug), who).Result()
+	// The exact spelling too: entries stored before blocks ignored case.
+	n, err := e.rdb.HDel(ctx, BlockedKey(slug), blockKey(who), who).Result()
 	if err != nil {
 		return false, unavailable("queues.Unblock", err)
 	}

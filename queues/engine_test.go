@@ -375,6 +375,31 @@ func TestBlocked(t *testing.T) {
 	})
 }
 
+// TestBlocksIgnoreCase: a block can't be dodged by changing a nickname's
+// case, in a project or globally, and an unblock in any case lifts it.
+func TestBlocksIgnoreCase(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{})
+		tb.enqueue(t, todo, "a", "b")
+		require.NoError(t, tb.engine.Block(tb.ctx, tb.slug, "Mallory", queues.BlockEntry{Reason: "bad uploads"}))
+		for _, nick := range []string{"mallory", "MALLORY", "Mallory", "mAlLoRy"} {
+			requireCode(t, tb.claimErr(nick, 1), queues.CodeBlocked)
+		}
+		removed, err := tb.engine.Unblock(tb.ctx, tb.slug, "MALLORY")
+		require.NoError(t, err)
+		require.True(t, removed)
+		require.Equal(t, []string{"a"}, tb.claim(t, "mallory", 1))
+
+		require.NoError(t, tb.engine.BlockGlobally(tb.ctx, "EVE", queues.BlockEntry{Reason: "spam"}))
+		t.Cleanup(func() { _, _ = tb.engine.UnblockGlobally(tb.ctx, "eve") })
+		requireCode(t, tb.claimErr("eve", 1), queues.CodeBlocked)
+		removed, err = tb.engine.UnblockGlobally(tb.ctx, "Eve")
+		require.NoError(t, err)
+		require.True(t, removed)
+		require.Equal(t, []string{"b"}, tb.claim(t, "eve", 1))
+	})
+}
+
 func TestRateLimitIsSmooth(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		tb := setup(t, b, queues.SettingsPatch{RatePerMinute: ptr(60.0), RateBurst: ptr(2)})

@@ -11,7 +11,7 @@ import (
 // is refused with an error, or is not a warrior path; it never panics.
 func FuzzParseWarriorPath(f *testing.F) {
 	for _, seed := range []string{"/p/request", "/p/multi=100//request", "/p/multi=3/request", "/p/done",
-		"/p/multi=0//request", "//request", "/p//request", "/a{b}/request", "/p/multi=99999999999999999999/request", "/"} {
+		"/p/multi=0//request", "//request", "/p//request", "/a{b}/request", "/p/multi=99999999999999999999/request", "/p/multi=+5//request", "/"} {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, path string) {
@@ -24,6 +24,9 @@ func FuzzParseWarriorPath(f *testing.F) {
 		}
 		if route.Multi < 1 || route.Multi > queues.MaxMulti {
 			t.Fatalf("multi %d out of range", route.Multi)
+		}
+		if strings.Contains(path, "multi=+") || strings.Contains(path, "multi=-") {
+			t.Fatalf("a signed multi was routed: %q", path)
 		}
 		if !strings.Contains(path, route.Action) {
 			t.Fatalf("action %q not in path", route.Action)
@@ -79,4 +82,19 @@ func FuzzSplitBackfeed(f *testing.F) {
 			t.Fatalf("%d items from %d bytes", len(items)+empty, len(body))
 		}
 	})
+}
+
+// TestMultiTakesDigitsOnly: strconv.Atoi accepts a sign, so "multi=+5"
+// used to be served as 5; a tracker URL with a sign is a typo, refused.
+func TestMultiTakesDigitsOnly(t *testing.T) {
+	for _, path := range []string{"/p/multi=+5//request", "/p/multi=-0//request", "/p/multi= 5//request", "/p/multi=5x//request", "/p/multi=//request"} {
+		_, ok, err := parseWarriorPath(path)
+		if !ok || err == nil {
+			t.Fatalf("%s: routed=%v err=%v, want a refusal", path, ok, err)
+		}
+	}
+	route, ok, err := parseWarriorPath("/p/multi=05//request")
+	if !ok || err != nil || route.Multi != 5 {
+		t.Fatalf("multi=05: %+v %v %v", route, ok, err)
+	}
 }

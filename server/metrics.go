@@ -149,15 +149,29 @@ func warriorRouteLabel(route warriorRoute, path string) string {
 // Serve answers GET /metrics in the Prometheus text format. A non-empty
 // token is required as "Authorization: Bearer <token>"; an empty one
 // leaves /metrics open.
-func (m *Metrics) Serve(token string) gin.HandlerFunc {
+// Serve answers /metrics. Any of tokens (the metrics token, the admin
+// token) opens it; when none is set it is open, which hoard serve warns
+// about at start: project names, downloaders' activity and plugin state are
+// not for everyone.
+func (m *Metrics) Serve(tokens ...string) gin.HandlerFunc {
 	h := promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+	var accepted [][]byte
+	for _, t := range tokens {
+		if t != "" {
+			accepted = append(accepted, []byte(t))
+		}
+	}
 	return func(c *gin.Context) {
-		if token != "" {
+		if len(accepted) > 0 {
 			got, ok := strings.CutPrefix(c.GetHeader("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+			match := 0
+			for _, t := range accepted {
+				match |= subtle.ConstantTimeCompare([]byte(got), t)
+			}
+			if !ok || match != 1 {
 				c.Header("WWW-Authenticate", `Bearer realm="hoard metrics"`)
 				_ = c.Error(&httpError{Status: http.StatusUnauthorized, Code: "unauthorized",
-					Message: "missing or wrong metrics token (send Authorization: Bearer <HOARD_METRICS_TOKEN>)"})
+					Message: "missing or wrong token (send Authorization: Bearer <HOARD_METRICS_TOKEN or HOARD_ADMIN_TOKEN>)"})
 				return
 			}
 		}

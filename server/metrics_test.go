@@ -134,6 +134,23 @@ func TestMetricsToken(t *testing.T) {
 	})
 }
 
+// TestMetricsClosedByTheAdminToken: with an admin token and no metrics
+// token, /metrics is not open to everyone (it was); the admin token reads it.
+func TestMetricsClosedByTheAdminToken(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, server.Config{AdminToken: "admin-secret"})
+		require.Equal(t, http.StatusUnauthorized, f.get("/metrics").status)
+		require.Equal(t, http.StatusUnauthorized, f.get("/metrics", "Authorization", "Bearer metrics-secret").status)
+		r := f.get("/metrics", "Authorization", "Bearer admin-secret")
+		require.Equal(t, http.StatusOK, r.status, r.body)
+		require.Contains(t, r.body, "hoard_http_requests_total")
+
+		both := newFixture(t, b, server.Config{AdminToken: "admin-secret", MetricsToken: "metrics-secret"})
+		require.Equal(t, http.StatusOK, both.get("/metrics", "Authorization", "Bearer metrics-secret").status)
+		require.Equal(t, http.StatusOK, both.get("/metrics", "Authorization", "Bearer admin-secret").status)
+	})
+}
+
 func TestMetricsOffloadedPerQueue(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		f := newFixture(t, b, server.Config{})

@@ -41,8 +41,9 @@ type Config struct {
 	WarriorBodyBytes int64
 	AdminBodyBytes   int64
 	Logger           *slog.Logger
-	// MetricsToken, when set, is required to read /metrics
-	// (Authorization: Bearer …). Empty leaves /metrics open.
+	// MetricsToken, or AdminToken, is required to read /metrics
+	// (Authorization: Bearer …) whenever either is set; with neither,
+	// /metrics is open.
 	MetricsToken string
 	// Collectors add metrics to /metrics (the plugin host's, for one).
 	Collectors []prometheus.Collector
@@ -127,7 +128,7 @@ func New(cfg Config, engine *queues.Engine) (*Server, error) {
 	router.GET("/", pages.Index)
 	router.GET("/plugins.json", (&PluginsJSON{Source: cfg.Plugins}).Serve)
 	router.StaticFS("/static", http.FS(leaderboard.Static()))
-	router.GET("/metrics", metrics.Serve(cfg.MetricsToken))
+	router.GET("/metrics", metrics.Serve(cfg.MetricsToken, cfg.AdminToken))
 	adminGroup := router.Group("/api/v1", requireToken(cfg.AdminToken, cfg.InsecureNoAdminToken))
 	admin.register(adminGroup)
 	(&BitTorrentAdmin{Store: cfg.BitTorrent, Admin: admin}).register(adminGroup)

@@ -61,8 +61,11 @@ func parseWarriorPath(path string) (warriorRoute, bool, error) {
 		return route, false, nil
 	}
 	if len(parts) > 2 {
-		n, err := strconv.Atoi(strings.TrimPrefix(parts[1], "multi="))
-		if err != nil || n < 1 || n > queues.MaxMulti {
+		digits := strings.TrimPrefix(parts[1], "multi=")
+		// Digits only: Atoi also takes "+5" and "-0", which no tracker
+		// URL means.
+		n, err := strconv.Atoi(digits)
+		if err != nil || strings.Trim(digits, "0123456789") != "" || n < 1 || n > queues.MaxMulti {
 			return route, true, badRequest("multi=N needs N between 1 and %d", queues.MaxMulti)
 		}
 		route.Multi = n

@@ -89,6 +89,9 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if o.adminToken == "" && o.insecureNoAdminToken {
 		logger.Warn("INSECURE: the admin API accepts calls without a token (--insecure-no-admin-token)")
 	}
+	if o.adminToken == "" && o.metricsToken == "" {
+		logger.Warn("INSECURE: /metrics is open to anyone who can reach this port (project names, downloaders' activity, plugin state); set HOARD_ADMIN_TOKEN or HOARD_METRICS_TOKEN to close it")
+	}
 
 	redisURL := o.redisURL
 	if redisURL == "" {

@@ -63,7 +63,7 @@ type UDPServer struct {
 
 // Error texts sent in UDP error packets.
 const (
-	udpBadConnID      = "connection id expired or invalid, connect again"
+	udpBadConnID      = "expired or invalid conn id" // fits the smallest scrape reply unshortened
 	udpNotAnnounceURL = "URL data does not name an announce path"
 )
 
@@ -239,7 +239,7 @@ func (s *UDPServer) handle(ctx context.Context, w *udpWorker, packet []byte, fro
 		if errors.Is(err, wire.ErrUDPTooShort) {
 			return nil
 		}
-		return wire.AppendUDPError(out, req.TransactionID, err.Error())
+		return unprovenError(out, req.TransactionID, err.Error(), len(packet))
 	}
 	ip := from.Addr().Unmap().WithZone("")
 	now := s.cfg.Now()
@@ -249,12 +249,24 @@ func (s *UDPServer) handle(ctx context.Context, w *udpWorker, packet []byte, fro
 	}
 	if !w.signer.Valid(req.ConnectionID, ip, now) {
 		s.stats.malformed.Add(1)
-		return wire.AppendUDPError(out, req.TransactionID, udpBadConnID)
+		return unprovenError(out, req.TransactionID, udpBadConnID, len(packet))
 	}
 	if req.Action == wire.ActionAnnounce {
 		return s.announce(ctx, w, ip, out)
 	}
 	return s.scrape(ctx, w, out)
+}
+
+// unprovenError is the error reply to a packet whose source address is not
+// proven (no valid connection id): it is never larger than the packet, so
+// the tracker can't be used to reflect and amplify traffic at a spoofed
+// address. The message is cut to fit (a 16-byte packet gets 8 bytes of it).
+func unprovenError(out []byte, transactionID uint32, message string, requestLen int) []byte {
+	room := max(0, requestLen-8) // the action and transaction id take 8
+	if len(message) > room {
+		message = message[:room]
+	}
+	return wire.AppendUDPError(out, transactionID, message)
 }
 
 func (s *UDPServer) announce(ctx context.Context, w *udpWorker, ip netip.Addr, out []byte) []byte {
