@@ -23,10 +23,14 @@
 -- KEYS[19] hourly     HASH  this hour's counters (expires after 8 days)
 -- KEYS[20] recent_done ZSET item -> done at (ms): the latest completions
 --                          (done_mode count or archive keep no done set)
+-- KEYS[21] events      STREAM the project's event log (written when the config's
+--                          event_log is above 0)
+-- KEYS[22] expired_to  STRING the reclaim deadline (ms) up to which expired
+--                          claims are in the event log
 -- then, for each limit group g (in the order of the config's limit_groups):
--- KEYS[21+5g .. 24+5g]  LIST  the group's sub-queues of todo, todo:backfeed,
+-- KEYS[23+5g .. 26+5g]  LIST  the group's sub-queues of todo, todo:backfeed,
 --                             todo:secondary and todo:redo
--- KEYS[25+5g]           STRING the group's GCRA state
+-- KEYS[27+5g]           STRING the group's GCRA state
 --
 -- ARGV[1] now (ms)
 -- ARGV[2] downloader
@@ -72,7 +76,7 @@ local wanted = tonumber(ARGV[4])
 local version = ARGV[5]
 local global_block = ARGV[6]
 local groups_version = ARGV[7]
-local ngroups = (#KEYS - 20) / 5
+local ngroups = (#KEYS - 22) / 5
 local group_index = {}
 for g = 0, ngroups - 1 do
   group_index[ARGV[10 + 3 * g]] = g
@@ -82,7 +86,7 @@ local cfg = redis.call('HMGET', KEYS[1], 'created_at', 'paused', 'min_version',
   'rate_per_minute', 'rate_burst', 'downloader_budget', 'claims_limit',
   'reclaim_enabled', 'reclaim_ttl_ms', 'max_multi', 'extra', 'limit_groups_version',
   'downloader_rate_per_minute', 'downloader_rate_burst', 'ip_rate_per_minute', 'ip_rate_burst',
-  'ignore_global_blocks')
+  'ignore_global_blocks', 'event_log')
 if not cfg[1] then
   return {-1, 'no such project'}
 end
@@ -99,10 +103,11 @@ local expected_types = {
   [7] = 'zset', [8] = 'zset', [9] = 'hash', [10] = 'set', [11] = 'hash',
   [12] = 'hash', [13] = 'hash', [14] = 'hash', [15] = 'string', [16] = 'hash',
   [17] = 'string', [18] = 'string', [19] = 'hash', [20] = 'zset',
+  [21] = 'stream', [22] = 'string',
 }
 for g = 0, ngroups - 1 do
-  for q = 0, 3 do expected_types[21 + 5 * g + q] = 'list' end
-  expected_types[25 + 5 * g] = 'string'
+  for q = 0, 3 do expected_types[23 + 5 * g + q] = 'list' end
+  expected_types[27 + 5 * g] = 'string'
 end
 for i, want in pairs(expected_types) do
   local have = redis.call('TYPE', KEYS[i])['ok']
@@ -243,6 +248,11 @@ end
 
 local claims_limit = tonumber(cfg[7] or '0') or 0
 local reclaim_enabled = cfg[8] == '1'
+local events_max = event_log_max(cfg[18])
+local expired_to = 0
+if events_max then
+  expired_to = tonumber(redis.call('GET', KEYS[22]) or '0') or 0
+end
 local ttl = tonumber(cfg[9] or '0') or 0
 if ttl <= 0 then ttl = 21600000 end
 
@@ -257,7 +267,7 @@ for g = 0, ngroups - 1 do
     tokens = unlimited
   elseif rate > 0 then
     local period = 60000 / rate
-    local tat = tonumber(redis.call('GET', KEYS[25 + 5 * g]) or '0') or 0
+    local tat = tonumber(redis.call('GET', KEYS[27 + 5 * g]) or '0') or 0
     if tat < now then tat = now end
     tokens = math.max(0, math.floor((now - tat) / period + burst + 0.000001))
     group_tat[g], group_period[g] = tat, period
@@ -272,7 +282,7 @@ local function charge_group(g, n)
   if n <= 0 or group_tokens[g] >= unlimited then return end
   group_tokens[g] = group_tokens[g] - n
   group_tat[g] = group_tat[g] + n * group_period[g]
-  redis.call('SET', KEYS[25 + 5 * g], string.format('%.4f', group_tat[g]),
+  redis.call('SET', KEYS[27 + 5 * g], string.format('%.4f', group_tat[g]),
     'PX', int(math.ceil(group_tat[g] - now) + 1000))
 end
 
@@ -280,7 +290,7 @@ local function group_limit_hit()
   for g = 0, ngroups - 1 do
     if group_tokens[g] == 0 then
       for q = 0, 3 do
-        if redis.call('EXISTS', KEYS[21 + 5 * g + q]) == 1 then
+        if redis.call('EXISTS', KEYS[23 + 5 * g + q]) == 1 then
           return true
         end
       end
@@ -298,8 +308,9 @@ local unreadable = 0
 -- due); the window looks past a few of them so they cannot starve others.
 local function take_reclaims(want)
   if not reclaim_enabled or want <= 0 then return end
-  local due = redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', int(now), 'LIMIT', 0, want * 4 + 16)
-  for _, item in ipairs(due) do
+  local due = redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', int(now), 'WITHSCORES', 'LIMIT', 0, want * 4 + 16)
+  for d = 1, #due, 2 do
+    local item, deadline = due[d], tonumber(due[d + 1])
     if want <= 0 then break end
     local record = redis.call('HGET', KEYS[9], item)
     local count, _, previous, _, earlier, group
@@ -326,6 +337,11 @@ local function take_reclaims(want)
     redis.call('ZADD', KEYS[8], int(now + ttl * count), item)
     taken[#taken + 1] = item
     reclaims = reclaims + 1
+    -- The expiry scan (expire_scan.lua) has not reached this deadline and
+    -- never will now that it moved: log the expiry here, once.
+    if events_max and deadline > expired_to then
+      log_event(KEYS[21], events_max, 'reclaim', {item}, previous, deadline)
+    end
     end
     end
   end
@@ -407,7 +423,7 @@ for q = 0, 3 do
     local want = math.min(room(), group_tokens[g])
     if want > 0 then
       local before = #taken
-      pop_fresh(KEYS[21 + 5 * g + q], want, ARGV[10 + 3 * g])
+      pop_fresh(KEYS[23 + 5 * g + q], want, ARGV[10 + 3 * g])
       charge_group(g, #taken - before)
     end
   end

@@ -28,7 +28,10 @@
 -- KEYS[20] recent_done       ZSET item -> done at (ms): the latest completions,
 --                                   kept when done_mode is count or archive
 -- KEYS[21] done_archive      LIST completions waiting for the archive file
--- KEYS[22..] the sub-queues of todo:redo of every known limit group (LIST):
+-- KEYS[22] events            STREAM the project's event log (written when the
+--                                   config's event_log is above 0): one "done"
+--                                   entry per accepted call with new items
+-- KEYS[23..] the sub-queues of todo:redo of every known limit group (LIST):
 --            a released item waits in redo or in one of them
 --
 -- ARGV[1] now (ms)
@@ -51,6 +54,8 @@
 --                          handed out (not out, not released, not done)
 --   {-3, item, ...}        refused, nothing changed: these items are out (or
 --                          released) but the reporter never claimed them
+--   {-7, why}              corrupt state, nothing changed: a key has the
+--                          wrong type
 --
 -- Note: an item is accepted from its current claimant or any of its recent
 -- claimants, so a slow warrior whose item was reclaimed still completes it
@@ -76,9 +81,16 @@ local hour_field = ARGV[8 + groups * 2]
 local channel = ARGV[9 + groups * 2]
 local first_item = 10 + groups * 2
 
-local cfg = redis.call('HMGET', KEYS[1], 'created_at', 'log_length', 'done_mode', 'recent_done')
+local cfg = redis.call('HMGET', KEYS[1], 'created_at', 'log_length', 'done_mode', 'recent_done', 'event_log')
 if not cfg[1] then
   return {-1}
+end
+local events_max = event_log_max(cfg[5])
+if events_max then
+  local have = redis.call('TYPE', KEYS[22])['ok']
+  if have ~= 'none' and have ~= 'stream' then
+    return {-7, KEYS[22] .. ' is a ' .. have .. ', not a stream'}
+  end
 end
 local log_length = tonumber(cfg[2] or '1000') or 1000
 local done_mode = cfg[3] or 'keep'
@@ -153,7 +165,7 @@ for _, item in ipairs(released_items) do
   -- Released items were appended to a tail; search from there. (A re-route
   -- may have moved one between redo and its groups' sub-queues.)
   if redis.call('LREM', KEYS[15], -1, item) == 0 then
-    for k = 22, #KEYS do
+    for k = 23, #KEYS do
       if redis.call('LREM', KEYS[k], -1, item) > 0 then break end
     end
   end
@@ -225,5 +237,8 @@ end
 -- every frontend subscribes once (pub/sub is a hint, never the truth).
 local slug = string.match(KEYS[1], '{(.*)}')
 redis.call('PUBLISH', channel, '{"project":' .. cjson.encode(slug) .. ',"entry":' .. entry .. '}')
+if events_max then
+  log_event(KEYS[22], events_max, 'done', fresh, downloader, now)
+end
 
 return {1, #fresh, duplicates}

@@ -33,9 +33,13 @@
 //  2. ticks each described job at its period (OnTick), under a Redis lease
 //     so one frontend runs each period, and queues the items the tick
 //     returns into the plugin's projects;
-//  3. delivers OnItemDone for completions of the plugin's items (from the
-//     queue engine's pub/sub) and OnReclaim for its items whose claim expired
-//     (from a sweep over the stored reclaim deadlines);
+//  3. delivers OnItemDone for completions of the plugin's items and
+//     OnReclaim for its items whose claim expired, from each project's
+//     event log (a capped Redis stream the queue scripts write in the same
+//     step as the change), through one consumer group per plugin: each
+//     event is handled by one frontend, acknowledged only once its hook
+//     returned nil, taken over by another frontend when its reader died,
+//     and delivered after downtime (events.go);
 //  4. pings it and calls Health every HealthInterval, caching Stats for
 //     /metrics and the leaderboard;
 //  5. restarts it, with a back-off doubling up to MaxBackoff, when its
@@ -61,8 +65,9 @@
 //	     ──► host queues items into the plugin's project (todo)
 //	     ──► a worker claims them (the plugin's own workers over Redis, or any
 //	         warrior over the HTTP API), does the step, reports done
-//	     ──► OnItemDone (hint) lets the plugin advance at once; the next tick
-//	         re-derives anything a lost hint missed
+//	     ──► OnItemDone (from the project's event log, retried until it
+//	         succeeds) lets the plugin advance at once; the next tick
+//	         re-derives anything the capped log no longer held
 //	     ──► a worker that dies leaves its claim to expire: OnReclaim, and the
 //	         queue hands the item out again
 //
@@ -88,8 +93,8 @@
 //
 // Item names must be unique per step (the queue engine keeps done items
 // forever and skips queuing them again), hence the step and epoch or round
-// in the names above. Hooks are hints: an event can be lost (a pub/sub
-// message missed, a full backlog) or seen more than once (each hoard
-// frontend runs its own instance of a plugin, and each instance hears every
-// completion). Hooks must be idempotent and never the only path forward.
+// in the names above. Hooks are delivered at least once: an event whose
+// frontend died after the hook but before the acknowledgement comes again,
+// and the capped event log can drop the oldest events of a plugin down for
+// long. Hooks must be idempotent and never the only path forward.
 package plugins

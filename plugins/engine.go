@@ -13,13 +13,15 @@ func EngineQueues(engine *queues.Engine) Queues { return engineQueues{engine} }
 
 type engineQueues struct{ engine *queues.Engine }
 
-// EnsureProject creates the project with its title set to its slug and,
-// when reclaimTTL > 0, reclaiming on. An existing project is left alone:
-// its operators may have tuned it.
+// EnsureProject creates the project with its title set to its slug, its
+// event log on and, when reclaimTTL > 0, reclaiming on. An existing
+// project is left alone: its operators may have tuned it.
 func (q engineQueues) EnsureProject(ctx context.Context, slug string, reclaimTTL time.Duration) error {
 	var patch queues.SettingsPatch
 	title := slug
 	patch.Title = &title
+	events := queues.DefaultPluginEventLog
+	patch.EventLog = &events
 	if reclaimTTL > 0 {
 		on, ttl := true, queues.Duration(reclaimTTL)
 		patch.ReclaimEnabled, patch.ReclaimTTL = &on, &ttl
@@ -49,4 +51,59 @@ func (q engineQueues) Enqueue(ctx context.Context, slug string, items []string) 
 		}
 	}
 	return queued, nil
+}
+
+// EngineEventLog adapts the queue engine's per-project event log to
+// EventLog.
+func EngineEventLog(engine *queues.Engine) EventLog { return engineEvents{engine} }
+
+type engineEvents struct{ engine *queues.Engine }
+
+// EnableEventLog turns the project's event log on (DefaultPluginEventLog
+// entries) if it is off; a size an operator chose is kept.
+func (q engineEvents) EnableEventLog(ctx context.Context, project string) error {
+	p, err := q.engine.Project(ctx, project)
+	if err != nil {
+		return err
+	}
+	if p.Settings.EventLog > 0 {
+		return nil
+	}
+	size := queues.DefaultPluginEventLog
+	_, err = q.engine.UpdateProject(ctx, project, queues.SettingsPatch{EventLog: &size})
+	return err
+}
+
+func (q engineEvents) JoinEventLog(ctx context.Context, project, group string) error {
+	return q.engine.JoinEventLog(ctx, project, group)
+}
+
+func (q engineEvents) ReadEvents(ctx context.Context, project, group, consumer string, count int, block time.Duration) ([]LoggedEvent, error) {
+	evs, err := q.engine.ReadEvents(ctx, project, group, consumer, count, block)
+	return loggedEvents(evs), err
+}
+
+func (q engineEvents) AckEvents(ctx context.Context, project, group string, ids ...string) error {
+	return q.engine.AckEvents(ctx, project, group, ids...)
+}
+
+func (q engineEvents) ClaimStaleEvents(ctx context.Context, project, group, consumer string, idle time.Duration, count, maxDeliveries int) (StaleLoggedEvents, error) {
+	stale, err := q.engine.ClaimStaleEvents(ctx, project, group, consumer, idle, count, maxDeliveries)
+	return StaleLoggedEvents{Events: loggedEvents(stale.Events), GivenUp: loggedEvents(stale.GivenUp), Trimmed: stale.Trimmed}, err
+}
+
+func (q engineEvents) ScanExpiredClaims(ctx context.Context, project string, limit int) (int, bool, error) {
+	return q.engine.ScanExpiredClaims(ctx, project, limit)
+}
+
+func loggedEvents(evs []queues.Event) []LoggedEvent {
+	if len(evs) == 0 {
+		return nil
+	}
+	out := make([]LoggedEvent, len(evs))
+	for i, ev := range evs {
+		out[i] = LoggedEvent{ID: ev.ID, Reclaim: ev.Kind == queues.EventReclaim, Items: ev.Items, By: ev.By,
+			At: ev.At, Deliveries: ev.Deliveries}
+	}
+	return out
 }

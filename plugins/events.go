@@ -2,195 +2,315 @@ package plugins
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"strconv"
-	"strings"
+	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
-
-	"github.com/hoardproject/hoard/queues"
 )
 
-// Item events reach plugins two ways:
+// Item events reach plugins through each project's event log (see
+// queues/events.go): a capped Redis stream in the project's slot, written
+// by the same script that completes items (done.lua) or notices an expired
+// claim (claim.lua when it hands the item out again, or the expiry scan
+// every frontend runs every ReclaimSweepInterval; a shared cursor makes
+// each expiry logged once). Each plugin reads every project it owns
+// through its own consumer group, so:
 //
-//   - done: done.lua publishes every completion on queues.EventsChannel as
-//     {"project": slug, "entry": {"items": [...], "by": downloader, "at": ms, ...}}.
-//     The host subscribes once and routes each item to the plugins owning
-//     it. Pub/sub is a hint: a message published while this host is not
-//     subscribed is lost.
-//   - reclaim: no script announces an expired claim (the queue engine
-//     reclaims lazily, inside claim.lua), so the host sweeps the
-//     deadlines ZSET of each project a plugin owns, from a cursor kept in
-//     Redis, under a lease so one frontend sweeps at a time. That sweep
-//     reads stored deadlines, so expirations that happen while the plugin
-//     is down are delivered once it is back.
+//   - each event is handled by one frontend, however many run;
+//   - an event is acknowledged only after the plugin's hook returned nil;
+//     one whose hook failed, or whose frontend or plugin died while
+//     handling it, stays pending, and after EventRetryAfter any frontend
+//     takes it over and delivers it again, up to EventMaxDeliveries times,
+//     after which it is given up (logged and counted);
+//   - events logged while a plugin (or every frontend) was down are
+//     delivered when it is back, as far as the capped log reaches.
+//
+// Hooks must therefore be idempotent: an event can arrive more than once
+// (a frontend that died after the hook but before the acknowledgement),
+// and a retried done entry repeats all of its items.
 
-// doneMessage is what done.lua publishes.
-type doneMessage struct {
-	Project string `json:"project"`
-	Entry   struct {
-		Items []string `json:"items"`
-		By    string   `json:"by"`
-		At    int64    `json:"at"`
-	} `json:"entry"`
+// LoggedEvent is one entry of a project's event log.
+type LoggedEvent struct {
+	ID string
+	// Reclaim is true for an expired claim, false for a completion.
+	Reclaim bool
+	Items   []string
+	// By completed the items or held the expired claim.
+	By string
+	// At is when the items completed or the claim's deadline passed.
+	At time.Time
+	// Deliveries counts the times the entry was handed out, this one
+	// included.
+	Deliveries int64
 }
 
-// subscribe subscribes to completions and waits for Redis to confirm, so no
-// completion after Start returns is missed for want of a subscription.
-func (h *Host) subscribe(ctx context.Context) (*redis.PubSub, error) {
-	ps := h.opts.Redis.Subscribe(ctx, queues.EventsChannel)
-	if _, err := ps.Receive(ctx); err != nil {
-		_ = ps.Close()
-		return nil, fmt.Errorf("subscribe to %s: %w", queues.EventsChannel, err)
-	}
-	return ps, nil
+// StaleLoggedEvents is what a takeover of stale entries found.
+type StaleLoggedEvents struct {
+	// Events are now this consumer's to handle again.
+	Events []LoggedEvent
+	// GivenUp reached the delivery limit and were acknowledged unhandled.
+	GivenUp []LoggedEvent
+	// Trimmed were pending but already trimmed from the log.
+	Trimmed int
 }
 
-// listenDone routes completions to their plugins until ctx ends or ps is
-// closed. go-redis resubscribes after a reconnect by itself.
-func (h *Host) listenDone(ctx context.Context, ps *redis.PubSub) {
-	ch := ps.Channel(redis.WithChannelSize(1000))
+// EventLog is the queue engine's durable per-project event log, as the
+// host reads it; cmd/hoard adapts *queues.Engine (EngineEventLog).
+type EventLog interface {
+	// EnableEventLog turns the project's event log on if it is off.
+	EnableEventLog(ctx context.Context, project string) error
+	// JoinEventLog creates the consumer group unless it exists.
+	JoinEventLog(ctx context.Context, project, group string) error
+	// ReadEvents waits up to block for entries new to the group.
+	ReadEvents(ctx context.Context, project, group, consumer string, count int, block time.Duration) ([]LoggedEvent, error)
+	// AckEvents acknowledges handled entries.
+	AckEvents(ctx context.Context, project, group string, ids ...string) error
+	// ClaimStaleEvents takes over entries pending for longer than idle.
+	ClaimStaleEvents(ctx context.Context, project, group, consumer string, idle time.Duration, count, maxDeliveries int) (StaleLoggedEvents, error)
+	// ScanExpiredClaims logs up to limit newly expired claims.
+	ScanExpiredClaims(ctx context.Context, project string, limit int) (logged int, more bool, err error)
+}
+
+// eventGroup is a plugin's consumer group on its projects' event logs.
+func eventGroup(plugin string) string { return "plugin:" + plugin }
+
+// followEventLogs starts one reader per project the plugin owns, as its
+// descriptions name them (a restarted plugin may own new ones).
+func (s *supervisor) followEventLogs(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	following := map[string]bool{}
 	for {
+		inst, desc, changed := s.waitRunning(ctx)
+		if inst == nil {
+			return
+		}
+		for _, project := range desc.projects() {
+			if following[project] {
+				continue
+			}
+			following[project] = true
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s.followProject(ctx, project)
+			}()
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case msg, ok := <-ch:
-			if !ok {
-				return
-			}
-			h.routeDoneMessage(msg.Payload)
+		case <-changed:
 		}
 	}
 }
 
-func (h *Host) routeDoneMessage(payload string) {
-	var msg doneMessage
-	if err := json.Unmarshal([]byte(payload), &msg); err != nil {
-		h.log.Debug("ignoring a malformed completion event", "err", err)
-		return
-	}
-	if !h.anyOwnsProject(msg.Project) {
-		return
-	}
-	at := time.UnixMilli(msg.Entry.At)
-	for _, item := range msg.Entry.Items {
-		h.DeliverDone(ItemEvent{Project: msg.Project, Item: item, Downloader: msg.Entry.By, At: at})
-	}
-}
-
-func (h *Host) anyOwnsProject(project string) bool {
-	for _, s := range h.supervisors {
-		if s.description().ownsProject(project) {
-			return true
-		}
-	}
-	return false
-}
-
-// sweepReclaims delivers expired claims of the plugin's projects every
-// ReclaimSweepInterval while the plugin runs.
-func (s *supervisor) sweepReclaims(ctx context.Context) {
+// followProject reads one project's event log for the plugin until ctx
+// ends: new entries as they come, stale ones every EventRetryAfter, and an
+// expiry scan every ReclaimSweepInterval.
+func (s *supervisor) followProject(ctx context.Context, project string) {
 	opts := &s.h.opts
-	for {
-		if !s.sleep(ctx, opts.ReclaimSweepInterval) {
+	events := opts.Events
+	group := eventGroup(s.spec.Name)
+	joined := false
+	var lastStale, lastScan time.Time
+	for ctx.Err() == nil {
+		inst, _, _ := s.waitRunning(ctx)
+		if inst == nil {
 			return
 		}
+		if !joined {
+			err := s.joinEventLog(ctx, project, group)
+			if err != nil {
+				s.logEventError("cannot join the project's event log", project, err)
+				s.sleep(ctx, opts.EventRetryAfter)
+				continue
+			}
+			joined = true
+		}
+		now := opts.Clock.Now()
+		if now.Sub(lastScan) >= opts.ReclaimSweepInterval {
+			lastScan = now
+			s.scanExpired(ctx, project)
+		}
+		if now.Sub(lastStale) >= opts.EventRetryAfter {
+			lastStale = now
+			s.retryStale(ctx, project, group)
+		}
+		evs, err := events.ReadEvents(ctx, project, group, s.h.owner, opts.EventBatch, opts.EventBlock)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			// The log or its group may be gone (a key deleted by hand):
+			// join again before the next read.
+			joined = false
+			s.logEventError("reading the project's event log failed", project, err)
+			s.sleep(ctx, opts.EventBlock)
+			continue
+		}
+		s.handleLogged(ctx, project, group, evs)
+	}
+}
+
+func (s *supervisor) joinEventLog(ctx context.Context, project, group string) error {
+	ctx, cancel := context.WithTimeout(ctx, s.h.opts.CallTimeout)
+	defer cancel()
+	if err := s.h.opts.Events.EnableEventLog(ctx, project); err != nil {
+		return err
+	}
+	return s.h.opts.Events.JoinEventLog(ctx, project, group)
+}
+
+// scanExpired logs the project's newly expired claims, a bounded number of
+// pages per call. Every frontend scans: the scan is one script with a
+// stored cursor, so concurrent scans never log an expiry twice.
+func (s *supervisor) scanExpired(ctx context.Context, project string) {
+	ctx, cancel := context.WithTimeout(ctx, s.h.opts.CallTimeout)
+	defer cancel()
+	for range 10 {
+		_, more, err := s.h.opts.Events.ScanExpiredClaims(ctx, project, s.h.opts.ReclaimSweepBatch)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.logEventError("expiry scan failed", project, err)
+			}
+			return
+		}
+		if !more {
+			return
+		}
+	}
+}
+
+// retryStale takes over the group's entries pending for longer than
+// EventRetryAfter (a frontend died holding them, or their hook failed) and
+// handles them again.
+func (s *supervisor) retryStale(ctx context.Context, project, group string) {
+	opts := &s.h.opts
+	for range 10 {
+		callCtx, cancel := context.WithTimeout(ctx, opts.CallTimeout)
+		stale, err := opts.Events.ClaimStaleEvents(callCtx, project, group, s.h.owner, opts.EventRetryAfter, opts.EventBatch, opts.EventMaxDeliveries)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				s.logEventError("taking over stale events failed", project, err)
+			}
+			return
+		}
+		for _, ev := range stale.GivenUp {
+			s.eventsGivenUp.Add(1)
+			s.log.Error("plugin event given up after repeated failures; the plugin's next tick must repair what it missed",
+				"project", project, "reclaim", ev.Reclaim, "items", len(ev.Items), "first", firstItem(ev.Items),
+				"deliveries", ev.Deliveries)
+		}
+		if stale.Trimmed > 0 {
+			s.eventsTrimmed.Add(uint64(stale.Trimmed))
+			s.log.Warn("pending plugin events were trimmed from the capped log before they were handled",
+				"project", project, "events", stale.Trimmed)
+		}
+		if len(stale.Events) == 0 {
+			return
+		}
+		s.eventsRetried.Add(uint64(len(stale.Events)))
+		s.handleLogged(ctx, project, group, stale.Events)
+	}
+}
+
+// handleLogged calls the plugin's hook for each item it owns in each entry,
+// in order, and acknowledges each entry whose hooks all returned nil.
+func (s *supervisor) handleLogged(ctx context.Context, project, group string, evs []LoggedEvent) {
+	opts := &s.h.opts
+	var acks []string
+	for _, logged := range evs {
 		inst, desc, _ := s.waitRunning(ctx)
 		if inst == nil {
 			return
 		}
-		projects := desc.projects()
-		if len(projects) == 0 {
-			continue
+		hook := hookDone
+		if logged.Reclaim {
+			hook = hookReclaim
 		}
-		if !s.h.lease(ctx, reclaimLeaseKey(s.spec.Name), opts.ReclaimSweepInterval-opts.ReclaimSweepInterval/10) {
-			continue
-		}
-		for _, project := range projects {
-			if err := s.sweepProject(ctx, project); err != nil && ctx.Err() == nil {
-				s.log.Warn("reclaim sweep failed", "project", project, "err", err)
+		ok := true
+		for _, item := range logged.Items {
+			t, owned := desc.owner(project, item)
+			if !owned {
+				continue
 			}
+			ev := ItemEvent{ItemType: t.Name, Project: project, Item: item, Downloader: logged.By, At: logged.At}
+			call := func(inst *instance) error {
+				return inst.call(ctx, opts.HookTimeout, func(ctx context.Context, p Plugin) error {
+					if hook == hookDone {
+						return p.OnItemDone(ctx, ev)
+					}
+					return p.OnReclaim(ctx, ev)
+				})
+			}
+			err := call(inst)
+			// The plugin died under the call (killed, crashed): hand the
+			// event to its next instance now rather than after
+			// EventRetryAfter. Bounded, so an event that kills every
+			// instance is left to the retry limit.
+			for restarts := 0; err != nil && restarts < 3 && ctx.Err() == nil && (inst.exited() || s.running() != inst); restarts++ {
+				s.waitReplaced(ctx, inst)
+				if inst, desc, _ = s.waitRunning(ctx); inst == nil {
+					return
+				}
+				err = call(inst)
+			}
+			if err != nil {
+				s.hookErrors[hook].Add(1)
+				s.logHookError(delivery{hook: hook, ev: ev}, err)
+				ok = false
+				break
+			}
+			s.eventsHandled[hook].Add(1)
+		}
+		if ok {
+			acks = append(acks, logged.ID)
 		}
 	}
-}
-
-// sweepProject delivers the claims of project whose reclaim deadline passed
-// since the cursor, at most as many as the backlog has room for, and
-// advances the cursor past them. The first sweep of a project starts at
-// now: claims that expired before the plugin ever ran are not replayed.
-func (s *supervisor) sweepProject(ctx context.Context, project string) error {
-	rdb := s.h.opts.Redis
-	now := s.h.opts.Clock.Now().UnixMilli()
-	ctx, cancel := context.WithTimeout(ctx, s.h.opts.CallTimeout)
+	if len(acks) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, opts.CallTimeout)
 	defer cancel()
-	cursorKey := reclaimCursorKey(s.spec.Name)
-	raw, err := rdb.HGet(ctx, cursorKey, project).Result()
-	if errors.Is(err, redis.Nil) {
-		return rdb.HSet(ctx, cursorKey, project, now).Err()
+	if err := opts.Events.AckEvents(ctx, project, group, acks...); err != nil && ctx.Err() == nil {
+		// Unacknowledged entries are delivered again after EventRetryAfter.
+		s.logEventError("acknowledging plugin events failed; they will be delivered again", project, err)
 	}
-	if err != nil {
-		return err
-	}
-	cursor, err := strconv.ParseInt(raw, 10, 64)
-	if err != nil || cursor > now {
-		return rdb.HSet(ctx, cursorKey, project, now).Err()
-	}
-	room := min(s.h.opts.ReclaimSweepBatch, cap(s.events)-len(s.events))
-	if room <= 0 {
-		return nil
-	}
-	expired, err := rdb.ZRangeByScoreWithScores(ctx, queues.DeadlinesKey(project), &redis.ZRangeBy{
-		Min: "(" + strconv.FormatInt(cursor, 10), Max: strconv.FormatInt(now, 10), Count: int64(room),
-	}).Result()
-	if err != nil {
-		return err
-	}
-	next := now
-	if len(expired) == room {
-		// A full page: continue after it next time. Items sharing the last
-		// page's deadline are delivered again rather than skipped, unless
-		// the whole page shares it.
-		last := int64(expired[len(expired)-1].Score)
-		next = last - 1
-		if int64(expired[0].Score) == last {
-			next = last
-		}
-	}
-	if len(expired) > 0 {
-		names := make([]string, len(expired))
-		for i, z := range expired {
-			names[i], _ = z.Member.(string)
-		}
-		claims, err := rdb.HMGet(ctx, queues.ClaimsKey(project), names...).Result()
-		if err != nil {
-			return err
-		}
-		for i, z := range expired {
-			ev := ItemEvent{Project: project, Item: names[i], At: time.UnixMilli(int64(z.Score))}
-			if record, ok := claims[i].(string); ok {
-				ev.Downloader = claimant(record)
-			}
-			s.offerReclaim(ev)
-		}
-	}
-	return rdb.HSet(ctx, cursorKey, project, next).Err()
 }
 
-// offerReclaim queues a reclaim for this plugin only: the sweep is per
-// plugin, so other plugins sweep their own projects.
-func (s *supervisor) offerReclaim(ev ItemEvent) {
-	s.offer(hookReclaim, ev)
+// waitReplaced waits until inst is no longer the running instance (the
+// supervisor noticed its death), or ctx ends.
+func (s *supervisor) waitReplaced(ctx context.Context, inst *instance) {
+	for {
+		s.mu.Lock()
+		current, changed := s.inst, s.changed
+		running := s.state == StateRunning
+		s.mu.Unlock()
+		if !running || current != inst {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
 }
 
-// claimant reads the downloader from a claim record
-// "<times claimed> <claimed at ms> <downloader> <ip>".
-func claimant(record string) string {
-	fields := strings.Fields(record)
-	if len(fields) < 3 {
+// logEventError logs at most one event-log failure per interval, like hook
+// errors.
+func (s *supervisor) logEventError(msg, project string, err error) {
+	const interval = 10 * time.Second
+	now := s.h.opts.Clock.Now().UnixNano()
+	last := s.lastEventLog.Load()
+	if now-last < int64(interval) || !s.lastEventLog.CompareAndSwap(last, now) {
+		return
+	}
+	s.log.Warn(msg, "project", project, "err", err)
+}
+
+func firstItem(items []string) string {
+	if len(items) == 0 {
 		return ""
 	}
-	return fields[2]
+	return items[0]
 }

@@ -177,7 +177,7 @@ func TestExternalPlugin(t *testing.T) {
 		redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 			engine := queues.NewEngine(b.Client, queues.Options{Logger: slog.New(slog.DiscardHandler)})
 			opts, _ := externalOptions(t, bin, `{"tick_period":"1h"}`)
-			opts.Redis, opts.Queues = b.Client, plugins.EngineQueues(engine)
+			opts.Redis, opts.Queues, opts.Events = b.Client, plugins.EngineQueues(engine), plugins.EngineEventLog(engine)
 			h := startHost(t, opts)
 			ctx := t.Context()
 
@@ -200,14 +200,46 @@ func TestExternalPlugin(t *testing.T) {
 
 			_, err = engine.Done(ctx, queues.DoneRequest{Project: "example", Downloader: "tester", Items: []string{item}})
 			require.NoError(t, err)
-			require.Eventually(t, func() bool {
-				for _, m := range liveStats(t, h, "example").Metrics {
-					if m.Name == "last_done" && m.Labels["item"] == item {
-						return true
+			lastDone := func(item string) func() bool {
+				return func() bool {
+					var stats plugins.Stats
+					err := h.Call(ctx, "example", func(ctx context.Context, p plugins.Plugin) error {
+						var err error
+						stats, err = p.Stats(ctx)
+						return err
+					})
+					if err != nil {
+						return false // down or restarting
 					}
+					for _, m := range stats.Metrics {
+						if m.Name == "last_done" && m.Labels["item"] == item {
+							return true
+						}
+					}
+					return false
 				}
-				return false
-			}, eventually, poll)
+			}
+			require.Eventually(t, lastDone(item), eventually, poll)
+
+			// kill -9 the plugin, and complete an item while it is down:
+			// the completion waits in the project's event log and reaches
+			// the restarted plugin.
+			pid := statusOf(h, "example").PID
+			require.NotZero(t, pid)
+			require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+			_, err = engine.Enqueue(ctx, "example", queues.Target{Queue: queues.QueueTodo}, []queues.QueueItem{{Name: "echo:while-down"}})
+			require.NoError(t, err)
+			claimed, err := engine.Claim(ctx, queues.ClaimRequest{Project: "example", Downloader: "tester", Count: 1})
+			require.NoError(t, err)
+			require.Len(t, claimed.Items, 1)
+			_, err = engine.Done(ctx, queues.DoneRequest{Project: "example", Downloader: "tester", Items: []string{"echo:while-down"}})
+			require.NoError(t, err)
+			require.Eventually(t, lastDone("echo:while-down"), eventually, poll, "delivered to the restarted plugin")
+			require.Eventually(t, func() bool {
+				p, err := b.Client.XPending(ctx, queues.EventsKey("example"), "plugin:example").Result()
+				return err == nil && p.Count == 0
+			}, eventually, poll, "and acknowledged")
+			require.NotEqual(t, pid, statusOf(h, "example").PID)
 		})
 	})
 }

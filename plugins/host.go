@@ -46,9 +46,11 @@ type Options struct {
 	Builtins map[string]Factory
 	// RedisURL is passed to every plugin in Configure.
 	RedisURL string
-	// Redis carries item-done events (pub/sub), the reclaim sweep and the
-	// job leases. Nil turns those three off; Deliver* still work.
+	// Redis carries the job leases; nil runs every job on every host.
 	Redis redis.UniversalClient
+	// Events is the queue engine's event log, the source of the plugins'
+	// OnItemDone and OnReclaim; nil delivers only what Deliver* hands over.
+	Events EventLog
 	// Queues queues the items ticks return. Nil refuses them (logged).
 	Queues Queues
 	Logger *slog.Logger
@@ -87,11 +89,22 @@ type Options struct {
 	// MaxInflight bounds each plugin's calls still running, including
 	// those past their deadline; past it calls fail with ErrBusy.
 	MaxInflight int
-	// ReclaimSweepInterval is how often expired claims of the plugins'
-	// projects are looked for.
+	// ReclaimSweepInterval is how often each frontend scans the plugins'
+	// projects for expired claims (to log them as reclaim events).
 	ReclaimSweepInterval time.Duration
-	// ReclaimSweepBatch caps the expired claims read per project per sweep.
+	// ReclaimSweepBatch caps the expired claims logged per scan page.
 	ReclaimSweepBatch int
+	// EventBlock is how long one read of an event log waits for entries.
+	EventBlock time.Duration
+	// EventBatch caps the entries read at once.
+	EventBatch int
+	// EventRetryAfter is how long an event may stay unacknowledged (its
+	// hook failed, or its frontend died) before it is delivered again,
+	// and how often each frontend looks for such events.
+	EventRetryAfter time.Duration
+	// EventMaxDeliveries is how many times an event is delivered before
+	// it is given up (logged and counted).
+	EventMaxDeliveries int
 }
 
 // Defaults for Options.
@@ -110,6 +123,10 @@ const (
 	DefaultMaxInflight          = 8
 	DefaultReclaimSweepInterval = 30 * time.Second
 	DefaultReclaimSweepBatch    = 1000
+	DefaultEventBlock           = 2 * time.Second
+	DefaultEventBatch           = 100
+	DefaultEventRetryAfter      = 30 * time.Second
+	DefaultEventMaxDeliveries   = 10
 )
 
 func (o *Options) setDefaults() {
@@ -137,6 +154,10 @@ func (o *Options) setDefaults() {
 	setInt(&o.EventQueue, DefaultEventQueue)
 	setInt(&o.MaxInflight, DefaultMaxInflight)
 	setInt(&o.ReclaimSweepBatch, DefaultReclaimSweepBatch)
+	setDuration(&o.EventBlock, DefaultEventBlock)
+	setInt(&o.EventBatch, DefaultEventBatch)
+	setDuration(&o.EventRetryAfter, DefaultEventRetryAfter)
+	setInt(&o.EventMaxDeliveries, DefaultEventMaxDeliveries)
 	if o.MaxBackoff < o.MinBackoff {
 		o.MaxBackoff = o.MinBackoff
 	}
@@ -169,7 +190,6 @@ type Host struct {
 	mu      sync.Mutex
 	started bool
 	cancel  context.CancelFunc
-	pubsub  *redis.PubSub
 	wg      sync.WaitGroup
 
 	stopOnce sync.Once
@@ -245,10 +265,10 @@ func checkExecutable(path string) error {
 	return nil
 }
 
-// Start subscribes to item-done events (when Options.Redis is set) and
-// starts every plugin's supervisor. It does not wait for the plugins: one
-// that fails to start is retried in the background, and WaitRunning tells
-// when one is up. ctx bounds the subscription only; Stop ends the rest.
+// Start starts every plugin's supervisor. It does not wait for the
+// plugins: one that fails to start is retried in the background, and
+// WaitRunning tells when one is up. Stop ends them; ctx's values are kept,
+// its cancellation is not.
 func (h *Host) Start(ctx context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -259,23 +279,9 @@ func (h *Host) Start(ctx context.Context) error {
 		h.started = true
 		return nil
 	}
-	if h.opts.Redis != nil {
-		ps, err := h.subscribe(ctx)
-		if err != nil {
-			return err
-		}
-		h.pubsub = ps
-	}
 	h.started = true
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	h.cancel = cancel
-	if h.pubsub != nil {
-		h.wg.Add(1)
-		go func() {
-			defer h.wg.Done()
-			h.listenDone(runCtx, h.pubsub)
-		}()
-	}
 	for _, s := range h.supervisors {
 		s.start(runCtx, &h.wg)
 	}
@@ -288,13 +294,10 @@ func (h *Host) Start(ctx context.Context) error {
 func (h *Host) Stop() error {
 	h.stopOnce.Do(func() {
 		h.mu.Lock()
-		cancel, ps := h.cancel, h.pubsub
+		cancel := h.cancel
 		h.mu.Unlock()
 		if cancel != nil {
 			cancel()
-		}
-		if ps != nil {
-			_ = ps.Close()
 		}
 		h.wg.Wait()
 	})
@@ -331,6 +334,9 @@ type Status struct {
 	Description   Description `json:"description"`
 	EventsDropped uint64      `json:"events_dropped"`
 	HookErrors    uint64      `json:"hook_errors"`
+	EventsHandled uint64      `json:"events_handled"`
+	EventsRetried uint64      `json:"events_retried"`
+	EventsGivenUp uint64      `json:"events_given_up"`
 	TicksRun      uint64      `json:"ticks_run"`
 	TickErrors    uint64      `json:"tick_errors"`
 	ItemsQueued   uint64      `json:"items_queued"`

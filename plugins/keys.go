@@ -11,10 +11,3 @@ func pluginPrefix(name string) string { return "hoard:plugin:{" + name + "}:" }
 // just under the period), so one tick runs per period across every hoard
 // frontend and across restarts.
 func jobLeaseKey(plugin, job string) string { return pluginPrefix(plugin) + "lease:job:" + job }
-
-// reclaimLeaseKey is the lease of the reclaim sweep (STRING with a TTL).
-func reclaimLeaseKey(plugin string) string { return pluginPrefix(plugin) + "lease:reclaims" }
-
-// reclaimCursorKey maps each project the plugin owns to the reclaim
-// deadline (ms) up to which expired claims were delivered (HASH).
-func reclaimCursorKey(plugin string) string { return pluginPrefix(plugin) + "reclaim_cursor" }

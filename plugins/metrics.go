@@ -14,6 +14,10 @@ import (
 //   - hoard_plugin_restarts_total{plugin}
 //   - hoard_plugin_events_dropped_total{plugin,hook}       backlog full
 //   - hoard_plugin_hook_errors_total{plugin,hook}
+//   - hoard_plugin_events_handled_total{plugin,hook}       from the event logs, hook returned nil
+//   - hoard_plugin_events_retried_total{plugin}            taken over after EventRetryAfter
+//   - hoard_plugin_events_given_up_total{plugin}           delivered EventMaxDeliveries times
+//   - hoard_plugin_events_trimmed_total{plugin}            pending but trimmed from the log
 //   - hoard_plugin_ticks_total{plugin,job,result}          ok, error, skipped (ran elsewhere)
 //   - hoard_plugin_items_queued_total{plugin}
 //   - hoard_<plugin>_<metric>{labels}                      each plugin's own Stats
@@ -34,6 +38,14 @@ var (
 		"Item events dropped because the plugin's backlog was full.", []string{"plugin", "hook"}, nil)
 	descHookErrors = prometheus.NewDesc("hoard_plugin_hook_errors_total",
 		"Hook calls that failed or timed out.", []string{"plugin", "hook"}, nil)
+	descHandled = prometheus.NewDesc("hoard_plugin_events_handled_total",
+		"Event log entries' items whose hook returned nil.", []string{"plugin", "hook"}, nil)
+	descRetried = prometheus.NewDesc("hoard_plugin_events_retried_total",
+		"Event log entries delivered again: their hook failed or their frontend died before acknowledging.", []string{"plugin"}, nil)
+	descGivenUp = prometheus.NewDesc("hoard_plugin_events_given_up_total",
+		"Event log entries given up after EventMaxDeliveries deliveries.", []string{"plugin"}, nil)
+	descTrimmed = prometheus.NewDesc("hoard_plugin_events_trimmed_total",
+		"Event log entries trimmed from the capped log before they were handled.", []string{"plugin"}, nil)
 	descTicks = prometheus.NewDesc("hoard_plugin_ticks_total",
 		"Scheduled job runs by result: ok, error, or skipped because another frontend held the period's lease.",
 		[]string{"plugin", "job", "result"}, nil)
@@ -58,7 +70,11 @@ func (c hostCollector) Collect(ch chan<- prometheus.Metric) {
 		for k := range hookKinds {
 			ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(s.dropped[k].Load()), name, k.String())
 			ch <- prometheus.MustNewConstMetric(descHookErrors, prometheus.CounterValue, float64(s.hookErrors[k].Load()), name, k.String())
+			ch <- prometheus.MustNewConstMetric(descHandled, prometheus.CounterValue, float64(s.eventsHandled[k].Load()), name, k.String())
 		}
+		ch <- prometheus.MustNewConstMetric(descRetried, prometheus.CounterValue, float64(s.eventsRetried.Load()), name)
+		ch <- prometheus.MustNewConstMetric(descGivenUp, prometheus.CounterValue, float64(s.eventsGivenUp.Load()), name)
+		ch <- prometheus.MustNewConstMetric(descTrimmed, prometheus.CounterValue, float64(s.eventsTrimmed.Load()), name)
 		s.mu.Lock()
 		for job, t := range s.tickCount {
 			ch <- prometheus.MustNewConstMetric(descTicks, prometheus.CounterValue, float64(t.ok), name, job, "ok")

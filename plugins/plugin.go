@@ -28,16 +28,19 @@ type Plugin interface {
 	// listener addresses can be the ones actually bound.
 	Describe(ctx context.Context) (Description, error)
 	// OnItemDone is called for each completed item of an item type the
-	// plugin owns. Delivery is a hint: at most once per host, possibly
-	// more than once across several hoard frontends, and lost while the
-	// plugin is down or too slow. Hooks must be idempotent and must not be
-	// the only path that moves the plugin's state forward (see the package
-	// doc).
+	// plugin owns. Delivery is at least once: the event is read from the
+	// project's event log by one frontend and acknowledged when this
+	// returns nil; an error, a timeout or a crash delivers it again later
+	// (up to the host's EventMaxDeliveries). Hooks must be idempotent, and
+	// should not be the only path that moves the plugin's state forward:
+	// the log is capped, so a plugin down for longer than it covers misses
+	// the oldest events (see the package doc).
 	OnItemDone(ctx context.Context, ev ItemEvent) error
 	// OnReclaim is called when the claim on an item the plugin owns
 	// expired: its reclaim deadline passed without a done, so the queue
-	// will hand it out again (when the project reclaims). Same delivery
-	// rules as OnItemDone.
+	// will hand it out again (when the project reclaims). Each expiry is
+	// logged once, whether the queue reclaimed the item first or the
+	// expiry scan found it; same delivery rules as OnItemDone.
 	OnReclaim(ctx context.Context, ev ItemEvent) error
 	// OnTick runs one of the plugin's scheduled jobs. Ticks of one plugin
 	// never overlap. A tick should be quick: find the work, return it as

@@ -34,7 +34,8 @@ type delivery struct {
 }
 
 // supervisor keeps one plugin running. Its goroutines: run (launch, watch,
-// restart), schedule (ticks), deliverLoop (hook events) and sweepReclaims.
+// restart), schedule (ticks), deliverLoop (events handed to Deliver*) and
+// followEventLogs (the projects' event logs).
 type supervisor struct {
 	h      *Host
 	spec   Spec
@@ -53,10 +54,15 @@ type supervisor struct {
 	changed   chan struct{} // closed and replaced on every state change
 	tickCount map[string]*tickCounters
 
-	dropped     [hookKinds]atomic.Uint64
-	hookErrors  [hookKinds]atomic.Uint64
-	itemsQueued atomic.Uint64
-	lastHookLog atomic.Int64 // unix ns of the last hook error logged
+	dropped       [hookKinds]atomic.Uint64
+	hookErrors    [hookKinds]atomic.Uint64
+	eventsHandled [hookKinds]atomic.Uint64
+	eventsRetried atomic.Uint64
+	eventsGivenUp atomic.Uint64
+	eventsTrimmed atomic.Uint64
+	lastEventLog  atomic.Int64 // unix ns of the last event-log error logged
+	itemsQueued   atomic.Uint64
+	lastHookLog   atomic.Int64 // unix ns of the last hook error logged
 }
 
 type tickCounters struct {
@@ -79,8 +85,8 @@ func newSupervisor(h *Host, spec Spec) *supervisor {
 
 func (s *supervisor) start(ctx context.Context, wg *sync.WaitGroup) {
 	loops := []func(context.Context){s.run, s.schedule, s.deliverLoop}
-	if s.h.opts.Redis != nil {
-		loops = append(loops, s.sweepReclaims)
+	if s.h.opts.Events != nil {
+		loops = append(loops, s.followEventLogs)
 	}
 	for _, loop := range loops {
 		wg.Add(1)
@@ -159,7 +165,10 @@ func (s *supervisor) status() Status {
 	for k := range hookKinds {
 		st.EventsDropped += s.dropped[k].Load()
 		st.HookErrors += s.hookErrors[k].Load()
+		st.EventsHandled += s.eventsHandled[k].Load()
 	}
+	st.EventsRetried = s.eventsRetried.Load()
+	st.EventsGivenUp = s.eventsGivenUp.Load()
 	st.ItemsQueued = s.itemsQueued.Load()
 	return st
 }

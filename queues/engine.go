@@ -388,7 +388,7 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 		ExtrasKey(slug), StatsKey(slug), DownloaderBytesKey(slug), DownloaderItemsKey(slug),
 		DownloaderVersionKey(slug), DomainBytesKey(slug), LogKey(slug), ReleasedKey(slug), QueueKey(slug, QueueRedo),
 		HourlyKey(slug, now), SeriesMinuteKey(slug, now), SeriesHourKey(slug, now), SeriesDownloaderKey(slug, now),
-		RecentDoneKey(slug), DoneArchiveKey(slug),
+		RecentDoneKey(slug), DoneArchiveKey(slug), EventsKey(slug),
 	}
 	// A released item waits in redo or in one of its groups' sub-queues.
 	state, err := e.limitGroups(ctx, slug, false)
@@ -431,6 +431,9 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 		}
 		return DoneResult{}, &Error{Op: op, Code: CodeNotClaimant, Items: items,
 			Message: "refused: " + strconv.Itoa(len(items)) + " item(s) were claimed by other downloaders, not " + req.Downloader + ", so nothing was marked done: " + truncate(items[0], 200)}
+	case -7:
+		e.logger.Error("done refused: corrupt project state", "project", slug, "detail", replyString(rest[0]))
+		return DoneResult{}, unavailable(op, errors.New("project state is corrupt ("+replyString(rest[0])+"); nothing was marked done"))
 	}
 	return DoneResult{}, unavailable(op, errors.New("done script returned an unknown code"))
 }

@@ -165,6 +165,17 @@ func RecentDoneKey(slug string) string { return projectPrefix(slug) + "recent_do
 // archive files (done_mode archive); the offloader drains it.
 func DoneArchiveKey(slug string) string { return projectPrefix(slug) + "done_archive" }
 
+// EventsKey is the project's event log (STREAM), written when event_log is
+// above 0: one entry per done call ("done") and per expired claim
+// ("reclaim"), read by plugins through consumer groups.
+func EventsKey(slug string) string { return projectPrefix(slug) + "events" }
+
+// ExpiryCursorKey is the reclaim deadline (ms, STRING) up to which expired
+// claims have been written to the event log; claim.lua writes the expiry
+// of an item it reclaims only when its deadline is past the cursor, so
+// each expiry is logged once.
+func ExpiryCursorKey(slug string) string { return projectPrefix(slug) + "events:expired_to" }
+
 // OffloadKey holds a project's offload counters (HASH): "seq", the last
 // segment number handed out, "q:<queue>", the items of each shared queue
 // that are on disk (or on their way there), and "archive:<node>", the

@@ -59,6 +59,12 @@ const (
 	DefaultOffloadSegment = 100_000
 	MaxOffloadSegment     = 1_000_000
 	DefaultRecentDone     = 1_000_000
+	// MaxEventLog caps a project's event log (entries, each one done call
+	// or one expired claim).
+	MaxEventLog = 10_000_000
+	// DefaultPluginEventLog is the event log a plugin's project gets: a
+	// day of one done call per second, kept while a plugin is down.
+	DefaultPluginEventLog = 100_000
 )
 
 // The done modes.
@@ -121,6 +127,12 @@ type Settings struct {
 	// in Redis, so a repeated done still answers OK.
 	DoneMode   string `json:"done_mode"`
 	RecentDone int    `json:"recent_done"`
+	// EventLog, when above 0, keeps the project's completions and expired
+	// claims in a capped Redis stream of about that many entries, written
+	// by the same script as the change, for the plugins that own the
+	// project's items to read through consumer groups (0 = off: only the
+	// pub/sub hint for live viewers).
+	EventLog int `json:"event_log"`
 	// LimitGroups rate-limit item types and patterns; set them with
 	// Engine.SetLimitGroups, which also re-routes queued items.
 	LimitGroups []LimitGroup `json:"limit_groups"`
@@ -175,6 +187,7 @@ type SettingsPatch struct {
 	OffloadSegment          *int                        `json:"offload_segment,omitempty"`
 	DoneMode                *string                     `json:"done_mode,omitempty"`
 	RecentDone              *int                        `json:"recent_done,omitempty"`
+	EventLog                *int                        `json:"event_log,omitempty"`
 }
 
 // Apply returns s with the patch applied and checked.
@@ -254,6 +267,9 @@ func (p SettingsPatch) Apply(s Settings) (Settings, error) {
 	if p.RecentDone != nil {
 		s.RecentDone = *p.RecentDone
 	}
+	if p.EventLog != nil {
+		s.EventLog = *p.EventLog
+	}
 	return s, s.Validate()
 }
 
@@ -306,6 +322,8 @@ func (s Settings) Validate() error {
 		return bad("done_mode", "must be keep, count or archive")
 	case s.RecentDone < 1000 || s.RecentDone > 100_000_000:
 		return bad("recent_done", "must be between 1000 and 100000000")
+	case s.EventLog != 0 && (s.EventLog < 1000 || s.EventLog > MaxEventLog):
+		return bad("event_log", "must be 0 (off) or between 1000 and %d", MaxEventLog)
 	}
 	if _, err := newBloomShape(s.BloomCapacity, s.BloomFPRate); err != nil {
 		return bad("bloom_capacity", "%v", err)
@@ -361,6 +379,7 @@ func (s Settings) fields() []any {
 		"offload_segment", strconv.Itoa(s.OffloadSegment),
 		"done_mode", s.DoneMode,
 		"recent_done", strconv.Itoa(s.RecentDone),
+		"event_log", strconv.Itoa(s.EventLog),
 	}
 }
 
@@ -413,6 +432,7 @@ func (p SettingsPatch) fieldNames() []string {
 	add(p.OffloadSegment != nil, "offload_segment")
 	add(p.DoneMode != nil, "done_mode")
 	add(p.RecentDone != nil, "recent_done")
+	add(p.EventLog != nil, "event_log")
 	return names
 }
 
@@ -442,6 +462,7 @@ func settingsFromHash(h map[string]string) Settings {
 	intField(h, "offload_above", &s.OffloadAbove)
 	intField(h, "offload_segment", &s.OffloadSegment)
 	intField(h, "recent_done", &s.RecentDone)
+	intField(h, "event_log", &s.EventLog)
 	if mode := h["done_mode"]; mode != "" {
 		s.DoneMode = mode
 	}

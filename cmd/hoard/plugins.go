@@ -46,7 +46,7 @@ func startPlugins(ctx context.Context, o pluginOptions, dataDir, redisURL string
 	}
 	host, err := plugins.NewHost(plugins.Options{
 		Plugins: specs, Builtins: builtinPlugins, RedisURL: redisURL, Redis: rdb,
-		Queues: plugins.EngineQueues(engine), Logger: logger,
+		Queues: plugins.EngineQueues(engine), Events: plugins.EngineEventLog(engine), Logger: logger,
 		PIDDir: filepath.Join(dataDir, "plugins"),
 	})
 	if err != nil {
