@@ -44,8 +44,10 @@
 --         (group, bytes); then the items.
 -- ARGV[7+2G] the minute field "HHMM"; ARGV[8+2G] the hour field "MMDDHH";
 --         ARGV[9+2G] the event channel, published to after a completion
---         (a hint for live viewers: they re-read counts from Redis).
--- (so the items start at ARGV[10+2G])
+--         (a hint for live viewers: they re-read counts from Redis);
+--         ARGV[10+2G] the worker's JSON result, or "": it goes into the
+--         event log entry, nowhere else.
+-- (so the items start at ARGV[11+2G])
 --
 -- Returns
 --   {1, new, duplicates}   accepted: new items completed, repeats counted once
@@ -79,7 +81,8 @@ local groups = tonumber(ARGV[6])
 local minute_field = ARGV[7 + groups * 2]
 local hour_field = ARGV[8 + groups * 2]
 local channel = ARGV[9 + groups * 2]
-local first_item = 10 + groups * 2
+local result = ARGV[10 + groups * 2]
+local first_item = 11 + groups * 2
 
 local cfg = redis.call('HMGET', KEYS[1], 'created_at', 'log_length', 'done_mode', 'recent_done', 'event_log')
 if not cfg[1] then
@@ -238,7 +241,7 @@ end
 local slug = string.match(KEYS[1], '{(.*)}')
 redis.call('PUBLISH', channel, '{"project":' .. cjson.encode(slug) .. ',"entry":' .. entry .. '}')
 if events_max then
-  log_event(KEYS[22], events_max, 'done', fresh, downloader, now)
+  log_event(KEYS[22], events_max, 'done', fresh, downloader, now, result)
 end
 
 return {1, #fresh, duplicates}

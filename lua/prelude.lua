@@ -84,11 +84,17 @@ end
 -- Appends one entry to a project's event log (a STREAM capped at about max
 -- entries; approximate trimming keeps XADD O(1)): kind "done" or
 -- "reclaim", the items as a JSON array, who did it or held the claim, and
--- when (ms). Callers check the key is a stream (or absent) before their
--- first write, so this cannot fail halfway through a script.
-local function log_event(key, max, kind, items, by, at)
-  redis.call('XADD', key, 'MAXLEN', '~', max, '*',
-    'type', kind, 'items', cjson.encode(items), 'by', by, 'at', int(at))
+-- when (ms), and the worker's JSON result when there is one. Callers check
+-- the key is a stream (or absent) before their first write, so this cannot
+-- fail halfway through a script.
+local function log_event(key, max, kind, items, by, at, result)
+  if result and result ~= '' then
+    redis.call('XADD', key, 'MAXLEN', '~', max, '*',
+      'type', kind, 'items', cjson.encode(items), 'by', by, 'at', int(at), 'result', result)
+  else
+    redis.call('XADD', key, 'MAXLEN', '~', max, '*',
+      'type', kind, 'items', cjson.encode(items), 'by', by, 'at', int(at))
+  end
 end
 
 -- The event log is on when the config's event_log is a positive integer.

@@ -2,6 +2,7 @@ package plugins
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 
@@ -103,7 +104,44 @@ func loggedEvents(evs []queues.Event) []LoggedEvent {
 	out := make([]LoggedEvent, len(evs))
 	for i, ev := range evs {
 		out[i] = LoggedEvent{ID: ev.ID, Reclaim: ev.Kind == queues.EventReclaim, Items: ev.Items, By: ev.By,
-			At: ev.At, Deliveries: ev.Deliveries}
+			At: ev.At, Result: ev.Result, Deliveries: ev.Deliveries}
 	}
 	return out
+}
+
+// Claim hands up to count items to worker; none left is no error.
+func (q engineQueues) Claim(ctx context.Context, slug, worker string, count int) ([]string, error) {
+	res, err := q.engine.Claim(ctx, queues.ClaimRequest{Project: slug, Downloader: worker, IP: "plugin", Count: count})
+	if queues.CodeOf(err) == queues.CodeNoItem {
+		return []string{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	items := make([]string, len(res.Items))
+	for i, it := range res.Items {
+		items[i] = it.Name
+	}
+	return items, nil
+}
+
+// Done completes worker's items with its result.
+func (q engineQueues) Done(ctx context.Context, slug, worker string, items []string, result json.RawMessage) (int, error) {
+	res, err := q.engine.Done(ctx, queues.DoneRequest{Project: slug, Downloader: worker, Items: items, Result: result})
+	return res.New, err
+}
+
+// Release gives worker's claims back.
+func (q engineQueues) Release(ctx context.Context, slug, worker string, items []string) (int, error) {
+	res, err := q.engine.Release(ctx, slug, items, worker)
+	return res.Released, err
+}
+
+// Counts reads the project's queue sizes.
+func (q engineQueues) Counts(ctx context.Context, slug string) (ProjectCounts, error) {
+	c, err := q.engine.Counts(ctx, slug)
+	if err != nil {
+		return ProjectCounts{}, err
+	}
+	return ProjectCounts{Todo: c.TodoTotal(), Out: c.Out, Done: c.Done}, nil
 }

@@ -16,7 +16,7 @@ var (
 	// ErrPanicked: an in-process plugin panicked during a call. The host
 	// recovers, reports this error and restarts the plugin.
 	ErrPanicked = errors.New("plugin panicked")
-	// ErrNotOwned: a tick asked to queue an item of no item type the plugin
-	// owns.
+	// ErrNotOwned: a tick or a HostAPI call named an item of no item type
+	// the plugin owns, or a project none of its item types lives in.
 	ErrNotOwned = errors.New("item belongs to no item type of the plugin")
 )

@@ -2,6 +2,7 @@ package plugins
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
 	"time"
 )
@@ -37,6 +38,8 @@ type LoggedEvent struct {
 	By string
 	// At is when the items completed or the claim's deadline passed.
 	At time.Time
+	// Result is the worker's JSON result of a done, or nil.
+	Result json.RawMessage
 	// Deliveries counts the times the entry was handed out, this one
 	// included.
 	Deliveries int64
@@ -233,7 +236,7 @@ func (s *supervisor) handleLogged(ctx context.Context, project, group string, ev
 			if !owned {
 				continue
 			}
-			ev := ItemEvent{ItemType: t.Name, Project: project, Item: item, Downloader: logged.By, At: logged.At}
+			ev := ItemEvent{ItemType: t.Name, Project: project, Item: item, Downloader: logged.By, At: logged.At, Result: logged.Result}
 			call := func(inst *instance) error {
 				return inst.call(ctx, opts.HookTimeout, func(ctx context.Context, p Plugin) error {
 					if hook == hookDone {

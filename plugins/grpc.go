@@ -53,28 +53,40 @@ type GRPCPlugin struct {
 }
 
 // GRPCServer registers Impl on the plugin process' gRPC server.
-func (p *GRPCPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
+func (p *GRPCPlugin) GRPCServer(broker *plugin.GRPCBroker, s *grpc.Server) error {
 	if p.Impl == nil {
 		return errors.New("plugins: GRPCPlugin has no Impl to serve")
 	}
-	pluginpb.RegisterPluginServer(s, &grpcServer{impl: p.Impl})
+	pluginpb.RegisterPluginServer(s, &grpcServer{impl: p.Impl, broker: broker})
 	return nil
 }
 
 // GRPCClient returns the host's view of the plugin: a Plugin over conn.
-func (p *GRPCPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, conn *grpc.ClientConn) (any, error) {
-	return &grpcClient{client: pluginpb.NewPluginClient(conn)}, nil
+func (p *GRPCPlugin) GRPCClient(_ context.Context, broker *plugin.GRPCBroker, conn *grpc.ClientConn) (any, error) {
+	return &grpcClient{client: pluginpb.NewPluginClient(conn), broker: broker}, nil
 }
 
 // grpcClient is a Plugin in another process.
 type grpcClient struct {
 	client pluginpb.PluginClient
+	broker *plugin.GRPCBroker
 }
 
 var _ Plugin = (*grpcClient)(nil)
 
 func (c *grpcClient) Configure(ctx context.Context, cfg Config) error {
-	_, err := c.client.Configure(ctx, &pluginpb.ConfigureRequest{Name: cfg.Name, RedisUrl: cfg.RedisURL, Settings: cfg.Settings})
+	req := &pluginpb.ConfigureRequest{Name: cfg.Name, RedisUrl: cfg.RedisURL, Settings: cfg.Settings}
+	if cfg.Host != nil && c.broker != nil {
+		// The Host service runs on its own broker stream until the
+		// plugin's connection closes (the plugin exits or is killed).
+		req.HostBrokerId = c.broker.NextId()
+		go c.broker.AcceptAndServe(req.HostBrokerId, func(opts []grpc.ServerOption) *grpc.Server {
+			srv := grpc.NewServer(opts...)
+			pluginpb.RegisterHostServer(srv, &hostGRPCServer{api: cfg.Host})
+			return srv
+		})
+	}
+	_, err := c.client.Configure(ctx, req)
 	return fromStatus(err)
 }
 
@@ -137,11 +149,20 @@ func (c *grpcClient) Close(ctx context.Context) error {
 // grpcServer serves a Plugin to the host.
 type grpcServer struct {
 	pluginpb.UnimplementedPluginServer
-	impl Plugin
+	impl   Plugin
+	broker *plugin.GRPCBroker
 }
 
 func (s *grpcServer) Configure(ctx context.Context, req *pluginpb.ConfigureRequest) (*emptypb.Empty, error) {
-	err := s.impl.Configure(ctx, Config{Name: req.GetName(), RedisURL: req.GetRedisUrl(), Settings: req.GetSettings()})
+	cfg := Config{Name: req.GetName(), RedisURL: req.GetRedisUrl(), Settings: req.GetSettings()}
+	if id := req.GetHostBrokerId(); id != 0 && s.broker != nil {
+		conn, err := s.broker.Dial(id)
+		if err != nil {
+			return nil, toStatus(fmt.Errorf("dial the host API: %w", err))
+		}
+		cfg.Host = &hostGRPCClient{client: pluginpb.NewHostClient(conn)}
+	}
+	err := s.impl.Configure(ctx, cfg)
 	return &emptypb.Empty{}, toStatus(err)
 }
 
@@ -208,6 +229,8 @@ func toStatus(err error) error {
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, ErrNotOwned):
+		return status.Error(codes.PermissionDenied, err.Error())
 	}
 	return status.Error(codes.Unknown, err.Error())
 }
@@ -228,6 +251,8 @@ func fromStatus(err error) error {
 		return fmt.Errorf("%s: %w", st.Message(), context.Canceled)
 	case codes.Unavailable:
 		return fmt.Errorf("%s: %w", st.Message(), ErrUnavailable)
+	case codes.PermissionDenied:
+		return fmt.Errorf("%s: %w", st.Message(), ErrNotOwned)
 	case codes.Unknown:
 		return errors.New(st.Message())
 	}
@@ -269,12 +294,14 @@ func descriptionFromProto(d *pluginpb.Description) Description {
 func itemEventToProto(ev ItemEvent) *pluginpb.ItemEvent {
 	return &pluginpb.ItemEvent{
 		ItemType: ev.ItemType, Project: ev.Project, Item: ev.Item, Downloader: ev.Downloader, At: timestampToProto(ev.At),
+		Result: ev.Result,
 	}
 }
 
 func itemEventFromProto(ev *pluginpb.ItemEvent) ItemEvent {
 	return ItemEvent{
 		ItemType: ev.GetItemType(), Project: ev.GetProject(), Item: ev.GetItem(), Downloader: ev.GetDownloader(), At: timestampFromProto(ev.GetAt()),
+		Result: ev.GetResult(),
 	}
 }
 

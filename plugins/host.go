@@ -39,6 +39,17 @@ type Queues interface {
 	Enqueue(ctx context.Context, slug string, items []string) (int, error)
 }
 
+// WorkQueues is the rest of the queue engine a plugin reaches through its
+// HostAPI; EngineQueues implements it. With Options.Queues implementing
+// it, every plugin gets Config.Host.
+type WorkQueues interface {
+	Queues
+	Claim(ctx context.Context, slug, worker string, count int) ([]string, error)
+	Done(ctx context.Context, slug, worker string, items []string, result json.RawMessage) (int, error)
+	Release(ctx context.Context, slug, worker string, items []string) (int, error)
+	Counts(ctx context.Context, slug string) (ProjectCounts, error)
+}
+
 // Options configure a Host. Zero durations and sizes take the defaults
 // below.
 type Options struct {

@@ -78,6 +78,10 @@ type Config struct {
 	// Settings is the plugin's own JSON document from hoard's
 	// configuration (Spec.Settings), or nil.
 	Settings json.RawMessage `json:"settings,omitempty"`
+	// Host is the host's API for the plugin's own work (enqueue, claim,
+	// done with a result, release, counts), or nil when the host offers
+	// none. It stays valid until Close.
+	Host HostAPI `json:"-"`
 }
 
 // Description is what a plugin owns.
@@ -132,6 +136,9 @@ type ItemEvent struct {
 	Downloader string `json:"downloader"`
 	// At is when the item completed, or when its claim expired.
 	At time.Time `json:"at"`
+	// Result is the JSON result the worker sent with its done (HostAPI
+	// Done), or nil.
+	Result json.RawMessage `json:"result,omitempty"`
 }
 
 // Tick is one run of a scheduled job.

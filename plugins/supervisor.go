@@ -271,7 +271,7 @@ func (s *supervisor) launch(ctx context.Context) (*instance, error) {
 		inst.stop(opts.StopGrace)
 		return nil, fmt.Errorf("%s: %w", step, err)
 	}
-	cfg := Config{Name: s.spec.Name, RedisURL: opts.RedisURL, Settings: s.spec.Settings}
+	cfg := Config{Name: s.spec.Name, RedisURL: opts.RedisURL, Settings: s.spec.Settings, Host: s.hostAPI()}
 	if err := inst.call(ctx, opts.CallTimeout, func(ctx context.Context, p Plugin) error { return p.Configure(ctx, cfg) }); err != nil {
 		return fail("configure", err)
 	}

@@ -316,7 +316,15 @@ type DoneRequest struct {
 	Bytes map[string]int64
 	// ID is any JSON the pipeline sends as "id" (seesaw sends a dict).
 	ID json.RawMessage
+	// Result is the worker's JSON result for the items (a plugin's worker
+	// reports what it found), at most MaxResultBytes. It travels in the
+	// project's event log entry of the completion, to the plugin owning
+	// the items; it is not stored anywhere else.
+	Result json.RawMessage
 }
+
+// MaxResultBytes bounds a done's Result.
+const MaxResultBytes = 16 << 10
 
 // DoneResult says how many items were completed now, and how many had
 // been completed before (they count once).
@@ -377,6 +385,17 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 		return DoneResult{}, errorf(op, CodeInvalid, "id is %d bytes; the limit is %d", len(req.ID), MaxIDBytes)
 	}
 
+	var result []byte
+	if len(req.Result) > 0 {
+		if len(req.Result) > MaxResultBytes {
+			return DoneResult{}, errorf(op, CodeInvalid, "result is %d bytes; the limit is %d", len(req.Result), MaxResultBytes)
+		}
+		if !json.Valid(req.Result) {
+			return DoneResult{}, errorf(op, CodeInvalid, "result is not valid JSON")
+		}
+		result = jsonCompact(make([]byte, 0, len(req.Result)), req.Result)
+	}
+
 	tail, err := logTail(req.UserAgent, req.ID)
 	if err != nil {
 		return DoneResult{}, &Error{Op: op, Code: CodeInvalid, Message: "id is not valid JSON", Err: err}
@@ -407,7 +426,7 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 		args = append(args, g, req.Bytes[g])
 	}
 	utc := now.UTC()
-	args = append(args, utc.Format("1504"), utc.Format("010215"), EventsChannel)
+	args = append(args, utc.Format("1504"), utc.Format("010215"), EventsChannel, result)
 	for _, item := range req.Items {
 		args = append(args, item)
 	}

@@ -46,6 +46,8 @@ type Event struct {
 	By string
 	// At is when the items completed, or the claim's reclaim deadline.
 	At time.Time
+	// Result is the worker's JSON result of a done, when it sent one.
+	Result json.RawMessage
 	// Deliveries counts how many times the entry was handed to a consumer,
 	// this time included (1 for a first read).
 	Deliveries int64
@@ -244,6 +246,9 @@ func decodeEvent(msg redis.XMessage, deliveries int64) Event {
 	ev.By, _ = msg.Values["by"].(string)
 	if raw, ok := msg.Values["items"].(string); ok {
 		_ = json.Unmarshal([]byte(raw), &ev.Items)
+	}
+	if raw, ok := msg.Values["result"].(string); ok && raw != "" {
+		ev.Result = json.RawMessage(raw)
 	}
 	if raw, ok := msg.Values["at"].(string); ok {
 		if ms, err := strconv.ParseInt(raw, 10, 64); err == nil {

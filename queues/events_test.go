@@ -240,3 +240,23 @@ func TestCorruptEventLogRefusesTheDoneAndChangesNothing(t *testing.T) {
 		require.Equal(t, queues.Counts{Out: 1}, tb.counts(t))
 	})
 }
+
+func TestDoneResultTravelsInTheEventLogOnly(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, eventLogPatch())
+		require.NoError(t, tb.engine.JoinEventLog(tb.ctx, tb.slug, testGroup))
+		tb.enqueue(t, todo, "x", "y")
+		tb.claim(t, "alice", 2)
+		_, err := tb.engine.Done(tb.ctx, queues.DoneRequest{Project: tb.slug, Downloader: "alice", Items: []string{"x"},
+			Result: []byte(`{ "peers": 12, "new": 3 }`)})
+		require.NoError(t, err)
+		for _, bad := range [][]byte{[]byte(`{"peers":`), make([]byte, queues.MaxResultBytes+1)} {
+			_, err = tb.engine.Done(tb.ctx, queues.DoneRequest{Project: tb.slug, Downloader: "alice", Items: []string{"y"}, Result: bad})
+			requireCode(t, err, queues.CodeInvalid)
+		}
+		require.EqualValues(t, 1, tb.counts(t).Out, "a refused done changes nothing")
+		evs := tb.readAll(t, "f1")
+		require.Len(t, evs, 1)
+		require.JSONEq(t, `{"peers":12,"new":3}`, string(evs[0].Result))
+	})
+}

@@ -348,3 +348,230 @@ var _Plugin_serviceDesc = grpc.ServiceDesc{
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "plugin.proto",
 }
+
+// HostClient is the client API for Host service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+type HostClient interface {
+	Enqueue(ctx context.Context, in *EnqueueRequest, opts ...grpc.CallOption) (*CountReply, error)
+	Claim(ctx context.Context, in *ClaimRequest, opts ...grpc.CallOption) (*ClaimReply, error)
+	Done(ctx context.Context, in *DoneRequest, opts ...grpc.CallOption) (*CountReply, error)
+	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*CountReply, error)
+	Counts(ctx context.Context, in *CountsRequest, opts ...grpc.CallOption) (*CountsReply, error)
+}
+
+type hostClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewHostClient(cc grpc.ClientConnInterface) HostClient {
+	return &hostClient{cc}
+}
+
+func (c *hostClient) Enqueue(ctx context.Context, in *EnqueueRequest, opts ...grpc.CallOption) (*CountReply, error) {
+	out := new(CountReply)
+	err := c.cc.Invoke(ctx, "/hoard.plugin.v1.Host/Enqueue", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *hostClient) Claim(ctx context.Context, in *ClaimRequest, opts ...grpc.CallOption) (*ClaimReply, error) {
+	out := new(ClaimReply)
+	err := c.cc.Invoke(ctx, "/hoard.plugin.v1.Host/Claim", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *hostClient) Done(ctx context.Context, in *DoneRequest, opts ...grpc.CallOption) (*CountReply, error) {
+	out := new(CountReply)
+	err := c.cc.Invoke(ctx, "/hoard.plugin.v1.Host/Done", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *hostClient) Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*CountReply, error) {
+	out := new(CountReply)
+	err := c.cc.Invoke(ctx, "/hoard.plugin.v1.Host/Release", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *hostClient) Counts(ctx context.Context, in *CountsRequest, opts ...grpc.CallOption) (*CountsReply, error) {
+	out := new(CountsReply)
+	err := c.cc.Invoke(ctx, "/hoard.plugin.v1.Host/Counts", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// HostServer is the server API for Host service.
+// All implementations must embed UnimplementedHostServer
+// for forward compatibility
+type HostServer interface {
+	Enqueue(context.Context, *EnqueueRequest) (*CountReply, error)
+	Claim(context.Context, *ClaimRequest) (*ClaimReply, error)
+	Done(context.Context, *DoneRequest) (*CountReply, error)
+	Release(context.Context, *ReleaseRequest) (*CountReply, error)
+	Counts(context.Context, *CountsRequest) (*CountsReply, error)
+	mustEmbedUnimplementedHostServer()
+}
+
+// UnimplementedHostServer must be embedded to have forward compatible implementations.
+type UnimplementedHostServer struct {
+}
+
+func (UnimplementedHostServer) Enqueue(context.Context, *EnqueueRequest) (*CountReply, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Enqueue not implemented")
+}
+func (UnimplementedHostServer) Claim(context.Context, *ClaimRequest) (*ClaimReply, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Claim not implemented")
+}
+func (UnimplementedHostServer) Done(context.Context, *DoneRequest) (*CountReply, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Done not implemented")
+}
+func (UnimplementedHostServer) Release(context.Context, *ReleaseRequest) (*CountReply, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Release not implemented")
+}
+func (UnimplementedHostServer) Counts(context.Context, *CountsRequest) (*CountsReply, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Counts not implemented")
+}
+func (UnimplementedHostServer) mustEmbedUnimplementedHostServer() {}
+
+// UnsafeHostServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to HostServer will
+// result in compilation errors.
+type UnsafeHostServer interface {
+	mustEmbedUnimplementedHostServer()
+}
+
+func RegisterHostServer(s *grpc.Server, srv HostServer) {
+	s.RegisterService(&_Host_serviceDesc, srv)
+}
+
+func _Host_Enqueue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EnqueueRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HostServer).Enqueue(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/hoard.plugin.v1.Host/Enqueue",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HostServer).Enqueue(ctx, req.(*EnqueueRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Host_Claim_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ClaimRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HostServer).Claim(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/hoard.plugin.v1.Host/Claim",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HostServer).Claim(ctx, req.(*ClaimRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Host_Done_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DoneRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HostServer).Done(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/hoard.plugin.v1.Host/Done",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HostServer).Done(ctx, req.(*DoneRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Host_Release_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HostServer).Release(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/hoard.plugin.v1.Host/Release",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HostServer).Release(ctx, req.(*ReleaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Host_Counts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CountsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HostServer).Counts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/hoard.plugin.v1.Host/Counts",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HostServer).Counts(ctx, req.(*CountsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+var _Host_serviceDesc = grpc.ServiceDesc{
+	ServiceName: "hoard.plugin.v1.Host",
+	HandlerType: (*HostServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Enqueue",
+			Handler:    _Host_Enqueue_Handler,
+		},
+		{
+			MethodName: "Claim",
+			Handler:    _Host_Claim_Handler,
+		},
+		{
+			MethodName: "Done",
+			Handler:    _Host_Done_Handler,
+		},
+		{
+			MethodName: "Release",
+			Handler:    _Host_Release_Handler,
+		},
+		{
+			MethodName: "Counts",
+			Handler:    _Host_Counts_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "plugin.proto",
+}

@@ -9,6 +9,12 @@
 //	echo:hang   OnItemDone blocks, ignoring its context, until Close
 //	echo:panic  OnItemDone panics (an external plugin's process dies)
 //	echo:sick   Health fails from then on
+//
+// With the setting "worker": true it also works its own items through the
+// host's API (Config.Host), as a plugin with real item types does: it
+// claims items of its project, reports each done with the result
+// {"length": <bytes in the name>}, and OnItemDone shows the result it
+// got back in the last_result gauge.
 package exampleplugin
 
 import (
@@ -34,7 +40,12 @@ type Settings struct {
 	TickPeriod string `json:"tick_period"`
 	// Listen, when set, serves GET /stats over HTTP there.
 	Listen string `json:"listen"`
+	// Worker makes the plugin work its own items through Config.Host.
+	Worker bool `json:"worker"`
 }
+
+// WorkerName is the worker name the plugin claims its items as.
+const WorkerName = "example-worker"
 
 // Item names that make the plugin misbehave.
 const (
@@ -58,6 +69,10 @@ type Example struct {
 	ticks     float64
 	missed    float64
 	lastDone  string
+	lastRes   string
+	worked    float64
+	refused   float64
+	working   bool
 	sick      bool
 	release   chan struct{}
 	closeOnce *sync.Once
@@ -95,8 +110,53 @@ func (e *Example) Configure(ctx context.Context, cfg plugins.Config) error {
 		e.server = &http.Server{Handler: http.HandlerFunc(e.serveStats), ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = e.server.Serve(ln) }()
 	}
+	if s.Worker && !e.working {
+		if cfg.Host == nil {
+			return fmt.Errorf("settings: worker needs the host API: %w", plugins.ErrNoHostAPI)
+		}
+		e.working = true
+		go e.work(cfg.Host, s.Project, e.release)
+	}
 	e.logger.Info("example plugin configured", "name", cfg.Name, "project", s.Project, "pid", os.Getpid())
 	return nil
+}
+
+// work claims the plugin's items through the host and reports them done
+// with a result, until Close. It first checks that the host refuses a
+// project the plugin does not own.
+func (e *Example) work(host plugins.HostAPI, project string, stop <-chan struct{}) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-stop
+		cancel()
+	}()
+	if _, err := host.Claim(ctx, "not-"+project, WorkerName, 1); errors.Is(err, plugins.ErrNotOwned) {
+		e.mu.Lock()
+		e.refused++
+		e.mu.Unlock()
+	}
+	for {
+		items, err := host.Claim(ctx, project, WorkerName, 10)
+		if err != nil && ctx.Err() == nil {
+			e.logger.Warn("claim through the host API failed", "err", err)
+		}
+		for _, item := range items {
+			result, _ := json.Marshal(map[string]int{"length": len(item)})
+			if _, err := host.Done(ctx, project, WorkerName, []string{item}, result); err != nil {
+				e.logger.Warn("done through the host API failed", "item", item, "err", err)
+				continue
+			}
+			e.mu.Lock()
+			e.worked++
+			e.mu.Unlock()
+		}
+		select {
+		case <-stop:
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 func (e *Example) serveStats(w http.ResponseWriter, r *http.Request) {
@@ -137,6 +197,9 @@ func (e *Example) OnItemDone(_ context.Context, ev plugins.ItemEvent) error {
 	defer e.mu.Unlock()
 	e.done++
 	e.lastDone = ev.Item
+	if len(ev.Result) > 0 {
+		e.lastRes = ev.Item + " " + string(ev.Result)
+	}
 	return nil
 }
 
@@ -170,6 +233,10 @@ func (e *Example) Stats(context.Context) (plugins.Stats, error) {
 		{Name: "ticks_missed_total", Help: "Heartbeat runs missed.", Kind: plugins.Counter, Value: e.missed},
 		{Name: "last_done", Help: "1 for the last item done.", Kind: plugins.Gauge, Value: 1, Labels: map[string]string{"item": e.lastDone}},
 		{Name: "pid", Help: "The plugin's process id.", Kind: plugins.Gauge, Value: float64(os.Getpid())},
+		{Name: "last_result", Help: "1 for the last item done with a result, and that result.", Kind: plugins.Gauge, Value: 1,
+			Labels: map[string]string{"result": e.lastRes}},
+		{Name: "worked_total", Help: "Items the plugin's worker completed through the host API.", Kind: plugins.Counter, Value: e.worked},
+		{Name: "host_refused_total", Help: "Host API calls on a project the plugin does not own, refused as they must be.", Kind: plugins.Counter, Value: e.refused},
 	}}, nil
 }
 

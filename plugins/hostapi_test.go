@@ -1,0 +1,156 @@
+package plugins_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/plugins"
+	"github.com/hoardproject/hoard/plugins/internal/exampleplugin"
+	"github.com/hoardproject/hoard/queues"
+)
+
+// TestPluginWorksItsOwnItemsThroughTheHostAPI: a plugin claims its own
+// items and reports them done with a result through Config.Host, in-process
+// and as its own process (the Host service over go-plugin's broker), and
+// the result comes back to its OnItemDone through the project's event log.
+func TestPluginWorksItsOwnItemsThroughTheHostAPI(t *testing.T) {
+	bin := buildPlugin(t, t.TempDir(), "hoard-example")
+	for _, transport := range []string{"builtin", "external"} {
+		t.Run(transport, func(t *testing.T) {
+			redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+				ctx := t.Context()
+				engine := queues.NewEngine(b.Client, queues.Options{Logger: slog.New(slog.DiscardHandler)})
+				logger, _ := newTestLogger(t)
+				spec := plugins.Spec{Name: "example", Settings: json.RawMessage(`{"tick_period":"24h","worker":true}`)}
+				if transport == "external" {
+					spec.Path = bin
+				}
+				h, err := plugins.NewHost(plugins.Options{
+					Plugins: []plugins.Spec{spec}, Builtins: map[string]plugins.Factory{"example": exampleplugin.New},
+					Redis: b.Client, Queues: plugins.EngineQueues(engine), Events: plugins.EngineEventLog(engine),
+					Logger: logger, EventBlock: 50 * time.Millisecond,
+				})
+				require.NoError(t, err)
+				require.NoError(t, h.Start(ctx))
+				t.Cleanup(func() { _ = h.Stop() })
+				require.NoError(t, h.WaitRunning(ctx, "example"))
+				require.Eventually(t, func() bool {
+					_, err := engine.Project(ctx, "example")
+					return err == nil
+				}, eventually, poll)
+				_, err = engine.Enqueue(ctx, "example", queues.Target{Queue: queues.QueueTodo},
+					[]queues.QueueItem{{Name: "echo:job-1"}, {Name: "echo:a-longer-job"}})
+				require.NoError(t, err)
+
+				// The first tick's item and the two above: all worked by the
+				// plugin itself, none left, each result back in a hook.
+				var stats plugins.Stats
+				require.Eventually(t, func() bool {
+					err := h.Call(ctx, "example", func(ctx context.Context, p plugins.Plugin) error {
+						var err error
+						stats, err = p.Stats(ctx)
+						return err
+					})
+					if err != nil {
+						return false
+					}
+					done, _ := metric(stats, "items_done_total")
+					return done == 3
+				}, eventually, poll)
+				worked, _ := metric(stats, "worked_total")
+				require.Equal(t, 3.0, worked)
+				refused, _ := metric(stats, "host_refused_total")
+				require.Equal(t, 1.0, refused, "a project the plugin does not own is refused")
+				for _, m := range stats.Metrics {
+					if m.Name == "last_result" {
+						item, result, ok := strings.Cut(m.Labels["result"], " ")
+						require.True(t, ok, "a result arrived: %q", m.Labels["result"])
+						require.JSONEq(t, fmt.Sprintf(`{"length":%d}`, len(item)), result)
+					}
+				}
+				counts, err := engine.Counts(ctx, "example")
+				require.NoError(t, err)
+				require.Equal(t, queues.Counts{Done: 3}, counts)
+			})
+		})
+	}
+}
+
+// TestHostAPIRefusesWhatThePluginDoesNotOwn: items of no item type, other
+// projects, and bad input never reach the engine.
+func TestHostAPIRefusesWhatThePluginDoesNotOwn(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := t.Context()
+		engine := queues.NewEngine(b.Client, queues.Options{Logger: slog.New(slog.DiscardHandler)})
+		_, err := engine.CreateProject(ctx, "warriors", queues.SettingsPatch{})
+		require.NoError(t, err)
+		_, err = engine.Enqueue(ctx, "warriors", queues.Target{Queue: queues.QueueTodo}, []queues.QueueItem{{Name: "user:1"}})
+		require.NoError(t, err)
+		var host plugins.HostAPI
+		captured := make(chan plugins.HostAPI, 1)
+		factory := func(ctx context.Context, l *slog.Logger) (plugins.Plugin, error) {
+			p, err := exampleplugin.New(ctx, l)
+			return &hostCapture{Plugin: p, captured: captured}, err
+		}
+		logger, _ := newTestLogger(t)
+		h, err := plugins.NewHost(plugins.Options{
+			Plugins:  []plugins.Spec{{Name: "example", Settings: json.RawMessage(`{"tick_period":"24h"}`)}},
+			Builtins: map[string]plugins.Factory{"example": factory},
+			Redis:    b.Client, Queues: plugins.EngineQueues(engine), Logger: logger,
+		})
+		require.NoError(t, err)
+		require.NoError(t, h.Start(ctx))
+		t.Cleanup(func() { _ = h.Stop() })
+		require.NoError(t, h.WaitRunning(ctx, "example"))
+		host = <-captured
+		require.NotNil(t, host)
+
+		_, err = host.Claim(ctx, "warriors", "sneaky", 1)
+		require.ErrorIs(t, err, plugins.ErrNotOwned)
+		_, err = host.Counts(ctx, "warriors")
+		require.ErrorIs(t, err, plugins.ErrNotOwned)
+		_, err = host.Enqueue(ctx, "example", []string{"not-echo:x"})
+		require.ErrorIs(t, err, plugins.ErrNotOwned)
+		_, err = host.Done(ctx, "example", "worker", []string{"echo:x"}, json.RawMessage(`{not json`))
+		require.Error(t, err)
+		c, err := engine.Counts(ctx, "warriors")
+		require.NoError(t, err)
+		require.EqualValues(t, 1, c.Todo, "the warriors' item is untouched")
+
+		n, err := host.Enqueue(ctx, "example", []string{"echo:x"})
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		items, err := host.Claim(ctx, "example", "worker", 5)
+		require.NoError(t, err)
+		require.Contains(t, items, "echo:x")
+		released, err := host.Release(ctx, "example", "worker", []string{"echo:x"})
+		require.NoError(t, err)
+		require.Equal(t, 1, released)
+		pc, err := host.Counts(ctx, "example")
+		require.NoError(t, err)
+		require.EqualValues(t, len(items)-1, pc.Out)
+		require.EqualValues(t, 1, pc.Todo, "the released item waits again")
+	})
+}
+
+// hostCapture hands over the HostAPI its plugin was configured with.
+type hostCapture struct {
+	plugins.Plugin
+	captured chan plugins.HostAPI
+}
+
+func (c *hostCapture) Configure(ctx context.Context, cfg plugins.Config) error {
+	select {
+	case c.captured <- cfg.Host:
+	default:
+	}
+	return c.Plugin.Configure(ctx, cfg)
+}
