@@ -22,8 +22,12 @@ import (
 )
 
 type serveOptions struct {
-	listen               string
-	redisURL             string
+	listen     string
+	redisURL   string
+	redisFsync string
+	// redisFsyncAsked: the policy came from the flag or the environment,
+	// not the default, so an external Redis that differs deserves a warning.
+	redisFsyncAsked      bool
 	dataDir              string
 	node                 string
 	adminToken           string
@@ -43,12 +47,15 @@ func serveCommand() *cobra.Command {
 		Use:   "serve",
 		Short: "Run the tracker (with a supervised local redis-server unless HOARD_REDIS_URL is set)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.redisFsyncAsked = cmd.Flags().Changed("redis-fsync") || os.Getenv("HOARD_REDIS_FSYNC") != ""
 			return runServe(cmd.Context(), o)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.listen, "listen", envOr("HOARD_LISTEN", "127.0.0.1:8080"), "address to listen on ($HOARD_LISTEN)")
 	f.StringVar(&o.redisURL, "redis-url", envOr("HOARD_REDIS_URL", ""), "redis:// or unix:// URL, or comma-separated cluster nodes; empty = run a local redis-server ($HOARD_REDIS_URL)")
+	f.StringVar(&o.redisFsync, "redis-fsync", envOr("HOARD_REDIS_FSYNC", string(localredis.DefaultFsyncPolicy)),
+		"the supervised redis-server's appendfsync: everysec (a Redis or machine crash can lose ~1 s of acknowledged writes), always (loses none, slower: see README \"Durability\") or no; an external Redis keeps its own setting ($HOARD_REDIS_FSYNC)")
 	f.StringVar(&o.dataDir, "data-dir", envOr("HOARD_DATA_DIR", "./data"), "where the local redis-server keeps its data and offloaded segment files go ($HOARD_DATA_DIR)")
 	f.StringVar(&o.node, "node", os.Getenv("HOARD_NODE"), "this frontend's name in segment records, which it refills (default: an id kept in the data directory) ($HOARD_NODE)")
 	f.StringVar(&o.adminToken, "admin-token", envOr("HOARD_ADMIN_TOKEN", ""), "token the admin API requires ($HOARD_ADMIN_TOKEN)")
@@ -81,6 +88,12 @@ func newLogger(format string) *slog.Logger {
 }
 
 func runServe(ctx context.Context, o serveOptions) error {
+	// Checked before anything starts: a typo must not quietly run Redis
+	// with a weaker policy than the operator asked for.
+	fsync, err := localredis.ParseFsyncPolicy(o.redisFsync)
+	if err != nil {
+		return fmt.Errorf("--redis-fsync / HOARD_REDIS_FSYNC: %w", err)
+	}
 	logger := newLogger(o.logFormat)
 	slog.SetDefault(logger)
 	if o.adminToken == "" && !o.insecureNoAdminToken {
@@ -99,7 +112,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 		if err != nil {
 			return err
 		}
-		child := localredis.New(localredis.Config{DataDir: dir, AppendOnly: true, Logger: logger.With("component", "redis-server")})
+		child := localredis.New(localredis.Config{DataDir: dir, AppendOnly: true, AppendFsync: fsync, Logger: logger.With("component", "redis-server")})
 		if err := child.Start(ctx); err != nil {
 			return err
 		}
@@ -109,7 +122,9 @@ func runServe(ctx context.Context, o serveOptions) error {
 			}
 		}()
 		redisURL = child.URL()
-		logger.Info("started local redis-server", "url", redisURL, "data_dir", dir)
+		logger.Info("started local redis-server", "url", redisURL, "data_dir", dir, "appendfsync", fsync)
+	} else if o.redisFsyncAsked {
+		logger.Warn("--redis-fsync / HOARD_REDIS_FSYNC applies only to the supervised redis-server; with HOARD_REDIS_URL set, appendfsync is the Redis operator's setting (see README \"Durability\")", "asked", fsync)
 	}
 	rdb, err := newRedisClient(redisURL)
 	if err != nil {
@@ -118,6 +133,13 @@ func runServe(ctx context.Context, o serveOptions) error {
 	defer rdb.Close()
 	if err := pingWithRetry(ctx, rdb); err != nil {
 		return err
+	}
+	if o.redisURL != "" {
+		var asked localredis.FsyncPolicy // none: the operator's Redis decides
+		if o.redisFsyncAsked {
+			asked = fsync
+		}
+		logRedisDurability(ctx, rdb, asked, logger)
 	}
 
 	engine := queues.NewEngine(rdb, queues.Options{Logger: logger})

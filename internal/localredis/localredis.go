@@ -65,6 +65,9 @@ type Config struct {
 	Binary string
 	// AppendOnly turns the AOF on. Production wants it; tests usually do not.
 	AppendOnly bool
+	// AppendFsync is the AOF's fsync policy when AppendOnly is on; empty
+	// means DefaultFsyncPolicy. Start refuses a value ParseFsyncPolicy refuses.
+	AppendFsync FsyncPolicy
 	// Port 0 means listen on a unix socket only. Port > 0 means listen on
 	// 127.0.0.1:Port only.
 	Port int
@@ -166,6 +169,9 @@ func (s *Server) Start(ctx context.Context) error {
 		return errors.New("localredis: server already started")
 	}
 
+	if _, err := s.fsyncPolicy(); err != nil {
+		return err
+	}
 	binary, err := s.findBinary()
 	if err != nil {
 		return err
@@ -268,6 +274,18 @@ func (s *Server) releaseLock() {
 	}
 }
 
+// fsyncPolicy is the configured AOF fsync policy, or the default.
+func (s *Server) fsyncPolicy() (FsyncPolicy, error) {
+	if s.cfg.AppendFsync == "" {
+		return DefaultFsyncPolicy, nil
+	}
+	policy, err := ParseFsyncPolicy(string(s.cfg.AppendFsync))
+	if err != nil {
+		return "", fmt.Errorf("localredis: %w", err)
+	}
+	return policy, nil
+}
+
 func (s *Server) findBinary() (string, error) {
 	name := s.cfg.Binary
 	if name == "" {
@@ -343,7 +361,8 @@ func (s *Server) commandLine(dataDir string) []string {
 		"--notify-keyspace-events", "Ex",
 	}
 	if s.cfg.AppendOnly {
-		args = append(args, "--appendonly", "yes", "--appendfsync", "everysec")
+		policy, _ := s.fsyncPolicy() // checked by Start
+		args = append(args, "--appendonly", "yes", "--appendfsync", string(policy))
 	} else {
 		args = append(args, "--appendonly", "no")
 	}

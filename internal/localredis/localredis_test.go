@@ -216,3 +216,38 @@ func TestStalePidfileDoesNotBlockStart(t *testing.T) {
 	server := startServer(t, localredis.Config{DataDir: dataDir})
 	require.NoError(t, clientFor(t, server).Ping(t.Context()).Err())
 }
+
+// TestFsyncPolicyReachesRedisServer: the AOF runs with the policy asked
+// for, and with everysec when none is.
+func TestFsyncPolicyReachesRedisServer(t *testing.T) {
+	requireRedisServer(t)
+	for _, tc := range []struct {
+		asked localredis.FsyncPolicy
+		want  string
+	}{{"", "everysec"}, {localredis.FsyncAlways, "always"}, {localredis.FsyncNo, "no"}} {
+		server := startServer(t, localredis.Config{DataDir: t.TempDir(), AppendOnly: true, AppendFsync: tc.asked})
+		client := clientFor(t, server)
+		appendOnly, err := client.ConfigGet(t.Context(), "appendonly").Result()
+		require.NoError(t, err)
+		require.Equal(t, map[string]string{"appendonly": "yes"}, appendOnly)
+		fsync, err := client.ConfigGet(t.Context(), "appendfsync").Result()
+		require.NoError(t, err)
+		require.Equal(t, map[string]string{"appendfsync": tc.want}, fsync, "asked %q", tc.asked)
+		require.NoError(t, server.Stop())
+	}
+}
+
+func TestUnknownFsyncPolicyIsRefused(t *testing.T) {
+	dataDir := filepath.Join(t.TempDir(), "never-created")
+	server := localredis.New(localredis.Config{DataDir: dataDir, AppendOnly: true, AppendFsync: "sometimes", Logger: testLogger()})
+	err := server.Start(t.Context())
+	require.EqualError(t, err, `localredis: redis fsync policy "sometimes" is not one of everysec, always, no`)
+	require.NoDirExists(t, dataDir, "a refused start creates nothing")
+	require.Empty(t, server.URL())
+
+	_, err = localredis.ParseFsyncPolicy("EVERYSEC")
+	require.Error(t, err, "redis-server itself takes any case, but one spelling keeps logs and configs greppable")
+	policy, err := localredis.ParseFsyncPolicy("always")
+	require.NoError(t, err)
+	require.Equal(t, localredis.FsyncAlways, policy)
+}

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/internal/localredis"
+	"github.com/hoardproject/hoard/internal/redistest"
+)
+
+// TestServeRefusesUnknownFsyncPolicy: a typo in --redis-fsync or
+// HOARD_REDIS_FSYNC stops serve before it starts or creates anything.
+func TestServeRefusesUnknownFsyncPolicy(t *testing.T) {
+	dataDir := filepath.Join(t.TempDir(), "data")
+	cmd := rootCommand()
+	cmd.SetArgs([]string{"serve", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--redis-fsync", "every-sec"})
+	err := cmd.ExecuteContext(context.Background())
+	require.EqualError(t, err, `--redis-fsync / HOARD_REDIS_FSYNC: redis fsync policy "every-sec" is not one of everysec, always, no`)
+	require.NoDirExists(t, dataDir)
+
+	t.Setenv("HOARD_REDIS_FSYNC", "sometimes")
+	cmd = rootCommand()
+	cmd.SetArgs([]string{"serve", "--data-dir", dataDir, "--listen", "127.0.0.1:0"})
+	err = cmd.ExecuteContext(context.Background())
+	require.ErrorContains(t, err, `"sometimes" is not one of everysec, always, no`)
+	require.NoDirExists(t, dataDir)
+}
+
+// TestExternalRedisDurabilityIsLogged: with HOARD_REDIS_URL, the log says
+// what the Redis's own AOF settings are, and warns when they cannot keep
+// acknowledged writes or differ from what the operator asked hoard for.
+func TestExternalRedisDurabilityIsLogged(t *testing.T) {
+	ctx := context.Background()
+	logged := func(rdb redis.UniversalClient, asked localredis.FsyncPolicy) string {
+		var buf bytes.Buffer
+		logRedisDurability(ctx, rdb, asked, slog.New(slog.NewTextHandler(&buf, nil)))
+		return buf.String()
+	}
+
+	withAOF := localredis.New(localredis.Config{DataDir: t.TempDir(), AppendOnly: true, AppendFsync: localredis.FsyncAlways,
+		Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, withAOF.Start(ctx))
+	t.Cleanup(func() { _ = withAOF.Stop() })
+	opts, err := redis.ParseURL(withAOF.URL())
+	require.NoError(t, err)
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { _ = rdb.Close() })
+
+	out := logged(rdb, "")
+	require.Contains(t, out, "level=INFO msg=\"redis durability\"")
+	require.Contains(t, out, "appendonly=yes appendfsync=always")
+	out = logged(rdb, localredis.FsyncEverySec)
+	require.Contains(t, out, "level=WARN")
+	require.Contains(t, out, "appendfsync=always asked=everysec")
+
+	// The test backends run without an AOF: every node of them is named.
+	for _, b := range redistest.Backends() {
+		out := logged(b.Client, "")
+		lines := strings.Count(out, "level=WARN msg=\"the Redis has no AOF")
+		want := 1
+		if b.Name == "cluster" {
+			want = 3
+		}
+		require.Equal(t, want, lines, "%s: %s", b.Name, out)
+	}
+}
