@@ -41,6 +41,7 @@ bench: build
 	$(BIN) bench viewers --viewers 5000
 	$(BIN) bench offload
 	$(BIN) bench announce
+	$(BIN) bench fsync
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./queues
 
 fuzz:

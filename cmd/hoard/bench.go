@@ -39,6 +39,14 @@ type benchOptions struct {
 	multis     []int
 	keepAlive  bool
 	cpuProfile string
+	// redisFsync, when set, runs the bench's redis-server with the AOF on
+	// and this appendfsync, as `hoard serve` runs it; empty: AOF off.
+	redisFsync string
+	// tempDir holds the bench's redis-server data; empty: the system's.
+	tempDir string
+	// noAOFRewrite keeps Redis from rewriting its AOF during a run, so a
+	// figure measures the fsync policy and not when a rewrite happened.
+	noAOFRewrite bool
 }
 
 func benchCommand() *cobra.Command {
@@ -104,9 +112,10 @@ func benchCommand() *cobra.Command {
 		f.IntSliceVar(&o.multis, "multi", []int{1, 100}, "items per request (multi=N)")
 		f.BoolVar(&o.keepAlive, "keep-alive", false, "reuse connections (seesaw's Tornado client sends Connection: close)")
 		f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (server and load generator share this process)")
+		f.StringVar(&o.redisFsync, "redis-fsync", "", "run redis-server with the AOF on and this appendfsync (everysec, always, no), as hoard serve does; empty = AOF off")
 		cmd.AddCommand(c)
 	}
-	cmd.AddCommand(benchViewersCommand(), benchOffloadCommand())
+	cmd.AddCommand(benchViewersCommand(), benchOffloadCommand(), benchFsyncCommand())
 	cmd.AddCommand(benchAnnounceCommand())
 	return cmd
 }
@@ -124,13 +133,25 @@ type benchEnv struct {
 }
 
 func startBenchEnv(ctx context.Context, o benchOptions) (*benchEnv, error) {
-	dir, err := os.MkdirTemp("", "hoard-bench-")
+	redisConfig := localredis.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if o.redisFsync != "" {
+		policy, err := localredis.ParseFsyncPolicy(o.redisFsync)
+		if err != nil {
+			return nil, fmt.Errorf("--redis-fsync: %w", err)
+		}
+		redisConfig.AppendOnly, redisConfig.AppendFsync = true, policy
+	}
+	if o.noAOFRewrite {
+		redisConfig.ExtraArgs = append(redisConfig.ExtraArgs, "--auto-aof-rewrite-percentage", "0")
+	}
+	dir, err := os.MkdirTemp(o.tempDir, "hoard-bench-")
 	if err != nil {
 		return nil, err
 	}
+	redisConfig.DataDir = dir
 	env := &benchEnv{dir: dir}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	env.redis = localredis.New(localredis.Config{DataDir: dir, Logger: quiet})
+	quiet := redisConfig.Logger
+	env.redis = localredis.New(redisConfig)
 	if err := env.redis.Start(ctx); err != nil {
 		env.stop()
 		return nil, err
@@ -168,7 +189,11 @@ func startBenchEnv(ctx context.Context, o benchOptions) (*benchEnv, error) {
 		}
 		env.profile = file
 	}
-	fmt.Printf("bench: redis-server %s, hoard at %s, GOMAXPROCS=%d\n", env.redis.URL(), env.url, runtime.GOMAXPROCS(0))
+	aof := "AOF off"
+	if redisConfig.AppendOnly {
+		aof = "AOF on, appendfsync " + string(redisConfig.AppendFsync)
+	}
+	fmt.Printf("bench: redis-server %s (%s), hoard at %s, GOMAXPROCS=%d\n", env.redis.URL(), aof, env.url, runtime.GOMAXPROCS(0))
 	return env, nil
 }
 
