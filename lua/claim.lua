@@ -27,10 +27,11 @@
 --                          event_log is above 0)
 -- KEYS[22] expired_to  STRING the reclaim deadline (ms) up to which expired
 --                          claims are in the event log
+-- KEYS[23] scored      ZSET  todo:scored, item -> score, served highest first
 -- then, for each limit group g (in the order of the config's limit_groups):
--- KEYS[23+5g .. 26+5g]  LIST  the group's sub-queues of todo, todo:backfeed,
+-- KEYS[24+5g .. 27+5g]  LIST  the group's sub-queues of todo, todo:backfeed,
 --                             todo:secondary and todo:redo
--- KEYS[27+5g]           STRING the group's GCRA state
+-- KEYS[28+5g]           STRING the group's GCRA state
 --
 -- ARGV[1] now (ms)
 -- ARGV[2] downloader
@@ -76,7 +77,7 @@ local wanted = tonumber(ARGV[4])
 local version = ARGV[5]
 local global_block = ARGV[6]
 local groups_version = ARGV[7]
-local ngroups = (#KEYS - 22) / 5
+local ngroups = (#KEYS - 23) / 5
 local group_index = {}
 for g = 0, ngroups - 1 do
   group_index[ARGV[10 + 3 * g]] = g
@@ -103,11 +104,11 @@ local expected_types = {
   [7] = 'zset', [8] = 'zset', [9] = 'hash', [10] = 'set', [11] = 'hash',
   [12] = 'hash', [13] = 'hash', [14] = 'hash', [15] = 'string', [16] = 'hash',
   [17] = 'string', [18] = 'string', [19] = 'hash', [20] = 'zset',
-  [21] = 'stream', [22] = 'string',
+  [21] = 'stream', [22] = 'string', [23] = 'zset',
 }
 for g = 0, ngroups - 1 do
-  for q = 0, 3 do expected_types[23 + 5 * g + q] = 'list' end
-  expected_types[27 + 5 * g] = 'string'
+  for q = 0, 3 do expected_types[24 + 5 * g + q] = 'list' end
+  expected_types[28 + 5 * g] = 'string'
 end
 for i, want in pairs(expected_types) do
   local have = redis.call('TYPE', KEYS[i])['ok']
@@ -267,7 +268,7 @@ for g = 0, ngroups - 1 do
     tokens = unlimited
   elseif rate > 0 then
     local period = 60000 / rate
-    local tat = tonumber(redis.call('GET', KEYS[27 + 5 * g]) or '0') or 0
+    local tat = tonumber(redis.call('GET', KEYS[28 + 5 * g]) or '0') or 0
     if tat < now then tat = now end
     tokens = math.max(0, math.floor((now - tat) / period + burst + 0.000001))
     group_tat[g], group_period[g] = tat, period
@@ -282,7 +283,7 @@ local function charge_group(g, n)
   if n <= 0 or group_tokens[g] >= unlimited then return end
   group_tokens[g] = group_tokens[g] - n
   group_tat[g] = group_tat[g] + n * group_period[g]
-  redis.call('SET', KEYS[27 + 5 * g], string.format('%.4f', group_tat[g]),
+  redis.call('SET', KEYS[28 + 5 * g], string.format('%.4f', group_tat[g]),
     'PX', int(math.ceil(group_tat[g] - now) + 1000))
 end
 
@@ -290,7 +291,7 @@ local function group_limit_hit()
   for g = 0, ngroups - 1 do
     if group_tokens[g] == 0 then
       for q = 0, 3 do
-        if redis.call('EXISTS', KEYS[23 + 5 * g + q]) == 1 then
+        if redis.call('EXISTS', KEYS[24 + 5 * g + q]) == 1 then
           return true
         end
       end
@@ -351,12 +352,22 @@ local dropped = 0
 local picked = {}
 local any_released = redis.call('EXISTS', KEYS[16]) == 1
 local any_recent = redis.call('EXISTS', KEYS[20]) == 1
-local function pop_fresh(key, want, group)
+-- Pops up to n items: the head of a list, or the highest scores of the
+-- scored queue (a ZSET). false when it is empty.
+local function pop(key, n, scored)
+  if not scored then return redis.call('LPOP', key, n) end
+  local popped = redis.call('ZPOPMAX', key, n)
+  if #popped == 0 then return false end
+  local items = {}
+  for i = 1, #popped, 2 do items[#items + 1] = popped[i] end
+  return items
+end
+local function pop_fresh(key, want, group, scored)
   local rounds = 0
   while want > 0 and rounds < 8 do
     rounds = rounds + 1
     local asked = want
-    local batch = redis.call('LPOP', key, asked)
+    local batch = pop(key, asked, scored)
     if not batch then return end
     -- This batch's claims are written before anything else can run.
     local out_args, deadline_args, claim_args = {}, {}, {}
@@ -400,7 +411,8 @@ local function pop_fresh(key, want, group)
 end
 
 -- Priority (seed 004): reclaims first when the claims limit or a limit
--- group's limit is hit, then the downloader's reserved queue, then todo,
+-- group's limit is hit, then the downloader's reserved queue, then the
+-- scored queue (highest score first), then todo,
 -- backfeed, secondary and redo (each: the groups' sub-queues as their
 -- limits allow, then the rest), then reclaims.
 local fresh_room = wanted
@@ -418,12 +430,15 @@ end
 if room() > 0 then
   pop_fresh(KEYS[2], room(), '-')
 end
+if room() > 0 then
+  pop_fresh(KEYS[23], room(), '-', true)
+end
 for q = 0, 3 do
   for g = 0, ngroups - 1 do
     local want = math.min(room(), group_tokens[g])
     if want > 0 then
       local before = #taken
-      pop_fresh(KEYS[23 + 5 * g + q], want, ARGV[10 + 3 * g])
+      pop_fresh(KEYS[24 + 5 * g + q], want, ARGV[10 + 3 * g])
       charge_group(g, #taken - before)
     end
   end

@@ -15,24 +15,64 @@ func EngineQueues(engine *queues.Engine) Queues { return engineQueues{engine} }
 type engineQueues struct{ engine *queues.Engine }
 
 // EnsureProject creates the project with its title set to its slug, its
-// event log on and, when reclaimTTL > 0, reclaiming on. An existing
-// project is left alone: its operators may have tuned it.
-func (q engineQueues) EnsureProject(ctx context.Context, slug string, reclaimTTL time.Duration) error {
+// event log on, the item types' retention and, when spec.ReclaimTTL > 0,
+// reclaiming on. Of an existing project only the retention is changed,
+// when it differs: the rest its operators may have tuned.
+func (q engineQueues) EnsureProject(ctx context.Context, slug string, spec ProjectSpec) error {
 	var patch queues.SettingsPatch
 	title := slug
 	patch.Title = &title
 	events := queues.DefaultPluginEventLog
 	patch.EventLog = &events
-	if reclaimTTL > 0 {
-		on, ttl := true, queues.Duration(reclaimTTL)
+	if spec.ReclaimTTL > 0 {
+		on, ttl := true, queues.Duration(spec.ReclaimTTL)
 		patch.ReclaimEnabled, patch.ReclaimTTL = &on, &ttl
+	}
+	if spec.DoneMode != "" {
+		patch.DoneMode = &spec.DoneMode
+	}
+	if spec.RecentDone > 0 {
+		patch.RecentDone = &spec.RecentDone
 	}
 	_, err := q.engine.CreateProject(ctx, slug, patch)
 	var qe *queues.Error
-	if errors.As(err, &qe) && qe.Code == queues.CodeExists {
+	if !errors.As(err, &qe) || qe.Code != queues.CodeExists {
+		return err
+	}
+	p, err := q.engine.Project(ctx, slug)
+	if err != nil {
+		return err
+	}
+	var retention queues.SettingsPatch
+	if spec.DoneMode != "" && p.DoneMode != spec.DoneMode {
+		retention.DoneMode = &spec.DoneMode
+	}
+	if spec.RecentDone > 0 && p.RecentDone != spec.RecentDone {
+		retention.RecentDone = &spec.RecentDone
+	}
+	if retention.DoneMode == nil && retention.RecentDone == nil {
 		return nil
 	}
+	_, err = q.engine.UpdateProject(ctx, slug, retention)
 	return err
+}
+
+// EnqueueScored puts items in the project's score-ordered queue.
+func (q engineQueues) EnqueueScored(ctx context.Context, slug string, items []ScoredItem) (int, error) {
+	done := 0
+	for start := 0; start < len(items); start += queues.MaxEnqueueBatch {
+		batch := items[start:min(start+queues.MaxEnqueueBatch, len(items))]
+		entries := make([]queues.QueueItem, len(batch))
+		for i, it := range batch {
+			entries[i] = queues.QueueItem{Name: it.Item, Score: it.Score}
+		}
+		res, err := q.engine.EnqueueScored(ctx, slug, entries)
+		done += res.Queued + res.Rescored
+		if err != nil {
+			return done, err
+		}
+	}
+	return done, nil
 }
 
 // Enqueue queues items into the project's todo queue, in batches the engine

@@ -117,7 +117,7 @@ func (c *grpcClient) OnTick(ctx context.Context, tick Tick) (TickResult, error) 
 	}
 	result := TickResult{Enqueue: make([]QueueItem, 0, len(reply.GetEnqueue()))}
 	for _, item := range reply.GetEnqueue() {
-		result.Enqueue = append(result.Enqueue, QueueItem{Project: item.GetProject(), Item: item.GetItem()})
+		result.Enqueue = append(result.Enqueue, QueueItem{Project: item.GetProject(), Item: item.GetItem(), Score: item.GetScore()})
 	}
 	return result, nil
 }
@@ -191,7 +191,7 @@ func (s *grpcServer) OnTick(ctx context.Context, tick *pluginpb.Tick) (*pluginpb
 	}
 	reply := &pluginpb.TickResult{Enqueue: make([]*pluginpb.QueueItem, 0, len(result.Enqueue))}
 	for _, item := range result.Enqueue {
-		reply.Enqueue = append(reply.Enqueue, &pluginpb.QueueItem{Project: item.Project, Item: item.Item})
+		reply.Enqueue = append(reply.Enqueue, &pluginpb.QueueItem{Project: item.Project, Item: item.Item, Score: item.Score})
 	}
 	return reply, nil
 }
@@ -264,6 +264,7 @@ func descriptionToProto(d Description) *pluginpb.Description {
 	for _, t := range d.ItemTypes {
 		out.ItemTypes = append(out.ItemTypes, &pluginpb.ItemType{
 			Name: t.Name, Project: t.Project, ItemPrefix: t.ItemPrefix, ReclaimTtl: durationToProto(t.ReclaimTTL),
+			Order: t.Order, DoneMode: t.DoneMode, RecentDone: int64(t.RecentDone),
 		})
 	}
 	for _, j := range d.Jobs {
@@ -280,6 +281,7 @@ func descriptionFromProto(d *pluginpb.Description) Description {
 	for _, t := range d.GetItemTypes() {
 		out.ItemTypes = append(out.ItemTypes, ItemType{
 			Name: t.GetName(), Project: t.GetProject(), ItemPrefix: t.GetItemPrefix(), ReclaimTTL: durationFromProto(t.GetReclaimTtl()),
+			Order: t.GetOrder(), DoneMode: t.GetDoneMode(), RecentDone: int(min(t.GetRecentDone(), 1<<31-1)),
 		})
 	}
 	for _, j := range d.GetJobs() {

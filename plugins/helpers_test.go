@@ -69,19 +69,27 @@ func (c *fakeClock) Advance(d time.Duration) {
 // recordingQueues is a Queues that remembers what it was asked.
 type recordingQueues struct {
 	mu       sync.Mutex
-	projects map[string]time.Duration
+	projects map[string]plugins.ProjectSpec
 	items    map[string][]string
+	scored   map[string][]plugins.ScoredItem
 }
 
 func newRecordingQueues() *recordingQueues {
-	return &recordingQueues{projects: map[string]time.Duration{}, items: map[string][]string{}}
+	return &recordingQueues{projects: map[string]plugins.ProjectSpec{}, items: map[string][]string{}, scored: map[string][]plugins.ScoredItem{}}
 }
 
-func (q *recordingQueues) EnsureProject(_ context.Context, slug string, ttl time.Duration) error {
+func (q *recordingQueues) EnsureProject(_ context.Context, slug string, spec plugins.ProjectSpec) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.projects[slug] = ttl
+	q.projects[slug] = spec
 	return nil
+}
+
+func (q *recordingQueues) EnqueueScored(_ context.Context, slug string, items []plugins.ScoredItem) (int, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.scored[slug] = append(q.scored[slug], items...)
+	return len(items), nil
 }
 
 func (q *recordingQueues) Enqueue(_ context.Context, slug string, items []string) (int, error) {
@@ -100,8 +108,8 @@ func (q *recordingQueues) queued(slug string) []string {
 func (q *recordingQueues) ensured(slug string) (time.Duration, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	ttl, ok := q.projects[slug]
-	return ttl, ok
+	spec, ok := q.projects[slug]
+	return spec.ReclaimTTL, ok
 }
 
 // logBuffer collects log records for assertions.

@@ -31,12 +31,16 @@ type Spec struct {
 // Queues is what the host needs from the queue engine to queue a plugin's
 // items for it. cmd/hoard adapts *queues.Engine to it.
 type Queues interface {
-	// EnsureProject creates the project unless it exists; with reclaimTTL
-	// > 0 a new project reclaims expired claims after that TTL.
-	EnsureProject(ctx context.Context, slug string, reclaimTTL time.Duration) error
+	// EnsureProject creates the project unless it exists, as spec says,
+	// and applies spec's retention to it either way.
+	EnsureProject(ctx context.Context, slug string, spec ProjectSpec) error
 	// Enqueue appends items to the project's todo queue and returns how
 	// many were queued (items out or done already are skipped).
 	Enqueue(ctx context.Context, slug string, items []string) (int, error)
+	// EnqueueScored puts items in the project's score-ordered queue (a
+	// waiting item takes its new score) and returns how many were queued
+	// or rescored.
+	EnqueueScored(ctx context.Context, slug string, items []ScoredItem) (int, error)
 }
 
 // WorkQueues is the rest of the queue engine a plugin reaches through its

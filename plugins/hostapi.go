@@ -17,9 +17,15 @@ import (
 // Result: the plugin applies its transition there, keyed by the item
 // name, so a repeated delivery changes nothing.
 type HostAPI interface {
-	// Enqueue queues items into the project's todo queue and returns how
-	// many were queued (items out or done already are skipped).
+	// Enqueue queues items of FIFO item types into the project's todo
+	// queue and returns how many were queued (items out or done already
+	// are skipped).
 	Enqueue(ctx context.Context, project string, items []string) (int, error)
+	// EnqueueScored puts items of score-ordered item types in the
+	// project's score-ordered queue, served highest score first; an item
+	// waiting there takes its new score. It returns how many were queued
+	// or rescored.
+	EnqueueScored(ctx context.Context, project string, items []ScoredItem) (int, error)
 	// Claim hands up to count items of the project to worker (a name
 	// like a downloader's: 3-30 of a-z, A-Z, 0-9, - and _). No items left
 	// is an empty slice, not an error.

@@ -154,3 +154,78 @@ func (c *hostCapture) Configure(ctx context.Context, cfg plugins.Config) error {
 	}
 	return c.Plugin.Configure(ctx, cfg)
 }
+
+// rankPlugin owns a score-ordered item type with its own retention and
+// queues its tick's items with scores.
+type rankPlugin struct {
+	recordingPlugin
+	enqueue []plugins.QueueItem
+}
+
+func (p *rankPlugin) Describe(context.Context) (plugins.Description, error) {
+	return plugins.Description{
+		ItemTypes: []plugins.ItemType{{Name: "rank", Project: "ranks", ItemPrefix: "rank:", Order: plugins.OrderScore,
+			DoneMode: "count", RecentDone: 2000}},
+		Jobs: []plugins.Job{{Name: "rank", Period: time.Hour}},
+	}, nil
+}
+
+func (p *rankPlugin) OnTick(context.Context, plugins.Tick) (plugins.TickResult, error) {
+	return plugins.TickResult{Enqueue: p.enqueue}, nil
+}
+
+func TestItemTypeOrderAndRetentionReachTheProject(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := t.Context()
+		engine := queues.NewEngine(b.Client, queues.Options{Logger: slog.New(slog.DiscardHandler)})
+		// The project exists already, in keep mode: the plugin's retention
+		// wins (done items of its types must not grow Redis forever).
+		_, err := engine.CreateProject(ctx, "ranks", queues.SettingsPatch{DoneMode: ptrTo(queues.DoneKeep)})
+		require.NoError(t, err)
+		plugin := &rankPlugin{recordingPlugin: recordingPlugin{l: newLedger()}, enqueue: []plugins.QueueItem{
+			{Project: "ranks", Item: "rank:low", Score: 0.1},
+			{Project: "ranks", Item: "rank:top", Score: 1.2},
+			{Project: "ranks", Item: "rank:mid", Score: 0.8},
+		}}
+		logger, _ := newTestLogger(t)
+		h, err := plugins.NewHost(plugins.Options{
+			Plugins:  []plugins.Spec{{Name: "ranker"}},
+			Builtins: map[string]plugins.Factory{"ranker": func(context.Context, *slog.Logger) (plugins.Plugin, error) { return plugin, nil }},
+			Redis:    b.Client, Queues: plugins.EngineQueues(engine), Logger: logger,
+		})
+		require.NoError(t, err)
+		require.NoError(t, h.Start(ctx))
+		t.Cleanup(func() { _ = h.Stop() })
+		require.Eventually(t, func() bool {
+			c, err := engine.Counts(ctx, "ranks")
+			return err == nil && c.Scored == 3
+		}, eventually, poll)
+		p, err := engine.Project(ctx, "ranks")
+		require.NoError(t, err)
+		require.Equal(t, queues.DoneCount, p.DoneMode)
+		require.Equal(t, 2000, p.RecentDone)
+
+		got, err := engine.Claim(ctx, queues.ClaimRequest{Project: "ranks", Downloader: "worker", Count: 3})
+		require.NoError(t, err)
+		var order []string
+		for _, it := range got.Items {
+			order = append(order, it.Name)
+		}
+		require.Equal(t, []string{"rank:top", "rank:mid", "rank:low"}, order)
+	})
+}
+
+func TestItemTypesSharingAProjectMustAgreeOnRetention(t *testing.T) {
+	d := plugins.Description{ItemTypes: []plugins.ItemType{
+		{Name: "a", Project: "shared", ItemPrefix: "a:", DoneMode: "keep"},
+		{Name: "b", Project: "shared", ItemPrefix: "b:"},
+		{Name: "c", Project: "other", ItemPrefix: "c:", Order: "random"},
+		{Name: "d", Project: "other2", ItemPrefix: "d:", RecentDone: 5},
+	}}
+	err := d.Validate()
+	require.ErrorContains(t, err, `item types "a" and "b" share project "shared" but not its retention`)
+	require.ErrorContains(t, err, `item type "c": order "random"`)
+	require.ErrorContains(t, err, `item type "d": recent_done 5`)
+}
+
+func ptrTo[T any](v T) *T { return &v }

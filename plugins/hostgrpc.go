@@ -22,6 +22,18 @@ func (s *hostGRPCServer) Enqueue(ctx context.Context, req *pluginpb.EnqueueReque
 	return &pluginpb.CountReply{Count: int64(n)}, nil
 }
 
+func (s *hostGRPCServer) EnqueueScored(ctx context.Context, req *pluginpb.EnqueueScoredRequest) (*pluginpb.CountReply, error) {
+	items := make([]ScoredItem, len(req.GetItems()))
+	for i, it := range req.GetItems() {
+		items[i] = ScoredItem{Item: it.GetItem(), Score: it.GetScore()}
+	}
+	n, err := s.api.EnqueueScored(ctx, req.GetProject(), items)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pluginpb.CountReply{Count: int64(n)}, nil
+}
+
 func (s *hostGRPCServer) Claim(ctx context.Context, req *pluginpb.ClaimRequest) (*pluginpb.ClaimReply, error) {
 	items, err := s.api.Claim(ctx, req.GetProject(), req.GetWorker(), int(req.GetCount()))
 	if err != nil {
@@ -67,6 +79,18 @@ var _ HostAPI = (*hostGRPCClient)(nil)
 
 func (c *hostGRPCClient) Enqueue(ctx context.Context, project string, items []string) (int, error) {
 	reply, err := c.client.Enqueue(ctx, &pluginpb.EnqueueRequest{Project: project, Items: items})
+	if err != nil {
+		return 0, fromStatus(err)
+	}
+	return int(reply.GetCount()), nil
+}
+
+func (c *hostGRPCClient) EnqueueScored(ctx context.Context, project string, items []ScoredItem) (int, error) {
+	req := &pluginpb.EnqueueScoredRequest{Project: project, Items: make([]*pluginpb.ScoredItem, len(items))}
+	for i, it := range items {
+		req.Items[i] = &pluginpb.ScoredItem{Item: it.Item, Score: it.Score}
+	}
+	reply, err := c.client.EnqueueScored(ctx, req)
 	if err != nil {
 		return 0, fromStatus(err)
 	}

@@ -36,13 +36,41 @@ func (h hostServices) owned(project string) error {
 func (h hostServices) Enqueue(ctx context.Context, project string, items []string) (int, error) {
 	desc := h.s.description()
 	for _, item := range items {
-		if _, ok := desc.owner(project, item); !ok {
-			return 0, fmt.Errorf("item %q of project %q: %w", item, project, ErrNotOwned)
+		if err := ownedType(desc, project, item, false); err != nil {
+			return 0, err
 		}
 	}
 	n, err := h.q.Enqueue(ctx, project, items)
 	h.s.itemsQueued.Add(uint64(n))
 	return n, err
+}
+
+func (h hostServices) EnqueueScored(ctx context.Context, project string, items []ScoredItem) (int, error) {
+	desc := h.s.description()
+	for _, item := range items {
+		if err := ownedType(desc, project, item.Item, true); err != nil {
+			return 0, err
+		}
+	}
+	n, err := h.q.EnqueueScored(ctx, project, items)
+	h.s.itemsQueued.Add(uint64(n))
+	return n, err
+}
+
+// ownedType checks that item belongs to one of the plugin's item types,
+// ordered as the call expects.
+func ownedType(desc Description, project, item string, scored bool) error {
+	t, ok := desc.owner(project, item)
+	if !ok {
+		return fmt.Errorf("item %q of project %q: %w", item, project, ErrNotOwned)
+	}
+	if t.scored() != scored {
+		if scored {
+			return fmt.Errorf("item %q is of FIFO item type %q: queue it with Enqueue", item, t.Name)
+		}
+		return fmt.Errorf("item %q is of score-ordered item type %q: queue it with EnqueueScored", item, t.Name)
+	}
+	return nil
 }
 
 func (h hostServices) Claim(ctx context.Context, project, worker string, count int) ([]string, error) {

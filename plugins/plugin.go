@@ -110,7 +110,36 @@ type ItemType struct {
 	// if it has to create it (with reclaiming on), so an item whose worker
 	// died is handed out again. An existing project is left as it is.
 	ReclaimTTL time.Duration `json:"reclaim_ttl"`
+	// Order is how the type's items are served: OrderFIFO (the default:
+	// queued in todo, first in first out) or OrderScore (the project's
+	// score-ordered queue, highest score first, for work that must go in
+	// priority order; such items are queued with a score).
+	Order string `json:"order,omitempty"`
+	// DoneMode is what becomes of the type's done items: "count" (the
+	// default for a plugin's types: counted, and only the latest
+	// RecentDone kept, so done items never grow Redis forever),
+	// "keep" (every one in the done set) or "archive". Item types sharing
+	// a project must agree; the host applies it to the project.
+	DoneMode string `json:"done_mode,omitempty"`
+	// RecentDone is how many recent completions count and archive keep
+	// to recognise a repeated done (0 = DefaultPluginRecentDone).
+	RecentDone int `json:"recent_done,omitempty"`
 }
+
+// Item type orders.
+const (
+	OrderFIFO  = "fifo"
+	OrderScore = "score"
+)
+
+// Retention defaults for a plugin's item types.
+const (
+	DefaultPluginDoneMode   = "count"
+	DefaultPluginRecentDone = 100_000
+)
+
+// scored reports whether the type's items go to the score-ordered queue.
+func (t ItemType) scored() bool { return t.Order == OrderScore }
 
 // Job is a scheduled job a plugin owns.
 type Job struct {
@@ -165,6 +194,15 @@ type TickResult struct {
 type QueueItem struct {
 	Project string `json:"project"`
 	Item    string `json:"item"`
+	// Score orders an item of an OrderScore type (highest first);
+	// ignored for FIFO types.
+	Score float64 `json:"score,omitempty"`
+}
+
+// ScoredItem is one item for a project's score-ordered queue.
+type ScoredItem struct {
+	Item  string  `json:"item"`
+	Score float64 `json:"score"`
 }
 
 // MetricKind says how a metric adds up.
@@ -266,6 +304,29 @@ func (d Description) Validate() error {
 		if t.ReclaimTTL < 0 {
 			errs = append(errs, fmt.Errorf("item type %q: negative reclaim TTL", t.Name))
 		}
+		if t.Order != "" && t.Order != OrderFIFO && t.Order != OrderScore {
+			errs = append(errs, fmt.Errorf("item type %q: order %q is not %q or %q", t.Name, t.Order, OrderFIFO, OrderScore))
+		}
+		switch t.DoneMode {
+		case "", "keep", "count", "archive":
+		default:
+			errs = append(errs, fmt.Errorf("item type %q: done_mode %q is not keep, count or archive", t.Name, t.DoneMode))
+		}
+		if t.RecentDone != 0 && (t.RecentDone < 1000 || t.RecentDone > 100_000_000) {
+			errs = append(errs, fmt.Errorf("item type %q: recent_done %d is not between 1000 and 100000000", t.Name, t.RecentDone))
+		}
+	}
+	retention := map[string]ItemType{}
+	for _, t := range d.ItemTypes {
+		other, seen := retention[t.Project]
+		if !seen {
+			retention[t.Project] = t
+			continue
+		}
+		if other.doneMode() != t.doneMode() || other.recentDone() != t.recentDone() {
+			errs = append(errs, fmt.Errorf("item types %q and %q share project %q but not its retention (done_mode %s/%s, recent_done %d/%d)",
+				other.Name, t.Name, t.Project, other.doneMode(), t.doneMode(), other.recentDone(), t.recentDone()))
+		}
 	}
 	jobs := map[string]bool{}
 	for _, j := range d.Jobs {
@@ -307,4 +368,46 @@ func (d Description) ownsProject(project string) bool {
 		}
 	}
 	return false
+}
+
+func (t ItemType) doneMode() string {
+	if t.DoneMode == "" {
+		return DefaultPluginDoneMode
+	}
+	return t.DoneMode
+}
+
+func (t ItemType) recentDone() int {
+	if t.RecentDone == 0 {
+		return DefaultPluginRecentDone
+	}
+	return t.RecentDone
+}
+
+// ProjectSpec is what the host asks of a project its plugin's item types
+// live in.
+type ProjectSpec struct {
+	// ReclaimTTL > 0 turns reclaiming on with that TTL when the project is
+	// created (an existing project keeps its operators' choice).
+	ReclaimTTL time.Duration
+	// DoneMode and RecentDone are the item types' retention, applied to
+	// the project whether new or not: the plugin owns its items' fate.
+	DoneMode   string
+	RecentDone int
+}
+
+// projectSpec gathers what the item types living in project ask of it:
+// the shortest reclaim TTL, and their (common) retention.
+func (d Description) projectSpec(project string) ProjectSpec {
+	var spec ProjectSpec
+	for _, t := range d.ItemTypes {
+		if t.Project != project {
+			continue
+		}
+		if t.ReclaimTTL > 0 && (spec.ReclaimTTL == 0 || t.ReclaimTTL < spec.ReclaimTTL) {
+			spec.ReclaimTTL = t.ReclaimTTL
+		}
+		spec.DoneMode, spec.RecentDone = t.doneMode(), t.recentDone()
+	}
+	return spec
 }

@@ -323,15 +323,9 @@ func (s *supervisor) ensureProject(ctx context.Context, desc Description, projec
 	if done {
 		return nil
 	}
-	var ttl time.Duration
-	for _, t := range desc.ItemTypes {
-		if t.Project == project && t.ReclaimTTL > 0 && (ttl == 0 || t.ReclaimTTL < ttl) {
-			ttl = t.ReclaimTTL
-		}
-	}
 	ctx, cancel := context.WithTimeout(ctx, s.h.opts.CallTimeout)
 	defer cancel()
-	if err := q.EnsureProject(ctx, project, ttl); err != nil {
+	if err := q.EnsureProject(ctx, project, desc.projectSpec(project)); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -606,25 +600,40 @@ func (s *supervisor) enqueue(ctx context.Context, desc Description, items []Queu
 		return errors.New("the host has no queue engine to queue items with")
 	}
 	byProject := map[string][]string{}
+	scoredByProject := map[string][]ScoredItem{}
 	var order []string
 	for _, item := range items {
-		if _, ok := desc.owner(item.Project, item.Item); !ok {
+		t, ok := desc.owner(item.Project, item.Item)
+		if !ok {
 			return fmt.Errorf("item %q of project %q: %w", item.Item, item.Project, ErrNotOwned)
 		}
 		if err := queues.ValidateItem(item.Item); err != nil {
 			return err
 		}
-		if byProject[item.Project] == nil {
+		if byProject[item.Project] == nil && scoredByProject[item.Project] == nil {
 			order = append(order, item.Project)
 		}
-		byProject[item.Project] = append(byProject[item.Project], item.Item)
+		if t.scored() {
+			scoredByProject[item.Project] = append(scoredByProject[item.Project], ScoredItem{Item: item.Item, Score: item.Score})
+		} else {
+			byProject[item.Project] = append(byProject[item.Project], item.Item)
+		}
 	}
 	for _, project := range order {
 		if err := s.ensureProject(ctx, desc, project); err != nil {
 			return fmt.Errorf("create project %q: %w", project, err)
 		}
 		qctx, cancel := context.WithTimeout(ctx, s.h.opts.CallTimeout)
-		n, err := q.Enqueue(qctx, project, byProject[project])
+		var n int
+		var err error
+		if fifo := byProject[project]; len(fifo) > 0 {
+			n, err = q.Enqueue(qctx, project, fifo)
+		}
+		if scored := scoredByProject[project]; err == nil && len(scored) > 0 {
+			var m int
+			m, err = q.EnqueueScored(qctx, project, scored)
+			n += m
+		}
 		cancel()
 		s.itemsQueued.Add(uint64(n))
 		if err != nil {

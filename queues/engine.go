@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"math"
 	"slices"
 	"sort"
 	"strconv"
@@ -619,6 +620,9 @@ func (e *Engine) ReleaseClaims(ctx context.Context, slug string, filter ReleaseF
 type QueueItem struct {
 	Name   string          `json:"name"`
 	Extras json.RawMessage `json:"extras,omitempty"`
+	// Score orders the item in QueueScored (highest first); ignored by
+	// the FIFO queues.
+	Score float64 `json:"score,omitempty"`
 }
 
 // Target names the queue items go to: a shared queue, or the reserved
@@ -660,6 +664,9 @@ func (e *Engine) Enqueue(ctx context.Context, slug string, target Target, items 
 			return EnqueueResult{}, err
 		}
 		queue = q
+		if queue == QueueScored {
+			return e.enqueueScored(ctx, slug, items)
+		}
 	}
 	var extras []any
 	for _, item := range items {
@@ -767,7 +774,9 @@ type Counts struct {
 	Redo      int64 `json:"todo:redo"`
 	// Reserved sums the per-downloader reserved queues.
 	Reserved int64 `json:"todo:reserved"`
-	Out      int64 `json:"out"`
+	// Scored is the score-ordered queue.
+	Scored int64 `json:"todo:scored"`
+	Out    int64 `json:"out"`
 	// Done counts every completion: those in the done set, and those
 	// counted and discarded (done_mode count or archive).
 	Done int64 `json:"done"`
@@ -797,7 +806,7 @@ func (c Counts) OffloadedIn(q Queue) int64 {
 
 // TodoTotal is every item waiting in a queue.
 func (c Counts) TodoTotal() int64 {
-	return c.Todo + c.Backfeed + c.Secondary + c.Redo + c.Reserved
+	return c.Todo + c.Backfeed + c.Secondary + c.Redo + c.Reserved + c.Scored
 }
 
 // Counts reads the sizes of every place of a project in one pipeline.
@@ -829,6 +838,7 @@ func (e *Engine) Counts(ctx context.Context, slug string) (Counts, error) {
 	for i, d := range reserved {
 		reservedLens[i] = pipe.LLen(ctx, ReservedQueueKey(slug, d))
 	}
+	scored := pipe.ZCard(ctx, QueueKey(slug, QueueScored))
 	out := pipe.ZCard(ctx, OutKey(slug))
 	done := pipe.SCard(ctx, DoneKey(slug))
 	discarded := pipe.HGet(ctx, StatsKey(slug), "done_discarded")
@@ -847,7 +857,7 @@ func (e *Engine) Counts(ctx context.Context, slug string) (Counts, error) {
 	}
 	c := Counts{
 		Todo: sum(shared[0]), Backfeed: sum(shared[1]), Secondary: sum(shared[2]), Redo: sum(shared[3]),
-		Out: out.Val(), Done: done.Val(), Reclaimable: due.Val(),
+		Out: out.Val(), Done: done.Val(), Reclaimable: due.Val(), Scored: scored.Val(),
 	}
 	if n, err := strconv.ParseInt(discarded.Val(), 10, 64); err == nil {
 		c.Done += n
@@ -916,4 +926,63 @@ func (e *Engine) Unblock(ctx context.Context, slug, who string) (bool, error) {
 		return false, unavailable("queues.Unblock", err)
 	}
 	return n > 0, nil
+}
+
+// ScoredResult reports an enqueue into QueueScored.
+type ScoredResult struct {
+	Queued   int   `json:"queued"`
+	Rescored int   `json:"rescored"`
+	Skipped  int   `json:"skipped"`
+	Length   int64 `json:"length"`
+}
+
+var enqueueScoredScript = loadScript("enqueue_scored.lua")
+
+// enqueueScored puts items in the score-ordered queue; an item waiting
+// there already takes the new score. Extras are refused: they belong to
+// the FIFO path, which routes them.
+func (e *Engine) enqueueScored(ctx context.Context, slug string, items []QueueItem) (EnqueueResult, error) {
+	res, err := e.EnqueueScored(ctx, slug, items)
+	return EnqueueResult{Queued: res.Queued + res.Rescored, Skipped: res.Skipped, Length: res.Length}, err
+}
+
+// EnqueueScored puts items in the project's score-ordered queue
+// (QueueScored), served highest score first; an item waiting there already
+// takes its new score, and items out or done are skipped.
+func (e *Engine) EnqueueScored(ctx context.Context, slug string, items []QueueItem) (ScoredResult, error) {
+	const op = "queues.EnqueueScored"
+	if err := ValidateSlug(slug); err != nil {
+		return ScoredResult{}, err
+	}
+	if len(items) > MaxEnqueueBatch {
+		return ScoredResult{}, errorf(op, CodeInvalid, "%d items in one batch; the limit is %d", len(items), MaxEnqueueBatch)
+	}
+	args := make([]any, 0, 2*len(items))
+	for _, item := range items {
+		if err := ValidateItem(item.Name); err != nil {
+			return ScoredResult{}, err
+		}
+		if len(item.Extras) > 0 {
+			return ScoredResult{}, errorf(op, CodeInvalid, "items of the scored queue take no extras (%q)", truncate(item.Name, 60))
+		}
+		if math.IsNaN(item.Score) || math.IsInf(item.Score, 0) {
+			return ScoredResult{}, errorf(op, CodeInvalid, "score of %q must be a finite number", truncate(item.Name, 60))
+		}
+		args = append(args, strconv.FormatFloat(item.Score, 'g', -1, 64), item.Name)
+	}
+	if len(items) == 0 {
+		return ScoredResult{}, nil
+	}
+	keys := []string{ConfigKey(slug), StatsKey(slug), ClaimsKey(slug), DoneKey(slug), RecentDoneKey(slug), QueueKey(slug, QueueScored)}
+	code, rest, err := e.runScriptList(ctx, op, enqueueScoredScript, keys, args...)
+	if err != nil {
+		return ScoredResult{}, err
+	}
+	switch code {
+	case -1:
+		return ScoredResult{}, errorf(op, CodeProjectNotFound, "no project %q", slug)
+	case -7:
+		return ScoredResult{}, unavailable(op, errors.New("corrupt project state: "+replyString(rest[0])))
+	}
+	return ScoredResult{Queued: int(code), Rescored: int(replyInt(rest[0])), Skipped: int(replyInt(rest[1])), Length: replyInt(rest[2])}, nil
 }

@@ -22,6 +22,13 @@ const (
 	QueueRedo      Queue = "todo:redo"
 )
 
+// QueueScored is the score-ordered queue (a ZSET): served highest score
+// first, after the downloader's reserved queue and before the FIFO queues.
+// Its items are not routed to limit groups nor offloaded to disk; it is
+// meant for work that must go in priority order, such as a plugin's
+// scoring rounds.
+const QueueScored Queue = "todo:scored"
+
 // SharedQueues lists the shared queues in serving order.
 var SharedQueues = []Queue{QueueTodo, QueueBackfeed, QueueSecondary, QueueRedo}
 
@@ -36,8 +43,10 @@ func ParseQueue(name string) (Queue, error) {
 		return QueueSecondary, nil
 	case "redo":
 		return QueueRedo, nil
+	case "scored":
+		return QueueScored, nil
 	}
-	return "", errorf("queues.ParseQueue", CodeInvalid, "unknown queue %q (want todo, backfeed, secondary or redo)", name)
+	return "", errorf("queues.ParseQueue", CodeInvalid, "unknown queue %q (want todo, backfeed, secondary, redo or scored)", name)
 }
 
 // Defaults for a new project. Reclaiming starts on, with a TTL of 6 hours

@@ -287,7 +287,7 @@ func (p *projectCollector) collectProject(ch chan<- prometheus.Metric, slug stri
 		n    int64
 	}{
 		{"todo", c.Todo}, {"todo:backfeed", c.Backfeed}, {"todo:secondary", c.Secondary}, {"todo:redo", c.Redo},
-		{"todo:reserved", c.Reserved}, {"out", c.Out}, {"done", c.Done}, {"reclaimable", c.Reclaimable},
+		{"todo:reserved", c.Reserved}, {"todo:scored", c.Scored}, {"out", c.Out}, {"done", c.Done}, {"reclaimable", c.Reclaimable},
 	} {
 		gauge(p.items, float64(place.n), place.name)
 	}

@@ -354,6 +354,7 @@ var _Plugin_serviceDesc = grpc.ServiceDesc{
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type HostClient interface {
 	Enqueue(ctx context.Context, in *EnqueueRequest, opts ...grpc.CallOption) (*CountReply, error)
+	EnqueueScored(ctx context.Context, in *EnqueueScoredRequest, opts ...grpc.CallOption) (*CountReply, error)
 	Claim(ctx context.Context, in *ClaimRequest, opts ...grpc.CallOption) (*ClaimReply, error)
 	Done(ctx context.Context, in *DoneRequest, opts ...grpc.CallOption) (*CountReply, error)
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*CountReply, error)
@@ -371,6 +372,15 @@ func NewHostClient(cc grpc.ClientConnInterface) HostClient {
 func (c *hostClient) Enqueue(ctx context.Context, in *EnqueueRequest, opts ...grpc.CallOption) (*CountReply, error) {
 	out := new(CountReply)
 	err := c.cc.Invoke(ctx, "/hoard.plugin.v1.Host/Enqueue", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *hostClient) EnqueueScored(ctx context.Context, in *EnqueueScoredRequest, opts ...grpc.CallOption) (*CountReply, error) {
+	out := new(CountReply)
+	err := c.cc.Invoke(ctx, "/hoard.plugin.v1.Host/EnqueueScored", in, out, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -418,6 +428,7 @@ func (c *hostClient) Counts(ctx context.Context, in *CountsRequest, opts ...grpc
 // for forward compatibility
 type HostServer interface {
 	Enqueue(context.Context, *EnqueueRequest) (*CountReply, error)
+	EnqueueScored(context.Context, *EnqueueScoredRequest) (*CountReply, error)
 	Claim(context.Context, *ClaimRequest) (*ClaimReply, error)
 	Done(context.Context, *DoneRequest) (*CountReply, error)
 	Release(context.Context, *ReleaseRequest) (*CountReply, error)
@@ -431,6 +442,9 @@ type UnimplementedHostServer struct {
 
 func (UnimplementedHostServer) Enqueue(context.Context, *EnqueueRequest) (*CountReply, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Enqueue not implemented")
+}
+func (UnimplementedHostServer) EnqueueScored(context.Context, *EnqueueScoredRequest) (*CountReply, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method EnqueueScored not implemented")
 }
 func (UnimplementedHostServer) Claim(context.Context, *ClaimRequest) (*ClaimReply, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Claim not implemented")
@@ -471,6 +485,24 @@ func _Host_Enqueue_Handler(srv interface{}, ctx context.Context, dec func(interf
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(HostServer).Enqueue(ctx, req.(*EnqueueRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Host_EnqueueScored_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EnqueueScoredRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HostServer).EnqueueScored(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/hoard.plugin.v1.Host/EnqueueScored",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HostServer).EnqueueScored(ctx, req.(*EnqueueScoredRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -554,6 +586,10 @@ var _Host_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Enqueue",
 			Handler:    _Host_Enqueue_Handler,
+		},
+		{
+			MethodName: "EnqueueScored",
+			Handler:    _Host_EnqueueScored_Handler,
 		},
 		{
 			MethodName: "Claim",

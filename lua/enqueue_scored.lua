@@ -1,0 +1,50 @@
+-- enqueue_scored.lua: put items in a project's score-ordered queue
+-- (todo:scored, served highest score first, before the FIFO queues). An
+-- item already waiting there gets its new score (a rescore); an item out
+-- or done is skipped, as enqueue.lua does.
+--
+-- KEYS[1] config      HASH
+-- KEYS[2] stats       HASH counters
+-- KEYS[3] claims      HASH item -> claim record
+-- KEYS[4] done        SET
+-- KEYS[5] recent_done ZSET the latest completions (done_mode count or archive)
+-- KEYS[6] scored      ZSET item -> score
+--
+-- ARGV pairs: score (a finite number, as text), item
+--
+-- Returns {queued, rescored, skipped, length of the scored queue}, or {-1}
+-- when the project does not exist, or {-7, why} when a key has the wrong
+-- type (nothing changed).
+
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return {-1}
+end
+local expected = {[2] = 'hash', [3] = 'hash', [4] = 'set', [5] = 'zset', [6] = 'zset'}
+for i, want in pairs(expected) do
+  local have = redis.call('TYPE', KEYS[i])['ok']
+  if have ~= 'none' and have ~= want then
+    return {-7, KEYS[i] .. ' is a ' .. have .. ', not a ' .. want}
+  end
+end
+local any_recent = redis.call('EXISTS', KEYS[5]) == 1
+local fresh, rescore = {}, {}
+local skipped = 0
+for i = 1, #ARGV, 2 do
+  local score, item = ARGV[i], ARGV[i + 1]
+  if redis.call('HEXISTS', KEYS[3], item) == 1 or redis.call('SISMEMBER', KEYS[4], item) == 1
+      or (any_recent and redis.call('ZSCORE', KEYS[5], item)) then
+    skipped = skipped + 1
+  elseif redis.call('ZSCORE', KEYS[6], item) then
+    rescore[#rescore + 1] = score
+    rescore[#rescore + 1] = item
+  else
+    fresh[#fresh + 1] = score
+    fresh[#fresh + 1] = item
+  end
+end
+if #fresh > 0 then call_chunked('ZADD', KEYS[6], fresh) end
+if #rescore > 0 then call_chunked('ZADD', KEYS[6], rescore) end
+if #fresh > 0 then
+  redis.call('HINCRBY', KEYS[2], 'items_queued', #fresh / 2)
+end
+return {#fresh / 2, #rescore / 2, skipped, redis.call('ZCARD', KEYS[6])}
