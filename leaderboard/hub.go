@@ -7,10 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -40,10 +42,37 @@ type Config struct {
 	SendBuffer int
 	// WriteTimeout bounds each websocket write.
 	WriteTimeout time.Duration
-	// MaxViewers caps connections per frontend (503 beyond).
+	// MaxViewers caps connections per frontend (503 beyond). Zero is
+	// ViewerCap of the process's descriptor limit, so viewers can never
+	// take the descriptors warriors and Redis need.
 	MaxViewers int
-	Logger     *slog.Logger
+	// MaxViewersPerAddress caps the connections of one client address, an
+	// IPv4 address or an IPv6 /64 (429 beyond, before the upgrade). Zero
+	// is DefaultMaxViewersPerAddress.
+	MaxViewersPerAddress int
+	// IdleTimeout drops a viewer that sent nothing for this long, not even
+	// a pong to our pings: a client that stopped reading, or is gone
+	// without a FIN, gives its descriptor back. Zero is
+	// DefaultViewerIdleTimeout.
+	IdleTimeout time.Duration
+	// PingEvery is how often viewers are pinged; zero is 30 s, or half of
+	// IdleTimeout if that is shorter, so a live viewer is asked at least
+	// twice before it is dropped.
+	PingEvery time.Duration
+	// Clock times pings and idleness (tests move it); nil is the wall
+	// clock. Coalescing and sweeps pace real sockets and use real time.
+	Clock  queues.Clock
+	Logger *slog.Logger
 }
+
+// DefaultViewerIdleTimeout is two pings missed and ten seconds' grace.
+const DefaultViewerIdleTimeout = 70 * time.Second
+
+const defaultPingEvery = 30 * time.Second
+
+// idleCheckEvery is how often idle viewers are looked for: a viewer may
+// outlive IdleTimeout by this much.
+const idleCheckEvery = time.Second
 
 // Hub fans completions out to the viewers of each project. Each frontend
 // runs one hub with one Redis subscription, so several frontends behind a
@@ -57,8 +86,14 @@ type Hub struct {
 	mu    sync.Mutex
 	rooms map[string]*room
 	// viewers counts connected viewers plus the slots Serve has reserved
-	// for upgrades in progress, so MaxViewers holds under concurrency.
-	viewers int
+	// for upgrades in progress, so MaxViewers holds under concurrency;
+	// perAddress counts the same per AddressKey.
+	viewers    int
+	perAddress map[string]int
+	// nextPing is when every viewer is pinged next, and nextIdleCheck
+	// when idleness is checked next, by the clock: walking every viewer
+	// at each tick would cost more than it finds.
+	nextPing, nextIdleCheck time.Time
 	// stopped refuses every viewer once Stop has begun.
 	stopped bool
 
@@ -81,8 +116,15 @@ type room struct {
 
 // viewer is one websocket client. Only the hub closes send, under hub.mu.
 type viewer struct {
-	conn   *websocket.Conn
-	send   chan []byte
+	conn *websocket.Conn
+	// addr is the AddressKey it counts against.
+	addr string
+	send chan []byte
+	// ping asks the writer to ping; it holds one request.
+	ping chan struct{}
+	// heard is when the viewer last sent anything (Unix ns, by the
+	// clock); the hub drops it once that is IdleTimeout ago.
+	heard  atomic.Int64
 	closed bool
 	// ready is false until the snapshot is queued. Updates broadcast
 	// before then are merged into one held update that follows the
@@ -131,14 +173,33 @@ func NewHub(cfg Config, rdb redis.UniversalClient, source Source) *Hub {
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 10 * time.Second
 	}
-	if cfg.MaxViewers <= 0 {
-		cfg.MaxViewers = 20000
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.MaxViewers <= 0 {
+		soft, _, err := DescriptorLimit()
+		if err != nil {
+			soft = 4096
+			cfg.Logger.Warn("leaderboard: cannot read the descriptor limit; capping viewers as if it were 4096", "err", err)
+		}
+		// Stored even when 0: a limit too small for viewers refuses them.
+		cfg.MaxViewers = ViewerCap(soft)
+	}
+	if cfg.MaxViewersPerAddress <= 0 {
+		cfg.MaxViewersPerAddress = DefaultMaxViewersPerAddress
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultViewerIdleTimeout
+	}
+	if cfg.PingEvery <= 0 {
+		cfg.PingEvery = min(defaultPingEvery, cfg.IdleTimeout/2)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = queues.SystemClock{}
+	}
 	return &Hub{
-		cfg: cfg, rdb: rdb, source: source, rooms: map[string]*room{}, wake: make(chan struct{}, 1),
+		cfg: cfg, rdb: rdb, source: source, rooms: map[string]*room{}, perAddress: map[string]int{},
+		wake: make(chan struct{}, 1), nextPing: cfg.Clock.Now().Add(cfg.PingEvery),
 		up: websocket.Upgrader{
 			ReadBufferSize: 256, WriteBufferSize: 1024,
 			// Pooled write buffers: an idle viewer holds none.
@@ -263,6 +324,7 @@ func (h *Hub) loop(ctx context.Context) {
 		case <-ticker.C:
 		case <-h.wake:
 		}
+		h.tend(h.cfg.Clock.Now())
 		now := time.Now()
 		sweep := now.Sub(lastSweep) >= h.cfg.Sweep
 		if sweep {
@@ -333,13 +395,56 @@ func (h *Hub) broadcast(slug string, counts queues.Counts, entries []json.RawMes
 	}
 }
 
+// tend pings every viewer once per PingEvery and drops those not heard
+// from for IdleTimeout, both by the clock.
+func (h *Hub) tend(now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	pinging := !now.Before(h.nextPing)
+	if !pinging && now.Before(h.nextIdleCheck) {
+		return
+	}
+	h.nextIdleCheck = now.Add(idleCheckEvery)
+	if pinging {
+		h.nextPing = now.Add(h.cfg.PingEvery)
+	}
+	idleSince := now.Add(-h.cfg.IdleTimeout).UnixNano()
+	dropped := 0
+	for slug, r := range h.rooms {
+		for v := range r.viewers {
+			if v.heard.Load() < idleSince {
+				h.dropLocked(slug, v)
+				dropped++
+				continue
+			}
+			if pinging {
+				select {
+				case v.ping <- struct{}{}:
+				default: // a ping is already waiting
+				}
+			}
+		}
+	}
+	if dropped > 0 {
+		h.cfg.Logger.Debug("leaderboard: dropped idle viewers", "viewers", dropped, "idle_timeout", h.cfg.IdleTimeout)
+	}
+}
+
+// releaseLocked gives back a viewer slot reserved by Serve.
+func (h *Hub) releaseLocked(addr string) {
+	h.viewers--
+	if h.perAddress[addr]--; h.perAddress[addr] <= 0 {
+		delete(h.perAddress, addr)
+	}
+}
+
 func (h *Hub) dropLocked(slug string, v *viewer) {
 	if v.closed {
 		return
 	}
 	v.closed = true
 	close(v.send)
-	h.viewers--
+	h.releaseLocked(v.addr)
 	if r, ok := h.rooms[slug]; ok {
 		delete(r.viewers, v)
 		if len(r.viewers) == 0 {
@@ -364,6 +469,10 @@ func (h *Hub) Viewers() int {
 // ErrTooManyViewers is returned when MaxViewers are connected.
 var ErrTooManyViewers = errors.New("too many viewers on this frontend")
 
+// ErrTooManyViewersFromAddress is returned when the client's address
+// already holds MaxViewersPerAddress viewers.
+var ErrTooManyViewersFromAddress = errors.New("too many live viewers from your address on this frontend; close some")
+
 // ErrHubStopped is returned once Stop has begun.
 var ErrHubStopped = errors.New("the live hub is stopped")
 
@@ -372,7 +481,14 @@ var ErrHubStopped = errors.New("the live hub is stopped")
 // log), so a viewer that connects or reconnects catches up whatever
 // pub/sub messages it missed; updates broadcast while the snapshot is read
 // are held and follow it, so none is lost and none comes first.
-func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, slug string) error {
+//
+// client is the client's IP address as the caller resolved it (behind
+// trusted proxies, the forwarded one); it is counted by AddressKey. The
+// caps are checked before the upgrade, so a refused client gets a plain
+// HTTP answer: ErrTooManyViewersFromAddress (429), ErrTooManyViewers or
+// ErrHubStopped (503).
+func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, slug, client string) error {
+	addr := AddressKey(client)
 	// Check and reserve in one step, so concurrent requests cannot all see
 	// one free slot.
 	h.mu.Lock()
@@ -380,26 +496,31 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, slug string) error {
 	case h.stopped:
 		h.mu.Unlock()
 		return ErrHubStopped
+	case h.perAddress[addr] >= h.cfg.MaxViewersPerAddress:
+		h.mu.Unlock()
+		return ErrTooManyViewersFromAddress
 	case h.viewers >= h.cfg.MaxViewers:
 		h.mu.Unlock()
 		return ErrTooManyViewers
 	}
 	h.viewers++
+	h.perAddress[addr]++
 	h.mu.Unlock()
 
 	conn, err := h.up.Upgrade(w, r, nil)
 	if err != nil {
 		h.mu.Lock()
-		h.viewers--
+		h.releaseLocked(addr)
 		h.mu.Unlock()
 		return nil // the upgrader has answered the client
 	}
-	v := &viewer{conn: conn, send: make(chan []byte, h.cfg.SendBuffer)}
+	v := &viewer{conn: conn, addr: addr, send: make(chan []byte, h.cfg.SendBuffer), ping: make(chan struct{}, 1)}
+	v.heard.Store(h.cfg.Clock.Now().UnixNano())
 	h.mu.Lock()
 	if h.stopped {
 		// Stop began during the upgrade and may already have dropped every
 		// viewer: this one must not outlive it.
-		h.viewers--
+		h.releaseLocked(addr)
 		h.mu.Unlock()
 		_ = conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseGoingAway, ""),
 			time.Now().Add(h.cfg.WriteTimeout))
@@ -450,14 +571,10 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, slug string) error {
 	return nil
 }
 
-const pingEvery = 30 * time.Second
-
-// write sends queued messages with a deadline each, and pings; it ends
-// when the hub closes send or a write fails.
+// write sends queued messages with a deadline each, and the pings tend
+// asks for; it ends when the hub closes send or a write fails.
 func (h *Hub) write(slug string, v *viewer) {
-	ping := time.NewTicker(pingEvery)
 	defer func() {
-		ping.Stop()
 		_ = v.conn.Close()
 		h.drop(slug, v)
 	}()
@@ -472,7 +589,7 @@ func (h *Hub) write(slug string, v *viewer) {
 			if err := v.conn.WriteMessage(websocket.TextMessage, msg); err != nil {
 				return
 			}
-		case <-ping.C:
+		case <-v.ping:
 			_ = v.conn.SetWriteDeadline(time.Now().Add(h.cfg.WriteTimeout))
 			if err := v.conn.WriteMessage(websocket.PingMessage, nil); err != nil {
 				return
@@ -481,18 +598,33 @@ func (h *Hub) write(slug string, v *viewer) {
 	}
 }
 
-// read discards what the viewer sends (nothing is expected) and notices
-// when it goes away; a viewer silent past two pings is gone.
+// read discards what the viewer sends (nothing is expected but pongs) and
+// notes when it last heard anything, for tend; it ends when the viewer
+// goes away or sends more than a control frame's worth. There is no
+// socket read deadline: idleness is tend's, by the clock.
 func (h *Hub) read(slug string, v *viewer) {
 	defer h.drop(slug, v)
+	heard := func() { v.heard.Store(h.cfg.Clock.Now().UnixNano()) }
 	v.conn.SetReadLimit(512)
-	_ = v.conn.SetReadDeadline(time.Now().Add(2*pingEvery + 10*time.Second))
-	v.conn.SetPongHandler(func(string) error {
-		return v.conn.SetReadDeadline(time.Now().Add(2*pingEvery + 10*time.Second))
+	v.conn.SetPongHandler(func(string) error { heard(); return nil })
+	v.conn.SetPingHandler(func(data string) error {
+		heard()
+		// What the default handler does: answer, and let a failed write
+		// surface on the next read.
+		err := v.conn.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(h.cfg.WriteTimeout))
+		if err == nil || errors.Is(err, websocket.ErrCloseSent) {
+			return nil
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return nil
+		}
+		return err
 	})
 	for {
 		if _, _, err := v.conn.ReadMessage(); err != nil {
 			return
 		}
+		heard()
 	}
 }

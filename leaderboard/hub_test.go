@@ -3,9 +3,11 @@ package leaderboard_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -35,12 +37,26 @@ func frontend(t *testing.T, b redistest.Backend, engine leaderboard.Source, cfg 
 	require.NoError(t, hub.Start(context.Background()))
 	t.Cleanup(func() { require.NoError(t, hub.Stop()); require.NoError(t, hub.Stop()) })
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := hub.Serve(w, r, "live"); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		if err := hub.Serve(w, r, "live", testClient(r)); err != nil {
+			status := http.StatusServiceUnavailable
+			if errors.Is(err, leaderboard.ErrTooManyViewersFromAddress) {
+				status = http.StatusTooManyRequests
+			}
+			http.Error(w, err.Error(), status)
 		}
 	}))
 	t.Cleanup(ts.Close)
 	return hub, "ws" + strings.TrimPrefix(ts.URL, "http")
+}
+
+// testClient is the address a test viewer claims in X-Test-Client, else
+// its real one: tests play many clients from one loopback address.
+func testClient(r *http.Request) string {
+	if client := r.Header.Get("X-Test-Client"); client != "" {
+		return client
+	}
+	host, _, _ := net.SplitHostPort(r.RemoteAddr)
+	return host
 }
 
 type message struct {

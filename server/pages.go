@@ -119,10 +119,16 @@ func (p *Pages) Serve(c *gin.Context, slug, resource string) {
 		c.Header("Cache-Control", "max-age=2")
 		c.JSON(http.StatusOK, recent)
 	case "ws":
-		if err := p.Hub.Serve(c.Writer, c.Request, slug); err != nil {
-			status := http.StatusServiceUnavailable
-			if !errors.Is(err, leaderboard.ErrTooManyViewers) && !errors.Is(err, leaderboard.ErrHubStopped) {
-				status = http.StatusInternalServerError
+		// ClientIP is the forwarded address only behind a trusted proxy, so
+		// a client cannot dodge its per-address cap with a header.
+		if err := p.Hub.Serve(c.Writer, c.Request, slug, c.ClientIP()); err != nil {
+			status := http.StatusInternalServerError
+			switch {
+			case errors.Is(err, leaderboard.ErrTooManyViewersFromAddress):
+				status = http.StatusTooManyRequests
+				c.Header("Retry-After", "30")
+			case errors.Is(err, leaderboard.ErrTooManyViewers), errors.Is(err, leaderboard.ErrHubStopped):
+				status = http.StatusServiceUnavailable
 			}
 			_ = c.Error(&httpError{Status: status, Code: "websocket", Message: err.Error()})
 		}

@@ -56,6 +56,12 @@ type Config struct {
 	// Plugins, when set, puts the plugins' states and totals on the
 	// index page and in /plugins.json (the plugin host).
 	Plugins PluginSource
+	// MaxViewers, MaxViewersPerAddress and ViewerIdleTimeout bound the
+	// leaderboard's websocket viewers; zero takes the hub's defaults
+	// (see leaderboard.Config).
+	MaxViewers           int
+	MaxViewersPerAddress int
+	ViewerIdleTimeout    time.Duration
 }
 
 // Defaults for Config.
@@ -102,7 +108,10 @@ func New(cfg Config, engine *queues.Engine) (*Server, error) {
 	}
 	router.Use(metrics.Middleware(), gin.Recovery(), renderErrors(cfg.Logger))
 
-	hub := leaderboard.NewHub(leaderboard.Config{Logger: cfg.Logger}, engine.Redis(), engine)
+	hub := leaderboard.NewHub(leaderboard.Config{
+		Logger: cfg.Logger, Clock: engine.Clock(), MaxViewers: cfg.MaxViewers,
+		MaxViewersPerAddress: cfg.MaxViewersPerAddress, IdleTimeout: cfg.ViewerIdleTimeout,
+	}, engine.Redis(), engine)
 	pages := &Pages{Engine: engine, Hub: hub, Clock: engine.Clock(), Plugins: cfg.Plugins}
 	stats := &StatsJSON{Engine: engine, Clock: engine.Clock()}
 	warrior := &WarriorAPI{Engine: engine, MaxBodyBytes: cfg.WarriorBodyBytes, StatsJSON: stats, Pages: pages}
