@@ -102,7 +102,9 @@ func benchViewers(ctx context.Context, o viewerBenchOptions) error {
 		return err
 	}
 	child := exec.Command(self, "serve", "--listen", "127.0.0.1:"+strconv.Itoa(httpPort),
-		"--redis-url", "redis://"+rs.Address()+"/0", "--projects-file", "/nonexistent")
+		"--redis-url", "redis://"+rs.Address()+"/0", "--projects-file", "/nonexistent",
+		// Every bench viewer comes from 127.0.0.1.
+		"--max-viewers-per-address", strconv.Itoa(o.viewers))
 	child.Env = append(os.Environ(), "HOARD_ADMIN_TOKEN=bench-"+strconv.Itoa(os.Getpid()))
 	child.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := child.Start(); err != nil {

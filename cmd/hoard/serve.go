@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hoardproject/hoard/internal/localredis"
+	"github.com/hoardproject/hoard/leaderboard"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 	"github.com/hoardproject/hoard/queues"
 	"github.com/hoardproject/hoard/server"
@@ -39,6 +41,12 @@ type serveOptions struct {
 	createListed         bool
 	logFormat            string
 	plugins              pluginOptions
+	maxViewers           int
+	maxViewersPerAddress int
+	viewerIdleTimeout    time.Duration
+	// envErr is a malformed number or duration in the environment,
+	// reported when the command runs.
+	envErr error
 }
 
 func serveCommand() *cobra.Command {
@@ -47,6 +55,9 @@ func serveCommand() *cobra.Command {
 		Use:   "serve",
 		Short: "Run the tracker (with a supervised local redis-server unless HOARD_REDIS_URL is set)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.envErr != nil {
+				return o.envErr
+			}
 			o.redisFsyncAsked = cmd.Flags().Changed("redis-fsync") || os.Getenv("HOARD_REDIS_FSYNC") != ""
 			return runServe(cmd.Context(), o)
 		},
@@ -66,6 +77,12 @@ func serveCommand() *cobra.Command {
 	f.StringSliceVar(&o.trustedProxies, "trusted-proxy", splitList(envOr("HOARD_TRUSTED_PROXIES", "")), "proxy IP/CIDR whose X-Forwarded-For is trusted; repeatable ($HOARD_TRUSTED_PROXIES, comma-separated)")
 	f.BoolVar(&o.createListed, "create-listed-projects", false, "create any project named in the projects file that does not exist yet")
 	f.StringVar(&o.logFormat, "log-format", envOr("HOARD_LOG_FORMAT", "text"), "text or json")
+	f.IntVar(&o.maxViewers, "max-viewers", envInt("HOARD_MAX_VIEWERS", 0, &o.envErr),
+		"live leaderboard viewers per frontend; 0 = derived from the descriptor limit, which also bounds a larger value ($HOARD_MAX_VIEWERS)")
+	f.IntVar(&o.maxViewersPerAddress, "max-viewers-per-address", envInt("HOARD_MAX_VIEWERS_PER_ADDRESS", leaderboard.DefaultMaxViewersPerAddress, &o.envErr),
+		"live viewers per client IPv4 address or IPv6 /64; more get 429 ($HOARD_MAX_VIEWERS_PER_ADDRESS)")
+	f.DurationVar(&o.viewerIdleTimeout, "viewer-idle-timeout", envDuration("HOARD_VIEWER_IDLE_TIMEOUT", leaderboard.DefaultViewerIdleTimeout, &o.envErr),
+		"drop a viewer that sent nothing, not even a pong, for this long ($HOARD_VIEWER_IDLE_TIMEOUT)")
 	addPluginFlags(cmd, &o.plugins)
 	return cmd
 }
@@ -78,6 +95,66 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// envInt is the integer in the environment variable, or def when unset;
+// a malformed value is recorded in *errp.
+func envInt(name string, def int, errp *error) int {
+	raw := envOr(name, "")
+	if raw == "" {
+		return def
+	}
+	n, err := strconv.Atoi(raw)
+	if err != nil && *errp == nil {
+		*errp = fmt.Errorf("$%s=%q is not a whole number", name, raw)
+	}
+	if err != nil {
+		return def
+	}
+	return n
+}
+
+// envDuration is the duration in the environment variable (e.g. "70s"),
+// or def when unset; a malformed value is recorded in *errp.
+func envDuration(name string, def time.Duration, errp *error) time.Duration {
+	raw := envOr(name, "")
+	if raw == "" {
+		return def
+	}
+	d, err := time.ParseDuration(raw)
+	if err != nil && *errp == nil {
+		*errp = fmt.Errorf("$%s=%q is not a duration such as 70s", name, raw)
+	}
+	if err != nil {
+		return def
+	}
+	return d
+}
+
+// viewerLimits checks the viewer options and resolves the total cap from
+// the descriptor limit: an explicit cap above what the limit allows is
+// lowered, with a warning.
+func viewerLimits(o serveOptions, nofile uint64, logger *slog.Logger) (total int, err error) {
+	switch {
+	case o.maxViewers < 0:
+		return 0, fmt.Errorf("--max-viewers must be 0 (derived from the descriptor limit) or more, not %d", o.maxViewers)
+	case o.maxViewersPerAddress < 1:
+		return 0, fmt.Errorf("--max-viewers-per-address must be at least 1, not %d", o.maxViewersPerAddress)
+	case o.viewerIdleTimeout < time.Second:
+		return 0, fmt.Errorf("--viewer-idle-timeout must be at least 1s, not %s", o.viewerIdleTimeout)
+	}
+	total, lowered := leaderboard.MaxViewersFor(o.maxViewers, nofile)
+	if lowered {
+		logger.Warn("--max-viewers is more than the descriptor limit leaves for viewers; lowered",
+			"asked", o.maxViewers, "max_viewers", total, "descriptor_limit", nofile)
+	}
+	if total == 0 {
+		logger.Warn("the descriptor limit leaves no room for live viewers: every websocket is refused; raise the hard limit (ulimit -Hn, LimitNOFILE=)",
+			"descriptor_limit", nofile)
+	}
+	logger.Info("live viewers", "max_viewers", total, "max_viewers_per_address", o.maxViewersPerAddress,
+		"viewer_idle_timeout", o.viewerIdleTimeout)
+	return total, nil
 }
 
 func newLogger(format string) *slog.Logger {
@@ -104,6 +181,12 @@ func runServe(ctx context.Context, o serveOptions) error {
 	}
 	if o.adminToken == "" && o.metricsToken == "" {
 		logger.Warn("INSECURE: /metrics is open to anyone who can reach this port (project names, downloaders' activity, plugin state); set HOARD_ADMIN_TOKEN or HOARD_METRICS_TOKEN to close it")
+	}
+	// Raised before anything is opened or started, so the children inherit
+	// it and the viewer cap is computed from the limit hoard runs under.
+	maxViewers, err := viewerLimits(o, raiseDescriptorLimit(logger), logger)
+	if err != nil {
+		return err
 	}
 
 	redisURL := o.redisURL
@@ -171,7 +254,8 @@ func runServe(ctx context.Context, o serveOptions) error {
 		Listen: o.listen, AdminToken: o.adminToken, InsecureNoAdminToken: o.insecureNoAdminToken, MetricsToken: o.metricsToken,
 		ProjectsFile: o.projectsFile, PublicURL: o.publicURL, TrustedProxies: o.trustedProxies, Logger: logger,
 		Offloader: offloader, BitTorrent: btAdmin, Collectors: []prometheus.Collector{pluginHost.Collector()},
-		Plugins: pluginHost,
+		Plugins: pluginHost, MaxViewers: maxViewers, MaxViewersPerAddress: o.maxViewersPerAddress,
+		ViewerIdleTimeout: o.viewerIdleTimeout,
 	}, engine)
 	if err != nil {
 		return err
