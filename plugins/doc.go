@@ -1,12 +1,15 @@
-// Package plugins is hoard's plugin system: the contract every plugin
-// implements (Plugin), the two ways to run one (in-process through its
-// Factory, or as its own binary over hashicorp/go-plugin's gRPC), and the
-// Host that runs and supervises them inside `hoard serve`.
+// Package plugins is the contract of hoard's plugin system: what every
+// plugin implements (Plugin), what it may ask of the host (HostAPI), and
+// the two ways to run one (in-process through its Factory, or as its own
+// binary over hashicorp/go-plugin's gRPC, served by Serve). It imports
+// nothing of hoard's: a plugin binary links neither the queue engine nor
+// the metrics client. The host that runs and supervises plugins inside
+// `hoard serve` is package pluginhost.
 //
 // # One contract, two transports
 //
 // A plugin is a Factory that builds a Plugin (Vault's builtin/external
-// split). A builtin is listed in Options.Builtins and called in-process,
+// split). A builtin is listed in the host's Options.Builtins and called in-process,
 // which is how every unit test runs a plugin. The same Factory becomes a
 // binary with a one-line main:
 //
@@ -22,38 +25,6 @@
 // the plugin's own process and talks to Redis directly: Configure hands it
 // hoard's Redis URL and its own settings, and Describe lists the listeners it
 // bound.
-//
-// # What the host does
-//
-// For each configured plugin (--plugin NAME=PATH, HOARD_PLUGINS; settings
-// with --plugin-settings NAME=@FILE) the host:
-//
-//  1. starts it (its binary, or its Factory), then calls Configure and
-//     Describe, and creates the projects of its item types if missing;
-//  2. ticks each described job at its period (OnTick), under a Redis lease
-//     so one frontend runs each period, and queues the items the tick
-//     returns into the plugin's projects;
-//  3. delivers OnItemDone for completions of the plugin's items and
-//     OnReclaim for its items whose claim expired, from each project's
-//     event log (a capped Redis stream the queue scripts write in the same
-//     step as the change), through one consumer group per plugin: each
-//     event is handled by one frontend, acknowledged only once its hook
-//     returned nil, taken over by another frontend when its reader died,
-//     and delivered after downtime (events.go);
-//  4. pings it and calls Health every HealthInterval, caching Stats for
-//     /metrics and the leaderboard;
-//  5. restarts it, with a back-off doubling up to MaxBackoff, when its
-//     process exits, an in-process call panics, or it fails HealthFailures
-//     health checks in a row; its log lines and output go to hoard's log
-//     with plugin=NAME;
-//  6. on Stop, calls Close and kills what is left after the grace period.
-//
-// A crashed, slow or hung plugin never blocks hoard: every call has a
-// deadline and returns when it passes (the goroutine left behind is bounded
-// by MaxInflight, after which calls fail fast with ErrBusy); hook events go
-// through a bounded per-plugin backlog and are dropped and counted when it
-// is full; ticks missed while a plugin is down are not replayed in a burst,
-// the next run says how many it stands for (Tick.Missed).
 //
 // # Work as item types
 //

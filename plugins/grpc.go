@@ -23,8 +23,9 @@ import (
 // letting them fail call by call.
 const ProtocolVersion = 1
 
-// pluginSetKey is the one plugin a hoard plugin binary serves.
-const pluginSetKey = "plugin"
+// PluginSetKey is the one plugin a hoard plugin binary serves, the name the
+// host dispenses.
+const PluginSetKey = "plugin"
 
 // Handshake is the go-plugin handshake of hoard plugins. The magic cookie is
 // not a secret: it only stops a plugin binary run by hand from waiting
@@ -41,7 +42,7 @@ func Handshake() plugin.HandshakeConfig {
 // PluginSet is the go-plugin plugin set a hoard plugin binary serves (impl
 // set) and the host dispenses (impl nil).
 func PluginSet(impl Plugin) plugin.PluginSet {
-	return plugin.PluginSet{pluginSetKey: &GRPCPlugin{Impl: impl}}
+	return plugin.PluginSet{PluginSetKey: &GRPCPlugin{Impl: impl}}
 }
 
 // GRPCPlugin adapts the Plugin contract to go-plugin's gRPC transport. On

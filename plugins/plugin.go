@@ -7,10 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
-
-	"github.com/hoardproject/hoard/queues"
 )
 
 // Plugin is the one contract every hoard plugin implements, whether it runs
@@ -138,8 +137,8 @@ const (
 	DefaultPluginRecentDone = 100_000
 )
 
-// scored reports whether the type's items go to the score-ordered queue.
-func (t ItemType) scored() bool { return t.Order == OrderScore }
+// Scored reports whether the type's items go to the score-ordered queue.
+func (t ItemType) Scored() bool { return t.Order == OrderScore }
 
 // Job is a scheduled job a plugin owns.
 type Job struct {
@@ -259,6 +258,9 @@ var (
 	pluginNamePattern = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
 	partNamePattern   = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,63}$`)
 	metricNamePattern = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]{0,127}$`)
+	// projectPattern is the shape of a hoard project name; the host also
+	// checks the names the queue engine reserves.
+	projectPattern = regexp.MustCompile(`^[a-z0-9][-_a-z0-9]{0,63}$`)
 )
 
 // ValidateName checks a plugin's name: 1-32 of a-z, 0-9 and -, starting
@@ -290,8 +292,8 @@ func (d Description) Validate() error {
 			errs = append(errs, fmt.Errorf("item type %q is described twice", t.Name))
 		}
 		names[t.Name] = true
-		if err := queues.ValidateSlug(t.Project); err != nil {
-			errs = append(errs, fmt.Errorf("item type %q: %w", t.Name, err))
+		if !projectPattern.MatchString(t.Project) {
+			errs = append(errs, fmt.Errorf("item type %q: project %q must be 1-64 of a-z, 0-9, - and _, starting with a letter or digit", t.Name, t.Project))
 		}
 		if strings.ContainsAny(t.ItemPrefix, "\x00\r\n") {
 			errs = append(errs, fmt.Errorf("item type %q: prefix contains NUL, CR or LF", t.Name))
@@ -344,9 +346,9 @@ func (d Description) Validate() error {
 	return errors.Join(errs...)
 }
 
-// owner finds the item type an item belongs to: same project, longest
+// Owner finds the item type an item belongs to: same project, longest
 // matching prefix.
-func (d Description) owner(project, item string) (ItemType, bool) {
+func (d Description) Owner(project, item string) (ItemType, bool) {
 	var best ItemType
 	found := false
 	for _, t := range d.ItemTypes {
@@ -360,8 +362,8 @@ func (d Description) owner(project, item string) (ItemType, bool) {
 	return best, found
 }
 
-// ownsProject reports whether any item type lives in project.
-func (d Description) ownsProject(project string) bool {
+// OwnsProject reports whether any item type lives in project.
+func (d Description) OwnsProject(project string) bool {
 	for _, t := range d.ItemTypes {
 		if t.Project == project {
 			return true
@@ -396,9 +398,9 @@ type ProjectSpec struct {
 	RecentDone int
 }
 
-// projectSpec gathers what the item types living in project ask of it:
+// ProjectSpec gathers what the item types living in project ask of it:
 // the shortest reclaim TTL, and their (common) retention.
-func (d Description) projectSpec(project string) ProjectSpec {
+func (d Description) ProjectSpec(project string) ProjectSpec {
 	var spec ProjectSpec
 	for _, t := range d.ItemTypes {
 		if t.Project != project {
@@ -411,3 +413,17 @@ func (d Description) projectSpec(project string) ProjectSpec {
 	}
 	return spec
 }
+
+// Projects lists the distinct projects of the item types, in order.
+func (d Description) Projects() []string {
+	var out []string
+	for _, t := range d.ItemTypes {
+		if !slices.Contains(out, t.Project) {
+			out = append(out, t.Project)
+		}
+	}
+	return out
+}
+
+// ValidMetricName reports whether name is a valid metric or label name.
+func ValidMetricName(name string) bool { return metricNamePattern.MatchString(name) }

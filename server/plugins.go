@@ -9,13 +9,15 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/hoardproject/hoard/plugins"
+
+	"github.com/hoardproject/hoard/plugins/pluginhost"
 )
 
 // PluginSource is what the public pages read of the plugin host: the
 // plugins' states and their metrics as last polled. Neither call reaches
 // a plugin, so a hung plugin never slows a page.
 type PluginSource interface {
-	Status() []plugins.Status
+	Status() []pluginhost.Status
 	Stats() map[string]plugins.Stats
 }
 
@@ -25,11 +27,11 @@ type PluginSource interface {
 // PID and its last error are operators' business and stay in the admin
 // log and /metrics.
 type PublicPlugin struct {
-	Name     string         `json:"name"`
-	State    plugins.State  `json:"state"`
-	Since    time.Time      `json:"since"`
-	Restarts int            `json:"restarts"`
-	Metrics  []PublicMetric `json:"metrics"`
+	Name     string           `json:"name"`
+	State    pluginhost.State `json:"state"`
+	Since    time.Time        `json:"since"`
+	Restarts int              `json:"restarts"`
+	Metrics  []PublicMetric   `json:"metrics"`
 }
 
 // PublicMetric is one plugin metric's current value.

@@ -11,24 +11,26 @@ import (
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/plugins"
 	"github.com/hoardproject/hoard/server"
+
+	"github.com/hoardproject/hoard/plugins/pluginhost"
 )
 
 // fakePlugins is a plugin host as the pages see it.
 type fakePlugins struct {
-	status []plugins.Status
+	status []pluginhost.Status
 	stats  map[string]plugins.Stats
 }
 
-func (f fakePlugins) Status() []plugins.Status        { return f.status }
+func (f fakePlugins) Status() []pluginhost.Status     { return f.status }
 func (f fakePlugins) Stats() map[string]plugins.Stats { return f.stats }
 
 func TestPluginTotalsOnTheIndexAndInPluginsJSON(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		since := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
 		source := fakePlugins{
-			status: []plugins.Status{
-				{Name: "bittorrent", Path: "/opt/secret/hoard-bittorrent", PID: 4242, State: plugins.StateRunning, Since: since, Restarts: 2, LastError: "internal detail"},
-				{Name: "idle", State: plugins.StateStarting, Since: since},
+			status: []pluginhost.Status{
+				{Name: "bittorrent", Path: "/opt/secret/hoard-bittorrent", PID: 4242, State: pluginhost.StateRunning, Since: since, Restarts: 2, LastError: "internal detail"},
+				{Name: "idle", State: pluginhost.StateStarting, Since: since},
 			},
 			stats: map[string]plugins.Stats{"bittorrent": {Metrics: []plugins.Metric{
 				{Name: "seeders", Help: "seeders now", Kind: plugins.Gauge, Value: 12},
@@ -49,11 +51,11 @@ func TestPluginTotalsOnTheIndexAndInPluginsJSON(t *testing.T) {
 		var list []server.PublicPlugin
 		require.NoError(t, json.Unmarshal([]byte(r.body), &list))
 		require.Equal(t, []server.PublicPlugin{
-			{Name: "bittorrent", State: plugins.StateRunning, Since: since, Restarts: 2, Metrics: []server.PublicMetric{
+			{Name: "bittorrent", State: pluginhost.StateRunning, Since: since, Restarts: 2, Metrics: []server.PublicMetric{
 				{Name: "announces_total", Kind: "counter", Value: 3456},
 				{Name: "seeders", Help: "seeders now", Kind: "gauge", Value: 12},
 			}},
-			{Name: "idle", State: plugins.StateStarting, Since: since, Metrics: []server.PublicMetric{}},
+			{Name: "idle", State: pluginhost.StateStarting, Since: since, Metrics: []server.PublicMetric{}},
 		}, list, "totals only, sorted; labelled series stay on /metrics")
 		require.NotContains(t, r.body, "secret", "the binary's path is not public")
 		require.NotContains(t, r.body, "internal detail")

@@ -12,6 +12,8 @@ import (
 	"github.com/hoardproject/hoard/plugins"
 	"github.com/hoardproject/hoard/plugins/bittorrent/btplugin"
 	"github.com/hoardproject/hoard/queues"
+
+	"github.com/hoardproject/hoard/plugins/pluginhost"
 )
 
 // builtinPlugins are the plugins compiled into hoard, by name: `--plugin
@@ -39,14 +41,14 @@ func addPluginFlags(cmd *cobra.Command, o *pluginOptions) {
 // nothing, and its Stop is still safe to call. A plugin that fails to start
 // is retried in the background: it never keeps hoard from serving.
 func startPlugins(ctx context.Context, o pluginOptions, dataDir, redisURL string, rdb redis.UniversalClient,
-	engine *queues.Engine, logger *slog.Logger) (*plugins.Host, error) {
-	specs, err := plugins.ParseSpecs(o.plugins, o.settings)
+	engine *queues.Engine, logger *slog.Logger) (*pluginhost.Host, error) {
+	specs, err := pluginhost.ParseSpecs(o.plugins, o.settings)
 	if err != nil {
 		return nil, err
 	}
-	host, err := plugins.NewHost(plugins.Options{
+	host, err := pluginhost.NewHost(pluginhost.Options{
 		Plugins: specs, Builtins: builtinPlugins, RedisURL: redisURL, Redis: rdb,
-		Queues: plugins.EngineQueues(engine), Events: plugins.EngineEventLog(engine), Logger: logger,
+		Queues: pluginhost.EngineQueues(engine), Events: pluginhost.EngineEventLog(engine), Logger: logger,
 		PIDDir: filepath.Join(dataDir, "plugins"),
 	})
 	if err != nil {

@@ -15,7 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/internal/redistest"
-	"github.com/hoardproject/hoard/plugins"
+
+	"github.com/hoardproject/hoard/plugins/pluginhost"
 )
 
 // TestHoardBittorrentBinaryOverGoPlugin builds cmd/hoard-bittorrent and runs
@@ -28,8 +29,8 @@ func TestHoardBittorrentBinaryOverGoPlugin(t *testing.T) {
 	out, err := exec.Command("go", "build", "-o", bin, "../../../cmd/hoard-bittorrent").CombinedOutput()
 	require.NoError(t, err, string(out))
 
-	h, err := plugins.NewHost(plugins.Options{
-		Plugins: []plugins.Spec{{Name: "bittorrent", Path: bin,
+	h, err := pluginhost.NewHost(pluginhost.Options{
+		Plugins: []pluginhost.Spec{{Name: "bittorrent", Path: bin,
 			Settings: json.RawMessage(`{"http":"127.0.0.1:0","udp4":"","udp6":""}`)}},
 		RedisURL: b.URL, Redis: b.Client, Logger: quiet,
 		HealthInterval: 200 * time.Millisecond, ExitPollInterval: 20 * time.Millisecond,
@@ -60,7 +61,7 @@ func TestHoardBittorrentBinaryOverGoPlugin(t *testing.T) {
 	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
 	require.Eventually(t, func() bool {
 		st := h.Status()[0]
-		return st.PID != 0 && st.PID != pid && st.State == plugins.StateRunning
+		return st.PID != 0 && st.PID != pid && st.State == pluginhost.StateRunning
 	}, 30*time.Second, 20*time.Millisecond, "the host restarts the plugin")
 	newPID, body := announce()
 	require.NotEqual(t, pid, newPID)

@@ -1,4 +1,4 @@
-package plugins_test
+package pluginhost_test
 
 import (
 	"context"
@@ -17,6 +17,8 @@ import (
 	"github.com/hoardproject/hoard/plugins"
 	"github.com/hoardproject/hoard/plugins/internal/exampleplugin"
 	"github.com/hoardproject/hoard/queues"
+
+	"github.com/hoardproject/hoard/plugins/pluginhost"
 )
 
 // eventually is the patience for what a real plugin process does: start,
@@ -27,11 +29,11 @@ const poll = 10 * time.Millisecond
 
 // externalOptions are host options with short supervision intervals, so a
 // dead process is noticed and replaced quickly on the wall clock.
-func externalOptions(t *testing.T, path string, settings string) (plugins.Options, *logBuffer) {
+func externalOptions(t *testing.T, path string, settings string) (pluginhost.Options, *logBuffer) {
 	t.Helper()
 	logger, logs := newTestLogger(t)
-	return plugins.Options{
-		Plugins:          []plugins.Spec{{Name: "example", Path: path, Settings: json.RawMessage(settings)}},
+	return pluginhost.Options{
+		Plugins:          []pluginhost.Spec{{Name: "example", Path: path, Settings: json.RawMessage(settings)}},
 		Logger:           logger,
 		HealthInterval:   200 * time.Millisecond,
 		ExitPollInterval: 20 * time.Millisecond,
@@ -41,9 +43,9 @@ func externalOptions(t *testing.T, path string, settings string) (plugins.Option
 	}, logs
 }
 
-func startHost(t *testing.T, opts plugins.Options) *plugins.Host {
+func startHost(t *testing.T, opts pluginhost.Options) *pluginhost.Host {
 	t.Helper()
-	h, err := plugins.NewHost(opts)
+	h, err := pluginhost.NewHost(opts)
 	require.NoError(t, err)
 	require.NoError(t, h.Start(t.Context()))
 	t.Cleanup(func() { _ = h.Stop() })
@@ -94,12 +96,12 @@ func TestExternalPlugin(t *testing.T) {
 		require.NoError(t, h.Stop())
 		require.NoError(t, h.Stop())
 		require.True(t, processGone(st.PID), "Stop ends the process")
-		require.Equal(t, plugins.StateStopped, statusOf(h, "example").State)
+		require.Equal(t, pluginhost.StateStopped, statusOf(h, "example").State)
 	})
 
 	t.Run("a protocol version mismatch fails clearly and is not retried", func(t *testing.T) {
 		opts, _ := externalOptions(t, binV2, `{}`)
-		h, err := plugins.NewHost(opts)
+		h, err := pluginhost.NewHost(opts)
 		require.NoError(t, err)
 		require.NoError(t, h.Start(t.Context()))
 		defer h.Stop()
@@ -108,7 +110,7 @@ func TestExternalPlugin(t *testing.T) {
 		err = h.WaitRunning(ctx, "example")
 		require.ErrorIs(t, err, plugins.ErrIncompatible)
 		st := statusOf(h, "example")
-		require.Equal(t, plugins.StateFailed, st.State)
+		require.Equal(t, pluginhost.StateFailed, st.State)
 		require.Contains(t, st.LastError, "speaks another plugin protocol than this hoard (version 1)")
 		require.Contains(t, st.LastError, "Plugin version: 2")
 		require.Contains(t, st.LastError, "rebuild the plugin")
@@ -122,7 +124,7 @@ func TestExternalPlugin(t *testing.T) {
 		require.NoError(t, syscall.Kill(first, syscall.SIGKILL))
 		require.Eventually(t, func() bool {
 			st := statusOf(h, "example")
-			return st.State == plugins.StateRunning && st.Restarts == 1 && st.PID != 0 && st.PID != first
+			return st.State == pluginhost.StateRunning && st.Restarts == 1 && st.PID != 0 && st.PID != first
 		}, eventually, poll)
 		second := statusOf(h, "example").PID
 		pid, _ := metric(liveStats(t, h, "example"), "pid")
@@ -160,7 +162,7 @@ func TestExternalPlugin(t *testing.T) {
 		h.DeliverDone(plugins.ItemEvent{Project: "example", Item: exampleplugin.PanicItem})
 		require.Eventually(t, func() bool {
 			st := statusOf(h, "example")
-			return st.State == plugins.StateRunning && st.Restarts == 1 && st.PID != first
+			return st.State == pluginhost.StateRunning && st.Restarts == 1 && st.PID != first
 		}, eventually, poll)
 		require.Contains(t, lineWith(logs.String(), "panic: example plugin asked to panic"), "level=ERROR")
 	})
@@ -177,7 +179,7 @@ func TestExternalPlugin(t *testing.T) {
 		redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 			engine := queues.NewEngine(b.Client, queues.Options{Logger: slog.New(slog.DiscardHandler)})
 			opts, _ := externalOptions(t, bin, `{"tick_period":"1h"}`)
-			opts.Redis, opts.Queues, opts.Events = b.Client, plugins.EngineQueues(engine), plugins.EngineEventLog(engine)
+			opts.Redis, opts.Queues, opts.Events = b.Client, pluginhost.EngineQueues(engine), pluginhost.EngineEventLog(engine)
 			h := startHost(t, opts)
 			ctx := t.Context()
 

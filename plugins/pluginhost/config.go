@@ -1,4 +1,4 @@
-package plugins
+package pluginhost
 
 import (
 	"encoding/json"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/hoardproject/hoard/plugins"
 )
 
 // MaxSettingsBytes caps one plugin's settings document.
@@ -21,18 +23,18 @@ const MaxSettingsBytes = 1 << 20
 //
 // Every named plugin appears once, in order; settings for a plugin that is
 // not listed are an error, so a typo cannot silently drop them.
-func ParseSpecs(plugins, settings []string) ([]Spec, error) {
+func ParseSpecs(entries, settings []string) ([]Spec, error) {
 	var specs []Spec
 	index := map[string]int{}
 	var errs []error
-	for _, entry := range plugins {
+	for _, entry := range entries {
 		entry = strings.TrimSpace(entry)
 		if entry == "" {
 			continue
 		}
 		name, path, _ := strings.Cut(entry, "=")
 		name, path = strings.TrimSpace(name), strings.TrimSpace(path)
-		if err := ValidateName(name); err != nil {
+		if err := plugins.ValidateName(name); err != nil {
 			errs = append(errs, fmt.Errorf("--plugin %q: %w", entry, err))
 			continue
 		}

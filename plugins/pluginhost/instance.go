@@ -1,4 +1,4 @@
-package plugins
+package pluginhost
 
 import (
 	"syscall"
@@ -17,13 +17,15 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-plugin"
+
+	"github.com/hoardproject/hoard/plugins"
 )
 
 // instance is one running incarnation of a plugin: a builtin built by its
 // Factory, or an external process behind go-plugin. A restart makes a new
 // instance; calls in flight on the old one fail or are abandoned.
 type instance struct {
-	plugin Plugin
+	plugin plugins.Plugin
 	// client and rpc are set for an external plugin only.
 	client *plugin.Client
 	rpc    plugin.ClientProtocol
@@ -43,13 +45,13 @@ type instance struct {
 	stopOnce sync.Once
 }
 
-func newInstance(p Plugin, maxInflight int) *instance {
+func newInstance(p plugins.Plugin, maxInflight int) *instance {
 	return &instance{plugin: p, inflight: make(chan struct{}, maxInflight), broken: make(chan struct{})}
 }
 
 // startBuiltin builds an in-process plugin with its Factory.
-func startBuiltin(ctx context.Context, factory Factory, logger *slog.Logger, timeout time.Duration, maxInflight int) (*instance, error) {
-	var p Plugin
+func startBuiltin(ctx context.Context, factory plugins.Factory, logger *slog.Logger, timeout time.Duration, maxInflight int) (*instance, error) {
+	var p plugins.Plugin
 	err := guarded(ctx, timeout, func(ctx context.Context) error {
 		var err error
 		p, err = factory(ctx, logger)
@@ -72,8 +74,8 @@ func startExternal(path string, logger *slog.Logger, startTimeout time.Duration,
 	// hoard, even a hoard killed with SIGKILL.
 	childproc.DieWithParent(cmd, syscall.SIGKILL)
 	client := plugin.NewClient(&plugin.ClientConfig{
-		HandshakeConfig:  Handshake(),
-		Plugins:          PluginSet(nil),
+		HandshakeConfig:  plugins.Handshake(),
+		Plugins:          plugins.PluginSet(nil),
 		Cmd:              cmd,
 		SkipHostEnv:      true,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
@@ -94,16 +96,16 @@ func startExternal(path string, logger *slog.Logger, startTimeout time.Duration,
 		client.Kill()
 		if strings.Contains(err.Error(), "incompatible API version") {
 			return nil, fmt.Errorf("%w: %s speaks another plugin protocol than this hoard (version %d): %v; rebuild the plugin against this hoard",
-				ErrIncompatible, path, ProtocolVersion, err)
+				plugins.ErrIncompatible, path, plugins.ProtocolVersion, err)
 		}
 		return nil, fmt.Errorf("start %s: %w", path, err)
 	}
-	raw, err := rpc.Dispense(pluginSetKey)
+	raw, err := rpc.Dispense(plugins.PluginSetKey)
 	if err != nil {
 		client.Kill()
 		return nil, fmt.Errorf("dispense from %s: %w", path, err)
 	}
-	p, ok := raw.(Plugin)
+	p, ok := raw.(plugins.Plugin)
 	if !ok {
 		client.Kill()
 		return nil, fmt.Errorf("%s served a %T, not a hoard plugin", path, raw)
@@ -132,17 +134,17 @@ func pluginEnv(env []string) []string {
 // call runs fn against the plugin with a deadline. It returns when fn does
 // or when the deadline passes, whichever is first: a plugin that ignores its
 // context costs a goroutine (bounded by inflight), never the caller's time.
-func (i *instance) call(ctx context.Context, timeout time.Duration, fn func(context.Context, Plugin) error) error {
+func (i *instance) call(ctx context.Context, timeout time.Duration, fn func(context.Context, plugins.Plugin) error) error {
 	select {
 	case i.inflight <- struct{}{}:
 	default:
-		return ErrBusy
+		return plugins.ErrBusy
 	}
 	err := guarded(ctx, timeout, func(ctx context.Context) error {
 		defer func() { <-i.inflight }()
 		return fn(ctx, i.plugin)
 	})
-	if errors.Is(err, ErrPanicked) {
+	if errors.Is(err, plugins.ErrPanicked) {
 		i.markBroken(err)
 	}
 	return err
@@ -203,7 +205,7 @@ func guarded(ctx context.Context, timeout time.Duration, fn func(context.Context
 	go func() {
 		defer func() {
 			if r := recover(); r != nil {
-				done <- fmt.Errorf("%w: %v\n%s", ErrPanicked, r, debug.Stack())
+				done <- fmt.Errorf("%w: %v\n%s", plugins.ErrPanicked, r, debug.Stack())
 			}
 		}()
 		done <- fn(ctx)

@@ -1,4 +1,4 @@
-package plugins_test
+package pluginhost_test
 
 import (
 	"testing"
@@ -8,16 +8,18 @@ import (
 
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/plugins"
+
+	"github.com/hoardproject/hoard/plugins/pluginhost"
 )
 
 func TestOneFrontendRunsEachPeriod(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		c := &controlled{}
-		var hosts []*plugins.Host
+		var hosts []*pluginhost.Host
 		for range 3 {
 			logger, _ := newTestLogger(t)
-			h, err := plugins.NewHost(plugins.Options{
-				Plugins: []plugins.Spec{{Name: "sched"}}, Builtins: map[string]plugins.Factory{"sched": c.factory},
+			h, err := pluginhost.NewHost(pluginhost.Options{
+				Plugins: []pluginhost.Spec{{Name: "sched"}}, Builtins: map[string]plugins.Factory{"sched": c.factory},
 				Redis: b.Client, Logger: logger,
 			})
 			require.NoError(t, err)
@@ -42,7 +44,7 @@ func TestOneFrontendRunsEachPeriod(t *testing.T) {
 
 // gatherTicks sums hoard_plugin_ticks_total{result=...} over the host's
 // jobs (0 before any job ran).
-func gatherTicks(t *testing.T, h *plugins.Host, result string) float64 {
+func gatherTicks(t *testing.T, h *pluginhost.Host, result string) float64 {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	require.NoError(t, reg.Register(h.Collector()))

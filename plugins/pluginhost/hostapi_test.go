@@ -1,4 +1,4 @@
-package plugins_test
+package pluginhost_test
 
 import (
 	"context"
@@ -15,6 +15,8 @@ import (
 	"github.com/hoardproject/hoard/plugins"
 	"github.com/hoardproject/hoard/plugins/internal/exampleplugin"
 	"github.com/hoardproject/hoard/queues"
+
+	"github.com/hoardproject/hoard/plugins/pluginhost"
 )
 
 // TestPluginWorksItsOwnItemsThroughTheHostAPI: a plugin claims its own
@@ -29,13 +31,13 @@ func TestPluginWorksItsOwnItemsThroughTheHostAPI(t *testing.T) {
 				ctx := t.Context()
 				engine := queues.NewEngine(b.Client, queues.Options{Logger: slog.New(slog.DiscardHandler)})
 				logger, _ := newTestLogger(t)
-				spec := plugins.Spec{Name: "example", Settings: json.RawMessage(`{"tick_period":"24h","worker":true}`)}
+				spec := pluginhost.Spec{Name: "example", Settings: json.RawMessage(`{"tick_period":"24h","worker":true}`)}
 				if transport == "external" {
 					spec.Path = bin
 				}
-				h, err := plugins.NewHost(plugins.Options{
-					Plugins: []plugins.Spec{spec}, Builtins: map[string]plugins.Factory{"example": exampleplugin.New},
-					Redis: b.Client, Queues: plugins.EngineQueues(engine), Events: plugins.EngineEventLog(engine),
+				h, err := pluginhost.NewHost(pluginhost.Options{
+					Plugins: []pluginhost.Spec{spec}, Builtins: map[string]plugins.Factory{"example": exampleplugin.New},
+					Redis: b.Client, Queues: pluginhost.EngineQueues(engine), Events: pluginhost.EngineEventLog(engine),
 					Logger: logger, EventBlock: 50 * time.Millisecond,
 				})
 				require.NoError(t, err)
@@ -101,10 +103,10 @@ func TestHostAPIRefusesWhatThePluginDoesNotOwn(t *testing.T) {
 			return &hostCapture{Plugin: p, captured: captured}, err
 		}
 		logger, _ := newTestLogger(t)
-		h, err := plugins.NewHost(plugins.Options{
-			Plugins:  []plugins.Spec{{Name: "example", Settings: json.RawMessage(`{"tick_period":"24h"}`)}},
+		h, err := pluginhost.NewHost(pluginhost.Options{
+			Plugins:  []pluginhost.Spec{{Name: "example", Settings: json.RawMessage(`{"tick_period":"24h"}`)}},
 			Builtins: map[string]plugins.Factory{"example": factory},
-			Redis:    b.Client, Queues: plugins.EngineQueues(engine), Logger: logger,
+			Redis:    b.Client, Queues: pluginhost.EngineQueues(engine), Logger: logger,
 		})
 		require.NoError(t, err)
 		require.NoError(t, h.Start(ctx))
@@ -188,10 +190,10 @@ func TestItemTypeOrderAndRetentionReachTheProject(t *testing.T) {
 			{Project: "ranks", Item: "rank:mid", Score: 0.8},
 		}}
 		logger, _ := newTestLogger(t)
-		h, err := plugins.NewHost(plugins.Options{
-			Plugins:  []plugins.Spec{{Name: "ranker"}},
+		h, err := pluginhost.NewHost(pluginhost.Options{
+			Plugins:  []pluginhost.Spec{{Name: "ranker"}},
 			Builtins: map[string]plugins.Factory{"ranker": func(context.Context, *slog.Logger) (plugins.Plugin, error) { return plugin, nil }},
-			Redis:    b.Client, Queues: plugins.EngineQueues(engine), Logger: logger,
+			Redis:    b.Client, Queues: pluginhost.EngineQueues(engine), Logger: logger,
 		})
 		require.NoError(t, err)
 		require.NoError(t, h.Start(ctx))

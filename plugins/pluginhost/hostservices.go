@@ -1,9 +1,11 @@
-package plugins
+package pluginhost
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+
+	"github.com/hoardproject/hoard/plugins"
 )
 
 // hostServices is one plugin's HostAPI in the host: the queue engine's work
@@ -14,11 +16,11 @@ type hostServices struct {
 	q WorkQueues
 }
 
-var _ HostAPI = hostServices{}
+var _ plugins.HostAPI = hostServices{}
 
 // hostAPI returns the plugin's HostAPI, or nil when the host has no queue
 // engine to offer.
-func (s *supervisor) hostAPI() HostAPI {
+func (s *supervisor) hostAPI() plugins.HostAPI {
 	q, ok := s.h.opts.Queues.(WorkQueues)
 	if !ok {
 		return nil
@@ -27,8 +29,8 @@ func (s *supervisor) hostAPI() HostAPI {
 }
 
 func (h hostServices) owned(project string) error {
-	if !h.s.description().ownsProject(project) {
-		return fmt.Errorf("project %q: %w", project, ErrNotOwned)
+	if !h.s.description().OwnsProject(project) {
+		return fmt.Errorf("project %q: %w", project, plugins.ErrNotOwned)
 	}
 	return nil
 }
@@ -45,7 +47,7 @@ func (h hostServices) Enqueue(ctx context.Context, project string, items []strin
 	return n, err
 }
 
-func (h hostServices) EnqueueScored(ctx context.Context, project string, items []ScoredItem) (int, error) {
+func (h hostServices) EnqueueScored(ctx context.Context, project string, items []plugins.ScoredItem) (int, error) {
 	desc := h.s.description()
 	for _, item := range items {
 		if err := ownedType(desc, project, item.Item, true); err != nil {
@@ -59,12 +61,12 @@ func (h hostServices) EnqueueScored(ctx context.Context, project string, items [
 
 // ownedType checks that item belongs to one of the plugin's item types,
 // ordered as the call expects.
-func ownedType(desc Description, project, item string, scored bool) error {
-	t, ok := desc.owner(project, item)
+func ownedType(desc plugins.Description, project, item string, scored bool) error {
+	t, ok := desc.Owner(project, item)
 	if !ok {
-		return fmt.Errorf("item %q of project %q: %w", item, project, ErrNotOwned)
+		return fmt.Errorf("item %q of project %q: %w", item, project, plugins.ErrNotOwned)
 	}
-	if t.scored() != scored {
+	if t.Scored() != scored {
 		if scored {
 			return fmt.Errorf("item %q is of FIFO item type %q: queue it with Enqueue", item, t.Name)
 		}
@@ -94,9 +96,9 @@ func (h hostServices) Release(ctx context.Context, project, worker string, items
 	return h.q.Release(ctx, project, worker, items)
 }
 
-func (h hostServices) Counts(ctx context.Context, project string) (ProjectCounts, error) {
+func (h hostServices) Counts(ctx context.Context, project string) (plugins.ProjectCounts, error) {
 	if err := h.owned(project); err != nil {
-		return ProjectCounts{}, err
+		return plugins.ProjectCounts{}, err
 	}
 	return h.q.Counts(ctx, project)
 }

@@ -1,10 +1,12 @@
-package plugins
+package pluginhost
 
 import (
 	"slices"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hoardproject/hoard/plugins"
 )
 
 // Collector returns a Prometheus collector of the host's and the plugins'
@@ -90,23 +92,23 @@ func (c hostCollector) Collect(ch chan<- prometheus.Metric) {
 // collectPluginMetrics turns one plugin's Stats into const metrics, keeping
 // each family consistent (one kind, one set of label names, no duplicate
 // series) so the registry never fails the whole scrape over them.
-func collectPluginMetrics(ch chan<- prometheus.Metric, plugin string, stats Stats) {
+func collectPluginMetrics(ch chan<- prometheus.Metric, plugin string, stats plugins.Stats) {
 	type family struct {
 		desc   *prometheus.Desc
-		kind   MetricKind
+		kind   plugins.MetricKind
 		labels []string
 	}
 	families := map[string]*family{}
 	seen := map[string]bool{}
 	prefix := "hoard_" + strings.ReplaceAll(plugin, "-", "_") + "_"
 	for _, m := range stats.Metrics {
-		if !metricNamePattern.MatchString(m.Name) || (m.Kind != Counter && m.Kind != Gauge) || len(m.Labels) > MaxMetricLabels {
+		if !plugins.ValidMetricName(m.Name) || (m.Kind != plugins.Counter && m.Kind != plugins.Gauge) || len(m.Labels) > plugins.MaxMetricLabels {
 			continue
 		}
 		labels := make([]string, 0, len(m.Labels))
 		valid := true
 		for l := range m.Labels {
-			valid = valid && metricNamePattern.MatchString(l) && !strings.HasPrefix(l, "__")
+			valid = valid && plugins.ValidMetricName(l) && !strings.HasPrefix(l, "__")
 			labels = append(labels, l)
 		}
 		if !valid {
@@ -131,7 +133,7 @@ func collectPluginMetrics(ch chan<- prometheus.Metric, plugin string, stats Stat
 		}
 		seen[series] = true
 		valueType := prometheus.GaugeValue
-		if m.Kind == Counter {
+		if m.Kind == plugins.Counter {
 			valueType = prometheus.CounterValue
 		}
 		metric, err := prometheus.NewConstMetric(f.desc, valueType, m.Value, values...)

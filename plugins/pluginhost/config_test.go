@@ -1,4 +1,4 @@
-package plugins_test
+package pluginhost_test
 
 import (
 	"context"
@@ -9,12 +9,13 @@ import (
 	"strings"
 	"testing"
 	"testing/synctest"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/plugins"
+
+	"github.com/hoardproject/hoard/plugins/pluginhost"
 )
 
 func TestParseSpecs(t *testing.T) {
@@ -22,12 +23,12 @@ func TestParseSpecs(t *testing.T) {
 	settingsFile := filepath.Join(dir, "bt.json")
 	require.NoError(t, os.WriteFile(settingsFile, []byte(`{"listen":":6969"}`), 0o600))
 
-	specs, err := plugins.ParseSpecs(
+	specs, err := pluginhost.ParseSpecs(
 		[]string{"bittorrent=/usr/lib/hoard/hoard-bittorrent", " example ", ""},
 		[]string{"bittorrent=@" + settingsFile, `example={"tick_period":"1m"}`},
 	)
 	require.NoError(t, err)
-	require.Equal(t, []plugins.Spec{
+	require.Equal(t, []pluginhost.Spec{
 		{Name: "bittorrent", Path: "/usr/lib/hoard/hoard-bittorrent", Settings: json.RawMessage(`{"listen":":6969"}`)},
 		{Name: "example", Settings: json.RawMessage(`{"tick_period":"1m"}`)},
 	}, specs)
@@ -43,7 +44,7 @@ func TestParseSpecs(t *testing.T) {
 		{[]string{"a=/x"}, []string{"a"}, "want NAME=JSON or NAME=@FILE"},
 		{[]string{"a=/x"}, []string{"a=@" + filepath.Join(dir, "missing.json")}, "no such file"},
 	} {
-		_, err := plugins.ParseSpecs(tc.plugins, tc.settings)
+		_, err := pluginhost.ParseSpecs(tc.plugins, tc.settings)
 		require.ErrorContains(t, err, tc.want)
 	}
 }
@@ -54,47 +55,22 @@ func TestNewHostRefusesBadConfiguration(t *testing.T) {
 	require.NoError(t, os.WriteFile(notExecutable, []byte("#!/bin/sh\n"), 0o600))
 	builtins := map[string]plugins.Factory{"example": (&controlled{}).factory}
 	for _, tc := range []struct {
-		spec plugins.Spec
+		spec pluginhost.Spec
 		want string
 	}{
-		{plugins.Spec{Name: "nothere"}, `plugin "nothere" has no path and is not built in (builtins: [example])`},
-		{plugins.Spec{Name: "x", Path: filepath.Join(dir, "missing")}, "no such file"},
-		{plugins.Spec{Name: "x", Path: dir}, "is a directory"},
-		{plugins.Spec{Name: "x", Path: notExecutable}, "is not executable"},
-		{plugins.Spec{Name: "http"}, "reserved"},
-		{plugins.Spec{Name: "a{b}"}, "must be 1-32 of a-z"},
-		{plugins.Spec{Name: "example", Settings: json.RawMessage("{")}, "settings are not valid JSON"},
+		{pluginhost.Spec{Name: "nothere"}, `plugin "nothere" has no path and is not built in (builtins: [example])`},
+		{pluginhost.Spec{Name: "x", Path: filepath.Join(dir, "missing")}, "no such file"},
+		{pluginhost.Spec{Name: "x", Path: dir}, "is a directory"},
+		{pluginhost.Spec{Name: "x", Path: notExecutable}, "is not executable"},
+		{pluginhost.Spec{Name: "http"}, "reserved"},
+		{pluginhost.Spec{Name: "a{b}"}, "must be 1-32 of a-z"},
+		{pluginhost.Spec{Name: "example", Settings: json.RawMessage("{")}, "settings are not valid JSON"},
 	} {
-		_, err := plugins.NewHost(plugins.Options{Plugins: []plugins.Spec{tc.spec}, Builtins: builtins})
+		_, err := pluginhost.NewHost(pluginhost.Options{Plugins: []pluginhost.Spec{tc.spec}, Builtins: builtins})
 		require.ErrorContains(t, err, tc.want, tc.spec.Name)
 	}
-	_, err := plugins.NewHost(plugins.Options{Plugins: []plugins.Spec{{Name: "example"}, {Name: "example"}}, Builtins: builtins})
+	_, err := pluginhost.NewHost(pluginhost.Options{Plugins: []pluginhost.Spec{{Name: "example"}, {Name: "example"}}, Builtins: builtins})
 	require.ErrorContains(t, err, "configured twice")
-}
-
-func TestDescriptionValidate(t *testing.T) {
-	good := plugins.Description{
-		ItemTypes: []plugins.ItemType{
-			{Name: "reap-notice", Project: "bt-reaper", ItemPrefix: "notify:"},
-			{Name: "reap-remove", Project: "bt-reaper", ItemPrefix: "remove:"},
-		},
-		Jobs: []plugins.Job{{Name: "reaper", Period: 4 * time.Hour}},
-	}
-	require.NoError(t, good.Validate())
-	for _, tc := range []struct {
-		desc plugins.Description
-		want string
-	}{
-		{plugins.Description{ItemTypes: []plugins.ItemType{{Name: "Bad", Project: "p"}}}, `item type name "Bad"`},
-		{plugins.Description{ItemTypes: []plugins.ItemType{{Name: "a", Project: "{p}"}}}, "may not contain { or }"},
-		{plugins.Description{ItemTypes: []plugins.ItemType{{Name: "a", Project: "p"}, {Name: "a", Project: "q"}}}, "described twice"},
-		{plugins.Description{ItemTypes: []plugins.ItemType{{Name: "a", Project: "p", ItemPrefix: "x"}, {Name: "b", Project: "p", ItemPrefix: "x"}}}, "both own prefix"},
-		{plugins.Description{ItemTypes: []plugins.ItemType{{Name: "a", Project: "p", ItemPrefix: "x\n"}}}, "NUL, CR or LF"},
-		{plugins.Description{Jobs: []plugins.Job{{Name: "j", Period: time.Millisecond}}}, "shorter than 1s"},
-		{plugins.Description{Jobs: []plugins.Job{{Name: "j", Period: time.Hour}, {Name: "j", Period: time.Hour}}}, `job "j" is described twice`},
-	} {
-		require.ErrorContains(t, tc.desc.Validate(), tc.want)
-	}
 }
 
 // statsPlugin returns whatever metrics the test gives it.
@@ -124,8 +100,8 @@ func TestPluginMetricsNeverBreakTheScrape(t *testing.T) {
 		factory := func(context.Context, *slog.Logger) (plugins.Plugin, error) {
 			return &statsPlugin{controlledPlugin: controlledPlugin{c: &controlled{}}, metrics: metrics}, nil
 		}
-		h, err := plugins.NewHost(plugins.Options{
-			Plugins: []plugins.Spec{{Name: "bit-torrent"}}, Builtins: map[string]plugins.Factory{"bit-torrent": factory},
+		h, err := pluginhost.NewHost(pluginhost.Options{
+			Plugins: []pluginhost.Spec{{Name: "bit-torrent"}}, Builtins: map[string]plugins.Factory{"bit-torrent": factory},
 			Logger: slog.New(slog.DiscardHandler),
 		})
 		require.NoError(t, err)

@@ -1,4 +1,4 @@
-package plugins
+package pluginhost
 
 // Every Redis key the host writes is built here. A plugin's keys carry the
 // plugin's name as hash tag ("{name}"); names are validated to hold no

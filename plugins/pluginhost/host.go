@@ -1,4 +1,4 @@
-package plugins
+package pluginhost
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hoardproject/hoard/plugins"
 )
 
 // Spec names one plugin the host runs.
@@ -33,14 +35,14 @@ type Spec struct {
 type Queues interface {
 	// EnsureProject creates the project unless it exists, as spec says,
 	// and applies spec's retention to it either way.
-	EnsureProject(ctx context.Context, slug string, spec ProjectSpec) error
+	EnsureProject(ctx context.Context, slug string, spec plugins.ProjectSpec) error
 	// Enqueue appends items to the project's todo queue and returns how
 	// many were queued (items out or done already are skipped).
 	Enqueue(ctx context.Context, slug string, items []string) (int, error)
 	// EnqueueScored puts items in the project's score-ordered queue (a
 	// waiting item takes its new score) and returns how many were queued
 	// or rescored.
-	EnqueueScored(ctx context.Context, slug string, items []ScoredItem) (int, error)
+	EnqueueScored(ctx context.Context, slug string, items []plugins.ScoredItem) (int, error)
 }
 
 // WorkQueues is the rest of the queue engine a plugin reaches through its
@@ -51,14 +53,14 @@ type WorkQueues interface {
 	Claim(ctx context.Context, slug, worker string, count int) ([]string, error)
 	Done(ctx context.Context, slug, worker string, items []string, result json.RawMessage) (int, error)
 	Release(ctx context.Context, slug, worker string, items []string) (int, error)
-	Counts(ctx context.Context, slug string) (ProjectCounts, error)
+	Counts(ctx context.Context, slug string) (plugins.ProjectCounts, error)
 }
 
 // Options configure a Host. Zero durations and sizes take the defaults
 // below.
 type Options struct {
 	Plugins  []Spec
-	Builtins map[string]Factory
+	Builtins map[string]plugins.Factory
 	// RedisURL is passed to every plugin in Configure.
 	RedisURL string
 	// Redis carries the job leases; nil runs every job on every host.
@@ -218,7 +220,7 @@ func NewHost(opts Options) (*Host, error) {
 	h := &Host{opts: opts, log: opts.Logger.With("component", "plugins"), byName: map[string]*supervisor{}}
 	var errs []error
 	for _, spec := range opts.Plugins {
-		if err := ValidateName(spec.Name); err != nil {
+		if err := plugins.ValidateName(spec.Name); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -257,7 +259,7 @@ func NewHost(opts Options) (*Host, error) {
 	return h, nil
 }
 
-func builtinNames(m map[string]Factory) []string {
+func builtinNames(m map[string]plugins.Factory) []string {
 	names := make([]string, 0, len(m))
 	for name := range m {
 		names = append(names, name)
@@ -346,15 +348,15 @@ type Status struct {
 	LastError string `json:"last_error,omitempty"`
 	// Description is the last one the plugin gave (kept while it is down,
 	// so its events still queue).
-	Description   Description `json:"description"`
-	EventsDropped uint64      `json:"events_dropped"`
-	HookErrors    uint64      `json:"hook_errors"`
-	EventsHandled uint64      `json:"events_handled"`
-	EventsRetried uint64      `json:"events_retried"`
-	EventsGivenUp uint64      `json:"events_given_up"`
-	TicksRun      uint64      `json:"ticks_run"`
-	TickErrors    uint64      `json:"tick_errors"`
-	ItemsQueued   uint64      `json:"items_queued"`
+	Description   plugins.Description `json:"description"`
+	EventsDropped uint64              `json:"events_dropped"`
+	HookErrors    uint64              `json:"hook_errors"`
+	EventsHandled uint64              `json:"events_handled"`
+	EventsRetried uint64              `json:"events_retried"`
+	EventsGivenUp uint64              `json:"events_given_up"`
+	TicksRun      uint64              `json:"ticks_run"`
+	TickErrors    uint64              `json:"tick_errors"`
+	ItemsQueued   uint64              `json:"items_queued"`
 }
 
 // Status returns every plugin's status, in configuration order.
@@ -368,8 +370,8 @@ func (h *Host) Status() []Status {
 
 // Stats returns each plugin's metrics as last polled (with the health
 // check), by plugin name. It never calls a plugin.
-func (h *Host) Stats() map[string]Stats {
-	out := make(map[string]Stats, len(h.supervisors))
+func (h *Host) Stats() map[string]plugins.Stats {
+	out := make(map[string]plugins.Stats, len(h.supervisors))
 	for _, s := range h.supervisors {
 		out[s.spec.Name] = s.cachedStats()
 	}
@@ -390,9 +392,9 @@ func (h *Host) WaitRunning(ctx context.Context, name string) error {
 		case StateRunning:
 			return nil
 		case StateFailed:
-			return fmt.Errorf("plugin %q failed: %s: %w", name, st.LastError, ErrIncompatible)
+			return fmt.Errorf("plugin %q failed: %s: %w", name, st.LastError, plugins.ErrIncompatible)
 		case StateStopped:
-			return fmt.Errorf("plugin %q: %w", name, ErrUnavailable)
+			return fmt.Errorf("plugin %q: %w", name, plugins.ErrUnavailable)
 		}
 		select {
 		case <-ctx.Done():
@@ -405,14 +407,14 @@ func (h *Host) WaitRunning(ctx context.Context, name string) error {
 // Call runs fn against the named plugin's current instance with the
 // host's CallTimeout, for callers that need a plugin directly (an admin
 // status page). It returns ErrUnavailable while the plugin is down.
-func (h *Host) Call(ctx context.Context, name string, fn func(context.Context, Plugin) error) error {
+func (h *Host) Call(ctx context.Context, name string, fn func(context.Context, plugins.Plugin) error) error {
 	s := h.byName[name]
 	if s == nil {
 		return fmt.Errorf("no plugin %q", name)
 	}
 	inst := s.running()
 	if inst == nil {
-		return fmt.Errorf("plugin %q: %w", name, ErrUnavailable)
+		return fmt.Errorf("plugin %q: %w", name, plugins.ErrUnavailable)
 	}
 	return inst.call(ctx, h.opts.CallTimeout, fn)
 }
@@ -421,12 +423,12 @@ func (h *Host) Call(ctx context.Context, name string, fn func(context.Context, P
 // event's ItemType is filled in per plugin). It never blocks: a plugin
 // whose backlog is full loses the event, counted in its status. It returns
 // how many plugins the event was queued for.
-func (h *Host) DeliverDone(ev ItemEvent) int { return h.deliver(hookDone, ev) }
+func (h *Host) DeliverDone(ev plugins.ItemEvent) int { return h.deliver(hookDone, ev) }
 
 // DeliverReclaim queues OnReclaim the same way.
-func (h *Host) DeliverReclaim(ev ItemEvent) int { return h.deliver(hookReclaim, ev) }
+func (h *Host) DeliverReclaim(ev plugins.ItemEvent) int { return h.deliver(hookReclaim, ev) }
 
-func (h *Host) deliver(hook hookKind, ev ItemEvent) int {
+func (h *Host) deliver(hook hookKind, ev plugins.ItemEvent) int {
 	queued := 0
 	for _, s := range h.supervisors {
 		if s.offer(hook, ev) {

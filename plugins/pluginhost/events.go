@@ -1,10 +1,12 @@
-package plugins
+package pluginhost
 
 import (
 	"context"
 	"encoding/json"
 	"sync"
 	"time"
+
+	"github.com/hoardproject/hoard/plugins"
 )
 
 // Item events reach plugins through each project's event log (see
@@ -86,7 +88,7 @@ func (s *supervisor) followEventLogs(ctx context.Context) {
 		if inst == nil {
 			return
 		}
-		for _, project := range desc.projects() {
+		for _, project := range desc.Projects() {
 			if following[project] {
 				continue
 			}
@@ -232,13 +234,13 @@ func (s *supervisor) handleLogged(ctx context.Context, project, group string, ev
 		}
 		ok := true
 		for _, item := range logged.Items {
-			t, owned := desc.owner(project, item)
+			t, owned := desc.Owner(project, item)
 			if !owned {
 				continue
 			}
-			ev := ItemEvent{ItemType: t.Name, Project: project, Item: item, Downloader: logged.By, At: logged.At, Result: logged.Result}
+			ev := plugins.ItemEvent{ItemType: t.Name, Project: project, Item: item, Downloader: logged.By, At: logged.At, Result: logged.Result}
 			call := func(inst *instance) error {
-				return inst.call(ctx, opts.HookTimeout, func(ctx context.Context, p Plugin) error {
+				return inst.call(ctx, opts.HookTimeout, func(ctx context.Context, p plugins.Plugin) error {
 					if hook == hookDone {
 						return p.OnItemDone(ctx, ev)
 					}

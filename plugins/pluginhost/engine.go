@@ -1,4 +1,4 @@
-package plugins
+package pluginhost
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/hoardproject/hoard/queues"
+
+	"github.com/hoardproject/hoard/plugins"
 )
 
 // EngineQueues adapts hoard's queue engine to Queues.
@@ -18,7 +20,7 @@ type engineQueues struct{ engine *queues.Engine }
 // event log on, the item types' retention and, when spec.ReclaimTTL > 0,
 // reclaiming on. Of an existing project only the retention is changed,
 // when it differs: the rest its operators may have tuned.
-func (q engineQueues) EnsureProject(ctx context.Context, slug string, spec ProjectSpec) error {
+func (q engineQueues) EnsureProject(ctx context.Context, slug string, spec plugins.ProjectSpec) error {
 	var patch queues.SettingsPatch
 	title := slug
 	patch.Title = &title
@@ -58,7 +60,7 @@ func (q engineQueues) EnsureProject(ctx context.Context, slug string, spec Proje
 }
 
 // EnqueueScored puts items in the project's score-ordered queue.
-func (q engineQueues) EnqueueScored(ctx context.Context, slug string, items []ScoredItem) (int, error) {
+func (q engineQueues) EnqueueScored(ctx context.Context, slug string, items []plugins.ScoredItem) (int, error) {
 	done := 0
 	for start := 0; start < len(items); start += queues.MaxEnqueueBatch {
 		batch := items[start:min(start+queues.MaxEnqueueBatch, len(items))]
@@ -178,10 +180,10 @@ func (q engineQueues) Release(ctx context.Context, slug, worker string, items []
 }
 
 // Counts reads the project's queue sizes.
-func (q engineQueues) Counts(ctx context.Context, slug string) (ProjectCounts, error) {
+func (q engineQueues) Counts(ctx context.Context, slug string) (plugins.ProjectCounts, error) {
 	c, err := q.engine.Counts(ctx, slug)
 	if err != nil {
-		return ProjectCounts{}, err
+		return plugins.ProjectCounts{}, err
 	}
-	return ProjectCounts{Todo: c.TodoTotal(), Out: c.Out, Done: c.Done}, nil
+	return plugins.ProjectCounts{Todo: c.TodoTotal(), Out: c.Out, Done: c.Done}, nil
 }

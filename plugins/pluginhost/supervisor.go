@@ -1,4 +1,4 @@
-package plugins
+package pluginhost
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hoardproject/hoard/queues"
+
+	"github.com/hoardproject/hoard/plugins"
 )
 
 type hookKind int
@@ -30,7 +32,7 @@ func (k hookKind) String() string {
 
 type delivery struct {
 	hook hookKind
-	ev   ItemEvent
+	ev   plugins.ItemEvent
 }
 
 // supervisor keeps one plugin running. Its goroutines: run (launch, watch,
@@ -46,10 +48,10 @@ type supervisor struct {
 	state     State
 	since     time.Time
 	inst      *instance
-	desc      Description
+	desc      plugins.Description
 	lastErr   string
 	restarts  int
-	stats     Stats
+	stats     plugins.Stats
 	ensured   map[string]bool
 	changed   chan struct{} // closed and replaced on every state change
 	tickCount map[string]*tickCounters
@@ -126,7 +128,7 @@ func (s *supervisor) running() *instance {
 
 // waitRunning blocks until the plugin runs (or ctx ends: nil) and returns
 // the instance, its description and the channel closed on the next change.
-func (s *supervisor) waitRunning(ctx context.Context) (*instance, Description, <-chan struct{}) {
+func (s *supervisor) waitRunning(ctx context.Context) (*instance, plugins.Description, <-chan struct{}) {
 	for {
 		s.mu.Lock()
 		state, inst, desc, changed := s.state, s.inst, s.desc, s.changed
@@ -136,13 +138,13 @@ func (s *supervisor) waitRunning(ctx context.Context) (*instance, Description, <
 		}
 		select {
 		case <-ctx.Done():
-			return nil, Description{}, nil
+			return nil, plugins.Description{}, nil
 		case <-changed:
 		}
 	}
 }
 
-func (s *supervisor) description() Description {
+func (s *supervisor) description() plugins.Description {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.desc
@@ -173,7 +175,7 @@ func (s *supervisor) status() Status {
 	return st
 }
 
-func (s *supervisor) cachedStats() Stats {
+func (s *supervisor) cachedStats() plugins.Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.stats
@@ -203,7 +205,7 @@ func (s *supervisor) run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			if errors.Is(err, ErrIncompatible) {
+			if errors.Is(err, plugins.ErrIncompatible) {
 				s.log.Error("plugin cannot run with this hoard; not restarting it", "err", err)
 				s.setState(StateFailed, nil, err)
 				<-ctx.Done()
@@ -271,12 +273,12 @@ func (s *supervisor) launch(ctx context.Context) (*instance, error) {
 		inst.stop(opts.StopGrace)
 		return nil, fmt.Errorf("%s: %w", step, err)
 	}
-	cfg := Config{Name: s.spec.Name, RedisURL: opts.RedisURL, Settings: s.spec.Settings, Host: s.hostAPI()}
-	if err := inst.call(ctx, opts.CallTimeout, func(ctx context.Context, p Plugin) error { return p.Configure(ctx, cfg) }); err != nil {
+	cfg := plugins.Config{Name: s.spec.Name, RedisURL: opts.RedisURL, Settings: s.spec.Settings, Host: s.hostAPI()}
+	if err := inst.call(ctx, opts.CallTimeout, func(ctx context.Context, p plugins.Plugin) error { return p.Configure(ctx, cfg) }); err != nil {
 		return fail("configure", err)
 	}
-	var desc Description
-	err = inst.call(ctx, opts.CallTimeout, func(ctx context.Context, p Plugin) error {
+	var desc plugins.Description
+	err = inst.call(ctx, opts.CallTimeout, func(ctx context.Context, p plugins.Plugin) error {
 		var err error
 		desc, err = p.Describe(ctx)
 		return err
@@ -287,10 +289,17 @@ func (s *supervisor) launch(ctx context.Context) (*instance, error) {
 	if err := desc.Validate(); err != nil {
 		return fail("describe", err)
 	}
+	// The contract checks a project name's shape; the queue engine also
+	// reserves some names.
+	for _, project := range desc.Projects() {
+		if err := queues.ValidateSlug(project); err != nil {
+			return fail("describe", err)
+		}
+	}
 	s.mu.Lock()
 	s.desc = desc
 	s.mu.Unlock()
-	for _, project := range desc.projects() {
+	for _, project := range desc.Projects() {
 		if err := s.ensureProject(ctx, desc, project); err != nil {
 			// Not fatal: the project is ensured again before items are
 			// queued into it.
@@ -301,18 +310,7 @@ func (s *supervisor) launch(ctx context.Context) (*instance, error) {
 	return inst, nil
 }
 
-// projects lists the distinct projects of the item types, in order.
-func (d Description) projects() []string {
-	var out []string
-	for _, t := range d.ItemTypes {
-		if !slices.Contains(out, t.Project) {
-			out = append(out, t.Project)
-		}
-	}
-	return out
-}
-
-func (s *supervisor) ensureProject(ctx context.Context, desc Description, project string) error {
+func (s *supervisor) ensureProject(ctx context.Context, desc plugins.Description, project string) error {
 	q := s.h.opts.Queues
 	if q == nil {
 		return nil
@@ -325,7 +323,7 @@ func (s *supervisor) ensureProject(ctx context.Context, desc Description, projec
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.h.opts.CallTimeout)
 	defer cancel()
-	if err := q.EnsureProject(ctx, project, desc.projectSpec(project)); err != nil {
+	if err := q.EnsureProject(ctx, project, desc.ProjectSpec(project)); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -378,7 +376,7 @@ func (s *supervisor) checkHealth(ctx context.Context, inst *instance) error {
 	if err := inst.ping(ctx, opts.CallTimeout); err != nil {
 		return fmt.Errorf("ping: %w", err)
 	}
-	if err := inst.call(ctx, opts.CallTimeout, func(ctx context.Context, p Plugin) error { return p.Health(ctx) }); err != nil {
+	if err := inst.call(ctx, opts.CallTimeout, func(ctx context.Context, p plugins.Plugin) error { return p.Health(ctx) }); err != nil {
 		return err
 	}
 	s.refreshStats(ctx, inst)
@@ -386,8 +384,8 @@ func (s *supervisor) checkHealth(ctx context.Context, inst *instance) error {
 }
 
 func (s *supervisor) refreshStats(ctx context.Context, inst *instance) {
-	var stats Stats
-	err := inst.call(ctx, s.h.opts.CallTimeout, func(ctx context.Context, p Plugin) error {
+	var stats plugins.Stats
+	err := inst.call(ctx, s.h.opts.CallTimeout, func(ctx context.Context, p plugins.Plugin) error {
 		var err error
 		stats, err = p.Stats(ctx)
 		return err
@@ -396,9 +394,9 @@ func (s *supervisor) refreshStats(ctx context.Context, inst *instance) {
 		s.log.Debug("plugin stats unavailable", "err", err)
 		return
 	}
-	if len(stats.Metrics) > MaxMetrics {
-		s.log.Warn("plugin returned too many metrics; keeping the first ones", "metrics", len(stats.Metrics), "limit", MaxMetrics)
-		stats.Metrics = stats.Metrics[:MaxMetrics]
+	if len(stats.Metrics) > plugins.MaxMetrics {
+		s.log.Warn("plugin returned too many metrics; keeping the first ones", "metrics", len(stats.Metrics), "limit", plugins.MaxMetrics)
+		stats.Metrics = stats.Metrics[:plugins.MaxMetrics]
 	}
 	s.mu.Lock()
 	s.stats = stats
@@ -407,8 +405,8 @@ func (s *supervisor) refreshStats(ctx context.Context, inst *instance) {
 
 // offer queues an event for the plugin if it owns the item. It never
 // blocks: a full backlog drops the event and counts it.
-func (s *supervisor) offer(hook hookKind, ev ItemEvent) bool {
-	t, ok := s.description().owner(ev.Project, ev.Item)
+func (s *supervisor) offer(hook hookKind, ev plugins.ItemEvent) bool {
+	t, ok := s.description().Owner(ev.Project, ev.Item)
 	if !ok {
 		return false
 	}
@@ -436,7 +434,7 @@ func (s *supervisor) deliverLoop(ctx context.Context) {
 		if inst == nil {
 			return
 		}
-		err := inst.call(ctx, s.h.opts.HookTimeout, func(ctx context.Context, p Plugin) error {
+		err := inst.call(ctx, s.h.opts.HookTimeout, func(ctx context.Context, p plugins.Plugin) error {
 			if d.hook == hookDone {
 				return p.OnItemDone(ctx, d.ev)
 			}
@@ -476,7 +474,7 @@ func (s *supervisor) schedule(ctx context.Context) {
 			return
 		}
 		now := clock.Now()
-		jobs := map[string]Job{}
+		jobs := map[string]plugins.Job{}
 		for _, j := range desc.Jobs {
 			jobs[j.Name] = j
 			if _, ok := due[j.Name]; !ok {
@@ -523,8 +521,8 @@ func (s *supervisor) schedule(ctx context.Context) {
 				continue
 			}
 			missed := int64(now.Sub(scheduled) / j.Period)
-			err := s.tick(ctx, inst, desc, j, Tick{Job: j.Name, Scheduled: scheduled, At: now, Missed: missed})
-			if err != nil && (inst.dead() || errors.Is(err, ErrUnavailable)) {
+			err := s.tick(ctx, inst, desc, j, plugins.Tick{Job: j.Name, Scheduled: scheduled, At: now, Missed: missed})
+			if err != nil && (inst.dead() || errors.Is(err, plugins.ErrUnavailable)) {
 				// The instance died under the tick: keep the run due, so
 				// the next instance runs it (as the catch-up) rather than
 				// a period later.
@@ -559,7 +557,7 @@ func (s *supervisor) countTick(job string, f func(*tickCounters)) {
 
 // tick runs one job under its lease and queues the items it returns. The
 // error is the plugin's (a failure to queue is logged, not returned).
-func (s *supervisor) tick(ctx context.Context, inst *instance, desc Description, job Job, tick Tick) error {
+func (s *supervisor) tick(ctx context.Context, inst *instance, desc plugins.Description, job plugins.Job, tick plugins.Tick) error {
 	ttl := job.Period - job.Period/10
 	if !s.h.lease(ctx, jobLeaseKey(s.spec.Name, job.Name), ttl) {
 		s.countTick(job.Name, func(c *tickCounters) { c.skipped++ })
@@ -569,8 +567,8 @@ func (s *supervisor) tick(ctx context.Context, inst *instance, desc Description,
 	if tick.Missed > 0 {
 		s.log.Info("job catching up once for missed runs", "job", job.Name, "missed", tick.Missed)
 	}
-	var result TickResult
-	err := inst.call(ctx, s.h.opts.TickTimeout, func(ctx context.Context, p Plugin) error {
+	var result plugins.TickResult
+	err := inst.call(ctx, s.h.opts.TickTimeout, func(ctx context.Context, p plugins.Plugin) error {
 		var err error
 		result, err = p.OnTick(ctx, tick)
 		return err
@@ -591,21 +589,21 @@ func (s *supervisor) tick(ctx context.Context, inst *instance, desc Description,
 
 // enqueue queues a tick's items, each into its project, refusing the lot
 // if any item belongs to no item type of the plugin.
-func (s *supervisor) enqueue(ctx context.Context, desc Description, items []QueueItem) error {
-	if len(items) > MaxTickEnqueue {
-		return fmt.Errorf("a tick returned %d items; the limit is %d", len(items), MaxTickEnqueue)
+func (s *supervisor) enqueue(ctx context.Context, desc plugins.Description, items []plugins.QueueItem) error {
+	if len(items) > plugins.MaxTickEnqueue {
+		return fmt.Errorf("a tick returned %d items; the limit is %d", len(items), plugins.MaxTickEnqueue)
 	}
 	q := s.h.opts.Queues
 	if q == nil {
 		return errors.New("the host has no queue engine to queue items with")
 	}
 	byProject := map[string][]string{}
-	scoredByProject := map[string][]ScoredItem{}
+	scoredByProject := map[string][]plugins.ScoredItem{}
 	var order []string
 	for _, item := range items {
-		t, ok := desc.owner(item.Project, item.Item)
+		t, ok := desc.Owner(item.Project, item.Item)
 		if !ok {
-			return fmt.Errorf("item %q of project %q: %w", item.Item, item.Project, ErrNotOwned)
+			return fmt.Errorf("item %q of project %q: %w", item.Item, item.Project, plugins.ErrNotOwned)
 		}
 		if err := queues.ValidateItem(item.Item); err != nil {
 			return err
@@ -613,8 +611,8 @@ func (s *supervisor) enqueue(ctx context.Context, desc Description, items []Queu
 		if byProject[item.Project] == nil && scoredByProject[item.Project] == nil {
 			order = append(order, item.Project)
 		}
-		if t.scored() {
-			scoredByProject[item.Project] = append(scoredByProject[item.Project], ScoredItem{Item: item.Item, Score: item.Score})
+		if t.Scored() {
+			scoredByProject[item.Project] = append(scoredByProject[item.Project], plugins.ScoredItem{Item: item.Item, Score: item.Score})
 		} else {
 			byProject[item.Project] = append(byProject[item.Project], item.Item)
 		}

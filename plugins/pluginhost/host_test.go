@@ -1,4 +1,4 @@
-package plugins_test
+package pluginhost_test
 
 import (
 	"context"
@@ -16,24 +16,26 @@ import (
 
 	"github.com/hoardproject/hoard/plugins"
 	"github.com/hoardproject/hoard/plugins/internal/exampleplugin"
+
+	"github.com/hoardproject/hoard/plugins/pluginhost"
 )
 
 // These tests run builtins inside a synctest bubble: the host's timers run
 // on the bubble's virtual clock, so back-off, health intervals and job
 // periods pass instantly and deterministically.
 
-func exampleHost(t *testing.T, opts plugins.Options) *plugins.Host {
+func exampleHost(t *testing.T, opts pluginhost.Options) *pluginhost.Host {
 	t.Helper()
 	if opts.Builtins == nil {
 		opts.Builtins = map[string]plugins.Factory{"example": exampleplugin.New}
 	}
 	if opts.Plugins == nil {
-		opts.Plugins = []plugins.Spec{{Name: "example"}}
+		opts.Plugins = []pluginhost.Spec{{Name: "example"}}
 	}
 	if opts.Logger == nil {
 		opts.Logger, _ = newTestLogger(t)
 	}
-	h, err := plugins.NewHost(opts)
+	h, err := pluginhost.NewHost(opts)
 	require.NoError(t, err)
 	return h
 }
@@ -41,7 +43,7 @@ func exampleHost(t *testing.T, opts plugins.Options) *plugins.Host {
 func TestBuiltinThroughFactory(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := newRecordingQueues()
-		h := exampleHost(t, plugins.Options{Queues: q})
+		h := exampleHost(t, pluginhost.Options{Queues: q})
 		start := time.Now()
 		require.NoError(t, h.Start(t.Context()))
 		defer h.Stop()
@@ -49,7 +51,7 @@ func TestBuiltinThroughFactory(t *testing.T) {
 		synctest.Wait()
 
 		st := statusOf(h, "example")
-		require.Equal(t, plugins.StateRunning, st.State)
+		require.Equal(t, pluginhost.StateRunning, st.State)
 		require.Zero(t, st.PID, "a builtin has no process")
 		require.Equal(t, "1.0.0", st.Description.Version)
 		require.Equal(t, []plugins.ItemType{{Name: "echo", Project: "example", ItemPrefix: "echo:", ReclaimTTL: time.Minute}}, st.Description.ItemTypes)
@@ -76,7 +78,7 @@ func TestBuiltinThroughFactory(t *testing.T) {
 		require.Equal(t, 1.0, reclaims)
 
 		// The cached stats (and /metrics) catch up at the next health check.
-		time.Sleep(plugins.DefaultHealthInterval)
+		time.Sleep(pluginhost.DefaultHealthInterval)
 		synctest.Wait()
 		cached, _ := metric(h.Stats()["example"], "items_done_total")
 		require.Equal(t, 1.0, cached)
@@ -88,7 +90,7 @@ func TestBuiltinThroughFactory(t *testing.T) {
 }
 
 // gather collects the host's metrics into name -> value (the first series).
-func gather(t *testing.T, h *plugins.Host) map[string]float64 {
+func gather(t *testing.T, h *pluginhost.Host) map[string]float64 {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	require.NoError(t, reg.Register(h.Collector()))
@@ -109,17 +111,17 @@ func gather(t *testing.T, h *plugins.Host) map[string]float64 {
 
 func TestStopIsSafeTwiceAndWithoutStart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		idle := exampleHost(t, plugins.Options{})
+		idle := exampleHost(t, pluginhost.Options{})
 		require.NoError(t, idle.Stop())
 		require.NoError(t, idle.Stop())
 
-		h := exampleHost(t, plugins.Options{})
+		h := exampleHost(t, pluginhost.Options{})
 		require.NoError(t, h.Start(t.Context()))
 		require.Error(t, h.Start(t.Context()), "a second Start is refused")
 		require.NoError(t, h.WaitRunning(t.Context(), "example"))
 		require.NoError(t, h.Stop())
 		require.NoError(t, h.Stop())
-		require.Equal(t, plugins.StateStopped, statusOf(h, "example").State)
+		require.Equal(t, pluginhost.StateStopped, statusOf(h, "example").State)
 		err := h.Call(t.Context(), "example", func(ctx context.Context, p plugins.Plugin) error { return p.Health(ctx) })
 		require.ErrorIs(t, err, plugins.ErrUnavailable)
 	})
@@ -127,7 +129,7 @@ func TestStopIsSafeTwiceAndWithoutStart(t *testing.T) {
 
 func TestHungHookDoesNotBlockTheHost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := exampleHost(t, plugins.Options{HookTimeout: time.Second, MaxInflight: 2, HealthFailures: 1, HealthInterval: 30 * time.Second})
+		h := exampleHost(t, pluginhost.Options{HookTimeout: time.Second, MaxInflight: 2, HealthFailures: 1, HealthInterval: 30 * time.Second})
 		require.NoError(t, h.Start(t.Context()))
 		defer h.Stop()
 		require.NoError(t, h.WaitRunning(t.Context(), "example"))
@@ -148,7 +150,7 @@ func TestHungHookDoesNotBlockTheHost(t *testing.T) {
 			return p.OnItemDone(ctx, plugins.ItemEvent{Project: "example", Item: exampleplugin.HangItem})
 		})
 		require.ErrorIs(t, err, context.DeadlineExceeded)
-		require.Equal(t, plugins.DefaultCallTimeout, time.Since(start), "virtual time: exactly the call timeout")
+		require.Equal(t, pluginhost.DefaultCallTimeout, time.Since(start), "virtual time: exactly the call timeout")
 		// ...and with MaxInflight calls stuck, further calls fail fast
 		// instead of piling up goroutines.
 		err = h.Call(t.Context(), "example", func(ctx context.Context, p plugins.Plugin) error { return p.Health(ctx) })
@@ -168,7 +170,7 @@ func TestHungHookDoesNotBlockTheHost(t *testing.T) {
 
 func TestPanickingBuiltinIsRestarted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := exampleHost(t, plugins.Options{})
+		h := exampleHost(t, pluginhost.Options{})
 		require.NoError(t, h.Start(t.Context()))
 		defer h.Stop()
 		require.NoError(t, h.WaitRunning(t.Context(), "example"))
@@ -183,17 +185,17 @@ func TestPanickingBuiltinIsRestarted(t *testing.T) {
 
 func TestUnhealthyPluginIsRestarted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := exampleHost(t, plugins.Options{HealthFailures: 3})
+		h := exampleHost(t, pluginhost.Options{HealthFailures: 3})
 		require.NoError(t, h.Start(t.Context()))
 		defer h.Stop()
 		require.NoError(t, h.WaitRunning(t.Context(), "example"))
 		h.DeliverDone(plugins.ItemEvent{Project: "example", Item: exampleplugin.SickItem})
 		// Two failures are tolerated...
-		time.Sleep(2*plugins.DefaultHealthInterval + time.Second)
+		time.Sleep(2*pluginhost.DefaultHealthInterval + time.Second)
 		synctest.Wait()
 		require.Equal(t, 0, statusOf(h, "example").Restarts)
 		// ...the third restarts it, healthy again (a new instance).
-		time.Sleep(plugins.DefaultHealthInterval)
+		time.Sleep(pluginhost.DefaultHealthInterval)
 		synctest.Wait()
 		require.NoError(t, h.WaitRunning(t.Context(), "example"))
 		st := statusOf(h, "example")
@@ -279,8 +281,8 @@ func TestMissedTicksCollapseIntoOneCatchUp(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := &controlled{}
 		logger, _ := newTestLogger(t)
-		h, err := plugins.NewHost(plugins.Options{
-			Plugins: []plugins.Spec{{Name: "sched"}}, Builtins: map[string]plugins.Factory{"sched": c.factory},
+		h, err := pluginhost.NewHost(pluginhost.Options{
+			Plugins: []pluginhost.Spec{{Name: "sched"}}, Builtins: map[string]plugins.Factory{"sched": c.factory},
 			HealthFailures: 2, MinBackoff: time.Second, MaxBackoff: 8 * time.Second, Logger: logger,
 		})
 		require.NoError(t, err)
@@ -301,7 +303,7 @@ func TestMissedTicksCollapseIntoOneCatchUp(t *testing.T) {
 		time.Sleep(6 * time.Minute)
 		synctest.Wait()
 		require.Len(t, c.tickLog(), 2)
-		require.NotEqual(t, plugins.StateRunning, statusOf(h, "sched").State)
+		require.NotEqual(t, pluginhost.StateRunning, statusOf(h, "sched").State)
 
 		// Back up: one catch-up run stands for the missed ones.
 		c.set(func(c *controlled) { c.sick, c.failFactory = false, false })
@@ -331,8 +333,8 @@ func TestRestartBackoffDoublesUpToTheCap(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := &controlled{failFactory: true}
 		logger, _ := newTestLogger(t)
-		h, err := plugins.NewHost(plugins.Options{
-			Plugins: []plugins.Spec{{Name: "sched"}}, Builtins: map[string]plugins.Factory{"sched": c.factory},
+		h, err := pluginhost.NewHost(pluginhost.Options{
+			Plugins: []pluginhost.Spec{{Name: "sched"}}, Builtins: map[string]plugins.Factory{"sched": c.factory},
 			MinBackoff: time.Second, MaxBackoff: 10 * time.Second, Logger: logger,
 		})
 		require.NoError(t, err)
@@ -348,7 +350,7 @@ func TestRestartBackoffDoublesUpToTheCap(t *testing.T) {
 		require.Equal(t, []time.Duration{1 * time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second,
 			10 * time.Second, 10 * time.Second, 10 * time.Second}, gaps)
 		st := statusOf(h, "sched")
-		require.Equal(t, plugins.StateStopped, st.State)
+		require.Equal(t, pluginhost.StateStopped, st.State)
 		require.Contains(t, st.LastError, "factory told to fail")
 	})
 }
@@ -358,8 +360,8 @@ func TestTickItemsMustBelongToThePlugin(t *testing.T) {
 		c := &controlled{enqueue: []plugins.QueueItem{{Project: "sweeps", Item: "sweep:1"}, {Project: "example", Item: "sweep:2"}}}
 		q := newRecordingQueues()
 		logger, logs := newTestLogger(t)
-		h, err := plugins.NewHost(plugins.Options{
-			Plugins: []plugins.Spec{{Name: "sched"}}, Builtins: map[string]plugins.Factory{"sched": c.factory},
+		h, err := pluginhost.NewHost(pluginhost.Options{
+			Plugins: []pluginhost.Spec{{Name: "sched"}}, Builtins: map[string]plugins.Factory{"sched": c.factory},
 			Queues: q, Logger: logger,
 		})
 		require.NoError(t, err)
@@ -380,7 +382,7 @@ func TestTickItemsMustBelongToThePlugin(t *testing.T) {
 
 func TestFullBacklogDropsAndCounts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := exampleHost(t, plugins.Options{EventQueue: 2, HookTimeout: time.Hour})
+		h := exampleHost(t, pluginhost.Options{EventQueue: 2, HookTimeout: time.Hour})
 		require.NoError(t, h.Start(t.Context()))
 		defer h.Stop()
 		require.NoError(t, h.WaitRunning(t.Context(), "example"))
@@ -399,7 +401,7 @@ func TestFullBacklogDropsAndCounts(t *testing.T) {
 }
 
 // gatherLabeled returns the value of the series of name with label=value.
-func gatherLabeled(t *testing.T, h *plugins.Host, name, label, value string) float64 {
+func gatherLabeled(t *testing.T, h *pluginhost.Host, name, label, value string) float64 {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	require.NoError(t, reg.Register(h.Collector()))
@@ -425,8 +427,8 @@ func TestTickCutShortByACrashRunsAgainOnTheNextInstance(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := &controlled{panicTicks: 1}
 		logger, _ := newTestLogger(t)
-		h, err := plugins.NewHost(plugins.Options{
-			Plugins: []plugins.Spec{{Name: "sched"}}, Builtins: map[string]plugins.Factory{"sched": c.factory}, Logger: logger,
+		h, err := pluginhost.NewHost(pluginhost.Options{
+			Plugins: []pluginhost.Spec{{Name: "sched"}}, Builtins: map[string]plugins.Factory{"sched": c.factory}, Logger: logger,
 		})
 		require.NoError(t, err)
 		t0 := time.Now()
@@ -439,7 +441,7 @@ func TestTickCutShortByACrashRunsAgainOnTheNextInstance(t *testing.T) {
 		require.Len(t, ticks, 2, "the run that panicked, then the same run on the new instance")
 		require.Equal(t, t0, ticks[0].Scheduled)
 		require.Equal(t, t0, ticks[1].Scheduled)
-		require.Equal(t, plugins.DefaultMinBackoff, ticks[1].At.Sub(t0), "after the restart back-off, not a period later")
+		require.Equal(t, pluginhost.DefaultMinBackoff, ticks[1].At.Sub(t0), "after the restart back-off, not a period later")
 		require.Equal(t, 1, statusOf(h, "sched").Restarts)
 	})
 }

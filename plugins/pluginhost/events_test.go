@@ -1,4 +1,4 @@
-package plugins_test
+package pluginhost_test
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/plugins"
 	"github.com/hoardproject/hoard/queues"
+
+	"github.com/hoardproject/hoard/plugins/pluginhost"
 )
 
 // ledger records every hook call across all the instances (and hosts) of a
@@ -127,12 +129,12 @@ func newEventRig(t *testing.T, b redistest.Backend) *eventRig {
 }
 
 // frontend starts one hoard frontend's plugin host on the shared Redis.
-func (r *eventRig) frontend() *plugins.Host {
+func (r *eventRig) frontend() *pluginhost.Host {
 	logger, _ := newTestLogger(r.t)
-	h, err := plugins.NewHost(plugins.Options{
-		Plugins:  []plugins.Spec{{Name: "rec"}},
+	h, err := pluginhost.NewHost(pluginhost.Options{
+		Plugins:  []pluginhost.Spec{{Name: "rec"}},
 		Builtins: map[string]plugins.Factory{"rec": r.l.factory},
-		Redis:    r.b.Client, Queues: plugins.EngineQueues(r.engine), Events: plugins.EngineEventLog(r.engine),
+		Redis:    r.b.Client, Queues: pluginhost.EngineQueues(r.engine), Events: pluginhost.EngineEventLog(r.engine),
 		Clock: r.clock, Logger: logger, HealthInterval: time.Hour,
 		EventBlock: 20 * time.Millisecond, EventRetryAfter: 50 * time.Millisecond,
 		ReclaimSweepInterval: time.Hour, HookTimeout: 10 * time.Second,
@@ -259,7 +261,7 @@ func TestFailingHookIsRetriedThenGivenUp(t *testing.T) {
 		require.Zero(t, r.l.doneCount("w:broken"))
 		require.Zero(t, r.pending(), "the given-up entry is acknowledged")
 		st := statusOf(h, "rec")
-		require.GreaterOrEqual(t, st.HookErrors, uint64(2+plugins.DefaultEventMaxDeliveries))
+		require.GreaterOrEqual(t, st.HookErrors, uint64(2+pluginhost.DefaultEventMaxDeliveries))
 	})
 }
 

@@ -1,0 +1,35 @@
+package plugins_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/plugins"
+)
+
+func TestDescriptionValidate(t *testing.T) {
+	good := plugins.Description{
+		ItemTypes: []plugins.ItemType{
+			{Name: "reap-notice", Project: "bt-reaper", ItemPrefix: "notify:"},
+			{Name: "reap-remove", Project: "bt-reaper", ItemPrefix: "remove:"},
+		},
+		Jobs: []plugins.Job{{Name: "reaper", Period: 4 * time.Hour}},
+	}
+	require.NoError(t, good.Validate())
+	for _, tc := range []struct {
+		desc plugins.Description
+		want string
+	}{
+		{plugins.Description{ItemTypes: []plugins.ItemType{{Name: "Bad", Project: "p"}}}, `item type name "Bad"`},
+		{plugins.Description{ItemTypes: []plugins.ItemType{{Name: "a", Project: "{p}"}}}, `project "{p}" must be 1-64`},
+		{plugins.Description{ItemTypes: []plugins.ItemType{{Name: "a", Project: "p"}, {Name: "a", Project: "q"}}}, "described twice"},
+		{plugins.Description{ItemTypes: []plugins.ItemType{{Name: "a", Project: "p", ItemPrefix: "x"}, {Name: "b", Project: "p", ItemPrefix: "x"}}}, "both own prefix"},
+		{plugins.Description{ItemTypes: []plugins.ItemType{{Name: "a", Project: "p", ItemPrefix: "x\n"}}}, "NUL, CR or LF"},
+		{plugins.Description{Jobs: []plugins.Job{{Name: "j", Period: time.Millisecond}}}, "shorter than 1s"},
+		{plugins.Description{Jobs: []plugins.Job{{Name: "j", Period: time.Hour}, {Name: "j", Period: time.Hour}}}, `job "j" is described twice`},
+	} {
+		require.ErrorContains(t, tc.desc.Validate(), tc.want)
+	}
+}
