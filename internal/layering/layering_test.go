@@ -27,6 +27,8 @@ type rule struct {
 var rules = []rule{
 	{from: "plugins", deny: []string{"queues", "plugins/pluginhost", "server", "leaderboard", "github.com/prometheus/client_golang/...", "github.com/bits-and-blooms/bloom/v3"},
 		why: "the plugin contract stands alone: a plugin sees only the contract"},
+	{from: "plugins/plugintest", deny: []string{"queues", "plugins/pluginhost", "server", "leaderboard"},
+		why: "the conformance suite needs only the contract, so any plugin can run it"},
 	{from: "plugins/bittorrent/...", deny: []string{"queues", "plugins/pluginhost", "server", "leaderboard", "github.com/bits-and-blooms/bloom/v3"},
 		why: "the BitTorrent plugin talks to hoard through the contract only"},
 	{from: "cmd/hoard-bittorrent", deny: []string{"queues", "plugins/pluginhost", "server", "leaderboard", "github.com/prometheus/client_golang/...", "github.com/bits-and-blooms/bloom/v3"},
