@@ -114,6 +114,12 @@ func TestHostAPIRefusesWhatThePluginDoesNotOwn(t *testing.T) {
 		require.NoError(t, h.WaitRunning(ctx, "example"))
 		host = <-captured
 		require.NotNil(t, host)
+		// The first heartbeat tick queues one item: wait for it, so the
+		// counts below do not race with it.
+		require.Eventually(t, func() bool {
+			c, err := engine.Counts(ctx, "example")
+			return err == nil && c.Todo == 1
+		}, eventually, poll)
 
 		_, err = host.Claim(ctx, "warriors", "sneaky", 1)
 		require.ErrorIs(t, err, plugins.ErrNotOwned)
@@ -132,13 +138,14 @@ func TestHostAPIRefusesWhatThePluginDoesNotOwn(t *testing.T) {
 		require.Equal(t, 1, n)
 		items, err := host.Claim(ctx, "example", "worker", 5)
 		require.NoError(t, err)
+		require.Len(t, items, 2, "the tick's item and echo:x")
 		require.Contains(t, items, "echo:x")
 		released, err := host.Release(ctx, "example", "worker", []string{"echo:x"})
 		require.NoError(t, err)
 		require.Equal(t, 1, released)
 		pc, err := host.Counts(ctx, "example")
 		require.NoError(t, err)
-		require.EqualValues(t, len(items)-1, pc.Out)
+		require.EqualValues(t, 1, pc.Out)
 		require.EqualValues(t, 1, pc.Todo, "the released item waits again")
 	})
 }
