@@ -14,7 +14,8 @@
 // Environment:
 //   - HOARD_TEST_REDIS_URL: use this Redis as "single" instead of starting one.
 //   - HOARD_TEST_CLUSTER_ADDRS: comma-separated host:port of an existing cluster to use as "cluster".
-//   - HOARD_TEST_CLUSTER=0: skip the cluster backend.
+//   - HOARD_TEST_CLUSTER=0: skip the cluster backend (RunMain prints a
+//     "SKIP:" line, which make test's summary lists and CI=true fails).
 //   - CI=true: a missing redis-server fails the package instead of skipping it.
 //
 // Backends are flushed between tests, so never point these variables at a
@@ -160,6 +161,12 @@ func RunMain(m *testing.M) {
 		os.Exit(1)
 	}
 	packageBackends = backends
+	if !clusterWanted() {
+		// Said the way a skipped package says it, so make test's summary
+		// lists it and fails it under CI=true: the cluster catches
+		// cross-slot mistakes that the single server lets through.
+		fmt.Println("SKIP: the cluster backend is off (HOARD_TEST_CLUSTER=0); every test ran on the single redis-server only")
+	}
 
 	code := m.Run()
 	stop()

@@ -30,7 +30,7 @@ return {redis.call('GET', KEYS[1]), redis.call('LLEN', KEYS[2])}`
 func TestClusterBackendIsARealCluster(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		if b.Name != "cluster" {
-			t.Skip("only the cluster backend is a cluster")
+			t.Skip("by design: only the cluster backend is a cluster")
 		}
 		cluster, ok := b.Client.(*redis.ClusterClient)
 		require.True(t, ok, "cluster backend client is %T", b.Client)
