@@ -1,14 +1,30 @@
 # hoard: `make run` serves the example projects.json on a supervised local
-# redis-server; `make test` runs every test (CI runs exactly this).
+# redis-server; `make test` runs every test (CI runs exactly this, through
+# .ci/run). `make deps` installs what the tests use on Debian.
 GO      ?= go
 BIN     := bin/hoard
 FUZZTIME ?= 30s
+# Which packages `make test` runs, e.g. make test PKGS=./leaderboard/...
+PKGS    ?= ./...
+# pipefail: make test's exit code is go test's as well as the summary's.
+SHELL   := /bin/bash
 
-.PHONY: all build run test vet e2e-deps bench fuzz clean
+.PHONY: all build run test vet deps check-go e2e-deps bench fuzz clean
 
 all: build
 
-build:
+# Debian's packages the tests use (--no-install-recommends; sudo unless
+# root), a check that Go and Node are new enough (with where to get them
+# when not), and leaderboard/e2e's npm packages. .ci/run runs the same script.
+deps:
+	.ci/deps
+
+# A clear message, naming the version go.mod needs and where to get it,
+# instead of go's own "invalid go version" when the toolchain is too old.
+check-go:
+	@GO=$(GO) .ci/deps --check go
+
+build: check-go
 	$(GO) build -o $(BIN) ./cmd/hoard
 	$(GO) build -o bin/hoard-bittorrent ./cmd/hoard-bittorrent
 
@@ -22,12 +38,16 @@ run: build
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || (echo "gofmt needed:"; gofmt -l .; exit 1)
-	$(GO) vet ./...
+	$(GO) vet $(PKGS)
 
 # Every test, on a real redis-server and a real 3-node Redis Cluster that
 # the tests start themselves (internal/redistest); fuzz seeds run as tests.
-test: vet e2e-deps
-	$(GO) test -race -count=1 -timeout 30m ./...
+# internal/testsummary prints a line per package, each failure with its
+# output, every skip with its reason and "N passed, N failed, N skipped";
+# under CI=true a skip not marked "by design:" fails the run.
+test: check-go vet e2e-deps
+	$(GO) build -o bin/testsummary ./internal/testsummary
+	set -o pipefail; $(GO) test -json -race -count=1 -timeout 30m $(PKGS) | bin/testsummary
 
 # The browser test's playwright-core, pinned in leaderboard/e2e's lockfile
 # (it uses Debian's chromium; it downloads no browser).

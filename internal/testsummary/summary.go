@@ -345,8 +345,8 @@ func (s *summarizer) printSummary() {
 		fmt.Fprintln(s.out, "FAIL: no test results were read (did go test start?)")
 	}
 	if len(r.Forbidden) > 0 {
-		fmt.Fprintf(s.out, "FAIL: CI=true and %d tests were skipped for something CI must provide "+
-			"(only skips whose reason starts with %q are allowed):\n", len(r.Forbidden), byDesignPrefix)
+		fmt.Fprintf(s.out, "FAIL: under CI=true a skip means something CI must provide is missing; "+
+			"only skips whose reason starts with %q are allowed. Skipped anyway (%d):\n", byDesignPrefix, len(r.Forbidden))
 		for _, skip := range r.Forbidden {
 			fmt.Fprintf(s.out, "  %s: %s\n", skip.Name, skip.Reason)
 		}
