@@ -73,8 +73,10 @@ type Config struct {
 	Port int
 	// ExtraArgs are appended to the command line, e.g. "--cluster-enabled", "yes".
 	ExtraArgs []string
-	// Logger receives the child's output (one Info record per line, attr
-	// "redis") and supervision events. Nil means slog.Default().
+	// Logger receives the child's output (one record per line, attr
+	// "redis": debug, except what Redis logs as a warning and anything that
+	// is not a Redis log line; see outputLevel) and supervision events.
+	// Nil means slog.Default().
 	Logger *slog.Logger
 }
 
@@ -96,6 +98,10 @@ type Server struct {
 	network    string
 	address    string
 	outputTail []string
+
+	// overcommitAdvice makes Redis's overcommit warning one line of hoard's
+	// per Server, not a paragraph per (re)start.
+	overcommitAdvice sync.Once
 }
 
 // supervision is the state of one Start..Stop period.
@@ -418,7 +424,11 @@ func (s *Server) logOutput(output io.Reader) {
 		line, err := lines.ReadString('\n')
 		line = strings.TrimRight(line, "\r\n")
 		if line != "" {
-			s.logger.Info("redis-server output", "redis", line)
+			level, overcommit := outputLevel(line)
+			if overcommit {
+				s.overcommitAdvice.Do(func() { s.logger.Warn(overcommitAdvice) })
+			}
+			s.logger.Log(context.Background(), level, "redis-server output", "redis", line)
 			s.mu.Lock()
 			s.outputTail = append(s.outputTail, line)
 			if len(s.outputTail) > outputTailLines {

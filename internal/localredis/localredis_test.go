@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -250,4 +251,69 @@ func TestUnknownFsyncPolicyIsRefused(t *testing.T) {
 	policy, err := localredis.ParseFsyncPolicy("always")
 	require.NoError(t, err)
 	require.Equal(t, localredis.FsyncAlways, policy)
+}
+
+// recordingHandler keeps every record, whatever its level.
+type recordingHandler struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (h *recordingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *recordingHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.records = append(h.records, r.Clone())
+	return nil
+}
+func (h *recordingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *recordingHandler) WithGroup(string) slog.Handler      { return h }
+
+func (h *recordingHandler) snapshot() []slog.Record {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]slog.Record(nil), h.records...)
+}
+
+// A start and a restart of the supervised redis-server put none of Redis's
+// own chatter above debug in hoard's log, and Redis's overcommit warning,
+// when the kernel gives it, becomes one line of hoard's for both starts.
+func TestRedisChatterIsDebug(t *testing.T) {
+	requireRedisServer(t)
+	recorder := &recordingHandler{}
+	server := startServer(t, localredis.Config{DataDir: t.TempDir(), AppendOnly: true, Logger: slog.New(recorder)})
+	require.NoError(t, server.Stop())
+	require.NoError(t, server.Start(t.Context()))
+	require.NoError(t, server.Stop())
+
+	var redisLines, readyLines, overcommitLines int
+	for _, r := range recorder.snapshot() {
+		if strings.Contains(r.Message, "overcommit") {
+			overcommitLines++
+			require.Equal(t, slog.LevelWarn, r.Level)
+		}
+		if r.Message != "redis-server output" {
+			continue
+		}
+		redisLines++
+		var line string
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "redis" {
+				line = a.Value.String()
+			}
+			return true
+		})
+		require.Equal(t, slog.LevelDebug, r.Level, "redis said: %s", line)
+		if strings.Contains(line, "ready to accept connections") {
+			readyLines++
+		}
+	}
+	require.Equal(t, 2, readyLines, "each start's lines still reach the log, at debug")
+	require.Greater(t, redisLines, 2*5)
+	overcommit, err := os.ReadFile("/proc/sys/vm/overcommit_memory")
+	if err == nil && strings.TrimSpace(string(overcommit)) == "0" {
+		require.Equal(t, 1, overcommitLines, "Redis warns about vm.overcommit_memory=%s on each start", strings.TrimSpace(string(overcommit)))
+	} else {
+		require.Zero(t, overcommitLines)
+	}
 }
