@@ -53,16 +53,16 @@ func requireBrowser(t *testing.T) string {
 	}
 	if _, err := os.Stat(chromiumPath); err != nil {
 		missing(chromiumPath + " is missing, so the leaderboard cannot be tested in a real browser; " +
-			"install Debian's chromium (sudo apt-get install chromium) or run .ci/run")
+			"`make deps` installs Debian's chromium")
 	}
 	node, err := exec.LookPath("node")
 	if err != nil {
 		missing("node is not installed, so playwright-core cannot drive Chromium; " +
-			"install Debian's nodejs and npm (sudo apt-get install nodejs npm) or run .ci/run")
+			"install Node.js >= 20 with npm (Debian 12's nodejs is 18; see the README), then `make deps`")
 	}
 	if _, err := os.Stat(filepath.Join(e2eDir, "node_modules", "playwright-core")); err != nil {
 		missing("leaderboard/e2e/node_modules/playwright-core is missing; " +
-			"run `npm ci --no-audit --no-fund` in leaderboard/e2e, or .ci/run")
+			"`make deps` runs npm ci in leaderboard/e2e")
 	}
 	return node
 }

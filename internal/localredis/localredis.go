@@ -30,7 +30,7 @@ import (
 var ErrRedisServerNotFound = errors.New("redis-server not found")
 
 // redisServerNotFoundMessage is what users see; it tells them both ways out.
-const redisServerNotFoundMessage = "redis-server was not found in PATH; install it with `sudo apt-get install redis-server` (Debian/Ubuntu) or set HOARD_REDIS_URL to use an existing Redis"
+const redisServerNotFoundMessage = "redis-server was not found in PATH; install it with `apt-get install --no-install-recommends redis-server` (Debian/Ubuntu; as root or with sudo) or set HOARD_REDIS_URL to use an existing Redis"
 
 type redisServerNotFoundError struct{}
 

@@ -25,7 +25,7 @@ import (
 func requireRedisServer(t *testing.T) {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
-		reason := "redis-server is not installed (" + err.Error() + "); install it with `sudo apt-get install redis-server`"
+		reason := "redis-server is not installed (" + err.Error() + "); `make deps` installs it"
 		if os.Getenv("CI") == "true" {
 			t.Fatal(reason)
 		}
@@ -128,7 +128,7 @@ func TestMissingBinary(t *testing.T) {
 	server := localredis.New(localredis.Config{DataDir: t.TempDir(), Binary: "/nonexistent/redis-server", Logger: testLogger()})
 	err := server.Start(t.Context())
 	require.ErrorIs(t, err, localredis.ErrRedisServerNotFound)
-	require.Contains(t, err.Error(), "sudo apt-get install redis-server")
+	require.Contains(t, err.Error(), "apt-get install --no-install-recommends redis-server")
 	require.Contains(t, err.Error(), "HOARD_REDIS_URL")
 }
 

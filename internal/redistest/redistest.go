@@ -77,7 +77,7 @@ func Unavailable() (reason string, unavailable bool) {
 	}
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		return "redis-server is not installed, so the Redis-backed tests cannot run; install it with " +
-			"`sudo apt-get install redis-server` (Debian/Ubuntu), or point HOARD_TEST_REDIS_URL and " +
+			"`make deps` (or apt-get install redis-server, as root or with sudo), or point HOARD_TEST_REDIS_URL and " +
 			"HOARD_TEST_CLUSTER_ADDRS (or HOARD_TEST_CLUSTER=0) at existing servers", true
 	}
 	return "", false
