@@ -100,8 +100,7 @@ var todo = queues.Target{Queue: queues.QueueTodo}
 var quietLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 func TestClaimAndDone(t *testing.T) {
-	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		tb := setup(t, b, queues.SettingsPatch{})
+	forEachMode(t, queues.SettingsPatch{}, func(t *testing.T, tb bundle, mode string) {
 		tb.enqueue(t, todo, "a", "b", "c")
 		require.Equal(t, []string{"a"}, tb.claim(t, "alice", 1))
 		require.Equal(t, queues.Counts{Todo: 2, Out: 1}, tb.counts(t))
@@ -138,8 +137,7 @@ func TestClaimAndDone(t *testing.T) {
 }
 
 func TestQueuePriorityOrder(t *testing.T) {
-	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		tb := setup(t, b, queues.SettingsPatch{ReclaimEnabled: ptr(true), ReclaimTTL: ptr(queues.Duration(time.Hour))})
+	forEachMode(t, queues.SettingsPatch{ReclaimEnabled: ptr(true), ReclaimTTL: ptr(queues.Duration(time.Hour))}, func(t *testing.T, tb bundle, mode string) {
 		tb.enqueue(t, todo, "stale")
 		require.Equal(t, []string{"stale"}, tb.claim(t, "bob", 1))
 		tb.clock.Advance(2 * time.Hour) // "stale" is now due for a reclaim
@@ -168,8 +166,7 @@ func TestQueuePriorityOrder(t *testing.T) {
 }
 
 func TestMultiClaimThenPartialDone(t *testing.T) {
-	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		tb := setup(t, b, queues.SettingsPatch{})
+	forEachMode(t, queues.SettingsPatch{}, func(t *testing.T, tb bundle, mode string) {
 		tb.enqueue(t, todo, "i1", "i2", "i3", "i4", "i5")
 		got := tb.claim(t, "alice", 100)
 		require.Equal(t, []string{"i1", "i2", "i3", "i4", "i5"}, got)
@@ -184,8 +181,7 @@ func TestMultiClaimThenPartialDone(t *testing.T) {
 }
 
 func TestDoneForItemNeverHandedOutChangesNothing(t *testing.T) {
-	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		tb := setup(t, b, queues.SettingsPatch{})
+	forEachMode(t, queues.SettingsPatch{}, func(t *testing.T, tb bundle, mode string) {
 		tb.enqueue(t, todo, "queued", "claimed")
 		require.Equal(t, []string{"queued"}, tb.claim(t, "alice", 1))
 		before := dumpProject(t, tb)
@@ -200,15 +196,14 @@ func TestDoneForItemNeverHandedOutChangesNothing(t *testing.T) {
 		require.Equal(t, []string{"claimed"}, qe.Items)
 
 		after := dumpProject(t, tb)
-		delete(before, "hoard:{proj}:stats")
-		delete(after, "hoard:{proj}:stats")
+		delete(before, queues.StatsKey(tb.slug))
+		delete(after, queues.StatsKey(tb.slug))
 		require.Equal(t, before, after)
 	})
 }
 
 func TestLateDoneAfterReclaimCompletesOnce(t *testing.T) {
-	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		tb := setup(t, b, queues.SettingsPatch{ReclaimEnabled: ptr(true), ReclaimTTL: ptr(queues.Duration(time.Hour))})
+	forEachMode(t, queues.SettingsPatch{ReclaimEnabled: ptr(true), ReclaimTTL: ptr(queues.Duration(time.Hour))}, func(t *testing.T, tb bundle, mode string) {
 		tb.enqueue(t, todo, "x")
 		require.Equal(t, []string{"x"}, tb.claim(t, "alice", 1))
 		tb.clock.Advance(61 * time.Minute)
@@ -237,8 +232,7 @@ func TestLateDoneAfterReclaimCompletesOnce(t *testing.T) {
 // claim lost in a crash comes back by itself; the oldest claim's age shows
 // in the counts either way.
 func TestReclaimIsOnForANewProject(t *testing.T) {
-	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		tb := setup(t, b, queues.SettingsPatch{})
+	forEachMode(t, queues.SettingsPatch{}, func(t *testing.T, tb bundle, mode string) {
 		settings, err := tb.engine.Project(tb.ctx, tb.slug)
 		require.NoError(t, err)
 		require.True(t, settings.ReclaimEnabled)
@@ -267,8 +261,7 @@ func TestReclaimIsOnForANewProject(t *testing.T) {
 }
 
 func TestReclaimDeadlineGrowsWithTimesClaimed(t *testing.T) {
-	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		tb := setup(t, b, queues.SettingsPatch{ReclaimEnabled: ptr(true), ReclaimTTL: ptr(queues.Duration(time.Hour))})
+	forEachMode(t, queues.SettingsPatch{ReclaimEnabled: ptr(true), ReclaimTTL: ptr(queues.Duration(time.Hour))}, func(t *testing.T, tb bundle, mode string) {
 		tb.enqueue(t, todo, "x")
 		tb.claim(t, "alice", 1) // claimed once: due after 1h
 		tb.clock.Advance(59 * time.Minute)
@@ -292,8 +285,7 @@ func TestReclaimDeadlineGrowsWithTimesClaimed(t *testing.T) {
 }
 
 func TestClaimsLimitServesReclaimsFirst(t *testing.T) {
-	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		tb := setup(t, b, queues.SettingsPatch{ClaimsLimit: ptr(2)})
+	forEachMode(t, queues.SettingsPatch{ClaimsLimit: ptr(2)}, func(t *testing.T, tb bundle, mode string) {
 		tb.enqueue(t, todo, "a", "b", "c", "d")
 		require.Equal(t, []string{"a"}, tb.claim(t, "alice", 1))
 		require.Equal(t, []string{"b"}, tb.claim(t, "bob", 5), "capped by the room left under the limit")
@@ -311,8 +303,7 @@ func TestClaimsLimitServesReclaimsFirst(t *testing.T) {
 }
 
 func TestDownloaderBudget(t *testing.T) {
-	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		tb := setup(t, b, queues.SettingsPatch{DownloaderBudget: ptr(2)})
+	forEachMode(t, queues.SettingsPatch{DownloaderBudget: ptr(2)}, func(t *testing.T, tb bundle, mode string) {
 		tb.enqueue(t, todo, "a", "b", "c", "d", "e")
 		require.Equal(t, []string{"a", "b"}, tb.claim(t, "alice", 10))
 		err := tb.claimErr("alice", 1)
@@ -326,8 +317,7 @@ func TestDownloaderBudget(t *testing.T) {
 }
 
 func TestVersionGateComparesVersions(t *testing.T) {
-	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		tb := setup(t, b, queues.SettingsPatch{MinVersion: ptr("20240101.10")})
+	forEachMode(t, queues.SettingsPatch{MinVersion: ptr("20240101.10")}, func(t *testing.T, tb bundle, mode string) {
 		names := make([]string, 20)
 		for i := range names {
 			names[i] = fmt.Sprintf("i%d", i)
@@ -359,8 +349,7 @@ func TestVersionGateComparesVersions(t *testing.T) {
 }
 
 func TestBlocked(t *testing.T) {
-	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		tb := setup(t, b, queues.SettingsPatch{})
+	forEachMode(t, queues.SettingsPatch{}, func(t *testing.T, tb bundle, mode string) {
 		tb.enqueue(t, todo, "a", "b")
 		require.NoError(t, tb.engine.Block(tb.ctx, tb.slug, "mallory", queues.BlockEntry{Reason: "bad uploads", By: "op"}))
 		err := tb.claimErr("mallory", 1)
@@ -378,8 +367,7 @@ func TestBlocked(t *testing.T) {
 // TestBlocksIgnoreCase: a block can't be dodged by changing a nickname's
 // case, in a project or globally, and an unblock in any case lifts it.
 func TestBlocksIgnoreCase(t *testing.T) {
-	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		tb := setup(t, b, queues.SettingsPatch{})
+	forEachMode(t, queues.SettingsPatch{}, func(t *testing.T, tb bundle, mode string) {
 		tb.enqueue(t, todo, "a", "b")
 		require.NoError(t, tb.engine.Block(tb.ctx, tb.slug, "Mallory", queues.BlockEntry{Reason: "bad uploads"}))
 		for _, nick := range []string{"mallory", "MALLORY", "Mallory", "mAlLoRy"} {
@@ -401,8 +389,7 @@ func TestBlocksIgnoreCase(t *testing.T) {
 }
 
 func TestRateLimitIsSmooth(t *testing.T) {
-	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		tb := setup(t, b, queues.SettingsPatch{RatePerMinute: ptr(60.0), RateBurst: ptr(2)})
+	forEachMode(t, queues.SettingsPatch{RatePerMinute: ptr(60.0), RateBurst: ptr(2)}, func(t *testing.T, tb bundle, mode string) {
 		names := make([]string, 10)
 		for i := range names {
 			names[i] = fmt.Sprintf("i%d", i)
@@ -425,8 +412,7 @@ func TestRateLimitIsSmooth(t *testing.T) {
 }
 
 func TestPausedProjectServesNothing(t *testing.T) {
-	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		tb := setup(t, b, queues.SettingsPatch{Paused: ptr(true)})
+	forEachMode(t, queues.SettingsPatch{Paused: ptr(true)}, func(t *testing.T, tb bundle, mode string) {
 		tb.enqueue(t, todo, "a")
 		err := tb.claimErr("alice", 1)
 		requireCode(t, err, queues.CodeNoItem)
@@ -435,8 +421,7 @@ func TestPausedProjectServesNothing(t *testing.T) {
 }
 
 func TestReleaseClaims(t *testing.T) {
-	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		tb := setup(t, b, queues.SettingsPatch{})
+	forEachMode(t, queues.SettingsPatch{}, func(t *testing.T, tb bundle, mode string) {
 		tb.enqueue(t, todo, "old-a", "old-b", "new-a", "new-b")
 		tb.claim(t, "alice", 1)
 		tb.claim(t, "bobby", 1)
@@ -462,8 +447,7 @@ func TestReleaseClaims(t *testing.T) {
 }
 
 func TestWarriorReleaseOnlyOwnClaims(t *testing.T) {
-	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		tb := setup(t, b, queues.SettingsPatch{})
+	forEachMode(t, queues.SettingsPatch{}, func(t *testing.T, tb bundle, mode string) {
 		tb.enqueue(t, todo, "a", "b")
 		tb.claim(t, "alice", 1)
 		res, err := tb.engine.Release(tb.ctx, tb.slug, []string{"a"}, "bobby")
@@ -477,8 +461,7 @@ func TestWarriorReleaseOnlyOwnClaims(t *testing.T) {
 }
 
 func TestDuplicateQueuedItemIsDropped(t *testing.T) {
-	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		tb := setup(t, b, queues.SettingsPatch{})
+	forEachMode(t, queues.SettingsPatch{}, func(t *testing.T, tb bundle, mode string) {
 		tb.enqueue(t, todo, "a", "a", "b")
 		require.Equal(t, []string{"a"}, tb.claim(t, "alice", 1))
 		require.Equal(t, []string{"b"}, tb.claim(t, "bobby", 1), "the second copy of a is not handed out")
@@ -490,8 +473,7 @@ func TestDuplicateQueuedItemIsDropped(t *testing.T) {
 }
 
 func TestItemExtras(t *testing.T) {
-	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		tb := setup(t, b, queues.SettingsPatch{})
+	forEachMode(t, queues.SettingsPatch{}, func(t *testing.T, tb bundle, mode string) {
 		_, err := tb.engine.Enqueue(tb.ctx, tb.slug, todo, []queues.QueueItem{
 			{Name: "a", Extras: []byte(`{"depth": 2}`)}, {Name: "b"},
 		})
@@ -507,8 +489,7 @@ func TestItemExtras(t *testing.T) {
 }
 
 func TestBadInputChangesNothing(t *testing.T) {
-	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		tb := setup(t, b, queues.SettingsPatch{})
+	forEachMode(t, queues.SettingsPatch{}, func(t *testing.T, tb bundle, mode string) {
 		before := dumpProject(t, tb)
 		_, err := tb.engine.CreateProject(tb.ctx, "bad{slug}", queues.SettingsPatch{})
 		requireCode(t, err, queues.CodeInvalid)
@@ -538,8 +519,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 // TestConcurrentClaimsNeverShareAnItem: many goroutines claim at once; no
 // item goes to two warriors (reclaiming is on, but no deadline passes).
 func TestConcurrentClaimsNeverShareAnItem(t *testing.T) {
-	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		tb := setup(t, b, queues.SettingsPatch{ReclaimEnabled: ptr(true)})
+	forEachMode(t, queues.SettingsPatch{ReclaimEnabled: ptr(true)}, func(t *testing.T, tb bundle, mode string) {
 		const total = 3000
 		names := make([]string, total)
 		for i := range names {
@@ -590,8 +570,7 @@ func TestConcurrentClaimsNeverShareAnItem(t *testing.T) {
 // dones, releases and reclaims, then checks every item is in exactly one
 // place and every index agrees with the others.
 func TestRandomizedTransitionsKeepEveryItemInOnePlace(t *testing.T) {
-	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		tb := setup(t, b, queues.SettingsPatch{ReclaimEnabled: ptr(true), ReclaimTTL: ptr(queues.Duration(time.Minute)), ClaimsLimit: ptr(150)})
+	forEachMode(t, queues.SettingsPatch{ReclaimEnabled: ptr(true), ReclaimTTL: ptr(queues.Duration(time.Minute)), ClaimsLimit: ptr(150)}, func(t *testing.T, tb bundle, mode string) {
 		rng := rand.New(rand.NewPCG(7, 11))
 		all := map[string]bool{}
 		next := 0
@@ -723,6 +702,10 @@ func placesOf(t *testing.T, tb bundle) map[string][]string {
 	done, err := tb.rdb.SMembers(tb.ctx, queues.DoneKey(tb.slug)).Result()
 	require.NoError(t, err)
 	add("done", done)
+	// done_mode count and archive keep the recent completions instead.
+	recent, err := tb.rdb.ZRange(tb.ctx, queues.RecentDoneKey(tb.slug), 0, -1).Result()
+	require.NoError(t, err)
+	add("done", recent)
 	return places
 }
 
@@ -789,8 +772,7 @@ func dumpProject(t *testing.T, tb bundle) map[string]string {
 }
 
 func TestTTLChangeAppliesToClaimsAlreadyOut(t *testing.T) {
-	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		tb := setup(t, b, queues.SettingsPatch{ReclaimEnabled: ptr(true), ReclaimTTL: ptr(queues.Duration(6 * time.Hour))})
+	forEachMode(t, queues.SettingsPatch{ReclaimEnabled: ptr(true), ReclaimTTL: ptr(queues.Duration(6 * time.Hour))}, func(t *testing.T, tb bundle, mode string) {
 		tb.enqueue(t, todo, "x", "y")
 		tb.claim(t, "alice", 2)
 		tb.clock.Advance(90 * time.Minute)
@@ -803,8 +785,7 @@ func TestTTLChangeAppliesToClaimsAlreadyOut(t *testing.T) {
 }
 
 func TestDuplicatesInOneClaimAreHandedOutOnce(t *testing.T) {
-	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		tb := setup(t, b, queues.SettingsPatch{DownloaderBudget: ptr(3)})
+	forEachMode(t, queues.SettingsPatch{DownloaderBudget: ptr(3)}, func(t *testing.T, tb bundle, mode string) {
 		tb.enqueue(t, todo, "a", "a", "b")
 		tb.enqueue(t, queues.Target{Downloader: "alice"}, "b")
 		require.Equal(t, []string{"b", "a"}, tb.claim(t, "alice", 10))
@@ -823,8 +804,7 @@ func TestDuplicatesInOneClaimAreHandedOutOnce(t *testing.T) {
 }
 
 func TestLateDoneAfterReleaseCompletesOnce(t *testing.T) {
-	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		tb := setup(t, b, queues.SettingsPatch{ReclaimEnabled: ptr(true), ReclaimTTL: ptr(queues.Duration(time.Hour))})
+	forEachMode(t, queues.SettingsPatch{ReclaimEnabled: ptr(true), ReclaimTTL: ptr(queues.Duration(time.Hour))}, func(t *testing.T, tb bundle, mode string) {
 		tb.enqueue(t, todo, "x", "y")
 		tb.claim(t, "alice", 2)
 		tb.clock.Advance(7 * time.Hour)
@@ -864,8 +844,7 @@ func TestLateDoneAfterReleaseCompletesOnce(t *testing.T) {
 }
 
 func TestDoneByStrangerChangesNothing(t *testing.T) {
-	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		tb := setup(t, b, queues.SettingsPatch{})
+	forEachMode(t, queues.SettingsPatch{}, func(t *testing.T, tb bundle, mode string) {
 		tb.enqueue(t, todo, "a", "b")
 		tb.claim(t, "alice", 1)
 		tb.claim(t, "bobby", 1)
@@ -883,8 +862,7 @@ func TestDoneByStrangerChangesNothing(t *testing.T) {
 }
 
 func TestByteCountsAreBoundedAndNeverHalfApplied(t *testing.T) {
-	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		tb := setup(t, b, queues.SettingsPatch{})
+	forEachMode(t, queues.SettingsPatch{}, func(t *testing.T, tb bundle, mode string) {
 		names := make([]string, 100)
 		for i := range names {
 			names[i] = fmt.Sprintf("i%d", i)
@@ -952,8 +930,7 @@ func TestRateLimitAboveOnePerMillisecond(t *testing.T) {
 }
 
 func TestConcurrentSettingChangesKeepEachOther(t *testing.T) {
-	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		tb := setup(t, b, queues.SettingsPatch{})
+	forEachMode(t, queues.SettingsPatch{}, func(t *testing.T, tb bundle, mode string) {
 		var wg sync.WaitGroup
 		for i := range 20 {
 			wg.Add(2)
