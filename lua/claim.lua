@@ -28,10 +28,15 @@
 -- KEYS[22] expired_to  STRING the reclaim deadline (ms) up to which expired
 --                          claims are in the event log
 -- KEYS[23] scored      ZSET  todo:scored, item -> score, served highest first
+-- KEYS[24] reserved_set SET  downloaders with a reserved queue: this one is
+--                          removed once its queue is empty
+-- KEYS[25] redo_cancelled HASH items completed while a copy waited in
+--                          todo:redo (or a group's redo sub-queue): that copy
+--                          is dropped when popped
 -- then, for each limit group g (in the order of the config's limit_groups):
--- KEYS[24+5g .. 27+5g]  LIST  the group's sub-queues of todo, todo:backfeed,
+-- KEYS[26+5g .. 29+5g]  LIST  the group's sub-queues of todo, todo:backfeed,
 --                             todo:secondary and todo:redo
--- KEYS[28+5g]           STRING the group's GCRA state
+-- KEYS[30+5g]           STRING the group's GCRA state
 --
 -- ARGV[1] now (ms)
 -- ARGV[2] downloader
@@ -50,13 +55,15 @@
 --      how many of the items are reclaims, the project's extra keys (JSON
 --      object), then the items (extras is "" when the item has none)
 --   0  nothing for you; detail = "empty", "budget" or "claims_limit"
---  -1  no such project
---  -2  version too old; detail = the minimum version
---  -3  blocked; detail = the block entry (JSON)
---  -4  rate limited; detail = milliseconds until a request would pass
---  -5  project paused
---  -6  stale: the project's limit groups changed; rebuild KEYS and retry
---  -7  corrupt state, nothing changed; detail = which key or field is unusable
+--  R.NO_PROJECT    no such project
+--  R.TOO_OLD       version too old; detail = the minimum version
+--  R.BLOCKED       blocked; detail = the block entry (JSON)
+--  R.RATE_LIMITED  rate limited; detail = milliseconds until a request would pass
+--  R.PAUSED        project paused
+--  R.STALE_GROUPS  the project's limit groups changed; rebuild KEYS and retry
+--  R.CORRUPT       corrupt state, nothing changed; detail = which key or field
+--                  is unusable
+-- (R is defined from queues/codes.go, the one place the numbers live.)
 --
 -- Note: items found in claims, done or recent_done when popped, or popped
 -- twice in this call, are duplicates queued twice; they are dropped (counted in
@@ -77,7 +84,7 @@ local wanted = tonumber(ARGV[4])
 local version = ARGV[5]
 local global_block = ARGV[6]
 local groups_version = ARGV[7]
-local ngroups = (#KEYS - 23) / 5
+local ngroups = (#KEYS - 25) / 5
 local group_index = {}
 for g = 0, ngroups - 1 do
   group_index[ARGV[10 + 3 * g]] = g
@@ -89,13 +96,13 @@ local cfg = redis.call('HMGET', KEYS[1], 'created_at', 'paused', 'min_version',
   'downloader_rate_per_minute', 'downloader_rate_burst', 'ip_rate_per_minute', 'ip_rate_burst',
   'ignore_global_blocks', 'event_log')
 if not cfg[1] then
-  return {-1, 'no such project'}
+  return {R.NO_PROJECT, 'no such project'}
 end
 if (cfg[12] or '0') ~= groups_version then
-  return {-6, cfg[12] or '0'}
+  return {R.STALE_GROUPS, cfg[12] or '0'}
 end
 if cfg[2] == '1' then
-  return {-5, 'paused'}
+  return {R.PAUSED, 'paused'}
 end
 
 -- Validate before the first write (see the note above).
@@ -104,16 +111,16 @@ local expected_types = {
   [7] = 'zset', [8] = 'zset', [9] = 'hash', [10] = 'set', [11] = 'hash',
   [12] = 'hash', [13] = 'hash', [14] = 'hash', [15] = 'string', [16] = 'hash',
   [17] = 'string', [18] = 'string', [19] = 'hash', [20] = 'zset',
-  [21] = 'stream', [22] = 'string', [23] = 'zset',
+  [21] = 'stream', [22] = 'string', [23] = 'zset', [24] = 'set', [25] = 'hash',
 }
 for g = 0, ngroups - 1 do
-  for q = 0, 3 do expected_types[24 + 5 * g + q] = 'list' end
-  expected_types[28 + 5 * g] = 'string'
+  for q = 0, 3 do expected_types[26 + 5 * g + q] = 'list' end
+  expected_types[30 + 5 * g] = 'string'
 end
 for i, want in pairs(expected_types) do
   local have = redis.call('TYPE', KEYS[i])['ok']
   if have ~= 'none' and have ~= want then
-    return {-7, KEYS[i] .. ' is a ' .. have .. ', not a ' .. want}
+    return {R.CORRUPT, KEYS[i] .. ' is a ' .. have .. ', not a ' .. want}
   end
 end
 local function integer_field(value)
@@ -126,18 +133,18 @@ local counters = {'requests', 'requests_blocked', 'requests_too_old', 'requests_
 local values = redis.call('HMGET', KEYS[13], unpack(counters))
 for i, field in ipairs(counters) do
   if not integer_field(values[i]) then
-    return {-7, KEYS[13] .. ' field ' .. field .. ' is not an integer'}
+    return {R.CORRUPT, KEYS[13] .. ' field ' .. field .. ' is not an integer'}
   end
 end
 local hourly_counters = {'requests', 'requests_served', 'requests_served_reclaim'}
 values = redis.call('HMGET', KEYS[19], unpack(hourly_counters))
 for i, field in ipairs(hourly_counters) do
   if not integer_field(values[i]) then
-    return {-7, KEYS[19] .. ' field ' .. field .. ' is not an integer'}
+    return {R.CORRUPT, KEYS[19] .. ' field ' .. field .. ' is not an integer'}
   end
 end
 if not integer_field(redis.call('HGET', KEYS[11], downloader)) then
-  return {-7, KEYS[11] .. ' field ' .. downloader .. ' is not an integer'}
+  return {R.CORRUPT, KEYS[11] .. ' field ' .. downloader .. ' is not an integer'}
 end
 
 -- Block targets are stored lower-cased (queues.blockKey); the exact
@@ -149,7 +156,7 @@ if not block and global_block ~= '' and cfg[17] ~= '1' then
 end
 if block then
   redis.call('HINCRBY', KEYS[13], 'requests_blocked', 1)
-  return {-3, block}
+  return {R.BLOCKED, block}
 end
 
 -- Versions compare as versions: runs of digits numerically (any length),
@@ -191,7 +198,7 @@ end
 local min_version = cfg[3]
 if min_version and min_version ~= '' and (version == '' or version_less(version, min_version)) then
   redis.call('HINCRBY', KEYS[13], 'requests_too_old', 1)
-  return {-2, min_version}
+  return {R.TOO_OLD, min_version}
 end
 
 redis.call('HINCRBY', KEYS[13], 'requests', 1)
@@ -228,7 +235,7 @@ local wait_ip, charge_ip = gcra_check(KEYS[18], cfg[15], cfg[16])
 local wait = math.max(wait_project, wait_downloader, wait_ip)
 if wait > 0 then
   redis.call('HINCRBY', KEYS[13], 'requests_rate_limited', 1)
-  return {-4, int(math.ceil(wait))}
+  return {R.RATE_LIMITED, int(math.ceil(wait))}
 end
 gcra_charge(charge_project)
 gcra_charge(charge_downloader)
@@ -268,7 +275,7 @@ for g = 0, ngroups - 1 do
     tokens = unlimited
   elseif rate > 0 then
     local period = 60000 / rate
-    local tat = tonumber(redis.call('GET', KEYS[28 + 5 * g]) or '0') or 0
+    local tat = tonumber(redis.call('GET', KEYS[30 + 5 * g]) or '0') or 0
     if tat < now then tat = now end
     tokens = math.max(0, math.floor((now - tat) / period + burst + 0.000001))
     group_tat[g], group_period[g] = tat, period
@@ -283,7 +290,7 @@ local function charge_group(g, n)
   if n <= 0 or group_tokens[g] >= unlimited then return end
   group_tokens[g] = group_tokens[g] - n
   group_tat[g] = group_tat[g] + n * group_period[g]
-  redis.call('SET', KEYS[28 + 5 * g], string.format('%.4f', group_tat[g]),
+  redis.call('SET', KEYS[30 + 5 * g], string.format('%.4f', group_tat[g]),
     'PX', int(math.ceil(group_tat[g] - now) + 1000))
 end
 
@@ -291,7 +298,7 @@ local function group_limit_hit()
   for g = 0, ngroups - 1 do
     if group_tokens[g] == 0 then
       for q = 0, 3 do
-        if redis.call('EXISTS', KEYS[24 + 5 * g + q]) == 1 then
+        if redis.call('EXISTS', KEYS[26 + 5 * g + q]) == 1 then
           return true
         end
       end
@@ -362,7 +369,8 @@ local function pop(key, n, scored)
   for i = 1, #popped, 2 do items[#items + 1] = popped[i] end
   return items
 end
-local function pop_fresh(key, want, group, scored)
+local any_cancelled = redis.call('EXISTS', KEYS[25]) == 1
+local function pop_fresh(key, want, group, scored, redo)
   local rounds = 0
   while want > 0 and rounds < 8 do
     rounds = rounds + 1
@@ -372,7 +380,10 @@ local function pop_fresh(key, want, group, scored)
     -- This batch's claims are written before anything else can run.
     local out_args, deadline_args, claim_args = {}, {}, {}
     for _, item in ipairs(batch) do
-      if picked[item] or redis.call('HEXISTS', KEYS[9], item) == 1 or redis.call('SISMEMBER', KEYS[10], item) == 1
+      if redo and any_cancelled and redis.call('HDEL', KEYS[25], item) == 1 then
+        -- completed while this copy waited (done.lua marks, never scans)
+        dropped = dropped + 1
+      elseif picked[item] or redis.call('HEXISTS', KEYS[9], item) == 1 or redis.call('SISMEMBER', KEYS[10], item) == 1
           or (any_recent and redis.call('ZSCORE', KEYS[20], item)) then
         dropped = dropped + 1
       else
@@ -429,6 +440,11 @@ local function room()
 end
 if room() > 0 then
   pop_fresh(KEYS[2], room(), '-')
+  -- An emptied reserved queue leaves the set, so the set (and what Counts
+  -- reads) stays as small as the reservations still waiting.
+  if redis.call('LLEN', KEYS[2]) == 0 then
+    redis.call('SREM', KEYS[24], downloader)
+  end
 end
 if room() > 0 then
   pop_fresh(KEYS[23], room(), '-', true)
@@ -438,12 +454,12 @@ for q = 0, 3 do
     local want = math.min(room(), group_tokens[g])
     if want > 0 then
       local before = #taken
-      pop_fresh(KEYS[24 + 5 * g + q], want, ARGV[10 + 3 * g])
+      pop_fresh(KEYS[26 + 5 * g + q], want, ARGV[10 + 3 * g], false, q == 3)
       charge_group(g, #taken - before)
     end
   end
   if room() > 0 then
-    pop_fresh(KEYS[3 + q], room(), '-')
+    pop_fresh(KEYS[3 + q], room(), '-', false, q == 3)
   end
 end
 take_reclaims(wanted - #taken)

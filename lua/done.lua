@@ -31,8 +31,9 @@
 -- KEYS[22] events            STREAM the project's event log (written when the
 --                                   config's event_log is above 0): one "done"
 --                                   entry per accepted call with new items
--- KEYS[23..] the sub-queues of todo:redo of every known limit group (LIST):
---            a released item waits in redo or in one of them
+-- KEYS[23] redo_cancelled    HASH items done while a released copy waits in
+--                                   todo:redo or a group's redo sub-queue;
+--                                   claim.lua drops that copy when it pops it
 --
 -- ARGV[1] now (ms)
 -- ARGV[2] downloader who reports the items
@@ -51,12 +52,12 @@
 --
 -- Returns
 --   {1, new, duplicates}   accepted: new items completed, repeats counted once
---   {-1}                   no such project
---   {-2, item, ...}        refused, nothing changed: these items were never
---                          handed out (not out, not released, not done)
---   {-3, item, ...}        refused, nothing changed: these items are out (or
---                          released) but the reporter never claimed them
---   {-7, why}              corrupt state, nothing changed: a key has the
+--   {R.NO_PROJECT}         no such project
+--   {R.NOT_HANDED_OUT, item, ...} refused, nothing changed: these items were
+--                          never handed out (not out, not released, not done)
+--   {R.NOT_CLAIMANT, item, ...} refused, nothing changed: these items are out
+--                          (or released) but the reporter never claimed them
+--   {R.CORRUPT, why}       corrupt state, nothing changed: a key has the
 --                          wrong type
 --
 -- Note: an item is accepted from its current claimant or any of its recent
@@ -86,15 +87,17 @@ local first_item = 11 + groups * 2
 
 local cfg = redis.call('HMGET', KEYS[1], 'created_at', 'log_length', 'done_mode', 'recent_done', 'event_log')
 if not cfg[1] then
-  return {-1}
+  return {R.NO_PROJECT}
 end
 local events_max = event_log_max(cfg[5])
-if events_max then
-  local have = redis.call('TYPE', KEYS[22])['ok']
-  if have ~= 'none' and have ~= 'stream' then
-    return {-7, KEYS[22] .. ' is a ' .. have .. ', not a stream'}
+local function check_type(k, want)
+  local have = redis.call('TYPE', KEYS[k])['ok']
+  if have ~= 'none' and have ~= want then
+    return {R.CORRUPT, KEYS[k] .. ' is a ' .. have .. ', not a ' .. want}
   end
 end
+local bad = (events_max and check_type(22, 'stream')) or check_type(23, 'hash')
+if bad then return bad end
 local log_length = tonumber(cfg[2] or '1000') or 1000
 local done_mode = cfg[3] or 'keep'
 local recent_max = tonumber(cfg[4] or '1000000') or 1000000
@@ -142,8 +145,8 @@ local function refuse(code, items)
   for _, item in ipairs(items) do reply[#reply + 1] = item end
   return reply
 end
-if #unknown > 0 then return refuse(-2, unknown) end
-if #strangers > 0 then return refuse(-3, strangers) end
+if #unknown > 0 then return refuse(R.NOT_HANDED_OUT, unknown) end
+if #strangers > 0 then return refuse(R.NOT_CLAIMANT, strangers) end
 
 -- Writes.
 if duplicates > 0 then
@@ -165,13 +168,9 @@ if #claimed > 0 then
   redis.call('HINCRBY', KEYS[8], 'rtt_count', #claimed)
 end
 for _, item in ipairs(released_items) do
-  -- Released items were appended to a tail; search from there. (A re-route
-  -- may have moved one between redo and its groups' sub-queues.)
-  if redis.call('LREM', KEYS[15], -1, item) == 0 then
-    for k = 23, #KEYS do
-      if redis.call('LREM', KEYS[k], -1, item) > 0 then break end
-    end
-  end
+  -- Its copy in redo (or a group's redo sub-queue, after a re-route) is
+  -- marked, not searched for: an LREM would scan the whole list per item.
+  redis.call('HSET', KEYS[23], item, 1)
   redis.call('HDEL', KEYS[14], item)
   fresh[#fresh + 1] = item
 end

@@ -21,19 +21,19 @@
 --
 -- Returns {queued, skipped, length of the last target}: items queued, items
 -- skipped because they are out or done already (in the done set, or among
--- the recent completions); or {-1} when the project
--- does not exist, {-2, version} when the routing is stale.
+-- the recent completions); or {R.NO_PROJECT} when the project does not
+-- exist, {R.STALE_GROUPS, version} when the routing is stale.
 --
 -- Note: an item already waiting in a queue is not looked for (that would
 -- cost a scan, or an index of every item); if it is queued twice, the claim
 -- script drops the second copy when it pops it.
 
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  return {-1}
+  return {R.NO_PROJECT}
 end
 if ARGV[2] ~= '' then
   local current = redis.call('HGET', KEYS[1], 'limit_groups_version') or '0'
-  if current ~= ARGV[2] then return {-2, current} end
+  if current ~= ARGV[2] then return {R.STALE_GROUPS, current} end
 end
 local pairs_count = tonumber(ARGV[3])
 local pos = 4 + pairs_count * 2

@@ -12,18 +12,18 @@
 --
 -- ARGV pairs: score (a finite number, as text), item
 --
--- Returns {queued, rescored, skipped, length of the scored queue}, or {-1}
--- when the project does not exist, or {-7, why} when a key has the wrong
+-- Returns {queued, rescored, skipped, length of the scored queue}, or
+-- {R.NO_PROJECT} when the project does not exist, or {R.CORRUPT, why} when a key has the wrong
 -- type (nothing changed).
 
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  return {-1}
+  return {R.NO_PROJECT}
 end
 local expected = {[2] = 'hash', [3] = 'hash', [4] = 'set', [5] = 'zset', [6] = 'zset'}
 for i, want in pairs(expected) do
   local have = redis.call('TYPE', KEYS[i])['ok']
   if have ~= 'none' and have ~= want then
-    return {-7, KEYS[i] .. ' is a ' .. have .. ', not a ' .. want}
+    return {R.CORRUPT, KEYS[i] .. ' is a ' .. have .. ', not a ' .. want}
   end
 end
 local any_recent = redis.call('EXISTS', KEYS[5]) == 1

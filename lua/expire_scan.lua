@@ -17,15 +17,15 @@
 -- Returns
 --   {1, logged, more}  logged expiries; more = 1 when due ones remain
 --   {0}                the project's event log is off; nothing changed
---   {-1}               no such project
---   {-7, why}          corrupt state, nothing changed
+--   {R.NO_PROJECT}     no such project
+--   {R.CORRUPT, why}   corrupt state, nothing changed
 
 local now = tonumber(ARGV[1])
 local limit = tonumber(ARGV[2])
 
 local cfg = redis.call('HMGET', KEYS[1], 'created_at', 'event_log')
 if not cfg[1] then
-  return {-1}
+  return {R.NO_PROJECT}
 end
 local events_max = event_log_max(cfg[2])
 if not events_max then
@@ -35,13 +35,13 @@ local expected = {[2] = 'zset', [3] = 'hash', [4] = 'stream', [5] = 'string'}
 for i, want in pairs(expected) do
   local have = redis.call('TYPE', KEYS[i])['ok']
   if have ~= 'none' and have ~= want then
-    return {-7, KEYS[i] .. ' is a ' .. have .. ', not a ' .. want}
+    return {R.CORRUPT, KEYS[i] .. ' is a ' .. have .. ', not a ' .. want}
   end
 end
 local raw = redis.call('GET', KEYS[5])
 local cursor = tonumber(raw or '0')
 if not cursor then
-  return {-7, KEYS[5] .. ' is not a number'}
+  return {R.CORRUPT, KEYS[5] .. ' is not a number'}
 end
 if cursor >= now then
   return {1, 0, 0}

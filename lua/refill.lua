@@ -17,19 +17,19 @@
 --           target queues)
 --
 -- Returns {n} items queued, {0} when the segment is not on disk any more
--- (refilled, moved away or never committed), {-1} when the item count does
--- not match the record, {-4} when the limit groups changed, or {-5} when
--- the segment was moved to another queue since the caller listed it.
+-- (refilled, moved away or never committed), {R.COUNT_DIFFERS} when the item
+-- count does not match the record, {R.STALE_GROUPS} when the limit groups
+-- changed, or {R.MOVED} when the segment was moved to another queue since the caller listed it.
 
 local record = redis.call('HGET', KEYS[2], ARGV[1])
 if not record then return {0} end
 local state, queue, count = string.match(record, '^(%S+) (%S+) (%S+) ')
 if state ~= 'disk' then return {0} end
-if queue ~= ARGV[3] then return {-5} end
+if queue ~= ARGV[3] then return {R.MOVED} end
 if (redis.call('HGET', KEYS[1], 'limit_groups_version') or '0') ~= ARGV[2] then
-  return {-4}
+  return {R.STALE_GROUPS}
 end
-if (#ARGV - 3) / 2 ~= tonumber(count) then return {-1} end
+if (#ARGV - 3) / 2 ~= tonumber(count) then return {R.COUNT_DIFFERS} end
 local to = {}
 for i = 4, #ARGV, 2 do
   local key = KEYS[3 + tonumber(ARGV[i + 1])]

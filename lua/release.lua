@@ -24,17 +24,18 @@
 --   released  items moved from out to todo:redo
 --   not_out   items that were not out (never handed out, done, or already released)
 --   filtered  items out but excluded by ARGV[2] or ARGV[3]
---   {-1} when the project does not exist, {-2} when the routing is stale.
+--   {R.NO_PROJECT} when the project does not exist, {R.STALE_GROUPS} when the
+--   routing is stale.
 --
 -- Note: a released item keeps its claim count and claimants in "released"
 -- while it waits in redo, so a late done from a claimant still completes it
 -- and the next claim continues the count (TTL x times claimed).
 
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  return {-1}
+  return {R.NO_PROJECT}
 end
 if (redis.call('HGET', KEYS[1], 'limit_groups_version') or '0') ~= ARGV[4] then
-  return {-2}
+  return {R.STALE_GROUPS}
 end
 local now = tonumber(ARGV[1])
 local only_downloader = ARGV[2]

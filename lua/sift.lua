@@ -19,14 +19,14 @@
 --
 -- Returns {popped, moved, rotated, unseen}; unseen items (taken from the
 -- head by a claim after the caller peeked, so the head moved) are pushed
--- back to the head in order, undecided. {-1} when the project does not
--- exist, {-2} when the decisions are stale.
+-- back to the head in order, undecided. {R.NO_PROJECT} when the project does
+-- not exist, {R.STALE_GROUPS} when the decisions are stale.
 
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  return {-1}
+  return {R.NO_PROJECT}
 end
 if ARGV[1] ~= '' and (redis.call('HGET', KEYS[1], 'limit_groups_version') or '0') ~= ARGV[1] then
-  return {-2}
+  return {R.STALE_GROUPS}
 end
 local k = tonumber(ARGV[2])
 local batch = redis.call('LPOP', KEYS[2], k)

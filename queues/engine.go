@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"slices"
@@ -226,31 +227,17 @@ func (e *Engine) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, erro
 		ip = "-"
 	}
 	slug := req.Project
-	state, err := e.limitGroups(ctx, slug, false)
-	if err != nil {
-		return ClaimResult{}, err
-	}
 	globalBlock, err := e.globalBlocks.lookup(ctx, e, req.Downloader, ip)
 	if err != nil {
 		return ClaimResult{}, err
 	}
-	var code int64
-	var rest []any
-	for attempt := 0; ; attempt++ {
+	code, rest, err := e.runWithGroups(ctx, op, slug, claimScript, func(state *groupState) ([]string, []any) {
 		now := e.clock.Now()
 		keys, groupArgs := claimKeys(slug, req.Downloader, ip, globalBlock, now, state)
-		args := append([]any{now.UnixMilli(), req.Downloader, ip, req.Count, req.Version}, groupArgs...)
-		code, rest, err = e.runScriptList(ctx, op, claimScript, keys, args...)
-		if err != nil {
-			return ClaimResult{}, err
-		}
-		if code != -6 || attempt == 2 {
-			break
-		}
-		// Another frontend changed the limit groups: rebuild KEYS.
-		if state, err = e.limitGroups(ctx, slug, true); err != nil {
-			return ClaimResult{}, err
-		}
+		return keys, append([]any{now.UnixMilli(), req.Downloader, ip, req.Count, req.Version}, groupArgs...)
+	})
+	if err != nil {
+		return ClaimResult{}, err
 	}
 	detail := ""
 	if len(rest) > 0 {
@@ -278,11 +265,11 @@ func (e *Engine) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, erro
 			reason = "no items left for you"
 		}
 		return ClaimResult{}, &Error{Op: op, Code: CodeNoItem, Message: reason}
-	case -1:
+	case codeNoProject:
 		return ClaimResult{}, errorf(op, CodeProjectNotFound, "no project %q", slug)
-	case -2:
+	case codeTooOld:
 		return ClaimResult{}, errorf(op, CodeVersionTooOld, "script version %q is older than the minimum %q; update your pipeline", req.Version, detail)
-	case -3:
+	case codeBlocked:
 		var entry BlockEntry
 		_ = json.Unmarshal([]byte(detail), &entry)
 		msg := "you are blocked"
@@ -290,14 +277,14 @@ func (e *Engine) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, erro
 			msg += ": " + entry.Reason
 		}
 		return ClaimResult{}, errorf(op, CodeBlocked, "%s", msg)
-	case -4:
+	case codeRateLimited:
 		ms, _ := strconv.ParseInt(detail, 10, 64)
 		return ClaimResult{}, &Error{Op: op, Code: CodeRateLimited, Message: "rate limited; slow down", RetryAfter: time.Duration(ms) * time.Millisecond}
-	case -5:
+	case codePaused:
 		return ClaimResult{}, &Error{Op: op, Code: CodeNoItem, Message: "project is paused"}
-	case -6:
+	case codeStaleGroups:
 		return ClaimResult{}, unavailable(op, errors.New("limit groups kept changing during the claim"))
-	case -7:
+	case codeCorrupt:
 		// Nothing was popped or written: the items stay queued until an
 		// operator repairs the key the script names.
 		e.logger.Error("claim refused: corrupt project state", "project", slug, "detail", detail)
@@ -408,18 +395,7 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 		ExtrasKey(slug), StatsKey(slug), DownloaderBytesKey(slug), DownloaderItemsKey(slug),
 		DownloaderVersionKey(slug), DomainBytesKey(slug), LogKey(slug), ReleasedKey(slug), QueueKey(slug, QueueRedo),
 		HourlyKey(slug, now), SeriesMinuteKey(slug, now), SeriesHourKey(slug, now), SeriesDownloaderKey(slug, now),
-		RecentDoneKey(slug), DoneArchiveKey(slug), EventsKey(slug),
-	}
-	// A released item waits in redo or in one of its groups' sub-queues.
-	state, err := e.limitGroups(ctx, slug, false)
-	if err != nil {
-		return DoneResult{}, err
-	}
-	for _, g := range state.groups {
-		keys = append(keys, GroupQueueKey(slug, QueueRedo, g.Name))
-	}
-	for _, name := range state.removed {
-		keys = append(keys, GroupQueueKey(slug, QueueRedo, name))
+		RecentDoneKey(slug), DoneArchiveKey(slug), EventsKey(slug), RedoCancelledKey(slug),
 	}
 	args := make([]any, 0, 9+2*len(groups)+len(req.Items))
 	args = append(args, now.UnixMilli(), req.Downloader, req.Version, total, tail, len(groups))
@@ -438,20 +414,20 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 	switch code {
 	case 1:
 		return DoneResult{New: int(replyInt(rest[0])), Duplicates: int(replyInt(rest[1]))}, nil
-	case -1:
+	case codeNoProject:
 		return DoneResult{}, errorf(op, CodeProjectNotFound, "no project %q", slug)
-	case -2, -3:
+	case codeNotHandedOut, codeNotClaimant:
 		items := make([]string, len(rest))
 		for i, v := range rest {
 			items[i] = replyString(v)
 		}
-		if code == -2 {
+		if code == codeNotHandedOut {
 			return DoneResult{}, &Error{Op: op, Code: CodeNotHandedOut, Items: items,
 				Message: "refused: " + strconv.Itoa(len(items)) + " item(s) were never handed out, so nothing was marked done: " + truncate(items[0], 200)}
 		}
 		return DoneResult{}, &Error{Op: op, Code: CodeNotClaimant, Items: items,
 			Message: "refused: " + strconv.Itoa(len(items)) + " item(s) were claimed by other downloaders, not " + req.Downloader + ", so nothing was marked done: " + truncate(items[0], 200)}
-	case -7:
+	case codeCorrupt:
 		e.logger.Error("done refused: corrupt project state", "project", slug, "detail", replyString(rest[0]))
 		return DoneResult{}, unavailable(op, errors.New("project state is corrupt ("+replyString(rest[0])+"); nothing was marked done"))
 	}
@@ -517,11 +493,7 @@ func (e *Engine) release(ctx context.Context, slug string, items []string, onlyD
 	if cutoffMillis >= 0 {
 		cutoff = strconv.FormatInt(cutoffMillis, 10)
 	}
-	state, err := e.limitGroups(ctx, slug, false)
-	if err != nil {
-		return ReleaseResult{}, err
-	}
-	for attempt := 0; ; attempt++ {
+	code, rest, err := e.runWithGroups(ctx, op, slug, releaseScript, func(state *groupState) ([]string, []any) {
 		// Released items go back to redo, into their limit group's
 		// sub-queue, so a release never lets an item skip its limit.
 		keys := []string{ConfigKey(slug), QueueKey(slug, QueueRedo), OutKey(slug), DeadlinesKey(slug),
@@ -534,23 +506,17 @@ func (e *Engine) release(ctx context.Context, slug string, items []string, onlyD
 		for _, item := range items {
 			args = append(args, item, groupFor(state.groups, item)+1)
 		}
-		code, rest, err := e.runScriptList(ctx, op, releaseScript, keys, args...)
-		if err != nil {
-			return ReleaseResult{}, err
-		}
-		switch {
-		case code == -1:
-			return ReleaseResult{}, errorf(op, CodeProjectNotFound, "no project %q", slug)
-		case code == -2 && attempt < 2:
-			if state, err = e.limitGroups(ctx, slug, true); err != nil {
-				return ReleaseResult{}, err
-			}
-			continue
-		case code < 0:
-			return ReleaseResult{}, unavailable(op, errors.New("limit groups kept changing during the release"))
-		}
-		return ReleaseResult{Released: int(code), NotOut: int(replyInt(rest[0])), Filtered: int(replyInt(rest[1]))}, nil
+		return keys, args
+	})
+	switch {
+	case err != nil:
+		return ReleaseResult{}, err
+	case code == codeNoProject:
+		return ReleaseResult{}, errorf(op, CodeProjectNotFound, "no project %q", slug)
+	case code < 0:
+		return ReleaseResult{}, unavailable(op, fmt.Errorf("release script returned code %d", code))
 	}
+	return ReleaseResult{Released: int(code), NotOut: int(replyInt(rest[0])), Filtered: int(replyInt(rest[1]))}, nil
 }
 
 // ReleaseFilter selects claims for ReleaseClaims. The zero filter selects
@@ -684,11 +650,7 @@ func (e *Engine) Enqueue(ctx context.Context, slug string, target Target, items 
 			extras = append(extras, item.Name, string(jsonCompact(nil, item.Extras)))
 		}
 	}
-	state, err := e.limitGroups(ctx, slug, false)
-	if err != nil {
-		return EnqueueResult{}, err
-	}
-	for attempt := 0; ; attempt++ {
+	code, rest, err := e.runWithGroups(ctx, op, slug, enqueueScript, func(state *groupState) ([]string, []any) {
 		// Route: a reserved queue takes everything; otherwise each item
 		// goes to the sub-queue of its limit group, or the queue itself.
 		keys := []string{ConfigKey(slug), ExtrasKey(slug), StatsKey(slug), ReservedSetKey(slug), ClaimsKey(slug), DoneKey(slug), RecentDoneKey(slug)}
@@ -719,30 +681,24 @@ func (e *Engine) Enqueue(ctx context.Context, slug string, target Target, items 
 			args = append(args, len(routed[i]))
 			args = append(args, routed[i]...)
 		}
-		code, rest, err := e.runScriptList(ctx, op, enqueueScript, keys, args...)
-		if err != nil {
+		return keys, args
+	})
+	switch {
+	case err != nil:
+		return EnqueueResult{}, err
+	case code == codeNoProject:
+		return EnqueueResult{}, errorf(op, CodeProjectNotFound, "no project %q", slug)
+	case code < 0:
+		return EnqueueResult{}, unavailable(op, fmt.Errorf("enqueue script returned code %d", code))
+	}
+	length := replyInt(rest[1])
+	if target.Downloader == "" {
+		// Report the whole queue: the queue and its groups' sub-queues.
+		if length, err = e.queueLength(ctx, slug, queue); err != nil {
 			return EnqueueResult{}, err
 		}
-		switch {
-		case code == -1:
-			return EnqueueResult{}, errorf(op, CodeProjectNotFound, "no project %q", slug)
-		case code == -2 && attempt < 2:
-			if state, err = e.limitGroups(ctx, slug, true); err != nil {
-				return EnqueueResult{}, err
-			}
-			continue
-		case code < 0:
-			return EnqueueResult{}, unavailable(op, errors.New("limit groups kept changing during the enqueue"))
-		}
-		length := replyInt(rest[1])
-		if target.Downloader == "" {
-			// Report the whole queue: the queue and its groups' sub-queues.
-			if length, err = e.queueLength(ctx, slug, queue); err != nil {
-				return EnqueueResult{}, err
-			}
-		}
-		return EnqueueResult{Queued: int(code), Skipped: int(replyInt(rest[0])), Length: length}, nil
 	}
+	return EnqueueResult{Queued: int(code), Skipped: int(replyInt(rest[0])), Length: length}, nil
 }
 
 // queueLength counts a shared queue with its limit groups' sub-queues.
@@ -815,6 +771,8 @@ func (e *Engine) Counts(ctx context.Context, slug string) (Counts, error) {
 	if _, err := e.Project(ctx, slug); err != nil {
 		return Counts{}, err
 	}
+	// claim.lua removes a downloader once its reserved queue is empty, so
+	// this set is only as large as the reservations still waiting.
 	reserved, err := e.rdb.SMembers(ctx, ReservedSetKey(slug)).Result()
 	if err != nil {
 		return Counts{}, unavailable(op, err)
@@ -839,6 +797,7 @@ func (e *Engine) Counts(ctx context.Context, slug string) (Counts, error) {
 		reservedLens[i] = pipe.LLen(ctx, ReservedQueueKey(slug, d))
 	}
 	scored := pipe.ZCard(ctx, QueueKey(slug, QueueScored))
+	cancelled := pipe.HLen(ctx, RedoCancelledKey(slug))
 	out := pipe.ZCard(ctx, OutKey(slug))
 	done := pipe.SCard(ctx, DoneKey(slug))
 	discarded := pipe.HGet(ctx, StatsKey(slug), "done_discarded")
@@ -862,6 +821,8 @@ func (e *Engine) Counts(ctx context.Context, slug string) (Counts, error) {
 	if n, err := strconv.ParseInt(discarded.Val(), 10, 64); err == nil {
 		c.Done += n
 	}
+	// Copies of released items completed since wait in redo until popped.
+	c.Redo = max(0, c.Redo-cancelled.Val())
 	if first := oldest.Val(); len(first) == 1 {
 		if age := e.nowMillis() - int64(first[0].Score); age > 0 {
 			c.OldestClaimAgeSeconds = float64(age) / 1000
@@ -979,9 +940,9 @@ func (e *Engine) EnqueueScored(ctx context.Context, slug string, items []QueueIt
 		return ScoredResult{}, err
 	}
 	switch code {
-	case -1:
+	case codeNoProject:
 		return ScoredResult{}, errorf(op, CodeProjectNotFound, "no project %q", slug)
-	case -7:
+	case codeCorrupt:
 		return ScoredResult{}, unavailable(op, errors.New("corrupt project state: "+replyString(rest[0])))
 	}
 	return ScoredResult{Queued: int(code), Rescored: int(replyInt(rest[0])), Skipped: int(replyInt(rest[1])), Length: replyInt(rest[2])}, nil

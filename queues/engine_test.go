@@ -672,8 +672,15 @@ func TestRandomizedTransitionsKeepEveryItemInOnePlace(t *testing.T) {
 func placesOf(t *testing.T, tb bundle) map[string][]string {
 	t.Helper()
 	places := map[string][]string{}
+	// A released copy completed since still waits in redo, marked
+	// cancelled: the claim that pops it drops it. It is not a place.
+	cancelled, err := tb.rdb.HGetAll(tb.ctx, queues.RedoCancelledKey(tb.slug)).Result()
+	require.NoError(t, err)
 	add := func(place string, items []string) {
 		for _, it := range items {
+			if cancelled[it] != "" && strings.HasPrefix(place, string(queues.QueueRedo)) {
+				continue
+			}
 			places[it] = append(places[it], place)
 		}
 	}
@@ -823,6 +830,14 @@ func TestLateDoneAfterReleaseCompletesOnce(t *testing.T) {
 
 		// The next claim of a released item continues its count: due after 2h.
 		require.Equal(t, []string{"y"}, tb.claim(t, "bobby", 5))
+		// x's released copy was marked when x was done, and dropped when
+		// popped: nothing scanned redo for it.
+		marks, err := tb.rdb.HLen(tb.ctx, queues.RedoCancelledKey(tb.slug)).Result()
+		require.NoError(t, err)
+		require.Zero(t, marks)
+		stats, err := tb.engine.Stats(tb.ctx, tb.slug)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, stats.Counters["duplicates_dropped"])
 		record, err := tb.rdb.HGet(tb.ctx, queues.ClaimsKey(tb.slug), "y").Result()
 		require.NoError(t, err)
 		require.True(t, strings.HasPrefix(record, "2 "), record)
@@ -950,5 +965,32 @@ func TestConcurrentSettingChangesKeepEachOther(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "title", p.Title)
 		require.GreaterOrEqual(t, p.ClaimsLimit, 1000, "no PATCH of the title undid a claims limit")
+	})
+}
+
+// TestReservedSetShrinksWhenAQueueEmpties: Counts reads one length per
+// downloader in the reserved set, so the set must not keep every nick that
+// ever had a reservation.
+func TestReservedSetShrinksWhenAQueueEmpties(t *testing.T) {
+	forEachMode(t, queues.SettingsPatch{}, func(t *testing.T, tb bundle, mode string) {
+		for _, nick := range []string{"alice", "bobby"} {
+			_, err := tb.engine.Enqueue(tb.ctx, tb.slug, queues.Target{Downloader: nick}, []queues.QueueItem{{Name: "for-" + nick + "-1"}, {Name: "for-" + nick + "-2"}})
+			require.NoError(t, err)
+		}
+		members := func() []string {
+			m, err := tb.rdb.SMembers(tb.ctx, queues.ReservedSetKey(tb.slug)).Result()
+			require.NoError(t, err)
+			sort.Strings(m)
+			return m
+		}
+		require.Equal(t, []string{"alice", "bobby"}, members())
+		require.Equal(t, []string{"for-alice-1"}, tb.claim(t, "alice", 1))
+		require.Equal(t, []string{"alice", "bobby"}, members(), "alice's queue still holds one")
+		require.Equal(t, []string{"for-alice-2"}, tb.claim(t, "alice", 1))
+		require.Equal(t, []string{"bobby"}, members())
+		require.EqualValues(t, 2, tb.counts(t).Reserved)
+		require.Equal(t, []string{"for-bobby-1", "for-bobby-2"}, tb.claim(t, "bobby", 5))
+		require.Empty(t, members())
+		require.Zero(t, tb.counts(t).Reserved)
 	})
 }

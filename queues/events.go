@@ -229,9 +229,9 @@ func (e *Engine) ScanExpiredClaims(ctx context.Context, slug string, limit int) 
 		return int(replyInt(rest[0])), replyInt(rest[1]) == 1, nil
 	case 0:
 		return 0, false, nil
-	case -1:
+	case codeNoProject:
 		return 0, false, errorf(op, CodeProjectNotFound, "no project %q", slug)
-	case -7:
+	case codeCorrupt:
 		return 0, false, unavailable(op, errors.New("corrupt project state: "+replyString(rest[0])))
 	}
 	return 0, false, unavailable(op, fmt.Errorf("expire scan returned unknown code %d", code))

@@ -165,6 +165,12 @@ func RecentDoneKey(slug string) string { return projectPrefix(slug) + "recent_do
 // archive files (done_mode archive); the offloader drains it.
 func DoneArchiveKey(slug string) string { return projectPrefix(slug) + "done_archive" }
 
+// RedoCancelledKey marks items completed while a released copy still
+// waits in todo:redo or a group's redo sub-queue (HASH item -> 1): done.lua
+// marks instead of scanning the list, claim.lua drops the copy when it
+// pops it.
+func RedoCancelledKey(slug string) string { return projectPrefix(slug) + "redo_cancelled" }
+
 // EventsKey is the project's event log (STREAM), written when event_log is
 // above 0: one entry per done call ("done") and per expired claim
 // ("reclaim"), read by plugins through consumer groups.

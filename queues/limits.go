@@ -78,14 +78,14 @@ func (e *Engine) limitGroups(ctx context.Context, slug string, refresh bool) (*g
 
 // claimKeys builds the claim script's KEYS and the group part of its ARGV.
 func claimKeys(slug, downloader, ip, globalBlock string, now time.Time, state *groupState) ([]string, []any) {
-	keys := make([]string, 0, 23+5*(len(state.groups)+len(state.removed)))
+	keys := make([]string, 0, 25+5*(len(state.groups)+len(state.removed)))
 	keys = append(keys,
 		ConfigKey(slug), ReservedQueueKey(slug, downloader),
 		QueueKey(slug, QueueTodo), QueueKey(slug, QueueBackfeed), QueueKey(slug, QueueSecondary), QueueKey(slug, QueueRedo),
 		OutKey(slug), DeadlinesKey(slug), ClaimsKey(slug), DoneKey(slug), BudgetKey(slug),
 		ExtrasKey(slug), StatsKey(slug), BlockedKey(slug), RateKey(slug), ReleasedKey(slug),
 		DownloaderRateKey(slug, downloader), IPRateKey(slug, ip), HourlyKey(slug, now), RecentDoneKey(slug),
-		EventsKey(slug), ExpiryCursorKey(slug), QueueKey(slug, QueueScored))
+		EventsKey(slug), ExpiryCursorKey(slug), QueueKey(slug, QueueScored), ReservedSetKey(slug), RedoCancelledKey(slug))
 	args := make([]any, 0, 2+3*(len(state.groups)+len(state.removed)))
 	args = append(args, globalBlock, state.version)
 	addGroup := func(name, rate string, burst int) {
@@ -351,9 +351,9 @@ func (e *Engine) sift(ctx context.Context, slug, source string, dest Queue, matc
 			return result, err
 		}
 		switch code {
-		case -1:
+		case codeNoProject:
 			return result, errorf(op, CodeProjectNotFound, "no project %q", slug)
-		case -2:
+		case codeStaleGroups:
 			if state, err = e.limitGroups(ctx, slug, true); err != nil {
 				return result, err
 			}

@@ -157,7 +157,6 @@ const (
 	maxSegmentsPerPass      = 64
 	doneDrainBatch          = 10_000
 	segmentReadBatch        = 10_000
-	maxRefillRetries        = 8
 )
 
 func (o *Offloader) logger() *slog.Logger {
@@ -782,11 +781,7 @@ func (o *Offloader) refillSegment(ctx context.Context, slug string, seg Segment)
 	if int64(len(items)) != seg.Count {
 		return 0, fmt.Errorf("segment %s: file %s holds %d items, the record says %d", seg.ID, path, len(items), seg.Count)
 	}
-	for range maxRefillRetries {
-		state, err := o.Engine.limitGroups(ctx, slug, false)
-		if err != nil {
-			return 0, err
-		}
+	code, _, err := o.Engine.runWithGroups(ctx, op, slug, refillScript, func(state *groupState) ([]string, []any) {
 		keys := []string{ConfigKey(slug), SegmentsKey(slug), OffloadKey(slug), QueueKey(slug, Queue(seg.Queue))}
 		for _, g := range state.groups {
 			keys = append(keys, GroupQueueKey(slug, Queue(seg.Queue), g.Name))
@@ -796,31 +791,24 @@ func (o *Offloader) refillSegment(ctx context.Context, slug string, seg Segment)
 		for _, item := range items {
 			args = append(args, item, groupFor(state.groups, item)+2)
 		}
-		code, _, err := o.Engine.runScriptList(ctx, op, refillScript, keys, args...)
-		if err != nil {
-			return 0, err
-		}
-		switch {
-		case code == -5:
-			// Moved to another queue since it was listed: the next pass
-			// refills it there.
-			return 0, nil
-		case code == -4:
-			if _, err := o.Engine.limitGroups(ctx, slug, true); err != nil {
-				return 0, err
-			}
-			continue
-		case code < 0:
-			return 0, fmt.Errorf("segment %s: refill refused (%d)", seg.ID, code)
-		}
-		// Queued (or already gone): the file is no longer referenced.
-		_ = os.Remove(path)
-		if code > 0 {
-			o.refilled.Add(1)
-		}
-		return code, nil
+		return keys, args
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case code == codeMoved:
+		// Moved to another queue since it was listed: the next pass
+		// refills it there.
+		return 0, nil
+	case code < 0:
+		return 0, fmt.Errorf("segment %s: refill refused (%d)", seg.ID, code)
 	}
-	return 0, fmt.Errorf("segment %s: limit groups kept changing", seg.ID)
+	// Queued (or already gone): the file is no longer referenced.
+	_ = os.Remove(path)
+	if code > 0 {
+		o.refilled.Add(1)
+	}
+	return code, nil
 }
 
 // recoverStaged puts back the items of staged segments older than the

@@ -42,7 +42,7 @@ func loadScript(name string) *redis.Script {
 	if err != nil {
 		panic(fmt.Sprintf("lua script %s: %v", name, err))
 	}
-	return redis.NewScript(string(prelude) + "\n" + string(body))
+	return redis.NewScript(luaCodes() + string(prelude) + "\n" + string(body))
 }
 
 // runScript runs a script with EVALSHA (EVAL once after a NOSCRIPT) and
@@ -108,4 +108,30 @@ func replyInt(v any) int64 {
 		return n
 	}
 	return 0
+}
+
+// runWithGroups runs a script whose KEYS depend on the project's limit
+// groups: build makes KEYS and ARGV from the groups as last read. When the
+// script answers codeStaleGroups (another frontend changed them in
+// between), the groups are read again and the script runs again, three
+// times in all before giving up.
+func (e *Engine) runWithGroups(ctx context.Context, op, slug string, script *redis.Script,
+	build func(state *groupState) (keys []string, args []any)) (int64, []any, error) {
+	state, err := e.limitGroups(ctx, slug, false)
+	if err != nil {
+		return 0, nil, err
+	}
+	for attempt := 0; ; attempt++ {
+		keys, args := build(state)
+		code, rest, err := e.runScriptList(ctx, op, script, keys, args...)
+		if err != nil || code != codeStaleGroups {
+			return code, rest, err
+		}
+		if attempt == 2 {
+			return 0, nil, unavailable(op, errors.New("the project's limit groups kept changing"))
+		}
+		if state, err = e.limitGroups(ctx, slug, true); err != nil {
+			return 0, nil, err
+		}
+	}
 }
