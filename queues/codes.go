@@ -12,17 +12,17 @@ import (
 // Replies that start with a count (0 or more) are not codes; codes are
 // negative.
 const (
-	codeNoProject = -1  // the project does not exist
-	codeTooOld = -2  // claim: the client's version is below the minimum
-	codeBlocked = -3  // claim: the nickname or IP is blocked
-	codeRateLimited = -4  // claim: over a rate limit
-	codePaused = -5  // claim: the project is paused
-	codeStaleGroups = -6  // the limit groups changed: rebuild KEYS and retry
-	codeCorrupt = -7  // a key has the wrong type or an unreadable value; nothing changed
+	codeNoProject    = -1  // the project does not exist
+	codeTooOld       = -2  // claim: the client's version is below the minimum
+	codeBlocked      = -3  // claim: the nickname or IP is blocked
+	codeRateLimited  = -4  // claim: over a rate limit
+	codePaused       = -5  // claim: the project is paused
+	codeStaleGroups  = -6  // the limit groups changed: rebuild KEYS and retry
+	codeCorrupt      = -7  // a key has the wrong type or an unreadable value; nothing changed
 	codeNotHandedOut = -8  // done: items never handed out
-	codeNotClaimant = -9  // done: items claimed by someone else
+	codeNotClaimant  = -9  // done: items claimed by someone else
 	codeCountDiffers = -10 // refill: the item count does not match the record
-	codeMoved = -11 // refill: the segment moved to another queue
+	codeMoved        = -11 // refill: the segment moved to another queue
 )
 
 // scriptCodes names the codes for Lua.
