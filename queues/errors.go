@@ -32,6 +32,9 @@ const (
 	CodeExists
 	// CodeUnavailable: a dependency (Redis) failed.
 	CodeUnavailable
+	// CodeClaimsOut: the change would strand items that warriors hold
+	// (deleting a project with claims out, without force).
+	CodeClaimsOut
 )
 
 func (c Code) String() string {
@@ -56,6 +59,8 @@ func (c Code) String() string {
 		return "exists"
 	case CodeUnavailable:
 		return "unavailable"
+	case CodeClaimsOut:
+		return "claims_out"
 	}
 	return fmt.Sprintf("code(%d)", int(c))
 }

@@ -1,0 +1,235 @@
+package queues
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Claim is one item out, as its claim record (lua/prelude.lua parse_claim)
+// and the deadline index describe it.
+type Claim struct {
+	Item       string    `json:"item"`
+	Downloader string    `json:"downloader"`
+	IP         string    `json:"ip"`
+	ClaimedAt  time.Time `json:"claimed_at"`
+	// TimesClaimed counts every hand-out of the item, reclaims included.
+	TimesClaimed int `json:"times_claimed"`
+	// Deadline is when the item may be reclaimed (zero when the deadline
+	// index has no entry, e.g. a claim made with reclaiming off).
+	Deadline time.Time `json:"deadline,omitzero"`
+	// Earlier are the item's earlier claimants, newest first; they may
+	// still complete it.
+	Earlier []string `json:"earlier,omitempty"`
+	// Group is the limit group the item was served under ("" = none).
+	Group string `json:"group,omitempty"`
+}
+
+// parseClaimRecord reads "<times> <claimed at ms> <downloader> <ip>
+// <earlier> <group>", the format lua/prelude.lua writes; "-" stands for
+// no earlier claimants and no group.
+func parseClaimRecord(item, record string) (Claim, bool) {
+	// Split on single spaces, as parse_claim's anchored pattern does.
+	f := strings.Split(record, " ")
+	if len(f) != 6 || slices.Contains(f, "") {
+		return Claim{}, false
+	}
+	times, err1 := strconv.Atoi(f[0])
+	at, err2 := strconv.ParseInt(f[1], 10, 64)
+	if err1 != nil || err2 != nil {
+		return Claim{}, false
+	}
+	c := Claim{Item: item, TimesClaimed: times, ClaimedAt: time.UnixMilli(at).UTC(), Downloader: f[2], IP: f[3]}
+	if f[4] != "-" {
+		c.Earlier = strings.Split(f[4], ",")
+	}
+	if f[5] != "-" {
+		c.Group = f[5]
+	}
+	return c, true
+}
+
+// ClaimFilter selects claims to list: the zero filter selects every one.
+type ClaimFilter struct {
+	// OlderThan selects claims made at least this long ago (0 = any age).
+	OlderThan time.Duration
+	// Downloader selects one downloader's claims ("" = anyone's).
+	Downloader string
+}
+
+// ClaimCursor is where a claims listing continues: after the item Item
+// claimed at AfterMillis (out orders equal claim times by item name).
+// The zero cursor starts at the oldest claim.
+type ClaimCursor struct {
+	AfterMillis int64
+	Item        string
+}
+
+// String encodes the cursor for a URL ("" for the zero cursor).
+func (c ClaimCursor) String() string {
+	if c.Item == "" {
+		return ""
+	}
+	return strconv.FormatInt(c.AfterMillis, 10) + ":" + c.Item
+}
+
+// ParseClaimCursor reads what ClaimCursor.String wrote.
+func ParseClaimCursor(s string) (ClaimCursor, error) {
+	if s == "" {
+		return ClaimCursor{}, nil
+	}
+	ms, item, ok := strings.Cut(s, ":")
+	at, err := strconv.ParseInt(ms, 10, 64)
+	if !ok || err != nil || ValidateItem(item) != nil {
+		return ClaimCursor{}, errorf("queues.ParseClaimCursor", CodeInvalid, "bad cursor %q (pass back the \"next\" of the previous page)", truncate(s, 80))
+	}
+	return ClaimCursor{AfterMillis: at, Item: item}, nil
+}
+
+// MaxClaimsPage caps a page of Claims.
+const MaxClaimsPage = 10000
+
+// claimsReadPage is how many members of out one read takes.
+const claimsReadPage = 1000
+
+// Claims lists up to limit claims the filter selects, oldest claim first,
+// starting after cursor, and the cursor of the next page (zero when there
+// is none). It reads out by claim time a page at a time, so a project with
+// millions of items out is never loaded whole.
+func (e *Engine) Claims(ctx context.Context, slug string, filter ClaimFilter, cursor ClaimCursor, limit int) ([]Claim, ClaimCursor, error) {
+	const op = "queues.Claims"
+	if limit < 1 || limit > MaxClaimsPage {
+		return nil, ClaimCursor{}, errorf(op, CodeInvalid, "limit must be between 1 and %d", MaxClaimsPage)
+	}
+	var page []Claim
+	err := e.eachClaim(ctx, op, slug, filter, cursor, func(c Claim) bool {
+		page = append(page, c)
+		return len(page) < limit
+	})
+	if err != nil {
+		return nil, ClaimCursor{}, err
+	}
+	if len(page) < limit {
+		return page, ClaimCursor{}, nil
+	}
+	last := page[len(page)-1]
+	return page, ClaimCursor{AfterMillis: last.ClaimedAt.UnixMilli(), Item: last.Item}, nil
+}
+
+// EachClaim calls fn for every claim the filter selects, oldest first,
+// reading out a page at a time; fn returning false stops it.
+func (e *Engine) EachClaim(ctx context.Context, slug string, filter ClaimFilter, fn func(Claim) bool) error {
+	return e.eachClaim(ctx, "queues.EachClaim", slug, filter, ClaimCursor{}, fn)
+}
+
+func (e *Engine) eachClaim(ctx context.Context, op, slug string, filter ClaimFilter, cursor ClaimCursor, fn func(Claim) bool) error {
+	if filter.Downloader != "" {
+		if err := ValidateDownloader(filter.Downloader); err != nil {
+			return err
+		}
+	}
+	if filter.OlderThan < 0 {
+		return errorf(op, CodeInvalid, "older_than must not be negative")
+	}
+	if _, err := e.Project(ctx, slug); err != nil {
+		return err
+	}
+	// The cutoff is fixed when the listing starts, like ReleaseClaims'.
+	max := "+inf"
+	if filter.OlderThan > 0 {
+		max = strconv.FormatInt(e.clock.Now().Add(-filter.OlderThan).UnixMilli(), 10)
+	}
+	min := "-inf"
+	if cursor.Item != "" {
+		min = strconv.FormatInt(cursor.AfterMillis, 10)
+	}
+	read := int64(claimsReadPage)
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		members, err := e.rdb.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
+			Key: OutKey(slug), Start: min, Stop: max, ByScore: true, Count: read,
+		}).Result()
+		if err != nil {
+			return unavailable(op, err)
+		}
+		// Members claimed in the cursor's millisecond sort by name: skip
+		// those up to and including the cursor's item.
+		fresh := members[:0:0]
+		for _, m := range members {
+			item, _ := m.Member.(string)
+			if int64(m.Score) == cursor.AfterMillis && cursor.Item != "" && item <= cursor.Item {
+				continue
+			}
+			fresh = append(fresh, m)
+		}
+		if len(fresh) == 0 {
+			if int64(len(members)) < read {
+				return nil
+			}
+			// A full page of claims made in one millisecond, all seen:
+			// read more of that millisecond.
+			read *= 2
+			continue
+		}
+		read = claimsReadPage
+		items := make([]string, len(fresh))
+		for i, m := range fresh {
+			items[i], _ = m.Member.(string)
+		}
+		claims, err := e.claimRecords(ctx, op, slug, items)
+		if err != nil {
+			return err
+		}
+		for i, item := range items {
+			cursor = ClaimCursor{AfterMillis: int64(fresh[i].Score), Item: item}
+			c, ok := claims[item]
+			if !ok || (filter.Downloader != "" && c.Downloader != filter.Downloader) {
+				// Completed or released since the page was read, or
+				// someone else's.
+				continue
+			}
+			if !fn(c) {
+				return nil
+			}
+		}
+		min = strconv.FormatInt(cursor.AfterMillis, 10)
+		if int64(len(members)) < read {
+			return nil
+		}
+	}
+}
+
+// claimRecords reads and parses the claim records and deadlines of items
+// in one round trip; an item with no (or an unreadable) record is absent.
+func (e *Engine) claimRecords(ctx context.Context, op, slug string, items []string) (map[string]Claim, error) {
+	pipe := e.rdb.Pipeline()
+	records := pipe.HMGet(ctx, ClaimsKey(slug), items...)
+	deadlines := pipe.ZMScore(ctx, DeadlinesKey(slug), items...)
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+		return nil, unavailable(op, err)
+	}
+	scores := deadlines.Val()
+	out := make(map[string]Claim, len(items))
+	for i, v := range records.Val() {
+		record, ok := v.(string)
+		if !ok {
+			continue
+		}
+		c, ok := parseClaimRecord(items[i], record)
+		if !ok {
+			e.logger.WarnContext(ctx, "unreadable claim record", "project", slug, "item", truncate(items[i], 200))
+			continue
+		}
+		if i < len(scores) && scores[i] > 0 {
+			c.Deadline = time.UnixMilli(int64(scores[i])).UTC()
+		}
+		out[items[i]] = c
+	}
+	return out, nil
+}
