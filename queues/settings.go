@@ -2,6 +2,8 @@ package queues
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/url"
@@ -539,4 +541,15 @@ func jsonCompact(dst, src []byte) []byte {
 		return append(dst, src...)
 	}
 	return append(dst, b.Bytes()...)
+}
+
+// SecretFingerprint names a secret in logs without revealing it: the first
+// 8 hex digits of its SHA-256 ("" for no secret). Two fingerprints differ
+// when the secrets do, so an operator can tell which secret is set.
+func SecretFingerprint(secret string) string {
+	if secret == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:4])
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,6 +39,10 @@ type AdminEngine interface {
 	Move(ctx context.Context, slug string, req queues.MoveRequest) (queues.SiftResult, error)
 	RecordChange(ctx context.Context, slug string, entry queues.ChangeEntry) error
 	Changes(ctx context.Context, slug string, n int) ([]queues.ChangeEntry, error)
+	AllChanges(ctx context.Context, n int) ([]queues.ChangeEntry, error)
+	DeleteProject(ctx context.Context, slug string, force bool) (queues.DeleteResult, error)
+	Claims(ctx context.Context, slug string, filter queues.ClaimFilter, cursor queues.ClaimCursor, limit int) ([]queues.Claim, queues.ClaimCursor, error)
+	EachClaim(ctx context.Context, slug string, filter queues.ClaimFilter, fn func(queues.Claim) bool) error
 }
 
 // AdminAPI is the operators' API under /api/v1. Every call needs the admin
@@ -88,6 +94,9 @@ func (a *AdminAPI) register(g *gin.RouterGroup) {
 	g.POST("/projects/:slug", a.createProject)
 	g.GET("/projects/:slug", a.showProject)
 	g.PATCH("/projects/:slug", a.updateProject)
+	g.DELETE("/projects/:slug", a.deleteProject)
+	g.GET("/projects/:slug/claims", a.listClaims)
+	g.GET("/projects/:slug/claims/export", a.exportClaims)
 	g.GET("/projects/:slug/counts", a.counts)
 	g.GET("/projects/:slug/stats", a.stats)
 	g.POST("/projects/:slug/items", a.addItems)
@@ -117,9 +126,17 @@ func actor(c *gin.Context) string {
 
 // logChange records a change in hoard's log and in the project's (or the
 // global) admin log in Redis, which operators read back with GET …/log.
+// Secrets never go into either log in clear: callers pass settings and
+// patches through withoutSecret first.
 func (a *AdminAPI) logChange(c *gin.Context, what string, attrs ...any) {
+	a.recordChange(c, c.Param("slug"), c.Param("slug"), what, attrs...)
+}
+
+// recordChange logs a change about project (or "") into the admin log of
+// logSlug ("" = the global log).
+func (a *AdminAPI) recordChange(c *gin.Context, project, logSlug, what string, attrs ...any) {
 	a.Logger.InfoContext(c.Request.Context(), "admin change: "+what,
-		append([]any{"project", c.Param("slug"), "by", actor(c)}, attrs...)...)
+		append([]any{"project", project, "by", actor(c)}, attrs...)...)
 	details := map[string]any{}
 	for i := 0; i+1 < len(attrs); i += 2 {
 		if k, ok := attrs[i].(string); ok {
@@ -128,9 +145,29 @@ func (a *AdminAPI) logChange(c *gin.Context, what string, attrs ...any) {
 	}
 	raw, _ := json.Marshal(details)
 	entry := queues.ChangeEntry{By: actor(c), What: what, Details: raw}
-	if err := a.Engine.RecordChange(c.Request.Context(), c.Param("slug"), entry); err != nil {
+	if logSlug == "" {
+		entry.Project = project
+	}
+	if err := a.Engine.RecordChange(c.Request.Context(), logSlug, entry); err != nil {
 		a.Logger.ErrorContext(c.Request.Context(), "could not record an admin change", "err", err)
 	}
+}
+
+// withoutSecret returns v (settings or a settings patch) as a JSON object
+// with its backfeed secret replaced by the secret's fingerprint,
+// "secret_fp", so the logs can tell a secret changed, and to which one,
+// without showing it.
+func withoutSecret(v any) map[string]any {
+	raw, _ := json.Marshal(v)
+	var m map[string]any
+	if json.Unmarshal(raw, &m) != nil {
+		return map[string]any{}
+	}
+	if secret, ok := m["backfeed_secret"].(string); ok {
+		delete(m, "backfeed_secret")
+		m["secret_fp"] = queues.SecretFingerprint(secret)
+	}
+	return m
 }
 
 func (a *AdminAPI) decode(c *gin.Context, dst any) bool {
@@ -158,7 +195,7 @@ func (a *AdminAPI) createProject(c *gin.Context) {
 		_ = c.Error(err)
 		return
 	}
-	a.logChange(c, "project created", "settings", project.Settings)
+	a.logChange(c, "project created", "settings", withoutSecret(project.Settings))
 	c.JSON(http.StatusCreated, project)
 }
 
@@ -186,7 +223,7 @@ func (a *AdminAPI) updateProject(c *gin.Context) {
 		_ = c.Error(err)
 		return
 	}
-	changed, _ := json.Marshal(patch)
+	changed, _ := json.Marshal(withoutSecret(patch))
 	a.logChange(c, "settings changed", "patch", string(changed))
 	c.JSON(http.StatusOK, project)
 }
@@ -489,11 +526,158 @@ func (a *AdminAPI) move(c *gin.Context) {
 	c.JSON(http.StatusOK, result)
 }
 
+// changes serves a project's log (…/projects/:slug/log) or, at /log,
+// every change, global and per project, newest first; /log?scope=global
+// shows only the global log.
 func (a *AdminAPI) changes(c *gin.Context) {
-	entries, err := a.Engine.Changes(c.Request.Context(), c.Param("slug"), 200)
+	var entries []queues.ChangeEntry
+	var err error
+	switch scope := c.Query("scope"); {
+	case c.Param("slug") != "" || scope == "global":
+		entries, err = a.Engine.Changes(c.Request.Context(), c.Param("slug"), 200)
+	case scope == "" || scope == "all":
+		entries, err = a.Engine.AllChanges(c.Request.Context(), 200)
+	default:
+		err = badRequest("scope must be all (the default) or global, not %q", scope)
+	}
 	if err != nil {
 		_ = c.Error(err)
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"changes": entries})
 }
+
+// DeleteProjectReply reports a deletion.
+type DeleteProjectReply struct {
+	Deleted string `json:"deleted"`
+	queues.DeleteResult
+	// Files is how many segment and archive files this frontend removed.
+	Files int `json:"files"`
+}
+
+// deleteProject serves DELETE /projects/:slug?confirm=<slug>[&force=true]:
+// it removes the project's keys and this frontend's files for it, and
+// records the deletion in the global admin log (the project's own goes
+// with it). The confirm parameter must repeat the slug, so a stray DELETE
+// cannot remove a project; with items out it refuses unless force is set.
+func (a *AdminAPI) deleteProject(c *gin.Context) {
+	slug := c.Param("slug")
+	if err := queues.ValidateSlug(slug); err != nil {
+		_ = c.Error(err)
+		return
+	}
+	if c.Query("confirm") != slug {
+		_ = c.Error(badRequest("deleting project %q removes its queues, claims, done items, stats and files; confirm with ?confirm=%s", slug, slug))
+		return
+	}
+	force, err := strconv.ParseBool(c.DefaultQuery("force", "false"))
+	if err != nil {
+		_ = c.Error(badRequest("force must be true or false"))
+		return
+	}
+	result, err := a.Engine.DeleteProject(c.Request.Context(), slug, force)
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	reply := DeleteProjectReply{Deleted: slug, DeleteResult: result}
+	if a.Offloader != nil {
+		if reply.Files, err = a.Offloader.RemoveProjectFiles(c.Request.Context(), slug); err != nil {
+			a.Logger.ErrorContext(c.Request.Context(), "project deleted, but its files were not all removed", "project", slug, "err", err)
+		}
+	}
+	a.recordChange(c, slug, "", "project deleted", "keys", reply.Keys, "files", reply.Files,
+		"claims_out", reply.ClaimsOut, "force", force)
+	c.JSON(http.StatusOK, reply)
+}
+
+// claimFilter reads the downloader and older_than query parameters.
+func claimFilter(c *gin.Context) (queues.ClaimFilter, error) {
+	filter := queues.ClaimFilter{Downloader: c.Query("downloader")}
+	if raw := c.Query("older_than"); raw != "" {
+		d, err := time.ParseDuration(raw)
+		if err != nil || d < 0 {
+			return filter, badRequest("older_than %q is not a duration like 30m, 6h or 2h30m", raw)
+		}
+		filter.OlderThan = d
+	}
+	return filter, nil
+}
+
+// ClaimsPage is a page of GET …/claims; pass Next back as cursor for the
+// following page ("" = no more).
+type ClaimsPage struct {
+	Claims []queues.Claim `json:"claims"`
+	Next   string         `json:"next"`
+}
+
+// DefaultClaimsPage is the page size of GET …/claims without limit.
+const DefaultClaimsPage = 1000
+
+// listClaims serves GET /projects/:slug/claims[?downloader=&older_than=
+// &limit=&cursor=]: who holds which items, oldest claim first.
+func (a *AdminAPI) listClaims(c *gin.Context) {
+	filter, err := claimFilter(c)
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	limit := DefaultClaimsPage
+	if raw := c.Query("limit"); raw != "" {
+		if limit, err = strconv.Atoi(raw); err != nil {
+			_ = c.Error(badRequest("limit %q is not a number", raw))
+			return
+		}
+	}
+	cursor, err := queues.ParseClaimCursor(c.Query("cursor"))
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	claims, next, err := a.Engine.Claims(c.Request.Context(), c.Param("slug"), filter, cursor, limit)
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	if claims == nil {
+		claims = []queues.Claim{}
+	}
+	c.JSON(http.StatusOK, ClaimsPage{Claims: claims, Next: next.String()})
+}
+
+// exportClaims serves GET /projects/:slug/claims/export[?downloader=
+// &older_than=]: every claim the filters select as text lines "item TAB
+// downloader TAB claimed-at (RFC 3339, ms, UTC)", oldest first, streamed a
+// page of out at a time, with the line count in the export trailer.
+func (a *AdminAPI) exportClaims(c *gin.Context) {
+	filter, err := claimFilter(c)
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	a.stream(c, func(w io.Writer) (int64, error) {
+		var n int64
+		var line []byte
+		var werr error
+		err := a.Engine.EachClaim(c.Request.Context(), c.Param("slug"), filter, func(claim queues.Claim) bool {
+			line = append(line[:0], claim.Item...)
+			line = append(line, '\t')
+			line = append(line, claim.Downloader...)
+			line = append(line, '\t')
+			line = claim.ClaimedAt.UTC().AppendFormat(line, ClaimTimeFormat)
+			line = append(line, '\n')
+			if _, werr = w.Write(line); werr != nil {
+				return false
+			}
+			n++
+			return true
+		})
+		if err == nil {
+			err = werr
+		}
+		return n, err
+	})
+}
+
+// ClaimTimeFormat is how claim exports write times.
+const ClaimTimeFormat = "2006-01-02T15:04:05.000Z07:00"

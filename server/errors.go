@@ -43,7 +43,7 @@ func statusOf(code queues.Code) int {
 		return StatusVersionTooOld
 	case queues.CodeBlocked:
 		return http.StatusForbidden
-	case queues.CodeNotHandedOut, queues.CodeNotClaimant, queues.CodeExists:
+	case queues.CodeNotHandedOut, queues.CodeNotClaimant, queues.CodeExists, queues.CodeClaimsOut:
 		return http.StatusConflict
 	case queues.CodeUnavailable:
 		return http.StatusServiceUnavailable

@@ -20,6 +20,7 @@ type OffloadEngine interface {
 	MoveSegments(ctx context.Context, slug string, from, to queues.Queue) (int64, error)
 	ExportQueue(ctx context.Context, slug string, q queues.Queue, w io.Writer) (int64, error)
 	ExportArchive(ctx context.Context, slug string, w io.Writer) (int64, error)
+	RemoveProjectFiles(ctx context.Context, slug string) (int, error)
 }
 
 // The admin calls on offloaded items (methods of AdminAPI):
