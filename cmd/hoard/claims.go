@@ -3,6 +3,9 @@ package main
 import (
 	"fmt"
 	"net/http"
+	"net/url"
+	"strconv"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -31,6 +34,85 @@ func claimsCommand() *cobra.Command {
 	}
 	release.Flags().DurationVar(&olderThan, "older-than", 0, "only claims at least this old, e.g. 6h")
 	release.Flags().StringVar(&downloader, "downloader", "", "only this downloader's claims")
-	cmd.AddCommand(release)
+	cmd.AddCommand(release, claimsListCommand(), exportCommand("export <slug>",
+		"Write every item out as lines: item TAB downloader TAB claimed-at (UTC), oldest first",
+		func(args []string) string { return "/projects/" + args[0] + "/claims/export" }, 1))
+	return cmd
+}
+
+// parseAge reads an --older-than value, with an error that says what a
+// duration looks like.
+func parseAge(raw string) (time.Duration, error) {
+	if raw == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(raw)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("--older-than %q is not a duration like 30m, 6h or 2h30m", raw)
+	}
+	return d, nil
+}
+
+// claimsListCommand prints who holds which items, a page of the API at a
+// time, so a project with millions out is never held whole.
+func claimsListCommand() *cobra.Command {
+	var downloader, olderThan string
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "list <slug> [--downloader NICK] [--older-than DURATION]",
+		Short: "List who holds which items: item, downloader, claimed at, times claimed, reclaim deadline",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			age, err := parseAge(olderThan)
+			if err != nil {
+				return err
+			}
+			query := url.Values{}
+			if downloader != "" {
+				query.Set("downloader", downloader)
+			}
+			if age > 0 {
+				query.Set("older_than", age.String())
+			}
+			client := newAdminClient()
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ITEM\tDOWNLOADER\tCLAIMED AT\tTIMES\tDEADLINE")
+			shown := 0
+			for {
+				page := server.DefaultClaimsPage
+				if limit > 0 {
+					page = min(page, limit-shown)
+				}
+				query.Set("limit", strconv.Itoa(page))
+				var out server.ClaimsPage
+				if err := client.do(cmd.Context(), http.MethodGet, "/projects/"+url.PathEscape(args[0])+"/claims?"+query.Encode(), nil, &out); err != nil {
+					return err
+				}
+				for _, c := range out.Claims {
+					deadline := "-"
+					if !c.Deadline.IsZero() {
+						deadline = c.Deadline.UTC().Format(time.DateTime)
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", c.Item, c.Downloader, c.ClaimedAt.UTC().Format(time.DateTime), c.TimesClaimed, deadline)
+				}
+				shown += len(out.Claims)
+				if out.Next == "" || (limit > 0 && shown >= limit) {
+					break
+				}
+				query.Set("cursor", out.Next)
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "%d claims\n", shown)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&downloader, "downloader", "", "only this downloader's claims")
+	cmd.Flags().StringVar(&olderThan, "older-than", "", "only claims at least this old, e.g. 6h")
+	cmd.Flags().IntVar(&limit, "limit", 0, "show at most this many (0 = all)")
 	return cmd
 }

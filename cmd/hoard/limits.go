@@ -170,14 +170,20 @@ func blocksCommand() *cobra.Command {
 
 func logCommand() *cobra.Command {
 	var project string
+	var global bool
 	cmd := &cobra.Command{
 		Use:   "log",
-		Short: "Show recent operator changes (who changed what, when)",
+		Short: "Show recent operator changes (who changed what, when): every project's and the global ones",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			path := "/log"
-			if project != "" {
+			switch {
+			case project != "" && global:
+				return fmt.Errorf("--project and --global exclude each other")
+			case project != "":
 				path = "/projects/" + project + "/log"
+			case global:
+				path = "/log?scope=global"
 			}
 			var out struct {
 				Changes []queues.ChangeEntry `json:"changes"`
@@ -186,11 +192,19 @@ func logCommand() *cobra.Command {
 				return err
 			}
 			for _, c := range out.Changes {
-				fmt.Printf("%s  %-30s  %s  %s\n", c.At.Format("2006-01-02 15:04:05"), c.By, c.What, string(c.Details))
+				where := c.Project
+				if where == "" {
+					where = project
+				}
+				if where == "" {
+					where = "-"
+				}
+				fmt.Printf("%s  %-20s  %-30s  %s  %s\n", c.At.Format("2006-01-02 15:04:05"), where, c.By, c.What, string(c.Details))
 			}
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&project, "project", "", "this project's log (default: the global log)")
+	cmd.Flags().StringVar(&project, "project", "", "only this project's log")
+	cmd.Flags().BoolVar(&global, "global", false, "only changes to global state (blocks, deletions)")
 	return cmd
 }

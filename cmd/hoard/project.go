@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -11,36 +12,38 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hoardproject/hoard/queues"
+	"github.com/hoardproject/hoard/server"
 )
 
 func projectCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "project", Short: "Create, change and show projects"}
-	cmd.AddCommand(projectWriteCommand("create"), projectWriteCommand("set"), &cobra.Command{
-		Use:   "show <slug>",
-		Short: "Show a project's settings and counts",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			var out json.RawMessage
-			if err := newAdminClient().do(cmd.Context(), http.MethodGet, "/projects/"+args[0], nil, &out); err != nil {
-				return err
-			}
-			return printJSON(out)
-		},
-	}, &cobra.Command{
-		Use:   "list",
-		Short: "List projects",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			var out struct {
-				Projects []string `json:"projects"`
-			}
-			if err := newAdminClient().do(cmd.Context(), http.MethodGet, "/projects", nil, &out); err != nil {
-				return err
-			}
-			fmt.Println(strings.Join(out.Projects, "\n"))
-			return nil
-		},
-	})
+	cmd.AddCommand(projectWriteCommand("create"), projectWriteCommand("set"), projectDeleteCommand(),
+		projectPauseCommand("pause", true), projectPauseCommand("resume", false), &cobra.Command{
+			Use:   "show <slug>",
+			Short: "Show a project's settings and counts",
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				var out json.RawMessage
+				if err := newAdminClient().do(cmd.Context(), http.MethodGet, "/projects/"+args[0], nil, &out); err != nil {
+					return err
+				}
+				return printJSON(out)
+			},
+		}, &cobra.Command{
+			Use:   "list",
+			Short: "List projects",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				var out struct {
+					Projects []string `json:"projects"`
+				}
+				if err := newAdminClient().do(cmd.Context(), http.MethodGet, "/projects", nil, &out); err != nil {
+					return err
+				}
+				fmt.Println(strings.Join(out.Projects, "\n"))
+				return nil
+			},
+		})
 	return cmd
 }
 
@@ -192,6 +195,58 @@ func projectWriteCommand(verb string) *cobra.Command {
 	f.IntVar(&recentDone, "recent-done", queues.DefaultRecentDone, "completions remembered for repeated dones when done-mode is count or archive")
 	f.SortFlags = false
 	return cmd
+}
+
+// projectDeleteCommand removes a project with everything it holds. It
+// asks for --yes, and for --force when warriors hold items.
+func projectDeleteCommand() *cobra.Command {
+	var yes, force bool
+	cmd := &cobra.Command{
+		Use:   "delete <slug> --yes [--force]",
+		Short: "Delete a project: its queues, claims, done items, stats, logs, segment and archive files",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			slug := args[0]
+			if !yes {
+				return fmt.Errorf("deleting %s removes its queues, claims, done items, stats, logs and files, and cannot be undone; run again with --yes", slug)
+			}
+			query := url.Values{"confirm": {slug}}
+			if force {
+				query.Set("force", "true")
+			}
+			var out server.DeleteProjectReply
+			if err := newAdminClient().do(cmd.Context(), http.MethodDelete, "/projects/"+url.PathEscape(slug)+"?"+query.Encode(), nil, &out); err != nil {
+				if strings.Contains(err.Error(), "delete it anyway with force") {
+					return fmt.Errorf("%w\n(add --force to delete it with those items out)", err)
+				}
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "deleted project %s: %d keys, %d files, %d claims were out\n",
+				out.Deleted, out.Keys, out.Files, out.ClaimsOut)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&yes, "yes", false, "confirm the deletion")
+	cmd.Flags().BoolVar(&force, "force", false, "delete even with items out (their warriors' dones will be refused)")
+	return cmd
+}
+
+// projectPauseCommand builds "pause" and "resume", short for
+// "set --paused" and "set --paused=false".
+func projectPauseCommand(verb string, paused bool) *cobra.Command {
+	return &cobra.Command{
+		Use:   verb + " <slug>",
+		Short: map[bool]string{true: "Stop handing out items (set --paused)", false: "Hand out items again (set --paused=false)"}[paused],
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var out queues.Project
+			if err := newAdminClient().do(cmd.Context(), http.MethodPatch, "/projects/"+args[0], queues.SettingsPatch{Paused: &paused}, &out); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: paused=%t\n", out.Slug, out.Paused)
+			return nil
+		},
+	}
 }
 
 func printJSON(raw json.RawMessage) error {
