@@ -73,7 +73,9 @@ func TestCLIOperatorTools(t *testing.T) {
 		_, err = engine.Claim(ctx, queues.ClaimRequest{Project: "ops", Downloader: "bob_1", IP: "10.0.0.2", Count: 10})
 		require.NoError(t, err)
 
-		rows := func(out string, who string) int { return len(regexp.MustCompile(`(?m)^item-\d\d\s+`+who+`\s`).FindAllString(out, -1)) }
+		rows := func(out string, who string) int {
+			return len(regexp.MustCompile(`(?m)^item-\d\d\s+`+who+`\s`).FindAllString(out, -1))
+		}
 		out, err = runCLI(t, ts.URL, "claims", "list", "ops")
 		require.NoError(t, err, out)
 		require.Regexp(t, `ITEM\s+DOWNLOADER\s+CLAIMED AT\s+TIMES\s+DEADLINE`, out)
