@@ -34,10 +34,36 @@ func claimsCommand() *cobra.Command {
 	}
 	release.Flags().DurationVar(&olderThan, "older-than", 0, "only claims at least this old, e.g. 6h")
 	release.Flags().StringVar(&downloader, "downloader", "", "only this downloader's claims")
-	cmd.AddCommand(release, claimsListCommand(), exportCommand("export <slug>",
-		"Write every item out as lines: item TAB downloader TAB claimed-at (UTC), oldest first",
-		func(args []string) string { return "/projects/" + args[0] + "/claims/export" }, 1))
+	cmd.AddCommand(release, claimsListCommand(), claimsExportCommand())
 	return cmd
+}
+
+// claimsExportCommand writes the out set as lines, with the list's filters.
+func claimsExportCommand() *cobra.Command {
+	var downloader, olderThan string
+	export := exportCommand("export <slug> [--downloader NICK] [--older-than DURATION]",
+		"Write every item out as lines: item TAB downloader TAB claimed-at (UTC), oldest first",
+		func(args []string) string {
+			query := url.Values{}
+			if downloader != "" {
+				query.Set("downloader", downloader)
+			}
+			// RunE below checked the age before this runs.
+			if age, _ := parseAge(olderThan); age > 0 {
+				query.Set("older_than", age.String())
+			}
+			return "/projects/" + url.PathEscape(args[0]) + "/claims/export?" + query.Encode()
+		}, 1)
+	run := export.RunE
+	export.RunE = func(cmd *cobra.Command, args []string) error {
+		if _, err := parseAge(olderThan); err != nil {
+			return err
+		}
+		return run(cmd, args)
+	}
+	export.Flags().StringVar(&downloader, "downloader", "", "only this downloader's claims")
+	export.Flags().StringVar(&olderThan, "older-than", "", "only claims at least this old, e.g. 6h")
+	return export
 }
 
 // parseAge reads an --older-than value, with an error that says what a
