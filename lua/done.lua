@@ -70,8 +70,12 @@
 -- done_mode keep adds completions to the done set. count and archive keep
 -- only the latest recent_done of them (trimmed oldest first) and count the
 -- rest in stats.done_discarded; archive also queues them for the archive
--- file. A repeat of a completion older than that answers like a done for an
--- item never handed out.
+-- file. In those modes an item that is neither out, released nor among the
+-- recent completions was most likely completed long ago, so it is accepted
+-- as a repeat that changes nothing (counted in stats.dones_stale) rather
+-- than refused: seesaw retries a refused done forever. An item that is in
+-- fact still queued is not completed by this; it stays queued. (Keep mode,
+-- whose done set is complete, still refuses.)
 
 local now = tonumber(ARGV[1])
 local downloader = ARGV[2]
@@ -145,12 +149,20 @@ local function refuse(code, items)
   for _, item in ipairs(items) do reply[#reply + 1] = item end
   return reply
 end
-if #unknown > 0 then return refuse(R.NOT_HANDED_OUT, unknown) end
+local stale = 0
+if #unknown > 0 then
+  if done_mode == 'keep' then return refuse(R.NOT_HANDED_OUT, unknown) end
+  stale = #unknown
+end
 if #strangers > 0 then return refuse(R.NOT_CLAIMANT, strangers) end
 
 -- Writes.
 if duplicates > 0 then
   redis.call('HINCRBY', KEYS[8], 'dones_duplicate', duplicates)
+end
+if stale > 0 then
+  redis.call('HINCRBY', KEYS[8], 'dones_stale', stale)
+  duplicates = duplicates + stale
 end
 local fresh = {}
 local rtt_sum = 0

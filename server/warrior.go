@@ -202,7 +202,7 @@ func (w *WarriorAPI) done(c *gin.Context, route warriorRoute) {
 	for k, v := range req.Bytes {
 		byteMap[k] = int64(v)
 	}
-	_, err := w.completeItems(c.Request.Context(), queues.DoneRequest{
+	_, err := w.Engine.Done(c.Request.Context(), queues.DoneRequest{
 		Project: route.Slug, Downloader: string(req.Downloader), Version: string(req.Version),
 		UserAgent: c.Request.UserAgent(), Items: splitItems(*req.Item), Bytes: byteMap, ID: req.ID,
 	})
@@ -212,59 +212,6 @@ func (w *WarriorAPI) done(c *gin.Context, route warriorRoute) {
 	}
 	// Seesaw's SendDoneToTracker succeeds only on a body that strips to "OK".
 	c.Data(http.StatusOK, "text/plain; charset=utf-8", []byte("OK\n"))
-}
-
-// completeItems runs a done. In a project that discards done items (done
-// mode count or archive), an item that is neither out, released nor among
-// the recent_done latest completions was most likely completed long ago:
-// done.lua refuses it as "never handed out", and seesaw retries a refused
-// done forever. So those items are dropped from the report and the rest
-// is done again; a report left with nothing answers OK as duplicates.
-//
-// This is safe because it changes nothing for the dropped items: one that
-// is in fact still queued is not completed, stays queued and is handed out
-// as usual (the warrior only loses the credit for work it was never
-// given). Nothing tells an item done long ago from one never queued
-// without reading the archive, which is why done mode keep, whose done
-// set is complete, still refuses.
-func (w *WarriorAPI) completeItems(ctx context.Context, req queues.DoneRequest) (queues.DoneResult, error) {
-	var discarding *bool
-	stale := 0
-	for attempt := 0; ; attempt++ {
-		result, err := w.Engine.Done(ctx, req)
-		var qe *queues.Error
-		if err == nil || !asQueuesError(err, &qe) || qe.Code != queues.CodeNotHandedOut || attempt == 3 {
-			result.Duplicates += stale
-			return result, err
-		}
-		if discarding == nil {
-			project, perr := w.Engine.Project(ctx, req.Project)
-			if perr != nil {
-				return result, err
-			}
-			d := project.DoneMode != queues.DoneKeep
-			discarding = &d
-		}
-		if !*discarding {
-			return result, err
-		}
-		unknown := make(map[string]bool, len(qe.Items))
-		for _, item := range qe.Items {
-			unknown[item] = true
-		}
-		rest := make([]string, 0, len(req.Items))
-		for _, item := range req.Items {
-			if unknown[item] {
-				stale++
-				continue
-			}
-			rest = append(rest, item)
-		}
-		if len(rest) == 0 {
-			return queues.DoneResult{Duplicates: stale}, nil
-		}
-		req.Items = rest
-	}
 }
 
 // splitItems splits NUL-joined items; one trailing NUL is tolerated.
