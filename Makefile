@@ -62,6 +62,7 @@ bench: build
 	$(BIN) bench offload
 	$(BIN) bench announce
 	$(BIN) bench fsync
+	$(BIN) bench backfeed-flood
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./queues
 
 fuzz:

@@ -115,7 +115,7 @@ func benchCommand() *cobra.Command {
 		f.StringVar(&o.redisFsync, "redis-fsync", "", "run redis-server with the AOF on and this appendfsync (everysec, always, no), as hoard serve does; empty = AOF off")
 		cmd.AddCommand(c)
 	}
-	cmd.AddCommand(benchViewersCommand(), benchOffloadCommand(), benchFsyncCommand())
+	cmd.AddCommand(benchViewersCommand(), benchOffloadCommand(), benchFsyncCommand(), benchFloodCommand())
 	cmd.AddCommand(benchAnnounceCommand())
 	return cmd
 }

@@ -137,6 +137,12 @@ func fsyncFigure(ctx context.Context, envs []*benchEnv, slug string, callers int
 func claimDoneRun(ctx context.Context, env *benchEnv, slug string, callers int, duration time.Duration) (fsyncRun, error) {
 	runCtx, cancel := context.WithTimeout(ctx, duration)
 	defer cancel()
+	return claimDoneUntil(runCtx, env, slug, callers)
+}
+
+// claimDoneUntil claims one item and reports it done, from callers loops,
+// until runCtx ends.
+func claimDoneUntil(runCtx context.Context, env *benchEnv, slug string, callers int) (fsyncRun, error) {
 	var pairs atomic.Int64
 	var firstErr error
 	var once sync.Once
