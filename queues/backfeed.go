@@ -2,8 +2,11 @@ package queues
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/sha1"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -42,6 +45,29 @@ type BackfeedResult struct {
 // new generation.
 const MaxBloomBatch = 1000
 
+// bloomScriptBudget is the work one bloom_add.lua call may do, in bits an
+// item can touch: Redis runs nothing else while a script runs, so every
+// warrior waits for it. An item reads at most k bits in each of the G
+// generations and sets k in the newest (or in G+1 when it starts), so it
+// costs the sum of k over generations 1..G+1, plus bloomItemOverhead.
+// Measured on redis-server 7.0 (BenchmarkBloomAddScript, README
+// "Backfeed"), a new item costs about 19 us with the default filter (k =
+// 20), so 4,096 bits, 85 items with one generation, keep a call near
+// 1.5 ms; one 1,000-item call took 30 ms.
+var bloomScriptBudget = 4096
+
+// bloomItemOverhead is an item's cost besides its bits, in bits: its share
+// of the four bulk look-ups (out, done, released, recently done), its push,
+// and the Lua around them.
+const bloomItemOverhead = 8
+
+// bloomBatchSize is how many items one script takes when each needs
+// bitsPerItem bits: within bloomScriptBudget, at least one, at most
+// MaxBloomBatch.
+func bloomBatchSize(bitsPerItem int) int {
+	return max(1, min(MaxBloomBatch, bloomScriptBudget/(bitsPerItem+bloomItemOverhead)))
+}
+
 // ErrBadSecret is the cause of a refused backfeed.
 var ErrBadSecret = errors.New("wrong backfeed secret")
 
@@ -77,6 +103,20 @@ func (e *Engine) CheckBackfeedSecret(ctx context.Context, slug, secret string) e
 		return &Error{Op: op, Code: CodeBlocked, Message: "wrong backfeed secret, or backfeed is off for this project", Err: ErrBadSecret}
 	}
 	return nil
+}
+
+// secretDigest is what bloom_add.lua gets instead of the backfeed secret,
+// which an argument would show in SLOWLOG and MONITOR: a fresh random salt
+// and sha1hex(salt + secret) (SHA-1 because it is the one digest Redis
+// Lua has). The script recomputes the digest from the
+// stored secret, so the check stays atomic with the push, and a digest
+// seen in SLOWLOG matches nothing but its own salt.
+func secretDigest(secret string) (salt, digest string) {
+	raw := make([]byte, 16)
+	_, _ = rand.Read(raw) // crypto/rand.Read never fails (Go 1.24+)
+	salt = hex.EncodeToString(raw)
+	sum := sha1.Sum([]byte(salt + secret))
+	return salt, hex.EncodeToString(sum[:])
 }
 
 // EnqueueRegistered queues items like Enqueue, and registers them in the
@@ -192,11 +232,19 @@ func (e *Engine) bloomAdd(ctx context.Context, slug, secret string, q Queue, ite
 	if err != nil {
 		return result, err
 	}
+	salt, digest := "", ""
+	if secret != "" {
+		salt, digest = secretDigest(secret)
+	}
 	retries := 0
 	for start := 0; start < len(valid); {
-		batch := valid[start:min(start+MaxBloomBatch, len(valid))]
 		gens := len(shapes)
 		all := append(slices.Clip(shapes), next)
+		bits := 0
+		for _, shape := range all {
+			bits += int(shape.k)
+		}
+		batch := valid[start:min(start+bloomBatchSize(bits), len(valid))]
 		keys := []string{ConfigKey(slug), BloomMetaKey(slug), StatsKey(slug), ClaimsKey(slug), DoneKey(slug), ReleasedKey(slug), RecentDoneKey(slug)}
 		for g := 1; g <= gens+1; g++ {
 			keys = append(keys, BloomKey(slug, g))
@@ -213,8 +261,8 @@ func (e *Engine) bloomAdd(ctx context.Context, slug, secret string, q Queue, ite
 			}
 			perItem += int(shape.k)
 		}
-		args := make([]any, 0, 5+len(batch)*perItem)
-		args = append(args, secret, gens, strings.Join(known, ","), next.String(), state.version)
+		args := make([]any, 0, 6+len(batch)*perItem)
+		args = append(args, salt, digest, gens, strings.Join(known, ","), next.String(), state.version)
 		for _, item := range batch {
 			args = append(args, item, groupFor(state.groups, item)+2)
 			for _, shape := range all {

@@ -1,0 +1,201 @@
+package queues
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/internal/redistest"
+)
+
+// BenchmarkBloomAddScript times single bloom_add.lua calls inside Redis
+// (SLOWLOG with every command logged), with the default filter (10M items
+// at 1e-6: 36 MB of bits, k = 20), so bits land all over a string too big
+
+// per-script budget; "1000-items" is the largest batch a script takes.
+// Reported: the script's time in Redis (p50 and max), items per script and
+// the cost per item, from which bloomScriptBudget is chosen.
+func BenchmarkBloomAddScript(b *testing.B) {
+	backend := redistest.Backends()[0]
+	for _, budget := range []int{2048, 4096, 8192, 1 << 30} {
+		name := fmt.Sprintf("budget-%d", budget)
+		if budget == 1<<30 {
+			name = "1000-items"
+		}
+		b.Run(name, func(b *testing.B) {
+			defer func(was int) { bloomScriptBudget = was }(bloomScriptBudget)
+			bloomScriptBudget = budget
+			ctx := context.Background()
+			require.NoError(b, redistest.Flush(ctx, backend))
+			e := NewEngine(backend.Client, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			secret := "bench_secret"
+			_, err := e.CreateProject(ctx, "bloom", SettingsPatch{BackfeedSecret: &secret})
+			require.NoError(b, err)
+			// The first batch creates the 36 MB generation; keep it out.
+			_, err = e.Backfeed(ctx, "bloom", secret, []string{"warm-up"})
+			require.NoError(b, err)
+			var durations []time.Duration
+			items, scripts := 0, 0
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				batch := make([]string, 2000)
+				for j := range batch {
+					batch[j] = fmt.Sprintf("url:https://example.org/b%d/i%06d", i, j)
+				}
+				b.StopTimer()
+				took := slowlogScripts(ctx, b, backend.Client, func() {
+					b.StartTimer()
+					res, err := e.Backfeed(ctx, "bloom", secret, batch)
+					b.StopTimer()
+					require.NoError(b, err)
+					require.Equal(b, len(batch), res.New)
+				})
+				b.StartTimer()
+				durations = append(durations, took...)
+				items += len(batch)
+				scripts += len(took)
+			}
+			b.StopTimer()
+			slices.Sort(durations)
+			var total time.Duration
+			for _, d := range durations {
+				total += d
+			}
+			b.ReportMetric(float64(durations[len(durations)/2].Microseconds())/1000, "script-ms-p50")
+			b.ReportMetric(float64(durations[len(durations)*99/100].Microseconds())/1000, "script-ms-p99")
+			b.ReportMetric(float64(durations[len(durations)-1].Microseconds())/1000, "script-ms-max")
+			b.ReportMetric(float64(items)/float64(scripts), "items/script")
+			b.ReportMetric(float64(total.Microseconds())/float64(items), "script-us/item")
+		})
+	}
+}
+
+// slowlogScripts runs fn with SLOWLOG logging every command (on every
+// master of a cluster), and returns how long each EVALSHA/EVAL took inside
+// Redis. Redis 7 logs the commands a script calls too, so fn must stay well
+// under slowlog-max-len of them.
+func slowlogScripts(ctx context.Context, tb testing.TB, rdb redis.UniversalClient, fn func()) []time.Duration {
+	var took []time.Duration
+	for _, entry := range slowlogEntries(ctx, tb, rdb, fn) {
+		if len(entry.Args) > 0 && strings.HasPrefix(strings.ToUpper(entry.Args[0]), "EVAL") {
+			took = append(took, entry.Duration)
+		}
+	}
+	return took
+}
+
+// slowlogEntries runs fn with SLOWLOG logging every command, and returns
+// what it logged.
+func slowlogEntries(ctx context.Context, tb testing.TB, rdb redis.UniversalClient, fn func()) []redis.SlowLog {
+	eachNode := func(do func(ctx context.Context, node *redis.Client) error) {
+		if cluster, ok := rdb.(*redis.ClusterClient); ok {
+			require.NoError(tb, cluster.ForEachMaster(ctx, do))
+			return
+		}
+		require.NoError(tb, do(ctx, rdb.(*redis.Client)))
+	}
+	eachNode(func(ctx context.Context, node *redis.Client) error {
+		if err := node.ConfigSet(ctx, "slowlog-max-len", "100000").Err(); err != nil {
+			return err
+		}
+		if err := node.ConfigSet(ctx, "slowlog-log-slower-than", "0").Err(); err != nil {
+			return err
+		}
+		return node.Do(ctx, "SLOWLOG", "RESET").Err()
+	})
+	fn()
+	var entries []redis.SlowLog
+	var mu sync.Mutex
+	eachNode(func(ctx context.Context, node *redis.Client) error {
+		if err := node.ConfigSet(ctx, "slowlog-log-slower-than", "10000").Err(); err != nil {
+			return err
+		}
+		got, err := node.SlowLogGet(ctx, -1).Result()
+		mu.Lock()
+		entries = append(entries, got...)
+		mu.Unlock()
+		return err
+	})
+	return entries
+}
+
+// TestBackfeedSecretIsNeverACommandArgument: SLOWLOG (and MONITOR) show
+// every command's arguments, so the secret must not be one, nor part of
+// one, in the check before the body or in the scripts.
+func TestBackfeedSecretIsNeverACommandArgument(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := t.Context()
+		e := NewEngine(b.Client, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		secret := "s3cret_only_the_grab_knows"
+		_, err := e.CreateProject(ctx, "sekrit", SettingsPatch{BackfeedSecret: &secret})
+		require.NoError(t, err)
+		var res BackfeedResult
+		entries := slowlogEntries(ctx, t, b.Client, func() {
+			require.NoError(t, e.CheckBackfeedSecret(ctx, "sekrit", secret))
+			res, err = e.Backfeed(ctx, "sekrit", secret, []string{"url:a", "url:b"})
+			require.NoError(t, err)
+			_, err = e.Backfeed(ctx, "sekrit", "wrong_"+secret, []string{"url:c"})
+			require.Equal(t, CodeBlocked, CodeOf(err))
+		})
+		require.Equal(t, 2, res.New)
+		scripts := 0
+		for _, entry := range entries {
+			if strings.EqualFold(entry.Args[0], "evalsha") || strings.EqualFold(entry.Args[0], "eval") {
+				scripts++
+			}
+			for _, arg := range entry.Args {
+				require.NotContains(t, arg, secret, "SLOWLOG entry %v", entry.Args)
+			}
+		}
+		require.GreaterOrEqual(t, scripts, 2, "both backfeeds ran bloom_add.lua while SLOWLOG logged everything")
+	})
+}
+
+// TestBackfeedScriptsStayWithinTheBudget: a large batch is split into
+// scripts of bloomBatchSize items each (the budget over each item's bits),
+// and every item still lands once, in the queue and in the filter.
+func TestBackfeedScriptsStayWithinTheBudget(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := t.Context()
+		e := NewEngine(b.Client, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		secret, capacity := "secret_123", 100_000
+		_, err := e.CreateProject(ctx, "split", SettingsPatch{BackfeedSecret: &secret, BloomCapacity: &capacity})
+		require.NoError(t, err)
+		_, k := BloomParameters(capacity, DefaultBloomFPRate)
+		perScript := bloomBatchSize(2 * int(k)) // generation 1 and the next one's locations
+		require.Less(t, perScript, MaxBloomBatch, "the default shape is budget-bound, not capped at MaxBloomBatch")
+		require.LessOrEqual(t, perScript*(2*int(k)+bloomItemOverhead), bloomScriptBudget)
+
+		items := make([]string, 1000)
+		for i := range items {
+			items[i] = fmt.Sprintf("url:https://example.org/%04d", i)
+		}
+		var res BackfeedResult
+		took := slowlogScripts(ctx, t, b.Client, func() {
+			res, err = e.Backfeed(ctx, "split", secret, items)
+			require.NoError(t, err)
+		})
+		require.Equal(t, BackfeedResult{Received: 1000, New: 1000}, res)
+		// The first script starts generation 1, so its items carry one
+		// generation's locations; the rest carry two (1 and the next).
+		first := bloomBatchSize(int(k))
+		want := 1 + (len(items)-first+perScript-1)/perScript
+		require.Len(t, took, want, "1,000 items: %d in the first script, then %d a script", first, perScript)
+
+		length, err := b.Client.LLen(ctx, QueueKey("split", QueueBackfeed)).Result()
+		require.NoError(t, err)
+		require.EqualValues(t, 1000, length)
+		res, err = e.Backfeed(ctx, "split", secret, items)
+		require.NoError(t, err)
+		require.Equal(t, 1000, res.Duplicate, "every item is in the filter")
+	})
+}
