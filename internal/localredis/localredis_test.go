@@ -234,6 +234,11 @@ func TestFsyncPolicyReachesRedisServer(t *testing.T) {
 		fsync, err := client.ConfigGet(t.Context(), "appendfsync").Result()
 		require.NoError(t, err)
 		require.Equal(t, map[string]string{"appendfsync": tc.want}, fsync, "asked %q", tc.asked)
+		// A Bloom filter's bit writes must not rewrite the AOF every
+		// 64 MB (Redis's default).
+		rewrite, err := client.ConfigGet(t.Context(), "auto-aof-rewrite-*").Result()
+		require.NoError(t, err)
+		require.Equal(t, map[string]string{"auto-aof-rewrite-min-size": "536870912", "auto-aof-rewrite-percentage": "100"}, rewrite)
 		require.NoError(t, server.Stop())
 	}
 }
