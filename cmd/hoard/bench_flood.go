@@ -59,15 +59,78 @@ func benchFloodCommand() *cobra.Command {
 type floodRun struct {
 	fsyncRun
 	took        time.Duration
-	slowest     time.Duration // the longest command Redis ran (SLOWLOG)
-	slowCommand string
-	overBudget  int // commands that ran longer than floodSlowlogMicros
+	slow        slowCommands
 	aofRewrites int64
 }
 
-// floodSlowlogMicros is what SLOWLOG records during a flood: any command
+// floodSlowlogMicros is what SLOWLOG records during a run: any command
 // longer than the per-script budget's order of magnitude.
 const floodSlowlogMicros = 5000
+
+// slowCommands counts the commands SLOWLOG recorded, by whose keys they
+// touched: the backfeed project's (bloom_add.lua), the warriors' (claim and
+// done), or neither. The quiet runs' count is the machine's own noise: on
+// shared cores a command is slow also when redis-server waits for a CPU.
+type slowCommands struct {
+	count   map[string]int
+	longest map[string]time.Duration
+}
+
+func (s *slowCommands) add(other slowCommands) {
+	if s.count == nil {
+		s.count, s.longest = map[string]int{}, map[string]time.Duration{}
+	}
+	for class, n := range other.count {
+		s.count[class] += n
+		s.longest[class] = max(s.longest[class], other.longest[class])
+	}
+}
+
+func (s slowCommands) String() string {
+	var parts []string
+	for _, class := range []string{"backfeed", "warriors", "other"} {
+		if s.count[class] > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d (longest %s)", class, s.count[class], millis(s.longest[class])))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// resetSlowlog starts recording commands over floodSlowlogMicros afresh.
+func resetSlowlog(ctx context.Context, env *benchEnv) error {
+	if err := env.rdb.ConfigSet(ctx, "slowlog-log-slower-than", strconv.Itoa(floodSlowlogMicros)).Err(); err != nil {
+		return err
+	}
+	if err := env.rdb.ConfigSet(ctx, "slowlog-max-len", "100000").Err(); err != nil {
+		return err
+	}
+	return env.rdb.Do(ctx, "SLOWLOG", "RESET").Err()
+}
+
+// readSlowlog classifies what SLOWLOG recorded since resetSlowlog.
+func readSlowlog(ctx context.Context, env *benchEnv, warriorSlug, feedSlug string) (slowCommands, error) {
+	entries, err := env.rdb.SlowLogGet(ctx, -1).Result()
+	if err != nil {
+		return slowCommands{}, err
+	}
+	slow := slowCommands{count: map[string]int{}, longest: map[string]time.Duration{}}
+	for _, entry := range entries {
+		args := strings.Join(entry.Args, " ")
+		class := "other"
+		switch {
+		case strings.Contains(args, "{"+feedSlug+"}"):
+			class = "backfeed"
+		case strings.Contains(args, "{"+warriorSlug+"}"):
+			class = "warriors"
+		}
+		slow.count[class]++
+		slow.longest[class] = max(slow.longest[class], entry.Duration)
+	}
+	return slow, nil
+}
 
 func benchFlood(ctx context.Context, o floodBenchOptions) error {
 	if o.runs < 1 || o.duration <= 0 || o.posts < 1 || o.postItems < 1 || o.warriors < 1 || o.items < 1 {
@@ -95,12 +158,21 @@ func benchFlood(ctx context.Context, o floodBenchOptions) error {
 
 	var quiet []fsyncRun
 	var floods []floodRun
+	var quietSlow slowCommands
 	for run := 0; run < o.runs; run++ {
+		if err := resetSlowlog(ctx, env); err != nil {
+			return err
+		}
 		q, err := claimDoneRun(ctx, env, warriorSlug, o.warriors, o.duration)
 		if err != nil {
 			return fmt.Errorf("quiet run: %w", err)
 		}
 		quiet = append(quiet, q)
+		slow, err := readSlowlog(ctx, env, warriorSlug, feedSlug)
+		if err != nil {
+			return err
+		}
+		quietSlow.add(slow)
 		fl, err := floodOnce(ctx, env, o, warriorSlug, feedSlug, secret, run)
 		if err != nil {
 			return fmt.Errorf("flood run: %w", err)
@@ -123,23 +195,18 @@ func benchFlood(ctx context.Context, o floodBenchOptions) error {
 	printPairs("quiet", quiet)
 	pairs := make([]fsyncRun, len(floods))
 	var took []string
-	var slowest floodRun
-	var over int
+	var floodSlow slowCommands
 	var rewrites int64
 	for i, fl := range floods {
 		pairs[i] = fl.fsyncRun
 		took = append(took, fmt.Sprintf("%.1f s", fl.took.Seconds()))
-		if fl.slowest > slowest.slowest {
-			slowest = fl
-		}
-		over += fl.overBudget
+		floodSlow.add(fl.slow)
 		rewrites += fl.aofRewrites
 	}
 	printPairs("flood", pairs)
-	fmt.Printf("  each flood (%d x %d items) took %s; new items/s (median) %.0f\n", o.posts, o.postItems, strings.Join(took, ", "),
-		float64(o.posts*o.postItems)/medianDuration(floods).Seconds())
-	fmt.Printf("  during the floods: longest Redis command %s (%s), %d commands over %d ms (SLOWLOG), %d AOF rewrites\n",
-		millis(slowest.slowest), slowest.slowCommand, over, floodSlowlogMicros/1000, rewrites)
+	fmt.Printf("  each flood (%d x %d items) took %s; new items/s (median) %.0f; %d AOF rewrites in all\n", o.posts, o.postItems, strings.Join(took, ", "),
+		float64(o.posts*o.postItems)/medianDuration(floods).Seconds(), rewrites)
+	fmt.Printf("  Redis commands over %d ms (SLOWLOG), by whose keys: quiet runs: %s; floods: %s\n", floodSlowlogMicros/1000, quietSlow, floodSlow)
 	return nil
 }
 
@@ -160,13 +227,7 @@ func floodOnce(ctx context.Context, env *benchEnv, o floodBenchOptions, warriorS
 	if err != nil {
 		return floodRun{}, err
 	}
-	if err := env.rdb.ConfigSet(ctx, "slowlog-log-slower-than", strconv.Itoa(floodSlowlogMicros)).Err(); err != nil {
-		return floodRun{}, err
-	}
-	if err := env.rdb.ConfigSet(ctx, "slowlog-max-len", "100000").Err(); err != nil {
-		return floodRun{}, err
-	}
-	if err := env.rdb.Do(ctx, "SLOWLOG", "RESET").Err(); err != nil {
+	if err := resetSlowlog(ctx, env); err != nil {
 		return floodRun{}, err
 	}
 	bodies := make([][]byte, o.posts)
@@ -226,18 +287,8 @@ func floodOnce(ctx context.Context, env *benchEnv, o floodBenchOptions, warriorS
 	}
 
 	result := floodRun{fsyncRun: pairs.run, took: took}
-	entries, err := env.rdb.SlowLogGet(ctx, -1).Result()
-	if err != nil {
+	if result.slow, err = readSlowlog(ctx, env, warriorSlug, feedSlug); err != nil {
 		return floodRun{}, err
-	}
-	for _, entry := range entries {
-		result.overBudget++
-		if entry.Duration > result.slowest {
-			result.slowest = entry.Duration
-			if len(entry.Args) > 0 {
-				result.slowCommand = strings.ToUpper(entry.Args[0])
-			}
-		}
 	}
 	rewritesAfter, err := aofRewrites(ctx, env)
 	if err != nil {
