@@ -53,7 +53,7 @@ const MaxBloomBatch = 1000
 // Measured on redis-server 7.0 (BenchmarkBloomAddScript, README
 // "Backfeed"), a new item costs about 19 us with the default filter (k =
 // 20), so 4,096 bits, 85 items with one generation, keep a call near
-// 1.5 ms; one 1,000-item call took 30 ms.
+// 1.4 ms; one 1,000-item call took 31-64 ms.
 var bloomScriptBudget = 4096
 
 // bloomItemOverhead is an item's cost besides its bits, in bits: its share
