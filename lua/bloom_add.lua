@@ -100,11 +100,10 @@ local first_item = 7
 local n = math.floor((#ARGV - first_item + 1) / stride)
 if n == 0 then return {0, 0, gens} end
 
--- One command over many arguments, in slices of whole operations (per
--- arguments each): unpack() of a table longer than Lua's C stack (8,000)
--- fails. Returns the replies concatenated.
-local function call_sliced(command, key, args, per)
-  local step = 6000 - (6000 % per)
+-- One command over many arguments, in slices: unpack() of a table longer
+-- than Lua's C stack (8,000) fails. Returns the replies concatenated.
+local function call_sliced(command, key, args)
+  local step = 6000
   if #args <= step then return redis.call(command, key, unpack(args)) end
   local out = {}
   for i = 1, #args, step do
@@ -127,11 +126,11 @@ local function mark(reply, is_member)
 end
 local function present(v) return v ~= false end
 local function one(v) return v == 1 end
-mark(call_sliced('HMGET', KEYS[4], items, 1), present)
-mark(call_sliced('SMISMEMBER', KEYS[5], items, 1), one)
-mark(call_sliced('HMGET', KEYS[6], items, 1), present)
+mark(call_sliced('HMGET', KEYS[4], items), present)
+mark(call_sliced('SMISMEMBER', KEYS[5], items), one)
+mark(call_sliced('HMGET', KEYS[6], items), present)
 if redis.call('EXISTS', KEYS[7]) == 1 then
-  mark(call_sliced('ZMSCORE', KEYS[7], items, 1), present)
+  mark(call_sliced('ZMSCORE', KEYS[7], items), present)
 end
 
 local count = tonumber(meta[2] or '0')
