@@ -45,19 +45,19 @@
 --         already reduced mod that generation's m
 --
 -- Returns {new, duplicates, G'} where G' is the generation count now, or
---   {-1} no such project; {-2} wrong secret or backfeed disabled;
---   {-3} stale: the caller's generations differ from meta (re-read it);
---   {-4} limit groups changed.
+--   {R.NO_PROJECT} no such project; {R.BAD_SECRET} wrong secret or backfeed
+--   disabled; {R.STALE_FILTER} the caller's generations differ from meta
+--   (re-read it); {R.STALE_GROUPS} limit groups changed.
 --
 -- Note: an item is a duplicate when ANY generation has all its bits set, or
 -- when it is out, done (in the done set or recent_done) or released.
 
-if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
+if redis.call('EXISTS', KEYS[1]) == 0 then return {R.NO_PROJECT} end
 if ARGV[1] ~= '' then
   local secret = redis.call('HGET', KEYS[1], 'backfeed_secret') or ''
   -- The salt makes the digest useless anywhere else: it matches only this
   -- salt, and says nothing about whether two projects share a secret.
-  if secret == '' or redis.sha1hex(ARGV[1] .. secret) ~= ARGV[2] then return {-2} end
+  if secret == '' or redis.sha1hex(ARGV[1] .. secret) ~= ARGV[2] then return {R.BAD_SECRET} end
 end
 local gens = tonumber(ARGV[3])
 local meta = redis.call('HMGET', KEYS[2], 'gens', 'count', 'shapes', 'm', 'k')
@@ -74,10 +74,10 @@ if not shapes and meta[4] then
   redis.call('HDEL', KEYS[2], 'm', 'k')
 end
 if (shapes or '') ~= ARGV[4] or tonumber(meta[1] or '0') ~= gens then
-  return {-3}
+  return {R.STALE_FILTER}
 end
 if (redis.call('HGET', KEYS[1], 'limit_groups_version') or '0') ~= ARGV[6] then
-  return {-4}
+  return {R.STALE_GROUPS}
 end
 
 local ks, caps = {}, {}

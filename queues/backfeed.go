@@ -276,17 +276,17 @@ func (e *Engine) bloomAdd(ctx context.Context, slug, secret string, q Queue, ite
 			return result, err
 		}
 		switch code {
-		case -1:
+		case codeNoProject:
 			return result, errorf(op, CodeProjectNotFound, "no project %q", slug)
-		case -2:
+		case codeBadSecret:
 			return result, &Error{Op: op, Code: CodeBlocked, Message: "wrong backfeed secret, or backfeed is off for this project", Err: ErrBadSecret}
-		case -3, -4:
+		case codeStaleFilter, codeStaleGroups:
 			// Another frontend started a generation or changed the limit
 			// groups: re-read, a bounded number of times.
 			if retries++; retries > maxBloomRetries {
 				return result, unavailable(op, fmt.Errorf("the Bloom filter or limit groups kept changing during %d attempts", maxBloomRetries))
 			}
-			if code == -3 {
+			if code == codeStaleFilter {
 				if shapes, err = e.readBloomShapes(ctx, slug, project.BloomCapacity); err != nil {
 					return result, unavailable(op, err)
 				}

@@ -23,6 +23,8 @@ const (
 	codeNotClaimant  = -9  // done: items claimed by someone else
 	codeCountDiffers = -10 // refill: the item count does not match the record
 	codeMoved        = -11 // refill: the segment moved to another queue
+	codeBadSecret    = -12 // backfeed: wrong secret, or backfeed is off
+	codeStaleFilter  = -13 // backfeed: the Bloom generations changed: re-read them
 )
 
 // scriptCodes names the codes for Lua.
@@ -38,6 +40,8 @@ var scriptCodes = map[string]int64{
 	"NOT_CLAIMANT":   codeNotClaimant,
 	"COUNT_DIFFERS":  codeCountDiffers,
 	"MOVED":          codeMoved,
+	"BAD_SECRET":     codeBadSecret,
+	"STALE_FILTER":   codeStaleFilter,
 }
 
 // luaCodes is the Lua line that defines R, prepended to every script.
