@@ -56,13 +56,15 @@ e2e-deps:
 		cd leaderboard/e2e && npm ci --no-audit --no-fund; fi
 
 # Load generators, not timed tests: see README "Figures".
+# The load generators live in their own binary, out of the one operators run.
 bench: build
-	$(BIN) bench all
-	$(BIN) bench viewers --viewers 5000
-	$(BIN) bench offload
-	$(BIN) bench announce
-	$(BIN) bench fsync
-	$(BIN) bench backfeed-flood
+	$(GO) build -o bin/hoard-bench ./cmd/hoard-bench
+	bin/hoard-bench all
+	bin/hoard-bench viewers --viewers 5000
+	bin/hoard-bench offload
+	bin/hoard-bench announce
+	bin/hoard-bench fsync
+	bin/hoard-bench backfeed-flood
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./queues
 
 fuzz:

@@ -5,8 +5,6 @@ import (
 	"context"
 	"log/slog"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -72,24 +70,4 @@ func TestExternalRedisDurabilityIsLogged(t *testing.T) {
 		}
 		require.Equal(t, want, lines, "%s: %s", b.Name, out)
 	}
-}
-
-// TestBenchFsyncMeasuresBothPolicies: `hoard bench fsync` measures claim+done
-// pairs on a server of each policy (it checks each runs the policy it is
-// labelled with) and prints the ratio; a short run stands for make bench's.
-func TestBenchFsyncMeasuresBothPolicies(t *testing.T) {
-	out, err := runCLI(t, "", "bench", "fsync", "--runs", "1", "--duration", "200ms", "--items", "20000", "--warriors", "2", "--dir", t.TempDir())
-	require.NoError(t, err, out)
-	for _, policy := range []string{"everysec", "always"} {
-		match := regexp.MustCompile(`(?m)^    ` + policy + ` +(\d+) pairs/s`).FindStringSubmatch(out)
-		require.NotNil(t, match, out)
-		pairs, err := strconv.Atoi(match[1])
-		require.NoError(t, err)
-		require.Positive(t, pairs, out)
-		require.Contains(t, out, "(AOF on, appendfsync "+policy+")")
-	}
-	require.Regexp(t, `always / everysec +\d+\.\d\d \(ratio of the medians\)`, out)
-
-	_, err = runCLI(t, "", "bench", "fsync", "--warriors", "0")
-	require.EqualError(t, err, "--runs, --duration, --items and every --warriors must be positive")
 }

@@ -1,5 +1,6 @@
 // Command hoard is the one binary operators run: the server (serve), the
-// admin CLI (project, queue, claims) and the load generator (bench).
+// admin CLI (project, queue, claims). The load generators are
+// cmd/hoard-bench.
 package main
 
 import (
@@ -29,7 +30,7 @@ func rootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(serveCommand(), projectCommand(), queueCommand(), claimsCommand(), limitsCommand(),
-		blockCommand(), unblockCommand(), blocksCommand(), logCommand(), archiveCommand(), segmentsCommand(), btCommand(), benchCommand())
+		blockCommand(), unblockCommand(), blocksCommand(), logCommand(), archiveCommand(), segmentsCommand(), btCommand())
 	return root
 }
 

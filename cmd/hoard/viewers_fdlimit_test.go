@@ -98,7 +98,15 @@ func TestViewersCannotStarveWarriorsUnderALowDescriptorLimit(t *testing.T) {
 	serve.Stderr = &log
 	require.NoError(t, serve.Start())
 	t.Cleanup(func() { _ = serve.Process.Kill(); _ = serve.Wait() })
-	require.NoError(t, waitHTTP(ctx, "http://"+base+"/healthz"), log.String())
+	require.Eventually(t, func() bool {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+base+"/healthz", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 15*time.Second, 50*time.Millisecond, "hoard serve answers /healthz: %s", &log)
 	require.Contains(t, log.String(), fmt.Sprintf("soft_before=%d soft=%d hard=%d", nofile, nofile, nofile))
 	require.Contains(t, log.String(), fmt.Sprintf("max_viewers=%d max_viewers_per_address=%d", wantTotal, perAddress))
 

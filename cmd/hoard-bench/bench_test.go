@@ -1,0 +1,57 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// runBench runs hoard-bench with args and returns what it printed.
+func runBench(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	saved := os.Stdout
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	os.Stdout = w
+	cmd := benchCommand()
+	cmd.SetArgs(args)
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	done := make(chan []byte)
+	go func() {
+		b, _ := io.ReadAll(r)
+		done <- b
+	}()
+	err = cmd.ExecuteContext(context.Background())
+	w.Close()
+	os.Stdout = saved
+	printed := <-done
+	return out.String() + string(printed), err
+}
+
+// TestBenchFsyncMeasuresBothPolicies: `hoard-bench fsync` measures claim+done
+// pairs on a server of each policy (it checks each runs the policy it is
+// labelled with) and prints the ratio; a short run stands for make bench's.
+func TestBenchFsyncMeasuresBothPolicies(t *testing.T) {
+	out, err := runBench(t, "fsync", "--runs", "1", "--duration", "200ms", "--items", "20000", "--warriors", "2", "--dir", t.TempDir())
+	require.NoError(t, err, out)
+	for _, policy := range []string{"everysec", "always"} {
+		match := regexp.MustCompile(`(?m)^    ` + policy + ` +(\d+) pairs/s`).FindStringSubmatch(out)
+		require.NotNil(t, match, out)
+		pairs, err := strconv.Atoi(match[1])
+		require.NoError(t, err)
+		require.Positive(t, pairs, out)
+		require.Contains(t, out, "(AOF on, appendfsync "+policy+")")
+	}
+	require.Regexp(t, `always / everysec +\d+\.\d\d \(ratio of the medians\)`, out)
+
+	_, err = runBench(t, "fsync", "--warriors", "0")
+	require.EqualError(t, err, "--runs, --duration, --items and every --warriors must be positive")
+}
