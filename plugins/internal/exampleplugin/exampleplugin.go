@@ -107,8 +107,10 @@ func (e *Example) Configure(ctx context.Context, cfg plugins.Config) error {
 			return err
 		}
 		e.listener = ln
-		e.server = &http.Server{Handler: http.HandlerFunc(e.serveStats), ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = e.server.Serve(ln) }()
+		server := &http.Server{Handler: http.HandlerFunc(e.serveStats), ReadHeaderTimeout: 5 * time.Second}
+		e.server = server
+		// The goroutine keeps its own copy: Close clears e.server.
+		go func() { _ = server.Serve(ln) }()
 	}
 	if s.Worker && !e.working {
 		if cfg.Host == nil {
