@@ -9,7 +9,7 @@ PKGS    ?= ./...
 # pipefail: make test's exit code is go test's as well as the summary's.
 SHELL   := /bin/bash
 
-.PHONY: all build run test vet deps check-go e2e-deps bench fuzz clean
+.PHONY: all build run test vet deps check-go e2e-deps bench fuzz clean install install-files
 
 all: build
 
@@ -27,6 +27,30 @@ check-go:
 build: check-go
 	$(GO) build -o $(BIN) ./cmd/hoard
 	$(GO) build -o bin/hoard-bittorrent ./cmd/hoard-bittorrent
+
+# Install as a service: binaries in $(PREFIX)/bin, the systemd unit, an
+# environment file in /etc/hoard (kept if it exists: it holds the admin
+# token), and, when installing into the real root, a `hoard` system user
+# owning /var/lib/hoard. DESTDIR stages into a directory instead (no user,
+# no systemctl). README "Running it as a service" has the steps.
+PREFIX  ?= /usr/local
+DESTDIR ?=
+BINS    ?= bin/hoard bin/hoard-bittorrent
+install: build install-files
+
+install-files:
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)/etc/systemd/system $(DESTDIR)/etc/hoard
+	install -m 0755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
+	sed 's|/usr/local/bin/|$(PREFIX)/bin/|g' contrib/systemd/hoard.service > $(DESTDIR)/etc/systemd/system/hoard.service
+	chmod 0644 $(DESTDIR)/etc/systemd/system/hoard.service
+	[ -e $(DESTDIR)/etc/hoard/hoard.env ] || install -m 0640 contrib/systemd/hoard.env $(DESTDIR)/etc/hoard/hoard.env
+	@if [ -z "$(DESTDIR)" ]; then \
+		id -u hoard >/dev/null 2>&1 || useradd --system --home-dir /var/lib/hoard --shell /usr/sbin/nologin hoard; \
+		install -d -o hoard -g hoard -m 0750 /var/lib/hoard; \
+		chgrp hoard /etc/hoard/hoard.env; \
+		if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi; \
+		echo "installed: set HOARD_ADMIN_TOKEN in /etc/hoard/hoard.env, then: systemctl enable --now hoard"; \
+	fi
 
 # The admin token is generated once into data/admin-token (unless
 # HOARD_ADMIN_TOKEN is set); the CLI needs the same value.
