@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
@@ -27,6 +28,9 @@ var builtinPlugins = map[string]plugins.Factory{
 type pluginOptions struct {
 	plugins  []string
 	settings []string
+	// eventRetry is how long a plugin event may stay unacknowledged (its
+	// frontend or plugin died mid-hook) before another frontend takes it.
+	eventRetry time.Duration
 }
 
 func addPluginFlags(cmd *cobra.Command, o *pluginOptions) {
@@ -35,6 +39,8 @@ func addPluginFlags(cmd *cobra.Command, o *pluginOptions) {
 		"plugin to run: NAME=PATH for a plugin binary, NAME for a builtin; repeatable ($HOARD_PLUGINS, comma-separated)")
 	f.StringArrayVar(&o.settings, "plugin-settings", nil,
 		"a plugin's own settings: NAME=JSON or NAME=@FILE; repeatable")
+	f.DurationVar(&o.eventRetry, "plugin-event-retry", pluginhost.DefaultEventRetryAfter,
+		"how long a plugin's item event may stay unacknowledged (its frontend or plugin died mid-hook) before another frontend delivers it again")
 }
 
 // startPlugins starts the plugin host. With no plugin configured it starts
@@ -49,7 +55,8 @@ func startPlugins(ctx context.Context, o pluginOptions, dataDir, redisURL string
 	host, err := pluginhost.NewHost(pluginhost.Options{
 		Plugins: specs, Builtins: builtinPlugins, RedisURL: redisURL, Redis: rdb,
 		Queues: pluginhost.EngineQueues(engine), Events: pluginhost.EngineEventLog(engine), Logger: logger,
-		PIDDir: filepath.Join(dataDir, "plugins"),
+		EventRetryAfter: o.eventRetry,
+		PIDDir:          filepath.Join(dataDir, "plugins"),
 	})
 	if err != nil {
 		return nil, err

@@ -29,6 +29,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hoardproject/hoard/internal/redisurl"
 	"github.com/hoardproject/hoard/plugins"
 )
 
@@ -42,7 +45,14 @@ type Settings struct {
 	Listen string `json:"listen"`
 	// Worker makes the plugin work its own items through Config.Host.
 	Worker bool `json:"worker"`
+	// Record counts every OnItemDone in Redis (HINCRBY RecordKey item 1),
+	// so a test of several frontends can count deliveries across
+	// processes.
+	Record bool `json:"record"`
 }
+
+// RecordKey is the hash Record counts deliveries in.
+const RecordKey = "hoard:example-record"
 
 // WorkerName is the worker name the plugin claims its items as.
 const WorkerName = "example-worker"
@@ -69,6 +79,7 @@ type Example struct {
 	ticks     float64
 	missed    float64
 	lastDone  string
+	recorder  redis.UniversalClient
 	lastRes   string
 	worked    float64
 	refused   float64
@@ -111,6 +122,13 @@ func (e *Example) Configure(ctx context.Context, cfg plugins.Config) error {
 		e.server = server
 		// The goroutine keeps its own copy: Close clears e.server.
 		go func() { _ = server.Serve(ln) }()
+	}
+	if s.Record && e.recorder == nil {
+		rdb, err := redisurl.Dial(cfg.RedisURL)
+		if err != nil {
+			return fmt.Errorf("settings: record: %w", err)
+		}
+		e.recorder = rdb
 	}
 	if s.Worker && !e.working {
 		if cfg.Host == nil {
@@ -183,7 +201,7 @@ func (e *Example) Describe(context.Context) (plugins.Description, error) {
 }
 
 // OnItemDone counts the item, or misbehaves as asked.
-func (e *Example) OnItemDone(_ context.Context, ev plugins.ItemEvent) error {
+func (e *Example) OnItemDone(ctx context.Context, ev plugins.ItemEvent) error {
 	switch ev.Item {
 	case HangItem:
 		<-e.release // deliberately deaf to the context
@@ -194,6 +212,14 @@ func (e *Example) OnItemDone(_ context.Context, ev plugins.ItemEvent) error {
 		e.mu.Lock()
 		e.sick = true
 		e.mu.Unlock()
+	}
+	e.mu.Lock()
+	recorder := e.recorder
+	e.mu.Unlock()
+	if recorder != nil {
+		if err := recorder.HIncrBy(ctx, RecordKey, ev.Item, 1).Err(); err != nil {
+			return err
+		}
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -256,9 +282,12 @@ func (e *Example) Health(context.Context) error {
 func (e *Example) Close(ctx context.Context) error {
 	e.closeOnce.Do(func() { close(e.release) })
 	e.mu.Lock()
-	server := e.server
-	e.server, e.listener = nil, nil
+	server, recorder := e.server, e.recorder
+	e.server, e.listener, e.recorder = nil, nil, nil
 	e.mu.Unlock()
+	if recorder != nil {
+		_ = recorder.Close()
+	}
 	if server != nil {
 		return server.Shutdown(ctx)
 	}
