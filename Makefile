@@ -9,7 +9,7 @@ PKGS    ?= ./...
 # pipefail: make test's exit code is go test's as well as the summary's.
 SHELL   := /bin/bash
 
-.PHONY: all build run test vet deps check-go e2e-deps bench fuzz clean install install-files
+.PHONY: all build run test test-long vet deps check-go e2e-deps bench fuzz clean install install-files
 
 all: build
 
@@ -72,6 +72,12 @@ vet:
 test: check-go vet e2e-deps
 	$(GO) build -o bin/testsummary ./internal/testsummary
 	set -o pipefail; $(GO) test -json -race -count=1 -timeout 30m $(PKGS) | bin/testsummary
+
+# The long, sample-sized runs too (HOARD_TEST_LONG=1): the Bloom filter's
+# false-positive rate on 1M items at 1e-6 and 12 orphan-cleanup races per
+# backend. CI runs these.
+test-long:
+	HOARD_TEST_LONG=1 $(MAKE) test
 
 # The browser test's playwright-core, pinned in leaderboard/e2e's lockfile
 # (it uses Debian's chromium; it downloads no browser).
