@@ -244,12 +244,13 @@ func TestOrphanCleanupKeepsReferencedAndFreshFiles(t *testing.T) {
 // requires that segments were committed and refilled during the race.
 // TestOrphanCleanupRacesOffloadAndRefill runs orphan cleanup as fast as it
 // can beside two offloaders, refills, claims and a writer of leftovers
-// named like the next segment. One race by default; HOARD_TEST_LONG=1 runs
-// 12 per backend (hundreds of segment commits under cleanup).
+// named like the next segment. One race by default; HOARD_TEST_LONG=1 (make
+// test-long, CI) runs 100 per backend: thousands of segment commits under
+// cleanup.
 func TestOrphanCleanupRacesOffloadAndRefill(t *testing.T) {
 	races := 1
 	if os.Getenv("HOARD_TEST_LONG") != "" {
-		races = 12
+		races = 100
 	}
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		for race := range races {
