@@ -74,7 +74,7 @@ test: check-go vet e2e-deps
 	set -o pipefail; $(GO) test -json -race -count=1 -timeout 30m $(PKGS) | bin/testsummary
 
 # The long, sample-sized runs too (HOARD_TEST_LONG=1): the Bloom filter's
-# false-positive rate on 1M items at 1e-6 and 12 orphan-cleanup races per
+# false-positive rate on 1M items at 1e-6 and 100 orphan-cleanup races per
 # backend. CI runs these.
 test-long:
 	HOARD_TEST_LONG=1 $(MAKE) test

@@ -1,41 +1,21 @@
 package queues
 
 import (
-	"sync"
 	"time"
+
+	"github.com/hoardproject/hoard/internal/clock"
 )
 
-// Clock tells the engine the time. Every deadline hoard stores is computed
-// from it, so tests replace it to move time without sleeping.
-type Clock interface {
-	Now() time.Time
-}
+// Clock tells the time (internal/clock, hoard's one clock). Every deadline
+// and timestamp this package stores is computed from it, so tests move time
+// without sleeping.
+type Clock = clock.Clock
 
 // SystemClock is the wall clock.
-type SystemClock struct{}
-
-// Now returns time.Now().
-func (SystemClock) Now() time.Time { return time.Now() }
+type SystemClock = clock.System
 
 // FakeClock is a Clock that only moves when told to.
-type FakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+type FakeClock = clock.Fake
 
 // NewFakeClock returns a FakeClock set to start.
-func NewFakeClock(start time.Time) *FakeClock { return &FakeClock{now: start} }
-
-// Now returns the fake time.
-func (c *FakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Advance moves the fake time forward by d.
-func (c *FakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
+func NewFakeClock(start time.Time) *FakeClock { return clock.NewFake(start) }

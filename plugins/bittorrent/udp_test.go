@@ -5,32 +5,15 @@ import (
 	"errors"
 	"net"
 	"net/netip"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/plugins/bittorrent/wire"
+
+	"github.com/hoardproject/hoard/internal/clock"
 )
-
-// testClock is an injectable clock for connection-id expiry.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 func startUDP(t *testing.T, swarms Swarms, edit func(*UDPConfig)) *UDPServer {
 	t.Helper()
@@ -218,8 +201,8 @@ func TestUDPPasskeys(t *testing.T) {
 
 func TestUDPConnectionIDs(t *testing.T) {
 	fake := newFakeSwarms()
-	clock := &testClock{now: time.Unix(1_900_000_000, 0)}
-	srv := startUDP(t, fake, func(c *UDPConfig) { c.Now = clock.Now })
+	clk := clock.NewFake(time.Unix(1_900_000_000, 0))
+	srv := startUDP(t, fake, func(c *UDPConfig) { c.Now = clk.Now })
 	c := dialUDPClient(t, "udp4", "127.0.0.1:0", srv.Addr4())
 
 	resp := c.do(udpAnnounce("", func(r *wire.UDPRequest) { r.ConnectionID = 0x1234 }))
@@ -229,9 +212,9 @@ func TestUDPConnectionIDs(t *testing.T) {
 	require.Equal(t, udpBadConnID, resp.Message)
 
 	c.connect()
-	clock.Advance(wire.ConnIDLifetime)
+	clk.Advance(wire.ConnIDLifetime)
 	require.Equal(t, wire.ActionAnnounce, c.do(udpAnnounce("", nil)).Action, "still valid after two minutes")
-	clock.Advance(wire.ConnIDClockSkew + time.Second)
+	clk.Advance(wire.ConnIDClockSkew + time.Second)
 	require.Equal(t, udpBadConnID, c.do(udpAnnounce("", nil)).Message, "expired")
 
 	// An id is bound to the client's address: 127.0.0.2 is loopback too.

@@ -1,21 +1,12 @@
 package pluginhost
 
-import "time"
+import "github.com/hoardproject/hoard/internal/clock"
 
-// Clock tells the host the time and wakes it up. Job schedules, health
-// checks, restart back-off and event timestamps all read it, so tests
-// replace it to move time without sleeping.
-type Clock interface {
-	Now() time.Time
-	// After sends the time once d has passed.
-	After(d time.Duration) <-chan time.Time
-}
+// Clock tells the host the time and wakes it up (internal/clock, hoard's
+// one clock). Job schedules, health checks, restart back-off and event
+// timestamps all read it, so tests replace it to move time without
+// sleeping.
+type Clock = clock.Clock
 
 // SystemClock is the wall clock.
-type SystemClock struct{}
-
-// Now returns time.Now().
-func (SystemClock) Now() time.Time { return time.Now() }
-
-// After returns time.After(d).
-func (SystemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+type SystemClock = clock.System

@@ -16,6 +16,8 @@ import (
 	"github.com/hoardproject/hoard/queues"
 
 	"github.com/hoardproject/hoard/plugins/pluginhost"
+
+	"github.com/hoardproject/hoard/internal/clock"
 )
 
 // ledger records every hook call across all the instances (and hosts) of a
@@ -115,7 +117,7 @@ type eventRig struct {
 	t      *testing.T
 	ctx    context.Context
 	b      redistest.Backend
-	clock  *fakeClock
+	clock  *clock.Fake
 	qclock *queues.FakeClock
 	engine *queues.Engine
 	l      *ledger
