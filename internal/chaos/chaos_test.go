@@ -1,0 +1,489 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/queues"
+)
+
+// scenario is one chaos run.
+type scenario struct {
+	load      time.Duration // warriors work (and kills happen) this long
+	items     int
+	seed      uint64
+	warriors  int
+	frontends int
+	plugin    bool
+	kills     int // SIGKILLs during the load, one at a time
+	// sabotage, when set, runs once halfway through the load: the
+	// negative control uses it to lose data behind hoard's back.
+	sabotage func(ctx context.Context, rdb *redis.Client, l *ledger, r *report)
+}
+
+// The kinds of kill.
+const (
+	killFrontend = "frontend"
+	killPlugin   = "plugin"
+	killRedis    = "redis-server"
+)
+
+// killRecord is one SIGKILL and how long its victim took to serve again.
+type killRecord struct {
+	Kind   string
+	Target int // frontend index (its plugin for plugin kills); -1 for Redis
+	At     time.Duration
+	// Recovery is the time from the kill until a warrior request sent
+	// after it succeeded (frontend, Redis), or until the restarted plugin
+	// served its tracker port again (plugin).
+	Recovery time.Duration
+	// AckedLost is, for a Redis kill, how many acknowledged dones it took.
+	AckedLost int
+}
+
+// plannedKill is one entry of the seeded schedule.
+type plannedKill struct {
+	kind   string
+	target int
+	at     time.Duration
+}
+
+// killSchedule spreads n kills over the load, one per slot at a random
+// moment in the slot's first half (so each recovers before the next);
+// the first three are one of each kind in a random order.
+func killSchedule(rng *rand.Rand, n, frontends int, load time.Duration, plugin bool) []plannedKill {
+	kinds := []string{killFrontend, killRedis}
+	if plugin {
+		kinds = append(kinds, killPlugin)
+	}
+	first := slices.Clone(kinds)
+	rng.Shuffle(len(first), func(i, j int) { first[i], first[j] = first[j], first[i] })
+	slot := load * 9 / 10 / time.Duration(max(n, 1))
+	plan := make([]plannedKill, n)
+	for i := range plan {
+		kind := kinds[rng.IntN(len(kinds))]
+		if i < len(first) {
+			kind = first[i]
+		}
+		plan[i] = plannedKill{kind: kind, target: rng.IntN(frontends),
+			at: load/20 + time.Duration(i)*slot + time.Duration(rng.Int64N(int64(slot/2)+1))}
+	}
+	return plan
+}
+
+// harness is a running scenario: the processes and what they were told.
+type harness struct {
+	sc        scenario
+	redis     *redisServer
+	frontends []*frontend
+	rdb       *redis.Client
+	ledger    *ledger
+	successes *successes
+	start     time.Time
+	report    *report
+	// countedAcked are acknowledged dones already counted as lost by a
+	// Redis kill.
+	countedAcked map[string]bool
+	kills        []killRecord
+	items        []string
+}
+
+// runScenario starts everything, runs the load with the kills, drains,
+// and returns the verdict. It fails t only for harness errors (a process
+// that cannot start): the verdict is the caller's to judge.
+func runScenario(t *testing.T, sc scenario) *harness {
+	t.Helper()
+	bins := sharedBinaries(t)
+	ctx := t.Context()
+	dir := t.TempDir()
+	h := &harness{sc: sc, ledger: newLedger(), successes: &successes{}, report: &report{}, countedAcked: map[string]bool{}}
+
+	var err error
+	h.redis, err = newRedisServer(dir)
+	require.NoError(t, err)
+	require.NoError(t, h.redis.startAndWait(ctx))
+	t.Cleanup(func() { _ = h.redis.kill() })
+	h.rdb = redis.NewClient(&redis.Options{Addr: h.redis.addr})
+	t.Cleanup(func() { _ = h.rdb.Close() })
+
+	for i := range sc.frontends {
+		f, err := newFrontend(dir, i, bins, h.redis.url(), sc.plugin)
+		require.NoError(t, err)
+		h.frontends = append(h.frontends, f)
+	}
+	var starting sync.WaitGroup
+	startErrs := make([]error, len(h.frontends))
+	for i, f := range h.frontends {
+		t.Cleanup(func() { _ = f.kill() })
+		starting.Go(func() { startErrs[i] = f.startAndWait(ctx) })
+	}
+	starting.Wait()
+	for _, err := range startErrs {
+		require.NoError(t, err)
+	}
+
+	items := make([]string, sc.items)
+	for i := range items {
+		items[i] = fmt.Sprintf("chaos-item-%07d", i)
+	}
+	h.items = items
+	require.NoError(t, h.createProject(ctx, items))
+	before, err := readPlacement(ctx, h.rdb, projectSlug)
+	require.NoError(t, err)
+	require.Equal(t, sc.items, before.todo, "every item queued before the load")
+
+	// Pace the warriors so the load lasts: about 80% of the items done
+	// during it, the rest in the drain.
+	plans := warriorPlans(sc.warriors, sc.frontends, 0)
+	sumMulti := 0
+	for _, p := range plans {
+		sumMulti += p.multi
+	}
+	work := time.Duration(float64(sumMulti) * float64(sc.load) / (0.8 * float64(sc.items)))
+	var draining, stop atomic.Bool
+	var running sync.WaitGroup
+	h.start = time.Now()
+	for i, plan := range plans {
+		plan.work = work
+		w := &warrior{
+			plan: plan, base: h.frontends[plan.frontend].base,
+			http:   &http.Client{Timeout: 10 * time.Second},
+			rng:    rand.New(rand.NewPCG(sc.seed, uint64(i))),
+			ledger: h.ledger, successes: h.successes, draining: &draining, stop: &stop,
+		}
+		running.Go(w.run)
+	}
+	t.Cleanup(func() { stop.Store(true); running.Wait() })
+
+	rng := rand.New(rand.NewPCG(sc.seed, 1<<32))
+	schedule := killSchedule(rng, sc.kills, sc.frontends, sc.load, sc.plugin)
+	var monkey sync.WaitGroup
+	monkey.Go(func() {
+		for _, k := range schedule {
+			if wait := time.Until(h.start.Add(k.at)); wait > 0 {
+				time.Sleep(wait)
+			}
+			if err := h.kill(ctx, k); err != nil {
+				h.report.Problems = append(h.report.Problems, err.Error())
+			}
+		}
+	})
+	if sc.sabotage != nil {
+		time.Sleep(sc.load / 2)
+		sc.sabotage(ctx, h.rdb, h.ledger, h.report)
+	}
+	time.Sleep(time.Until(h.start.Add(sc.load)))
+	monkey.Wait()
+	loadEnded := time.Since(h.start)
+
+	// Drain: no more deaths, releases or work time; the warriors claim
+	// until nothing waits and nothing is out, which needs the dead
+	// warriors' claims to be reclaimed first.
+	draining.Store(true)
+	engine := queues.NewEngine(h.rdb, queues.Options{})
+	drainDeadline := time.Now().Add(90 * time.Second)
+	var counts queues.Counts
+	for time.Now().Before(drainDeadline) {
+		counts, err = engine.Counts(ctx, projectSlug)
+		if err == nil && counts.TodoTotal() == 0 && counts.Out == 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stop.Store(true)
+	running.Wait()
+	drained := time.Since(h.start) - loadEnded
+
+	require.NoError(t, check(ctx, h.rdb, projectSlug, items, h.ledger.ackedBefore(time.Now().Add(time.Hour)), h.report))
+	h.report.Kills = h.kills
+	h.summarize(t, loadEnded, drained, work)
+	return h
+}
+
+// createProject creates the chaos project (reclaim on, short TTL) and
+// queues every item through the admin API of the first frontend.
+func (h *harness) createProject(ctx context.Context, items []string) error {
+	if err := h.admin(ctx, "/api/v1/projects/"+projectSlug,
+		map[string]any{"reclaim_enabled": true, "reclaim_ttl": reclaimTTL.String()}, http.StatusCreated); err != nil {
+		return err
+	}
+	for start := 0; start < len(items); start += 50000 {
+		batch := items[start:min(start+50000, len(items))]
+		if err := h.admin(ctx, "/api/v1/projects/"+projectSlug+"/items",
+			map[string]any{"queue": "todo", "items": batch}, http.StatusOK); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (h *harness) admin(ctx context.Context, path string, body any, want int) error {
+	raw, _ := json.Marshal(body)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.frontends[0].base+path, bytes.NewReader(raw))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	reply, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		return fmt.Errorf("POST %s: %d %s", path, resp.StatusCode, reply)
+	}
+	return nil
+}
+
+const recoveryTimeout = 60 * time.Second
+
+// kill performs one planned SIGKILL and waits for recovery.
+func (h *harness) kill(ctx context.Context, k plannedKill) error {
+	record := killRecord{Kind: k.kind, Target: k.target, At: time.Since(h.start)}
+	killedAt := time.Now()
+	switch k.kind {
+	case killFrontend:
+		f := h.frontends[k.target]
+		if err := f.kill(); err != nil {
+			return err
+		}
+		recovered := h.successes.waitFor(k.target, time.Now())
+		if err := f.startAndWait(ctx); err != nil {
+			return err
+		}
+		select {
+		case at := <-recovered:
+			record.Recovery = at.Sub(killedAt)
+		case <-time.After(recoveryTimeout):
+			return fmt.Errorf("frontend %d killed at %s: no warrior request succeeded on it within %s of its restart",
+				k.target, record.At.Round(time.Millisecond), recoveryTimeout)
+		}
+	case killPlugin:
+		f := h.frontends[k.target]
+		pid := f.pluginPID()
+		if pid == 0 {
+			return fmt.Errorf("frontend %d has no live plugin to kill at %s", k.target, record.At.Round(time.Millisecond))
+		}
+		killedAt = time.Now()
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			return fmt.Errorf("kill plugin %d: %w", pid, err)
+		}
+		deadline := time.Now().Add(recoveryTimeout)
+		for {
+			if now := f.pluginPID(); now != 0 && now != pid && dials(f.tracker) {
+				record.Recovery = time.Since(killedAt)
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("the plugin of frontend %d (pid %d), killed at %s, was not back serving %s within %s",
+					k.target, pid, record.At.Round(time.Millisecond), f.tracker, recoveryTimeout)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	case killRedis:
+		record.Target = -1
+		if err := h.redis.kill(); err != nil {
+			return err
+		}
+		recovered := h.successes.waitFor(-1, time.Now())
+		if err := h.redis.startAndWait(ctx); err != nil {
+			return err
+		}
+		// At once, before a reclaim can hand a lost done out again.
+		lostBefore := len(h.report.AckedLostInWindow) + len(h.report.AckedLostOutside)
+		if err := checkAckedAfterRedisKill(ctx, h.rdb, projectSlug, killedAt, h.ledger.ackedBefore(killedAt), h.countedAcked, h.report); err != nil {
+			return fmt.Errorf("read done after the Redis restart: %w", err)
+		}
+		record.AckedLost = len(h.report.AckedLostInWindow) + len(h.report.AckedLostOutside) - lostBefore
+		select {
+		case at := <-recovered:
+			record.Recovery = at.Sub(killedAt)
+		case <-time.After(recoveryTimeout):
+			return fmt.Errorf("redis-server killed at %s: no warrior request succeeded within %s of its restart",
+				record.At.Round(time.Millisecond), recoveryTimeout)
+		}
+	}
+	h.kills = append(h.kills, record)
+	return nil
+}
+
+func (h *harness) summarize(t *testing.T, load, drain, work time.Duration) {
+	t.Helper()
+	r, l := h.report, h.ledger
+	t.Logf("chaos seed %d (HOARD_CHAOS_SEED=%d to replay the schedule): %d warriors on %d frontends, load %s (work ~%s per claim), drain %s",
+		h.sc.seed, h.sc.seed, h.sc.warriors, h.sc.frontends, load.Round(time.Millisecond), work.Round(time.Millisecond), drain.Round(time.Millisecond))
+	t.Logf("warriors: %d claims of %d items, %d dones acknowledged, %d releases, %d deaths mid-claim, %d dones refused, %d failed requests",
+		l.claims.Load(), l.claimedItems.Load(), l.dones.Load(), l.releases.Load(), l.deaths.Load(), l.refusals.Load(), l.failures.Load())
+	t.Logf("items %d: done %d, todo %d, out (stranded) %d; lost %d, duplicated %d, unknown %d",
+		r.Items, r.Done, r.Todo, r.Out, len(r.Lost), len(r.Duplicated), len(r.Unknown))
+	t.Logf("acknowledged dones lost by Redis kills: %d inside the %s everysec window, %d outside; not done at the end: %d",
+		len(r.AckedLostInWindow), everysecWindow, len(r.AckedLostOutside), len(r.AckedNotDoneAtEnd))
+	perKind := map[string]int{}
+	for _, k := range r.Kills {
+		perKind[k.Kind]++
+		target := "frontend " + strconv.Itoa(k.Target)
+		if k.Target < 0 {
+			target = "redis"
+		}
+		extra := ""
+		if k.Kind == killRedis {
+			extra = fmt.Sprintf(", %d acknowledged dones lost", k.AckedLost)
+		}
+		t.Logf("  kill %-12s %-10s at %7s: recovered in %s%s", k.Kind, target, k.At.Round(time.Millisecond), k.Recovery.Round(time.Millisecond), extra)
+	}
+	t.Logf("kills: %d frontend, %d plugin, %d redis-server (%d planned)", perKind[killFrontend], perKind[killPlugin], perKind[killRedis], h.sc.kills)
+	if fails := r.failures(); len(fails) > 0 {
+		for _, f := range h.frontends {
+			t.Logf("%s log tail:\n%s", f.name, f.logTail())
+		}
+	}
+}
+
+var (
+	binariesOnce sync.Once
+	builtBins    binaries
+	buildErr     error
+	buildDir     string
+)
+
+// sharedBinaries builds hoard and the plugin once for the package.
+func sharedBinaries(t *testing.T) binaries {
+	t.Helper()
+	binariesOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "hoard-chaos-bin-")
+		if buildErr == nil {
+			builtBins, buildErr = buildBinaries(buildDir)
+		}
+	})
+	require.NoError(t, buildErr)
+	return builtBins
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+// chaosSettings reads the run's length, items and seed from the
+// environment: the short run of `make test` by default, minutes with
+// HOARD_CHAOS_DURATION (make chaos).
+func chaosSettings(t *testing.T) (load time.Duration, items int, seed uint64) {
+	t.Helper()
+	load = 20 * time.Second
+	if raw := os.Getenv("HOARD_CHAOS_DURATION"); raw != "" {
+		d, err := time.ParseDuration(raw)
+		require.NoError(t, err, "HOARD_CHAOS_DURATION")
+		require.GreaterOrEqual(t, d, 5*time.Second, "HOARD_CHAOS_DURATION")
+		load = d
+	}
+	items = max(20000, int(load.Seconds()*700))
+	if raw := os.Getenv("HOARD_CHAOS_ITEMS"); raw != "" {
+		n, err := strconv.Atoi(raw)
+		require.NoError(t, err, "HOARD_CHAOS_ITEMS")
+		require.Positive(t, n, "HOARD_CHAOS_ITEMS")
+		items = n
+	}
+	seed = uint64(time.Now().UnixNano())
+	if raw := os.Getenv("HOARD_CHAOS_SEED"); raw != "" {
+		s, err := strconv.ParseUint(raw, 10, 64)
+		require.NoError(t, err, "HOARD_CHAOS_SEED")
+		seed = s
+	}
+	return load, items, seed
+}
+
+// TestChaos: 32 warriors on 2 frontends sharing one redis-server, each
+// frontend with the BitTorrent plugin as its own process; frontends,
+// plugins and redis-server are SIGKILLed at seeded random moments and
+// restarted. Afterwards every item is in exactly one place, done; no
+// acknowledged done is lost outside the everysec window; no claim is
+// stranded. 20 s of load by default (part of make test); make chaos runs
+// it for minutes.
+func TestChaos(t *testing.T) {
+	requireTools(t)
+	load, items, seed := chaosSettings(t)
+	r := runScenario(t, scenario{
+		load: load, items: items, seed: seed, warriors: 32, frontends: 2, plugin: true,
+		kills: max(5, int(load/(8*time.Second))),
+	}).report
+	require.Empty(t, r.failures(), "seed %d", seed)
+	require.Equal(t, items, r.Done)
+	kinds := map[string]bool{}
+	for _, k := range r.Kills {
+		kinds[k.Kind] = true
+	}
+	require.Len(t, kinds, 3, "every kind of kill happened: %v", kinds)
+}
+
+// TestChaosCatchesARedisThatLosesData is the checker's negative control:
+// items lost behind hoard's back, an acknowledged done removed from Redis
+// as a Redis losing data would, a duplicate and a stranger must each be
+// reported, or a green chaos run would prove nothing.
+func TestChaosCatchesARedisThatLosesData(t *testing.T) {
+	requireTools(t)
+	var poppedTodo, removedDone string
+	h := runScenario(t, scenario{
+		load: 8 * time.Second, items: 600, seed: 15, warriors: 8, frontends: 1,
+		sabotage: func(ctx context.Context, rdb *redis.Client, l *ledger, r *report) {
+			var err error
+			poppedTodo, err = rdb.LPop(ctx, queues.QueueKey(projectSlug, queues.QueueTodo)).Result()
+			require.NoError(t, err)
+			// An acknowledged done older than the everysec window,
+			// removed as a Redis that lost it would.
+			now := time.Now()
+			old := l.ackedBefore(now.Add(-everysecWindow - 100*time.Millisecond))
+			require.NotEmpty(t, old, "dones acknowledged in the first half of the load")
+			for item := range old {
+				removedDone = item
+				break
+			}
+			require.NoError(t, rdb.SRem(ctx, queues.DoneKey(projectSlug), removedDone).Err())
+			require.NoError(t, checkAckedAfterRedisKill(ctx, rdb, projectSlug, now, old, map[string]bool{}, r))
+		},
+	})
+	r := h.report
+	require.Equal(t, []string{removedDone}, r.AckedLostOutside, "the removed done is caught as lost outside the window")
+	require.Empty(t, r.AckedLostInWindow)
+	wantLost := []string{poppedTodo, removedDone}
+	slices.Sort(wantLost)
+	require.Equal(t, wantLost, r.Lost, "both items found nowhere")
+	require.Equal(t, []string{removedDone}, r.AckedNotDoneAtEnd)
+	require.Equal(t, 598, r.Done)
+	require.Zero(t, r.Out)
+	require.Len(t, r.failures(), 3, "lost, acknowledged-but-lost and not done at the end: %v", r.failures())
+	t.Logf("the checker caught: %v", r.failures())
+
+	// A duplicate and an item nobody queued, added after the run.
+	ctx := t.Context()
+	doneItem := h.items[len(h.items)-1]
+	if doneItem == poppedTodo || doneItem == removedDone {
+		doneItem = h.items[len(h.items)-2]
+	}
+	todoKey := queues.QueueKey(projectSlug, queues.QueueTodo)
+	require.NoError(t, h.rdb.RPush(ctx, todoKey, doneItem, "never-queued").Err())
+	require.NoError(t, check(ctx, h.rdb, projectSlug, h.items, h.ledger.ackedBefore(time.Now()), r))
+	require.Equal(t, []string{doneItem + " in todo,done"}, r.Duplicated)
+	require.Equal(t, []string{"never-queued"}, r.Unknown)
+	require.Equal(t, 2, r.Todo, "the duplicate and the stranger wait in todo")
+}

@@ -1,0 +1,290 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hoardproject/hoard/internal/localredis"
+)
+
+// binaries are the real hoard and plugin builds every test of the package
+// shares (built once, in TestMain).
+type binaries struct {
+	hoard, plugin string
+}
+
+// buildBinaries builds ./cmd/hoard and ./cmd/hoard-bittorrent into dir,
+// exactly as an operator would, without the race detector: these are the
+// processes under test, not the test.
+func buildBinaries(dir string) (binaries, error) {
+	b := binaries{hoard: filepath.Join(dir, "hoard"), plugin: filepath.Join(dir, "hoard-bittorrent")}
+	for out, pkg := range map[string]string{b.hoard: "../../cmd/hoard", b.plugin: "../../cmd/hoard-bittorrent"} {
+		build := exec.Command("go", "build", "-o", out, pkg)
+		build.Stderr = os.Stderr
+		if err := build.Run(); err != nil {
+			return b, fmt.Errorf("go build %s: %w", pkg, err)
+		}
+	}
+	return b, nil
+}
+
+// process is one child we start, kill and restart with the same command
+// line, its output appended to one log file across restarts.
+type process struct {
+	name    string
+	argv    []string
+	env     []string
+	logPath string
+
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+func (p *process) start() error {
+	logFile, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(p.argv[0], p.argv[1:]...)
+	cmd.Env = p.env
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// Its own process group, so a Ctrl-C of the test run doesn't kill it
+	// behind the suite's back; the suite kills it itself.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return fmt.Errorf("start %s: %w", p.name, err)
+	}
+	logFile.Close() // the child has its own copy
+	p.cmd, p.exited = cmd, make(chan struct{})
+	go func(cmd *exec.Cmd, exited chan struct{}) {
+		_ = cmd.Wait()
+		close(exited)
+	}(cmd, p.exited)
+	return nil
+}
+
+// kill sends SIGKILL and waits for the process to be gone.
+func (p *process) kill() error {
+	if p.cmd == nil {
+		return nil
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("kill %s: %w", p.name, err)
+	}
+	select {
+	case <-p.exited:
+		return nil
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("%s (pid %d) still alive 10 s after SIGKILL", p.name, p.cmd.Process.Pid)
+	}
+}
+
+// logTail is the end of the process's log, for failure messages.
+func (p *process) logTail() string {
+	content, _ := os.ReadFile(p.logPath)
+	if len(content) > 4000 {
+		content = content[len(content)-4000:]
+	}
+	return string(content)
+}
+
+// redisServer is a redis-server with the AOF on and appendfsync everysec,
+// as hoard's supervised one runs, on a fixed loopback port and data dir so
+// that a restart after SIGKILL reads back what the AOF kept.
+type redisServer struct {
+	process
+	addr string
+}
+
+func newRedisServer(dir string) (*redisServer, error) {
+	binary, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, err
+	}
+	port, err := localredis.FreeLoopbackPort()
+	if err != nil {
+		return nil, err
+	}
+	dataDir := filepath.Join(dir, "redis")
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return nil, err
+	}
+	return &redisServer{
+		addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+		process: process{
+			name: "redis-server",
+			argv: []string{binary, "--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--dir", dataDir,
+				"--daemonize", "no", "--save", "", "--appendonly", "yes", "--appendfsync", "everysec",
+				"--notify-keyspace-events", "Ex"},
+			env:     os.Environ(),
+			logPath: filepath.Join(dir, "redis.log"),
+		},
+	}, nil
+}
+
+func (r *redisServer) url() string { return "redis://" + r.addr }
+
+// startAndWait starts redis-server and waits until it answers PING (after
+// loading its AOF).
+func (r *redisServer) startAndWait(ctx context.Context) error {
+	if err := r.start(); err != nil {
+		return err
+	}
+	client := redis.NewClient(&redis.Options{Addr: r.addr, MaxRetries: -1})
+	defer client.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if err := client.Ping(ctx).Err(); err == nil {
+			return nil
+		}
+		select {
+		case <-r.exited:
+			return fmt.Errorf("redis-server exited at start:\n%s", r.logTail())
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("redis-server not answering PING 30 s after start:\n%s", r.logTail())
+}
+
+// frontend is one `hoard serve` on the shared Redis, optionally with the
+// BitTorrent plugin as a separate binary on its own tracker port.
+type frontend struct {
+	process
+	index   int
+	base    string // http://127.0.0.1:port
+	dataDir string
+	tracker string // the plugin's HTTP tracker address, "" without the plugin
+}
+
+const adminToken = "chaos-admin-token"
+
+func newFrontend(dir string, index int, bins binaries, redisURL string, withPlugin bool) (*frontend, error) {
+	port, err := localredis.FreeLoopbackPort()
+	if err != nil {
+		return nil, err
+	}
+	dataDir := filepath.Join(dir, "frontend"+strconv.Itoa(index))
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return nil, err
+	}
+	listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	argv := []string{bins.hoard, "serve", "--listen", listen, "--data-dir", dataDir,
+		"--projects-file", filepath.Join(dir, "no-projects.json"), "--node", "chaos" + strconv.Itoa(index)}
+	f := &frontend{index: index, base: "http://" + listen, dataDir: dataDir}
+	if withPlugin {
+		trackerPort, err := localredis.FreeLoopbackPort()
+		if err != nil {
+			return nil, err
+		}
+		f.tracker = net.JoinHostPort("127.0.0.1", strconv.Itoa(trackerPort))
+		argv = append(argv, "--plugin", "bittorrent="+bins.plugin, "--plugin-settings",
+			fmt.Sprintf(`bittorrent={"mode":"open","http":%q,"udp4":"","udp6":""}`, f.tracker))
+	}
+	f.process = process{
+		name:    "hoard serve #" + strconv.Itoa(index),
+		argv:    argv,
+		env:     append(os.Environ(), "HOARD_REDIS_URL="+redisURL, "HOARD_ADMIN_TOKEN="+adminToken),
+		logPath: filepath.Join(dir, "frontend"+strconv.Itoa(index)+".log"),
+	}
+	return f, nil
+}
+
+// startAndWait starts hoard serve and waits for /healthz, and for the
+// plugin's tracker port when it has one.
+func (f *frontend) startAndWait(ctx context.Context) error {
+	if err := f.start(); err != nil {
+		return err
+	}
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if healthy(ctx, client, f.base+"/healthz") && (f.tracker == "" || dials(f.tracker)) {
+			return nil
+		}
+		select {
+		case <-f.exited:
+			return fmt.Errorf("%s exited at start:\n%s", f.name, f.logTail())
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("%s not healthy 60 s after start:\n%s", f.name, f.logTail())
+}
+
+// pluginPID is the live plugin process named in the frontend's pid file,
+// or 0.
+func (f *frontend) pluginPID() int {
+	content, err := os.ReadFile(filepath.Join(f.dataDir, "plugins", "bittorrent.pid"))
+	if err != nil {
+		return 0
+	}
+	fields := strings.Fields(string(content))
+	if len(fields) == 0 {
+		return 0
+	}
+	pid, _ := strconv.Atoi(fields[0])
+	if pid <= 0 || !processAlive(pid) {
+		return 0
+	}
+	return pid
+}
+
+func processAlive(pid int) bool {
+	status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	return err == nil && !strings.Contains(string(status), "State:\tZ")
+}
+
+func healthy(ctx context.Context, client *http.Client, url string) bool {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return false
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+func dials(addr string) bool {
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
+}
+
+// requireTools skips (fails under CI=true) without redis-server, and
+// skips off Linux, where /proc and parent-death signals are missing.
+func requireTools(t *testing.T) {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("by design: the chaos suite reads /proc and relies on Linux parent-death signals")
+	}
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("redis-server is not installed; the chaos suite needs it (apt-get install redis-server)")
+		}
+		t.Skip("redis-server is not installed; the chaos suite needs it (apt-get install redis-server)")
+	}
+}
