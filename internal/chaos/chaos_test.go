@@ -31,10 +31,11 @@ type scenario struct {
 	warriors  int
 	frontends int
 	plugin    bool
-	kills     int // SIGKILLs during the load, one at a time
+	cluster   bool // a 3-master Redis Cluster instead of one redis-server
+	kills     int  // SIGKILLs during the load, one at a time
 	// sabotage, when set, runs once halfway through the load: the
 	// negative control uses it to lose data behind hoard's back.
-	sabotage func(ctx context.Context, rdb *redis.Client, l *ledger, r *report)
+	sabotage func(ctx context.Context, rdb redis.UniversalClient, l *ledger, r *report)
 }
 
 // The kinds of kill.
@@ -90,9 +91,9 @@ func killSchedule(rng *rand.Rand, n, frontends int, load time.Duration, plugin b
 // harness is a running scenario: the processes and what they were told.
 type harness struct {
 	sc        scenario
-	redis     *redisServer
+	redis     *deployment
 	frontends []*frontend
-	rdb       *redis.Client
+	rdb       redis.UniversalClient
 	ledger    *ledger
 	successes *successes
 	start     time.Time
@@ -115,11 +116,12 @@ func runScenario(t *testing.T, sc scenario) *harness {
 	h := &harness{sc: sc, ledger: newLedger(), successes: &successes{}, report: &report{}, countedAcked: map[string]bool{}}
 
 	var err error
-	h.redis, err = newRedisServer(dir)
+	h.redis, err = startDeployment(ctx, dir, sc.cluster)
+	if h.redis != nil {
+		t.Cleanup(h.redis.stop)
+	}
 	require.NoError(t, err)
-	require.NoError(t, h.redis.startAndWait(ctx))
-	t.Cleanup(func() { _ = h.redis.kill() })
-	h.rdb = redis.NewClient(&redis.Options{Addr: h.redis.addr})
+	h.rdb = h.redis.client()
 	t.Cleanup(func() { _ = h.rdb.Close() })
 
 	for i := range sc.frontends {
@@ -299,12 +301,21 @@ func (h *harness) kill(ctx context.Context, k plannedKill) error {
 			time.Sleep(10 * time.Millisecond)
 		}
 	case killRedis:
-		record.Target = -1
-		if err := h.redis.kill(); err != nil {
+		// On the cluster: the master holding the project's slot.
+		node, err := h.redis.nodeFor(ctx, queues.ConfigKey(projectSlug))
+		if err != nil {
+			return err
+		}
+		record.Target = node
+		killedAt = time.Now()
+		if err := h.redis.nodes[node].kill(); err != nil {
 			return err
 		}
 		recovered := h.successes.waitFor(-1, time.Now())
-		if err := h.redis.startAndWait(ctx); err != nil {
+		if err := h.redis.nodes[node].startAndWait(ctx); err != nil {
+			return err
+		}
+		if err := h.redis.waitClusterOK(ctx); err != nil {
 			return err
 		}
 		// At once, before a reclaim can hand a lost done out again.
@@ -328,8 +339,12 @@ func (h *harness) kill(ctx context.Context, k plannedKill) error {
 func (h *harness) summarize(t *testing.T, load, drain, work time.Duration) {
 	t.Helper()
 	r, l := h.report, h.ledger
-	t.Logf("chaos seed %d (HOARD_CHAOS_SEED=%d to replay the schedule): %d warriors on %d frontends, load %s (work ~%s per claim), drain %s",
-		h.sc.seed, h.sc.seed, h.sc.warriors, h.sc.frontends, load.Round(time.Millisecond), work.Round(time.Millisecond), drain.Round(time.Millisecond))
+	on := "one redis-server"
+	if h.sc.cluster {
+		on = "a 3-master Redis Cluster"
+	}
+	t.Logf("chaos seed %d (HOARD_CHAOS_SEED=%d to replay the schedule): %d warriors on %d frontends on %s, load %s (work ~%s per claim), drain %s",
+		h.sc.seed, h.sc.seed, h.sc.warriors, h.sc.frontends, on, load.Round(time.Millisecond), work.Round(time.Millisecond), drain.Round(time.Millisecond))
 	t.Logf("warriors: %d claims of %d items, %d dones acknowledged, %d releases, %d deaths mid-claim, %d dones refused, %d failed requests",
 		l.claims.Load(), l.claimedItems.Load(), l.dones.Load(), l.releases.Load(), l.deaths.Load(), l.refusals.Load(), l.failures.Load())
 	t.Logf("items %d: done %d, todo %d, out (stranded) %d; lost %d, duplicated %d, unknown %d",
@@ -340,8 +355,11 @@ func (h *harness) summarize(t *testing.T, load, drain, work time.Duration) {
 	for _, k := range r.Kills {
 		perKind[k.Kind]++
 		target := "frontend " + strconv.Itoa(k.Target)
-		if k.Target < 0 {
+		if k.Kind == killRedis {
 			target = "redis"
+			if h.sc.cluster {
+				target = "master " + strconv.Itoa(k.Target)
+			}
 		}
 		extra := ""
 		if k.Kind == killRedis {
@@ -436,6 +454,27 @@ func TestChaos(t *testing.T) {
 	require.Len(t, kinds, 3, "every kind of kill happened: %v", kinds)
 }
 
+// TestChaosCluster is TestChaos on a 3-master Redis Cluster, where the
+// Redis kill is of the master holding the project's slot (no replica: it
+// comes back from its AOF and nodes.conf, and the cluster refuses the
+// slot meanwhile). Half of TestChaos's load by default.
+func TestChaosCluster(t *testing.T) {
+	requireTools(t)
+	load, items, seed := chaosSettings(t)
+	load, items = load/2, items/2
+	r := runScenario(t, scenario{
+		load: load, items: items, seed: seed, warriors: 32, frontends: 2, plugin: true, cluster: true,
+		kills: max(5, int(load/(8*time.Second))),
+	}).report
+	require.Empty(t, r.failures(), "seed %d", seed)
+	require.Equal(t, items, r.Done)
+	kinds := map[string]bool{}
+	for _, k := range r.Kills {
+		kinds[k.Kind] = true
+	}
+	require.Len(t, kinds, 3, "every kind of kill happened: %v", kinds)
+}
+
 // TestChaosCatchesARedisThatLosesData is the checker's negative control:
 // items lost behind hoard's back, an acknowledged done removed from Redis
 // as a Redis losing data would, a duplicate and a stranger must each be
@@ -445,7 +484,7 @@ func TestChaosCatchesARedisThatLosesData(t *testing.T) {
 	var poppedTodo, removedDone string
 	h := runScenario(t, scenario{
 		load: 8 * time.Second, items: 600, seed: 15, warriors: 8, frontends: 1,
-		sabotage: func(ctx context.Context, rdb *redis.Client, l *ledger, r *report) {
+		sabotage: func(ctx context.Context, rdb redis.UniversalClient, l *ledger, r *report) {
 			var err error
 			poppedTodo, err = rdb.LPop(ctx, queues.QueueKey(projectSlug, queues.QueueTodo)).Result()
 			require.NoError(t, err)

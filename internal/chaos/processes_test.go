@@ -111,7 +111,9 @@ type redisServer struct {
 	addr string
 }
 
-func newRedisServer(dir string) (*redisServer, error) {
+// newRedisServer prepares (does not start) a redis-server in dir/name;
+// extra is appended to its command line.
+func newRedisServer(dir, name string, extra ...string) (*redisServer, error) {
 	binary, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, err
@@ -120,24 +122,23 @@ func newRedisServer(dir string) (*redisServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	dataDir := filepath.Join(dir, "redis")
+	dataDir := filepath.Join(dir, name)
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, err
 	}
+	argv := []string{binary, "--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--dir", dataDir,
+		"--daemonize", "no", "--save", "", "--appendonly", "yes", "--appendfsync", "everysec",
+		"--notify-keyspace-events", "Ex"}
 	return &redisServer{
 		addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 		process: process{
-			name: "redis-server",
-			argv: []string{binary, "--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--dir", dataDir,
-				"--daemonize", "no", "--save", "", "--appendonly", "yes", "--appendfsync", "everysec",
-				"--notify-keyspace-events", "Ex"},
+			name:    name,
+			argv:    append(argv, extra...),
 			env:     os.Environ(),
-			logPath: filepath.Join(dir, "redis.log"),
+			logPath: filepath.Join(dir, name+".log"),
 		},
 	}, nil
 }
-
-func (r *redisServer) url() string { return "redis://" + r.addr }
 
 // startAndWait starts redis-server and waits until it answers PING (after
 // loading its AOF).
@@ -154,13 +155,156 @@ func (r *redisServer) startAndWait(ctx context.Context) error {
 		}
 		select {
 		case <-r.exited:
-			return fmt.Errorf("redis-server exited at start:\n%s", r.logTail())
+			return fmt.Errorf("%s exited at start:\n%s", r.name, r.logTail())
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	return fmt.Errorf("redis-server not answering PING 30 s after start:\n%s", r.logTail())
+	return fmt.Errorf("%s not answering PING 30 s after start:\n%s", r.name, r.logTail())
+}
+
+// deployment is the Redis hoard runs on: one redis-server, or a 3-master
+// Redis Cluster.
+type deployment struct {
+	nodes   []*redisServer
+	cluster bool
+}
+
+// url is HOARD_REDIS_URL for it: one URL, or the cluster's node list.
+func (d *deployment) url() string {
+	if !d.cluster {
+		return "redis://" + d.nodes[0].addr
+	}
+	addrs := make([]string, len(d.nodes))
+	for i, n := range d.nodes {
+		addrs[i] = n.addr
+	}
+	return strings.Join(addrs, ",")
+}
+
+// client reads the deployment directly, for the checker.
+func (d *deployment) client() redis.UniversalClient {
+	if !d.cluster {
+		return redis.NewClient(&redis.Options{Addr: d.nodes[0].addr})
+	}
+	addrs := make([]string, len(d.nodes))
+	for i, n := range d.nodes {
+		addrs[i] = n.addr
+	}
+	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+}
+
+func (d *deployment) stop() {
+	for _, n := range d.nodes {
+		_ = n.kill()
+	}
+}
+
+const clusterSlots = 16384
+
+// startDeployment starts one redis-server, or three cluster masters joined
+// into one cluster with the slots split evenly (as internal/redistest
+// does, but on fixed ports and data dirs that survive a SIGKILL).
+func startDeployment(ctx context.Context, dir string, cluster bool) (*deployment, error) {
+	d := &deployment{cluster: cluster}
+	if !cluster {
+		node, err := newRedisServer(dir, "redis")
+		if err != nil {
+			return nil, err
+		}
+		d.nodes = []*redisServer{node}
+		return d, node.startAndWait(ctx)
+	}
+	busPorts := make([]int, 3)
+	for i := range 3 {
+		bus, err := localredis.FreeLoopbackPort()
+		if err != nil {
+			return nil, err
+		}
+		busPorts[i] = bus
+		name := "redis-cluster" + strconv.Itoa(i)
+		node, err := newRedisServer(dir, name, "--cluster-enabled", "yes",
+			"--cluster-config-file", filepath.Join(dir, name, "nodes.conf"),
+			"--cluster-node-timeout", "2000", "--cluster-port", strconv.Itoa(bus))
+		if err != nil {
+			return nil, err
+		}
+		d.nodes = append(d.nodes, node)
+		if err := node.startAndWait(ctx); err != nil {
+			return d, err
+		}
+	}
+	clients := make([]*redis.Client, 3)
+	for i, n := range d.nodes {
+		clients[i] = redis.NewClient(&redis.Options{Addr: n.addr})
+		defer clients[i].Close()
+		if err := clients[i].ClusterAddSlotsRange(ctx, i*clusterSlots/3, (i+1)*clusterSlots/3-1).Err(); err != nil {
+			return d, fmt.Errorf("node %d: CLUSTER ADDSLOTSRANGE: %w", i, err)
+		}
+	}
+	for i, n := range d.nodes[1:] {
+		host, port, _ := net.SplitHostPort(n.addr)
+		if err := clients[0].Do(ctx, "CLUSTER", "MEET", host, port, strconv.Itoa(busPorts[i+1])).Err(); err != nil {
+			return d, fmt.Errorf("CLUSTER MEET node %d: %w", i+1, err)
+		}
+	}
+	return d, d.waitClusterOK(ctx)
+}
+
+// waitClusterOK waits until every node says cluster_state:ok and knows the
+// other two (a restarted master rejoins from its nodes.conf).
+func (d *deployment) waitClusterOK(ctx context.Context) error {
+	if !d.cluster {
+		return nil
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	var why string
+	for time.Now().Before(deadline) {
+		why = ""
+		for i, n := range d.nodes {
+			c := redis.NewClient(&redis.Options{Addr: n.addr, MaxRetries: -1})
+			info, err := c.ClusterInfo(ctx).Result()
+			c.Close()
+			if err != nil {
+				why = fmt.Sprintf("node %d: %v", i, err)
+				break
+			}
+			if !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_known_nodes:3") {
+				why = fmt.Sprintf("node %d: not ok yet", i)
+				break
+			}
+		}
+		if why == "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("cluster not ok 60 s after start: %s", why)
+}
+
+// nodeFor is the node holding key's slot (the cluster's slots are split
+// evenly in node order).
+func (d *deployment) nodeFor(ctx context.Context, key string) (int, error) {
+	if !d.cluster {
+		return 0, nil
+	}
+	c := redis.NewClient(&redis.Options{Addr: d.nodes[0].addr})
+	defer c.Close()
+	slot, err := c.ClusterKeySlot(ctx, key).Result()
+	if err != nil {
+		return 0, err
+	}
+	for i := range 3 {
+		if int(slot) <= (i+1)*clusterSlots/3-1 {
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("slot %d out of range", slot)
 }
 
 // frontend is one `hoard serve` on the shared Redis, optionally with the
