@@ -52,8 +52,9 @@ type killRecord struct {
 	At     time.Duration
 	// Recovery is the time from the kill until a warrior request sent
 	// after it succeeded (frontend, Redis), or until the restarted plugin
-	// served its tracker port again (plugin).
+	// answered an announce on its tracker port again (plugin).
 	Recovery time.Duration
+	Stalled  bool // a frontend killed during a Redis stall
 	// AckedLost is, for a Redis kill, how many acknowledged dones it took.
 	AckedLost int
 }
@@ -63,7 +64,20 @@ type plannedKill struct {
 	kind   string
 	target int
 	at     time.Duration
+	// stall: a frontend kill lands while Redis is stalled (DEBUG SLEEP)
+	// with the frontend's requests queued in it, so Redis runs claims and
+	// dones after their frontend died and their replies go nowhere: the
+	// "reply lost in a crash" that a kill at a random moment rarely hits.
+	stall bool
 }
+
+// redisStall is how long Redis sleeps under a stalled frontend kill (the
+// issue saw single stalls of 0.7 s); the kill comes stallKillAfter into it,
+// once every warrior of the frontend has sent its next request.
+const (
+	redisStall     = time.Second
+	stallKillAfter = 800 * time.Millisecond
+)
 
 // killSchedule spreads n kills over the load, one per slot at a random
 // moment in the slot's first half (so each recovers before the next);
@@ -77,6 +91,7 @@ func killSchedule(rng *rand.Rand, n, frontends int, load time.Duration, plugin b
 	rng.Shuffle(len(first), func(i, j int) { first[i], first[j] = first[j], first[i] })
 	slot := load * 9 / 10 / time.Duration(max(n, 1))
 	plan := make([]plannedKill, n)
+	frontendKills := 0
 	for i := range plan {
 		kind := kinds[rng.IntN(len(kinds))]
 		if i < len(first) {
@@ -84,6 +99,10 @@ func killSchedule(rng *rand.Rand, n, frontends int, load time.Duration, plugin b
 		}
 		plan[i] = plannedKill{kind: kind, target: rng.IntN(frontends),
 			at: load/20 + time.Duration(i)*slot + time.Duration(rng.Int64N(int64(slot/2)+1))}
+		if kind == killFrontend {
+			plan[i].stall = frontendKills%2 == 0 // the first, then every other one
+			frontendKills++
+		}
 	}
 	return plan
 }
@@ -264,6 +283,26 @@ func (h *harness) kill(ctx context.Context, k plannedKill) error {
 	switch k.kind {
 	case killFrontend:
 		f := h.frontends[k.target]
+		if k.stall {
+			record.Stalled = true
+			node, err := h.redis.nodeFor(ctx, queues.ConfigKey(projectSlug))
+			if err != nil {
+				return err
+			}
+			stalled := make(chan error, 1)
+			go func() {
+				c := redis.NewClient(&redis.Options{Addr: h.redis.nodes[node].addr, ReadTimeout: 5 * time.Second})
+				defer c.Close()
+				stalled <- c.Do(ctx, "DEBUG", "SLEEP", strconv.FormatFloat(redisStall.Seconds(), 'f', 3, 64)).Err()
+			}()
+			time.Sleep(stallKillAfter)
+			killedAt = time.Now()
+			defer func() {
+				if err := <-stalled; err != nil {
+					h.report.Problems = append(h.report.Problems, "DEBUG SLEEP: "+err.Error())
+				}
+			}()
+		}
 		if err := f.kill(); err != nil {
 			return err
 		}
@@ -290,12 +329,12 @@ func (h *harness) kill(ctx context.Context, k plannedKill) error {
 		}
 		deadline := time.Now().Add(recoveryTimeout)
 		for {
-			if now := f.pluginPID(); now != 0 && now != pid && dials(f.tracker) {
+			if now := f.pluginPID(); now != 0 && now != pid && announces(f.tracker) {
 				record.Recovery = time.Since(killedAt)
 				break
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("the plugin of frontend %d (pid %d), killed at %s, was not back serving %s within %s",
+				return fmt.Errorf("the plugin of frontend %d (pid %d), killed at %s, was not back answering announces on %s within %s",
 					k.target, pid, record.At.Round(time.Millisecond), f.tracker, recoveryTimeout)
 			}
 			time.Sleep(10 * time.Millisecond)
@@ -345,8 +384,11 @@ func (h *harness) summarize(t *testing.T, load, drain, work time.Duration) {
 	}
 	t.Logf("chaos seed %d (HOARD_CHAOS_SEED=%d to replay the schedule): %d warriors on %d frontends on %s, load %s (work ~%s per claim), drain %s",
 		h.sc.seed, h.sc.seed, h.sc.warriors, h.sc.frontends, on, load.Round(time.Millisecond), work.Round(time.Millisecond), drain.Round(time.Millisecond))
-	t.Logf("warriors: %d claims of %d items, %d dones acknowledged, %d releases, %d deaths mid-claim, %d dones refused, %d failed requests",
-		l.claims.Load(), l.claimedItems.Load(), l.dones.Load(), l.releases.Load(), l.deaths.Load(), l.refusals.Load(), l.failures.Load())
+	t.Logf("warriors: %d claims of %d items, %d dones acknowledged, %d releases, %d deaths mid-claim, %d dones refused, %d failed requests (%d claims unanswered)",
+		l.claims.Load(), l.claimedItems.Load(), l.dones.Load(), l.releases.Load(), l.deaths.Load(), l.refusals.Load(), l.failures.Load(), l.claimsUnanswered.Load())
+	stats, _ := h.rdb.HMGet(t.Context(), queues.StatsKey(projectSlug), "requests_served", "items_served", "items_reclaimed").Result()
+	t.Logf("hoard (its Redis stats, which a Redis kill can roll back too): %v claims of %v items served, %v items reclaimed; claims whose reply no warrior read: %v",
+		stats[0], stats[1], stats[2], lostReplies(stats[0], l.claims.Load()))
 	t.Logf("items %d: done %d, todo %d, out (stranded) %d; lost %d, duplicated %d, unknown %d",
 		r.Items, r.Done, r.Todo, r.Out, len(r.Lost), len(r.Duplicated), len(r.Unknown))
 	t.Logf("acknowledged dones lost by Redis kills: %d inside the %s everysec window, %d outside; not done at the end: %d",
@@ -362,6 +404,9 @@ func (h *harness) summarize(t *testing.T, load, drain, work time.Duration) {
 			}
 		}
 		extra := ""
+		if k.Stalled {
+			extra = fmt.Sprintf(", killed %s into a %s Redis stall", stallKillAfter, redisStall)
+		}
 		if k.Kind == killRedis {
 			extra = fmt.Sprintf(", %d acknowledged dones lost", k.AckedLost)
 		}
@@ -373,6 +418,17 @@ func (h *harness) summarize(t *testing.T, load, drain, work time.Duration) {
 			t.Logf("%s log tail:\n%s", f.name, f.logTail())
 		}
 	}
+}
+
+// lostReplies is how many claims hoard served that no warrior received
+// (replies cut off by a kill), from Redis's count and the warriors'.
+func lostReplies(served any, received int64) string {
+	text, _ := served.(string)
+	n, err := strconv.ParseInt(text, 10, 64)
+	if err != nil {
+		return "unknown"
+	}
+	return strconv.FormatInt(n-received, 10)
 }
 
 var (

@@ -6,5 +6,6 @@
 //
 // `go test ./internal/chaos` (part of `make test`) runs a short version;
 // `make chaos` runs it for minutes (HOARD_CHAOS_DURATION, HOARD_CHAOS_ITEMS,
-// HOARD_CHAOS_SEED).
+// HOARD_CHAOS_SEED; HOARD_CHAOS_DEBUG=1 prints every failed warrior
+// request).
 package chaos

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -128,7 +130,9 @@ func newRedisServer(dir, name string, extra ...string) (*redisServer, error) {
 	}
 	argv := []string{binary, "--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--dir", dataDir,
 		"--daemonize", "no", "--save", "", "--appendonly", "yes", "--appendfsync", "everysec",
-		"--notify-keyspace-events", "Ex"}
+		"--notify-keyspace-events", "Ex",
+		// DEBUG SLEEP stalls Redis under a frontend kill (loopback only).
+		"--enable-debug-command", "local"}
 	return &redisServer{
 		addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 		process: process{
@@ -359,7 +363,7 @@ func (f *frontend) startAndWait(ctx context.Context) error {
 	client := &http.Client{Timeout: time.Second}
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
-		if healthy(ctx, client, f.base+"/healthz") && (f.tracker == "" || dials(f.tracker)) {
+		if healthy(ctx, client, f.base+"/healthz") && (f.tracker == "" || announces(f.tracker)) {
 			return nil
 		}
 		select {
@@ -409,13 +413,21 @@ func healthy(ctx context.Context, client *http.Client, url string) bool {
 	return resp.StatusCode == http.StatusOK
 }
 
-func dials(addr string) bool {
-	conn, err := net.DialTimeout("tcp", addr, time.Second)
+// announces reports whether the BitTorrent tracker at addr answers an
+// HTTP announce with a peer list (open mode takes any torrent), not only
+// accepts a connection.
+func announces(addr string) bool {
+	query := "info_hash=" + url.QueryEscape("chaos-torrent-hash-1") + "&peer_id=" + url.QueryEscape("-CH0001-chaospeer001") +
+		"&port=6881&uploaded=0&downloaded=0&left=100&compact=1"
+	client := &http.Client{Timeout: time.Second}
+	resp, err := client.Get("http://" + addr + "/announce?" + query)
 	if err != nil {
 		return false
 	}
-	conn.Close()
-	return true
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return err == nil && resp.StatusCode == http.StatusOK &&
+		strings.Contains(string(body), "8:interval") && !strings.Contains(string(body), "failure reason")
 }
 
 // requireTools skips (fails under CI=true) without redis-server, and

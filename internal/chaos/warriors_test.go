@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,7 +33,9 @@ type warriorPlan struct {
 	multi    int
 	// releaseRate and dieRate are chances per claim.
 	releaseRate, dieRate float64
-	// work is the mean time spent on a claim before reporting it.
+	// work is about the mean time from one claim to the next: a pause of
+	// up to half of it before claiming, then a quarter to all of it spent
+	// on the items before reporting them.
 	work time.Duration
 }
 
@@ -61,6 +64,10 @@ type ledger struct {
 
 	claims, claimedItems, dones, releases, deaths, refusals atomic.Int64
 	failures                                                atomic.Int64 // transport errors and 5xx
+	// claimsUnanswered are claim requests that got no answer (the
+	// connection broke): hoard may have claimed items for them that no
+	// warrior will ever report, which only the reclaim brings back.
+	claimsUnanswered atomic.Int64
 }
 
 func newLedger() *ledger { return &ledger{acked: map[string]time.Time{}} }
@@ -145,6 +152,12 @@ type warrior struct {
 // that hoard did nothing wrong with.
 func (w *warrior) run() {
 	for !w.stop.Load() {
+		// A pause between items, as a pipeline has, so that at any moment
+		// some warriors are about to claim while others are about to
+		// report: a kill or a stall then catches both kinds of request.
+		if !w.draining.Load() && w.plan.work > 0 {
+			time.Sleep(time.Duration(float64(w.plan.work) * 0.5 * w.rng.Float64()))
+		}
 		items, ok := w.claim()
 		if !ok {
 			time.Sleep(50 * time.Millisecond)
@@ -156,7 +169,7 @@ func (w *warrior) run() {
 			continue // dead mid-claim: never reported; the reclaim brings them back
 		}
 		if !draining && w.plan.work > 0 {
-			time.Sleep(time.Duration(float64(w.plan.work) * (0.5 + w.rng.Float64())))
+			time.Sleep(time.Duration(float64(w.plan.work) * (0.25 + 0.75*w.rng.Float64())))
 		}
 		if !draining && w.rng.Float64() < w.plan.releaseRate {
 			cut := 1 + w.rng.IntN(len(items))
@@ -180,6 +193,9 @@ func (w *warrior) post(path string, body any) (status int, reply []byte, ok bool
 	req.Header.Set("User-Agent", "ArchiveTeam Warrior/0.10.3 chaos")
 	resp, err := w.http.Do(req)
 	if err != nil {
+		if os.Getenv("HOARD_CHAOS_DEBUG") != "" {
+			fmt.Fprintf(os.Stderr, "DEBUG %s %s %s after %s: %v\n", time.Now().Format("15:04:05.000"), w.plan.nick, path, time.Since(sent), err)
+		}
 		w.ledger.failures.Add(1)
 		return 0, nil, false
 	}
@@ -200,6 +216,9 @@ func (w *warrior) claim() ([]string, bool) {
 		path = fmt.Sprintf("/%s/multi=%d//request", projectSlug, w.plan.multi)
 	}
 	status, reply, ok := w.post(path, map[string]string{"downloader": w.plan.nick, "api_version": "2", "version": "chaos"})
+	if !ok && status == 0 {
+		w.ledger.claimsUnanswered.Add(1)
+	}
 	if !ok || status != http.StatusOK {
 		return nil, false
 	}
