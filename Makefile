@@ -9,7 +9,8 @@ PKGS    ?= ./...
 # pipefail: make test's exit code is go test's as well as the summary's.
 SHELL   := /bin/bash
 
-.PHONY: all build run test test-long vet deps check-go e2e-deps bench fuzz clean install install-files
+.PHONY: all build run test test-long vet deps check-go e2e-deps bench fuzz chaos clean install install-files
+CHAOSTIME ?= 5m
 
 all: build
 
@@ -96,6 +97,13 @@ bench: build
 	bin/hoard-bench fsync
 	bin/hoard-bench backfeed-flood
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./queues
+
+# The chaos suite for minutes (make test runs it for 20 s): the real
+# binaries on loopback, frontends, plugins and redis-server SIGKILLed under
+# 32 warriors, on one redis-server and on a 3-master cluster (half as
+# long), then every item checked in Redis. See README "Chaos".
+chaos:
+	HOARD_CHAOS_DURATION=$(CHAOSTIME) $(GO) test -count=1 -v -timeout 60m -run '^TestChaos' ./internal/chaos
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseWarriorPath$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./server
