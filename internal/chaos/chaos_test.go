@@ -413,6 +413,18 @@ func (h *harness) summarize(t *testing.T, load, drain, work time.Duration) {
 		t.Logf("  kill %-12s %-10s at %7s: recovered in %s%s", k.Kind, target, k.At.Round(time.Millisecond), k.Recovery.Round(time.Millisecond), extra)
 	}
 	t.Logf("kills: %d frontend, %d plugin, %d redis-server (%d planned)", perKind[killFrontend], perKind[killPlugin], perKind[killRedis], h.sc.kills)
+	for _, kind := range []string{killFrontend, killPlugin, killRedis} {
+		var times []time.Duration
+		for _, k := range r.Kills {
+			if k.Kind == kind {
+				times = append(times, k.Recovery)
+			}
+		}
+		if len(times) > 0 {
+			slices.Sort(times)
+			t.Logf("recovery after a %s kill: median %s, max %s", kind, times[len(times)/2].Round(time.Millisecond), times[len(times)-1].Round(time.Millisecond))
+		}
+	}
 	if fails := r.failures(); len(fails) > 0 {
 		for _, f := range h.frontends {
 			t.Logf("%s log tail:\n%s", f.name, f.logTail())

@@ -130,9 +130,13 @@ func newRedisServer(dir, name string, extra ...string) (*redisServer, error) {
 	}
 	argv := []string{binary, "--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--dir", dataDir,
 		"--daemonize", "no", "--save", "", "--appendonly", "yes", "--appendfsync", "everysec",
-		"--notify-keyspace-events", "Ex",
-		// DEBUG SLEEP stalls Redis under a frontend kill (loopback only).
-		"--enable-debug-command", "local"}
+		"--notify-keyspace-events", "Ex"}
+	if redisMajorVersion(binary) >= 7 {
+		// DEBUG SLEEP stalls Redis under a frontend kill; Redis 7 refuses
+		// DEBUG unless enabled (here for loopback only), Redis 6 has no
+		// such setting and takes DEBUG from anyone.
+		argv = append(argv, "--enable-debug-command", "local")
+	}
 	return &redisServer{
 		addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 		process: process{
@@ -142,6 +146,21 @@ func newRedisServer(dir, name string, extra ...string) (*redisServer, error) {
 			logPath: filepath.Join(dir, name+".log"),
 		},
 	}, nil
+}
+
+// redisMajorVersion is redis-server's major version ("v=7.0.15"), or 0.
+func redisMajorVersion(binary string) int {
+	out, err := exec.Command(binary, "--version").Output()
+	if err != nil {
+		return 0
+	}
+	_, rest, ok := strings.Cut(string(out), " v=")
+	if !ok {
+		return 0
+	}
+	major, _, _ := strings.Cut(rest, ".")
+	n, _ := strconv.Atoi(major)
+	return n
 }
 
 // startAndWait starts redis-server and waits until it answers PING (after
