@@ -194,13 +194,19 @@ func runScenario(t *testing.T, sc scenario) *harness {
 
 	rng := rand.New(rand.NewPCG(sc.seed, 1<<32))
 	schedule := killSchedule(rng, sc.kills, sc.frontends, sc.load, sc.plugin)
+	// If the test stops early, the monkey stops before the processes are
+	// torn down, so it never restarts one after its cleanup.
+	monkeyCtx, stopMonkey := context.WithCancel(ctx)
 	var monkey sync.WaitGroup
+	t.Cleanup(func() { stopMonkey(); monkey.Wait() })
 	monkey.Go(func() {
 		for _, k := range schedule {
-			if wait := time.Until(h.start.Add(k.at)); wait > 0 {
-				time.Sleep(wait)
+			select {
+			case <-monkeyCtx.Done():
+				return
+			case <-time.After(time.Until(h.start.Add(k.at))):
 			}
-			if err := h.kill(ctx, k); err != nil {
+			if err := h.kill(monkeyCtx, k); err != nil {
 				h.report.Problems = append(h.report.Problems, err.Error())
 			}
 		}
@@ -313,6 +319,8 @@ func (h *harness) kill(ctx context.Context, k plannedKill) error {
 		select {
 		case at := <-recovered:
 			record.Recovery = at.Sub(killedAt)
+		case <-ctx.Done():
+			return ctx.Err()
 		case <-time.After(recoveryTimeout):
 			return fmt.Errorf("frontend %d killed at %s: no warrior request succeeded on it within %s of its restart",
 				k.target, record.At.Round(time.Millisecond), recoveryTimeout)
@@ -332,6 +340,9 @@ func (h *harness) kill(ctx context.Context, k plannedKill) error {
 			if now := f.pluginPID(); now != 0 && now != pid && announces(f.tracker) {
 				record.Recovery = time.Since(killedAt)
 				break
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
 			}
 			if time.Now().After(deadline) {
 				return fmt.Errorf("the plugin of frontend %d (pid %d), killed at %s, was not back answering announces on %s within %s",
@@ -366,6 +377,8 @@ func (h *harness) kill(ctx context.Context, k plannedKill) error {
 		select {
 		case at := <-recovered:
 			record.Recovery = at.Sub(killedAt)
+		case <-ctx.Done():
+			return ctx.Err()
 		case <-time.After(recoveryTimeout):
 			return fmt.Errorf("redis-server killed at %s: no warrior request succeeded within %s of its restart",
 				record.At.Round(time.Millisecond), recoveryTimeout)

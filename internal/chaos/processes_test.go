@@ -20,6 +20,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hoardproject/hoard/internal/childproc"
 	"github.com/hoardproject/hoard/internal/localredis"
 )
 
@@ -65,9 +66,11 @@ func (p *process) start() error {
 	cmd.Env = p.env
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// Its own process group, so a Ctrl-C of the test run doesn't kill it
-	// behind the suite's back; the suite kills it itself.
+	// behind the suite's back; the suite kills it itself, and the kernel
+	// does if the test binary dies first (a timeout), so nothing outlives
+	// the run.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	if err := childproc.Start(cmd, syscall.SIGKILL); err != nil {
 		logFile.Close()
 		return fmt.Errorf("start %s: %w", p.name, err)
 	}
