@@ -23,7 +23,7 @@ const (
 	reclaimTTL  = 2 * time.Second
 )
 
-// warriorPlan is what one warrior does; the mix follows the brief: half
+// warriorPlan is what one warrior does. The mix is issue 15's: half
 // multi=1 and half multi=10, every warrior sometimes releasing, and a
 // quarter of them "dying" mid-claim now and then (claiming and never
 // reporting, as a killed warrior does).
@@ -45,9 +45,12 @@ func warriorPlans(count, frontends int, work time.Duration) []warriorPlan {
 		plans[i] = warriorPlan{
 			nick:        fmt.Sprintf("chaos-w%02d", i),
 			frontend:    i % frontends,
-			multi:       map[bool]int{true: 1, false: 10}[i < count/2],
+			multi:       1,
 			releaseRate: 0.03,
 			work:        work,
+		}
+		if i >= count/2 {
+			plans[i].multi = 10
 		}
 		if i%4 == 3 {
 			plans[i].dieRate = 0.08
