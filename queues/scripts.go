@@ -9,6 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hoardproject/hoard/lua"
+
+	"github.com/hoardproject/hoard/internal/luascript"
 )
 
 // Every script, loaded from lua/ with the shared prelude prepended.
@@ -33,24 +35,20 @@ var (
 	archiveFinishScript = loadScript("archive_finish.lua")
 )
 
+var prelude = luascript.Prelude(lua.Files, "prelude.lua")
+
+// loadScript loads a queue script with the named result codes (R) and the
+// shared prelude prepended.
 func loadScript(name string) *redis.Script {
-	prelude, err := lua.Files.ReadFile("prelude.lua")
-	if err != nil {
-		panic(err)
-	}
-	body, err := lua.Files.ReadFile(name)
-	if err != nil {
-		panic(fmt.Sprintf("lua script %s: %v", name, err))
-	}
-	return redis.NewScript(luaCodes() + string(prelude) + "\n" + string(body))
+	return luascript.Load(lua.Files, name, luaCodes(), prelude)
 }
 
 // runScript runs a script with EVALSHA (EVAL once after a NOSCRIPT) and
 // wraps failures as CodeUnavailable errors of op. On a cluster go-redis
 // routes it by KEYS[1]; all KEYS share one hash tag, so one slot.
 func (e *Engine) runScript(ctx context.Context, op string, script *redis.Script, keys []string, args ...any) (any, error) {
-	reply, err := script.Run(ctx, e.rdb, keys, args...).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
+	reply, err := luascript.Run(ctx, e.rdb, script, keys, args...)
+	if err != nil {
 		return nil, unavailable(op, err)
 	}
 	return reply, nil

@@ -2,8 +2,6 @@ package pluginhost
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hoardproject/hoard/plugins"
+
+	"github.com/hoardproject/hoard/internal/lease"
 )
 
 // Spec names one plugin the host runs.
@@ -252,10 +252,7 @@ func NewHost(opts Options) (*Host, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	host, _ := os.Hostname()
-	var id [6]byte
-	_, _ = rand.Read(id[:])
-	h.owner = fmt.Sprintf("%s:%d:%s", host, os.Getpid(), hex.EncodeToString(id[:]))
+	h.owner = lease.NewOwner()
 	return h, nil
 }
 
@@ -448,27 +445,7 @@ func (h *Host) lease(ctx context.Context, key string, ttl time.Duration) bool {
 	}
 	ctx, cancel := context.WithTimeout(ctx, h.opts.CallTimeout)
 	defer cancel()
-	var ok bool
-	var err error
-	for attempt := 0; attempt < 2; attempt++ {
-		if ok, err = h.opts.Redis.SetNX(ctx, key, h.owner, ttl).Result(); err != nil || ok {
-			break
-		}
-		// Our own schedule already spaces our runs; the lease only keeps
-		// other frontends out, so a lease this host holds is renewed.
-		// (GET then SET: if the lease expires in between and another
-		// frontend takes it, both run once, which ticks tolerate.)
-		var holder string
-		holder, err = h.opts.Redis.Get(ctx, key).Result()
-		if errors.Is(err, redis.Nil) {
-			continue // expired just now: try to take it again
-		}
-		if err == nil && holder == h.owner {
-			err = h.opts.Redis.Set(ctx, key, h.owner, ttl).Err()
-			ok = err == nil
-		}
-		break
-	}
+	ok, err := lease.Take(ctx, h.opts.Redis, key, h.owner, ttl)
 	if err != nil {
 		h.log.Warn("job lease unavailable; running the job anyway", "key", key, "err", err)
 		return true

@@ -12,6 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hoardproject/hoard/plugins/bittorrent"
+
+	"github.com/hoardproject/hoard/internal/lease"
 )
 
 const (
@@ -188,7 +190,7 @@ func (s *Store) sweepLoop(ctx context.Context) {
 	defer s.wg.Done()
 	ticker := time.NewTicker(s.cfg.SweepInterval)
 	defer ticker.Stop()
-	lease := s.cfg.SweepInterval * 9 / 10
+	leaseTTL := s.cfg.SweepInterval * 9 / 10
 	for {
 		select {
 		case <-ctx.Done():
@@ -196,7 +198,7 @@ func (s *Store) sweepLoop(ctx context.Context) {
 		case <-ticker.C:
 		}
 		for shard := range DueShards {
-			ok, err := s.rdb.SetNX(ctx, dueLeaseKey(shard), "1", lease).Result()
+			ok, err := lease.Take(ctx, s.rdb, dueLeaseKey(shard), s.owner, leaseTTL)
 			if err != nil || !ok {
 				continue
 			}

@@ -9,6 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hoardproject/hoard/plugins/bittorrent"
+
+	"github.com/hoardproject/hoard/internal/lease"
 )
 
 // repairBatch is how many keys one SCAN step returns and one repair
@@ -313,7 +315,7 @@ func (s *Store) repairLoop(ctx context.Context) {
 			return
 		case <-ticker.C:
 		}
-		ok, err := s.rdb.SetNX(ctx, repairLeaseKey, "1", s.cfg.RepairInterval*9/10).Result()
+		ok, err := lease.Take(ctx, s.rdb, repairLeaseKey, s.owner, s.cfg.RepairInterval*9/10)
 		if err != nil || !ok {
 			continue
 		}

@@ -9,6 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	luabt "github.com/hoardproject/hoard/lua/bittorrent"
+
+	"github.com/hoardproject/hoard/internal/luascript"
 )
 
 // Every script, loaded from lua/bittorrent with the shared prelude
@@ -20,29 +22,19 @@ var (
 	userSetsScript  = loadScript("user_sets.lua")
 )
 
+var prelude = luascript.Prelude(luabt.Files, "prelude.lua")
+
 func loadScript(name string) *redis.Script {
-	prelude, err := luabt.Files.ReadFile("prelude.lua")
-	if err != nil {
-		panic(err)
-	}
-	body, err := luabt.Files.ReadFile(name)
-	if err != nil {
-		panic(fmt.Sprintf("lua script %s: %v", name, err))
-	}
-	return redis.NewScript(string(prelude) + "\n" + string(body))
+	return luascript.Load(luabt.Files, name, prelude)
 }
 
 // runScriptList runs a script that returns an array, with EVALSHA (EVAL
 // once after a NOSCRIPT). On a cluster go-redis routes it by KEYS[1]; all
 // KEYS share one hash tag, so one slot.
 func (s *Store) runScriptList(ctx context.Context, op string, script *redis.Script, keys []string, args ...any) ([]any, error) {
-	reply, err := script.Run(ctx, s.rdb, keys, args...).Result()
+	list, err := luascript.RunList(ctx, s.rdb, script, keys, args...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
-	}
-	list, ok := reply.([]any)
-	if !ok || len(list) == 0 {
-		return nil, fmt.Errorf("%s: script replied %T, want an array", op, reply)
 	}
 	return list, nil
 }

@@ -12,6 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hoardproject/hoard/plugins/bittorrent"
+
+	"github.com/hoardproject/hoard/internal/lease"
 )
 
 // HnRPolicy says when a user who snatched a torrent and left it is a
@@ -147,6 +149,7 @@ func (c *Config) validate() error {
 // Store is the Redis swarm store. It is safe for concurrent use.
 type Store struct {
 	rdb    redis.UniversalClient
+	owner  string // this store's id in the sweep and repair leases
 	cfg    Config
 	clock  Clock
 	logger *slog.Logger
@@ -182,7 +185,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Store{rdb: rdb, cfg: cfg, clock: cfg.Clock, logger: cfg.Logger}
+	s := &Store{rdb: rdb, owner: lease.NewOwner(), cfg: cfg, clock: cfg.Clock, logger: cfg.Logger}
 	s.pending.reset()
 	if cfg.AnnouncePipelines > 0 {
 		s.announces = newCoalescer(s, announceScript, cfg.AnnouncePipelines)
