@@ -78,8 +78,9 @@ func expireKeys(hash bittorrent.InfoHash, members []string) []string {
 }
 
 // TorrentKey holds the torrent's record (HASH): id (registered torrents),
-// created and last_action (ms; last_action is the last time it had a
-// seeder), announces, seeders, leechers, snatches.
+// registered (ms of the last registration), created and last_action (ms;
+// last_action is the last time it had a seeder), announces, seeders,
+// leechers, snatches.
 func TorrentKey(hash bittorrent.InfoHash) string { return keysOf(hash).torrent }
 
 // SeedersKey maps each seeder's 20-byte peer id to its compact address

@@ -177,15 +177,18 @@ func (c *whitelistCache) invalidate() {
 
 // RegisterTorrent registers an info-hash under the site's torrent id
 // (private mode accepts announces only for registered torrents). It may
-// be called again to change the id.
+// be called again to change the id. Each call stamps the record's
+// "registered" field (ms), which tells scoring a torrent it had removed
+// was registered again.
 func (s *Store) RegisterTorrent(ctx context.Context, hash bittorrent.InfoHash, torrentID string) error {
 	if !validName(torrentID) {
 		return fmt.Errorf("swarm: torrent id %q: want 1-%d characters of A-Z a-z 0-9 _ -: %w", torrentID, maxNameLen, ErrInvalid)
 	}
 	key := TorrentKey(hash)
 	pipe := s.rdb.TxPipeline() // one key: MULTI is fine on a cluster
-	pipe.HSet(ctx, key, "id", torrentID)
-	pipe.HSetNX(ctx, key, "created", s.nowMillis())
+	now := s.nowMillis()
+	pipe.HSet(ctx, key, "id", torrentID, "registered", now)
+	pipe.HSetNX(ctx, key, "created", now)
 	pipe.Persist(ctx, key) // it may have been an expiring open-mode record
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("swarm.RegisterTorrent: %w", err)

@@ -1,0 +1,68 @@
+package scoring
+
+import (
+	"encoding/hex"
+	"strconv"
+
+	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
+)
+
+// A torrent's scoring keys carry its hash tag, like the swarm store's
+// (swarm.TorrentKey), so score_apply.lua reads the swarm and writes the
+// score in one slot. The score index is sharded: IndexShards ZSETs, each
+// its own hash tag, a torrent in the shard of its info-hash's first byte,
+// so no one key pins the tracker to one cluster slot.
+
+const keyPrefix = "hoard:bt:"
+
+func torrentPrefix(hash bittorrent.InfoHash) string {
+	return keyPrefix + "{" + hex.EncodeToString(hash[:]) + "}:"
+}
+
+// ScoreKey is a torrent's score record (HASH); score_apply.lua lists its
+// fields.
+func ScoreKey(hash bittorrent.InfoHash) string { return torrentPrefix(hash) + "score" }
+
+// SeenKey maps each IP seen on the torrent to when it was last seen (ZSET
+// of 4- or 16-byte IPs -> ms), trimmed to the "new" window.
+func SeenKey(hash bittorrent.InfoHash) string { return torrentPrefix(hash) + "score:seen" }
+
+// IndexShards is how many shards the score index has. It is fixed:
+// changing it would strand the entries of the shards that went away.
+const IndexShards = 16
+
+// shardOf is a torrent's index shard.
+func shardOf(hash bittorrent.InfoHash) int { return int(hash[0]) % IndexShards }
+
+func shardPrefix(shard int) string { return keyPrefix + "{score:" + strconv.Itoa(shard) + "}" }
+
+// IndexKey is one shard of the score index (ZSET hex info-hash -> score).
+func IndexKey(shard int) string { return shardPrefix(shard) }
+
+// IndexRevsKey maps each hex info-hash of the shard to the revision of the
+// torrent's score its entry shows (HASH), so a late step never moves it
+// back.
+func IndexRevsKey(shard int) string { return shardPrefix(shard) + ":revs" }
+
+// ProcessedKey counts the results applied per minute (HASH unix minute ->
+// count) for the torrents of the shard: torrents.processed over the last
+// hour sums the last 60 minutes of every shard.
+func ProcessedKey(shard int) string { return shardPrefix(shard) + ":processed" }
+
+// scriptKeys builds the keys of the per-torrent scripts.
+func applyKeys(hash bittorrent.InfoHash) []string {
+	return []string{ScoreKey(hash), swarm.TorrentKey(hash), swarm.SeedersKey(hash), swarm.LeechersKey(hash), SeenKey(hash)}
+}
+
+func countKeys(hash bittorrent.InfoHash) []string {
+	return []string{swarm.SeedersKey(hash), swarm.LeechersKey(hash), SeenKey(hash)}
+}
+
+func trackKeys(hash bittorrent.InfoHash) []string {
+	return []string{ScoreKey(hash), swarm.TorrentKey(hash)}
+}
+
+func indexKeys(shard int) []string {
+	return []string{IndexKey(shard), IndexRevsKey(shard), ProcessedKey(shard)}
+}

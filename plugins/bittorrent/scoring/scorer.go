@@ -1,0 +1,459 @@
+package scoring
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	luabt "github.com/hoardproject/hoard/lua/bittorrent"
+	"github.com/hoardproject/hoard/plugins"
+	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
+)
+
+var (
+	countScript = loadScript("score_count.lua")
+	applyScript = loadScript("score_apply.lua")
+	trackScript = loadScript("score_track.lua")
+	indexScript = loadScript("score_index.lua")
+)
+
+func loadScript(name string) *redis.Script {
+	body, err := luabt.Files.ReadFile(name)
+	if err != nil {
+		panic(fmt.Sprintf("lua script %s: %v", name, err))
+	}
+	return redis.NewScript(string(body))
+}
+
+// ItemPrefix starts every score item's name: "score:<hex info-hash>:<round>".
+const ItemPrefix = "score:"
+
+// ItemName is the item of a torrent's round.
+func ItemName(hash bittorrent.InfoHash, round int64) string {
+	return ItemPrefix + hex.EncodeToString(hash[:]) + ":" + strconv.FormatInt(round, 10)
+}
+
+// ParseItem reads a score item's info-hash and round.
+func ParseItem(item string) (bittorrent.InfoHash, int64, error) {
+	var hash bittorrent.InfoHash
+	rest, ok := strings.CutPrefix(item, ItemPrefix)
+	hexHash, roundText, found := strings.Cut(rest, ":")
+	if !ok || !found {
+		return hash, 0, fmt.Errorf("score item %q is not score:<info-hash>:<round>", item)
+	}
+	parsed, err := swarm.ParseInfoHash(hexHash)
+	if err != nil {
+		return hash, 0, fmt.Errorf("score item %q: %w", item, err)
+	}
+	round, err := strconv.ParseInt(roundText, 10, 64)
+	if err != nil || round < 1 {
+		return hash, 0, fmt.Errorf("score item %q: round %q is not a positive integer", item, roundText)
+	}
+	return parsed, round, nil
+}
+
+// Result is what a worker reports for one torrent: the peers it counted,
+// how many of them were new, and the source's max peers.
+type Result struct {
+	Peers int64 `json:"peers"`
+	New   int64 `json:"new"`
+	Max   int64 `json:"max"`
+}
+
+func (r Result) validate() error {
+	if r.Peers < 0 || r.New < 0 || r.New > r.Peers || r.Max <= 0 {
+		return fmt.Errorf("score result %+v: want 0 <= new <= peers and max > 0", r)
+	}
+	return nil
+}
+
+// Clock tells the scorer the time (swarm.Clock and queues.FakeClock fit).
+type Clock interface {
+	Now() time.Time
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// Scorer keeps the torrents' scores in Redis: it tracks torrents, counts a
+// torrent's peers for a worker, applies results, and lists a cycle's
+// items. It is safe for concurrent use.
+type Scorer struct {
+	rdb    redis.UniversalClient
+	policy Policy
+	clock  Clock
+	logger *slog.Logger
+
+	applied atomic.Int64 // results this process applied (torrents_processed)
+}
+
+// New returns a Scorer; a nil clock is the wall clock.
+func New(rdb redis.UniversalClient, policy Policy, clock Clock, logger *slog.Logger) *Scorer {
+	if clock == nil {
+		clock = systemClock{}
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &Scorer{rdb: rdb, policy: policy, clock: clock, logger: logger}
+}
+
+// Policy returns the scorer's policy.
+func (s *Scorer) Policy() Policy { return s.policy }
+
+func (s *Scorer) nowMillis() int64 { return s.clock.Now().UnixMilli() }
+
+// Count counts a torrent's peers in hoard's own swarm and how many of
+// their IPs are new on it. It only reads.
+func (s *Scorer) Count(ctx context.Context, hash bittorrent.InfoHash) (Result, error) {
+	reply, err := countScript.Run(ctx, s.rdb, countKeys(hash), s.nowMillis(), s.policy.NewWindow.Milliseconds()).Int64Slice()
+	if err != nil {
+		return Result{}, fmt.Errorf("scoring.Count: %w", err)
+	}
+	if len(reply) != 2 {
+		return Result{}, fmt.Errorf("scoring.Count: script replied %v", reply)
+	}
+	return Result{Peers: reply[0], New: reply[1], Max: int64(s.policy.MaxPeers)}, nil
+}
+
+// Process is a worker's step for one item: count the torrent's peers and
+// return the result to report with Done.
+func (s *Scorer) Process(ctx context.Context, item string) (json.RawMessage, error) {
+	hash, _, err := ParseItem(item)
+	if err != nil {
+		return nil, &itemError{err}
+	}
+	r, err := s.Count(ctx, hash)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(r)
+}
+
+// Outcome is what applying one result did.
+type Outcome int
+
+// Outcomes.
+const (
+	// NotApplied: an old round, or a torrent not being scored.
+	NotApplied Outcome = iota
+	// Kept: applied, the torrent stays with its new score.
+	Kept
+	// Removed: applied, the torrent left scoring.
+	Removed
+)
+
+// Apply applies a worker's result for item to the torrent's score: one
+// script in the torrent's slot (score_apply.lua), then the index entry in
+// its shard's slot (score_index.lua). Both steps are idempotent, so a
+// redelivered result, or one whose second step a crash cut off, settles
+// the same way.
+func (s *Scorer) Apply(ctx context.Context, item string, r Result) (Outcome, error) {
+	hash, round, err := ParseItem(item)
+	if err != nil {
+		return NotApplied, err
+	}
+	if err := r.validate(); err != nil {
+		return NotApplied, err
+	}
+	p := s.policy
+	untrack := "0"
+	if p.Untrack {
+		untrack = "1"
+	}
+	now := s.nowMillis()
+	reply, err := applyScript.Run(ctx, s.rdb, applyKeys(hash), round, r.Peers, r.New, r.Max,
+		p.NoPeers, p.FewPeers, p.Growing, p.Stale, p.NewFraction, p.MinScore,
+		now, p.NewWindow.Milliseconds(), untrack, p.TombstoneTTL.Milliseconds()).Slice()
+	if err != nil {
+		return NotApplied, fmt.Errorf("scoring.Apply: %w", err)
+	}
+	code, score, rev, err := stateReply(reply)
+	if err != nil {
+		return NotApplied, fmt.Errorf("scoring.Apply: %w", err)
+	}
+	outcome := Outcome(code)
+	if err := s.settleIndex(ctx, hash, rev, score, outcome != NotApplied); err != nil {
+		return outcome, err
+	}
+	if outcome != NotApplied {
+		s.applied.Add(1)
+	}
+	return outcome, nil
+}
+
+func stateReply(reply []any) (code int64, score string, rev int64, err error) {
+	if len(reply) != 3 {
+		return 0, "", 0, fmt.Errorf("script replied %v, want {code, score, rev}", reply)
+	}
+	code, _ = reply[0].(int64)
+	score, _ = reply[1].(string)
+	rev, _ = reply[2].(int64)
+	return code, score, rev, nil
+}
+
+// settleIndex moves the torrent's index entry to score ("" removes it) at
+// revision rev; counted says a result was applied now.
+func (s *Scorer) settleIndex(ctx context.Context, hash bittorrent.InfoHash, rev int64, score string, counted bool) error {
+	now := s.clock.Now().Unix() / 60
+	flag := "0"
+	if counted {
+		flag = "1"
+	}
+	err := indexScript.Run(ctx, s.rdb, indexKeys(shardOf(hash)), hex.EncodeToString(hash[:]), rev, score, flag, now, now-120).Err()
+	if err != nil {
+		return fmt.Errorf("scoring: index of %x: %w", hash, err)
+	}
+	return nil
+}
+
+// Track puts a torrent into scoring at 1.0 when it is new, or when it was
+// removed and has been registered or announced since. It reports whether
+// the torrent is scored now.
+func (s *Scorer) Track(ctx context.Context, hash bittorrent.InfoHash) (bool, error) {
+	private := "0"
+	if s.policy.Private {
+		private = "1"
+	}
+	reply, err := trackScript.Run(ctx, s.rdb, trackKeys(hash), s.nowMillis(), private).Slice()
+	if err != nil {
+		return false, fmt.Errorf("scoring.Track: %w", err)
+	}
+	code, score, rev, err := stateReply(reply)
+	if err != nil || code == 0 {
+		return false, err
+	}
+	return true, s.settleIndex(ctx, hash, rev, score, false)
+}
+
+// Record is a torrent's score record, for tests, the admin API and logs.
+type Record struct {
+	State     string // "active", "removed" or "" (never scored)
+	Score     float64
+	Round     int64
+	Rev       int64
+	LastPeers int64
+	LastNew   int64
+	Indexed   bool    // in its index shard
+	IndexedAt float64 // the score the index shows
+}
+
+// Record reads a torrent's score record and its index entry.
+func (s *Scorer) Record(ctx context.Context, hash bittorrent.InfoHash) (Record, error) {
+	v, err := s.rdb.HMGet(ctx, ScoreKey(hash), "state", "score", "round", "rev", "last_peers", "last_new").Result()
+	if err != nil {
+		return Record{}, fmt.Errorf("scoring.Record: %w", err)
+	}
+	str := func(i int) string { t, _ := v[i].(string); return t }
+	num := func(i int) int64 { n, _ := strconv.ParseInt(str(i), 10, 64); return n }
+	score, _ := strconv.ParseFloat(str(1), 64)
+	rec := Record{State: str(0), Score: score, Round: num(2), Rev: num(3), LastPeers: num(4), LastNew: num(5)}
+	indexed, err := s.rdb.ZScore(ctx, IndexKey(shardOf(hash)), hex.EncodeToString(hash[:])).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+	case err != nil:
+		return rec, fmt.Errorf("scoring.Record: %w", err)
+	default:
+		rec.Indexed, rec.IndexedAt = true, indexed
+	}
+	return rec, nil
+}
+
+// Scored counts the torrents in scoring: the index shards' sizes.
+func (s *Scorer) Scored(ctx context.Context) (int64, error) {
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.IntCmd, IndexShards)
+	for shard := range IndexShards {
+		cmds[shard] = pipe.ZCard(ctx, IndexKey(shard))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, fmt.Errorf("scoring.Scored: %w", err)
+	}
+	var n int64
+	for _, cmd := range cmds {
+		n += cmd.Val()
+	}
+	return n, nil
+}
+
+// ProcessedLastHour sums the results applied in the last 60 minutes by
+// every frontend.
+func (s *Scorer) ProcessedLastHour(ctx context.Context) (int64, error) {
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.MapStringStringCmd, IndexShards)
+	for shard := range IndexShards {
+		cmds[shard] = pipe.HGetAll(ctx, ProcessedKey(shard))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, fmt.Errorf("scoring.ProcessedLastHour: %w", err)
+	}
+	since := s.clock.Now().Unix()/60 - 59
+	var n int64
+	for _, cmd := range cmds {
+		for minute, count := range cmd.Val() {
+			m, _ := strconv.ParseInt(minute, 10, 64)
+			c, _ := strconv.ParseInt(count, 10, 64)
+			if m >= since {
+				n += c
+			}
+		}
+	}
+	return n, nil
+}
+
+// Applied counts the results this process applied since it started.
+func (s *Scorer) Applied() int64 { return s.applied.Load() }
+
+// discoverBatch bounds one scan page and one pipeline of the discovery.
+const discoverBatch = 500
+
+// Discover tracks the torrents the tracker knows that are missing from the
+// score index: every registered torrent (swarm.RegistryKey) and every
+// swarm with peers (swarm.DueKey's shards). A torrent already indexed is
+// skipped with one ZMSCORE per batch; the rest go through Track, which
+// starts new ones at 1.0, brings back removed ones registered or
+// announced since, and re-indexes scored ones whose index step a crash
+// cut off. It returns how many it tracked.
+func (s *Scorer) Discover(ctx context.Context) (int, error) {
+	tracked := 0
+	handle := func(hexes []string) error {
+		n, err := s.trackMissing(ctx, hexes)
+		tracked += n
+		return err
+	}
+	var cursor uint64
+	for {
+		fields, next, err := s.rdb.HScan(ctx, swarm.RegistryKey, cursor, "", discoverBatch).Result()
+		if err != nil {
+			return tracked, fmt.Errorf("scoring.Discover: registry: %w", err)
+		}
+		hexes := make([]string, 0, len(fields)/2)
+		for i := 0; i < len(fields); i += 2 {
+			hexes = append(hexes, fields[i])
+		}
+		if err := handle(hexes); err != nil {
+			return tracked, err
+		}
+		if cursor = next; cursor == 0 {
+			break
+		}
+	}
+	for shard := range swarm.DueShards {
+		for start := int64(0); ; start += discoverBatch {
+			hexes, err := s.rdb.ZRange(ctx, swarm.DueKey(shard), start, start+discoverBatch-1).Result()
+			if err != nil {
+				return tracked, fmt.Errorf("scoring.Discover: due index: %w", err)
+			}
+			if err := handle(hexes); err != nil {
+				return tracked, err
+			}
+			if len(hexes) < discoverBatch {
+				break
+			}
+		}
+	}
+	return tracked, nil
+}
+
+func (s *Scorer) trackMissing(ctx context.Context, hexes []string) (int, error) {
+	byShard := map[int][]bittorrent.InfoHash{}
+	for _, h := range hexes {
+		hash, err := swarm.ParseInfoHash(h)
+		if err != nil {
+			continue
+		}
+		byShard[shardOf(hash)] = append(byShard[shardOf(hash)], hash)
+	}
+	tracked := 0
+	for shard, hashes := range byShard {
+		members := make([]string, len(hashes))
+		for i, hash := range hashes {
+			members[i] = hex.EncodeToString(hash[:])
+		}
+		scores, err := s.rdb.ZMScore(ctx, IndexKey(shard), members...).Result()
+		if err != nil {
+			return tracked, fmt.Errorf("scoring.Discover: %w", err)
+		}
+		for i, hash := range hashes {
+			if scores[i] != 0 {
+				continue // indexed (a score is never 0: it is removed below 0.005)
+			}
+			ok, err := s.Track(ctx, hash)
+			if err != nil {
+				return tracked, err
+			}
+			if ok {
+				tracked++
+			}
+		}
+	}
+	return tracked, nil
+}
+
+// Round lists one item per scored torrent for this cycle, with its score:
+// "score:<hex>:<last applied round + 1>". A torrent whose item of that
+// round still waits is rescored by the queue, not queued twice.
+func (s *Scorer) Round(ctx context.Context, fn func(items []plugins.ScoredItem) error) (int, error) {
+	queued := 0
+	for shard := range IndexShards {
+		var cursor uint64
+		for {
+			pairs, next, err := s.rdb.ZScan(ctx, IndexKey(shard), cursor, "", discoverBatch).Result()
+			if err != nil {
+				return queued, fmt.Errorf("scoring.Round: %w", err)
+			}
+			type entry struct {
+				hash  bittorrent.InfoHash
+				score float64
+				round *redis.StringCmd
+			}
+			entries := make([]entry, 0, len(pairs)/2)
+			pipe := s.rdb.Pipeline()
+			for i := 0; i+1 < len(pairs); i += 2 {
+				hash, err := swarm.ParseInfoHash(pairs[i])
+				if err != nil {
+					continue
+				}
+				score, _ := strconv.ParseFloat(pairs[i+1], 64)
+				entries = append(entries, entry{hash: hash, score: score, round: pipe.HGet(ctx, ScoreKey(hash), "round")})
+			}
+			if len(entries) > 0 {
+				if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+					return queued, fmt.Errorf("scoring.Round: %w", err)
+				}
+				items := make([]plugins.ScoredItem, 0, len(entries))
+				for _, e := range entries {
+					last, _ := strconv.ParseInt(e.round.Val(), 10, 64)
+					items = append(items, plugins.ScoredItem{Item: ItemName(e.hash, last+1), Score: e.score})
+				}
+				if err := fn(items); err != nil {
+					return queued, err
+				}
+				queued += len(items)
+			}
+			if cursor = next; cursor == 0 {
+				break
+			}
+		}
+	}
+	return queued, nil
+}
+
+// itemError marks an item that can never be processed (a malformed name).
+type itemError struct{ err error }
+
+func (e *itemError) Error() string { return e.err.Error() }
+func (e *itemError) Unwrap() error { return e.err }
+
+func asItemError(err error, target **itemError) bool { return errors.As(err, target) }
