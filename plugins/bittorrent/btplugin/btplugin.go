@@ -25,7 +25,14 @@ import (
 	"github.com/hoardproject/hoard/internal/redisurl"
 	"github.com/hoardproject/hoard/plugins"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/scoring"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
+)
+
+// The scoring item type and job (seed 002).
+const (
+	ScoreItemType = "score"
+	ScoreJob      = "score"
 )
 
 // Version is the plugin's version, reported in Describe.
@@ -63,6 +70,9 @@ type Settings struct {
 	// AnnouncePipelines is how many shared pipelines carry concurrent
 	// announces to Redis (0: 4); -1 sends each announce alone.
 	AnnouncePipelines int `json:"announce_pipelines"`
+	// Scoring is the decay-policy scoring of torrents (seed 002); see
+	// scoring.Settings. Off unless "enabled" is true.
+	Scoring json.RawMessage `json:"scoring,omitempty"`
 }
 
 // Defaults for Settings.
@@ -139,6 +149,12 @@ type Tracker struct {
 	udp    *bittorrent.UDPServer
 	cancel context.CancelFunc
 	closed bool
+
+	// scorer is nil when scoring is off; pool is nil when the host
+	// offers no HostAPI or max_workers is -1.
+	scorer *scoring.Scorer
+	pool   *scoring.Pool
+	host   plugins.HostAPI
 }
 
 var _ plugins.Plugin = (*Tracker)(nil)
@@ -162,6 +178,10 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 	}
 	if err := t.Close(ctx); err != nil {
 		return err
+	}
+	scoreSettings, scorePolicy, err := scoring.ParseSettings(settings.Scoring, storeCfg.Private)
+	if err != nil {
+		return fmt.Errorf("bittorrent settings: %w", err)
 	}
 	rdb, err := redisurl.Dial(cfg.RedisURL)
 	if err != nil {
@@ -231,10 +251,27 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 			return fmt.Errorf("udp listener: %w", err)
 		}
 	}
+	var scorer *scoring.Scorer
+	var pool *scoring.Pool
+	if scoreSettings.Enabled {
+		scorer = scoring.New(rdb, scorePolicy, nil, t.logger.With("component", "scoring"))
+		if cfg.Host != nil && scorePolicy.MaxWorkers > 0 {
+			// The workers may start before the host has read Describe and
+			// created the project: their claims fail and retry until then.
+			pool = scoring.NewPool(scoring.PoolConfig{
+				Host: cfg.Host, Project: scorePolicy.Project, Process: scorer.Process,
+				Max: scorePolicy.MaxWorkers, Poll: scorePolicy.IdlePoll, Logger: t.logger.With("component", "scoring-pool"),
+			})
+			pool.Start(runCtx)
+			go pool.Run(runCtx, scorePolicy.ScaleInterval)
+		}
+	}
 	t.mu.Lock()
 	t.rdb, t.store, t.http, t.udp, t.cancel, t.closed = rdb, store, httpServer, udpServer, cancel, false
+	t.scorer, t.pool, t.host = scorer, pool, cfg.Host
 	t.mu.Unlock()
-	t.logger.Info("bittorrent tracker serving", "mode", settings.Mode, "http", t.httpAddr(), "udp4", t.udpAddr(false), "udp6", t.udpAddr(true))
+	t.logger.Info("bittorrent tracker serving", "mode", settings.Mode, "http", t.httpAddr(), "udp4", t.udpAddr(false), "udp6", t.udpAddr(true),
+		"scoring", scorer != nil, "scoring_workers", pool != nil)
 	return nil
 }
 
@@ -263,11 +300,28 @@ func (t *Tracker) Store() *swarm.Store {
 	return t.store
 }
 
-// Describe names the listeners as bound.
+// Scorer is the scoring state, or nil when scoring is off (for in-process
+// callers and tests).
+func (t *Tracker) Scorer() *scoring.Scorer {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.scorer
+}
+
+// Describe names the listeners as bound, and scoring's item type and job
+// when it is on.
 func (t *Tracker) Describe(context.Context) (plugins.Description, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	d := plugins.Description{Version: Version}
+	if t.scorer != nil {
+		p := t.scorer.Policy()
+		d.ItemTypes = append(d.ItemTypes, plugins.ItemType{
+			Name: ScoreItemType, Project: p.Project, ItemPrefix: scoring.ItemPrefix, ReclaimTTL: p.ReclaimTTL,
+			Order: plugins.OrderScore, DoneMode: "count",
+		})
+		d.Jobs = append(d.Jobs, plugins.Job{Name: ScoreJob, Period: p.Period})
+	}
 	if addr := t.httpAddr(); addr != "" {
 		d.Listeners = append(d.Listeners, plugins.Listener{Name: "http", Network: "tcp", Address: addr})
 	}
@@ -280,16 +334,74 @@ func (t *Tracker) Describe(context.Context) (plugins.Description, error) {
 	return d, nil
 }
 
-// OnItemDone, OnReclaim and OnTick: the tracker core owns no item types
-// or jobs yet; scoring (seed 002) and the reaper (seed 000) will.
-func (t *Tracker) OnItemDone(context.Context, plugins.ItemEvent) error { return nil }
+// OnItemDone applies a score item's result to the torrent's score
+// (scoring.Scorer.Apply, idempotent per round). A done without a usable
+// result (a malformed item, or one reported without counts) is logged and
+// acknowledged: delivering it again cannot fix it. Redis errors are
+// returned, so the host delivers the event again.
+func (t *Tracker) OnItemDone(ctx context.Context, ev plugins.ItemEvent) error {
+	scorer := t.Scorer()
+	if scorer == nil || ev.ItemType != ScoreItemType {
+		return nil
+	}
+	r, err := scoring.ParseResult(ev.Result)
+	if err == nil {
+		_, err = scorer.Apply(ctx, ev.Item, r)
+	}
+	if errors.Is(err, scoring.ErrInvalid) {
+		t.logger.Warn("scoring: ignoring a done score item", "item", ev.Item, "downloader", ev.Downloader, "error", err)
+		return nil
+	}
+	return err
+}
 
-// OnReclaim: see OnItemDone.
-func (t *Tracker) OnReclaim(context.Context, plugins.ItemEvent) error { return nil }
+// OnReclaim: a score item whose claim expired needs nothing: the worker
+// never wrote the score, and the queue hands the item out again.
+func (t *Tracker) OnReclaim(_ context.Context, ev plugins.ItemEvent) error {
+	if ev.ItemType == ScoreItemType {
+		t.logger.Debug("scoring: a claim expired; the item is handed out again", "item", ev.Item, "worker", ev.Downloader)
+	}
+	return nil
+}
 
-// OnTick: see OnItemDone.
-func (t *Tracker) OnTick(context.Context, plugins.Tick) (plugins.TickResult, error) {
-	return plugins.TickResult{}, nil
+// OnTick runs the "score" job: it tracks the torrents the tracker knows
+// that are not scored yet (at 1.0), then queues one item per scored
+// torrent with its score, through the HostAPI in batches when the host
+// offers one, else in the tick's result (at most MaxTickEnqueue).
+func (t *Tracker) OnTick(ctx context.Context, tick plugins.Tick) (plugins.TickResult, error) {
+	t.mu.Lock()
+	scorer, host := t.scorer, t.host
+	t.mu.Unlock()
+	var result plugins.TickResult
+	if tick.Job != ScoreJob || scorer == nil {
+		return result, nil
+	}
+	tracked, err := scorer.Discover(ctx)
+	if err != nil {
+		return result, err
+	}
+	project := scorer.Policy().Project
+	dropped := 0
+	queued, err := scorer.Round(ctx, func(items []plugins.ScoredItem) error {
+		if host != nil {
+			_, err := host.EnqueueScored(ctx, project, items)
+			return err
+		}
+		for _, it := range items {
+			if len(result.Enqueue) >= plugins.MaxTickEnqueue {
+				dropped++
+				continue
+			}
+			result.Enqueue = append(result.Enqueue, plugins.QueueItem{Project: project, Item: it.Item, Score: it.Score})
+		}
+		return nil
+	})
+	if dropped > 0 {
+		t.logger.Warn("scoring: more torrents than one tick may return without a host API; the rest wait for the next cycle",
+			"dropped", dropped, "limit", plugins.MaxTickEnqueue)
+	}
+	t.logger.Info("scoring cycle queued", "tracked", tracked, "items", queued-dropped, "missed", tick.Missed)
+	return result, err
 }
 
 // Stats are the global swarm counters and this process's listener counts.
@@ -332,6 +444,30 @@ func (t *Tracker) Stats(ctx context.Context) (plugins.Stats, error) {
 	if udpServer != nil {
 		add("udp", udpServer.Stats())
 	}
+	t.mu.Lock()
+	scorer, pool := t.scorer, t.pool
+	t.mu.Unlock()
+	if scorer != nil {
+		count, err := scorer.Scored(ctx)
+		if err != nil {
+			return plugins.Stats{}, err
+		}
+		lastHour, err := scorer.ProcessedLastHour(ctx)
+		if err != nil {
+			return plugins.Stats{}, err
+		}
+		workers := 0
+		if pool != nil {
+			workers = pool.Size()
+		}
+		out.Metrics = append(out.Metrics,
+			metric("torrents_count", "Torrents in scoring (seed 002's torrents.count).", plugins.Gauge, float64(count), nil),
+			metric("torrents_processed", "Score results this process applied (seed 002's torrents.processed; rate over 1h for per hour).",
+				plugins.Counter, float64(scorer.Applied()), nil),
+			metric("torrents_processed_last_hour", "Score results applied in the last hour by every frontend.", plugins.Gauge, float64(lastHour), nil),
+			metric("scoring_workers", "Scoring workers running in this process.", plugins.Gauge, float64(workers), nil),
+		)
+	}
 	return out, nil
 }
 
@@ -350,9 +486,13 @@ func (t *Tracker) Health(ctx context.Context) error {
 // call twice.
 func (t *Tracker) Close(context.Context) error {
 	t.mu.Lock()
-	httpServer, udpServer, store, rdb, cancel := t.http, t.udp, t.store, t.rdb, t.cancel
+	httpServer, udpServer, store, rdb, cancel, pool := t.http, t.udp, t.store, t.rdb, t.cancel, t.pool
 	t.http, t.udp, t.store, t.rdb, t.cancel, t.closed = nil, nil, nil, nil, nil, true
+	t.scorer, t.pool, t.host = nil, nil, nil
 	t.mu.Unlock()
+	if pool != nil {
+		pool.Stop() // releases the items its workers held
+	}
 	var errs []error
 	if httpServer != nil {
 		errs = append(errs, httpServer.Stop())

@@ -39,6 +39,7 @@ type Pool struct {
 	mu          sync.Mutex
 	ctx         context.Context
 	workers     []context.CancelFunc
+	stopped     bool
 	lastBacklog int64
 	wg          sync.WaitGroup
 
@@ -78,7 +79,7 @@ func (p *Pool) Start(ctx context.Context) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.ctx = ctx
-	if len(p.workers) == 0 {
+	if len(p.workers) == 0 && !p.stopped {
 		p.addLocked()
 	}
 }
@@ -111,7 +112,7 @@ func (p *Pool) Scale(ctx context.Context) (int, error) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.ctx == nil || p.ctx.Err() != nil {
+	if p.ctx == nil || p.ctx.Err() != nil || p.stopped {
 		return len(p.workers), nil
 	}
 	n := len(p.workers)
@@ -152,14 +153,14 @@ func (p *Pool) Run(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// Stop stops every worker and waits for them; an item a worker was on is
-// released back to the queue. Safe to call twice.
+// Stop stops every worker for good and waits for them; the items a worker
+// held unprocessed are released back to the queue. Safe to call twice.
 func (p *Pool) Stop() {
 	p.mu.Lock()
 	for _, cancel := range p.workers {
 		cancel()
 	}
-	p.workers = nil
+	p.workers, p.stopped = nil, true
 	p.mu.Unlock()
 	p.wg.Wait()
 }

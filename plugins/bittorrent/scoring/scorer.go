@@ -43,21 +43,25 @@ func ItemName(hash bittorrent.InfoHash, round int64) string {
 	return ItemPrefix + hex.EncodeToString(hash[:]) + ":" + strconv.FormatInt(round, 10)
 }
 
+// ErrInvalid marks bad input (a malformed item name or result): retrying
+// it can never succeed.
+var ErrInvalid = errors.New("invalid")
+
 // ParseItem reads a score item's info-hash and round.
 func ParseItem(item string) (bittorrent.InfoHash, int64, error) {
 	var hash bittorrent.InfoHash
 	rest, ok := strings.CutPrefix(item, ItemPrefix)
 	hexHash, roundText, found := strings.Cut(rest, ":")
 	if !ok || !found {
-		return hash, 0, fmt.Errorf("score item %q is not score:<info-hash>:<round>", item)
+		return hash, 0, fmt.Errorf("score item %q is not score:<info-hash>:<round>: %w", item, ErrInvalid)
 	}
 	parsed, err := swarm.ParseInfoHash(hexHash)
 	if err != nil {
-		return hash, 0, fmt.Errorf("score item %q: %w", item, err)
+		return hash, 0, fmt.Errorf("score item %q: %w (%w)", item, ErrInvalid, err)
 	}
 	round, err := strconv.ParseInt(roundText, 10, 64)
 	if err != nil || round < 1 {
-		return hash, 0, fmt.Errorf("score item %q: round %q is not a positive integer", item, roundText)
+		return hash, 0, fmt.Errorf("score item %q: round %q is not a positive integer: %w", item, roundText, ErrInvalid)
 	}
 	return parsed, round, nil
 }
@@ -72,7 +76,7 @@ type Result struct {
 
 func (r Result) validate() error {
 	if r.Peers < 0 || r.New < 0 || r.New > r.Peers || r.Max <= 0 {
-		return fmt.Errorf("score result %+v: want 0 <= new <= peers and max > 0", r)
+		return fmt.Errorf("score result %+v: want 0 <= new <= peers and max > 0: %w", r, ErrInvalid)
 	}
 	return nil
 }
@@ -139,6 +143,18 @@ func (s *Scorer) Process(ctx context.Context, item string) (json.RawMessage, err
 		return nil, err
 	}
 	return json.Marshal(r)
+}
+
+// ParseResult reads a worker's JSON result; unknown fields and trailing
+// data are refused.
+func ParseResult(raw json.RawMessage) (Result, error) {
+	var r Result
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil || dec.More() {
+		return r, fmt.Errorf("score result %q: not {\"peers\":N,\"new\":M,\"max\":MAX}: %w", raw, ErrInvalid)
+	}
+	return r, r.validate()
 }
 
 // Outcome is what applying one result did.

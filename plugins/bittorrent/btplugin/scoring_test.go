@@ -1,0 +1,120 @@
+package btplugin_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/plugins"
+	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btplugin"
+	"github.com/hoardproject/hoard/plugins/bittorrent/scoring"
+	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
+	"github.com/hoardproject/hoard/plugins/pluginhost"
+	"github.com/hoardproject/hoard/plugins/plugintest"
+	"github.com/hoardproject/hoard/queues"
+)
+
+const scoringSettings = `{"http":"127.0.0.1:0","udp4":"","udp6":"","interval":"1m",
+	"scoring":{"enabled":true,"period":"24h","idle_poll":"20ms","scale_interval":"50ms","max_workers":4}}`
+
+// TestTrackerWithScoringConformsToThePluginContract: the suite again with
+// scoring on (its item type, its job ticked, its hooks fed an item it
+// cannot parse).
+func TestTrackerWithScoringConformsToThePluginContract(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		plugintest.Run(t, btplugin.New, plugintest.Options{
+			Config:      plugins.Config{Name: "bittorrent", RedisURL: b.URL, Settings: json.RawMessage(scoringSettings)},
+			BadSettings: json.RawMessage(`{"scoring":{"enabled":true,"removal":"forget"}}`),
+		})
+	})
+}
+
+// TestScoringRunsOnThePluginPlatform: in a real host over the real queue
+// engine, the "score" job's first tick tracks the swarm at 1.0 and queues
+// its item; the plugin's own workers claim it, count the one peer and
+// report Done with the counts; the event comes back through the project's
+// event log to OnItemDone, which applies ×0.8 (some peers, fewer than
+// 50). The counts reach Stats.
+func TestScoringRunsOnThePluginPlatform(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := t.Context()
+		hash := bittorrent.InfoHash{0x5c, 'o', 'r', 'e'}
+		seeder, err := swarm.New(b.Client, swarm.Config{Logger: quiet, AnnouncePipelines: -1})
+		require.NoError(t, err)
+		var id bittorrent.PeerID
+		copy(id[:], "-GO0001-scoring00001")
+		_, err = seeder.Announce(ctx, &bittorrent.AnnounceRequest{InfoHash: hash, PeerID: id,
+			Addr: netip.MustParseAddrPort("10.1.2.3:6881")})
+		require.NoError(t, err)
+
+		trackers := make(chan *btplugin.Tracker, 1)
+		factory := func(ctx context.Context, l *slog.Logger) (plugins.Plugin, error) {
+			p, err := btplugin.New(ctx, l)
+			select { // keep the first: a restart would be a failure below
+			case trackers <- p.(*btplugin.Tracker):
+			default:
+			}
+			return p, err
+		}
+		engine := queues.NewEngine(b.Client, queues.Options{Logger: quiet})
+		h, err := pluginhost.NewHost(pluginhost.Options{
+			Plugins:  []pluginhost.Spec{{Name: "bittorrent", Settings: json.RawMessage(scoringSettings)}},
+			Builtins: map[string]plugins.Factory{"bittorrent": factory},
+			Redis:    b.Client, RedisURL: b.URL, Queues: pluginhost.EngineQueues(engine), Events: pluginhost.EngineEventLog(engine),
+			Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil)), EventBlock: 50 * time.Millisecond,
+		})
+		require.NoError(t, err)
+		require.NoError(t, h.Start(ctx))
+		t.Cleanup(func() { _ = h.Stop() })
+		waitCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		require.NoError(t, h.WaitRunning(waitCtx, "bittorrent"))
+		tr := <-trackers
+
+		require.Eventually(t, func() bool {
+			rec, err := tr.Scorer().Record(ctx, hash)
+			return err == nil && rec.Round == 1
+		}, 20*time.Second, 10*time.Millisecond)
+		rec, err := tr.Scorer().Record(ctx, hash)
+		require.NoError(t, err)
+		require.Equal(t, "active", rec.State)
+		require.InDelta(t, 0.8, rec.Score, 1e-12)
+		require.Equal(t, int64(1), rec.LastPeers)
+		require.Equal(t, int64(1), rec.LastNew)
+		require.InDelta(t, 0.8, rec.IndexedAt, 1e-12)
+
+		counts, err := engine.Counts(ctx, scoring.DefaultProject)
+		require.NoError(t, err)
+		require.Equal(t, int64(1), counts.Done)
+		var stats plugins.Stats
+		require.NoError(t, h.Call(ctx, "bittorrent", func(ctx context.Context, p plugins.Plugin) error {
+			stats, err = p.Stats(ctx)
+			return err
+		}))
+		got := map[string]float64{}
+		for _, m := range stats.Metrics {
+			if m.Labels == nil {
+				got[m.Name] = m.Value
+			}
+		}
+		require.Equal(t, 1.0, got["torrents_count"])
+		require.Equal(t, 1.0, got["torrents_processed"])
+		require.Equal(t, 1.0, got["torrents_processed_last_hour"])
+		require.GreaterOrEqual(t, got["scoring_workers"], 1.0)
+	})
+}
+
+// testWriter sends the host's log to the test's, shown when it fails.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(p))
+	return len(p), nil
+}
