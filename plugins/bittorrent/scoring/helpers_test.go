@@ -28,7 +28,7 @@ var epoch = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 // fixture is a swarm store and a scorer on one backend, sharing a fake
 // clock.
 type fixture struct {
-	t      *testing.T
+	t      testing.TB
 	b      redistest.Backend
 	clock  *swarm.FakeClock
 	store  *swarm.Store
@@ -37,7 +37,7 @@ type fixture struct {
 
 // newFixture builds a fixture; settings is scoring's JSON settings ("" for
 // the defaults).
-func newFixture(t *testing.T, b redistest.Backend, private bool, settings string) *fixture {
+func newFixture(t testing.TB, b redistest.Backend, private bool, settings string) *fixture {
 	t.Helper()
 	clock := swarm.NewFakeClock(epoch)
 	store, err := swarm.New(b.Client, swarm.Config{Private: private, Clock: clock, Logger: quiet, AnnouncePipelines: -1})

@@ -30,7 +30,6 @@ const (
 type engineHost struct {
 	plugins.HostAPI
 	scorer *scoring.Scorer
-	t      *testing.T
 }
 
 func (h engineHost) Done(ctx context.Context, project, worker string, items []string, result json.RawMessage) (int, error) {
@@ -54,11 +53,16 @@ func (h engineHost) Done(ctx context.Context, project, worker string, items []st
 // item type (score order, count mode, reclaiming on).
 func newEngineHost(t *testing.T, f *fixture) (engineHost, *queues.FakeClock) {
 	t.Helper()
+	return newEngineHostB(t, f)
+}
+
+func newEngineHostB(tb testing.TB, f *fixture) (engineHost, *queues.FakeClock) {
+	tb.Helper()
 	clock := queues.NewFakeClock(epoch)
 	engine := queues.NewEngine(f.b.Client, queues.Options{Clock: clock, Logger: quiet})
 	q := pluginhost.EngineQueues(engine).(pluginhost.WorkQueues)
-	require.NoError(t, q.EnsureProject(t.Context(), project, plugins.ProjectSpec{ReclaimTTL: reclaimTTL, DoneMode: "count", RecentDone: 100_000}))
-	return engineHost{HostAPI: q, scorer: f.scorer, t: t}, clock
+	require.NoError(tb, q.EnsureProject(context.Background(), project, plugins.ProjectSpec{ReclaimTTL: reclaimTTL, DoneMode: "count", RecentDone: 100_000}))
+	return engineHost{HostAPI: q, scorer: f.scorer}, clock
 }
 
 // queueRound runs the job's work: discover, then queue every torrent's item.

@@ -1,0 +1,84 @@
+package scoring_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/plugins"
+	"github.com/hoardproject/hoard/plugins/bittorrent/scoring"
+)
+
+// BenchmarkScoreOneTorrent is one torrent's whole step on the single
+// redis-server: count its 20-peer swarm (what a worker does), then apply
+// the result (what OnItemDone does: two scripts). The queue's claim and
+// done are not included: see BenchmarkScoringThroughThePool.
+func BenchmarkScoreOneTorrent(b *testing.B) {
+	backend := redistest.Backends()[0]
+	require.NoError(b, redistest.Flush(context.Background(), backend))
+	f := newFixture(b, backend, false, "")
+	ctx := context.Background()
+	const torrents = 1000
+	for i := range torrents {
+		hash := infoHash(fmt.Sprint("bench", i))
+		f.announce(hash, i*20, 20)
+		_, err := f.scorer.Track(ctx, hash)
+		require.NoError(b, err)
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		hash := infoHash(fmt.Sprint("bench", i%torrents))
+		item := scoring.ItemName(hash, int64(i/torrents+1))
+		raw, err := f.scorer.Process(ctx, item)
+		require.NoError(b, err)
+		r, err := scoring.ParseResult(raw)
+		require.NoError(b, err)
+		_, err = f.scorer.Apply(ctx, item, r)
+		require.NoError(b, err)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "torrents/s")
+}
+
+// BenchmarkScoringThroughThePool: b.N torrents queued in the real engine,
+// scored by a pool of up to 8 workers (claim, count, done, apply), scaled
+// every 10 ms.
+func BenchmarkScoringThroughThePool(b *testing.B) {
+	backend := redistest.Backends()[0]
+	require.NoError(b, redistest.Flush(context.Background(), backend))
+	f := newFixture(b, backend, false, "")
+	ctx := context.Background()
+	for i := range b.N {
+		f.announce(infoHash(fmt.Sprint("pool", i)), i, 1)
+	}
+	host, _ := newEngineHostB(b, f)
+	_, err := f.scorer.Discover(ctx)
+	require.NoError(b, err)
+	_, err = f.scorer.Round(ctx, func(items []plugins.ScoredItem) error {
+		_, err := host.EnqueueScored(ctx, project, items)
+		return err
+	})
+	require.NoError(b, err)
+	b.ResetTimer()
+	pool := scoring.NewPool(scoring.PoolConfig{Host: host, Project: project,
+		Process: func(ctx context.Context, item string) (json.RawMessage, error) { return f.scorer.Process(ctx, item) },
+		Max: 8, Poll: poll, Logger: quiet})
+	pool.Start(ctx)
+	// Scale as Run would, at a short interval so the pool reaches its
+	// maximum early in the run.
+	ticker := time.NewTicker(10 * time.Millisecond)
+	defer ticker.Stop()
+	for pool.Done() < int64(b.N) {
+		<-ticker.C
+		_, err := pool.Scale(ctx)
+		require.NoError(b, err)
+	}
+	b.StopTimer()
+	pool.Stop()
+	require.Equal(b, int64(b.N), f.scorer.Applied())
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "torrents/s")
+}
