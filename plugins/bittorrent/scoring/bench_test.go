@@ -66,7 +66,7 @@ func BenchmarkScoringThroughThePool(b *testing.B) {
 	b.ResetTimer()
 	pool := scoring.NewPool(scoring.PoolConfig{Host: host, Project: project,
 		Process: func(ctx context.Context, item string) (json.RawMessage, error) { return f.scorer.Process(ctx, item) },
-		Max: 8, Poll: poll, Logger: quiet})
+		Max:     8, Poll: poll, Logger: quiet})
 	pool.Start(ctx)
 	// Scale as Run would, at a short interval so the pool reaches its
 	// maximum early in the run.
