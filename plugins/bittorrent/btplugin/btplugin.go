@@ -176,12 +176,12 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 	if err != nil {
 		return err
 	}
-	if err := t.Close(ctx); err != nil {
-		return err
-	}
 	scoreSettings, scorePolicy, err := scoring.ParseSettings(settings.Scoring, storeCfg.Private)
 	if err != nil {
 		return fmt.Errorf("bittorrent settings: %w", err)
+	}
+	if err := t.Close(ctx); err != nil {
+		return err
 	}
 	rdb, err := redisurl.Dial(cfg.RedisURL)
 	if err != nil {

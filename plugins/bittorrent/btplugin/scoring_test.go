@@ -118,3 +118,72 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(string(p))
 	return len(p), nil
 }
+
+// TestScoringHooksAndTick: the item type and job are described; a tick
+// with no host API returns the items itself; OnItemDone applies a result
+// once, and acknowledges one it can never use without changing anything.
+func TestScoringHooksAndTick(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := t.Context()
+		tr, _ := startTracker(t, b, scoringSettings)
+		d, err := tr.Describe(ctx)
+		require.NoError(t, err)
+		require.Equal(t, []plugins.ItemType{{Name: "score", Project: "bt-scoring", ItemPrefix: "score:",
+			ReclaimTTL: 10 * time.Minute, Order: plugins.OrderScore, DoneMode: "count"}}, d.ItemTypes)
+		require.Equal(t, []plugins.Job{{Name: "score", Period: 24 * time.Hour}}, d.Jobs)
+
+		hash := bittorrent.InfoHash{0x7e, 's', 't'}
+		var id bittorrent.PeerID
+		copy(id[:], "-GO0001-hooks0000001")
+		_, err = tr.Store().Announce(ctx, &bittorrent.AnnounceRequest{InfoHash: hash, PeerID: id,
+			Addr: netip.MustParseAddrPort("10.9.9.9:6881")})
+		require.NoError(t, err)
+		res, err := tr.OnTick(ctx, plugins.Tick{Job: "score", Scheduled: time.Now(), At: time.Now()})
+		require.NoError(t, err)
+		item := scoring.ItemName(hash, 1)
+		require.Equal(t, []plugins.QueueItem{{Project: "bt-scoring", Item: item, Score: 1}}, res.Enqueue)
+
+		ev := plugins.ItemEvent{ItemType: "score", Project: "bt-scoring", Item: item, Downloader: "scorer", At: time.Now()}
+		for _, bad := range []string{``, `{"peers":"x"}`, `{"peers":1,"new":1}`, `{"peers":1,"new":1,"max":50,"extra":1}`} {
+			ev.Result = json.RawMessage(bad)
+			require.NoError(t, tr.OnItemDone(ctx, ev), "a result that can never apply is acknowledged: %s", bad)
+		}
+		rec, err := tr.Scorer().Record(ctx, hash)
+		require.NoError(t, err)
+		require.Equal(t, 1.0, rec.Score, "bad results changed nothing")
+
+		ev.Result = json.RawMessage(`{"peers":0,"new":0,"max":50}`)
+		require.NoError(t, tr.OnItemDone(ctx, ev))
+		require.NoError(t, tr.OnItemDone(ctx, ev), "delivered again")
+		rec, err = tr.Scorer().Record(ctx, hash)
+		require.NoError(t, err)
+		require.Equal(t, 0.5, rec.Score, "applied once")
+
+		res, err = tr.OnTick(ctx, plugins.Tick{Job: "score", Scheduled: time.Now(), At: time.Now()})
+		require.NoError(t, err)
+		require.Equal(t, []plugins.QueueItem{{Project: "bt-scoring", Item: scoring.ItemName(hash, 2), Score: 0.5}}, res.Enqueue)
+	})
+}
+
+// TestBadScoringSettingsAreRefused: each names its field, and the tracker
+// keeps serving with its previous configuration.
+func TestBadScoringSettingsAreRefused(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tr, addrs := startTracker(t, b, scoringSettings)
+		for settings, field := range map[string]string{
+			`{"scoring":{"enabled":true,"removal":"forget"}}`: "removal",
+			`{"scoring":{"enabled":true,"period":"0s"}}`:      "period",
+			`{"scoring":{"enabled":true,"max_peers":-1}}`:     "max_peers",
+			`{"scoring":{"enabled":true,"no_peers":-0.5}}`:    "no_peers",
+			`{"scoring":{"enabled":true,"max_workers":-2}}`:   "max_workers",
+			`{"scoring":{"enabld":true}}`:                     "enabld",
+		} {
+			err := tr.Configure(t.Context(), plugins.Config{Name: "bittorrent", RedisURL: b.URL, Settings: json.RawMessage(settings)})
+			require.ErrorContains(t, err, field, settings)
+		}
+		d, err := tr.Describe(t.Context())
+		require.NoError(t, err)
+		require.Len(t, d.ItemTypes, 1, "still configured as before")
+		require.Equal(t, addrs["http"], d.Listeners[0].Address)
+	})
+}

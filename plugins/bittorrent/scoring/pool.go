@@ -194,8 +194,10 @@ func (p *Pool) work(ctx context.Context) {
 					// with no result; OnItemDone ignores it.
 					result = nil
 				} else {
-					p.failures.Add(1)
-					p.logger.Warn("scoring worker: processing failed; the item goes back", "item", item, "error", err)
+					if ctx.Err() == nil {
+						p.failures.Add(1)
+						p.logger.Warn("scoring worker: processing failed; the item goes back", "item", item, "error", err)
+					}
 					p.release(items[i:])
 					break
 				}

@@ -1,11 +1,13 @@
 package scoring_test
 
 import (
+	"encoding/hex"
 	"math"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/internal/redistest"
@@ -293,3 +295,41 @@ func TestRoundQueuesEveryScoredTorrentOnce(t *testing.T) {
 		require.Equal(t, int64(1), processed)
 	})
 }
+
+// TestACrashBetweenTheTwoStepsIsSettled: the index entry is a projection
+// of the score record. Lost (a crash after the score was written), the
+// next cycle's discovery puts it back; wrong, the redelivered result,
+// though not applied again, sets it to the record's state.
+func TestACrashBetweenTheTwoStepsIsSettled(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, false, "")
+		ctx := t.Context()
+		hash := f.tracked("crash")
+		require.Equal(t, scoring.Kept, f.apply(hash, 1, scoring.Result{}))
+		member := f.record(hash)
+		require.True(t, member.Indexed)
+		shard := -1
+		for i := range scoring.IndexShards {
+			if _, err := b.Client.ZScore(ctx, scoring.IndexKey(i), hexOf(hash)).Result(); err == nil {
+				shard = i
+			}
+		}
+		require.GreaterOrEqual(t, shard, 0)
+
+		require.NoError(t, b.Client.ZRem(ctx, scoring.IndexKey(shard), hexOf(hash)).Err())
+		n, err := f.scorer.Discover(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		rec := f.record(hash)
+		require.Equal(t, 0.5, rec.IndexedAt, "re-indexed at its score, not reset to 1.0")
+		require.Equal(t, 0.5, rec.Score)
+
+		require.NoError(t, b.Client.ZAdd(ctx, scoring.IndexKey(shard), redis.Z{Score: 1, Member: hexOf(hash)}).Err())
+		require.Equal(t, scoring.NotApplied, f.apply(hash, 1, scoring.Result{}))
+		rec = f.record(hash)
+		require.Equal(t, 0.5, rec.IndexedAt, "the redelivery settled the entry")
+		require.Equal(t, 0.5, rec.Score)
+	})
+}
+
+func hexOf(hash [20]byte) string { return hex.EncodeToString(hash[:]) }
