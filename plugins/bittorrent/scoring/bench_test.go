@@ -7,12 +7,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/plugins"
+	"github.com/hoardproject/hoard/plugins/bittorrent"
 	"github.com/hoardproject/hoard/plugins/bittorrent/scoring"
+	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )
+
+func swarmDueKey(hash bittorrent.InfoHash) string {
+	return swarm.DueKey(int(hash[0]) % swarm.DueShards)
+}
 
 // BenchmarkScoreOneTorrent is one torrent's whole step on the single
 // redis-server: count its 20-peer swarm (what a worker does), then apply
@@ -81,4 +88,44 @@ func BenchmarkScoringThroughThePool(b *testing.B) {
 	pool.Stop()
 	require.Equal(b, int64(b.N), f.scorer.Applied())
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "torrents/s")
+}
+
+// BenchmarkQueueACycle is the "score" job's work for 100,000 scored
+// torrents on the single redis-server: discovery finding every one
+// indexed, then one item per torrent into the real engine's
+// score-ordered queue. b.N cycles; the first queues, the rest rescore.
+func BenchmarkQueueACycle(b *testing.B) {
+	backend := redistest.Backends()[0]
+	ctx := context.Background()
+	require.NoError(b, redistest.Flush(ctx, backend))
+	f := newFixture(b, backend, false, "")
+	host, _ := newEngineHostB(b, f)
+	const torrents = 100_000
+	pipe := backend.Client.Pipeline()
+	for i := range torrents {
+		hash := infoHash(fmt.Sprint("cycle", i))
+		pipe.HSet(ctx, "hoard:bt:{"+hexOf(hash)+"}:torrent", "created", 1)
+		pipe.ZAdd(ctx, swarmDueKey(hash), redis.Z{Score: 1, Member: hexOf(hash)})
+		if pipe.Len() >= 2000 {
+			_, err := pipe.Exec(ctx)
+			require.NoError(b, err)
+		}
+	}
+	_, err := pipe.Exec(ctx)
+	require.NoError(b, err)
+	n, err := f.scorer.Discover(ctx)
+	require.NoError(b, err)
+	require.Equal(b, torrents, n)
+	b.ResetTimer()
+	for range b.N {
+		_, err := f.scorer.Discover(ctx)
+		require.NoError(b, err)
+		queued, err := f.scorer.Round(ctx, func(items []plugins.ScoredItem) error {
+			_, err := host.EnqueueScored(ctx, project, items)
+			return err
+		})
+		require.NoError(b, err)
+		require.Equal(b, torrents, queued)
+	}
+	b.ReportMetric(float64(b.N*torrents)/b.Elapsed().Seconds(), "torrents/s")
 }
