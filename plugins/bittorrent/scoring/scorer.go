@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hoardproject/hoard/internal/luascript"
 	luabt "github.com/hoardproject/hoard/lua/bittorrent"
 	"github.com/hoardproject/hoard/plugins"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
@@ -27,13 +28,7 @@ var (
 	indexScript = loadScript("score_index.lua")
 )
 
-func loadScript(name string) *redis.Script {
-	body, err := luabt.Files.ReadFile(name)
-	if err != nil {
-		panic(fmt.Sprintf("lua script %s: %v", name, err))
-	}
-	return redis.NewScript(string(body))
-}
+func loadScript(name string) *redis.Script { return luascript.Load(luabt.Files, name) }
 
 // ItemPrefix starts every score item's name: "score:<hex info-hash>:<round>".
 const ItemPrefix = "score:"
