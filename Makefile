@@ -72,7 +72,7 @@ vet:
 # under CI=true a skip not marked "by design:" fails the run.
 test: check-go vet e2e-deps
 	$(GO) build -o bin/testsummary ./internal/testsummary
-	set -o pipefail; $(GO) test -json -race -count=1 -timeout 30m $(PKGS) | bin/testsummary
+	set -o pipefail; $(GO) test -json -race -count=1 -timeout 45m $(PKGS) | bin/testsummary
 
 # The long, sample-sized runs too (HOARD_TEST_LONG=1): the Bloom filter's
 # false-positive rate on 1M items at 1e-6 and 100 orphan-cleanup races per
