@@ -21,6 +21,8 @@ import (
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 	"github.com/hoardproject/hoard/queues"
 	"github.com/hoardproject/hoard/server"
+
+	"github.com/hoardproject/hoard/server/btadmin"
 )
 
 // btFixture is hoard's admin side (a server with its own, never started
@@ -60,7 +62,7 @@ func newBTFixture(t *testing.T, b redistest.Backend) *btFixture {
 	tracker, err := swarm.New(b.Client, swarm.Config{Private: true, Clock: clock, Logger: quiet})
 	require.NoError(t, err)
 	logs := &lockedBuffer{}
-	f := newFixture(t, b, server.Config{AdminToken: token, BitTorrent: admin, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	f := newFixture(t, b, server.Config{AdminToken: token, AdminExtensions: []server.AdminExtension{&btadmin.Admin{Store: admin}}, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	return &btFixture{fixture: f, adminStore: admin, tracker: tracker, clock: clock, logs: logs}
 }
 
@@ -112,7 +114,7 @@ func TestBitTorrentAdminNeedsTokenAndStore(t *testing.T) {
 		_, err := f.adminStore.Torrent(f.ctx, btHash("a"))
 		require.ErrorIs(t, err, swarm.ErrNotFound, "a refused call changed nothing")
 
-		off := newFixture(t, b, server.Config{AdminToken: token})
+		off := newFixture(t, b, server.Config{AdminToken: token, AdminExtensions: []server.AdminExtension{&btadmin.Admin{}}})
 		r := off.admin(http.MethodGet, "/bittorrent/stats", "", token)
 		requireError(t, r, http.StatusServiceUnavailable, "no BitTorrent swarm store")
 		r = off.admin(http.MethodGet, "/bittorrent/stats", "", "")
@@ -151,7 +153,7 @@ func TestBitTorrentAdminTorrents(t *testing.T) {
 
 		r = f.call(http.MethodGet, path, "")
 		require.Equal(t, http.StatusOK, r.status, r.body)
-		var record server.TorrentRecord
+		var record btadmin.TorrentRecord
 		require.NoError(t, json.Unmarshal([]byte(r.body), &record))
 		require.Equal(t, btHex(hash), record.InfoHash)
 		require.Equal(t, "4712", record.ID)
@@ -200,7 +202,7 @@ func TestBitTorrentAdminSiteFlow(t *testing.T) {
 
 		r := f.call(http.MethodGet, "/clients", "")
 		require.Equal(t, http.StatusOK, r.status, r.body)
-		require.Equal(t, map[string]any{"clients": []any{}, "warning": server.EmptyWhitelistWarning}, decode(t, r.body))
+		require.Equal(t, map[string]any{"clients": []any{}, "warning": btadmin.EmptyWhitelistWarning}, decode(t, r.body))
 
 		// Prefixes go in the path percent-encoded; "/" and "%" survive.
 		odd := "A/B%"
@@ -214,9 +216,9 @@ func TestBitTorrentAdminSiteFlow(t *testing.T) {
 		requireError(t, f.call(http.MethodDelete, "/clients/-qB4", ""), http.StatusNotFound, `no client prefix "-qB4"`)
 		r = f.call(http.MethodGet, "/clients", "")
 		require.Equal(t, http.StatusOK, r.status, r.body)
-		var clients server.ClientsReply
+		var clients btadmin.ClientsReply
 		require.NoError(t, json.Unmarshal([]byte(r.body), &clients))
-		require.Equal(t, server.ClientsReply{Clients: []server.WhitelistedClient{
+		require.Equal(t, btadmin.ClientsReply{Clients: []btadmin.WhitelistedClient{
 			{Prefix: "-TR3", Name: "Transmission 3"}, {Prefix: odd, Name: ""}}}, clients)
 		stored, err := f.tracker.Clients(f.ctx)
 		require.NoError(t, err)
@@ -243,7 +245,7 @@ func TestBitTorrentAdminSiteFlow(t *testing.T) {
 
 		r = f.call(http.MethodGet, "/users/by-id/7", "")
 		require.Equal(t, http.StatusOK, r.status, r.body)
-		var user server.TrackerUser
+		var user btadmin.TrackerUser
 		require.NoError(t, json.Unmarshal([]byte(r.body), &user))
 		require.Equal(t, "7", user.UserID)
 		require.Equal(t, []string{"10"}, user.Active)
@@ -261,7 +263,7 @@ func TestBitTorrentAdminSiteFlow(t *testing.T) {
 
 		r = f.call(http.MethodGet, "/stats", "")
 		require.Equal(t, http.StatusOK, r.status, r.body)
-		var stats server.SwarmStats
+		var stats btadmin.SwarmStats
 		require.NoError(t, json.Unmarshal([]byte(r.body), &stats))
 		require.Equal(t, int64(1), stats.Seeders)
 		require.Equal(t, int64(1), stats.Leechers)
@@ -271,13 +273,13 @@ func TestBitTorrentAdminSiteFlow(t *testing.T) {
 		for query, want := range map[string]int64{"": 1, "?by=leechers&n=1": 1, "?by=snatches&n=1000": 0} {
 			r = f.call(http.MethodGet, "/top"+query, "")
 			require.Equal(t, http.StatusOK, r.status, r.body)
-			var top server.TopReply
+			var top btadmin.TopReply
 			require.NoError(t, json.Unmarshal([]byte(r.body), &top))
 			if want == 0 {
 				require.Empty(t, top.Torrents, query)
 				continue
 			}
-			require.Equal(t, []server.RankedTorrent{{InfoHash: btHex(hash), Count: want}}, top.Torrents, query)
+			require.Equal(t, []btadmin.RankedTorrent{{InfoHash: btHex(hash), Count: want}}, top.Torrents, query)
 		}
 		requireError(t, f.call(http.MethodGet, "/top?by=ratio", ""), http.StatusBadRequest, "want seeders, leechers or snatches")
 		requireError(t, f.call(http.MethodGet, "/top?n=0", ""), http.StatusBadRequest, "from 1 to 1000")
@@ -302,7 +304,7 @@ func TestBitTorrentAdminSiteFlow(t *testing.T) {
 		r = f.call(http.MethodDelete, "/clients/-TR3", "")
 		require.Equal(t, http.StatusOK, r.status, r.body)
 		r = f.call(http.MethodGet, "/clients", "")
-		require.Equal(t, server.EmptyWhitelistWarning, decode(t, r.body)["warning"])
+		require.Equal(t, btadmin.EmptyWhitelistWarning, decode(t, r.body)["warning"])
 
 		// Passkeys never reach the log or the admin log whole.
 		r = f.admin(http.MethodGet, "/log", "", token)
@@ -319,7 +321,7 @@ func TestBitTorrentAdminSiteFlow(t *testing.T) {
 }
 
 func TestRedactPasskey(t *testing.T) {
-	require.Equal(t, "abcd…", server.RedactPasskey("abcdefghijklmnopqrstuvwxyz012345"))
-	require.Equal(t, "ab…", server.RedactPasskey("abcdefgh"), "a short passkey shows a quarter")
-	require.Equal(t, "…", server.RedactPasskey("abc"))
+	require.Equal(t, "abcd…", btadmin.RedactPasskey("abcdefghijklmnopqrstuvwxyz012345"))
+	require.Equal(t, "ab…", btadmin.RedactPasskey("abcdefgh"), "a short passkey shows a quarter")
+	require.Equal(t, "…", btadmin.RedactPasskey("abc"))
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hoardproject/hoard/leaderboard"
-	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 	"github.com/hoardproject/hoard/queues"
 )
 
@@ -50,9 +49,10 @@ type Config struct {
 	// Offloader, when set, serves the segment and export admin calls
 	// (its owner starts and stops it).
 	Offloader *queues.Offloader
-	// BitTorrent, when set, serves the /api/v1/bittorrent admin calls
-	// (a store that need not be started); nil answers them with 503.
-	BitTorrent *swarm.Store
+	// AdminExtensions add routes to the admin API, behind its token (the
+	// BitTorrent admin calls: server/btadmin), so the server imports
+	// nothing of what they serve.
+	AdminExtensions []AdminExtension
 	// Plugins, when set, puts the plugins' states and totals on the
 	// index page and in /plugins.json (the plugin host).
 	Plugins PluginSource
@@ -140,7 +140,9 @@ func New(cfg Config, engine *queues.Engine) (*Server, error) {
 	router.GET("/metrics", metrics.Serve(cfg.MetricsToken, cfg.AdminToken))
 	adminGroup := router.Group("/api/v1", requireToken(cfg.AdminToken, cfg.InsecureNoAdminToken))
 	admin.register(adminGroup)
-	(&BitTorrentAdmin{Store: cfg.BitTorrent, Admin: admin}).register(adminGroup)
+	for _, ext := range cfg.AdminExtensions {
+		ext.RegisterAdmin(adminGroup, admin)
+	}
 	// Warrior paths are routed on the raw path by WarriorAPI.Dispatch:
 	// gin's tree cannot express "/<slug>/multi=N//request".
 	router.NoRoute(warrior.Dispatch)

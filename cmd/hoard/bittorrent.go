@@ -12,7 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/hoardproject/hoard/server"
+
+	"github.com/hoardproject/hoard/server/btadmin"
 )
 
 // btCommand is `hoard bt`: the BitTorrent tracker's torrents, passkeys
@@ -38,7 +39,7 @@ func btTorrentCommand() *cobra.Command {
 		Short: "Register a torrent under the site's torrent id (again: change its id)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var reply server.RegisterTorrentReply
+			var reply btadmin.RegisterTorrentReply
 			path, err := btPath("/torrents/", "info-hash", args[0])
 			if err != nil {
 				return err
@@ -86,7 +87,7 @@ func btTorrentCommand() *cobra.Command {
 		Short: "Show a torrent's record: id, counts, times",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var t server.TorrentRecord
+			var t btadmin.TorrentRecord
 			path, err := btPath("/torrents/", "info-hash", args[0])
 			if err != nil {
 				return err
@@ -120,7 +121,7 @@ func btUserCommand() *cobra.Command {
 		Short: "Map a passkey to the site's user id (replaces any previous mapping)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var reply server.UserChangeReply
+			var reply btadmin.UserChangeReply
 			path, err := btPath("/users/", "passkey", args[0])
 			if err != nil {
 				return err
@@ -140,7 +141,7 @@ func btUserCommand() *cobra.Command {
 		Short: "Forget a passkey (the user's records stay); an unknown passkey is not an error",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var reply server.UserChangeReply
+			var reply btadmin.UserChangeReply
 			path, err := btPath("/users/", "passkey", args[0])
 			if err != nil {
 				return err
@@ -158,7 +159,7 @@ func btUserCommand() *cobra.Command {
 		Short: "Show a user's torrents (active, complete, incomplete, hit-and-run) and transfer totals",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var u server.TrackerUser
+			var u btadmin.TrackerUser
 			path, err := btPath("/users/by-id/", "user id", args[0])
 			if err != nil {
 				return err
@@ -210,9 +211,9 @@ whose peer_id starts with a whitelisted prefix. A prefix that starts with '-'
 		Short: "Whitelist a peer_id prefix (1-20 bytes)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var reply server.WhitelistedClient
+			var reply btadmin.WhitelistedClient
 			err := newAdminClient().do(cmd.Context(), http.MethodPut, "/bittorrent/clients/"+url.PathEscape(args[0]),
-				server.AddClientRequest{Name: name}, &reply)
+				btadmin.AddClientRequest{Name: name}, &reply)
 			if err != nil {
 				return err
 			}
@@ -227,7 +228,7 @@ whose peer_id starts with a whitelisted prefix. A prefix that starts with '-'
 		Short: "Take a peer_id prefix off the whitelist",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var reply server.WhitelistedClient
+			var reply btadmin.WhitelistedClient
 			err := newAdminClient().do(cmd.Context(), http.MethodDelete, "/bittorrent/clients/"+url.PathEscape(args[0]), nil, &reply)
 			if err != nil {
 				return err
@@ -247,12 +248,12 @@ func btClientsCommand() *cobra.Command {
 		Short: "List the client whitelist (warns when it is empty)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var reply server.ClientsReply
+			var reply btadmin.ClientsReply
 			if err := newAdminClient().do(cmd.Context(), http.MethodGet, "/bittorrent/clients", nil, &reply); err != nil {
 				return err
 			}
 			if len(reply.Clients) == 0 {
-				fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+server.EmptyWhitelistWarning)
+				fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+btadmin.EmptyWhitelistWarning)
 				return nil
 			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
@@ -271,7 +272,7 @@ func btStatsCommand() *cobra.Command {
 		Short: "Show the tracker's global counters (they lag by the flush interval)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var s server.SwarmStats
+			var s btadmin.SwarmStats
 			if err := newAdminClient().do(cmd.Context(), http.MethodGet, "/bittorrent/stats", nil, &s); err != nil {
 				return err
 			}
@@ -296,7 +297,7 @@ func btTopCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			query := url.Values{"by": {by}, "n": {strconv.Itoa(count)}}
-			var reply server.TopReply
+			var reply btadmin.TopReply
 			if err := newAdminClient().do(cmd.Context(), http.MethodGet, "/bittorrent/top?"+query.Encode(), nil, &reply); err != nil {
 				return err
 			}
@@ -309,7 +310,7 @@ func btTopCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&by, "by", "seeders", "seeders, leechers or snatches")
-	cmd.Flags().IntVarP(&count, "count", "n", server.DefaultTopCount, fmt.Sprintf("how many torrents (1-%d)", server.MaxTopCount))
+	cmd.Flags().IntVarP(&count, "count", "n", btadmin.DefaultTopCount, fmt.Sprintf("how many torrents (1-%d)", btadmin.MaxTopCount))
 	return cmd
 }
 

@@ -21,6 +21,8 @@ import (
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 	"github.com/hoardproject/hoard/queues"
 	"github.com/hoardproject/hoard/server"
+
+	"github.com/hoardproject/hoard/server/btadmin"
 )
 
 type serveOptions struct {
@@ -253,7 +255,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 	srv, err := server.New(server.Config{
 		Listen: o.listen, AdminToken: o.adminToken, InsecureNoAdminToken: o.insecureNoAdminToken, MetricsToken: o.metricsToken,
 		ProjectsFile: o.projectsFile, PublicURL: o.publicURL, TrustedProxies: o.trustedProxies, Logger: logger,
-		Offloader: offloader, BitTorrent: btAdmin, Collectors: []prometheus.Collector{pluginHost.Collector()},
+		Offloader: offloader, AdminExtensions: []server.AdminExtension{&btadmin.Admin{Store: btAdmin}}, Collectors: []prometheus.Collector{pluginHost.Collector()},
 		Plugins: pluginHost, MaxViewers: maxViewers, MaxViewersPerAddress: o.maxViewersPerAddress,
 		ViewerIdleTimeout: o.viewerIdleTimeout,
 	}, engine)

@@ -37,6 +37,8 @@ var rules = []rule{
 		why: "the queue engine knows nothing of its callers"},
 	{from: "leaderboard/...", deny: []string{"server", "cmd/..."},
 		why: "the leaderboard is served by the server, not the other way round"},
+	{from: "server", deny: []string{"plugins/bittorrent/...", "server/btadmin"},
+		why: "the server takes the BitTorrent admin calls as an admin extension (server/btadmin), never the plugin's store"},
 	{from: "cmd/hoard", deny: []string{"plugins/bittorrent/loadgen"},
 		why: "the load generators live in cmd/hoard-bench, out of the binary operators run"},
 	{from: "plugins/pluginhost", deny: []string{"server", "leaderboard", "cmd/..."},

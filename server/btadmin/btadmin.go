@@ -1,4 +1,8 @@
-package server
+// Package btadmin serves the BitTorrent admin calls (/api/v1/bittorrent:
+// torrents, passkeys, the client whitelist, stats, top) as an admin
+// extension of the server, so package server imports nothing of the
+// BitTorrent plugin's store.
+package btadmin
 
 import (
 	"encoding/hex"
@@ -12,6 +16,8 @@ import (
 
 	"github.com/hoardproject/hoard/plugins/bittorrent"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
+
+	"github.com/hoardproject/hoard/server"
 )
 
 // The BitTorrent admin calls, for the site that owns torrents, users and
@@ -43,11 +49,11 @@ import (
 // Passkeys are secrets: the log and the replies show only their first
 // characters.
 
-// BitTorrentAdmin serves the BitTorrent admin calls. A nil Store answers
-// every call with 503.
-type BitTorrentAdmin struct {
+// Admin serves the BitTorrent admin calls. A nil Store answers every call
+// with 503.
+type Admin struct {
 	Store *swarm.Store
-	Admin *AdminAPI // for the change log and body decoding
+	tools server.AdminTools // the change log and body decoding
 }
 
 // Defaults and bounds of GET …/top.
@@ -56,7 +62,9 @@ const (
 	MaxTopCount     = 1000
 )
 
-func (b *BitTorrentAdmin) register(g *gin.RouterGroup) {
+// RegisterAdmin implements server.AdminExtension.
+func (b *Admin) RegisterAdmin(g *gin.RouterGroup, tools server.AdminTools) {
+	b.tools = tools
 	bt := g.Group("/bittorrent", b.requireStore)
 	bt.PUT("/torrents/:infohash", b.registerTorrent)
 	bt.DELETE("/torrents/:infohash", b.unregisterTorrent)
@@ -71,10 +79,9 @@ func (b *BitTorrentAdmin) register(g *gin.RouterGroup) {
 	bt.GET("/top", b.top)
 }
 
-func (b *BitTorrentAdmin) requireStore(c *gin.Context) {
+func (b *Admin) requireStore(c *gin.Context) {
 	if b.Store == nil {
-		_ = c.Error(&httpError{Status: http.StatusServiceUnavailable, Code: "bittorrent_off",
-			Message: "this hoard has no BitTorrent swarm store (server.Config.BitTorrent is not set)"})
+		_ = c.Error(server.NewHTTPError(http.StatusServiceUnavailable, "bittorrent_off", "this hoard has no BitTorrent swarm store (btadmin.Admin.Store is not set)"))
 		c.Abort()
 		return
 	}
@@ -87,9 +94,9 @@ func swarmError(err error) error {
 	message := strings.TrimPrefix(err.Error(), "swarm: ")
 	switch {
 	case errors.Is(err, swarm.ErrInvalid):
-		return badRequest("%s", strings.TrimSuffix(message, ": "+swarm.ErrInvalid.Error()))
+		return server.BadRequest("%s", strings.TrimSuffix(message, ": "+swarm.ErrInvalid.Error()))
 	case errors.Is(err, swarm.ErrNotFound):
-		return &httpError{Status: http.StatusNotFound, Code: "not_found", Message: message}
+		return server.NewHTTPError(http.StatusNotFound, "not_found", message)
 	}
 	return err
 }
@@ -135,7 +142,7 @@ func torrentRecord(info swarm.TorrentInfo) TorrentRecord {
 // RegisterTorrentRequest is the body of PUT …/torrents/:infohash. The id
 // may be a JSON string or number.
 type RegisterTorrentRequest struct {
-	ID looseString `json:"id"`
+	ID server.LooseString `json:"id"`
 }
 
 // RegisterTorrentReply answers PUT …/torrents/:infohash; PreviousID is
@@ -146,18 +153,18 @@ type RegisterTorrentReply struct {
 	PreviousID string `json:"previous_id,omitempty"`
 }
 
-func (b *BitTorrentAdmin) registerTorrent(c *gin.Context) {
+func (b *Admin) registerTorrent(c *gin.Context) {
 	hash, err := swarm.ParseInfoHash(c.Param("infohash"))
 	if err != nil {
 		_ = c.Error(swarmError(err))
 		return
 	}
 	var req RegisterTorrentRequest
-	if !b.Admin.decode(c, &req) {
+	if !b.tools.Decode(c, &req) {
 		return
 	}
 	if req.ID == "" {
-		_ = c.Error(badRequest(`the body needs the site's torrent id: {"id": "123"}`))
+		_ = c.Error(server.BadRequest(`the body needs the site's torrent id: {"id": "123"}`))
 		return
 	}
 	ctx := c.Request.Context()
@@ -173,11 +180,11 @@ func (b *BitTorrentAdmin) registerTorrent(c *gin.Context) {
 		_ = c.Error(swarmError(err))
 		return
 	}
-	b.Admin.logChange(c, "torrent registered", "info_hash", hexHash(hash), "id", string(req.ID), "previous_id", previous)
+	b.tools.LogChange(c, "torrent registered", "info_hash", hexHash(hash), "id", string(req.ID), "previous_id", previous)
 	c.JSON(http.StatusOK, RegisterTorrentReply{InfoHash: hexHash(hash), ID: string(req.ID), PreviousID: previous})
 }
 
-func (b *BitTorrentAdmin) unregisterTorrent(c *gin.Context) {
+func (b *Admin) unregisterTorrent(c *gin.Context) {
 	hash, err := swarm.ParseInfoHash(c.Param("infohash"))
 	if err != nil {
 		_ = c.Error(swarmError(err))
@@ -189,8 +196,7 @@ func (b *BitTorrentAdmin) unregisterTorrent(c *gin.Context) {
 		err = swarm.ErrNotFound
 	}
 	if errors.Is(err, swarm.ErrNotFound) {
-		_ = c.Error(&httpError{Status: http.StatusNotFound, Code: "not_registered",
-			Message: "torrent " + hexHash(hash) + " is not registered"})
+		_ = c.Error(server.NewHTTPError(http.StatusNotFound, "not_registered", "torrent "+hexHash(hash)+" is not registered"))
 		return
 	}
 	if err != nil {
@@ -201,11 +207,11 @@ func (b *BitTorrentAdmin) unregisterTorrent(c *gin.Context) {
 		_ = c.Error(swarmError(err))
 		return
 	}
-	b.Admin.logChange(c, "torrent unregistered", "info_hash", hexHash(hash), "id", info.ID)
+	b.tools.LogChange(c, "torrent unregistered", "info_hash", hexHash(hash), "id", info.ID)
 	c.JSON(http.StatusOK, gin.H{"info_hash": hexHash(hash), "unregistered_id": info.ID})
 }
 
-func (b *BitTorrentAdmin) showTorrent(c *gin.Context) {
+func (b *Admin) showTorrent(c *gin.Context) {
 	hash, err := swarm.ParseInfoHash(c.Param("infohash"))
 	if err != nil {
 		_ = c.Error(swarmError(err))
@@ -222,7 +228,7 @@ func (b *BitTorrentAdmin) showTorrent(c *gin.Context) {
 // AddUserRequest is the body of PUT …/users/:passkey. The user id may be a
 // JSON string or number.
 type AddUserRequest struct {
-	UserID looseString `json:"user_id"`
+	UserID server.LooseString `json:"user_id"`
 }
 
 // UserChangeReply answers PUT and DELETE …/users/:passkey, with the
@@ -232,34 +238,34 @@ type UserChangeReply struct {
 	UserID  string `json:"user_id,omitempty"`
 }
 
-func (b *BitTorrentAdmin) addUser(c *gin.Context) {
+func (b *Admin) addUser(c *gin.Context) {
 	passkey := c.Param("passkey")
 	var req AddUserRequest
-	if !b.Admin.decode(c, &req) {
+	if !b.tools.Decode(c, &req) {
 		return
 	}
 	if req.UserID == "" {
-		_ = c.Error(badRequest(`the body needs the site's user id: {"user_id": "7"}`))
+		_ = c.Error(server.BadRequest(`the body needs the site's user id: {"user_id": "7"}`))
 		return
 	}
 	if err := b.Store.AddUser(c.Request.Context(), passkey, string(req.UserID)); err != nil {
 		_ = c.Error(swarmError(err))
 		return
 	}
-	b.Admin.logChange(c, "passkey added", "passkey", RedactPasskey(passkey), "user_id", string(req.UserID))
+	b.tools.LogChange(c, "passkey added", "passkey", RedactPasskey(passkey), "user_id", string(req.UserID))
 	c.JSON(http.StatusOK, UserChangeReply{Passkey: RedactPasskey(passkey), UserID: string(req.UserID)})
 }
 
 // removeUser forgets a passkey. The store cannot tell a known passkey from
 // an unknown one without reading it, and forgetting is idempotent, so an
 // unknown passkey is not an error.
-func (b *BitTorrentAdmin) removeUser(c *gin.Context) {
+func (b *Admin) removeUser(c *gin.Context) {
 	passkey := c.Param("passkey")
 	if err := b.Store.RemoveUser(c.Request.Context(), passkey); err != nil {
 		_ = c.Error(swarmError(err))
 		return
 	}
-	b.Admin.logChange(c, "passkey removed", "passkey", RedactPasskey(passkey))
+	b.tools.LogChange(c, "passkey removed", "passkey", RedactPasskey(passkey))
 	c.JSON(http.StatusOK, UserChangeReply{Passkey: RedactPasskey(passkey)})
 }
 
@@ -278,7 +284,7 @@ type TrackerUser struct {
 	Downloaded int64          `json:"downloaded"`
 }
 
-func (b *BitTorrentAdmin) showUser(c *gin.Context) {
+func (b *Admin) showUser(c *gin.Context) {
 	userID := c.Param("user_id")
 	summary, err := b.Store.User(c.Request.Context(), userID)
 	if err != nil {
@@ -317,7 +323,7 @@ type ClientsReply struct {
 // EmptyWhitelistWarning is ClientsReply.Warning for an empty whitelist.
 const EmptyWhitelistWarning = "the client whitelist is empty: a tracker in private mode refuses every client"
 
-func (b *BitTorrentAdmin) listClients(c *gin.Context) {
+func (b *Admin) listClients(c *gin.Context) {
 	clients, err := b.Store.Clients(c.Request.Context())
 	if err != nil {
 		_ = c.Error(err)
@@ -342,21 +348,21 @@ type AddClientRequest struct {
 	Name string `json:"name"`
 }
 
-func (b *BitTorrentAdmin) addClient(c *gin.Context) {
+func (b *Admin) addClient(c *gin.Context) {
 	prefix := clientPrefix(c)
 	var req AddClientRequest
-	if c.Request.ContentLength != 0 && !b.Admin.decode(c, &req) {
+	if c.Request.ContentLength != 0 && !b.tools.Decode(c, &req) {
 		return
 	}
 	if err := b.Store.AddClient(c.Request.Context(), prefix, req.Name); err != nil {
 		_ = c.Error(swarmError(err))
 		return
 	}
-	b.Admin.logChange(c, "client whitelisted", "prefix", prefix, "name", req.Name)
+	b.tools.LogChange(c, "client whitelisted", "prefix", prefix, "name", req.Name)
 	c.JSON(http.StatusOK, WhitelistedClient{Prefix: prefix, Name: req.Name})
 }
 
-func (b *BitTorrentAdmin) removeClient(c *gin.Context) {
+func (b *Admin) removeClient(c *gin.Context) {
 	prefix := clientPrefix(c)
 	ctx := c.Request.Context()
 	clients, err := b.Store.Clients(ctx)
@@ -371,15 +377,14 @@ func (b *BitTorrentAdmin) removeClient(c *gin.Context) {
 		}
 	}
 	if removed == nil {
-		_ = c.Error(&httpError{Status: http.StatusNotFound, Code: "not_whitelisted",
-			Message: "no client prefix " + strconv.Quote(prefix) + " is whitelisted"})
+		_ = c.Error(server.NewHTTPError(http.StatusNotFound, "not_whitelisted", "no client prefix "+strconv.Quote(prefix)+" is whitelisted"))
 		return
 	}
 	if err := b.Store.RemoveClient(ctx, prefix); err != nil {
 		_ = c.Error(swarmError(err))
 		return
 	}
-	b.Admin.logChange(c, "client removed from whitelist", "prefix", prefix, "name", removed.Name)
+	b.tools.LogChange(c, "client removed from whitelist", "prefix", prefix, "name", removed.Name)
 	c.JSON(http.StatusOK, WhitelistedClient{Prefix: removed.Prefix, Name: removed.Name})
 }
 
@@ -394,7 +399,7 @@ type SwarmStats struct {
 	Snatches  int64 `json:"snatches"`
 }
 
-func (b *BitTorrentAdmin) stats(c *gin.Context) {
+func (b *Admin) stats(c *gin.Context) {
 	s, err := b.Store.Stats(c.Request.Context())
 	if err != nil {
 		_ = c.Error(err)
@@ -416,19 +421,19 @@ type TopReply struct {
 	Torrents []RankedTorrent `json:"torrents"`
 }
 
-func (b *BitTorrentAdmin) top(c *gin.Context) {
+func (b *Admin) top(c *gin.Context) {
 	by := c.DefaultQuery("by", string(swarm.IndexSeeders))
 	switch swarm.Index(by) {
 	case swarm.IndexSeeders, swarm.IndexLeechers, swarm.IndexSnatches:
 	default:
-		_ = c.Error(badRequest("by=%q: want seeders, leechers or snatches", by))
+		_ = c.Error(server.BadRequest("by=%q: want seeders, leechers or snatches", by))
 		return
 	}
 	n := DefaultTopCount
 	if text, ok := c.GetQuery("n"); ok {
 		var err error
 		if n, err = strconv.Atoi(text); err != nil || n < 1 || n > MaxTopCount {
-			_ = c.Error(badRequest("n=%q: want a whole number from 1 to %d", text, MaxTopCount))
+			_ = c.Error(server.BadRequest("n=%q: want a whole number from 1 to %d", text, MaxTopCount))
 			return
 		}
 	}
