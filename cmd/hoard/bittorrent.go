@@ -12,7 +12,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-
 	"github.com/hoardproject/hoard/server/btadmin"
 )
 
