@@ -2,8 +2,12 @@ package leaderboard
 
 import (
 	"embed"
+	"fmt"
 	"html/template"
 	"io/fs"
+	"math"
+	"strconv"
+	"strings"
 )
 
 //go:embed assets
@@ -23,4 +27,33 @@ func ProjectPage() []byte {
 }
 
 // IndexTemplate renders the list of projects at /.
-var IndexTemplate = template.Must(template.ParseFS(assets, "assets/index.html"))
+var IndexTemplate = template.Must(template.New("index.html").Funcs(template.FuncMap{"count": FormatCount}).ParseFS(assets, "assets/index.html"))
+
+// FormatCount writes a count with thousands separators (1,234,567), as
+// the project page does.
+func FormatCount(n any) string {
+	var v int64
+	switch x := n.(type) {
+	case int64:
+		v = x
+	case int:
+		v = int64(x)
+	case float64:
+		v = int64(math.Round(x))
+	default:
+		return fmt.Sprint(n)
+	}
+	sign := ""
+	if v < 0 {
+		sign, v = "-", -v
+	}
+	digits := strconv.FormatInt(v, 10)
+	var b strings.Builder
+	for i, d := range digits {
+		if i > 0 && (len(digits)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(d)
+	}
+	return sign + b.String()
+}

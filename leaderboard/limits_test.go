@@ -131,3 +131,12 @@ func TestTotalCapHoldsAcrossAddresses(t *testing.T) {
 		require.Equal(t, 3, hub.Viewers())
 	})
 }
+
+func TestFormatCountGroupsThousands(t *testing.T) {
+	for in, want := range map[any]string{
+		int64(0): "0", int64(999): "999", int64(1000): "1,000", int64(1234567): "1,234,567",
+		int64(-4200): "-4,200", 3456.0: "3,456", 12.6: "13", 7: "7", "x": "x",
+	} {
+		require.Equal(t, want, leaderboard.FormatCount(in), "%v", in)
+	}
+}

@@ -4,12 +4,12 @@ import (
 	"cmp"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/hoardproject/hoard/plugins"
-
 	"github.com/hoardproject/hoard/plugins/pluginhost"
 )
 
@@ -36,7 +36,9 @@ type PublicPlugin struct {
 
 // PublicMetric is one plugin metric's current value.
 type PublicMetric struct {
-	Name  string  `json:"name"`
+	Name string `json:"name"`
+	// Label is the name for people: "announces" for swarm_announces_total.
+	Label string  `json:"label"`
 	Help  string  `json:"help,omitempty"`
 	Kind  string  `json:"kind"`
 	Value float64 `json:"value"`
@@ -56,7 +58,7 @@ func publicPlugins(source PluginSource) []PublicPlugin {
 			if len(m.Labels) > 0 {
 				continue
 			}
-			p.Metrics = append(p.Metrics, PublicMetric{Name: m.Name, Help: m.Help, Kind: m.Kind.String(), Value: m.Value})
+			p.Metrics = append(p.Metrics, PublicMetric{Name: m.Name, Label: metricLabel(m.Name), Help: m.Help, Kind: m.Kind.String(), Value: m.Value})
 		}
 		slices.SortFunc(p.Metrics, func(a, b PublicMetric) int { return cmp.Compare(a.Name, b.Name) })
 		out = append(out, p)
@@ -78,4 +80,15 @@ func (p *PluginsJSON) Serve(c *gin.Context) {
 	c.Header("Access-Control-Allow-Origin", "*")
 	c.Header("Cache-Control", "max-age=2")
 	c.JSON(http.StatusOK, list)
+}
+
+// metricLabel turns a metric name into words for the index page: the
+// plugin-internal component prefix and the Prometheus unit suffix go, and
+// underscores become spaces ("swarm_announces_total" -> "announces").
+func metricLabel(name string) string {
+	for _, prefix := range []string{"swarm_", "tracker_"} {
+		name = strings.TrimPrefix(name, prefix)
+	}
+	name = strings.TrimSuffix(name, "_total")
+	return strings.ReplaceAll(name, "_", " ")
 }

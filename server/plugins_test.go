@@ -52,8 +52,8 @@ func TestPluginTotalsOnTheIndexAndInPluginsJSON(t *testing.T) {
 		require.NoError(t, json.Unmarshal([]byte(r.body), &list))
 		require.Equal(t, []server.PublicPlugin{
 			{Name: "bittorrent", State: pluginhost.StateRunning, Since: since, Restarts: 2, Metrics: []server.PublicMetric{
-				{Name: "announces_total", Kind: "counter", Value: 3456},
-				{Name: "seeders", Help: "seeders now", Kind: "gauge", Value: 12},
+				{Name: "announces_total", Label: "announces", Kind: "counter", Value: 3456},
+				{Name: "seeders", Label: "seeders", Help: "seeders now", Kind: "gauge", Value: 12},
 			}},
 			{Name: "idle", State: pluginhost.StateStarting, Since: since, Metrics: []server.PublicMetric{}},
 		}, list, "totals only, sorted; labelled series stay on /metrics")
@@ -65,8 +65,9 @@ func TestPluginTotalsOnTheIndexAndInPluginsJSON(t *testing.T) {
 		require.Equal(t, http.StatusOK, r.status)
 		require.Contains(t, r.body, "<h2>Plugins</h2>")
 		require.Contains(t, r.body, `<dt title="seeders now">seeders</dt><dd>12</dd>`)
-		require.Contains(t, r.body, `<dt title="">announces_total</dt><dd>3456</dd>`)
+		require.Contains(t, r.body, `<dt title="">announces</dt><dd>3,456</dd>`, "a readable name, and numbers as the project page writes them")
 		require.Contains(t, r.body, "running · 2 restarts")
+		require.NotContains(t, r.body, "starting · 0 restarts", "a restart count of 0 is not shown")
 	})
 }
 
