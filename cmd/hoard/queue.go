@@ -37,7 +37,7 @@ func queueCommand() *cobra.Command {
 				n    int64
 			}{
 				{"todo", c.Todo}, {"todo:backfeed", c.Backfeed}, {"todo:secondary", c.Secondary}, {"todo:redo", c.Redo},
-				{"todo:reserved", c.Reserved}, {"  offloaded", c.Offloaded}, {"out", c.Out}, {"  reclaimable", c.Reclaimable}, {"done", c.Done},
+				{"todo:reserved", c.Reserved}, {"todo:scored", c.Scored}, {"  offloaded", c.Offloaded}, {"out", c.Out}, {"  reclaimable", c.Reclaimable}, {"done", c.Done},
 			} {
 				fmt.Fprintf(w, "%-15s %12d\n", row.name, row.n)
 			}
