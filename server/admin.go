@@ -43,6 +43,9 @@ type AdminEngine interface {
 	DeleteProject(ctx context.Context, slug string, force bool) (queues.DeleteResult, error)
 	Claims(ctx context.Context, slug string, filter queues.ClaimFilter, cursor queues.ClaimCursor, limit int) ([]queues.Claim, queues.ClaimCursor, error)
 	EachClaim(ctx context.Context, slug string, filter queues.ClaimFilter, fn func(queues.Claim) bool) error
+	ImportDone(ctx context.Context, slug string, items []string) (queues.ImportResult, error)
+	ImportClaims(ctx context.Context, slug string, claims []queues.ImportedClaim) (queues.ImportResult, error)
+	ImportDownloaders(ctx context.Context, slug string, downloaders map[string]queues.ImportedDownloader, domainBytes map[string]int64) error
 }
 
 // AdminAPI is the operators' API under /api/v1. Every call needs the admin
@@ -100,6 +103,7 @@ func (a *AdminAPI) register(g *gin.RouterGroup) {
 	g.GET("/projects/:slug/counts", a.counts)
 	g.GET("/projects/:slug/stats", a.stats)
 	g.POST("/projects/:slug/items", a.addItems)
+	g.POST("/projects/:slug/import", a.importState)
 	g.POST("/projects/:slug/claims/release", a.releaseClaims)
 	g.GET("/projects/:slug/blocks", a.listBlocks)
 	g.PUT("/projects/:slug/blocks/:who", a.block)
@@ -705,3 +709,51 @@ func (a *AdminAPI) exportClaims(c *gin.Context) {
 
 // ClaimTimeFormat is how claim exports write times.
 const ClaimTimeFormat = "2006-01-02T15:04:05.000Z07:00"
+
+// ImportRequest carries another tracker's done items, claims and
+// downloader totals into a project (hoard queue import-universal); each
+// part is optional, done and claims at most queues.MaxImportBatch each.
+type ImportRequest struct {
+	Done        []string                             `json:"done,omitempty"`
+	Claims      []queues.ImportedClaim               `json:"claims,omitempty"`
+	Downloaders map[string]queues.ImportedDownloader `json:"downloaders,omitempty"`
+	DomainBytes map[string]int64                     `json:"domain_bytes,omitempty"`
+}
+
+// ImportResponse says what was imported and skipped (already out or done
+// here, so an import can run twice).
+type ImportResponse struct {
+	Done        queues.ImportResult `json:"done"`
+	Claims      queues.ImportResult `json:"claims"`
+	Downloaders int                 `json:"downloaders"`
+}
+
+func (a *AdminAPI) importState(c *gin.Context) {
+	slug := c.Param("slug")
+	var req ImportRequest
+	if !a.decode(c, &req) {
+		return
+	}
+	ctx := c.Request.Context()
+	var resp ImportResponse
+	var err error
+	if resp.Done, err = a.Engine.ImportDone(ctx, slug, req.Done); err != nil {
+		_ = c.Error(err)
+		return
+	}
+	if resp.Claims, err = a.Engine.ImportClaims(ctx, slug, req.Claims); err != nil {
+		_ = c.Error(err)
+		return
+	}
+	if len(req.Downloaders) > 0 || len(req.DomainBytes) > 0 {
+		if err = a.Engine.ImportDownloaders(ctx, slug, req.Downloaders, req.DomainBytes); err != nil {
+			_ = c.Error(err)
+			return
+		}
+		resp.Downloaders = len(req.Downloaders)
+	}
+	if resp.Done.Imported+resp.Claims.Imported+resp.Downloaders > 0 {
+		a.logChange(c, "state imported", "done", resp.Done.Imported, "claims", resp.Claims.Imported, "downloaders", resp.Downloaders)
+	}
+	c.JSON(http.StatusOK, resp)
+}

@@ -22,7 +22,7 @@ import (
 
 func queueCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "queue", Short: "Queue items and read queue counts"}
-	cmd.AddCommand(queueAddCommand(), moveCommand(), queueExportCommand(), &cobra.Command{
+	cmd.AddCommand(queueAddCommand(), moveCommand(), queueExportCommand(), importUniversalCommand(), &cobra.Command{
 		Use:   "counts <slug>",
 		Short: "Show how many items are in each place",
 		Args:  cobra.ExactArgs(1),

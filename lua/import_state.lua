@@ -1,0 +1,91 @@
+-- import_state.lua: carry done items and claims over from another tracker
+-- (a universal-tracker's Redis), atomically per batch. An item that is
+-- already out or done here is skipped, so an import can be run again.
+--
+-- KEYS[1] config       HASH (done_mode, recent_done, reclaim_ttl_ms)
+-- KEYS[2] out          ZSET item -> claimed at (ms)
+-- KEYS[3] deadlines    ZSET item -> reclaim deadline (ms)
+-- KEYS[4] claims       HASH item -> claim record
+-- KEYS[5] done         SET
+-- KEYS[6] recent_done  ZSET item -> done at (ms)
+-- KEYS[7] budget       HASH downloader -> items out
+-- KEYS[8] stats        HASH counters
+--
+-- ARGV[1] now (ms)
+-- ARGV[2] "done" or "claims"
+-- then, for "done": the items; for "claims": per claim the item, the
+--   downloader, the IP and the claim time (ms).
+--
+-- Returns {imported, skipped}, or {R.NO_PROJECT}, or {R.CORRUPT, why}
+-- (nothing changed).
+
+local cfg = redis.call('HMGET', KEYS[1], 'created_at', 'done_mode', 'recent_done', 'reclaim_ttl_ms')
+if not cfg[1] then
+  return {R.NO_PROJECT}
+end
+local expected = {[2] = 'zset', [3] = 'zset', [4] = 'hash', [5] = 'set', [6] = 'zset', [7] = 'hash', [8] = 'hash'}
+for i, want in pairs(expected) do
+  local have = redis.call('TYPE', KEYS[i])['ok']
+  if have ~= 'none' and have ~= want then
+    return {R.CORRUPT, KEYS[i] .. ' is a ' .. have .. ', not a ' .. want}
+  end
+end
+local now = tonumber(ARGV[1])
+local done_mode = cfg[2] or 'keep'
+local recent_max = tonumber(cfg[3] or '1000000') or 1000000
+local ttl = tonumber(cfg[4] or '0') or 0
+
+local function known(item)
+  return redis.call('HEXISTS', KEYS[4], item) == 1 or redis.call('SISMEMBER', KEYS[5], item) == 1
+    or redis.call('ZSCORE', KEYS[6], item) ~= false
+end
+
+local imported, skipped = 0, 0
+if ARGV[2] == 'done' then
+  local fresh = {}
+  local seen = {}
+  for i = 3, #ARGV do
+    local item = ARGV[i]
+    if seen[item] or known(item) then
+      skipped = skipped + 1
+    else
+      seen[item] = true
+      fresh[#fresh + 1] = item
+    end
+  end
+  if #fresh > 0 then
+    if done_mode == 'keep' then
+      call_chunked('SADD', KEYS[5], fresh)
+    else
+      local scored = {}
+      for _, item in ipairs(fresh) do
+        scored[#scored + 1] = now
+        scored[#scored + 1] = item
+      end
+      call_chunked('ZADD', KEYS[6], scored)
+      local excess = redis.call('ZCARD', KEYS[6]) - recent_max
+      if excess > 0 then redis.call('ZREMRANGEBYRANK', KEYS[6], 0, excess - 1) end
+      hincr_capped(KEYS[8], 'done_discarded', #fresh)
+    end
+    hincr_capped(KEYS[8], 'items_done', #fresh)
+    hincr_capped(KEYS[8], 'items_imported_done', #fresh)
+    imported = #fresh
+  end
+else
+  for i = 3, #ARGV, 4 do
+    local item, downloader, ip, at = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
+    if known(item) then
+      skipped = skipped + 1
+    else
+      redis.call('ZADD', KEYS[2], int(at), item)
+      redis.call('HSET', KEYS[4], item, format_claim(1, at, downloader, ip, '-', '-'))
+      if ttl > 0 then
+        redis.call('ZADD', KEYS[3], int(at + ttl), item)
+      end
+      redis.call('HINCRBY', KEYS[7], downloader, 1)
+      imported = imported + 1
+    end
+  end
+  if imported > 0 then hincr_capped(KEYS[8], 'claims_imported', imported) end
+end
+return {imported, skipped}
