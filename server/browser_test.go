@@ -170,3 +170,68 @@ func deref(p *int64) any {
 	}
 	return *p
 }
+
+// TestChartsFitTheirDataInChromium: a project with 20 days of completions
+// (written through an injected clock) draws charts that start at its first
+// data point, with time ticks, and a hover that names the hour and the
+// value; desktop and phone screenshots are kept with HOARD_SCREENSHOT_DIR.
+func TestChartsFitTheirDataInChromium(t *testing.T) {
+	node := requireBrowser(t)
+	b := redistest.Backends()[0]
+	require.NoError(t, redistest.Flush(t.Context(), b))
+	const slug = "charted"
+	now := time.Now().Truncate(time.Hour)
+	clock := queues.NewFakeClock(now.Add(-20 * 24 * time.Hour))
+	engine := queues.NewEngine(b.Client, queues.Options{Logger: quiet, Clock: clock})
+	_, err := engine.CreateProject(t.Context(), slug, queues.SettingsPatch{})
+	require.NoError(t, err)
+	for hour := 0; hour < 20*24; hour += 3 {
+		n := 1 + hour%17
+		items := make([]queues.QueueItem, n)
+		names := make([]string, n)
+		for i := range items {
+			names[i] = fmt.Sprintf("user:h%04d-%02d", hour, i)
+			items[i] = queues.QueueItem{Name: names[i]}
+		}
+		_, err := engine.Enqueue(t.Context(), slug, queues.Target{Queue: queues.QueueTodo}, items)
+		require.NoError(t, err)
+		_, err = engine.Claim(t.Context(), queues.ClaimRequest{Project: slug, Downloader: "charter", Count: n})
+		require.NoError(t, err)
+		_, err = engine.Done(t.Context(), queues.DoneRequest{Project: slug, Downloader: "charter", Items: names,
+			Bytes: map[string]int64{"data": int64(n) << 20}})
+		require.NoError(t, err)
+		clock.Advance(3 * time.Hour)
+	}
+	url := frontend(t, b)
+
+	dir := os.Getenv("HOARD_SCREENSHOT_DIR")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	dir, err = filepath.Abs(dir)
+	require.NoError(t, err)
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, filepath.Join(e2eDir, "charts.mjs"), url+"/"+slug+"/", filepath.Join(dir, "charts.png"))
+	cmd.WaitDelay = 5 * time.Second
+	out, runErr := cmd.Output()
+	line := strings.TrimSpace(string(out))
+	if i := strings.LastIndex(line, "\n{"); i >= 0 {
+		line = line[i+1:]
+	}
+	var res struct {
+		OK              bool     `json:"ok"`
+		Hover           string   `json:"hover"`
+		Screenshot      string   `json:"screenshot"`
+		ScreenshotPhone string   `json:"screenshot_phone"`
+		Errors          []string `json:"errors"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(line), &res), "charts.mjs printed: %s (exit %v)", out, runErr)
+	t.Logf("charts.mjs: %s", line)
+	require.Empty(t, res.Errors)
+	require.True(t, res.OK, line)
+	require.NoError(t, runErr)
+	// The hover names a time back from now and a value.
+	require.Regexp(t, `^\d+ (min|h|d) ago · \d`, res.Hover)
+}

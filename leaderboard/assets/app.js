@@ -166,11 +166,33 @@
     g.clearRect(0, 0, w, h);
     return { g, w, h };
   }
+  // ago writes a time span back from now: "5 min", "7 h", "12 d".
+  function ago(ms) {
+    if (ms < 2 * 3600e3) return Math.round(ms / 60e3) + " min ago";
+    if (ms < 2 * 86400e3) return Math.round(ms / 3600e3) + " h ago";
+    return Math.round(ms / 86400e3) + " d ago";
+  }
+  // drawSeries draws one chart. Each series' values are one per opts.step
+  // ms, the last one now. The chart starts at the first point with data,
+  // so a young project's chart fits what it has instead of a spike at the
+  // right edge of an empty month; the x axis gets a few ticks, and hovering
+  // shows the value under the pointer.
   function drawSeries(id, series, opts) {
     const { g, w, h } = canvas2d(id);
     const pad = { l: 56, r: 8, t: 8, b: 18 };
+    let n = 0;
+    for (const s of series) n = Math.max(n, s.values.length);
+    let first = n;
+    for (const s of series) {
+      const off = n - s.values.length;
+      const i = s.values.findIndex((v) => v > 0);
+      if (i >= 0) first = Math.min(first, off + i);
+    }
+    first = Math.max(0, Math.min(first, n - 2));
+    const shown = series.map((s) => ({ ...s, values: s.values.slice(Math.max(0, first - (n - s.values.length))) }));
+    const count = Math.max(1, n - first);
     let max = 0;
-    for (const s of series) for (const v of s.values) max = Math.max(max, v);
+    for (const s of shown) for (const v of s.values) max = Math.max(max, v);
     if (max === 0) max = 1;
     g.strokeStyle = "#2d333b"; g.fillStyle = "#8b949e"; g.font = "11px system-ui";
     for (let i = 0; i <= 2; i++) {
@@ -178,23 +200,42 @@
       g.beginPath(); g.moveTo(pad.l, y); g.lineTo(w - pad.r, y); g.stroke();
       g.fillText(opts.label(max * i / 2), 4, y + 4);
     }
-    g.fillText(opts.from, pad.l, h - 4);
+    const x = (i) => pad.l + (w - pad.l - pad.r) * (count === 1 ? 1 : i / (count - 1));
+    // Up to three ticks back from now, never crowding each other or "now".
+    let lastX = -Infinity;
+    for (const i of count > 1 ? [0, Math.round((count - 1) / 3), Math.round(2 * (count - 1) / 3)] : []) {
+      const at = x(i);
+      if (i >= count - 1 || at - lastX < 90 || at > w - pad.r - 100) continue;
+      g.fillText(ago((count - 1 - i) * opts.step), at, h - 4);
+      lastX = at;
+    }
     g.fillText("now", w - pad.r - 22, h - 4);
-    series.forEach((s, k) => {
-      const n = s.values.length;
-      if (n === 0) return;
-      const x = (i) => pad.l + (w - pad.l - pad.r) * (n === 1 ? 1 : i / (n - 1));
+    shown.forEach((s, k) => {
+      const m = s.values.length;
+      if (m === 0) return;
+      const off = count - m;
       const y = (v) => pad.t + (h - pad.t - pad.b) * (1 - v / max);
       g.strokeStyle = g.fillStyle = s.color || COLORS[k % COLORS.length];
       if (opts.bars) {
-        const bw = Math.max(1, (w - pad.l - pad.r) / n - 1);
-        s.values.forEach((v, i) => g.fillRect(x(i) - bw / 2, y(v), bw, y(0) - y(v)));
+        const bw = Math.max(1, (w - pad.l - pad.r) / count - 1);
+        s.values.forEach((v, i) => g.fillRect(x(off + i) - bw / 2, y(v), bw, y(0) - y(v)));
       } else {
         g.lineWidth = 1.5; g.beginPath();
-        s.values.forEach((v, i) => (i ? g.lineTo(x(i), y(v)) : g.moveTo(x(i), y(v))));
+        s.values.forEach((v, i) => (i ? g.lineTo(x(off + i), y(v)) : g.moveTo(x(off + i), y(v))));
         g.stroke();
       }
     });
+    const c = $(id);
+    c.onmousemove = (ev) => {
+      const r = c.getBoundingClientRect();
+      const i = count === 1 ? 0 : Math.round(((ev.clientX - r.left - pad.l) / (w - pad.l - pad.r)) * (count - 1));
+      if (i < 0 || i >= count) { c.title = ""; return; }
+      const parts = shown.map((s) => {
+        const v = s.values[i - (count - s.values.length)];
+        return v === undefined ? null : (s.name ? s.name + ": " : "") + opts.label(v);
+      }).filter(Boolean);
+      c.title = ago((count - 1 - i) * opts.step) + " · " + parts.join(", ");
+    };
   }
   async function loadCharts() {
     const res = await fetch(base + "/charts.json");
@@ -205,14 +246,14 @@
     const cumulative = new Array(hours.length);
     let total = c.items_done_total || 0;
     for (let i = hours.length - 1; i >= 0; i--) { cumulative[i] = total; total -= hours[i].items; }
-    drawSeries("#chart-items", [{ values: cumulative }], { label: fmt, from: "30 days ago" });
-    drawSeries("#chart-hourly", [{ values: hours.map((p) => p.items) }], { label: fmt, from: "30 days ago", bars: true });
-    drawSeries("#chart-bytes", [{ values: (c.minutes || []).map((p) => p.bytes / 60) }], { label: (v) => bytes(v) + "/s", from: "24 h ago" });
+    drawSeries("#chart-items", [{ values: cumulative }], { label: fmt, step: 3600e3 });
+    drawSeries("#chart-hourly", [{ values: hours.map((p) => p.items) }], { label: fmt, step: 3600e3, bars: true });
+    drawSeries("#chart-bytes", [{ values: (c.minutes || []).map((p) => p.bytes / 60) }], { label: (v) => bytes(v) + "/s", step: 60e3 });
     const top = (c.downloaders || []).map((d, k) => {
       let run = 0;
       return { name: d.name, color: COLORS[k % COLORS.length], values: d.bytes.map((b) => (run += b)) };
     });
-    drawSeries("#chart-downloaders", top, { label: bytes, from: "7 days ago" });
+    drawSeries("#chart-downloaders", top, { label: bytes, step: 3600e3 });
     $("#legend").replaceChildren(...top.map((s) => {
       const span = document.createElement("span");
       const dot = document.createElement("i");
