@@ -42,6 +42,7 @@ type serveOptions struct {
 	trustedProxies       []string
 	createListed         bool
 	logFormat            string
+	logLevel             string
 	plugins              pluginOptions
 	maxViewers           int
 	maxViewersPerAddress int
@@ -79,6 +80,7 @@ func serveCommand() *cobra.Command {
 	f.StringSliceVar(&o.trustedProxies, "trusted-proxy", splitList(envOr("HOARD_TRUSTED_PROXIES", "")), "proxy IP/CIDR whose X-Forwarded-For is trusted; repeatable ($HOARD_TRUSTED_PROXIES, comma-separated)")
 	f.BoolVar(&o.createListed, "create-listed-projects", false, "create any project named in the projects file that does not exist yet")
 	f.StringVar(&o.logFormat, "log-format", envOr("HOARD_LOG_FORMAT", "text"), "text or json")
+	f.StringVar(&o.logLevel, "log-level", envOr("HOARD_LOG_LEVEL", "info"), "debug, info, warn or error: debug adds the supervised redis-server's own lines and plugins' debug output ($HOARD_LOG_LEVEL)")
 	f.IntVar(&o.maxViewers, "max-viewers", envInt("HOARD_MAX_VIEWERS", 0, &o.envErr),
 		"live leaderboard viewers per frontend; 0 = derived from the descriptor limit, which also bounds a larger value ($HOARD_MAX_VIEWERS)")
 	f.IntVar(&o.maxViewersPerAddress, "max-viewers-per-address", envInt("HOARD_MAX_VIEWERS_PER_ADDRESS", leaderboard.DefaultMaxViewersPerAddress, &o.envErr),
@@ -159,11 +161,21 @@ func viewerLimits(o serveOptions, nofile uint64, logger *slog.Logger) (total int
 	return total, nil
 }
 
-func newLogger(format string) *slog.Logger {
+func newLogger(format string, level slog.Level) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
 	if format == "json" {
-		return slog.New(slog.NewJSONHandler(os.Stderr, nil))
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, nil))
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}
+
+// parseLogLevel reads --log-level.
+func parseLogLevel(s string) (slog.Level, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("--log-level / HOARD_LOG_LEVEL: %q is not debug, info, warn or error", s)
+	}
+	return level, nil
 }
 
 func runServe(ctx context.Context, o serveOptions) error {
@@ -173,7 +185,11 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if err != nil {
 		return fmt.Errorf("--redis-fsync / HOARD_REDIS_FSYNC: %w", err)
 	}
-	logger := newLogger(o.logFormat)
+	level, err := parseLogLevel(o.logLevel)
+	if err != nil {
+		return err
+	}
+	logger := newLogger(o.logFormat, level)
 	slog.SetDefault(logger)
 	if o.adminToken == "" && !o.insecureNoAdminToken {
 		logger.Warn("HOARD_ADMIN_TOKEN is not set: every admin call will be refused")

@@ -63,3 +63,13 @@ func TestMalformedViewerEnvironmentIsRefused(t *testing.T) {
 		t.Setenv(name, "")
 	}
 }
+
+func TestLogLevelIsParsedAndRefusedWhenUnknown(t *testing.T) {
+	for in, want := range map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "WARN": slog.LevelWarn, "error": slog.LevelError} {
+		got, err := parseLogLevel(in)
+		require.NoError(t, err, in)
+		require.Equal(t, want, got, in)
+	}
+	_, err := parseLogLevel("loud")
+	require.EqualError(t, err, `--log-level / HOARD_LOG_LEVEL: "loud" is not debug, info, warn or error`)
+}
