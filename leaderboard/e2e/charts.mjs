@@ -4,7 +4,8 @@
 //
 // Opens the page at desktop size, waits until every chart has drawn, hovers
 // the middle of the items-per-hour chart and reads the value it offers,
-// saves a desktop screenshot and a phone one (<screenshot>-phone.png), and
+// saves a desktop screenshot and a phone one (<screenshot>-phone.png), then
+// checks and screenshots the index page at both sizes (...-index.png), and
 // prints one JSON line: {ok, hover, screenshot, screenshot_phone, errors}.
 import { chromium } from 'playwright-core';
 
@@ -43,6 +44,14 @@ try {
       result.hover = (await chart.getAttribute('title')) || '';
     }
     await page.screenshot({ path: file, fullPage: true });
+    // The index page at the same size: counts written like the project
+    // page's, every project listed.
+    await page.goto(new URL('/', url).href, { waitUntil: 'load' });
+    const listed = await page.locator('ul.projects li').count();
+    if (listed < 1) result.errors.push(`index at ${size.width}px lists no project`);
+    const text = await page.locator('main').innerText();
+    if (!/1,\d{3} done/.test(text)) result.errors.push(`index at ${size.width}px does not write the done count with a separator: ${text}`);
+    await page.screenshot({ path: file.replace(/\.png$/i, '-index.png'), fullPage: true });
     await page.close();
   }
   result.ok = result.errors.length === 0 && result.hover.length > 0;
