@@ -129,9 +129,18 @@ if known and event ~= '2' then
   d_up = math.max(0, uploaded - (tonumber(p[2]) or 0))
   d_down = math.max(0, downloaded - (tonumber(p[3]) or 0))
 end
+-- A snatch: a completed event, or a peer whose left went from above 0
+-- to 0 (a client that finishes and stops at once, as aria2c does, sends
+-- "stopped, left=0" and never "completed"). It counts once per peer and,
+-- in private mode, once per user and torrent (the user record's snatched
+-- stamp), because the reaper invites snatchers and they must be real.
 local snatched = 0
-if event == '1' and not (known and p[5] == '1') then
+local finished = event == '1' or (known and (tonumber(p[9]) or 0) > 0 and left == 0)
+if finished and not (known and p[5] == '1') then
   snatched = 1
+  if user ~= '' and (tonumber(redis.call('HGET', k_user, 'snatched')) or 0) > 0 then
+    snatched = 0
+  end
 end
 
 -- The peer record. A stopped event from a peer never seen leaves none.
@@ -157,7 +166,7 @@ if known or not leaving then
     fields[n + 3], fields[n + 4] = 'speed_up', string.format('%.2f', d_up * 1000 / elapsed)
     fields[n + 5], fields[n + 6] = 'speed_down', string.format('%.2f', d_down * 1000 / elapsed)
   end
-  if snatched == 1 then
+  if finished then
     fields[#fields + 1] = 'completed'
     fields[#fields + 1] = '1'
   end

@@ -254,3 +254,41 @@ func TestScriptsReloadAfterScriptFlush(t *testing.T) {
 		require.Empty(t, f.user("alice").Active)
 	})
 }
+
+// A leecher that finishes and stops in one announce ("stopped, left=0",
+// what aria2c sends) has snatched the torrent; the snatch counts once per
+// user and torrent, whatever the user's peers do afterwards.
+func TestSnatchOnLeftReachingZeroCountsOncePerUser(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f, hash := privateFixture(t, b, swarm.Config{})
+		alice := peerID("-TR", 1)
+		f.announce(hash, alice, 1, passkey("passkeyA"), event(bittorrent.EventStarted))
+		require.Equal(t, int64(0), f.torrent(hash).Snatches)
+
+		resp := f.announce(hash, alice, 1, passkey("passkeyA"), seeding, event(bittorrent.EventStopped))
+		require.Equal(t, int64(1), resp.Downloaded, "left went from 1000 to 0: a snatch")
+		require.Equal(t, int64(1), f.torrent(hash).Snatches)
+		require.Equal(t, []string{"t1"}, f.user("alice").Complete)
+
+		// The same user again: the same peer restarting as a leecher and
+		// finishing, then a new peer id sending completed. Still one.
+		f.announce(hash, alice, 1, passkey("passkeyA"), event(bittorrent.EventStarted))
+		f.announce(hash, alice, 1, passkey("passkeyA"), seeding, event(bittorrent.EventStopped))
+		again := peerID("-TR", 11)
+		f.announce(hash, again, 11, passkey("passkeyA"), event(bittorrent.EventStarted))
+		f.announce(hash, again, 11, passkey("passkeyA"), seeding, event(bittorrent.EventCompleted))
+		f.announce(hash, again, 11, passkey("passkeyA"), seeding, event(bittorrent.EventStopped))
+		require.Equal(t, int64(1), f.torrent(hash).Snatches, "one snatch per user and torrent")
+
+		// A seeder from the start never went from left>0 to 0: no snatch.
+		bob := peerID("-TR", 2)
+		f.announce(hash, bob, 2, passkey("passkeyB"), seeding, event(bittorrent.EventStarted))
+		f.announce(hash, bob, 2, passkey("passkeyB"), seeding, event(bittorrent.EventStopped))
+		require.Equal(t, int64(1), f.torrent(hash).Snatches)
+
+		// Another user finishing without completed is a second snatch.
+		f.announce(hash, peerID("-TR", 3), 3, passkey("passkeyB"))
+		f.announce(hash, peerID("-TR", 3), 3, passkey("passkeyB"), seeding)
+		require.Equal(t, int64(2), f.torrent(hash).Snatches)
+	})
+}

@@ -48,7 +48,7 @@ func TestAnnounceCountsSeedersLeechersAndAnnounces(t *testing.T) {
 		require.Equal(t, int64(5), info.Announces)
 		require.Equal(t, int64(2), info.Seeders)
 		require.Equal(t, int64(0), info.Leechers)
-		require.Equal(t, int64(1), info.Snatches)
+		require.Equal(t, int64(2), info.Snatches, "peer 2's left went from above 0 to 0: its first snatch")
 		require.Equal(t, epoch, info.Created.UTC())
 		require.Empty(t, info.ID, "open mode registers nothing")
 	})
