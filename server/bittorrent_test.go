@@ -325,3 +325,38 @@ func TestRedactPasskey(t *testing.T) {
 	require.Equal(t, "ab…", btadmin.RedactPasskey("abcdefgh"), "a short passkey shows a quarter")
 	require.Equal(t, "…", btadmin.RedactPasskey("abc"))
 }
+
+// A registration carries the uploader and the upload's creation time,
+// which the reaper reads; bad values are refused and change nothing.
+func TestBitTorrentAdminRegistersUploaderAndCreated(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newBTFixture(t, b)
+		hash := btHash("upload")
+		path := "/torrents/" + btHex(hash)
+
+		requireError(t, f.call(http.MethodPut, path, `{"id":"1","uploader":"a b"}`), http.StatusBadRequest, `uploader "a b"`)
+		requireError(t, f.call(http.MethodPut, path, `{"id":"1","created":"2999-01-01T00:00:00Z"}`), http.StatusBadRequest, "not in the future")
+		requireError(t, f.call(http.MethodPut, path, `{"id":"1","created":"yesterday"}`), http.StatusBadRequest, "")
+		_, err := f.adminStore.Torrent(f.ctx, hash)
+		require.ErrorIs(t, err, swarm.ErrNotFound, "a refused registration changed nothing")
+
+		r := f.call(http.MethodPut, path, `{"id":"7","uploader":42,"created":"2026-01-02T03:04:05Z"}`)
+		require.Equal(t, http.StatusOK, r.status, r.body)
+		var record btadmin.TorrentRecord
+		r = f.call(http.MethodGet, path, "")
+		require.NoError(t, json.Unmarshal([]byte(r.body), &record))
+		require.Equal(t, "42", record.Uploader)
+		require.NotNil(t, record.Created)
+		require.Equal(t, time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), record.Created.UTC())
+
+		// Changing the id alone keeps the uploader and creation time.
+		r = f.call(http.MethodPut, path, `{"id":"8"}`)
+		require.Equal(t, http.StatusOK, r.status, r.body)
+		info, err := f.tracker.Torrent(f.ctx, hash)
+		require.NoError(t, err)
+		require.Equal(t, "8", info.ID)
+		require.Equal(t, "42", info.Uploader)
+		require.Equal(t, time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), info.Created.UTC())
+		require.Contains(t, f.logs.String(), "uploader=42")
+	})
+}

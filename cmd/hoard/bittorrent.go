@@ -32,9 +32,9 @@ passkeys and the whitelist, at once for torrents.`,
 
 func btTorrentCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "torrent", Short: "Register, unregister and show torrents"}
-	var id string
+	var id, uploader, created string
 	add := &cobra.Command{
-		Use:   "add <infohash> --id N",
+		Use:   "add <infohash> --id N [--uploader U] [--created RFC3339]",
 		Short: "Register a torrent under the site's torrent id (again: change its id)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -43,7 +43,17 @@ func btTorrentCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			err = newAdminClient().do(cmd.Context(), http.MethodPut, path, map[string]string{"id": id}, &reply)
+			body := map[string]string{"id": id}
+			if uploader != "" {
+				body["uploader"] = uploader
+			}
+			if created != "" {
+				if _, err := time.Parse(time.RFC3339, created); err != nil {
+					return fmt.Errorf("--created %q: want an RFC 3339 time such as 2026-03-01T12:00:00Z", created)
+				}
+				body["created"] = created
+			}
+			err = newAdminClient().do(cmd.Context(), http.MethodPut, path, body, &reply)
 			if err != nil {
 				return err
 			}
@@ -59,6 +69,8 @@ func btTorrentCommand() *cobra.Command {
 	}
 	add.Flags().StringVar(&id, "id", "", "the site's torrent id (required)")
 	_ = add.MarkFlagRequired("id")
+	add.Flags().StringVar(&uploader, "uploader", "", "the site's user id of the uploader (the reaper notifies them)")
+	add.Flags().StringVar(&created, "created", "", "the upload's creation time, RFC 3339 (default: now, at the first registration)")
 	remove := &cobra.Command{
 		Use:   "remove <infohash>",
 		Short: "Unregister a torrent: announces are refused, its peers time out",

@@ -116,6 +116,7 @@ type TorrentRecord struct {
 	InfoHash   string     `json:"info_hash"`
 	ID         string     `json:"id"`
 	Registered bool       `json:"registered"`
+	Uploader   string     `json:"uploader,omitempty"`
 	Created    *time.Time `json:"created,omitempty"`
 	LastAction *time.Time `json:"last_action,omitempty"`
 	Announces  int64      `json:"announces"`
@@ -133,16 +134,20 @@ func torrentRecord(info swarm.TorrentInfo) TorrentRecord {
 		return &utc
 	}
 	return TorrentRecord{
-		InfoHash: hexHash(info.InfoHash), ID: info.ID, Registered: info.ID != "",
+		InfoHash: hexHash(info.InfoHash), ID: info.ID, Registered: info.ID != "", Uploader: info.Uploader,
 		Created: at(info.Created), LastAction: at(info.LastAction),
 		Announces: info.Announces, Seeders: info.Seeders, Leechers: info.Leechers, Snatches: info.Snatches,
 	}
 }
 
 // RegisterTorrentRequest is the body of PUT …/torrents/:infohash. The id
-// may be a JSON string or number.
+// and uploader may be JSON strings or numbers; created is the upload's
+// creation time (RFC 3339), which the reaper ages a never-seeded upload
+// by (absent: the time of the first registration).
 type RegisterTorrentRequest struct {
-	ID server.LooseString `json:"id"`
+	ID       server.LooseString `json:"id"`
+	Uploader server.LooseString `json:"uploader"`
+	Created  *time.Time         `json:"created"`
 }
 
 // RegisterTorrentReply answers PUT …/torrents/:infohash; PreviousID is
@@ -176,11 +181,19 @@ func (b *Admin) registerTorrent(c *gin.Context) {
 		_ = c.Error(err)
 		return
 	}
-	if err := b.Store.RegisterTorrent(ctx, hash, string(req.ID)); err != nil {
+	reg := swarm.Registration{ID: string(req.ID), Uploader: string(req.Uploader)}
+	if req.Created != nil {
+		reg.Created = *req.Created
+	}
+	if err := b.Store.Register(ctx, hash, reg); err != nil {
 		_ = c.Error(swarmError(err))
 		return
 	}
-	b.tools.LogChange(c, "torrent registered", "info_hash", hexHash(hash), "id", string(req.ID), "previous_id", previous)
+	logged := []any{"info_hash", hexHash(hash), "id", string(req.ID), "previous_id", previous}
+	if reg.Uploader != "" {
+		logged = append(logged, "uploader", reg.Uploader)
+	}
+	b.tools.LogChange(c, "torrent registered", logged...)
 	c.JSON(http.StatusOK, RegisterTorrentReply{InfoHash: hexHash(hash), ID: string(req.ID), PreviousID: previous})
 }
 

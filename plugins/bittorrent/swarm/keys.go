@@ -78,7 +78,8 @@ func expireKeys(hash bittorrent.InfoHash, members []string) []string {
 }
 
 // TorrentKey holds the torrent's record (HASH): id (registered torrents),
-// registered (ms of the last registration), created and last_action (ms;
+// uploader (the site's user id, when registered with one), registered
+// (ms of the last registration), created and last_action (ms;
 // last_action is the last time it had a seeder), announces, seeders,
 // leechers, snatches.
 func TorrentKey(hash bittorrent.InfoHash) string { return keysOf(hash).torrent }

@@ -181,19 +181,49 @@ func (c *whitelistCache) invalidate() {
 // "registered" field (ms), which tells scoring a torrent it had removed
 // was registered again.
 func (s *Store) RegisterTorrent(ctx context.Context, hash bittorrent.InfoHash, torrentID string) error {
-	if !validName(torrentID) {
-		return fmt.Errorf("swarm: torrent id %q: want 1-%d characters of A-Z a-z 0-9 _ -: %w", torrentID, maxNameLen, ErrInvalid)
+	return s.Register(ctx, hash, Registration{ID: torrentID})
+}
+
+// Registration is what a site tells the tracker about one of its
+// uploads. The reaper needs the uploader (it notifies them, and its caps
+// count per uploader) and the creation time (a never-seeded upload is
+// reaped by its age).
+type Registration struct {
+	ID       string    // the site's torrent id (required)
+	Uploader string    // the site's user id of the uploader; "" keeps the stored one
+	Created  time.Time // the upload's creation time; zero keeps the stored one, or now for a new record
+}
+
+// Register registers an info-hash as RegisterTorrent does, with the
+// uploader and creation time when given.
+func (s *Store) Register(ctx context.Context, hash bittorrent.InfoHash, reg Registration) error {
+	if !validName(reg.ID) {
+		return fmt.Errorf("swarm: torrent id %q: want 1-%d characters of A-Z a-z 0-9 _ -: %w", reg.ID, maxNameLen, ErrInvalid)
+	}
+	if reg.Uploader != "" && !validName(reg.Uploader) {
+		return fmt.Errorf("swarm: uploader %q: want 1-%d characters of A-Z a-z 0-9 _ -: %w", reg.Uploader, maxNameLen, ErrInvalid)
+	}
+	now := s.nowMillis()
+	if !reg.Created.IsZero() && (reg.Created.UnixMilli() <= 0 || reg.Created.UnixMilli() > now) {
+		return fmt.Errorf("swarm: creation time %s: want a time after 1970 and not in the future: %w",
+			reg.Created.UTC().Format(time.RFC3339), ErrInvalid)
 	}
 	key := TorrentKey(hash)
 	pipe := s.rdb.TxPipeline() // one key: MULTI is fine on a cluster
-	now := s.nowMillis()
-	pipe.HSet(ctx, key, "id", torrentID, "registered", now)
+	fields := []any{"id", reg.ID, "registered", now}
+	if reg.Uploader != "" {
+		fields = append(fields, "uploader", reg.Uploader)
+	}
+	if !reg.Created.IsZero() {
+		fields = append(fields, "created", reg.Created.UnixMilli())
+	}
+	pipe.HSet(ctx, key, fields...)
 	pipe.HSetNX(ctx, key, "created", now)
 	pipe.Persist(ctx, key) // it may have been an expiring open-mode record
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("swarm.RegisterTorrent: %w", err)
 	}
-	if err := s.rdb.HSet(ctx, RegistryKey, hexHash(hash), torrentID).Err(); err != nil {
+	if err := s.rdb.HSet(ctx, RegistryKey, hexHash(hash), reg.ID).Err(); err != nil {
 		return fmt.Errorf("swarm.RegisterTorrent: registry: %w", err)
 	}
 	return nil
@@ -223,6 +253,7 @@ func (s *Store) UnregisterTorrent(ctx context.Context, hash bittorrent.InfoHash)
 type TorrentInfo struct {
 	InfoHash   bittorrent.InfoHash
 	ID         string    // "" when not registered
+	Uploader   string    // the site's uploader, "" when not given
 	Created    time.Time // first registration or announce
 	LastAction time.Time // last time it had a seeder; zero if never
 	Announces  int64
@@ -250,6 +281,7 @@ func (s *Store) Torrent(ctx context.Context, hash bittorrent.InfoHash) (TorrentI
 	return TorrentInfo{
 		InfoHash:   hash,
 		ID:         fields["id"],
+		Uploader:   fields["uploader"],
 		Created:    at("created"),
 		LastAction: at("last_action"),
 		Announces:  num("announces"),
