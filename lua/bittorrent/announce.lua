@@ -13,6 +13,8 @@
 -- KEYS[6] timeout    STRING this peer's timeout key, expires at its deadline
 -- KEYS[7] user       HASH  this user's record on the torrent (untouched
 --                          when ARGV[10] is "")
+-- KEYS[8] reaper     HASH  the torrent's unseeded-reaper state (package
+--                          reaper); a seeder's announce deletes it
 --
 -- ARGV[1]  now (ms)
 -- ARGV[2]  peer id (20 bytes)
@@ -70,7 +72,7 @@ local only_len = tonumber(ARGV[17])
 if only_len == 0 then only_len = nil end
 
 local k_torrent, k_seeders, k_leechers, k_deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local k_peer, k_timeout, k_user = KEYS[5], KEYS[6], KEYS[7]
+local k_peer, k_timeout, k_user, k_reaper = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 
 local t = redis.call('HMGET', k_torrent, 'id', 'created', 'announces', 'snatches')
 if ARGV[9] == '1' and not t[1] then
@@ -205,6 +207,13 @@ if user ~= '' and (known or not leaving) then
   end
   u.last = ARGV[1]
   user_state, user_ver = user_write(k_user, u, now, hnr_seed_ms, hnr_ratio)
+end
+
+-- A reseed clears the reaper's state at once: the torrent is seeded, so
+-- no notice or removal of the old unseeded spell may follow (the steps
+-- already queued find last_action moved and do nothing).
+if seeding and not leaving then
+  redis.call('DEL', k_reaper)
 end
 
 -- The torrent's counters.

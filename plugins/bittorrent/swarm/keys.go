@@ -61,8 +61,17 @@ func (k swarmKeys) user(userID string) string { return k.prefix + "user:" + user
 func announceKeys(hash bittorrent.InfoHash, peer bittorrent.PeerID, userID string) []string {
 	k := keysOf(hash)
 	return []string{k.torrent, k.seeders, k.leechers, k.deadlines,
-		k.peer(peer[:]), k.timeout(peer[:], userID), k.user(userID)}
+		k.peer(peer[:]), k.timeout(peer[:], userID), k.user(userID), k.prefix + reaperSuffix}
 }
+
+const reaperSuffix = "reaper"
+
+// ReaperKey holds the torrent's unseeded-reaper state (HASH), written by
+// package reaper: state (never, unseeded), notify (initial, final,
+// removed), unseeded_date, initial_at, final_at, removed_at (ms), epoch
+// (the last_action the spell began from, 0 when never seeded), pending
+// and pending_at (the step queued last). A seeder's announce deletes it.
+func ReaperKey(hash bittorrent.InfoHash) string { return keysOf(hash).prefix + reaperSuffix }
 
 // expireKeys are expire.lua's KEYS for the given deadlines members (20-byte
 // peer id followed by the user id).
@@ -252,3 +261,7 @@ func hashFromKey(key string) (bittorrent.InfoHash, bool) {
 	}
 	return hash, true
 }
+
+// HexInfoHash is an info-hash as the registry and key names spell it:
+// 40 lower-case hex characters.
+func HexInfoHash(hash bittorrent.InfoHash) string { return hexHash(hash) }
