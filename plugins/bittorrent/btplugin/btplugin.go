@@ -25,6 +25,7 @@ import (
 	"github.com/hoardproject/hoard/internal/redisurl"
 	"github.com/hoardproject/hoard/plugins"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/reaper"
 	"github.com/hoardproject/hoard/plugins/bittorrent/scoring"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )
@@ -34,6 +35,21 @@ const (
 	ScoreItemType = "score"
 	ScoreJob      = "score"
 )
+
+// The unseeded reaper's job and item types (seed 000): one item type per
+// step, each named by its item prefix.
+const ReaperJob = "reaper"
+
+var reaperSteps = []reaper.Step{reaper.NotifyInitial, reaper.NotifyFinal, reaper.Remove}
+
+func isReaperItemType(name string) bool {
+	for _, step := range reaperSteps {
+		if name == string(step) {
+			return true
+		}
+	}
+	return false
+}
 
 // Version is the plugin's version, reported in Describe.
 const Version = "1.0.0"
@@ -73,6 +89,9 @@ type Settings struct {
 	// Scoring is the decay-policy scoring of torrents (seed 002); see
 	// scoring.Settings. Off unless "enabled" is true.
 	Scoring json.RawMessage `json:"scoring,omitempty"`
+	// Reaper is the unseeded reaper (seed 000, private mode); see
+	// reaper.Settings. Off unless "enabled" is true.
+	Reaper json.RawMessage `json:"reaper,omitempty"`
 }
 
 // Defaults for Settings.
@@ -155,6 +174,11 @@ type Tracker struct {
 	scorer *scoring.Scorer
 	pool   *scoring.Pool
 	host   plugins.HostAPI
+
+	// reaper is nil when the reaper is off; reaperPool is nil when the
+	// host offers no HostAPI or max_workers is -1.
+	reaper     *reaper.Reaper
+	reaperPool *scoring.Pool
 }
 
 var _ plugins.Plugin = (*Tracker)(nil)
@@ -179,6 +203,15 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 	scoreSettings, scorePolicy, err := scoring.ParseSettings(settings.Scoring, storeCfg.Private)
 	if err != nil {
 		return fmt.Errorf("bittorrent settings: %w", err)
+	}
+	reaperSettings, reaperPolicy, err := reaper.ParseSettings(settings.Reaper, storeCfg.Private)
+	if err != nil {
+		return fmt.Errorf("bittorrent settings: %w", err)
+	}
+	if cfg.Host == nil && reaperPolicy.MaxTotal > plugins.MaxTickEnqueue {
+		// Without a host API the tick's result carries the items, and it
+		// holds at most MaxTickEnqueue.
+		reaperPolicy.MaxTotal = plugins.MaxTickEnqueue
 	}
 	if err := t.Close(ctx); err != nil {
 		return err
@@ -266,12 +299,42 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 			go pool.Run(runCtx, scorePolicy.ScaleInterval)
 		}
 	}
+	var reap *reaper.Reaper
+	var reaperPool *scoring.Pool
+	if reaperSettings.Enabled {
+		reap = reaper.New(rdb, reaper.Config{Policy: reaperPolicy, Unregister: store.UnregisterTorrent,
+			Logger: t.logger.With("component", "reaper")})
+		if cfg.Host != nil && reaperPolicy.MaxWorkers > 0 {
+			// The pool is scoring's, which is generic: claim, process,
+			// report done, release on stop. Processing applies the step;
+			// OnItemDone applies it again, which changes nothing, so a
+			// done whose event the host's capped log dropped still moved
+			// the state forward.
+			reaperPool = scoring.NewPool(scoring.PoolConfig{
+				Host: cfg.Host, Project: reaperPolicy.Project, Max: reaperPolicy.MaxWorkers,
+				Process: func(ctx context.Context, item string) (json.RawMessage, error) {
+					out, err := reap.Apply(ctx, item)
+					if errors.Is(err, reaper.ErrInvalid) {
+						return json.Marshal(map[string]string{"error": err.Error()})
+					}
+					if err != nil {
+						return nil, err
+					}
+					return json.Marshal(out)
+				},
+				Logger: t.logger.With("component", "reaper-pool"),
+			})
+			reaperPool.Start(runCtx)
+			go reaperPool.Run(runCtx, 10*time.Second)
+		}
+	}
 	t.mu.Lock()
 	t.rdb, t.store, t.http, t.udp, t.cancel, t.closed = rdb, store, httpServer, udpServer, cancel, false
 	t.scorer, t.pool, t.host = scorer, pool, cfg.Host
+	t.reaper, t.reaperPool = reap, reaperPool
 	t.mu.Unlock()
 	t.logger.Info("bittorrent tracker serving", "mode", settings.Mode, "http", t.httpAddr(), "udp4", t.udpAddr(false), "udp6", t.udpAddr(true),
-		"scoring", scorer != nil, "scoring_workers", pool != nil)
+		"scoring", scorer != nil, "scoring_workers", pool != nil, "reaper", reap != nil, "reaper_workers", reaperPool != nil)
 	return nil
 }
 
@@ -308,8 +371,16 @@ func (t *Tracker) Scorer() *scoring.Scorer {
 	return t.scorer
 }
 
-// Describe names the listeners as bound, and scoring's item type and job
-// when it is on.
+// Reaper is the unseeded reaper, or nil when it is off (for in-process
+// callers and tests).
+func (t *Tracker) Reaper() *reaper.Reaper {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.reaper
+}
+
+// Describe names the listeners as bound, and scoring's and the reaper's
+// item types and jobs when they are on.
 func (t *Tracker) Describe(context.Context) (plugins.Description, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -321,6 +392,16 @@ func (t *Tracker) Describe(context.Context) (plugins.Description, error) {
 			Order: plugins.OrderScore, DoneMode: "count",
 		})
 		d.Jobs = append(d.Jobs, plugins.Job{Name: ScoreJob, Period: p.Period})
+	}
+	if t.reaper != nil {
+		p := t.reaper.Policy()
+		for _, step := range reaperSteps {
+			d.ItemTypes = append(d.ItemTypes, plugins.ItemType{
+				Name: string(step), Project: p.Project, ItemPrefix: string(step) + ":", ReclaimTTL: p.ReclaimTTL,
+				DoneMode: "count",
+			})
+		}
+		d.Jobs = append(d.Jobs, plugins.Job{Name: ReaperJob, Period: p.Period})
 	}
 	if addr := t.httpAddr(); addr != "" {
 		d.Listeners = append(d.Listeners, plugins.Listener{Name: "http", Network: "tcp", Address: addr})
@@ -340,6 +421,9 @@ func (t *Tracker) Describe(context.Context) (plugins.Description, error) {
 // acknowledged: delivering it again cannot fix it. Redis errors are
 // returned, so the host delivers the event again.
 func (t *Tracker) OnItemDone(ctx context.Context, ev plugins.ItemEvent) error {
+	if isReaperItemType(ev.ItemType) {
+		return t.reaperDone(ctx, ev)
+	}
 	scorer := t.Scorer()
 	if scorer == nil || ev.ItemType != ScoreItemType {
 		return nil
@@ -350,6 +434,23 @@ func (t *Tracker) OnItemDone(ctx context.Context, ev plugins.ItemEvent) error {
 	}
 	if errors.Is(err, scoring.ErrInvalid) {
 		t.logger.Warn("scoring: ignoring a done score item", "item", ev.Item, "downloader", ev.Downloader, "error", err)
+		return nil
+	}
+	return err
+}
+
+// reaperDone applies a reaper step's done (reaper.Reaper.Apply: one
+// script that re-checks and moves the state forward, idempotent). A
+// malformed item is logged and acknowledged; Redis errors are returned,
+// so the host delivers the event again.
+func (t *Tracker) reaperDone(ctx context.Context, ev plugins.ItemEvent) error {
+	reap := t.Reaper()
+	if reap == nil {
+		return nil
+	}
+	_, err := reap.Apply(ctx, ev.Item)
+	if errors.Is(err, reaper.ErrInvalid) {
+		t.logger.Warn("reaper: ignoring a done item", "item", ev.Item, "downloader", ev.Downloader, "error", err)
 		return nil
 	}
 	return err
@@ -373,6 +474,9 @@ func (t *Tracker) OnTick(ctx context.Context, tick plugins.Tick) (plugins.TickRe
 	scorer, host := t.scorer, t.host
 	t.mu.Unlock()
 	var result plugins.TickResult
+	if tick.Job == ReaperJob {
+		return t.reaperTick(ctx, tick)
+	}
 	if tick.Job != ScoreJob || scorer == nil {
 		return result, nil
 	}
@@ -402,6 +506,37 @@ func (t *Tracker) OnTick(ctx context.Context, tick plugins.Tick) (plugins.TickRe
 	}
 	t.logger.Info("scoring cycle queued", "tracked", tracked, "items", queued-dropped, "missed", tick.Missed)
 	return result, err
+}
+
+// reaperTick runs the "reaper" job: the due steps, bounded by the caps,
+// queued through the HostAPI when the host offers one, else in the
+// tick's result. A run after a long pause (tick.Missed) is one run: the
+// steps are computed from stored timestamps, so it queues the next step
+// of each torrent only.
+func (t *Tracker) reaperTick(ctx context.Context, tick plugins.Tick) (plugins.TickResult, error) {
+	t.mu.Lock()
+	reap, host := t.reaper, t.host
+	t.mu.Unlock()
+	var result plugins.TickResult
+	if reap == nil {
+		return result, nil
+	}
+	names, err := reap.Tick(ctx)
+	if err != nil {
+		return result, err
+	}
+	project := reap.Policy().Project
+	if host != nil && len(names) > 0 {
+		if _, err := host.Enqueue(ctx, project, names); err != nil {
+			return result, err
+		}
+	} else {
+		for _, name := range names {
+			result.Enqueue = append(result.Enqueue, plugins.QueueItem{Project: project, Item: name})
+		}
+	}
+	t.logger.Info("reaper run queued its due steps", "items", len(names), "missed", tick.Missed)
+	return result, nil
 }
 
 // Stats are the global swarm counters and this process's listener counts.
@@ -489,9 +624,14 @@ func (t *Tracker) Close(context.Context) error {
 	httpServer, udpServer, store, rdb, cancel, pool := t.http, t.udp, t.store, t.rdb, t.cancel, t.pool
 	t.http, t.udp, t.store, t.rdb, t.cancel, t.closed = nil, nil, nil, nil, nil, true
 	t.scorer, t.pool, t.host = nil, nil, nil
+	reaperPool := t.reaperPool
+	t.reaper, t.reaperPool = nil, nil
 	t.mu.Unlock()
 	if pool != nil {
 		pool.Stop() // releases the items its workers held
+	}
+	if reaperPool != nil {
+		reaperPool.Stop()
 	}
 	var errs []error
 	if httpServer != nil {

@@ -1,0 +1,114 @@
+package btplugin_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/plugins"
+	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btplugin"
+	"github.com/hoardproject/hoard/plugins/bittorrent/reaper"
+	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
+	"github.com/hoardproject/hoard/plugins/pluginhost"
+	"github.com/hoardproject/hoard/queues"
+)
+
+const reaperSettings = `{"mode":"private","http":"127.0.0.1:0","udp4":"","udp6":"","interval":"1m",
+	"reaper":{"enabled":true,"period":"24h"}}`
+
+// TestReaperHooksAndTick: the three item types and the job are described;
+// a tick with no host API returns the due step itself; OnItemDone applies
+// it once and acknowledges a malformed item; the reaper needs private mode.
+func TestReaperHooksAndTick(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := t.Context()
+		tr, _ := startTracker(t, b, reaperSettings)
+		d, err := tr.Describe(ctx)
+		require.NoError(t, err)
+		var names []string
+		for _, it := range d.ItemTypes {
+			names = append(names, it.Name+"="+it.Project+"/"+it.ItemPrefix)
+		}
+		require.Equal(t, []string{"notify-initial=bt-reaper/notify-initial:", "notify-final=bt-reaper/notify-final:",
+			"remove=bt-reaper/remove:"}, names)
+		require.Equal(t, []plugins.Job{{Name: "reaper", Period: 24 * time.Hour}}, d.Jobs)
+
+		hash := bittorrent.InfoHash{0x4e, 'v', 'r'}
+		require.NoError(t, tr.Store().Register(ctx, hash, swarm.Registration{ID: "1", Uploader: "u1",
+			Created: time.Now().Add(-9 * time.Hour)}))
+		res, err := tr.OnTick(ctx, plugins.Tick{Job: "reaper", Scheduled: time.Now(), At: time.Now(), Missed: 180})
+		require.NoError(t, err)
+		name := reaper.Item{Step: reaper.NotifyInitial, InfoHash: hash}.Name()
+		require.Equal(t, []plugins.QueueItem{{Project: "bt-reaper", Item: name}}, res.Enqueue)
+
+		ev := plugins.ItemEvent{ItemType: "notify-initial", Project: "bt-reaper", Item: "notify-initial:zz:1", At: time.Now()}
+		require.NoError(t, tr.OnItemDone(ctx, ev), "a malformed item is acknowledged")
+		ev.Item = name
+		require.NoError(t, tr.OnItemDone(ctx, ev))
+		require.NoError(t, tr.OnItemDone(ctx, ev), "delivered again")
+		s, err := tr.Reaper().State(ctx, hash)
+		require.NoError(t, err)
+		require.Equal(t, "never", s.State)
+		require.Equal(t, "initial", s.Notify)
+
+		p, err := btplugin.New(ctx, quiet)
+		require.NoError(t, err)
+		err = p.Configure(ctx, plugins.Config{Name: "bittorrent", RedisURL: b.URL,
+			Settings: json.RawMessage(`{"reaper":{"enabled":true}}`)})
+		require.ErrorContains(t, err, "needs private mode")
+	})
+}
+
+// TestReaperRunsOnThePluginPlatform: in a real host over the real queue
+// engine, the "reaper" job's first tick queues the initial notice of an
+// upload never seeded past its grace; the plugin's own workers claim it
+// and apply it, and the done reaches the queue.
+func TestReaperRunsOnThePluginPlatform(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := t.Context()
+		hash := bittorrent.InfoHash{0x4e, 'v', 'r', '2'}
+		admin, err := swarm.New(b.Client, swarm.Config{Private: true, Logger: quiet})
+		require.NoError(t, err)
+		require.NoError(t, admin.Register(ctx, hash, swarm.Registration{ID: "2", Uploader: "u1",
+			Created: time.Now().Add(-9 * time.Hour)}))
+
+		trackers := make(chan *btplugin.Tracker, 1)
+		factory := func(ctx context.Context, l *slog.Logger) (plugins.Plugin, error) {
+			p, err := btplugin.New(ctx, l)
+			select {
+			case trackers <- p.(*btplugin.Tracker):
+			default:
+			}
+			return p, err
+		}
+		engine := queues.NewEngine(b.Client, queues.Options{Logger: quiet})
+		h, err := pluginhost.NewHost(pluginhost.Options{
+			Plugins:  []pluginhost.Spec{{Name: "bittorrent", Settings: json.RawMessage(reaperSettings)}},
+			Builtins: map[string]plugins.Factory{"bittorrent": factory},
+			Redis:    b.Client, RedisURL: b.URL, Queues: pluginhost.EngineQueues(engine), Events: pluginhost.EngineEventLog(engine),
+			Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil)), EventBlock: 50 * time.Millisecond,
+		})
+		require.NoError(t, err)
+		require.NoError(t, h.Start(ctx))
+		t.Cleanup(func() { _ = h.Stop() })
+		waitCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		require.NoError(t, h.WaitRunning(waitCtx, "bittorrent"))
+		tr := <-trackers
+
+		require.Eventually(t, func() bool {
+			counts, err := engine.Counts(ctx, reaper.DefaultProject)
+			return err == nil && counts.Done == 1
+		}, 20*time.Second, 10*time.Millisecond)
+		s, err := tr.Reaper().State(ctx, hash)
+		require.NoError(t, err)
+		require.Equal(t, "initial", s.Notify)
+		require.Empty(t, s.Pending, "the done cleared the pending mark")
+	})
+}
