@@ -44,8 +44,13 @@ func TestReaperHooksAndTick(t *testing.T) {
 			Created: time.Now().Add(-9 * time.Hour)}))
 		res, err := tr.OnTick(ctx, plugins.Tick{Job: "reaper", Scheduled: time.Now(), At: time.Now(), Missed: 180})
 		require.NoError(t, err)
-		name := reaper.Item{Step: reaper.NotifyInitial, InfoHash: hash}.Name()
-		require.Equal(t, []plugins.QueueItem{{Project: "bt-reaper", Item: name}}, res.Enqueue)
+		require.Len(t, res.Enqueue, 1)
+		require.Equal(t, "bt-reaper", res.Enqueue[0].Project)
+		name := res.Enqueue[0].Item
+		it, err := reaper.ParseItem(name)
+		require.NoError(t, err)
+		require.Equal(t, reaper.NotifyInitial, it.Step)
+		require.Equal(t, hash, it.InfoHash)
 
 		ev := plugins.ItemEvent{ItemType: "notify-initial", Project: "bt-reaper", Item: "notify-initial:zz:1", At: time.Now()}
 		require.NoError(t, tr.OnItemDone(ctx, ev), "a malformed item is acknowledged")
@@ -110,5 +115,18 @@ func TestReaperRunsOnThePluginPlatform(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "initial", s.Notify)
 		require.Empty(t, s.Pending, "the done cleared the pending mark")
+
+		// Truncation restarts the process through the real queue, which
+		// skips names it has seen done: the new initial notice has its own.
+		require.NoError(t, b.Client.Del(ctx, swarm.ReaperKey(hash)).Err())
+		_, err = tr.OnTick(ctx, plugins.Tick{Job: btplugin.ReaperJob, Scheduled: time.Now(), At: time.Now()})
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			counts, err := engine.Counts(ctx, reaper.DefaultProject)
+			return err == nil && counts.Done == 2
+		}, 20*time.Second, 10*time.Millisecond)
+		s, err = tr.Reaper().State(ctx, hash)
+		require.NoError(t, err)
+		require.Equal(t, "initial", s.Notify)
 	})
 }

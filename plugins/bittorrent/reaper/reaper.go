@@ -14,9 +14,14 @@
 // queues them as items of the plugin ("notify-initial:<hash>:<epoch>",
 // "notify-final:…", "remove:…"); a worker's done applies the step with
 // one script (lua/bittorrent/reaper_step.lua) that re-checks the torrent
-// is still unseeded. The epoch is the last_action the unseeded spell
-// began from (0: never seeded), so a step of a spell a reseed ended does
-// nothing. A seeder's announce deletes the state at once.
+// is still unseeded since the spell began (its last_action, stored in the
+// state as since). The epoch makes each item name unique where it must
+// be, because the queue skips names it has seen done: for an initial
+// notice it is when the step was planned, for the final notice and the
+// removal the initial_at of the state row they belong to, so a row
+// deleted (truncation, a reseed) and created again is a new generation
+// whose steps are queued afresh and whose old steps do nothing. A
+// seeder's announce deletes the state at once.
 //
 // Deleting the state (truncation) only restarts the process at the
 // initial notice: the removal needs both notices recorded in it.
@@ -69,8 +74,9 @@ func (s Step) scriptStep() string {
 	}
 }
 
-// Item is one queued step: the torrent, and the epoch of its spell (the
-// last_action in ms it began from, 0 when it was never seeded).
+// Item is one queued step: the torrent, and its epoch (ms): when an
+// initial notice was planned, or the initial_at of the state row a final
+// notice or removal belongs to.
 type Item struct {
 	Step     Step
 	InfoHash bittorrent.InfoHash
@@ -137,13 +143,6 @@ func New(rdb redis.UniversalClient, cfg Config) *Reaper {
 // Policy is the reaper's policy.
 func (r *Reaper) Policy() Policy { return r.cfg.Policy }
 
-func (r *Reaper) schedule(epoch int64) Schedule {
-	if epoch == 0 {
-		return r.cfg.Policy.Never
-	}
-	return r.cfg.Policy.Unseeded
-}
-
 // State is a torrent's reaper state as stored.
 type State struct {
 	State        string // "never", "unseeded", "" when there is none
@@ -152,11 +151,11 @@ type State struct {
 	InitialAt    time.Time
 	FinalAt      time.Time
 	RemovedAt    time.Time
-	Epoch        int64
+	Since        int64  // the last_action (ms) the spell began from, 0: never seeded
 	Pending      string // the item queued last, not done yet
 }
 
-var stateFields = []string{"state", "notify", "unseeded_date", "initial_at", "final_at", "removed_at", "epoch", "pending", "pending_at"}
+var stateFields = []string{"state", "notify", "unseeded_date", "initial_at", "final_at", "removed_at", "since", "pending", "pending_at"}
 
 func parseState(v []any) (State, int64) {
 	text := func(i int) string { s, _ := v[i].(string); return s }
@@ -169,7 +168,7 @@ func parseState(v []any) (State, int64) {
 	}
 	return State{
 		State: text(0), Notify: text(1), UnseededDate: at(2), InitialAt: at(3), FinalAt: at(4), RemovedAt: at(5),
-		Epoch: num(6), Pending: text(7),
+		Since: num(6), Pending: text(7),
 	}, num(8)
 }
 
@@ -256,21 +255,22 @@ func (r *Reaper) dueStep(now time.Time, hash bittorrent.InfoHash, t []any, state
 	if state.Pending != "" && now.Sub(time.UnixMilli(pendingAt)) < r.cfg.Policy.RequeueAfter {
 		return due{}, false // queued; the queue hands it out until done
 	}
-	epoch := num(3)
-	sched := r.schedule(epoch)
+	lastAction := num(3)
+	sched, since := r.cfg.Policy.Unseeded, time.UnixMilli(lastAction)
+	if lastAction == 0 {
+		sched, since = r.cfg.Policy.Never, time.UnixMilli(num(2))
+	}
 	d := due{uploader: text(1)}
+	generation := state.InitialAt.UnixMilli()
 	switch {
-	case state.State == "" || state.Epoch != epoch:
-		since := time.UnixMilli(epoch)
-		if epoch == 0 {
-			since = time.UnixMilli(num(2))
-		}
-		d.item, d.at = Item{Step: NotifyInitial, InfoHash: hash, Epoch: epoch}, since.Add(sched.Grace)
+	case state.State == "" || state.Since != lastAction:
+		d.item = Item{Step: NotifyInitial, InfoHash: hash, Epoch: now.UnixMilli()}
+		d.at = since.Add(sched.Grace)
 	case state.Notify == "initial":
-		d.item = Item{Step: NotifyFinal, InfoHash: hash, Epoch: epoch}
+		d.item = Item{Step: NotifyFinal, InfoHash: hash, Epoch: generation}
 		d.at = later(state.UnseededDate, state.InitialAt).Add(sched.Final)
 	case state.Notify == "final":
-		d.item = Item{Step: Remove, InfoHash: hash, Epoch: epoch}
+		d.item = Item{Step: Remove, InfoHash: hash, Epoch: generation}
 		d.at = later(state.UnseededDate.Add(sched.Final), state.FinalAt).Add(sched.Removal)
 	default:
 		return due{}, false
@@ -356,11 +356,12 @@ func (r *Reaper) Apply(ctx context.Context, name string) (Outcome, error) {
 	if err != nil {
 		return Outcome{}, err
 	}
-	sched := r.schedule(it.Epoch)
+	never, unseeded := r.cfg.Policy.Never, r.cfg.Policy.Unseeded
 	reply, err := luascript.RunList(ctx, r.rdb, stepScript,
 		[]string{swarm.TorrentKey(it.InfoHash), swarm.ReaperKey(it.InfoHash)},
 		r.cfg.Now().UnixMilli(), it.Step.scriptStep(), it.Epoch,
-		sched.Grace.Milliseconds(), sched.Final.Milliseconds(), sched.Removal.Milliseconds())
+		never.Grace.Milliseconds(), never.Final.Milliseconds(), never.Removal.Milliseconds(),
+		unseeded.Grace.Milliseconds(), unseeded.Final.Milliseconds(), unseeded.Removal.Milliseconds())
 	if err != nil {
 		return Outcome{}, fmt.Errorf("reaper: %s: %w", name, err)
 	}

@@ -19,7 +19,10 @@ func TestNeverSeededGoesThroughBothNoticesBeforeRemoval(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		f := newFixture(t, b, reaper.DefaultPolicy())
 		hash := f.register("never", "up1")
-		initial, final, remove := item(reaper.NotifyInitial, hash, 0), item(reaper.NotifyFinal, hash, 0), item(reaper.Remove, hash, 0)
+		// The initial notice's epoch is when it is planned; the later
+		// steps' is when the initial notice was done: both at 8h+1ms.
+		at := start.Add(8*time.Hour + time.Millisecond).UnixMilli()
+		initial, final, remove := item(reaper.NotifyInitial, hash, at), item(reaper.NotifyFinal, hash, at), item(reaper.Remove, hash, at)
 
 		f.clock.Advance(8 * time.Hour)
 		require.Empty(t, f.plan(), "exactly the grace is not past it (strict <)")
@@ -71,8 +74,8 @@ func TestReseedClearsTheStateAndStaleStepsDoNothing(t *testing.T) {
 		f := newFixture(t, b, reaper.DefaultPolicy())
 		hash := f.register("unseeded", "up1")
 		f.seedAndLeave(hash)
-		epoch := f.clock.Now().UnixMilli()
 		f.clock.Advance(480*time.Hour + time.Millisecond)
+		epoch := f.clock.Now().UnixMilli()
 		initial := item(reaper.NotifyInitial, hash, epoch)
 		require.Equal(t, []string{initial}, f.tick())
 		require.Equal(t, reaper.Outcome{Done: true, Reason: "initial"}, f.apply(initial))
@@ -81,20 +84,31 @@ func TestReseedClearsTheStateAndStaleStepsDoNothing(t *testing.T) {
 		f.clock.Advance(648*time.Hour + time.Millisecond)
 		final := item(reaper.NotifyFinal, hash, epoch)
 		require.Equal(t, []string{final}, f.tick())
+		// Even if the state were not cleared, a moved last_action makes
+		// the step do nothing: the spell it belongs to is over.
+		row, err := b.Client.HGetAll(f.ctx, swarm.ReaperKey(hash)).Result()
+		require.NoError(t, err)
+		require.NoError(t, b.Client.HSet(f.ctx, swarm.TorrentKey(hash), "last_action", epoch).Err())
+		require.Equal(t, reaper.Outcome{Reason: "reseeded"}, f.apply(final))
+		require.Equal(t, row["notify"], f.state(hash).Notify, "refused: nothing changed")
+
 		f.seedAndLeave(hash)
 		require.Equal(t, reaper.State{}, f.state(hash), "a reseed clears the state")
-		require.Equal(t, reaper.Outcome{Reason: "reseeded"}, f.apply(final))
+		require.Equal(t, reaper.Outcome{Reason: "out of order"}, f.apply(final), "its row is gone")
 		require.Equal(t, reaper.State{}, f.state(hash))
 		require.Empty(t, f.plan(), "seeded just now: nothing due")
 
 		// Truncation: deleting the state only restarts at the initial notice.
 		f.clock.Advance(480*time.Hour + time.Millisecond)
-		again := item(reaper.NotifyInitial, hash, f.clock.Now().Add(-480*time.Hour-time.Millisecond).UnixMilli())
+		again := item(reaper.NotifyInitial, hash, f.clock.Now().UnixMilli())
 		require.Equal(t, []string{again}, f.tick())
 		require.Equal(t, reaper.Outcome{Done: true, Reason: "initial"}, f.apply(again))
 		require.NoError(t, b.Client.Del(f.ctx, swarm.ReaperKey(hash)).Err())
 		f.clock.Advance(720 * time.Hour)
-		require.Equal(t, []string{again}, f.plan(), "after truncation the next step is the initial notice again")
+		restart := item(reaper.NotifyInitial, hash, f.clock.Now().UnixMilli())
+		require.Equal(t, []string{restart}, f.plan(), "after truncation the next step is the initial notice again, under a new name")
+		require.Equal(t, reaper.Outcome{Reason: "out of order"}, f.apply(item(reaper.NotifyFinal, hash, f.clock.Now().Add(-720*time.Hour).UnixMilli())),
+			"a step of the deleted row's generation does nothing")
 	})
 }
 
@@ -109,17 +123,27 @@ func TestCapsTakeOldestFirstAndCarryOver(t *testing.T) {
 		var order []string
 		for i, who := range []string{"alice", "bob", "alice", "carol", "alice", "bob"} {
 			hash := f.register(who+string(rune('0'+i)), who)
-			order = append(order, item(reaper.NotifyInitial, hash, 0))
+			order = append(order, swarm.HexInfoHash(hash))
 			f.clock.Advance(time.Hour)
 		}
 		f.clock.Advance(8 * time.Hour)
+		hashesOf := func(names []string) []string {
+			var out []string
+			for _, name := range names {
+				it, err := reaper.ParseItem(name)
+				require.NoError(t, err)
+				require.Equal(t, reaper.NotifyInitial, it.Step)
+				out = append(out, swarm.HexInfoHash(it.InfoHash))
+			}
+			return out
+		}
 		// All six are due. alice (oldest first) gets 2, bob 1 (T=3 is not
 		// overshot), carol waits (M=2).
-		require.Equal(t, []string{order[0], order[2], order[1]}, f.tick())
-		// Next run: alice's third, bob's second, carol's: the cap M=2
-		// picks the users with the oldest waiting steps.
-		require.Equal(t, []string{order[3], order[4]}, f.tick()[:2])
-		require.Len(t, f.tick(), 1-0, "the last one left")
+		require.Equal(t, []string{order[0], order[2], order[1]}, hashesOf(f.tick()))
+		// Next run: carol's (the oldest waiting), then alice's third; the
+		// cap M=2 leaves bob's second to the run after.
+		require.Equal(t, []string{order[3], order[4]}, hashesOf(f.tick()))
+		require.Equal(t, []string{order[5]}, hashesOf(f.tick()), "bob's second, the last one left")
 		require.Empty(t, f.tick(), "everything queued once")
 	})
 }
@@ -189,7 +213,7 @@ func TestThirtyDayPauseNeverCausesAMassRemoval(t *testing.T) {
 			was := before[h]
 			switch it.Step {
 			case reaper.NotifyInitial:
-				require.True(t, was.State == "" || was.Epoch != it.Epoch)
+				require.Empty(t, was.State)
 			case reaper.NotifyFinal:
 				require.Equal(t, "initial", was.Notify)
 			case reaper.Remove:

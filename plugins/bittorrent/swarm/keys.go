@@ -68,7 +68,7 @@ const reaperSuffix = "reaper"
 
 // ReaperKey holds the torrent's unseeded-reaper state (HASH), written by
 // package reaper: state (never, unseeded), notify (initial, final,
-// removed), unseeded_date, initial_at, final_at, removed_at (ms), epoch
+// removed), unseeded_date, initial_at, final_at, removed_at (ms), since
 // (the last_action the spell began from, 0 when never seeded), pending
 // and pending_at (the step queued last). A seeder's announce deletes it.
 func ReaperKey(hash bittorrent.InfoHash) string { return keysOf(hash).prefix + reaperSuffix }
