@@ -292,3 +292,23 @@ func TestSnatchOnLeftReachingZeroCountsOncePerUser(t *testing.T) {
 		require.Equal(t, int64(2), f.torrent(hash).Snatches)
 	})
 }
+
+// A seeder's announce deletes the torrent's reaper state (a reseed ends
+// the unseeded spell at once); a leecher's or a stopped seeder's does not.
+func TestSeederAnnounceClearsTheReaperState(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f, hash := privateFixture(t, b, swarm.Config{})
+		ctx := context.Background()
+		require.NoError(t, b.Client.HSet(ctx, swarm.ReaperKey(hash), "state", "unseeded", "notify", "initial").Err())
+		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), event(bittorrent.EventStarted))
+		f.announce(hash, peerID("-TR", 2), 2, passkey("passkeyB"), seeding, event(bittorrent.EventStopped))
+		n, err := b.Client.Exists(ctx, swarm.ReaperKey(hash)).Result()
+		require.NoError(t, err)
+		require.Equal(t, int64(1), n, "a leecher, or a stopped peer never seen, is no reseed")
+
+		f.announce(hash, peerID("-TR", 2), 2, passkey("passkeyB"), seeding, event(bittorrent.EventStarted))
+		n, err = b.Client.Exists(ctx, swarm.ReaperKey(hash)).Result()
+		require.NoError(t, err)
+		require.Equal(t, int64(0), n, "a seeder clears it")
+	})
+}
