@@ -111,8 +111,12 @@ func btTorrentCommand() *cobra.Command {
 			if !t.Registered {
 				id = "(not registered)"
 			}
+			uploader := t.Uploader
+			if uploader == "" {
+				uploader = "(not given)"
+			}
 			printRows(cmd.OutOrStdout(), [][2]string{
-				{"info_hash", t.InfoHash}, {"id", id},
+				{"info_hash", t.InfoHash}, {"id", id}, {"uploader", uploader},
 				{"created", timeOrNever(t.Created)}, {"last_action", timeOrNever(t.LastAction)},
 				{"seeders", strconv.FormatInt(t.Seeders, 10)}, {"leechers", strconv.FormatInt(t.Leechers, 10)},
 				{"snatches", strconv.FormatInt(t.Snatches, 10)}, {"announces", strconv.FormatInt(t.Announces, 10)},
