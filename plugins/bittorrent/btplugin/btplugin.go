@@ -311,7 +311,7 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 			// done whose event the host's capped log dropped still moved
 			// the state forward.
 			reaperPool = scoring.NewPool(scoring.PoolConfig{
-				Host: cfg.Host, Project: reaperPolicy.Project, Max: reaperPolicy.MaxWorkers,
+				Host: cfg.Host, Project: reaperPolicy.Project, Worker: "reaper", Max: reaperPolicy.MaxWorkers,
 				Process: func(ctx context.Context, item string) (json.RawMessage, error) {
 					out, err := reap.Apply(ctx, item)
 					if errors.Is(err, reaper.ErrInvalid) {

@@ -31,6 +31,7 @@ const claimBatch = 10
 type Pool struct {
 	host    plugins.HostAPI
 	project string
+	worker  string
 	process func(ctx context.Context, item string) (json.RawMessage, error)
 	max     int
 	poll    time.Duration
@@ -51,6 +52,9 @@ type Pool struct {
 type PoolConfig struct {
 	Host    plugins.HostAPI
 	Project string
+	// Worker is the name the workers claim under (WorkerName when ""):
+	// another item type reusing the pool (the reaper) names its own.
+	Worker string
 	// Process returns the result of one item (Scorer.Process).
 	Process func(ctx context.Context, item string) (json.RawMessage, error)
 	// Max workers (at least 1); Poll is how long an idle worker waits.
@@ -70,7 +74,10 @@ func NewPool(cfg PoolConfig) *Pool {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Pool{host: cfg.Host, project: cfg.Project, process: cfg.Process, max: cfg.Max, poll: cfg.Poll, logger: cfg.Logger}
+	if cfg.Worker == "" {
+		cfg.Worker = WorkerName
+	}
+	return &Pool{host: cfg.Host, project: cfg.Project, worker: cfg.Worker, process: cfg.Process, max: cfg.Max, poll: cfg.Poll, logger: cfg.Logger}
 }
 
 // Start starts one worker; the workers stop when ctx ends or Stop is
@@ -169,7 +176,7 @@ func (p *Pool) Stop() {
 func (p *Pool) work(ctx context.Context) {
 	defer p.wg.Done()
 	for ctx.Err() == nil {
-		items, err := p.host.Claim(ctx, p.project, WorkerName, claimBatch)
+		items, err := p.host.Claim(ctx, p.project, p.worker, claimBatch)
 		if err != nil || len(items) == 0 {
 			if err != nil && ctx.Err() == nil {
 				p.failures.Add(1)
@@ -202,7 +209,7 @@ func (p *Pool) work(ctx context.Context) {
 					break
 				}
 			}
-			if _, err := p.host.Done(ctx, p.project, WorkerName, []string{item}, result); err != nil {
+			if _, err := p.host.Done(ctx, p.project, p.worker, []string{item}, result); err != nil {
 				p.failures.Add(1)
 				p.logger.Warn("scoring worker: done failed; the claim will expire", "item", item, "error", err)
 				continue
@@ -220,7 +227,7 @@ func (p *Pool) release(items []string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := p.host.Release(ctx, p.project, WorkerName, items); err != nil {
+	if _, err := p.host.Release(ctx, p.project, p.worker, items); err != nil {
 		p.logger.Warn("scoring worker: release failed; the claims will expire", "items", len(items), "error", err)
 	}
 }
