@@ -205,40 +205,71 @@ func (r *Reaper) Plan(ctx context.Context) ([]Item, error) {
 }
 
 func (r *Reaper) findDue(ctx context.Context, now time.Time) ([]due, error) {
-	registry, err := r.rdb.HKeys(ctx, swarm.RegistryKey).Result()
-	if err != nil {
-		return nil, fmt.Errorf("reaper: registry: %w", err)
+	// The registry is read with HSCAN, a thousand at a time, so a site
+	// with millions of uploads never asks Redis for one huge reply.
+	var found []due
+	var cursor uint64
+	for {
+		pairs, next, err := r.rdb.HScan(ctx, swarm.RegistryKey, cursor, "", 1000).Result()
+		if err != nil {
+			return nil, fmt.Errorf("reaper: registry: %w", err)
+		}
+		hexes := make([]string, 0, len(pairs)/2)
+		for i := 0; i+1 < len(pairs); i += 2 {
+			hexes = append(hexes, pairs[i])
+		}
+		batch, err := r.dueIn(ctx, now, hexes)
+		if err != nil {
+			return nil, err
+		}
+		found = append(found, batch...)
+		if cursor = next; cursor == 0 {
+			break
+		}
+	}
+	// HSCAN may return an entry twice; a torrent is planned once.
+	seen := make(map[bittorrent.InfoHash]bool, len(found))
+	unique := found[:0]
+	for _, d := range found {
+		if !seen[d.item.InfoHash] {
+			seen[d.item.InfoHash] = true
+			unique = append(unique, d)
+		}
+	}
+	return unique, nil
+}
+
+// dueIn reads a batch of registered torrents and their reaper states in
+// one pipeline and returns the steps due among them.
+func (r *Reaper) dueIn(ctx context.Context, now time.Time, hexes []string) ([]due, error) {
+	hashes := make([]bittorrent.InfoHash, 0, len(hexes))
+	torrents := make([]*redis.SliceCmd, 0, len(hexes))
+	states := make([]*redis.SliceCmd, 0, len(hexes))
+	pipe := r.rdb.Pipeline()
+	for _, h := range hexes {
+		hash, err := swarm.ParseInfoHash(h)
+		if err != nil {
+			continue
+		}
+		hashes = append(hashes, hash)
+		torrents = append(torrents, pipe.HMGet(ctx, swarm.TorrentKey(hash), "id", "uploader", "created", "last_action", "seeders"))
+		states = append(states, pipe.HMGet(ctx, swarm.ReaperKey(hash), stateFields...))
+	}
+	if len(hashes) == 0 {
+		return nil, nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("reaper: reading torrents: %w", err)
 	}
 	var found []due
-	const batch = 1000
-	for start := 0; start < len(registry); start += batch {
-		hexes := registry[start:min(start+batch, len(registry))]
-		hashes := make([]bittorrent.InfoHash, 0, len(hexes))
-		torrents := make([]*redis.SliceCmd, 0, len(hexes))
-		states := make([]*redis.SliceCmd, 0, len(hexes))
-		pipe := r.rdb.Pipeline()
-		for _, h := range hexes {
-			hash, err := swarm.ParseInfoHash(h)
-			if err != nil {
-				continue
-			}
-			hashes = append(hashes, hash)
-			torrents = append(torrents, pipe.HMGet(ctx, swarm.TorrentKey(hash), "id", "uploader", "created", "last_action", "seeders"))
-			states = append(states, pipe.HMGet(ctx, swarm.ReaperKey(hash), stateFields...))
+	for i, hash := range hashes {
+		state, pendingAt := parseState(states[i].Val())
+		if state.Notify == "removed" {
+			r.unregister(ctx, hash)
+			continue
 		}
-		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			return nil, fmt.Errorf("reaper: reading torrents: %w", err)
-		}
-		for i, hash := range hashes {
-			t := torrents[i].Val()
-			state, pendingAt := parseState(states[i].Val())
-			if state.Notify == "removed" {
-				r.unregister(ctx, hash)
-				continue
-			}
-			if d, ok := r.dueStep(now, hash, t, state, pendingAt); ok {
-				found = append(found, d)
-			}
+		if d, ok := r.dueStep(now, hash, torrents[i].Val(), state, pendingAt); ok {
+			found = append(found, d)
 		}
 	}
 	return found, nil
