@@ -64,11 +64,13 @@ func TestPluginWorksItsOwnItemsThroughTheHostAPI(t *testing.T) {
 					if err != nil {
 						return false
 					}
+					// The worker counts its done after Done returns; the hook
+					// may run first (its event is in Redis by then): wait for
+					// both.
 					done, _ := metric(stats, "items_done_total")
-					return done == 3
+					worked, _ := metric(stats, "worked_total")
+					return done == 3 && worked == 3
 				}, eventually, poll)
-				worked, _ := metric(stats, "worked_total")
-				require.Equal(t, 3.0, worked)
 				refused, _ := metric(stats, "host_refused_total")
 				require.Equal(t, 1.0, refused, "a project the plugin does not own is refused")
 				for _, m := range stats.Metrics {
