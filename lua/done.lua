@@ -193,20 +193,7 @@ if #fresh == 0 then
   return {1, 0, duplicates}
 end
 call_chunked('HDEL', KEYS[7], fresh)
-if done_mode == 'keep' then
-  call_chunked('SADD', KEYS[5], fresh)
-else
-  local scored = {}
-  for _, item in ipairs(fresh) do
-    scored[#scored + 1] = now
-    scored[#scored + 1] = item
-  end
-  call_chunked('ZADD', KEYS[20], scored)
-  local excess = redis.call('ZCARD', KEYS[20]) - recent_max
-  if excess > 0 then redis.call('ZREMRANGEBYRANK', KEYS[20], 0, excess - 1) end
-  redis.call('HINCRBY', KEYS[8], 'done_discarded', #fresh)
-  if done_mode == 'archive' then call_chunked('RPUSH', KEYS[21], fresh) end
-end
+keep_completions(done_mode, fresh, now, KEYS[5], KEYS[20], recent_max, KEYS[8], KEYS[21])
 
 redis.call('HINCRBY', KEYS[8], 'items_done', #fresh)
 hincr_capped(KEYS[8], 'bytes_done', total_bytes)

@@ -54,19 +54,9 @@ if ARGV[2] == 'done' then
     end
   end
   if #fresh > 0 then
-    if done_mode == 'keep' then
-      call_chunked('SADD', KEYS[5], fresh)
-    else
-      local scored = {}
-      for _, item in ipairs(fresh) do
-        scored[#scored + 1] = now
-        scored[#scored + 1] = item
-      end
-      call_chunked('ZADD', KEYS[6], scored)
-      local excess = redis.call('ZCARD', KEYS[6]) - recent_max
-      if excess > 0 then redis.call('ZREMRANGEBYRANK', KEYS[6], 0, excess - 1) end
-      hincr_capped(KEYS[8], 'done_discarded', #fresh)
-    end
+    -- Imported completions were archived (or not) by the old tracker:
+    -- none is queued for this project's archive file.
+    keep_completions(done_mode, fresh, now, KEYS[5], KEYS[6], recent_max, KEYS[8], nil)
     hincr_capped(KEYS[8], 'items_done', #fresh)
     hincr_capped(KEYS[8], 'items_imported_done', #fresh)
     imported = #fresh

@@ -103,3 +103,25 @@ local function event_log_max(value)
   if n > 0 then return math.floor(n) end
   return nil
 end
+
+-- Keeps completed items as the project's done_mode says: keep adds them to
+-- the done set; count and archive keep only the latest recent_max of them
+-- in recent_done (trimmed oldest first), count them in stats'
+-- done_discarded, and archive also queues them for the archive file
+-- (archive_key; nil when the caller keeps no archive queue).
+local function keep_completions(done_mode, items, now, done_key, recent_key, recent_max, stats_key, archive_key)
+  if done_mode == 'keep' then
+    call_chunked('SADD', done_key, items)
+    return
+  end
+  local scored = {}
+  for _, item in ipairs(items) do
+    scored[#scored + 1] = now
+    scored[#scored + 1] = item
+  end
+  call_chunked('ZADD', recent_key, scored)
+  local excess = redis.call('ZCARD', recent_key) - recent_max
+  if excess > 0 then redis.call('ZREMRANGEBYRANK', recent_key, 0, excess - 1) end
+  hincr_capped(stats_key, 'done_discarded', #items)
+  if done_mode == 'archive' and archive_key then call_chunked('RPUSH', archive_key, items) end
+end
