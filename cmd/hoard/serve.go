@@ -189,6 +189,9 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if err != nil {
 		return err
 	}
+	if o.plugins.eventRetry <= 0 {
+		return fmt.Errorf("--plugin-event-retry must be positive, got %s", o.plugins.eventRetry)
+	}
 	logger := newLogger(o.logFormat, level)
 	slog.SetDefault(logger)
 	if o.adminToken == "" && !o.insecureNoAdminToken {

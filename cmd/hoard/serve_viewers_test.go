@@ -73,3 +73,8 @@ func TestLogLevelIsParsedAndRefusedWhenUnknown(t *testing.T) {
 	_, err := parseLogLevel("loud")
 	require.EqualError(t, err, `--log-level / HOARD_LOG_LEVEL: "loud" is not debug, info, warn or error`)
 }
+
+func TestNonPositivePluginEventRetryIsRefusedBeforeAnythingStarts(t *testing.T) {
+	_, err := runCLI(t, "", "serve", "--plugin-event-retry", "0s", "--data-dir", t.TempDir())
+	require.EqualError(t, err, "--plugin-event-retry must be positive, got 0s")
+}

@@ -304,10 +304,7 @@ func (s *supervisor) waitReplaced(ctx context.Context, inst *instance) {
 // logEventError logs at most one event-log failure per interval, like hook
 // errors.
 func (s *supervisor) logEventError(msg, project string, err error) {
-	const interval = 10 * time.Second
-	now := s.h.opts.Clock.Now().UnixNano()
-	last := s.lastEventLog.Load()
-	if now-last < int64(interval) || !s.lastEventLog.CompareAndSwap(last, now) {
+	if !s.logDue(&s.lastEventLog) {
 		return
 	}
 	s.log.Warn(msg, "project", project, "err", err)

@@ -451,14 +451,21 @@ func (s *supervisor) deliverLoop(ctx context.Context) {
 // plugin that fails every event cannot flood hoard's log; the counters in
 // Status and /metrics have the totals.
 func (s *supervisor) logHookError(d delivery, err error) {
-	const hookLogInterval = 10 * time.Second
-	now := s.h.opts.Clock.Now().UnixNano()
-	last := s.lastHookLog.Load()
-	if now-last < int64(hookLogInterval) || !s.lastHookLog.CompareAndSwap(last, now) {
+	if !s.logDue(&s.lastHookLog) {
 		return
 	}
 	s.log.Warn("plugin hook failed", "hook", d.hook.String(), "project", d.ev.Project, "item", d.ev.Item, "err", err,
 		"errors_total", s.hookErrors[d.hook].Load())
+}
+
+// logDue reports whether a rate-limited log line (its last time kept in
+// last) may be written now: at most one per 10 s of the host's clock, so a
+// plugin failing every event cannot flood hoard's log.
+func (s *supervisor) logDue(last *atomic.Int64) bool {
+	const interval = 10 * time.Second
+	now := s.h.opts.Clock.Now().UnixNano()
+	prev := last.Load()
+	return now-prev >= int64(interval) && last.CompareAndSwap(prev, now)
 }
 
 // schedule ticks the plugin's jobs. A job first runs as soon as the plugin
