@@ -1,9 +1,7 @@
 package btplugin_test
 
 import (
-	"context"
 	"encoding/json"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -15,8 +13,6 @@ import (
 	"github.com/hoardproject/hoard/plugins/bittorrent/btplugin"
 	"github.com/hoardproject/hoard/plugins/bittorrent/reaper"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
-	"github.com/hoardproject/hoard/plugins/pluginhost"
-	"github.com/hoardproject/hoard/queues"
 )
 
 const reaperSettings = `{"mode":"private","http":"127.0.0.1:0","udp4":"","udp6":"","interval":"1m",
@@ -83,29 +79,7 @@ func TestReaperRunsOnThePluginPlatform(t *testing.T) {
 		require.NoError(t, admin.Register(ctx, hash, swarm.Registration{ID: "2", Uploader: "u1",
 			Created: time.Now().Add(-9 * time.Hour)}))
 
-		trackers := make(chan *btplugin.Tracker, 1)
-		factory := func(ctx context.Context, l *slog.Logger) (plugins.Plugin, error) {
-			p, err := btplugin.New(ctx, l)
-			select {
-			case trackers <- p.(*btplugin.Tracker):
-			default:
-			}
-			return p, err
-		}
-		engine := queues.NewEngine(b.Client, queues.Options{Logger: quiet})
-		h, err := pluginhost.NewHost(pluginhost.Options{
-			Plugins:  []pluginhost.Spec{{Name: "bittorrent", Settings: json.RawMessage(reaperSettings)}},
-			Builtins: map[string]plugins.Factory{"bittorrent": factory},
-			Redis:    b.Client, RedisURL: b.URL, Queues: pluginhost.EngineQueues(engine), Events: pluginhost.EngineEventLog(engine),
-			Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil)), EventBlock: 50 * time.Millisecond,
-		})
-		require.NoError(t, err)
-		require.NoError(t, h.Start(ctx))
-		t.Cleanup(func() { _ = h.Stop() })
-		waitCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		defer cancel()
-		require.NoError(t, h.WaitRunning(waitCtx, "bittorrent"))
-		tr := <-trackers
+		engine, _, tr := hostTracker(t, b, reaperSettings)
 
 		require.Eventually(t, func() bool {
 			counts, err := engine.Counts(ctx, reaper.DefaultProject)

@@ -3,7 +3,6 @@ package btplugin_test
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"net/netip"
 	"testing"
 	"time"
@@ -16,9 +15,7 @@ import (
 	"github.com/hoardproject/hoard/plugins/bittorrent/btplugin"
 	"github.com/hoardproject/hoard/plugins/bittorrent/scoring"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
-	"github.com/hoardproject/hoard/plugins/pluginhost"
 	"github.com/hoardproject/hoard/plugins/plugintest"
-	"github.com/hoardproject/hoard/queues"
 )
 
 const scoringSettings = `{"http":"127.0.0.1:0","udp4":"","udp6":"","interval":"1m",
@@ -54,29 +51,7 @@ func TestScoringRunsOnThePluginPlatform(t *testing.T) {
 			Addr: netip.MustParseAddrPort("10.1.2.3:6881")})
 		require.NoError(t, err)
 
-		trackers := make(chan *btplugin.Tracker, 1)
-		factory := func(ctx context.Context, l *slog.Logger) (plugins.Plugin, error) {
-			p, err := btplugin.New(ctx, l)
-			select { // keep the first: a restart would be a failure below
-			case trackers <- p.(*btplugin.Tracker):
-			default:
-			}
-			return p, err
-		}
-		engine := queues.NewEngine(b.Client, queues.Options{Logger: quiet})
-		h, err := pluginhost.NewHost(pluginhost.Options{
-			Plugins:  []pluginhost.Spec{{Name: "bittorrent", Settings: json.RawMessage(scoringSettings)}},
-			Builtins: map[string]plugins.Factory{"bittorrent": factory},
-			Redis:    b.Client, RedisURL: b.URL, Queues: pluginhost.EngineQueues(engine), Events: pluginhost.EngineEventLog(engine),
-			Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil)), EventBlock: 50 * time.Millisecond,
-		})
-		require.NoError(t, err)
-		require.NoError(t, h.Start(ctx))
-		t.Cleanup(func() { _ = h.Stop() })
-		waitCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		defer cancel()
-		require.NoError(t, h.WaitRunning(waitCtx, "bittorrent"))
-		tr := <-trackers
+		engine, h, tr := hostTracker(t, b, scoringSettings)
 
 		require.Eventually(t, func() bool {
 			rec, err := tr.Scorer().Record(ctx, hash)
