@@ -98,21 +98,15 @@ func (e *Engine) ImportClaims(ctx context.Context, slug string, claims []Importe
 	if len(claims) > MaxImportBatch {
 		return ImportResult{}, errorf(op, CodeInvalid, "%d claims in one import; the limit is %d", len(claims), MaxImportBatch)
 	}
+	if err := e.validateClaims(claims); err != nil {
+		return ImportResult{}, err
+	}
 	args := make([]any, 0, 2+4*len(claims))
 	args = append(args, e.nowMillis(), "claims")
 	for _, c := range claims {
-		if err := ValidateItem(c.Item); err != nil {
-			return ImportResult{}, err
-		}
-		if err := ValidateDownloader(c.Downloader); err != nil {
-			return ImportResult{}, err
-		}
 		ip := c.IP
 		if ip == "" || len(ip) > 64 || strings.ContainsAny(ip, " ,\r\n") {
 			ip = "-"
-		}
-		if c.ClaimedAt.IsZero() || c.ClaimedAt.After(e.clock.Now().Add(time.Minute)) {
-			return ImportResult{}, errorf(op, CodeInvalid, "claim of %q: claimed_at %v is missing or in the future", truncate(c.Item, 60), c.ClaimedAt)
 		}
 		args = append(args, c.Item, c.Downloader, ip, c.ClaimedAt.UnixMilli())
 	}
@@ -130,22 +124,14 @@ func (e *Engine) ImportDownloaders(ctx context.Context, slug string, downloaders
 	if _, err := e.Project(ctx, slug); err != nil {
 		return err
 	}
+	if err := validateDownloaders(downloaders, domainBytes); err != nil {
+		return err
+	}
 	names := make([]string, 0, len(downloaders))
-	for name, d := range downloaders {
-		if err := ValidateDownloader(name); err != nil {
-			return err
-		}
-		if d.Bytes < 0 || d.Items < 0 || d.Bytes > MaxGroupBytes*MaxByteGroups {
-			return errorf(op, CodeInvalid, "downloader %q: totals out of range", name)
-		}
+	for name := range downloaders {
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	for group, n := range domainBytes {
-		if group == "" || len(group) > 64 || n < 0 {
-			return errorf(op, CodeInvalid, "bytes group %q: name must be 1-64 bytes and bytes not negative", truncate(group, 64))
-		}
-	}
 	pipe := e.rdb.TxPipeline()
 	for _, name := range names {
 		d := downloaders[name]
@@ -160,6 +146,58 @@ func (e *Engine) ImportDownloaders(ctx context.Context, slug string, downloaders
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return unavailable(op, err)
+	}
+	return nil
+}
+
+// ValidateImport checks a whole import before any part of it is written,
+// so a bad claim never leaves the done items before it imported.
+func (e *Engine) ValidateImport(done []string, claims []ImportedClaim, downloaders map[string]ImportedDownloader, domainBytes map[string]int64) error {
+	const op = "queues.ValidateImport"
+	if len(done) > MaxImportBatch || len(claims) > MaxImportBatch {
+		return errorf(op, CodeInvalid, "%d done items and %d claims in one import; the limit is %d each", len(done), len(claims), MaxImportBatch)
+	}
+	for _, item := range done {
+		if err := ValidateItem(item); err != nil {
+			return err
+		}
+	}
+	if err := e.validateClaims(claims); err != nil {
+		return err
+	}
+	return validateDownloaders(downloaders, domainBytes)
+}
+
+func (e *Engine) validateClaims(claims []ImportedClaim) error {
+	const op = "queues.ImportClaims"
+	for _, c := range claims {
+		if err := ValidateItem(c.Item); err != nil {
+			return err
+		}
+		if err := ValidateDownloader(c.Downloader); err != nil {
+			return err
+		}
+		if c.ClaimedAt.IsZero() || c.ClaimedAt.After(e.clock.Now().Add(time.Minute)) {
+			return errorf(op, CodeInvalid, "claim of %q: claimed_at %v is missing or in the future", truncate(c.Item, 60), c.ClaimedAt)
+		}
+	}
+	return nil
+}
+
+func validateDownloaders(downloaders map[string]ImportedDownloader, domainBytes map[string]int64) error {
+	const op = "queues.ImportDownloaders"
+	for name, d := range downloaders {
+		if err := ValidateDownloader(name); err != nil {
+			return err
+		}
+		if d.Bytes < 0 || d.Items < 0 || d.Bytes > MaxGroupBytes*MaxByteGroups {
+			return errorf(op, CodeInvalid, "downloader %q: totals out of range", name)
+		}
+	}
+	for group, n := range domainBytes {
+		if group == "" || len(group) > 64 || n < 0 {
+			return errorf(op, CodeInvalid, "bytes group %q: name must be 1-64 bytes and bytes not negative", truncate(group, 64))
+		}
 	}
 	return nil
 }

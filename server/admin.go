@@ -43,6 +43,7 @@ type AdminEngine interface {
 	DeleteProject(ctx context.Context, slug string, force bool) (queues.DeleteResult, error)
 	Claims(ctx context.Context, slug string, filter queues.ClaimFilter, cursor queues.ClaimCursor, limit int) ([]queues.Claim, queues.ClaimCursor, error)
 	EachClaim(ctx context.Context, slug string, filter queues.ClaimFilter, fn func(queues.Claim) bool) error
+	ValidateImport(done []string, claims []queues.ImportedClaim, downloaders map[string]queues.ImportedDownloader, domainBytes map[string]int64) error
 	ImportDone(ctx context.Context, slug string, items []string) (queues.ImportResult, error)
 	ImportClaims(ctx context.Context, slug string, claims []queues.ImportedClaim) (queues.ImportResult, error)
 	ImportDownloaders(ctx context.Context, slug string, downloaders map[string]queues.ImportedDownloader, domainBytes map[string]int64) error
@@ -735,6 +736,11 @@ func (a *AdminAPI) importState(c *gin.Context) {
 		return
 	}
 	ctx := c.Request.Context()
+	// Every part is checked before any is written: bad input changes nothing.
+	if err := a.Engine.ValidateImport(req.Done, req.Claims, req.Downloaders, req.DomainBytes); err != nil {
+		_ = c.Error(err)
+		return
+	}
 	var resp ImportResponse
 	var err error
 	if resp.Done, err = a.Engine.ImportDone(ctx, slug, req.Done); err != nil {

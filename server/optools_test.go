@@ -290,3 +290,32 @@ func TestRepeatDoneForAnItemDoneLongAgo(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestImportWithABadPartChangesNothing: every part of an import is checked
+// before any is written, so a bad claim does not leave the done items of
+// the same request imported.
+func TestImportWithABadPartChangesNothing(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, server.Config{AdminToken: token})
+		_, err := f.engine.CreateProject(f.ctx, "imp", queues.SettingsPatch{})
+		require.NoError(t, err)
+		for _, body := range []string{
+			`{"done":["a","b"],"claims":[{"item":"c","downloader":"x","claimed_at":"2020-01-01T00:00:00Z"}]}`,
+			`{"done":["a"],"claims":[{"item":"c","downloader":"bobby"}]}`,
+			`{"done":["a"],"downloaders":{"bobby":{"bytes":-5}}}`,
+			`{"done":["a"],"domain_bytes":{"":1}}`,
+			`{"done":"a"}`,
+		} {
+			r := f.admin(http.MethodPost, "/projects/imp/import", body, token)
+			require.Equal(t, http.StatusBadRequest, r.status, "%s: %s", body, r.body)
+		}
+		c, err := f.engine.Counts(f.ctx, "imp")
+		require.NoError(t, err)
+		require.Zero(t, c.Done, "nothing was imported")
+		r := f.admin(http.MethodPost, "/projects/nosuch/import", `{"done":["a"]}`, token)
+		require.Equal(t, http.StatusNotFound, r.status, r.body)
+		r = f.admin(http.MethodPost, "/projects/imp/import", `{"done":["a","b"]}`, token)
+		require.Equal(t, http.StatusOK, r.status, r.body)
+		require.JSONEq(t, `{"done":{"imported":2,"skipped":0},"claims":{"imported":0,"skipped":0},"downloaders":0}`, r.body)
+	})
+}
