@@ -68,7 +68,11 @@ func (f *fleet) startCluster(ctx context.Context) ([]string, error) {
 			return []string{
 				"--cluster-enabled", "yes",
 				"--cluster-config-file", dataDir + "/nodes.conf",
-				"--cluster-node-timeout", "2000",
+				// Generous: no test here is about failure detection, and
+				// on a loaded 2-core machine (a full run beside other
+				// builds) a node that missed pings for 2 s was marked
+				// failed, and every test on the cluster got CLUSTERDOWN.
+				"--cluster-node-timeout", "15000",
 				// The default bus port is port+10000, which does not exist
 				// for ephemeral ports above 55535; pick a free one instead.
 				"--cluster-port", strconv.Itoa(busPort),
