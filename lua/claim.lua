@@ -37,6 +37,8 @@
 -- KEYS[26+5g .. 29+5g]  LIST  the group's sub-queues of todo, todo:backfeed,
 --                             todo:secondary and todo:redo
 -- KEYS[30+5g]           STRING the group's GCRA state
+-- and last, KEYS[#KEYS] queued SET the items waiting in the list queues: a
+--                             popped item leaves it
 --
 -- ARGV[1] now (ms)
 -- ARGV[2] downloader
@@ -84,7 +86,8 @@ local wanted = tonumber(ARGV[4])
 local version = ARGV[5]
 local global_block = ARGV[6]
 local groups_version = ARGV[7]
-local ngroups = (#KEYS - 25) / 5
+local ngroups = (#KEYS - 26) / 5
+local index = KEYS[#KEYS]
 local group_index = {}
 for g = 0, ngroups - 1 do
   group_index[ARGV[10 + 3 * g]] = g
@@ -112,6 +115,7 @@ local expected_types = {
   [12] = 'hash', [13] = 'hash', [14] = 'hash', [15] = 'string', [16] = 'hash',
   [17] = 'string', [18] = 'string', [19] = 'hash', [20] = 'zset',
   [21] = 'stream', [22] = 'string', [23] = 'zset', [24] = 'set', [25] = 'hash',
+  [#KEYS] = 'set',
 }
 for g = 0, ngroups - 1 do
   for q = 0, 3 do expected_types[26 + 5 * g + q] = 'list' end
@@ -213,6 +217,11 @@ redis.call('EXPIRE', KEYS[19], 691200)
 -- limits (project, downloader, IP) are checked before any is charged, so a
 -- refused request costs no limit its slot. Times are fractional ms so rates
 -- over 60,000/min still add up; 1 us of slack absorbs rounding.
+-- A GCRA key whose time has passed limits nothing (tat < now reads as
+-- now), so it may expire any time after; the minute of slack covers a
+-- caller whose clock runs behind Redis's (tests with an injected clock on
+-- a loaded machine, where a 1 s slack expired keys that still limited).
+local rate_key_slack = 60000
 local function gcra_check(key, rate_text, burst_text)
   local rate = tonumber(rate_text or '0') or 0
   if rate <= 0 then return 0, nil end
@@ -226,7 +235,7 @@ local function gcra_check(key, rate_text, burst_text)
 end
 local function gcra_charge(charge)
   if charge then
-    redis.call('SET', charge[1], string.format('%.4f', charge[2]), 'PX', int(math.ceil(charge[2] - now) + 1000))
+    redis.call('SET', charge[1], string.format('%.4f', charge[2]), 'PX', int(math.ceil(charge[2] - now) + rate_key_slack))
   end
 end
 local wait_project, charge_project = gcra_check(KEYS[15], cfg[4], cfg[5])
@@ -291,7 +300,7 @@ local function charge_group(g, n)
   group_tokens[g] = group_tokens[g] - n
   group_tat[g] = group_tat[g] + n * group_period[g]
   redis.call('SET', KEYS[30 + 5 * g], string.format('%.4f', group_tat[g]),
-    'PX', int(math.ceil(group_tat[g] - now) + 1000))
+    'PX', int(math.ceil(group_tat[g] - now) + rate_key_slack))
 end
 
 local function group_limit_hit()
@@ -362,7 +371,11 @@ local any_recent = redis.call('EXISTS', KEYS[20]) == 1
 -- Pops up to n items: the head of a list, or the highest scores of the
 -- scored queue (a ZSET). false when it is empty.
 local function pop(key, n, scored)
-  if not scored then return redis.call('LPOP', key, n) end
+  if not scored then
+    local items = redis.call('LPOP', key, n)
+    if items then call_chunked('SREM', index, items) end
+    return items
+  end
   local popped = redis.call('ZPOPMAX', key, n)
   if #popped == 0 then return false end
   local items = {}
