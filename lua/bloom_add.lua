@@ -30,8 +30,10 @@
 --                  count or archive, which keep no done set)
 -- KEYS[8 .. 7+G]   STRING the filter's generations 1..G, then generation G+1
 --                  (started when generation G fills up during this batch)
--- KEYS[9+G ..]     the target queues (LIST): a queue and its limit groups'
---                  sub-queues
+-- KEYS[9+G .. #KEYS-1] the target queues (LIST): a queue and its limit
+--                  groups' sub-queues
+-- KEYS[#KEYS]      queued SET the items waiting in the list queues (nor an
+--                  item waiting already; the queued items join it)
 --
 -- ARGV[1] a salt, fresh for each request ("" = no check: an admin call)
 -- ARGV[2] sha1hex(salt .. the backfeed secret offered): the secret itself
@@ -44,13 +46,16 @@
 --         queues), then for each generation 1..G+1 its k bit locations,
 --         already reduced mod that generation's m
 --
--- Returns {new, duplicates, G'} where G' is the generation count now, or
+-- Returns {new, duplicates, G', placed, waiting} where G' is the generation
+--   count now, and of the duplicates, placed were out, done or released and
+--   waiting were queued already (the rest were in the filter), or
 --   {R.NO_PROJECT} no such project; {R.BAD_SECRET} wrong secret or backfeed
 --   disabled; {R.STALE_FILTER} the caller's generations differ from meta
 --   (re-read it); {R.STALE_GROUPS} limit groups changed.
 --
 -- Note: an item is a duplicate when ANY generation has all its bits set, or
--- when it is out, done (in the done set or recent_done) or released.
+-- when it is out, done (in the done set or recent_done), released or
+-- waiting in a queue.
 
 if redis.call('EXISTS', KEYS[1]) == 0 then return {R.NO_PROJECT} end
 if ARGV[1] ~= '' then
@@ -132,6 +137,18 @@ mark(call_sliced('HMGET', KEYS[6], items), present)
 if redis.call('EXISTS', KEYS[7]) == 1 then
   mark(call_sliced('ZMSCORE', KEYS[7], items), present)
 end
+local placed_count = 0
+for _ in pairs(placed) do placed_count = placed_count + 1 end
+local index = KEYS[#KEYS]
+local waiting = {}
+for i, v in ipairs(call_sliced('SMISMEMBER', index, items)) do
+  if v == 1 and not placed[i] then waiting[i] = true end
+end
+local waiting_count = 0
+for i in pairs(waiting) do
+  placed[i] = true
+  waiting_count = waiting_count + 1
+end
 
 local count = tonumber(meta[2] or '0')
 local first_target = 9 + gens
@@ -184,6 +201,7 @@ for i = 1, n do
 end
 for key, list in pairs(to) do
   call_chunked('RPUSH', key, list)
+  call_chunked('SADD', index, list)
 end
 if current > gens then
   if gens > 0 then shapes = ARGV[4] .. ',' .. ARGV[5] else shapes = ARGV[5] end
@@ -193,4 +211,4 @@ elseif fresh > 0 then
 end
 if fresh > 0 then redis.call('HINCRBY', KEYS[3], 'items_queued', fresh) end
 if duplicates > 0 then redis.call('HINCRBY', KEYS[3], 'bloom_duplicates', duplicates) end
-return {fresh, duplicates, current}
+return {fresh, duplicates, current, placed_count, waiting_count}

@@ -10,7 +10,8 @@
 -- KEYS[6] done      SET
 -- KEYS[7] recent_done ZSET the latest completions (done_mode count or
 --                   archive keep these instead of a done set)
--- KEYS[8..] the target queues (LIST)
+-- KEYS[8..#KEYS-1] the target queues (LIST)
+-- KEYS[#KEYS] queued SET the items waiting in the list queues (queues.QueuedKey)
 --
 -- ARGV[1] the downloader when a target is a reserved queue, else ""
 -- ARGV[2] the limit_groups_version the caller routed by ("" = not checked:
@@ -19,14 +20,16 @@
 --         pairs; then, for each target in KEYS order, its item count
 --         followed by its items.
 --
--- Returns {queued, skipped, length of the last target}: items queued, items
--- skipped because they are out or done already (in the done set, or among
--- the recent completions); or {R.NO_PROJECT} when the project does not
--- exist, {R.STALE_GROUPS, version} when the routing is stale.
+-- Returns {queued, skipped, length of the last target, already_queued}:
+-- items queued, items skipped because they are out or done already (in the
+-- done set, or among the recent completions), and items skipped because they
+-- are waiting in a queue already (the queued index, or earlier in this
+-- batch); or {R.NO_PROJECT} when the project does not exist,
+-- {R.STALE_GROUPS, version} when the routing is stale.
 --
--- Note: an item already waiting in a queue is not looked for (that would
--- cost a scan, or an index of every item); if it is queued twice, the claim
--- script drops the second copy when it pops it.
+-- Note: each item costs a few O(1) look-ups (claims, done, recent_done, the
+-- queued index), never a scan of a queue. An item whose copy is in an
+-- offloaded segment is not in the index; refill.lua drops that copy.
 
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {R.NO_PROJECT}
@@ -37,14 +40,16 @@ if ARGV[2] ~= '' then
 end
 local pairs_count = tonumber(ARGV[3])
 local pos = 4 + pairs_count * 2
-if pairs_count > 0 then
-  local extras = {}
-  for i = 4, pos - 1 do extras[#extras + 1] = ARGV[i] end
-  call_chunked('HSET', KEYS[2], extras)
-end
+-- Extras are written for the items this call queues only: an item skipped
+-- (out, done or already waiting) keeps what it has, and a skipped item
+-- leaves no extras behind.
+local extras_of = {}
+for i = 4, pos - 1, 2 do extras_of[ARGV[i]] = ARGV[i + 1] end
+local extras = {}
 local any_recent = redis.call('EXISTS', KEYS[7]) == 1
-local queued, skipped, length = 0, 0, 0
-for k = 8, #KEYS do
+local index = KEYS[#KEYS]
+local queued, skipped, already, length = 0, 0, 0, 0
+for k = 8, #KEYS - 1 do
   local n = tonumber(ARGV[pos])
   pos = pos + 1
   local items = {}
@@ -53,8 +58,14 @@ for k = 8, #KEYS do
     if redis.call('HEXISTS', KEYS[5], item) == 1 or redis.call('SISMEMBER', KEYS[6], item) == 1
         or (any_recent and redis.call('ZSCORE', KEYS[7], item)) then
       skipped = skipped + 1
+    elseif redis.call('SADD', index, item) == 0 then
+      already = already + 1
     else
       items[#items + 1] = item
+      if extras_of[item] then
+        extras[#extras + 1] = item
+        extras[#extras + 1] = extras_of[item]
+      end
     end
   end
   pos = pos + n
@@ -64,10 +75,11 @@ for k = 8, #KEYS do
   end
   length = redis.call('LLEN', KEYS[k])
 end
+if #extras > 0 then call_chunked('HSET', KEYS[2], extras) end
 if queued > 0 then
   redis.call('HINCRBY', KEYS[3], 'items_queued', queued)
   if ARGV[1] ~= '' then
     redis.call('SADD', KEYS[4], ARGV[1])
   end
 end
-return {queued, skipped, length}
+return {queued, skipped, length, already}

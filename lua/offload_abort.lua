@@ -8,6 +8,8 @@
 -- KEYS[3] offload  HASH "q:<queue>" -> items of the queue on disk
 -- KEYS[4] target   LIST where the items go back (the source, or the plain
 --                  queue when the source was a limit group now forgotten)
+-- KEYS[5] queued   SET  the items waiting in the list queues: a queue's
+--                  items join it again
 --
 -- ARGV[1] id
 -- ARGV[2] "tail" or "head": the end of the target the items came from
@@ -31,6 +33,7 @@ else
     redis.call('LPUSH', KEYS[4], unpack(slice))
   end
 end
+if queue ~= 'done' then call_chunked('SADD', KEYS[5], items) end
 redis.call('DEL', KEYS[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 if queue ~= 'done' then

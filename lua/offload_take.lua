@@ -8,6 +8,8 @@
 -- KEYS[2] staging  LIST the new segment's staging list (must not exist)
 -- KEYS[3] segments HASH id -> "state queue count node created source"
 -- KEYS[4] offload  HASH "q:<queue>" -> items of the queue on disk
+-- KEYS[5] queued   SET  the items waiting in the list queues: items taken
+--                  off a queue leave it (the archive's are never in it)
 --
 -- ARGV[1] id, the new segment's id: it must be above the project's id
 --         sequence ("seq" in KEYS[4]), which it then becomes. Ids are handed
@@ -49,5 +51,6 @@ redis.call('HSET', KEYS[3], ARGV[1],
   table.concat({'staging', ARGV[5], take, ARGV[6], ARGV[7], ARGV[8]}, ' '))
 if ARGV[5] ~= 'done' then
   redis.call('HINCRBY', KEYS[4], 'q:' .. ARGV[5], take)
+  call_chunked('SREM', KEYS[5], items)
 end
 return take

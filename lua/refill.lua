@@ -6,8 +6,14 @@
 -- KEYS[1] config   HASH (limit_groups_version)
 -- KEYS[2] segments HASH id -> "state queue count node created source"
 -- KEYS[3] offload  HASH "q:<queue>" -> items of the queue on disk
--- KEYS[4..] the target queues (LIST): the shared queue and its limit
---           groups' sub-queues
+-- KEYS[4] claims   HASH  \
+-- KEYS[5] done     SET    > an item out or done (queued again while this
+-- KEYS[6] recent_done ZSET/  copy was on disk, then served) is dropped
+-- KEYS[7..#KEYS-1] the target queues (LIST): the shared queue and its
+--           limit groups' sub-queues
+-- KEYS[#KEYS] queued SET the items waiting in the list queues: an item
+--           already waiting (queued again while this copy was on disk) is
+--           dropped, the others join it
 --
 -- ARGV[1] id
 -- ARGV[2] the limit_groups_version the items were routed by
@@ -16,7 +22,8 @@
 -- ARGV[4..] per item: the item, then its target (1-based, among the
 --           target queues)
 --
--- Returns {n} items queued, {0} when the segment is not on disk any more
+-- Returns {n, dropped}: items queued, and items dropped because a copy was
+-- waiting, out or done already; {0} when the segment is not on disk any more
 -- (refilled, moved away or never committed), {R.COUNT_DIFFERS} when the item
 -- count does not match the record, {R.STALE_GROUPS} when the limit groups
 -- changed, or {R.MOVED} when the segment was moved to another queue since the caller listed it.
@@ -32,13 +39,35 @@ end
 if (#ARGV - 3) / 2 ~= tonumber(count) then return {R.COUNT_DIFFERS} end
 local to = {}
 for i = 4, #ARGV, 2 do
-  local key = KEYS[3 + tonumber(ARGV[i + 1])]
+  local key = KEYS[6 + tonumber(ARGV[i + 1])]
   to[key] = to[key] or {}
   table.insert(to[key], ARGV[i])
 end
+local index = KEYS[#KEYS]
+local any_recent = redis.call('EXISTS', KEYS[6]) == 1
+local queued, dropped = 0, 0
 for key, items in pairs(to) do
-  call_chunked('RPUSH', key, items)
+  local fresh = {}
+  for i = 1, #items, 1000 do
+    local slice = {unpack(items, i, math.min(i + 999, #items))}
+    local waiting = redis.call('SMISMEMBER', index, unpack(slice))
+    local out = redis.call('HMGET', KEYS[4], unpack(slice))
+    local done = redis.call('SMISMEMBER', KEYS[5], unpack(slice))
+    local recent = any_recent and redis.call('ZMSCORE', KEYS[6], unpack(slice)) or {}
+    for j, item in ipairs(slice) do
+      if waiting[j] == 1 or out[j] or done[j] == 1 or recent[j] then
+        dropped = dropped + 1
+      else
+        fresh[#fresh + 1] = item
+      end
+    end
+  end
+  if #fresh > 0 then
+    call_chunked('RPUSH', key, fresh)
+    call_chunked('SADD', index, fresh)
+    queued = queued + #fresh
+  end
 end
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('HINCRBY', KEYS[3], 'q:' .. queue, -tonumber(count))
-return {tonumber(count)}
+return {queued, dropped}

@@ -10,7 +10,9 @@
 -- KEYS[6] budget     HASH downloader -> items out
 -- KEYS[7] stats      HASH counters
 -- KEYS[8] released   HASH item -> released record
--- KEYS[9..] the sub-queues of todo:redo of each limit group (LIST)
+-- KEYS[9..#KEYS-1] the sub-queues of todo:redo of each limit group (LIST)
+-- KEYS[#KEYS] queued SET the items waiting in the list queues: released
+--           items join it
 --
 -- ARGV[1] now (ms)
 -- ARGV[2] only items claimed by this downloader ("" = anyone's)
@@ -68,6 +70,7 @@ for i = 5, #ARGV, 2 do
 end
 for key, items in pairs(to) do
   call_chunked('RPUSH', key, items)
+  call_chunked('SADD', KEYS[#KEYS], items)
 end
 if released > 0 then
   redis.call('HINCRBY', KEYS[7], 'items_released', released)

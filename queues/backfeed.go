@@ -38,6 +38,11 @@ type BackfeedResult struct {
 	New       int `json:"new"`
 	Duplicate int `json:"duplicate"`
 	Rejected  int `json:"rejected"`
+	// Of the duplicates: out, done or released (Placed), waiting in a
+	// queue already (Waiting); the rest were in the filter. Not on the
+	// backfeed wire, whose reply format is fixed.
+	Placed  int `json:"-"`
+	Waiting int `json:"-"`
 }
 
 // MaxBloomBatch is the most items one filter script takes; with a
@@ -253,6 +258,7 @@ func (e *Engine) bloomAdd(ctx context.Context, slug, secret string, q Queue, ite
 		for _, g := range state.groups {
 			keys = append(keys, GroupQueueKey(slug, q, g.Name))
 		}
+		keys = append(keys, QueuedKey(slug))
 		known := make([]string, gens)
 		perItem := 2
 		for g, shape := range all {
@@ -298,6 +304,10 @@ func (e *Engine) bloomAdd(ctx context.Context, slug, secret string, q Queue, ite
 		retries = 0
 		result.New += int(code)
 		result.Duplicate += int(replyInt(rest[0]))
+		if len(rest) >= 4 {
+			result.Placed += int(replyInt(rest[2]))
+			result.Waiting += int(replyInt(rest[3]))
+		}
 		if int(replyInt(rest[1])) > gens {
 			shapes = all
 		}

@@ -160,10 +160,10 @@ func TestRecentlyDoneItemsAreNotQueuedAgainWithoutADoneSet(t *testing.T) {
 
 		res, err := tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", []string{"url:a", "url:c"})
 		require.NoError(t, err)
-		require.Equal(t, queues.BackfeedResult{Received: 2, New: 1, Duplicate: 1}, res)
+		require.Equal(t, queues.BackfeedResult{Received: 2, New: 1, Duplicate: 1, Placed: 1}, res)
 		reg, err := tb.engine.EnqueueRegistered(tb.ctx, tb.slug, queues.QueueTodo, []string{"url:b"})
 		require.NoError(t, err)
-		require.Equal(t, queues.BackfeedResult{Received: 1, Duplicate: 1}, reg)
+		require.Equal(t, queues.BackfeedResult{Received: 1, Duplicate: 1, Placed: 1}, reg)
 		enq := tb.enqueueResult(t, todo, "url:a", "url:b", "url:d")
 		require.Equal(t, 1, enq.Queued)
 		require.Equal(t, 2, enq.Skipped, "recently done items are skipped")

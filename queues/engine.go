@@ -501,6 +501,7 @@ func (e *Engine) release(ctx context.Context, slug string, items []string, onlyD
 		for _, g := range state.groups {
 			keys = append(keys, GroupQueueKey(slug, QueueRedo, g.Name))
 		}
+		keys = append(keys, QueuedKey(slug))
 		args := make([]any, 0, 4+2*len(items))
 		args = append(args, e.nowMillis(), onlyDownloader, cutoff, state.version)
 		for _, item := range items {
@@ -602,11 +603,13 @@ type Target struct {
 const MaxEnqueueBatch = 100000
 
 // EnqueueResult reports a batch: items queued, items skipped because they
-// were out or done already, and the queue's length afterwards.
+// were out or done already, items skipped because they were waiting in a
+// queue already (or twice in the batch), and the queue's length afterwards.
 type EnqueueResult struct {
-	Queued  int   `json:"queued"`
-	Skipped int   `json:"skipped"`
-	Length  int64 `json:"length"`
+	Queued        int   `json:"queued"`
+	Skipped       int   `json:"skipped"`
+	AlreadyQueued int   `json:"already_queued"`
+	Length        int64 `json:"length"`
 }
 
 // Enqueue appends items to a queue. Every item must be valid; callers that
@@ -681,7 +684,7 @@ func (e *Engine) Enqueue(ctx context.Context, slug string, target Target, items 
 			args = append(args, len(routed[i]))
 			args = append(args, routed[i]...)
 		}
-		return keys, args
+		return append(keys, QueuedKey(slug)), args
 	})
 	switch {
 	case err != nil:
@@ -698,7 +701,7 @@ func (e *Engine) Enqueue(ctx context.Context, slug string, target Target, items 
 			return EnqueueResult{}, err
 		}
 	}
-	return EnqueueResult{Queued: int(code), Skipped: int(replyInt(rest[0])), Length: length}, nil
+	return EnqueueResult{Queued: int(code), Skipped: int(replyInt(rest[0])), AlreadyQueued: int(replyInt(rest[2])), Length: length}, nil
 }
 
 // queueLength counts a shared queue with its limit groups' sub-queues.

@@ -769,6 +769,47 @@ func checkIndexesAgree(t *testing.T, tb bundle) {
 	budget, err := tb.rdb.HGetAll(tb.ctx, queues.BudgetKey(tb.slug)).Result()
 	require.NoError(t, err)
 	require.Equal(t, perDownloader, budget)
+	require.Equal(t, waitingInLists(t, tb), queuedIndex(t, tb), "the queued index is exactly the items waiting in lists")
+}
+
+// waitingInLists reads every list queue of the project (shared, reserved,
+// limit groups' sub-queues: every list whose name starts with "todo"),
+// sorted, one entry per copy.
+func waitingInLists(t *testing.T, tb bundle) []string {
+	t.Helper()
+	prefix := strings.TrimSuffix(queues.QueueKey(tb.slug, queues.QueueTodo), "todo")
+	var keys []string
+	if cluster, ok := tb.rdb.(*redis.ClusterClient); ok {
+		require.NoError(t, cluster.ForEachMaster(tb.ctx, func(ctx context.Context, node *redis.Client) error {
+			found, err := node.Keys(ctx, prefix+"todo*").Result()
+			keys = append(keys, found...)
+			return err
+		}))
+	} else {
+		found, err := tb.rdb.Keys(tb.ctx, prefix+"todo*").Result()
+		require.NoError(t, err)
+		keys = found
+	}
+	items := []string{}
+	for _, key := range keys {
+		if tb.rdb.Type(tb.ctx, key).Val() != "list" {
+			continue
+		}
+		list, err := tb.rdb.LRange(tb.ctx, key, 0, -1).Result()
+		require.NoError(t, err)
+		items = append(items, list...)
+	}
+	sort.Strings(items)
+	return items
+}
+
+// queuedIndex reads the queued index, sorted.
+func queuedIndex(t *testing.T, tb bundle) []string {
+	t.Helper()
+	members, err := tb.rdb.SMembers(tb.ctx, queues.QueuedKey(tb.slug)).Result()
+	require.NoError(t, err)
+	sort.Strings(members)
+	return members
 }
 
 // dumpProject reads every key of the project, to prove an operation
@@ -808,8 +849,12 @@ func TestTTLChangeAppliesToClaimsAlreadyOut(t *testing.T) {
 
 func TestDuplicatesInOneClaimAreHandedOutOnce(t *testing.T) {
 	forEachMode(t, queues.SettingsPatch{DownloaderBudget: ptr(3)}, func(t *testing.T, tb bundle, mode string) {
-		tb.enqueue(t, todo, "a", "a", "b")
-		tb.enqueue(t, queues.Target{Downloader: "alice"}, "b")
+		require.Equal(t, queues.EnqueueResult{Queued: 2, AlreadyQueued: 1, Length: 2}, tb.enqueueResult(t, todo, "a", "a", "b"))
+		require.Equal(t, queues.EnqueueResult{AlreadyQueued: 1}, tb.enqueueResult(t, queues.Target{Downloader: "alice"}, "b"))
+		// Copies that got past the queued index (lists written before it
+		// existed) are still handed out once, even within one claim.
+		require.NoError(t, tb.rdb.RPush(tb.ctx, queues.QueueKey(tb.slug, queues.QueueTodo), "a").Err())
+		require.NoError(t, tb.rdb.RPush(tb.ctx, queues.ReservedQueueKey(tb.slug, "alice"), "b").Err())
 		require.Equal(t, []string{"b", "a"}, tb.claim(t, "alice", 10))
 		checkIndexesAgree(t, tb)
 		_, err := tb.done("alice", "a", "b")

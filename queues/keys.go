@@ -171,6 +171,17 @@ func DoneArchiveKey(slug string) string { return projectPrefix(slug) + "done_arc
 // pops it.
 func RedoCancelledKey(slug string) string { return projectPrefix(slug) + "redo_cancelled" }
 
+// QueuedKey indexes the items waiting in the project's list queues in
+// Redis (SET): todo, backfeed, secondary, redo, the reserved queues and the
+// limit groups' sub-queues. Enqueue, backfeed, release, refill and an
+// aborted offload add to it, a claim's pop and an offload take from it, so
+// an item is queued once and the queue counts tell the truth. Items in
+// offloaded segments are not in it (they would cost Redis the memory the
+// offload saves): an item queued again while a copy is on disk is found
+// when the segment is refilled, and dropped then. The score-ordered queue
+// needs no index: a ZSET holds a member once.
+func QueuedKey(slug string) string { return projectPrefix(slug) + "queued" }
+
 // EventsKey is the project's event log (STREAM), written when event_log is
 // above 0: one entry per done call ("done") and per expired claim
 // ("reclaim"), read by plugins through consumer groups.

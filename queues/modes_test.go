@@ -33,10 +33,15 @@ func forEachMode(t *testing.T, patch queues.SettingsPatch, fn func(t *testing.T,
 
 func TestItemQueuedTwiceIsServedAndDoneOnce(t *testing.T) {
 	forEachMode(t, queues.SettingsPatch{}, func(t *testing.T, tb bundle, mode string) {
-		// Queued twice while both copies wait: the second copy is only
-		// caught when it is popped.
+		// Queued twice while the first copy waits: the second is refused
+		// at the door, so the count says 1 item, not 2.
 		tb.enqueue(t, todo, "twice")
-		tb.enqueue(t, todo, "twice")
+		again := tb.enqueueResult(t, todo, "twice")
+		require.Equal(t, queues.EnqueueResult{AlreadyQueued: 1, Length: 1}, again)
+		require.EqualValues(t, 1, tb.counts(t).Todo, "the count is honest before any pop")
+		// A copy that got past the index (a list written before it existed)
+		// is still dropped when popped.
+		require.NoError(t, tb.rdb.RPush(tb.ctx, queues.QueueKey(tb.slug, queues.QueueTodo), "twice").Err())
 		require.Equal(t, []string{"twice"}, tb.claim(t, "alice", 1))
 		res, err := tb.done("alice", "twice")
 		require.NoError(t, err)
@@ -59,7 +64,7 @@ func TestClaimsAndDonesConserveItemsInEveryMode(t *testing.T) {
 	forEachMode(t, queues.SettingsPatch{}, func(t *testing.T, tb bundle, mode string) {
 		items := names("m:", 30)
 		tb.enqueue(t, todo, items...)
-		tb.enqueue(t, todo, items[:10]...) // duplicates, caught when popped
+		require.Equal(t, 10, tb.enqueueResult(t, todo, items[:10]...).AlreadyQueued)
 		served := map[string]int{}
 		for {
 			got, err := tb.engine.Claim(tb.ctx, queues.ClaimRequest{Project: tb.slug, Downloader: "alice", IP: "127.0.0.1", Count: 7})

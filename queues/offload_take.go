@@ -112,7 +112,7 @@ func (o *Offloader) offloadOnce(ctx context.Context, slug, queue, source, end st
 		}
 		staging = StagingKey(slug, id)
 		taken, err = o.Engine.runScriptInt(ctx, "queues.offload", offloadTakeScript,
-			[]string{source, staging, SegmentsKey(slug), OffloadKey(slug)},
+			[]string{source, staging, SegmentsKey(slug), OffloadKey(slug), QueuedKey(slug)},
 			id, end, want, keep, queue, o.node(), o.Engine.nowMillis(), strings.TrimPrefix(source, projectPrefix(slug)))
 		if err != nil {
 			return 0, err

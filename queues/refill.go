@@ -83,10 +83,12 @@ func (o *Offloader) refillSegment(ctx context.Context, slug string, seg Segment)
 		return 0, fmt.Errorf("segment %s: file %s holds %d items, the record says %d", seg.ID, path, len(items), seg.Count)
 	}
 	code, _, err := o.Engine.runWithGroups(ctx, op, slug, refillScript, func(state *groupState) ([]string, []any) {
-		keys := []string{ConfigKey(slug), SegmentsKey(slug), OffloadKey(slug), QueueKey(slug, Queue(seg.Queue))}
+		keys := []string{ConfigKey(slug), SegmentsKey(slug), OffloadKey(slug), ClaimsKey(slug), DoneKey(slug), RecentDoneKey(slug),
+			QueueKey(slug, Queue(seg.Queue))}
 		for _, g := range state.groups {
 			keys = append(keys, GroupQueueKey(slug, Queue(seg.Queue), g.Name))
 		}
+		keys = append(keys, QueuedKey(slug))
 		args := make([]any, 0, 3+2*len(items))
 		args = append(args, seg.ID, state.version, seg.Queue)
 		for _, item := range items {
@@ -139,7 +141,7 @@ func (o *Offloader) recoverStaged(ctx context.Context, slug string) error {
 			}
 		}
 		n, err := o.Engine.runScriptInt(ctx, "queues.recoverStaged", offloadAbortScript,
-			[]string{StagingKey(slug, seg.ID), SegmentsKey(slug), OffloadKey(slug), target}, seg.ID, end)
+			[]string{StagingKey(slug, seg.ID), SegmentsKey(slug), OffloadKey(slug), target, QueuedKey(slug)}, seg.ID, end)
 		if err != nil {
 			return err
 		}

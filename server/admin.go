@@ -294,13 +294,17 @@ type Rejection struct {
 }
 
 // AddItemsResponse reports a batch: malformed entries are rejected and
-// counted, items already out or done are skipped, the rest are queued.
+// counted, items already out or done are skipped, items already waiting in
+// a queue are counted as already queued (and, with register, items the
+// backfeed filter knew as already registered), the rest are queued.
 type AddItemsResponse struct {
-	Queued     int         `json:"queued"`
-	Skipped    int         `json:"skipped"`
-	Rejected   int         `json:"rejected"`
-	Rejections []Rejection `json:"rejections,omitempty"`
-	Length     int64       `json:"length"`
+	Queued            int         `json:"queued"`
+	Skipped           int         `json:"skipped"`
+	AlreadyQueued     int         `json:"already_queued"`
+	AlreadyRegistered int         `json:"already_registered,omitempty"`
+	Rejected          int         `json:"rejected"`
+	Rejections        []Rejection `json:"rejections,omitempty"`
+	Length            int64       `json:"length"`
 }
 
 func (a *AdminAPI) addItems(c *gin.Context) {
@@ -380,17 +384,19 @@ func (a *AdminAPI) addItems(c *gin.Context) {
 			_ = c.Error(err)
 			return
 		}
-		resp.Queued, resp.Skipped = result.New, result.Duplicate
+		resp.Queued, resp.Skipped, resp.AlreadyQueued = result.New, result.Placed, result.Waiting
+		resp.AlreadyRegistered = result.Duplicate - result.Placed - result.Waiting
 	} else {
 		result, err := a.Engine.Enqueue(c.Request.Context(), c.Param("slug"), target, items)
 		if err != nil {
 			_ = c.Error(err)
 			return
 		}
-		resp.Queued, resp.Skipped, resp.Length = result.Queued, result.Skipped, result.Length
+		resp.Queued, resp.Skipped, resp.AlreadyQueued, resp.Length = result.Queued, result.Skipped, result.AlreadyQueued, result.Length
 	}
 	a.logChange(c, "items queued", "queue", target.Queue, "downloader", target.Downloader,
-		"queued", resp.Queued, "skipped", resp.Skipped, "rejected", resp.Rejected)
+		"queued", resp.Queued, "skipped", resp.Skipped, "already_queued", resp.AlreadyQueued,
+		"already_registered", resp.AlreadyRegistered, "rejected", resp.Rejected)
 	c.JSON(http.StatusOK, resp)
 }
 

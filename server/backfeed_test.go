@@ -83,7 +83,7 @@ func TestBackfeedEndpoint(t *testing.T) {
 		require.Equal(t, http.StatusForbidden, r.status) // the fixture has no admin token
 		res, err := f.engine.EnqueueRegistered(f.ctx, "grab-it", queues.QueueTodo, []string{"url:d", "url:b"})
 		require.NoError(t, err)
-		require.Equal(t, queues.BackfeedResult{Received: 2, New: 1, Duplicate: 1}, res)
+		require.Equal(t, queues.BackfeedResult{Received: 2, New: 1, Duplicate: 1, Waiting: 1}, res, "url:b waits in backfeed")
 		_, m = f.backfeed(url, "text/plain", "url:d\x00")
 		require.Equal(t, 1.0, m["duplicate"])
 	})
@@ -146,7 +146,8 @@ func TestRegisteredItemsAreDuplicatesToBackfeed(t *testing.T) {
 		r = f.admin(http.MethodPost, "/projects/grab-it/items", `{"queue":"todo","register":true,"items":["url:r2","url:r3"]}`, token)
 		require.Equal(t, http.StatusOK, r.status, r.body)
 		require.Equal(t, 1.0, decode(t, r.body)["queued"])
-		require.Equal(t, 1.0, decode(t, r.body)["skipped"], "registered already")
+		require.Equal(t, 1.0, decode(t, r.body)["already_queued"], "url:r2 is waiting")
+		require.Equal(t, 0.0, decode(t, r.body)["skipped"], "nothing was out or done")
 
 		_, m := f.backfeed("/backfeed/legacy/grab-it-"+secret, "text/plain", "url:r1\x00url:r3\x00url:new\x00")
 		require.Equal(t, 2.0, m["duplicate"])

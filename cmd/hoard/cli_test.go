@@ -85,6 +85,15 @@ func TestCLIAgainstARealServer(t *testing.T) {
 		require.NoError(t, err, out)
 		require.Regexp(t, `todo\s+24985`, out)
 
+		// The same file again: nothing is queued twice, the run says so,
+		// and the counts stay the work left.
+		out, err = runCLI(t, ts.URL, "queue", "add", "cliproj", path, "--batch", "3000")
+		require.NoError(t, err, out)
+		require.Contains(t, out, "queued 0 items into todo of cliproj; skipped 10 malformed and 5 blank lines; not queued again: 24985 already queued, 0 already out or done")
+		out, err = runCLI(t, ts.URL, "queue", "counts", "cliproj")
+		require.NoError(t, err, out)
+		require.Regexp(t, `todo\s+24985\b`, out)
+
 		_, err = runCLI(t, ts.URL, "queue", "add", "cliproj", path, "--strict")
 		require.ErrorContains(t, err, "line 2")
 
@@ -177,6 +186,6 @@ func TestCLIQueueAddRegister(t *testing.T) {
 		require.Contains(t, out, "queued 2 items")
 		res, err := engine.Backfeed(ctx, "reg", secret, []string{"user:a", "user:b", "user:c"})
 		require.NoError(t, err)
-		require.Equal(t, queues.BackfeedResult{Received: 3, New: 1, Duplicate: 2}, res)
+		require.Equal(t, queues.BackfeedResult{Received: 3, New: 1, Duplicate: 2, Waiting: 2}, res)
 	})
 }

@@ -89,7 +89,7 @@ func queueAddCommand() *cobra.Command {
 
 // addTally counts what queue add did; it is read by the progress line.
 type addTally struct {
-	lines, queued, skipped, rejected, blank, bytesRead atomic.Int64
+	lines, queued, skipped, alreadyQueued, alreadyRegistered, rejected, blank, bytesRead atomic.Int64
 }
 
 func runQueueAdd(ctx context.Context, slug, path string, o addOptions) error {
@@ -122,6 +122,8 @@ func runQueueAdd(ctx context.Context, slug, path string, o addOptions) error {
 		}
 		tally.queued.Add(int64(resp.Queued))
 		tally.skipped.Add(int64(resp.Skipped))
+		tally.alreadyQueued.Add(int64(resp.AlreadyQueued))
+		tally.alreadyRegistered.Add(int64(resp.AlreadyRegistered))
 		tally.rejected.Add(int64(resp.Rejected))
 		return nil
 	}
@@ -185,8 +187,13 @@ func runQueueAdd(ctx context.Context, slug, path string, o addOptions) error {
 	if o.downloader != "" {
 		target = "todo:d:" + o.downloader
 	}
-	fmt.Printf("queued %d items into %s of %s; skipped %d malformed and %d blank lines, and %d items already out or done\n",
-		tally.queued.Load(), target, slug, tally.rejected.Load(), tally.blank.Load(), tally.skipped.Load())
+	registered := ""
+	if o.register {
+		registered = fmt.Sprintf(", %d already registered", tally.alreadyRegistered.Load())
+	}
+	fmt.Printf("queued %d items into %s of %s; skipped %d malformed and %d blank lines; not queued again: %d already queued, %d already out or done%s\n",
+		tally.queued.Load(), target, slug, tally.rejected.Load(), tally.blank.Load(),
+		tally.alreadyQueued.Load(), tally.skipped.Load(), registered)
 	for _, r := range firstRejects {
 		fmt.Fprintln(os.Stderr, "  skipped", r)
 	}
