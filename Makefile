@@ -111,6 +111,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzSplitBackfeed$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./server
 	$(GO) test -run '^$$' -fuzz '^FuzzParseAnnounceQuery$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./plugins/bittorrent/wire
 	$(GO) test -run '^$$' -fuzz '^FuzzParseUDPPacket$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./plugins/bittorrent/wire
+	$(GO) test -run '^$$' -fuzz '^FuzzParseCursor$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./plugins/bittorrent/outbox
+	$(GO) test -run '^$$' -fuzz '^FuzzVerifySignature$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./plugins/bittorrent/outbox
 	$(GO) test -run '^$$' -fuzz '^FuzzBencodeWriter$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./plugins/bittorrent/wire
 	$(GO) test -run '^$$' -fuzz '^FuzzHTTPAnnounceWriter$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./plugins/bittorrent/wire
 	$(GO) test -run '^$$' -fuzz '^FuzzHTTPScrapeWriter$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./plugins/bittorrent/wire

@@ -1,0 +1,453 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hoardproject/hoard/internal/clock"
+	"github.com/hoardproject/hoard/internal/luascript"
+)
+
+// Event is one thing the site must hear of. Its fields are those of
+// reaper.Event in the same order, so a publisher converts with
+// outbox.Event(e).
+type Event struct {
+	// Key is the idempotency key: the same event appended again (a
+	// repeated step) carries the same key, and the site dedups by it.
+	Key string
+	// Kind names the event for the site ("notice-initial", "reward" …).
+	Kind string
+	// Body is the event's JSON; empty means null.
+	Body json.RawMessage
+}
+
+// Bounds on an event, so one bad event cannot fill Redis.
+const (
+	MaxKeyBytes  = 256
+	MaxKindBytes = 64
+	MaxBodyBytes = 64 << 10
+)
+
+// Stored is an event as the outbox holds it.
+type Stored struct {
+	ID   uint64          `json:"id,string"`
+	Key  string          `json:"idempotency_key"`
+	Kind string          `json:"kind"`
+	At   time.Time       `json:"at"`
+	Body json.RawMessage `json:"body"`
+	// Attempts begun and the last failure, for pending and dead events.
+	Attempts  int    `json:"attempts,omitempty"`
+	LastError string `json:"last_error,omitempty"`
+}
+
+// record is what Redis holds per event; the id is its hash field.
+type record struct {
+	Key  string          `json:"key"`
+	Kind string          `json:"kind"`
+	Body json.RawMessage `json:"body"`
+	At   time.Time       `json:"at"`
+}
+
+// Errors callers tell apart.
+var (
+	// ErrInvalid is bad input: an event, a cursor, an id, a limit.
+	ErrInvalid = errors.New("invalid outbox input")
+	// ErrUnknown: an id to acknowledge is not pending, or one to retry is
+	// not dead. Nothing changed.
+	ErrUnknown = errors.New("unknown outbox event")
+	// ErrFull: the append would pass max_pending. Nothing changed.
+	ErrFull = errors.New("outbox full")
+)
+
+// Config configures an Outbox.
+type Config struct {
+	Policy Policy
+	// Clock (the system clock when nil) stamps events and times retries.
+	Clock clock.Clock
+	// Jitter returns a number in [0, 1] that places each backoff between
+	// half and all of its length (math/rand/v2 when nil).
+	Jitter func() float64
+	// HTTPClient sends the webhook requests (one with the policy's
+	// timeout when nil). Each request is bounded by the timeout either
+	// way.
+	HTTPClient *http.Client
+	// Name tells frontends apart in logs.
+	Name   string
+	Logger *slog.Logger
+}
+
+// Outbox appends, delivers and lists events. Append, the reading and
+// acknowledging calls work on any Outbox; Start runs the deliverer, which
+// needs a webhook URL.
+type Outbox struct {
+	rdb    redis.UniversalClient
+	policy Policy
+	clock  clock.Clock
+	jitter func() float64
+	client *http.Client
+	logger *slog.Logger
+
+	wake chan struct{}
+
+	mu      sync.Mutex
+	cancel  context.CancelFunc
+	done    chan struct{}
+	stopped bool
+}
+
+// New returns an Outbox on rdb.
+func New(rdb redis.UniversalClient, cfg Config) *Outbox {
+	o := &Outbox{rdb: rdb, policy: cfg.Policy, clock: cfg.Clock, jitter: cfg.Jitter, client: cfg.HTTPClient,
+		logger: cfg.Logger, wake: make(chan struct{}, 1)}
+	if o.clock == nil {
+		o.clock = clock.System{}
+	}
+	if o.jitter == nil {
+		o.jitter = rand.Float64
+	}
+	if o.client == nil {
+		o.client = &http.Client{Timeout: cfg.Policy.Timeout}
+	}
+	if o.logger == nil {
+		o.logger = slog.Default()
+	}
+	if cfg.Name != "" {
+		o.logger = o.logger.With("deliverer", cfg.Name)
+	}
+	return o
+}
+
+// Policy is the outbox's parsed settings.
+func (o *Outbox) Policy() Policy { return o.policy }
+
+func ms(t time.Time) int64 { return t.UnixMilli() }
+
+// SaveConfig writes the settings every acknowledging process must agree
+// on (keep_delivered) where the scripts read them, so an ack through the
+// admin API trims to the plugin's setting.
+func (o *Outbox) SaveConfig(ctx context.Context) error {
+	return o.rdb.HSet(ctx, ConfigKey(), "keep_delivered", o.policy.KeepDelivered).Err()
+}
+
+// Validate checks events as Append does.
+func Validate(events []Event) error {
+	for i, e := range events {
+		switch {
+		case e.Key == "" || len(e.Key) > MaxKeyBytes || !utf8.ValidString(e.Key):
+			return fmt.Errorf("%w: event %d: the idempotency key must be 1-%d bytes of UTF-8", ErrInvalid, i, MaxKeyBytes)
+		case e.Kind == "" || len(e.Kind) > MaxKindBytes || !utf8.ValidString(e.Kind):
+			return fmt.Errorf("%w: event %d (%s): the kind must be 1-%d bytes of UTF-8", ErrInvalid, i, e.Key, MaxKindBytes)
+		case len(e.Body) > MaxBodyBytes:
+			return fmt.Errorf("%w: event %d (%s): the body is over %d bytes", ErrInvalid, i, e.Key, MaxBodyBytes)
+		case len(e.Body) > 0 && !json.Valid(e.Body):
+			return fmt.Errorf("%w: event %d (%s): the body is not JSON", ErrInvalid, i, e.Key)
+		}
+	}
+	return nil
+}
+
+// Append stores a batch of events, all or none (one script): an event
+// whose key was appended within the dedup window, or twice in the batch,
+// is stored once. A bad event refuses the whole batch (ErrInvalid), as
+// does a full outbox (ErrFull); nothing is stored then.
+func (o *Outbox) Append(ctx context.Context, events []Event) error {
+	_, err := o.AppendIDs(ctx, events)
+	return err
+}
+
+// AppendIDs is Append that also returns the ids given to the events
+// stored (duplicates get none).
+func (o *Outbox) AppendIDs(ctx context.Context, events []Event) ([]uint64, error) {
+	if len(events) == 0 {
+		return nil, nil
+	}
+	if err := Validate(events); err != nil {
+		return nil, err
+	}
+	now := o.clock.Now()
+	args := []any{ms(now), o.policy.DedupWindow.Milliseconds(), o.policy.DedupMax, o.policy.MaxPending}
+	for _, e := range events {
+		body := e.Body
+		if len(body) == 0 {
+			body = json.RawMessage("null")
+		}
+		rec, err := json.Marshal(record{Key: e.Key, Kind: e.Kind, Body: body, At: now.UTC()})
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, e.Key, err)
+		}
+		args = append(args, e.Key, string(rec))
+	}
+	list, err := luascript.RunList(ctx, o.rdb, appendScript, appendKeys(), args...)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: append: %w", err)
+	}
+	if code, _ := list[0].(int64); code == codeFull {
+		pending := int64(0)
+		if len(list) > 1 {
+			pending, _ = list[1].(int64)
+		}
+		return nil, fmt.Errorf("%w: %d events are undelivered and max_pending is %d; try again later", ErrFull, pending, o.policy.MaxPending)
+	}
+	ids := make([]uint64, 0, len(list)-2)
+	for _, v := range list[2:] {
+		id, _ := v.(int64)
+		ids = append(ids, uint64(id))
+	}
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
+	return ids, nil
+}
+
+// MaxListLimit bounds one Pending or Dead page.
+const MaxListLimit = 1000
+
+// ParseCursor reads a poll cursor: "" (from the start) or the decimal id
+// of the last event the site has seen, without sign or spaces.
+func ParseCursor(text string) (uint64, error) {
+	if text == "" {
+		return 0, nil
+	}
+	id, err := parseID(text)
+	if err != nil {
+		return 0, fmt.Errorf("%w: cursor %q: want the id of the last event seen (a whole number, or empty to start over)", ErrInvalid, truncate(text))
+	}
+	return id, nil
+}
+
+func parseID(text string) (uint64, error) {
+	if text == "" || len(text) > 20 {
+		return 0, errors.New("bad id")
+	}
+	for i := 0; i < len(text); i++ {
+		if text[i] < '0' || text[i] > '9' {
+			return 0, errors.New("bad id")
+		}
+	}
+	id, err := strconv.ParseUint(text, 10, 64)
+	if err != nil || id == 0 {
+		return 0, errors.New("bad id")
+	}
+	return id, nil
+}
+
+// ParseIDs reads event ids (as the admin API's ack body gives them): 1 to
+// MaxListLimit decimal ids.
+func ParseIDs(texts []string) ([]uint64, error) {
+	if len(texts) == 0 || len(texts) > MaxListLimit {
+		return nil, fmt.Errorf("%w: give 1 to %d event ids", ErrInvalid, MaxListLimit)
+	}
+	ids := make([]uint64, len(texts))
+	for i, text := range texts {
+		id, err := parseID(text)
+		if err != nil {
+			return nil, fmt.Errorf("%w: event id %q is not a positive whole number", ErrInvalid, truncate(text))
+		}
+		ids[i] = id
+	}
+	return ids, nil
+}
+
+func truncate(text string) string {
+	if len(text) > 40 {
+		return text[:40] + "…"
+	}
+	return text
+}
+
+func checkLimit(limit int) error {
+	if limit < 1 || limit > MaxListLimit {
+		return fmt.Errorf("%w: limit %d: want 1 to %d", ErrInvalid, limit, MaxListLimit)
+	}
+	return nil
+}
+
+// Pending lists up to limit undelivered events with ids after the cursor,
+// in id order (events being delivered included), and the cursor to ask
+// with next (the last id listed, or after itself when none).
+func (o *Outbox) Pending(ctx context.Context, after uint64, limit int) ([]Stored, uint64, error) {
+	return o.list(ctx, PendingKey(), after, limit)
+}
+
+// Dead lists up to limit dead events with ids after the cursor.
+func (o *Outbox) Dead(ctx context.Context, after uint64, limit int) ([]Stored, uint64, error) {
+	return o.list(ctx, DeadKey(), after, limit)
+}
+
+func (o *Outbox) list(ctx context.Context, key string, after uint64, limit int) ([]Stored, uint64, error) {
+	if err := checkLimit(limit); err != nil {
+		return nil, after, err
+	}
+	// pending and dead are scored by id, so the cursor is a score range.
+	ids, err := o.rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "(" + strconv.FormatUint(after, 10), Max: "+inf", Count: int64(limit)}).Result()
+	if err != nil {
+		return nil, after, fmt.Errorf("outbox: list: %w", err)
+	}
+	if len(ids) == 0 {
+		return []Stored{}, after, nil
+	}
+	pipe := o.rdb.Pipeline()
+	recs := pipe.HMGet(ctx, EventsKey(), ids...)
+	attempts := pipe.HMGet(ctx, AttemptsKey(), ids...)
+	errs := pipe.HMGet(ctx, ErrorsKey(), ids...)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, after, fmt.Errorf("outbox: list: %w", err)
+	}
+	out := make([]Stored, 0, len(ids))
+	next := after
+	for i, text := range ids {
+		id, _ := strconv.ParseUint(text, 10, 64)
+		next = max(next, id)
+		raw, ok := recs.Val()[i].(string)
+		if !ok {
+			continue // delivered between the two reads
+		}
+		s, err := decodeRecord(id, raw)
+		if err != nil {
+			return nil, after, err
+		}
+		if a, ok := attempts.Val()[i].(string); ok {
+			s.Attempts, _ = strconv.Atoi(a)
+		}
+		if e, ok := errs.Val()[i].(string); ok {
+			s.LastError = e
+		}
+		out = append(out, s)
+	}
+	return out, next, nil
+}
+
+func decodeRecord(id uint64, raw string) (Stored, error) {
+	var r record
+	if err := json.Unmarshal([]byte(raw), &r); err != nil {
+		return Stored{}, fmt.Errorf("outbox: event %d: unreadable record: %w", id, err)
+	}
+	return Stored{ID: id, Key: r.Key, Kind: r.Kind, At: r.At, Body: r.Body}, nil
+}
+
+func idArgs(ids []uint64) []any {
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = strconv.FormatUint(id, 10)
+	}
+	return args
+}
+
+// Ack marks pending events delivered, for a site that polls. Every id
+// must be pending: an unknown, delivered or dead id refuses the whole
+// call (ErrUnknown) and nothing changes. It returns how many were marked.
+func (o *Outbox) Ack(ctx context.Context, ids []uint64) (int, error) {
+	if len(ids) == 0 || len(ids) > MaxListLimit {
+		return 0, fmt.Errorf("%w: give 1 to %d event ids", ErrInvalid, MaxListLimit)
+	}
+	return o.ack(ctx, ids, true)
+}
+
+func (o *Outbox) ack(ctx context.Context, ids []uint64, strict bool) (int, error) {
+	flag := "0"
+	if strict {
+		flag = "1"
+	}
+	args := append([]any{ms(o.clock.Now()), flag, o.policy.KeepDelivered}, idArgs(ids)...)
+	list, err := luascript.RunList(ctx, o.rdb, ackScript, ackKeys(), args...)
+	if err != nil {
+		return 0, fmt.Errorf("outbox: ack: %w", err)
+	}
+	n, _ := list[0].(int64)
+	if n == codeUnknown {
+		return 0, fmt.Errorf("%w: event %v is not pending (unknown, already acknowledged, or dead); nothing was acknowledged", ErrUnknown, list[1])
+	}
+	return int(n), nil
+}
+
+// RetryDead moves dead events back to pending, due at once with fresh
+// attempts. Every id must be dead, else nothing changes (ErrUnknown).
+func (o *Outbox) RetryDead(ctx context.Context, ids []uint64) (int, error) {
+	if len(ids) == 0 || len(ids) > MaxListLimit {
+		return 0, fmt.Errorf("%w: give 1 to %d event ids", ErrInvalid, MaxListLimit)
+	}
+	return o.retry(ctx, ids, true)
+}
+
+// RetryAllDead moves up to limit dead events (the oldest ids) back to
+// pending.
+func (o *Outbox) RetryAllDead(ctx context.Context, limit int) (int, error) {
+	dead, _, err := o.Dead(ctx, 0, limit)
+	if err != nil || len(dead) == 0 {
+		return 0, err
+	}
+	ids := make([]uint64, len(dead))
+	for i, s := range dead {
+		ids[i] = s.ID
+	}
+	return o.retry(ctx, ids, false)
+}
+
+func (o *Outbox) retry(ctx context.Context, ids []uint64, strict bool) (int, error) {
+	flag := "0"
+	if strict {
+		flag = "1"
+	}
+	args := append([]any{ms(o.clock.Now()), flag}, idArgs(ids)...)
+	list, err := luascript.RunList(ctx, o.rdb, retryScript, retryKeys(), args...)
+	if err != nil {
+		return 0, fmt.Errorf("outbox: retry: %w", err)
+	}
+	n, _ := list[0].(int64)
+	if n == codeUnknown {
+		return 0, fmt.Errorf("%w: event %v is not dead; nothing was retried", ErrUnknown, list[1])
+	}
+	if n > 0 {
+		o.logger.Info("outbox: dead events retried", "events", n)
+		select {
+		case o.wake <- struct{}{}:
+		default:
+		}
+	}
+	return int(n), nil
+}
+
+// Counts are the outbox's sizes and counters over every frontend.
+type Counts struct {
+	Pending    int64 `json:"pending"`    // undelivered, not dead (being delivered included)
+	Dead       int64 `json:"dead"`       // kept until retried
+	Kept       int64 `json:"kept"`       // delivered events still readable
+	Appended   int64 `json:"appended"`   // events stored, ever
+	Duplicates int64 `json:"duplicates"` // events not stored: key seen within the window
+	Attempts   int64 `json:"attempts"`   // deliveries begun (one per event per request)
+	Failures   int64 `json:"failures"`   // attempts that failed (non-2xx, timeout, refused)
+	Delivered  int64 `json:"delivered"`  // events delivered or acknowledged, ever
+	Died       int64 `json:"died"`       // events moved to the dead set, ever
+	Retried    int64 `json:"retried"`    // dead events an operator retried, ever
+}
+
+// Counts reads the sizes and counters.
+func (o *Outbox) Counts(ctx context.Context) (Counts, error) {
+	pipe := o.rdb.Pipeline()
+	pending := pipe.ZCard(ctx, PendingKey())
+	dead := pipe.ZCard(ctx, DeadKey())
+	kept := pipe.ZCard(ctx, DeliveredKey())
+	stats := pipe.HGetAll(ctx, StatsKey())
+	if _, err := pipe.Exec(ctx); err != nil {
+		return Counts{}, fmt.Errorf("outbox: counts: %w", err)
+	}
+	n := func(name string) int64 {
+		v, _ := strconv.ParseInt(stats.Val()[name], 10, 64)
+		return v
+	}
+	return Counts{Pending: pending.Val(), Dead: dead.Val(), Kept: kept.Val(),
+		Appended: n("appended"), Duplicates: n("duplicates"), Attempts: n("attempts"), Failures: n("failures"),
+		Delivered: n("delivered"), Died: n("dead"), Retried: n("retried")}, nil
+}
