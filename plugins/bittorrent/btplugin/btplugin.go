@@ -25,6 +25,7 @@ import (
 	"github.com/hoardproject/hoard/internal/redisurl"
 	"github.com/hoardproject/hoard/plugins"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/outbox"
 	"github.com/hoardproject/hoard/plugins/bittorrent/reaper"
 	"github.com/hoardproject/hoard/plugins/bittorrent/scoring"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
@@ -92,6 +93,11 @@ type Settings struct {
 	// Reaper is the unseeded reaper (seed 000, private mode); see
 	// reaper.Settings. Off unless "enabled" is true.
 	Reaper json.RawMessage `json:"reaper,omitempty"`
+	// Outbox is the durable outbox of events for the site (the reaper's
+	// notices, removals, claims, rewards); see outbox.Settings. Created
+	// when the section is given; it pushes to a webhook when it names
+	// one, else the site polls the admin API.
+	Outbox json.RawMessage `json:"outbox,omitempty"`
 }
 
 // Defaults for Settings.
@@ -179,6 +185,9 @@ type Tracker struct {
 	// host offers no HostAPI or max_workers is -1.
 	reaper     *reaper.Reaper
 	reaperPool *scoring.Pool
+
+	// outbox is nil when the settings have no "outbox" section.
+	outbox *outbox.Outbox
 }
 
 var _ plugins.Plugin = (*Tracker)(nil)
@@ -205,6 +214,11 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 		return fmt.Errorf("bittorrent settings: %w", err)
 	}
 	reaperSettings, reaperPolicy, err := reaper.ParseSettings(settings.Reaper, storeCfg.Private)
+	if err != nil {
+		return fmt.Errorf("bittorrent settings: %w", err)
+	}
+	wantOutbox := len(settings.Outbox) > 0 && string(settings.Outbox) != "null"
+	_, outboxPolicy, err := outbox.ParseSettings(settings.Outbox)
 	if err != nil {
 		return fmt.Errorf("bittorrent settings: %w", err)
 	}
@@ -328,13 +342,39 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 			go reaperPool.Run(runCtx, 10*time.Second)
 		}
 	}
+	var ob *outbox.Outbox
+	if wantOutbox {
+		ob = outbox.New(rdb, outbox.Config{Policy: outboxPolicy, Logger: t.logger.With("component", "outbox")})
+		err := ob.SaveConfig(runCtx)
+		if err == nil {
+			err = ob.Start(runCtx)
+		}
+		if err != nil {
+			if reaperPool != nil {
+				reaperPool.Stop()
+			}
+			if pool != nil {
+				pool.Stop()
+			}
+			if httpServer != nil {
+				_ = httpServer.Stop()
+			}
+			if udpServer != nil {
+				_ = udpServer.Stop()
+			}
+			undo()
+			return fmt.Errorf("outbox: %w", err)
+		}
+	}
 	t.mu.Lock()
 	t.rdb, t.store, t.http, t.udp, t.cancel, t.closed = rdb, store, httpServer, udpServer, cancel, false
+	t.outbox = ob
 	t.scorer, t.pool, t.host = scorer, pool, cfg.Host
 	t.reaper, t.reaperPool = reap, reaperPool
 	t.mu.Unlock()
 	t.logger.Info("bittorrent tracker serving", "mode", settings.Mode, "http", t.httpAddr(), "udp4", t.udpAddr(false), "udp6", t.udpAddr(true),
-		"scoring", scorer != nil, "scoring_workers", pool != nil, "reaper", reap != nil, "reaper_workers", reaperPool != nil)
+		"scoring", scorer != nil, "scoring_workers", pool != nil, "reaper", reap != nil, "reaper_workers", reaperPool != nil,
+		"outbox", ob != nil, "outbox_webhook", ob != nil && outboxPolicy.WebhookURL != nil)
 	return nil
 }
 
@@ -377,6 +417,14 @@ func (t *Tracker) Reaper() *reaper.Reaper {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.reaper
+}
+
+// Outbox is the outbox of events for the site, or nil when the settings
+// have none (for in-process callers: the reaper's publisher, tests).
+func (t *Tracker) Outbox() *outbox.Outbox {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.outbox
 }
 
 // Describe names the listeners as bound, and scoring's and the reaper's
@@ -603,6 +651,21 @@ func (t *Tracker) Stats(ctx context.Context) (plugins.Stats, error) {
 			metric("scoring_workers", "Scoring workers running in this process.", plugins.Gauge, float64(workers), nil),
 		)
 	}
+	if ob := t.Outbox(); ob != nil {
+		c, err := ob.Counts(ctx)
+		if err != nil {
+			return plugins.Stats{}, err
+		}
+		out.Metrics = append(out.Metrics,
+			metric("outbox_pending", "Outbox events not yet delivered (being delivered included).", plugins.Gauge, float64(c.Pending), nil),
+			metric("outbox_dead", "Outbox events whose attempts ran out, kept until an operator retries them.", plugins.Gauge, float64(c.Dead), nil),
+			metric("outbox_appended", "Outbox events stored, by every frontend.", plugins.Gauge, float64(c.Appended), nil),
+			metric("outbox_duplicates", "Outbox events not stored again: their key was seen within the dedup window.", plugins.Gauge, float64(c.Duplicates), nil),
+			metric("outbox_delivered", "Outbox events delivered to the webhook or acknowledged by the site.", plugins.Gauge, float64(c.Delivered), nil),
+			metric("outbox_attempts", "Outbox delivery attempts begun (one per event per request).", plugins.Gauge, float64(c.Attempts), nil),
+			metric("outbox_failures", "Outbox delivery attempts that failed (non-2xx, timeout, refused).", plugins.Gauge, float64(c.Failures), nil),
+		)
+	}
 	return out, nil
 }
 
@@ -624,9 +687,12 @@ func (t *Tracker) Close(context.Context) error {
 	httpServer, udpServer, store, rdb, cancel, pool := t.http, t.udp, t.store, t.rdb, t.cancel, t.pool
 	t.http, t.udp, t.store, t.rdb, t.cancel, t.closed = nil, nil, nil, nil, nil, true
 	t.scorer, t.pool, t.host = nil, nil, nil
-	reaperPool := t.reaperPool
-	t.reaper, t.reaperPool = nil, nil
+	reaperPool, ob := t.reaperPool, t.outbox
+	t.reaper, t.reaperPool, t.outbox = nil, nil, nil
 	t.mu.Unlock()
+	if ob != nil {
+		ob.Stop() // a request in flight is abandoned; its events' lease ends and they are sent again
+	}
 	if pool != nil {
 		pool.Stop() // releases the items its workers held
 	}

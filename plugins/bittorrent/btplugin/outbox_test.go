@@ -1,0 +1,97 @@
+package btplugin_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/plugins"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btplugin"
+	"github.com/hoardproject/hoard/plugins/bittorrent/outbox"
+)
+
+// TestOutboxDeliversToTheWebhookAndCountsInStats: with an "outbox"
+// section naming a webhook, the plugin starts a deliverer; an appended
+// event reaches a real receiver signed, and Stats carries the outbox's
+// counts. Bad outbox settings refuse Configure.
+func TestOutboxDeliversToTheWebhookAndCountsInStats(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		const secret = "plugin-webhook-secret-0123"
+		var mu sync.Mutex
+		got := map[string]int{}
+		listener, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		srv := &httptest.Server{Listener: listener, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			payload, _ := io.ReadAll(r.Body)
+			if outbox.VerifySignature([]byte(secret), r.Header.Get(outbox.SignatureHeader), payload, time.Now(), outbox.DefaultTolerance) != nil {
+				w.WriteHeader(http.StatusUnauthorized)
+				return
+			}
+			var body outbox.WebhookBody
+			require.NoError(t, json.Unmarshal(payload, &body))
+			mu.Lock()
+			for _, e := range body.Events {
+				got[e.Key]++
+			}
+			mu.Unlock()
+		})}}
+		srv.Start()
+		t.Cleanup(srv.Close)
+
+		tr, _ := startTracker(t, b, fmt.Sprintf(`{"mode":"private","http":"127.0.0.1:0","udp4":"","udp6":"",
+			"outbox":{"webhook_url":%q,"webhook_secret":%q,"poll":"20ms"}}`, srv.URL+"/hook", secret))
+		ob := tr.Outbox()
+		require.NotNil(t, ob)
+		require.NoError(t, ob.Append(context.Background(), []outbox.Event{
+			{Key: "notice:1", Kind: "notice-initial", Body: json.RawMessage(`{"user":"7"}`)},
+			{Key: "notice:2", Kind: "notice-final", Body: json.RawMessage(`{"user":"8"}`)},
+		}))
+		require.Eventually(t, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return got["notice:1"] == 1 && got["notice:2"] == 1
+		}, 10*time.Second, 10*time.Millisecond)
+		stats, err := tr.Stats(context.Background())
+		require.NoError(t, err)
+		values := map[string]float64{}
+		for _, m := range stats.Metrics {
+			values[m.Name] = m.Value
+		}
+		require.Equal(t, 2.0, values["outbox_appended"])
+		require.Equal(t, 2.0, values["outbox_delivered"])
+		require.Equal(t, 0.0, values["outbox_pending"])
+		require.Contains(t, values, "outbox_dead")
+		require.Contains(t, values, "outbox_failures")
+
+		// Without the section there is no outbox and no outbox metrics.
+		plain, _ := startTracker(t, b, `{"http":"127.0.0.1:0","udp4":"","udp6":""}`)
+		require.Nil(t, plain.Outbox())
+	})
+}
+
+// TestOutboxSettingsAreChecked: a webhook that is not http(s) or a
+// negative setting refuses Configure with the field named.
+func TestOutboxSettingsAreChecked(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		for bad, says := range map[string]string{
+			`{"outbox":{"webhook_url":"gopher://h/","webhook_secret":"0123456789abcdef"}}`: "must be an http:// or https:// URL",
+			`{"outbox":{"max_attempts":-2}}`:                                               "max_attempts must not be negative",
+		} {
+			p, err := btplugin.New(context.Background(), quiet)
+			require.NoError(t, err)
+			err = p.(*btplugin.Tracker).Configure(context.Background(), plugins.Config{Name: "bittorrent", RedisURL: b.URL, Settings: json.RawMessage(bad)})
+			require.ErrorContains(t, err, says, bad)
+			require.NoError(t, p.(*btplugin.Tracker).Close(context.Background()))
+		}
+	})
+}
