@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/hoardproject/hoard/plugins/bittorrent/outbox"
 	"github.com/hoardproject/hoard/server/btadmin"
 )
 
@@ -27,6 +30,7 @@ Changes reach the tracker frontends within their cache time (10s) for
 passkeys and the whitelist, at once for torrents.`,
 	}
 	cmd.AddCommand(btTorrentCommand(), btUserCommand(), btClientCommand(), btClientsCommand(), btStatsCommand(), btTopCommand())
+	cmd.AddCommand(btReaperEventsParent(), btOutboxCommand())
 	return cmd
 }
 
@@ -353,4 +357,146 @@ func timeOrNever(t *time.Time) string {
 		return "never"
 	}
 	return t.Format(time.RFC3339)
+}
+
+// btReaperEventsParent is `hoard bt reaper`, holding `events`. (When the
+// reaper's own commands land, events joins them under one parent.)
+func btReaperEventsParent() *cobra.Command {
+	cmd := &cobra.Command{Use: "reaper", Short: "The unseeded reaper: the events it hands the site"}
+	cmd.AddCommand(btReaperEventsCommand())
+	return cmd
+}
+
+// btReaperEventsCommand is `hoard bt reaper events`: the outbox's pending
+// events, for a site that polls, one JSON object per line.
+func btReaperEventsCommand() *cobra.Command {
+	var (
+		after string
+		limit int
+		ack   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "events [--after ID] [--limit N] [--ack]",
+		Short: "List the events waiting for the site (reaper notices, removals, claims, rewards); --ack marks them delivered",
+		Long: `List the outbox's pending events after the cursor, in id order, one JSON
+object per line (id, idempotency_key, kind, at, body). The cursor for the
+next call is printed on stderr. With --ack the listed events are marked
+delivered after they are printed, so the next call without --after starts
+after them; a site that processes the lines first acknowledges by hand:
+POST /api/v1/bittorrent/outbox/ack {"ids": [...]}.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := outbox.ParseCursor(after); err != nil {
+				return fmt.Errorf("--after: %w", err)
+			}
+			if limit < 1 || limit > outbox.MaxListLimit {
+				return fmt.Errorf("--limit %d: want 1 to %d", limit, outbox.MaxListLimit)
+			}
+			query := url.Values{"after": {after}, "limit": {strconv.Itoa(limit)}}
+			client := newAdminClient()
+			var page btadmin.OutboxEventsReply
+			if err := client.do(cmd.Context(), http.MethodGet, "/bittorrent/outbox/events?"+query.Encode(), nil, &page); err != nil {
+				return err
+			}
+			out := json.NewEncoder(cmd.OutOrStdout())
+			ids := make([]string, 0, len(page.Events))
+			for _, e := range page.Events {
+				if err := out.Encode(e); err != nil {
+					return err
+				}
+				ids = append(ids, strconv.FormatUint(e.ID, 10))
+			}
+			pending := page.Counts.Pending
+			if ack && len(ids) > 0 {
+				var change btadmin.OutboxChangeReply
+				if err := client.do(cmd.Context(), http.MethodPost, "/bittorrent/outbox/ack", map[string][]string{"ids": ids}, &change); err != nil {
+					return fmt.Errorf("the events were listed but not acknowledged: %w", err)
+				}
+				pending = change.Counts.Pending
+				fmt.Fprintf(cmd.ErrOrStderr(), "acknowledged %d events\n", change.Acknowledged)
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "next: --after %s (%d pending, %d dead)\n", page.Next, pending, page.Counts.Dead)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&after, "after", "", "the id of the last event already seen (default: from the first)")
+	cmd.Flags().IntVar(&limit, "limit", btadmin.DefaultOutboxLimit, fmt.Sprintf("the most events to list (1-%d)", outbox.MaxListLimit))
+	cmd.Flags().BoolVar(&ack, "ack", false, "mark the listed events delivered")
+	return cmd
+}
+
+// btOutboxCommand is `hoard bt outbox`: the outbox's counts and its dead
+// events, for operators.
+func btOutboxCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "outbox", Short: "The outbox of events for the site: counts, dead events, retries"}
+	stats := &cobra.Command{
+		Use:   "stats",
+		Short: "Show the outbox's sizes and counters",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var c outbox.Counts
+			if err := newAdminClient().do(cmd.Context(), http.MethodGet, "/bittorrent/outbox/stats", nil, &c); err != nil {
+				return err
+			}
+			n := func(v int64) string { return strconv.FormatInt(v, 10) }
+			printRows(cmd.OutOrStdout(), [][2]string{
+				{"pending", n(c.Pending)}, {"dead", n(c.Dead)}, {"delivered", n(c.Delivered)}, {"kept", n(c.Kept)},
+				{"appended", n(c.Appended)}, {"duplicates", n(c.Duplicates)}, {"attempts", n(c.Attempts)},
+				{"failures", n(c.Failures)}, {"died", n(c.Died)}, {"retried", n(c.Retried)},
+			})
+			return nil
+		},
+	}
+	var after string
+	var limit int
+	dead := &cobra.Command{
+		Use:   "dead [--after ID] [--limit N]",
+		Short: "List the events whose delivery attempts ran out, with their last error (one JSON object per line)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := outbox.ParseCursor(after); err != nil {
+				return fmt.Errorf("--after: %w", err)
+			}
+			query := url.Values{"after": {after}, "limit": {strconv.Itoa(limit)}}
+			var page btadmin.OutboxEventsReply
+			if err := newAdminClient().do(cmd.Context(), http.MethodGet, "/bittorrent/outbox/dead?"+query.Encode(), nil, &page); err != nil {
+				return err
+			}
+			out := json.NewEncoder(cmd.OutOrStdout())
+			for _, e := range page.Events {
+				if err := out.Encode(e); err != nil {
+					return err
+				}
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "next: --after %s (%d dead)\n", page.Next, page.Counts.Dead)
+			return nil
+		},
+	}
+	dead.Flags().StringVar(&after, "after", "", "the id of the last dead event already seen")
+	dead.Flags().IntVar(&limit, "limit", btadmin.DefaultOutboxLimit, fmt.Sprintf("the most events to list (1-%d)", outbox.MaxListLimit))
+	var all bool
+	retry := &cobra.Command{
+		Use:   "retry <id>... | --all",
+		Short: "Deliver dead events again (attempts start over); every id must be dead, else nothing changes",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if all == (len(args) > 0) {
+				return errors.New("give the dead events' ids, or --all")
+			}
+			if !all {
+				if _, err := outbox.ParseIDs(args); err != nil {
+					return err
+				}
+			}
+			var change btadmin.OutboxChangeReply
+			body := map[string]any{"ids": args, "all": all}
+			if err := newAdminClient().do(cmd.Context(), http.MethodPost, "/bittorrent/outbox/dead/retry", body, &change); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "retried %d dead events (%d pending, %d dead)\n", change.Retried, change.Counts.Pending, change.Counts.Dead)
+			return nil
+		},
+	}
+	retry.Flags().BoolVar(&all, "all", false, fmt.Sprintf("retry every dead event (up to %d per call)", outbox.MaxListLimit))
+	cmd.AddCommand(stats, dead, retry)
+	return cmd
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/hoardproject/hoard/internal/localredis"
 	"github.com/hoardproject/hoard/leaderboard"
+	"github.com/hoardproject/hoard/plugins/bittorrent/outbox"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 	"github.com/hoardproject/hoard/queues"
 	"github.com/hoardproject/hoard/server"
@@ -271,10 +272,13 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if err != nil {
 		return err
 	}
+	// The outbox calls (poll, ack, dead, retry) read and write the
+	// plugin's outbox in the same Redis; this one never delivers.
+	btOutbox := outbox.New(rdb, outbox.Config{Policy: outbox.DefaultPolicy(), Logger: logger.With("component", "bittorrent-outbox")})
 	srv, err := server.New(server.Config{
 		Listen: o.listen, AdminToken: o.adminToken, InsecureNoAdminToken: o.insecureNoAdminToken, MetricsToken: o.metricsToken,
 		ProjectsFile: o.projectsFile, PublicURL: o.publicURL, TrustedProxies: o.trustedProxies, Logger: logger,
-		Offloader: offloader, AdminExtensions: []server.AdminExtension{&btadmin.Admin{Store: btAdmin}}, Collectors: []prometheus.Collector{pluginHost.Collector()},
+		Offloader: offloader, AdminExtensions: []server.AdminExtension{&btadmin.Admin{Store: btAdmin, Outbox: btOutbox}}, Collectors: []prometheus.Collector{pluginHost.Collector()},
 		Plugins: pluginHost, MaxViewers: maxViewers, MaxViewersPerAddress: o.maxViewersPerAddress,
 		ViewerIdleTimeout: o.viewerIdleTimeout,
 	}, engine)

@@ -15,6 +15,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/outbox"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 
 	"github.com/hoardproject/hoard/server"
@@ -50,10 +51,11 @@ import (
 // characters.
 
 // Admin serves the BitTorrent admin calls. A nil Store answers every call
-// with 503.
+// with 503, as a nil Outbox answers the outbox calls (outbox.go).
 type Admin struct {
-	Store *swarm.Store
-	tools server.AdminTools // the change log and body decoding
+	Store  *swarm.Store
+	Outbox *outbox.Outbox
+	tools  server.AdminTools // the change log and body decoding
 }
 
 // Defaults and bounds of GET …/top.
@@ -77,6 +79,7 @@ func (b *Admin) RegisterAdmin(g *gin.RouterGroup, tools server.AdminTools) {
 	bt.DELETE("/clients/*prefix", b.removeClient)
 	bt.GET("/stats", b.stats)
 	bt.GET("/top", b.top)
+	b.registerOutbox(g)
 }
 
 func (b *Admin) requireStore(c *gin.Context) {
