@@ -28,7 +28,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // hang until the request is abandoned), and records the keys it received
 // and those it accepted (answered 2xx).
 type receiver struct {
-	t      *testing.T
+	t      testing.TB
 	server *httptest.Server
 	now    func() time.Time
 	behave func(n int) int // status; hang for a negative value
@@ -44,7 +44,7 @@ type receiver struct {
 
 const hang = -1
 
-func newReceiver(t *testing.T, now func() time.Time, behave func(n int) int) *receiver {
+func newReceiver(t testing.TB, now func() time.Time, behave func(n int) int) *receiver {
 	r := &receiver{t: t, now: now, behave: behave, received: map[string]int{}, accepted: map[string]int{},
 		bodies: map[string]json.RawMessage{}, firstSeen: make(chan struct{})}
 	listener, err := net.Listen("tcp", "127.0.0.1:0")
@@ -113,14 +113,14 @@ func (r *receiver) snapshot() (received, accepted map[string]int, requests, badS
 	return received, accepted, r.requests, r.badSigs
 }
 
-func policy(t *testing.T, settings string) outbox.Policy {
+func policy(t testing.TB, settings string) outbox.Policy {
 	t.Helper()
 	_, p, err := outbox.ParseSettings([]byte(settings))
 	require.NoError(t, err)
 	return p
 }
 
-func webhookPolicy(t *testing.T, url, extra string) outbox.Policy {
+func webhookPolicy(t testing.TB, url, extra string) outbox.Policy {
 	t.Helper()
 	return policy(t, fmt.Sprintf(`{"webhook_url":%q,"webhook_secret":%q%s}`, url, testSecret, extra))
 }
