@@ -584,3 +584,12 @@ func TestSecretIsNeverFormatted(t *testing.T) {
 	require.Equal(t, "[redacted]", s.String())
 	require.Equal(t, "[redacted]", s.LogValue().String())
 }
+
+// TestTheREADMEsSignatureExample: the signature README shows verifies,
+// so a site can check its code against it.
+func TestTheREADMEsSignatureExample(t *testing.T) {
+	const header = "t=1772366400,v1=67b0b4fc8a3f96aaab57934eeec997418547beb4a4c1e8ebc477d85fad2a6b13"
+	at := time.Unix(1772366400, 0)
+	require.Equal(t, header, outbox.Sign([]byte("an-example-secret-0123"), at, []byte(`{"events":[]}`)))
+	require.NoError(t, outbox.VerifySignature([]byte("an-example-secret-0123"), header, []byte(`{"events":[]}`), at, outbox.DefaultTolerance))
+}
