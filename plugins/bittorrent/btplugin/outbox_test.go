@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -12,12 +13,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/plugins"
 	"github.com/hoardproject/hoard/plugins/bittorrent/btplugin"
 	"github.com/hoardproject/hoard/plugins/bittorrent/outbox"
+	"github.com/hoardproject/hoard/plugins/pluginhost"
+	"github.com/hoardproject/hoard/queues"
 )
 
 // TestOutboxDeliversToTheWebhookAndCountsInStats: with an "outbox"
@@ -93,5 +97,57 @@ func TestOutboxSettingsAreChecked(t *testing.T) {
 			require.ErrorContains(t, err, says, bad)
 			require.NoError(t, p.(*btplugin.Tracker).Close(context.Background()))
 		}
+	})
+}
+
+// TestOutboxCountsReachTheHostsMetrics: run by the plugin host as
+// `hoard serve` runs it, the outbox's counts come out of the host's
+// Prometheus collector as hoard_bittorrent_outbox_*.
+func TestOutboxCountsReachTheHostsMetrics(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := t.Context()
+		trackers := make(chan *btplugin.Tracker, 1)
+		factory := func(ctx context.Context, l *slog.Logger) (plugins.Plugin, error) {
+			p, err := btplugin.New(ctx, l)
+			select {
+			case trackers <- p.(*btplugin.Tracker):
+			default:
+			}
+			return p, err
+		}
+		engine := queues.NewEngine(b.Client, queues.Options{Logger: quiet})
+		h, err := pluginhost.NewHost(pluginhost.Options{
+			Plugins: []pluginhost.Spec{{Name: "bittorrent", Settings: json.RawMessage(
+				`{"mode":"private","http":"127.0.0.1:0","udp4":"","udp6":"","outbox":{}}`)}},
+			Builtins: map[string]plugins.Factory{"bittorrent": factory},
+			Redis:    b.Client, RedisURL: b.URL, Queues: pluginhost.EngineQueues(engine), Events: pluginhost.EngineEventLog(engine),
+			Logger: quiet, HealthInterval: 50 * time.Millisecond,
+		})
+		require.NoError(t, err)
+		require.NoError(t, h.Start(ctx))
+		t.Cleanup(func() { _ = h.Stop() })
+		waitCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		require.NoError(t, h.WaitRunning(waitCtx, "bittorrent"))
+		tr := <-trackers
+		require.NoError(t, tr.Outbox().Append(ctx, []outbox.Event{
+			{Key: "a", Kind: "reward"}, {Key: "b", Kind: "reward"}, {Key: "a", Kind: "reward"},
+		}))
+
+		registry := prometheus.NewRegistry()
+		registry.MustRegister(h.Collector())
+		gauge := func(name string) float64 {
+			families, err := registry.Gather()
+			require.NoError(t, err)
+			for _, f := range families {
+				if f.GetName() == name && len(f.GetMetric()) == 1 {
+					return f.GetMetric()[0].GetGauge().GetValue()
+				}
+			}
+			return -1
+		}
+		require.Eventually(t, func() bool { return gauge("hoard_bittorrent_outbox_pending") == 2 }, 10*time.Second, 20*time.Millisecond)
+		require.Equal(t, 1.0, gauge("hoard_bittorrent_outbox_duplicates"))
+		require.Equal(t, 0.0, gauge("hoard_bittorrent_outbox_dead"))
 	})
 }
