@@ -12,21 +12,19 @@
 -- KEYS[5] errors    HASH  id -> the last failure
 -- KEYS[6] stats     HASH  failures, dead (counters)
 --
--- ARGV[1] now (ms)
--- ARGV[2] max attempts
--- ARGV[3] the failure, in words
--- ARGV[4..] triples: id, attempt (as claimed), retry at (ms)
+-- ARGV[1] max attempts
+-- ARGV[2] the failure, in words
+-- ARGV[3..] triples: id, attempt (as claimed), retry at (ms)
 --
 -- Returns {failed, died}: the events this failure counted for, and how
 -- many of them went to the dead set.
 
-local now = tonumber(ARGV[1])
-local max_attempts = tonumber(ARGV[2])
-local reason = ARGV[3]
+local max_attempts = tonumber(ARGV[1])
+local reason = ARGV[2]
 local k_pending, k_due, k_attempts, k_dead, k_errors, k_stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 
 local failed, died = 0, 0
-for i = 4, #ARGV, 3 do
+for i = 3, #ARGV, 3 do
   local id, attempt, retry_at = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
   if redis.call('ZSCORE', k_pending, id) and tonumber(redis.call('HGET', k_attempts, id)) == attempt then
     redis.call('HSET', k_errors, id, reason)

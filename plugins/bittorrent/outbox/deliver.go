@@ -114,9 +114,10 @@ func (o *Outbox) DeliverOnce(ctx context.Context) (Round, error) {
 			// are tried again, without counting this as the site's fault.
 			return round, ctx.Err()
 		}
-		args := []any{ms(o.clock.Now()), o.policy.MaxAttempts, postErr.Error()}
+		failedAt := o.clock.Now()
+		args := []any{o.policy.MaxAttempts, postErr.Error()}
 		for _, t := range took {
-			args = append(args, t.id, t.attempt, ms(o.clock.Now().Add(o.backoff(t.attempt))))
+			args = append(args, t.id, t.attempt, ms(failedAt.Add(o.backoff(t.attempt))))
 		}
 		reply, err := luascript.RunList(ctx, o.rdb, failScript, failKeys(), args...)
 		if err != nil {

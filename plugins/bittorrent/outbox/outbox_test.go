@@ -593,3 +593,25 @@ func TestTheREADMEsSignatureExample(t *testing.T) {
 	require.Equal(t, header, outbox.Sign([]byte("an-example-secret-0123"), at, []byte(`{"events":[]}`)))
 	require.NoError(t, outbox.VerifySignature([]byte("an-example-secret-0123"), header, []byte(`{"events":[]}`), at, outbox.DefaultTolerance))
 }
+
+// TestAnAckAnywhereTrimsToThePluginsKeepDelivered: the plugin saves its
+// keep_delivered, so an ack through another process (the admin API's
+// outbox, on defaults) trims to it.
+func TestAnAckAnywhereTrimsToThePluginsKeepDelivered(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		plugin := newOutbox(t, b, policy(t, `{"keep_delivered":2}`), clock.NewFake(start()))
+		require.NoError(t, plugin.SaveConfig(ctx))
+		admin := newOutbox(t, b, outbox.DefaultPolicy(), clock.NewFake(start()))
+		require.NoError(t, admin.Append(ctx, events("t", 6)))
+		n, err := admin.Ack(ctx, []uint64{1, 2, 3, 4, 5, 6})
+		require.NoError(t, err)
+		require.Equal(t, 6, n)
+		counts, err := admin.Counts(ctx)
+		require.NoError(t, err)
+		require.Equal(t, int64(2), counts.Kept)
+		records, err := b.Client.HLen(ctx, outbox.EventsKey()).Result()
+		require.NoError(t, err)
+		require.Equal(t, int64(2), records)
+	})
+}
