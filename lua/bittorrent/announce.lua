@@ -14,7 +14,10 @@
 -- KEYS[7] user       HASH  this user's record on the torrent (untouched
 --                          when ARGV[10] is "")
 -- KEYS[8] reaper     HASH  the torrent's unseeded-reaper state (package
---                          reaper); a seeder's announce deletes it
+--                          reaper); a seeder's announce ends the spell
+-- KEYS[9] snatchers  SET   users who snatched the torrent (private mode)
+-- KEYS[10] claims    HASH  reseed invitations and claims (package reaper),
+--                          touched only when the reaper state exists
 --
 -- ARGV[1]  now (ms)
 -- ARGV[2]  peer id (20 bytes)
@@ -36,6 +39,9 @@
 -- ARGV[16] the peer's new deadline: now + timeout (ms)
 -- ARGV[17] "6": pick only IPv4 peers, "18": only IPv6 peers (a UDP reply
 --          carries its socket's family only), "0": either
+-- ARGV[18] the reaper's claim window (ms): after the first reseed by
+--          someone other than the uploader, others who start seeding
+--          within it also win the claim
 --
 -- Returns
 --   {1, seeders, leechers, snatches, born, d_seeders, d_leechers, snatched,
@@ -73,6 +79,7 @@ if only_len == 0 then only_len = nil end
 
 local k_torrent, k_seeders, k_leechers, k_deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local k_peer, k_timeout, k_user, k_reaper = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local k_snatchers, k_claims = KEYS[9], KEYS[10]
 
 local t = redis.call('HMGET', k_torrent, 'id', 'created', 'announces', 'snatches')
 if ARGV[9] == '1' and not t[1] then
@@ -209,11 +216,19 @@ if user ~= '' and (known or not leaving) then
   user_state, user_ver = user_write(k_user, u, now, hnr_seed_ms, hnr_ratio)
 end
 
--- A reseed clears the reaper's state at once: the torrent is seeded, so
--- no notice or removal of the old unseeded spell may follow (the steps
--- already queued find last_action moved and do nothing).
+if snatched == 1 and user ~= '' then
+  redis.call('SADD', k_snatchers, user)
+end
+
+-- A reseed ends the reaper's spell at once: the torrent is seeded, so no
+-- notice or removal of it may follow (the steps already queued find the
+-- row gone or last_action moved and do nothing). The hot path pays one
+-- HMGET; the claim keys are touched only when a row exists.
 if seeding and not leaving then
-  redis.call('DEL', k_reaper)
+  local r = redis.call('HMGET', k_reaper, 'state', 'claim_until')
+  if r[1] or r[2] then
+    reaper_reseed(k_torrent, k_reaper, k_claims, user, now, r[1], tonumber(r[2]), tonumber(ARGV[18]))
+  end
 end
 
 -- The torrent's counters.

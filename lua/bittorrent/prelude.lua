@@ -133,3 +133,52 @@ local function user_write(key, u, now, hnr_seed_ms, hnr_ratio)
   end
   return bits, ver
 end
+
+-- reaper_claim records that user reseeded the torrent in the reaper's
+-- process, unless they claimed it before (one person claims one upload
+-- once, ever: claimed entries are never deleted). An invitation ("i:")
+-- becomes a claim; a winner who was never invited (never snatched) gets
+-- one too, so every win is recorded. "c:<ms>" waits for its reward,
+-- which the reaper grants and marks "r:" (reaper_rewards.lua); the row's
+-- rewards field tells the reaper's next run to look.
+local function reaper_claim(k_reaper, k_claims, user, now)
+  local had = redis.call('HGET', k_claims, user)
+  if had and string.sub(had, 1, 2) ~= 'i:' then
+    return
+  end
+  redis.call('HSET', k_claims, user, 'c:' .. int(now))
+  redis.call('HSET', k_reaper, 'rewards', '1')
+end
+
+-- reaper_reseed: a seeder announced on a torrent with a reaper row.
+-- state is the row's state (never/unseeded) while the spell is on, nil
+-- when the row is a claim window (claim_until, ms) after a reseed.
+--   - In a spell: the spell ends, its open invitations go (claims stay).
+--     The uploader reseeding gets no reward and opens no window; anyone
+--     else claims it and opens the window, so others who start seeding
+--     within window_ms of the first reseed (whose seed time is within
+--     window_ms of the longest, the first's) win too: per torrent.
+--   - In a window: a user other than the uploader claims, until it ends.
+local function reaper_reseed(k_torrent, k_reaper, k_claims, user, now, state, claim_until, window_ms)
+  local uploader = redis.call('HGET', k_torrent, 'uploader')
+  local eligible = user ~= '' and user ~= uploader
+  if state then
+    local all = redis.call('HGETALL', k_claims)
+    for i = 1, #all, 2 do
+      if string.sub(all[i + 1], 1, 2) == 'i:' then
+        redis.call('HDEL', k_claims, all[i])
+      end
+    end
+    local rewards = redis.call('HGET', k_reaper, 'rewards')
+    redis.call('DEL', k_reaper)
+    if rewards then
+      redis.call('HSET', k_reaper, 'rewards', rewards)
+    end
+    if eligible then
+      redis.call('HSET', k_reaper, 'claim_until', int(now + window_ms), 'saved_at', int(now), 'saved_state', state)
+      reaper_claim(k_reaper, k_claims, user, now)
+    end
+  elseif eligible and claim_until and now <= claim_until then
+    reaper_claim(k_reaper, k_claims, user, now)
+  end
+end

@@ -61,17 +61,41 @@ func (k swarmKeys) user(userID string) string { return k.prefix + "user:" + user
 func announceKeys(hash bittorrent.InfoHash, peer bittorrent.PeerID, userID string) []string {
 	k := keysOf(hash)
 	return []string{k.torrent, k.seeders, k.leechers, k.deadlines,
-		k.peer(peer[:]), k.timeout(peer[:], userID), k.user(userID), k.prefix + reaperSuffix}
+		k.peer(peer[:]), k.timeout(peer[:], userID), k.user(userID), k.prefix + reaperSuffix,
+		k.prefix + snatchersSuffix, k.prefix + reaperClaimsSuffix}
 }
 
-const reaperSuffix = "reaper"
+const (
+	reaperSuffix       = "reaper"
+	reaperClaimsSuffix = "reaper:claims"
+	snatchersSuffix    = "snatchers"
+)
 
 // ReaperKey holds the torrent's unseeded-reaper state (HASH), written by
 // package reaper: state (never, unseeded), notify (initial, final,
 // removed), unseeded_date, initial_at, final_at, removed_at (ms), since
-// (the last_action the spell began from, 0 when never seeded), pending
-// and pending_at (the step queued last). A seeder's announce deletes it.
+// (the last_action the spell began from, 0 when never seeded), gen (the
+// epoch of the row's later steps: initial_at, moved by an extension),
+// pending and pending_at (the step queued last, and the run that queued
+// it). A seeder's announce ends the spell: it deletes the row, or, when
+// someone other than the uploader reseeded, replaces it by the claim
+// window (claim_until, saved_at, saved_state; rewards while rewards wait
+// to be granted), which the reaper deletes when it is over.
 func ReaperKey(hash bittorrent.InfoHash) string { return keysOf(hash).prefix + reaperSuffix }
+
+// ReaperClaimsKey holds the torrent's reseed invitations and claims
+// (HASH user id -> "i:<gen>" invited by the initial notice of generation
+// gen, "c:<ms>" claimed at ms with its reward not granted yet, "r:<ms>"
+// claimed and rewarded). Claimed entries are never deleted: one person
+// claims one upload once, ever.
+func ReaperClaimsKey(hash bittorrent.InfoHash) string {
+	return keysOf(hash).prefix + reaperClaimsSuffix
+}
+
+// SnatchersKey holds the users who snatched the torrent (SET of user ids,
+// private mode), added by the announce that counts the snatch; the reaper
+// invites them to reseed and tells them of a removal.
+func SnatchersKey(hash bittorrent.InfoHash) string { return keysOf(hash).prefix + snatchersSuffix }
 
 // expireKeys are expire.lua's KEYS for the given deadlines members (20-byte
 // peer id followed by the user id).
@@ -90,7 +114,8 @@ func expireKeys(hash bittorrent.InfoHash, members []string) []string {
 // uploader (the site's user id, when registered with one), registered
 // (ms of the last registration), created and last_action (ms;
 // last_action is the last time it had a seeder), announces, seeders,
-// leechers, snatches.
+// leechers, snatches, value (what the site says it is worth: the
+// reaper's reward base).
 func TorrentKey(hash bittorrent.InfoHash) string { return keysOf(hash).torrent }
 
 // SeedersKey maps each seeder's 20-byte peer id to its compact address

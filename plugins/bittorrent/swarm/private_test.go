@@ -307,8 +307,29 @@ func TestSeederAnnounceClearsTheReaperState(t *testing.T) {
 		require.Equal(t, int64(1), n, "a leecher, or a stopped peer never seen, is no reseed")
 
 		f.announce(hash, peerID("-TR", 2), 2, passkey("passkeyB"), seeding, event(bittorrent.EventStarted))
-		n, err = b.Client.Exists(ctx, swarm.ReaperKey(hash)).Result()
+		state, err := b.Client.HGet(ctx, swarm.ReaperKey(hash), "state").Result()
+		require.ErrorIs(t, err, redis.Nil, "a seeder ends the spell (got %q)", state)
+		claims, err := b.Client.HGetAll(ctx, swarm.ReaperClaimsKey(hash)).Result()
 		require.NoError(t, err)
-		require.Equal(t, int64(0), n, "a seeder clears it")
+		require.Len(t, claims, 1, "and, not the uploader, claims it: %v", claims)
+	})
+}
+
+// The announce hot path touches the claim keys only when a reaper row
+// exists: a seeder's announce on a torrent out of the process writes no
+// reaper key, and a snatch adds the user to the torrent's snatchers.
+func TestAnnounceTouchesClaimKeysOnlyInTheProcess(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f, hash := privateFixture(t, b, swarm.Config{})
+		ctx := context.Background()
+		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), event(bittorrent.EventStarted))
+		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), seeding, event(bittorrent.EventCompleted))
+		f.announce(hash, peerID("-TR", 2), 2, passkey("passkeyB"), seeding, event(bittorrent.EventStarted))
+		n, err := b.Client.Exists(ctx, swarm.ReaperKey(hash), swarm.ReaperClaimsKey(hash)).Result()
+		require.NoError(t, err)
+		require.Zero(t, n)
+		snatchers, err := b.Client.SMembers(ctx, swarm.SnatchersKey(hash)).Result()
+		require.NoError(t, err)
+		require.Len(t, snatchers, 1, "the one who completed")
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -192,6 +193,10 @@ type Registration struct {
 	ID       string    // the site's torrent id (required)
 	Uploader string    // the site's user id of the uploader; "" keeps the stored one
 	Created  time.Time // the upload's creation time; zero keeps the stored one, or now for a new record
+	// Value is what the upload is worth to the site (e.g. its size in
+	// GiB): the reaper rewards a reseed with reward_factor x Value, 1 when
+	// never given. Zero keeps the stored one.
+	Value float64
 }
 
 // Register registers an info-hash as RegisterTorrent does, with the
@@ -208,6 +213,9 @@ func (s *Store) Register(ctx context.Context, hash bittorrent.InfoHash, reg Regi
 		return fmt.Errorf("swarm: creation time %s: want a time after 1970 and not in the future: %w",
 			reg.Created.UTC().Format(time.RFC3339), ErrInvalid)
 	}
+	if reg.Value < 0 || math.IsNaN(reg.Value) || math.IsInf(reg.Value, 0) || reg.Value > 1e12 {
+		return fmt.Errorf("swarm: value %v: want a positive number (0 keeps the stored one): %w", reg.Value, ErrInvalid)
+	}
 	key := TorrentKey(hash)
 	pipe := s.rdb.TxPipeline() // one key: MULTI is fine on a cluster
 	fields := []any{"id", reg.ID, "registered", now}
@@ -216,6 +224,9 @@ func (s *Store) Register(ctx context.Context, hash bittorrent.InfoHash, reg Regi
 	}
 	if !reg.Created.IsZero() {
 		fields = append(fields, "created", reg.Created.UnixMilli())
+	}
+	if reg.Value > 0 {
+		fields = append(fields, "value", strconv.FormatFloat(reg.Value, 'g', -1, 64))
 	}
 	pipe.HSet(ctx, key, fields...)
 	pipe.HSetNX(ctx, key, "created", now)
@@ -260,6 +271,7 @@ type TorrentInfo struct {
 	Seeders    int64
 	Leechers   int64
 	Snatches   int64
+	Value      float64 // the site's value of the upload, 0 when never given
 }
 
 // Torrent returns a torrent's record, or ErrNotFound.
@@ -272,6 +284,7 @@ func (s *Store) Torrent(ctx context.Context, hash bittorrent.InfoHash) (TorrentI
 		return TorrentInfo{}, fmt.Errorf("swarm.Torrent %s: %w", hexHash(hash), ErrNotFound)
 	}
 	num := func(name string) int64 { n, _ := strconv.ParseInt(fields[name], 10, 64); return n }
+	value, _ := strconv.ParseFloat(fields["value"], 64)
 	at := func(name string) time.Time {
 		if ms := num(name); ms > 0 {
 			return time.UnixMilli(ms)
@@ -288,6 +301,7 @@ func (s *Store) Torrent(ctx context.Context, hash bittorrent.InfoHash) (TorrentI
 		Seeders:    num("seeders"),
 		Leechers:   num("leechers"),
 		Snatches:   num("snatches"),
+		Value:      value,
 	}, nil
 }
 

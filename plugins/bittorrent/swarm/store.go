@@ -51,6 +51,10 @@ type Config struct {
 	OpenTorrentRetention time.Duration
 	// HnR is the hit-and-run policy (private mode; disabled by default).
 	HnR HnRPolicy
+	// ReaperClaimWindow is how long after the first reseed of a torrent
+	// in the unseeded reaper's process other users who start seeding it
+	// also win the claim (15m): package reaper's claim_window.
+	ReaperClaimWindow time.Duration
 	// CacheTTL is how long passkey lookups and the client whitelist are
 	// cached per frontend (10s). A change made through this Store applies
 	// here at once; other frontends see it within CacheTTL.
@@ -91,6 +95,7 @@ func (c *Config) validate() error {
 		{"FlushInterval", &c.FlushInterval, time.Second},
 		{"SweepInterval", &c.SweepInterval, 15 * time.Second},
 		{"HnR.MinSeedTime", &c.HnR.MinSeedTime, 0},
+		{"ReaperClaimWindow", &c.ReaperClaimWindow, 15 * time.Minute},
 	}
 	for _, d := range durations {
 		if *d.value < 0 {
@@ -228,7 +233,7 @@ func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (
 		int(req.Event), numWant, private, userID,
 		timeout, s.cfg.PeerRetention.Milliseconds(),
 		s.openRetentionMillis(), s.cfg.HnR.MinSeedTime.Milliseconds(), s.cfg.HnR.MinRatio, now + timeout,
-		compactLen(req.PeerFamily)}
+		compactLen(req.PeerFamily), s.cfg.ReaperClaimWindow.Milliseconds()}
 	var reply []any
 	if s.announces != nil {
 		cmd, err := s.announces.run(ctx, keys, args)
