@@ -188,6 +188,17 @@ type Tracker struct {
 
 	// outbox is nil when the settings have no "outbox" section.
 	outbox *outbox.Outbox
+	// publisher takes the reaper's events to the site (SetReaperPublisher).
+	publisher reaper.Publisher
+}
+
+// SetReaperPublisher sets where the reaper's events go (the outbox); it
+// applies from the next Configure. Without one they are dropped with a
+// debug log.
+func (t *Tracker) SetReaperPublisher(p reaper.Publisher) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.publisher = p
 }
 
 var _ plugins.Plugin = (*Tracker)(nil)
@@ -227,9 +238,14 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 		// holds at most MaxTickEnqueue.
 		reaperPolicy.MaxTotal = plugins.MaxTickEnqueue
 	}
+	// The announce path records reseed claims within the reaper's window.
+	storeCfg.ReaperClaimWindow = reaperPolicy.ClaimWindow
 	if err := t.Close(ctx); err != nil {
 		return err
 	}
+	t.mu.Lock()
+	publisher := t.publisher
+	t.mu.Unlock()
 	rdb, err := redisurl.Dial(cfg.RedisURL)
 	if err != nil {
 		return err
@@ -317,17 +333,19 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 	var reaperPool *scoring.Pool
 	if reaperSettings.Enabled {
 		reap = reaper.New(rdb, reaper.Config{Policy: reaperPolicy, Unregister: store.UnregisterTorrent,
-			Logger: t.logger.With("component", "reaper")})
+			Publisher: publisher, Logger: t.logger.With("component", "reaper")})
 		if cfg.Host != nil && reaperPolicy.MaxWorkers > 0 {
 			// The pool is scoring's, which is generic: claim, process,
-			// report done, release on stop. Processing applies the step;
-			// OnItemDone applies it again, which changes nothing, so a
-			// done whose event the host's capped log dropped still moved
-			// the state forward.
+			// report done, release on stop. Processing applies the step
+			// and publishes its events before the done (again, with the
+			// same keys, if a worker died between the two); OnItemDone
+			// applies it again, which changes nothing, so a done whose
+			// event the host's capped log dropped still moved the state
+			// forward.
 			reaperPool = scoring.NewPool(scoring.PoolConfig{
 				Host: cfg.Host, Project: reaperPolicy.Project, Worker: "reaper", Max: reaperPolicy.MaxWorkers,
 				Process: func(ctx context.Context, item string) (json.RawMessage, error) {
-					out, err := reap.Apply(ctx, item)
+					out, err := reap.Process(ctx, item)
 					if errors.Is(err, reaper.ErrInvalid) {
 						return json.Marshal(map[string]string{"error": err.Error()})
 					}
@@ -666,7 +684,54 @@ func (t *Tracker) Stats(ctx context.Context) (plugins.Stats, error) {
 			metric("outbox_failures", "Outbox delivery attempts that failed (non-2xx, timeout, refused).", plugins.Gauge, float64(c.Failures), nil),
 		)
 	}
+	t.mu.Lock()
+	reap := t.reaper
+	t.mu.Unlock()
+	if reap != nil {
+		c, err := reap.Counts(ctx)
+		if err != nil {
+			return plugins.Stats{}, err
+		}
+		out.Metrics = append(out.Metrics, ReaperMetrics(c)...)
+	}
 	return out, nil
+}
+
+// ReaperMetrics are the reaper's counts as metrics: reaper_torrents by
+// state and notice (at the last run), reaper_steps by step (in all).
+func ReaperMetrics(c reaper.Counts) []plugins.Metric {
+	torrents := func(state, notify string, v int64) plugins.Metric {
+		return plugins.Metric{Name: "reaper_torrents", Help: "Torrents in the unseeded reaper's process at its last run, by state and notice.",
+			Kind: plugins.Gauge, Value: float64(v), Labels: map[string]string{"state": state, "notify": notify}}
+	}
+	steps := func(step string, v int64) plugins.Metric {
+		return plugins.Metric{Name: "reaper_steps", Help: "Steps the unseeded reaper has done, by step, over every frontend.",
+			Kind: plugins.Gauge, Value: float64(v), Labels: map[string]string{"step": step}}
+	}
+	return []plugins.Metric{
+		torrents("never", "initial", c.NeverInitial), torrents("never", "final", c.NeverFinal),
+		torrents("unseeded", "initial", c.UnseededInitial), torrents("unseeded", "final", c.UnseededFinal),
+		torrents("reseeded", "claim_window", c.ClaimWindows), torrents("reseeded", "rewards_waiting", c.RewardsWaiting),
+		steps("initial", c.InitialDone), steps("final", c.FinalDone), steps("removed", c.Removed),
+		steps("invited", c.Invited), steps("claims", c.Claims), steps("rewards", c.Rewards),
+		steps("extensions", c.Extensions), steps("notices", c.Notices),
+	}
+}
+
+// ReaperPolicy reads the reaper's policy from the plugin's settings
+// document, for a host process that serves the reaper's admin calls;
+// enabled is false when the reaper is off.
+func ReaperPolicy(raw json.RawMessage) (policy reaper.Policy, enabled bool, err error) {
+	var settings Settings
+	storeCfg, _, err := settings.parse(raw)
+	if err != nil {
+		return reaper.Policy{}, false, err
+	}
+	s, p, err := reaper.ParseSettings(settings.Reaper, storeCfg.Private)
+	if err != nil {
+		return reaper.Policy{}, false, fmt.Errorf("bittorrent settings: %w", err)
+	}
+	return p, s.Enabled, nil
 }
 
 // Health checks Redis.

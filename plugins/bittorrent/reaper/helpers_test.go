@@ -3,13 +3,16 @@ package reaper_test
 import (
 	"context"
 	"crypto/sha1"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/internal/redistest"
@@ -28,6 +31,50 @@ type fixture struct {
 	clock  *swarm.FakeClock
 	store  *swarm.Store
 	reaper *reaper.Reaper
+	pub    *memPublisher
+	rdb    redis.UniversalClient
+	policy reaper.Policy
+}
+
+// memPublisher keeps the events it is given; fail, when set, refuses them.
+type memPublisher struct {
+	mu     sync.Mutex
+	events []reaper.Event
+	fail   error
+}
+
+func (p *memPublisher) Publish(_ context.Context, events []reaper.Event) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.fail != nil {
+		return p.fail
+	}
+	p.events = append(p.events, events...)
+	return nil
+}
+
+// take returns the events published since the last take.
+func (p *memPublisher) take() []reaper.Event {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := p.events
+	p.events = nil
+	return out
+}
+
+// ofKind decodes the events of one kind into bodies of type T.
+func ofKind[T any](t *testing.T, events []reaper.Event, kind string) (bodies []T, keys []string) {
+	t.Helper()
+	for _, ev := range events {
+		if ev.Kind != kind {
+			continue
+		}
+		var body T
+		require.NoError(t, json.Unmarshal(ev.Body, &body))
+		bodies = append(bodies, body)
+		keys = append(keys, ev.Key)
+	}
+	return bodies, keys
 }
 
 func newFixture(t *testing.T, b redistest.Backend, policy reaper.Policy) *fixture {
@@ -39,8 +86,96 @@ func newFixture(t *testing.T, b redistest.Backend, policy reaper.Policy) *fixtur
 	ctx := context.Background()
 	require.NoError(t, store.AddUser(ctx, "passkey", "seeder"))
 	require.NoError(t, store.AddClient(ctx, "-TR", "Transmission"))
-	r := reaper.New(b.Client, reaper.Config{Policy: policy, Now: clock.Now, Unregister: store.UnregisterTorrent, Logger: quiet})
-	return &fixture{t: t, ctx: ctx, clock: clock, store: store, reaper: r}
+	pub := &memPublisher{}
+	r := reaper.New(b.Client, reaper.Config{Policy: policy, Now: clock.Now, Unregister: store.UnregisterTorrent, Logger: quiet,
+		Publisher: pub})
+	return &fixture{t: t, ctx: ctx, clock: clock, store: store, reaper: r, pub: pub, rdb: b.Client, policy: policy}
+}
+
+// announceAs announces for a user (their passkey is the user id with
+// "-pk"), from a peer of theirs, with left bytes left.
+func (f *fixture) announceAs(hash bittorrent.InfoHash, user string, left int64, event bittorrent.Event) {
+	f.t.Helper()
+	require.NoError(f.t, f.store.AddUser(f.ctx, user+"-pk", user))
+	var peer bittorrent.PeerID
+	copy(peer[:], fmt.Sprintf("-TR0000-%-12.12s", user))
+	req := &bittorrent.AnnounceRequest{InfoHash: hash, PeerID: peer, Passkey: user + "-pk", Left: uint64(left),
+		Addr: netip.MustParseAddrPort("10.0.0.2:6881"), Event: event}
+	_, err := f.store.Announce(f.ctx, req)
+	require.NoError(f.t, err)
+}
+
+// snatch has a user download the torrent whole and stop.
+func (f *fixture) snatch(hash bittorrent.InfoHash, user string) {
+	f.t.Helper()
+	f.announceAs(hash, user, 100, bittorrent.EventStarted)
+	f.announceAs(hash, user, 0, bittorrent.EventCompleted)
+	f.announceAs(hash, user, 0, bittorrent.EventStopped)
+}
+
+// reseed has a user start seeding (and stay).
+func (f *fixture) reseed(hash bittorrent.InfoHash, user string) {
+	f.t.Helper()
+	f.announceAs(hash, user, 0, bittorrent.EventStarted)
+}
+
+// stopSeeding has a user's seeder leave.
+func (f *fixture) stopSeeding(hash bittorrent.InfoHash, user string) {
+	f.t.Helper()
+	f.announceAs(hash, user, 0, bittorrent.EventStopped)
+}
+
+// runAll is one run with its workers: tick, then process every item.
+func (f *fixture) runAll() map[string]reaper.Outcome {
+	f.t.Helper()
+	out := map[string]reaper.Outcome{}
+	for _, name := range f.tick() {
+		o, err := f.reaper.Process(f.ctx, name)
+		require.NoError(f.t, err)
+		out[name] = o
+	}
+	return out
+}
+
+// dump is every key of the backend with its DUMP and TTL, to compare.
+func dump(t *testing.T, rdb redis.UniversalClient) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]string{}
+	read := func(ctx context.Context, node redis.UniversalClient) error {
+		var cursor uint64
+		for {
+			keys, next, err := node.Scan(ctx, cursor, "*", 1000).Result()
+			if err != nil {
+				return err
+			}
+			for _, k := range keys {
+				v, err := node.Dump(ctx, k).Result()
+				if err != nil {
+					return err
+				}
+				ttl, err := node.PTTL(ctx, k).Result()
+				if err != nil {
+					return err
+				}
+				out[k] = fmt.Sprintf("%x ttl=%v", v, ttl > 0)
+			}
+			if cursor = next; cursor == 0 {
+				return nil
+			}
+		}
+	}
+	if cluster, ok := rdb.(*redis.ClusterClient); ok {
+		var mu sync.Mutex
+		require.NoError(t, cluster.ForEachMaster(ctx, func(ctx context.Context, master *redis.Client) error {
+			mu.Lock()
+			defer mu.Unlock()
+			return read(ctx, master)
+		}))
+	} else {
+		require.NoError(t, read(ctx, rdb))
+	}
+	return out
 }
 
 func hashOf(name string) bittorrent.InfoHash { return sha1.Sum([]byte(name)) }

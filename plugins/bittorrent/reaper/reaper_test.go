@@ -93,9 +93,11 @@ func TestReseedClearsTheStateAndStaleStepsDoNothing(t *testing.T) {
 		require.Equal(t, row["notify"], f.state(hash).Notify, "refused: nothing changed")
 
 		f.seedAndLeave(hash)
-		require.Equal(t, reaper.State{}, f.state(hash), "a reseed clears the state")
+		s := f.state(hash)
+		require.Empty(t, s.State, "a reseed clears the state")
+		require.Equal(t, f.clock.Now().Add(15*time.Minute), s.ClaimUntil, "and opens the claim window: someone other than the uploader reseeded")
 		require.Equal(t, reaper.Outcome{Reason: "out of order"}, f.apply(final), "its row is gone")
-		require.Equal(t, reaper.State{}, f.state(hash))
+		require.Empty(t, f.state(hash).State)
 		require.Empty(t, f.plan(), "seeded just now: nothing due")
 
 		// Truncation: deleting the state only restarts at the initial notice.

@@ -58,6 +58,13 @@ type Settings struct {
 	// MaxWorkers caps the plugin's reaper workers per frontend (2); -1
 	// runs none (another process works the items).
 	MaxWorkers int `json:"max_workers"`
+	// ClaimWindow: after the first reseed of a torrent in the process by
+	// someone other than its uploader, others who start seeding it within
+	// ClaimWindow also win ("15m"; Orpheus's 900 s of time spent).
+	ClaimWindow string `json:"claim_window"`
+	// RewardFactor: a claim's reward is RewardFactor x the torrent's
+	// value (1.25, Orpheus's REAPER_RESEED_REWARD_FACTOR).
+	RewardFactor float64 `json:"reward_factor"`
 }
 
 // Schedule is one kind's three gaps.
@@ -82,6 +89,8 @@ type Policy struct {
 	RequeueAfter time.Duration
 	ReclaimTTL   time.Duration
 	MaxWorkers   int
+	ClaimWindow  time.Duration
+	RewardFactor float64
 }
 
 // Defaults (Orpheus's code).
@@ -101,6 +110,7 @@ func DefaultPolicy() Policy {
 		Project: DefaultProject, Period: DefaultPeriod, Never: DefaultNever, Unseeded: DefaultUnseeded,
 		MaxPerUser: 200, MaxUsers: 2500, MaxTotal: 4000,
 		RequeueAfter: 24 * time.Hour, ReclaimTTL: 10 * time.Minute, MaxWorkers: 2,
+		ClaimWindow: 15 * time.Minute, RewardFactor: 1.25,
 	}
 }
 
@@ -136,6 +146,7 @@ func ParseSettings(raw json.RawMessage, private bool) (Settings, Policy, error) 
 		{"unseeded_removal", s.UnseededRemoval, &p.Unseeded.Removal},
 		{"requeue_after", s.RequeueAfter, &p.RequeueAfter},
 		{"reclaim_ttl", s.ReclaimTTL, &p.ReclaimTTL},
+		{"claim_window", s.ClaimWindow, &p.ClaimWindow},
 	}
 	for _, d := range durations {
 		if d.text == "" {
@@ -159,6 +170,12 @@ func ParseSettings(raw json.RawMessage, private bool) (Settings, Policy, error) 
 		if c.v > 0 {
 			*c.into = c.v
 		}
+	}
+	switch {
+	case s.RewardFactor < 0 || s.RewardFactor > 1000:
+		return s, p, fmt.Errorf("reaper: reward_factor %v: want 0 (the default, 1.25) up to 1000", s.RewardFactor)
+	case s.RewardFactor > 0:
+		p.RewardFactor = s.RewardFactor
 	}
 	switch {
 	case s.MaxWorkers < -1:
