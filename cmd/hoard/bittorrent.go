@@ -29,16 +29,17 @@ func btCommand() *cobra.Command {
 Changes reach the tracker frontends within their cache time (10s) for
 passkeys and the whitelist, at once for torrents.`,
 	}
-	cmd.AddCommand(btTorrentCommand(), btUserCommand(), btClientCommand(), btClientsCommand(), btStatsCommand(), btTopCommand())
-	cmd.AddCommand(btReaperEventsParent(), btOutboxCommand())
+	cmd.AddCommand(btTorrentCommand(), btUserCommand(), btClientCommand(), btClientsCommand(), btStatsCommand(), btTopCommand(),
+		btReaperCommand(), btOutboxCommand())
 	return cmd
 }
 
 func btTorrentCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "torrent", Short: "Register, unregister and show torrents"}
 	var id, uploader, created string
+	var value float64
 	add := &cobra.Command{
-		Use:   "add <infohash> --id N [--uploader U] [--created RFC3339]",
+		Use:   "add <infohash> --id N [--uploader U] [--created RFC3339] [--value V]",
 		Short: "Register a torrent under the site's torrent id (again: change its id)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -47,7 +48,10 @@ func btTorrentCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			body := map[string]string{"id": id}
+			body := map[string]any{"id": id}
+			if value != 0 {
+				body["value"] = value
+			}
 			if uploader != "" {
 				body["uploader"] = uploader
 			}
@@ -74,6 +78,7 @@ func btTorrentCommand() *cobra.Command {
 	add.Flags().StringVar(&id, "id", "", "the site's torrent id (required)")
 	_ = add.MarkFlagRequired("id")
 	add.Flags().StringVar(&uploader, "uploader", "", "the site's user id of the uploader (the reaper notifies them)")
+	add.Flags().Float64Var(&value, "value", 0, "what the upload is worth (e.g. its size in GiB): the reaper rewards a reseed with reward_factor x value (default 1)")
 	add.Flags().StringVar(&created, "created", "", "the upload's creation time, RFC 3339 (default: now, at the first registration)")
 	remove := &cobra.Command{
 		Use:   "remove <infohash>",
@@ -361,12 +366,6 @@ func timeOrNever(t *time.Time) string {
 
 // btReaperEventsParent is `hoard bt reaper`, holding `events`. (When the
 // reaper's own commands land, events joins them under one parent.)
-func btReaperEventsParent() *cobra.Command {
-	cmd := &cobra.Command{Use: "reaper", Short: "The unseeded reaper: the events it hands the site"}
-	cmd.AddCommand(btReaperEventsCommand())
-	return cmd
-}
-
 // btReaperEventsCommand is `hoard bt reaper events`: the outbox's pending
 // events, for a site that polls, one JSON object per line.
 func btReaperEventsCommand() *cobra.Command {

@@ -275,10 +275,14 @@ func runServe(ctx context.Context, o serveOptions) error {
 	// The outbox calls (poll, ack, dead, retry) read and write the
 	// plugin's outbox in the same Redis; this one never delivers.
 	btOutbox := outbox.New(rdb, outbox.Config{Policy: outbox.DefaultPolicy(), Logger: logger.With("component", "bittorrent-outbox")})
+	btReaper, err := adminReaper(o.plugins, rdb, btAdmin, logger)
+	if err != nil {
+		return err
+	}
 	srv, err := server.New(server.Config{
 		Listen: o.listen, AdminToken: o.adminToken, InsecureNoAdminToken: o.insecureNoAdminToken, MetricsToken: o.metricsToken,
 		ProjectsFile: o.projectsFile, PublicURL: o.publicURL, TrustedProxies: o.trustedProxies, Logger: logger,
-		Offloader: offloader, AdminExtensions: []server.AdminExtension{&btadmin.Admin{Store: btAdmin, Outbox: btOutbox}}, Collectors: []prometheus.Collector{pluginHost.Collector()},
+		Offloader: offloader, AdminExtensions: []server.AdminExtension{&btadmin.Admin{Store: btAdmin, Outbox: btOutbox, Reaper: btReaper}}, Collectors: []prometheus.Collector{pluginHost.Collector()},
 		Plugins: pluginHost, MaxViewers: maxViewers, MaxViewersPerAddress: o.maxViewersPerAddress,
 		ViewerIdleTimeout: o.viewerIdleTimeout,
 	}, engine)

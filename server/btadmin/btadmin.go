@@ -16,6 +16,7 @@ import (
 
 	"github.com/hoardproject/hoard/plugins/bittorrent"
 	"github.com/hoardproject/hoard/plugins/bittorrent/outbox"
+	"github.com/hoardproject/hoard/plugins/bittorrent/reaper"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 
 	"github.com/hoardproject/hoard/server"
@@ -25,7 +26,7 @@ import (
 // the client whitelist (a Gazelle-style site keeps its database as the
 // truth and pushes changes here):
 //
-//	PUT    /api/v1/bittorrent/torrents/:infohash   {"id":"123"}   register (or re-id) a torrent
+//	PUT    /api/v1/bittorrent/torrents/:infohash   {"id":"123"}   register (or re-id) a torrent (also uploader, created, value)
 //	DELETE /api/v1/bittorrent/torrents/:infohash                  unregister it (404 if not registered)
 //	GET    /api/v1/bittorrent/torrents/:infohash                  its record (404 if none)
 //	PUT    /api/v1/bittorrent/users/:passkey       {"user_id":"7"} map a passkey to a user
@@ -55,6 +56,9 @@ import (
 type Admin struct {
 	Store  *swarm.Store
 	Outbox *outbox.Outbox
+	// Reaper serves the unseeded reaper's calls (reaper.go); nil when the
+	// reaper is off, and they answer 503.
+	Reaper *reaper.Reaper
 	tools  server.AdminTools // the change log and body decoding
 }
 
@@ -80,6 +84,7 @@ func (b *Admin) RegisterAdmin(g *gin.RouterGroup, tools server.AdminTools) {
 	bt.GET("/stats", b.stats)
 	bt.GET("/top", b.top)
 	b.registerOutbox(g)
+	b.registerReaper(bt)
 }
 
 func (b *Admin) requireStore(c *gin.Context) {
@@ -126,6 +131,7 @@ type TorrentRecord struct {
 	Seeders    int64      `json:"seeders"`
 	Leechers   int64      `json:"leechers"`
 	Snatches   int64      `json:"snatches"`
+	Value      float64    `json:"value,omitempty"`
 }
 
 func torrentRecord(info swarm.TorrentInfo) TorrentRecord {
@@ -139,7 +145,7 @@ func torrentRecord(info swarm.TorrentInfo) TorrentRecord {
 	return TorrentRecord{
 		InfoHash: hexHash(info.InfoHash), ID: info.ID, Registered: info.ID != "", Uploader: info.Uploader,
 		Created: at(info.Created), LastAction: at(info.LastAction),
-		Announces: info.Announces, Seeders: info.Seeders, Leechers: info.Leechers, Snatches: info.Snatches,
+		Announces: info.Announces, Seeders: info.Seeders, Leechers: info.Leechers, Snatches: info.Snatches, Value: info.Value,
 	}
 }
 
@@ -151,6 +157,10 @@ type RegisterTorrentRequest struct {
 	ID       server.LooseString `json:"id"`
 	Uploader server.LooseString `json:"uploader"`
 	Created  *time.Time         `json:"created"`
+	// Value is what the upload is worth to the site (e.g. its size in
+	// GiB): a reseed claim earns the reaper's reward_factor x Value (1
+	// when never given).
+	Value float64 `json:"value"`
 }
 
 // RegisterTorrentReply answers PUT …/torrents/:infohash; PreviousID is
@@ -184,7 +194,7 @@ func (b *Admin) registerTorrent(c *gin.Context) {
 		_ = c.Error(err)
 		return
 	}
-	reg := swarm.Registration{ID: string(req.ID), Uploader: string(req.Uploader)}
+	reg := swarm.Registration{ID: string(req.ID), Uploader: string(req.Uploader), Value: req.Value}
 	if req.Created != nil {
 		reg.Created = *req.Created
 	}

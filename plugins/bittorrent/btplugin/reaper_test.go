@@ -1,7 +1,9 @@
 package btplugin_test
 
 import (
+	"context"
 	"encoding/json"
+	"sync"
 	"testing"
 	"time"
 
@@ -102,5 +104,64 @@ func TestReaperRunsOnThePluginPlatform(t *testing.T) {
 		s, err = tr.Reaper().State(ctx, hash)
 		require.NoError(t, err)
 		require.Equal(t, "initial", s.Notify)
+	})
+}
+
+type recordingPublisher struct {
+	mu     sync.Mutex
+	events []reaper.Event
+}
+
+func (p *recordingPublisher) Publish(_ context.Context, events []reaper.Event) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.events = append(p.events, events...)
+	return nil
+}
+
+// TestReaperPublishesAndCounts: the publisher set before Configure gets
+// the run's notice; the claim window reaches the announce path; Stats
+// carries the reaper's counts by state and step.
+func TestReaperPublishesAndCounts(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := t.Context()
+		p, err := btplugin.New(ctx, quiet)
+		require.NoError(t, err)
+		tr := p.(*btplugin.Tracker)
+		pub := &recordingPublisher{}
+		tr.SetReaperPublisher(pub)
+		settings := `{"mode":"private","http":"127.0.0.1:0","udp4":"","udp6":"","interval":"1m",
+			"reaper":{"enabled":true,"period":"24h","claim_window":"7m"}}`
+		require.NoError(t, tr.Configure(ctx, plugins.Config{Name: "bittorrent", RedisURL: b.URL, Settings: json.RawMessage(settings)}))
+		t.Cleanup(func() { _ = tr.Close(context.Background()) })
+		require.Equal(t, 7*time.Minute, tr.Store().Config().ReaperClaimWindow)
+
+		hash := bittorrent.InfoHash{0x4e, 'v', 'r', '3'}
+		require.NoError(t, tr.Store().Register(ctx, hash, swarm.Registration{ID: "3", Uploader: "u1",
+			Created: time.Now().Add(-9 * time.Hour)}))
+		res, err := tr.OnTick(ctx, plugins.Tick{Job: btplugin.ReaperJob, Scheduled: time.Now(), At: time.Now()})
+		require.NoError(t, err)
+		require.Len(t, res.Enqueue, 1)
+		require.NoError(t, tr.OnItemDone(ctx, plugins.ItemEvent{ItemType: "notify-initial", Project: "bt-reaper", Item: res.Enqueue[0].Item, At: time.Now()}))
+		pub.mu.Lock()
+		require.Len(t, pub.events, 1)
+		require.Equal(t, reaper.KindNotice, pub.events[0].Kind)
+		pub.mu.Unlock()
+
+		stats, err := tr.Stats(ctx)
+		require.NoError(t, err)
+		got := map[string]float64{}
+		for _, m := range stats.Metrics {
+			if m.Name == "reaper_steps" {
+				got["step/"+m.Labels["step"]] = m.Value
+			}
+			if m.Name == "reaper_torrents" {
+				got[m.Labels["state"]+"/"+m.Labels["notify"]] = m.Value
+			}
+		}
+		require.Equal(t, 1.0, got["step/initial"])
+		require.Equal(t, 1.0, got["step/notices"])
+		require.Equal(t, 0.0, got["never/initial"], "states are counted by the run, which found none yet")
+		require.Contains(t, got, "unseeded/final")
 	})
 }

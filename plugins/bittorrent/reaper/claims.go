@@ -141,7 +141,7 @@ func (r *Reaper) Extend(ctx context.Context, hash bittorrent.InfoHash, days int)
 	}
 	if code, _ := reply[0].(int64); code != 1 {
 		why, _ := reply[1].(string)
-		return Extension{}, fmt.Errorf("reaper: torrent %s has no notice to extend (%s): %w", swarm.HexInfoHash(hash), why, ErrNoNotice)
+		return Extension{}, fmt.Errorf("reaper: torrent %s is not in the reaper's process (%s): nothing to extend: %w", swarm.HexInfoHash(hash), why, ErrNoNotice)
 	}
 	date, _ := reply[1].(string)
 	ms, _ := strconv.ParseInt(date, 10, 64)
