@@ -207,3 +207,22 @@ func hashesIn(n reaper.NoticeBody) []string {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// Strict < at each of the unseeded schedule's thresholds (the never-seeded
+// ones are in TestNeverSeededGoesThroughBothNoticesBeforeRemoval): exactly
+// the gap is not past it, one millisecond more is.
+func TestUnseededThresholdsAreStrict(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, reaper.DefaultPolicy())
+		hash := f.register("strict", "up")
+		f.seedAndLeave(hash)
+		for _, gap := range []time.Duration{480 * time.Hour, 648 * time.Hour, 72 * time.Hour} {
+			f.clock.Advance(gap)
+			require.Empty(t, f.plan(), "exactly %v is not past it", gap)
+			f.clock.Advance(time.Millisecond)
+			require.Len(t, f.runAll(), 1, "%v and 1 ms is", gap)
+		}
+		require.Equal(t, "removed", f.state(hash).Notify)
+		require.Equal(t, "unseeded", f.state(hash).State)
+	})
+}
