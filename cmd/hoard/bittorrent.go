@@ -364,8 +364,6 @@ func timeOrNever(t *time.Time) string {
 	return t.Format(time.RFC3339)
 }
 
-// btReaperEventsParent is `hoard bt reaper`, holding `events`. (When the
-// reaper's own commands land, events joins them under one parent.)
 // btReaperEventsCommand is `hoard bt reaper events`: the outbox's pending
 // events, for a site that polls, one JSON object per line.
 func btReaperEventsCommand() *cobra.Command {

@@ -15,10 +15,12 @@ import (
 )
 
 // btReaperCommand is `hoard bt reaper`: the unseeded reaper's extensions,
-// preview and counts, through the admin API (/api/v1/bittorrent/reaper).
+// preview, counts and torrents through the admin API
+// (/api/v1/bittorrent/reaper), and the events it hands the site (the
+// outbox, /api/v1/bittorrent/outbox).
 func btReaperCommand() *cobra.Command {
-	cmd := &cobra.Command{Use: "reaper", Short: "The unseeded reaper: extend a grace period, preview the next run, counts, the events it hands the site"}
-	cmd.AddCommand(btReaperExtendCommand(), btReaperPreviewCommand(), btReaperCountsCommand(), btReaperEventsCommand())
+	cmd := &cobra.Command{Use: "reaper", Short: "The unseeded reaper: extend a grace period, preview the next run, counts, a torrent's state, the events it hands the site"}
+	cmd.AddCommand(btReaperExtendCommand(), btReaperPreviewCommand(), btReaperCountsCommand(), btReaperShowCommand(), btReaperEventsCommand())
 	return cmd
 }
 
@@ -122,6 +124,47 @@ func btReaperCountsCommand() *cobra.Command {
 				{"invited", n(c.Invited)}, {"claims", n(c.Claims)}, {"rewards", n(c.Rewards)},
 				{"extensions", n(c.Extensions)}, {"notices", n(c.Notices)},
 			})
+			return nil
+		},
+	}
+}
+
+func btReaperShowCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "show <infohash>",
+		Short: "Show a torrent's reaper state, its claims and its open invitations",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			path, err := btPath("/reaper/torrents/", "info-hash", args[0])
+			if err != nil {
+				return err
+			}
+			var r btadmin.ReaperTorrent
+			if err := newAdminClient().do(cmd.Context(), http.MethodGet, path, nil, &r); err != nil {
+				return err
+			}
+			state := r.State + "/" + r.Notify
+			if r.State == "" {
+				state = "not in the process"
+			}
+			rows := [][2]string{{"info_hash", r.InfoHash}, {"state", state}, {"unseeded_date", timeOrNever(r.UnseededDate)}}
+			if r.ClaimUntil != nil {
+				rows = append(rows, [2]string{"claim_until", r.ClaimUntil.Format(time.RFC3339)})
+			}
+			if r.Pending != "" {
+				rows = append(rows, [2]string{"queued", r.Pending})
+			}
+			for _, c := range r.Claims {
+				rewarded := "reward waiting"
+				if c.Rewarded {
+					rewarded = "rewarded"
+				}
+				rows = append(rows, [2]string{"claim", fmt.Sprintf("%s at %s (%s)", c.User, c.At.Format(time.RFC3339), rewarded)})
+			}
+			if len(r.Invited) > 0 {
+				rows = append(rows, [2]string{"invited", strings.Join(r.Invited, ", ")})
+			}
+			printRows(cmd.OutOrStdout(), rows)
 			return nil
 		},
 	}

@@ -72,6 +72,12 @@ func TestCLIBitTorrentReaper(t *testing.T) {
 		require.NoError(t, err, out)
 		require.Contains(t, out, "extended "+hashHex+" by 1 days")
 
+		out, err = runCLI(t, ts.URL, "bt", "reaper", "show", hashHex)
+		require.NoError(t, err, out)
+		require.Regexp(t, `state\s+never/initial\n`, out)
+		_, err = runCLI(t, ts.URL, "bt", "reaper", "show", "nothex")
+		require.ErrorContains(t, err, "want 40 hex characters (HTTP 400)")
+
 		out, err = runCLI(t, ts.URL, "bt", "reaper", "counts")
 		require.NoError(t, err, out)
 		require.Regexp(t, `extensions\s+2\n`, out)
