@@ -329,6 +329,13 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 			go pool.Run(runCtx, scorePolicy.ScaleInterval)
 		}
 	}
+	var ob *outbox.Outbox
+	if wantOutbox {
+		ob = outbox.New(rdb, outbox.Config{Policy: outboxPolicy, Logger: t.logger.With("component", "outbox")})
+		if publisher == nil {
+			publisher = outboxPublisher{ob}
+		}
+	}
 	var reap *reaper.Reaper
 	var reaperPool *scoring.Pool
 	if reaperSettings.Enabled {
@@ -360,9 +367,7 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 			go reaperPool.Run(runCtx, 10*time.Second)
 		}
 	}
-	var ob *outbox.Outbox
-	if wantOutbox {
-		ob = outbox.New(rdb, outbox.Config{Policy: outboxPolicy, Logger: t.logger.With("component", "outbox")})
+	if ob != nil {
 		err := ob.SaveConfig(runCtx)
 		if err == nil {
 			err = ob.Start(runCtx)
@@ -781,4 +786,27 @@ func (t *Tracker) Close(context.Context) error {
 		errs = append(errs, rdb.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// outboxPublisher hands the reaper's events to the plugin's outbox, in
+// batches of at most outboxBatch so one script stays short (a run's
+// notices can name thousands of uploaders). A batch that fails is
+// published again by the reaper with the same keys, and the outbox stores
+// a key once within its dedup window, so nothing is lost or doubled.
+type outboxPublisher struct{ ob *outbox.Outbox }
+
+const outboxBatch = 500
+
+func (p outboxPublisher) Publish(ctx context.Context, events []reaper.Event) error {
+	for start := 0; start < len(events); start += outboxBatch {
+		chunk := events[start:min(start+outboxBatch, len(events))]
+		out := make([]outbox.Event, len(chunk))
+		for i, e := range chunk {
+			out[i] = outbox.Event(e)
+		}
+		if err := p.ob.Append(ctx, out); err != nil {
+			return err
+		}
+	}
+	return nil
 }

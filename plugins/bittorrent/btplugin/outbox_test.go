@@ -18,8 +18,11 @@ import (
 
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/plugins"
+	"github.com/hoardproject/hoard/plugins/bittorrent"
 	"github.com/hoardproject/hoard/plugins/bittorrent/btplugin"
 	"github.com/hoardproject/hoard/plugins/bittorrent/outbox"
+	"github.com/hoardproject/hoard/plugins/bittorrent/reaper"
+	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 	"github.com/hoardproject/hoard/plugins/pluginhost"
 	"github.com/hoardproject/hoard/queues"
 )
@@ -149,5 +152,68 @@ func TestOutboxCountsReachTheHostsMetrics(t *testing.T) {
 		require.Eventually(t, func() bool { return gauge("hoard_bittorrent_outbox_pending") == 2 }, 10*time.Second, 20*time.Millisecond)
 		require.Equal(t, 1.0, gauge("hoard_bittorrent_outbox_duplicates"))
 		require.Equal(t, 0.0, gauge("hoard_bittorrent_outbox_dead"))
+	})
+}
+
+// TestReaperNoticesReachTheSiteThroughTheOutbox: with the reaper and an
+// outbox configured together, a reaper run's notice for an upload never
+// seeded reaches a real webhook receiver, signed, once; a second run
+// while the step is pending publishes nothing new.
+func TestReaperNoticesReachTheSiteThroughTheOutbox(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		const secret = "reaper-webhook-secret-0123"
+		var mu sync.Mutex
+		var events []outbox.WebhookEvent
+		listener, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		srv := &httptest.Server{Listener: listener, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			payload, _ := io.ReadAll(r.Body)
+			if outbox.VerifySignature([]byte(secret), r.Header.Get(outbox.SignatureHeader), payload, time.Now(), outbox.DefaultTolerance) != nil {
+				w.WriteHeader(http.StatusUnauthorized)
+				return
+			}
+			var body outbox.WebhookBody
+			if json.Unmarshal(payload, &body) != nil {
+				w.WriteHeader(http.StatusBadRequest)
+				return
+			}
+			mu.Lock()
+			events = append(events, body.Events...)
+			mu.Unlock()
+		})}}
+		srv.Start()
+		t.Cleanup(srv.Close)
+
+		tr, _ := startTracker(t, b, fmt.Sprintf(`{"mode":"private","http":"127.0.0.1:0","udp4":"","udp6":"",
+			"reaper":{"enabled":true,"period":"24h"},
+			"outbox":{"webhook_url":%q,"webhook_secret":%q,"poll":"20ms"}}`, srv.URL+"/hook", secret))
+		ctx := t.Context()
+		hash := bittorrent.InfoHash{0x4e, 'o', 'b'}
+		require.NoError(t, tr.Store().Register(ctx, hash, swarm.Registration{ID: "31", Uploader: "u31",
+			Created: time.Now().Add(-9 * time.Hour)}))
+		for range 2 {
+			res, err := tr.OnTick(ctx, plugins.Tick{Job: "reaper", Scheduled: time.Now(), At: time.Now()})
+			require.NoError(t, err)
+			require.LessOrEqual(t, len(res.Enqueue), 1)
+		}
+		require.Eventually(t, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(events) >= 1
+		}, 10*time.Second, 10*time.Millisecond)
+		// Nothing else was stored, so nothing else can come: the second
+		// run found the step pending and published no notice.
+		require.Eventually(t, func() bool {
+			c, err := tr.Outbox().Counts(ctx)
+			return err == nil && c.Appended == 1 && c.Delivered == 1 && c.Pending == 0
+		}, 10*time.Second, 10*time.Millisecond)
+		mu.Lock()
+		defer mu.Unlock()
+		require.Len(t, events, 1, "one notice, delivered once")
+		require.Equal(t, reaper.KindNotice, events[0].Kind)
+		var notice reaper.NoticeBody
+		require.NoError(t, json.Unmarshal(events[0].Body, &notice))
+		require.Equal(t, "initial", notice.Step)
+		require.Equal(t, "u31", notice.User)
 	})
 }
