@@ -97,6 +97,7 @@ bench: build
 	bin/hoard-bench fsync
 	bin/hoard-bench backfeed-flood
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./queues
+	$(GO) test -run '^$$' -bench BenchmarkReaperRun -benchtime 1x -count 3 -timeout 30m ./plugins/bittorrent/reaper
 
 # The chaos suite for minutes (make test runs it for 20 s): the real
 # binaries on loopback, frontends, plugins and redis-server SIGKILLed under
