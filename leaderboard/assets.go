@@ -26,6 +26,13 @@ func ProjectPage() []byte {
 	return page
 }
 
+// TrackerPage is the tracker page's HTML (/tracker/): static, tracker.js
+// draws it from /tracker.json.
+func TrackerPage() []byte {
+	page, _ := assets.ReadFile("assets/tracker.html")
+	return page
+}
+
 // IndexTemplate renders the list of projects at /.
 var IndexTemplate = template.Must(template.New("index.html").Funcs(template.FuncMap{"count": FormatCount}).ParseFS(assets, "assets/index.html"))
 

@@ -2,6 +2,7 @@ package server
 
 import (
 	"cmp"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -42,11 +43,18 @@ type PublicMetric struct {
 	Help  string  `json:"help,omitempty"`
 	Kind  string  `json:"kind"`
 	Value float64 `json:"value"`
+	// Labels are a labelled series' labels (only in /tracker.json: the
+	// index and /plugins.json show totals).
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // publicPlugins renders source for viewers, in configuration order, with
-// each plugin's metrics sorted by name; nil source gives none.
-func publicPlugins(source PluginSource) []PublicPlugin {
+// each plugin's totals sorted by name; nil source gives none.
+func publicPlugins(source PluginSource) []PublicPlugin { return renderPlugins(source, false) }
+
+// renderPlugins is publicPlugins, with the labelled series too when
+// labelled is set (sorted by name, then labels).
+func renderPlugins(source PluginSource, labelled bool) []PublicPlugin {
 	if source == nil {
 		return nil
 	}
@@ -55,12 +63,15 @@ func publicPlugins(source PluginSource) []PublicPlugin {
 	for _, st := range source.Status() {
 		p := PublicPlugin{Name: st.Name, State: st.State, Since: st.Since, Restarts: st.Restarts, Metrics: []PublicMetric{}}
 		for _, m := range stats[st.Name].Metrics {
-			if len(m.Labels) > 0 {
+			if len(m.Labels) > 0 && !labelled {
 				continue
 			}
-			p.Metrics = append(p.Metrics, PublicMetric{Name: m.Name, Label: metricLabel(m.Name), Help: m.Help, Kind: m.Kind.String(), Value: m.Value})
+			p.Metrics = append(p.Metrics, PublicMetric{Name: m.Name, Label: metricLabel(m.Name), Help: m.Help, Kind: m.Kind.String(),
+				Value: m.Value, Labels: m.Labels})
 		}
-		slices.SortFunc(p.Metrics, func(a, b PublicMetric) int { return cmp.Compare(a.Name, b.Name) })
+		slices.SortFunc(p.Metrics, func(a, b PublicMetric) int {
+			return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(labelText(a.Labels), labelText(b.Labels)))
+		})
 		out = append(out, p)
 	}
 	return out
@@ -74,6 +85,34 @@ type PluginsJSON struct {
 
 func (p *PluginsJSON) Serve(c *gin.Context) {
 	list := publicPlugins(p.Source)
+	if list == nil {
+		list = []PublicPlugin{}
+	}
+	c.Header("Access-Control-Allow-Origin", "*")
+	c.Header("Cache-Control", "max-age=2")
+	c.JSON(http.StatusOK, list)
+}
+
+// labelText orders labelled series: their labels, sorted, as k=v pairs.
+func labelText(labels map[string]string) string {
+	keys := slices.Sorted(maps.Keys(labels))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + labels[k]
+	}
+	return strings.Join(parts, ",")
+}
+
+// TrackerJSON serves GET /tracker.json: every plugin's state and all its
+// metrics, labelled series included (the reaper's torrents by state, its
+// steps, …), for the tracker page and for scripts (CORS *). Like
+// /plugins.json it reads the host's last poll, never a plugin.
+type TrackerJSON struct {
+	Source PluginSource
+}
+
+func (p *TrackerJSON) Serve(c *gin.Context) {
+	list := renderPlugins(p.Source, true)
 	if list == nil {
 		list = []PublicPlugin{}
 	}

@@ -63,7 +63,7 @@ func TestPluginTotalsOnTheIndexAndInPluginsJSON(t *testing.T) {
 
 		r = get("/")
 		require.Equal(t, http.StatusOK, r.status)
-		require.Contains(t, r.body, "<h2>Plugins</h2>")
+		require.Contains(t, r.body, `<h2>Plugins <a class="muted small" href="/tracker/">tracker page</a></h2>`)
 		require.Contains(t, r.body, `<dt title="seeders now">seeders</dt><dd>12</dd>`)
 		require.Contains(t, r.body, `<dt title="">announces</dt><dd>3,456</dd>`, "a readable name, and numbers as the project page writes them")
 		require.Contains(t, r.body, "running · 2 restarts")

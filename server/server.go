@@ -136,6 +136,10 @@ func New(cfg Config, engine *queues.Engine) (*Server, error) {
 	router.POST("/backfeed/legacy/:key", backfeed.Serve)
 	router.GET("/", pages.Index)
 	router.GET("/plugins.json", (&PluginsJSON{Source: cfg.Plugins}).Serve)
+	router.GET("/tracker.json", (&TrackerJSON{Source: cfg.Plugins}).Serve)
+	router.GET("/tracker/", func(c *gin.Context) {
+		c.Data(http.StatusOK, "text/html; charset=utf-8", leaderboard.TrackerPage())
+	})
 	router.StaticFS("/static", http.FS(leaderboard.Static()))
 	router.GET("/metrics", metrics.Serve(cfg.MetricsToken, cfg.AdminToken))
 	adminGroup := router.Group("/api/v1", requireToken(cfg.AdminToken, cfg.InsecureNoAdminToken))

@@ -1,0 +1,131 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/plugins"
+	"github.com/hoardproject/hoard/plugins/pluginhost"
+	"github.com/hoardproject/hoard/queues"
+	"github.com/hoardproject/hoard/server"
+)
+
+// trackerSource is a BitTorrent plugin as the tracker page sees it: its
+// totals and the reaper's labelled series (as btplugin.ReaperMetrics
+// names them), one label holding markup that must stay text.
+func trackerSource() fakePlugins {
+	since := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+	torrents := func(state, notify string, n float64) plugins.Metric {
+		return plugins.Metric{Name: "reaper_torrents", Help: "Uploads in the reaper's process, by state and notice, at its last run.",
+			Kind: plugins.Gauge, Value: n, Labels: map[string]string{"state": state, "notify": notify}}
+	}
+	steps := func(step string, n float64) plugins.Metric {
+		return plugins.Metric{Name: "reaper_steps", Help: "Reaper steps done.", Kind: plugins.Counter, Value: n,
+			Labels: map[string]string{"step": step}}
+	}
+	return fakePlugins{
+		status: []pluginhost.Status{{Name: "bittorrent", State: pluginhost.StateRunning, Since: since}},
+		stats: map[string]plugins.Stats{"bittorrent": {Metrics: []plugins.Metric{
+			{Name: "swarm_seeders", Help: "seeders now", Kind: plugins.Gauge, Value: 12345},
+			{Name: "torrents_count", Help: "registered torrents", Kind: plugins.Gauge, Value: 1000000},
+			torrents("unseeded", "initial", 2296), torrents("never", "initial", 322),
+			torrents("never", "final", 286), torrents("unseeded", "final", 213),
+			steps("initial", 1270), steps("final", 887), steps("removed", 346),
+			steps("<b>odd</b>", 1),
+		}}},
+	}
+}
+
+func TestTrackerJSONHasTheLabelledSeries(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, server.Config{Plugins: trackerSource()})
+		req, err := http.NewRequest(http.MethodGet, f.url+"/tracker.json", nil)
+		require.NoError(t, err)
+		r := f.do(req)
+		require.Equal(t, http.StatusOK, r.status)
+		require.Equal(t, "*", r.header.Get("Access-Control-Allow-Origin"))
+		var list []server.PublicPlugin
+		require.NoError(t, json.Unmarshal([]byte(r.body), &list))
+		require.Len(t, list, 1)
+		var got []string
+		for _, m := range list[0].Metrics {
+			labels := ""
+			for _, k := range []string{"notify", "state", "step"} {
+				if v, ok := m.Labels[k]; ok {
+					labels += " " + k + "=" + v
+				}
+			}
+			got = append(got, m.Name+labels)
+		}
+		require.Equal(t, []string{
+			"reaper_steps step=<b>odd</b>", "reaper_steps step=final", "reaper_steps step=initial", "reaper_steps step=removed",
+			"reaper_torrents notify=final state=never", "reaper_torrents notify=final state=unseeded",
+			"reaper_torrents notify=initial state=never", "reaper_torrents notify=initial state=unseeded",
+			"swarm_seeders", "torrents_count",
+		}, got, "every series, sorted by name then labels")
+
+		// The page itself, and the project name it would shadow.
+		req, err = http.NewRequest(http.MethodGet, f.url+"/tracker/", nil)
+		require.NoError(t, err)
+		r = f.do(req)
+		require.Equal(t, http.StatusOK, r.status)
+		require.Contains(t, r.body, `<script src="/static/tracker.js">`)
+		_, err = f.engine.CreateProject(t.Context(), "tracker", queues.SettingsPatch{})
+		require.ErrorContains(t, err, "reserved")
+	})
+}
+
+// TestTrackerPageInChromium: the tracker page in real headless Chromium at
+// desktop and phone sizes shows the reaper's uploads by state and notice
+// and its steps as tables, counts with thousands separators, a label with
+// markup as text, and fits a phone's width.
+func TestTrackerPageInChromium(t *testing.T) {
+	node := requireBrowser(t)
+	b := redistest.Backends()[0]
+	f := newFixture(t, b, server.Config{Plugins: trackerSource()})
+	dir := os.Getenv("HOARD_SCREENSHOT_DIR")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	dir, err := filepath.Abs(dir)
+	require.NoError(t, err)
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, filepath.Join(e2eDir, "tracker.mjs"), f.url+"/tracker/", filepath.Join(dir, "tracker.png"))
+	cmd.WaitDelay = 5 * time.Second
+	out, runErr := cmd.Output()
+	line := strings.TrimSpace(string(out))
+	if i := strings.LastIndex(line, "\n{"); i >= 0 {
+		line = line[i+1:]
+	}
+	var res struct {
+		OK     bool                  `json:"ok"`
+		Tables map[string][][]string `json:"tables"`
+		Totals map[string]string     `json:"totals"`
+		Errors []string              `json:"errors"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(line), &res), "tracker.mjs printed: %s (exit %v)", out, runErr)
+	t.Logf("tracker.mjs: %s", line)
+	require.Empty(t, res.Errors)
+	require.True(t, res.OK, line)
+	require.NoError(t, runErr)
+	require.Equal(t, [][]string{
+		{"final", "never", "286"}, {"final", "unseeded", "213"},
+		{"initial", "never", "322"}, {"initial", "unseeded", "2,296"},
+	}, res.Tables["reaper_torrents"], "columns notify, state, count")
+	require.Equal(t, [][]string{{"<b>odd</b>", "1"}, {"final", "887"}, {"initial", "1,270"}, {"removed", "346"}},
+		res.Tables["reaper_steps"], "markup in a label is shown as text")
+	require.Equal(t, "1,000,000", res.Totals["torrents count"])
+	require.Equal(t, "12,345", res.Totals["seeders"])
+}
