@@ -85,6 +85,8 @@ test-long:
 e2e-deps:
 	@if [ ! -d leaderboard/e2e/node_modules ] && command -v npm >/dev/null; then \
 		cd leaderboard/e2e && npm ci --no-audit --no-fund; fi
+	@if [ ! -d plugins/bittorrent/ipmetrics/testdata/geodb/node_modules ] && command -v npm >/dev/null; then \
+		cd plugins/bittorrent/ipmetrics/testdata/geodb && npm ci --no-audit --no-fund; fi
 
 # Load generators, not timed tests: see README "Figures".
 # The load generators live in their own binary, out of the one operators run.

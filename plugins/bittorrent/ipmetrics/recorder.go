@@ -135,13 +135,19 @@ func (r *Recorder) Stop() error {
 	return nil
 }
 
+// flushTimeout bounds one batch's pipeline.
+const flushTimeout = 10 * time.Second
+
 func (r *Recorder) run(ctx context.Context) {
 	defer close(r.done)
+	// A batch taken before Stop is registered whole: Stop's cancel ends
+	// the loop, not a pipeline in flight.
+	work := context.WithoutCancel(ctx)
 	batch := make([]observation, 0, r.batch)
 	for {
 		select {
 		case <-ctx.Done():
-			r.drain(batch)
+			r.drain(work)
 			return
 		case o := <-r.queue:
 			batch = append(batch[:0], o)
@@ -158,14 +164,17 @@ func (r *Recorder) run(ctx context.Context) {
 				break fill
 			}
 		}
-		r.flush(ctx, batch)
+		flushCtx, cancel := context.WithTimeout(work, flushTimeout)
+		r.flush(flushCtx, batch)
+		cancel()
 	}
 }
 
 // drain registers what is left in the queue at Stop.
-func (r *Recorder) drain(batch []observation) {
-	ctx, cancel := context.WithTimeout(context.Background(), stopFlushTimeout)
+func (r *Recorder) drain(work context.Context) {
+	ctx, cancel := context.WithTimeout(work, stopFlushTimeout)
 	defer cancel()
+	batch := make([]observation, 0, r.batch)
 	for ctx.Err() == nil {
 		batch = batch[:0]
 	fill:
