@@ -25,6 +25,7 @@ import (
 	"github.com/hoardproject/hoard/internal/redisurl"
 	"github.com/hoardproject/hoard/plugins"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/ipmetrics"
 	"github.com/hoardproject/hoard/plugins/bittorrent/outbox"
 	"github.com/hoardproject/hoard/plugins/bittorrent/reaper"
 	"github.com/hoardproject/hoard/plugins/bittorrent/scoring"
@@ -98,6 +99,9 @@ type Settings struct {
 	// when the section is given; it pushes to a webhook when it names
 	// one, else the site polls the admin API.
 	Outbox json.RawMessage `json:"outbox,omitempty"`
+	// Metrics is the unique-IP metrics (seed 002) by country, city and
+	// postcode; see ipmetrics.Settings. Off unless "enabled" is true.
+	Metrics json.RawMessage `json:"metrics,omitempty"`
 }
 
 // Defaults for Settings.
@@ -190,6 +194,11 @@ type Tracker struct {
 	outbox *outbox.Outbox
 	// publisher takes the reaper's events to the site (SetReaperPublisher).
 	publisher reaper.Publisher
+
+	// metrics and geo are nil when the unique-IP metrics are off (geo
+	// also when no database is set).
+	metrics *ipmetrics.Recorder
+	geo     *ipmetrics.GeoDB
 }
 
 // SetReaperPublisher sets where the reaper's events go (the outbox); it
@@ -233,6 +242,10 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 	if err != nil {
 		return fmt.Errorf("bittorrent settings: %w", err)
 	}
+	metricsCfg, err := ipmetrics.ParseSettings(settings.Metrics)
+	if err != nil {
+		return fmt.Errorf("bittorrent settings: %w", err)
+	}
 	if cfg.Host == nil && reaperPolicy.MaxTotal > plugins.MaxTickEnqueue {
 		// Without a host API the tick's result carries the items, and it
 		// holds at most MaxTickEnqueue.
@@ -258,14 +271,44 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 	}
 	// The listeners outlive Configure's context: they run until Close.
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var metrics *ipmetrics.Recorder
+	var geo *ipmetrics.GeoDB
 	undo := func() {
 		cancel()
+		if metrics != nil {
+			_ = metrics.Stop()
+		}
+		_ = geo.Close()
 		_ = store.Stop()
 		_ = rdb.Close()
 	}
 	if err := store.Start(runCtx); err != nil {
 		undo()
 		return fmt.Errorf("swarm store: %w", err)
+	}
+	// The listeners see the store, or, with the metrics on, the store
+	// behind a wrapper that hands each accepted announce's IP to the
+	// recorder's queue (never waiting on Redis).
+	var swarms bittorrent.Swarms = store
+	if metricsCfg.Enabled {
+		var locator ipmetrics.Locator = ipmetrics.NoGeo{}
+		if len(metricsCfg.GeoIPDB) > 0 {
+			if geo, err = ipmetrics.OpenGeoDB(metricsCfg.GeoIPDB...); err != nil {
+				undo()
+				return fmt.Errorf("bittorrent settings: metrics: %w", err)
+			}
+			locator = geo
+		}
+		metrics = ipmetrics.NewRecorder(ipmetrics.RecorderConfig{
+			Store:   ipmetrics.NewStore(rdb, nil, metricsCfg.Window),
+			Locator: locator, Logger: t.logger.With("component", "ipmetrics"),
+			Queue: metricsCfg.Queue, Batch: metricsCfg.Batch, CacheSize: metricsCfg.CacheSize, CacheTTL: metricsCfg.CacheTTL,
+		})
+		if err := metrics.Start(runCtx); err != nil {
+			undo()
+			return fmt.Errorf("ipmetrics: %w", err)
+		}
+		swarms = observed{Swarms: store, rec: metrics}
 	}
 	var httpServer *bittorrent.HTTPServer
 	if settings.HTTP != "" {
@@ -279,7 +322,7 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 			proxies = append(proxies, prefix)
 		}
 		httpServer, err = bittorrent.NewHTTPServer(bittorrent.HTTPConfig{
-			AnnouncePolicy: policy, Addr: settings.HTTP, Swarms: store, Logger: t.logger.With("component", "http"),
+			AnnouncePolicy: policy, Addr: settings.HTTP, Swarms: swarms, Logger: t.logger.With("component", "http"),
 			ProxyHeader: settings.ProxyHeader, TrustedProxies: proxies,
 		})
 		if err == nil {
@@ -300,7 +343,7 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 			}
 		}
 		udpServer, err = bittorrent.NewUDPServer(bittorrent.UDPConfig{
-			AnnouncePolicy: policy, Addr4: settings.UDP4, Addr6: settings.UDP6, Swarms: store,
+			AnnouncePolicy: policy, Addr4: settings.UDP4, Addr6: settings.UDP6, Swarms: swarms,
 			Logger: t.logger.With("component", "udp"), Secret: secret,
 		})
 		if err == nil {
@@ -394,10 +437,12 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 	t.outbox = ob
 	t.scorer, t.pool, t.host = scorer, pool, cfg.Host
 	t.reaper, t.reaperPool = reap, reaperPool
+	t.metrics, t.geo = metrics, geo
 	t.mu.Unlock()
 	t.logger.Info("bittorrent tracker serving", "mode", settings.Mode, "http", t.httpAddr(), "udp4", t.udpAddr(false), "udp6", t.udpAddr(true),
 		"scoring", scorer != nil, "scoring_workers", pool != nil, "reaper", reap != nil, "reaper_workers", reaperPool != nil,
-		"outbox", ob != nil, "outbox_webhook", ob != nil && outboxPolicy.WebhookURL != nil)
+		"outbox", ob != nil, "outbox_webhook", ob != nil && outboxPolicy.WebhookURL != nil,
+		"metrics", metrics != nil, "geoip_db", metricsCfg.GeoIPDB)
 	return nil
 }
 
@@ -448,6 +493,30 @@ func (t *Tracker) Outbox() *outbox.Outbox {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.outbox
+}
+
+// Metrics is the unique-IP metrics' recorder, or nil when they are off
+// (for in-process callers: the admin API, tests).
+func (t *Tracker) Metrics() *ipmetrics.Recorder {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.metrics
+}
+
+// observed is the store as the listeners see it with the metrics on: an
+// accepted announce's IP and torrent go to the recorder's queue after the
+// store answered. Refused and failed announces count nowhere.
+type observed struct {
+	bittorrent.Swarms
+	rec *ipmetrics.Recorder
+}
+
+func (o observed) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (*bittorrent.AnnounceResponse, error) {
+	resp, err := o.Swarms.Announce(ctx, req)
+	if err == nil {
+		o.rec.Observe(req.Addr.Addr(), req.InfoHash)
+	}
+	return resp, err
 }
 
 // Describe names the listeners as bound, and scoring's and the reaper's
@@ -653,6 +722,9 @@ func (t *Tracker) Stats(ctx context.Context) (plugins.Stats, error) {
 	t.mu.Lock()
 	scorer, pool := t.scorer, t.pool
 	t.mu.Unlock()
+	if err := t.metricsStats(ctx, &out); err != nil {
+		return plugins.Stats{}, err
+	}
 	if scorer != nil {
 		count, err := scorer.Scored(ctx)
 		if err != nil {
@@ -739,6 +811,36 @@ func ReaperPolicy(raw json.RawMessage) (policy reaper.Policy, enabled bool, err 
 	return p, s.Enabled, nil
 }
 
+// metricsStats adds the unique-IP metrics' totals: users ever and this
+// month across every torrent, and this process's recorder counters. No
+// series per IP, country or torrent: those are the admin API's.
+func (t *Tracker) metricsStats(ctx context.Context, out *plugins.Stats) error {
+	rec := t.Metrics()
+	if rec == nil {
+		return nil
+	}
+	store := rec.Store()
+	months, err := store.UsersByMonth(ctx, nil, []string{"", ipmetrics.LastMonths(store.Now(), 1)[0]})
+	if err != nil {
+		return err
+	}
+	s := rec.Stats()
+	m := func(name, help string, kind plugins.MetricKind, v float64) plugins.Metric {
+		return plugins.Metric{Name: name, Help: help, Kind: kind, Value: v}
+	}
+	out.Metrics = append(out.Metrics,
+		m("unique_users", "Unique IPs counted by every frontend, each at most once per 30 days (seed 002's users).", plugins.Gauge, float64(months[0].Users)),
+		m("unique_users_this_month", "Unique IPs first counted this calendar month (UTC) by every frontend.", plugins.Gauge, float64(months[1].Users)),
+		m("metrics_observed_total", "Announces this process queued for the unique-IP metrics.", plugins.Counter, float64(s.Observed)),
+		m("metrics_dropped_total", "Announces this process dropped because the metrics queue was full.", plugins.Counter, float64(s.Dropped)),
+		m("metrics_cache_skipped_total", "Announces whose IP and torrent this process registered recently (no script run).", plugins.Counter, float64(s.Skipped)),
+		m("metrics_registered_total", "Registrations this process ran (one or two scripts each).", plugins.Counter, float64(s.Registered)),
+		m("metrics_failed_total", "Registrations this process lost to a failed pipeline.", plugins.Counter, float64(s.Failed)),
+		m("metrics_queue", "Announces waiting in this process's metrics queue.", plugins.Gauge, float64(s.Queued)),
+	)
+	return nil
+}
+
 // Health checks Redis.
 func (t *Tracker) Health(ctx context.Context) error {
 	t.mu.Lock()
@@ -759,6 +861,8 @@ func (t *Tracker) Close(context.Context) error {
 	t.scorer, t.pool, t.host = nil, nil, nil
 	reaperPool, ob := t.reaperPool, t.outbox
 	t.reaper, t.reaperPool, t.outbox = nil, nil, nil
+	metrics, geo := t.metrics, t.geo
+	t.metrics, t.geo = nil, nil
 	t.mu.Unlock()
 	if ob != nil {
 		ob.Stop() // a request in flight is abandoned; its events' lease ends and they are sent again
@@ -776,6 +880,12 @@ func (t *Tracker) Close(context.Context) error {
 	if udpServer != nil {
 		errs = append(errs, udpServer.Stop())
 	}
+	// After the listeners: nothing is observed any more, and Stop
+	// registers what is queued while Redis is still open.
+	if metrics != nil {
+		errs = append(errs, metrics.Stop())
+	}
+	errs = append(errs, geo.Close())
 	if store != nil {
 		errs = append(errs, store.Stop())
 	}
