@@ -119,6 +119,11 @@ func (r *run) appendHTTPRequest(dst []byte, a *announce, closeEach bool) []byte 
 	if closeEach {
 		dst = append(dst, "Connection: close\r\n"...)
 	}
+	if a.ip.IsValid() {
+		dst = append(dst, "X-Forwarded-For: "...)
+		dst = a.ip.AppendTo(dst)
+		dst = append(dst, "\r\n"...)
+	}
 	return append(dst, "\r\n"...)
 }
 

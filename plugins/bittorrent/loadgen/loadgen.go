@@ -74,6 +74,29 @@ type Config struct {
 	Duration  time.Duration
 	// Timeout bounds each announce (default 5s); a timeout is an error.
 	Timeout time.Duration
+	// ForwardedFor sends every HTTP announce with an X-Forwarded-For
+	// header naming the peer's own IPv4 address (PeerIP), so a tracker
+	// that trusts loopback as a proxy sees Peers distinct clients instead
+	// of one 127.0.0.1 (the unique-IP metrics are per IP). UDP has no
+	// such header.
+	ForwardedFor bool
+}
+
+// PeerIP is the address peer index p claims with ForwardedFor: spread
+// over unicast IPv4 space (first byte 1 to 223, never 127), the same for
+// the same seed and index.
+func PeerIP(seed, p uint64) netip.Addr {
+	x := (p + 1) * 0x9e3779b97f4a7c15
+	x ^= seed
+	x ^= x >> 31
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 29
+	first := 1 + x%222
+	if first >= 127 {
+		first++ // loopback would be the tracker's own proxy
+	}
+	b := [4]byte{byte(first), byte(x >> 8), byte(x >> 16), byte(x >> 24)}
+	return netip.AddrFrom4(b)
 }
 
 // Result is what a run measured.
@@ -307,6 +330,7 @@ type announce struct {
 	port     uint16
 	left     uint64
 	key      uint32
+	ip       netip.Addr // the peer's PeerIP
 }
 
 // pick chooses a torrent and a peer at random. A peer's id, port and
@@ -316,6 +340,9 @@ func (r *run) pick(rng *rand.Rand) announce {
 	t := rng.IntN(len(r.hashes))
 	p := uint64(rng.IntN(r.cfg.Peers))
 	a := announce{infoHash: r.hashes[t], key: uint32(p)}
+	if r.cfg.ForwardedFor {
+		a.ip = PeerIP(r.cfg.Seed, p)
+	}
 	copy(a.peerID[:], "-HL0001-")
 	var idBytes [8]byte
 	binary.BigEndian.PutUint64(idBytes[:], p^r.cfg.Seed)

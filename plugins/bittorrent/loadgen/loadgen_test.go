@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -282,4 +283,32 @@ func TestHistogram(t *testing.T) {
 		v := bucketValue(b)
 		require.InDelta(t, float64(ns), float64(v), float64(ns)/30+1, "ns=%d", ns)
 	}
+}
+
+// TestForwardedForGivesEachPeerItsIP: with ForwardedFor, a tracker that
+// trusts loopback as a proxy sees each simulated peer at its own PeerIP.
+func TestForwardedForGivesEachPeerItsIP(t *testing.T) {
+	swarms := &countingSwarms{}
+	h, err := bittorrent.NewHTTPServer(bittorrent.HTTPConfig{Addr: "127.0.0.1:0", Swarms: swarms, Logger: quiet(),
+		ProxyHeader: "X-Forwarded-For", TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	require.NoError(t, err)
+	require.NoError(t, h.Start(context.Background()))
+	t.Cleanup(func() { require.NoError(t, h.Stop()) })
+	for _, mode := range []Mode{ModeHTTPKeepAlive, ModeHTTPClose} {
+		before := len(swarms.seen())
+		res, err := Run(context.Background(), Config{Mode: mode, Target: h.Addr(), Announces: 200, Concurrency: 2,
+			Torrents: 5, Peers: 20, Seed: 7, ForwardedFor: true})
+		require.NoError(t, err)
+		require.Equal(t, int64(200), res.Announces, res.String())
+		ips := map[netip.Addr]bool{}
+		for _, a := range swarms.seen()[before:] {
+			ip := a.Addr.Addr()
+			require.True(t, ip.Is4() && !ip.IsLoopback() && !ip.IsUnspecified(), "%s", ip)
+			ips[ip] = true
+		}
+		require.Greater(t, len(ips), 10, "peers claim distinct addresses")
+		require.LessOrEqual(t, len(ips), 20)
+	}
+	require.Equal(t, PeerIP(7, 3), PeerIP(7, 3))
+	require.NotEqual(t, PeerIP(7, 3), PeerIP(7, 4))
 }
