@@ -116,7 +116,7 @@ func benchCommand() *cobra.Command {
 		cmd.AddCommand(c)
 	}
 	cmd.AddCommand(benchViewersCommand(), benchOffloadCommand(), benchFsyncCommand(), benchFloodCommand())
-	cmd.AddCommand(benchAnnounceCommand())
+	cmd.AddCommand(benchAnnounceCommand(), benchIPMetricsCommand())
 	return cmd
 }
 

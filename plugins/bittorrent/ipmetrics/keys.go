@@ -52,8 +52,8 @@ func torrentPrefix(hash bittorrent.InfoHash) string {
 // them cannot change the slot. Markers ("m:") and counters ("n") never
 // collide: the IP has 4 or 16 bytes after "m:".
 
-// globalMarkersKey is an IP's global markers (HASH marker field -> expiry).
-func globalMarkersKey(ip netip.Addr) string {
+// GlobalMarkersKey is an IP's global markers (HASH marker field -> expiry).
+func GlobalMarkersKey(ip netip.Addr) string {
 	return shardPrefix(shardOf(ip)) + "m:" + string(ipBytes(ip))
 }
 
@@ -64,8 +64,8 @@ func GlobalTotalKey(shard int) string { return shardPrefix(shard) + "n" }
 // month is "YYYY-MM".
 func GlobalMonthKey(shard int, month string) string { return shardPrefix(shard) + "n:" + month }
 
-// torrentMarkersKey is an IP's markers on one torrent.
-func torrentMarkersKey(hash bittorrent.InfoHash, ip netip.Addr) string {
+// TorrentMarkersKey is an IP's markers on one torrent.
+func TorrentMarkersKey(hash bittorrent.InfoHash, ip netip.Addr) string {
 	return torrentPrefix(hash) + "m:" + string(ipBytes(ip))
 }
 
@@ -80,9 +80,9 @@ func TorrentMonthKey(hash bittorrent.InfoHash, month string) string {
 // globalKeys and torrentKeys are ipm_register.lua's KEYS.
 func globalKeys(ip netip.Addr, month string) []string {
 	shard := shardOf(ip)
-	return []string{globalMarkersKey(ip), GlobalTotalKey(shard), GlobalMonthKey(shard, month)}
+	return []string{GlobalMarkersKey(ip), GlobalTotalKey(shard), GlobalMonthKey(shard, month)}
 }
 
 func torrentKeys(hash bittorrent.InfoHash, ip netip.Addr, month string) []string {
-	return []string{torrentMarkersKey(hash, ip), TorrentTotalKey(hash), TorrentMonthKey(hash, month)}
+	return []string{TorrentMarkersKey(hash, ip), TorrentTotalKey(hash), TorrentMonthKey(hash, month)}
 }
