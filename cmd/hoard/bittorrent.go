@@ -30,7 +30,7 @@ Changes reach the tracker frontends within their cache time (10s) for
 passkeys and the whitelist, at once for torrents.`,
 	}
 	cmd.AddCommand(btTorrentCommand(), btUserCommand(), btClientCommand(), btClientsCommand(), btStatsCommand(), btTopCommand(),
-		btReaperCommand(), btOutboxCommand())
+		btReaperCommand(), btOutboxCommand(), btMetricsCommand())
 	return cmd
 }
 

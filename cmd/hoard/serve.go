@@ -18,6 +18,7 @@ import (
 
 	"github.com/hoardproject/hoard/internal/localredis"
 	"github.com/hoardproject/hoard/leaderboard"
+	"github.com/hoardproject/hoard/plugins/bittorrent/ipmetrics"
 	"github.com/hoardproject/hoard/plugins/bittorrent/outbox"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 	"github.com/hoardproject/hoard/queues"
@@ -282,7 +283,8 @@ func runServe(ctx context.Context, o serveOptions) error {
 	srv, err := server.New(server.Config{
 		Listen: o.listen, AdminToken: o.adminToken, InsecureNoAdminToken: o.insecureNoAdminToken, MetricsToken: o.metricsToken,
 		ProjectsFile: o.projectsFile, PublicURL: o.publicURL, TrustedProxies: o.trustedProxies, Logger: logger,
-		Offloader: offloader, AdminExtensions: []server.AdminExtension{&btadmin.Admin{Store: btAdmin, Outbox: btOutbox, Reaper: btReaper}}, Collectors: []prometheus.Collector{pluginHost.Collector()},
+		Offloader: offloader, AdminExtensions: []server.AdminExtension{&btadmin.Admin{Store: btAdmin, Outbox: btOutbox, Reaper: btReaper},
+			&btadmin.MetricsAdmin{Store: ipmetrics.NewStore(rdb, nil, 0)}}, Collectors: []prometheus.Collector{pluginHost.Collector()},
 		Plugins: pluginHost, MaxViewers: maxViewers, MaxViewersPerAddress: o.maxViewersPerAddress,
 		ViewerIdleTimeout: o.viewerIdleTimeout,
 	}, engine)

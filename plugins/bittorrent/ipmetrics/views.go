@@ -13,13 +13,16 @@ import (
 	"github.com/hoardproject/hoard/plugins/bittorrent"
 )
 
+// ErrInvalid marks a bad argument to a view (a month not YYYY-MM).
+var ErrInvalid = errors.New("invalid argument")
+
 // Counters returns every metric's count for one scope and period: the
 // global metrics (hash nil) summed over the shards, or one torrent's;
 // month "" is all time, else "YYYY-MM".
 func (s *Store) Counters(ctx context.Context, hash *bittorrent.InfoHash, month string) (map[string]int64, error) {
 	if month != "" {
 		if _, err := time.Parse("2006-01", month); err != nil {
-			return nil, fmt.Errorf("ipmetrics: month %q is not YYYY-MM", month)
+			return nil, fmt.Errorf("ipmetrics: month %q is not YYYY-MM: %w", month, ErrInvalid)
 		}
 	}
 	var keys []string
