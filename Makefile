@@ -125,6 +125,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseScrapeQuery$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./plugins/bittorrent/wire
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePath$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./plugins/bittorrent/wire
 	$(GO) test -run '^$$' -fuzz '^FuzzParseURLData$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./plugins/bittorrent/wire
+	$(GO) test -run '^$$' -fuzz '^FuzzLocationMetricNames$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./plugins/bittorrent/ipmetrics
 
 clean:
 	rm -rf bin
