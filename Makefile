@@ -96,6 +96,7 @@ bench: build
 	bin/hoard-bench viewers --viewers 5000
 	bin/hoard-bench offload
 	bin/hoard-bench announce
+	bin/hoard-bench ipmetrics-memory --ips 200000
 	bin/hoard-bench fsync
 	bin/hoard-bench backfeed-flood
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./queues

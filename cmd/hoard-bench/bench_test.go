@@ -55,3 +55,17 @@ func TestBenchFsyncMeasuresBothPolicies(t *testing.T) {
 	_, err = runBench(t, "fsync", "--warriors", "0")
 	require.EqualError(t, err, "--runs, --duration, --items and every --warriors must be positive")
 }
+
+// TestBenchIPMetricsMemoryCountsEveryPair: a short `hoard-bench
+// ipmetrics-memory` registers every IP in all 8 metrics (it fails
+// otherwise) and prints its bytes per pair.
+func TestBenchIPMetricsMemoryCountsEveryPair(t *testing.T) {
+	out, err := runBench(t, "ipmetrics-memory", "--ips", "2000", "--torrents", "10", "--geoip-db", "")
+	require.NoError(t, err, out)
+	require.Regexp(t, `registered 2000 IPs x 8 metrics .* users counted: 2000;`, out)
+	require.Regexp(t, `\d+\.\d bytes per \(metric, IP\) pair`, out)
+	require.Regexp(t, `btstat's layout .* \d+\.\d bytes per pair`, out)
+
+	_, err = runBench(t, "ipmetrics-memory", "--ips", "10")
+	require.ErrorContains(t, err, "--ips must be between 1000")
+}
