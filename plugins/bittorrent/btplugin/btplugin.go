@@ -246,6 +246,14 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 	if err != nil {
 		return fmt.Errorf("bittorrent settings: %w", err)
 	}
+	// The database is opened before the running configuration is closed,
+	// so a bad path leaves the tracker as it was.
+	var geo *ipmetrics.GeoDB
+	if metricsCfg.Enabled && len(metricsCfg.GeoIPDB) > 0 {
+		if geo, err = ipmetrics.OpenGeoDB(metricsCfg.GeoIPDB...); err != nil {
+			return fmt.Errorf("bittorrent settings: metrics: %w", err)
+		}
+	}
 	if cfg.Host == nil && reaperPolicy.MaxTotal > plugins.MaxTickEnqueue {
 		// Without a host API the tick's result carries the items, and it
 		// holds at most MaxTickEnqueue.
@@ -254,6 +262,7 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 	// The announce path records reseed claims within the reaper's window.
 	storeCfg.ReaperClaimWindow = reaperPolicy.ClaimWindow
 	if err := t.Close(ctx); err != nil {
+		_ = geo.Close()
 		return err
 	}
 	t.mu.Lock()
@@ -261,18 +270,19 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 	t.mu.Unlock()
 	rdb, err := redisurl.Dial(cfg.RedisURL)
 	if err != nil {
+		_ = geo.Close()
 		return err
 	}
 	storeCfg.Logger = t.logger.With("component", "swarm")
 	store, err := swarm.New(rdb, storeCfg)
 	if err != nil {
+		_ = geo.Close()
 		_ = rdb.Close()
 		return err
 	}
 	// The listeners outlive Configure's context: they run until Close.
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	var metrics *ipmetrics.Recorder
-	var geo *ipmetrics.GeoDB
 	undo := func() {
 		cancel()
 		if metrics != nil {
@@ -292,11 +302,7 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 	var swarms bittorrent.Swarms = store
 	if metricsCfg.Enabled {
 		var locator ipmetrics.Locator = ipmetrics.NoGeo{}
-		if len(metricsCfg.GeoIPDB) > 0 {
-			if geo, err = ipmetrics.OpenGeoDB(metricsCfg.GeoIPDB...); err != nil {
-				undo()
-				return fmt.Errorf("bittorrent settings: metrics: %w", err)
-			}
+		if geo != nil {
 			locator = geo
 		}
 		metrics = ipmetrics.NewRecorder(ipmetrics.RecorderConfig{

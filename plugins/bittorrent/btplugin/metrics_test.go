@@ -126,17 +126,22 @@ func TestAnnouncesRegisterUniqueIPMetrics(t *testing.T) {
 }
 
 // TestMetricsSettingsAreChecked: a bad metrics setting or a database that
-// cannot be opened fails Configure with a clear error.
+// cannot be opened fails Configure with a clear error, and the tracker
+// keeps serving as it was configured before.
 func TestMetricsSettingsAreChecked(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		p, err := btpluginNew()
 		require.NoError(t, err)
+		require.NoError(t, configure(p, b, `{"http":"127.0.0.1:0","udp4":"","udp6":""}`))
 		for _, c := range []struct{ settings, want string }{
 			{`{"http":"127.0.0.1:0","udp4":"","udp6":"","metrics":{"enabled":true,"queue":-5}}`, "queue"},
 			{`{"http":"127.0.0.1:0","udp4":"","udp6":"","metrics":{"enabled":true,"geoip_db":"/nonexistent/city.mmdb"}}`, "/nonexistent/city.mmdb"},
 		} {
 			err := configure(p, b, c.settings)
 			require.ErrorContains(t, err, c.want)
+			require.NoError(t, p.Health(t.Context()), "still configured")
+			require.NotNil(t, p.Store())
+			require.Nil(t, p.Metrics())
 		}
 		require.NoError(t, p.Close(t.Context()))
 	})
