@@ -24,6 +24,10 @@ type Recorder struct {
 	cache   *pairCache
 
 	queue chan observation
+	// regs and located are the batcher's, reused batch after batch so an
+	// idle tracker's one-announce batches allocate nothing.
+	regs    []Registration
+	located map[netip.Addr]Location
 
 	startOnce, stopOnce sync.Once
 	cancel              context.CancelFunc
@@ -87,6 +91,7 @@ func NewRecorder(cfg RecorderConfig) *Recorder {
 		store: cfg.Store, locator: cfg.Locator, logger: cfg.Logger, batch: cfg.Batch,
 		cache: newPairCache(max(cfg.CacheSize, 0), cfg.CacheTTL),
 		queue: make(chan observation, cfg.Queue), done: make(chan struct{}),
+		located: map[netip.Addr]Location{},
 	}
 }
 
@@ -196,8 +201,10 @@ func (r *Recorder) drain(work context.Context) {
 // flush registers one batch.
 func (r *Recorder) flush(ctx context.Context, batch []observation) {
 	now := r.store.Now()
-	regs := make([]Registration, 0, len(batch))
-	located := map[netip.Addr]Location{}
+	regs := r.regs[:0]
+	located := r.located
+	clear(located)
+	defer func() { r.regs = regs[:0] }()
 	var noHash bittorrent.InfoHash
 	for _, o := range batch {
 		reg := Registration{IP: o.ip, Hash: o.hash,
