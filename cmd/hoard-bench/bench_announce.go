@@ -278,7 +278,12 @@ func benchAnnounce(ctx context.Context, o announceBenchOptions) error {
 			fmt.Printf("  warm-up %-14s %-11s %s\n", mode, t.name, res)
 		}
 		for run := 0; run < o.runs; run++ {
-			for i, t := range targets {
+			// Each run starts at the next target, so no target always
+			// runs right after the same one (the machine is shared and
+			// its speed drifts within a run).
+			for k := range targets {
+				i := (k + run) % len(targets)
+				t := targets[i]
 				var profile string
 				if o.cpuProfile != "" && mode == loadgen.ModeHTTPClose && t == hoard {
 					profile = fmt.Sprintf("%s.run%d", o.cpuProfile, run+1)
