@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/internal/redistest"
@@ -129,4 +130,21 @@ func TestRecorderCacheOff(t *testing.T) {
 		require.Equal(t, uint64(8), s.Counted)
 		require.Equal(t, int64(1), f.counters(nil, "")["users"])
 	})
+}
+
+// TestRecorderRedisDown: registrations that fail are counted, logged and
+// forgotten by the cache, so the IP's next announce tries again.
+func TestRecorderRedisDown(t *testing.T) {
+	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: time.Second})
+	defer down.Close()
+	rec := ipmetrics.NewRecorder(ipmetrics.RecorderConfig{Store: ipmetrics.NewStore(down, nil, 0), Logger: quiet})
+	require.NoError(t, rec.Start(t.Context()))
+	for want := uint64(1); want <= 2; want++ {
+		rec.Observe(addr("10.4.0.1"), infoHash("down"))
+		require.Eventually(t, func() bool { return rec.Stats().Failed == want }, 10*time.Second, time.Millisecond)
+	}
+	require.NoError(t, rec.Stop())
+	s := rec.Stats()
+	require.Zero(t, s.Skipped, "a failed pair is not remembered as registered")
+	require.Zero(t, s.Registered)
 }

@@ -192,3 +192,25 @@ func TestReportRanksPlaces(t *testing.T) {
 		require.ErrorContains(t, err, "YYYY-MM")
 	})
 }
+
+// TestRegisterAfterScriptFlush: a node that lost its scripts (restarted,
+// SCRIPT FLUSH) answers NOSCRIPT inside the pipeline; the script is loaded
+// and those registrations run again, once.
+func TestRegisterAfterScriptFlush(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b)
+		h := infoHash("flush")
+		require.Equal(t, 8, f.register(addr("10.3.0.1"), h, london))
+		require.NoError(t, b.Client.ScriptFlush(t.Context()).Err())
+		var regs []ipmetrics.Registration
+		for i := range 50 {
+			regs = append(regs, ipmetrics.Registration{IP: netip.AddrFrom4([4]byte{10, 3, 1, byte(i)}), Hash: h, Loc: london,
+				Global: true, Torrent: true})
+		}
+		n, err := f.store.Register(t.Context(), regs)
+		require.NoError(t, err)
+		require.Equal(t, 50*8, n)
+		require.Equal(t, int64(51), f.counters(nil, "")["users"])
+		require.Equal(t, int64(51), f.counters(&h, "")["users"])
+	})
+}
