@@ -127,6 +127,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePath$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./plugins/bittorrent/wire
 	$(GO) test -run '^$$' -fuzz '^FuzzParseURLData$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./plugins/bittorrent/wire
 	$(GO) test -run '^$$' -fuzz '^FuzzLocationMetricNames$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./plugins/bittorrent/ipmetrics
+	$(GO) test -run '^$$' -fuzz '^FuzzParseHTTPAnnounceResponse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./plugins/bittorrent/wire
+	$(GO) test -run '^$$' -fuzz '^FuzzUDPAnnounceReply$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./plugins/bittorrent/announcer
 
 clean:
 	rm -rf bin

@@ -30,6 +30,8 @@ type HTTPAnnounceResponse struct {
 	Peers []netip.AddrPort
 	// Skipped counts those skipped entries.
 	Skipped int
+	// Over counts the peers past the cap the caller set, not kept.
+	Over int
 }
 
 // Reply parse errors.
@@ -49,7 +51,7 @@ const maxReplyDepth = 32
 // maxPeers are kept, the rest only counted in r.Skipped (maxPeers <= 0
 // keeps all).
 func ParseHTTPAnnounceResponse(body []byte, r *HTTPAnnounceResponse, maxPeers int) error {
-	r.FailureReason, r.Interval, r.Complete, r.Incomplete, r.Skipped = "", 0, 0, 0, 0
+	r.FailureReason, r.Interval, r.Complete, r.Incomplete, r.Skipped, r.Over = "", 0, 0, 0, 0, 0
 	p := replyParser{b: body, maxPeers: maxPeers}
 	if len(body) == 0 || body[0] != 'd' {
 		return ErrReplyNotDict
@@ -175,7 +177,7 @@ func (p *replyParser) skip(depth int) error {
 
 func (p *replyParser) keep(r *HTTPAnnounceResponse, ap netip.AddrPort) {
 	if p.maxPeers > 0 && len(r.Peers) >= p.maxPeers {
-		r.Skipped++
+		r.Over++
 		return
 	}
 	r.Peers = append(r.Peers, ap)

@@ -27,7 +27,7 @@ func TestParseHTTPAnnounceResponse(t *testing.T) {
 		{name: "a port out of range is skipped", body: "d5:peersld2:ip8:10.0.0.14:porti70000eeee",
 			want: HTTPAnnounceResponse{Skipped: 1}},
 		{name: "cap", max: 1, body: "d5:peers12:\x0a\x00\x00\x01\x1a\xe1\x7f\x00\x00\x02\x00\x50e",
-			want: HTTPAnnounceResponse{Peers: []netip.AddrPort{ap("10.0.0.1:6881")}, Skipped: 1}},
+			want: HTTPAnnounceResponse{Peers: []netip.AddrPort{ap("10.0.0.1:6881")}, Over: 1}},
 		{name: "failure", body: "d14:failure reason25:Requested download is note",
 			want: HTTPAnnounceResponse{FailureReason: "Requested download is not"}},
 		{name: "trailing newline", body: "d8:intervali5ee\n", want: HTTPAnnounceResponse{Interval: 5}},
