@@ -2,11 +2,14 @@
 -- one never scored, or one removed from scoring that was registered or
 -- announced since (its torrent record differs from the snapshot taken at
 -- removal). A removed torrent with no such sign stays out: it never comes
--- back by itself (btstat's HEAD did).
+-- back by itself (btstat's HEAD did). Coming back, every source's score
+-- line starts again at 1.0.
 --
 -- KEYS[1] score   HASH  see score_apply.lua
 -- KEYS[2] torrent HASH  the swarm store's torrent record (read only): id,
 --                       created, announces, registered
+-- KEYS[3] history LIST  the torrent's score history: kept (PERSIST) when
+--                       the torrent comes back
 --
 -- ARGV[1] now (ms)
 -- ARGV[2] "1": only registered torrents (private mode)
@@ -36,8 +39,14 @@ if s[1] == 'removed' then
   end
 end
 rev = rev + 1
+local lines = {}
+for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
+  if string.match(f, '^line:') or string.match(f, '^src:') then lines[#lines + 1] = f end
+end
+if #lines > 0 then redis.call('HDEL', KEYS[1], unpack(lines)) end
 redis.call('HSET', KEYS[1], 'state', 'active', 'score', '1', 'rev', rev, 'tracked_at', ARGV[1])
 redis.call('HSETNX', KEYS[1], 'round', 0)
 redis.call('HSETNX', KEYS[1], 'first_seen', ARGV[1])
 redis.call('PERSIST', KEYS[1])
+redis.call('PERSIST', KEYS[3])
 return {1, '1', rev}

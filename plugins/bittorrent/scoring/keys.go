@@ -1,6 +1,7 @@
 package scoring
 
 import (
+	"crypto/sha1"
 	"encoding/hex"
 	"strconv"
 
@@ -28,6 +29,37 @@ func ScoreKey(hash bittorrent.InfoHash) string { return torrentPrefix(hash) + "s
 // of 4- or 16-byte IPs -> ms), trimmed to the "new" window.
 func SeenKey(hash bittorrent.InfoHash) string { return torrentPrefix(hash) + "score:seen" }
 
+// TrackersKey holds the external trackers registered for the torrent
+// (HASH announce URL -> max peers).
+func TrackersKey(hash bittorrent.InfoHash) string { return torrentPrefix(hash) + "score:trackers" }
+
+// HistoryKey is the torrent's last rounds, newest first (LIST of JSON,
+// trimmed to the history setting).
+func HistoryKey(hash bittorrent.InfoHash) string { return torrentPrefix(hash) + "score:history" }
+
+// SourceID names an external tracker in key and field names: the first 8
+// bytes of the SHA-1 of its URL, in hex (a URL may be 512 bytes and hold
+// any character a key should not).
+func SourceID(url string) string {
+	sum := sha1.Sum([]byte(url))
+	return hex.EncodeToString(sum[:8])
+}
+
+// SourceSeenKey maps each IP an external tracker gave for the torrent to
+// when it was last seen there (ZSET, like SeenKey), expiring after the
+// "new" window once nothing refreshes it.
+func SourceSeenKey(hash bittorrent.InfoHash, source string) string {
+	return torrentPrefix(hash) + "score:seen:" + source
+}
+
+// PendingKey holds the IPs a worker got from an external tracker, each
+// with the round it got them in (ZSET IP -> round), until the round is
+// applied and moves them into SourceSeenKey: the worker never writes what
+// a round decides, and a result carries no IP lists.
+func PendingKey(hash bittorrent.InfoHash, source string) string {
+	return torrentPrefix(hash) + "score:pending:" + source
+}
+
 // IndexShards is how many shards the score index has. It is fixed:
 // changing it would strand the entries of the shards that went away.
 const IndexShards = 16
@@ -51,8 +83,14 @@ func IndexRevsKey(shard int) string { return shardPrefix(shard) + ":revs" }
 func ProcessedKey(shard int) string { return shardPrefix(shard) + ":processed" }
 
 // scriptKeys builds the keys of the per-torrent scripts.
-func applyKeys(hash bittorrent.InfoHash) []string {
-	return []string{ScoreKey(hash), swarm.TorrentKey(hash), swarm.SeedersKey(hash), swarm.LeechersKey(hash), SeenKey(hash)}
+func applyKeys(hash bittorrent.InfoHash, trackers []TrackerResult) []string {
+	keys := []string{ScoreKey(hash), swarm.TorrentKey(hash), swarm.SeedersKey(hash), swarm.LeechersKey(hash), SeenKey(hash),
+		TrackersKey(hash), HistoryKey(hash)}
+	for _, t := range trackers {
+		id := SourceID(t.URL)
+		keys = append(keys, SourceSeenKey(hash, id), PendingKey(hash, id))
+	}
+	return keys
 }
 
 func countKeys(hash bittorrent.InfoHash) []string {
@@ -60,7 +98,7 @@ func countKeys(hash bittorrent.InfoHash) []string {
 }
 
 func trackKeys(hash bittorrent.InfoHash) []string {
-	return []string{ScoreKey(hash), swarm.TorrentKey(hash)}
+	return []string{ScoreKey(hash), swarm.TorrentKey(hash), HistoryKey(hash)}
 }
 
 func indexKeys(shard int) []string {

@@ -18,6 +18,7 @@ import (
 	luabt "github.com/hoardproject/hoard/lua/bittorrent"
 	"github.com/hoardproject/hoard/plugins"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/announcer"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )
 
@@ -61,17 +62,45 @@ func ParseItem(item string) (bittorrent.InfoHash, int64, error) {
 	return parsed, round, nil
 }
 
-// Result is what a worker reports for one torrent: the peers it counted,
-// how many of them were new, and the source's max peers.
+// Result is what a worker reports for one torrent: the peers it counted
+// in hoard's own swarm, how many of them were new, and the swarm's max
+// peers; and the same for each external tracker registered for the
+// torrent.
 type Result struct {
-	Peers int64 `json:"peers"`
-	New   int64 `json:"new"`
-	Max   int64 `json:"max"`
+	Peers    int64           `json:"peers"`
+	New      int64           `json:"new"`
+	Max      int64           `json:"max"`
+	Trackers []TrackerResult `json:"trackers,omitempty"`
 }
+
+// TrackerResult is one external tracker's part of a Result. Error is set
+// when the tracker could not be reached or answered badly; its counts
+// are then 0.
+type TrackerResult struct {
+	URL   string `json:"url"`
+	Peers int64  `json:"peers"`
+	New   int64  `json:"new"`
+	Max   int64  `json:"max"`
+	Error string `json:"error,omitempty"`
+}
+
+// maxErrorLen bounds a tracker's error text in a result (results travel
+// through the host's event log, at most 16 KiB).
+const maxErrorLen = 160
 
 func (r Result) validate() error {
 	if r.Peers < 0 || r.New < 0 || r.New > r.Peers || r.Max <= 0 {
 		return fmt.Errorf("score result %+v: want 0 <= new <= peers and max > 0: %w", r, ErrInvalid)
+	}
+	if len(r.Trackers) > announcer.MaxTrackers {
+		return fmt.Errorf("score result: %d trackers, at most %d: %w", len(r.Trackers), announcer.MaxTrackers, ErrInvalid)
+	}
+	for _, t := range r.Trackers {
+		if t.URL == "" || len(t.URL) > announcer.MaxURLLen || t.Peers < 0 || t.New < 0 || t.New > t.Peers ||
+			t.Max <= 0 || t.Max > announcer.MaxMaxPeers || len(t.Error) > maxErrorLen || (t.Error != "" && t.Peers != 0) {
+			return fmt.Errorf("score result: tracker %.100q: want a URL, 0 <= new <= peers, 1 <= max <= %d, a short error and no peers with it: %w",
+				t.URL, announcer.MaxMaxPeers, ErrInvalid)
+		}
 	}
 	return nil
 }
@@ -89,10 +118,11 @@ func (systemClock) Now() time.Time { return time.Now() }
 // torrent's peers for a worker, applies results, and lists a cycle's
 // items. It is safe for concurrent use.
 type Scorer struct {
-	rdb    redis.UniversalClient
-	policy Policy
-	clock  Clock
-	logger *slog.Logger
+	rdb       redis.UniversalClient
+	policy    Policy
+	clock     Clock
+	logger    *slog.Logger
+	announcer *announcer.Client
 
 	applied atomic.Int64 // results this process applied (torrents_processed)
 }
@@ -105,7 +135,11 @@ func New(rdb redis.UniversalClient, policy Policy, clock Clock, logger *slog.Log
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Scorer{rdb: rdb, policy: policy, clock: clock, logger: logger}
+	// A policy's -1 retries is none, as a negative count is the
+	// announcer's.
+	client := announcer.New(announcer.Config{Timeout: policy.TrackerTimeout, Retries: policy.TrackerRetries,
+		NumWant: policy.TrackerNumWant, MaxPeers: maxTrackerPeers})
+	return &Scorer{rdb: rdb, policy: policy, clock: clock, logger: logger, announcer: client}
 }
 
 // Policy returns the scorer's policy.
@@ -126,15 +160,24 @@ func (s *Scorer) Count(ctx context.Context, hash bittorrent.InfoHash) (Result, e
 	return Result{Peers: reply[0], New: reply[1], Max: int64(s.policy.MaxPeers)}, nil
 }
 
-// Process is a worker's step for one item: count the torrent's peers and
-// return the result to report with Done.
+// Process is a worker's step for one item: count the torrent's peers in
+// its own swarm and at each external tracker registered for it, and
+// return the result to report with Done. It writes no score: only the
+// IPs an external tracker gave, staged for the round (PendingKey).
 func (s *Scorer) Process(ctx context.Context, item string) (json.RawMessage, error) {
-	hash, _, err := ParseItem(item)
+	hash, round, err := ParseItem(item)
 	if err != nil {
 		return nil, &itemError{err}
 	}
 	r, err := s.Count(ctx, hash)
 	if err != nil {
+		return nil, err
+	}
+	trackers, err := s.Trackers(ctx, hash)
+	if err != nil {
+		return nil, err
+	}
+	if r.Trackers, err = s.announceAll(ctx, hash, round, trackers); err != nil {
 		return nil, err
 	}
 	return json.Marshal(r)
@@ -184,9 +227,14 @@ func (s *Scorer) Apply(ctx context.Context, item string, r Result) (Outcome, err
 		untrack = "1"
 	}
 	now := s.nowMillis()
-	reply, err := applyScript.Run(ctx, s.rdb, applyKeys(hash), round, r.Peers, r.New, r.Max,
+	args := []any{round, r.Peers, r.New, r.Max,
 		p.NoPeers, p.FewPeers, p.Growing, p.Stale, p.NewFraction, p.MinScore,
-		now, p.NewWindow.Milliseconds(), untrack, p.TombstoneTTL.Milliseconds()).Slice()
+		now, p.NewWindow.Milliseconds(), untrack, p.TombstoneTTL.Milliseconds(),
+		p.TrackerGrace, p.History, len(r.Trackers)}
+	for _, t := range r.Trackers {
+		args = append(args, SourceID(t.URL), t.URL, t.Peers, t.New, t.Max, t.Error)
+	}
+	reply, err := applyScript.Run(ctx, s.rdb, applyKeys(hash, r.Trackers), args...).Slice()
 	if err != nil {
 		return NotApplied, fmt.Errorf("scoring.Apply: %w", err)
 	}

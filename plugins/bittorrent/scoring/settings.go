@@ -56,6 +56,23 @@ type Settings struct {
 	// asking again ("2s").
 	ScaleInterval string `json:"scale_interval"`
 	IdlePoll      string `json:"idle_poll"`
+
+	// External trackers (registered per torrent through the admin API).
+	// TrackerTimeout bounds one announce to one tracker, UDP retries
+	// included ("15s"); TrackerRetries is how many times a UDP exchange
+	// is sent again within it (2; -1 none); TrackerNumWant is the numwant
+	// sent (200, btstat's).
+	TrackerTimeout string `json:"tracker_timeout"`
+	TrackerRetries int    `json:"tracker_retries"`
+	TrackerNumWant int    `json:"tracker_numwant"`
+	// TrackerGrace is how many rounds in a row an external tracker may
+	// fail (time out, refuse, answer garbage) with its score line kept
+	// as it was; after that each failed round counts as no peers. 24 (a
+	// day at the default period); -1: a failure counts as no peers at
+	// once (btstat).
+	TrackerGrace int `json:"tracker_grace"`
+	// History is how many rounds each torrent's score history keeps (50).
+	History int `json:"history"`
 }
 
 // Policy is the parsed settings.
@@ -77,6 +94,12 @@ type Policy struct {
 	MaxWorkers    int
 	ScaleInterval time.Duration
 	IdlePoll      time.Duration
+
+	TrackerTimeout time.Duration
+	TrackerRetries int
+	TrackerNumWant int
+	TrackerGrace   int
+	History        int
 }
 
 // Defaults.
@@ -104,7 +127,8 @@ func ParseSettings(raw json.RawMessage, private bool) (Settings, Policy, error) 
 func (s Settings) policy(private bool) (Policy, error) {
 	p := Policy{Project: s.Project, MaxPeers: s.MaxPeers, NewFraction: s.NewFraction,
 		NoPeers: s.NoPeers, FewPeers: s.FewPeers, Growing: s.Growing, Stale: s.Stale,
-		MinScore: s.MinScore, Private: private, MaxWorkers: s.MaxWorkers}
+		MinScore: s.MinScore, Private: private, MaxWorkers: s.MaxWorkers,
+		TrackerRetries: s.TrackerRetries, TrackerNumWant: s.TrackerNumWant, TrackerGrace: s.TrackerGrace, History: s.History}
 	var errs []error
 	duration := func(name, text string, def time.Duration) time.Duration {
 		if text == "" {
@@ -122,6 +146,31 @@ func (s Settings) policy(private bool) (Policy, error) {
 	p.ReclaimTTL = duration("reclaim_ttl", s.ReclaimTTL, 10*time.Minute)
 	p.ScaleInterval = duration("scale_interval", s.ScaleInterval, 10*time.Second)
 	p.IdlePoll = duration("idle_poll", s.IdlePoll, 2*time.Second)
+	p.TrackerTimeout = duration("tracker_timeout", s.TrackerTimeout, 15*time.Second)
+	if p.TrackerTimeout > 5*time.Minute {
+		errs = append(errs, errors.New("scoring settings: tracker_timeout must be at most 5m"))
+	}
+	for _, f := range []struct {
+		name     string
+		value    *int
+		def, max int
+		minusOne bool
+	}{
+		{"tracker_retries", &p.TrackerRetries, 2, 10, true}, {"tracker_numwant", &p.TrackerNumWant, 200, 10_000, false},
+		{"tracker_grace", &p.TrackerGrace, 24, 10_000, true}, {"history", &p.History, 50, 1000, false},
+	} {
+		switch {
+		case *f.value == 0:
+			*f.value = f.def
+		case *f.value == -1 && f.minusOne:
+		case *f.value < 1 || *f.value > f.max:
+			more := ""
+			if f.minusOne {
+				more = ", or -1"
+			}
+			errs = append(errs, fmt.Errorf("scoring settings: %s must be 1 to %d%s (0 takes the default %d)", f.name, f.max, more, f.def))
+		}
+	}
 	if p.Project == "" {
 		p.Project = DefaultProject
 	}

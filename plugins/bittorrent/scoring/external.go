@@ -1,0 +1,180 @@
+package scoring
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/announcer"
+)
+
+var trackersScript = loadScript("score_trackers.lua")
+
+// maxTrackerPeers bounds the peers kept from one tracker's reply (their
+// IPs are looked up and staged); more are only counted.
+const maxTrackerPeers = announcer.MaxMaxPeers
+
+// pendingTTL is how long a worker's staged IPs wait for their round to be
+// applied; staged IPs whose round never applies (a tracker taken off in
+// between) go by themselves.
+const pendingTTL = 24 * time.Hour
+
+// Tracker is an external tracker registered for a torrent.
+type Tracker struct {
+	URL      string `json:"url"`
+	MaxPeers int    `json:"max_peers"`
+}
+
+// CheckTrackers validates a torrent's list of external trackers: at most
+// announcer.MaxTrackers, each URL as announcer.ParseURL wants it and once,
+// max peers 0 (the default, 50) to announcer.MaxMaxPeers. It returns the
+// list with the defaults filled in.
+func CheckTrackers(trackers []Tracker) ([]Tracker, error) {
+	if len(trackers) > announcer.MaxTrackers {
+		return nil, fmt.Errorf("%d trackers: a torrent has at most %d: %w", len(trackers), announcer.MaxTrackers, ErrInvalid)
+	}
+	out := make([]Tracker, 0, len(trackers))
+	seen := map[string]bool{}
+	for _, t := range trackers {
+		if _, err := announcer.ParseURL(t.URL); err != nil {
+			return nil, fmt.Errorf("%w (%w)", ErrInvalid, err)
+		}
+		if seen[t.URL] {
+			return nil, fmt.Errorf("tracker %q is listed twice: %w", t.URL, ErrInvalid)
+		}
+		seen[t.URL] = true
+		switch {
+		case t.MaxPeers == 0:
+			t.MaxPeers = announcer.DefaultMaxPeers
+		case t.MaxPeers < 0 || t.MaxPeers > announcer.MaxMaxPeers:
+			return nil, fmt.Errorf("tracker %q: max peers %d is not 1 to %d: %w", t.URL, t.MaxPeers, announcer.MaxMaxPeers, ErrInvalid)
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// SetTrackers replaces the external trackers of a torrent (an empty list
+// clears them), in one step, after checking the whole list: bad input
+// changes nothing. It returns the checked list and how many trackers the
+// torrent had before.
+func (s *Scorer) SetTrackers(ctx context.Context, hash bittorrent.InfoHash, trackers []Tracker) ([]Tracker, int, error) {
+	checked, err := CheckTrackers(trackers)
+	if err != nil {
+		return nil, 0, err
+	}
+	args := make([]any, 0, 2*len(checked))
+	for _, t := range checked {
+		args = append(args, t.URL, t.MaxPeers)
+	}
+	before, err := trackersScript.Run(ctx, s.rdb, []string{TrackersKey(hash)}, args...).Int()
+	if err != nil {
+		return nil, 0, fmt.Errorf("scoring.SetTrackers: %w", err)
+	}
+	return checked, before, nil
+}
+
+// Trackers lists the external trackers of a torrent, by URL.
+func (s *Scorer) Trackers(ctx context.Context, hash bittorrent.InfoHash) ([]Tracker, error) {
+	m, err := s.rdb.HGetAll(ctx, TrackersKey(hash)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("scoring.Trackers: %w", err)
+	}
+	out := make([]Tracker, 0, len(m))
+	for url, max := range m {
+		n, err := strconv.Atoi(max)
+		if err != nil || n < 1 {
+			n = announcer.DefaultMaxPeers
+		}
+		out = append(out, Tracker{URL: url, MaxPeers: n})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].URL < out[j].URL })
+	return out, nil
+}
+
+// announceAll announces the torrent to each of its trackers at once
+// (each bounded by the tracker timeout), counts the new IPs among each
+// reply's peers against that tracker's seen set, and stages them for the
+// round. A tracker that fails is reported with its error; only a worker
+// being stopped (ctx) or Redis failing is an error here, so the item goes
+// back to the queue rather than counting as a tracker's failure.
+func (s *Scorer) announceAll(ctx context.Context, hash bittorrent.InfoHash, round int64, trackers []Tracker) ([]TrackerResult, error) {
+	if len(trackers) == 0 {
+		return nil, nil
+	}
+	results := make([]TrackerResult, len(trackers))
+	replies := make([]announcer.Reply, len(trackers))
+	var wg sync.WaitGroup
+	for i, t := range trackers {
+		wg.Go(func() {
+			results[i] = TrackerResult{URL: t.URL, Max: int64(t.MaxPeers)}
+			reply, err := s.announcer.Announce(ctx, t.URL, hash)
+			if err != nil {
+				msg := err.Error()
+				if len(msg) > maxErrorLen {
+					msg = msg[:maxErrorLen-3] + "..."
+				}
+				results[i].Error = msg
+				return
+			}
+			replies[i] = reply
+			results[i].Peers = int64(reply.Total)
+		})
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("scoring: announcing to external trackers: %w", err)
+	}
+	cutoff := s.nowMillis() - s.policy.NewWindow.Milliseconds()
+	for i := range results {
+		if results[i].Error != "" || len(replies[i].Peers) == 0 {
+			continue
+		}
+		ips := distinctIPs(replies[i].Peers)
+		id := SourceID(results[i].URL)
+		scores, err := s.rdb.ZMScore(ctx, SourceSeenKey(hash, id), ips...).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("scoring: seen IPs: %w", err)
+		}
+		for j := range ips {
+			if j >= len(scores) || scores[j] == 0 || scores[j] <= float64(cutoff) {
+				results[i].New++
+			}
+		}
+		pending := make([]redis.Z, len(ips))
+		for j, ip := range ips {
+			pending[j] = redis.Z{Score: float64(round), Member: ip}
+		}
+		pipe := s.rdb.Pipeline()
+		pipe.ZAdd(ctx, PendingKey(hash, id), pending...)
+		pipe.PExpire(ctx, PendingKey(hash, id), pendingTTL)
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, fmt.Errorf("scoring: staging IPs: %w", err)
+		}
+	}
+	return results, nil
+}
+
+// distinctIPs returns each peer's IP once, as the raw 4 or 16 bytes the
+// seen sets hold (the own swarm's format).
+func distinctIPs(peers []netip.AddrPort) []string {
+	seen := make(map[netip.Addr]bool, len(peers))
+	out := make([]string, 0, len(peers))
+	for _, p := range peers {
+		addr := p.Addr().Unmap()
+		if seen[addr] {
+			continue
+		}
+		seen[addr] = true
+		out = append(out, string(addr.AsSlice()))
+	}
+	return out
+}
