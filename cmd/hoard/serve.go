@@ -20,6 +20,7 @@ import (
 	"github.com/hoardproject/hoard/leaderboard"
 	"github.com/hoardproject/hoard/plugins/bittorrent/ipmetrics"
 	"github.com/hoardproject/hoard/plugins/bittorrent/outbox"
+	"github.com/hoardproject/hoard/plugins/bittorrent/scoring"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 	"github.com/hoardproject/hoard/queues"
 	"github.com/hoardproject/hoard/server"
@@ -280,10 +281,18 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if err != nil {
 		return err
 	}
+	// The scoring admin calls (external trackers, scores, top) read and
+	// write scoring's keys directly; the plugin's own settings decide
+	// whether scoring runs.
+	_, scorePolicy, err := scoring.ParseSettings(nil, false)
+	if err != nil {
+		return err
+	}
+	btScorer := scoring.New(rdb, scorePolicy, nil, logger.With("component", "bittorrent-admin"))
 	srv, err := server.New(server.Config{
 		Listen: o.listen, AdminToken: o.adminToken, InsecureNoAdminToken: o.insecureNoAdminToken, MetricsToken: o.metricsToken,
 		ProjectsFile: o.projectsFile, PublicURL: o.publicURL, TrustedProxies: o.trustedProxies, Logger: logger,
-		Offloader: offloader, AdminExtensions: []server.AdminExtension{&btadmin.Admin{Store: btAdmin, Outbox: btOutbox, Reaper: btReaper},
+		Offloader: offloader, AdminExtensions: []server.AdminExtension{&btadmin.Admin{Store: btAdmin, Outbox: btOutbox, Reaper: btReaper, Scorer: btScorer},
 			&btadmin.MetricsAdmin{Store: ipmetrics.NewStore(rdb, nil, 0)}}, Collectors: []prometheus.Collector{pluginHost.Collector()},
 		Plugins: pluginHost, MaxViewers: maxViewers, MaxViewersPerAddress: o.maxViewersPerAddress,
 		ViewerIdleTimeout: o.viewerIdleTimeout,

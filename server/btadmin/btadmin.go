@@ -17,6 +17,7 @@ import (
 	"github.com/hoardproject/hoard/plugins/bittorrent"
 	"github.com/hoardproject/hoard/plugins/bittorrent/outbox"
 	"github.com/hoardproject/hoard/plugins/bittorrent/reaper"
+	"github.com/hoardproject/hoard/plugins/bittorrent/scoring"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 
 	"github.com/hoardproject/hoard/server"
@@ -37,6 +38,15 @@ import (
 //	DELETE /api/v1/bittorrent/clients/*prefix                     take it off (404 if not listed)
 //	GET    /api/v1/bittorrent/stats                               the global counters
 //	GET    /api/v1/bittorrent/top?by=seeders&n=10                 torrents ranked by seeders, leechers or snatches
+//	GET    /api/v1/bittorrent/torrents/:infohash/trackers         the external trackers scoring announces to
+//	PUT    /api/v1/bittorrent/torrents/:infohash/trackers         {"trackers":[{"url":"udp://h:p/announce","max_peers":200}]} replace them
+//	DELETE /api/v1/bittorrent/torrents/:infohash/trackers         clear them
+//	GET    /api/v1/bittorrent/torrents/:infohash/score            its score, sources (own swarm, each tracker) and history
+//	GET    /api/v1/bittorrent/scores/top?n=10                     the torrents with the highest scores
+//
+// PUT …/torrents/:infohash takes "trackers" too: the list is checked
+// before anything is written and replaces the torrent's list; absent, the
+// list is left as it is.
 //
 // Info-hashes are 40 hex characters; torrent ids, user ids and passkeys
 // are 1-64 characters of A-Z a-z 0-9 _ -. A client prefix is 1-20 bytes of
@@ -59,6 +69,9 @@ type Admin struct {
 	// Reaper serves the unseeded reaper's calls (reaper.go); nil when the
 	// reaper is off, and they answer 503.
 	Reaper *reaper.Reaper
+	// Scorer reads and writes scoring's keys (external trackers, scores);
+	// nil answers those calls with 503.
+	Scorer *scoring.Scorer
 	tools  server.AdminTools // the change log and body decoding
 }
 
@@ -85,6 +98,21 @@ func (b *Admin) RegisterAdmin(g *gin.RouterGroup, tools server.AdminTools) {
 	bt.GET("/top", b.top)
 	b.registerOutbox(g)
 	b.registerReaper(bt)
+	sc := bt.Group("", b.requireScorer)
+	sc.GET("/torrents/:infohash/trackers", b.showTrackers)
+	sc.PUT("/torrents/:infohash/trackers", b.setTrackers)
+	sc.DELETE("/torrents/:infohash/trackers", b.clearTrackers)
+	sc.GET("/torrents/:infohash/score", b.showScore)
+	sc.GET("/scores/top", b.topScores)
+}
+
+func (b *Admin) requireScorer(c *gin.Context) {
+	if b.Scorer == nil {
+		_ = c.Error(server.NewHTTPError(http.StatusServiceUnavailable, "scoring_off", "this hoard has no scoring store (btadmin.Admin.Scorer is not set)"))
+		c.Abort()
+		return
+	}
+	c.Next()
 }
 
 func (b *Admin) requireStore(c *gin.Context) {
@@ -161,14 +189,17 @@ type RegisterTorrentRequest struct {
 	// GiB): a reseed claim earns the reaper's reward_factor x Value (1
 	// when never given).
 	Value float64 `json:"value"`
+	// Trackers, when present, replace the torrent's external trackers.
+	Trackers *[]scoring.Tracker `json:"trackers"`
 }
 
 // RegisterTorrentReply answers PUT …/torrents/:infohash; PreviousID is
 // the id the torrent had before, if it was registered.
 type RegisterTorrentReply struct {
-	InfoHash   string `json:"info_hash"`
-	ID         string `json:"id"`
-	PreviousID string `json:"previous_id,omitempty"`
+	InfoHash   string            `json:"info_hash"`
+	ID         string            `json:"id"`
+	PreviousID string            `json:"previous_id,omitempty"`
+	Trackers   []scoring.Tracker `json:"trackers,omitempty"`
 }
 
 func (b *Admin) registerTorrent(c *gin.Context) {
@@ -184,6 +215,18 @@ func (b *Admin) registerTorrent(c *gin.Context) {
 	if req.ID == "" {
 		_ = c.Error(server.BadRequest(`the body needs the site's torrent id: {"id": "123"}`))
 		return
+	}
+	var trackers []scoring.Tracker
+	if req.Trackers != nil {
+		// Checked before anything is written: a bad list changes nothing.
+		if b.Scorer == nil {
+			_ = c.Error(server.NewHTTPError(http.StatusServiceUnavailable, "scoring_off", "this hoard has no scoring store for trackers"))
+			return
+		}
+		if trackers, err = scoring.CheckTrackers(*req.Trackers); err != nil {
+			_ = c.Error(scoringError(err))
+			return
+		}
 	}
 	ctx := c.Request.Context()
 	var previous string
@@ -206,8 +249,15 @@ func (b *Admin) registerTorrent(c *gin.Context) {
 	if reg.Uploader != "" {
 		logged = append(logged, "uploader", reg.Uploader)
 	}
+	if req.Trackers != nil {
+		if trackers, _, err = b.Scorer.SetTrackers(ctx, hash, trackers); err != nil {
+			_ = c.Error(scoringError(err))
+			return
+		}
+		logged = append(logged, "trackers", len(trackers))
+	}
 	b.tools.LogChange(c, "torrent registered", logged...)
-	c.JSON(http.StatusOK, RegisterTorrentReply{InfoHash: hexHash(hash), ID: string(req.ID), PreviousID: previous})
+	c.JSON(http.StatusOK, RegisterTorrentReply{InfoHash: hexHash(hash), ID: string(req.ID), PreviousID: previous, Trackers: trackers})
 }
 
 func (b *Admin) unregisterTorrent(c *gin.Context) {
@@ -473,4 +523,120 @@ func (b *Admin) top(c *gin.Context) {
 		reply.Torrents = append(reply.Torrents, RankedTorrent{InfoHash: hexHash(r.InfoHash), Count: r.Count})
 	}
 	c.JSON(http.StatusOK, reply)
+}
+
+// scoringError turns scoring's argument errors into 400 replies with its
+// own explanation.
+func scoringError(err error) error {
+	if errors.Is(err, scoring.ErrInvalid) {
+		return server.BadRequest("%s", strings.TrimSuffix(err.Error(), ": "+scoring.ErrInvalid.Error()))
+	}
+	return err
+}
+
+// TrackersReply answers the …/trackers calls: the torrent's external
+// trackers after the call, and for PUT and DELETE how many it had before.
+type TrackersReply struct {
+	InfoHash string            `json:"info_hash"`
+	Trackers []scoring.Tracker `json:"trackers"`
+	Before   *int              `json:"before,omitempty"`
+}
+
+// SetTrackersRequest is the body of PUT …/torrents/:infohash/trackers.
+type SetTrackersRequest struct {
+	Trackers []scoring.Tracker `json:"trackers"`
+}
+
+func (b *Admin) showTrackers(c *gin.Context) {
+	hash, err := swarm.ParseInfoHash(c.Param("infohash"))
+	if err != nil {
+		_ = c.Error(swarmError(err))
+		return
+	}
+	trackers, err := b.Scorer.Trackers(c.Request.Context(), hash)
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	c.JSON(http.StatusOK, TrackersReply{InfoHash: hexHash(hash), Trackers: trackers})
+}
+
+func (b *Admin) setTrackers(c *gin.Context) {
+	hash, err := swarm.ParseInfoHash(c.Param("infohash"))
+	if err != nil {
+		_ = c.Error(swarmError(err))
+		return
+	}
+	var req SetTrackersRequest
+	if !b.tools.Decode(c, &req) {
+		return
+	}
+	if req.Trackers == nil {
+		_ = c.Error(server.BadRequest(`the body needs the list: {"trackers": [{"url": "udp://host:port/announce", "max_peers": 50}]} (an empty list, or DELETE, clears it)`))
+		return
+	}
+	b.replaceTrackers(c, hash, req.Trackers)
+}
+
+func (b *Admin) clearTrackers(c *gin.Context) {
+	hash, err := swarm.ParseInfoHash(c.Param("infohash"))
+	if err != nil {
+		_ = c.Error(swarmError(err))
+		return
+	}
+	b.replaceTrackers(c, hash, nil)
+}
+
+func (b *Admin) replaceTrackers(c *gin.Context, hash bittorrent.InfoHash, trackers []scoring.Tracker) {
+	list, before, err := b.Scorer.SetTrackers(c.Request.Context(), hash, trackers)
+	if err != nil {
+		_ = c.Error(scoringError(err))
+		return
+	}
+	urls := make([]string, len(list))
+	for i, t := range list {
+		urls[i] = t.URL
+	}
+	b.tools.LogChange(c, "external trackers set", "info_hash", hexHash(hash), "trackers", urls, "before", before)
+	c.JSON(http.StatusOK, TrackersReply{InfoHash: hexHash(hash), Trackers: list, Before: &before})
+}
+
+func (b *Admin) showScore(c *gin.Context) {
+	hash, err := swarm.ParseInfoHash(c.Param("infohash"))
+	if err != nil {
+		_ = c.Error(swarmError(err))
+		return
+	}
+	v, err := b.Scorer.View(c.Request.Context(), hash)
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	if v.State == "" && len(v.History) == 0 && len(v.Sources) <= 1 {
+		_ = c.Error(server.NewHTTPError(http.StatusNotFound, "not_scored", "torrent "+hexHash(hash)+" has never been scored"))
+		return
+	}
+	c.JSON(http.StatusOK, v)
+}
+
+// TopScoresReply answers GET …/scores/top.
+type TopScoresReply struct {
+	Torrents []scoring.Ranked `json:"torrents"`
+}
+
+func (b *Admin) topScores(c *gin.Context) {
+	n := DefaultTopCount
+	if text, ok := c.GetQuery("n"); ok {
+		var err error
+		if n, err = strconv.Atoi(text); err != nil || n < 1 || n > scoring.MaxTop {
+			_ = c.Error(server.BadRequest("n=%q: want a whole number from 1 to %d", text, scoring.MaxTop))
+			return
+		}
+	}
+	top, err := b.Scorer.Top(c.Request.Context(), n)
+	if err != nil {
+		_ = c.Error(scoringError(err))
+		return
+	}
+	c.JSON(http.StatusOK, TopScoresReply{Torrents: top})
 }

@@ -1,12 +1,15 @@
 package scoring
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,6 +36,20 @@ type Tracker struct {
 	MaxPeers int    `json:"max_peers"`
 }
 
+// UnmarshalJSON refuses unknown fields: a misspelt "max_peers" must not
+// silently become the default.
+func (t *Tracker) UnmarshalJSON(b []byte) error {
+	type plain Tracker
+	var p plain
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return fmt.Errorf("a tracker is {\"url\": \"udp://host:port/announce\", \"max_peers\": 50}: %w", err)
+	}
+	*t = Tracker(p)
+	return nil
+}
+
 // CheckTrackers validates a torrent's list of external trackers: at most
 // announcer.MaxTrackers, each URL as announcer.ParseURL wants it and once,
 // max peers 0 (the default, 50) to announcer.MaxMaxPeers. It returns the
@@ -45,7 +62,8 @@ func CheckTrackers(trackers []Tracker) ([]Tracker, error) {
 	seen := map[string]bool{}
 	for _, t := range trackers {
 		if _, err := announcer.ParseURL(t.URL); err != nil {
-			return nil, fmt.Errorf("%w (%w)", ErrInvalid, err)
+			why := strings.TrimSuffix(err.Error(), ": "+announcer.ErrInvalid.Error())
+			return nil, fmt.Errorf("%s: %w", why, ErrInvalid)
 		}
 		if seen[t.URL] {
 			return nil, fmt.Errorf("tracker %q is listed twice: %w", t.URL, ErrInvalid)
