@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hoardproject/hoard/plugins/bittorrent/outbox"
+	"github.com/hoardproject/hoard/plugins/bittorrent/scoring"
 	"github.com/hoardproject/hoard/server/btadmin"
 )
 
@@ -30,7 +31,7 @@ Changes reach the tracker frontends within their cache time (10s) for
 passkeys and the whitelist, at once for torrents.`,
 	}
 	cmd.AddCommand(btTorrentCommand(), btUserCommand(), btClientCommand(), btClientsCommand(), btStatsCommand(), btTopCommand(),
-		btReaperCommand(), btOutboxCommand(), btMetricsCommand())
+		btReaperCommand(), btOutboxCommand(), btMetricsCommand(), btTrackerCommand(), btScoreCommand())
 	return cmd
 }
 
@@ -38,8 +39,9 @@ func btTorrentCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "torrent", Short: "Register, unregister and show torrents"}
 	var id, uploader, created string
 	var value float64
+	var trackers trackerFlags
 	add := &cobra.Command{
-		Use:   "add <infohash> --id N [--uploader U] [--created RFC3339] [--value V]",
+		Use:   "add <infohash> --id N [--uploader U] [--created RFC3339] [--value V] [--tracker URL [--tracker-max N]]...",
 		Short: "Register a torrent under the site's torrent id (again: change its id)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -51,6 +53,13 @@ func btTorrentCommand() *cobra.Command {
 			body := map[string]any{"id": id}
 			if value != 0 {
 				body["value"] = value
+			}
+			if len(trackers.urls) > 0 || len(trackers.max) > 0 {
+				list, err := trackers.list()
+				if err != nil {
+					return err
+				}
+				body["trackers"] = list
 			}
 			if uploader != "" {
 				body["uploader"] = uploader
@@ -72,6 +81,9 @@ func btTorrentCommand() *cobra.Command {
 			default:
 				fmt.Fprintf(w, "registered %s as torrent %s (was %s)\n", reply.InfoHash, reply.ID, reply.PreviousID)
 			}
+			for _, t := range reply.Trackers {
+				fmt.Fprintf(w, "external tracker %s (max peers %d)\n", t.URL, t.MaxPeers)
+			}
 			return nil
 		},
 	}
@@ -80,6 +92,7 @@ func btTorrentCommand() *cobra.Command {
 	add.Flags().StringVar(&uploader, "uploader", "", "the site's user id of the uploader (the reaper notifies them)")
 	add.Flags().Float64Var(&value, "value", 0, "what the upload is worth (e.g. its size in GiB): the reaper rewards a reseed with reward_factor x value (default 1)")
 	add.Flags().StringVar(&created, "created", "", "the upload's creation time, RFC 3339 (default: now, at the first registration)")
+	trackers.register(add, "; given, they replace the torrent's external trackers")
 	remove := &cobra.Command{
 		Use:   "remove <infohash>",
 		Short: "Unregister a torrent: announces are refused, its peers time out",
@@ -495,5 +508,192 @@ func btOutboxCommand() *cobra.Command {
 	}
 	retry.Flags().BoolVar(&all, "all", false, fmt.Sprintf("retry every dead event (up to %d per call)", outbox.MaxListLimit))
 	cmd.AddCommand(stats, dead, retry)
+	return cmd
+}
+
+// trackerFlags are --tracker URL (repeatable) and --tracker-max N: none
+// (each tracker's max peers is 50), one (for every tracker), or one per
+// --tracker, in the same order.
+type trackerFlags struct {
+	urls []string
+	max  []int
+}
+
+func (f *trackerFlags) register(cmd *cobra.Command, also string) {
+	cmd.Flags().StringArrayVar(&f.urls, "tracker", nil,
+		"an external tracker scoring announces to: udp://host:port/announce, http(s)://host[:port]/announce (repeatable)"+also)
+	cmd.Flags().IntSliceVar(&f.max, "tracker-max", nil,
+		"the tracker's max peers, the reply size that counts as full (default 50): once for all, or once per --tracker in order")
+}
+
+func (f *trackerFlags) list() ([]scoring.Tracker, error) {
+	if len(f.max) > 1 && len(f.max) != len(f.urls) {
+		return nil, fmt.Errorf("%d --tracker-max for %d --tracker: give one for all, or one per tracker", len(f.max), len(f.urls))
+	}
+	if len(f.max) > 0 && len(f.urls) == 0 {
+		return nil, errors.New("--tracker-max without --tracker")
+	}
+	out := make([]scoring.Tracker, len(f.urls))
+	for i, u := range f.urls {
+		out[i] = scoring.Tracker{URL: u}
+		switch len(f.max) {
+		case 1:
+			out[i].MaxPeers = f.max[0]
+		case len(f.urls):
+			out[i].MaxPeers = f.max[i]
+		}
+	}
+	// The same checks as the server's, so a typo fails before any call.
+	return scoring.CheckTrackers(out)
+}
+
+func printTrackers(w io.Writer, reply btadmin.TrackersReply) {
+	if len(reply.Trackers) == 0 {
+		fmt.Fprintf(w, "%s has no external trackers\n", reply.InfoHash)
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "URL\tMAX PEERS")
+	for _, t := range reply.Trackers {
+		fmt.Fprintf(tw, "%s\t%d\n", t.URL, t.MaxPeers)
+	}
+	_ = tw.Flush()
+}
+
+// btTrackerCommand is `hoard bt tracker`: a torrent's external trackers.
+func btTrackerCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "tracker", Short: "List, set and clear the external trackers scoring announces a torrent to"}
+	call := func(cmd *cobra.Command, method, hash string, body any) error {
+		path, err := btPath("/torrents/", "info-hash", hash)
+		if err != nil {
+			return err
+		}
+		var reply btadmin.TrackersReply
+		if err := newAdminClient().do(cmd.Context(), method, path+"/trackers", body, &reply); err != nil {
+			return err
+		}
+		printTrackers(cmd.OutOrStdout(), reply)
+		return nil
+	}
+	list := &cobra.Command{
+		Use: "list <infohash>", Short: "List a torrent's external trackers", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return call(cmd, http.MethodGet, args[0], nil) },
+	}
+	var flags trackerFlags
+	set := &cobra.Command{
+		Use:   "set <infohash> --tracker URL [--tracker URL]... [--tracker-max N]...",
+		Short: "Replace a torrent's external trackers",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(flags.urls) == 0 {
+				return errors.New("set needs at least one --tracker (clear removes them all)")
+			}
+			trackers, err := flags.list()
+			if err != nil {
+				return err
+			}
+			return call(cmd, http.MethodPut, args[0], btadmin.SetTrackersRequest{Trackers: trackers})
+		},
+	}
+	flags.register(set, "")
+	clear := &cobra.Command{
+		Use: "clear <infohash>", Short: "Remove every external tracker of a torrent", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return call(cmd, http.MethodDelete, args[0], nil) },
+	}
+	cmd.AddCommand(list, set, clear)
+	return cmd
+}
+
+// btScoreCommand is `hoard bt score`: a torrent's score, sources and
+// history, and the top torrents by score.
+func btScoreCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "score", Short: "Show a torrent's score, its sources and history, or the top torrents by score"}
+	var rounds int
+	show := &cobra.Command{
+		Use:   "show <infohash> [--history N]",
+		Short: "A torrent's score, each source's line and last round, and its last rounds",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			path, err := btPath("/torrents/", "info-hash", args[0])
+			if err != nil {
+				return err
+			}
+			var v scoring.View
+			if err := newAdminClient().do(cmd.Context(), http.MethodGet, path+"/score", nil, &v); err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			state := v.State
+			if !v.Indexed && state == "active" {
+				state += " (not in the index yet)"
+			}
+			printRows(w, [][2]string{{"info_hash", v.InfoHash}, {"state", state},
+				{"score", strconv.FormatFloat(v.Score, 'g', 6, 64)}, {"round", strconv.FormatInt(v.Round, 10)}})
+			fmt.Fprintln(w)
+			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "SOURCE\tMAX\tLINE\tPEERS\tNEW\tMULT\tLAST")
+			for _, s := range v.Sources {
+				line, last := "-", "-"
+				if s.Line != nil {
+					line = strconv.FormatFloat(*s.Line, 'g', 6, 64)
+				}
+				if s.Applied != nil {
+					last = s.Applied.Format(time.RFC3339)
+				}
+				if s.Error != "" {
+					last += fmt.Sprintf(" (failed %d in a row: %s)", s.Fails, s.Error)
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%g\t%s\n", s.Source, s.MaxPeers, line, s.Peers, s.New, s.Mult, last)
+			}
+			_ = tw.Flush()
+			if rounds == 0 || len(v.History) == 0 {
+				return nil
+			}
+			fmt.Fprintln(w)
+			tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ROUND\tAT\tSCORE\tSOURCES (peers/new/max ×mult)")
+			for _, r := range v.History[:min(rounds, len(v.History))] {
+				var parts []string
+				for _, s := range r.Sources {
+					part := fmt.Sprintf("%s %d/%d/%d ×%g", s.Source, s.Peers, s.New, s.Max, s.Mult)
+					if s.Error != "" {
+						part = fmt.Sprintf("%s failed ×%g", s.Source, s.Mult)
+					}
+					parts = append(parts, part)
+				}
+				score := strconv.FormatFloat(r.Score, 'g', 6, 64)
+				if r.Removed {
+					score += " removed"
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", r.Round, r.At.Format(time.RFC3339), score, strings.Join(parts, "; "))
+			}
+			return tw.Flush()
+		},
+	}
+	show.Flags().IntVar(&rounds, "history", 10, "how many of the last rounds to print (0: none)")
+	var count int
+	top := &cobra.Command{
+		Use:   "top [-n N]",
+		Short: "The torrents with the highest scores",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if count < 1 || count > scoring.MaxTop {
+				return fmt.Errorf("-n %d: want 1 to %d", count, scoring.MaxTop)
+			}
+			var reply btadmin.TopScoresReply
+			err := newAdminClient().do(cmd.Context(), http.MethodGet, "/bittorrent/scores/top?n="+strconv.Itoa(count), nil, &reply)
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "INFO HASH\tSCORE")
+			for _, r := range reply.Torrents {
+				fmt.Fprintf(tw, "%s\t%s\n", r.InfoHash, strconv.FormatFloat(r.Score, 'g', 6, 64))
+			}
+			return tw.Flush()
+		},
+	}
+	top.Flags().IntVarP(&count, "count", "n", btadmin.DefaultTopCount, fmt.Sprintf("how many torrents (1-%d)", scoring.MaxTop))
+	cmd.AddCommand(show, top)
 	return cmd
 }
