@@ -12,6 +12,7 @@ import (
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/plugins"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/announcer/opentrackertest"
 	"github.com/hoardproject/hoard/plugins/bittorrent/btplugin"
 	"github.com/hoardproject/hoard/plugins/bittorrent/scoring"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
@@ -86,6 +87,49 @@ func TestScoringRunsOnThePluginPlatform(t *testing.T) {
 	})
 }
 
+// TestScoringAnnouncesToExternalTrackersOnThePlatform: the same cycle
+// with an external tracker registered for the torrent (Debian's
+// opentracker on 127.0.0.1 with 60 fake peers): the plugin's worker
+// announces to it, the result carries the tracker's counts through the
+// event log, and OnItemDone moves the tracker's line (full, all new:
+// ×1.2) beside the own swarm's (one peer: ×0.8); the torrent ranks by the
+// better one.
+func TestScoringAnnouncesToExternalTrackersOnThePlatform(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := t.Context()
+		hash := bittorrent.InfoHash{0x5c, 'e', 'x', 't'}
+		ot := opentrackertest.Start(t, [][20]byte{hash})
+		ot.Announce(t, hash, 0, 60)
+		seeder, err := swarm.New(b.Client, swarm.Config{Logger: quiet, AnnouncePipelines: -1})
+		require.NoError(t, err)
+		var id bittorrent.PeerID
+		copy(id[:], "-GO0001-scoring00002")
+		_, err = seeder.Announce(ctx, &bittorrent.AnnounceRequest{InfoHash: hash, PeerID: id,
+			Addr: netip.MustParseAddrPort("10.1.2.4:6881")})
+		require.NoError(t, err)
+		admin := scoring.New(b.Client, scoring.Policy{}, nil, quiet)
+		_, _, err = admin.SetTrackers(ctx, hash, []scoring.Tracker{{URL: ot.UDPURL()}})
+		require.NoError(t, err)
+
+		_, _, tr := hostTracker(t, b, scoringSettings)
+		require.Eventually(t, func() bool {
+			rec, err := tr.Scorer().Record(ctx, hash)
+			return err == nil && rec.Round == 1
+		}, 20*time.Second, 10*time.Millisecond)
+		v, err := tr.Scorer().View(ctx, hash)
+		require.NoError(t, err)
+		require.Len(t, v.Sources, 2)
+		require.InDelta(t, 0.8, *v.Sources[0].Line, 1e-12, "own swarm: one peer")
+		require.Equal(t, ot.UDPURL(), v.Sources[1].Source)
+		require.InDelta(t, 1.2, *v.Sources[1].Line, 1e-12, "opentracker: 60 of max 50, all new")
+		require.Equal(t, int64(60), v.Sources[1].Peers)
+		require.InDelta(t, 1.2, v.Score, 1e-12)
+		rec, err := tr.Scorer().Record(ctx, hash)
+		require.NoError(t, err)
+		require.InDelta(t, 1.2, rec.IndexedAt, 1e-12, "the index ranks by the best line")
+	})
+}
+
 // testWriter sends the host's log to the test's, shown when it fails.
 type testWriter struct{ t *testing.T }
 
@@ -146,12 +190,16 @@ func TestBadScoringSettingsAreRefused(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		tr, addrs := startTracker(t, b, scoringSettings)
 		for settings, field := range map[string]string{
-			`{"scoring":{"enabled":true,"removal":"forget"}}`: "removal",
-			`{"scoring":{"enabled":true,"period":"0s"}}`:      "period",
-			`{"scoring":{"enabled":true,"max_peers":-1}}`:     "max_peers",
-			`{"scoring":{"enabled":true,"no_peers":-0.5}}`:    "no_peers",
-			`{"scoring":{"enabled":true,"max_workers":-2}}`:   "max_workers",
-			`{"scoring":{"enabld":true}}`:                     "enabld",
+			`{"scoring":{"enabled":true,"removal":"forget"}}`:     "removal",
+			`{"scoring":{"enabled":true,"period":"0s"}}`:          "period",
+			`{"scoring":{"enabled":true,"max_peers":-1}}`:         "max_peers",
+			`{"scoring":{"enabled":true,"no_peers":-0.5}}`:        "no_peers",
+			`{"scoring":{"enabled":true,"max_workers":-2}}`:       "max_workers",
+			`{"scoring":{"enabld":true}}`:                         "enabld",
+			`{"scoring":{"enabled":true,"tracker_timeout":"1h"}}`: "tracker_timeout",
+			`{"scoring":{"enabled":true,"tracker_grace":-2}}`:     "tracker_grace",
+			`{"scoring":{"enabled":true,"tracker_numwant":-5}}`:   "tracker_numwant",
+			`{"scoring":{"enabled":true,"history":5000}}`:         "history",
 		} {
 			err := tr.Configure(t.Context(), plugins.Config{Name: "bittorrent", RedisURL: b.URL, Settings: json.RawMessage(settings)})
 			require.ErrorContains(t, err, field, settings)
