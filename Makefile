@@ -101,6 +101,7 @@ bench: build
 	bin/hoard-bench backfeed-flood
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./queues
 	$(GO) test -run '^$$' -bench BenchmarkReaperRun -benchtime 1x -count 3 -timeout 30m ./plugins/bittorrent/reaper
+	$(GO) test -run '^$$' -bench 'ScoreOneTorrent' -benchtime 3s -count 3 ./plugins/bittorrent/scoring
 
 # The chaos suite for minutes (make test runs it for 20 s): the real
 # binaries on loopback, frontends, plugins and redis-server SIGKILLed under

@@ -8,12 +8,15 @@
 --                        peer id, then N bytes: address and port)
 -- KEYS[2] leechers HASH  same
 -- KEYS[3] seen     ZSET  IP (4 or 16 raw bytes) -> last seen (ms)
+-- KEYS[4] trackers HASH  external tracker URL -> max peers (read here so
+--                        a worker needs one round trip before announcing)
 --
 -- ARGV[1] now (ms)
 -- ARGV[2] the "new" window (ms): an IP last seen at or before now - window
 --         is new again
 --
--- Returns {peers, new}.
+-- Returns {peers, new, url1, max1, url2, max2, …}: the counts, then the
+-- torrent's external trackers.
 --
 -- Note: O(swarm); it runs once per torrent per scoring cycle, off the
 -- announce path.
@@ -33,4 +36,6 @@ for k = 1, 2 do
     end
   end
 end
-return {peers, new}
+local out = {peers, new}
+for _, v in ipairs(redis.call('HGETALL', KEYS[4])) do out[#out + 1] = v end
+return out

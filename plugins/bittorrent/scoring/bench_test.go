@@ -13,6 +13,7 @@ import (
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/plugins"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/announcer/opentrackertest"
 	"github.com/hoardproject/hoard/plugins/bittorrent/scoring"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )
@@ -49,6 +50,56 @@ func BenchmarkScoreOneTorrent(b *testing.B) {
 		require.NoError(b, err)
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "torrents/s")
+}
+
+// BenchmarkScoreOneTorrentExternal is one torrent's whole step with one
+// external tracker (Debian's opentracker on 127.0.0.1, 20 fake peers per
+// torrent) and an empty own swarm: count the swarm, announce to the
+// tracker (UDP: connect, announce, stopped; HTTP: announce, stopped),
+// look up and stage the reply's IPs, then apply. One torrent at a time,
+// as one worker does.
+func BenchmarkScoreOneTorrentExternal(b *testing.B) {
+	const torrents = 200
+	hashes := make([][20]byte, torrents)
+	for i := range hashes {
+		hashes[i] = infoHash(fmt.Sprint("external", i))
+	}
+	ot := opentrackertest.Start(b, hashes)
+	for i, hash := range hashes {
+		ot.Announce(b, hash, i*20, 20)
+	}
+	for _, proto := range []string{"udp", "http"} {
+		b.Run(proto, func(b *testing.B) {
+			backend := redistest.Backends()[0]
+			ctx := context.Background()
+			require.NoError(b, redistest.Flush(ctx, backend))
+			f := newFixture(b, backend, false, `{"tracker_timeout":"5s"}`)
+			url := ot.UDPURL()
+			if proto == "http" {
+				url = ot.HTTPURL()
+			}
+			for _, hash := range hashes {
+				require.NoError(b, f.store.Register(ctx, hash, swarm.Registration{ID: "1"}))
+				_, err := f.scorer.Track(ctx, hash)
+				require.NoError(b, err)
+				_, _, err = f.scorer.SetTrackers(ctx, hash, []scoring.Tracker{{URL: url}})
+				require.NoError(b, err)
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				item := scoring.ItemName(hashes[i%torrents], int64(i/torrents+1))
+				raw, err := f.scorer.Process(ctx, item)
+				require.NoError(b, err)
+				r, err := scoring.ParseResult(raw)
+				require.NoError(b, err)
+				require.Empty(b, r.Trackers[0].Error)
+				require.Equal(b, int64(20), r.Trackers[0].Peers)
+				_, err = f.scorer.Apply(ctx, item, r)
+				require.NoError(b, err)
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "torrents/s")
+		})
+	}
 }
 
 // BenchmarkScoringThroughThePool: b.N torrents queued in the real engine,

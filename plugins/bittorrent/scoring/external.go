@@ -108,14 +108,20 @@ func (s *Scorer) Trackers(ctx context.Context, hash bittorrent.InfoHash) ([]Trac
 	}
 	out := make([]Tracker, 0, len(m))
 	for url, max := range m {
-		n, err := strconv.Atoi(max)
-		if err != nil || n < 1 {
-			n = announcer.DefaultMaxPeers
-		}
-		out = append(out, Tracker{URL: url, MaxPeers: n})
+		out = append(out, trackerOf(url, max))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].URL < out[j].URL })
 	return out, nil
+}
+
+// trackerOf reads a trackers field; a max peers that is not a positive
+// number (never written so) is the default.
+func trackerOf(url, max string) Tracker {
+	n, err := strconv.Atoi(max)
+	if err != nil || n < 1 {
+		n = announcer.DefaultMaxPeers
+	}
+	return Tracker{URL: url, MaxPeers: n}
 }
 
 // announceAll announces the torrent to each of its trackers at once

@@ -94,7 +94,7 @@ func applyKeys(hash bittorrent.InfoHash, trackers []TrackerResult) []string {
 }
 
 func countKeys(hash bittorrent.InfoHash) []string {
-	return []string{swarm.SeedersKey(hash), swarm.LeechersKey(hash), SeenKey(hash)}
+	return []string{swarm.SeedersKey(hash), swarm.LeechersKey(hash), SeenKey(hash), TrackersKey(hash)}
 }
 
 func trackKeys(hash bittorrent.InfoHash) []string {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -150,14 +151,29 @@ func (s *Scorer) nowMillis() int64 { return s.clock.Now().UnixMilli() }
 // Count counts a torrent's peers in hoard's own swarm and how many of
 // their IPs are new on it. It only reads.
 func (s *Scorer) Count(ctx context.Context, hash bittorrent.InfoHash) (Result, error) {
-	reply, err := countScript.Run(ctx, s.rdb, countKeys(hash), s.nowMillis(), s.policy.NewWindow.Milliseconds()).Int64Slice()
+	r, _, err := s.count(ctx, hash)
+	return r, err
+}
+
+// count is Count and the torrent's external trackers, in one round trip.
+func (s *Scorer) count(ctx context.Context, hash bittorrent.InfoHash) (Result, []Tracker, error) {
+	reply, err := countScript.Run(ctx, s.rdb, countKeys(hash), s.nowMillis(), s.policy.NewWindow.Milliseconds()).Slice()
 	if err != nil {
-		return Result{}, fmt.Errorf("scoring.Count: %w", err)
+		return Result{}, nil, fmt.Errorf("scoring.Count: %w", err)
 	}
-	if len(reply) != 2 {
-		return Result{}, fmt.Errorf("scoring.Count: script replied %v", reply)
+	if len(reply) < 2 || len(reply)%2 != 0 {
+		return Result{}, nil, fmt.Errorf("scoring.Count: script replied %v", reply)
 	}
-	return Result{Peers: reply[0], New: reply[1], Max: int64(s.policy.MaxPeers)}, nil
+	peers, _ := reply[0].(int64)
+	new, _ := reply[1].(int64)
+	trackers := make([]Tracker, 0, len(reply)/2-1)
+	for i := 2; i+1 < len(reply); i += 2 {
+		url, _ := reply[i].(string)
+		max, _ := reply[i+1].(string)
+		trackers = append(trackers, trackerOf(url, max))
+	}
+	sort.Slice(trackers, func(i, j int) bool { return trackers[i].URL < trackers[j].URL })
+	return Result{Peers: peers, New: new, Max: int64(s.policy.MaxPeers)}, trackers, nil
 }
 
 // Process is a worker's step for one item: count the torrent's peers in
@@ -169,11 +185,7 @@ func (s *Scorer) Process(ctx context.Context, item string) (json.RawMessage, err
 	if err != nil {
 		return nil, &itemError{err}
 	}
-	r, err := s.Count(ctx, hash)
-	if err != nil {
-		return nil, err
-	}
-	trackers, err := s.Trackers(ctx, hash)
+	r, trackers, err := s.count(ctx, hash)
 	if err != nil {
 		return nil, err
 	}
