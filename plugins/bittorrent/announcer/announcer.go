@@ -64,8 +64,8 @@ func ParseURL(raw string) (*url.URL, error) {
 		return nil, bad(fmt.Sprintf("longer than %d bytes", MaxURLLen))
 	}
 	for _, c := range []byte(raw) {
-		if c <= ' ' || c >= 0x7f {
-			return nil, bad("spaces, control or non-ASCII bytes")
+		if !urlByte(c) {
+			return nil, bad("only letters, digits and -._~:/?#[]@!$&'()*+,;=% may appear (percent-encode the rest)")
 		}
 	}
 	u, err := url.Parse(raw)
@@ -96,6 +96,17 @@ func ParseURL(raw string) (*url.URL, error) {
 		return nil, bad("an http tracker needs its announce path, e.g. /announce")
 	}
 	return u, nil
+}
+
+// urlByte says whether c may appear in a registered URL: RFC 3986's
+// unreserved and reserved characters and '%'. Quotes, backslashes, spaces
+// and control bytes never do, so a URL is its own length in a JSON result.
+func urlByte(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	return strings.IndexByte("-._~:/?#[]@!$&'()*+,;=%", c) >= 0
 }
 
 func truncate(s string) string {

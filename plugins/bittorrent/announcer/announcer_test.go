@@ -28,7 +28,8 @@ func TestParseURL(t *testing.T) {
 		{"", "empty"}, {"ftp://h:1/announce", "scheme"}, {"udp://h/announce", "host:port"},
 		{"udp://h:0/announce", "port"}, {"udp://h:99999/announce", "port"}, {"http://h:80", "announce path"},
 		{"http://user:pw@h:80/announce", "user info"}, {"http://h:80/announce#x", "fragment"},
-		{"udp://:80/announce", "no host"}, {"http://h:80/an nounce", "spaces"},
+		{"udp://:80/announce", "no host"}, {"http://h:80/an nounce", "only letters"}, {`http://h:80/a"b`, "only letters"},
+		{"http://h:80/a\\b", "only letters"}, {"http://h:80/\u00e9", "only letters"},
 		{"http://h:80/" + strings.Repeat("a", MaxURLLen), "longer"}, {"udp//h:1", "scheme"},
 	} {
 		_, err := ParseURL(c.url)

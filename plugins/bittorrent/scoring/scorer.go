@@ -87,7 +87,7 @@ type TrackerResult struct {
 
 // maxErrorLen bounds a tracker's error text in a result (results travel
 // through the host's event log, at most 16 KiB).
-const maxErrorLen = 160
+const maxErrorLen = 120
 
 func (r Result) validate() error {
 	if r.Peers < 0 || r.New < 0 || r.New > r.Peers || r.Max <= 0 {
@@ -192,7 +192,20 @@ func (s *Scorer) Process(ctx context.Context, item string) (json.RawMessage, err
 	if r.Trackers, err = s.announceAll(ctx, hash, round, trackers); err != nil {
 		return nil, err
 	}
-	return json.Marshal(r)
+	return marshalResult(r)
+}
+
+// marshalResult writes a result without HTML escaping: a URL's '&' stays
+// one byte, so 16 trackers with 512-byte URLs and errors fit the host's
+// 16 KiB result limit.
+func marshalResult(r Result) (json.RawMessage, error) {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(r); err != nil {
+		return nil, err
+	}
+	return json.RawMessage(strings.TrimSuffix(b.String(), "\n")), nil
 }
 
 // ParseResult reads a worker's JSON result; unknown fields and trailing

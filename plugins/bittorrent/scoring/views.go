@@ -112,6 +112,9 @@ func (s *Scorer) View(ctx context.Context, hash bittorrent.InfoHash) (View, erro
 		var info lineInfo
 		if json.Unmarshal([]byte(rec["src:"+id]), &info) == nil {
 			src.Peers, src.New, src.Mult, src.Error, src.Fails = info.Peers, info.New, info.Mult, info.Error, info.Fails
+			if id == "swarm" && info.Max > 0 {
+				src.MaxPeers = int(info.Max) // the plugin's setting, as the last round used it
+			}
 			at := time.UnixMilli(info.At).UTC()
 			src.Applied = &at
 		}
