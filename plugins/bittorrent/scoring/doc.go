@@ -9,8 +9,11 @@
 //	    start at 1.0 ──► Round: one item "score:<infohash>:<round>" per indexed
 //	    torrent, with its score, into the plugin's score-ordered project
 //	──► a Pool worker claims it (Host.Claim), counts the swarm's peers and
-//	    new IPs (score_count.lua, read only) and reports Done with
-//	    {"peers":N,"new":M,"max":MAX}
+//	    new IPs (score_count.lua, read only, which also returns the
+//	    torrent's external trackers), announces to each external tracker
+//	    (package announcer), counts its new IPs against that tracker's seen
+//	    set and stages them for the round, and reports Done with
+//	    {"peers":N,"new":M,"max":MAX,"trackers":[…]}
 //	──► OnItemDone (from the project's event log, at least once) ──► Apply:
 //	    score_apply.lua in the torrent's slot, then score_index.lua in the
 //	    index shard's slot
@@ -43,9 +46,23 @@
 //
 //	hoard:bt:{<hex>}:score        HASH  the torrent's score record
 //	hoard:bt:{<hex>}:score:seen   ZSET  IP -> last seen (ms), trimmed to NewWindow
+//	hoard:bt:{<hex>}:score:trackers HASH external tracker URL -> max peers
+//	hoard:bt:{<hex>}:score:seen:<id>    ZSET  per tracker (SourceID): IP -> last seen
+//	hoard:bt:{<hex>}:score:pending:<id> ZSET  per tracker: IP -> round a worker saw it
+//	hoard:bt:{<hex>}:score:history LIST  the last rounds, newest first
 //	hoard:bt:{score:<n>}          ZSET  index shard n: hex -> score
 //	hoard:bt:{score:<n>}:revs     HASH  hex -> revision the shard shows
 //	hoard:bt:{score:<n>}:processed HASH unix minute -> results applied
+//
+// # Score lines
+//
+// Every source has its own score line (the own swarm's, one per external
+// tracker), moved by the policy with its own max peers; the torrent's
+// score, which the index ranks, is the best line of the sources still
+// registered. An external tracker that fails keeps its line for the
+// TrackerGrace rounds in a row, then each failed round counts as no
+// peers: a short outage decays nothing, a tracker gone for good stops
+// pinning its torrents.
 //
 // # Coming back
 //
