@@ -228,7 +228,9 @@ func FuzzUDPAnnounceReply(f *testing.F) {
 	f.Add(wire.AppendUDPConnect(nil, 7, 1), true, uint8(3))
 	f.Add([]byte{0, 0, 0, 1, 0, 0, 0, 7, 0}, true, uint8(0))
 	f.Fuzz(func(t *testing.T, packet []byte, v6 bool, maxPeers uint8) {
-		c := New(Config{MaxPeers: int(maxPeers)})
+		// The client's reading part only: New would build an HTTP
+		// transport per input.
+		c := &Client{cfg: Config{MaxPeers: max(1, int(maxPeers))}}
 		var resp wire.UDPResponse
 		err := checkUDPReply(packet, 7, wire.ActionAnnounce, &resp)
 		if err != nil {
