@@ -86,7 +86,7 @@ func Start(tb testing.TB, hashes [][20]byte) *Tracker {
 			})
 		}
 		t := &Tracker{Port: port}
-		if lastErr = t.waitReady(exited); lastErr == nil {
+		if lastErr = t.waitReady(exited, hashes); lastErr == nil {
 			tb.Cleanup(stop)
 			return t
 		}
@@ -97,22 +97,38 @@ func Start(tb testing.TB, hashes [][20]byte) *Tracker {
 	return nil
 }
 
-func (t *Tracker) waitReady(exited chan struct{}) error {
+// waitReady waits until opentracker listens and, when there are hashes,
+// has loaded its whitelist: it reads the file in a thread of its own
+// after binding, and until then answers every announce with a bare
+// header (its "not tracked").
+func (t *Tracker) waitReady(exited chan struct{}, hashes [][20]byte) error {
 	deadline := time.Now().Add(10 * time.Second)
+	listening := false
 	for time.Now().Before(deadline) {
 		select {
 		case <-exited:
 			return fmt.Errorf("opentracker exited")
 		default:
 		}
-		c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(t.Port)), time.Second)
-		if err == nil {
-			_ = c.Close()
-			return nil
+		if !listening {
+			c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(t.Port)), time.Second)
+			if err == nil {
+				_ = c.Close()
+				listening = true
+			}
+		}
+		if listening {
+			if len(hashes) == 0 {
+				return nil
+			}
+			// A stopped for a peer never announced adds nothing.
+			if err := t.announce(hashes[0], PeerAddr(0), wire.EventStopped); err == nil {
+				return nil
+			}
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return fmt.Errorf("opentracker not listening on %d", t.Port)
+	return fmt.Errorf("opentracker not ready on %d", t.Port)
 }
 
 func freePort() (int, error) {
@@ -183,6 +199,9 @@ func (t *Tracker) announce(hash [20]byte, peer netip.AddrPort, event wire.Event)
 				continue
 			}
 			var resp wire.UDPResponse
+			if n == 8 && want == wire.ActionAnnounce {
+				return nil, fmt.Errorf("opentracker does not track %x (yet)", req.InfoHash)
+			}
 			if err := wire.ParseUDPResponse(buf[:n], &resp); err != nil {
 				return nil, err
 			}
