@@ -254,3 +254,35 @@ func FuzzUDPAnnounceReply(f *testing.F) {
 		}
 	})
 }
+
+// TestUDPOverIPv6: a tracker on ::1 answers with 18-byte peers.
+func TestUDPOverIPv6(t *testing.T) {
+	pc, err := net.ListenPacket("udp6", "[::1]:0")
+	if err != nil {
+		t.Skipf("by design: no IPv6 loopback here (%v)", err)
+	}
+	defer pc.Close()
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			var req wire.UDPRequest
+			if wire.ParseUDPRequest(buf[:n], &req) != nil {
+				continue
+			}
+			switch {
+			case req.Action == wire.ActionConnect:
+				_, _ = pc.WriteTo(wire.AppendUDPConnect(nil, req.TransactionID, 7), from)
+			case req.Action == wire.ActionAnnounce && req.Event != wire.EventStopped:
+				peers := wire.Peers{{Addr: netip.MustParseAddrPort("[2001:db8::1]:1")}, {Addr: netip.MustParseAddrPort("[2001:db8::2]:2")}}
+				_, _ = pc.WriteTo(wire.AppendUDPAnnounce(nil, req.TransactionID, &wire.AnnounceReply{}, peers, true), from)
+			}
+		}
+	}()
+	r, err := New(Config{Timeout: 2 * time.Second}).Announce(t.Context(), "udp://"+pc.LocalAddr().String()+"/announce", sha1.Sum([]byte("v6")))
+	require.NoError(t, err)
+	require.Equal(t, []netip.AddrPort{netip.MustParseAddrPort("[2001:db8::1]:1"), netip.MustParseAddrPort("[2001:db8::2]:2")}, r.Peers)
+}
