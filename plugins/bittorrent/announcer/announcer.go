@@ -229,12 +229,19 @@ func (c *Client) Announce(ctx context.Context, rawURL string, hash [20]byte) (Re
 	case err == nil:
 	case errors.Is(err, ErrRefused) || errors.Is(err, ErrBad):
 		err = fmt.Errorf("%s: %w", truncate(rawURL), err)
-	case errors.Is(err, ErrTimeout) || ctx.Err() != nil:
+	case errors.Is(err, ErrTimeout) || ctx.Err() != nil || isNetTimeout(err):
 		err = fmt.Errorf("%s: %w after %s", truncate(rawURL), ErrTimeout, c.cfg.Timeout)
 	default:
 		err = fmt.Errorf("%s: %w", truncate(rawURL), err)
 	}
 	return r, err
+}
+
+// isNetTimeout: the HTTP transport's own timeouts (dial, headers) may
+// fire a moment before the context's deadline.
+func isNetTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // keepPeers filters the announcer's own entry (its port of this round)
@@ -370,8 +377,8 @@ func (c *Client) udp(ctx context.Context, u *url.URL, a announce) (Reply, error)
 	return Reply{}, lastErr
 }
 
-// udpExchange is one connect + announce (+ a stopped sent and not
-// waited for), all before deadline.
+// udpExchange is one connect + announce (+ a stopped, its answer waited
+// for briefly), all before deadline.
 func (c *Client) udpExchange(conn *net.UDPConn, buf []byte, a announce, urlData string, v6 bool, deadline time.Time) (Reply, error) {
 	tx := randUint32()
 	if _, err := conn.Write(wire.AppendUDPRequest(nil, &wire.UDPRequest{Action: wire.ActionConnect, TransactionID: tx})); err != nil {
@@ -396,8 +403,24 @@ func (c *Client) udpExchange(conn *net.UDPConn, buf []byte, a announce, urlData 
 		return Reply{}, err
 	}
 	req.Event, req.NumWant, req.TransactionID = wire.EventStopped, 0, randUint32()
-	_, _ = conn.Write(wire.AppendUDPRequest(nil, &req))
+	if _, err := conn.Write(wire.AppendUDPRequest(nil, &req)); err == nil {
+		// Wait a little for its answer, so the next round's announce
+		// (another socket, maybe another of the tracker's threads) does
+		// not find this one's entry still there; a tracker that does not
+		// answer a stopped costs at most stopWait.
+		_ = readUDP(conn, buf, minTime(deadline, time.Now().Add(stopWait)), req.TransactionID, wire.ActionAnnounce, &resp)
+	}
 	return r, nil
+}
+
+// stopWait bounds the wait for a stopped's answer.
+const stopWait = 500 * time.Millisecond
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // readUDPAnnounce turns a parsed announce reply into a Reply.
