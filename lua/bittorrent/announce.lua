@@ -18,6 +18,10 @@
 -- KEYS[9] snatchers  SET   users who snatched the torrent (private mode)
 -- KEYS[10] claims    HASH  reseed invitations and claims (package reaper),
 --                          touched only when the reaper state exists
+-- KEYS[11] users     SET   user ids with a record on the torrent (KEYS[7]
+--                          of each), added when the record is created, so
+--                          orphan cleanup can delete a removed torrent's
+--                          records together with it
 --
 -- ARGV[1]  now (ms)
 -- ARGV[2]  peer id (20 bytes)
@@ -80,6 +84,7 @@ if only_len == 0 then only_len = nil end
 local k_torrent, k_seeders, k_leechers, k_deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local k_peer, k_timeout, k_user, k_reaper = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local k_snatchers, k_claims = KEYS[9], KEYS[10]
+local k_users = KEYS[11]
 
 local t = redis.call('HMGET', k_torrent, 'id', 'created', 'announces', 'snatches')
 if ARGV[9] == '1' and not t[1] then
@@ -213,6 +218,9 @@ if user ~= '' and (known or not leaving) then
     u.snatched = now
   end
   u.last = ARGV[1]
+  if not u.first then
+    redis.call('SADD', k_users, user) -- a new record: once per user and torrent
+  end
   user_state, user_ver = user_write(k_user, u, now, hnr_seed_ms, hnr_ratio)
 end
 

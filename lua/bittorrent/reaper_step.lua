@@ -171,6 +171,8 @@ if step == 'remove' then
     return reply(-1, 'not due')
   end
   redis.call('HDEL', k_torrent, 'id')
+  -- orphan cleanup's timestamp of interest (swarm.UnregisterTorrent sets it too)
+  redis.call('HSET', k_torrent, 'unregistered', ARGV[1])
   redis.call('HSET', k_reaper, 'notify', 'removed', 'removed_at', ARGV[1], 'removed_run', r[8] or ARGV[1],
     'removed_id', t[1])
   redis.call('HDEL', k_reaper, 'pending', 'pending_at')

@@ -21,7 +21,8 @@
 -- score_index.lua using the score and revision returned here.
 --
 -- KEYS[1] score    HASH  state ("active"/"removed"), score, round (last
---                        applied), rev (bumped on every change), first_seen,
+--                        applied), rev (bumped on every change, at least
+--                        now in ms), first_seen,
 --                        applied_at, removed_at, last_peers, last_new,
 --                        last_max, last_mult, snap_created, snap_announces,
 --                        snap_registered (the torrent record at removal),
@@ -93,7 +94,11 @@ end
 
 local now = tonumber(ARGV[11])
 local window = tonumber(ARGV[12])
-rev = rev + 1
+-- Revisions are at least the time (ms), so a record deleted (orphan
+-- cleanup) and tracked again starts above any revision its index shard
+-- still remembers; with a plain counter it restarted at 1 and the shard
+-- ignored it for good.
+rev = math.max(rev + 1, now)
 
 local function mark(key, members)
   local args = {}
@@ -122,7 +127,7 @@ for k = 3, 4 do
 end
 mark(KEYS[5], ips)
 
-local fields = {'round', round, 'rev', rev, 'applied_at', now, 'last_peers', peers,
+local fields = {'round', round, 'rev', string.format('%.0f', rev), 'applied_at', now, 'last_peers', peers,
   'last_new', new, 'last_max', max, 'last_mult', num(mult), 'line:swarm', num(swarm_line),
   'src:swarm', cjson.encode({line = swarm_line, peers = peers, new = new, max = max, mult = mult, at = now})}
 local sources = {{source = 'swarm', peers = peers, new = new, max = max, mult = mult, line = swarm_line}}

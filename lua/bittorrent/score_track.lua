@@ -38,13 +38,14 @@ if s[1] == 'removed' then
     return {0, '', rev}
   end
 end
-rev = rev + 1
+-- At least now (ms): see score_apply.lua.
+rev = math.max(rev + 1, tonumber(ARGV[1]))
 local lines = {}
 for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
   if string.match(f, '^line:') or string.match(f, '^src:') then lines[#lines + 1] = f end
 end
 if #lines > 0 then redis.call('HDEL', KEYS[1], unpack(lines)) end
-redis.call('HSET', KEYS[1], 'state', 'active', 'score', '1', 'rev', rev, 'tracked_at', ARGV[1])
+redis.call('HSET', KEYS[1], 'state', 'active', 'score', '1', 'rev', string.format('%.0f', rev), 'tracked_at', ARGV[1])
 redis.call('HSETNX', KEYS[1], 'round', 0)
 redis.call('HSETNX', KEYS[1], 'first_seen', ARGV[1])
 redis.call('PERSIST', KEYS[1])

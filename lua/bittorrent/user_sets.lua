@@ -10,10 +10,14 @@
 -- KEYS[3] incomplete  SET   torrent ids the user announced, never complete
 -- KEYS[4] hnr         SET   torrent ids snatched and left unseeded
 -- KEYS[5] versions    HASH  torrent id -> version of the state applied
+-- KEYS[6] torrents    HASH  torrent id -> hex info-hash of the record the
+--                           state came from, so orphan cleanup can tell
+--                           an entry whose user-torrent record is gone
 --
 -- ARGV[1] torrent id
 -- ARGV[2] version
 -- ARGV[3] state bits: 1 active, 2 complete, 4 incomplete, 8 hit-and-run
+-- ARGV[4] hex info-hash ("" leaves KEYS[6] as it is)
 --
 -- Returns 1 when applied, 0 when a newer version was already applied.
 
@@ -33,4 +37,7 @@ for i, flag in ipairs(flags) do
   end
 end
 redis.call('HSET', KEYS[5], torrent, ARGV[2])
+if ARGV[4] ~= '' then
+  redis.call('HSET', KEYS[6], torrent, ARGV[4])
+end
 return 1

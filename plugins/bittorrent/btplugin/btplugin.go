@@ -26,6 +26,7 @@ import (
 	"github.com/hoardproject/hoard/plugins"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
 	"github.com/hoardproject/hoard/plugins/bittorrent/ipmetrics"
+	"github.com/hoardproject/hoard/plugins/bittorrent/orphans"
 	"github.com/hoardproject/hoard/plugins/bittorrent/outbox"
 	"github.com/hoardproject/hoard/plugins/bittorrent/reaper"
 	"github.com/hoardproject/hoard/plugins/bittorrent/scoring"
@@ -41,6 +42,10 @@ const (
 // The unseeded reaper's job and item types (seed 000): one item type per
 // step, each named by its item prefix.
 const ReaperJob = "reaper"
+
+// OrphansJob is orphan cleanup's job (seed 003): one bounded tick of
+// package orphans' walks per period.
+const OrphansJob = "orphans"
 
 var reaperSteps = []reaper.Step{reaper.NotifyInitial, reaper.NotifyFinal, reaper.Remove}
 
@@ -102,6 +107,9 @@ type Settings struct {
 	// Metrics is the unique-IP metrics (seed 002) by country, city and
 	// postcode; see ipmetrics.Settings. Off unless "enabled" is true.
 	Metrics json.RawMessage `json:"metrics,omitempty"`
+	// Orphans is orphan cleanup (seed 003); see orphans.Settings. Off
+	// unless "enabled" is true.
+	Orphans json.RawMessage `json:"orphans,omitempty"`
 }
 
 // Defaults for Settings.
@@ -199,6 +207,8 @@ type Tracker struct {
 	// also when no database is set).
 	metrics *ipmetrics.Recorder
 	geo     *ipmetrics.GeoDB
+	// cleaner is nil when orphan cleanup is off.
+	cleaner *orphans.Cleaner
 }
 
 // SetReaperPublisher sets where the reaper's events go (the outbox); it
@@ -279,6 +289,25 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 		_ = geo.Close()
 		_ = rdb.Close()
 		return err
+	}
+	// The window is checked against the store's intervals with their
+	// defaults filled in, before anything starts.
+	orphanSettings, orphanPolicy, err := orphans.ParseSettings(settings.Orphans, store.Config())
+	if err != nil {
+		_ = geo.Close()
+		_ = store.Stop()
+		_ = rdb.Close()
+		return fmt.Errorf("bittorrent settings: %w", err)
+	}
+	var cleaner *orphans.Cleaner
+	if orphanSettings.Enabled {
+		if cleaner, err = orphans.New(rdb, orphans.Config{Store: store.Config(), Policy: orphanPolicy,
+			Logger: t.logger.With("component", "orphans")}); err != nil {
+			_ = geo.Close()
+			_ = store.Stop()
+			_ = rdb.Close()
+			return fmt.Errorf("bittorrent settings: %w", err)
+		}
 	}
 	// The listeners outlive Configure's context: they run until Close.
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -444,6 +473,7 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 	t.scorer, t.pool, t.host = scorer, pool, cfg.Host
 	t.reaper, t.reaperPool = reap, reaperPool
 	t.metrics, t.geo = metrics, geo
+	t.cleaner = cleaner
 	t.mu.Unlock()
 	t.logger.Info("bittorrent tracker serving", "mode", settings.Mode, "http", t.httpAddr(), "udp4", t.udpAddr(false), "udp6", t.udpAddr(true),
 		"scoring", scorer != nil, "scoring_workers", pool != nil, "reaper", reap != nil, "reaper_workers", reaperPool != nil,
@@ -549,6 +579,9 @@ func (t *Tracker) Describe(context.Context) (plugins.Description, error) {
 		}
 		d.Jobs = append(d.Jobs, plugins.Job{Name: ReaperJob, Period: p.Period})
 	}
+	if t.cleaner != nil {
+		d.Jobs = append(d.Jobs, plugins.Job{Name: OrphansJob, Period: t.cleaner.Policy().Period})
+	}
 	if addr := t.httpAddr(); addr != "" {
 		d.Listeners = append(d.Listeners, plugins.Listener{Name: "http", Network: "tcp", Address: addr})
 	}
@@ -623,6 +656,9 @@ func (t *Tracker) OnTick(ctx context.Context, tick plugins.Tick) (plugins.TickRe
 	if tick.Job == ReaperJob {
 		return t.reaperTick(ctx, tick)
 	}
+	if tick.Job == OrphansJob {
+		return result, t.orphansTick(ctx)
+	}
 	if tick.Job != ScoreJob || scorer == nil {
 		return result, nil
 	}
@@ -683,6 +719,33 @@ func (t *Tracker) reaperTick(ctx context.Context, tick plugins.Tick) (plugins.Ti
 	}
 	t.logger.Info("reaper run queued its due steps", "items", len(names), "missed", tick.Missed)
 	return result, nil
+}
+
+// orphansTick runs one bounded step of orphan cleanup. A run after a
+// pause is one step too: what is orphaned is read from stored
+// timestamps, so nothing is owed for the missed runs.
+func (t *Tracker) orphansTick(ctx context.Context) error {
+	t.mu.Lock()
+	cleaner := t.cleaner
+	t.mu.Unlock()
+	if cleaner == nil {
+		return nil
+	}
+	r, err := cleaner.Tick(ctx)
+	if r.Removed() > 0 || r.Passes > 0 || err != nil {
+		t.logger.Info("orphan cleanup step", "scanned", r.Scanned, "removed", r.Removed(), "torrents", r.Torrents,
+			"user_records", r.UserRecords, "peer_records", r.PeerRecords, "user_entries", r.UserEntries,
+			"registry", r.RegistryEntries, "score_revisions", r.ScoreRevisions, "passes_finished", r.Passes, "error", err)
+	}
+	return err
+}
+
+// Orphans is orphan cleanup, or nil when it is off (for in-process
+// callers and tests).
+func (t *Tracker) Orphans() *orphans.Cleaner {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.cleaner
 }
 
 // Stats are the global swarm counters and this process's listener counts.
@@ -869,6 +932,7 @@ func (t *Tracker) Close(context.Context) error {
 	t.reaper, t.reaperPool, t.outbox = nil, nil, nil
 	metrics, geo := t.metrics, t.geo
 	t.metrics, t.geo = nil, nil
+	t.cleaner = nil
 	t.mu.Unlock()
 	if ob != nil {
 		ob.Stop() // a request in flight is abandoned; its events' lease ends and they are sent again

@@ -65,6 +65,7 @@ func (s *Store) recordExpiry(ctx context.Context, hash bittorrent.InfoHash, repl
 	for i := 5; i+2 < len(reply); i += 3 {
 		updates = append(updates, userUpdate{
 			key:     userTorrent{user: replyString(reply[i]), torrent: torrentID},
+			hash:    hash,
 			bits:    replyInt(reply[i+1]),
 			version: replyInt(reply[i+2]),
 		})

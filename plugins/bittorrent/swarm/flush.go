@@ -39,6 +39,7 @@ type userTorrent struct {
 // userUpdate is a user's new state on a torrent, from a script.
 type userUpdate struct {
 	key     userTorrent
+	hash    bittorrent.InfoHash // the torrent the record is under
 	bits    int64
 	version int64
 }
@@ -291,9 +292,9 @@ func userSetsCall(u userUpdate) scriptCall {
 		keys: []string{
 			UserSetKey(u.key.user, UserActive), UserSetKey(u.key.user, UserComplete),
 			UserSetKey(u.key.user, UserIncomplete), UserSetKey(u.key.user, UserHnR),
-			UserVersionsKey(u.key.user),
+			UserVersionsKey(u.key.user), UserTorrentsKey(u.key.user),
 		},
-		args: []any{u.key.torrent, u.version, u.bits},
+		args: []any{u.key.torrent, u.version, u.bits, hexHash(u.hash)},
 	}
 }
 

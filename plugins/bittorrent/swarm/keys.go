@@ -62,14 +62,23 @@ func announceKeys(hash bittorrent.InfoHash, peer bittorrent.PeerID, userID strin
 	k := keysOf(hash)
 	return []string{k.torrent, k.seeders, k.leechers, k.deadlines,
 		k.peer(peer[:]), k.timeout(peer[:], userID), k.user(userID), k.prefix + reaperSuffix,
-		k.prefix + snatchersSuffix, k.prefix + reaperClaimsSuffix}
+		k.prefix + snatchersSuffix, k.prefix + reaperClaimsSuffix, k.prefix + usersSuffix}
 }
 
 const (
 	reaperSuffix       = "reaper"
 	reaperClaimsSuffix = "reaper:claims"
 	snatchersSuffix    = "snatchers"
+	usersSuffix        = "users"
 )
+
+// TorrentUsersKey lists the user ids that have a record on the torrent
+// (SET), added by the announce that creates the record. Orphan cleanup
+// reads it to delete a removed torrent's user records in the same script
+// as its record, so no announce ever sees half of a removed torrent.
+// Records older than this key are not in it; cleanup finds those by
+// scanning.
+func TorrentUsersKey(hash bittorrent.InfoHash) string { return keysOf(hash).prefix + usersSuffix }
 
 // ReaperKey holds the torrent's unseeded-reaper state (HASH), written by
 // package reaper: state (never, unseeded), notify (initial, final,
@@ -112,7 +121,9 @@ func expireKeys(hash bittorrent.InfoHash, members []string) []string {
 
 // TorrentKey holds the torrent's record (HASH): id (registered torrents),
 // uploader (the site's user id, when registered with one), registered
-// (ms of the last registration), created and last_action (ms;
+// (ms of the last registration), unregistered (ms of the last
+// unregistration or reaper removal: orphan cleanup's timestamp of
+// interest once the id is gone), created and last_action (ms;
 // last_action is the last time it had a seeder), announces, seeders,
 // leechers, snatches, value (what the site says it is worth: the
 // reaper's reward base).
@@ -251,6 +262,11 @@ func UserSetKey(userID string, set UserSet) string { return userPrefix(userID) +
 // UserVersionsKey maps a torrent id to the version of the user's state on
 // it that the sets show (HASH), so reordered copies never regress.
 func UserVersionsKey(userID string) string { return userPrefix(userID) + "versions" }
+
+// UserTorrentsKey maps a torrent id in the user's sets to the hex
+// info-hash whose user-torrent record the state came from (HASH), so
+// orphan cleanup can find that record from the user's side.
+func UserTorrentsKey(userID string) string { return userPrefix(userID) + "torrents" }
 
 // UserStatsKey holds the user's transfer totals over all torrents (HASH:
 // uploaded, downloaded), summed from announce deltas by the flush.

@@ -246,10 +246,17 @@ func (s *Store) Register(ctx context.Context, hash bittorrent.InfoHash, reg Regi
 // OpenTorrentRetention, like any unregistered torrent's; its index
 // entries go now. Unregistering an unknown torrent is not an error.
 func (s *Store) UnregisterTorrent(ctx context.Context, hash bittorrent.InfoHash) error {
-	if err := s.rdb.HDel(ctx, TorrentKey(hash), "id").Err(); err != nil {
+	// The "unregistered" stamp is the record's timestamp of interest for
+	// orphan cleanup (package orphans): it is removed a protection window
+	// after this, once its swarm is empty. One key: MULTI is fine on a
+	// cluster.
+	pipe := s.rdb.TxPipeline()
+	pipe.HDel(ctx, TorrentKey(hash), "id")
+	pipe.HSet(ctx, TorrentKey(hash), "unregistered", s.nowMillis())
+	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("swarm.UnregisterTorrent: %w", err)
 	}
-	pipe := s.rdb.Pipeline()
+	pipe = s.rdb.Pipeline()
 	pipe.HDel(ctx, RegistryKey, hexHash(hash))
 	for _, index := range []Index{IndexSeeders, IndexLeechers, IndexSnatches} {
 		pipe.ZRem(ctx, IndexKey(index), hexHash(hash))

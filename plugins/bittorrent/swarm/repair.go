@@ -214,6 +214,7 @@ func existsCmd(ctx context.Context, pipe redis.Pipeliner, key string) *redis.Boo
 func (s *Store) repairUserStates(ctx context.Context, keys []string, report *RepairReport) error {
 	type record struct {
 		user   string
+		hash   bittorrent.InfoHash
 		state  *redis.SliceCmd
 		torrID *redis.StringCmd
 	}
@@ -234,6 +235,7 @@ func (s *Store) repairUserStates(ctx context.Context, keys []string, report *Rep
 		}
 		records = append(records, record{
 			user:   userID,
+			hash:   hash,
 			state:  pipe.HMGet(ctx, key, "bits", "ver"),
 			torrID: pipe.HGet(ctx, TorrentKey(hash), "id"),
 		})
@@ -252,6 +254,7 @@ func (s *Store) repairUserStates(ctx context.Context, keys []string, report *Rep
 		}
 		calls = append(calls, userSetsCall(userUpdate{
 			key:     userTorrent{user: r.user, torrent: r.torrID.Val()},
+			hash:    r.hash,
 			bits:    replyInt(v[0]),
 			version: replyInt(v[1]),
 		}))

@@ -299,6 +299,7 @@ func (s *Store) recordAnnounce(ctx context.Context, hash bittorrent.InfoHash, us
 		if bits := replyInt(reply[9]); bits >= 0 {
 			update = &userUpdate{
 				key:     userTorrent{user: userID, torrent: replyString(reply[8])},
+				hash:    hash,
 				bits:    bits,
 				version: replyInt(reply[10]),
 			}

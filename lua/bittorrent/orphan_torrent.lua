@@ -1,0 +1,105 @@
+-- orphan_torrent.lua: orphan cleanup of one torrent's records (package
+-- orphans), check and delete in one step. A torrent is gone when nothing
+-- can reach it: it has no registered id, its swarm is empty, and its
+-- record is absent or older than the protection window (in open mode a
+-- record whose retention TTL runs is kept: it expires by itself). Only
+-- then are its records deleted, each also older than the window by its
+-- own timestamp of interest. Since every key here shares the torrent's
+-- hash tag, an announce or a registration either ran before (and the
+-- torrent is not gone) or runs after (and finds nothing: a fresh torrent).
+--
+-- KEYS[1] torrent   HASH  id, registered, unregistered, created, last_action
+-- KEYS[2] seeders   HASH
+-- KEYS[3] leechers  HASH
+-- KEYS[4] users     SET   user ids with a record on the torrent
+-- KEYS[5] reaper    HASH  the reaper's state
+-- KEYS[6] seen      ZSET  scoring's IP -> last seen (ms)
+-- KEYS[7..] records of the torrent, each of the kind ARGV[6+i] names
+--
+-- ARGV[1] now (ms)
+-- ARGV[2] protection window (ms)
+-- ARGV[3] "1": private mode
+-- ARGV[4] "1": an open-mode record without a TTL is kept for ever
+--         (OpenTorrentRetention < 0)
+-- ARGV[5] "1": finish: when no user of KEYS[4] is left, delete the torrent
+--         record, its reaper state, seen set and users set too
+-- ARGV[6..] the kind of KEYS[7..]: "user" (a user-torrent record; its id
+--         is removed from KEYS[4]), "peer", "timeout", "reaper", "seen"
+--
+-- Returns {gone, users, peers, timeouts, reapers, seens, torrents, left}
+--   gone 0: the torrent is live (or too recent), nothing was deleted;
+--   then how many records of each kind were deleted (torrents is 1 when
+--   the record itself went), and left: users still in KEYS[4]
+
+local now, window = tonumber(ARGV[1]), tonumber(ARGV[2])
+local private, keep_open = ARGV[3] == '1', ARGV[4] == '1'
+
+-- stale: a timestamp of interest (ms) older than the window; strictly, so
+-- a record touched exactly at the cutoff stays.
+local function stale(ms)
+  return now - ms > window
+end
+
+local function newest(values)
+  local m = 0
+  for _, v in ipairs(values) do
+    local n = tonumber(v)
+    if n and n > m then m = n end
+  end
+  return m
+end
+
+if redis.call('HLEN', KEYS[2]) + redis.call('HLEN', KEYS[3]) > 0 then
+  return {0, 0, 0, 0, 0, 0, 0, 0}
+end
+local t = redis.call('HMGET', KEYS[1], 'id', 'registered', 'unregistered', 'created', 'last_action')
+if t[1] then
+  return {0, 0, 0, 0, 0, 0, 0, 0}
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  if not private and (keep_open or redis.call('PTTL', KEYS[1]) > 0) then
+    return {0, 0, 0, 0, 0, 0, 0, 0}
+  end
+  if not stale(newest({t[2], t[3], t[4], t[5]})) then
+    return {0, 0, 0, 0, 0, 0, 0, 0}
+  end
+end
+
+local out = {1, 0, 0, 0, 0, 0, 0, 0}
+for i = 7, #KEYS do
+  local key, kind = KEYS[i], ARGV[i - 1]
+  local delete = false
+  if kind == 'user' then
+    local u = redis.call('HMGET', key, 'peers', 'last_announce', 'first_announce')
+    delete = (tonumber(u[1]) or 0) == 0 and stale(newest({u[2], u[3]}))
+    if delete or redis.call('EXISTS', key) == 0 then
+      -- the id after "...:user:" names the user
+      local user = string.match(key, ':user:(.*)$')
+      if user then redis.call('SREM', KEYS[4], user) end
+    end
+    if delete then out[2] = out[2] + redis.call('DEL', key) end
+  elseif kind == 'peer' then
+    -- its retention TTL (accounting) outlives a gone torrent for nothing
+    local p = redis.call('HMGET', key, 'last_announce', 'first_announce')
+    if stale(newest({p[1], p[2]})) then out[3] = out[3] + redis.call('DEL', key) end
+  elseif kind == 'timeout' then
+    -- a timeout key without a TTL is stray (the swarm is empty)
+    if redis.call('PTTL', key) == -1 then out[4] = out[4] + redis.call('DEL', key) end
+  elseif kind == 'reaper' then
+    local r = redis.call('HMGET', key, 'unseeded_date', 'initial_at', 'final_at', 'removed_at', 'pending_at')
+    if stale(newest(r)) then out[5] = out[5] + redis.call('DEL', key) end
+  elseif kind == 'seen' then
+    local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    if #last < 2 or stale(tonumber(last[2])) then out[6] = out[6] + redis.call('DEL', key) end
+  end
+end
+
+local left = redis.call('SCARD', KEYS[4])
+if ARGV[5] == '1' and left == 0 then
+  out[7] = redis.call('DEL', KEYS[1])
+  out[5] = out[5] + redis.call('DEL', KEYS[5])
+  out[6] = out[6] + redis.call('DEL', KEYS[6])
+  redis.call('DEL', KEYS[4])
+end
+out[8] = left
+return out

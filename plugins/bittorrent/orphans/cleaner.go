@@ -1,0 +1,310 @@
+package orphans
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hoardproject/hoard/internal/luascript"
+	luabt "github.com/hoardproject/hoard/lua/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
+)
+
+var (
+	torrentScript  = luascript.Load(luabt.Files, "orphan_torrent.lua")
+	userScript     = luascript.Load(luabt.Files, "orphan_user.lua")
+	registryScript = luascript.Load(luabt.Files, "orphan_registry.lua")
+	revsScript     = luascript.Load(luabt.Files, "orphan_revs.lua")
+)
+
+// Config configures a Cleaner.
+type Config struct {
+	// Store is the swarm store's configuration, defaults filled in
+	// (swarm.Store.Config): the mode, the open-mode retention, and the
+	// intervals that set the shortest window.
+	Store  swarm.Config
+	Policy Policy
+	// Now is the clock (time.Now when nil); tests inject one.
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+// Report counts what cleanup read and removed.
+type Report struct {
+	Scanned          int // keys and entries read by the walks
+	Torrents         int // torrent records
+	UserRecords      int // user-torrent records
+	PeerRecords      int
+	Timeouts         int // stray timeout keys (no TTL)
+	ReaperStates     int
+	SeenSets         int // scoring's per-torrent IP sets
+	UserEntries      int // entries of users' sets (with their versions)
+	RegistryEntries  int
+	RegistryRestored int // registry entries put back after a registration raced the delete
+	ScoreRevisions   int // score index revision entries (and index entries) of gone score records
+	Passes           int // walks that finished a pass
+}
+
+// Removed is the number of records of every kind removed.
+func (r Report) Removed() int {
+	return r.Torrents + r.UserRecords + r.PeerRecords + r.Timeouts + r.ReaperStates + r.SeenSets +
+		r.UserEntries + r.RegistryEntries + r.ScoreRevisions
+}
+
+func (r *Report) add(o Report) {
+	r.Scanned += o.Scanned
+	r.Torrents += o.Torrents
+	r.UserRecords += o.UserRecords
+	r.PeerRecords += o.PeerRecords
+	r.Timeouts += o.Timeouts
+	r.ReaperStates += o.ReaperStates
+	r.SeenSets += o.SeenSets
+	r.UserEntries += o.UserEntries
+	r.RegistryEntries += o.RegistryEntries
+	r.RegistryRestored += o.RegistryRestored
+	r.ScoreRevisions += o.ScoreRevisions
+	r.Passes += o.Passes
+}
+
+// Cleaner removes orphaned records. It holds no lock and keeps no state
+// but its cursors in Redis, so any number of frontends may run it beside
+// live traffic; it is safe for concurrent use.
+type Cleaner struct {
+	rdb    redis.UniversalClient
+	cfg    Config
+	walks  []*walk
+	mu     sync.Mutex // serialises this process's ticks (others may run elsewhere)
+	logger *slog.Logger
+}
+
+// New returns a Cleaner, or an error when the window is refused (see
+// CheckWindow) or the bounds are not positive.
+func New(rdb redis.UniversalClient, cfg Config) (*Cleaner, error) {
+	if rdb == nil {
+		return nil, errors.New("orphans: nil Redis client")
+	}
+	if err := CheckWindow(cfg.Policy.Window, cfg.Store); err != nil {
+		return nil, err
+	}
+	if cfg.Policy.ScanCount <= 0 || cfg.Policy.MaxKeysPerTick < cfg.Policy.ScanCount {
+		return nil, fmt.Errorf("orphans: scan count %d and keys per tick %d must be positive, keys per tick at least the scan count",
+			cfg.Policy.ScanCount, cfg.Policy.MaxKeysPerTick)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	c := &Cleaner{rdb: rdb, cfg: cfg, logger: cfg.Logger}
+	c.walks = []*walk{
+		{name: "torrents", sources: c.masters, page: c.torrentPage},
+		{name: "users", sources: c.masters, page: c.userPage},
+		{name: "registry", sources: single, page: c.registryPage},
+		{name: "revs", sources: revShards, page: c.revsPage},
+	}
+	return c, nil
+}
+
+// Policy returns the cleaner's policy.
+func (c *Cleaner) Policy() Policy { return c.cfg.Policy }
+
+func (c *Cleaner) nowMillis() int64 { return c.cfg.Now().UnixMilli() }
+
+func (c *Cleaner) windowMillis() int64 { return c.cfg.Policy.Window.Milliseconds() }
+
+// stale says a timestamp of interest (ms) is older than the window.
+func (c *Cleaner) stale(now, ms int64) bool { return now-ms > c.windowMillis() }
+
+// Tick does one bounded step of every walk from where the last tick (on
+// any frontend) left it: at most MaxKeysPerTick keys or entries each, and
+// never past the end of a pass. It never runs in a request's path: the
+// plugin's "orphans" job calls it.
+func (c *Cleaner) Tick(ctx context.Context) (Report, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var total Report
+	for _, w := range c.walks {
+		r, err := c.step(ctx, w, false)
+		total.add(r)
+		if err != nil {
+			return total, fmt.Errorf("orphans: %s: %w", w.name, err)
+		}
+	}
+	return total, nil
+}
+
+// Pass runs every walk once over everything, from the start, ignoring
+// the per-tick bound and the stored cursors: for tests, benchmarks and
+// an operator who wants it now.
+func (c *Cleaner) Pass(ctx context.Context) (Report, error) {
+	var total Report
+	for _, w := range c.walks {
+		r, err := c.step(ctx, w, true)
+		total.add(r)
+		if err != nil {
+			return total, fmt.Errorf("orphans: %s: %w", w.name, err)
+		}
+	}
+	return total, nil
+}
+
+// A walk visits a list of sources (masters, or index shards) with a
+// SCAN-style cursor in each; its position is "<source>:<cursor>".
+type walk struct {
+	name    string
+	sources func(ctx context.Context) ([]source, error)
+	// page reads one page at cursor of src and removes its orphans; it
+	// returns the next cursor (0 at the end) and how many it read.
+	page func(ctx context.Context, src source, cursor uint64, report *Report) (uint64, error)
+}
+
+// source is one thing a walk scans: a master (node) or a shard number.
+type source struct {
+	name  string
+	node  redis.Cmdable
+	shard int
+}
+
+func single(context.Context) ([]source, error) { return []source{{name: "all"}}, nil }
+
+func revShards(context.Context) ([]source, error) {
+	out := make([]source, scoringShards)
+	for i := range out {
+		out[i] = source{name: strconv.Itoa(i), shard: i}
+	}
+	return out, nil
+}
+
+// masters lists the masters of a cluster by address, or the one server.
+func (c *Cleaner) masters(ctx context.Context) ([]source, error) {
+	cluster, ok := c.rdb.(*redis.ClusterClient)
+	if !ok {
+		return []source{{name: "all", node: c.rdb}}, nil
+	}
+	var mu sync.Mutex
+	var out []source
+	err := cluster.ForEachMaster(ctx, func(_ context.Context, master *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		out = append(out, source{name: master.Options().Addr, node: master})
+		return nil
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out, err
+}
+
+// step advances one walk: a bounded tick from the stored position, or
+// (full) a whole pass from the start.
+func (c *Cleaner) step(ctx context.Context, w *walk, full bool) (Report, error) {
+	var report Report
+	sources, err := w.sources(ctx)
+	if err != nil || len(sources) == 0 {
+		return report, err
+	}
+	index, cursor := 0, uint64(0)
+	if !full {
+		pos, err := c.rdb.HGet(ctx, CursorsKey, w.name).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return report, err
+		}
+		index, cursor = parsePosition(pos, sources)
+	}
+	budget := c.cfg.Policy.MaxKeysPerTick
+	for full || report.Scanned < budget {
+		if err := ctx.Err(); err != nil {
+			return report, err
+		}
+		next, err := w.page(ctx, sources[index], cursor, &report)
+		if err != nil {
+			return report, err
+		}
+		cursor = next
+		if cursor != 0 {
+			continue
+		}
+		index++
+		if index == len(sources) {
+			report.Passes++
+			index = 0
+			if err := c.rdb.HIncrBy(ctx, PassesKey, w.name, 1).Err(); err != nil {
+				return report, err
+			}
+			break // never more than one pass per tick
+		}
+	}
+	if !full {
+		pos := sources[index].name + "|" + strconv.FormatUint(cursor, 10)
+		if err := c.rdb.HSet(ctx, CursorsKey, w.name, pos).Err(); err != nil {
+			return report, err
+		}
+	}
+	return report, nil
+}
+
+// parsePosition reads "<source>|<cursor>"; a source that is gone (a
+// resharded cluster) starts over at the first.
+func parsePosition(pos string, sources []source) (int, uint64) {
+	name, cursorText, ok := strings.Cut(pos, "|")
+	if !ok {
+		return 0, 0
+	}
+	cursor, err := strconv.ParseUint(cursorText, 10, 64)
+	if err != nil {
+		return 0, 0
+	}
+	for i, s := range sources {
+		if s.name == name {
+			return i, cursor
+		}
+	}
+	return 0, 0
+}
+
+// Passes returns how many passes each walk has finished on every
+// frontend (for tests and metrics).
+func (c *Cleaner) Passes(ctx context.Context) (map[string]int64, error) {
+	all, err := c.rdb.HGetAll(ctx, PassesKey).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]int64, len(all))
+	for k, v := range all {
+		out[k], _ = strconv.ParseInt(v, 10, 64)
+	}
+	return out, nil
+}
+
+// evalCall is one script invocation in a pipelined batch.
+type evalCall struct {
+	keys []string
+	args []any
+}
+
+// runPipelined runs many invocations of one script in one pipeline
+// (split by node on a cluster), loading the script where a node lacks it.
+func (c *Cleaner) runPipelined(ctx context.Context, script *redis.Script, calls []evalCall) []*redis.Cmd {
+	if len(calls) == 0 {
+		return nil
+	}
+	cmds := make([]*redis.Cmd, len(calls))
+	pipe := c.rdb.Pipeline()
+	for i, call := range calls {
+		cmds[i] = script.EvalSha(ctx, pipe, call.keys, call.args...)
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command
+	for i, cmd := range cmds {
+		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			cmds[i] = script.Run(ctx, c.rdb, calls[i].keys, calls[i].args...)
+		}
+	}
+	return cmds
+}

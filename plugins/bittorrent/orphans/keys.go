@@ -1,0 +1,100 @@
+package orphans
+
+import (
+	"encoding/hex"
+	"strings"
+
+	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/scoring"
+	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
+)
+
+// Cleanup's own keys are global (no script touches them) and the records
+// it reads are named by package swarm and package scoring; the patterns
+// and suffixes below must match their key builders (keys_test.go checks).
+
+const keyPrefix = "hoard:bt:"
+
+// CursorsKey holds each walk's cursor (HASH "<walk>:<node>" -> cursor),
+// so a pass goes on where the last tick stopped, on any frontend. Two
+// cleanups sharing a cursor at worst read a page twice.
+const CursorsKey = keyPrefix + "orphans:cursors"
+
+// PassesKey counts each walk's finished passes (HASH "<walk>" -> n).
+const PassesKey = keyPrefix + "orphans:passes"
+
+// The SCAN patterns of the walks: every key under a torrent's hash tag,
+// and every user's versions hash.
+const (
+	torrentPattern  = keyPrefix + "{*}:*"
+	versionsPattern = keyPrefix + "user:{*}:versions"
+)
+
+// The kinds of torrent keys cleanup handles, by the suffix after "}:".
+const (
+	kindTorrent = "torrent"
+	kindUsers   = "users"
+	kindUser    = "user"
+	kindPeer    = "peer"
+	kindTimeout = "timeout"
+	kindReaper  = "reaper"
+	kindSeen    = "seen"
+)
+
+// parseTorrentKey reads a torrent key's info-hash and kind; ok is false
+// for keys cleanup leaves alone (the swarm's role hashes and deadlines,
+// the score record, anything unknown).
+func parseTorrentKey(key string) (hash bittorrent.InfoHash, kind string, ok bool) {
+	rest, found := strings.CutPrefix(key, keyPrefix+"{")
+	if !found || len(rest) < 42 || rest[40:42] != "}:" {
+		return hash, "", false
+	}
+	if _, err := hex.Decode(hash[:], []byte(rest[:40])); err != nil || strings.ToLower(rest[:40]) != rest[:40] {
+		return hash, "", false
+	}
+	switch suffix := rest[42:]; {
+	case suffix == "torrent":
+		kind = kindTorrent
+	case suffix == "users":
+		kind = kindUsers
+	case suffix == "reaper":
+		kind = kindReaper
+	case suffix == "score:seen":
+		kind = kindSeen
+	case strings.HasPrefix(suffix, "user:"):
+		kind = kindUser
+	case strings.HasPrefix(suffix, "peer:"):
+		kind = kindPeer
+	case strings.HasPrefix(suffix, "timeout:"):
+		kind = kindTimeout
+	default:
+		return hash, "", false
+	}
+	return hash, kind, true
+}
+
+// userFromVersionsKey reads the user id from a UserVersionsKey name.
+func userFromVersionsKey(key string) (string, bool) {
+	rest, found := strings.CutPrefix(key, keyPrefix+"user:{")
+	if !found {
+		return "", false
+	}
+	user, found := strings.CutSuffix(rest, "}:versions")
+	if !found || user == "" || strings.ContainsAny(user, "{}") {
+		return "", false
+	}
+	return user, swarm.UserVersionsKey(user) == key
+}
+
+// torrentFixedKeys are orphan_torrent.lua's first six KEYS.
+func torrentFixedKeys(hash bittorrent.InfoHash) []string {
+	return []string{swarm.TorrentKey(hash), swarm.SeedersKey(hash), swarm.LeechersKey(hash),
+		swarm.TorrentUsersKey(hash), swarm.ReaperKey(hash), scoring.SeenKey(hash)}
+}
+
+// userKeys are orphan_user.lua's KEYS.
+func userKeys(user string) []string {
+	return []string{swarm.UserSetKey(user, swarm.UserActive), swarm.UserSetKey(user, swarm.UserComplete),
+		swarm.UserSetKey(user, swarm.UserIncomplete), swarm.UserSetKey(user, swarm.UserHnR),
+		swarm.UserVersionsKey(user), swarm.UserTorrentsKey(user)}
+}

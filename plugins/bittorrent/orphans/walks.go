@@ -1,0 +1,351 @@
+package orphans
+
+import (
+	"context"
+	"errors"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/scoring"
+	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
+)
+
+// scoringShards is the score index's shard count.
+const scoringShards = scoring.IndexShards
+
+// maxFinishRounds bounds the script calls that delete one gone torrent's
+// user records in chunks (finishChunk users each) in one page; what is
+// left waits for the next pass, and the torrent record stays until then.
+const (
+	maxFinishRounds = 20
+	finishChunk     = 500
+)
+
+// torrentPage reads one SCAN page of torrent keys and runs
+// orphan_torrent.lua once per torrent in it, with the page's keys of that
+// torrent. A torrent whose record (or users set) is in the page is
+// finished: its remaining user records are read from its users set and
+// deleted in chunks, and the record itself goes with the last chunk.
+func (c *Cleaner) torrentPage(ctx context.Context, src source, cursor uint64, report *Report) (uint64, error) {
+	keys, next, err := src.node.Scan(ctx, cursor, torrentPattern, int64(c.cfg.Policy.ScanCount)).Result()
+	if err != nil {
+		return 0, err
+	}
+	report.Scanned += len(keys)
+	type group struct {
+		hash   bittorrent.InfoHash
+		keys   []string
+		kinds  []any
+		finish bool
+	}
+	var order []*group
+	groups := map[bittorrent.InfoHash]*group{}
+	for _, key := range keys {
+		hash, kind, ok := parseTorrentKey(key)
+		if !ok {
+			continue
+		}
+		g := groups[hash]
+		if g == nil {
+			g = &group{hash: hash}
+			groups[hash] = g
+			order = append(order, g)
+		}
+		switch kind {
+		case kindTorrent, kindUsers:
+			g.finish = true
+		default:
+			g.keys = append(g.keys, key)
+			g.kinds = append(g.kinds, kind)
+		}
+	}
+	calls := make([]evalCall, len(order))
+	for i, g := range order {
+		calls[i] = c.torrentCall(g.hash, g.keys, g.kinds, g.finish)
+	}
+	var unfinished []bittorrent.InfoHash
+	for i, cmd := range c.runPipelined(ctx, torrentScript, calls) {
+		gone, left, err := c.countTorrent(cmd, report)
+		if err != nil {
+			return 0, err
+		}
+		if gone && order[i].finish && left > 0 {
+			unfinished = append(unfinished, order[i].hash)
+		}
+	}
+	for _, hash := range unfinished {
+		if err := c.finishTorrent(ctx, hash, report); err != nil {
+			return 0, err
+		}
+	}
+	return next, nil
+}
+
+// finishTorrent deletes a gone torrent's user records listed in its users
+// set, a chunk per script call, then its record with the last chunk.
+func (c *Cleaner) finishTorrent(ctx context.Context, hash bittorrent.InfoHash, report *Report) error {
+	prevLeft := int64(-1)
+	for range maxFinishRounds {
+		users, _, err := c.rdb.SScan(ctx, swarm.TorrentUsersKey(hash), 0, "", finishChunk).Result()
+		if err != nil {
+			return err
+		}
+		keys := make([]string, len(users))
+		kinds := make([]any, len(users))
+		for i, user := range users {
+			keys[i], kinds[i] = swarm.UserTorrentKey(hash, user), kindUser
+		}
+		call := c.torrentCall(hash, keys, kinds, true)
+		gone, left, err := c.countTorrent(torrentScript.Run(ctx, c.rdb, call.keys, call.args...), report)
+		if err != nil || !gone || left == 0 || (prevLeft >= 0 && left >= prevLeft) {
+			return err // done, live again, or stuck on a fresh record: the next pass looks again
+		}
+		prevLeft = left
+	}
+	return nil
+}
+
+func (c *Cleaner) torrentCall(hash bittorrent.InfoHash, extra []string, kinds []any, finish bool) evalCall {
+	keys := append(torrentFixedKeys(hash), extra...)
+	private, keepOpen, fin := "0", "0", "0"
+	if c.cfg.Store.Private {
+		private = "1"
+	}
+	if c.cfg.Store.OpenTorrentRetention < 0 {
+		keepOpen = "1"
+	}
+	if finish {
+		fin = "1"
+	}
+	args := append([]any{c.nowMillis(), c.windowMillis(), private, keepOpen, fin}, kinds...)
+	return evalCall{keys: keys, args: args}
+}
+
+// countTorrent adds one orphan_torrent.lua reply to the report.
+func (c *Cleaner) countTorrent(cmd *redis.Cmd, report *Report) (gone bool, left int64, err error) {
+	reply, err := cmd.Int64Slice()
+	if err != nil {
+		return false, 0, err
+	}
+	if len(reply) != 8 {
+		return false, 0, errors.New("orphan_torrent.lua: malformed reply")
+	}
+	report.UserRecords += int(reply[1])
+	report.PeerRecords += int(reply[2])
+	report.Timeouts += int(reply[3])
+	report.ReaperStates += int(reply[4])
+	report.SeenSets += int(reply[5])
+	report.Torrents += int(reply[6])
+	return reply[0] == 1, reply[7], nil
+}
+
+// userPage reads one SCAN page of users' versions hashes and removes the
+// entries whose user-torrent record is gone and whose version is older
+// than the window (orphan_user.lua compares each version again).
+func (c *Cleaner) userPage(ctx context.Context, src source, cursor uint64, report *Report) (uint64, error) {
+	keys, next, err := src.node.Scan(ctx, cursor, versionsPattern, int64(c.cfg.Policy.ScanCount)).Result()
+	if err != nil {
+		return 0, err
+	}
+	report.Scanned += len(keys)
+	now := c.nowMillis()
+	for _, key := range keys {
+		user, ok := userFromVersionsKey(key)
+		if !ok {
+			continue
+		}
+		if err := c.cleanUser(ctx, user, now, report); err != nil {
+			return 0, err
+		}
+	}
+	return next, nil
+}
+
+// cleanUser checks one user's entries in pages of the versions hash.
+func (c *Cleaner) cleanUser(ctx context.Context, user string, now int64, report *Report) error {
+	var cursor uint64
+	for {
+		pairs, next, err := c.rdb.HScan(ctx, swarm.UserVersionsKey(user), cursor, "", int64(c.cfg.Policy.ScanCount)).Result()
+		if err != nil {
+			return err
+		}
+		report.Scanned += len(pairs) / 2
+		var torrents []string
+		versions := map[string]string{}
+		for i := 0; i+1 < len(pairs); i += 2 {
+			v, err := strconv.ParseInt(pairs[i+1], 10, 64)
+			if err == nil && c.stale(now, v) {
+				torrents = append(torrents, pairs[i])
+				versions[pairs[i]] = pairs[i+1]
+			}
+		}
+		if len(torrents) > 0 {
+			if err := c.cleanUserEntries(ctx, user, torrents, versions, report); err != nil {
+				return err
+			}
+		}
+		if cursor = next; cursor == 0 {
+			return nil
+		}
+	}
+}
+
+func (c *Cleaner) cleanUserEntries(ctx context.Context, user string, torrents []string, versions map[string]string, report *Report) error {
+	hexes, err := c.rdb.HMGet(ctx, swarm.UserTorrentsKey(user), torrents...).Result()
+	if err != nil {
+		return err
+	}
+	type candidate struct {
+		torrent string
+		exists  *redis.IntCmd
+	}
+	var candidates []candidate
+	pipe := c.rdb.Pipeline()
+	for i, torrent := range torrents {
+		text, _ := hexes[i].(string)
+		hash, err := swarm.ParseInfoHash(text)
+		if err != nil {
+			continue // written before entries named their torrent: unknown, kept
+		}
+		candidates = append(candidates, candidate{torrent, pipe.Exists(ctx, swarm.UserTorrentKey(hash, user))})
+	}
+	if len(candidates) == 0 {
+		return nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return err
+	}
+	var args []any
+	for _, cand := range candidates {
+		if cand.exists.Val() == 0 {
+			args = append(args, cand.torrent, versions[cand.torrent])
+		}
+	}
+	if len(args) == 0 {
+		return nil
+	}
+	n, err := userScript.Run(ctx, c.rdb, userKeys(user), args...).Int()
+	report.UserEntries += n
+	return err
+}
+
+// registryPage reads one HSCAN page of the registry and removes entries
+// whose torrent record has no id and is older than the window (or is
+// gone), then puts back any a registration raced with.
+func (c *Cleaner) registryPage(ctx context.Context, _ source, cursor uint64, report *Report) (uint64, error) {
+	pairs, next, err := c.rdb.HScan(ctx, swarm.RegistryKey, cursor, "", int64(c.cfg.Policy.ScanCount)).Result()
+	if err != nil {
+		return 0, err
+	}
+	report.Scanned += len(pairs) / 2
+	type entry struct {
+		hex, id string
+		fields  *redis.SliceCmd
+	}
+	var entries []entry
+	pipe := c.rdb.Pipeline()
+	for i := 0; i+1 < len(pairs); i += 2 {
+		hash, err := swarm.ParseInfoHash(pairs[i])
+		if err != nil {
+			continue
+		}
+		entries = append(entries, entry{pairs[i], pairs[i+1],
+			pipe.HMGet(ctx, swarm.TorrentKey(hash), "id", "registered", "unregistered", "created", "last_action")})
+	}
+	if len(entries) == 0 {
+		return next, nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, err
+	}
+	now := c.nowMillis()
+	var args []any
+	for _, e := range entries {
+		v := e.fields.Val()
+		if v[0] != nil {
+			continue
+		}
+		var newest int64
+		for _, f := range v[1:] {
+			text, _ := f.(string)
+			n, _ := strconv.ParseInt(text, 10, 64)
+			newest = max(newest, n)
+		}
+		if c.stale(now, newest) {
+			args = append(args, e.hex, e.id)
+		}
+	}
+	if len(args) == 0 {
+		return next, nil
+	}
+	deleted, err := registryScript.Run(ctx, c.rdb, []string{swarm.RegistryKey}, args...).StringSlice()
+	if err != nil {
+		return 0, err
+	}
+	report.RegistryEntries += len(deleted)
+	// A registration writes the record, then the registry: one that wrote
+	// its record after our read may have had its entry deleted just now.
+	for _, hexHash := range deleted {
+		hash, _ := swarm.ParseInfoHash(hexHash)
+		id, err := c.rdb.HGet(ctx, swarm.TorrentKey(hash), "id").Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		if err := c.rdb.HSet(ctx, swarm.RegistryKey, hexHash, id).Err(); err != nil {
+			return 0, err
+		}
+		report.RegistryEntries--
+		report.RegistryRestored++
+	}
+	return next, nil
+}
+
+// revsPage reads one HSCAN page of a score index shard's revisions and
+// removes those (with any index entry) whose score record is gone and
+// whose revision is older than the window.
+func (c *Cleaner) revsPage(ctx context.Context, src source, cursor uint64, report *Report) (uint64, error) {
+	revsKey := scoring.IndexRevsKey(src.shard)
+	pairs, next, err := c.rdb.HScan(ctx, revsKey, cursor, "", int64(c.cfg.Policy.ScanCount)).Result()
+	if err != nil {
+		return 0, err
+	}
+	report.Scanned += len(pairs) / 2
+	now := c.nowMillis()
+	type entry struct {
+		hex, rev string
+		exists   *redis.IntCmd
+	}
+	var entries []entry
+	pipe := c.rdb.Pipeline()
+	for i := 0; i+1 < len(pairs); i += 2 {
+		hash, err := swarm.ParseInfoHash(pairs[i])
+		rev, perr := strconv.ParseInt(pairs[i+1], 10, 64)
+		if err != nil || perr != nil || !c.stale(now, rev) {
+			continue
+		}
+		entries = append(entries, entry{pairs[i], pairs[i+1], pipe.Exists(ctx, scoring.ScoreKey(hash))})
+	}
+	if len(entries) == 0 {
+		return next, nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, err
+	}
+	var args []any
+	for _, e := range entries {
+		if e.exists.Val() == 0 {
+			args = append(args, e.hex, e.rev)
+		}
+	}
+	if len(args) == 0 {
+		return next, nil
+	}
+	n, err := revsScript.Run(ctx, c.rdb, []string{scoring.IndexKey(src.shard), revsKey}, args...).Int()
+	report.ScoreRevisions += n
+	return next, err
+}
