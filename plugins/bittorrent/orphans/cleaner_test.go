@@ -303,4 +303,6 @@ func TestTickIsBoundedAndResumesWhereItStopped(t *testing.T) {
 	})
 }
 
-func redisZ(score int64, member string) redis.Z { return redis.Z{Score: float64(score), Member: member} }
+func redisZ(score int64, member string) redis.Z {
+	return redis.Z{Score: float64(score), Member: member}
+}

@@ -78,8 +78,8 @@ func peerID(n int) bittorrent.PeerID {
 func (f *fixture) announce(hash bittorrent.InfoHash, n int, passkey string, left, uploaded uint64, ev bittorrent.Event) error {
 	_, err := f.store.Announce(context.Background(), &bittorrent.AnnounceRequest{
 		InfoHash: hash, PeerID: peerID(n), Passkey: passkey, Event: ev, NumWant: 5,
-		Addr:     netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, byte(n >> 8), byte(n)}), 6881),
-		Left:     left, Uploaded: uploaded,
+		Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, byte(n >> 8), byte(n)}), 6881),
+		Left: left, Uploaded: uploaded,
 	})
 	return err
 }
