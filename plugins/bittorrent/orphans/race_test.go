@@ -1,0 +1,245 @@
+package orphans_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/orphans"
+	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
+)
+
+// TestCleanupRacesAnnouncesRegistrationsAndReAddedUsers runs cleanup over
+// and over (a full pass in one goroutine, bounded ticks of a second
+// cleaner in another) while:
+//   - live torrents are unregistered and registered again and announced
+//     by two users (started, then stopped with one more byte uploaded, so
+//     the swarm is empty between cycles and every user record counts its
+//     cycles);
+//   - revived torrents, unregistered long ago and stale, are registered
+//     again and announced at random moments, the very torrents being
+//     cleaned;
+//   - orphans, unregistered at the start, are never touched again;
+//   - users are re-added, and the clock moves a window forward every few
+//     cycles.
+//
+// Afterwards: no live record was removed (each user record counts every
+// cycle, and every user's sets show every live torrent), each revived
+// torrent is whole (registered, its users set names exactly its user
+// records), and every orphan is gone after two more passes.
+//
+// A few seconds by default; HOARD_TEST_LONG=1 (make test-long) runs many
+// more cycles.
+func TestCleanupRacesAnnouncesRegistrationsAndReAddedUsers(t *testing.T) {
+	cycles, live, revived, orphaned := 15, 12, 12, 20
+	if os.Getenv("HOARD_TEST_LONG") != "" {
+		cycles, live, revived, orphaned = 200, 24, 40, 200
+	}
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, true)
+		ctx := context.Background()
+		users := []string{"alice", "bob"}
+		name := func(kind string, i int) bittorrent.InfoHash { return infoHash(kind + strconv.Itoa(i)) }
+		for i := range revived + orphaned {
+			kind, n := "revived", i
+			if i >= revived {
+				kind, n = "orphan", i-revived
+			}
+			hash := name(kind, n)
+			require.NoError(t, f.store.RegisterTorrent(ctx, hash, kind+strconv.Itoa(n)))
+			for u, user := range users {
+				require.NoError(t, f.announce(hash, 100+u, "pk"+user, 0, 0, bittorrent.EventStarted))
+				require.NoError(t, f.announce(hash, 100+u, "pk"+user, 0, 1, bittorrent.EventStopped))
+			}
+			require.NoError(t, f.store.UnregisterTorrent(ctx, hash))
+		}
+		for i := range live {
+			require.NoError(t, f.store.RegisterTorrent(ctx, name("live", i), "live"+strconv.Itoa(i)))
+		}
+		// Registered and idle for ages: live, however old.
+		idle := privateTorrent(t, f, "idle", "idle")
+		require.NoError(t, f.store.Flush(ctx))
+		f.clock.Advance(window + time.Second) // revived and orphans are stale now
+
+		stop := make(chan struct{})
+		var cleaners sync.WaitGroup
+		var passes, ticks atomic.Int64
+		errs := make(chan error, 16)
+		cleaners.Add(3)
+		go func() { // a full pass, over and over
+			defer cleaners.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := f.cleaner.Pass(ctx); err != nil {
+					errs <- err
+					return
+				}
+				passes.Add(1)
+			}
+		}()
+		go func() { // another frontend's bounded ticks at the same time
+			defer cleaners.Done()
+			other := f.newCleaner(orphans.Policy{Window: window, ScanCount: 20, MaxKeysPerTick: 50})
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := other.Tick(ctx); err != nil {
+					errs <- err
+					return
+				}
+				ticks.Add(1)
+			}
+		}()
+		go func() { // users re-added
+			defer cleaners.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for _, user := range users {
+					if err := f.store.AddUser(ctx, "pk"+user, user); err != nil {
+						errs <- err
+						return
+					}
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}()
+
+		// Two announcers, each owning half of the live and revived torrents.
+		done := make([]map[string]int, 2)
+		var announcers sync.WaitGroup
+		for a := range 2 {
+			done[a] = map[string]int{}
+			announcers.Add(1)
+			go func() {
+				defer announcers.Done()
+				cycle := func(hash bittorrent.InfoHash, id string, base int, unregister bool) error {
+					if unregister {
+						if err := f.store.UnregisterTorrent(ctx, hash); err != nil {
+							return err
+						}
+					}
+					if err := f.store.RegisterTorrent(ctx, hash, id); err != nil {
+						return err
+					}
+					for u, user := range users {
+						if err := f.announce(hash, u+1, "pk"+user, 0, uint64(base), bittorrent.EventStarted); err != nil {
+							return fmt.Errorf("%s started: %w", id, err)
+						}
+						if err := f.announce(hash, u+1, "pk"+user, 0, uint64(base+1), bittorrent.EventStopped); err != nil {
+							return fmt.Errorf("%s stopped: %w", id, err)
+						}
+					}
+					return nil
+				}
+				for c := range cycles {
+					// Unregistered for a moment (well within the window)
+					// while the cleaners run: the stamp protects them.
+					for i := a; i < live; i += 2 {
+						if err := f.store.UnregisterTorrent(ctx, name("live", i)); err != nil {
+							errs <- err
+							return
+						}
+					}
+					time.Sleep(2 * time.Millisecond)
+					for i := a; i < live; i += 2 {
+						id := "live" + strconv.Itoa(i)
+						if err := cycle(name("live", i), id, 10*c, false); err != nil {
+							errs <- err
+							return
+						}
+						done[a][id]++
+					}
+					// One revived torrent per cycle comes back while cleanup runs.
+					if i := 2*c + a; i < revived {
+						// Registered again as it is, stale: cleanup may take it
+						// just before, never half of it.
+						if err := cycle(name("revived", i), "revived"+strconv.Itoa(i), 0, false); err != nil {
+							errs <- err
+							return
+						}
+					}
+					if a == 0 && c%4 == 3 {
+						// A window passes: only what is unregistered for
+						// longer is fair game, and nothing live is.
+						f.clock.Advance(window / 4)
+					}
+				}
+			}()
+		}
+		announcers.Wait()
+		close(stop)
+		cleaners.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		t.Logf("%d full passes and %d ticks ran beside the traffic", passes.Load(), ticks.Load())
+		require.Positive(t, passes.Load())
+
+		// Zero live records removed: every cycle counted on every record.
+		for a := range done {
+			for id, n := range done[a] {
+				i, _ := strconv.Atoi(id[len("live"):])
+				hash := name("live", i)
+				for _, user := range users {
+					up := b.Client.HGet(ctx, swarm.UserTorrentKey(hash, user), "uploaded").Val()
+					require.Equal(t, strconv.Itoa(n), up, "%s of %s lost cycles", user, id)
+				}
+			}
+		}
+		for _, user := range users {
+			complete := f.user(user).Complete
+			for i := range live {
+				require.Contains(t, complete, "live"+strconv.Itoa(i), user)
+			}
+			for i := range revived {
+				require.Contains(t, complete, "revived"+strconv.Itoa(i), user)
+			}
+			require.Contains(t, complete, "idle", user)
+		}
+		require.Equal(t, "idle", b.Client.HGet(ctx, swarm.TorrentKey(idle), "id").Val())
+		require.ElementsMatch(t, users, b.Client.SMembers(ctx, swarm.TorrentUsersKey(idle)).Val())
+		// Revived torrents are whole: registered, and their users set
+		// names exactly the user records they have.
+		for i := range revived {
+			hash := name("revived", i)
+			require.Equal(t, "revived"+strconv.Itoa(i), b.Client.HGet(ctx, swarm.TorrentKey(hash), "id").Val())
+			members := b.Client.SMembers(ctx, swarm.TorrentUsersKey(hash)).Val()
+			require.ElementsMatch(t, users, members)
+			for _, user := range users {
+				require.Equal(t, int64(1), b.Client.Exists(ctx, swarm.UserTorrentKey(hash, user)).Val())
+			}
+		}
+		// Every orphan gone within one window and two passes.
+		f.pass()
+		f.pass()
+		for i := range orphaned {
+			require.Empty(t, f.torrentKeys(name("orphan", i)))
+		}
+		for _, user := range users {
+			for _, id := range f.user(user).Complete {
+				require.NotContains(t, id, "orphan")
+			}
+		}
+	})
+}
