@@ -86,7 +86,7 @@ local k_peer, k_timeout, k_user, k_reaper = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local k_snatchers, k_claims = KEYS[9], KEYS[10]
 local k_users = KEYS[11]
 
-local t = redis.call('HMGET', k_torrent, 'id', 'created', 'announces', 'snatches')
+local t = redis.call('HMGET', k_torrent, 'id', 'created', 'announces', 'snatches', 'registered')
 if ARGV[9] == '1' and not t[1] then
   return {-1}
 end
@@ -100,6 +100,16 @@ if known and p[1] ~= user then
     return {-2}
   end
   -- An old, inactive record of another user's session: start afresh.
+  redis.call('DEL', k_peer)
+  p = {}
+  known = false
+end
+-- An inactive record older than the torrent itself (its record is new, or
+-- it was registered since the peer left) is from a torrent that was
+-- removed: orphan cleanup deletes a torrent's record and user records in
+-- one step but its peer records (which expire by themselves) page by
+-- page, so the peer starts afresh, as on a fresh torrent.
+if known and p[8] ~= '1' and (not t[2] or (tonumber(t[5]) or 0) > (tonumber(p[4]) or 0)) then
   redis.call('DEL', k_peer)
   p = {}
   known = false

@@ -24,7 +24,8 @@
 -- ARGV[5] "1": finish: when no user of KEYS[4] is left, delete the torrent
 --         record, its reaper state, seen set and users set too
 -- ARGV[6..] the kind of KEYS[7..]: "user" (a user-torrent record; its id
---         is removed from KEYS[4]), "peer", "timeout", "reaper", "seen"
+--         is removed from KEYS[4]; while the torrent record exists only a
+--         finishing call deletes these), "peer", "timeout", "reaper", "seen"
 --
 -- Returns {gone, users, peers, timeouts, reapers, seens, torrents, left}
 --   gone 0: the torrent is live (or too recent), nothing was deleted;
@@ -65,11 +66,16 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   end
 end
 
+-- While the record is here, its user records go only with it (finish),
+-- so no announce ever sees a torrent with half of its users' records.
+local record_here = redis.call('EXISTS', KEYS[1]) == 1
 local out = {1, 0, 0, 0, 0, 0, 0, 0}
 for i = 7, #KEYS do
   local key, kind = KEYS[i], ARGV[i - 1]
   local delete = false
-  if kind == 'user' then
+  if kind == 'user' and record_here and ARGV[5] ~= '1' then
+    -- deferred to the call that finishes the torrent
+  elseif kind == 'user' then
     local u = redis.call('HMGET', key, 'peers', 'last_announce', 'first_announce')
     delete = (tonumber(u[1]) or 0) == 0 and stale(newest({u[2], u[3]}))
     if delete or redis.call('EXISTS', key) == 0 then

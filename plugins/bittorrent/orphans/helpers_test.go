@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"os"
 	"sort"
 	"sync"
 	"testing"
@@ -21,7 +22,12 @@ import (
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )
 
-func TestMain(m *testing.M) { redistest.RunMain(m) }
+func TestMain(m *testing.M) {
+	if url := os.Getenv(killHelperEnv); url != "" {
+		runKillHelper(url) // the subprocess of TestKill9MidCleanup; never returns
+	}
+	redistest.RunMain(m)
+}
 
 var quietLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
 

@@ -38,6 +38,7 @@ func (c *Cleaner) torrentPage(ctx context.Context, src source, cursor uint64, re
 		hash   bittorrent.InfoHash
 		keys   []string
 		kinds  []any
+		users  []string // user records of the page: deleted by the finishing call when finish
 		finish bool
 	}
 	var order []*group
@@ -56,27 +57,39 @@ func (c *Cleaner) torrentPage(ctx context.Context, src source, cursor uint64, re
 		switch kind {
 		case kindTorrent, kindUsers:
 			g.finish = true
+		case kindUser:
+			g.users = append(g.users, key)
 		default:
 			g.keys = append(g.keys, key)
 			g.kinds = append(g.kinds, kind)
 		}
 	}
+	// First every torrent of the page with its other keys, in one
+	// pipeline (a live torrent costs one call that only reads); the
+	// page's user records ride along only where the torrent record is
+	// already gone (the script defers them otherwise).
 	calls := make([]evalCall, len(order))
 	for i, g := range order {
-		calls[i] = c.torrentCall(g.hash, g.keys, g.kinds, g.finish)
+		keys, kinds := g.keys, g.kinds
+		if !g.finish {
+			for _, key := range g.users {
+				keys, kinds = append(keys, key), append(kinds, kindUser)
+			}
+		}
+		calls[i] = c.torrentCall(g.hash, keys, kinds, false)
 	}
-	var unfinished []bittorrent.InfoHash
+	var unfinished []*group
 	for i, cmd := range c.runPipelined(ctx, torrentScript, calls) {
-		gone, left, err := c.countTorrent(cmd, report)
+		gone, _, err := c.countTorrent(cmd, report)
 		if err != nil {
 			return 0, err
 		}
-		if gone && order[i].finish && left > 0 {
-			unfinished = append(unfinished, order[i].hash)
+		if gone && order[i].finish {
+			unfinished = append(unfinished, order[i])
 		}
 	}
-	for _, hash := range unfinished {
-		if err := c.finishTorrent(ctx, hash, report); err != nil {
+	for _, g := range unfinished {
+		if err := c.finishTorrent(ctx, g.hash, g.users, report); err != nil {
 			return 0, err
 		}
 	}
@@ -84,19 +97,28 @@ func (c *Cleaner) torrentPage(ctx context.Context, src source, cursor uint64, re
 }
 
 // finishTorrent deletes a gone torrent's user records listed in its users
-// set, a chunk per script call, then its record with the last chunk.
-func (c *Cleaner) finishTorrent(ctx context.Context, hash bittorrent.InfoHash, report *Report) error {
+// set (and extra, records found in the page), a chunk per script call,
+// and its record with the last chunk: one call for up to finishChunk users.
+func (c *Cleaner) finishTorrent(ctx context.Context, hash bittorrent.InfoHash, extra []string, report *Report) error {
 	prevLeft := int64(-1)
 	for range maxFinishRounds {
 		users, _, err := c.rdb.SScan(ctx, swarm.TorrentUsersKey(hash), 0, "", finishChunk).Result()
 		if err != nil {
 			return err
 		}
-		keys := make([]string, len(users))
-		kinds := make([]any, len(users))
-		for i, user := range users {
-			keys[i], kinds[i] = swarm.UserTorrentKey(hash, user), kindUser
+		keys := make([]string, 0, len(users)+len(extra))
+		kinds := make([]any, 0, len(users)+len(extra))
+		seen := map[string]bool{}
+		for _, user := range users {
+			key := swarm.UserTorrentKey(hash, user)
+			keys, kinds, seen[key] = append(keys, key), append(kinds, kindUser), true
 		}
+		for _, key := range extra {
+			if !seen[key] {
+				keys, kinds = append(keys, key), append(kinds, kindUser)
+			}
+		}
+		extra = nil
 		call := c.torrentCall(hash, keys, kinds, true)
 		gone, left, err := c.countTorrent(torrentScript.Run(ctx, c.rdb, call.keys, call.args...), report)
 		if err != nil || !gone || left == 0 || (prevLeft >= 0 && left >= prevLeft) {
