@@ -88,38 +88,70 @@ func (c *Cleaner) torrentPage(ctx context.Context, src source, cursor uint64, re
 			unfinished = append(unfinished, order[i])
 		}
 	}
-	for _, g := range unfinished {
-		if err := c.finishTorrent(ctx, g.hash, g.users, report); err != nil {
+	if len(unfinished) == 0 {
+		return next, nil
+	}
+	// Then the gone torrents of the page with their users, in two more
+	// pipelines; a torrent with more users than one chunk goes on alone.
+	pipe := c.rdb.Pipeline()
+	members := make([]*redis.ScanCmd, len(unfinished))
+	for i, g := range unfinished {
+		members[i] = pipe.SScan(ctx, swarm.TorrentUsersKey(g.hash), 0, "", finishChunk)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, err
+	}
+	calls = calls[:0]
+	for i, g := range unfinished {
+		users, _ := members[i].Val()
+		calls = append(calls, c.finishCall(g.hash, users, g.users))
+	}
+	for i, cmd := range c.runPipelined(ctx, torrentScript, calls) {
+		gone, left, err := c.countTorrent(cmd, report)
+		if err != nil {
 			return 0, err
+		}
+		if gone && left > 0 {
+			if err := c.finishTorrent(ctx, unfinished[i].hash, report); err != nil {
+				return 0, err
+			}
 		}
 	}
 	return next, nil
 }
 
-// finishTorrent deletes a gone torrent's user records listed in its users
-// set (and extra, records found in the page), a chunk per script call,
-// and its record with the last chunk: one call for up to finishChunk users.
-func (c *Cleaner) finishTorrent(ctx context.Context, hash bittorrent.InfoHash, extra []string, report *Report) error {
+// finishCall is the finishing orphan_torrent.lua call for a torrent with
+// the user records of users (from its users set) and extra (found in a
+// page).
+func (c *Cleaner) finishCall(hash bittorrent.InfoHash, users, extra []string) evalCall {
+	keys := make([]string, 0, len(users)+len(extra))
+	kinds := make([]any, 0, len(users)+len(extra))
+	seen := map[string]bool{}
+	for _, user := range users {
+		key := swarm.UserTorrentKey(hash, user)
+		keys, kinds, seen[key] = append(keys, key), append(kinds, kindUser), true
+	}
+	for _, key := range extra {
+		if !seen[key] {
+			keys, kinds = append(keys, key), append(kinds, kindUser)
+		}
+	}
+	return c.torrentCall(hash, keys, kinds, true)
+}
+
+// finishTorrent goes on deleting a gone torrent's user records listed in
+// its users set, a chunk per script call, and its record with the last
+// chunk. Between chunks the record (without an id) stays, so announces
+// are refused; registered again meanwhile, the torrent keeps the records
+// not deleted yet (each deleted one was an orphan when it went).
+func (c *Cleaner) finishTorrent(ctx context.Context, hash bittorrent.InfoHash, report *Report) error {
 	prevLeft := int64(-1)
 	for range maxFinishRounds {
 		users, _, err := c.rdb.SScan(ctx, swarm.TorrentUsersKey(hash), 0, "", finishChunk).Result()
 		if err != nil {
 			return err
 		}
-		keys := make([]string, 0, len(users)+len(extra))
-		kinds := make([]any, 0, len(users)+len(extra))
-		seen := map[string]bool{}
-		for _, user := range users {
-			key := swarm.UserTorrentKey(hash, user)
-			keys, kinds, seen[key] = append(keys, key), append(kinds, kindUser), true
-		}
-		for _, key := range extra {
-			if !seen[key] {
-				keys, kinds = append(keys, key), append(kinds, kindUser)
-			}
-		}
-		extra = nil
-		call := c.torrentCall(hash, keys, kinds, true)
+		call := c.finishCall(hash, users, nil)
 		gone, left, err := c.countTorrent(torrentScript.Run(ctx, c.rdb, call.keys, call.args...), report)
 		if err != nil || !gone || left == 0 || (prevLeft >= 0 && left >= prevLeft) {
 			return err // done, live again, or stuck on a fresh record: the next pass looks again
