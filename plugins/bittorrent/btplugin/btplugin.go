@@ -271,6 +271,18 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 	}
 	// The announce path records reseed claims within the reaper's window.
 	storeCfg.ReaperClaimWindow = reaperPolicy.ClaimWindow
+	// The window is checked against the store's intervals with their
+	// defaults filled in, before anything stops or starts.
+	withDefaults, err := storeCfg.WithDefaults()
+	if err != nil {
+		_ = geo.Close()
+		return fmt.Errorf("bittorrent settings: %w", err)
+	}
+	orphanSettings, orphanPolicy, err := orphans.ParseSettings(settings.Orphans, withDefaults)
+	if err != nil {
+		_ = geo.Close()
+		return fmt.Errorf("bittorrent settings: %w", err)
+	}
 	if err := t.Close(ctx); err != nil {
 		_ = geo.Close()
 		return err
@@ -289,15 +301,6 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 		_ = geo.Close()
 		_ = rdb.Close()
 		return err
-	}
-	// The window is checked against the store's intervals with their
-	// defaults filled in, before anything starts.
-	orphanSettings, orphanPolicy, err := orphans.ParseSettings(settings.Orphans, store.Config())
-	if err != nil {
-		_ = geo.Close()
-		_ = store.Stop()
-		_ = rdb.Close()
-		return fmt.Errorf("bittorrent settings: %w", err)
 	}
 	var cleaner *orphans.Cleaner
 	if orphanSettings.Enabled {

@@ -151,6 +151,15 @@ func (c *Config) validate() error {
 	return nil
 }
 
+// WithDefaults returns the configuration with defaults filled in as New
+// fills them, or the error New would give: for settings that depend on
+// the store's intervals (orphan cleanup's window), checked before
+// anything starts.
+func (c Config) WithDefaults() (Config, error) {
+	err := c.validate()
+	return c, err
+}
+
 // Store is the Redis swarm store. It is safe for concurrent use.
 type Store struct {
 	rdb    redis.UniversalClient

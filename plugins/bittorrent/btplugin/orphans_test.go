@@ -1,0 +1,52 @@
+package btplugin_test
+
+import (
+	"crypto/sha1"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/plugins"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btplugin"
+	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
+)
+
+// TestOrphanCleanupJob: enabled, orphan cleanup is the plugin's "orphans"
+// job, and a tick removes a torrent unregistered longer than the window
+// ago; a bad window is refused, naming why, and the tracker keeps its
+// previous configuration.
+func TestOrphanCleanupJob(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tr, _ := startTracker(t, b, `{"http":"127.0.0.1:0","udp4":"","udp6":"","interval":"1m",
+			"orphans":{"enabled":true,"window":"2h","period":"30s"}}`)
+		d, err := tr.Describe(t.Context())
+		require.NoError(t, err)
+		require.Contains(t, d.Jobs, plugins.Job{Name: btplugin.OrphansJob, Period: 30 * time.Second})
+		require.NotNil(t, tr.Orphans())
+
+		hash := sha1.Sum([]byte("orphan job"))
+		require.NoError(t, tr.Store().RegisterTorrent(t.Context(), hash, "t1"))
+		require.NoError(t, tr.Store().UnregisterTorrent(t.Context(), hash))
+		// Stamped three hours ago, as a clock three hours on would see it.
+		old := time.Now().Add(-3 * time.Hour).UnixMilli()
+		require.NoError(t, b.Client.HSet(t.Context(), swarm.TorrentKey(hash), "registered", old, "created", old, "unregistered", old).Err())
+		_, err = tr.OnTick(t.Context(), plugins.Tick{Job: btplugin.OrphansJob, At: time.Now()})
+		require.NoError(t, err)
+		require.Zero(t, b.Client.Exists(t.Context(), swarm.TorrentKey(hash)).Val())
+
+		for settings, why := range map[string]string{
+			`{"orphans":{"enabled":true,"window":"0s"}}`:  "racing every operation",
+			`{"orphans":{"enabled":true,"window":"30m"}}`: "is not longer than",
+			`{"orphans":{"enabld":true}}`:                 "enabld",
+		} {
+			err := tr.Configure(t.Context(), plugins.Config{Name: "bittorrent", RedisURL: b.URL, Settings: json.RawMessage(settings)})
+			require.ErrorContains(t, err, why, settings)
+		}
+		d, err = tr.Describe(t.Context())
+		require.NoError(t, err)
+		require.Contains(t, d.Jobs, plugins.Job{Name: btplugin.OrphansJob, Period: 30 * time.Second}, "still configured as before")
+	})
+}

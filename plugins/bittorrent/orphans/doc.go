@@ -1,0 +1,95 @@
+// Package orphans is the BitTorrent plugin's orphan cleanup (seed 003,
+// the way Pulp does it without its weak spots: policies.md §C). It runs
+// as the plugin's "orphans" job on any frontend, beside live traffic, with
+// no lock and no pause; two cleanups at once only read some pages twice.
+//
+// # The rule
+//
+// A record is removed only when it is both unreferenced and older than
+// the protection window by its timestamp of interest, and the check and
+// the delete are one script in one slot, so a record that became live
+// again between the scan and the delete stays. Where the reference lives
+// in another slot (a user's sets point at a user-torrent record in the
+// torrent's slot), the caller reads the reference and the script deletes
+// only if the record's version, itself a timestamp, is still the one read:
+// anything that revives the record writes a newer version, before the
+// delete (which then does nothing) or after it (which puts it back).
+// A window of 0, or not longer than the longest operation that can revive
+// a record, is refused with a message naming that operation (CheckWindow).
+//
+// # What the tracker keeps, what references it, what touches it, who removes it
+//
+// Under a torrent's hash tag ({hex}):
+//
+//	record            key                what makes it live (reference)        timestamp of interest (who touches it)           removed by
+//	torrent record    {h}:torrent        an id (registered), or peers; open     registered, unregistered, created,              orphan_torrent.lua (finishing call); open
+//	                                     mode: its retention TTL runs           last_action (Register, Unregister, reaper       mode: its own TTL (OpenTorrentRetention)
+//	                                                                            removal, announces)
+//	seeders/leechers  {h}:seeders …      peers announcing                       each peer's deadline                            expiry (expire.lua, sweep and events)
+//	deadlines         {h}:deadlines      peers in the swarm                     deadlines                                       expiry
+//	timeout key       {h}:timeout:…      its peer                               its TTL (the peer's deadline)                   its TTL; a stray one without TTL: cleanup
+//	peer record       {h}:peer:<id>      its peer in the swarm                  last_announce (announce)                        its TTL (PeerRetention) after the peer
+//	                                                                                                                            left; a gone torrent's: cleanup
+//	user record       {h}:user:<uid>     the torrent (hit-and-run truth)        last_announce (announce)                        with its torrent, in the same script
+//	users set         {h}:users          the torrent                            (created with the first user record)            with its torrent
+//	reaper state      {h}:reaper         the torrent (registered)               unseeded_date, initial_at … (reaper steps)     a seeder's announce; with its torrent
+//	score record      {h}:score          scoring (active) or its tombstone      applied_at, tracked_at (score items)            scoring: decay to removal; the tombstone's
+//	                                                                                                                            TTL when untracking (kept: it keeps item
+//	                                                                                                                            names unique if the torrent returns)
+//	seen IPs          {h}:score:seen     the score record (unique-IP metric)    the newest IP's time (score_apply.lua)          scoring when untracking; with its torrent
+//
+// Global, or under other tags:
+//
+//	record            key                                reference                    timestamp of interest                 removed by
+//	registry entry    hoard:bt:registry (hex -> id)     the record's id              the record's stamps                   Unregister; orphan_registry.lua when an
+//	                                                                                                                         unregistration was cut off
+//	index entries     hoard:bt:index:{seeders,…}        the torrent record           (counts)                              the flush at count 0; swarm.Repair's
+//	                                                                                                                         prune (hourly) for gone torrents
+//	due entry         hoard:bt:{due:<n>}                a swarm with peers           the earliest deadline                 the sweep (due_settle.lua)
+//	score index,      hoard:bt:{score:<n>}, :revs       the score record             the revision (at least the time)      score_index.lua; orphan_revs.lua when the
+//	revisions                                                                                                                record is gone (an expired tombstone)
+//	user sets         hoard:bt:user:{u}:active …        the user record {h}:user:u   the version (at least the time of     user_sets.lua; orphan_user.lua when the
+//	+ versions,                                         (named by :torrents)          the state change; every flush)        record is gone
+//	torrents
+//	user totals       hoard:bt:user:{u}:stats           the user                     -                                      not removed (see below)
+//	passkey           hoard:bt:passkey:<pk>             the site                     -                                      RemoveUser
+//	whitelist, stats  hoard:bt:whitelist, :stats        the operator                 -                                      the operator
+//
+// # How it walks
+//
+// Four walks, each with its position in CursorsKey so the next tick, on
+// any frontend, goes on where the last one stopped, and at most
+// MaxKeysPerTick keys per walk per tick:
+//   - torrents: SCAN over every torrent key on every master; per page one
+//     orphan_torrent.lua call per torrent (a live one returns after two
+//     HLENs and an HMGET), then for the gone ones whose record is in the
+//     page one finishing call that deletes the record with its users set,
+//     user records, reaper state and seen set. More than 500 user records
+//     go in chunks; between chunks the record stays, without an id, so
+//     announces are refused.
+//   - users: SCAN over users' versions hashes; entries older than the
+//     window whose user record is gone are removed by orphan_user.lua.
+//   - registry: HSCAN; entries whose record has no id (and is stale) go,
+//     and one that a registration raced is put back.
+//   - revs: HSCAN of each score index shard; revisions older than the
+//     window whose score record is gone go, with any index entry.
+//
+// A removed torrent (hoard bt torrent rm, the reaper's removal) is gone
+// from the first pass after one window (its user records, peer records,
+// reaper state and seen set with it) and its users' set entries from the
+// pass after: nothing is left after one window and two passes, but its
+// score tombstone in unrank mode. An open-mode swarm whose last peer left
+// keeps its record for OpenTorrentRetention (its TTL); then its peer
+// records go in the next pass.
+//
+// # Not handled here
+//
+// A user whose passkeys are removed keeps their sets, totals and records:
+// the records live in every torrent's slot, and a user re-added (passkey
+// rotation is a removal and an addition) must find them, which no
+// cross-slot check can guarantee without a lock. Index entries of gone
+// torrents are swarm.Repair's. Work-queue records are the queue engine's:
+// an emptied reserved queue leaves its set in claim.lua, a removed limit
+// group is forgotten by forget_group.lua once its sub-queues are empty,
+// and DeleteProject removes a project's claims with it.
+package orphans
