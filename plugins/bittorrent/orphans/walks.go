@@ -64,8 +64,31 @@ func (c *Cleaner) torrentPage(ctx context.Context, src source, cursor uint64, re
 			g.kinds = append(g.kinds, kind)
 		}
 	}
-	// First every torrent of the page with its other keys, in one
-	// pipeline (a live torrent costs one call that only reads); the
+	// A cheap read first: a registered torrent, or one with peers, is
+	// live, and most are; the script (which checks again) runs only for
+	// the others.
+	if len(order) == 0 {
+		return next, nil
+	}
+	pipe := c.rdb.Pipeline()
+	ids := make([]*redis.StringCmd, len(order))
+	peers := make([]*redis.IntCmd, len(order))
+	for i, g := range order {
+		ids[i] = pipe.HGet(ctx, swarm.TorrentKey(g.hash), "id")
+		peers[i] = pipe.Exists(ctx, swarm.SeedersKey(g.hash), swarm.LeechersKey(g.hash))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return 0, err
+	}
+	candidates := order[:0]
+	for i, g := range order {
+		if ids[i].Val() == "" && peers[i].Val() == 0 {
+			candidates = append(candidates, g)
+		}
+	}
+	order = candidates
+
+	// Then each candidate with its other keys, in one pipeline; the
 	// page's user records ride along only where the torrent record is
 	// already gone (the script defers them otherwise).
 	calls := make([]evalCall, len(order))
@@ -93,7 +116,7 @@ func (c *Cleaner) torrentPage(ctx context.Context, src source, cursor uint64, re
 	}
 	// Then the gone torrents of the page with their users, in two more
 	// pipelines; a torrent with more users than one chunk goes on alone.
-	pipe := c.rdb.Pipeline()
+	pipe = c.rdb.Pipeline()
 	members := make([]*redis.ScanCmd, len(unfinished))
 	for i, g := range unfinished {
 		members[i] = pipe.SScan(ctx, swarm.TorrentUsersKey(g.hash), 0, "", finishChunk)
