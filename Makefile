@@ -102,6 +102,7 @@ bench: build
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./queues
 	$(GO) test -run '^$$' -bench BenchmarkReaperRun -benchtime 1x -count 3 -timeout 30m ./plugins/bittorrent/reaper
 	$(GO) test -run '^$$' -bench 'ScoreOneTorrent' -benchtime 3s -count 3 ./plugins/bittorrent/scoring
+	HOARD_TEST_CLUSTER=0 HOARD_BENCH_TORRENTS=$${HOARD_BENCH_TORRENTS:-1000000} $(GO) test -run '^$$' -bench CleanupPass -benchtime 1x -timeout 60m ./plugins/bittorrent/orphans
 
 # The chaos suite for minutes (make test runs it for 20 s): the real
 # binaries on loopback, frontends, plugins and redis-server SIGKILLed under
