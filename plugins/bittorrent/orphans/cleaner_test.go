@@ -306,3 +306,31 @@ func TestTickIsBoundedAndResumesWhereItStopped(t *testing.T) {
 func redisZ(score int64, member string) redis.Z {
 	return redis.Z{Score: float64(score), Member: member}
 }
+
+// TestTorrentWithManyUsersGoesInChunks: a removed torrent with more user
+// records than one script call takes (500) is finished in chunks, its
+// record last.
+func TestTorrentWithManyUsersGoesInChunks(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, true)
+		ctx := context.Background()
+		hash := infoHash("crowded")
+		require.NoError(t, f.store.RegisterTorrent(ctx, hash, "t1"))
+		now := f.clock.Now().UnixMilli()
+		pipe := b.Client.Pipeline()
+		const users = 1234
+		for i := range users {
+			user := "u" + strconv.Itoa(i)
+			pipe.HSet(ctx, swarm.UserTorrentKey(hash, user), "peers", 0, "last_announce", now, "first_announce", now)
+			pipe.SAdd(ctx, swarm.TorrentUsersKey(hash), user)
+		}
+		_, err := pipe.Exec(ctx)
+		require.NoError(t, err)
+		require.NoError(t, f.store.UnregisterTorrent(ctx, hash))
+		f.clock.Advance(window + time.Second)
+		r := f.pass()
+		require.Equal(t, users, r.UserRecords)
+		require.Equal(t, 1, r.Torrents)
+		require.Empty(t, f.torrentKeys(hash))
+	})
+}
