@@ -14,7 +14,9 @@
 -- KEYS[4] users     SET   user ids with a record on the torrent
 -- KEYS[5] reaper    HASH  the reaper's state
 -- KEYS[6] seen      ZSET  scoring's IP -> last seen (ms)
--- KEYS[7..] records of the torrent, each of the kind ARGV[6+i] names
+-- KEYS[7] snatchers SET   users who snatched it (the reaper's invitations)
+-- KEYS[8] claims    HASH  the reaper's reseed invitations and claims
+-- KEYS[9..] records of the torrent, each of the kind ARGV[i-3] names
 --
 -- ARGV[1] now (ms)
 -- ARGV[2] protection window (ms)
@@ -22,12 +24,16 @@
 -- ARGV[4] "1": an open-mode record without a TTL is kept for ever
 --         (OpenTorrentRetention < 0)
 -- ARGV[5] "1": finish: when no user of KEYS[4] is left, delete the torrent
---         record, its reaper state, seen set and users set too
--- ARGV[6..] the kind of KEYS[7..]: "user" (a user-torrent record; its id
+--         record, its reaper state, seen set, snatchers, claims and users
+--         set too
+-- ARGV[6..] the kind of KEYS[9..]: "user" (a user-torrent record; its id
 --         is removed from KEYS[4]; while the torrent record exists only a
---         finishing call deletes these), "peer", "timeout", "reaper", "seen"
+--         finishing call deletes these), "peer", "timeout", "reaper", "seen",
+--         "snatchers", "claims" (these two too only finishing, or with the
+--         record gone)
 --
 -- Returns {gone, users, peers, timeouts, reapers, seens, torrents, left}
+--   (reapers counts the reaper's state, snatchers and claims)
 --   gone 0: the torrent is live (or too recent), nothing was deleted;
 --   then how many records of each kind were deleted (torrents is 1 when
 --   the record itself went), and left: users still in KEYS[4]
@@ -70,10 +76,10 @@ end
 -- so no announce ever sees a torrent with half of its users' records.
 local record_here = redis.call('EXISTS', KEYS[1]) == 1
 local out = {1, 0, 0, 0, 0, 0, 0, 0}
-for i = 7, #KEYS do
-  local key, kind = KEYS[i], ARGV[i - 1]
+for i = 9, #KEYS do
+  local key, kind = KEYS[i], ARGV[i - 3]
   local delete = false
-  if kind == 'user' and record_here and ARGV[5] ~= '1' then
+  if (kind == 'user' or kind == 'snatchers' or kind == 'claims') and record_here and ARGV[5] ~= '1' then
     -- deferred to the call that finishes the torrent
   elseif kind == 'user' then
     local u = redis.call('HMGET', key, 'peers', 'last_announce', 'first_announce')
@@ -94,6 +100,8 @@ for i = 7, #KEYS do
   elseif kind == 'reaper' then
     local r = redis.call('HMGET', key, 'unseeded_date', 'initial_at', 'final_at', 'removed_at', 'pending_at')
     if stale(newest(r)) then out[5] = out[5] + redis.call('DEL', key) end
+  elseif kind == 'snatchers' or kind == 'claims' then
+    out[5] = out[5] + redis.call('DEL', key)
   elseif kind == 'seen' then
     local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
     if #last < 2 or stale(tonumber(last[2])) then out[6] = out[6] + redis.call('DEL', key) end
@@ -105,6 +113,7 @@ if ARGV[5] == '1' and left == 0 then
   out[7] = redis.call('DEL', KEYS[1])
   out[5] = out[5] + redis.call('DEL', KEYS[5])
   out[6] = out[6] + redis.call('DEL', KEYS[6])
+  out[5] = out[5] + redis.call('DEL', KEYS[7], KEYS[8])
   redis.call('DEL', KEYS[4])
 end
 out[8] = left

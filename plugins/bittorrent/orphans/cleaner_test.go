@@ -76,6 +76,8 @@ func TestRemovedTorrentLeavesNothingAfterOneWindowAndTwoPasses(t *testing.T) {
 		// Records the other parts keep under the torrent's tag.
 		require.NoError(t, b.Client.HSet(ctx, swarm.ReaperKey(gone), "state", "unseeded", "initial_at", f.clock.Now().UnixMilli()).Err())
 		require.NoError(t, b.Client.ZAdd(ctx, scoring.SeenKey(gone), redisZ(f.clock.Now().UnixMilli(), "ip")).Err())
+		require.NoError(t, b.Client.HSet(ctx, swarm.ReaperClaimsKey(gone), "bob", "invited").Err())
+		require.Equal(t, int64(1), b.Client.Exists(ctx, swarm.SnatchersKey(gone)).Val(), "bob's snatch is listed")
 		require.Contains(t, f.user("bob").Complete, "t1")
 		require.Contains(t, f.torrentKeys(gone), swarm.UserTorrentKey(gone, "bob"))
 		require.Contains(t, f.torrentKeys(gone), swarm.PeerKey(gone, peerID(2)), "peer records outlive their peer")
@@ -92,7 +94,7 @@ func TestRemovedTorrentLeavesNothingAfterOneWindowAndTwoPasses(t *testing.T) {
 		require.Equal(t, 1, first.Torrents)
 		require.Equal(t, 2, first.UserRecords)
 		require.Equal(t, 2, first.PeerRecords)
-		require.Equal(t, 1, first.ReaperStates)
+		require.Equal(t, 3, first.ReaperStates, "state, snatchers and claims")
 		require.Equal(t, 1, first.SeenSets)
 		for _, u := range []string{"alice", "bob"} {
 			summary := f.user(u)

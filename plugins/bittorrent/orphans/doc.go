@@ -37,6 +37,8 @@
 //	                                                                                                                            TTL when untracking (kept: it keeps item
 //	                                                                                                                            names unique if the torrent returns)
 //	seen IPs          {h}:score:seen     the score record (unique-IP metric)    the newest IP's time (score_apply.lua)          scoring when untracking; with its torrent
+//	snatchers         {h}:snatchers      the torrent (the reaper invites them)  (the snatches that add to it)                   with its torrent
+//	reaper claims     {h}:reaper:claims  the reaper state (reseed claims)       (announces within the claim window)             with its torrent
 //
 // Global, or under other tags:
 //
@@ -64,7 +66,8 @@
 //     orphan_torrent.lua call per torrent (a live one returns after two
 //     HLENs and an HMGET), then for the gone ones whose record is in the
 //     page one finishing call that deletes the record with its users set,
-//     user records, reaper state and seen set. More than 500 user records
+//     user records, reaper state, snatchers, claims and seen set. More than
+//     500 user records
 //     go in chunks; between chunks the record stays, without an id, so
 //     announces are refused.
 //   - users: SCAN over users' versions hashes; entries older than the

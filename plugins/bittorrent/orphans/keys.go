@@ -39,6 +39,9 @@ const (
 	kindTimeout = "timeout"
 	kindReaper  = "reaper"
 	kindSeen    = "seen"
+	// the reaper's snatchers set and claims
+	kindSnatchers = "snatchers"
+	kindClaims    = "claims"
 )
 
 // parseTorrentKey reads a torrent key's info-hash and kind; ok is false
@@ -61,6 +64,10 @@ func parseTorrentKey(key string) (hash bittorrent.InfoHash, kind string, ok bool
 		kind = kindReaper
 	case suffix == "score:seen":
 		kind = kindSeen
+	case suffix == "snatchers":
+		kind = kindSnatchers
+	case suffix == "reaper:claims":
+		kind = kindClaims
 	case strings.HasPrefix(suffix, "user:"):
 		kind = kindUser
 	case strings.HasPrefix(suffix, "peer:"):
@@ -86,10 +93,11 @@ func userFromVersionsKey(key string) (string, bool) {
 	return user, swarm.UserVersionsKey(user) == key
 }
 
-// torrentFixedKeys are orphan_torrent.lua's first six KEYS.
+// torrentFixedKeys are orphan_torrent.lua's first eight KEYS.
 func torrentFixedKeys(hash bittorrent.InfoHash) []string {
 	return []string{swarm.TorrentKey(hash), swarm.SeedersKey(hash), swarm.LeechersKey(hash),
-		swarm.TorrentUsersKey(hash), swarm.ReaperKey(hash), scoring.SeenKey(hash)}
+		swarm.TorrentUsersKey(hash), swarm.ReaperKey(hash), scoring.SeenKey(hash),
+		swarm.SnatchersKey(hash), swarm.ReaperClaimsKey(hash)}
 }
 
 // userKeys are orphan_user.lua's KEYS.

@@ -35,11 +35,13 @@ func (c *Cleaner) torrentPage(ctx context.Context, src source, cursor uint64, re
 	}
 	report.Scanned += len(keys)
 	type group struct {
-		hash   bittorrent.InfoHash
-		keys   []string
-		kinds  []any
-		users  []string // user records of the page: deleted by the finishing call when finish
-		finish bool
+		hash       bittorrent.InfoHash
+		keys       []string
+		kinds      []any
+		users      []string // user records of the page: deleted by the finishing call when finish
+		later      []string // the reaper's snatchers and claims: likewise
+		laterKinds []any
+		finish     bool
 	}
 	var order []*group
 	groups := map[bittorrent.InfoHash]*group{}
@@ -59,6 +61,10 @@ func (c *Cleaner) torrentPage(ctx context.Context, src source, cursor uint64, re
 			g.finish = true
 		case kindUser:
 			g.users = append(g.users, key)
+		case kindSnatchers, kindClaims:
+			// the finishing call deletes these by name
+			g.later = append(g.later, key)
+			g.laterKinds = append(g.laterKinds, kind)
 		default:
 			g.keys = append(g.keys, key)
 			g.kinds = append(g.kinds, kind)
@@ -98,6 +104,7 @@ func (c *Cleaner) torrentPage(ctx context.Context, src source, cursor uint64, re
 			for _, key := range g.users {
 				keys, kinds = append(keys, key), append(kinds, kindUser)
 			}
+			keys, kinds = append(keys, g.later...), append(kinds, g.laterKinds...)
 		}
 		calls[i] = c.torrentCall(g.hash, keys, kinds, false)
 	}
