@@ -780,8 +780,11 @@ func waitingInLists(t *testing.T, tb bundle) []string {
 	prefix := strings.TrimSuffix(queues.QueueKey(tb.slug, queues.QueueTodo), "todo")
 	var keys []string
 	if cluster, ok := tb.rdb.(*redis.ClusterClient); ok {
+		var mu sync.Mutex // ForEachMaster calls the masters at once
 		require.NoError(t, cluster.ForEachMaster(tb.ctx, func(ctx context.Context, node *redis.Client) error {
 			found, err := node.Keys(ctx, prefix+"todo*").Result()
+			mu.Lock()
+			defer mu.Unlock()
 			keys = append(keys, found...)
 			return err
 		}))
