@@ -105,7 +105,10 @@ func TestADeadWorkersTorrentIsProcessedAgain(t *testing.T) {
 		pool := scoring.NewPool(scoring.PoolConfig{Host: host, Project: project, Process: f.scorer.Process, Max: 2, Poll: poll, Logger: quiet})
 		pool.Start(ctx)
 		t.Cleanup(pool.Stop)
-		require.Eventually(t, func() bool { return f.record(hash).Round == 1 }, eventually, poll)
+		// The worker counts its done after the host's Done returns, and the
+		// round is applied within that Done: wait for both (the count read
+		// right after the round was 0 once on the loaded cluster).
+		require.Eventually(t, func() bool { return f.record(hash).Round == 1 && pool.Done() >= 1 }, eventually, poll)
 		rec = f.record(hash)
 		require.Equal(t, 1.0*0.8, rec.Score, "processed again: one peer, fewer than max")
 		require.Equal(t, int64(1), pool.Done())
