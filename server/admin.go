@@ -175,6 +175,14 @@ func withoutSecret(v any) map[string]any {
 	return m
 }
 
+// PublicExtension adds public GET routes outside the admin API (the
+// tracker page's data: server/btadmin's TrackerViews), so the server
+// imports nothing of what they serve. They must answer from bounded,
+// cached reads: anyone can call them.
+type PublicExtension interface {
+	RegisterPublic(r gin.IRoutes)
+}
+
 // AdminExtension adds routes to the admin group (behind the admin token);
 // tools are the admin API's own helpers.
 type AdminExtension interface {

@@ -53,6 +53,8 @@ type Config struct {
 	// BitTorrent admin calls: server/btadmin), so the server imports
 	// nothing of what they serve.
 	AdminExtensions []AdminExtension
+	// PublicExtensions add public routes (the tracker page's views).
+	PublicExtensions []PublicExtension
 	// Plugins, when set, puts the plugins' states and totals on the
 	// index page and in /plugins.json (the plugin host).
 	Plugins PluginSource
@@ -146,6 +148,9 @@ func New(cfg Config, engine *queues.Engine) (*Server, error) {
 	admin.register(adminGroup)
 	for _, ext := range cfg.AdminExtensions {
 		ext.RegisterAdmin(adminGroup, admin)
+	}
+	for _, ext := range cfg.PublicExtensions {
+		ext.RegisterPublic(router)
 	}
 	// Warrior paths are routed on the raw path by WarriorAPI.Dispatch:
 	// gin's tree cannot express "/<slug>/multi=N//request".

@@ -49,6 +49,7 @@ type serveOptions struct {
 	plugins              pluginOptions
 	maxViewers           int
 	maxViewersPerAddress int
+	publicTopTorrents    int
 	viewerIdleTimeout    time.Duration
 	// envErr is a malformed number or duration in the environment,
 	// reported when the command runs.
@@ -88,6 +89,8 @@ func serveCommand() *cobra.Command {
 		"live leaderboard viewers per frontend; 0 = derived from the descriptor limit, which also bounds a larger value ($HOARD_MAX_VIEWERS)")
 	f.IntVar(&o.maxViewersPerAddress, "max-viewers-per-address", envInt("HOARD_MAX_VIEWERS_PER_ADDRESS", leaderboard.DefaultMaxViewersPerAddress, &o.envErr),
 		"live viewers per client IPv4 address or IPv6 /64; more get 429 ($HOARD_MAX_VIEWERS_PER_ADDRESS)")
+	f.IntVar(&o.publicTopTorrents, "public-top-torrents", envInt("HOARD_PUBLIC_TOP_TORRENTS", 0, &o.envErr),
+		"torrents by score shown on the public tracker page (/tracker/); 0 = none, since info-hashes are private on a private tracker ($HOARD_PUBLIC_TOP_TORRENTS)")
 	f.DurationVar(&o.viewerIdleTimeout, "viewer-idle-timeout", envDuration("HOARD_VIEWER_IDLE_TIMEOUT", leaderboard.DefaultViewerIdleTimeout, &o.envErr),
 		"drop a viewer that sent nothing, not even a pong, for this long ($HOARD_VIEWER_IDLE_TIMEOUT)")
 	addPluginFlags(cmd, &o.plugins)
@@ -195,6 +198,9 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if o.plugins.eventRetry <= 0 {
 		return fmt.Errorf("--plugin-event-retry must be positive, got %s", o.plugins.eventRetry)
 	}
+	if o.publicTopTorrents < 0 || o.publicTopTorrents > scoring.MaxTop {
+		return fmt.Errorf("--public-top-torrents must be from 0 to %d, got %d", scoring.MaxTop, o.publicTopTorrents)
+	}
 	logger := newLogger(o.logFormat, level)
 	slog.SetDefault(logger)
 	if o.adminToken == "" && !o.insecureNoAdminToken {
@@ -289,12 +295,14 @@ func runServe(ctx context.Context, o serveOptions) error {
 		return err
 	}
 	btScorer := scoring.New(rdb, scorePolicy, nil, logger.With("component", "bittorrent-admin"))
+	btMetrics := ipmetrics.NewStore(rdb, nil, 0)
 	srv, err := server.New(server.Config{
 		Listen: o.listen, AdminToken: o.adminToken, InsecureNoAdminToken: o.insecureNoAdminToken, MetricsToken: o.metricsToken,
 		ProjectsFile: o.projectsFile, PublicURL: o.publicURL, TrustedProxies: o.trustedProxies, Logger: logger,
 		Offloader: offloader, AdminExtensions: []server.AdminExtension{&btadmin.Admin{Store: btAdmin, Outbox: btOutbox, Reaper: btReaper, Scorer: btScorer},
-			&btadmin.MetricsAdmin{Store: ipmetrics.NewStore(rdb, nil, 0)}}, Collectors: []prometheus.Collector{pluginHost.Collector()},
-		Plugins: pluginHost, MaxViewers: maxViewers, MaxViewersPerAddress: o.maxViewersPerAddress,
+			&btadmin.MetricsAdmin{Store: btMetrics}}, Collectors: []prometheus.Collector{pluginHost.Collector()},
+		PublicExtensions: []server.PublicExtension{&btadmin.TrackerViews{Scorer: btScorer, Metrics: btMetrics, TopTorrents: o.publicTopTorrents}},
+		Plugins:          pluginHost, MaxViewers: maxViewers, MaxViewersPerAddress: o.maxViewersPerAddress,
 		ViewerIdleTimeout: o.viewerIdleTimeout,
 	}, engine)
 	if err != nil {

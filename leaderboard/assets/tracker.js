@@ -57,14 +57,53 @@ function renderPlugin(plugin) {
   return section;
 }
 
+// A table of rows; the last column is a count.
+function table(name, caption, headers, rows) {
+  const t = el('table', { class: 'tracker-series', 'data-view': name });
+  t.append(el('caption', {}, caption));
+  t.append(el('thead', {}, el('tr', {}, ...headers.map((h, i) => el('th', i === headers.length - 1 ? { class: 'num' } : {}, h)))));
+  const body = el('tbody');
+  for (const row of rows) {
+    body.append(el('tr', {}, ...row.map((v, i) => el('td', i === row.length - 1 ? { class: 'num' } : {},
+      i === row.length - 1 ? fmt.format(v) : v))));
+  }
+  t.append(body);
+  return t;
+}
+
+// Seed 002's views (/tracker/bittorrent.json): unique users per month and
+// per country, and the torrents by score when the operator made them
+// public. Absent (no BitTorrent views on this hoard): nothing.
+async function renderViews() {
+  const res = await fetch('/tracker/bittorrent.json', { cache: 'no-store' });
+  if (res.status === 404) return null;
+  if (!res.ok) throw new Error(`HTTP ${res.status}`);
+  const v = await res.json();
+  const section = el('section', { class: 'panel tracker-plugin', 'data-views': 'bittorrent' });
+  section.append(el('h2', {}, 'Swarm users', el('span', { class: 'muted small' },
+    `${fmt.format(v.users)} unique users (each IP once per 30 days)`)));
+  section.append(table('months', 'Unique users per month', ['month', 'users'],
+    v.users_by_month.map((m) => [m.month, m.users])));
+  section.append(table('countries', 'Users per country', ['country', 'users'],
+    v.countries.map((c) => [c.country, c.users])));
+  if (v.top_torrents_shown) {
+    section.append(table('top', 'Torrents by score', ['info-hash', 'score'],
+      v.top_torrents.map((t) => [t.info_hash, t.score])));
+  }
+  return section;
+}
+
 async function refresh() {
   const status = document.getElementById('status');
   try {
     const res = await fetch('/tracker.json', { cache: 'no-store' });
     if (!res.ok) throw new Error(`HTTP ${res.status}`);
     const list = await res.json();
+    const views = await renderViews();
     const main = document.getElementById('plugins');
-    main.replaceChildren(...(list.length ? list.map(renderPlugin)
+    const sections = list.map(renderPlugin);
+    if (views) sections.push(views);
+    main.replaceChildren(...(sections.length ? sections
       : [el('p', { class: 'muted' }, 'No plugins run on this frontend.')]));
     status.textContent = 'updated ' + new Date().toLocaleTimeString();
     status.classList.add('live');

@@ -34,8 +34,9 @@ try {
     });
     await page.goto(url, { waitUntil: 'load' });
     await page.waitForSelector('table[data-metric="reaper_torrents"] tbody tr', { timeout: 15_000 });
+    await page.waitForSelector('table[data-view="countries"] tbody tr', { timeout: 15_000 });
     result.tables = await page.evaluate(() => Object.fromEntries([...document.querySelectorAll('table.tracker-series')]
-      .map((t) => [t.dataset.metric, [...t.querySelectorAll('tbody tr')].map((tr) => [...tr.cells].map((c) => c.textContent))])));
+      .map((t) => [t.dataset.metric || t.dataset.view, [...t.querySelectorAll('tbody tr')].map((tr) => [...tr.cells].map((c) => c.textContent))])));
     result.totals = await page.evaluate(() => Object.fromEntries([...document.querySelectorAll('.plugin-metrics > div')]
       .map((d) => [d.querySelector('dt').textContent, d.querySelector('dd').textContent])));
     const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
