@@ -186,7 +186,10 @@ func TestKeyspaceEventExpiresPeers(t *testing.T) {
 		require.Eventually(t, func() bool {
 			st := f.store.ExpiryStats()
 			return st.ExpiredByEvent == int64(len(hashes)-1) && st.EventsReceived == int64(len(hashes))
-		}, 10*time.Second, 5*time.Millisecond, "every expiry event arrives: %+v", f.store.ExpiryStats())
+			// A bound for a machine running other suites beside this one
+			// (load ~30 once: 11 of 12 events in after 10 s); the events
+			// come within milliseconds otherwise.
+		}, 30*time.Second, 5*time.Millisecond, "every expiry event arrives: %+v", f.store.ExpiryStats())
 		removed, err := f.store.Sweep(ctx)
 		require.NoError(t, err)
 		require.Zero(t, removed, "events removed every expired peer: nothing is left for the sweep")
