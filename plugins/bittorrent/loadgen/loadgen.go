@@ -241,7 +241,21 @@ func resolveLoopback(ctx context.Context, target string) (netip.AddrPort, error)
 			return netip.AddrPort{}, fmt.Errorf("%w: %q resolves to %s", ErrNotLoopback, target, a)
 		}
 	}
-	return netip.AddrPortFrom(addrs[0].Unmap(), uint16(port)), nil
+	return netip.AddrPortFrom(preferIPv4(addrs), uint16(port)), nil
+}
+
+// preferIPv4 picks the address to load: the first IPv4 one, else the
+// first. Debian's /etc/hosts names both 127.0.0.1 and ::1 "localhost",
+// and the resolver may list ::1 first, while trackers (hoard's defaults,
+// opentracker's) listen on 127.0.0.1: taking the first address refused
+// every announce on a fresh Debian 12.
+func preferIPv4(addrs []netip.Addr) netip.Addr {
+	for _, a := range addrs {
+		if a.Unmap().Is4() {
+			return a.Unmap()
+		}
+	}
+	return addrs[0].Unmap()
 }
 
 // Run sends announces until the count or the duration is reached, or ctx

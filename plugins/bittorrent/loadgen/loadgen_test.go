@@ -312,3 +312,14 @@ func TestForwardedForGivesEachPeerItsIP(t *testing.T) {
 	require.Equal(t, PeerIP(7, 3), PeerIP(7, 3))
 	require.NotEqual(t, PeerIP(7, 3), PeerIP(7, 4))
 }
+
+// TestLocalhostPrefersIPv4: "localhost" names both loopbacks on Debian
+// (127.0.0.1 and ::1, in either order); the trackers under test listen on
+// 127.0.0.1, so the IPv4 one is loaded whatever the resolver's order.
+func TestLocalhostPrefersIPv4(t *testing.T) {
+	v4, v6 := netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("::1")
+	require.Equal(t, v4, preferIPv4([]netip.Addr{v6, v4}))
+	require.Equal(t, v4, preferIPv4([]netip.Addr{v4, v6}))
+	require.Equal(t, v4, preferIPv4([]netip.Addr{netip.MustParseAddr("::ffff:127.0.0.1")}))
+	require.Equal(t, v6, preferIPv4([]netip.Addr{v6}))
+}
