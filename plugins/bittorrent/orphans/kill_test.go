@@ -58,7 +58,7 @@ func runKillHelper(url string) {
 func TestKill9MidCleanup(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		if b.Name != "single" {
-			t.Skipf("the subprocess dials one server; the script's atomicity is the same on %s", b.Name)
+			t.Skipf("by design: the subprocess dials one server; the script's atomicity is the same on %s", b.Name)
 		}
 		f := newFixture(t, b, true)
 		ctx := context.Background()
