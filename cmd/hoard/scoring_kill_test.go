@@ -5,18 +5,12 @@ import (
 	"crypto/sha1"
 	"fmt"
 	"log/slog"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hoardproject/hoard/internal/localredis"
-	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
 	"github.com/hoardproject/hoard/plugins/bittorrent/scoring"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
@@ -32,29 +26,9 @@ import (
 // done once and none is waiting or out: no torrent stranded at a score a
 // dead worker left (btstat set 0 while processing), none applied twice.
 func TestScoringSurvivesKilledWorkers(t *testing.T) {
-	var client *redis.Client
-	for _, b := range redistest.Backends() {
-		if c, ok := b.Client.(*redis.Client); ok {
-			client = c
-			// From an empty Redis: the plugin discovers every registered
-			// torrent, other tests' included.
-			require.NoError(t, redistest.Flush(t.Context(), b))
-		}
-	}
-	if client == nil {
-		t.Skip("by design: needs the single redis-server backend")
-	}
+	client := emptySingleRedis(t)
 	ctx := context.Background()
-	dir := t.TempDir()
-	hoard, plugin := filepath.Join(dir, "hoard"), filepath.Join(dir, "hoard-bittorrent")
-	for out, pkg := range map[string]string{hoard: ".", plugin: "../hoard-bittorrent"} {
-		build := exec.Command("go", "build", "-o", out, pkg)
-		build.Stderr = os.Stderr
-		require.NoError(t, build.Run(), "go build %s", pkg)
-	}
 
-	// Registered torrents; names and project unique to this run (the Redis
-	// outlives it).
 	const uploads = 3000
 	run := time.Now().UnixNano()
 	project := fmt.Sprintf("bt-scoring-kill-%d", run%1_000_000)
@@ -67,47 +41,9 @@ func TestScoringSurvivesKilledWorkers(t *testing.T) {
 	}
 	_ = store.Stop()
 
-	port, err := localredis.FreeLoopbackPort()
-	require.NoError(t, err)
-	trackerPort, err := localredis.FreeLoopbackPort()
-	require.NoError(t, err)
-	dataDir := t.TempDir()
-	settings := fmt.Sprintf(`bittorrent={"mode":"private","http":"127.0.0.1:%d","udp4":"","udp6":"",
-		"scoring":{"enabled":true,"period":"24h","reclaim_ttl":"3s","max_workers":4,"project":%q}}`, trackerPort, project)
-	cmd := exec.Command(hoard, "serve", "--listen", fmt.Sprintf("127.0.0.1:%d", port),
-		"--data-dir", dataDir, "--projects-file", "/nonexistent",
-		"--plugin", "bittorrent="+plugin, "--plugin-settings", settings, "--plugin-event-retry", "2s")
-	cmd.Env = append(os.Environ(), "HOARD_REDIS_URL=redis://"+client.Options().Addr, "HOARD_ADMIN_TOKEN=score-kill-token")
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-
-	engine := queues.NewEngine(client, queues.Options{Logger: slog.New(slog.DiscardHandler)})
-	counts := func() queues.Counts {
-		c, err := engine.Counts(ctx, project)
-		if err != nil {
-			return queues.Counts{}
-		}
-		return c
-	}
-	pidFile := filepath.Join(dataDir, "plugins", "bittorrent.pid")
-	pid := 0
-	for kill := range 2 {
-		// Kill while steps are being worked: some done, some not yet.
-		before := counts().Done
-		require.Eventually(t, func() bool {
-			c := counts()
-			return c.Done > before && c.Done < uploads
-		}, 120*time.Second, 2*time.Millisecond, "kill %d: the workers are scoring", kill+1)
-		pid = pidFromFile(t, pidFile, pid)
-		require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
-		t.Logf("kill %d: plugin %d killed at %+v", kill+1, pid, counts())
-	}
-	pidFromFile(t, pidFile, pid) // restarted
-
-	require.Eventually(t, func() bool {
-		c := counts()
-		return c.Done >= uploads && c.Todo == 0 && c.Out == 0
-	}, 180*time.Second, 50*time.Millisecond, "every torrent is scored and no item waits or is out")
+	counts := killPluginWhileItWorks(t, client, project, uploads, fmt.Sprintf(
+		`"scoring":{"enabled":true,"period":"24h","reclaim_ttl":"3s","max_workers":4,"project":%q}`, project),
+		"--plugin-event-retry", "2s")
 	c := counts()
 	require.EqualValues(t, uploads, c.Done, "each torrent's item done once, none lost: %+v", c)
 	// A done's result is applied by the plugin's OnItemDone, from the

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/internal/localredis"
+	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/queues"
+)
+
+// emptySingleRedis is the single redis-server backend, flushed: the
+// BitTorrent plugin discovers every registered torrent, other tests'
+// included. A test without it skips, by design.
+func emptySingleRedis(t *testing.T) *redis.Client {
+	t.Helper()
+	for _, b := range redistest.Backends() {
+		if c, ok := b.Client.(*redis.Client); ok {
+			require.NoError(t, redistest.Flush(t.Context(), b))
+			return c
+		}
+	}
+	t.Skip("by design: needs the single redis-server backend")
+	return nil
+}
+
+// killPluginWhileItWorks runs the real `hoard serve` with the real
+// hoard-bittorrent binary and pluginSettings (its "http" address is
+// filled in), waits until the plugin's workers have done some but not
+// all of project's items, SIGKILLs the plugin process, and does that
+// twice (hoard restarts it each time). It returns once all items are
+// done and none waits or is out, with a reader of the project's counts.
+func killPluginWhileItWorks(t *testing.T, client *redis.Client, project string, items int, pluginSettings string, serveArgs ...string) func() queues.Counts {
+	t.Helper()
+	dir := t.TempDir()
+	hoard, plugin := filepath.Join(dir, "hoard"), filepath.Join(dir, "hoard-bittorrent")
+	for out, pkg := range map[string]string{hoard: ".", plugin: "../hoard-bittorrent"} {
+		build := exec.Command("go", "build", "-o", out, pkg)
+		build.Stderr = os.Stderr
+		require.NoError(t, build.Run(), "go build %s", pkg)
+	}
+	port, err := localredis.FreeLoopbackPort()
+	require.NoError(t, err)
+	trackerPort, err := localredis.FreeLoopbackPort()
+	require.NoError(t, err)
+	dataDir := t.TempDir()
+	settings := fmt.Sprintf(`bittorrent={"mode":"private","http":"127.0.0.1:%d","udp4":"","udp6":"",%s}`, trackerPort, pluginSettings)
+	args := append([]string{"serve", "--listen", fmt.Sprintf("127.0.0.1:%d", port),
+		"--data-dir", dataDir, "--projects-file", "/nonexistent",
+		"--plugin", "bittorrent=" + plugin, "--plugin-settings", settings}, serveArgs...)
+	cmd := exec.Command(hoard, args...)
+	cmd.Env = append(os.Environ(), "HOARD_REDIS_URL=redis://"+client.Options().Addr, "HOARD_ADMIN_TOKEN=kill-token")
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+
+	ctx := context.Background()
+	engine := queues.NewEngine(client, queues.Options{Logger: slog.New(slog.DiscardHandler)})
+	counts := func() queues.Counts {
+		c, err := engine.Counts(ctx, project)
+		if err != nil {
+			return queues.Counts{}
+		}
+		return c
+	}
+	pidFile := filepath.Join(dataDir, "plugins", "bittorrent.pid")
+	pid := 0
+	for kill := range 2 {
+		before := counts().Done
+		require.Eventually(t, func() bool {
+			c := counts()
+			return c.Done > before && c.Done < int64(items)
+		}, 120*time.Second, 2*time.Millisecond, "kill %d: the workers are taking items", kill+1)
+		pid = pidFromFile(t, pidFile, pid)
+		require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+		t.Logf("kill %d: plugin %d killed at %+v", kill+1, pid, counts())
+	}
+	pidFromFile(t, pidFile, pid) // restarted
+	require.Eventually(t, func() bool {
+		c := counts()
+		return c.Done >= int64(items) && c.Todo == 0 && c.Scored == 0 && c.Out == 0
+	}, 180*time.Second, 50*time.Millisecond, "every item is done and none waits or is out")
+	return counts
+}
