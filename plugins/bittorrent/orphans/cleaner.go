@@ -50,13 +50,16 @@ type Report struct {
 	RegistryEntries  int
 	RegistryRestored int // registry entries put back after a registration raced the delete
 	ScoreRevisions   int // score index revision entries (and index entries) of gone score records
+	PasskeysListed   int // mapped passkeys found missing from their user's listing, listed
+	UsersPurged      int // removed users whose own keys were deleted (their records counted in UserRecords)
+	PurgeKept        int // records of purged users kept because a peer is still counted
 	Passes           int // walks that finished a pass
 }
 
 // Removed is the number of records of every kind removed.
 func (r Report) Removed() int {
 	return r.Torrents + r.UserRecords + r.PeerRecords + r.Timeouts + r.ReaperStates + r.SeenSets +
-		r.UserEntries + r.RegistryEntries + r.ScoreRevisions
+		r.UserEntries + r.RegistryEntries + r.ScoreRevisions + r.UsersPurged
 }
 
 func (r *Report) add(o Report) {
@@ -71,6 +74,9 @@ func (r *Report) add(o Report) {
 	r.RegistryEntries += o.RegistryEntries
 	r.RegistryRestored += o.RegistryRestored
 	r.ScoreRevisions += o.ScoreRevisions
+	r.PasskeysListed += o.PasskeysListed
+	r.UsersPurged += o.UsersPurged
+	r.PurgeKept += o.PurgeKept
 	r.Passes += o.Passes
 }
 
@@ -79,6 +85,7 @@ func (r *Report) add(o Report) {
 // live traffic; it is safe for concurrent use.
 type Cleaner struct {
 	rdb    redis.UniversalClient
+	store  *swarm.Store // the user calls (listing, purge); never started
 	cfg    Config
 	walks  []*walk
 	mu     sync.Mutex // serialises this process's ticks (others may run elsewhere)
@@ -104,12 +111,18 @@ func New(rdb redis.UniversalClient, cfg Config) (*Cleaner, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	c := &Cleaner{rdb: rdb, cfg: cfg, logger: cfg.Logger}
+	store, err := swarm.New(rdb, cfg.Store)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cleaner{rdb: rdb, store: store, cfg: cfg, logger: cfg.Logger}
 	c.walks = []*walk{
 		{name: "torrents", sources: c.masters, page: c.torrentPage},
 		{name: "users", sources: c.masters, page: c.userPage},
 		{name: "registry", sources: single, page: c.registryPage},
 		{name: "revs", sources: revShards, page: c.revsPage},
+		{name: walkPasskeys, sources: c.masters, page: c.passkeyPage, recordStart: true},
+		{name: "removed", sources: single, page: c.removedPage},
 	}
 	return c, nil
 }
@@ -165,6 +178,10 @@ type walk struct {
 	// page reads one page at cursor of src and removes its orphans; it
 	// returns the next cursor (0 at the end) and how many it read.
 	page func(ctx context.Context, src source, cursor uint64, report *Report) (uint64, error)
+	// recordStart: when a pass finishes, its start time (ms) is stored in
+	// PassesKey as "<name>:covered", for checks that need a whole pass
+	// that began after some moment (the purge of a removed user).
+	recordStart bool
 }
 
 // source is one thing a walk scans: a master (node) or a shard number.
@@ -210,13 +227,16 @@ func (c *Cleaner) step(ctx context.Context, w *walk, full bool) (Report, error) 
 	if err != nil || len(sources) == 0 {
 		return report, err
 	}
-	index, cursor := 0, uint64(0)
+	index, cursor, started := 0, uint64(0), int64(0)
 	if !full {
 		pos, err := c.rdb.HGet(ctx, CursorsKey, w.name).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return report, err
 		}
-		index, cursor = parsePosition(pos, sources)
+		index, cursor, started = parsePosition(pos, sources)
+	}
+	if index == 0 && cursor == 0 {
+		started = c.nowMillis() // a pass begins
 	}
 	budget := c.cfg.Policy.MaxKeysPerTick
 	for full || report.Scanned < budget {
@@ -238,11 +258,17 @@ func (c *Cleaner) step(ctx context.Context, w *walk, full bool) (Report, error) 
 			if err := c.rdb.HIncrBy(ctx, PassesKey, w.name, 1).Err(); err != nil {
 				return report, err
 			}
-			break // never more than one pass per tick
+			if w.recordStart && started > 0 {
+				if err := c.rdb.HSet(ctx, PassesKey, w.name+":covered", started).Err(); err != nil {
+					return report, err
+				}
+			}
+			started = c.nowMillis() // the next pass begins here
+			break                   // never more than one pass per tick
 		}
 	}
 	if !full {
-		pos := sources[index].name + "|" + strconv.FormatUint(cursor, 10)
+		pos := sources[index].name + "|" + strconv.FormatUint(cursor, 10) + "|" + strconv.FormatInt(started, 10)
 		if err := c.rdb.HSet(ctx, CursorsKey, w.name, pos).Err(); err != nil {
 			return report, err
 		}
@@ -250,23 +276,27 @@ func (c *Cleaner) step(ctx context.Context, w *walk, full bool) (Report, error) 
 	return report, nil
 }
 
-// parsePosition reads "<source>|<cursor>"; a source that is gone (a
-// resharded cluster) starts over at the first.
-func parsePosition(pos string, sources []source) (int, uint64) {
-	name, cursorText, ok := strings.Cut(pos, "|")
+// parsePosition reads "<source>|<cursor>|<pass start, ms>" (positions
+// stored before the start was kept have none: 0, so such a pass records
+// no start); a source that is gone (a resharded cluster) starts over at
+// the first.
+func parsePosition(pos string, sources []source) (int, uint64, int64) {
+	name, rest, ok := strings.Cut(pos, "|")
 	if !ok {
-		return 0, 0
+		return 0, 0, 0
 	}
+	cursorText, startText, _ := strings.Cut(rest, "|")
 	cursor, err := strconv.ParseUint(cursorText, 10, 64)
 	if err != nil {
-		return 0, 0
+		return 0, 0, 0
 	}
+	started, _ := strconv.ParseInt(startText, 10, 64)
 	for i, s := range sources {
 		if s.name == name {
-			return i, cursor
+			return i, cursor, started
 		}
 	}
-	return 0, 0
+	return 0, 0, 0
 }
 
 // Passes returns how many passes each walk has finished on every

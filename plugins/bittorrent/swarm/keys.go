@@ -272,6 +272,19 @@ func UserTorrentsKey(userID string) string { return userPrefix(userID) + "torren
 // uploaded, downloaded), summed from announce deltas by the flush.
 func UserStatsKey(userID string) string { return userPrefix(userID) + "stats" }
 
+// UserPasskeysKey lists the passkeys that map to a user (HASH passkey ->
+// when listed, ms): orphan cleanup purges a user only when it is empty.
+func UserPasskeysKey(userID string) string { return userPrefix(userID) + "passkeys" }
+
+// UserGoneKey marks a user with no passkey left (HASH removed_at, and
+// purge_before once orphan cleanup began purging it).
+func UserGoneKey(userID string) string { return userPrefix(userID) + "gone" }
+
+// RemovedUsersKey indexes the users marked removed (ZSET user id ->
+// removal time, ms) so orphan cleanup finds them without a scan. It is a
+// hint: the mark in the user's slot is the truth.
+const RemovedUsersKey = keyPrefix + "users:removed"
+
 // Patterns the repair scans for, one per master.
 const (
 	torrentKeyPattern     = keyPrefix + "{*}:torrent"

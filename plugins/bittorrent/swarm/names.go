@@ -19,3 +19,8 @@ func validName(name string) bool {
 	}
 	return true
 }
+
+// ValidName says a name (a user id, a passkey, a torrent id) could have
+// been written by this package: callers that read names back from keys
+// or indexes drop any other.
+func ValidName(name string) bool { return validName(name) }

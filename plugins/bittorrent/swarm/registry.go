@@ -312,33 +312,6 @@ func (s *Store) Torrent(ctx context.Context, hash bittorrent.InfoHash) (TorrentI
 	}, nil
 }
 
-// AddUser maps a passkey to a user id, replacing any previous mapping.
-func (s *Store) AddUser(ctx context.Context, passkey, userID string) error {
-	if !validName(passkey) {
-		return fmt.Errorf("swarm: passkey: want 1-%d characters of A-Z a-z 0-9 _ -: %w", maxNameLen, ErrInvalid)
-	}
-	if !validName(userID) {
-		return fmt.Errorf("swarm: user id %q: want 1-%d characters of A-Z a-z 0-9 _ -: %w", userID, maxNameLen, ErrInvalid)
-	}
-	if err := s.rdb.Set(ctx, PasskeyKey(passkey), userID, 0).Err(); err != nil {
-		return fmt.Errorf("swarm.AddUser: %w", err)
-	}
-	s.passkeys.invalidate(passkey)
-	return nil
-}
-
-// RemoveUser forgets a passkey. Its user's records and sets stay.
-func (s *Store) RemoveUser(ctx context.Context, passkey string) error {
-	if !validName(passkey) {
-		return fmt.Errorf("swarm: passkey: %w", ErrInvalid)
-	}
-	if err := s.rdb.Del(ctx, PasskeyKey(passkey)).Err(); err != nil {
-		return fmt.Errorf("swarm.RemoveUser: %w", err)
-	}
-	s.passkeys.invalidate(passkey)
-	return nil
-}
-
 // Client is one whitelisted client: a peer_id prefix and a readable name.
 type Client struct {
 	Prefix string // e.g. "-TR3", "-qB4", "A2-"

@@ -1,0 +1,186 @@
+package orphans_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
+)
+
+// userKeys lists every key in a user's own slot.
+func (f *fixture) userKeys(user string) []string {
+	f.t.Helper()
+	return f.scan(fmt.Sprintf("hoard:bt:user:{%s}:*", user))
+}
+
+// requireUserGone: nothing of the user is left, in its slot or in any
+// torrent's.
+func (f *fixture) requireUserGone(user string, hashes ...bittorrent.InfoHash) {
+	f.t.Helper()
+	ctx := context.Background()
+	require.Empty(f.t, f.userKeys(user), "every key of the removed user")
+	for _, hash := range hashes {
+		require.NotContains(f.t, f.torrentKeys(hash), swarm.UserTorrentKey(hash, user))
+		require.False(f.t, f.b.Client.SIsMember(ctx, swarm.TorrentUsersKey(hash), user).Val())
+	}
+	require.Zero(f.t, f.b.Client.ZScore(ctx, swarm.RemovedUsersKey, user).Val(), "its index entry")
+}
+
+// requireUserKept: the user's records on the torrents and its sets are all
+// there.
+func (f *fixture) requireUserKept(user string, hashes map[string]bittorrent.InfoHash) {
+	f.t.Helper()
+	ctx := context.Background()
+	summary := f.user(user)
+	for id, hash := range hashes {
+		require.Contains(f.t, f.torrentKeys(hash), swarm.UserTorrentKey(hash, user))
+		require.True(f.t, f.b.Client.SIsMember(ctx, swarm.TorrentUsersKey(hash), user).Val())
+		require.Contains(f.t, append(summary.Complete, summary.Incomplete...), id)
+	}
+	require.Contains(f.t, f.userKeys(user), swarm.UserVersionsKey(user), "its versions")
+}
+
+func TestRemovedUserIsPurgedAfterOneWindow(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, true)
+		ctx := context.Background()
+		t1, t2 := privateTorrent(t, f, "one", "t1"), privateTorrent(t, f, "two", "t2")
+		require.Len(t, f.user("alice").Complete, 2)
+		require.Contains(t, f.userKeys("alice"), swarm.UserStatsKey("alice"), "she uploaded: totals")
+		require.NoError(t, f.store.RemoveUser(ctx, "pkalice"))
+		require.Error(t, f.announce(t1, 1, "pkalice", 0, 0, bittorrent.EventStarted), "the passkey is gone")
+
+		f.clock.Advance(window) // exactly the window: still protected
+		require.Zero(t, f.pass().UsersPurged)
+		f.requireUserKept("alice", map[string]bittorrent.InfoHash{"t1": t1, "t2": t2})
+
+		f.clock.Advance(time.Millisecond)
+		r := f.pass()
+		require.Equal(t, 1, r.UsersPurged)
+		require.Equal(t, 2, r.UserRecords, "alice's record on each torrent")
+		require.Zero(t, r.PurgeKept)
+		f.requireUserGone("alice", t1, t2)
+		// bob and the torrents are untouched.
+		f.requireUserKept("bob", map[string]bittorrent.InfoHash{"t1": t1, "t2": t2})
+		require.Equal(t, "t1", b.Client.HGet(ctx, swarm.TorrentKey(t1), "id").Val())
+		require.Zero(t, f.pass().Removed(), "a second pass finds nothing")
+	})
+}
+
+func TestPasskeyRotationWithinTheWindowKeepsEverything(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, true)
+		ctx := context.Background()
+		t1 := privateTorrent(t, f, "one", "t1")
+		require.NoError(t, f.store.RemoveUser(ctx, "pkalice"))
+		f.clock.Advance(window / 2)
+		require.NoError(t, f.store.AddUser(ctx, "pkalice2", "alice"))
+		f.clock.Advance(window)
+		r := f.pass()
+		require.Zero(t, r.UsersPurged)
+		f.pass()
+		f.requireUserKept("alice", map[string]bittorrent.InfoHash{"t1": t1})
+		require.Zero(t, b.Client.Exists(ctx, swarm.UserGoneKey("alice")).Val(), "the removal is undone")
+		require.Zero(t, b.Client.ZScore(ctx, swarm.RemovedUsersKey, "alice").Val(), "the index forgot her")
+		require.NoError(t, f.announce(t1, 1, "pkalice2", 0, 0, bittorrent.EventStarted))
+	})
+}
+
+// TestUserWithAnUnlistedPasskeyIsNeverPurged: a passkey mapped before
+// users listed their passkeys (or by a RemoveUser cut off between its
+// steps) is found by the passkeys walk and keeps its user.
+func TestUserWithAnUnlistedPasskeyIsNeverPurged(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, true)
+		ctx := context.Background()
+		t1 := privateTorrent(t, f, "one", "t1")
+		require.NoError(t, b.Client.Set(ctx, swarm.PasskeyKey("pkold"), "alice", 0).Err(), "mapped the old way")
+		require.NoError(t, f.store.RemoveUser(ctx, "pkalice"))
+		require.Contains(t, f.userKeys("alice"), swarm.UserGoneKey("alice"), "her last listed passkey went")
+		f.clock.Advance(window + time.Second)
+		r := f.pass()
+		require.Equal(t, 1, r.PasskeysListed)
+		require.Zero(t, r.UsersPurged)
+		f.clock.Advance(window + time.Second)
+		require.Zero(t, f.pass().UsersPurged)
+		f.requireUserKept("alice", map[string]bittorrent.InfoHash{"t1": t1})
+		require.NoError(t, f.announce(t1, 1, "pkold", 0, 0, bittorrent.EventStarted))
+	})
+}
+
+// TestPurgeWaitsForAPasskeysPassBegunAfterTheRemoval: without a whole
+// pass of the passkeys walk since the removal, an unlisted passkey could
+// still exist, so the purge waits.
+func TestPurgeWaitsForAPasskeysPassBegunAfterTheRemoval(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, true)
+		ctx := context.Background()
+		t1 := privateTorrent(t, f, "one", "t1")
+		require.NoError(t, f.store.RemoveUser(ctx, "pkalice"))
+		f.clock.Advance(window + time.Second)
+		removal := f.clock.Now().Add(-window - time.Second).UnixMilli()
+		state, err := f.store.StartUserPurge(ctx, "alice", f.clock.Now().UnixMilli(), window.Milliseconds(), removal-1)
+		require.NoError(t, err)
+		require.Equal(t, "waiting", state.State, "the last pass began before the removal")
+		f.requireUserKept("alice", map[string]bittorrent.InfoHash{"t1": t1})
+		require.Equal(t, 1, f.pass().UsersPurged, "a pass of the walk, then the purge")
+	})
+}
+
+// TestUserAddedAgainDuringItsPurgeStartsAfresh: AddUser finishes a purge
+// under way before it lists the passkey, so the user never comes back
+// with half of its records.
+func TestUserAddedAgainDuringItsPurgeStartsAfresh(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, true)
+		ctx := context.Background()
+		t1, t2 := privateTorrent(t, f, "one", "t1"), privateTorrent(t, f, "two", "t2")
+		require.NoError(t, f.store.RemoveUser(ctx, "pkalice"))
+		f.clock.Advance(window + time.Second)
+		now := f.clock.Now().UnixMilli()
+		state, err := f.store.StartUserPurge(ctx, "alice", now, window.Milliseconds(), now-1)
+		require.NoError(t, err)
+		require.Equal(t, "purging", state.State)
+		f.requireUserKept("alice", map[string]bittorrent.InfoHash{"t1": t1, "t2": t2}) // begun, nothing deleted yet
+
+		require.NoError(t, f.store.AddUser(ctx, "pkalice", "alice"))
+		require.NotContains(t, f.torrentKeys(t1), swarm.UserTorrentKey(t1, "alice"))
+		require.NotContains(t, f.torrentKeys(t2), swarm.UserTorrentKey(t2, "alice"))
+		summary := f.user("alice")
+		require.Empty(t, summary.Complete)
+		require.Empty(t, summary.Incomplete)
+		require.Equal(t, []string{swarm.UserPasskeysKey("alice")}, f.userKeys("alice"), "only her new listing")
+
+		// She announces again: a new record, which cleanup keeps.
+		require.NoError(t, f.announce(t1, 1, "pkalice", 0, 0, bittorrent.EventStarted))
+		require.NoError(t, f.store.Flush(ctx))
+		f.clock.Advance(window + time.Second)
+		f.pass()
+		require.Contains(t, f.torrentKeys(t1), swarm.UserTorrentKey(t1, "alice"))
+		require.Contains(t, f.user("alice").Active, "t1")
+	})
+}
+
+// TestPasskeyMovedToAnotherUserRemovesThePrevious: AddUser giving a
+// passkey to another user leaves the previous one without a passkey.
+func TestPasskeyMovedToAnotherUserRemovesThePrevious(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, true)
+		ctx := context.Background()
+		t1 := privateTorrent(t, f, "one", "t1")
+		require.NoError(t, f.store.AddUser(ctx, "pkalice", "carol"))
+		require.NoError(t, f.announce(t1, 1, "pkalice", 0, 0, bittorrent.EventStarted))
+		require.NoError(t, f.store.Flush(ctx))
+		f.clock.Advance(window + time.Second)
+		require.Equal(t, 1, f.pass().UsersPurged)
+		f.requireUserGone("alice", t1)
+		require.Contains(t, f.user("carol").Active, "t1")
+		require.Equal(t, "carol", b.Client.Get(ctx, swarm.PasskeyKey("pkalice")).Val())
+	})
+}
