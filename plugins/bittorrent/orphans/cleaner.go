@@ -51,6 +51,7 @@ type Report struct {
 	RegistryRestored int // registry entries put back after a registration raced the delete
 	ScoreRevisions   int // score index revision entries (and index entries) of gone score records
 	PasskeysListed   int // mapped passkeys found missing from their user's listing, listed
+	StaleListings    int // listed passkeys found unmapped (a listing raced a RemoveUser), dropped
 	UsersPurged      int // removed users whose own keys were deleted (their records counted in UserRecords)
 	PurgeKept        int // records of purged users kept because a peer is still counted
 	Passes           int // walks that finished a pass
@@ -59,7 +60,7 @@ type Report struct {
 // Removed is the number of records of every kind removed.
 func (r Report) Removed() int {
 	return r.Torrents + r.UserRecords + r.PeerRecords + r.Timeouts + r.ReaperStates + r.SeenSets +
-		r.UserEntries + r.RegistryEntries + r.ScoreRevisions + r.UsersPurged
+		r.UserEntries + r.RegistryEntries + r.ScoreRevisions + r.UsersPurged + r.StaleListings
 }
 
 func (r *Report) add(o Report) {
@@ -75,6 +76,7 @@ func (r *Report) add(o Report) {
 	r.RegistryRestored += o.RegistryRestored
 	r.ScoreRevisions += o.ScoreRevisions
 	r.PasskeysListed += o.PasskeysListed
+	r.StaleListings += o.StaleListings
 	r.UsersPurged += o.UsersPurged
 	r.PurgeKept += o.PurgeKept
 	r.Passes += o.Passes

@@ -24,10 +24,11 @@ const CursorsKey = keyPrefix + "orphans:cursors"
 const PassesKey = keyPrefix + "orphans:passes"
 
 // The SCAN patterns of the walks: every key under a torrent's hash tag,
-// and every user's versions hash.
+// and every key of a user (the walk reads the versions hashes and the
+// listings of passkeys).
 const (
-	torrentPattern  = keyPrefix + "{*}:*"
-	versionsPattern = keyPrefix + "user:{*}:versions"
+	torrentPattern = keyPrefix + "{*}:*"
+	userKeyPattern = keyPrefix + "user:{*}:*"
 )
 
 // The kinds of torrent keys cleanup handles, by the suffix after "}:".
@@ -80,17 +81,24 @@ func parseTorrentKey(key string) (hash bittorrent.InfoHash, kind string, ok bool
 	return hash, kind, true
 }
 
-// userFromVersionsKey reads the user id from a UserVersionsKey name.
-func userFromVersionsKey(key string) (string, bool) {
+// userFromKey reads the user id from a user's key with the given suffix
+// (UserVersionsKey: "versions", UserPasskeysKey: "passkeys").
+func userFromKey(key, suffix string) (string, bool) {
 	rest, found := strings.CutPrefix(key, keyPrefix+"user:{")
 	if !found {
 		return "", false
 	}
-	user, found := strings.CutSuffix(rest, "}:versions")
+	user, found := strings.CutSuffix(rest, "}:"+suffix)
 	if !found || user == "" || strings.ContainsAny(user, "{}") {
 		return "", false
 	}
-	return user, swarm.UserVersionsKey(user) == key
+	switch suffix {
+	case "versions":
+		return user, swarm.UserVersionsKey(user) == key
+	case "passkeys":
+		return user, swarm.UserPasskeysKey(user) == key
+	}
+	return "", false
 }
 
 // torrentFixedKeys are orphan_torrent.lua's first eight KEYS.

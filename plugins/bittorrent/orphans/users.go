@@ -155,3 +155,48 @@ func (c *Cleaner) purgeUser(ctx context.Context, user string, now, covered int64
 	}
 	return false, nil
 }
+
+// checkListing drops a user's listed passkeys that no longer map to it
+// and were listed longer than the window ago: the passkeys walk can list
+// a passkey just as a RemoveUser unmaps it, and such a listing would keep
+// a removed user for ever. The drop is conditional on the listing time
+// read, so a passkey listed again since (AddUser) stays.
+func (c *Cleaner) checkListing(ctx context.Context, user string, now int64, report *Report) error {
+	listing, err := c.rdb.HGetAll(ctx, swarm.UserPasskeysKey(user)).Result()
+	if err != nil {
+		return err
+	}
+	report.Scanned += len(listing)
+	type listed struct {
+		passkey, at string
+		user        *redis.StringCmd
+	}
+	var old []listed
+	pipe := c.rdb.Pipeline()
+	for passkey, at := range listing {
+		ms, err := strconv.ParseInt(at, 10, 64)
+		if err != nil || !c.stale(now, ms) || !swarm.ValidName(passkey) {
+			continue
+		}
+		old = append(old, listed{passkey, at, pipe.Get(ctx, swarm.PasskeyKey(passkey))})
+	}
+	if len(old) == 0 {
+		return nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return err
+	}
+	for _, l := range old {
+		if l.user.Val() == user {
+			continue
+		}
+		dropped, err := c.store.UnlistStale(ctx, user, l.passkey, l.at, now)
+		if err != nil {
+			return err
+		}
+		if dropped {
+			report.StaleListings++
+		}
+	}
+	return nil
+}

@@ -184,3 +184,44 @@ func TestPasskeyMovedToAnotherUserRemovesThePrevious(t *testing.T) {
 		require.Equal(t, "carol", b.Client.Get(ctx, swarm.PasskeyKey("pkalice")).Val())
 	})
 }
+
+// TestStaleListingDoesNotKeepARemovedUser: the passkeys walk can list a
+// passkey just as RemoveUser unmaps it; a window later that listing is
+// dropped and the user purged as removed since its first mark.
+func TestStaleListingDoesNotKeepARemovedUser(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, true)
+		ctx := context.Background()
+		t1 := privateTorrent(t, f, "one", "t1")
+		require.NoError(t, f.store.RemoveUser(ctx, "pkalice"))
+		// what a walk that read the passkey before the unmapping writes
+		require.NoError(t, b.Client.HSet(ctx, swarm.UserPasskeysKey("alice"), "pkalice", f.clock.Now().UnixMilli()).Err())
+		require.Zero(t, f.pass().UsersPurged)
+		f.clock.Advance(window) // the listing is not stale yet
+		r := f.pass()
+		require.Zero(t, r.StaleListings)
+		require.Zero(t, r.UsersPurged)
+		f.requireUserKept("alice", map[string]bittorrent.InfoHash{"t1": t1})
+
+		f.clock.Advance(time.Millisecond)
+		r = f.pass()
+		require.Equal(t, 1, r.StaleListings)
+		require.Equal(t, 1, r.UsersPurged, "removed since its first mark, a window ago")
+		f.requireUserGone("alice", t1)
+	})
+}
+
+// TestListingOfAPasskeyMappedAgainIsKept: a listing whose passkey maps to
+// the user is never dropped, however old.
+func TestListingOfAPasskeyMappedAgainIsKept(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, true)
+		t1 := privateTorrent(t, f, "one", "t1")
+		f.clock.Advance(3 * window)
+		r := f.pass()
+		require.Zero(t, r.StaleListings)
+		require.Zero(t, r.UsersPurged)
+		f.requireUserKept("alice", map[string]bittorrent.InfoHash{"t1": t1})
+		require.NoError(t, f.announce(t1, 1, "pkalice", 0, 0, bittorrent.EventStarted))
+	})
+}

@@ -225,23 +225,26 @@ func (c *Cleaner) countTorrent(cmd *redis.Cmd, report *Report) (gone bool, left 
 	return reply[0] == 1, reply[7], nil
 }
 
-// userPage reads one SCAN page of users' versions hashes and removes the
-// entries whose user-torrent record is gone and whose version is older
-// than the window (orphan_user.lua compares each version again).
+// userPage reads one SCAN page of users' keys: for each versions hash it
+// removes the entries whose user-torrent record is gone and whose version
+// is older than the window (orphan_user.lua compares each version again);
+// for each listing of passkeys, the stale ones (checkListing).
 func (c *Cleaner) userPage(ctx context.Context, src source, cursor uint64, report *Report) (uint64, error) {
-	keys, next, err := src.node.Scan(ctx, cursor, versionsPattern, int64(c.cfg.Policy.ScanCount)).Result()
+	keys, next, err := src.node.Scan(ctx, cursor, userKeyPattern, int64(c.cfg.Policy.ScanCount)).Result()
 	if err != nil {
 		return 0, err
 	}
 	report.Scanned += len(keys)
 	now := c.nowMillis()
 	for _, key := range keys {
-		user, ok := userFromVersionsKey(key)
-		if !ok {
-			continue
-		}
-		if err := c.cleanUser(ctx, user, now, report); err != nil {
-			return 0, err
+		if user, ok := userFromKey(key, "versions"); ok {
+			if err := c.cleanUser(ctx, user, now, report); err != nil {
+				return 0, err
+			}
+		} else if user, ok := userFromKey(key, "passkeys"); ok {
+			if err := c.checkListing(ctx, user, now, report); err != nil {
+				return 0, err
+			}
 		}
 	}
 	return next, nil

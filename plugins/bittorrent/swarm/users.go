@@ -120,7 +120,28 @@ func (s *Store) unlist(ctx context.Context, userID, passkey string) error {
 	if err := s.rdb.ZAdd(ctx, RemovedUsersKey, redis.Z{Score: float64(now), Member: userID}).Err(); err != nil {
 		return err
 	}
-	return userRemoveScript.Run(ctx, s.rdb, userListKeys(userID), passkey, now).Err()
+	return userRemoveScript.Run(ctx, s.rdb, userListKeys(userID), passkey, now, "").Err()
+}
+
+// UnlistStale drops a listed passkey that no longer maps to the user
+// (orphan cleanup), only if its listing time is still listedAt, and
+// indexes the user as removed when it has none left. It returns whether
+// it dropped the listing.
+func (s *Store) UnlistStale(ctx context.Context, userID, passkey, listedAt string, now int64) (bool, error) {
+	if err := s.rdb.ZAddNX(ctx, RemovedUsersKey, redis.Z{Score: float64(now), Member: userID}).Err(); err != nil {
+		return false, err
+	}
+	removedAt, err := userRemoveScript.Run(ctx, s.rdb, userListKeys(userID), passkey, now, listedAt).Int64()
+	if err != nil {
+		return false, err
+	}
+	if removedAt > 0 && removedAt < now {
+		// the user lost its last mapped passkey back then
+		if err := s.rdb.ZAdd(ctx, RemovedUsersKey, redis.Z{Score: float64(removedAt), Member: userID}).Err(); err != nil {
+			return false, err
+		}
+	}
+	return removedAt >= 0, nil
 }
 
 // userListKeys are the KEYS of user_add.lua, user_remove.lua,
@@ -132,7 +153,7 @@ func userListKeys(userID string) []string {
 // ListPasskey lists a passkey found mapped to userID on the user's
 // listing (orphan cleanup's passkeys walk); true when it was not listed.
 func (s *Store) ListPasskey(ctx context.Context, userID, passkey string, now int64) (bool, error) {
-	n, err := userListScript.Run(ctx, s.rdb, userListKeys(userID), passkey, now).Int()
+	n, err := userListScript.Run(ctx, s.rdb, []string{UserPasskeysKey(userID)}, passkey, now).Int()
 	return n == 1, err
 }
 
