@@ -53,13 +53,19 @@
 //	user sets         hoard:bt:user:{u}:active …        the user record {h}:user:u   the version (at least the time of     user_sets.lua; orphan_user.lua when the
 //	+ versions,                                         (named by :torrents)          the state change; every flush)        record is gone
 //	torrents
-//	user totals       hoard:bt:user:{u}:stats           the user                     -                                      not removed (see below)
+//	user totals       hoard:bt:user:{u}:stats           the user                     -                                      the user's purge
 //	passkey           hoard:bt:passkey:<pk>             the site                     -                                      RemoveUser
+//	passkey listing   hoard:bt:user:{u}:passkeys        each passkey maps to u       when listed                            RemoveUser; checkListing drops one
+//	                                                                                                                         unmapped for a window (user_remove.lua)
+//	removal mark      hoard:bt:user:{u}:gone            no passkey listed            removed_at (RemoveUser)                AddUser undoes it; the purge's last step
+//	removed index     hoard:bt:users:removed            the mark (a hint)            the removal time                       the removed walk, once live or purged
+//	a removed user    its sets, versions, torrents,     a listed passkey             the mark's removed_at                  the purge (user_purge_*.lua), a window
+//	                  stats, and {h}:user:u everywhere                                                                       after the mark
 //	whitelist, stats  hoard:bt:whitelist, :stats        the operator                 -                                      the operator
 //
 // # How it walks
 //
-// Four walks, each with its position in CursorsKey so the next tick, on
+// Six walks, each with its position in CursorsKey so the next tick, on
 // any frontend, goes on where the last one stopped, and at most
 // MaxKeysPerTick keys per walk per tick:
 //   - torrents: SCAN over every torrent key on every master; per page one
@@ -70,8 +76,16 @@
 //     500 user records
 //     go in chunks; between chunks the record stays, without an id, so
 //     announces are refused.
-//   - users: SCAN over users' versions hashes; entries older than the
-//     window whose user record is gone are removed by orphan_user.lua.
+//   - users: SCAN over users' keys; in each versions hash, entries older
+//     than the window whose user record is gone are removed by
+//     orphan_user.lua; in each listing of passkeys, a passkey listed
+//     longer than the window ago that no longer maps to the user is
+//     dropped (checkListing).
+//   - passkeys: SCAN over the passkeys; one mapped but missing from its
+//     user's listing is listed (user_list.lua). The start of its last
+//     finished pass is kept ("passkeys:covered" in PassesKey).
+//   - removed: the index of removed users, those marked longer than the
+//     window ago; each is purged when it may be (below).
 //   - registry: HSCAN; entries whose record has no id (and is stale) go,
 //     and one that a registration raced is put back.
 //   - revs: HSCAN of each score index shard; revisions older than the
@@ -85,13 +99,29 @@
 // keeps its record for OpenTorrentRetention (its TTL); then its peer
 // records go in the next pass.
 //
+// # Removed users
+//
+// A user's records live in every torrent's slot and its sets in its own,
+// so no script can check "the user is gone" where it deletes a record.
+// Instead the user's slot decides, once: user_purge_start.lua begins a
+// purge only when the user has no listed passkey, its removal mark is
+// older than the window, and a whole pass of the passkeys walk began
+// after the removal, and it marks purge_before. The listing covers every
+// passkey that maps to the user (AddUser lists, then maps; RemoveUser
+// unlists, then unmaps; the passkeys walk lists what it finds unlisted),
+// so a user that can still announce is never purged. From then on AddUser
+// finishes the purge before it lists a passkey, so nothing can announce
+// for the user during the purge: user_purge_record.lua deletes each
+// record with no peer counted and untouched since purge_before, then
+// user_purge_drop.lua drops the entries and, when none is left, the
+// user's keys, each checking the purge is still the one that began. A
+// user added again within the window (a passkey rotation) keeps
+// everything; after the purge began, it comes back with nothing of the
+// old one's, never half.
+//
 // # Not handled here
 //
-// A user whose passkeys are removed keeps their sets, totals and records:
-// the records live in every torrent's slot, and a user re-added (passkey
-// rotation is a removal and an addition) must find them, which no
-// cross-slot check can guarantee without a lock. Index entries of gone
-// torrents are swarm.Repair's. Work-queue records are the queue engine's:
+// Index entries of gone torrents are swarm.Repair's. Work-queue records are the queue engine's:
 // an emptied reserved queue leaves its set in claim.lua, a removed limit
 // group is forgotten by forget_group.lua once its sub-queues are empty,
 // and DeleteProject removes a project's claims with it.
