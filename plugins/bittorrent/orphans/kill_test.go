@@ -131,3 +131,78 @@ func TestKill9MidCleanup(t *testing.T) {
 		require.Empty(t, f.scan("hoard:bt:{*}:*"), "the next passes finished the work")
 	})
 }
+
+// TestKill9MidUserPurge kills a frontend with SIGKILL while it purges a
+// removed user with records on many torrents (the purge takes several
+// passes): each torrent's users set names the user exactly when its
+// record is still there, the user's entries cover every record left, and
+// the next passes finish the purge without touching anyone else's.
+func TestKill9MidUserPurge(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		if b.Name != "single" {
+			t.Skipf("by design: the subprocess dials one server; the scripts' atomicity is the same on %s", b.Name)
+		}
+		f := newFixture(t, b, true)
+		ctx := context.Background()
+		const n = 3000
+		require.NoError(t, f.store.AddUser(ctx, "pkcarol", "carol"))
+		hashes := make([]bittorrent.InfoHash, n)
+		for i := range n {
+			hashes[i] = infoHash("purged" + strconv.Itoa(i))
+			require.NoError(t, f.store.RegisterTorrent(ctx, hashes[i], "p"+strconv.Itoa(i)))
+		}
+		for _, user := range []string{"carol", "alice"} {
+			for i, hash := range hashes {
+				require.NoError(t, f.announce(hash, i, "pk"+user, 0, 0, bittorrent.EventStarted))
+				require.NoError(t, f.announce(hash, i, "pk"+user, 0, 5, bittorrent.EventStopped))
+			}
+		}
+		require.NoError(t, f.store.Flush(ctx))
+		require.Equal(t, int64(n), b.Client.HLen(ctx, swarm.UserTorrentsKey("carol")).Val())
+		require.NoError(t, f.store.RemoveUser(ctx, "pkcarol"))
+		f.clock.Advance(window + time.Second)
+
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), killHelperEnv+"="+b.URL, killNowEnv+"="+strconv.FormatInt(f.clock.Now().UnixMilli(), 10))
+		cmd.Stderr = os.Stderr
+		require.NoError(t, cmd.Start())
+		entries := func() int64 { return b.Client.HLen(ctx, swarm.UserTorrentsKey("carol")).Val() }
+		deadline := time.Now().Add(60 * time.Second)
+		for entries() == n && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+		_ = cmd.Wait()
+		left := 0
+		for _, hash := range hashes {
+			record := b.Client.Exists(ctx, swarm.UserTorrentKey(hash, "carol")).Val() == 1
+			listed := b.Client.SIsMember(ctx, swarm.TorrentUsersKey(hash), "carol").Val()
+			require.Equal(t, record, listed, "the users set names carol exactly when her record is there")
+			if record {
+				left++
+				id := b.Client.HGet(ctx, swarm.TorrentKey(hash), "id").Val()
+				require.Equal(t, swarm.HexInfoHash(hash), b.Client.HGet(ctx, swarm.UserTorrentsKey("carol"), id).Val(),
+					"an entry still leads to every record left")
+			}
+		}
+		t.Logf("killed with %d of %d of carol's records left", left, n)
+		require.Positive(t, left, "killed before the purge ended")
+		require.Less(t, left, n, "killed after the purge began")
+		require.NotEmpty(t, b.Client.HGet(ctx, swarm.UserGoneKey("carol"), "purge_before").Val())
+
+		// A pass purges up to 4 x 500 records of one user; the passes
+		// after the kill finish it.
+		passes := 0
+		for b.Client.Exists(ctx, swarm.UserGoneKey("carol")).Val() == 1 {
+			passes++
+			require.LessOrEqual(t, passes, left/2000+1, "the purge goes on where it stopped")
+			f.pass()
+		}
+		f.requireUserGone("carol", hashes[:50]...)
+		require.Empty(t, f.scan("hoard:bt:{*}:user:carol"), "none of her records on any torrent")
+		for _, hash := range hashes[:50] {
+			require.Equal(t, int64(1), b.Client.Exists(ctx, swarm.UserTorrentKey(hash, "alice")).Val())
+		}
+		require.Len(t, f.user("alice").Complete, n)
+	})
+}
