@@ -1051,6 +1051,7 @@ func TestReservedSetShrinksWhenAQueueEmpties(t *testing.T) {
 		require.Equal(t, []string{"alice", "bobby"}, members(), "alice's queue still holds one")
 		require.Equal(t, []string{"for-alice-2"}, tb.claim(t, "alice", 1))
 		require.Equal(t, []string{"bobby"}, members())
+		require.Zero(t, tb.rdb.Exists(tb.ctx, queues.ReservedQueueKey(tb.slug, "alice")).Val(), "her emptied queue is gone")
 		require.EqualValues(t, 2, tb.counts(t).Reserved)
 		require.Equal(t, []string{"for-bobby-1", "for-bobby-2"}, tb.claim(t, "bobby", 5))
 		require.Empty(t, members())

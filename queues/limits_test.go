@@ -229,3 +229,30 @@ func TestGlobsMatchAcrossSlashes(t *testing.T) {
 		requireCode(t, err, queues.CodeInvalid)
 	})
 }
+
+// TestRemovedLimitGroupLeavesNoSubQueue: removing a limit group moves its
+// items back to the shared queues, and its sub-queues and its name in the
+// known groups go (issue 13's list of records: nothing of a removed group
+// is left behind).
+func TestRemovedLimitGroupLeavesNoSubQueue(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{})
+		_, err := tb.engine.SetLimitGroups(tb.ctx, tb.slug, []queues.LimitGroup{{Name: "users", Type: "user", RatePerMinute: 0}})
+		require.NoError(t, err)
+		tb.enqueue(t, todo, "user:a", "user:b")
+		tb.enqueue(t, queues.Target{Queue: queues.QueueSecondary}, "user:c")
+		require.Equal(t, int64(2), tb.rdb.ZCard(tb.ctx, queues.GroupQueueKey(tb.slug, queues.QueueTodo, "users")).Val()+
+			tb.rdb.LLen(tb.ctx, queues.GroupQueueKey(tb.slug, queues.QueueTodo, "users")).Val())
+		require.Contains(t, tb.rdb.SMembers(tb.ctx, queues.GroupsKnownKey(tb.slug)).Val(), "users")
+
+		res, err := tb.engine.SetLimitGroups(tb.ctx, tb.slug, nil)
+		require.NoError(t, err)
+		require.Equal(t, 3, res.Moved)
+		for _, q := range queues.SharedQueues {
+			require.Zero(t, tb.rdb.Exists(tb.ctx, queues.GroupQueueKey(tb.slug, q, "users")).Val(), "sub-queue of %s", q)
+		}
+		require.NotContains(t, tb.rdb.SMembers(tb.ctx, queues.GroupsKnownKey(tb.slug)).Val(), "users")
+		assertPlaces(t, tb, map[string]string{"user:a": "todo", "user:b": "todo", "user:c": "todo:secondary"})
+		require.Equal(t, []string{"user:a", "user:b", "user:c"}, tb.claim(t, "alice", 5))
+	})
+}
