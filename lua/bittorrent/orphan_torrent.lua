@@ -16,7 +16,12 @@
 -- KEYS[6] seen      ZSET  scoring's IP -> last seen (ms)
 -- KEYS[7] snatchers SET   users who snatched it (the reaper's invitations)
 -- KEYS[8] claims    HASH  the reaper's reseed invitations and claims
--- KEYS[9..] records of the torrent, each of the kind ARGV[i-3] names
+-- KEYS[9] score     HASH  scoring's record: state, removed_at, applied_at,
+--                         rev, tracked_at (score_apply.lua, score_track.lua)
+-- KEYS[10] history  LIST  scoring's last rounds
+-- KEYS[11] trackers HASH  external tracker URL -> max peers
+-- KEYS[12] trackers_at STRING when KEYS[11] was written (ms)
+-- KEYS[13..] records of the torrent, each of the kind ARGV[i-7] names
 --
 -- ARGV[1] now (ms)
 -- ARGV[2] protection window (ms)
@@ -26,17 +31,28 @@
 -- ARGV[5] "1": finish: when no user of KEYS[4] is left, delete the torrent
 --         record, its reaper state, seen set, snatchers, claims and users
 --         set too
--- ARGV[6..] the kind of KEYS[9..]: "user" (a user-torrent record; its id
+-- ARGV[6..] the kind of KEYS[13..]: "user" (a user-torrent record; its id
 --         is removed from KEYS[4]; while the torrent record exists only a
 --         finishing call deletes these), "peer", "timeout", "reaper", "seen",
 --         "snatchers", "claims" (these two too only finishing, or with the
---         record gone)
+--         record gone), "source_seen" (an external tracker's seen set,
+--         score:seen:<id>), "pending" (a worker's staged IPs,
+--         score:pending:<id>)
 --
--- Returns {gone, users, peers, timeouts, reapers, seens, torrents, left}
+-- Scoring's keys of a gone torrent (KEYS[9..12] and the source_seen and
+-- pending ones) go in any call, record here or not: no announce reads
+-- them. The score record goes when it is not "active" (a tombstone:
+-- scoring decays an active one to removal itself) and its newest stamp
+-- is older than the window; the history, source_seen and pending keys go
+-- with it, or when there is no record; the trackers list by its own stamp
+-- (a list set for a torrent about to be registered stays the window).
+--
+-- Returns {gone, users, peers, timeouts, reapers, seens, torrents, left, scores}
 --   (reapers counts the reaper's state, snatchers and claims)
 --   gone 0: the torrent is live (or too recent), nothing was deleted;
 --   then how many records of each kind were deleted (torrents is 1 when
---   the record itself went), and left: users still in KEYS[4]
+--   the record itself went), left: users still in KEYS[4], and scores:
+--   scoring's keys deleted
 
 local now, window = tonumber(ARGV[1]), tonumber(ARGV[2])
 local private, keep_open = ARGV[3] == '1', ARGV[4] == '1'
@@ -57,27 +73,44 @@ local function newest(values)
 end
 
 if redis.call('HLEN', KEYS[2]) + redis.call('HLEN', KEYS[3]) > 0 then
-  return {0, 0, 0, 0, 0, 0, 0, 0}
+  return {0, 0, 0, 0, 0, 0, 0, 0, 0}
 end
 local t = redis.call('HMGET', KEYS[1], 'id', 'registered', 'unregistered', 'created', 'last_action')
 if t[1] then
-  return {0, 0, 0, 0, 0, 0, 0, 0}
+  return {0, 0, 0, 0, 0, 0, 0, 0, 0}
 end
 if redis.call('EXISTS', KEYS[1]) == 1 then
   if not private and (keep_open or redis.call('PTTL', KEYS[1]) > 0) then
-    return {0, 0, 0, 0, 0, 0, 0, 0}
+    return {0, 0, 0, 0, 0, 0, 0, 0, 0}
   end
   if not stale(newest({t[2], t[3], t[4], t[5]})) then
-    return {0, 0, 0, 0, 0, 0, 0, 0}
+    return {0, 0, 0, 0, 0, 0, 0, 0, 0}
   end
 end
 
 -- While the record is here, its user records go only with it (finish),
 -- so no announce ever sees a torrent with half of its users' records.
 local record_here = redis.call('EXISTS', KEYS[1]) == 1
-local out = {1, 0, 0, 0, 0, 0, 0, 0}
-for i = 9, #KEYS do
-  local key, kind = KEYS[i], ARGV[i - 3]
+local out = {1, 0, 0, 0, 0, 0, 0, 0, 0}
+
+-- Scoring's keys: a tombstone older than the window takes the rest with
+-- it; with no record at all the rest is left over already.
+local score_gone = true
+if redis.call('EXISTS', KEYS[9]) == 1 then
+  local sc = redis.call('HMGET', KEYS[9], 'state', 'removed_at', 'applied_at', 'rev', 'tracked_at')
+  score_gone = sc[1] ~= 'active' and stale(newest({sc[2], sc[3], sc[4], sc[5]}))
+  if score_gone then out[9] = out[9] + redis.call('DEL', KEYS[9]) end
+end
+if score_gone then
+  out[9] = out[9] + redis.call('DEL', KEYS[10])
+  -- a list without a stamp was written before stamps existed: old
+  if stale(tonumber(redis.call('GET', KEYS[12])) or 0) then
+    out[9] = out[9] + redis.call('DEL', KEYS[11], KEYS[12])
+  end
+end
+
+for i = 13, #KEYS do
+  local key, kind = KEYS[i], ARGV[i - 7]
   local delete = false
   if (kind == 'user' or kind == 'snatchers' or kind == 'claims') and record_here and ARGV[5] ~= '1' then
     -- deferred to the call that finishes the torrent
@@ -102,6 +135,14 @@ for i = 9, #KEYS do
     if stale(newest(r)) then out[5] = out[5] + redis.call('DEL', key) end
   elseif kind == 'snatchers' or kind == 'claims' then
     out[5] = out[5] + redis.call('DEL', key)
+  elseif kind == 'source_seen' then
+    -- by its newest IP, like the own swarm's seen set
+    local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    if score_gone and (#last < 2 or stale(tonumber(last[2]))) then out[9] = out[9] + redis.call('DEL', key) end
+  elseif kind == 'pending' then
+    -- staged by a worker for a round of the (gone) record: no stamp of
+    -- its own, it goes with the record
+    if score_gone then out[9] = out[9] + redis.call('DEL', key) end
   elseif kind == 'seen' then
     local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
     if #last < 2 or stale(tonumber(last[2])) then out[6] = out[6] + redis.call('DEL', key) end

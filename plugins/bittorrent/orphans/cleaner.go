@@ -46,6 +46,7 @@ type Report struct {
 	Timeouts         int // stray timeout keys (no TTL)
 	ReaperStates     int
 	SeenSets         int // scoring's per-torrent IP sets
+	ScoreKeys        int // scoring's tombstones, histories, tracker lists, trackers' seen sets and pending IPs
 	UserEntries      int // entries of users' sets (with their versions)
 	RegistryEntries  int
 	RegistryRestored int // registry entries put back after a registration raced the delete
@@ -59,7 +60,7 @@ type Report struct {
 
 // Removed is the number of records of every kind removed.
 func (r Report) Removed() int {
-	return r.Torrents + r.UserRecords + r.PeerRecords + r.Timeouts + r.ReaperStates + r.SeenSets +
+	return r.Torrents + r.UserRecords + r.PeerRecords + r.Timeouts + r.ReaperStates + r.SeenSets + r.ScoreKeys +
 		r.UserEntries + r.RegistryEntries + r.ScoreRevisions + r.UsersPurged + r.StaleListings
 }
 
@@ -71,6 +72,7 @@ func (r *Report) add(o Report) {
 	r.Timeouts += o.Timeouts
 	r.ReaperStates += o.ReaperStates
 	r.SeenSets += o.SeenSets
+	r.ScoreKeys += o.ScoreKeys
 	r.UserEntries += o.UserEntries
 	r.RegistryEntries += o.RegistryEntries
 	r.RegistryRestored += o.RegistryRestored

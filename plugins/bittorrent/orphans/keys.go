@@ -43,11 +43,19 @@ const (
 	// the reaper's snatchers set and claims
 	kindSnatchers = "snatchers"
 	kindClaims    = "claims"
+	// scoring's record and the keys that go with it: the record, history,
+	// trackers and their stamp are fixed KEYS of every call (the kinds only
+	// bring the torrent to the walk); an external tracker's seen set
+	// ("score:seen:<id>", not the own swarm's "score:seen") and pending IPs
+	// are passed by name.
+	kindScoreFixed = "score-fixed"
+	kindSourceSeen = "source_seen"
+	kindPending    = "pending"
 )
 
 // parseTorrentKey reads a torrent key's info-hash and kind; ok is false
 // for keys cleanup leaves alone (the swarm's role hashes and deadlines,
-// the score record, anything unknown).
+// anything unknown).
 func parseTorrentKey(key string) (hash bittorrent.InfoHash, kind string, ok bool) {
 	rest, found := strings.CutPrefix(key, keyPrefix+"{")
 	if !found || len(rest) < 42 || rest[40:42] != "}:" {
@@ -69,6 +77,12 @@ func parseTorrentKey(key string) (hash bittorrent.InfoHash, kind string, ok bool
 		kind = kindSnatchers
 	case suffix == "reaper:claims":
 		kind = kindClaims
+	case suffix == "score" || suffix == "score:history" || suffix == "score:trackers" || suffix == "score:trackers_at":
+		kind = kindScoreFixed
+	case strings.HasPrefix(suffix, "score:seen:") && len(suffix) > len("score:seen:"):
+		kind = kindSourceSeen
+	case strings.HasPrefix(suffix, "score:pending:") && len(suffix) > len("score:pending:"):
+		kind = kindPending
 	case strings.HasPrefix(suffix, "user:"):
 		kind = kindUser
 	case strings.HasPrefix(suffix, "peer:"):
@@ -101,11 +115,12 @@ func userFromKey(key, suffix string) (string, bool) {
 	return "", false
 }
 
-// torrentFixedKeys are orphan_torrent.lua's first eight KEYS.
+// torrentFixedKeys are orphan_torrent.lua's first twelve KEYS.
 func torrentFixedKeys(hash bittorrent.InfoHash) []string {
 	return []string{swarm.TorrentKey(hash), swarm.SeedersKey(hash), swarm.LeechersKey(hash),
 		swarm.TorrentUsersKey(hash), swarm.ReaperKey(hash), scoring.SeenKey(hash),
-		swarm.SnatchersKey(hash), swarm.ReaperClaimsKey(hash)}
+		swarm.SnatchersKey(hash), swarm.ReaperClaimsKey(hash),
+		scoring.ScoreKey(hash), scoring.HistoryKey(hash), scoring.TrackersKey(hash), scoring.TrackersAtKey(hash)}
 }
 
 // userKeys are orphan_user.lua's KEYS.

@@ -61,6 +61,9 @@ func (c *Cleaner) torrentPage(ctx context.Context, src source, cursor uint64, re
 			g.finish = true
 		case kindUser:
 			g.users = append(g.users, key)
+		case kindScoreFixed:
+			// fixed KEYS of every call: the group is all it needs, so a
+			// torrent of which only scoring's keys are left is looked at
 		case kindSnatchers, kindClaims:
 			// the finishing call deletes these by name
 			g.later = append(g.later, key)
@@ -213,7 +216,7 @@ func (c *Cleaner) countTorrent(cmd *redis.Cmd, report *Report) (gone bool, left 
 	if err != nil {
 		return false, 0, err
 	}
-	if len(reply) != 8 {
+	if len(reply) != 9 {
 		return false, 0, errors.New("orphan_torrent.lua: malformed reply")
 	}
 	report.UserRecords += int(reply[1])
@@ -222,6 +225,7 @@ func (c *Cleaner) countTorrent(cmd *redis.Cmd, report *Report) (gone bool, left 
 	report.ReaperStates += int(reply[4])
 	report.SeenSets += int(reply[5])
 	report.Torrents += int(reply[6])
+	report.ScoreKeys += int(reply[8])
 	return reply[0] == 1, reply[7], nil
 }
 

@@ -89,11 +89,12 @@ func (s *Scorer) SetTrackers(ctx context.Context, hash bittorrent.InfoHash, trac
 	if err != nil {
 		return nil, 0, err
 	}
-	args := make([]any, 0, 2*len(checked))
+	args := make([]any, 0, 1+2*len(checked))
+	args = append(args, s.nowMillis())
 	for _, t := range checked {
 		args = append(args, t.URL, t.MaxPeers)
 	}
-	before, err := trackersScript.Run(ctx, s.rdb, []string{TrackersKey(hash)}, args...).Int()
+	before, err := trackersScript.Run(ctx, s.rdb, []string{TrackersKey(hash), TrackersAtKey(hash)}, args...).Int()
 	if err != nil {
 		return nil, 0, fmt.Errorf("scoring.SetTrackers: %w", err)
 	}

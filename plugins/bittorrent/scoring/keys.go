@@ -33,6 +33,13 @@ func SeenKey(hash bittorrent.InfoHash) string { return torrentPrefix(hash) + "sc
 // (HASH announce URL -> max peers).
 func TrackersKey(hash bittorrent.InfoHash) string { return torrentPrefix(hash) + "score:trackers" }
 
+// TrackersAtKey is when the torrent's list of external trackers was last
+// written (STRING, ms): the list's timestamp of interest for orphan
+// cleanup, kept beside it so readers of the list see only trackers.
+func TrackersAtKey(hash bittorrent.InfoHash) string {
+	return torrentPrefix(hash) + "score:trackers_at"
+}
+
 // HistoryKey is the torrent's last rounds, newest first (LIST of JSON,
 // trimmed to the history setting).
 func HistoryKey(hash bittorrent.InfoHash) string { return torrentPrefix(hash) + "score:history" }
