@@ -38,9 +38,10 @@ func TestOrphanCleanupJob(t *testing.T) {
 		require.Zero(t, b.Client.Exists(t.Context(), swarm.TorrentKey(hash)).Val())
 
 		for settings, why := range map[string]string{
-			`{"orphans":{"enabled":true,"window":"0s"}}`:  "racing every operation",
-			`{"orphans":{"enabled":true,"window":"30m"}}`: "is not longer than",
-			`{"orphans":{"enabld":true}}`:                 "enabld",
+			`{"orphans":{"enabled":true,"window":"0s"}}`:                                "racing every operation",
+			`{"orphans":{"enabled":true,"window":"30m"}}`:                               "is not longer than",
+			`{"orphans":{"enabld":true}}`:                                               "enabld",
+			`{"reaper":{"claim_window":"3h"},"orphans":{"enabled":true,"window":"2h"}}`: "reseed claim window (claim_window)",
 		} {
 			err := tr.Configure(t.Context(), plugins.Config{Name: "bittorrent", RedisURL: b.URL, Settings: json.RawMessage(settings)})
 			require.ErrorContains(t, err, why, settings)

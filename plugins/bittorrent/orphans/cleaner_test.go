@@ -32,6 +32,18 @@ func TestWindowOfZeroOrShorterThanARevivalIsRefused(t *testing.T) {
 	require.NoError(t, orphans.CheckWindow(time.Hour+time.Millisecond, store))
 	store.RepairInterval = 3 * time.Hour
 	require.ErrorContains(t, orphans.CheckWindow(2*time.Hour, store), "a repair pass")
+	store.RepairInterval = time.Hour
+	store.ReaperClaimWindow = 5 * time.Hour
+	require.Equal(t, 5*time.Hour, orphans.MinWindow(store))
+	for _, w := range []time.Duration{2 * time.Hour, 5 * time.Hour} {
+		err := orphans.CheckWindow(w, store)
+		require.ErrorContains(t, err, "the reaper's reseed claim window (claim_window)")
+		require.ErrorContains(t, err, "want more than 5h0m0s")
+	}
+	require.NoError(t, orphans.CheckWindow(5*time.Hour+time.Millisecond, store))
+	_, _, err = orphans.ParseSettings(json.RawMessage(`{"window":"4h"}`), store)
+	require.ErrorContains(t, err, "claim_window", "the settings name it too")
+	store.ReaperClaimWindow = 0
 
 	_, _, err = orphans.ParseSettings(json.RawMessage(`{"window":"0s"}`), store)
 	require.ErrorContains(t, err, "racing")

@@ -103,6 +103,13 @@ func revivers(store swarm.Config) []reviver {
 		{"a cached passkey (cache_ttl) still admits announces of a user", store.CacheTTL},
 		{"peers of an unregistered torrent leave only at their deadline (2 x interval), and their records are touched until then", store.PeerTimeout},
 	}
+	if store.ReaperClaimWindow > 0 {
+		// reaper_reseed in announce.lua: a seeder's announce within the
+		// window after the first reseed writes a claim into the torrent's
+		// reaper claims (and its reaper state), however old they read
+		list = append(list, reviver{"the reaper's reseed claim window (claim_window) lets a seeder's announce claim the torrent, " +
+			"writing its reaper claims and state", store.ReaperClaimWindow})
+	}
 	if store.RepairInterval > 0 {
 		list = append(list, reviver{"a repair pass (every hour) resends the user states it read at its start", store.RepairInterval})
 	}
