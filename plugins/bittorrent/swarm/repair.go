@@ -151,7 +151,10 @@ func (s *Store) repairTorrents(ctx context.Context, keys []string, report *Repai
 }
 
 // pruneIndex removes index entries whose torrent record is gone (open
-// torrents expire), or, in private mode, is no longer registered.
+// torrents expire), or, in private mode, is no longer registered. The
+// removal is compare-and-remove (index_prune.lua): a torrent registered
+// and announced after the read has a flushed count in its entry, a
+// different score, and keeps it.
 func (s *Store) pruneIndex(ctx context.Context, index Index, report *RepairReport) error {
 	key := IndexKey(index)
 	var cursor uint64
@@ -160,17 +163,17 @@ func (s *Store) pruneIndex(ctx context.Context, index Index, report *RepairRepor
 		if err != nil {
 			return err
 		}
-		var members []string
+		var members, scores []string
 		var checks []*redis.BoolCmd
 		pipe := s.rdb.Pipeline()
 		for i := 0; i+1 < len(page); i += 2 {
+			members = append(members, page[i])
+			scores = append(scores, page[i+1])
 			hash, ok := parseHexHash(page[i])
 			if !ok {
-				members = append(members, page[i])
 				checks = append(checks, nil)
 				continue
 			}
-			members = append(members, page[i])
 			if s.cfg.Private {
 				checks = append(checks, pipe.HExists(ctx, TorrentKey(hash), "id"))
 			} else {
@@ -184,14 +187,18 @@ func (s *Store) pruneIndex(ctx context.Context, index Index, report *RepairRepor
 			var gone []any
 			for i, check := range checks {
 				if check == nil || !check.Val() {
-					gone = append(gone, members[i])
+					gone = append(gone, members[i], scores[i])
 				}
 			}
 			if len(gone) > 0 {
-				if err := s.rdb.ZRem(ctx, key, gone...).Err(); err != nil {
-					return err
+				if s.pruneHook != nil {
+					s.pruneHook()
 				}
-				report.IndexRemoved += len(gone)
+				n, err := indexPruneScript.Run(ctx, s.rdb, []string{key}, gone...).Int()
+				if err != nil {
+					return fmt.Errorf("swarm: pruning %s: %w", key, err)
+				}
+				report.IndexRemoved += n
 			}
 		}
 		if next == 0 {

@@ -185,6 +185,10 @@ type Store struct {
 	wg        sync.WaitGroup
 	stopOnce  sync.Once
 	listener  *expiryListener
+
+	// pruneHook, when set (tests only), runs in pruneIndex between the
+	// read of the torrents and the removal of their entries.
+	pruneHook func()
 }
 
 var _ bittorrent.Swarms = (*Store)(nil)
