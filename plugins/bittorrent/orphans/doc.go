@@ -33,9 +33,18 @@
 //	user record       {h}:user:<uid>     the torrent (hit-and-run truth)        last_announce (announce)                        with its torrent, in the same script
 //	users set         {h}:users          the torrent                            (created with the first user record)            with its torrent
 //	reaper state      {h}:reaper         the torrent (registered)               unseeded_date, initial_at … (reaper steps)     a seeder's announce; with its torrent
-//	score record      {h}:score          scoring (active) or its tombstone      applied_at, tracked_at (score items)            scoring: decay to removal; the tombstone's
-//	                                                                                                                            TTL when untracking (kept: it keeps item
-//	                                                                                                                            names unique if the torrent returns)
+//	score record      {h}:score          scoring while "active"; a tombstone    removed_at, applied_at, rev, tracked_at         an active one: scoring (decay to removal,
+//	                                     ("removed") while its torrent is       (score_apply.lua, score_track.lua)              even if its torrent is gone); a tombstone:
+//	                                     known (it stops an unchanged return)                                                   its TTL when untracking, and cleanup once
+//	                                                                                                                            its torrent is gone (both modes)
+//	score history     {h}:score:history  the score record                       (the record's stamps)                           the tombstone's TTL; cleanup with the
+//	                                                                                                                            record, or when there is none
+//	tracker list      {h}:score:trackers the torrent (an operator's setting)    score:trackers_at (score_trackers.lua)          cleanup when the record goes or is absent
+//	 + its stamp      :trackers_at                                                                                              and the stamp is older than the window
+//	tracker seen IPs  {h}:score:seen:<s> the score record                       the newest IP's time (score_apply.lua)          its TTL (the "new" window); cleanup with
+//	                                                                                                                            the record, or when there is none
+//	staged IPs        {h}:score:pending:<s> the score record (a worker's round) (none: rounds, not times)                       their TTL (24h); cleanup with the record,
+//	                                                                                                                            or when there is none
 //	seen IPs          {h}:score:seen     the score record (unique-IP metric)    the newest IP's time (score_apply.lua)          scoring when untracking; with its torrent
 //	snatchers         {h}:snatchers      the torrent (the reaper invites them)  (the snatches that add to it)                   with its torrent
 //	reaper claims     {h}:reaper:claims  the reaper state (reseed claims)       (announces within the claim window)             with its torrent
@@ -46,7 +55,10 @@
 //	registry entry    hoard:bt:registry (hex -> id)     the record's id              the record's stamps                   Unregister; orphan_registry.lua when an
 //	                                                                                                                         unregistration was cut off
 //	index entries     hoard:bt:index:{seeders,…}        the torrent record           (counts)                              the flush at count 0; swarm.Repair's
-//	                                                                                                                         prune (hourly) for gone torrents
+//	                                                                                                                         prune (hourly) for gone torrents, only if
+//	                                                                                                                         the count is still the one it read
+//	                                                                                                                         (index_prune.lua: a torrent registered and
+//	                                                                                                                         announced meanwhile keeps its entry)
 //	due entry         hoard:bt:{due:<n>}                a swarm with peers           the earliest deadline                 the sweep (due_settle.lua)
 //	score index,      hoard:bt:{score:<n>}, :revs       the score record             the revision (at least the time)      score_index.lua; orphan_revs.lua when the
 //	revisions                                                                                                                record is gone (an expired tombstone)
@@ -75,7 +87,11 @@
 //     user records, reaper state, snatchers, claims and seen set. More than
 //     500 user records
 //     go in chunks; between chunks the record stays, without an id, so
-//     announces are refused.
+//     announces are refused. Scoring's keys of a gone torrent go in any of
+//     these calls (no announce reads them): the score record, history and
+//     tracker list are KEYS of every call, so a page that holds only
+//     scoring's keys, the record long gone, still removes them; a
+//     tracker's seen set and staged IPs go with the page they are in.
 //   - users: SCAN over users' keys; in each versions hash, entries older
 //     than the window whose user record is gone are removed by
 //     orphan_user.lua; in each listing of passkeys, a passkey listed
@@ -94,10 +110,26 @@
 // A removed torrent (hoard bt torrent rm, the reaper's removal) is gone
 // from the first pass after one window (its user records, peer records,
 // reaper state and seen set with it) and its users' set entries from the
-// pass after: nothing is left after one window and two passes, but its
-// score tombstone in unrank mode. An open-mode swarm whose last peer left
-// keeps its record for OpenTorrentRetention (its TTL); then its peer
-// records go in the next pass.
+// pass after: nothing is left after one window and two passes. Its score
+// tombstone (in unrank mode it has no TTL) goes in the same pass when its
+// newest stamp is older than the window too, with its history, tracker
+// list, trackers' seen sets and staged IPs, and the tombstone's index
+// revision goes in the revs walk of that pass or the next. A score record
+// still "active" stays: scoring decays a gone torrent's to removal (no
+// peers: x0.5 a round), and the pass after one more window takes it.
+// An open-mode swarm whose last peer left keeps its record for
+// OpenTorrentRetention (its TTL); then its peer records go in the next
+// pass.
+//
+// Item names after the tombstone: the score items use DoneMode "count",
+// which keeps no done set, but it does keep the last RecentDone
+// completions (100,000 for plugin item types) and enqueue_scored.lua
+// skips a name among them. A torrent that returns after its tombstone was
+// removed starts again at round 1, so its first items are skipped (and it
+// stays at 1.0) until 100,000 later completions have pushed its old names
+// out; on a small tracker that can take days. Deleting the tombstone
+// trades that delay for not keeping every removed torrent's record for
+// ever. Not changed here.
 //
 // # Removed users
 //
