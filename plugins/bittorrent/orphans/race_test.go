@@ -15,6 +15,7 @@ import (
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
 	"github.com/hoardproject/hoard/plugins/bittorrent/orphans"
+	"github.com/hoardproject/hoard/plugins/bittorrent/scoring"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )
 
@@ -64,6 +65,15 @@ func TestCleanupRacesAnnouncesRegistrationsAndReAddedUsers(t *testing.T) {
 		}
 		for i := range live {
 			require.NoError(t, f.store.RegisterTorrent(ctx, name("live", i), "live"+strconv.Itoa(i)))
+		}
+		// Scoring's tombstones (unrank mode: no TTL) with their history,
+		// tracker list and tracker's seen set, all stale by the time the
+		// cleaners run: the live torrents' must stay, the orphans' go.
+		for i := range live {
+			writeScoreTombstone(t, f, name("live", i))
+		}
+		for i := range orphaned {
+			writeScoreTombstone(t, f, name("orphan", i))
 		}
 		// Registered and idle for ages: live, however old.
 		idle := privateTorrent(t, f, "idle", "idle")
@@ -207,6 +217,9 @@ func TestCleanupRacesAnnouncesRegistrationsAndReAddedUsers(t *testing.T) {
 				}
 			}
 		}
+		for i := range live {
+			require.Len(t, scoreKeys(f, name("live", i)), 5, "live%d's scoring keys", i)
+		}
 		for _, user := range users {
 			complete := f.user(user).Complete
 			for i := range live {
@@ -242,4 +255,21 @@ func TestCleanupRacesAnnouncesRegistrationsAndReAddedUsers(t *testing.T) {
 			}
 		}
 	})
+}
+
+// writeScoreTombstone writes, as of now, a score tombstone of hash in
+// unrank mode (no TTL), its history, a tracker list with its stamp and the
+// tracker's seen set: five keys.
+func writeScoreTombstone(t *testing.T, f *fixture, hash bittorrent.InfoHash) {
+	t.Helper()
+	ctx := context.Background()
+	now := f.clock.Now().UnixMilli()
+	pipe := f.b.Client.TxPipeline()
+	pipe.HSet(ctx, scoring.ScoreKey(hash), "state", "removed", "score", "0.004", "removed_at", now, "applied_at", now, "rev", now)
+	pipe.LPush(ctx, scoring.HistoryKey(hash), `{"round":8,"removed":true}`)
+	pipe.HSet(ctx, scoring.TrackersKey(hash), externalURL, 50)
+	pipe.Set(ctx, scoring.TrackersAtKey(hash), now, 0)
+	pipe.ZAdd(ctx, scoring.SourceSeenKey(hash, scoring.SourceID(externalURL)), redisZ(now, "ip"))
+	_, err := pipe.Exec(ctx)
+	require.NoError(t, err)
 }
