@@ -3,6 +3,7 @@ package scoring_test
 import (
 	"math"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -227,11 +228,18 @@ func TestTrackersAreChecked(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 1, before)
 		require.Equal(t, []scoring.Tracker{{URL: "http://127.0.0.1:1/announce?pk=1", MaxPeers: 50}}, list, "max peers defaults to 50")
+		// The list's stamp (orphan cleanup's timestamp of interest) is the
+		// time of the last write, beside the list, not in it.
+		f.clock.Advance(time.Minute)
+		_, _, err = f.scorer.SetTrackers(t.Context(), hash, []scoring.Tracker{{URL: "http://127.0.0.1:1/announce?pk=1"}})
+		require.NoError(t, err)
+		require.Equal(t, strconv.FormatInt(f.clock.Now().UnixMilli(), 10), b.Client.Get(t.Context(), scoring.TrackersAtKey(hash)).Val())
 		_, _, err = f.scorer.SetTrackers(t.Context(), hash, nil)
 		require.NoError(t, err)
 		got, err := f.scorer.Trackers(t.Context(), hash)
 		require.NoError(t, err)
 		require.Empty(t, got)
+		require.Zero(t, b.Client.Exists(t.Context(), scoring.TrackersKey(hash), scoring.TrackersAtKey(hash)).Val(), "cleared: no stamp either")
 	})
 }
 
