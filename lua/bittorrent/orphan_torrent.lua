@@ -40,8 +40,8 @@
 --         score:pending:<id>)
 --
 -- Scoring's keys of a gone torrent (KEYS[9..12] and the source_seen and
--- pending ones) go in any call, record here or not: no announce reads
--- them. The score record goes when it is not "active" (a tombstone:
+-- pending ones) go in any call but a finishing one, record here or not:
+-- no announce reads them. The score record goes when it is not "active" (a tombstone:
 -- scoring decays an active one to removal itself) and its newest stamp
 -- is older than the window; the history, source_seen and pending keys go
 -- with it, or when there is no record; the trackers list by its own stamp
@@ -94,9 +94,11 @@ local record_here = redis.call('EXISTS', KEYS[1]) == 1
 local out = {1, 0, 0, 0, 0, 0, 0, 0, 0}
 
 -- Scoring's keys: a tombstone older than the window takes the rest with
--- it; with no record at all the rest is left over already.
-local score_gone = true
-if redis.call('EXISTS', KEYS[9]) == 1 then
+-- it; with no record at all the rest is left over already. A finishing
+-- call skips them: the walk's first call for the torrent in the same page
+-- (with the page's source_seen and pending keys) has just done this.
+local score_gone = ARGV[5] ~= '1'
+if score_gone and redis.call('EXISTS', KEYS[9]) == 1 then
   local sc = redis.call('HMGET', KEYS[9], 'state', 'removed_at', 'applied_at', 'rev', 'tracked_at')
   score_gone = sc[1] ~= 'active' and stale(newest({sc[2], sc[3], sc[4], sc[5]}))
   if score_gone then out[9] = out[9] + redis.call('DEL', KEYS[9]) end

@@ -87,11 +87,13 @@
 //     user records, reaper state, snatchers, claims and seen set. More than
 //     500 user records
 //     go in chunks; between chunks the record stays, without an id, so
-//     announces are refused. Scoring's keys of a gone torrent go in any of
-//     these calls (no announce reads them): the score record, history and
-//     tracker list are KEYS of every call, so a page that holds only
-//     scoring's keys, the record long gone, still removes them; a
-//     tracker's seen set and staged IPs go with the page they are in.
+//     announces are refused. Scoring's keys of a gone torrent go in the
+//     page's first call for it, before any finishing call (no announce
+//     reads them, so they need not wait for the record): the score record,
+//     history and tracker list are KEYS of every call, so a page that
+//     holds only scoring's keys, the torrent record long gone, still
+//     removes them; a tracker's seen set and staged IPs go with the page
+//     they are in.
 //   - users: SCAN over users' keys; in each versions hash, entries older
 //     than the window whose user record is gone are removed by
 //     orphan_user.lua; in each listing of passkeys, a passkey listed
