@@ -81,7 +81,9 @@ func TestBitTorrentAdminTrackersAndScores(t *testing.T) {
 			_, err := scorer.Track(f.ctx, h)
 			require.NoError(t, err)
 		}
-		_, err = scorer.Apply(f.ctx, scoring.ItemName(hash, 1), scoring.Result{Peers: 0, Max: 50})
+		item, err := scorer.NextItem(f.ctx, hash)
+		require.NoError(t, err)
+		_, err = scorer.Apply(f.ctx, item, scoring.Result{Peers: 0, Max: 50})
 		require.NoError(t, err)
 		r = f.call(http.MethodGet, path+"/score", "")
 		require.Equal(t, http.StatusOK, r.status, r.body)

@@ -165,7 +165,9 @@ func seedViews(t *testing.T, b redistest.Backend) (*scoring.Scorer, *ipmetrics.S
 		require.NoError(t, store.Register(ctx, hash, swarm.Registration{ID: fmt.Sprintf("v%d", i)}))
 		_, err := scorer.Track(ctx, hash)
 		require.NoError(t, err)
-		_, err = scorer.Apply(ctx, scoring.ItemName(hash, 1), r)
+		item, err := scorer.NextItem(ctx, hash)
+		require.NoError(t, err)
+		_, err = scorer.Apply(ctx, item, r)
 		require.NoError(t, err)
 	}
 	metrics := ipmetrics.NewStore(b.Client, nil, 0)

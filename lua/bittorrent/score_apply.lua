@@ -23,7 +23,8 @@
 -- KEYS[1] score    HASH  state ("active"/"removed"), score, round (last
 --                        applied), rev (bumped on every change, at least
 --                        now in ms), first_seen,
---                        applied_at, removed_at, last_peers, last_new,
+--                        round_base (where a new record's rounds began,
+--                        see score_track.lua), applied_at, removed_at, last_peers, last_new,
 --                        last_max, last_mult, snap_created, snap_announces,
 --                        snap_registered (the torrent record at removal),
 --                        line:<source> (a line's score, %.17g), src:<source>
@@ -69,7 +70,7 @@
 
 local function num(x) return string.format('%.17g', x) end
 
-local s = redis.call('HMGET', KEYS[1], 'state', 'score', 'round', 'rev', 'line:swarm')
+local s = redis.call('HMGET', KEYS[1], 'state', 'score', 'round', 'rev', 'line:swarm', 'round_base')
 local state, score = s[1], tonumber(s[2])
 local last, rev = tonumber(s[3]) or 0, tonumber(s[4]) or 0
 local round = tonumber(ARGV[1])
@@ -199,7 +200,9 @@ end
 if #drop > 0 then redis.call('HDEL', KEYS[1], unpack(drop)) end
 
 local removed = best < tonumber(ARGV[10])
-local entry = {round = round, at = now, score = best, previous = score, sources = sources}
+-- the history counts rounds from 1 (score_track.lua starts a new
+-- record's rounds at round_base)
+local entry = {round = round - (tonumber(s[6]) or 0), at = now, score = best, previous = score, sources = sources}
 if removed then entry.removed = true end
 redis.call('LPUSH', KEYS[7], cjson.encode(entry))
 redis.call('LTRIM', KEYS[7], 0, tonumber(ARGV[16]) - 1)

@@ -5,7 +5,8 @@
 -- back by itself (btstat's HEAD did). Coming back, every source's score
 -- line starts again at 1.0.
 --
--- KEYS[1] score   HASH  see score_apply.lua
+-- KEYS[1] score   HASH  see score_apply.lua; a new record's round and
+--                       round_base are now (ms)
 -- KEYS[2] torrent HASH  the swarm store's torrent record (read only): id,
 --                       created, announces, registered
 -- KEYS[3] history LIST  the torrent's score history: kept (PERSIST) when
@@ -46,7 +47,16 @@ for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
 end
 if #lines > 0 then redis.call('HDEL', KEYS[1], unpack(lines)) end
 redis.call('HSET', KEYS[1], 'state', 'active', 'score', '1', 'rev', string.format('%.0f', rev), 'tracked_at', ARGV[1])
-redis.call('HSETNX', KEYS[1], 'round', 0)
+if redis.call('HEXISTS', KEYS[1], 'round') == 0 then
+  -- A new record's rounds count from now (ms), not from 0, so its item
+  -- names (score:<hex>:<round>) never repeat those of an earlier record
+  -- of the same torrent that orphan cleanup deleted: the queue skips a
+  -- name among its recent completions, and a torrent coming back would
+  -- wait unscored until they aged out. A round takes at least a
+  -- millisecond, so the earlier record's rounds are all below now.
+  -- round_base lets the views count rounds from 1.
+  redis.call('HSET', KEYS[1], 'round', ARGV[1], 'round_base', ARGV[1])
+end
 redis.call('HSETNX', KEYS[1], 'first_seen', ARGV[1])
 redis.call('PERSIST', KEYS[1])
 redis.call('PERSIST', KEYS[3])

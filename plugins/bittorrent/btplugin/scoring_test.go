@@ -159,7 +159,8 @@ func TestScoringHooksAndTick(t *testing.T) {
 		require.NoError(t, err)
 		res, err := tr.OnTick(ctx, plugins.Tick{Job: "score", Scheduled: time.Now(), At: time.Now()})
 		require.NoError(t, err)
-		item := scoring.ItemName(hash, 1)
+		item, err := tr.Scorer().NextItem(ctx, hash)
+		require.NoError(t, err)
 		require.Equal(t, []plugins.QueueItem{{Project: "bt-scoring", Item: item, Score: 1}}, res.Enqueue)
 
 		ev := plugins.ItemEvent{ItemType: "score", Project: "bt-scoring", Item: item, Downloader: "scorer", At: time.Now()}
@@ -180,7 +181,12 @@ func TestScoringHooksAndTick(t *testing.T) {
 
 		res, err = tr.OnTick(ctx, plugins.Tick{Job: "score", Scheduled: time.Now(), At: time.Now()})
 		require.NoError(t, err)
-		require.Equal(t, []plugins.QueueItem{{Project: "bt-scoring", Item: scoring.ItemName(hash, 2), Score: 0.5}}, res.Enqueue)
+		next, err := tr.Scorer().NextItem(ctx, hash)
+		require.NoError(t, err)
+		_, first, _ := scoring.ParseItem(item)
+		_, second, _ := scoring.ParseItem(next)
+		require.Equal(t, first+1, second)
+		require.Equal(t, []plugins.QueueItem{{Project: "bt-scoring", Item: next, Score: 0.5}}, res.Enqueue)
 	})
 }
 

@@ -259,8 +259,10 @@ func TestScoreRevisionsOfGoneScoreRecords(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ok)
 		// Removed from scoring, and its tombstone expired.
-		for round := int64(1); ; round++ {
-			out, err := scorer.Apply(ctx, scoring.ItemName(hash, round), scoring.Result{Max: 50})
+		for {
+			item, err := scorer.NextItem(ctx, hash)
+			require.NoError(t, err)
+			out, err := scorer.Apply(ctx, item, scoring.Result{Max: 50})
 			require.NoError(t, err)
 			if out == scoring.Removed {
 				break

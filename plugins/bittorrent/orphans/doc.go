@@ -126,12 +126,11 @@
 // Item names after the tombstone: the score items use DoneMode "count",
 // which keeps no done set, but it does keep the last RecentDone
 // completions (100,000 for plugin item types) and enqueue_scored.lua
-// skips a name among them. A torrent that returns after its tombstone was
-// removed starts again at round 1, so its first items are skipped (and it
-// stays at 1.0) until 100,000 later completions have pushed its old names
-// out; on a small tracker that can take days. Deleting the tombstone
-// trades that delay for not keeping every removed torrent's record for
-// ever. Not changed here.
+// skips a name among them. So a new score record's rounds count from the
+// time it was created (ms, score_track.lua's round_base), not from 0: a
+// torrent that returns after its tombstone was removed gets item names
+// above every one its old record used, and is scored at once. The views
+// count rounds from 1.
 //
 // # Removed users
 //

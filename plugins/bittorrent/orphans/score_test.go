@@ -40,11 +40,15 @@ func scoreToRemoval(t *testing.T, f *fixture, scorer *scoring.Scorer, hash bitto
 	require.NoError(t, err)
 	require.True(t, ok)
 	id := scoring.SourceID(externalURL)
-	for round := int64(1); ; round++ {
-		require.Less(t, round, int64(50), "scoring never removed the torrent")
+	for n := 1; ; n++ {
+		require.Less(t, n, 50, "scoring never removed the torrent")
+		item, err := scorer.NextItem(ctx, hash)
+		require.NoError(t, err)
+		_, round, err := scoring.ParseItem(item)
+		require.NoError(t, err)
 		stageIP(t, f, hash, id, round)
 		f.clock.Advance(time.Minute)
-		out, err := scorer.Apply(ctx, scoring.ItemName(hash, round),
+		out, err := scorer.Apply(ctx, item,
 			scoring.Result{Max: 50, Trackers: []scoring.TrackerResult{{URL: externalURL, Max: 50}}})
 		require.NoError(t, err)
 		if out == scoring.Removed {
@@ -109,6 +113,8 @@ func TestScoreKeysOfGoneTorrentPrivate(t *testing.T) {
 				gone := privateTorrent(t, f, "scored-gone", "t1")
 				scoreToRemoval(t, f, scorer, gone)
 				allScoreKinds(t, f, gone)
+				lastItem, err := scorer.NextItem(ctx, gone) // the name after its last round
+				require.NoError(t, err)
 				require.Equal(t, "removed", b.Client.HGet(ctx, scoring.ScoreKey(gone), "state").Val())
 				require.Equal(t, time.Duration(-1), b.Client.PTTL(ctx, scoring.ScoreKey(gone)).Val(), "unrank: a tombstone without TTL")
 				require.True(t, indexed(f, gone), "its revision stays in the shard")
@@ -117,7 +123,9 @@ func TestScoreKeysOfGoneTorrentPrivate(t *testing.T) {
 				ok, err := scorer.Track(ctx, active)
 				require.NoError(t, err)
 				require.True(t, ok)
-				_, err = scorer.Apply(ctx, scoring.ItemName(active, 1), scoring.Result{Max: 50})
+				item, err := scorer.NextItem(ctx, active)
+				require.NoError(t, err)
+				_, err = scorer.Apply(ctx, item, scoring.Result{Max: 50})
 				require.NoError(t, err)
 
 				require.NoError(t, f.store.UnregisterTorrent(ctx, gone))
@@ -139,6 +147,23 @@ func TestScoreKeysOfGoneTorrentPrivate(t *testing.T) {
 				require.Equal(t, "active", b.Client.HGet(ctx, scoring.ScoreKey(active), "state").Val())
 				require.NotContains(t, f.torrentKeys(active), swarm.TorrentKey(active), "the torrent itself went")
 				require.True(t, indexed(f, active))
+
+				// Back, it is scored afresh under item names its old
+				// record never used: the queue skips a name among its
+				// recent completions, so a repeated one would never run.
+				f.clock.Advance(time.Second)
+				require.NoError(t, f.store.Register(ctx, gone, swarm.Registration{ID: "t1"}))
+				ok, err = scorer.Track(ctx, gone)
+				require.NoError(t, err)
+				require.True(t, ok)
+				first, err := scorer.NextItem(ctx, gone)
+				require.NoError(t, err)
+				_, oldRound, _ := scoring.ParseItem(lastItem)
+				_, newRound, _ := scoring.ParseItem(first)
+				require.Greater(t, newRound, oldRound, "%s after %s", first, lastItem)
+				rec, err := scorer.Record(ctx, gone)
+				require.NoError(t, err)
+				require.Zero(t, rec.Round, "its rounds count from 1 again in the views")
 			})
 		})
 	}

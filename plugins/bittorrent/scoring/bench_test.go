@@ -32,16 +32,18 @@ func BenchmarkScoreOneTorrent(b *testing.B) {
 	f := newFixture(b, backend, false, "")
 	ctx := context.Background()
 	const torrents = 1000
+	bases := make([]int64, torrents) // each record's rounds count from its base
 	for i := range torrents {
 		hash := infoHash(fmt.Sprint("bench", i))
 		f.announce(hash, i*20, 20)
 		_, err := f.scorer.Track(ctx, hash)
 		require.NoError(b, err)
+		bases[i] = f.record(hash).RoundBase
 	}
 	b.ResetTimer()
 	for i := range b.N {
 		hash := infoHash(fmt.Sprint("bench", i%torrents))
-		item := scoring.ItemName(hash, int64(i/torrents+1))
+		item := scoring.ItemName(hash, bases[i%torrents]+int64(i/torrents+1))
 		raw, err := f.scorer.Process(ctx, item)
 		require.NoError(b, err)
 		r, err := scoring.ParseResult(raw)
@@ -78,16 +80,18 @@ func BenchmarkScoreOneTorrentExternal(b *testing.B) {
 			if proto == "http" {
 				url = ot.HTTPURL()
 			}
-			for _, hash := range hashes {
+			bases := make([]int64, torrents)
+			for i, hash := range hashes {
 				require.NoError(b, f.store.Register(ctx, hash, swarm.Registration{ID: "1"}))
 				_, err := f.scorer.Track(ctx, hash)
 				require.NoError(b, err)
+				bases[i] = f.record(hash).RoundBase
 				_, _, err = f.scorer.SetTrackers(ctx, hash, []scoring.Tracker{{URL: url}})
 				require.NoError(b, err)
 			}
 			b.ResetTimer()
 			for i := range b.N {
-				item := scoring.ItemName(hashes[i%torrents], int64(i/torrents+1))
+				item := scoring.ItemName(hashes[i%torrents], bases[i%torrents]+int64(i/torrents+1))
 				raw, err := f.scorer.Process(ctx, item)
 				require.NoError(b, err)
 				r, err := scoring.ParseResult(raw)

@@ -33,7 +33,7 @@ func (f *fixture) registered(name string) bittorrent.InfoHash {
 // (count the own swarm, announce to the external trackers), then apply.
 func (f *fixture) round(hash bittorrent.InfoHash, round int64) scoring.Result {
 	f.t.Helper()
-	item := scoring.ItemName(hash, round)
+	item := f.item(hash, round)
 	raw, err := f.scorer.Process(f.t.Context(), item)
 	require.NoError(f.t, err)
 	r, err := scoring.ParseResult(raw)
@@ -129,7 +129,7 @@ func TestExternalTrackerPolicy(t *testing.T) {
 
 		// A repeated report of round 5 changes nothing.
 		before := f.view(full)
-		out, err := f.scorer.Apply(t.Context(), scoring.ItemName(full, 5), r)
+		out, err := f.scorer.Apply(t.Context(), f.item(full, 5), r)
 		require.NoError(t, err)
 		require.Equal(t, scoring.NotApplied, out)
 		require.Equal(t, before, f.view(full))

@@ -92,7 +92,14 @@ func (f *fixture) apply(hash bittorrent.InfoHash, round int64, r scoring.Result)
 	if r.Max == 0 {
 		r.Max = int64(f.scorer.Policy().MaxPeers)
 	}
-	out, err := f.scorer.Apply(f.t.Context(), scoring.ItemName(hash, round), r)
+	out, err := f.scorer.Apply(f.t.Context(), f.item(hash, round), r)
 	require.NoError(f.t, err)
 	return out
+}
+
+// item names a torrent's n-th round: a record's rounds count from its
+// RoundBase (score_track.lua), 0 when it has no record.
+func (f *fixture) item(hash bittorrent.InfoHash, n int64) string {
+	f.t.Helper()
+	return scoring.ItemName(hash, f.record(hash).RoundBase+n)
 }

@@ -91,7 +91,7 @@ func TestADeadWorkersTorrentIsProcessedAgain(t *testing.T) {
 
 		claimed, err := host.Claim(ctx, project, scoring.WorkerName, 10)
 		require.NoError(t, err)
-		require.Equal(t, []string{scoring.ItemName(hash, 1)}, claimed)
+		require.Equal(t, []string{f.item(hash, 1)}, claimed)
 		_, err = f.scorer.Process(ctx, claimed[0]) // counted, then the worker dies
 		require.NoError(t, err)
 		rec := f.record(hash)

@@ -40,6 +40,16 @@ func ItemName(hash bittorrent.InfoHash, round int64) string {
 	return ItemPrefix + hex.EncodeToString(hash[:]) + ":" + strconv.FormatInt(round, 10)
 }
 
+// NextItem names the item of the torrent's next round, the one Round
+// queues: a record's rounds count from its round_base (score_track.lua).
+func (s *Scorer) NextItem(ctx context.Context, hash bittorrent.InfoHash) (string, error) {
+	round, err := s.rdb.HGet(ctx, ScoreKey(hash), "round").Int64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return "", fmt.Errorf("scoring.NextItem: %w", err)
+	}
+	return ItemName(hash, round+1), nil
+}
+
 // ErrInvalid marks bad input (a malformed item name or result): retrying
 // it can never succeed.
 var ErrInvalid = errors.New("invalid")
@@ -325,7 +335,8 @@ func (s *Scorer) Track(ctx context.Context, hash bittorrent.InfoHash) (bool, err
 type Record struct {
 	State     string // "active", "removed" or "" (never scored)
 	Score     float64
-	Round     int64
+	Round     int64 // rounds applied (the item names count from RoundBase)
+	RoundBase int64 // where the record's rounds began (see score_track.lua)
 	Rev       int64
 	LastPeers int64
 	LastNew   int64
@@ -335,14 +346,14 @@ type Record struct {
 
 // Record reads a torrent's score record and its index entry.
 func (s *Scorer) Record(ctx context.Context, hash bittorrent.InfoHash) (Record, error) {
-	v, err := s.rdb.HMGet(ctx, ScoreKey(hash), "state", "score", "round", "rev", "last_peers", "last_new").Result()
+	v, err := s.rdb.HMGet(ctx, ScoreKey(hash), "state", "score", "round", "rev", "last_peers", "last_new", "round_base").Result()
 	if err != nil {
 		return Record{}, fmt.Errorf("scoring.Record: %w", err)
 	}
 	str := func(i int) string { t, _ := v[i].(string); return t }
 	num := func(i int) int64 { n, _ := strconv.ParseInt(str(i), 10, 64); return n }
 	score, _ := strconv.ParseFloat(str(1), 64)
-	rec := Record{State: str(0), Score: score, Round: num(2), Rev: num(3), LastPeers: num(4), LastNew: num(5)}
+	rec := Record{State: str(0), Score: score, Round: num(2) - num(6), RoundBase: num(6), Rev: num(3), LastPeers: num(4), LastNew: num(5)}
 	indexed, err := s.rdb.ZScore(ctx, IndexKey(shardOf(hash)), hex.EncodeToString(hash[:])).Result()
 	switch {
 	case errors.Is(err, redis.Nil):

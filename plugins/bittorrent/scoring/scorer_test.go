@@ -122,7 +122,7 @@ func TestBadResultsAndItemsChangeNothing(t *testing.T) {
 			require.Error(t, err, item)
 		}
 		for _, r := range []scoring.Result{{Peers: -1, Max: 50}, {Peers: 1, New: 2, Max: 50}, {Peers: 1}} {
-			_, err := f.scorer.Apply(t.Context(), scoring.ItemName(hash, 1), r)
+			_, err := f.scorer.Apply(t.Context(), f.item(hash, 1), r)
 			require.Error(t, err, "%+v", r)
 		}
 		rec := f.record(hash)
@@ -263,9 +263,9 @@ func TestRoundQueuesEveryScoredTorrentOnce(t *testing.T) {
 		for i := range 40 {
 			hash := infoHash(string(rune('a' + i)))
 			if hash == first {
-				want[scoring.ItemName(hash, 2)] = 0.5
+				want[f.item(hash, 2)] = 0.5
 			} else {
-				want[scoring.ItemName(hash, 1)] = 1.0
+				want[f.item(hash, 1)] = 1.0
 			}
 		}
 		got := map[string]float64{}

@@ -99,6 +99,9 @@ func (s *Scorer) View(ctx context.Context, hash bittorrent.InfoHash) (View, erro
 	v := View{InfoHash: hex.EncodeToString(hash[:]), State: rec["state"], History: []Round{}}
 	fmt.Sscan(rec["score"], &v.Score)
 	fmt.Sscan(rec["round"], &v.Round)
+	var base int64
+	fmt.Sscan(rec["round_base"], &base)
+	v.Round -= base // rounds applied, counted from 1
 	v.Indexed = idxCmd.Err() == nil
 	source := func(name string, maxPeers int, id string) Source {
 		src := Source{Source: name, MaxPeers: maxPeers}
