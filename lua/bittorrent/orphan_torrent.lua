@@ -37,7 +37,9 @@
 --         "snatchers", "claims" (these two too only finishing, or with the
 --         record gone), "source_seen" (an external tracker's seen set,
 --         score:seen:<id>), "pending" (a worker's staged IPs,
---         score:pending:<id>)
+--         score:pending:<id>), "ipm" (unique-IP metrics of the torrent:
+--         ipm:n, ipm:n:<month> counters and ipm:m:<ip> markers; they go
+--         with the torrent, page by page like peer records)
 --
 -- Scoring's keys of a gone torrent (KEYS[9..12] and the source_seen and
 -- pending ones) go in any call but a finishing one, record here or not:
@@ -47,12 +49,12 @@
 -- with it, or when there is no record; the trackers list by its own stamp
 -- (a list set for a torrent about to be registered stays the window).
 --
--- Returns {gone, users, peers, timeouts, reapers, seens, torrents, left, scores}
+-- Returns {gone, users, peers, timeouts, reapers, seens, torrents, left, scores, ipms}
 --   (reapers counts the reaper's state, snatchers and claims)
 --   gone 0: the torrent is live (or too recent), nothing was deleted;
 --   then how many records of each kind were deleted (torrents is 1 when
---   the record itself went), left: users still in KEYS[4], and scores:
---   scoring's keys deleted
+--   the record itself went), left: users still in KEYS[4], scores:
+--   scoring's keys deleted, and ipms: unique-IP metric keys deleted
 
 local now, window = tonumber(ARGV[1]), tonumber(ARGV[2])
 local private, keep_open = ARGV[3] == '1', ARGV[4] == '1'
@@ -73,25 +75,25 @@ local function newest(values)
 end
 
 if redis.call('HLEN', KEYS[2]) + redis.call('HLEN', KEYS[3]) > 0 then
-  return {0, 0, 0, 0, 0, 0, 0, 0, 0}
+  return {0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 end
 local t = redis.call('HMGET', KEYS[1], 'id', 'registered', 'unregistered', 'created', 'last_action')
 if t[1] then
-  return {0, 0, 0, 0, 0, 0, 0, 0, 0}
+  return {0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 end
 if redis.call('EXISTS', KEYS[1]) == 1 then
   if not private and (keep_open or redis.call('PTTL', KEYS[1]) > 0) then
-    return {0, 0, 0, 0, 0, 0, 0, 0, 0}
+    return {0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
   end
   if not stale(newest({t[2], t[3], t[4], t[5]})) then
-    return {0, 0, 0, 0, 0, 0, 0, 0, 0}
+    return {0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
   end
 end
 
 -- While the record is here, its user records go only with it (finish),
 -- so no announce ever sees a torrent with half of its users' records.
 local record_here = redis.call('EXISTS', KEYS[1]) == 1
-local out = {1, 0, 0, 0, 0, 0, 0, 0, 0}
+local out = {1, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 
 -- Scoring's keys: a tombstone older than the window takes the rest with
 -- it; with no record at all the rest is left over already. A finishing
@@ -145,6 +147,10 @@ for i = 13, #KEYS do
     -- staged by a worker for a round of the (gone) record: no stamp of
     -- its own, it goes with the record
     if score_gone then out[9] = out[9] + redis.call('DEL', key) end
+  elseif kind == 'ipm' then
+    -- counters have no stamp of their own and markers only collect by a
+    -- 30-day TTL: they are the gone torrent's, and go with it
+    out[10] = out[10] + redis.call('DEL', key)
   elseif kind == 'seen' then
     local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
     if #last < 2 or stale(tonumber(last[2])) then out[6] = out[6] + redis.call('DEL', key) end

@@ -47,6 +47,7 @@ type Report struct {
 	ReaperStates     int
 	SeenSets         int // scoring's per-torrent IP sets
 	ScoreKeys        int // scoring's tombstones, histories, tracker lists, trackers' seen sets and pending IPs
+	IPMetrics        int // per-torrent unique-IP metric keys (counters, markers) of gone torrents
 	UserEntries      int // entries of users' sets (with their versions)
 	RegistryEntries  int
 	RegistryRestored int // registry entries put back after a registration raced the delete
@@ -60,7 +61,7 @@ type Report struct {
 
 // Removed is the number of records of every kind removed.
 func (r Report) Removed() int {
-	return r.Torrents + r.UserRecords + r.PeerRecords + r.Timeouts + r.ReaperStates + r.SeenSets + r.ScoreKeys +
+	return r.Torrents + r.UserRecords + r.PeerRecords + r.Timeouts + r.ReaperStates + r.SeenSets + r.ScoreKeys + r.IPMetrics +
 		r.UserEntries + r.RegistryEntries + r.ScoreRevisions + r.UsersPurged + r.StaleListings
 }
 
@@ -73,6 +74,7 @@ func (r *Report) add(o Report) {
 	r.ReaperStates += o.ReaperStates
 	r.SeenSets += o.SeenSets
 	r.ScoreKeys += o.ScoreKeys
+	r.IPMetrics += o.IPMetrics
 	r.UserEntries += o.UserEntries
 	r.RegistryEntries += o.RegistryEntries
 	r.RegistryRestored += o.RegistryRestored

@@ -3,6 +3,7 @@ package orphans_test
 import (
 	"context"
 	"encoding/json"
+	"net/netip"
 	"strconv"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/ipmetrics"
 	"github.com/hoardproject/hoard/plugins/bittorrent/orphans"
 	"github.com/hoardproject/hoard/plugins/bittorrent/scoring"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
@@ -93,6 +95,17 @@ func TestRemovedTorrentLeavesNothingAfterOneWindowAndTwoPasses(t *testing.T) {
 		require.Contains(t, f.user("bob").Complete, "t1")
 		require.Contains(t, f.torrentKeys(gone), swarm.UserTorrentKey(gone, "bob"))
 		require.Contains(t, f.torrentKeys(gone), swarm.PeerKey(gone, peerID(2)), "peer records outlive their peer")
+		// Unique-IP metrics of both, counters and markers.
+		ipm := ipmetrics.NewStore(b.Client, f.clock, 0)
+		var regs []ipmetrics.Registration
+		for _, hash := range []bittorrent.InfoHash{gone, live} {
+			regs = append(regs, ipmetrics.Registration{IP: netip.MustParseAddr("10.0.0.9"), Hash: hash, Torrent: true,
+				Loc: ipmetrics.Location{Country: "DE", City: "Berlin"}})
+		}
+		counted, err := ipm.Register(ctx, regs)
+		require.NoError(t, err)
+		require.Positive(t, counted)
+		require.Contains(t, f.torrentKeys(gone), ipmetrics.TorrentTotalKey(gone))
 
 		require.NoError(t, f.store.UnregisterTorrent(ctx, gone))
 		f.clock.Advance(window) // exactly the window: still protected
@@ -108,6 +121,7 @@ func TestRemovedTorrentLeavesNothingAfterOneWindowAndTwoPasses(t *testing.T) {
 		require.Equal(t, 2, first.PeerRecords)
 		require.Equal(t, 3, first.ReaperStates, "state, snatchers and claims")
 		require.Equal(t, 1, first.SeenSets)
+		require.Equal(t, 3, first.IPMetrics, "all-time and month counters, one IP's markers")
 		for _, u := range []string{"alice", "bob"} {
 			summary := f.user(u)
 			for _, set := range [][]string{summary.Active, summary.Complete, summary.Incomplete, summary.HnR} {
@@ -120,6 +134,7 @@ func TestRemovedTorrentLeavesNothingAfterOneWindowAndTwoPasses(t *testing.T) {
 		require.Contains(t, f.torrentKeys(live), swarm.UserTorrentKey(live, "bob"))
 		require.Contains(t, f.user("bob").Complete, "t2")
 		require.Equal(t, "t2", b.Client.HGet(ctx, swarm.TorrentKey(live), "id").Val())
+		require.Contains(t, f.torrentKeys(live), ipmetrics.TorrentTotalKey(live))
 
 		// Registered again, it is a fresh torrent: no snatch or user
 		// record survives.

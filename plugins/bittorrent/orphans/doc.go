@@ -48,6 +48,8 @@
 //	seen IPs          {h}:score:seen     the score record (unique-IP metric)    the newest IP's time (score_apply.lua)          scoring when untracking; with its torrent
 //	snatchers         {h}:snatchers      the torrent (the reaper invites them)  (the snatches that add to it)                   with its torrent
 //	reaper claims     {h}:reaper:claims  the reaper state (reseed claims)       (announces within the claim window)             with its torrent
+//	unique-IP metrics {h}:ipm:n, :n:<m>, the torrent (package ipmetrics)         markers: their expiry (30 days); counters:      markers: their TTL; all: with the torrent,
+//	                  :m:<ip>                                                   none                                            page by page like peer records
 //
 // Global, or under other tags:
 //

@@ -51,6 +51,9 @@ const (
 	kindScoreFixed = "score-fixed"
 	kindSourceSeen = "source_seen"
 	kindPending    = "pending"
+	// the torrent's unique-IP metrics (package ipmetrics): counters and
+	// markers under "ipm:"
+	kindIPM = "ipm"
 )
 
 // parseTorrentKey reads a torrent key's info-hash and kind; ok is false
@@ -83,6 +86,8 @@ func parseTorrentKey(key string) (hash bittorrent.InfoHash, kind string, ok bool
 		kind = kindSourceSeen
 	case strings.HasPrefix(suffix, "score:pending:") && len(suffix) > len("score:pending:"):
 		kind = kindPending
+	case strings.HasPrefix(suffix, "ipm:"):
+		kind = kindIPM
 	case strings.HasPrefix(suffix, "user:"):
 		kind = kindUser
 	case strings.HasPrefix(suffix, "peer:"):

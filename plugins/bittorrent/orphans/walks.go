@@ -216,7 +216,7 @@ func (c *Cleaner) countTorrent(cmd *redis.Cmd, report *Report) (gone bool, left 
 	if err != nil {
 		return false, 0, err
 	}
-	if len(reply) != 9 {
+	if len(reply) != 10 {
 		return false, 0, errors.New("orphan_torrent.lua: malformed reply")
 	}
 	report.UserRecords += int(reply[1])
@@ -226,6 +226,7 @@ func (c *Cleaner) countTorrent(cmd *redis.Cmd, report *Report) (gone bool, left 
 	report.SeenSets += int(reply[5])
 	report.Torrents += int(reply[6])
 	report.ScoreKeys += int(reply[8])
+	report.IPMetrics += int(reply[9])
 	return reply[0] == 1, reply[7], nil
 }
 
