@@ -154,10 +154,16 @@
 // everything; after the purge began, it comes back with nothing of the
 // old one's, never half.
 //
-// # Not handled here
+// # Elsewhere
 //
-// Index entries of gone torrents are swarm.Repair's. Work-queue records are the queue engine's:
-// an emptied reserved queue leaves its set in claim.lua, a removed limit
-// group is forgotten by forget_group.lua once its sub-queues are empty,
-// and DeleteProject removes a project's claims with it.
+// Index entries of gone torrents: UnregisterTorrent removes them, the
+// flush drops an entry at count 0, and swarm.Repair's hourly prune
+// removes one whose torrent is gone only if its score is still the one
+// it read (index_prune.lua). Work-queue records are the queue engine's:
+// Redis drops an emptied per-downloader queue and claim.lua takes it out
+// of the reserved set, forget_group.lua forgets a removed limit group
+// once its sub-queues are empty, and DeleteProject removes a project's
+// claims with it. Delivered outbox events are trimmed by every ack to
+// the plugin's keep_delivered; each admin log keeps its newest
+// queues.AdminLogLength entries. Each of these has its test.
 package orphans
