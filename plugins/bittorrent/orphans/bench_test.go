@@ -24,7 +24,9 @@ import (
 // tracker of HOARD_BENCH_TORRENTS torrents (100,000 by default; 1000000
 // for the figure), 10% of them removed (unregistered and stale),
 // each with a torrent record, a user record, its users set and a peer
-// record: the pass's time and the Redis CPU it cost (used_cpu_sys +
+// record; its 5,000 users each have a passkey listed, but every 100th,
+// removed a window ago, whose records on the torrents (20 each at 100,000
+// torrents) the pass purges: the pass's time and the Redis CPU it cost (used_cpu_sys +
 // used_cpu_user before and after), then the announce rate of 16 callers
 // against 200 live swarms for 3 s without cleanup and 3 s with full passes
 // running back to back, side by side. The population is written with
@@ -77,11 +79,13 @@ func BenchmarkCleanupPass(b *testing.B) {
 		}
 		pass := time.Since(t0)
 		cpu := redisCPU(b, rdb) - cpu0
-		if report.Torrents != n/10 {
-			b.Fatalf("pass removed %d torrent records, want %d: %+v", report.Torrents, n/10, report)
+		if report.Torrents != n/10 || report.UsersPurged != benchUsers/100 {
+			b.Fatalf("pass removed %d torrent records and purged %d users, want %d and %d: %+v",
+				report.Torrents, report.UsersPurged, n/10, benchUsers/100, report)
 		}
-		b.Logf("pass: %v, Redis CPU %.2f s, scanned %d, removed %d records (%d torrents, %d user records, %d peer records)",
-			pass.Round(time.Millisecond), cpu, report.Scanned, report.Removed(), report.Torrents, report.UserRecords, report.PeerRecords)
+		b.Logf("pass: %v, Redis CPU %.2f s, scanned %d, removed %d records (%d torrents, %d user records, %d peer records, %d users purged)",
+			pass.Round(time.Millisecond), cpu, report.Scanned, report.Removed(), report.Torrents, report.UserRecords, report.PeerRecords,
+			report.UsersPurged)
 		b.ReportMetric(pass.Seconds(), "pass-s")
 		b.ReportMetric(cpu, "redis-cpu-s")
 
@@ -117,11 +121,28 @@ func populate(b *testing.B, rdb redis.UniversalClient, n int, now int64) {
 	b.Helper()
 	ctx := context.Background()
 	const batch = 1000
+	pipe := rdb.Pipeline()
+	for u := range benchUsers {
+		user := "u" + strconv.Itoa(u)
+		if u%100 == 0 { // removed: no passkey left, marked a window ago
+			pipe.HSet(ctx, swarm.UserGoneKey(user), "removed_at", now)
+			pipe.ZAdd(ctx, swarm.RemovedUsersKey, redis.Z{Score: float64(now), Member: user})
+			continue
+		}
+		pipe.Set(ctx, swarm.PasskeyKey("pk"+user), user, 0)
+		pipe.HSet(ctx, swarm.UserPasskeysKey(user), "pk"+user, now)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		b.Fatal(err)
+	}
 	for from := 0; from < n; from += batch {
 		pipe := rdb.Pipeline()
 		for i := from; i < min(from+batch, n); i++ {
 			hash := infoHash("bench" + strconv.Itoa(i))
-			user := "u" + strconv.Itoa(i%5000)
+			user := "u" + strconv.Itoa(i%benchUsers)
+			if i%benchUsers%100 == 0 {
+				pipe.HSet(ctx, swarm.UserTorrentsKey(user), "t"+strconv.Itoa(i), swarm.HexInfoHash(hash))
+			}
 			fields := []any{"registered", now, "created", now, "announces", 2, "seeders", 0, "leechers", 0}
 			if i%10 == 0 {
 				fields = append(fields, "unregistered", now)
@@ -139,6 +160,9 @@ func populate(b *testing.B, rdb redis.UniversalClient, n int, now int64) {
 		}
 	}
 }
+
+// benchUsers is how many users the bench's torrents are spread over.
+const benchUsers = 5000
 
 // redisCPU reads the server's used CPU (sys + user, seconds).
 func redisCPU(b *testing.B, rdb redis.UniversalClient) float64 {

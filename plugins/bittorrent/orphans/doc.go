@@ -59,7 +59,7 @@
 //	index entries     hoard:bt:index:{seeders,…}        the torrent record           (counts)                              the flush at count 0; swarm.Repair's
 //	                                                                                                                         prune (hourly) for gone torrents, only if
 //	                                                                                                                         the count is still the one it read
-//	                                                                                                                         (index_prune.lua: a torrent registered and
+//	                                                                                                                         (zrem_unchanged.lua: a torrent registered and
 //	                                                                                                                         announced meanwhile keeps its entry)
 //	due entry         hoard:bt:{due:<n>}                a swarm with peers           the earliest deadline                 the sweep (due_settle.lua)
 //	score index,      hoard:bt:{score:<n>}, :revs       the score record             the revision (at least the time)      score_index.lua; orphan_revs.lua when the
@@ -159,7 +159,7 @@
 // Index entries of gone torrents: UnregisterTorrent removes them, the
 // flush drops an entry at count 0, and swarm.Repair's hourly prune
 // removes one whose torrent is gone only if its score is still the one
-// it read (index_prune.lua). Work-queue records are the queue engine's:
+// it read (zrem_unchanged.lua). Work-queue records are the queue engine's:
 // Redis drops an emptied per-downloader queue and claim.lua takes it out
 // of the reserved set, forget_group.lua forgets a removed limit group
 // once its sub-queues are empty, and DeleteProject removes a project's

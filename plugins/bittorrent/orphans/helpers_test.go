@@ -10,6 +10,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -133,4 +134,63 @@ func (f *fixture) user(id string) swarm.UserSummary {
 	u, err := f.store.User(context.Background(), id)
 	require.NoError(f.t, err)
 	return u
+}
+
+// cleaners runs cleanup over and over beside a race test: full passes of
+// the fixture's cleaner in one goroutine and another frontend's bounded
+// ticks in a second, until halt. Other goroutines of the test may join
+// (go) and report errors the same way.
+type cleaners struct {
+	passes, ticks atomic.Int64
+	stop          chan struct{}
+	wg            sync.WaitGroup
+	errs          chan error
+}
+
+func runCleaners(f *fixture) *cleaners {
+	c := &cleaners{stop: make(chan struct{}), errs: make(chan error, 64)}
+	ctx := context.Background()
+	other := f.newCleaner(orphans.Policy{Window: window, ScanCount: 20, MaxKeysPerTick: 50})
+	c.loop(func() error { _, err := f.cleaner.Pass(ctx); c.passes.Add(1); return err })
+	c.loop(func() error { _, err := other.Tick(ctx); c.ticks.Add(1); return err })
+	return c
+}
+
+// loop runs step until halt or its first error.
+func (c *cleaners) loop(step func() error) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		for {
+			select {
+			case <-c.stop:
+				return
+			default:
+			}
+			if err := step(); err != nil {
+				c.report(err)
+				return
+			}
+		}
+	}()
+}
+
+// report keeps an error for halt (the first 64).
+func (c *cleaners) report(err error) {
+	select {
+	case c.errs <- err:
+	default:
+	}
+}
+
+// halt stops every loop and fails the test on any error reported.
+func (c *cleaners) halt(t *testing.T) {
+	t.Helper()
+	close(c.stop)
+	c.wg.Wait()
+	close(c.errs)
+	for err := range c.errs {
+		require.NoError(t, err)
+	}
+	require.Positive(t, c.passes.Load(), "no full pass ran")
 }

@@ -49,6 +49,24 @@ func runKillHelper(url string) {
 	os.Exit(2)
 }
 
+// startKillHelper starts this test binary again as a frontend running
+// cleanup passes against b for ever, its clock at f's time.
+func startKillHelper(t *testing.T, b redistest.Backend, f *fixture) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), killHelperEnv+"="+b.URL, killNowEnv+"="+strconv.FormatInt(f.clock.Now().UnixMilli(), 10))
+	cmd.Stderr = os.Stderr
+	require.NoError(t, cmd.Start())
+	return cmd
+}
+
+// killHelper kills the helper with SIGKILL, wherever it is.
+func killHelper(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	_ = cmd.Wait()
+}
+
 // TestKill9MidCleanup kills a frontend running cleanup with SIGKILL in the
 // middle of a pass over many removed torrents: every torrent is then
 // either whole or entirely gone (its record, users set and user records
@@ -76,17 +94,13 @@ func TestKill9MidCleanup(t *testing.T) {
 		require.NoError(t, f.store.Flush(ctx))
 		f.clock.Advance(window + time.Second)
 
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), killHelperEnv+"="+b.URL, killNowEnv+"="+strconv.FormatInt(f.clock.Now().UnixMilli(), 10))
-		cmd.Stderr = os.Stderr
-		require.NoError(t, cmd.Start())
+		cmd := startKillHelper(t, b, f)
 		records := func() int { return len(f.scan("hoard:bt:{*}:torrent")) }
 		deadline := time.Now().Add(20 * time.Second)
 		for records() > n*3/4 && time.Now().Before(deadline) {
 			time.Sleep(time.Millisecond)
 		}
-		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-		_ = cmd.Wait()
+		killHelper(t, cmd)
 		left := records()
 		t.Logf("killed with %d of %d torrent records left", left, n)
 		require.Positive(t, left, "killed before the pass ended")
@@ -162,17 +176,13 @@ func TestKill9MidUserPurge(t *testing.T) {
 		require.NoError(t, f.store.RemoveUser(ctx, "pkcarol"))
 		f.clock.Advance(window + time.Second)
 
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), killHelperEnv+"="+b.URL, killNowEnv+"="+strconv.FormatInt(f.clock.Now().UnixMilli(), 10))
-		cmd.Stderr = os.Stderr
-		require.NoError(t, cmd.Start())
+		cmd := startKillHelper(t, b, f)
 		entries := func() int64 { return b.Client.HLen(ctx, swarm.UserTorrentsKey("carol")).Val() }
 		deadline := time.Now().Add(60 * time.Second)
 		for entries() == n && time.Now().Before(deadline) {
 			time.Sleep(time.Millisecond)
 		}
-		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-		_ = cmd.Wait()
+		killHelper(t, cmd)
 		left := 0
 		for _, hash := range hashes {
 			record := b.Client.Exists(ctx, swarm.UserTorrentKey(hash, "carol")).Val() == 1

@@ -6,7 +6,6 @@ import (
 	"os"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
-	"github.com/hoardproject/hoard/plugins/bittorrent/orphans"
 	"github.com/hoardproject/hoard/plugins/bittorrent/scoring"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )
@@ -80,59 +78,16 @@ func TestCleanupRacesAnnouncesRegistrationsAndReAddedUsers(t *testing.T) {
 		require.NoError(t, f.store.Flush(ctx))
 		f.clock.Advance(window + time.Second) // revived and orphans are stale now
 
-		stop := make(chan struct{})
-		var cleaners sync.WaitGroup
-		var passes, ticks atomic.Int64
-		errs := make(chan error, 16)
-		cleaners.Add(3)
-		go func() { // a full pass, over and over
-			defer cleaners.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
+		bg := runCleaners(f)
+		bg.loop(func() error { // users re-added
+			for _, user := range users {
+				if err := f.store.AddUser(ctx, "pk"+user, user); err != nil {
+					return err
 				}
-				if _, err := f.cleaner.Pass(ctx); err != nil {
-					errs <- err
-					return
-				}
-				passes.Add(1)
 			}
-		}()
-		go func() { // another frontend's bounded ticks at the same time
-			defer cleaners.Done()
-			other := f.newCleaner(orphans.Policy{Window: window, ScanCount: 20, MaxKeysPerTick: 50})
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if _, err := other.Tick(ctx); err != nil {
-					errs <- err
-					return
-				}
-				ticks.Add(1)
-			}
-		}()
-		go func() { // users re-added
-			defer cleaners.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				for _, user := range users {
-					if err := f.store.AddUser(ctx, "pk"+user, user); err != nil {
-						errs <- err
-						return
-					}
-				}
-				time.Sleep(time.Millisecond)
-			}
-		}()
+			time.Sleep(time.Millisecond)
+			return nil
+		})
 
 		// Two announcers, each owning half of the live and revived torrents.
 		done := make([]map[string]int, 2)
@@ -166,7 +121,7 @@ func TestCleanupRacesAnnouncesRegistrationsAndReAddedUsers(t *testing.T) {
 					// while the cleaners run: the stamp protects them.
 					for i := a; i < live; i += 2 {
 						if err := f.store.UnregisterTorrent(ctx, name("live", i)); err != nil {
-							errs <- err
+							bg.report(err)
 							return
 						}
 					}
@@ -174,7 +129,7 @@ func TestCleanupRacesAnnouncesRegistrationsAndReAddedUsers(t *testing.T) {
 					for i := a; i < live; i += 2 {
 						id := "live" + strconv.Itoa(i)
 						if err := cycle(name("live", i), id, 10*c, false); err != nil {
-							errs <- err
+							bg.report(err)
 							return
 						}
 						done[a][id]++
@@ -184,7 +139,7 @@ func TestCleanupRacesAnnouncesRegistrationsAndReAddedUsers(t *testing.T) {
 						// Registered again as it is, stale: cleanup may take it
 						// just before, never half of it.
 						if err := cycle(name("revived", i), "revived"+strconv.Itoa(i), 0, false); err != nil {
-							errs <- err
+							bg.report(err)
 							return
 						}
 					}
@@ -197,14 +152,8 @@ func TestCleanupRacesAnnouncesRegistrationsAndReAddedUsers(t *testing.T) {
 			}()
 		}
 		announcers.Wait()
-		close(stop)
-		cleaners.Wait()
-		close(errs)
-		for err := range errs {
-			require.NoError(t, err)
-		}
-		t.Logf("%d full passes and %d ticks ran beside the traffic", passes.Load(), ticks.Load())
-		require.Positive(t, passes.Load())
+		bg.halt(t)
+		t.Logf("%d full passes and %d ticks ran beside the traffic", bg.passes.Load(), bg.ticks.Load())
 
 		// Zero live records removed: every cycle counted on every record.
 		for a := range done {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
-	"github.com/hoardproject/hoard/plugins/bittorrent/orphans"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )
 
@@ -46,48 +45,9 @@ func TestUserPurgeRacesRemovalsReAddsAndAnnounces(t *testing.T) {
 			hashes[i] = infoHash("shared" + strconv.Itoa(i))
 			require.NoError(t, f.store.RegisterTorrent(ctx, hashes[i], "shared"+strconv.Itoa(i)))
 		}
-		stop := make(chan struct{})
-		var cleaners sync.WaitGroup
-		var passes, ticks atomic.Int64
-		errs := make(chan error, 64)
-		report := func(err error) {
-			select {
-			case errs <- err:
-			default:
-			}
-		}
-		cleaners.Add(2)
-		go func() {
-			defer cleaners.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if _, err := f.cleaner.Pass(ctx); err != nil {
-					report(err)
-					return
-				}
-				passes.Add(1)
-			}
-		}()
-		go func() {
-			defer cleaners.Done()
-			other := f.newCleaner(orphans.Policy{Window: window, ScanCount: 20, MaxKeysPerTick: 50})
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if _, err := other.Tick(ctx); err != nil {
-					report(err)
-					return
-				}
-				ticks.Add(1)
-			}
-		}()
+		bg := runCleaners(f)
+		report := bg.report
+		passes := &bg.passes
 		// waitPasses waits for n more full passes (bounded).
 		waitPasses := func(n int64) error {
 			target := passes.Load() + n
@@ -189,14 +149,9 @@ func TestUserPurgeRacesRemovalsReAddsAndAnnounces(t *testing.T) {
 			}()
 		}
 		workers.Wait()
-		close(stop)
-		cleaners.Wait()
-		close(errs)
-		for err := range errs {
-			require.NoError(t, err)
-		}
+		bg.halt(t)
 		t.Logf("%d passes and %d ticks; %d purged, %d rotations, %d re-added a window later (%d came back whole, %d afresh)",
-			passes.Load(), ticks.Load(), purged.Load(), rotated.Load(), readded.Load(), wholeOnReturn.Load(), freshOnReturn.Load())
+			passes.Load(), bg.ticks.Load(), purged.Load(), rotated.Load(), readded.Load(), wholeOnReturn.Load(), freshOnReturn.Load())
 		require.Positive(t, purged.Load())
 		require.Positive(t, rotated.Load())
 

@@ -152,7 +152,7 @@ func (s *Store) repairTorrents(ctx context.Context, keys []string, report *Repai
 
 // pruneIndex removes index entries whose torrent record is gone (open
 // torrents expire), or, in private mode, is no longer registered. The
-// removal is compare-and-remove (index_prune.lua): a torrent registered
+// removal is compare-and-remove (zrem_unchanged.lua): a torrent registered
 // and announced after the read has a flushed count in its entry, a
 // different score, and keeps it.
 func (s *Store) pruneIndex(ctx context.Context, index Index, report *RepairReport) error {
@@ -194,7 +194,7 @@ func (s *Store) pruneIndex(ctx context.Context, index Index, report *RepairRepor
 				if s.pruneHook != nil {
 					s.pruneHook()
 				}
-				n, err := indexPruneScript.Run(ctx, s.rdb, []string{key}, gone...).Int()
+				n, err := zremUnchangedScript.Run(ctx, s.rdb, []string{key}, gone...).Int()
 				if err != nil {
 					return fmt.Errorf("swarm: pruning %s: %w", key, err)
 				}

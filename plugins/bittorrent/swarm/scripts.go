@@ -16,11 +16,11 @@ import (
 // Every script, loaded from lua/bittorrent with the shared prelude
 // prepended.
 var (
-	announceScript   = loadScript("announce.lua")
-	expireScript     = loadScript("expire.lua")
-	dueSettleScript  = loadScript("due_settle.lua")
-	userSetsScript   = loadScript("user_sets.lua")
-	indexPruneScript = loadScript("index_prune.lua")
+	announceScript      = loadScript("announce.lua")
+	expireScript        = loadScript("expire.lua")
+	dueSettleScript     = loadScript("due_settle.lua")
+	userSetsScript      = loadScript("user_sets.lua")
+	zremUnchangedScript = loadScript("zrem_unchanged.lua")
 )
 
 var prelude = luascript.Prelude(luabt.Files, "prelude.lua")

@@ -32,7 +32,6 @@ var (
 	userPurgeStartScript  = loadScript("user_purge_start.lua")
 	userPurgeRecordScript = loadScript("user_purge_record.lua")
 	userPurgeDropScript   = loadScript("user_purge_drop.lua")
-	removedForgetScript   = loadScript("removed_users_forget.lua")
 	passkeyDropScript     = loadScript("passkey_drop.lua")
 )
 
@@ -276,5 +275,5 @@ func (s *Store) ForgetRemovedUsers(ctx context.Context, pairs []any) (int, error
 	if len(pairs) == 0 {
 		return 0, nil
 	}
-	return removedForgetScript.Run(ctx, s.rdb, []string{RemovedUsersKey}, pairs...).Int()
+	return zremUnchangedScript.Run(ctx, s.rdb, []string{RemovedUsersKey}, pairs...).Int()
 }
