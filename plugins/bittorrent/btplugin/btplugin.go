@@ -735,10 +735,12 @@ func (t *Tracker) orphansTick(ctx context.Context) error {
 		return nil
 	}
 	r, err := cleaner.Tick(ctx)
-	if r.Removed() > 0 || r.Passes > 0 || err != nil {
+	if r.Removed() > 0 || r.Passes > 0 || r.PasskeysListed > 0 || r.PurgeKept > 0 || err != nil {
 		t.logger.Info("orphan cleanup step", "scanned", r.Scanned, "removed", r.Removed(), "torrents", r.Torrents,
 			"user_records", r.UserRecords, "peer_records", r.PeerRecords, "user_entries", r.UserEntries,
-			"registry", r.RegistryEntries, "score_revisions", r.ScoreRevisions, "passes_finished", r.Passes, "error", err)
+			"registry", r.RegistryEntries, "score_keys", r.ScoreKeys, "score_revisions", r.ScoreRevisions,
+			"ipm_keys", r.IPMetrics, "users_purged", r.UsersPurged, "purge_kept", r.PurgeKept,
+			"passkeys_listed", r.PasskeysListed, "stale_listings", r.StaleListings, "passes_finished", r.Passes, "error", err)
 	}
 	return err
 }
