@@ -16,7 +16,7 @@ import (
 
 const (
 	clusterNodeCount    = 3
-	clusterReadyTimeout = 20 * time.Second
+	clusterReadyTimeout = 90 * time.Second // 20 s was too short once under the whole suite's load
 	clusterPollPeriod   = 50 * time.Millisecond
 	clusterSlotCount    = 16384
 )

@@ -61,7 +61,7 @@ type Backend struct {
 const (
 	singleBackendName  = "single"
 	clusterBackendName = "cluster"
-	startTimeout       = time.Minute
+	startTimeout       = 3 * time.Minute // a loaded machine (the whole suite under -race) can take long
 )
 
 func clusterWanted() bool { return os.Getenv("HOARD_TEST_CLUSTER") != "0" }
@@ -98,7 +98,9 @@ func Start(ctx context.Context) (backends []Backend, stop func(), err error) {
 	stop = fleet.stop
 	defer func() {
 		if err != nil {
-			stop()
+			// fleet.stop, not stop: the failing return has set stop to
+			// nil already (calling it panicked and hid the error)
+			fleet.stop()
 			stop = nil
 			backends = nil
 		}

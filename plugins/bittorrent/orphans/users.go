@@ -150,7 +150,7 @@ func (c *Cleaner) purgeUser(ctx context.Context, user string, now, covered int64
 			return true, nil
 		}
 		if progress.Dropped == 0 {
-			return false, nil // a passkey was listed again: left for an operator (see user_purge_drop.lua)
+			return false, nil // finished or begun again by another caller: the next tick looks again
 		}
 	}
 	return false, nil

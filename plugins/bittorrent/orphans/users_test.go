@@ -225,3 +225,31 @@ func TestListingOfAPasskeyMappedAgainIsKept(t *testing.T) {
 		require.NoError(t, f.announce(t1, 1, "pkalice", 0, 0, bittorrent.EventStarted))
 	})
 }
+
+// TestPasskeyListedDuringThePurgeDoesNotStrandTheUser: a passkey mapped
+// and listed outside AddUser after the purge began (by hand) does not
+// leave the user half-purged: the purge finishes, and the user goes on
+// as a new one with that passkey; AddUser still works.
+func TestPasskeyListedDuringThePurgeDoesNotStrandTheUser(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, true)
+		ctx := context.Background()
+		t1 := privateTorrent(t, f, "one", "t1")
+		require.NoError(t, f.store.RemoveUser(ctx, "pkalice"))
+		f.clock.Advance(window + time.Second)
+		now := f.clock.Now().UnixMilli()
+		state, err := f.store.StartUserPurge(ctx, "alice", now, window.Milliseconds(), now-1)
+		require.NoError(t, err)
+		require.Equal(t, "purging", state.State)
+		require.NoError(t, b.Client.Set(ctx, swarm.PasskeyKey("pkhand"), "alice", 0).Err())
+		listed, err := f.store.ListPasskey(ctx, "alice", "pkhand", now)
+		require.NoError(t, err)
+		require.True(t, listed)
+
+		require.Equal(t, 1, f.pass().UsersPurged)
+		require.NotContains(t, f.torrentKeys(t1), swarm.UserTorrentKey(t1, "alice"))
+		require.Equal(t, []string{swarm.UserPasskeysKey("alice")}, f.userKeys("alice"), "only the listing of the passkey she has")
+		require.NoError(t, f.announce(t1, 1, "pkhand", 0, 0, bittorrent.EventStarted))
+		require.NoError(t, f.store.AddUser(ctx, "pkalice", "alice"))
+	})
+}

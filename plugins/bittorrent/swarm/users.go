@@ -229,7 +229,7 @@ func (s *Store) PurgeUserStep(ctx context.Context, userID string, purgeBefore in
 	for _, t := range torrents {
 		args = append(args, t)
 	}
-	keys := []string{UserGoneKey(userID), UserPasskeysKey(userID), UserTorrentsKey(userID), UserVersionsKey(userID),
+	keys := []string{UserGoneKey(userID), UserTorrentsKey(userID), UserVersionsKey(userID),
 		UserSetKey(userID, UserActive), UserSetKey(userID, UserComplete), UserSetKey(userID, UserIncomplete),
 		UserSetKey(userID, UserHnR), UserStatsKey(userID)}
 	reply, err := userPurgeDropScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
@@ -261,9 +261,7 @@ func (s *Store) finishPurge(ctx context.Context, userID string) error {
 			return nil
 		}
 		if progress.Dropped == 0 {
-			// another purge (begun again) owns it, or a listed passkey
-			// stops it: the caller looks again
-			return nil
+			return nil // finished by another caller meanwhile: the caller looks again
 		}
 	}
 	return errors.New("too many steps")
