@@ -58,16 +58,12 @@ func ParseHTTPAnnounceResponse(body []byte, r *HTTPAnnounceResponse, maxPeers in
 	}
 	p.i = 1
 	for {
-		if p.i >= len(p.b) {
-			return ErrReplyTruncated
-		}
-		if p.b[p.i] == 'e' {
-			p.i++
-			break
-		}
-		key, err := p.str()
+		key, done, err := p.dictKey()
 		if err != nil {
 			return err
+		}
+		if done {
+			break
 		}
 		switch string(key) {
 		case "failure reason":
@@ -103,6 +99,20 @@ type replyParser struct {
 	b        []byte
 	i        int
 	maxPeers int
+}
+
+// dictKey reads the next key of the dictionary being walked; done is
+// true, with its closing 'e' read, at its end. The caller reads the value.
+func (p *replyParser) dictKey() (key []byte, done bool, err error) {
+	if p.i >= len(p.b) {
+		return nil, false, ErrReplyTruncated
+	}
+	if p.b[p.i] == 'e' {
+		p.i++
+		return nil, true, nil
+	}
+	key, err = p.str()
+	return key, false, err
 }
 
 // str reads <len>:<bytes>.
@@ -231,16 +241,12 @@ func (p *replyParser) peers(r *HTTPAnnounceResponse, v6 bool) error {
 		var ip []byte
 		port, hasPort := int64(-1), false
 		for {
-			if p.i >= len(p.b) {
-				return ErrReplyTruncated
-			}
-			if p.b[p.i] == 'e' {
-				p.i++
-				break
-			}
-			key, err := p.str()
+			key, done, err := p.dictKey()
 			if err != nil {
 				return err
+			}
+			if done {
+				break
 			}
 			switch string(key) {
 			case "ip":
