@@ -203,18 +203,12 @@ func benchAnnounce(ctx context.Context, o announceBenchOptions) error {
 	defer os.RemoveAll(dir)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 
-	rs := localredis.New(localredis.Config{DataDir: filepath.Join(dir, "redis"), Logger: quiet})
-	if err := rs.Start(ctx); err != nil {
-		return err
-	}
-	defer rs.Stop()
-	// A separate client for INFO cpu, so it never waits behind the tracker's pool.
-	infoOpts, err := redis.ParseURL(rs.URL())
+	// Its client is for INFO cpu alone, so it never waits behind the tracker's pool.
+	rs, infoClient, stopRedis, err := startBenchRedis(ctx, dir, quiet)
 	if err != nil {
 		return err
 	}
-	infoClient := redis.NewClient(infoOpts)
-	defer infoClient.Close()
+	defer stopRedis()
 
 	hoard, stopHoard, err := startBenchTracker(ctx, "hoard", rs.URL(), o.pipelines, nil, quiet)
 	if err != nil {
@@ -763,4 +757,20 @@ func reportAnnounceProfile(ctx context.Context, path string, parts []string) {
 			fmt.Printf("(%v)\n", err)
 		}
 	}
+}
+
+// startBenchRedis starts a redis-server of its own under dir/redis (the
+// benchmark's temporary directory) and a client for it; stop undoes both.
+func startBenchRedis(ctx context.Context, dir string, logger *slog.Logger) (*localredis.Server, *redis.Client, func(), error) {
+	rs := localredis.New(localredis.Config{DataDir: filepath.Join(dir, "redis"), Logger: logger})
+	if err := rs.Start(ctx); err != nil {
+		return nil, nil, nil, err
+	}
+	opts, err := redis.ParseURL(rs.URL())
+	if err != nil {
+		_ = rs.Stop()
+		return nil, nil, nil, err
+	}
+	client := redis.NewClient(opts)
+	return rs, client, func() { _ = client.Close(); _ = rs.Stop() }, nil
 }

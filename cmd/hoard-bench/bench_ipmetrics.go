@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -18,7 +17,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
-	"github.com/hoardproject/hoard/internal/localredis"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
 	"github.com/hoardproject/hoard/plugins/bittorrent/ipmetrics"
 	"github.com/hoardproject/hoard/plugins/bittorrent/loadgen"
@@ -81,17 +79,11 @@ func benchIPMetrics(ctx context.Context, o ipmetricsBenchOptions) error {
 	}
 	defer os.RemoveAll(dir)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	rs := localredis.New(localredis.Config{DataDir: filepath.Join(dir, "redis"), Logger: quiet})
-	if err := rs.Start(ctx); err != nil {
-		return err
-	}
-	defer rs.Stop()
-	opts, err := redis.ParseURL(rs.URL())
+	rs, rdb, stopRedis, err := startBenchRedis(ctx, dir, quiet)
 	if err != nil {
 		return err
 	}
-	rdb := redis.NewClient(opts)
-	defer rdb.Close()
+	defer stopRedis()
 
 	var locator ipmetrics.Locator = ipmetrics.NoGeo{}
 	geo := o.geoipDB
