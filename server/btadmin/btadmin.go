@@ -84,7 +84,8 @@ const (
 // RegisterAdmin implements server.AdminExtension.
 func (b *Admin) RegisterAdmin(g *gin.RouterGroup, tools server.AdminTools) {
 	b.tools = tools
-	bt := g.Group("/bittorrent", b.requireStore)
+	bt := g.Group("/bittorrent", requirePart(func() bool { return b.Store != nil },
+		"bittorrent_off", "this hoard has no BitTorrent swarm store (btadmin.Admin.Store is not set)"))
 	bt.PUT("/torrents/:infohash", b.registerTorrent)
 	bt.DELETE("/torrents/:infohash", b.unregisterTorrent)
 	bt.GET("/torrents/:infohash", b.showTorrent)
@@ -98,30 +99,13 @@ func (b *Admin) RegisterAdmin(g *gin.RouterGroup, tools server.AdminTools) {
 	bt.GET("/top", b.top)
 	b.registerOutbox(g)
 	b.registerReaper(bt)
-	sc := bt.Group("", b.requireScorer)
+	sc := bt.Group("", requirePart(func() bool { return b.Scorer != nil },
+		"scoring_off", "this hoard has no scoring store (btadmin.Admin.Scorer is not set)"))
 	sc.GET("/torrents/:infohash/trackers", b.showTrackers)
 	sc.PUT("/torrents/:infohash/trackers", b.setTrackers)
 	sc.DELETE("/torrents/:infohash/trackers", b.clearTrackers)
 	sc.GET("/torrents/:infohash/score", b.showScore)
 	sc.GET("/scores/top", b.topScores)
-}
-
-func (b *Admin) requireScorer(c *gin.Context) {
-	if b.Scorer == nil {
-		_ = c.Error(server.NewHTTPError(http.StatusServiceUnavailable, "scoring_off", "this hoard has no scoring store (btadmin.Admin.Scorer is not set)"))
-		c.Abort()
-		return
-	}
-	c.Next()
-}
-
-func (b *Admin) requireStore(c *gin.Context) {
-	if b.Store == nil {
-		_ = c.Error(server.NewHTTPError(http.StatusServiceUnavailable, "bittorrent_off", "this hoard has no BitTorrent swarm store (btadmin.Admin.Store is not set)"))
-		c.Abort()
-		return
-	}
-	c.Next()
 }
 
 // swarmError turns the store's argument errors into 400 and 404 replies
@@ -639,4 +623,18 @@ func (b *Admin) topScores(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusOK, TopScoresReply{Torrents: top})
+}
+
+// requirePart refuses every call of a route group with 503 and the given
+// code and message while a part of the tracker is not configured
+// (present reports false at the time of the call).
+func requirePart(present func() bool, code, message string) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if !present() {
+			_ = c.Error(server.NewHTTPError(http.StatusServiceUnavailable, code, message))
+			c.Abort()
+			return
+		}
+		c.Next()
+	}
 }

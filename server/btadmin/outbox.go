@@ -53,21 +53,13 @@ type OutboxChangeReply struct {
 }
 
 func (b *Admin) registerOutbox(g *gin.RouterGroup) {
-	o := g.Group("/bittorrent/outbox", b.requireOutbox)
+	o := g.Group("/bittorrent/outbox", requirePart(func() bool { return b.Outbox != nil },
+		"outbox_off", "this hoard has no BitTorrent outbox (btadmin.Admin.Outbox is not set)"))
 	o.GET("/events", b.outboxEvents)
 	o.POST("/ack", b.outboxAck)
 	o.GET("/stats", b.outboxStats)
 	o.GET("/dead", b.outboxDead)
 	o.POST("/dead/retry", b.outboxRetry)
-}
-
-func (b *Admin) requireOutbox(c *gin.Context) {
-	if b.Outbox == nil {
-		_ = c.Error(server.NewHTTPError(http.StatusServiceUnavailable, "outbox_off", "this hoard has no BitTorrent outbox (btadmin.Admin.Outbox is not set)"))
-		c.Abort()
-		return
-	}
-	c.Next()
 }
 
 // outboxError turns the outbox's argument errors into 400 and 404

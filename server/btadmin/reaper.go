@@ -23,21 +23,12 @@ import (
 //	GET  /api/v1/bittorrent/reaper/torrents/:infohash   a torrent's reaper state and claims
 
 func (b *Admin) registerReaper(bt *gin.RouterGroup) {
-	r := bt.Group("/reaper", b.requireReaper)
+	r := bt.Group("/reaper", requirePart(func() bool { return b.Reaper != nil }, "reaper_off",
+		`the unseeded reaper is off: it needs --plugin bittorrent with --plugin-settings 'bittorrent={"mode":"private","reaper":{"enabled":true}}'`))
 	r.POST("/extend", b.reaperExtend)
 	r.GET("/preview", b.reaperPreview)
 	r.GET("/counts", b.reaperCounts)
 	r.GET("/torrents/:infohash", b.reaperTorrent)
-}
-
-func (b *Admin) requireReaper(c *gin.Context) {
-	if b.Reaper == nil {
-		_ = c.Error(server.NewHTTPError(http.StatusServiceUnavailable, "reaper_off",
-			`the unseeded reaper is off: it needs --plugin bittorrent with --plugin-settings 'bittorrent={"mode":"private","reaper":{"enabled":true}}'`))
-		c.Abort()
-		return
-	}
-	c.Next()
 }
 
 // reaperError turns the reaper's errors into 400, 404 and 409 replies.
