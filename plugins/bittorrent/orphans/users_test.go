@@ -32,6 +32,21 @@ func (f *fixture) requireUserGone(user string, hashes ...bittorrent.InfoHash) {
 	require.Zero(f.t, f.b.Client.ZScore(ctx, swarm.RemovedUsersKey, user).Val(), "its index entry")
 }
 
+// removeAndBeginPurge removes the user's passkey "pk"+user, lets a window
+// pass, and begins its purge as a cleaner would (a passkeys pass just
+// finished); it returns the time the purge began (ms).
+func (f *fixture) removeAndBeginPurge(user string) int64 {
+	f.t.Helper()
+	ctx := context.Background()
+	require.NoError(f.t, f.store.RemoveUser(ctx, "pk"+user))
+	f.clock.Advance(window + time.Second)
+	now := f.clock.Now().UnixMilli()
+	state, err := f.store.StartUserPurge(ctx, user, now, window.Milliseconds(), now-1)
+	require.NoError(f.t, err)
+	require.Equal(f.t, "purging", state.State)
+	return now
+}
+
 // requireUserKept: the user's records on the torrents and its sets are all
 // there.
 func (f *fixture) requireUserKept(user string, hashes map[string]bittorrent.InfoHash) {
@@ -141,12 +156,7 @@ func TestUserAddedAgainDuringItsPurgeStartsAfresh(t *testing.T) {
 		f := newFixture(t, b, true)
 		ctx := context.Background()
 		t1, t2 := privateTorrent(t, f, "one", "t1"), privateTorrent(t, f, "two", "t2")
-		require.NoError(t, f.store.RemoveUser(ctx, "pkalice"))
-		f.clock.Advance(window + time.Second)
-		now := f.clock.Now().UnixMilli()
-		state, err := f.store.StartUserPurge(ctx, "alice", now, window.Milliseconds(), now-1)
-		require.NoError(t, err)
-		require.Equal(t, "purging", state.State)
+		f.removeAndBeginPurge("alice")
 		f.requireUserKept("alice", map[string]bittorrent.InfoHash{"t1": t1, "t2": t2}) // begun, nothing deleted yet
 
 		require.NoError(t, f.store.AddUser(ctx, "pkalice", "alice"))
@@ -235,12 +245,7 @@ func TestPasskeyListedDuringThePurgeDoesNotStrandTheUser(t *testing.T) {
 		f := newFixture(t, b, true)
 		ctx := context.Background()
 		t1 := privateTorrent(t, f, "one", "t1")
-		require.NoError(t, f.store.RemoveUser(ctx, "pkalice"))
-		f.clock.Advance(window + time.Second)
-		now := f.clock.Now().UnixMilli()
-		state, err := f.store.StartUserPurge(ctx, "alice", now, window.Milliseconds(), now-1)
-		require.NoError(t, err)
-		require.Equal(t, "purging", state.State)
+		now := f.removeAndBeginPurge("alice")
 		require.NoError(t, b.Client.Set(ctx, swarm.PasskeyKey("pkhand"), "alice", 0).Err())
 		listed, err := f.store.ListPasskey(ctx, "alice", "pkhand", now)
 		require.NoError(t, err)
