@@ -8,7 +8,10 @@
 --     its count flushed into the entry (ZINCRBY); removed, the next deltas
 --     would build a wrong count until the next rewrite;
 --   - orphan cleanup's index of removed users (swarm.RemovedUsersKey): a
---     user removed again after the read has a newer removal time.
+--     user removed again after the read has a newer removal time; one
+--     whose removal stalled between its entry and its mark can keep the
+--     score read, so the caller looks again after the remove and puts
+--     back the users it finds marked (swarm.ForgetRemovedUsers).
 --
 -- KEYS[1] ZSET
 --

@@ -102,10 +102,15 @@
 //     longer than the window ago that no longer maps to the user is
 //     dropped (checkListing).
 //   - passkeys: SCAN over the passkeys; one mapped but missing from its
-//     user's listing is listed (user_list.lua). The start of its last
-//     finished pass is kept ("passkeys:covered" in PassesKey).
+//     user's listing is listed (user_list.lua), dated when the page read
+//     the mapping. The start of its last finished pass is kept
+//     ("passkeys:covered" in PassesKey).
 //   - removed: the index of removed users, those marked longer than the
-//     window ago; each is purged when it may be (below).
+//     window ago; each is purged when it may be (below). An entry whose
+//     user is live goes (compare-and-remove on its score); the users it
+//     dropped are looked at again and put back when marked meanwhile,
+//     and RemoveUser writes its entry both before and after its mark, so
+//     a mark is never left without an entry.
 //   - registry: HSCAN; entries whose record has no id (and is stale) go,
 //     and one that a registration raced is put back.
 //   - revs: HSCAN of each score index shard; revisions older than the

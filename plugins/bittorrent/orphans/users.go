@@ -25,7 +25,14 @@ const maxPurgeStepsPerUser = 4
 // listing every passkey found missing there (mapped before listings
 // existed, or a RemoveUser cut off between its steps), so that a user
 // with a passkey is never purged.
+//
+// A listing is dated when the page read the mapping, not when it is
+// written: a RemoveUser can unlist and unmap the passkey between the two,
+// and such a stale listing is dropped a window after its date
+// (checkListing). Dated by its writing, it would keep the removed user
+// up to a window longer than the removal's own window.
 func (c *Cleaner) passkeyPage(ctx context.Context, src source, cursor uint64, report *Report) (uint64, error) {
+	readAt := c.nowMillis()
 	keys, next, err := src.node.Scan(ctx, cursor, passkeyPattern, int64(c.cfg.Policy.ScanCount)).Result()
 	if err != nil {
 		return 0, err
@@ -61,12 +68,11 @@ func (c *Cleaner) passkeyPage(ctx context.Context, src source, cursor uint64, re
 	if _, err := pipe.Exec(ctx); err != nil {
 		return 0, err
 	}
-	now := c.nowMillis()
 	for i, m := range found {
 		if listed[i].Val() {
 			continue
 		}
-		added, err := c.store.ListPasskey(ctx, m.user, m.passkey, now)
+		added, err := c.store.ListPasskey(ctx, m.user, m.passkey, readAt)
 		if err != nil {
 			return 0, err
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/orphans"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )
 
@@ -134,7 +135,7 @@ func TestUserPurgeRacesRemovalsReAddsAndAnnounces(t *testing.T) {
 						deadline := time.Now().Add(30 * time.Second)
 						for b.Client.Exists(ctx, swarm.UserGoneKey(user)).Val() == 1 || records(user) > 0 {
 							if time.Now().After(deadline) {
-								report(fmt.Errorf("%s was not purged within 30 s", user))
+								report(fmt.Errorf("%s was not purged within 30 s: %s", user, f.userState(user, hashes)))
 								return
 							}
 							time.Sleep(time.Millisecond)
@@ -167,4 +168,18 @@ func TestUserPurgeRacesRemovalsReAddsAndAnnounces(t *testing.T) {
 			f.requireUserGone("racer"+strconv.Itoa(u), hashes...)
 		}
 	})
+}
+
+// userState describes where a user's purge stands, for a failure.
+func (f *fixture) userState(user string, hashes []bittorrent.InfoHash) string {
+	ctx := context.Background()
+	c := f.b.Client
+	var records []string
+	for _, hash := range hashes {
+		records = append(records, fmt.Sprint(c.HGetAll(ctx, swarm.UserTorrentKey(hash, user)).Val()))
+	}
+	return fmt.Sprintf("now %d; gone %v; listing %v; index %v; passes %v; keys %v; torrents %v; records %v",
+		f.clock.Now().UnixMilli(), c.HGetAll(ctx, swarm.UserGoneKey(user)).Val(), c.HGetAll(ctx, swarm.UserPasskeysKey(user)).Val(),
+		c.ZScore(ctx, swarm.RemovedUsersKey, user).Val(), c.HGetAll(ctx, orphans.PassesKey).Val(), f.userKeys(user),
+		c.HGetAll(ctx, swarm.UserTorrentsKey(user)).Val(), records)
 }

@@ -3,13 +3,18 @@ package orphans_test
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/internal/redisurl"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/orphans"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )
 
@@ -257,4 +262,179 @@ func TestPasskeyListedDuringThePurgeDoesNotStrandTheUser(t *testing.T) {
 		require.NoError(t, f.announce(t1, 1, "pkhand", 0, 0, bittorrent.EventStarted))
 		require.NoError(t, f.store.AddUser(ctx, "pkalice", "alice"))
 	})
+}
+
+// TestPasskeysWalkRacingARemovalKeepsTheRemovalBound: the passkeys walk
+// reads a passkey mapped, RemoveUser then unlists and unmaps it, a window
+// passes, and the walk, finding it unlisted, lists it. That listing is
+// dated when the walk read the mapping, so it is stale at once and the
+// user is purged within the removal's own window (two more passes: one
+// drops the listing, the next is a passkeys pass begun after the
+// removal). Dated when written, it would hold the user a window longer.
+func TestPasskeysWalkRacingARemovalKeepsTheRemovalBound(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, true)
+		ctx := context.Background()
+		t1 := privateTorrent(t, f, "one", "t1")
+
+		// The walk's client runs the removal, and a window, right after
+		// its read of pkalice's mapping.
+		var raced atomic.Bool
+		walker := f.newCleanerOn(f.hookedClient(afterCommand(func(cmd redis.Cmder) {
+			if cmd.Name() == "get" && len(cmd.Args()) == 2 && cmd.Args()[1] == swarm.PasskeyKey("pkalice") &&
+				raced.CompareAndSwap(false, true) {
+				require.NoError(t, f.store.RemoveUser(ctx, "pkalice"))
+				f.clock.Advance(window + time.Second)
+			}
+		})))
+		r, err := walker.Pass(ctx)
+		require.NoError(t, err)
+		require.True(t, raced.Load(), "the walk read pkalice's mapping")
+		require.Equal(t, 1, r.PasskeysListed, "the walk listed the passkey it read mapped")
+
+		r = f.pass()
+		require.Equal(t, 1, r.StaleListings, "the listing is dated when the mapping was read, a window ago")
+		require.Equal(t, 1, f.pass().UsersPurged+r.UsersPurged)
+		f.requireUserGone("alice", t1)
+	})
+}
+
+// TestRemovalStalledAcrossACleanupPassIsStillPurged: RemoveUser writes
+// alice's index entry, then stalls for a window, and a whole cleanup pass
+// runs in between: the walk finds her live (her passkey still listed) and
+// drops the entry. The removal writes the entry again after its mark, so
+// she is purged all the same.
+func TestRemovalStalledAcrossACleanupPassIsStillPurged(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, true)
+		ctx := context.Background()
+		t1 := privateTorrent(t, f, "one", "t1")
+
+		var stalled atomic.Bool
+		remover := f.hookedStore(afterCommand(func(cmd redis.Cmder) {
+			if writesRemovedEntry(cmd, "alice") && stalled.CompareAndSwap(false, true) {
+				f.clock.Advance(window + time.Second)
+				require.Zero(t, f.pass().UsersPurged, "alice is still listed")
+				require.Zero(t, b.Client.ZScore(ctx, swarm.RemovedUsersKey, "alice").Val(), "the walk dropped her entry")
+			}
+		}))
+		require.NoError(t, remover.RemoveUser(ctx, "pkalice"))
+		require.True(t, stalled.Load())
+		require.NotZero(t, b.Client.ZScore(ctx, swarm.RemovedUsersKey, "alice").Val(), "alice is indexed as removed")
+
+		require.Equal(t, 1, f.pass().UsersPurged, "removed a window ago, and a passkeys pass began since")
+		f.requireUserGone("alice", t1)
+	})
+}
+
+// TestRemovalBetweenTheWalksLookAndItsDropIsStillPurged: RemoveUser writes
+// alice's index entry and stalls for a window; the removed walk reads the
+// entry and finds her live; the removal then goes on (mark, entry again,
+// with the score the walk read); then the walk drops the entry, its score
+// unchanged. The walk looks again at the users it dropped and puts back
+// the one now marked, so she is purged all the same.
+func TestRemovalBetweenTheWalksLookAndItsDropIsStillPurged(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, true)
+		ctx := context.Background()
+		t1 := privateTorrent(t, f, "one", "t1")
+
+		atEntry, resume, removed := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+		var stalled, looked atomic.Bool
+		remover := f.hookedStore(afterCommand(func(cmd redis.Cmder) {
+			if writesRemovedEntry(cmd, "alice") && stalled.CompareAndSwap(false, true) {
+				close(atEntry)
+				<-resume
+			}
+		}))
+		go func() { removed <- remover.RemoveUser(ctx, "pkalice") }()
+		<-atEntry
+		f.clock.Advance(window + time.Second)
+		walker := f.newCleanerOn(f.hookedClient(afterCommand(func(cmd redis.Cmder) {
+			if purgeStartReply(cmd, "alice") == "live" && looked.CompareAndSwap(false, true) {
+				close(resume)
+				require.NoError(t, <-removed)
+			}
+		})))
+		r, err := walker.Pass(ctx)
+		require.NoError(t, err)
+		require.True(t, looked.Load(), "the walk found alice live")
+		require.Zero(t, r.UsersPurged)
+		require.NotZero(t, b.Client.ZScore(ctx, swarm.RemovedUsersKey, "alice").Val(), "alice is indexed as removed")
+
+		require.Equal(t, 1, f.pass().UsersPurged, "removed a window ago, and a passkeys pass began since")
+		f.requireUserGone("alice", t1)
+	})
+}
+
+// hookedClient dials the fixture's backend anew, with hook on the client.
+func (f *fixture) hookedClient(hook redis.Hook) redis.UniversalClient {
+	f.t.Helper()
+	client, err := redisurl.Dial(f.b.URL)
+	require.NoError(f.t, err)
+	f.t.Cleanup(func() { _ = client.Close() })
+	client.AddHook(hook)
+	return client
+}
+
+// hookedStore is a second frontend's swarm store (never started) whose
+// client runs hook.
+func (f *fixture) hookedStore(hook redis.Hook) *swarm.Store {
+	f.t.Helper()
+	store, err := swarm.New(f.hookedClient(hook), f.store.Config())
+	require.NoError(f.t, err)
+	return store
+}
+
+// newCleanerOn is a cleaner like the fixture's, on another client.
+func (f *fixture) newCleanerOn(client redis.UniversalClient) *orphans.Cleaner {
+	f.t.Helper()
+	c, err := orphans.New(client, orphans.Config{Store: f.store.Config(),
+		Policy: orphans.Policy{Window: window, ScanCount: 100, MaxKeysPerTick: 1000}, Now: f.clock.Now, Logger: quietLogger})
+	require.NoError(f.t, err)
+	return c
+}
+
+// writesRemovedEntry: cmd put user in the index of removed users.
+func writesRemovedEntry(cmd redis.Cmder, user string) bool {
+	args := cmd.Args()
+	return cmd.Err() == nil && cmd.Name() == "zadd" && len(args) >= 4 &&
+		args[1] == swarm.RemovedUsersKey && args[len(args)-1] == user
+}
+
+// purgeStartReply is the state user_purge_start.lua replied for user
+// ("live", "waiting", "purging"), or "" when cmd is another command.
+func purgeStartReply(cmd redis.Cmder, user string) string {
+	c, ok := cmd.(*redis.Cmd)
+	if !ok || c.Err() != nil || (c.Name() != "evalsha" && c.Name() != "eval") {
+		return ""
+	}
+	reply, ok := c.Val().([]any)
+	if !ok || len(reply) != 3 || !slices.Contains(c.Args(), any(swarm.UserGoneKey(user))) {
+		return ""
+	}
+	state, _ := reply[0].(string)
+	return state
+}
+
+// afterCommand is a go-redis hook that calls fn with each command once it
+// has run, alone or in a pipeline.
+type afterCommand func(cmd redis.Cmder)
+
+func (afterCommand) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (fn afterCommand) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		fn(cmd)
+		return err
+	}
+}
+func (fn afterCommand) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			fn(cmd)
+		}
+		return err
+	}
 }

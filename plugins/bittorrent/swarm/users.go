@@ -113,13 +113,19 @@ func (s *Store) RemoveUser(ctx context.Context, passkey string) error {
 // unlist takes a passkey off a user's listing, marking the user removed
 // when none is left. The index of removed users is written first: it is
 // a hint, and an entry for a user that turns out live is dropped by the
-// walk, while a mark without an entry would never be found.
+// walk, while a mark without an entry would never be found. It is written
+// again after the mark: the walk may have found the user live just before
+// the mark and dropped the first entry (see ForgetRemovedUsers).
 func (s *Store) unlist(ctx context.Context, userID, passkey string) error {
 	now := s.nowMillis()
 	if err := s.rdb.ZAdd(ctx, RemovedUsersKey, redis.Z{Score: float64(now), Member: userID}).Err(); err != nil {
 		return err
 	}
-	return userRemoveScript.Run(ctx, s.rdb, userListKeys(userID), passkey, now, "").Err()
+	removedAt, err := userRemoveScript.Run(ctx, s.rdb, userListKeys(userID), passkey, now, "").Int64()
+	if err != nil || removedAt <= 0 {
+		return err
+	}
+	return s.rdb.ZAdd(ctx, RemovedUsersKey, redis.Z{Score: float64(removedAt), Member: userID}).Err()
 }
 
 // UnlistStale drops a listed passkey that no longer maps to the user
@@ -134,8 +140,10 @@ func (s *Store) UnlistStale(ctx context.Context, userID, passkey, listedAt strin
 	if err != nil {
 		return false, err
 	}
-	if removedAt > 0 && removedAt < now {
-		// the user lost its last mapped passkey back then
+	if removedAt > 0 {
+		// again after the mark, as unlist does; the score is the removal
+		// time, which is earlier than now when the user lost its last
+		// mapped passkey before the stale listing was written
 		if err := s.rdb.ZAdd(ctx, RemovedUsersKey, redis.Z{Score: float64(removedAt), Member: userID}).Err(); err != nil {
 			return false, err
 		}
@@ -268,10 +276,59 @@ func (s *Store) finishPurge(ctx context.Context, userID string) error {
 }
 
 // ForgetRemovedUsers drops users from the index of removed users whose
-// score is still the one read (pairs of user id and score).
+// score is still the one read (pairs of user id and score), after the
+// caller found them live or purged.
+//
+// A user found live can be marked removed just after: RemoveUser writes
+// the entry, then the mark (unlist), and the caller may have looked in
+// between. When that entry is old enough to be read (the removal stalled
+// for a window between its steps, or a test's clock jumped), its score is
+// the one read, and the drop would leave a mark that nothing finds. So
+// each user dropped is looked at again, and put back when it is marked
+// with nothing listed: either this look comes after the mark, or the
+// drop came before RemoveUser writes the entry a second time.
 func (s *Store) ForgetRemovedUsers(ctx context.Context, pairs []any) (int, error) {
 	if len(pairs) == 0 {
 		return 0, nil
 	}
-	return zremUnchangedScript.Run(ctx, s.rdb, []string{RemovedUsersKey}, pairs...).Int()
+	n, err := zremUnchangedScript.Run(ctx, s.rdb, []string{RemovedUsersKey}, pairs...).Int()
+	if err != nil || n == 0 {
+		return n, err
+	}
+	type look struct {
+		user    string
+		listed  *redis.IntCmd
+		removed *redis.StringCmd
+	}
+	looks := make([]look, 0, len(pairs)/2)
+	// The listing is read before the mark (one node keeps a pipeline's
+	// order): a look after RemoveUser's second entry write sees both.
+	pipe := s.rdb.Pipeline()
+	for i := 0; i < len(pairs); i += 2 {
+		user, _ := pairs[i].(string)
+		if !validName(user) {
+			continue
+		}
+		looks = append(looks, look{user, pipe.HLen(ctx, UserPasskeysKey(user)), pipe.HGet(ctx, UserGoneKey(user), "removed_at")})
+	}
+	if len(looks) == 0 {
+		return n, nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return n, err
+	}
+	var back []redis.Z
+	for _, l := range looks {
+		removedAt, err := l.removed.Int64()
+		if err == nil && removedAt > 0 && l.listed.Val() == 0 {
+			back = append(back, redis.Z{Score: float64(removedAt), Member: l.user})
+		}
+	}
+	if len(back) == 0 {
+		return n, nil
+	}
+	// NX: an entry RemoveUser wrote again meanwhile is the same or newer.
+	// A caller paging by offset may skip an entry this pass for each put
+	// back (rare); the next pass reads it.
+	return n, s.rdb.ZAddNX(ctx, RemovedUsersKey, back...).Err()
 }
