@@ -178,7 +178,9 @@ func (s *Scorer) announceAll(ctx context.Context, hash bittorrent.InfoHash, roun
 		for j, ip := range ips {
 			pending[j] = redis.Z{Score: float64(round), Member: ip}
 		}
-		pipe := s.rdb.Pipeline()
+		// MULTI (one key, one slot): a worker killed between the two
+		// would leave the staged IPs without their TTL.
+		pipe := s.rdb.TxPipeline()
 		pipe.ZAdd(ctx, PendingKey(hash, id), pending...)
 		pipe.PExpire(ctx, PendingKey(hash, id), pendingTTL)
 		if _, err := pipe.Exec(ctx); err != nil {
