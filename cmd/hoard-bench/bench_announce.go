@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,7 +16,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -29,6 +27,7 @@ import (
 	"github.com/hoardproject/hoard/plugins/bittorrent/btplugin"
 	"github.com/hoardproject/hoard/plugins/bittorrent/ipmetrics"
 	"github.com/hoardproject/hoard/plugins/bittorrent/loadgen"
+	"github.com/hoardproject/hoard/plugins/bittorrent/opentracker"
 )
 
 // The announce benchmark: the same announce load against hoard's
@@ -531,114 +530,15 @@ func findOpentracker(name string) (string, error) {
 
 // startOpentracker runs opentracker on 127.0.0.1 (TCP and UDP on one
 // free port), chrooted to dir with the load's info-hashes as its
-// whitelist (Debian builds it in whitelist mode). The returned stop kills
-// it and waits.
+// whitelist. The returned stop stops it and waits.
 func startOpentracker(ctx context.Context, binary, dir string, o announceBenchOptions) (*announceTarget, func(), error) {
-	// opentracker chroots here and drops to nobody: the directory and the
-	// whitelist must be readable by nobody.
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, nil, err
-	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return nil, nil, err
-	}
-	var wl bytes.Buffer
-	if err := loadgen.WriteWhitelist(&wl, loadgen.InfoHashes(o.seed, o.torrents)); err != nil {
-		return nil, nil, err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "wl.txt"), wl.Bytes(), 0o644); err != nil {
-		return nil, nil, err
-	}
-	port, err := freeLoopbackPortTCPAndUDP()
+	p, err := opentracker.Start(ctx, binary, dir, loadgen.InfoHashes(o.seed, o.torrents))
 	if err != nil {
 		return nil, nil, err
 	}
-	portText := strconv.Itoa(port)
-	// -w is read after the chroot, so it is relative to -d.
-	cmd := exec.Command(binary, "-i", "127.0.0.1", "-p", portText, "-P", portText, "-u", "nobody", "-d", dir, "-w", "/wl.txt")
-	var output lockedTail
-	cmd.Stdout, cmd.Stderr = &output, &output
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, nil, fmt.Errorf("opentracker: %w", err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	var stopOnce sync.Once
-	stop := func() {
-		stopOnce.Do(func() {
-			_ = cmd.Process.Signal(os.Interrupt) // its systemd unit stops it with SIGINT
-			select {
-			case <-exited:
-			case <-time.After(3 * time.Second):
-				_ = cmd.Process.Kill()
-				<-exited
-			}
-		})
-	}
-	addr := net.JoinHostPort("127.0.0.1", portText)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		if err == nil {
-			_ = conn.Close()
-			break
-		}
-		select {
-		case <-exited:
-			return nil, nil, fmt.Errorf("opentracker exited before listening on %s: %s", addr, output.String())
-		case <-ctx.Done():
-			stop()
-			return nil, nil, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			stop()
-			return nil, nil, fmt.Errorf("opentracker is not listening on %s after 10s: %s", addr, output.String())
-		}
-	}
-	pid := cmd.Process.Pid
-	t := &announceTarget{name: "opentracker", http: addr, udp: addr,
-		processCPU: func() (time.Duration, error) { return processCPU(pid) }}
-	return t, stop, nil
-}
-
-// freeLoopbackPortTCPAndUDP is a port free for both TCP and UDP on
-// 127.0.0.1 a moment ago.
-func freeLoopbackPortTCPAndUDP() (int, error) {
-	for range 20 {
-		port, err := localredis.FreeLoopbackPort()
-		if err != nil {
-			return 0, err
-		}
-		udp, err := net.ListenPacket("udp4", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		if err == nil {
-			_ = udp.Close()
-			return port, nil
-		}
-	}
-	return 0, errors.New("no loopback port free for both TCP and UDP")
-}
-
-// lockedTail keeps the first few KB a child prints, for error messages.
-type lockedTail struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lockedTail) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if room := 4096 - l.buf.Len(); room > 0 {
-		l.buf.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
-}
-
-func (l *lockedTail) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.TrimSpace(l.buf.String())
+	t := &announceTarget{name: "opentracker", http: p.Addr(), udp: p.Addr(),
+		processCPU: func() (time.Duration, error) { return processCPU(p.Pid) }}
+	return t, p.Stop, nil
 }
 
 // selfCPU is this process's user+system CPU time.

@@ -16,7 +16,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -143,7 +142,7 @@ var ErrNotLoopback = errors.New("loadgen: target must be a loopback address")
 
 // InfoHashes returns the n info-hashes a run with this seed announces:
 // SHA-1 of "hoard-loadgen", the seed and the index. Give the same list to
-// a whitelisting tracker (see WriteWhitelist).
+// a whitelisting tracker (opentracker.Start does).
 func InfoHashes(seed uint64, n int) [][20]byte {
 	out := make([][20]byte, n)
 	var msg [13 + 16]byte
@@ -154,20 +153,6 @@ func InfoHashes(seed uint64, n int) [][20]byte {
 		out[i] = sha1.Sum(msg[:])
 	}
 	return out
-}
-
-// WriteWhitelist writes hashes one per line in lowercase hex, the format
-// of opentracker's -w/access.whitelist file.
-func WriteWhitelist(w io.Writer, hashes [][20]byte) error {
-	line := make([]byte, 41)
-	line[40] = '\n'
-	for _, h := range hashes {
-		hex.Encode(line, h[:])
-		if _, err := w.Write(line); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 func (c *Config) withDefaults() (Config, error) {

@@ -2,9 +2,7 @@ package loadgen
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
@@ -193,7 +191,7 @@ func TestRunLocalhost(t *testing.T) {
 	require.Equal(t, int64(5), res.Announces, res.String())
 }
 
-func TestInfoHashesAndWhitelist(t *testing.T) {
+func TestInfoHashes(t *testing.T) {
 	a := InfoHashes(1, 1000)
 	require.Equal(t, a, InfoHashes(1, 1000), "deterministic")
 	require.Equal(t, a[:10], InfoHashes(1, 10), "a prefix of a longer run")
@@ -204,13 +202,6 @@ func TestInfoHashesAndWhitelist(t *testing.T) {
 	}
 	require.Len(t, unique, 1000)
 
-	var buf bytes.Buffer
-	require.NoError(t, WriteWhitelist(&buf, a[:3]))
-	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
-	require.Len(t, lines, 3)
-	for i, line := range lines {
-		require.Equal(t, hex.EncodeToString(a[i][:]), line)
-	}
 }
 
 // TestHTTPClientResponseShapes checks the minimal HTTP client against
