@@ -21,6 +21,15 @@ var (
 	dueSettleScript     = loadScript("due_settle.lua")
 	userSetsScript      = loadScript("user_sets.lua")
 	zremUnchangedScript = loadScript("zrem_unchanged.lua")
+
+	// a user's passkeys and its purge (users.go)
+	userAddScript         = loadScript("user_add.lua")
+	userRemoveScript      = loadScript("user_remove.lua")
+	userListScript        = loadScript("user_list.lua")
+	userPurgeStartScript  = loadScript("user_purge_start.lua")
+	userPurgeRecordScript = loadScript("user_purge_record.lua")
+	userPurgeDropScript   = loadScript("user_purge_drop.lua")
+	passkeyDropScript     = loadScript("passkey_drop.lua")
 )
 
 var prelude = luascript.Prelude(luabt.Files, "prelude.lua")

@@ -25,16 +25,6 @@ import (
 // purge begins only after a whole pass of that walk that began after the
 // removal.
 
-var (
-	userAddScript         = loadScript("user_add.lua")
-	userRemoveScript      = loadScript("user_remove.lua")
-	userListScript        = loadScript("user_list.lua")
-	userPurgeStartScript  = loadScript("user_purge_start.lua")
-	userPurgeRecordScript = loadScript("user_purge_record.lua")
-	userPurgeDropScript   = loadScript("user_purge_drop.lua")
-	passkeyDropScript     = loadScript("passkey_drop.lua")
-)
-
 // purgeChunk is how many of a user's torrents one purge step handles.
 const purgeChunk = 500
 
