@@ -55,7 +55,7 @@ func newFixture(t *testing.T, b redistest.Backend, private bool) *fixture {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Stop() })
 	f := &fixture{t: t, b: b, store: store, clock: clock}
-	f.cleaner = f.newCleaner(orphans.Policy{Window: window, ScanCount: 100, MaxKeysPerTick: 1000})
+	f.cleaner = f.newCleaner(fixturePolicy)
 	if private {
 		ctx := context.Background()
 		require.NoError(t, store.AddClient(ctx, "-TR", "Transmission"))
@@ -66,9 +66,18 @@ func newFixture(t *testing.T, b redistest.Backend, private bool) *fixture {
 	return f
 }
 
+// fixturePolicy is the fixture's cleaner's.
+var fixturePolicy = orphans.Policy{Window: window, ScanCount: 100, MaxKeysPerTick: 1000}
+
 func (f *fixture) newCleaner(p orphans.Policy) *orphans.Cleaner {
 	f.t.Helper()
-	c, err := orphans.New(f.b.Client, orphans.Config{Store: f.store.Config(), Policy: p, Now: f.clock.Now, Logger: quietLogger})
+	return f.newCleanerOn(f.b.Client, p)
+}
+
+// newCleanerOn is a cleaner of this fixture's store and clock on client.
+func (f *fixture) newCleanerOn(client redis.UniversalClient, p orphans.Policy) *orphans.Cleaner {
+	f.t.Helper()
+	c, err := orphans.New(client, orphans.Config{Store: f.store.Config(), Policy: p, Now: f.clock.Now, Logger: quietLogger})
 	require.NoError(f.t, err)
 	return c
 }

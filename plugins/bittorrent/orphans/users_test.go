@@ -14,7 +14,6 @@ import (
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/internal/redisurl"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
-	"github.com/hoardproject/hoard/plugins/bittorrent/orphans"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )
 
@@ -279,14 +278,14 @@ func TestPasskeysWalkRacingARemovalKeepsTheRemovalBound(t *testing.T) {
 
 		// The walk's client runs the removal, and a window, right after
 		// its read of pkalice's mapping.
-		var raced atomic.Bool
-		walker := f.newCleanerOn(f.hookedClient(afterCommand(func(cmd redis.Cmder) {
-			if cmd.Name() == "get" && len(cmd.Args()) == 2 && cmd.Args()[1] == swarm.PasskeyKey("pkalice") &&
-				raced.CompareAndSwap(false, true) {
-				require.NoError(t, f.store.RemoveUser(ctx, "pkalice"))
-				f.clock.Advance(window + time.Second)
-			}
-		})))
+		readsMapping := func(cmd redis.Cmder) bool {
+			return cmd.Name() == "get" && len(cmd.Args()) == 2 && cmd.Args()[1] == swarm.PasskeyKey("pkalice")
+		}
+		hook, raced := onceAfter(readsMapping, func() {
+			require.NoError(t, f.store.RemoveUser(ctx, "pkalice"))
+			f.clock.Advance(window + time.Second)
+		})
+		walker := f.newCleanerOn(f.hookedClient(hook), fixturePolicy)
 		r, err := walker.Pass(ctx)
 		require.NoError(t, err)
 		require.True(t, raced.Load(), "the walk read pkalice's mapping")
@@ -310,14 +309,12 @@ func TestRemovalStalledAcrossACleanupPassIsStillPurged(t *testing.T) {
 		ctx := context.Background()
 		t1 := privateTorrent(t, f, "one", "t1")
 
-		var stalled atomic.Bool
-		remover := f.hookedStore(afterCommand(func(cmd redis.Cmder) {
-			if writesRemovedEntry(cmd, "alice") && stalled.CompareAndSwap(false, true) {
-				f.clock.Advance(window + time.Second)
-				require.Zero(t, f.pass().UsersPurged, "alice is still listed")
-				require.Zero(t, b.Client.ZScore(ctx, swarm.RemovedUsersKey, "alice").Val(), "the walk dropped her entry")
-			}
-		}))
+		hook, stalled := onceAfter(writesRemovedEntry("alice"), func() {
+			f.clock.Advance(window + time.Second)
+			require.Zero(t, f.pass().UsersPurged, "alice is still listed")
+			require.Zero(t, b.Client.ZScore(ctx, swarm.RemovedUsersKey, "alice").Val(), "the walk dropped her entry")
+		})
+		remover := f.hookedStore(hook)
 		require.NoError(t, remover.RemoveUser(ctx, "pkalice"))
 		require.True(t, stalled.Load())
 		require.NotZero(t, b.Client.ZScore(ctx, swarm.RemovedUsersKey, "alice").Val(), "alice is indexed as removed")
@@ -340,22 +337,20 @@ func TestRemovalBetweenTheWalksLookAndItsDropIsStillPurged(t *testing.T) {
 		t1 := privateTorrent(t, f, "one", "t1")
 
 		atEntry, resume, removed := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-		var stalled, looked atomic.Bool
-		remover := f.hookedStore(afterCommand(func(cmd redis.Cmder) {
-			if writesRemovedEntry(cmd, "alice") && stalled.CompareAndSwap(false, true) {
-				close(atEntry)
-				<-resume
-			}
-		}))
+		stall, _ := onceAfter(writesRemovedEntry("alice"), func() {
+			close(atEntry)
+			<-resume
+		})
+		remover := f.hookedStore(stall)
 		go func() { removed <- remover.RemoveUser(ctx, "pkalice") }()
 		<-atEntry
 		f.clock.Advance(window + time.Second)
-		walker := f.newCleanerOn(f.hookedClient(afterCommand(func(cmd redis.Cmder) {
-			if purgeStartReply(cmd, "alice") == "live" && looked.CompareAndSwap(false, true) {
-				close(resume)
-				require.NoError(t, <-removed)
-			}
-		})))
+		foundLive := func(cmd redis.Cmder) bool { return purgeStartReply(cmd, "alice") == "live" }
+		hook, looked := onceAfter(foundLive, func() {
+			close(resume)
+			require.NoError(t, <-removed)
+		})
+		walker := f.newCleanerOn(f.hookedClient(hook), fixturePolicy)
 		r, err := walker.Pass(ctx)
 		require.NoError(t, err)
 		require.True(t, looked.Load(), "the walk found alice live")
@@ -386,20 +381,14 @@ func (f *fixture) hookedStore(hook redis.Hook) *swarm.Store {
 	return store
 }
 
-// newCleanerOn is a cleaner like the fixture's, on another client.
-func (f *fixture) newCleanerOn(client redis.UniversalClient) *orphans.Cleaner {
-	f.t.Helper()
-	c, err := orphans.New(client, orphans.Config{Store: f.store.Config(),
-		Policy: orphans.Policy{Window: window, ScanCount: 100, MaxKeysPerTick: 1000}, Now: f.clock.Now, Logger: quietLogger})
-	require.NoError(f.t, err)
-	return c
-}
-
-// writesRemovedEntry: cmd put user in the index of removed users.
-func writesRemovedEntry(cmd redis.Cmder, user string) bool {
-	args := cmd.Args()
-	return cmd.Err() == nil && cmd.Name() == "zadd" && len(args) >= 4 &&
-		args[1] == swarm.RemovedUsersKey && args[len(args)-1] == user
+// writesRemovedEntry matches a command that put user in the index of
+// removed users.
+func writesRemovedEntry(user string) func(redis.Cmder) bool {
+	return func(cmd redis.Cmder) bool {
+		args := cmd.Args()
+		return cmd.Err() == nil && cmd.Name() == "zadd" && len(args) >= 4 &&
+			args[1] == swarm.RemovedUsersKey && args[len(args)-1] == user
+	}
 }
 
 // purgeStartReply is the state user_purge_start.lua replied for user
@@ -415,6 +404,18 @@ func purgeStartReply(cmd redis.Cmder, user string) string {
 	}
 	state, _ := reply[0].(string)
 	return state
+}
+
+// onceAfter is a go-redis hook that runs fn right after the first
+// command that matches has run (alone or in a pipeline), in the caller's
+// goroutine: the command's caller waits for fn. ran reports whether it did.
+func onceAfter(match func(redis.Cmder) bool, fn func()) (hook redis.Hook, ran *atomic.Bool) {
+	ran = new(atomic.Bool)
+	return afterCommand(func(cmd redis.Cmder) {
+		if match(cmd) && ran.CompareAndSwap(false, true) {
+			fn()
+		}
+	}), ran
 }
 
 // afterCommand is a go-redis hook that calls fn with each command once it
