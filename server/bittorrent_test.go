@@ -231,7 +231,8 @@ func TestBitTorrentAdminSiteFlow(t *testing.T) {
 		require.Equal(t, map[string]any{"passkey": "abcd…", "user_id": "7"}, decode(t, r.body))
 		r = f.call(http.MethodPut, "/users/"+leecherKey, `{"user_id":"8"}`)
 		require.Equal(t, http.StatusOK, r.status, r.body)
-		requireError(t, f.call(http.MethodPut, "/users/bad.key", `{"user_id":"7"}`), http.StatusBadRequest, "passkey: want 1-64 characters")
+		requireError(t, f.call(http.MethodPut, "/users/bad.key", `{"user_id":"7"}`), http.StatusBadRequest, "passkey: want 32-64 characters")
+		requireError(t, f.call(http.MethodPut, "/users/"+seederKey[:31], `{"user_id":"7"}`), http.StatusBadRequest, "passkey: want 32-64 characters")
 		requireError(t, f.call(http.MethodPut, "/users/"+seederKey, `{"user_id":"x{y}"}`), http.StatusBadRequest, `user id "x{y}"`)
 		requireError(t, f.call(http.MethodPut, "/users/"+seederKey, `{"name":"7"}`), http.StatusBadRequest, "needs the site's user id")
 

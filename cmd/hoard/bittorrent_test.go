@@ -117,7 +117,7 @@ func TestCLIBitTorrent(t *testing.T) {
 		_, err = runCLI(t, ts.URL, "bt", "user", "add", "pass/key", "--user-id", "7")
 		require.ErrorContains(t, err, "a passkey may not contain '/'")
 		_, err = runCLI(t, ts.URL, "bt", "user", "add", "pass.key", "--user-id", "7")
-		require.ErrorContains(t, err, "passkey: want 1-64 characters of A-Z a-z 0-9 _ - (HTTP 400)")
+		require.ErrorContains(t, err, "passkey: want 32-64 characters of A-Z a-z 0-9 _ - (HTTP 400)")
 
 		_, err = tracker.Announce(ctx, &bittorrent.AnnounceRequest{
 			InfoHash: hash, PeerID: bittorrent.PeerID([]byte("-TR3000-000000000001")), Passkey: passkey,

@@ -105,3 +105,8 @@ type ClientError struct {
 }
 
 func (e *ClientError) Error() string { return e.Reason }
+
+// ErrUnknownPasskey is the refusal of a well-formed passkey the tracker
+// does not know. A Swarms returns this very value, so the listeners can
+// tell a miss (errors.Is) and count misses per address.
+var ErrUnknownPasskey = &ClientError{Reason: "unknown passkey"}

@@ -129,8 +129,8 @@ func populate(b *testing.B, rdb redis.UniversalClient, n int, now int64) {
 			pipe.ZAdd(ctx, swarm.RemovedUsersKey, redis.Z{Score: float64(now), Member: user})
 			continue
 		}
-		pipe.Set(ctx, swarm.PasskeyKey("pk"+user), user, 0)
-		pipe.HSet(ctx, swarm.UserPasskeysKey(user), "pk"+user, now)
+		pipe.Set(ctx, swarm.PasskeyKey(pkPrefix+user), user, 0)
+		pipe.HSet(ctx, swarm.UserPasskeysKey(user), pkPrefix+user, now)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		b.Fatal(err)
@@ -191,7 +191,7 @@ func announceRate(b *testing.B, store *swarm.Store, d time.Duration, beside func
 	if err := store.AddClient(ctx, "-TR", "bench"); err != nil {
 		b.Fatal(err)
 	}
-	if err := store.AddUser(ctx, "pkbench", "bench"); err != nil {
+	if err := store.AddUser(ctx, pkPrefix+"bench", "bench"); err != nil {
 		b.Fatal(err)
 	}
 	hashes := make([]bittorrent.InfoHash, 200)
@@ -216,7 +216,7 @@ func announceRate(b *testing.B, store *swarm.Store, d time.Duration, beside func
 				}
 				peer := g*20 + k%20
 				_, err := store.Announce(ctx, &bittorrent.AnnounceRequest{
-					InfoHash: hashes[(g*7+k)%len(hashes)], PeerID: peerID(peer), Passkey: "pkbench", NumWant: 50, Left: 100,
+					InfoHash: hashes[(g*7+k)%len(hashes)], PeerID: peerID(peer), Passkey: pkPrefix+"bench", NumWant: 50, Left: 100,
 					Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 2, byte(peer >> 8), byte(peer)}), 6881),
 				})
 				if err != nil {

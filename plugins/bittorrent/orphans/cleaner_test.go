@@ -71,12 +71,12 @@ func privateTorrent(t *testing.T, f *fixture, name, id string) bittorrent.InfoHa
 	ctx := context.Background()
 	hash := infoHash(name)
 	require.NoError(t, f.store.Register(ctx, hash, swarm.Registration{ID: id, Uploader: "alice"}))
-	require.NoError(t, f.announce(hash, 1, "pkalice", 0, 0, bittorrent.EventStarted))
-	require.NoError(t, f.announce(hash, 2, "pkbob", 100, 0, bittorrent.EventStarted))
+	require.NoError(t, f.announce(hash, 1, pkPrefix+"alice", 0, 0, bittorrent.EventStarted))
+	require.NoError(t, f.announce(hash, 2, pkPrefix+"bob", 100, 0, bittorrent.EventStarted))
 	f.clock.Advance(time.Minute)
-	require.NoError(t, f.announce(hash, 2, "pkbob", 0, 0, bittorrent.EventCompleted))
-	require.NoError(t, f.announce(hash, 1, "pkalice", 0, 100, bittorrent.EventStopped))
-	require.NoError(t, f.announce(hash, 2, "pkbob", 0, 0, bittorrent.EventStopped))
+	require.NoError(t, f.announce(hash, 2, pkPrefix+"bob", 0, 0, bittorrent.EventCompleted))
+	require.NoError(t, f.announce(hash, 1, pkPrefix+"alice", 0, 100, bittorrent.EventStopped))
+	require.NoError(t, f.announce(hash, 2, pkPrefix+"bob", 0, 0, bittorrent.EventStopped))
 	require.NoError(t, f.store.Flush(ctx))
 	return hash
 }
@@ -139,7 +139,7 @@ func TestRemovedTorrentLeavesNothingAfterOneWindowAndTwoPasses(t *testing.T) {
 		// Registered again, it is a fresh torrent: no snatch or user
 		// record survives.
 		require.NoError(t, f.store.Register(ctx, gone, swarm.Registration{ID: "t1"}))
-		require.NoError(t, f.announce(gone, 2, "pkbob", 100, 0, bittorrent.EventStarted))
+		require.NoError(t, f.announce(gone, 2, pkPrefix+"bob", 100, 0, bittorrent.EventStarted))
 		info, err := f.store.Torrent(ctx, gone)
 		require.NoError(t, err)
 		require.Equal(t, int64(1), info.Announces)
@@ -155,7 +155,7 @@ func TestLiveTorrentsAreKept(t *testing.T) {
 		ctx := context.Background()
 		idle := privateTorrent(t, f, "idle", "t1") // registered, nobody here for ages
 		busy := privateTorrent(t, f, "busy", "t2")
-		require.NoError(t, f.announce(busy, 3, "pkalice", 0, 0, bittorrent.EventStarted))
+		require.NoError(t, f.announce(busy, 3, pkPrefix+"alice", 0, 0, bittorrent.EventStarted))
 		require.NoError(t, f.store.UnregisterTorrent(ctx, busy)) // unregistered, but a peer is still in the swarm
 		recent := privateTorrent(t, f, "recent", "t3")
 		f.clock.Advance(10 * window)

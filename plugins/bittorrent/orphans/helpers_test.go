@@ -60,7 +60,7 @@ func newFixture(t *testing.T, b redistest.Backend, private bool) *fixture {
 		ctx := context.Background()
 		require.NoError(t, store.AddClient(ctx, "-TR", "Transmission"))
 		for _, u := range []string{"alice", "bob"} {
-			require.NoError(t, store.AddUser(ctx, "pk"+u, u))
+			require.NoError(t, store.AddUser(ctx, pkPrefix+u, u))
 		}
 	}
 	return f
@@ -203,3 +203,7 @@ func (c *cleaners) halt(t *testing.T) {
 	}
 	require.Positive(t, c.passes.Load(), "no full pass ran")
 }
+
+// pkPrefix starts every test passkey ("pkalice"), so passkeys have the
+// length swarm.MinPasskeyLen asks for.
+const pkPrefix = "pk0123456789abcdef0123456789abcdef"

@@ -86,8 +86,8 @@ func TestKill9MidCleanup(t *testing.T) {
 			hashes[i] = infoHash("killed" + strconv.Itoa(i))
 			require.NoError(t, f.store.RegisterTorrent(ctx, hashes[i], "k"+strconv.Itoa(i)))
 			for u, user := range []string{"alice", "bob"} {
-				require.NoError(t, f.announce(hashes[i], u+1, "pk"+user, 0, 0, bittorrent.EventStarted))
-				require.NoError(t, f.announce(hashes[i], u+1, "pk"+user, 0, 5, bittorrent.EventStopped))
+				require.NoError(t, f.announce(hashes[i], u+1, pkPrefix+user, 0, 0, bittorrent.EventStarted))
+				require.NoError(t, f.announce(hashes[i], u+1, pkPrefix+user, 0, 5, bittorrent.EventStopped))
 			}
 			require.NoError(t, f.store.UnregisterTorrent(ctx, hashes[i]))
 		}
@@ -128,12 +128,12 @@ func TestKill9MidCleanup(t *testing.T) {
 			// returning session: the peer starts afresh.
 			f.clock.Advance(time.Second)
 			require.NoError(t, f.store.RegisterTorrent(ctx, goneHash, "again"))
-			require.NoError(t, f.announce(goneHash, 1, "pkalice", 0, 5, bittorrent.EventNone))
+			require.NoError(t, f.announce(goneHash, 1, pkPrefix+"alice", 0, 5, bittorrent.EventNone))
 			rec := b.Client.HGetAll(ctx, swarm.PeerKey(goneHash, peerID(1))).Val()
 			require.Equal(t, strconv.FormatInt(f.clock.Now().UnixMilli(), 10), rec["first_announce"])
 			require.Contains(t, []string{"", "0"}, b.Client.HGet(ctx, swarm.UserTorrentKey(goneHash, "alice"), "uploaded").Val(),
 				"no transfer counted against the old session's counters")
-			require.NoError(t, f.announce(goneHash, 1, "pkalice", 0, 5, bittorrent.EventStopped))
+			require.NoError(t, f.announce(goneHash, 1, pkPrefix+"alice", 0, 5, bittorrent.EventStopped))
 			require.NoError(t, f.store.UnregisterTorrent(ctx, goneHash))
 			f.clock.Advance(window + time.Second)
 		} else {
@@ -159,7 +159,7 @@ func TestKill9MidUserPurge(t *testing.T) {
 		f := newFixture(t, b, true)
 		ctx := context.Background()
 		const n = 3000
-		require.NoError(t, f.store.AddUser(ctx, "pkcarol", "carol"))
+		require.NoError(t, f.store.AddUser(ctx, pkPrefix+"carol", "carol"))
 		hashes := make([]bittorrent.InfoHash, n)
 		for i := range n {
 			hashes[i] = infoHash("purged" + strconv.Itoa(i))
@@ -167,13 +167,13 @@ func TestKill9MidUserPurge(t *testing.T) {
 		}
 		for _, user := range []string{"carol", "alice"} {
 			for i, hash := range hashes {
-				require.NoError(t, f.announce(hash, i, "pk"+user, 0, 0, bittorrent.EventStarted))
-				require.NoError(t, f.announce(hash, i, "pk"+user, 0, 5, bittorrent.EventStopped))
+				require.NoError(t, f.announce(hash, i, pkPrefix+user, 0, 0, bittorrent.EventStarted))
+				require.NoError(t, f.announce(hash, i, pkPrefix+user, 0, 5, bittorrent.EventStopped))
 			}
 		}
 		require.NoError(t, f.store.Flush(ctx))
 		require.Equal(t, int64(n), b.Client.HLen(ctx, swarm.UserTorrentsKey("carol")).Val())
-		require.NoError(t, f.store.RemoveUser(ctx, "pkcarol"))
+		require.NoError(t, f.store.RemoveUser(ctx, pkPrefix+"carol"))
 		f.clock.Advance(window + time.Second)
 
 		cmd := startKillHelper(t, b, f)

@@ -56,8 +56,8 @@ func TestCleanupRacesAnnouncesRegistrationsAndReAddedUsers(t *testing.T) {
 			hash := name(kind, n)
 			require.NoError(t, f.store.RegisterTorrent(ctx, hash, kind+strconv.Itoa(n)))
 			for u, user := range users {
-				require.NoError(t, f.announce(hash, 100+u, "pk"+user, 0, 0, bittorrent.EventStarted))
-				require.NoError(t, f.announce(hash, 100+u, "pk"+user, 0, 1, bittorrent.EventStopped))
+				require.NoError(t, f.announce(hash, 100+u, pkPrefix+user, 0, 0, bittorrent.EventStarted))
+				require.NoError(t, f.announce(hash, 100+u, pkPrefix+user, 0, 1, bittorrent.EventStopped))
 			}
 			require.NoError(t, f.store.UnregisterTorrent(ctx, hash))
 		}
@@ -81,7 +81,7 @@ func TestCleanupRacesAnnouncesRegistrationsAndReAddedUsers(t *testing.T) {
 		bg := runCleaners(f)
 		bg.loop(func() error { // users re-added
 			for _, user := range users {
-				if err := f.store.AddUser(ctx, "pk"+user, user); err != nil {
+				if err := f.store.AddUser(ctx, pkPrefix+user, user); err != nil {
 					return err
 				}
 			}
@@ -107,10 +107,10 @@ func TestCleanupRacesAnnouncesRegistrationsAndReAddedUsers(t *testing.T) {
 						return err
 					}
 					for u, user := range users {
-						if err := f.announce(hash, u+1, "pk"+user, 0, uint64(base), bittorrent.EventStarted); err != nil {
+						if err := f.announce(hash, u+1, pkPrefix+user, 0, uint64(base), bittorrent.EventStarted); err != nil {
 							return fmt.Errorf("%s started: %w", id, err)
 						}
-						if err := f.announce(hash, u+1, "pk"+user, 0, uint64(base+1), bittorrent.EventStopped); err != nil {
+						if err := f.announce(hash, u+1, pkPrefix+user, 0, uint64(base+1), bittorrent.EventStopped); err != nil {
 							return fmt.Errorf("%s stopped: %w", id, err)
 						}
 					}

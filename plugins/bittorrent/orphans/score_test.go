@@ -214,8 +214,8 @@ func TestScoreKeysOfReturningTorrentAreKept(t *testing.T) {
 		f.clock.Advance(window + time.Millisecond)
 
 		require.NoError(t, f.store.Register(ctx, hash, swarm.Registration{ID: "t1"}))
-		require.NoError(t, f.announce(hash, 2, "pkbob", 100, 0, bittorrent.EventStarted))
-		require.NoError(t, f.announce(hash, 2, "pkbob", 100, 0, bittorrent.EventStopped))
+		require.NoError(t, f.announce(hash, 2, pkPrefix+"bob", 100, 0, bittorrent.EventStarted))
+		require.NoError(t, f.announce(hash, 2, pkPrefix+"bob", 100, 0, bittorrent.EventStopped))
 		before := scoreKeys(f, hash)
 		r := f.pass()
 		require.Zero(t, r.ScoreKeys+r.Torrents, "%+v", r)

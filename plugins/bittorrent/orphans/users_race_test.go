@@ -76,7 +76,7 @@ func TestUserPurgeRacesRemovalsReAddsAndAnnounces(t *testing.T) {
 				defer workers.Done()
 				user := "racer" + strconv.Itoa(u)
 				for c := range cycles {
-					passkey := fmt.Sprintf("pk%dx%d", u, c)
+					passkey := fmt.Sprintf(pkPrefix+"%dx%d", u, c)
 					if err := f.store.AddUser(ctx, passkey, user); err != nil {
 						report(err)
 						return
@@ -159,7 +159,7 @@ func TestUserPurgeRacesRemovalsReAddsAndAnnounces(t *testing.T) {
 		// Every user removed now: all gone within one window and two
 		// passes (the first lists nothing new and starts the purges).
 		for u := range users {
-			require.NoError(t, f.store.RemoveUser(ctx, fmt.Sprintf("pk%dx%d", u, cycles-1)))
+			require.NoError(t, f.store.RemoveUser(ctx, fmt.Sprintf(pkPrefix+"%dx%d", u, cycles-1)))
 		}
 		f.clock.Advance(window + time.Second)
 		f.pass()

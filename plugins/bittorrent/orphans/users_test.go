@@ -36,13 +36,13 @@ func (f *fixture) requireUserGone(user string, hashes ...bittorrent.InfoHash) {
 	require.Zero(f.t, f.b.Client.ZScore(ctx, swarm.RemovedUsersKey, user).Val(), "its index entry")
 }
 
-// removeAndBeginPurge removes the user's passkey "pk"+user, lets a window
+// removeAndBeginPurge removes the user's passkey pkPrefix+user, lets a window
 // pass, and begins its purge as a cleaner would (a passkeys pass just
 // finished); it returns the time the purge began (ms).
 func (f *fixture) removeAndBeginPurge(user string) int64 {
 	f.t.Helper()
 	ctx := context.Background()
-	require.NoError(f.t, f.store.RemoveUser(ctx, "pk"+user))
+	require.NoError(f.t, f.store.RemoveUser(ctx, pkPrefix+user))
 	f.clock.Advance(window + time.Second)
 	now := f.clock.Now().UnixMilli()
 	state, err := f.store.StartUserPurge(ctx, user, now, window.Milliseconds(), now-1)
@@ -72,8 +72,8 @@ func TestRemovedUserIsPurgedAfterOneWindow(t *testing.T) {
 		t1, t2 := privateTorrent(t, f, "one", "t1"), privateTorrent(t, f, "two", "t2")
 		require.Len(t, f.user("alice").Complete, 2)
 		require.Contains(t, f.userKeys("alice"), swarm.UserStatsKey("alice"), "she uploaded: totals")
-		require.NoError(t, f.store.RemoveUser(ctx, "pkalice"))
-		require.Error(t, f.announce(t1, 1, "pkalice", 0, 0, bittorrent.EventStarted), "the passkey is gone")
+		require.NoError(t, f.store.RemoveUser(ctx, pkPrefix+"alice"))
+		require.Error(t, f.announce(t1, 1, pkPrefix+"alice", 0, 0, bittorrent.EventStarted), "the passkey is gone")
 
 		f.clock.Advance(window) // exactly the window: still protected
 		require.Zero(t, f.pass().UsersPurged)
@@ -97,9 +97,9 @@ func TestPasskeyRotationWithinTheWindowKeepsEverything(t *testing.T) {
 		f := newFixture(t, b, true)
 		ctx := context.Background()
 		t1 := privateTorrent(t, f, "one", "t1")
-		require.NoError(t, f.store.RemoveUser(ctx, "pkalice"))
+		require.NoError(t, f.store.RemoveUser(ctx, pkPrefix+"alice"))
 		f.clock.Advance(window / 2)
-		require.NoError(t, f.store.AddUser(ctx, "pkalice2", "alice"))
+		require.NoError(t, f.store.AddUser(ctx, pkPrefix+"alice2", "alice"))
 		f.clock.Advance(window)
 		r := f.pass()
 		require.Zero(t, r.UsersPurged)
@@ -107,7 +107,7 @@ func TestPasskeyRotationWithinTheWindowKeepsEverything(t *testing.T) {
 		f.requireUserKept("alice", map[string]bittorrent.InfoHash{"t1": t1})
 		require.Zero(t, b.Client.Exists(ctx, swarm.UserGoneKey("alice")).Val(), "the removal is undone")
 		require.Zero(t, b.Client.ZScore(ctx, swarm.RemovedUsersKey, "alice").Val(), "the index forgot her")
-		require.NoError(t, f.announce(t1, 1, "pkalice2", 0, 0, bittorrent.EventStarted))
+		require.NoError(t, f.announce(t1, 1, pkPrefix+"alice2", 0, 0, bittorrent.EventStarted))
 	})
 }
 
@@ -119,8 +119,8 @@ func TestUserWithAnUnlistedPasskeyIsNeverPurged(t *testing.T) {
 		f := newFixture(t, b, true)
 		ctx := context.Background()
 		t1 := privateTorrent(t, f, "one", "t1")
-		require.NoError(t, b.Client.Set(ctx, swarm.PasskeyKey("pkold"), "alice", 0).Err(), "mapped the old way")
-		require.NoError(t, f.store.RemoveUser(ctx, "pkalice"))
+		require.NoError(t, b.Client.Set(ctx, swarm.PasskeyKey(pkPrefix+"old"), "alice", 0).Err(), "mapped the old way")
+		require.NoError(t, f.store.RemoveUser(ctx, pkPrefix+"alice"))
 		require.Contains(t, f.userKeys("alice"), swarm.UserGoneKey("alice"), "her last listed passkey went")
 		f.clock.Advance(window + time.Second)
 		r := f.pass()
@@ -129,7 +129,7 @@ func TestUserWithAnUnlistedPasskeyIsNeverPurged(t *testing.T) {
 		f.clock.Advance(window + time.Second)
 		require.Zero(t, f.pass().UsersPurged)
 		f.requireUserKept("alice", map[string]bittorrent.InfoHash{"t1": t1})
-		require.NoError(t, f.announce(t1, 1, "pkold", 0, 0, bittorrent.EventStarted))
+		require.NoError(t, f.announce(t1, 1, pkPrefix+"old", 0, 0, bittorrent.EventStarted))
 	})
 }
 
@@ -141,7 +141,7 @@ func TestPurgeWaitsForAPasskeysPassBegunAfterTheRemoval(t *testing.T) {
 		f := newFixture(t, b, true)
 		ctx := context.Background()
 		t1 := privateTorrent(t, f, "one", "t1")
-		require.NoError(t, f.store.RemoveUser(ctx, "pkalice"))
+		require.NoError(t, f.store.RemoveUser(ctx, pkPrefix+"alice"))
 		f.clock.Advance(window + time.Second)
 		removal := f.clock.Now().Add(-window - time.Second).UnixMilli()
 		state, err := f.store.StartUserPurge(ctx, "alice", f.clock.Now().UnixMilli(), window.Milliseconds(), removal-1)
@@ -163,7 +163,7 @@ func TestUserAddedAgainDuringItsPurgeStartsAfresh(t *testing.T) {
 		f.removeAndBeginPurge("alice")
 		f.requireUserKept("alice", map[string]bittorrent.InfoHash{"t1": t1, "t2": t2}) // begun, nothing deleted yet
 
-		require.NoError(t, f.store.AddUser(ctx, "pkalice", "alice"))
+		require.NoError(t, f.store.AddUser(ctx, pkPrefix+"alice", "alice"))
 		require.NotContains(t, f.torrentKeys(t1), swarm.UserTorrentKey(t1, "alice"))
 		require.NotContains(t, f.torrentKeys(t2), swarm.UserTorrentKey(t2, "alice"))
 		summary := f.user("alice")
@@ -172,7 +172,7 @@ func TestUserAddedAgainDuringItsPurgeStartsAfresh(t *testing.T) {
 		require.Equal(t, []string{swarm.UserPasskeysKey("alice")}, f.userKeys("alice"), "only her new listing")
 
 		// She announces again: a new record, which cleanup keeps.
-		require.NoError(t, f.announce(t1, 1, "pkalice", 0, 0, bittorrent.EventStarted))
+		require.NoError(t, f.announce(t1, 1, pkPrefix+"alice", 0, 0, bittorrent.EventStarted))
 		require.NoError(t, f.store.Flush(ctx))
 		f.clock.Advance(window + time.Second)
 		f.pass()
@@ -188,14 +188,14 @@ func TestPasskeyMovedToAnotherUserRemovesThePrevious(t *testing.T) {
 		f := newFixture(t, b, true)
 		ctx := context.Background()
 		t1 := privateTorrent(t, f, "one", "t1")
-		require.NoError(t, f.store.AddUser(ctx, "pkalice", "carol"))
-		require.NoError(t, f.announce(t1, 1, "pkalice", 0, 0, bittorrent.EventStarted))
+		require.NoError(t, f.store.AddUser(ctx, pkPrefix+"alice", "carol"))
+		require.NoError(t, f.announce(t1, 1, pkPrefix+"alice", 0, 0, bittorrent.EventStarted))
 		require.NoError(t, f.store.Flush(ctx))
 		f.clock.Advance(window + time.Second)
 		require.Equal(t, 1, f.pass().UsersPurged)
 		f.requireUserGone("alice", t1)
 		require.Contains(t, f.user("carol").Active, "t1")
-		require.Equal(t, "carol", b.Client.Get(ctx, swarm.PasskeyKey("pkalice")).Val())
+		require.Equal(t, "carol", b.Client.Get(ctx, swarm.PasskeyKey(pkPrefix+"alice")).Val())
 	})
 }
 
@@ -207,9 +207,9 @@ func TestStaleListingDoesNotKeepARemovedUser(t *testing.T) {
 		f := newFixture(t, b, true)
 		ctx := context.Background()
 		t1 := privateTorrent(t, f, "one", "t1")
-		require.NoError(t, f.store.RemoveUser(ctx, "pkalice"))
+		require.NoError(t, f.store.RemoveUser(ctx, pkPrefix+"alice"))
 		// what a walk that read the passkey before the unmapping writes
-		require.NoError(t, b.Client.HSet(ctx, swarm.UserPasskeysKey("alice"), "pkalice", f.clock.Now().UnixMilli()).Err())
+		require.NoError(t, b.Client.HSet(ctx, swarm.UserPasskeysKey("alice"), pkPrefix+"alice", f.clock.Now().UnixMilli()).Err())
 		require.Zero(t, f.pass().UsersPurged)
 		f.clock.Advance(window) // the listing is not stale yet
 		r := f.pass()
@@ -236,7 +236,7 @@ func TestListingOfAPasskeyMappedAgainIsKept(t *testing.T) {
 		require.Zero(t, r.StaleListings)
 		require.Zero(t, r.UsersPurged)
 		f.requireUserKept("alice", map[string]bittorrent.InfoHash{"t1": t1})
-		require.NoError(t, f.announce(t1, 1, "pkalice", 0, 0, bittorrent.EventStarted))
+		require.NoError(t, f.announce(t1, 1, pkPrefix+"alice", 0, 0, bittorrent.EventStarted))
 	})
 }
 
@@ -250,16 +250,16 @@ func TestPasskeyListedDuringThePurgeDoesNotStrandTheUser(t *testing.T) {
 		ctx := context.Background()
 		t1 := privateTorrent(t, f, "one", "t1")
 		now := f.removeAndBeginPurge("alice")
-		require.NoError(t, b.Client.Set(ctx, swarm.PasskeyKey("pkhand"), "alice", 0).Err())
-		listed, err := f.store.ListPasskey(ctx, "alice", "pkhand", now)
+		require.NoError(t, b.Client.Set(ctx, swarm.PasskeyKey(pkPrefix+"hand"), "alice", 0).Err())
+		listed, err := f.store.ListPasskey(ctx, "alice", pkPrefix+"hand", now)
 		require.NoError(t, err)
 		require.True(t, listed)
 
 		require.Equal(t, 1, f.pass().UsersPurged)
 		require.NotContains(t, f.torrentKeys(t1), swarm.UserTorrentKey(t1, "alice"))
 		require.Equal(t, []string{swarm.UserPasskeysKey("alice")}, f.userKeys("alice"), "only the listing of the passkey she has")
-		require.NoError(t, f.announce(t1, 1, "pkhand", 0, 0, bittorrent.EventStarted))
-		require.NoError(t, f.store.AddUser(ctx, "pkalice", "alice"))
+		require.NoError(t, f.announce(t1, 1, pkPrefix+"hand", 0, 0, bittorrent.EventStarted))
+		require.NoError(t, f.store.AddUser(ctx, pkPrefix+"alice", "alice"))
 	})
 }
 
@@ -279,10 +279,10 @@ func TestPasskeysWalkRacingARemovalKeepsTheRemovalBound(t *testing.T) {
 		// The walk's client runs the removal, and a window, right after
 		// its read of pkalice's mapping.
 		readsMapping := func(cmd redis.Cmder) bool {
-			return cmd.Name() == "get" && len(cmd.Args()) == 2 && cmd.Args()[1] == swarm.PasskeyKey("pkalice")
+			return cmd.Name() == "get" && len(cmd.Args()) == 2 && cmd.Args()[1] == swarm.PasskeyKey(pkPrefix+"alice")
 		}
 		hook, raced := onceAfter(readsMapping, func() {
-			require.NoError(t, f.store.RemoveUser(ctx, "pkalice"))
+			require.NoError(t, f.store.RemoveUser(ctx, pkPrefix+"alice"))
 			f.clock.Advance(window + time.Second)
 		})
 		walker := f.newCleanerOn(f.hookedClient(hook), fixturePolicy)
@@ -315,7 +315,7 @@ func TestRemovalStalledAcrossACleanupPassIsStillPurged(t *testing.T) {
 			require.Zero(t, b.Client.ZScore(ctx, swarm.RemovedUsersKey, "alice").Val(), "the walk dropped her entry")
 		})
 		remover := f.hookedStore(hook)
-		require.NoError(t, remover.RemoveUser(ctx, "pkalice"))
+		require.NoError(t, remover.RemoveUser(ctx, pkPrefix+"alice"))
 		require.True(t, stalled.Load())
 		require.NotZero(t, b.Client.ZScore(ctx, swarm.RemovedUsersKey, "alice").Val(), "alice is indexed as removed")
 
@@ -342,7 +342,7 @@ func TestRemovalBetweenTheWalksLookAndItsDropIsStillPurged(t *testing.T) {
 			<-resume
 		})
 		remover := f.hookedStore(stall)
-		go func() { removed <- remover.RemoveUser(ctx, "pkalice") }()
+		go func() { removed <- remover.RemoveUser(ctx, pkPrefix+"alice") }()
 		<-atEntry
 		f.clock.Advance(window + time.Second)
 		foundLive := func(cmd redis.Cmder) bool { return purgeStartReply(cmd, "alice") == "live" }

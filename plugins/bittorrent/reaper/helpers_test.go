@@ -84,7 +84,7 @@ func newFixture(t *testing.T, b redistest.Backend, policy reaper.Policy) *fixtur
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Stop() })
 	ctx := context.Background()
-	require.NoError(t, store.AddUser(ctx, "passkey", "seeder"))
+	require.NoError(t, store.AddUser(ctx, seederPasskey, "seeder"))
 	require.NoError(t, store.AddClient(ctx, "-TR", "Transmission"))
 	pub := &memPublisher{}
 	r := reaper.New(b.Client, reaper.Config{Policy: policy, Now: clock.Now, Unregister: store.UnregisterTorrent, Logger: quiet,
@@ -93,13 +93,13 @@ func newFixture(t *testing.T, b redistest.Backend, policy reaper.Policy) *fixtur
 }
 
 // announceAs announces for a user (their passkey is the user id with
-// "-pk"), from a peer of theirs, with left bytes left.
+// pkSuffix), from a peer of theirs, with left bytes left.
 func (f *fixture) announceAs(hash bittorrent.InfoHash, user string, left int64, event bittorrent.Event) {
 	f.t.Helper()
-	require.NoError(f.t, f.store.AddUser(f.ctx, user+"-pk", user))
+	require.NoError(f.t, f.store.AddUser(f.ctx, user+pkSuffix, user))
 	var peer bittorrent.PeerID
 	copy(peer[:], fmt.Sprintf("-TR0000-%-12.12s", user))
-	req := &bittorrent.AnnounceRequest{InfoHash: hash, PeerID: peer, Passkey: user + "-pk", Left: uint64(left),
+	req := &bittorrent.AnnounceRequest{InfoHash: hash, PeerID: peer, Passkey: user + pkSuffix, Left: uint64(left),
 		Addr: netip.MustParseAddrPort("10.0.0.2:6881"), Event: event}
 	_, err := f.store.Announce(f.ctx, req)
 	require.NoError(f.t, err)
@@ -192,7 +192,7 @@ func (f *fixture) seedAndLeave(hash bittorrent.InfoHash) {
 	f.t.Helper()
 	var peer bittorrent.PeerID
 	copy(peer[:], "-TR0000000000000seed")
-	req := &bittorrent.AnnounceRequest{InfoHash: hash, PeerID: peer, Passkey: "passkey",
+	req := &bittorrent.AnnounceRequest{InfoHash: hash, PeerID: peer, Passkey: seederPasskey,
 		Addr: netip.MustParseAddrPort("10.0.0.1:6881"), Event: bittorrent.EventStarted}
 	_, err := f.store.Announce(f.ctx, req)
 	require.NoError(f.t, err)
@@ -240,3 +240,10 @@ func (f *fixture) state(hash bittorrent.InfoHash) reaper.State {
 func item(step reaper.Step, hash bittorrent.InfoHash, epoch int64) string {
 	return reaper.Item{Step: step, InfoHash: hash, Epoch: epoch}.Name()
 }
+
+// Test passkeys have the length swarm.MinPasskeyLen asks for: a user's
+// is its id and pkSuffix, the seeder's is seederPasskey.
+const (
+	pkSuffix      = "-pk0123456789abcdef0123456789abcdef"
+	seederPasskey = "passkey0123456789abcdef0123456789abcdef"
+)

@@ -54,7 +54,7 @@ func BenchmarkAnnounce(b *testing.B) {
 				}
 			}
 			if private {
-				if err := store.AddUser(ctx, "benchpasskey", "benchuser"); err != nil {
+				if err := store.AddUser(ctx, pk("benchpasskey"), "benchuser"); err != nil {
 					b.Fatal(err)
 				}
 				if err := store.AddClient(ctx, "-BN", "bench"); err != nil {
@@ -67,7 +67,7 @@ func BenchmarkAnnounce(b *testing.B) {
 					req.Left = 0
 				}
 				if private {
-					req.Passkey = "benchpasskey"
+					req.Passkey = pk("benchpasskey")
 				}
 				return req
 			}

@@ -3,3 +3,12 @@ package swarm
 // SetPruneHook makes Repair's index prune call fn between its read of the
 // torrents and the removal of their entries, so a test can race it.
 func SetPruneHook(s *Store, fn func()) { s.pruneHook = fn }
+
+// SetPasskeyCacheLimits bounds the store's passkey cache to known and
+// misses entries per generation, so a test can fill it.
+func SetPasskeyCacheLimits(s *Store, known, misses int) {
+	s.passkeys = newPasskeyCache(known, misses)
+}
+
+// PasskeyCacheSizes are the cached known passkeys and misses.
+func PasskeyCacheSizes(s *Store) (known, misses int) { return s.passkeys.sizes() }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,8 +63,14 @@ func seeding(r *bittorrent.AnnounceRequest) { r.Left = 0 }
 func event(e bittorrent.Event) announceOpt {
 	return func(r *bittorrent.AnnounceRequest) { r.Event = e }
 }
-func passkey(p string) announceOpt { return func(r *bittorrent.AnnounceRequest) { r.Passkey = p } }
+func passkey(p string) announceOpt { return func(r *bittorrent.AnnounceRequest) { r.Passkey = pk(p) } }
 func numWant(n int) announceOpt    { return func(r *bittorrent.AnnounceRequest) { r.NumWant = n } }
+
+// pk pads a short test name ("passkeyA") to a passkey of the length
+// swarm.MinPasskeyLen asks for, so tests read by name.
+func pk(name string) string {
+	return name + strings.Repeat("0", max(0, swarm.MinPasskeyLen-len(name)))
+}
 func transfer(up, down uint64) announceOpt {
 	return func(r *bittorrent.AnnounceRequest) { r.Uploaded, r.Downloaded = up, down }
 }
@@ -131,8 +138,8 @@ func privateFixture(t *testing.T, b redistest.Backend, cfg swarm.Config) (*fixtu
 	ctx := context.Background()
 	hash := infoHash("private")
 	require.NoError(t, f.store.RegisterTorrent(ctx, hash, "t1"))
-	require.NoError(t, f.store.AddUser(ctx, "passkeyA", "alice"))
-	require.NoError(t, f.store.AddUser(ctx, "passkeyB", "bob"))
+	require.NoError(t, f.store.AddUser(ctx, pk("passkeyA"), "alice"))
+	require.NoError(t, f.store.AddUser(ctx, pk("passkeyB"), "bob"))
 	require.NoError(t, f.store.AddClient(ctx, "-TR", "Transmission"))
 	return f, hash
 }

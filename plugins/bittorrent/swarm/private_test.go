@@ -22,7 +22,7 @@ func TestPrivateModeRefusals(t *testing.T) {
 
 		require.Equal(t, "a passkey is required", f.refuse(hash, me, 1))
 		require.Equal(t, "unknown passkey", f.refuse(hash, me, 1, passkey("nosuchkey")))
-		require.Equal(t, "unknown passkey", f.refuse(hash, me, 1, passkey("{bad}")))
+		require.Contains(t, f.refuse(hash, me, 1, passkey("{bad}")), "malformed passkey")
 		require.Equal(t, "unregistered torrent", f.refuse(infoHash("other"), me, 1, passkey("passkeyA")))
 		require.Equal(t, "your client is not whitelisted", f.refuse(hash, peerID("-XX", 1), 1, passkey("passkeyA")))
 		_, err := f.store.Torrent(ctx, infoHash("other"))
@@ -39,7 +39,7 @@ func TestPrivateModeRefusals(t *testing.T) {
 		require.Equal(t, int64(1), f.torrent(hash).Leechers)
 
 		// Removing the user refuses them at once on this frontend.
-		require.NoError(t, f.store.RemoveUser(ctx, "passkeyA"))
+		require.NoError(t, f.store.RemoveUser(ctx, pk("passkeyA")))
 		require.Equal(t, "unknown passkey", f.refuse(hash, me, 1, passkey("passkeyA")))
 
 		// Unregistering refuses the torrent.
@@ -49,8 +49,8 @@ func TestPrivateModeRefusals(t *testing.T) {
 
 		// Bad admin input.
 		require.ErrorIs(t, f.store.RegisterTorrent(ctx, hash, "a{b}"), swarm.ErrInvalid)
-		require.ErrorIs(t, f.store.AddUser(ctx, "pk:1", "u"), swarm.ErrInvalid)
-		require.ErrorIs(t, f.store.AddUser(ctx, "pk", ""), swarm.ErrInvalid)
+		require.ErrorIs(t, f.store.AddUser(ctx, pk("pk:1"), "u"), swarm.ErrInvalid)
+		require.ErrorIs(t, f.store.AddUser(ctx, pk("pk"), ""), swarm.ErrInvalid)
 		require.ErrorIs(t, f.store.AddClient(ctx, "", "x"), swarm.ErrInvalid)
 		require.ErrorIs(t, f.store.AddClient(ctx, "-TR0000000000000000000", "x"), swarm.ErrInvalid)
 	})
@@ -92,7 +92,7 @@ func TestRegistryChangesReachOtherFrontendsWithinCacheTTL(t *testing.T) {
 
 		f.announce(hash, peerID("-TR", 5), 5, passkey("passkeyA")) // loads the whitelist
 		require.Equal(t, "unknown passkey", f.refuse(hash, peerID("-TR", 1), 1, passkey("passkeyC")))
-		require.NoError(t, other.AddUser(ctx, "passkeyC", "carol"))
+		require.NoError(t, other.AddUser(ctx, pk("passkeyC"), "carol"))
 		require.NoError(t, other.AddClient(ctx, "-DE", "Deluge"))
 		// Still cached here: the miss and the whitelist.
 		require.Equal(t, "unknown passkey", f.refuse(hash, peerID("-TR", 1), 1, passkey("passkeyC")))
@@ -114,7 +114,7 @@ func TestPrivateScrape(t *testing.T) {
 		_, err := f.store.Scrape(ctx, "", []bittorrent.InfoHash{hash})
 		var clientErr *bittorrent.ClientError
 		require.ErrorAs(t, err, &clientErr)
-		_, err = f.store.Scrape(ctx, "wrong", []bittorrent.InfoHash{hash})
+		_, err = f.store.Scrape(ctx, pk("wrong"), []bittorrent.InfoHash{hash})
 		require.ErrorAs(t, err, &clientErr)
 
 		// An open-mode record of an unregistered hash is not revealed.
@@ -124,7 +124,7 @@ func TestPrivateScrape(t *testing.T) {
 		_, err = openStore.Announce(ctx, request(open, peerID("-TR", 1), 1, seeding))
 		require.NoError(t, err)
 
-		entries, err := f.store.Scrape(ctx, "passkeyB", []bittorrent.InfoHash{hash, open})
+		entries, err := f.store.Scrape(ctx, pk("passkeyB"), []bittorrent.InfoHash{hash, open})
 		require.NoError(t, err)
 		require.Equal(t, []bittorrent.ScrapeEntry{{Complete: 1}, {}}, entries)
 	})

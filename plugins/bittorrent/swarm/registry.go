@@ -27,10 +27,6 @@ var (
 // maxPrefixLen bounds a whitelisted peer_id prefix: a peer_id is 20 bytes.
 const maxPrefixLen = len(bittorrent.PeerID{})
 
-// maxCachedPasskeys bounds the passkey cache; past it the cache starts
-// over, so a flood of made-up passkeys cannot grow it without end.
-const maxCachedPasskeys = 100_000
-
 // admit checks a private-mode announce: a known passkey and a whitelisted
 // client. It returns the user id ("" in open mode). Both lookups are
 // cached, so the common case costs no round trip; the torrent's
@@ -51,80 +47,6 @@ func (s *Store) admit(ctx context.Context, passkey string, peer bittorrent.PeerI
 		return "", &bittorrent.ClientError{Reason: "your client is not whitelisted"}
 	}
 	return userID, nil
-}
-
-// userForPasskey resolves a passkey or refuses it with a ClientError.
-func (s *Store) userForPasskey(ctx context.Context, passkey string) (string, error) {
-	if passkey == "" {
-		return "", &bittorrent.ClientError{Reason: "a passkey is required"}
-	}
-	if !validName(passkey) {
-		return "", &bittorrent.ClientError{Reason: "unknown passkey"}
-	}
-	userID, err := s.passkeys.lookup(ctx, s, passkey)
-	if err != nil {
-		return "", err
-	}
-	if userID == "" {
-		return "", &bittorrent.ClientError{Reason: "unknown passkey"}
-	}
-	return userID, nil
-}
-
-// passkeyCache is a frontend's copy of passkey lookups, misses included.
-// A stale entry is refreshed by the one caller that finds it stale while
-// others keep using it, so a hot passkey never waits on Redis.
-type passkeyCache struct {
-	mu      sync.Mutex
-	entries map[string]*passkeyEntry
-}
-
-type passkeyEntry struct {
-	userID     string // "" when the passkey is unknown
-	loadedAt   time.Time
-	refreshing bool
-}
-
-func (c *passkeyCache) lookup(ctx context.Context, s *Store, passkey string) (string, error) {
-	now := s.clock.Now()
-	c.mu.Lock()
-	entry := c.entries[passkey]
-	fresh := entry != nil && !now.Before(entry.loadedAt) && now.Sub(entry.loadedAt) <= s.cfg.CacheTTL
-	if entry != nil && (fresh || entry.refreshing) {
-		userID := entry.userID
-		c.mu.Unlock()
-		return userID, nil
-	}
-	if entry != nil {
-		entry.refreshing = true
-	}
-	c.mu.Unlock()
-
-	userID, err := s.rdb.Get(ctx, PasskeyKey(passkey)).Result()
-	if errors.Is(err, redis.Nil) {
-		userID, err = "", nil
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if err != nil {
-		if entry != nil {
-			// Keep answering from the old copy while Redis is unreachable.
-			entry.refreshing = false
-			return entry.userID, nil
-		}
-		return "", fmt.Errorf("swarm: passkey lookup: %w", err)
-	}
-	if c.entries == nil || len(c.entries) >= maxCachedPasskeys {
-		c.entries = make(map[string]*passkeyEntry)
-	}
-	c.entries[passkey] = &passkeyEntry{userID: userID, loadedAt: now}
-	return userID, nil
-}
-
-func (c *passkeyCache) invalidate(passkey string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.entries, passkey)
 }
 
 // whitelistCache is a frontend's copy of the client whitelist. When it is

@@ -69,7 +69,7 @@ func TestAnnounceIsOneRoundTrip(t *testing.T) {
 		require.NoError(t, err)
 		hash := infoHash("one-round-trip")
 		require.NoError(t, admin.RegisterTorrent(ctx, hash, "t1"))
-		require.NoError(t, admin.AddUser(ctx, "passkeyA", "alice"))
+		require.NoError(t, admin.AddUser(ctx, pk("passkeyA"), "alice"))
 		require.NoError(t, admin.AddClient(ctx, "-TR", "Transmission"))
 
 		clock := swarm.NewFakeClock(epoch)
@@ -93,7 +93,7 @@ func TestAnnounceIsOneRoundTrip(t *testing.T) {
 
 		// Scrape of many torrents is one pipeline.
 		before = counter.total()
-		_, err = store.Scrape(ctx, "passkeyA", []bittorrent.InfoHash{hash, infoHash("a"), infoHash("b")})
+		_, err = store.Scrape(ctx, pk("passkeyA"), []bittorrent.InfoHash{hash, infoHash("a"), infoHash("b")})
 		require.NoError(t, err)
 		require.Equal(t, int64(1), counter.total()-before)
 	})

@@ -204,6 +204,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{rdb: rdb, owner: lease.NewOwner(), cfg: cfg, clock: cfg.Clock, logger: cfg.Logger}
+	s.passkeys = newPasskeyCache(maxCachedPasskeys, maxCachedMisses)
 	s.pending.reset()
 	if cfg.AnnouncePipelines > 0 {
 		s.announces = newCoalescer(s, announceScript, cfg.AnnouncePipelines)

@@ -32,12 +32,15 @@ const purgeChunk = 500
 const maxPurgeSteps = 10_000
 
 // AddUser maps a passkey to a user id, replacing any previous mapping.
+// A passkey is MinPasskeyLen to 64 characters of A-Z a-z 0-9 _ -: checked
+// here, so every admin path that adds one is held to it. (RemoveUser
+// takes shorter ones, so passkeys registered before the rule can go.)
 // Adding a passkey to a user removed less than a protection window ago
 // keeps all of its records; to one being purged, it finishes the purge
 // first and the user starts afresh.
 func (s *Store) AddUser(ctx context.Context, passkey, userID string) error {
-	if !validName(passkey) {
-		return fmt.Errorf("swarm: passkey: want 1-%d characters of A-Z a-z 0-9 _ -: %w", maxNameLen, ErrInvalid)
+	if !validPasskey(passkey) {
+		return fmt.Errorf("swarm: passkey: want %s: %w", passkeyRule, ErrInvalid)
 	}
 	if !validName(userID) {
 		return fmt.Errorf("swarm: user id %q: want 1-%d characters of A-Z a-z 0-9 _ -: %w", userID, maxNameLen, ErrInvalid)
