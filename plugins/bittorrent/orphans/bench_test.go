@@ -216,7 +216,7 @@ func announceRate(b *testing.B, store *swarm.Store, d time.Duration, beside func
 				}
 				peer := g*20 + k%20
 				_, err := store.Announce(ctx, &bittorrent.AnnounceRequest{
-					InfoHash: hashes[(g*7+k)%len(hashes)], PeerID: peerID(peer), Passkey: pkPrefix+"bench", NumWant: 50, Left: 100,
+					InfoHash: hashes[(g*7+k)%len(hashes)], PeerID: peerID(peer), Passkey: pkPrefix + "bench", NumWant: 50, Left: 100,
 					Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 2, byte(peer >> 8), byte(peer)}), 6881),
 				})
 				if err != nil {
