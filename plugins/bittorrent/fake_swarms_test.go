@@ -49,7 +49,7 @@ func (f *fakeSwarms) check(passkey string) error {
 		return f.fail
 	}
 	if f.passkeys != nil && !f.passkeys[passkey] {
-		return &ClientError{Reason: "unknown passkey"}
+		return ErrUnknownPasskey
 	}
 	return nil
 }

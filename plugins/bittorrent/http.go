@@ -267,6 +267,10 @@ func (s *HTTPServer) announce(r *http.Request, pathPasskey string, buf []byte) [
 			slog.String("remote", r.RemoteAddr), slog.Any("err", err))
 		return wire.AppendFailure(buf, internalFailure)
 	}
+	if refused := s.stats.admit(s.cfg.Guard, ip, true, passkey); refused != nil {
+		return wire.AppendFailure(buf, refused.Reason)
+	}
+	guardIP := ip
 	if s.cfg.TrustClientIP && q.IP.IsValid() {
 		ip = q.IP
 	}
@@ -285,7 +289,7 @@ func (s *HTTPServer) announce(r *http.Request, pathPasskey string, buf []byte) [
 	}
 	resp, err := s.cfg.Swarms.Announce(r.Context(), req)
 	if err != nil {
-		return wire.AppendFailure(buf, s.stats.countRefusal(r.Context(), s.cfg.Logger, "announce", err))
+		return wire.AppendFailure(buf, s.stats.countRefusal(r.Context(), s.cfg.Logger, "announce", err, s.cfg.Guard, guardIP, passkey))
 	}
 	s.stats.announces.Add(1)
 	reply := s.cfg.reply(resp)
@@ -310,6 +314,18 @@ func (s *HTTPServer) scrape(r *http.Request, pathPasskey string, buf []byte) []b
 		s.stats.refused.Add(1)
 		return wire.AppendFailure(buf, err.Error())
 	}
+	var ip netip.Addr
+	if passkey != "" && s.cfg.Guard != nil {
+		if ip, err = s.clientIP(r); err != nil {
+			s.stats.internalErrors.Add(1)
+			s.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn, "cannot tell the client's address",
+				slog.String("remote", r.RemoteAddr), slog.Any("err", err))
+			return wire.AppendFailure(buf, internalFailure)
+		}
+		if refused := s.stats.admit(s.cfg.Guard, ip, false, passkey); refused != nil {
+			return wire.AppendFailure(buf, refused.Reason)
+		}
+	}
 	hashes = wire.SortUniqueHashes(hashes)
 	infoHashes := make([]InfoHash, len(hashes))
 	for i := range hashes {
@@ -320,7 +336,7 @@ func (s *HTTPServer) scrape(r *http.Request, pathPasskey string, buf []byte) []b
 		err = fmt.Errorf("swarms returned %d scrape entries for %d hashes", len(entries), len(infoHashes))
 	}
 	if err != nil {
-		return wire.AppendFailure(buf, s.stats.countRefusal(r.Context(), s.cfg.Logger, "scrape", err))
+		return wire.AppendFailure(buf, s.stats.countRefusal(r.Context(), s.cfg.Logger, "scrape", err, s.cfg.Guard, ip, passkey))
 	}
 	s.stats.scrapes.Add(1)
 	var countStack [8]wire.ScrapeCounts

@@ -31,6 +31,10 @@ type AnnouncePolicy struct {
 	// UDP IPv4 field) instead of the socket's. Off by default: it lets
 	// anyone point a swarm at a third party.
 	TrustClientIP bool
+	// Guard limits announces and passkey misses per address (the socket's
+	// or the trusted proxy's, never the one a client claims); share one
+	// between a frontend's listeners. Nil sets no limits.
+	Guard *Guard
 }
 
 // Policy defaults.
@@ -118,7 +122,8 @@ func refusal(err error) (reason string, internal bool) {
 	return internalFailure, true
 }
 
-// ListenerStats counts what a listener answered, for metrics.
+// ListenerStats counts what a listener answered, for metrics. Each
+// request is counted once: a refusal by the guard is not also Refused.
 type ListenerStats struct {
 	Announces      uint64 // answered with peers
 	Scrapes        uint64 // answered with counts
@@ -126,10 +131,14 @@ type ListenerStats struct {
 	Malformed      uint64 // refused by the parser
 	Refused        uint64 // refused by the Swarms (ClientError) or policy
 	InternalErrors uint64 // Swarms failures
+	RateLimited    uint64 // announces refused by the guard's per-address rate
+	PasskeyBlocked uint64 // refused unread: the address presented too many unknown passkeys
+	PasskeyMisses  uint64 // refused by the Swarms for an unknown passkey (also in Refused)
 }
 
 type listenerCounters struct {
 	announces, scrapes, connects, malformed, refused, internalErrors atomic.Uint64
+	rateLimited, passkeyBlocked, passkeyMisses                       atomic.Uint64
 }
 
 func (c *listenerCounters) snapshot() ListenerStats {
@@ -140,17 +149,41 @@ func (c *listenerCounters) snapshot() ListenerStats {
 		Malformed:      c.malformed.Load(),
 		Refused:        c.refused.Load(),
 		InternalErrors: c.internalErrors.Load(),
+		RateLimited:    c.rateLimited.Load(),
+		PasskeyBlocked: c.passkeyBlocked.Load(),
+		PasskeyMisses:  c.passkeyMisses.Load(),
 	}
 }
 
-// countRefusal counts a Swarms error and logs internal ones.
-func (c *listenerCounters) countRefusal(ctx context.Context, logger *slog.Logger, op string, err error) string {
+// countRefusal counts a Swarms error and logs internal ones. An unknown
+// passkey also counts as a miss of the address ip on the guard.
+func (c *listenerCounters) countRefusal(ctx context.Context, logger *slog.Logger, op string, err error,
+	guard *Guard, ip netip.Addr, passkey string) string {
 	reason, internal := refusal(err)
 	if internal {
 		c.internalErrors.Add(1)
 		logger.LogAttrs(ctx, slog.LevelError, "swarm store failed", slog.String("op", op), slog.Any("err", err))
-	} else {
-		c.refused.Add(1)
+		return reason
+	}
+	c.refused.Add(1)
+	if errors.Is(err, ErrUnknownPasskey) {
+		c.passkeyMisses.Add(1)
+		guard.passkeyMiss(ip, passkey)
 	}
 	return reason
+}
+
+// admit applies the guard to a request from ip, before the Swarms sees
+// it: the announce rate (announces only), then the passkey misses
+// (requests with a passkey). It returns the refusal, counted, or nil.
+func (c *listenerCounters) admit(guard *Guard, ip netip.Addr, announce bool, passkey string) *ClientError {
+	if announce && !guard.allowAnnounce(ip) {
+		c.rateLimited.Add(1)
+		return errRateLimited
+	}
+	if passkey != "" && guard.passkeyBlocked(ip) {
+		c.passkeyBlocked.Add(1)
+		return errPasskeyMisses
+	}
+	return nil
 }

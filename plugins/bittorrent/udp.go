@@ -287,6 +287,12 @@ func (s *UDPServer) announce(ctx context.Context, w *udpWorker, ip netip.Addr, o
 		s.stats.refused.Add(1)
 		return wire.AppendUDPError(out, req.TransactionID, errPasskeyRequired.Reason)
 	}
+	// The connection id proved the source address, so a spoofed packet
+	// cannot spend another address's allowance.
+	if refused := s.stats.admit(s.cfg.Guard, ip, true, passkey); refused != nil {
+		return wire.AppendUDPError(out, req.TransactionID, refused.Reason)
+	}
+	guardIP := ip
 	if s.cfg.TrustClientIP && ip.Is4() && req.IPv4 != [4]byte{} {
 		ip = netip.AddrFrom4(req.IPv4)
 	}
@@ -315,7 +321,7 @@ func (s *UDPServer) announce(ctx context.Context, w *udpWorker, ip netip.Addr, o
 	}
 	resp, err := s.cfg.Swarms.Announce(ctx, announce)
 	if err != nil {
-		return wire.AppendUDPError(out, req.TransactionID, s.stats.countRefusal(ctx, s.cfg.Logger, "announce", err))
+		return wire.AppendUDPError(out, req.TransactionID, s.stats.countRefusal(ctx, s.cfg.Logger, "announce", err, s.cfg.Guard, guardIP, passkey))
 	}
 	s.stats.announces.Add(1)
 	reply := s.cfg.reply(resp)
@@ -335,7 +341,7 @@ func (s *UDPServer) scrape(ctx context.Context, w *udpWorker, out []byte) []byte
 		err = fmt.Errorf("swarms returned %d scrape entries for %d hashes", len(entries), len(w.hashes))
 	}
 	if err != nil {
-		return wire.AppendUDPError(out, req.TransactionID, s.stats.countRefusal(ctx, s.cfg.Logger, "scrape", err))
+		return wire.AppendUDPError(out, req.TransactionID, s.stats.countRefusal(ctx, s.cfg.Logger, "scrape", err, nil, netip.Addr{}, ""))
 	}
 	s.stats.scrapes.Add(1)
 	w.entries = w.entries[:0]

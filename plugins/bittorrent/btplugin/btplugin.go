@@ -93,6 +93,8 @@ type Settings struct {
 	// AnnouncePipelines is how many shared pipelines carry concurrent
 	// announces to Redis (0: 4); -1 sends each announce alone.
 	AnnouncePipelines int `json:"announce_pipelines"`
+	// Limits bound what one address or passkey may cost the tracker.
+	Limits LimitSettings `json:"limits"`
 	// Scoring is the decay-policy scoring of torrents (seed 002); see
 	// scoring.Settings. Off unless "enabled" is true.
 	Scoring json.RawMessage `json:"scoring,omitempty"`
@@ -110,6 +112,46 @@ type Settings struct {
 	// Orphans is orphan cleanup (seed 003); see orphans.Settings. Off
 	// unless "enabled" is true.
 	Orphans json.RawMessage `json:"orphans,omitempty"`
+}
+
+// LimitSettings bound what one address (an IPv4 address or an IPv6 /64)
+// or one passkey may cost the tracker, so no client grows Redis without
+// bound; see bittorrent.GuardConfig. Zero takes the default; the rates
+// and misses are counted per frontend.
+type LimitSettings struct {
+	// AnnounceRate is the sustained announces per second per address (5),
+	// AnnounceBurst how many at once (500); -1 turns the rate off.
+	AnnounceRate  float64 `json:"announce_rate"`
+	AnnounceBurst int     `json:"announce_burst"`
+	// PasskeyMisses is how many different unknown passkeys an address may
+	// present per PasskeyMissWindow (10 per 10m) before its requests with
+	// a passkey are refused unread; -1 turns it off.
+	PasskeyMisses     int    `json:"passkey_misses"`
+	PasskeyMissWindow string `json:"passkey_miss_window"`
+	// Addresses bounds the addresses a frontend tracks (131072).
+	Addresses int `json:"addresses"`
+}
+
+func (l LimitSettings) guard() (*bittorrent.Guard, error) {
+	var window time.Duration
+	if l.PasskeyMissWindow != "" {
+		d, err := time.ParseDuration(l.PasskeyMissWindow)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("bittorrent settings: limits.passkey_miss_window %q is not a duration like 10m", l.PasskeyMissWindow)
+		}
+		window = d
+	}
+	if l.AnnounceRate < 0 && l.AnnounceRate != -1 || l.PasskeyMisses < -1 {
+		return nil, errors.New("bittorrent settings: limits.announce_rate and limits.passkey_misses are -1 (off), 0 (default) or positive")
+	}
+	g, err := bittorrent.NewGuard(bittorrent.GuardConfig{
+		AnnounceRate: l.AnnounceRate, AnnounceBurst: l.AnnounceBurst,
+		PasskeyMisses: l.PasskeyMisses, PasskeyMissWindow: window, MaxAddresses: l.Addresses,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bittorrent settings: limits: %w", err)
+	}
+	return g, nil
 }
 
 // Defaults for Settings.
@@ -167,6 +209,11 @@ func (s *Settings) parse(raw json.RawMessage) (swarm.Config, bittorrent.Announce
 		return cfg, policy, errors.New("bittorrent settings: announce_pipelines must be -1 (off), 0 (default) or up to 64")
 	}
 	cfg.AnnouncePipelines = s.AnnouncePipelines
+	// One guard for both listeners: an address's allowance is per
+	// frontend, whichever protocol it uses.
+	if policy.Guard, err = s.Limits.guard(); err != nil {
+		return cfg, policy, err
+	}
 	policy.Interval, policy.MinInterval = cfg.Interval, cfg.MinInterval
 	policy.DefaultNumWant, policy.MaxNumWant = s.DefaultNumWant, s.MaxNumWant
 	if s.HTTP == "" && s.UDP4 == "" && s.UDP6 == "" {
@@ -785,6 +832,11 @@ func (t *Tracker) Stats(ctx context.Context) (plugins.Stats, error) {
 			metric("malformed_total", "Requests refused by the parser.", plugins.Counter, float64(s.Malformed), l),
 			metric("refused_total", "Requests refused by policy (passkey, registration, whitelist).", plugins.Counter, float64(s.Refused), l),
 			metric("internal_errors_total", "Requests that failed inside the tracker.", plugins.Counter, float64(s.InternalErrors), l),
+			metric("rate_limited_total", "Announces refused because their address exceeded limits.announce_rate on this frontend.",
+				plugins.Counter, float64(s.RateLimited), l),
+			metric("passkey_blocked_total", "Requests refused unread because their address presented too many unknown passkeys (limits.passkey_misses).",
+				plugins.Counter, float64(s.PasskeyBlocked), l),
+			metric("passkey_misses_total", "Requests refused for an unknown passkey (also in refused_total).", plugins.Counter, float64(s.PasskeyMisses), l),
 		)
 	}
 	if httpServer != nil {
