@@ -462,11 +462,11 @@ func startBenchTracker(ctx context.Context, name, redisURL string, pipelines int
 	tracker := p.(*btplugin.Tracker)
 	// Loopback is a trusted proxy, so the load's X-Forwarded-For gives
 	// each simulated peer its own address (the metrics count IPs).
-	// The per-address announce rate is off: the UDP load comes from one
+	// The per-address limits are off: the UDP load comes from one
 	// address, and the bench measures the tracker, not its limits.
 	raw := map[string]any{"mode": "open", "http": "127.0.0.1:0", "udp4": "127.0.0.1:0", "udp6": "",
 		"announce_pipelines": pipelines, "proxy_header": "X-Forwarded-For", "trusted_proxies": []string{"127.0.0.1/32"},
-		"limits": map[string]any{"announce_rate": -1}}
+		"limits": map[string]any{"announce_rate": -1, "max_peers_per_torrent": -1}}
 	if metrics != nil {
 		raw["metrics"] = metrics
 	}

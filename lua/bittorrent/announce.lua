@@ -22,6 +22,8 @@
 --                          of each), added when the record is created, so
 --                          orphan cleanup can delete a removed torrent's
 --                          records together with it
+-- KEYS[12] owners    HASH  open mode: owner (see peer_owner) -> the
+--                          owner's peers in the swarm, for ARGV[19]
 --
 -- ARGV[1]  now (ms)
 -- ARGV[2]  peer id (20 bytes)
@@ -46,6 +48,10 @@
 -- ARGV[18] the reaper's claim window (ms): after the first reseed by
 --          someone other than the uploader, others who start seeding
 --          within it also win the claim
+-- ARGV[19] how many peers one owner may have in the swarm: a user (its
+--          record's peers) in private mode, an address in open mode
+--          (KEYS[12]); 0: no limit. Checked only when a peer joins, so a
+--          peer already in the swarm is never refused by it.
 --
 -- Returns
 --   {1, seeders, leechers, snatches, born, d_seeders, d_leechers, snatched,
@@ -59,6 +65,7 @@
 --      into one string, so the reply is one bulk string, not one per peer
 --  -1  the torrent is not registered (private mode)
 --  -2  the peer id is active in this swarm under another user
+--  -3  the peer would join, and its owner has ARGV[19] peers already
 --
 -- Note: a seeder gets only leechers; a leecher gets seeders first, then
 -- other leechers. Peers are picked with HRANDFIELD, so an announce costs
@@ -84,7 +91,8 @@ if only_len == 0 then only_len = nil end
 local k_torrent, k_seeders, k_leechers, k_deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local k_peer, k_timeout, k_user, k_reaper = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local k_snatchers, k_claims = KEYS[9], KEYS[10]
-local k_users = KEYS[11]
+local k_users, k_owners = KEYS[11], KEYS[12]
+local max_owned = tonumber(ARGV[19])
 
 local t = redis.call('HMGET', k_torrent, 'id', 'created', 'announces', 'snatches', 'registered')
 if ARGV[9] == '1' and not t[1] then
@@ -119,6 +127,21 @@ local member = peer_id .. user
 local leaving = event == '3'
 local seeding = left == 0
 
+-- The per-owner bound, checked where a peer joins the swarm and before
+-- anything is written (the deletions above only drop dead records). A
+-- peer whose record says it is in the swarm is not joining.
+if max_owned > 0 and not leaving and not (known and p[8] == '1') then
+  local owned
+  if user ~= '' then
+    owned = tonumber(redis.call('HGET', k_user, 'peers'))
+  else
+    owned = tonumber(redis.call('HGET', k_owners, peer_owner(string.sub(entry, 22))))
+  end
+  if (owned or 0) >= max_owned then
+    return {-3}
+  end
+end
+
 -- Move the peer to its role (or out); the replies say where it was. An
 -- active peer's record says which role hash holds it (its last left), so
 -- a peer that keeps its role skips the other hash.
@@ -139,6 +162,18 @@ else
   redis.call('SET', k_timeout, '1', 'PX', ARGV[11])
 end
 local was_active = was_seeder or was_leecher
+
+-- Open mode counts each address's peers in the swarm: a peer joining or
+-- leaving moves its owner's count, and one that changed address moves
+-- from the old owner (its record's addr, what was counted) to the new.
+if user == '' then
+  local old = was_active and p[7] and peer_owner(p[7])
+  local new = not leaving and peer_owner(string.sub(entry, 22))
+  if old ~= new then
+    if old then owner_drop(k_owners, old) end
+    if new then redis.call('HINCRBY', k_owners, new, 1) end
+  end
+end
 
 -- What happened since the previous announce. Time counts only while the
 -- peer was in the swarm, and never more than one timeout. A started event

@@ -8,10 +8,12 @@
 -- KEYS[2] seeders    HASH  peer id -> compact address
 -- KEYS[3] leechers   HASH  peer id -> compact address
 -- KEYS[4] deadlines  ZSET  peer id .. user id -> deadline (ms)
+-- KEYS[5] owners     HASH  open mode: owner -> peers in the swarm (see
+--                          announce.lua)
 -- then for each peer i = 0, 1, ...:
--- KEYS[5+3i] peer     HASH   the peer's record
--- KEYS[6+3i] timeout  STRING the peer's timeout key
--- KEYS[7+3i] user     HASH   the user's record on the torrent (unused in
+-- KEYS[6+3i] peer     HASH   the peer's record
+-- KEYS[7+3i] timeout  STRING the peer's timeout key
+-- KEYS[8+3i] user     HASH   the user's record on the torrent (unused in
 --                            open mode, where the user id is "")
 --
 -- ARGV[1] now (ms)
@@ -32,14 +34,14 @@ local open_retention_ms = tonumber(ARGV[2])
 local hnr_seed_ms = tonumber(ARGV[3])
 local hnr_ratio = tonumber(ARGV[4])
 local peer_retention_ms = ARGV[5]
-local k_torrent, k_seeders, k_leechers, k_deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local k_torrent, k_seeders, k_leechers, k_deadlines, k_owners = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 
 local removed, d_seeders, d_leechers = 0, 0, 0
 local users = {}
 
 for i = 0, #ARGV - 6 do
   local member = ARGV[6 + i]
-  local k_peer, k_timeout, k_user = KEYS[5 + 3 * i], KEYS[6 + 3 * i], KEYS[7 + 3 * i]
+  local k_peer, k_timeout, k_user = KEYS[6 + 3 * i], KEYS[7 + 3 * i], KEYS[8 + 3 * i]
   local deadline = tonumber(redis.call('ZSCORE', k_deadlines, member) or '-1')
   if deadline >= 0 and deadline <= now then
     local peer_id = string.sub(member, 1, 20)
@@ -49,6 +51,10 @@ for i = 0, #ARGV - 6 do
       removed = removed + 1
       if was == 1 then d_seeders = d_seeders - 1 else d_leechers = d_leechers - 1 end
       if redis.call('EXISTS', k_peer) == 1 then
+        if user == '' then
+          local owner = peer_owner(redis.call('HGET', k_peer, 'addr'))
+          if owner then owner_drop(k_owners, owner) end
+        end
         redis.call('HSET', k_peer, 'active', '0')
         redis.call('PEXPIRE', k_peer, peer_retention_ms)
       end

@@ -26,6 +26,26 @@ local function peer_leave(k_seeders, k_leechers, k_deadlines, k_timeout, peer_id
   return was
 end
 
+-- peer_owner is who an open-mode peer counts against for the per-owner
+-- bound: its address's bytes from a compact address (4 address bytes and
+-- a port, or 16 and a port), an IPv6 address cut to its /64 (one
+-- subscriber's network). Returns false for anything else.
+local function peer_owner(addr)
+  if not addr then return false end
+  if #addr == 6 then return string.sub(addr, 1, 4) end
+  if #addr == 18 then return string.sub(addr, 1, 8) end
+  return false
+end
+
+-- owner_drop takes one peer off an owner's count, deleting the field at
+-- zero. A count that is already gone (peers that joined before counts
+-- were kept) stays gone.
+local function owner_drop(k_owners, owner)
+  if redis.call('HINCRBY', k_owners, owner, -1) <= 0 then
+    redis.call('HDEL', k_owners, owner)
+  end
+end
+
 -- torrent_counts appends the torrent record's count fields to an HSET
 -- argument list: the seeder and leecher counts (the role hashes' lengths,
 -- which cannot drift) and last_action, the "last seeded" stamp a reaper

@@ -130,6 +130,10 @@ type LimitSettings struct {
 	PasskeyMissWindow string `json:"passkey_miss_window"`
 	// Addresses bounds the addresses a frontend tracks (131072).
 	Addresses int `json:"addresses"`
+	// MaxPeersPerTorrent bounds the peers one user (private mode, 5) or
+	// one address (open mode, 20) may have in one torrent's swarm; -1
+	// turns it off. See swarm.Config.MaxPeersPerOwner.
+	MaxPeersPerTorrent int `json:"max_peers_per_torrent"`
 }
 
 func (l LimitSettings) guard() (*bittorrent.Guard, error) {
@@ -209,6 +213,10 @@ func (s *Settings) parse(raw json.RawMessage) (swarm.Config, bittorrent.Announce
 		return cfg, policy, errors.New("bittorrent settings: announce_pipelines must be -1 (off), 0 (default) or up to 64")
 	}
 	cfg.AnnouncePipelines = s.AnnouncePipelines
+	if s.Limits.MaxPeersPerTorrent < -1 {
+		return cfg, policy, errors.New("bittorrent settings: limits.max_peers_per_torrent is -1 (off), 0 (default) or positive")
+	}
+	cfg.MaxPeersPerOwner = s.Limits.MaxPeersPerTorrent
 	// One guard for both listeners: an address's allowance is per
 	// frontend, whichever protocol it uses.
 	if policy.Guard, err = s.Limits.guard(); err != nil {
@@ -823,6 +831,8 @@ func (t *Tracker) Stats(ctx context.Context) (plugins.Stats, error) {
 		metric("swarm_scrapes", "Scrapes answered by every frontend.", plugins.Gauge, float64(global.Scrapes), nil),
 		metric("swarm_requests", "Announces and scrapes that reached the store on every frontend, refused ones included.",
 			plugins.Gauge, float64(global.Requests), nil),
+		metric("peer_limit_refused_total", "Announces this process refused because their user (private) or address (open) had limits.max_peers_per_torrent peers on the torrent.",
+			plugins.Counter, float64(store.PeerLimitRefused()), nil),
 	}}
 	add := func(listener string, s bittorrent.ListenerStats) {
 		l := map[string]string{"listener": listener}

@@ -20,6 +20,7 @@ func TestLimitSettingsAreChecked(t *testing.T) {
 			{`{"http":"127.0.0.1:0","udp4":"","udp6":"","limits":{"passkey_miss_window":"soon"}}`, "passkey_miss_window"},
 			{`{"http":"127.0.0.1:0","udp4":"","udp6":"","limits":{"addresses":-1}}`, "MaxAddresses"},
 			{`{"http":"127.0.0.1:0","udp4":"","udp6":"","limits":{"annouce_rate":1}}`, "annouce_rate"},
+			{`{"http":"127.0.0.1:0","udp4":"","udp6":"","limits":{"max_peers_per_torrent":-2}}`, "limits.max_peers_per_torrent"},
 		} {
 			err := configure(p, b, c.settings)
 			require.ErrorContains(t, err, c.want)

@@ -49,13 +49,20 @@ func TestStatsExportGlobalCounters(t *testing.T) {
 		global := map[string]float64{}
 		for _, m := range stats.Metrics {
 			if m.Labels == nil {
-				require.Equal(t, plugins.Gauge, m.Kind, m.Name)
+				// This process's own refusals are a counter; the rest are
+				// every frontend's, read from Redis.
+				want := plugins.Gauge
+				if m.Name == "peer_limit_refused_total" {
+					want = plugins.Counter
+				}
+				require.Equal(t, want, m.Kind, m.Name)
 				global[m.Name] = m.Value
 			}
 		}
 		require.Equal(t, map[string]float64{
 			"seeders": 1, "leechers": 1, "snatches": 0,
 			"swarm_announces": 2, "swarm_scrapes": 1, "swarm_requests": 4,
+			"peer_limit_refused_total": 0,
 		}, global)
 	})
 }

@@ -62,7 +62,7 @@ func announceKeys(hash bittorrent.InfoHash, peer bittorrent.PeerID, userID strin
 	k := keysOf(hash)
 	return []string{k.torrent, k.seeders, k.leechers, k.deadlines,
 		k.peer(peer[:]), k.timeout(peer[:], userID), k.user(userID), k.prefix + reaperSuffix,
-		k.prefix + snatchersSuffix, k.prefix + reaperClaimsSuffix, k.prefix + usersSuffix}
+		k.prefix + snatchersSuffix, k.prefix + reaperClaimsSuffix, k.prefix + usersSuffix, k.prefix + ownersSuffix}
 }
 
 const (
@@ -70,7 +70,15 @@ const (
 	reaperClaimsSuffix = "reaper:claims"
 	snatchersSuffix    = "snatchers"
 	usersSuffix        = "users"
+	ownersSuffix       = "owners"
 )
+
+// OwnersKey counts, in open mode, each address's peers in the torrent's
+// swarm (HASH: 4 IPv4 address bytes, or the 8 bytes of an IPv6 /64 ->
+// count), so announce.lua can bound them (Config.MaxPeersPerOwner). A
+// field goes when its count reaches 0, and the key with the last one, so
+// an empty swarm leaves nothing for cleanup.
+func OwnersKey(hash bittorrent.InfoHash) string { return keysOf(hash).prefix + ownersSuffix }
 
 // TorrentUsersKey lists the user ids that have a record on the torrent
 // (SET), added by the announce that creates the record. Orphan cleanup
@@ -110,8 +118,8 @@ func SnatchersKey(hash bittorrent.InfoHash) string { return keysOf(hash).prefix 
 // peer id followed by the user id).
 func expireKeys(hash bittorrent.InfoHash, members []string) []string {
 	k := keysOf(hash)
-	keys := make([]string, 0, 4+3*len(members))
-	keys = append(keys, k.torrent, k.seeders, k.leechers, k.deadlines)
+	keys := make([]string, 0, 5+3*len(members))
+	keys = append(keys, k.torrent, k.seeders, k.leechers, k.deadlines, k.prefix+ownersSuffix)
 	for _, member := range members {
 		peer, userID := []byte(member[:20]), member[20:]
 		keys = append(keys, k.peer(peer), k.timeout(peer, userID), k.user(userID))

@@ -51,6 +51,14 @@ type Config struct {
 	OpenTorrentRetention time.Duration
 	// HnR is the hit-and-run policy (private mode; disabled by default).
 	HnR HnRPolicy
+	// MaxPeersPerOwner bounds the peers one owner may have in one
+	// torrent's swarm: a user (whichever of its passkeys) in private mode,
+	// 5 by default; an address (an IPv6 /64) in open mode, 20 by default,
+	// since NATs put many clients behind one. A client makes a new peer
+	// id each time it restarts, and its old one stays until it times out
+	// unless it said stopped. A peer joining past the bound is refused;
+	// one in the swarm never is. Negative: no bound.
+	MaxPeersPerOwner int
 	// ReaperClaimWindow is how long after the first reseed of a torrent
 	// in the unseeded reaper's process other users who start seeding it
 	// also win the claim (15m): package reaper's claim_window.
@@ -130,6 +138,12 @@ func (c *Config) validate() error {
 	if c.MaxNumWant == 0 {
 		c.MaxNumWant = 200
 	}
+	if c.MaxPeersPerOwner == 0 {
+		c.MaxPeersPerOwner = DefaultMaxPeersOpen
+		if c.Private {
+			c.MaxPeersPerOwner = DefaultMaxPeersPrivate
+		}
+	}
 	if c.HnR.MinRatio < 0 {
 		return fmt.Errorf("swarm config: HnR.MinRatio must not be negative, got %v", c.HnR.MinRatio)
 	}
@@ -150,6 +164,12 @@ func (c *Config) validate() error {
 	}
 	return nil
 }
+
+// Defaults of Config.MaxPeersPerOwner.
+const (
+	DefaultMaxPeersPrivate = 5
+	DefaultMaxPeersOpen    = 20
+)
 
 // WithDefaults returns the configuration with defaults filled in as New
 // fills them, or the error New would give: for settings that depend on
@@ -247,7 +267,7 @@ func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (
 		int(req.Event), numWant, private, userID,
 		timeout, s.cfg.PeerRetention.Milliseconds(),
 		s.openRetentionMillis(), s.cfg.HnR.MinSeedTime.Milliseconds(), s.cfg.HnR.MinRatio, now + timeout,
-		compactLen(req.PeerFamily), s.cfg.ReaperClaimWindow.Milliseconds()}
+		compactLen(req.PeerFamily), s.cfg.ReaperClaimWindow.Milliseconds(), max(s.cfg.MaxPeersPerOwner, 0)}
 	var reply []any
 	if s.announces != nil {
 		cmd, err := s.announces.run(ctx, keys, args)
@@ -266,6 +286,14 @@ func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (
 		return nil, &bittorrent.ClientError{Reason: "unregistered torrent"}
 	case -2:
 		return nil, &bittorrent.ClientError{Reason: "peer_id is in use by another user in this swarm"}
+	case -3:
+		s.counters.peerLimitRefused.Add(1)
+		if s.cfg.Private {
+			return nil, &bittorrent.ClientError{Reason: fmt.Sprintf(
+				"your account has %d peers on this torrent already: stop one, or wait for old ones to time out", s.cfg.MaxPeersPerOwner)}
+		}
+		return nil, &bittorrent.ClientError{Reason: fmt.Sprintf(
+			"your address has %d peers on this torrent already: stop one, or wait for old ones to time out", s.cfg.MaxPeersPerOwner)}
 	default:
 		return nil, fmt.Errorf("swarm.Announce: script returned code %d", code)
 	}
@@ -377,7 +405,13 @@ type counters struct {
 	eventsReceived atomic.Int64
 	eventsDropped  atomic.Int64
 	flushFailures  atomic.Int64
+
+	peerLimitRefused atomic.Int64
 }
+
+// PeerLimitRefused counts the announces this Store refused because their
+// owner had Config.MaxPeersPerOwner peers on the torrent.
+func (s *Store) PeerLimitRefused() int64 { return s.counters.peerLimitRefused.Load() }
 
 // ExpiryStats counts this Store's expiry work since New.
 type ExpiryStats struct {
