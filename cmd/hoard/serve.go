@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hoardproject/hoard/internal/localredis"
+	"github.com/hoardproject/hoard/internal/redismemory"
 	"github.com/hoardproject/hoard/leaderboard"
 	"github.com/hoardproject/hoard/plugins/bittorrent/ipmetrics"
 	"github.com/hoardproject/hoard/plugins/bittorrent/outbox"
@@ -35,6 +36,7 @@ type serveOptions struct {
 	// redisFsyncAsked: the policy came from the flag or the environment,
 	// not the default, so an external Redis that differs deserves a warning.
 	redisFsyncAsked      bool
+	redisMemoryAlarm     float64
 	dataDir              string
 	node                 string
 	adminToken           string
@@ -74,6 +76,8 @@ func serveCommand() *cobra.Command {
 	f.StringVar(&o.redisURL, "redis-url", envOr("HOARD_REDIS_URL", ""), "redis:// or unix:// URL, or comma-separated cluster nodes; empty = run a local redis-server ($HOARD_REDIS_URL)")
 	f.StringVar(&o.redisFsync, "redis-fsync", envOr("HOARD_REDIS_FSYNC", string(localredis.DefaultFsyncPolicy)),
 		"the supervised redis-server's appendfsync: everysec (a Redis or machine crash can lose ~1 s of acknowledged writes), always (loses none, slower: see README \"Durability\") or no; an external Redis keeps its own setting ($HOARD_REDIS_FSYNC)")
+	f.Float64Var(&o.redisMemoryAlarm, "redis-memory-alarm", envFloat("HOARD_REDIS_MEMORY_ALARM", redismemory.DefaultThreshold, &o.envErr),
+		"share of the Redis's maxmemory at which hoard logs an alarm and sets hoard_redis_memory_alarm, supervised or external ($HOARD_REDIS_MEMORY_ALARM)")
 	f.StringVar(&o.dataDir, "data-dir", envOr("HOARD_DATA_DIR", "./data"), "where the local redis-server keeps its data and offloaded segment files go ($HOARD_DATA_DIR)")
 	f.StringVar(&o.node, "node", os.Getenv("HOARD_NODE"), "this frontend's name in segment records, which it refills (default: an id kept in the data directory) ($HOARD_NODE)")
 	f.StringVar(&o.adminToken, "admin-token", envOr("HOARD_ADMIN_TOKEN", ""), "token the admin API requires ($HOARD_ADMIN_TOKEN)")
@@ -255,6 +259,11 @@ func runServe(ctx context.Context, o serveOptions) error {
 		logRedisDurability(ctx, rdb, asked, logger)
 	}
 
+	memory, err := startMemoryMonitor(ctx, rdb, o.redisMemoryAlarm, logger)
+	if err != nil {
+		return err
+	}
+
 	engine := queues.NewEngine(rdb, queues.Options{Logger: logger})
 	if o.createListed {
 		if err := createListedProjects(ctx, engine, o.projectsFile, logger); err != nil {
@@ -300,7 +309,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 		Listen: o.listen, AdminToken: o.adminToken, InsecureNoAdminToken: o.insecureNoAdminToken, MetricsToken: o.metricsToken,
 		ProjectsFile: o.projectsFile, PublicURL: o.publicURL, TrustedProxies: o.trustedProxies, Logger: logger,
 		Offloader: offloader, AdminExtensions: []server.AdminExtension{&btadmin.Admin{Store: btAdmin, Outbox: btOutbox, Reaper: btReaper, Scorer: btScorer},
-			&btadmin.MetricsAdmin{Store: btMetrics}}, Collectors: []prometheus.Collector{pluginHost.Collector()},
+			&btadmin.MetricsAdmin{Store: btMetrics}}, Collectors: []prometheus.Collector{pluginHost.Collector(), memory},
 		PublicExtensions: []server.PublicExtension{&btadmin.TrackerViews{Scorer: btScorer, Metrics: btMetrics, TopTorrents: o.publicTopTorrents}},
 		Plugins:          pluginHost, MaxViewers: maxViewers, MaxViewersPerAddress: o.maxViewersPerAddress,
 		ViewerIdleTimeout: o.viewerIdleTimeout,

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/internal/redistest"
+)
+
+// TestRedisMemoryOnMetrics: hoard serve on an external Redis with a
+// maxmemory it is at about 90% of puts the figures and the alarm on its
+// own /metrics, and refuses an alarm threshold that is not a share.
+func TestRedisMemoryOnMetrics(t *testing.T) {
+	var single redistest.Backend
+	for _, b := range redistest.Backends() {
+		if b.Name == "single" {
+			single = b
+		}
+	}
+	if single.Client == nil {
+		t.Skip("no single-node backend")
+	}
+	ctx := context.Background()
+	client := single.Client.(*redis.Client)
+	info := client.Info(ctx, "memory").Val()
+	used, err := strconv.ParseInt(regexp.MustCompile(`used_memory:(\d+)`).FindStringSubmatch(info)[1], 10, 64)
+	require.NoError(t, err)
+	// The limit leaves room for what serve adds (a few MB of clients and
+	// scripts would cross it and make Redis refuse writes): the alarm
+	// threshold is put under the share in use instead.
+	require.NoError(t, client.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used*4, 10)).Err())
+	t.Cleanup(func() { _ = client.ConfigSet(context.Background(), "maxmemory", "0").Err() })
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		cmd := rootCommand()
+		cmd.SetArgs([]string{"serve", "--redis-url", single.URL, "--listen", addr, "--data-dir", filepath.Join(t.TempDir(), "data"),
+			"--redis-memory-alarm", "0.01", "--projects-file", filepath.Join(t.TempDir(), "none.json"), "--log-level", "error"})
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		done <- cmd.ExecuteContext(runCtx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	var body string
+	require.Eventually(t, func() bool {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		body = string(raw)
+		return strings.Contains(body, "hoard_redis_memory_ratio{")
+	}, 30*time.Second, 50*time.Millisecond)
+	node := regexp.QuoteMeta(client.Options().Addr)
+	value := func(name string) float64 {
+		m := regexp.MustCompile(name + `\{node="` + node + `"\} (\S+)`).FindStringSubmatch(body)
+		require.NotNil(t, m, name)
+		v, err := strconv.ParseFloat(m[1], 64)
+		require.NoError(t, err)
+		return v
+	}
+	require.Equal(t, float64(used*4), value("hoard_redis_memory_max_bytes"))
+	require.Equal(t, 1.0, value("hoard_redis_memory_alarm"))
+	require.InDelta(t, value("hoard_redis_memory_used_bytes")/float64(used*4), value("hoard_redis_memory_ratio"), 1e-9)
+
+	_, err = runCLI(t, "", "serve", "--redis-url", single.URL, "--redis-memory-alarm", "1.5", "--data-dir", t.TempDir())
+	require.ErrorContains(t, err, "--redis-memory-alarm / HOARD_REDIS_MEMORY_ALARM")
+}
