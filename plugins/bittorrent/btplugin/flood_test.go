@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,10 +34,18 @@ func eachMaster(t *testing.T, b redistest.Backend, fn func(c *redis.Client)) {
 	t.Helper()
 	switch c := b.Client.(type) {
 	case *redis.ClusterClient:
+		// ForEachMaster calls back concurrently: collect, then run fn here.
+		var mu sync.Mutex
+		var masters []*redis.Client
 		require.NoError(t, c.ForEachMaster(context.Background(), func(_ context.Context, c *redis.Client) error {
-			fn(c)
+			mu.Lock()
+			defer mu.Unlock()
+			masters = append(masters, c)
 			return nil
 		}))
+		for _, m := range masters {
+			fn(m)
+		}
 	case *redis.Client:
 		fn(c)
 	}
