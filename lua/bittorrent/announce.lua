@@ -287,6 +287,10 @@ end
 -- The torrent's counters.
 local seeders = redis.call('HLEN', k_seeders)
 local leechers = redis.call('HLEN', k_leechers)
+-- An empty swarm has no owners: whatever count is left is a stray one.
+if user == '' and leaving and seeders + leechers == 0 then
+  redis.call('DEL', k_owners)
+end
 local d_seeders, d_leechers = 0, 0
 if was_seeder then d_seeders = -1 end
 if was_leecher then d_leechers = -1 end

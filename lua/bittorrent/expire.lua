@@ -76,6 +76,9 @@ local t = redis.call('HMGET', k_torrent, 'id')
 if removed > 0 then
   local seeders = redis.call('HLEN', k_seeders)
   local leechers = redis.call('HLEN', k_leechers)
+  if seeders + leechers == 0 then
+    redis.call('DEL', k_owners) -- an empty swarm has no owners
+  end
   local fields = {}
   torrent_counts(fields, seeders, leechers, ARGV[1], false)
   redis.call('HSET', k_torrent, unpack(fields))

@@ -3,6 +3,7 @@ package swarm_test
 import (
 	"context"
 	"net/netip"
+	"strconv"
 	"testing"
 	"time"
 
@@ -118,5 +119,31 @@ func TestPeersPerOwnerUnbounded(t *testing.T) {
 			f.announce(hash, peerID("-TR", i), i, from("192.0.2.1", uint16(7000+i)))
 		}
 		require.Equal(t, int64(50), f.torrent(hash).Leechers)
+	})
+}
+
+// TestStrayOwnerCountsGoWithTheSwarm: a count no peer accounts for (a
+// record that disagreed with the swarm, written before counts were kept)
+// is dropped when the swarm empties, by a stop or by expiry, so it can
+// neither stay behind nor lock an address out for good.
+func TestStrayOwnerCountsGoWithTheSwarm(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, swarm.Config{MaxPeersPerOwner: 2})
+		ctx := context.Background()
+		for _, expire := range []bool{false, true} {
+			hash := infoHash("stray" + strconv.FormatBool(expire))
+			f.announce(hash, peerID("-TR", 1), 1, from("192.0.2.1", 7001))
+			require.NoError(t, b.Client.HSet(ctx, swarm.OwnersKey(hash), string([]byte{192, 0, 2, 9}), 5).Err())
+			require.Contains(t, f.refuse(hash, peerID("-TR", 2), 2, from("192.0.2.9", 7002)), "2 peers")
+			if expire {
+				f.clock.Advance(2*time.Hour + time.Minute)
+				_, err := f.store.Sweep(ctx)
+				require.NoError(t, err)
+			} else {
+				f.announce(hash, peerID("-TR", 1), 1, from("192.0.2.1", 7001), event(bittorrent.EventStopped))
+			}
+			require.Zero(t, b.Client.Exists(ctx, swarm.OwnersKey(hash)).Val())
+			f.announce(hash, peerID("-TR", 2), 2, from("192.0.2.9", 7002))
+		}
 	})
 }
