@@ -32,8 +32,8 @@ type GuardConfig struct {
 	PasskeyMisses     int
 	PasskeyMissWindow time.Duration
 	// MaxAddresses bounds the addresses tracked (default 131,072, about
-	// 13 MB): past it the least recently seen half is forgotten, and a
-	// forgotten address starts afresh.
+	// 15 MB, BenchmarkGuardMemory): past it the least recently seen half
+	// is forgotten, and a forgotten address starts afresh.
 	MaxAddresses int
 	// Now is the clock (default time.Now).
 	Now func() time.Time
@@ -71,8 +71,12 @@ type Guard struct {
 type guardShard struct {
 	mu       sync.Mutex
 	limit    int // entries per generation
-	cur, old map[netip.Addr]addrState
+	cur, old map[guardAddr]*addrState
 }
+
+// guardAddr is an address as the guard keys it: 16 bytes hash and compare
+// faster than a netip.Addr.
+type guardAddr [16]byte
 
 // addrState is what the guard knows of one address.
 type addrState struct {
@@ -126,44 +130,43 @@ func NewGuard(cfg GuardConfig) (*Guard, error) {
 // Config returns the guard's configuration with defaults filled in.
 func (g *Guard) Config() GuardConfig { return g.cfg }
 
-// guardKey is the address the limits apply to: an IPv6 address's /64.
-func guardKey(ip netip.Addr) netip.Addr {
-	ip = ip.Unmap().WithZone("")
-	if ip.Is6() {
-		if p, err := ip.Prefix(64); err == nil {
-			return p.Addr()
-		}
+// guardKey is the address the limits apply to: an IPv6 address's /64,
+// an IPv4 address (mapped or not) as its IPv4-mapped form.
+func guardKey(ip netip.Addr) guardAddr {
+	key := guardAddr(ip.Unmap().As16())
+	if !ip.Unmap().Is4() {
+		clear(key[8:])
 	}
-	return ip
+	return key
 }
 
-func (g *Guard) shard(key netip.Addr) *guardShard {
-	b := key.As16()
-	return &g.shards[maphash.Bytes(g.seed, b[:])%guardShards]
+func (g *Guard) shard(key guardAddr) *guardShard {
+	return &g.shards[maphash.Comparable(g.seed, key)%guardShards]
 }
 
-// get returns the address's state, moving it to the current generation.
-// The caller holds s.mu.
-func (s *guardShard) get(key netip.Addr) (addrState, bool) {
-	if st, ok := s.cur[key]; ok {
-		return st, true
+// get returns the address's state, nil when it has none, moving it to the
+// current generation (where the caller may change it in place). The
+// caller holds s.mu.
+func (s *guardShard) get(key guardAddr) *addrState {
+	if st := s.cur[key]; st != nil {
+		return st
 	}
-	st, ok := s.old[key]
-	if ok {
+	st := s.old[key]
+	if st != nil {
 		delete(s.old, key)
+		s.put(key, st)
 	}
-	return st, ok
+	return st
 }
 
-// put stores the address's state; when the current generation is full it
-// becomes the old one and the previous old one is dropped. The caller
-// holds s.mu.
-func (s *guardShard) put(key netip.Addr, st addrState) {
-	if _, ok := s.cur[key]; !ok && len(s.cur) >= s.limit {
+// put adds an address; when the current generation is full it becomes
+// the old one and the previous old one is dropped. The caller holds s.mu.
+func (s *guardShard) put(key guardAddr, st *addrState) {
+	if len(s.cur) >= s.limit {
 		s.old, s.cur = s.cur, nil
 	}
 	if s.cur == nil {
-		s.cur = make(map[netip.Addr]addrState, s.limit)
+		s.cur = make(map[guardAddr]*addrState, s.limit)
 	}
 	s.cur[key] = st
 }
@@ -180,9 +183,10 @@ func (g *Guard) allowAnnounce(ip netip.Addr) bool {
 	s := g.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st, ok := s.get(key)
-	if !ok {
-		st.tokens, st.refilled = burst, now
+	st := s.get(key)
+	if st == nil {
+		st = &addrState{tokens: burst, refilled: now}
+		s.put(key, st)
 	} else if elapsed := now - st.refilled; elapsed > 0 {
 		// A clock that went back refills nothing.
 		st.tokens = min(burst, st.tokens+g.cfg.AnnounceRate*float64(elapsed)/float64(time.Second))
@@ -192,7 +196,6 @@ func (g *Guard) allowAnnounce(ip netip.Addr) bool {
 	if allowed {
 		st.tokens--
 	}
-	s.put(key, st)
 	return allowed
 }
 
@@ -207,11 +210,11 @@ func (g *Guard) passkeyBlocked(ip netip.Addr) bool {
 	s := g.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st, ok := s.cur[key]
-	if !ok {
-		st, ok = s.old[key]
+	st := s.cur[key]
+	if st == nil {
+		st = s.old[key]
 	}
-	return ok && st.misses >= g.cfg.PasskeyMisses && now-st.missesFrom < int64(g.cfg.PasskeyMissWindow)
+	return st != nil && st.misses >= g.cfg.PasskeyMisses && now-st.missesFrom < int64(g.cfg.PasskeyMissWindow)
 }
 
 // passkeyMiss counts an unknown passkey the address presented, unless it
@@ -226,9 +229,10 @@ func (g *Guard) passkeyMiss(ip netip.Addr, passkey string) {
 	s := g.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st, ok := s.get(key)
-	if !ok {
-		st.tokens, st.refilled = float64(g.cfg.AnnounceBurst), now
+	st := s.get(key)
+	if st == nil {
+		st = &addrState{tokens: float64(g.cfg.AnnounceBurst), refilled: now}
+		s.put(key, st)
 	}
 	if st.misses == 0 || now-st.missesFrom >= int64(g.cfg.PasskeyMissWindow) || now < st.missesFrom {
 		st.misses, st.missesFrom, st.lastMiss = 1, now, h
@@ -236,7 +240,6 @@ func (g *Guard) passkeyMiss(ip netip.Addr, passkey string) {
 		st.misses++
 		st.lastMiss = h
 	}
-	s.put(key, st)
 }
 
 // tracked is how many addresses the guard holds (tests).
