@@ -158,7 +158,16 @@ func (p *udpPeer) do(req wire.UDPRequest) wire.UDPResponse {
 // announce returns the error message, "" on success.
 func (p *udpPeer) announce(hash [20]byte, peer string, port uint16) string {
 	p.t.Helper()
+	return p.announceWith("", hash, peer, port)
+}
+
+// announceWith announces with a passkey in BEP 41 URL data ("" for none).
+func (p *udpPeer) announceWith(passkey string, hash [20]byte, peer string, port uint16) string {
+	p.t.Helper()
 	req := wire.UDPRequest{Action: wire.ActionAnnounce, InfoHash: hash, Left: 100, NumWant: 5, Port: port}
+	if passkey != "" {
+		req.URLData = []byte("/" + passkey + "/announce")
+	}
 	copy(req.PeerID[:], peer)
 	resp := p.do(req)
 	if resp.Action == wire.ActionError {
@@ -304,10 +313,10 @@ func TestOpenModePeersPerAddressAreBounded(t *testing.T) {
 }
 
 // TestPrivateModePasskeyGuessingIsBounded: one address guesses passkeys
-// as fast as it can; after passkey_misses different misses it is refused
-// without a lookup (Redis sees no GET for it), nothing is written, and a
-// user on another address is served throughout. Passkeys shorter than 32
-// characters are refused unread too.
+// as fast as it can, over HTTP and UDP; after passkey_misses different
+// misses it is refused without a lookup (Redis sees no GET for it),
+// nothing is written, and a user on another address is served
+// throughout. Passkeys shorter than 32 characters are refused unread too.
 func TestPrivateModePasskeyGuessingIsBounded(t *testing.T) {
 	const misses, guesses = 5, 2000
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
@@ -323,6 +332,7 @@ func TestPrivateModePasskeyGuessingIsBounded(t *testing.T) {
 		require.NoError(t, store.AddClient(ctx, "-FL", "flooder"))
 		base := "http://" + addrs["http"]
 		flooder, honest := httpFrom(t, "127.0.0.1"), httpFrom(t, "127.0.0.2")
+		udpFlooder, udpHonest := udpFrom(t, "127.0.0.1", addrs["udp4"]), udpFrom(t, "127.0.0.2", addrs["udp4"])
 
 		// Short passkeys: refused without a lookup, not counted as misses.
 		getsBefore := infoSum(t, b, "commandstats", getCallsRE)
@@ -341,11 +351,17 @@ func TestPrivateModePasskeyGuessingIsBounded(t *testing.T) {
 		refused := map[string]int{}
 		for i := range guesses {
 			guess := fmt.Sprintf("%032d", i)
-			reason := announceHTTP(t, flooder, base, guess, hash, "-FL0001-000000000001", 7001)
+			var reason string
+			if i%2 == 0 {
+				reason = announceHTTP(t, flooder, base, guess, hash, "-FL0001-000000000001", 7001)
+			} else {
+				reason = udpFlooder.announceWith(guess, hash, "-FL0001-000000000001", 7001)
+			}
 			require.NotEmpty(t, reason, "guess %d", i)
 			refused[reason]++
 			if i%100 == 0 {
-				require.Empty(t, announceHTTP(t, honest, base, good, hash, "-HO0001-honest000001", 6881), "the user is served at %d", i)
+				require.Empty(t, announceHTTP(t, honest, base, good, hash, "-HO0001-honest000001", 6881), "the user is served over HTTP at %d", i)
+				require.Empty(t, udpHonest.announceWith(good, hash, "-HO0001-honest000001", 6881), "and over UDP at %d", i)
 			}
 		}
 		// Even the right passkey is refused from the blocked address, and
@@ -367,7 +383,9 @@ func TestPrivateModePasskeyGuessingIsBounded(t *testing.T) {
 		t.Logf("%d passkey guesses from one address: %d looked up, Redis grew by %d bytes", guesses, gets, grown)
 		require.Less(t, grown, int64(256<<10))
 
-		require.Equal(t, float64(guesses-misses+1), listenerCounts(t, tr, "passkey_blocked_total")["http"])
-		require.Equal(t, float64(misses), listenerCounts(t, tr, "passkey_misses_total")["http"])
+		blocked, missed := listenerCounts(t, tr, "passkey_blocked_total"), listenerCounts(t, tr, "passkey_misses_total")
+		require.Equal(t, float64(guesses-misses+1), blocked["http"]+blocked["udp"])
+		require.Equal(t, float64(misses), missed["http"]+missed["udp"])
+		require.Positive(t, blocked["udp"], "UDP guesses are blocked too")
 	})
 }
