@@ -135,7 +135,8 @@ if max_owned > 0 and not leaving and not (known and p[8] == '1') then
   if user ~= '' then
     owned = tonumber(redis.call('HGET', k_user, 'peers'))
   else
-    owned = tonumber(redis.call('HGET', k_owners, peer_owner(string.sub(entry, 22))))
+    local owner = peer_owner(string.sub(entry, 22))
+    owned = owner and tonumber(redis.call('HGET', k_owners, owner))
   end
   if (owned or 0) >= max_owned then
     return {-3}
