@@ -57,7 +57,8 @@ func BenchmarkCleanupPass(b *testing.B) {
 		}
 		rdb := backend.Client
 		clock := swarm.NewFakeClock(epoch)
-		store, err := swarm.New(rdb, swarm.Config{Private: true, Clock: clock, Logger: quietLogger})
+		// One user holds the live swarms' 20 peers each: no per-owner bound.
+		store, err := swarm.New(rdb, swarm.Config{Private: true, Clock: clock, Logger: quietLogger, MaxPeersPerOwner: -1})
 		if err != nil {
 			b.Fatal(err)
 		}
