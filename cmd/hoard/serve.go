@@ -259,7 +259,11 @@ func runServe(ctx context.Context, o serveOptions) error {
 		logRedisDurability(ctx, rdb, asked, logger)
 	}
 
-	memory, err := startMemoryMonitor(ctx, rdb, o.redisMemoryAlarm, logger)
+	// Stopped before the client closes (defers run last first), so a
+	// check in flight ends quietly.
+	memoryCtx, stopMemory := context.WithCancel(ctx)
+	defer stopMemory()
+	memory, err := startMemoryMonitor(memoryCtx, rdb, o.redisMemoryAlarm, logger)
 	if err != nil {
 		return err
 	}

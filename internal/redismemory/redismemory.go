@@ -124,6 +124,7 @@ func (m *Monitor) Run(ctx context.Context) {
 // Check reads INFO memory from every master, keeps the figures for
 // /metrics and logs what is due. It returns the nodes read.
 func (m *Monitor) Check(ctx context.Context) ([]Node, error) {
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	var (
@@ -157,6 +158,9 @@ func (m *Monitor) Check(ctx context.Context) ([]Node, error) {
 		err = read(ctx, c)
 	default:
 		err = fmt.Errorf("redismemory: unsupported client %T", c)
+	}
+	if err != nil && parent.Err() != nil {
+		return nil, err // stopping: not a failure to report
 	}
 	if err != nil {
 		m.checkErrors.Inc()
