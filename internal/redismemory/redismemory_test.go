@@ -152,6 +152,39 @@ func TestAlarmBeforeTheLimit(t *testing.T) {
 	})
 }
 
+// TestUnreadableRedisIsLoggedOncePerInterval: a Redis that cannot be
+// read is counted on every check and logged once per interval.
+func TestUnreadableRedisIsLoggedOncePerInterval(t *testing.T) {
+	logs := &lockedBuffer{}
+	c := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: time.Second})
+	defer client.Close()
+	m, err := redismemory.New(redismemory.Config{Client: client, LogEvery: time.Minute, Now: c.Now,
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	require.NoError(t, err)
+	for range 3 {
+		_, err := m.Check(context.Background())
+		require.Error(t, err)
+	}
+	require.Equal(t, 1, logs.lines("cannot read Redis memory"))
+	c.Advance(time.Minute)
+	_, err = m.Check(context.Background())
+	require.Error(t, err)
+	require.Equal(t, 2, logs.lines("cannot read Redis memory"))
+
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(m))
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() == "hoard_redis_memory_check_errors_total" {
+			require.Equal(t, 4.0, f.GetMetric()[0].GetCounter().GetValue())
+			return
+		}
+	}
+	t.Fatal("no hoard_redis_memory_check_errors_total")
+}
+
 func TestBadConfig(t *testing.T) {
 	_, err := redismemory.New(redismemory.Config{})
 	require.Error(t, err)
