@@ -35,9 +35,9 @@ type Config struct {
 	Threshold float64
 	// Interval is how often Run reads INFO memory (15s).
 	Interval time.Duration
-	// LogEvery bounds the log: each kind of line (alarm, no limit, read
-	// failure) at most once per LogEvery per node (5m), however many
-	// checks run.
+	// LogEvery bounds the log: an alarm or a read failure at most once
+	// per LogEvery per node (5m), however many checks run. That a node
+	// has no limit is logged once.
 	LogEvery time.Duration
 	Logger   *slog.Logger
 	// Now is the clock of the log bound (time.Now).
@@ -172,7 +172,8 @@ func (m *Monitor) Check(ctx context.Context) ([]Node, error) {
 	for _, n := range nodes {
 		switch {
 		case n.Max == 0:
-			if m.due("nolimit", n.Addr) {
+			// A setting, not a condition that grows: said once per node.
+			if m.once("nolimit", n.Addr) {
 				m.cfg.Logger.Warn("the Redis has no memory limit (maxmemory 0): it grows until the machine runs out, and hoard cannot warn before; set maxmemory (for the supervised one, hoard serve --redis-maxmemory)",
 					"redis", n.Addr, "used_bytes", n.Used)
 			}
@@ -192,6 +193,19 @@ func (m *Monitor) Check(ctx context.Context) ([]Node, error) {
 	}
 	m.mu.Unlock()
 	return nodes, err
+}
+
+// once says whether a line of this kind about this node was never logged,
+// and records that it is now.
+func (m *Monitor) once(kind, node string) bool {
+	key := kind + " " + node
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.logged[key]; ok {
+		return false
+	}
+	m.logged[key] = m.cfg.Now()
+	return true
 }
 
 // due says whether a line of this kind about this node may be logged now,
