@@ -137,10 +137,13 @@ func TestSecondServerOnSameDataDirIsRefused(t *testing.T) {
 	dataDir := t.TempDir()
 	first := startServer(t, localredis.Config{DataDir: dataDir})
 
-	second := localredis.New(localredis.Config{DataDir: dataDir, Logger: testLogger()})
+	second := localredis.New(localredis.Config{DataDir: dataDir, LockWait: 300 * time.Millisecond, Logger: testLogger()})
+	began := time.Now()
 	err := second.Start(t.Context())
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "in use by another hoard")
+	require.Contains(t, err.Error(), "did not exit within 300ms")
+	require.GreaterOrEqual(t, time.Since(began), 300*time.Millisecond, "it waited for the owner, boundedly")
 	require.NoError(t, second.Stop())
 
 	// The refused attempt must not have disturbed the first server.
@@ -234,11 +237,15 @@ func TestFsyncPolicyReachesRedisServer(t *testing.T) {
 		fsync, err := client.ConfigGet(t.Context(), "appendfsync").Result()
 		require.NoError(t, err)
 		require.Equal(t, map[string]string{"appendfsync": tc.want}, fsync, "asked %q", tc.asked)
-		// A Bloom filter's bit writes must not rewrite the AOF every
-		// 64 MB (Redis's default).
+		// Redis's own rewrite trigger at the size that replays in the
+		// default 5 s at the assumed 25 MB/s (hoard's own trigger, on the
+		// incremental part, is aof.go's), and rewrites written as RDB.
 		rewrite, err := client.ConfigGet(t.Context(), "auto-aof-rewrite-*").Result()
 		require.NoError(t, err)
-		require.Equal(t, map[string]string{"auto-aof-rewrite-min-size": "536870912", "auto-aof-rewrite-percentage": "100"}, rewrite)
+		require.Equal(t, map[string]string{"auto-aof-rewrite-min-size": "125000000", "auto-aof-rewrite-percentage": "100"}, rewrite)
+		preamble, err := client.ConfigGet(t.Context(), "aof-use-rdb-preamble").Result()
+		require.NoError(t, err)
+		require.Equal(t, map[string]string{"aof-use-rdb-preamble": "yes"}, preamble)
 		require.NoError(t, server.Stop())
 	}
 }
