@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -93,10 +94,11 @@ func TestChaosSupervised(t *testing.T) {
 	requireTools(t)
 	load, items, seed := chaosSettings(t)
 	load, items = load/2, items/2
-	r := runScenario(t, scenario{
+	h := runScenario(t, scenario{
 		load: load, items: items, seed: seed, warriors: 32, frontends: 2, plugin: true, supervised: true,
 		fillAOF: 20 << 20, kills: max(5, int(load/(8*time.Second))),
-	}).report
+	})
+	r := h.report
 	require.Empty(t, r.failures(), "seed %d", seed)
 	require.Equal(t, items, r.Done)
 	kinds := map[string]bool{}
@@ -105,6 +107,39 @@ func TestChaosSupervised(t *testing.T) {
 	}
 	require.Len(t, kinds, 3, "every kind of kill happened: %v", kinds)
 	requireSupervisorRecovery(t, r, 20<<20)
+
+	// A clean stop of the supervising hoard stops its redis-server and
+	// the keeper above it: the outliving is for crashes only.
+	redisPID := h.redis.supervisedPID()
+	require.Positive(t, redisPID)
+	keeperPID := parentPID(redisPID)
+	require.Positive(t, keeperPID)
+	f := h.frontends[0]
+	stopping := time.Now()
+	require.NoError(t, f.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-f.exited:
+		t.Logf("hoard serve (frontend 0) stopped %s after SIGTERM", time.Since(stopping).Round(time.Millisecond))
+	case <-time.After(30 * time.Second):
+		t.Fatal("hoard serve did not exit within 30 s of SIGTERM")
+	}
+	require.False(t, processAlive(redisPID), "redis-server %d stopped with hoard", redisPID)
+	require.False(t, processAlive(keeperPID), "its keeper %d too", keeperPID)
+}
+
+// parentPID is pid's parent, from /proc, or 0.
+func parentPID(pid int) int {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// "pid (comm) state ppid ...", comm may hold spaces and ')'.
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	if len(fields) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(fields[1])
+	return ppid
 }
 
 // TestChaosSupervisedLargeAOF: SIGKILLs of the hoard supervising Redis

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -152,6 +153,8 @@ func keeperCommand(spec keeperSpec) (*exec.Cmd, error) {
 		return nil, err
 	}
 	cmd := exec.Command(self)
+	// What ps shows: not a second hoard.
+	cmd.Args = []string{filepath.Base(self) + "-redis-keeper"}
 	cmd.Env = append(withoutEnv(os.Environ(), keeperEnv), keeperEnv+"="+string(raw))
 	// Its own process group keeps a terminal's Ctrl-C away, as for a
 	// redis-server child; no parent-death signal, by design.

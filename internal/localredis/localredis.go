@@ -656,11 +656,12 @@ func (s *Server) launch(binary, dataDir string) (*instance, error) {
 		cmd, err = keeperCommand(keeperSpec{Binary: binary, Args: args, OwnerLock: filepath.Join(dataDir, ownerLockFileName),
 			Grace: grace, Poll: min(keeperPoll, grace/4)})
 		if err != nil {
-			outputReader.Close()
-			outputWriter.Close()
-			return nil, err
+			// Better a redis-server that dies with hoard than none.
+			s.logger.Warn("cannot run redis-server under a keeper; it will die with hoard, and a restart will replay its AOF", "error", err)
+			keeper = false
 		}
-	} else {
+	}
+	if !keeper {
 		cmd = exec.Command(binary, args...)
 		cmd.SysProcAttr = childSysProcAttr()
 	}
