@@ -135,8 +135,6 @@ type Server struct {
 	supervision *supervision
 	// ownerLock holds the data dir's owner lock between Start and Stop.
 	ownerLock *os.File
-	// dataDir is the absolute data dir, set by Start.
-	dataDir string
 
 	// mu guards the fields below, which are read from other goroutines.
 	mu         sync.Mutex
@@ -272,7 +270,6 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return fmt.Errorf("localredis: create data dir: %w", err)
 	}
-	s.dataDir = dataDir
 	owner, err := s.lockOwner(ctx, dataDir)
 	if err != nil {
 		return err
@@ -795,16 +792,18 @@ func (s *Server) terminate(inst *instance) error {
 	return err
 }
 
-// signal sends sig to inst's redis-server, and to the process this Server
-// started for it (its keeper passes a SIGTERM on; a SIGKILL of the keeper
-// makes the kernel SIGTERM the redis-server).
+// signal sends sig to inst's redis-server. The process this Server started
+// for it (a keeper) gets it too when the redis-server's pid is not known
+// yet (the keeper passes a SIGTERM on) and for a SIGKILL (which makes the
+// kernel SIGTERM the redis-server).
 func (s *Server) signal(inst *instance, sig syscall.Signal) {
-	if pid := int(inst.pid.Load()); pid > 0 {
+	pid := int(inst.pid.Load())
+	if pid > 0 {
 		if err := signalPID(pid, sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
 			s.logger.Warn("could not signal redis-server", "pid", pid, "signal", sig, "error", err)
 		}
 	}
-	if inst.cmd != nil && int64(inst.cmd.Process.Pid) != inst.pid.Load() {
+	if inst.cmd != nil && inst.cmd.Process.Pid != pid && (pid == 0 || sig == syscall.SIGKILL) {
 		_ = inst.cmd.Process.Signal(sig)
 	}
 }

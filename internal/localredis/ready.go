@@ -108,7 +108,7 @@ func (s *Server) waitReady(ctx context.Context, inst *instance) error {
 				s.learnPID(ctx, inst)
 			}
 			inst.served.Store(true)
-			if totalBytes > 0 {
+			if totalBytes > 0 && !inst.adopted {
 				took := time.Since(inst.startedAt)
 				rate := s.noteReplay(totalBytes, took, inst.adopted)
 				s.logger.Info("redis-server loaded its data", "bytes", totalBytes, "took", took.Round(time.Millisecond),

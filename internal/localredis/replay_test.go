@@ -196,26 +196,41 @@ func TestAOFIsRewrittenByReplayTime(t *testing.T) {
 }
 
 // TestRepeatedRedisKillsRestartAtOnce: a redis-server that had served is
-// restarted at once after each of several kills in a row; before, the
-// delay doubled from 200 ms per restart within a minute (to 10 s), so the
-// fifth kill left Redis down for 3.2 s.
+// restarted with no delay after each of several kills in a row; before,
+// the delay doubled from 200 ms per restart within a minute (to 10 s), so
+// the fifth kill left Redis down 3.2 s longer than its replay. The delay
+// is read from the supervisor's log, not timed, so a loaded machine
+// cannot fail it; the times are logged.
 func TestRepeatedRedisKillsRestartAtOnce(t *testing.T) {
 	requireRedisServer(t)
 	ctx := t.Context()
-	server := startServer(t, localredis.Config{DataDir: t.TempDir(), AppendOnly: true})
+	recorder := &recordingHandler{}
+	server := startServer(t, localredis.Config{DataDir: t.TempDir(), AppendOnly: true, Logger: slog.New(recorder)})
 	client := clientFor(t, server)
 	require.NoError(t, client.Set(ctx, "survivor", "1", 0).Err())
-	for kill := range 5 {
+	const kills = 5
+	for kill := range kills {
 		pid := server.PID()
 		killedAt := time.Now()
 		require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
 		require.Eventually(t, func() bool {
 			return server.PID() != pid && client.Get(ctx, "survivor").Val() == "1"
-		}, 10*time.Second, 5*time.Millisecond)
-		took := time.Since(killedAt)
-		t.Logf("kill %d: served again after %s", kill+1, took.Round(time.Millisecond))
-		require.Less(t, took, time.Second, "kill %d", kill+1)
+		}, 30*time.Second, 5*time.Millisecond)
+		t.Logf("kill %d: served again after %s", kill+1, time.Since(killedAt).Round(time.Millisecond))
 	}
+	var delays []time.Duration
+	for _, r := range recorder.snapshot() {
+		if r.Message != "redis-server exited unexpectedly; restarting" {
+			continue
+		}
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "restart_in" {
+				delays = append(delays, a.Value.Duration())
+			}
+			return true
+		})
+	}
+	require.Equal(t, make([]time.Duration, kills), delays, "every restart at once")
 }
 
 // TestSlowLoadIsWaitedFor: a redis-server that stops making progress while
