@@ -12,6 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/internal/localredis"
 )
 
 // hoardRecoveryBound: after a SIGKILL of the hoard supervising Redis, its
@@ -107,6 +109,12 @@ func TestChaosSupervised(t *testing.T) {
 	}
 	require.Len(t, kinds, 3, "every kind of kill happened: %v", kinds)
 	requireSupervisorRecovery(t, r, 20<<20)
+
+	// hoard serve's default memory limit reached the supervised Redis.
+	memory, err := h.rdb.ConfigGet(t.Context(), "maxmemory*").Result()
+	require.NoError(t, err)
+	require.Equal(t, strconv.FormatInt(localredis.MachineMemory()/2, 10), memory["maxmemory"], "half the machine's memory")
+	require.Equal(t, "noeviction", memory["maxmemory-policy"])
 
 	// A clean stop of the supervising hoard stops its redis-server and
 	// the keeper above it: the outliving is for crashes only.

@@ -246,8 +246,38 @@ func TestFsyncPolicyReachesRedisServer(t *testing.T) {
 		preamble, err := client.ConfigGet(t.Context(), "aof-use-rdb-preamble").Result()
 		require.NoError(t, err)
 		require.Equal(t, map[string]string{"aof-use-rdb-preamble": "yes"}, preamble)
+		memory, err := client.ConfigGet(t.Context(), "maxmemory*").Result()
+		require.NoError(t, err)
+		require.Equal(t, "0", memory["maxmemory"], "no MaxMemory, no limit")
+		require.Equal(t, "noeviction", memory["maxmemory-policy"], "queue data is never evicted")
 		require.NoError(t, server.Stop())
 	}
+}
+
+// TestMaxMemoryReachesRedisServer: the limit is redis-server's maxmemory,
+// and past it a write is refused, nothing evicted.
+func TestMaxMemoryReachesRedisServer(t *testing.T) {
+	requireRedisServer(t)
+	ctx := t.Context()
+	server := startServer(t, localredis.Config{DataDir: t.TempDir(), MaxMemory: 4 << 20})
+	client := clientFor(t, server)
+	memory, err := client.ConfigGet(ctx, "maxmemory*").Result()
+	require.NoError(t, err)
+	require.Equal(t, strconv.Itoa(4<<20), memory["maxmemory"])
+	require.Equal(t, "noeviction", memory["maxmemory-policy"])
+	require.NoError(t, client.Set(ctx, "first", "kept", 0).Err())
+	big := strings.Repeat("x", 1<<20)
+	var err2 error
+	for i := 0; i < 16 && err2 == nil; i++ {
+		err2 = client.Set(ctx, "filler:"+strconv.Itoa(i), big, 0).Err()
+	}
+	require.ErrorContains(t, err2, "OOM", "a write past the limit is refused")
+	value, err := client.Get(ctx, "first").Result()
+	require.NoError(t, err)
+	require.Equal(t, "kept", value, "nothing evicted")
+
+	bad := localredis.New(localredis.Config{DataDir: t.TempDir(), MaxMemory: -1, Logger: testLogger()})
+	require.ErrorContains(t, bad.Start(ctx), "maxmemory -1 is negative")
 }
 
 func TestUnknownFsyncPolicyIsRefused(t *testing.T) {
