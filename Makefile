@@ -106,8 +106,9 @@ bench: build
 
 # The chaos suite for minutes (make test runs it for 20 s): the real
 # binaries on loopback, frontends, plugins and redis-server SIGKILLed under
-# 32 warriors, on one redis-server and on a 3-master cluster (half as
-# long), then every item checked in Redis. See README "Chaos".
+# 32 warriors, on one redis-server, on a 3-master cluster and on hoard's
+# own supervised redis-server (half as long each), then every item checked
+# in Redis. See README "Chaos".
 chaos:
 	HOARD_CHAOS_DURATION=$(CHAOSTIME) $(GO) test -count=1 -v -timeout 60m -run '^TestChaos' ./internal/chaos
 

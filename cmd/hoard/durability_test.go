@@ -33,6 +33,33 @@ func TestServeRefusesUnknownFsyncPolicy(t *testing.T) {
 	require.NoDirExists(t, dataDir)
 }
 
+// TestServeRefusesBadRedisMaxMemory: a --redis-maxmemory or
+// HOARD_REDIS_MAXMEMORY hoard cannot read stops serve before it starts or
+// creates anything, as does a negative replay target.
+func TestServeRefusesBadRedisMaxMemory(t *testing.T) {
+	dataDir := filepath.Join(t.TempDir(), "data")
+	for _, tc := range []struct {
+		args []string
+		env  string
+		want string
+	}{
+		{args: []string{"--redis-maxmemory", "4g"}, want: `--redis-maxmemory / HOARD_REDIS_MAXMEMORY: redis maxmemory "4g" is not 0 (no limit), a size such as 4gb or 512mb, or a share of the machine's memory such as 50%`},
+		{args: []string{"--redis-maxmemory", "150%"}, want: `redis maxmemory "150%": a percentage must be above 0 and at most 100`},
+		{env: "-1", want: `redis maxmemory "-1" is not 0 (no limit)`},
+		{args: []string{"--redis-aof-replay-target", "-5s"}, want: "--redis-aof-replay-target / HOARD_REDIS_AOF_REPLAY_TARGET must be 0 (off) or positive, not -5s"},
+	} {
+		t.Setenv("HOARD_REDIS_MAXMEMORY", tc.env)
+		cmd := rootCommand()
+		cmd.SetArgs(append([]string{"serve", "--data-dir", dataDir, "--listen", "127.0.0.1:0"}, tc.args...))
+		err := cmd.ExecuteContext(context.Background())
+		require.ErrorContains(t, err, tc.want, "%v %q", tc.args, tc.env)
+		require.NoDirExists(t, dataDir)
+	}
+	maxMemory, err := redisMaxMemory(localredis.DefaultMaxMemory)
+	require.NoError(t, err)
+	require.Equal(t, localredis.MachineMemory()/2, maxMemory, "the default is half the machine's memory")
+}
+
 // TestExternalRedisDurabilityIsLogged: with HOARD_REDIS_URL, the log says
 // what the Redis's own AOF settings are, and warns when they cannot keep
 // acknowledged writes or differ from what the operator asked hoard for.

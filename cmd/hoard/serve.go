@@ -35,8 +35,14 @@ type serveOptions struct {
 	redisFsync string
 	// redisFsyncAsked: the policy came from the flag or the environment,
 	// not the default, so an external Redis that differs deserves a warning.
-	redisFsyncAsked      bool
-	redisMemoryAlarm     float64
+	redisFsyncAsked  bool
+	redisMemoryAlarm float64
+	// redisMaxMemory is the supervised redis-server's maxmemory, as given
+	// (localredis.ParseMaxMemory's forms).
+	redisMaxMemory string
+	// redisReplayTarget bounds the AOF's replay (0: hoard never rewrites
+	// the AOF itself).
+	redisReplayTarget    time.Duration
 	dataDir              string
 	node                 string
 	adminToken           string
@@ -78,6 +84,10 @@ func serveCommand() *cobra.Command {
 		"the supervised redis-server's appendfsync: everysec (a Redis or machine crash can lose ~1 s of acknowledged writes), always (loses none, slower: see README \"Durability\") or no; an external Redis keeps its own setting ($HOARD_REDIS_FSYNC)")
 	f.Float64Var(&o.redisMemoryAlarm, "redis-memory-alarm", envFloat("HOARD_REDIS_MEMORY_ALARM", redismemory.DefaultThreshold, &o.envErr),
 		"share of the Redis's maxmemory at which hoard logs an alarm and sets hoard_redis_memory_alarm, supervised or external ($HOARD_REDIS_MEMORY_ALARM)")
+	f.StringVar(&o.redisMaxMemory, "redis-maxmemory", envOr("HOARD_REDIS_MAXMEMORY", localredis.DefaultMaxMemory),
+		"the supervised redis-server's memory limit: a size (4gb, 512mb), a share of the machine's memory (50%) or 0 for none; past it writes are refused, nothing is evicted ($HOARD_REDIS_MAXMEMORY)")
+	f.DurationVar(&o.redisReplayTarget, "redis-aof-replay-target", envDuration("HOARD_REDIS_AOF_REPLAY_TARGET", localredis.DefaultAOFReplayTarget, &o.envErr),
+		"rewrite the supervised redis-server's AOF once replaying its newest part would take longer than this; 0 leaves it to Redis's size trigger ($HOARD_REDIS_AOF_REPLAY_TARGET)")
 	f.StringVar(&o.dataDir, "data-dir", envOr("HOARD_DATA_DIR", "./data"), "where the local redis-server keeps its data and offloaded segment files go ($HOARD_DATA_DIR)")
 	f.StringVar(&o.node, "node", os.Getenv("HOARD_NODE"), "this frontend's name in segment records, which it refills (default: an id kept in the data directory) ($HOARD_NODE)")
 	f.StringVar(&o.adminToken, "admin-token", envOr("HOARD_ADMIN_TOKEN", ""), "token the admin API requires ($HOARD_ADMIN_TOKEN)")
@@ -199,6 +209,17 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if err != nil {
 		return err
 	}
+	maxMemory, err := redisMaxMemory(o.redisMaxMemory)
+	if err != nil {
+		return err
+	}
+	if o.redisReplayTarget < 0 {
+		return fmt.Errorf("--redis-aof-replay-target / HOARD_REDIS_AOF_REPLAY_TARGET must be 0 (off) or positive, not %s", o.redisReplayTarget)
+	}
+	replayTarget := o.redisReplayTarget
+	if replayTarget == 0 {
+		replayTarget = -1 // localredis: off
+	}
 	if o.plugins.eventRetry <= 0 {
 		return fmt.Errorf("--plugin-event-retry must be positive, got %s", o.plugins.eventRetry)
 	}
@@ -229,7 +250,13 @@ func runServe(ctx context.Context, o serveOptions) error {
 		if err != nil {
 			return err
 		}
-		child := localredis.New(localredis.Config{DataDir: dir, AppendOnly: true, AppendFsync: fsync, Logger: logger.With("component", "redis-server")})
+		// The redis-server outlives a crash of hoard (a keeper stops it if
+		// no hoard adopts it within localredis.DefaultOrphanGrace), so a
+		// restarted hoard adopts it in milliseconds instead of replaying
+		// the AOF: a crash of hoard is never an outage. A clean stop
+		// (the deferred Stop) stops it.
+		child := localredis.New(localredis.Config{DataDir: dir, AppendOnly: true, AppendFsync: fsync, MaxMemory: maxMemory,
+			AOFReplayTarget: replayTarget, OutliveCrash: true, Logger: logger.With("component", "redis-server")})
 		if err := child.Start(ctx); err != nil {
 			return err
 		}
@@ -239,7 +266,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 			}
 		}()
 		redisURL = child.URL()
-		logger.Info("started local redis-server", "url", redisURL, "data_dir", dir, "appendfsync", fsync)
+		logger.Info("started local redis-server", "url", redisURL, "data_dir", dir, "appendfsync", fsync, "maxmemory", maxMemory)
 	} else if o.redisFsyncAsked {
 		logger.Warn("--redis-fsync / HOARD_REDIS_FSYNC applies only to the supervised redis-server; with HOARD_REDIS_URL set, appendfsync is the Redis operator's setting (see README \"Durability\")", "asked", fsync)
 	}
@@ -333,6 +360,20 @@ func runServe(ctx context.Context, o serveOptions) error {
 		}
 	}
 	return srv.Stop()
+}
+
+// redisMaxMemory resolves --redis-maxmemory to bytes. Where the machine's
+// memory is unknown (not Linux), the default share becomes no limit.
+func redisMaxMemory(value string) (int64, error) {
+	total := localredis.MachineMemory()
+	if total == 0 && value == localredis.DefaultMaxMemory {
+		return 0, nil
+	}
+	n, err := localredis.ParseMaxMemory(value, total)
+	if err != nil {
+		return 0, fmt.Errorf("--redis-maxmemory / HOARD_REDIS_MAXMEMORY: %w", err)
+	}
+	return n, nil
 }
 
 func pingWithRetry(ctx context.Context, rdb redis.UniversalClient) error {

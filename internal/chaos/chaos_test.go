@@ -32,7 +32,19 @@ type scenario struct {
 	frontends int
 	plugin    bool
 	cluster   bool // a 3-master Redis Cluster instead of one redis-server
-	kills     int  // SIGKILLs during the load, one at a time
+	// supervised: frontend 0 runs hoard's own supervised redis-server (no
+	// HOARD_REDIS_URL), the others use its socket; a Redis kill is of
+	// that redis-server, which hoard restarts.
+	supervised bool
+	// fillAOF, with supervised, grows the AOF past this many bytes before
+	// the load (fillAOF in aof_test.go).
+	fillAOF int64
+	// supervisorKillsOnly: every kill is a frontend kill of frontend 0,
+	// the hoard supervising Redis, without a stall.
+	supervisorKillsOnly bool
+	// frontendArgs are added to every frontend's command line.
+	frontendArgs []string
+	kills        int // SIGKILLs during the load, one at a time
 	// sabotage, when set, runs once halfway through the load: the
 	// negative control uses it to lose data behind hoard's back.
 	sabotage func(ctx context.Context, rdb redis.UniversalClient, l *ledger, r *report)
@@ -55,6 +67,12 @@ type killRecord struct {
 	// answered an announce on its tracker port again (plugin).
 	Recovery time.Duration
 	Stalled  bool // a frontend killed during a Redis stall
+	// AOFBytes is the AOF's size at the kill (supervised Redis only).
+	AOFBytes int64
+	// Adopted: a kill of the hoard supervising Redis left the
+	// redis-server running and the restarted hoard went on with it (the
+	// same pid before the kill and once served again).
+	Adopted bool
 	// AckedLost is, for a Redis kill, how many acknowledged dones it took.
 	AckedLost int
 }
@@ -64,7 +82,7 @@ type plannedKill struct {
 	kind   string
 	target int
 	at     time.Duration
-	// stall: a frontend kill lands while Redis is stalled (DEBUG SLEEP)
+	// stall: a frontend kill lands while Redis is stalled (a busy script)
 	// with the frontend's requests queued in it, so Redis runs claims and
 	// dones after their frontend died and their replies go nowhere: the
 	// "reply lost in a crash" that a kill at a random moment rarely hits.
@@ -135,29 +153,40 @@ func runScenario(t *testing.T, sc scenario) *harness {
 	h := &harness{sc: sc, ledger: newLedger(), successes: &successes{}, report: &report{}, countedAcked: map[string]bool{}}
 
 	var err error
-	h.redis, err = startDeployment(ctx, dir, sc.cluster)
+	h.redis, err = startDeployment(ctx, dir, sc.cluster, sc.supervised)
 	if h.redis != nil {
 		t.Cleanup(h.redis.stop)
 	}
 	require.NoError(t, err)
-	h.rdb = h.redis.client()
-	t.Cleanup(func() { _ = h.rdb.Close() })
 
 	for i := range sc.frontends {
-		f, err := newFrontend(dir, i, bins, h.redis.url(), sc.plugin)
+		url := h.redis.url()
+		if sc.supervised && i == 0 {
+			url = "" // its own redis-server
+		}
+		f, err := newFrontend(dir, i, bins, url, sc.plugin, sc.frontendArgs...)
 		require.NoError(t, err)
 		h.frontends = append(h.frontends, f)
 	}
-	var starting sync.WaitGroup
-	startErrs := make([]error, len(h.frontends))
-	for i, f := range h.frontends {
-		t.Cleanup(func() { _ = f.kill() })
-		starting.Go(func() { startErrs[i] = f.startAndWait(ctx) })
+	starting := h.frontends
+	if sc.supervised {
+		// Frontend 0 first: the others need its redis-server.
+		t.Cleanup(func() { _ = h.frontends[0].kill() })
+		require.NoError(t, h.frontends[0].startAndWait(ctx))
+		starting = h.frontends[1:]
 	}
-	starting.Wait()
+	var started sync.WaitGroup
+	startErrs := make([]error, len(starting))
+	for i, f := range starting {
+		t.Cleanup(func() { _ = f.kill() })
+		started.Go(func() { startErrs[i] = f.startAndWait(ctx) })
+	}
+	started.Wait()
 	for _, err := range startErrs {
 		require.NoError(t, err)
 	}
+	h.rdb = h.redis.client()
+	t.Cleanup(func() { _ = h.rdb.Close() })
 
 	items := make([]string, sc.items)
 	for i := range items {
@@ -168,6 +197,10 @@ func runScenario(t *testing.T, sc scenario) *harness {
 	before, err := readPlacement(ctx, h.rdb, projectSlug)
 	require.NoError(t, err)
 	require.Equal(t, sc.items, before.todo, "every item queued before the load")
+	if sc.fillAOF > 0 {
+		filled, took := fillAOF(ctx, t, h.rdb, sc.fillAOF)
+		t.Logf("AOF filled to %d MB (%d bytes) in %s", filled>>20, filled, took.Round(time.Millisecond))
+	}
 
 	// Pace the warriors so the load lasts: about 80% of the items done
 	// during it, the rest in the drain.
@@ -194,6 +227,15 @@ func runScenario(t *testing.T, sc scenario) *harness {
 
 	rng := rand.New(rand.NewPCG(sc.seed, 1<<32))
 	schedule := killSchedule(rng, sc.kills, sc.frontends, sc.load, sc.plugin)
+	for i := range schedule {
+		switch {
+		case sc.supervisorKillsOnly:
+			schedule[i].kind, schedule[i].target, schedule[i].stall = killFrontend, 0, false
+		case sc.supervised && schedule[i].kind == killFrontend:
+			// The kill that matters here: of the hoard supervising Redis.
+			schedule[i].target = 0
+		}
+	}
 	// If the test stops early, the monkey stops before the processes are
 	// torn down, so it never restarts one after its cleanup.
 	monkeyCtx, stopMonkey := context.WithCancel(ctx)
@@ -285,6 +327,9 @@ const recoveryTimeout = 60 * time.Second
 // kill performs one planned SIGKILL and waits for recovery.
 func (h *harness) kill(ctx context.Context, k plannedKill) error {
 	record := killRecord{Kind: k.kind, Target: k.target, At: time.Since(h.start)}
+	if h.sc.supervised && k.kind != killPlugin {
+		record.AOFBytes = currentAOFSize(ctx, h.rdb)
+	}
 	killedAt := time.Now()
 	switch k.kind {
 	case killFrontend:
@@ -297,17 +342,22 @@ func (h *harness) kill(ctx context.Context, k plannedKill) error {
 			}
 			stalled := make(chan error, 1)
 			go func() {
-				c := redis.NewClient(&redis.Options{Addr: h.redis.nodes[node].addr, ReadTimeout: 5 * time.Second})
+				c := h.redis.nodeClient(node, 5*time.Second)
 				defer c.Close()
-				stalled <- c.Do(ctx, "DEBUG", "SLEEP", strconv.FormatFloat(redisStall.Seconds(), 'f', 3, 64)).Err()
+				stalled <- stall(ctx, c, redisStall)
 			}()
 			time.Sleep(stallKillAfter)
 			killedAt = time.Now()
 			defer func() {
 				if err := <-stalled; err != nil {
-					h.report.Problems = append(h.report.Problems, "DEBUG SLEEP: "+err.Error())
+					h.report.Problems = append(h.report.Problems, "Redis stall: "+err.Error())
 				}
 			}()
+		}
+		supervisor := h.sc.supervised && k.target == 0
+		redisBefore := 0
+		if supervisor {
+			redisBefore = h.redis.supervisedPID()
 		}
 		if err := f.kill(); err != nil {
 			return err
@@ -324,6 +374,9 @@ func (h *harness) kill(ctx context.Context, k plannedKill) error {
 		case <-time.After(recoveryTimeout):
 			return fmt.Errorf("frontend %d killed at %s: no warrior request succeeded on it within %s of its restart",
 				k.target, record.At.Round(time.Millisecond), recoveryTimeout)
+		}
+		if supervisor {
+			record.Adopted = redisBefore != 0 && h.redis.supervisedPID() == redisBefore
 		}
 	case killPlugin:
 		f := h.frontends[k.target]
@@ -358,11 +411,12 @@ func (h *harness) kill(ctx context.Context, k plannedKill) error {
 		}
 		record.Target = node
 		killedAt = time.Now()
-		if err := h.redis.nodes[node].kill(); err != nil {
+		killed, err := h.redis.killNode(node)
+		if err != nil {
 			return err
 		}
 		recovered := h.successes.waitFor(-1, time.Now())
-		if err := h.redis.nodes[node].startAndWait(ctx); err != nil {
+		if err := h.redis.restartNode(ctx, node, killed); err != nil {
 			return err
 		}
 		if err := h.redis.waitClusterOK(ctx); err != nil {
@@ -395,6 +449,9 @@ func (h *harness) summarize(t *testing.T, load, drain, work time.Duration) {
 	if h.sc.cluster {
 		on = "a 3-master Redis Cluster"
 	}
+	if h.sc.supervised {
+		on = "frontend 0's supervised redis-server"
+	}
 	t.Logf("chaos seed %d (HOARD_CHAOS_SEED=%d to replay the schedule): %d warriors on %d frontends on %s, load %s (work ~%s per claim), drain %s",
 		h.sc.seed, h.sc.seed, h.sc.warriors, h.sc.frontends, on, load.Round(time.Millisecond), work.Round(time.Millisecond), drain.Round(time.Millisecond))
 	t.Logf("warriors: %d claims of %d items, %d dones acknowledged, %d releases, %d deaths mid-claim, %d dones refused, %d failed requests (%d claims unanswered)",
@@ -422,6 +479,12 @@ func (h *harness) summarize(t *testing.T, load, drain, work time.Duration) {
 		}
 		if k.Kind == killRedis {
 			extra = fmt.Sprintf(", %d acknowledged dones lost", k.AckedLost)
+		}
+		if k.AOFBytes > 0 {
+			extra += fmt.Sprintf(", AOF %d MB", k.AOFBytes>>20)
+		}
+		if k.Adopted {
+			extra += ", its redis-server adopted"
 		}
 		t.Logf("  kill %-12s %-10s at %7s: recovered in %s%s", k.Kind, target, k.At.Round(time.Millisecond), k.Recovery.Round(time.Millisecond), extra)
 	}

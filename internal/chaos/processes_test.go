@@ -134,12 +134,6 @@ func newRedisServer(dir, name string, extra ...string) (*redisServer, error) {
 	argv := []string{binary, "--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--dir", dataDir,
 		"--daemonize", "no", "--save", "", "--appendonly", "yes", "--appendfsync", "everysec",
 		"--notify-keyspace-events", "Ex"}
-	if redisMajorVersion(binary) >= 7 {
-		// DEBUG SLEEP stalls Redis under a frontend kill; Redis 7 refuses
-		// DEBUG unless enabled (here for loopback only), Redis 6 has no
-		// such setting and takes DEBUG from anyone.
-		argv = append(argv, "--enable-debug-command", "local")
-	}
 	return &redisServer{
 		addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 		process: process{
@@ -149,21 +143,6 @@ func newRedisServer(dir, name string, extra ...string) (*redisServer, error) {
 			logPath: filepath.Join(dir, name+".log"),
 		},
 	}, nil
-}
-
-// redisMajorVersion is redis-server's major version ("v=7.0.15"), or 0.
-func redisMajorVersion(binary string) int {
-	out, err := exec.Command(binary, "--version").Output()
-	if err != nil {
-		return 0
-	}
-	_, rest, ok := strings.Cut(string(out), " v=")
-	if !ok {
-		return 0
-	}
-	major, _, _ := strings.Cut(rest, ".")
-	n, _ := strconv.Atoi(major)
-	return n
 }
 
 // startAndWait starts redis-server and waits until it answers PING (after
@@ -190,15 +169,28 @@ func (r *redisServer) startAndWait(ctx context.Context) error {
 	return fmt.Errorf("%s not answering PING 30 s after start:\n%s", r.name, r.logTail())
 }
 
-// deployment is the Redis hoard runs on: one redis-server, or a 3-master
-// Redis Cluster.
+// deployment is the Redis hoard runs on: one redis-server, a 3-master
+// Redis Cluster, or the redis-server frontend 0 supervises itself.
 type deployment struct {
 	nodes   []*redisServer
 	cluster bool
+	// supervisedDir, when set, is the data dir of the redis-server that
+	// frontend 0 runs as hoard serve does without HOARD_REDIS_URL (the
+	// other frontends use its socket). The suite does not start it: a
+	// Redis kill is of the pid in its pidfile, and hoard restarts it.
+	supervisedDir string
+}
+
+// supervisedSocket is the supervised redis-server's unix socket.
+func (d *deployment) supervisedSocket() string {
+	return filepath.Join(d.supervisedDir, "redis.sock")
 }
 
 // url is HOARD_REDIS_URL for it: one URL, or the cluster's node list.
 func (d *deployment) url() string {
+	if d.supervisedDir != "" {
+		return "unix://" + d.supervisedSocket()
+	}
 	if !d.cluster {
 		return "redis://" + d.nodes[0].addr
 	}
@@ -211,6 +203,9 @@ func (d *deployment) url() string {
 
 // client reads the deployment directly, for the checker.
 func (d *deployment) client() redis.UniversalClient {
+	if d.supervisedDir != "" {
+		return redis.NewClient(&redis.Options{Network: "unix", Addr: d.supervisedSocket()})
+	}
 	if !d.cluster {
 		return redis.NewClient(&redis.Options{Addr: d.nodes[0].addr})
 	}
@@ -225,6 +220,79 @@ func (d *deployment) stop() {
 	for _, n := range d.nodes {
 		_ = n.kill()
 	}
+	if d.supervisedDir != "" {
+		// Frontend 0 was SIGKILLed, so its redis-server outlived it (and
+		// would stop itself only after the orphan grace): end it now.
+		if pid := d.supervisedPID(); pid > 0 {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// nodeClient is a client of node i alone (for a stall).
+func (d *deployment) nodeClient(i int, readTimeout time.Duration) *redis.Client {
+	if d.supervisedDir != "" {
+		return redis.NewClient(&redis.Options{Network: "unix", Addr: d.supervisedSocket(), ReadTimeout: readTimeout})
+	}
+	return redis.NewClient(&redis.Options{Addr: d.nodes[i].addr, ReadTimeout: readTimeout})
+}
+
+// supervisedPID is the live supervised redis-server's pid, or 0.
+func (d *deployment) supervisedPID() int {
+	content, err := os.ReadFile(filepath.Join(d.supervisedDir, "redis.pid"))
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(content)))
+	if pid <= 0 || !processAlive(pid) {
+		return 0
+	}
+	return pid
+}
+
+// killNode SIGKILLs node i's redis-server and waits until it is gone; it
+// returns the pid killed.
+func (d *deployment) killNode(i int) (int, error) {
+	if d.supervisedDir == "" {
+		return d.nodes[i].cmd.Process.Pid, d.nodes[i].kill()
+	}
+	pid := d.supervisedPID()
+	if pid == 0 {
+		return 0, fmt.Errorf("no live supervised redis-server in %s", d.supervisedDir)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return 0, fmt.Errorf("kill redis-server %d: %w", pid, err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); processAlive(pid); {
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("redis-server %d still alive 10 s after SIGKILL", pid)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return pid, nil
+}
+
+// restartNode brings node i back after killNode: the suite restarts its
+// own redis-servers; hoard restarts the supervised one, which this waits
+// for (a new pid answering PING after its replay).
+func (d *deployment) restartNode(ctx context.Context, i, killed int) error {
+	if d.supervisedDir == "" {
+		return d.nodes[i].startAndWait(ctx)
+	}
+	client := redis.NewClient(&redis.Options{Network: "unix", Addr: d.supervisedSocket(), MaxRetries: -1})
+	defer client.Close()
+	deadline := time.Now().Add(recoveryTimeout)
+	for time.Now().Before(deadline) {
+		if pid := d.supervisedPID(); pid != 0 && pid != killed && client.Ping(ctx).Err() == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("hoard did not restart its redis-server within %s", recoveryTimeout)
 }
 
 const clusterSlots = 16384
@@ -232,8 +300,13 @@ const clusterSlots = 16384
 // startDeployment starts one redis-server, or three cluster masters joined
 // into one cluster with the slots split evenly (as internal/redistest
 // does, but on fixed ports and data dirs that survive a SIGKILL).
-func startDeployment(ctx context.Context, dir string, cluster bool) (*deployment, error) {
+func startDeployment(ctx context.Context, dir string, cluster, supervised bool) (*deployment, error) {
 	d := &deployment{cluster: cluster}
+	if supervised {
+		// Started by frontend 0 (see newFrontend), in its data dir.
+		d.supervisedDir = filepath.Join(dir, "frontend0", "redis")
+		return d, nil
+	}
 	if !cluster {
 		node, err := newRedisServer(dir, "redis")
 		if err != nil {
@@ -345,7 +418,10 @@ type frontend struct {
 
 const adminToken = "chaos-admin-token"
 
-func newFrontend(dir string, index int, bins binaries, redisURL string, withPlugin bool) (*frontend, error) {
+// newFrontend prepares frontend index; redisURL "" runs it on a
+// redis-server of its own (hoard's supervised one), and extra is added to
+// its command line.
+func newFrontend(dir string, index int, bins binaries, redisURL string, withPlugin bool, extra ...string) (*frontend, error) {
 	port, err := localredis.FreeLoopbackPort()
 	if err != nil {
 		return nil, err
@@ -367,10 +443,14 @@ func newFrontend(dir string, index int, bins binaries, redisURL string, withPlug
 		argv = append(argv, "--plugin", "bittorrent="+bins.plugin, "--plugin-settings",
 			fmt.Sprintf(`bittorrent={"mode":"open","http":%q,"udp4":"","udp6":""}`, f.tracker))
 	}
+	env := append(os.Environ(), "HOARD_ADMIN_TOKEN="+adminToken)
+	if redisURL != "" {
+		env = append(env, "HOARD_REDIS_URL="+redisURL)
+	}
 	f.process = process{
 		name:    "hoard serve #" + strconv.Itoa(index),
-		argv:    argv,
-		env:     append(os.Environ(), "HOARD_REDIS_URL="+redisURL, "HOARD_ADMIN_TOKEN="+adminToken),
+		argv:    append(argv, extra...),
+		env:     env,
 		logPath: filepath.Join(dir, "frontend"+strconv.Itoa(index)+".log"),
 	}
 	return f, nil

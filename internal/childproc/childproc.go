@@ -8,6 +8,11 @@
 // a healthy hoard would kill its own children. So every child is forked
 // from one dedicated goroutine locked to its OS thread for the life of the
 // process: that thread exits only when hoard does.
+//
+// The one deliberate exception is the supervised redis-server of `hoard
+// serve`: it outlives a crash of hoard under a keeper process, so that the
+// next hoard adopts it instead of replaying its AOF, and it stops itself
+// when no hoard adopts it in time (internal/localredis, keeper_linux.go).
 package childproc
 
 import (

@@ -137,10 +137,13 @@ func TestSecondServerOnSameDataDirIsRefused(t *testing.T) {
 	dataDir := t.TempDir()
 	first := startServer(t, localredis.Config{DataDir: dataDir})
 
-	second := localredis.New(localredis.Config{DataDir: dataDir, Logger: testLogger()})
+	second := localredis.New(localredis.Config{DataDir: dataDir, LockWait: 300 * time.Millisecond, Logger: testLogger()})
+	began := time.Now()
 	err := second.Start(t.Context())
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "in use by another hoard")
+	require.Contains(t, err.Error(), "did not exit within 300ms")
+	require.GreaterOrEqual(t, time.Since(began), 300*time.Millisecond, "it waited for the owner, boundedly")
 	require.NoError(t, second.Stop())
 
 	// The refused attempt must not have disturbed the first server.
@@ -234,13 +237,47 @@ func TestFsyncPolicyReachesRedisServer(t *testing.T) {
 		fsync, err := client.ConfigGet(t.Context(), "appendfsync").Result()
 		require.NoError(t, err)
 		require.Equal(t, map[string]string{"appendfsync": tc.want}, fsync, "asked %q", tc.asked)
-		// A Bloom filter's bit writes must not rewrite the AOF every
-		// 64 MB (Redis's default).
+		// Redis's own rewrite trigger at the size that replays in the
+		// default 5 s at the assumed 25 MB/s (hoard's own trigger, on the
+		// incremental part, is aof.go's), and rewrites written as RDB.
 		rewrite, err := client.ConfigGet(t.Context(), "auto-aof-rewrite-*").Result()
 		require.NoError(t, err)
-		require.Equal(t, map[string]string{"auto-aof-rewrite-min-size": "536870912", "auto-aof-rewrite-percentage": "100"}, rewrite)
+		require.Equal(t, map[string]string{"auto-aof-rewrite-min-size": "125000000", "auto-aof-rewrite-percentage": "100"}, rewrite)
+		preamble, err := client.ConfigGet(t.Context(), "aof-use-rdb-preamble").Result()
+		require.NoError(t, err)
+		require.Equal(t, map[string]string{"aof-use-rdb-preamble": "yes"}, preamble)
+		memory, err := client.ConfigGet(t.Context(), "maxmemory*").Result()
+		require.NoError(t, err)
+		require.Equal(t, "0", memory["maxmemory"], "no MaxMemory, no limit")
+		require.Equal(t, "noeviction", memory["maxmemory-policy"], "queue data is never evicted")
 		require.NoError(t, server.Stop())
 	}
+}
+
+// TestMaxMemoryReachesRedisServer: the limit is redis-server's maxmemory,
+// and past it a write is refused, nothing evicted.
+func TestMaxMemoryReachesRedisServer(t *testing.T) {
+	requireRedisServer(t)
+	ctx := t.Context()
+	server := startServer(t, localredis.Config{DataDir: t.TempDir(), MaxMemory: 4 << 20})
+	client := clientFor(t, server)
+	memory, err := client.ConfigGet(ctx, "maxmemory*").Result()
+	require.NoError(t, err)
+	require.Equal(t, strconv.Itoa(4<<20), memory["maxmemory"])
+	require.Equal(t, "noeviction", memory["maxmemory-policy"])
+	require.NoError(t, client.Set(ctx, "first", "kept", 0).Err())
+	big := strings.Repeat("x", 1<<20)
+	var err2 error
+	for i := 0; i < 16 && err2 == nil; i++ {
+		err2 = client.Set(ctx, "filler:"+strconv.Itoa(i), big, 0).Err()
+	}
+	require.ErrorContains(t, err2, "OOM", "a write past the limit is refused")
+	value, err := client.Get(ctx, "first").Result()
+	require.NoError(t, err)
+	require.Equal(t, "kept", value, "nothing evicted")
+
+	bad := localredis.New(localredis.Config{DataDir: t.TempDir(), MaxMemory: -1, Logger: testLogger()})
+	require.ErrorContains(t, bad.Start(ctx), "maxmemory -1 is negative")
 }
 
 func TestUnknownFsyncPolicyIsRefused(t *testing.T) {

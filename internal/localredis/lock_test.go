@@ -27,7 +27,7 @@ func TestTwoStartersAtOnceExactlyOneWins(t *testing.T) {
 		var ready, wg sync.WaitGroup
 		ready.Add(1)
 		for i := range servers {
-			servers[i] = localredis.New(localredis.Config{DataDir: dataDir, Logger: testLogger()})
+			servers[i] = localredis.New(localredis.Config{DataDir: dataDir, LockWait: 200 * time.Millisecond, Logger: testLogger()})
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -57,28 +57,31 @@ func TestTwoStartersAtOnceExactlyOneWins(t *testing.T) {
 }
 
 // TestRedisServerInheritsTheDataDirLock: the redis-server child holds the
-// lock too, so a hoard killed with SIGKILL cannot be replaced while the
-// redis-server it left is still flushing and exiting.
+// data dir's redis lock, and not the owner lock, so a hoard killed with
+// SIGKILL frees the owner lock at once for the next hoard, which finds the
+// redis-server by its lock (and adopts it, or waits while it exits).
 func TestRedisServerInheritsTheDataDirLock(t *testing.T) {
 	requireRedisServer(t)
 	dataDir := t.TempDir()
-	startServer(t, localredis.Config{DataDir: dataDir})
-	var pid int
-	require.Eventually(t, func() bool {
-		content, err := os.ReadFile(filepath.Join(dataDir, "redis.pid"))
-		pid, _ = strconv.Atoi(strings.TrimSpace(string(content)))
-		return err == nil && pid > 0
-	}, 10*time.Second, 10*time.Millisecond)
-	fds, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
-	require.NoError(t, err)
-	lock, err := filepath.EvalSymlinks(filepath.Join(dataDir, "hoard.lock"))
-	require.NoError(t, err)
-	found := false
-	for _, fd := range fds {
-		target, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/fd/" + fd.Name())
-		if err == nil && target == lock {
-			found = true
+	server := startServer(t, localredis.Config{DataDir: dataDir})
+	pid := server.PID()
+	require.Positive(t, pid)
+	holds := func(name string) bool {
+		fds, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
+		require.NoError(t, err)
+		lock, err := filepath.EvalSymlinks(filepath.Join(dataDir, name))
+		require.NoError(t, err)
+		for _, fd := range fds {
+			target, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/fd/" + fd.Name())
+			if err == nil && target == lock {
+				return true
+			}
 		}
+		return false
 	}
-	require.True(t, found, "redis-server %d holds %s open", pid, lock)
+	require.True(t, holds("redis.lock"), "redis-server %d holds redis.lock open", pid)
+	require.False(t, holds("hoard.lock"), "redis-server %d does not hold the owner lock", pid)
+	content, err := os.ReadFile(filepath.Join(dataDir, "redis.pid"))
+	require.NoError(t, err)
+	require.Equal(t, strconv.Itoa(pid), strings.TrimSpace(string(content)))
 }

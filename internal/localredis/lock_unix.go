@@ -6,48 +6,61 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strconv"
 	"syscall"
 )
 
-// lockFileName is the data dir's lock: flock'd by the hoard that supervises
-// the redis-server there, for its whole life, and inherited by that
-// redis-server, so the lock is free only once both are gone. Unlike a
-// pidfile check it has no window between the check and the start, and it
-// works across PID namespaces (containers sharing a volume).
-const lockFileName = "hoard.lock"
+// A data dir has two flock'd files, so that the redis-server may outlive
+// the hoard that started it (see adopt.go):
+//
+//   - ownerLockFileName is held by the hoard that supervises the data dir,
+//     and only by it (never inherited): one supervisor at a time, and free
+//     the moment that hoard is gone, even by SIGKILL.
+//   - redisLockFileName is held by the redis-server running there (inherited
+//     as fd 3, through the keeper when there is one), and only by it: free
+//     once no redis-server process of this data dir is left, even one still
+//     flushing its AOF on the way out.
+//
+// Unlike a pidfile check a lock has no window between the check and the
+// start, cannot be fooled by a reused pid, and works across PID namespaces
+// (containers sharing a volume).
+const (
+	ownerLockFileName = "hoard.lock"
+	redisLockFileName = "redis.lock"
+)
 
-// lockDataDir takes the data dir's lock, or says who holds it.
-func lockDataDir(dataDir string) (*os.File, error) {
-	path := filepath.Join(dataDir, lockFileName)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+// lockingSupported: without flock there is no adoption; the redis-server
+// is then always this process's own child.
+const lockingSupported = true
+
+// tryLockFile takes an exclusive flock on path without waiting. ok is false
+// when another open file holds it.
+func tryLockFile(path string) (f *os.File, ok bool, err error) {
+	f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("localredis: open lock file: %w", err)
+		return nil, false, fmt.Errorf("localredis: open lock file: %w", err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		holder, _ := os.ReadFile(path)
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("localredis: data dir %s is in use by another hoard (pid %s per %s), or by the redis-server it left, which exits soon after it; stop that hoard first",
-				dataDir, trimmed(holder), path)
+			return nil, false, nil
 		}
-		return nil, fmt.Errorf("localredis: lock %s: %w", path, err)
+		return nil, false, fmt.Errorf("localredis: lock %s: %w", path, err)
 	}
-	// For people: who holds it. The lock, not the content, is the truth.
-	if err := f.Truncate(0); err == nil {
-		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-	}
-	return f, nil
+	return f, true, nil
 }
 
-func trimmed(b []byte) string {
-	s := string(b)
-	for len(s) > 0 && (s[len(s)-1] == '\n' || s[len(s)-1] == ' ') {
-		s = s[:len(s)-1]
+// lockHeld reports whether some process holds path's flock, without
+// taking it for longer than the check (a shared lock, so two checkers do
+// not see each other as holders). A missing file is not held.
+func lockHeld(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
 	}
-	if s == "" {
-		return "unknown"
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
+		return errors.Is(err, syscall.EWOULDBLOCK)
 	}
-	return s
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return false
 }
