@@ -56,7 +56,7 @@ func TestOutboxDeliversToTheWebhookAndCountsInStats(t *testing.T) {
 		t.Cleanup(srv.Close)
 
 		tr, _ := startTracker(t, b, fmt.Sprintf(`{"mode":"private","http":"127.0.0.1:0","udp4":"","udp6":"",
-			"outbox":{"webhook_url":%q,"webhook_secret":%q,"poll":"20ms"}}`, srv.URL+"/hook", secret))
+			"outbox":{"webhook_url":%q,"webhook_secret":%q,"poll":"20ms","allow_private_targets":true}}`, srv.URL+"/hook", secret))
 		ob := tr.Outbox()
 		require.NotNil(t, ob)
 		require.NoError(t, ob.Append(context.Background(), []outbox.Event{
@@ -186,7 +186,7 @@ func TestReaperNoticesReachTheSiteThroughTheOutbox(t *testing.T) {
 
 		tr, _ := startTracker(t, b, fmt.Sprintf(`{"mode":"private","http":"127.0.0.1:0","udp4":"","udp6":"",
 			"reaper":{"enabled":true,"period":"24h"},
-			"outbox":{"webhook_url":%q,"webhook_secret":%q,"poll":"20ms"}}`, srv.URL+"/hook", secret))
+			"outbox":{"webhook_url":%q,"webhook_secret":%q,"poll":"20ms","allow_private_targets":true}}`, srv.URL+"/hook", secret))
 		ctx := t.Context()
 		hash := bittorrent.InfoHash{0x4e, 'o', 'b'}
 		require.NoError(t, tr.Store().Register(ctx, hash, swarm.Registration{ID: "31", Uploader: "u31",

@@ -190,6 +190,9 @@ func (o *Outbox) post(ctx context.Context, body WebhookBody) error {
 		if len(reply) > 200 {
 			reply = reply[:200]
 		}
+		if resp.StatusCode/100 == 3 {
+			return fmt.Errorf("the webhook answered %s, a redirect, which is never followed (set webhook_url to where it points): %q", resp.Status, reply)
+		}
 		return fmt.Errorf("the webhook answered %s: %q", resp.Status, reply)
 	}
 	return nil
