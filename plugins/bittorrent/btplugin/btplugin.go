@@ -885,6 +885,23 @@ func ReaperPolicy(raw json.RawMessage) (policy reaper.Policy, enabled bool, err 
 	return p, s.Enabled, nil
 }
 
+// ScoringPolicy reads scoring's policy from the plugin's settings, for a
+// process that serves the scoring admin calls outside the plugin (hoard
+// serve's admin API): its check of tracker URLs must allow what the
+// plugin's settings allow (allow_private_targets, allowed_targets).
+func ScoringPolicy(raw json.RawMessage) (scoring.Policy, error) {
+	var settings Settings
+	storeCfg, _, err := settings.parse(raw)
+	if err != nil {
+		return scoring.Policy{}, err
+	}
+	_, p, err := scoring.ParseSettings(settings.Scoring, storeCfg.Private)
+	if err != nil {
+		return scoring.Policy{}, fmt.Errorf("bittorrent settings: %w", err)
+	}
+	return p, nil
+}
+
 // metricsStats adds the unique-IP metrics' totals: users ever and this
 // month across every torrent, and this process's recorder counters. No
 // series per IP, country or torrent: those are the admin API's.

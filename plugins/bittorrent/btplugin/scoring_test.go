@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/hoardproject/hoard/internal/netguard"
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/plugins"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
@@ -20,7 +21,8 @@ import (
 )
 
 const scoringSettings = `{"http":"127.0.0.1:0","udp4":"","udp6":"","interval":"1m",
-	"scoring":{"enabled":true,"period":"24h","idle_poll":"20ms","scale_interval":"50ms","max_workers":4}}`
+	"scoring":{"enabled":true,"period":"24h","idle_poll":"20ms","scale_interval":"50ms","max_workers":4,
+		"allow_private_targets":true}}`
 
 // TestTrackerWithScoringConformsToThePluginContract: the suite again with
 // scoring on (its item type, its job ticked, its hooks fed an item it
@@ -107,7 +109,7 @@ func TestScoringAnnouncesToExternalTrackersOnThePlatform(t *testing.T) {
 		_, err = seeder.Announce(ctx, &bittorrent.AnnounceRequest{InfoHash: hash, PeerID: id,
 			Addr: netip.MustParseAddrPort("10.1.2.4:6881")})
 		require.NoError(t, err)
-		admin := scoring.New(b.Client, scoring.Policy{}, nil, quiet)
+		admin := scoring.New(b.Client, scoring.Policy{Targets: netguard.Policy{AllowPrivate: true}}, nil, quiet)
 		_, _, err = admin.SetTrackers(ctx, hash, []scoring.Tracker{{URL: ot.UDPURL()}})
 		require.NoError(t, err)
 
