@@ -79,17 +79,7 @@ func New(cfg Config) *Log {
 func (l *Log) Log(ctx context.Context, level slog.Level, name, msg string, attrs ...any) bool {
 	now := l.cfg.Clock.Now()
 	l.mu.Lock()
-	k, ok := l.kinds[name]
-	if !ok {
-		if len(l.kinds) >= l.cfg.MaxKinds {
-			name = OtherKind
-			k = l.kinds[name]
-		}
-		if k == nil {
-			k = &kind{}
-			l.kinds[name] = k
-		}
-	}
+	name, k := l.kindLocked(name)
 	k.total++
 	if k.logged && now.Sub(k.last) < l.cfg.Interval {
 		k.unlogged++
@@ -101,6 +91,31 @@ func (l *Log) Log(ctx context.Context, level slog.Level, name, msg string, attrs
 	l.mu.Unlock()
 	l.cfg.Logger.Log(ctx, level, msg, append(attrs, "kind", name, "unlogged", unlogged)...)
 	return true
+}
+
+// Count counts one event of the kind without logging it (refusals that
+// are the client's doing, which only /metrics shows).
+func (l *Log) Count(name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, k := l.kindLocked(name)
+	k.total++
+}
+
+// kindLocked finds or adds a kind; past MaxKinds it is OtherKind.
+func (l *Log) kindLocked(name string) (string, *kind) {
+	if k, ok := l.kinds[name]; ok {
+		return name, k
+	}
+	if len(l.kinds) >= l.cfg.MaxKinds {
+		name = OtherKind
+	}
+	k, ok := l.kinds[name]
+	if !ok {
+		k = &kind{}
+		l.kinds[name] = k
+	}
+	return name, k
 }
 
 // Count is one kind's total.
