@@ -2,7 +2,10 @@ package outbox_test
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,6 +13,7 @@ import (
 
 	"github.com/hoardproject/hoard/internal/clock"
 	"github.com/hoardproject/hoard/internal/netguard"
+	"github.com/hoardproject/hoard/internal/ratelog"
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/plugins/bittorrent/outbox"
 )
@@ -95,3 +99,50 @@ func TestWebhookOnLoopbackIsRefusedAtConnectTime(t *testing.T) {
 		require.Contains(t, pending[0].LastError, "127.0.0.1 is loopback")
 	})
 }
+
+// TestFailedDeliveriesAreCountedNotShouted: a webhook answering 503 to
+// 200 requests in a row (within a minute of the outbox's clock) is one
+// log line, and the Failures log counts 200; a minute later the next
+// failure is a line that says how many were held back.
+func TestFailedDeliveriesAreCountedNotShouted(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		clk := clock.NewFake(start())
+		rcv := newReceiver(t, clk.Now, func(int) int { return http.StatusServiceUnavailable })
+		var logs strings.Builder
+		var mu sync.Mutex
+		logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return logs.Write(p)
+		}), nil))
+		fails := ratelog.New(ratelog.Config{Logger: logger, Clock: clk})
+		ob := outbox.New(b.Client, outbox.Config{Policy: webhookPolicy(t, rcv.url(), `,"batch_size":1,"max_attempts":1000`),
+			Clock: clk, Jitter: func() float64 { return 1 }, Logger: logger, Failures: fails})
+		require.NoError(t, ob.Append(ctx, events("down", 200)))
+		for range 200 {
+			round, err := ob.DeliverOnce(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 1, round.Failed)
+		}
+		count := func() int {
+			mu.Lock()
+			defer mu.Unlock()
+			return strings.Count(logs.String(), "webhook delivery failed")
+		}
+		require.Equal(t, 1, count())
+		require.Equal(t, uint64(200), fails.Total(outbox.KindWebhookFailed))
+		clk.Advance(time.Minute)
+		round, err := ob.DeliverOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, round.Failed)
+		require.Equal(t, 2, count())
+		mu.Lock()
+		require.Contains(t, logs.String(), "unlogged=199")
+		mu.Unlock()
+	})
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hoardproject/hoard/internal/clock"
 	"github.com/hoardproject/hoard/internal/luascript"
+	"github.com/hoardproject/hoard/internal/ratelog"
 )
 
 // Event is one thing the site must hear of. Its fields are those of
@@ -86,6 +87,11 @@ type Config struct {
 	// Name tells frontends apart in logs.
 	Name   string
 	Logger *slog.Logger
+	// Failures logs and counts failed deliveries ("webhook_failed") and
+	// the deliverer's own errors ("outbox_error"): a webhook down for an
+	// hour is a line a minute with a count, not one per request. When
+	// nil, the outbox has its own, on Logger and Clock.
+	Failures *ratelog.Log
 }
 
 // Outbox appends, delivers and lists events. Append, the reading and
@@ -98,6 +104,7 @@ type Outbox struct {
 	jitter func() float64
 	client *http.Client
 	logger *slog.Logger
+	fails  *ratelog.Log
 
 	wake chan struct{}
 
@@ -140,6 +147,10 @@ func New(rdb redis.UniversalClient, cfg Config) *Outbox {
 	}
 	if cfg.Name != "" {
 		o.logger = o.logger.With("deliverer", cfg.Name)
+	}
+	o.fails = cfg.Failures
+	if o.fails == nil {
+		o.fails = ratelog.New(ratelog.Config{Logger: o.logger, Clock: o.clock})
 	}
 	return o
 }
