@@ -207,8 +207,9 @@ func (a *AdminAPI) LogChange(c *gin.Context, what string, attrs ...any) {
 	a.logChange(c, what, attrs...)
 }
 
+// decode reads an admin body, refusing unknown fields by name.
 func (a *AdminAPI) decode(c *gin.Context, dst any) bool {
-	return bindJSON(c, a.MaxBodyBytes, dst)
+	return bindStrictJSON(c, a.MaxBodyBytes, dst)
 }
 
 func (a *AdminAPI) listProjects(c *gin.Context) {
@@ -333,6 +334,26 @@ func (a *AdminAPI) addItems(c *gin.Context) {
 		_ = c.Error(badRequest("%d items in one batch; the limit is %d", len(req.Items), queues.MaxEnqueueBatch))
 		return
 	}
+	// A control character refuses the whole batch, naming the item: it
+	// means the input is not the list of names the operator thinks (a
+	// binary or terminal-coloured file), so none of it is queued. The
+	// other checks below reject single entries, as before.
+	for i, raw := range req.Items {
+		var name string
+		if len(raw) > 0 && raw[0] == '"' {
+			_ = json.Unmarshal(raw, &name)
+		} else {
+			var obj struct {
+				Name string `json:"name"`
+			}
+			_ = json.Unmarshal(raw, &obj)
+			name = obj.Name
+		}
+		if at, r := queues.FindControl(name); at >= 0 {
+			_ = c.Error(badRequest("item at index %d has the control character U+%04X at byte offset %d; nothing was queued", i, r, at))
+			return
+		}
+	}
 	var resp AddItemsResponse
 	items := make([]queues.QueueItem, 0, len(req.Items))
 	reject := func(i int, err error) {
@@ -353,8 +374,13 @@ func (a *AdminAPI) addItems(c *gin.Context) {
 				reject(i, err)
 				continue
 			}
-		} else if err := json.Unmarshal(raw, &item); err != nil {
-			reject(i, badRequest("want a string or {\"name\", \"extras\"}"))
+		} else if err := decodeStrictJSON(raw, &item); err != nil {
+			msg := err.Error()
+			var qe *queues.Error
+			if asQueuesError(err, &qe) {
+				msg = qe.Message
+			}
+			reject(i, badRequest("want a string or {\"name\", \"extras\"}: %s", msg))
 			continue
 		}
 		if err := queues.ValidateItem(item.Name); err != nil {

@@ -63,6 +63,30 @@ func splitBackfeed(body []byte) (items []string, empty int) {
 	return items, empty
 }
 
+// backfeedControl finds the first control character in a backfeed body
+// that is not a separator (see queues.FindControl): the index of its part
+// (counting from 0, empty parts included) and its byte offset in that
+// part. NUL separates items in a body that has one, else newlines do,
+// with an optional CR before each. One pass over the bytes, before the
+// split.
+func backfeedControl(body []byte) (part, offset int, r rune, found bool) {
+	sep := byte(0)
+	if bytes.IndexByte(body, 0) < 0 {
+		sep = '\n'
+	}
+	for ; len(body) > 0; part++ {
+		item, rest, _ := bytes.Cut(body, []byte{sep})
+		if sep == '\n' {
+			item = bytes.TrimSuffix(item, []byte{'\r'})
+		}
+		if at, cr := queues.FindControl(item); at >= 0 {
+			return part, at, cr, true
+		}
+		body = rest
+	}
+	return 0, 0, 0, false
+}
+
 // Serve handles one batch.
 func (b *Backfeed) Serve(c *gin.Context) {
 	key := c.Param("key")
@@ -89,6 +113,14 @@ func (b *Backfeed) Serve(c *gin.Context) {
 	}
 	if err != nil {
 		_ = c.Error(badRequest("could not read the body: %v", err))
+		return
+	}
+	// A control character refuses the whole batch, naming the item, and
+	// queues nothing: a grab script that sends one is broken (binary
+	// data, the wrong separator), and its other items are suspect too.
+	// The script sees a 400 with the position, not a 200 with a count.
+	if part, offset, r, found := backfeedControl(body); found {
+		_ = c.Error(badRequest("backfeed item at index %d has the control character U+%04X at byte offset %d; the batch was refused whole and nothing was queued", part, r, offset))
 		return
 	}
 	items, empty := splitBackfeed(body)
