@@ -20,6 +20,9 @@ type controlEscaper struct {
 }
 
 func (e *controlEscaper) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
 	e.buf = e.buf[:0]
 	i := 0
 	if e.held {
