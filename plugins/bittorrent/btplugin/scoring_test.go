@@ -218,3 +218,22 @@ func TestBadScoringSettingsAreRefused(t *testing.T) {
 		require.Equal(t, addrs["http"], d.Listeners[0].Address)
 	})
 }
+
+// TestScoringPolicyCarriesTheTargetAllowance: hoard serve's admin API
+// reads the plugin's scoring policy, so it accepts the tracker addresses
+// the plugin may announce to, and no others.
+func TestScoringPolicyCarriesTheTargetAllowance(t *testing.T) {
+	p, err := btplugin.ScoringPolicy(json.RawMessage(`{"scoring":{"enabled":true,"allowed_targets":["10.0.0.0/8"]}}`))
+	require.NoError(t, err)
+	scorer := scoring.New(nil, p, nil, quiet)
+	_, err = scorer.CheckTrackers([]scoring.Tracker{{URL: "udp://10.1.2.3:6969/announce"}})
+	require.NoError(t, err)
+	_, err = scorer.CheckTrackers([]scoring.Tracker{{URL: "udp://127.0.0.1:6969/announce"}})
+	require.ErrorContains(t, err, "127.0.0.1 is loopback")
+	p, err = btplugin.ScoringPolicy(nil)
+	require.NoError(t, err)
+	_, err = scoring.New(nil, p, nil, quiet).CheckTrackers([]scoring.Tracker{{URL: "http://169.254.169.254/announce"}})
+	require.ErrorContains(t, err, "link-local")
+	_, err = btplugin.ScoringPolicy(json.RawMessage(`{"scoring":{"allowed_targets":["x"]}}`))
+	require.ErrorContains(t, err, "allowed target 0")
+}
