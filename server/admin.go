@@ -334,26 +334,6 @@ func (a *AdminAPI) addItems(c *gin.Context) {
 		_ = c.Error(badRequest("%d items in one batch; the limit is %d", len(req.Items), queues.MaxEnqueueBatch))
 		return
 	}
-	// A control character refuses the whole batch, naming the item: it
-	// means the input is not the list of names the operator thinks (a
-	// binary or terminal-coloured file), so none of it is queued. The
-	// other checks below reject single entries, as before.
-	for i, raw := range req.Items {
-		var name string
-		if len(raw) > 0 && raw[0] == '"' {
-			_ = json.Unmarshal(raw, &name)
-		} else {
-			var obj struct {
-				Name string `json:"name"`
-			}
-			_ = json.Unmarshal(raw, &obj)
-			name = obj.Name
-		}
-		if at, r := queues.FindControl(name); at >= 0 {
-			_ = c.Error(badRequest("item at index %d has the control character U+%04X at byte offset %d; nothing was queued", i, r, at))
-			return
-		}
-	}
 	var resp AddItemsResponse
 	items := make([]queues.QueueItem, 0, len(req.Items))
 	reject := func(i int, err error) {
@@ -382,6 +362,15 @@ func (a *AdminAPI) addItems(c *gin.Context) {
 			}
 			reject(i, badRequest("want a string or {\"name\", \"extras\"}: %s", msg))
 			continue
+		}
+		// A control character refuses the whole batch, naming the item:
+		// it means the input is not the list of names the operator thinks
+		// (a binary or terminal-coloured file), so none of it is queued
+		// (nothing is, before this loop ends). The other checks reject
+		// their entry only, as before.
+		if at, r := queues.FindControl(item.Name); at >= 0 {
+			_ = c.Error(badRequest("item at index %d has the control character U+%04X at byte offset %d; nothing was queued", i, r, at))
+			return
 		}
 		if err := queues.ValidateItem(item.Name); err != nil {
 			reject(i, err)

@@ -67,8 +67,8 @@ func splitBackfeed(body []byte) (items []string, empty int) {
 // that is not a separator (see queues.FindControl): the index of its part
 // (counting from 0, empty parts included) and its byte offset in that
 // part. NUL separates items in a body that has one, else newlines do,
-// with an optional CR before each. One pass over the bytes, before the
-// split.
+// with an optional CR before each. It runs before the split and
+// allocates nothing.
 func backfeedControl(body []byte) (part, offset int, r rune, found bool) {
 	sep := byte(0)
 	if bytes.IndexByte(body, 0) < 0 {
