@@ -89,8 +89,8 @@ func truncate(s string, n int) string {
 // UTF-8). They are never part of an item, a title or a reason: ESC and
 // CSI start terminal escapes (a crafted item could rewrite an operator's
 // screen when listed), BEL rings, NUL and newlines split the wire
-// formats. Tab is let through: it is text in many real URLs' titles. One
-// pass over the bytes, no decoding.
+// formats. Tab is let through: it is ordinary whitespace in a title or a
+// name copied from a table. One pass over the bytes, no decoding.
 func FindControl[T ~string | ~[]byte](s T) (int, rune) {
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; {
@@ -120,7 +120,10 @@ func ValidateNewItem(item string) error {
 	if err := ValidateItem(item); err != nil {
 		return err
 	}
-	return CheckText(fmt.Sprintf("item %q", truncate(item, 60)), item)
+	if i, r := FindControl(item); i >= 0 {
+		return errorf("queues.ValidateNewItem", CodeInvalid, "item %q has the control character U+%04X at byte offset %d; control characters other than tab are refused", truncate(item, 60), r, i)
+	}
+	return nil
 }
 
 // atIndex names the batch position of a bad entry in an input error.
