@@ -67,22 +67,30 @@ func splitBackfeed(body []byte) (items []string, empty int) {
 // that is not a separator (see queues.FindControl): the index of its part
 // (counting from 0, empty parts included) and its byte offset in that
 // part. NUL separates items in a body that has one, else newlines do,
-// with an optional CR before each. It runs before the split and
-// allocates nothing.
+// with an optional CR before each. One pass before the split, no
+// allocation; the characters are queues.FindControl's.
 func backfeedControl(body []byte) (part, offset int, r rune, found bool) {
 	sep := byte(0)
 	if bytes.IndexByte(body, 0) < 0 {
 		sep = '\n'
 	}
-	for ; len(body) > 0; part++ {
-		item, rest, _ := bytes.Cut(body, []byte{sep})
-		if sep == '\n' {
-			item = bytes.TrimSuffix(item, []byte{'\r'})
+	start := 0
+	for i := 0; i < len(body); i++ {
+		c := body[i]
+		// Most bytes are printable ASCII or UTF-8 past C2: one compare.
+		if c >= 0x20 && c != 0x7f && c != 0xc2 {
+			continue
 		}
-		if at, cr := queues.FindControl(item); at >= 0 {
-			return part, at, cr, true
+		switch {
+		case c == sep:
+			part, start = part+1, i+1
+		case sep == '\n' && c == '\r' && (i+1 == len(body) || body[i+1] == '\n'):
+			// CRLF: the CR is part of the separator.
+		case c < 0x20 && c != '\t', c == 0x7f:
+			return part, i - start, rune(c), true
+		case c == 0xc2 && i+1 < len(body) && body[i+1] >= 0x80 && body[i+1] <= 0x9f:
+			return part, i - start, rune(body[i+1]), true
 		}
-		body = rest
 	}
 	return 0, 0, 0, false
 }

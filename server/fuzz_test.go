@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -148,4 +149,21 @@ func FuzzDecodeAdminBodies(f *testing.F) {
 			}
 		}
 	})
+}
+
+// BenchmarkBackfeedControl: the control check on a full batch (1,000
+// items of 60 bytes, NUL-separated), as each backfeed request pays it.
+func BenchmarkBackfeedControl(b *testing.B) {
+	var body []byte
+	for i := range 1000 {
+		body = append(body, []byte(strings.Repeat("x", 50)+"/item-"+strings.Repeat("0", 3-len(strconv.Itoa(i%1000)))+strconv.Itoa(i%1000))...)
+		body = append(body, 0)
+	}
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, _, found := backfeedControl(body); found {
+			b.Fatal("a clean body has a control character")
+		}
+	}
 }
