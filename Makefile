@@ -116,6 +116,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseWarriorPath$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./server
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeWarriorBodies$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./server
 	$(GO) test -run '^$$' -fuzz '^FuzzSplitBackfeed$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./server
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeAdminBodies$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./server
 	$(GO) test -run '^$$' -fuzz '^FuzzParseAnnounceQuery$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./plugins/bittorrent/wire
 	$(GO) test -run '^$$' -fuzz '^FuzzParseUDPPacket$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./plugins/bittorrent/wire
 	$(GO) test -run '^$$' -fuzz '^FuzzParseCursor$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./plugins/bittorrent/outbox

@@ -219,7 +219,7 @@ func (e *Engine) bloomAdd(ctx context.Context, slug, secret string, q Queue, ite
 	result := BackfeedResult{Received: len(items)}
 	valid := make([]string, 0, len(items))
 	for _, item := range items {
-		if ValidateItem(item) != nil {
+		if ValidateNewItem(item) != nil {
 			result.Rejected++
 			continue
 		}

@@ -64,6 +64,17 @@ func (c *globalBlockCache) lookup(ctx context.Context, e *Engine, downloader, ip
 // addresses' hex digits. The claim script folds case the same way.
 func blockKey(who string) string { return strings.ToLower(who) }
 
+// blockFields are the fields an unblock removes: the target as stored
+// (an address in its canonical form), and the spellings stored before
+// blocks ignored case or were canonical.
+func blockFields(who string) []string {
+	fields := []string{blockKey(who), who}
+	if canonical, err := ValidateBlockTarget(who); err == nil && canonical != who {
+		fields = append(fields, blockKey(canonical))
+	}
+	return fields
+}
+
 func (c *globalBlockCache) invalidate() {
 	c.mu.Lock()
 	c.entries = nil
@@ -74,8 +85,9 @@ func (c *globalBlockCache) invalidate() {
 // with ignore_global_blocks). Frontends see it within globalBlockRefresh.
 func (e *Engine) BlockGlobally(ctx context.Context, who string, entry BlockEntry) error {
 	const op = "queues.BlockGlobally"
-	if who == "" || len(who) > 64 {
-		return errorf(op, CodeInvalid, "block target must be a nickname or an IP")
+	who, err := validateBlock(op, who, entry)
+	if err != nil {
+		return err
 	}
 	if entry.At.IsZero() {
 		entry.At = e.clock.Now().UTC()
@@ -90,7 +102,7 @@ func (e *Engine) BlockGlobally(ctx context.Context, who string, entry BlockEntry
 
 // UnblockGlobally lifts a server-wide block; it reports whether there was one.
 func (e *Engine) UnblockGlobally(ctx context.Context, who string) (bool, error) {
-	n, err := e.rdb.HDel(ctx, GlobalBlockedKey, blockKey(who), who).Result()
+	n, err := e.rdb.HDel(ctx, GlobalBlockedKey, blockFields(who)...).Result()
 	if err != nil {
 		return false, unavailable("queues.UnblockGlobally", err)
 	}

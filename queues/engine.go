@@ -638,9 +638,9 @@ func (e *Engine) Enqueue(ctx context.Context, slug string, target Target, items 
 		}
 	}
 	var extras []any
-	for _, item := range items {
-		if err := ValidateItem(item.Name); err != nil {
-			return EnqueueResult{}, err
+	for i, item := range items {
+		if err := ValidateNewItem(item.Name); err != nil {
+			return EnqueueResult{}, atIndex(err, "item", i)
 		}
 		if len(item.Extras) > 0 {
 			var obj map[string]json.RawMessage
@@ -863,11 +863,12 @@ type BlockEntry struct {
 // Block blocks a nickname or IP in one project; its item requests get 403.
 func (e *Engine) Block(ctx context.Context, slug, who string, entry BlockEntry) error {
 	const op = "queues.Block"
-	if _, err := e.Project(ctx, slug); err != nil {
+	who, err := validateBlock(op, who, entry)
+	if err != nil {
 		return err
 	}
-	if who == "" || len(who) > 64 {
-		return errorf(op, CodeInvalid, "block target must be a nickname or an IP")
+	if _, err := e.Project(ctx, slug); err != nil {
+		return err
 	}
 	if entry.At.IsZero() {
 		entry.At = e.clock.Now().UTC()
@@ -885,7 +886,7 @@ func (e *Engine) Unblock(ctx context.Context, slug, who string) (bool, error) {
 		return false, err
 	}
 	// The exact spelling too: entries stored before blocks ignored case.
-	n, err := e.rdb.HDel(ctx, BlockedKey(slug), blockKey(who), who).Result()
+	n, err := e.rdb.HDel(ctx, BlockedKey(slug), blockFields(who)...).Result()
 	if err != nil {
 		return false, unavailable("queues.Unblock", err)
 	}
@@ -922,9 +923,9 @@ func (e *Engine) EnqueueScored(ctx context.Context, slug string, items []QueueIt
 		return ScoredResult{}, errorf(op, CodeInvalid, "%d items in one batch; the limit is %d", len(items), MaxEnqueueBatch)
 	}
 	args := make([]any, 0, 2*len(items))
-	for _, item := range items {
-		if err := ValidateItem(item.Name); err != nil {
-			return ScoredResult{}, err
+	for i, item := range items {
+		if err := ValidateNewItem(item.Name); err != nil {
+			return ScoredResult{}, atIndex(err, "item", i)
 		}
 		if len(item.Extras) > 0 {
 			return ScoredResult{}, errorf(op, CodeInvalid, "items of the scored queue take no extras (%q)", truncate(item.Name, 60))

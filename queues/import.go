@@ -77,9 +77,9 @@ func (e *Engine) ImportDone(ctx context.Context, slug string, items []string) (I
 	}
 	args := make([]any, 0, 2+len(items))
 	args = append(args, e.nowMillis(), "done")
-	for _, item := range items {
-		if err := ValidateItem(item); err != nil {
-			return ImportResult{}, err
+	for i, item := range items {
+		if err := ValidateNewItem(item); err != nil {
+			return ImportResult{}, atIndex(err, "done item", i)
 		}
 		args = append(args, item)
 	}
@@ -157,9 +157,9 @@ func (e *Engine) ValidateImport(done []string, claims []ImportedClaim, downloade
 	if len(done) > MaxImportBatch || len(claims) > MaxImportBatch {
 		return errorf(op, CodeInvalid, "%d done items and %d claims in one import; the limit is %d each", len(done), len(claims), MaxImportBatch)
 	}
-	for _, item := range done {
-		if err := ValidateItem(item); err != nil {
-			return err
+	for i, item := range done {
+		if err := ValidateNewItem(item); err != nil {
+			return atIndex(err, "done item", i)
 		}
 	}
 	if err := e.validateClaims(claims); err != nil {
@@ -170,12 +170,12 @@ func (e *Engine) ValidateImport(done []string, claims []ImportedClaim, downloade
 
 func (e *Engine) validateClaims(claims []ImportedClaim) error {
 	const op = "queues.ImportClaims"
-	for _, c := range claims {
-		if err := ValidateItem(c.Item); err != nil {
-			return err
+	for i, c := range claims {
+		if err := ValidateNewItem(c.Item); err != nil {
+			return atIndex(err, "claim", i)
 		}
 		if err := ValidateDownloader(c.Downloader); err != nil {
-			return err
+			return atIndex(err, "claim", i)
 		}
 		if c.ClaimedAt.IsZero() || c.ClaimedAt.After(e.clock.Now().Add(time.Minute)) {
 			return errorf(op, CodeInvalid, "claim of %q: claimed_at %v is missing or in the future", truncate(c.Item, 60), c.ClaimedAt)

@@ -234,6 +234,11 @@ func (e *Engine) Move(ctx context.Context, slug string, req MoveRequest) (SiftRe
 	if from == to {
 		return SiftResult{}, errorf(op, CodeInvalid, "from and to are the same queue")
 	}
+	if req.Count < 0 {
+		// 0 (left out) moves every match; a negative count is a mistake,
+		// never "everything".
+		return SiftResult{}, errorf(op, CodeInvalid, "count %d: must be positive (leave it out to move every matching item)", req.Count)
+	}
 	var match *compiledGroup
 	if req.Match != nil {
 		m := *req.Match

@@ -1,6 +1,9 @@
 package queues
 
 import (
+	"errors"
+	"fmt"
+	"net/netip"
 	"regexp"
 	"strings"
 	"unicode/utf8"
@@ -79,3 +82,99 @@ func truncate(s string, n int) string {
 	}
 	return s[:n] + "…"
 }
+
+// FindControl returns the byte offset of the first control character in
+// s and the character, or -1: a C0 control other than tab (U+0000-U+001F),
+// DEL (U+007F) or a C1 control (U+0080-U+009F, the bytes C2 80-C2 9F in
+// UTF-8). They are never part of an item, a title or a reason: ESC and
+// CSI start terminal escapes (a crafted item could rewrite an operator's
+// screen when listed), BEL rings, NUL and newlines split the wire
+// formats. Tab is let through: it is ordinary whitespace in a title or a
+// name copied from a table. One pass over the bytes, no decoding.
+func FindControl[T ~string | ~[]byte](s T) (int, rune) {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 && c != '\t', c == 0x7f:
+			return i, rune(c)
+		case c == 0xc2 && i+1 < len(s) && s[i+1] >= 0x80 && s[i+1] <= 0x9f:
+			return i, rune(s[i+1])
+		}
+	}
+	return -1, 0
+}
+
+// CheckText refuses text with a control character (see FindControl),
+// naming what it is and the character's byte offset (from 0).
+func CheckText(what, s string) error {
+	if i, r := FindControl(s); i >= 0 {
+		return errorf("queues.CheckText", CodeInvalid, "%s has the control character U+%04X at byte offset %d; control characters other than tab are refused", what, r, i)
+	}
+	return nil
+}
+
+// ValidateNewItem is ValidateItem for an item entering hoard (queued,
+// backfed, imported): it also refuses control characters. Items already
+// stored are finished and released with ValidateItem alone, so one that
+// came in before this check can still leave.
+func ValidateNewItem(item string) error {
+	if err := ValidateItem(item); err != nil {
+		return err
+	}
+	if i, r := FindControl(item); i >= 0 {
+		return errorf("queues.ValidateNewItem", CodeInvalid, "item %q has the control character U+%04X at byte offset %d; control characters other than tab are refused", truncate(item, 60), r, i)
+	}
+	return nil
+}
+
+// atIndex names the batch position of a bad entry in an input error.
+func atIndex(err error, what string, i int) error {
+	var qe *Error
+	if errors.As(err, &qe) {
+		out := *qe
+		out.Message = fmt.Sprintf("%s at index %d: %s", what, i, qe.Message)
+		return &out
+	}
+	return err
+}
+
+// ValidateBlockTarget checks what a block names and returns it as it is
+// stored: a nickname (seesaw's rule, ValidateDownloader) or an IP address
+// (in its canonical form, so "2001:DB8::0:1" blocks the "2001:db8::1" a
+// client connects from). A CIDR is refused: a block matches one nickname
+// or one address exactly, and a range that blocks nobody must not look
+// as if it did.
+func ValidateBlockTarget(who string) (string, error) {
+	const op = "queues.ValidateBlockTarget"
+	if addr, err := netip.ParseAddr(who); err == nil && addr.Zone() == "" {
+		return addr.Unmap().String(), nil
+	}
+	shown := truncate(who, 64)
+	switch {
+	case strings.Contains(who, "/"):
+		return "", errorf(op, CodeInvalid, "block target %q is a range; blocks match one nickname or one IP address exactly, so block each address", shown)
+	case strings.Contains(who, ":") || strings.Contains(who, ".") && strings.Trim(who, "0123456789.") == "":
+		return "", errorf(op, CodeInvalid, "block target %q is not a valid IP address", shown)
+	case ValidateDownloader(who) != nil:
+		return "", errorf(op, CodeInvalid, "block target %q is neither a nickname (3-30 of a-z, A-Z, 0-9, - and _) nor an IP address", shown)
+	}
+	return who, nil
+}
+
+// validateBlock checks a block's target and entry before anything is
+// written, and returns the target as it is stored.
+func validateBlock(op, who string, entry BlockEntry) (string, error) {
+	who, err := ValidateBlockTarget(who)
+	if err != nil {
+		return "", err
+	}
+	if len(entry.Reason) > MaxBlockReason {
+		return "", errorf(op, CodeInvalid, "reason is longer than %d bytes", MaxBlockReason)
+	}
+	if err := CheckText("reason", entry.Reason); err != nil {
+		return "", err
+	}
+	return who, nil
+}
+
+// MaxBlockReason bounds a block's reason.
+const MaxBlockReason = 500

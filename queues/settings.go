@@ -290,6 +290,15 @@ func (s Settings) Validate() error {
 	bad := func(field, format string, args ...any) error {
 		return errorf(op, CodeInvalid, "%s: %s", field, fmt.Sprintf(format, args...))
 	}
+	// A title is shown on pages, in projects.json and in the CLI's
+	// tables: no control characters (an ANSI escape would restyle an
+	// operator's terminal).
+	if i, r := FindControl(s.Title); i >= 0 {
+		return bad("title", "has the control character U+%04X at byte offset %d; control characters other than tab are refused", r, i)
+	}
+	if i, r := FindControl(s.MinVersion); i >= 0 {
+		return bad("min_version", "has the control character U+%04X at byte offset %d", r, i)
+	}
 	switch {
 	case len(s.Title) > 200:
 		return bad("title", "longer than 200 bytes")

@@ -207,8 +207,9 @@ func (a *AdminAPI) LogChange(c *gin.Context, what string, attrs ...any) {
 	a.logChange(c, what, attrs...)
 }
 
+// decode reads an admin body, refusing unknown fields by name.
 func (a *AdminAPI) decode(c *gin.Context, dst any) bool {
-	return bindJSON(c, a.MaxBodyBytes, dst)
+	return bindStrictJSON(c, a.MaxBodyBytes, dst)
 }
 
 func (a *AdminAPI) listProjects(c *gin.Context) {
@@ -353,9 +354,23 @@ func (a *AdminAPI) addItems(c *gin.Context) {
 				reject(i, err)
 				continue
 			}
-		} else if err := json.Unmarshal(raw, &item); err != nil {
-			reject(i, badRequest("want a string or {\"name\", \"extras\"}"))
+		} else if err := decodeStrictJSON(raw, &item); err != nil {
+			msg := err.Error()
+			var qe *queues.Error
+			if asQueuesError(err, &qe) {
+				msg = qe.Message
+			}
+			reject(i, badRequest("want a string or {\"name\", \"extras\"}: %s", msg))
 			continue
+		}
+		// A control character refuses the whole batch, naming the item:
+		// it means the input is not the list of names the operator thinks
+		// (a binary or terminal-coloured file), so none of it is queued
+		// (nothing is, before this loop ends). The other checks reject
+		// their entry only, as before.
+		if at, r := queues.FindControl(item.Name); at >= 0 {
+			_ = c.Error(badRequest("item at index %d has the control character U+%04X at byte offset %d; nothing was queued", i, r, at))
+			return
 		}
 		if err := queues.ValidateItem(item.Name); err != nil {
 			reject(i, err)

@@ -63,6 +63,38 @@ func splitBackfeed(body []byte) (items []string, empty int) {
 	return items, empty
 }
 
+// backfeedControl finds the first control character in a backfeed body
+// that is not a separator (see queues.FindControl): the index of its part
+// (counting from 0, empty parts included) and its byte offset in that
+// part. NUL separates items in a body that has one, else newlines do,
+// with an optional CR before each. One pass before the split, no
+// allocation; the characters are queues.FindControl's.
+func backfeedControl(body []byte) (part, offset int, r rune, found bool) {
+	sep := byte(0)
+	if bytes.IndexByte(body, 0) < 0 {
+		sep = '\n'
+	}
+	start := 0
+	for i := 0; i < len(body); i++ {
+		c := body[i]
+		// Most bytes are printable ASCII or UTF-8 past C2: one compare.
+		if c >= 0x20 && c != 0x7f && c != 0xc2 {
+			continue
+		}
+		switch {
+		case c == sep:
+			part, start = part+1, i+1
+		case sep == '\n' && c == '\r' && (i+1 == len(body) || body[i+1] == '\n'):
+			// CRLF: the CR is part of the separator.
+		case c < 0x20 && c != '\t', c == 0x7f:
+			return part, i - start, rune(c), true
+		case c == 0xc2 && i+1 < len(body) && body[i+1] >= 0x80 && body[i+1] <= 0x9f:
+			return part, i - start, rune(body[i+1]), true
+		}
+	}
+	return 0, 0, 0, false
+}
+
 // Serve handles one batch.
 func (b *Backfeed) Serve(c *gin.Context) {
 	key := c.Param("key")
@@ -89,6 +121,14 @@ func (b *Backfeed) Serve(c *gin.Context) {
 	}
 	if err != nil {
 		_ = c.Error(badRequest("could not read the body: %v", err))
+		return
+	}
+	// A control character refuses the whole batch, naming the item, and
+	// queues nothing: a grab script that sends one is broken (binary
+	// data, the wrong separator), and its other items are suspect too.
+	// The script sees a 400 with the position, not a 200 with a count.
+	if part, offset, r, found := backfeedControl(body); found {
+		_ = c.Error(badRequest("backfeed item at index %d has the control character U+%04X at byte offset %d; the batch was refused whole and nothing was queued", part, r, offset))
 		return
 	}
 	items, empty := splitBackfeed(body)

@@ -234,7 +234,9 @@ func TestBitTorrentAdminSiteFlow(t *testing.T) {
 		requireError(t, f.call(http.MethodPut, "/users/bad.key", `{"user_id":"7"}`), http.StatusBadRequest, "passkey: want 32-64 characters")
 		requireError(t, f.call(http.MethodPut, "/users/"+seederKey[:31], `{"user_id":"7"}`), http.StatusBadRequest, "passkey: want 32-64 characters")
 		requireError(t, f.call(http.MethodPut, "/users/"+seederKey, `{"user_id":"x{y}"}`), http.StatusBadRequest, `user id "x{y}"`)
-		requireError(t, f.call(http.MethodPut, "/users/"+seederKey, `{"name":"7"}`), http.StatusBadRequest, "needs the site's user id")
+		requireError(t, f.call(http.MethodPut, "/users/"+seederKey, `{}`), http.StatusBadRequest, "needs the site's user id")
+		// The plugin's admin bodies are decoded strictly too (AdminTools.Decode).
+		requireError(t, f.call(http.MethodPut, "/users/"+seederKey, `{"name":"7"}`), http.StatusBadRequest, `unknown field "name"`)
 
 		require.NoError(t, f.announce(hash, btPeer("-TR3000-", 1), seederKey, 0, 1))
 		require.NoError(t, f.announce(hash, btPeer(odd, 2), leecherKey, 500, 2))

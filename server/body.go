@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 )
@@ -26,10 +27,23 @@ func readBody(c *gin.Context, limit int64) ([]byte, error) {
 
 // bindJSON reads the body (at most limit bytes) and decodes it into dst;
 // on failure it records the error for renderErrors and returns false.
+// Fields dst does not have are ignored: warriors' bodies (seesaw's stats
+// dict) carry more than hoard reads.
 func bindJSON(c *gin.Context, limit int64, dst any) bool {
+	return bind(c, limit, dst, decodeJSON)
+}
+
+// bindStrictJSON is bindJSON that refuses a field dst does not have,
+// naming it: the admin API's bodies, where a misspelt field ("titel")
+// silently ignored would be a change the operator thinks was made.
+func bindStrictJSON(c *gin.Context, limit int64, dst any) bool {
+	return bind(c, limit, dst, decodeStrictJSON)
+}
+
+func bind(c *gin.Context, limit int64, dst any, decode func([]byte, any) error) bool {
 	body, err := readBody(c, limit)
 	if err == nil {
-		err = decodeJSON(body, dst)
+		err = decode(body, dst)
 	}
 	if err != nil {
 		_ = c.Error(err)
@@ -40,13 +54,24 @@ func bindJSON(c *gin.Context, limit int64, dst any) bool {
 
 // decodeJSON decodes one JSON object from body into dst and refuses
 // trailing data, so a truncated or concatenated body is an error.
-func decodeJSON(body []byte, dst any) error {
+func decodeJSON(body []byte, dst any) error { return decodeBody(body, dst, false) }
+
+// decodeStrictJSON is decodeJSON refusing unknown fields, by name.
+func decodeStrictJSON(body []byte, dst any) error { return decodeBody(body, dst, true) }
+
+func decodeBody(body []byte, dst any, strict bool) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return badRequest("empty request body; want a JSON object")
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
+	if strict {
+		dec.DisallowUnknownFields()
+	}
 	if err := dec.Decode(dst); err != nil {
+		if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			return badRequest("unknown field %s; nothing was changed (check its spelling)", field)
+		}
 		return badRequest("malformed JSON: %v", err)
 	}
 	if dec.More() {

@@ -21,7 +21,7 @@ import (
 func TestBitTorrentAdminTrackersAndScores(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		f := newBTFixture(t, b)
-		_, policy, err := scoring.ParseSettings(nil, false)
+		_, policy, err := scoring.ParseSettings([]byte(`{"allow_private_targets":true}`), false)
 		require.NoError(t, err)
 		scorer := scoring.New(b.Client, policy, nil, quiet)
 		f.fixture = newFixture(t, b, server.Config{AdminToken: token, AdminExtensions: []server.AdminExtension{

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/hoardproject/hoard/internal/ratelog"
 	"github.com/hoardproject/hoard/queues"
 )
 
@@ -63,7 +64,13 @@ func statusOf(code queues.Code) int {
 // renderErrors is the one place errors become responses: handlers call
 // c.Error(err) and return, and this middleware writes a JSON body
 // {"error": message, "code": name} with the status the error's code maps to.
-func renderErrors(logger *slog.Logger) gin.HandlerFunc {
+//
+// Every error answered is counted by kind ("code/status", e.g.
+// "unavailable/503") on /metrics (hoard_refusals_total); a 5xx is also
+// logged, at most once a minute per kind with the count of those not
+// logged, so a flood (refused websockets, every request while Redis is
+// down) cannot flood the log.
+func renderErrors(refusals *ratelog.Log) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		c.Next()
 		if len(c.Errors) == 0 || c.Writer.Written() {
@@ -82,9 +89,11 @@ func renderErrors(logger *slog.Logger) gin.HandlerFunc {
 				c.Header("Retry-After", strconv.Itoa(int(math.Ceil(qe.RetryAfter.Seconds()))))
 			}
 		}
-		if status >= 500 {
-			logger.ErrorContext(c.Request.Context(), "request failed", "method", c.Request.Method,
+		if kind := code + "/" + strconv.Itoa(status); status >= 500 {
+			refusals.Log(c.Request.Context(), slog.LevelError, kind, "request failed", "method", c.Request.Method,
 				"path", loggablePath(c), "status", status, "err", err)
+		} else {
+			refusals.Count(kind)
 		}
 		body := gin.H{"error": message, "code": code}
 		if qe != nil && len(qe.Items) > 0 {

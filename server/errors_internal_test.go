@@ -7,9 +7,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/internal/ratelog"
 )
 
 // TestFailedBackfeedLogNamesTheRouteNotTheSecret: the backfeed URL carries
@@ -18,7 +21,9 @@ func TestFailedBackfeedLogNamesTheRouteNotTheSecret(t *testing.T) {
 	gin.SetMode(gin.TestMode)
 	var logs bytes.Buffer
 	router := gin.New()
-	router.Use(renderErrors(slog.New(slog.NewTextHandler(&logs, nil))))
+	// An interval of a nanosecond on the system clock: every failure is
+	// logged, as the test looks at each line.
+	router.Use(renderErrors(ratelog.New(ratelog.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Interval: time.Nanosecond})))
 	router.POST("/backfeed/legacy/:key", func(c *gin.Context) { _ = c.Error(errors.New("redis is down")) })
 	router.NoRoute(func(c *gin.Context) { _ = c.Error(errors.New("redis is down")) })
 

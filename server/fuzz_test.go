@@ -1,6 +1,9 @@
 package server
 
 import (
+	"bytes"
+	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -66,13 +69,35 @@ func FuzzDecodeWarriorBodies(f *testing.F) {
 }
 
 // FuzzSplitBackfeed: any body splits into non-empty items without NUL, and
-// items plus empty ones never exceed the separators + 1.
+// items plus empty ones never exceed the separators + 1. The control
+// check agrees with the split: a body it passes splits into items
+// without a control character, and one it refuses has one where it says.
 func FuzzSplitBackfeed(f *testing.F) {
-	for _, seed := range []string{"a\x00b\x00", "a\nb\r\n", "\x00\x00", "", "\n", "x"} {
+	for _, seed := range []string{"a\x00b\x00", "a\nb\r\n", "\x00\x00", "", "\n", "x", "a\x00b\x1bc\x00", "a\r\nb\rc\n", "\xc2\x9b\x00", "x\xc2"} {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		items, empty := splitBackfeed(body)
+		part, offset, r, found := backfeedControl(body)
+		if !found {
+			for _, item := range items {
+				if at, _ := queues.FindControl(item); at >= 0 {
+					t.Fatalf("item %q has a control character the check let through", item)
+				}
+			}
+		} else {
+			sep := []byte{0}
+			if bytes.IndexByte(body, 0) < 0 {
+				sep = []byte{'\n'}
+			}
+			parts := bytes.Split(body, sep)
+			if part >= len(parts) || offset >= len(parts[part]) {
+				t.Fatalf("control at part %d offset %d, outside the body's %d parts", part, offset, len(parts))
+			}
+			if at, cr := queues.FindControl(parts[part][offset:]); at != 0 || cr != r {
+				t.Fatalf("part %d offset %d: %q has no control character %U there", part, offset, parts[part], r)
+			}
+		}
 		for _, item := range items {
 			if item == "" || strings.ContainsRune(item, 0) {
 				t.Fatalf("bad item %q", item)
@@ -96,5 +121,49 @@ func TestMultiTakesDigitsOnly(t *testing.T) {
 	route, ok, err := parseWarriorPath("/p/multi=05//request")
 	if !ok || err != nil || route.Multi != 5 {
 		t.Fatalf("multi=05: %+v %v %v", route, ok, err)
+	}
+}
+
+// FuzzDecodeAdminBodies: the admin API's strict decoding never panics,
+// and a body it accepts decodes the same way leniently (strictness only
+// refuses, never changes what is read).
+func FuzzDecodeAdminBodies(f *testing.F) {
+	for _, seed := range []string{`{"titel":"x"}`, `{"title":"x"}`, `{"items":["a",{"name":"b"}],"queue":"todo"}`,
+		`{"from":"todo","to":"secondary","count":-1}`, `{"reason":"x","extra":1}`, `{"items":[]} {}`, `{`, ``} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		for _, fresh := range []func() any{
+			func() any { return &queues.SettingsPatch{} }, func() any { return &AddItemsRequest{} },
+			func() any { return &MoveQueueRequest{} }, func() any { return &blockRequest{} }, func() any { return &ImportRequest{} },
+		} {
+			strict, lenient := fresh(), fresh()
+			if decodeStrictJSON(body, strict) != nil {
+				continue
+			}
+			if err := decodeJSON(body, lenient); err != nil {
+				t.Fatalf("strict accepted what lenient refused: %q: %v", body, err)
+			}
+			if !reflect.DeepEqual(strict, lenient) {
+				t.Fatalf("%q: strict read %+v, lenient %+v", body, strict, lenient)
+			}
+		}
+	})
+}
+
+// BenchmarkBackfeedControl: the control check on a full batch (1,000
+// items of 60 bytes, NUL-separated), as each backfeed request pays it.
+func BenchmarkBackfeedControl(b *testing.B) {
+	var body []byte
+	for i := range 1000 {
+		body = append(body, []byte(strings.Repeat("x", 50)+"/item-"+strings.Repeat("0", 3-len(strconv.Itoa(i%1000)))+strconv.Itoa(i%1000))...)
+		body = append(body, 0)
+	}
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, _, found := backfeedControl(body); found {
+			b.Fatal("a clean body has a control character")
+		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/hoardproject/hoard/internal/ratelog"
 	"github.com/hoardproject/hoard/queues"
 )
 
@@ -306,4 +307,20 @@ func (p *projectCollector) collectProject(ch chan<- prometheus.Metric, slug stri
 	gauge(p.reclaimServeRate, s.ReclaimServeRate)
 	gauge(p.oldestClaim, c.OldestClaimAgeSeconds)
 	gauge(p.rtt, time.Duration(s.RTT).Seconds())
+}
+
+// refusalDesc is hoard_refusals_total: errors answered, by kind.
+var refusalDesc = prometheus.NewDesc("hoard_refusals_total",
+	"Requests refused or failed, by kind (error code/status, e.g. unavailable/503). 5xx kinds are logged at most once a minute each; this counts every one.",
+	[]string{"kind"}, nil)
+
+// refusalCollector exposes a ratelog's counts.
+type refusalCollector struct{ log *ratelog.Log }
+
+func (r refusalCollector) Describe(ch chan<- *prometheus.Desc) { ch <- refusalDesc }
+
+func (r refusalCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range r.log.Counts() {
+		ch <- prometheus.MustNewConstMetric(refusalDesc, prometheus.CounterValue, float64(c.Total), c.Kind)
+	}
 }

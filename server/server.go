@@ -17,6 +17,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hoardproject/hoard/internal/ratelog"
 	"github.com/hoardproject/hoard/leaderboard"
 	"github.com/hoardproject/hoard/queues"
 )
@@ -108,7 +109,11 @@ func New(cfg Config, engine *queues.Engine) (*Server, error) {
 	if err := metrics.Register(cfg.Collectors...); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	router.Use(metrics.Middleware(), gin.Recovery(), renderErrors(cfg.Logger))
+	refusals := ratelog.New(ratelog.Config{Logger: cfg.Logger, Clock: engine.Clock()})
+	if err := metrics.Register(refusalCollector{refusals}); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	router.Use(metrics.Middleware(), gin.Recovery(), renderErrors(refusals))
 
 	hub := leaderboard.NewHub(leaderboard.Config{
 		Logger: cfg.Logger, Clock: engine.Clock(), MaxViewers: cfg.MaxViewers,

@@ -331,7 +331,7 @@ func TestAdminProjectLifecycle(t *testing.T) {
 		require.Equal(t, "30m0s", project["reclaim_ttl"])
 		require.Equal(t, 5.0, project["claims_limit"])
 
-		r = f.admin(http.MethodPost, "/projects/demo/items", `{"queue":"todo","items":["a","b",{"name":"c","extras":{"k":1}},"","bad\nline",7,{"name":"d","extras":[1]}]}`, token)
+		r = f.admin(http.MethodPost, "/projects/demo/items", `{"queue":"todo","items":["a","b",{"name":"c","extras":{"k":1}},"",{"name":"e","extras":{"item_name":"x"}},7,{"name":"d","extras":[1]}]}`, token)
 		require.Equal(t, http.StatusOK, r.status, r.body)
 		added := decode(t, r.body)
 		require.Equal(t, 3.0, added["queued"])

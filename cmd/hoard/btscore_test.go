@@ -27,7 +27,7 @@ func TestCLIBitTorrentTrackersAndScores(t *testing.T) {
 		engine := queues.NewEngine(b.Client, queues.Options{Logger: quiet})
 		store, err := swarm.New(b.Client, swarm.Config{Logger: quiet})
 		require.NoError(t, err)
-		_, policy, err := scoring.ParseSettings(nil, false)
+		_, policy, err := scoring.ParseSettings([]byte(`{"allow_private_targets":true}`), false)
 		require.NoError(t, err)
 		scorer := scoring.New(b.Client, policy, nil, quiet)
 		srv, err := server.New(server.Config{AdminToken: "cli-token", Logger: quiet,

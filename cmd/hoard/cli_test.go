@@ -189,3 +189,33 @@ func TestCLIQueueAddRegister(t *testing.T) {
 		require.Equal(t, queues.BackfeedResult{Received: 3, New: 1, Duplicate: 2, Waiting: 2}, res)
 	})
 }
+
+// TestQueueExportEscapesControlCharacters: an item stored before hoard
+// refused control characters (written here straight into the queue) is
+// exported with its ESC and BEL as escapes, never raw, with a warning;
+// the other items come out as they are.
+func TestQueueExportEscapesControlCharacters(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+		engine := queues.NewEngine(b.Client, queues.Options{Logger: quiet})
+		offloader := &queues.Offloader{Engine: engine, Dir: t.TempDir(), Node: "cli-node", Logger: quiet}
+		srv, err := server.New(server.Config{AdminToken: "cli-token", Logger: quiet, Offloader: offloader}, engine)
+		require.NoError(t, err)
+		ts := httptest.NewServer(srv.Handler())
+		defer ts.Close()
+		ctx := context.Background()
+		_, err = engine.CreateProject(ctx, "legacy", queues.SettingsPatch{})
+		require.NoError(t, err)
+		_, err = engine.Enqueue(ctx, "legacy", queues.Target{Queue: queues.QueueTodo}, []queues.QueueItem{{Name: "plain:1"}})
+		require.NoError(t, err)
+		require.NoError(t, b.Client.RPush(ctx, queues.QueueKey("legacy", queues.QueueTodo), "old:\x1b[31mred\x07").Err())
+
+		stdout, stderr, err := runCLIWithStderr(t, ts.URL, "queue", "export", "legacy", "todo")
+		require.NoError(t, err, stderr)
+		require.NotContains(t, stdout, "\x1b")
+		require.NotContains(t, stdout, "\x07")
+		require.Contains(t, stdout, "plain:1\n")
+		require.Contains(t, stdout, `old:\x1b[31mred\x07`+"\n")
+		require.Contains(t, stderr, "warning: 2 control characters")
+	})
+}

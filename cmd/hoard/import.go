@@ -78,8 +78,25 @@ func runImportUniversal(ctx context.Context, out io.Writer, slug string, o impor
 	}
 
 	// Waiting items, queue by queue, then each downloader's reserved queue.
-	var queued, skipped int
+	var queued, skipped, unreadable int
+	// Items hoard refuses (a control character, NUL, over-long) are left
+	// out and counted here: one would refuse its whole batch there.
+	acceptable := func(items []string) []string {
+		kept := items[:0:0]
+		for _, item := range items {
+			if queues.ValidateNewItem(item) != nil {
+				unreadable++
+				continue
+			}
+			kept = append(kept, item)
+		}
+		return kept
+	}
 	enqueue := func(queue, downloader string, items []string) error {
+		items = acceptable(items)
+		if len(items) == 0 {
+			return nil
+		}
 		raw := make([]json.RawMessage, len(items))
 		for i, item := range items {
 			raw[i], _ = json.Marshal(item)
@@ -126,7 +143,6 @@ func runImportUniversal(ctx context.Context, out io.Writer, slug string, o impor
 	}
 	// Claims: out gives the time, claims the claimant.
 	var claims []queues.ImportedClaim
-	var unreadable int
 	flushClaims := func() error {
 		if len(claims) == 0 {
 			return nil
@@ -160,7 +176,7 @@ func runImportUniversal(ctx context.Context, out io.Writer, slug string, o impor
 			for i, item := range items {
 				record, _ := records[i].(string)
 				ip, downloader, ok := strings.Cut(record, " ")
-				if !ok || queues.ValidateDownloader(downloader) != nil {
+				if !ok || queues.ValidateDownloader(downloader) != nil || queues.ValidateNewItem(item) != nil {
 					unreadable++
 					continue
 				}
@@ -181,7 +197,12 @@ func runImportUniversal(ctx context.Context, out io.Writer, slug string, o impor
 		return err
 	}
 	// Completions.
-	err = scanSet(ctx, src, o.prefix+"done", o.batch, func(items []string) error { return send(server.ImportRequest{Done: items}) })
+	err = scanSet(ctx, src, o.prefix+"done", o.batch, func(items []string) error {
+		if items = acceptable(items); len(items) == 0 {
+			return nil
+		}
+		return send(server.ImportRequest{Done: items})
+	})
 	if err != nil {
 		return err
 	}

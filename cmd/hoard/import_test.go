@@ -70,6 +70,10 @@ func TestImportUniversalTrackerState(t *testing.T) {
 		prefix := "ut-" + b.Name + ":"
 		claimedAt := clock.Now().Add(-time.Hour)
 		seedUniversalTracker(t, ctx, src, prefix, claimedAt)
+		// Items hoard refuses (control characters) are left out and
+		// counted, not a refused batch that stops the import.
+		require.NoError(t, src.SAdd(ctx, prefix+"todo", "user:\x1b[31mred").Err())
+		require.NoError(t, src.SAdd(ctx, prefix+"done", "user:bell\x07").Err())
 		from := "redis://" + src.Options().Addr
 
 		_, err = runCLI(t, ts.URL, "queue", "import-universal", "moved", "--from", from, "--prefix", prefix)
@@ -81,7 +85,7 @@ func TestImportUniversalTrackerState(t *testing.T) {
 
 		out, err := runCLI(t, ts.URL, "queue", "import-universal", "moved", "--from", from, "--prefix", prefix, "--batch", "500")
 		require.NoError(t, err, out)
-		require.Contains(t, out, "1204 waiting items queued (0 already here), 30 claims (0 already here), 2500 done (0 already here), 2 downloaders' totals; 1 unreadable")
+		require.Contains(t, out, "1204 waiting items queued (0 already here), 30 claims (0 already here), 2500 done (0 already here), 2 downloaders' totals; 3 unreadable")
 
 		c, err := engine.Counts(ctx, "moved")
 		require.NoError(t, err)

@@ -62,7 +62,11 @@ func exportCommand(use, short string, path func(args []string) string, nargs int
 				defer file.Close()
 				w = file
 			}
-			n, err := newAdminClient().stream(cmd.Context(), path(args), w)
+			escaper := &controlEscaper{w: w}
+			n, err := newAdminClient().stream(cmd.Context(), path(args), escaper)
+			if err == nil {
+				err = escaper.Close()
+			}
 			if err != nil {
 				if toFile {
 					_ = os.Remove(output) // never leave a partial export behind
@@ -70,6 +74,9 @@ func exportCommand(use, short string, path func(args []string) string, nargs int
 				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "exported %d items\n", n)
+			if escaper.Escaped > 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: %d control characters (in items stored before hoard refused them) were written as \\xNN or \\u00NN escapes; such items cannot be queued again as they are\n", escaper.Escaped)
+			}
 			return nil
 		},
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/hoardproject/hoard/plugins"
 	"github.com/hoardproject/hoard/plugins/bittorrent/btplugin"
 	"github.com/hoardproject/hoard/plugins/bittorrent/reaper"
+	"github.com/hoardproject/hoard/plugins/bittorrent/scoring"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 	"github.com/hoardproject/hoard/queues"
 
@@ -66,6 +67,24 @@ func adminReaper(o pluginOptions, rdb redis.UniversalClient, store *swarm.Store,
 			Logger: logger.With("component", "bittorrent-reaper-admin")}), nil
 	}
 	return nil, nil
+}
+
+// adminScoringPolicy is the "bittorrent" plugin's scoring policy (its
+// defaults without one), for the admin API's scorer: the tracker URLs it
+// accepts are those the plugin may announce to (allow_private_targets,
+// allowed_targets).
+func adminScoringPolicy(o pluginOptions) (scoring.Policy, error) {
+	specs, err := pluginhost.ParseSpecs(o.plugins, o.settings)
+	if err != nil {
+		return scoring.Policy{}, err
+	}
+	for _, spec := range specs {
+		if spec.Name == "bittorrent" {
+			return btplugin.ScoringPolicy(spec.Settings)
+		}
+	}
+	_, p, err := scoring.ParseSettings(nil, false)
+	return p, err
 }
 
 // startPlugins starts the plugin host. With no plugin configured it starts

@@ -203,7 +203,7 @@ func runQueueAdd(ctx context.Context, slug, path string, o addOptions) error {
 // parseAddLine turns one line into an item for the API, or says why not.
 func parseAddLine(text string, jsonLines bool) (json.RawMessage, string) {
 	if !jsonLines {
-		if err := queues.ValidateItem(text); err != nil {
+		if err := queues.ValidateNewItem(text); err != nil {
 			return nil, queueErrorMessage(err)
 		}
 		raw, _ := json.Marshal(text)
@@ -213,7 +213,7 @@ func parseAddLine(text string, jsonLines bool) (json.RawMessage, string) {
 	if err := json.Unmarshal([]byte(text), &item); err != nil {
 		return nil, "not a JSON object {\"name\", \"extras\"}"
 	}
-	if err := queues.ValidateItem(item.Name); err != nil {
+	if err := queues.ValidateNewItem(item.Name); err != nil {
 		return nil, queueErrorMessage(err)
 	}
 	raw, _ := json.Marshal(item)

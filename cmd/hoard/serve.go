@@ -329,8 +329,8 @@ func runServe(ctx context.Context, o serveOptions) error {
 	}
 	// The scoring admin calls (external trackers, scores, top) read and
 	// write scoring's keys directly; the plugin's own settings decide
-	// whether scoring runs.
-	_, scorePolicy, err := scoring.ParseSettings(nil, false)
+	// whether scoring runs, and which tracker addresses it may reach.
+	scorePolicy, err := adminScoringPolicy(o.plugins)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -397,3 +398,30 @@ func TestHTTPLifecycle(t *testing.T) {
 	_, err = NewHTTPServer(HTTPConfig{Addr: "127.0.0.1:0", Swarms: fake, AnnouncePolicy: AnnouncePolicy{Interval: time.Minute, MinInterval: time.Hour}})
 	require.ErrorContains(t, err, "MinInterval")
 }
+
+// TestStoreFailuresAreCountedNotShouted: while the store fails (Redis
+// down), 1,000 announces are each answered with the internal failure
+// reason, counted as internal errors, and logged once.
+func TestStoreFailuresAreCountedNotShouted(t *testing.T) {
+	fake := newFakeSwarms()
+	fake.set(func(f *fakeSwarms) { f.fail = errors.New("redis: connection refused") })
+	var mu sync.Mutex
+	var logs strings.Builder
+	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(p)
+	}), nil))
+	srv, base := startHTTP(t, fake, func(c *HTTPConfig) { c.Logger = logger })
+	for range 1000 {
+		require.Equal(t, internalFailure, failure(t, base+"/announce?"+announceQuery(nil)))
+	}
+	require.Equal(t, uint64(1000), srv.Stats().InternalErrors)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, 1, strings.Count(logs.String(), "swarm store failed"), logs.String())
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

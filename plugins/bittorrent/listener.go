@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/hoardproject/hoard/internal/ratelog"
 	"github.com/hoardproject/hoard/plugins/bittorrent/wire"
 )
 
@@ -139,6 +141,12 @@ type ListenerStats struct {
 type listenerCounters struct {
 	announces, scrapes, connects, malformed, refused, internalErrors atomic.Uint64
 	rateLimited, passkeyBlocked, passkeyMisses                       atomic.Uint64
+
+	// failures logs the store's failures at most once a minute per op
+	// (while Redis is down every announce fails: one line a minute with
+	// a count, not one per announce); internalErrors counts them all.
+	failuresOnce sync.Once
+	failures     *ratelog.Log
 }
 
 func (c *listenerCounters) snapshot() ListenerStats {
@@ -162,7 +170,8 @@ func (c *listenerCounters) countRefusal(ctx context.Context, logger *slog.Logger
 	reason, internal := refusal(err)
 	if internal {
 		c.internalErrors.Add(1)
-		logger.LogAttrs(ctx, slog.LevelError, "swarm store failed", slog.String("op", op), slog.Any("err", err))
+		c.failuresOnce.Do(func() { c.failures = ratelog.New(ratelog.Config{Logger: logger}) })
+		c.failures.Log(ctx, slog.LevelError, "swarm_store_failed/"+op, "swarm store failed", "op", op, "err", err)
 		return reason
 	}
 	c.refused.Add(1)

@@ -207,7 +207,7 @@ func (b *Admin) registerTorrent(c *gin.Context) {
 			_ = c.Error(server.NewHTTPError(http.StatusServiceUnavailable, "scoring_off", "this hoard has no scoring store for trackers"))
 			return
 		}
-		if trackers, err = scoring.CheckTrackers(*req.Trackers); err != nil {
+		if trackers, err = b.Scorer.CheckTrackers(*req.Trackers); err != nil {
 			_ = c.Error(scoringError(err))
 			return
 		}

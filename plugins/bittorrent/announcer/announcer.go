@@ -8,7 +8,9 @@
 // (Config.Timeout, across UDP's retries), an HTTP body is read to at most
 // Config.MaxReply bytes, redirects are refused (an announce goes only
 // where the operator registered it), proxies from the environment are not
-// used, and at most Config.MaxPeers peers are kept from one reply.
+// used, at most Config.MaxPeers peers are kept from one reply, and only
+// addresses Config.Targets allows are dialled (by default no loopback,
+// link-local or private ones: see internal/netguard).
 //
 // Each announce uses a random peer_id, key and port. The tracker puts
 // the announcer itself into its swarm and usually hands it back in the
@@ -31,6 +33,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hoardproject/hoard/internal/netguard"
 	"github.com/hoardproject/hoard/plugins/bittorrent/wire"
 )
 
@@ -130,6 +133,10 @@ type Config struct {
 	// MaxPeers bounds the peers kept from one reply (1000); more are
 	// only counted.
 	MaxPeers int
+	// Targets is where announces may go, checked on the address dialled
+	// (after name resolution). The zero policy refuses loopback,
+	// link-local, private, CGNAT, unspecified and multicast addresses.
+	Targets netguard.Policy
 }
 
 // Client announces to external trackers. It is safe for concurrent use.
@@ -159,7 +166,7 @@ func New(cfg Config) *Client {
 	}
 	transport := &http.Transport{
 		Proxy:                 nil, // never route an announce through the environment's proxy
-		DialContext:           (&net.Dialer{Timeout: cfg.Timeout}).DialContext,
+		DialContext:           cfg.Targets.Dialer(cfg.Timeout).DialContext,
 		TLSHandshakeTimeout:   cfg.Timeout,
 		ResponseHeaderTimeout: cfg.Timeout,
 		MaxIdleConnsPerHost:   4,
@@ -315,6 +322,17 @@ func (c *Client) httpGet(ctx context.Context, target string) ([]byte, error) {
 	req.Header.Set("User-Agent", "hoard-scoring/1")
 	resp, err := c.http.Do(req)
 	if err != nil {
+		// url.Error repeats the whole announce URL (its query is long):
+		// the caller names the tracker already, so keep the cause, which
+		// must fit the stored error (a refused address says why).
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		var oerr *net.OpError
+		if errors.As(err, &oerr) && errors.Is(err, netguard.ErrRefused) {
+			err = oerr.Err
+		}
 		return nil, err
 	}
 	defer resp.Body.Close()
@@ -340,6 +358,11 @@ func (c *Client) udp(ctx context.Context, u *url.URL, a announce) (Reply, error)
 	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", u.Hostname())
 	if err != nil || len(addrs) == 0 {
 		return Reply{}, fmt.Errorf("resolving %s: %w", u.Hostname(), err)
+	}
+	// The address checked is the one dialled: no second lookup can
+	// answer differently in between.
+	if err := c.cfg.Targets.Check(addrs[0]); err != nil {
+		return Reply{}, err
 	}
 	port, _ := strconv.Atoi(u.Port())
 	raddr := net.UDPAddrFromAddrPort(netip.AddrPortFrom(addrs[0].Unmap(), uint16(port)))

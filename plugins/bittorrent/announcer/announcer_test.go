@@ -14,9 +14,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/hoardproject/hoard/internal/netguard"
 	"github.com/hoardproject/hoard/plugins/bittorrent/announcer/opentrackertest"
 	"github.com/hoardproject/hoard/plugins/bittorrent/wire"
 )
+
+// local lets the tests' trackers, all on loopback, be announced to, as an
+// operator's allow_private_targets does.
+var local = netguard.Policy{AllowPrivate: true}
 
 func TestParseURL(t *testing.T) {
 	for _, ok := range []string{"udp://127.0.0.1:6969/announce", "udp://[::1]:6969", "http://127.0.0.1:80/announce",
@@ -46,7 +51,7 @@ func TestAnnounceToOpentracker(t *testing.T) {
 	other := sha1.Sum([]byte("empty"))
 	ot := opentrackertest.Start(t, [][20]byte{hash, other})
 	ot.Announce(t, hash, 0, 30)
-	c := New(Config{Timeout: 5 * time.Second})
+	c := New(Config{Targets: local, Timeout: 5 * time.Second})
 	want := map[netip.AddrPort]bool{}
 	for i := range 30 {
 		want[opentrackertest.PeerAddr(i)] = true
@@ -67,7 +72,7 @@ func TestAnnounceToOpentracker(t *testing.T) {
 	require.Zero(t, r.Total, "a torrent nobody announced has no peers but the announcer, which is left out")
 
 	// MaxPeers keeps 10 and counts the rest.
-	r, err = New(Config{Timeout: 5 * time.Second, MaxPeers: 10}).Announce(t.Context(), ot.HTTPURL(), hash)
+	r, err = New(Config{Targets: local, Timeout: 5 * time.Second, MaxPeers: 10}).Announce(t.Context(), ot.HTTPURL(), hash)
 	require.NoError(t, err)
 	require.Len(t, r.Peers, 10)
 	require.Equal(t, 30, r.Total)
@@ -96,7 +101,7 @@ func TestHangingUDPTrackerTimesOut(t *testing.T) {
 			received <- n
 		}
 	}()
-	c := New(Config{Timeout: 600 * time.Millisecond, Retries: 2})
+	c := New(Config{Targets: local, Timeout: 600 * time.Millisecond, Retries: 2})
 	start := time.Now()
 	_, err = c.Announce(t.Context(), "udp://"+silent.LocalAddr().String()+"/announce", sha1.Sum([]byte("x")))
 	elapsed := time.Since(start)
@@ -153,7 +158,7 @@ func TestUDPRepliesAreChecked(t *testing.T) {
 			}
 		}
 	}()
-	c := New(Config{Timeout: 2 * time.Second})
+	c := New(Config{Targets: local, Timeout: 2 * time.Second})
 	u := "udp://" + pc.LocalAddr().String() + "/ann/pk?x=1"
 	mode <- "peers"
 	r, err := c.Announce(t.Context(), u, sha1.Sum([]byte("x")))
@@ -194,7 +199,7 @@ func TestHTTPReplies(t *testing.T) {
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	require.True(t, strings.HasPrefix(srv.URL, "http://127.0.0.1:"))
-	c := New(Config{Timeout: 500 * time.Millisecond, MaxReply: 1000})
+	c := New(Config{Targets: local, Timeout: 500 * time.Millisecond, MaxReply: 1000})
 	hash := sha1.Sum([]byte("x"))
 	r, err := c.Announce(t.Context(), srv.URL+"/dict?passkey=pk", hash)
 	require.NoError(t, err)
@@ -282,7 +287,41 @@ func TestUDPOverIPv6(t *testing.T) {
 			}
 		}
 	}()
-	r, err := New(Config{Timeout: 2 * time.Second}).Announce(t.Context(), "udp://"+pc.LocalAddr().String()+"/announce", sha1.Sum([]byte("v6")))
+	r, err := New(Config{Targets: local, Timeout: 2 * time.Second}).Announce(t.Context(), "udp://"+pc.LocalAddr().String()+"/announce", sha1.Sum([]byte("v6")))
 	require.NoError(t, err)
 	require.Equal(t, []netip.AddrPort{netip.MustParseAddrPort("[2001:db8::1]:1"), netip.MustParseAddrPort("[2001:db8::2]:2")}, r.Peers)
+}
+
+// TestTrackersOnLoopbackAndLinkLocalAreRefused: with the default policy,
+// an announce to a tracker on loopback (a live one, over HTTP and UDP) or
+// on a link-local address (the cloud metadata address) is refused before
+// a byte is sent: the trackers see nothing.
+func TestTrackersOnLoopbackAndLinkLocalAreRefused(t *testing.T) {
+	hits := make(chan struct{}, 10)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		hits <- struct{}{}
+		_, _ = w.Write([]byte("d8:intervali60e5:peers0:e"))
+	}))
+	t.Cleanup(srv.Close)
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pc.Close() })
+	c := New(Config{Timeout: 300 * time.Millisecond})
+	for _, u := range []string{
+		srv.URL + "/announce", "udp://" + pc.LocalAddr().String() + "/announce",
+		"http://169.254.169.254/latest/meta-data/announce", "udp://169.254.169.254:6969/announce",
+		"http://[::1]:1/announce", "http://localhost:" + srv.URL[strings.LastIndexByte(srv.URL, ':')+1:] + "/announce",
+	} {
+		_, err := c.Announce(t.Context(), u, sha1.Sum([]byte("x")))
+		require.ErrorIs(t, err, netguard.ErrRefused, u)
+		require.NotErrorIs(t, err, ErrTimeout, u)
+	}
+	require.Empty(t, hits, "the HTTP tracker was never asked")
+	_ = pc.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	_, _, err = pc.ReadFrom(make([]byte, 64))
+	require.Error(t, err, "the UDP tracker got no packet")
+	// Allowed, the same HTTP tracker answers.
+	_, err = New(Config{Timeout: 2 * time.Second, Targets: local}).Announce(t.Context(), srv.URL+"/announce", sha1.Sum([]byte("x")))
+	require.NoError(t, err)
+	require.Len(t, hits, 2, "the announce and its stopped")
 }

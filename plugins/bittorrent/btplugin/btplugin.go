@@ -22,6 +22,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hoardproject/hoard/internal/ratelog"
 	"github.com/hoardproject/hoard/internal/redisurl"
 	"github.com/hoardproject/hoard/plugins"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
@@ -233,6 +234,10 @@ func (s *Settings) parse(raw json.RawMessage) (swarm.Config, bittorrent.Announce
 // Tracker is the plugin: a swarm store and its listeners.
 type Tracker struct {
 	logger *slog.Logger
+	// failures logs the plugin's repeated failures (the outbox's webhook
+	// deliveries) at most once a minute per kind and counts them all
+	// (failures_total); it lives as long as the plugin, across Configure.
+	failures *ratelog.Log
 
 	mu     sync.Mutex
 	rdb    redis.UniversalClient
@@ -282,7 +287,7 @@ func New(_ context.Context, logger *slog.Logger) (plugins.Plugin, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Tracker{logger: logger}, nil
+	return &Tracker{logger: logger, failures: ratelog.New(ratelog.Config{Logger: logger.With("component", "outbox")})}, nil
 }
 
 // Configure connects to Redis, starts the swarm store's expiry and the
@@ -467,7 +472,7 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 	}
 	var ob *outbox.Outbox
 	if wantOutbox {
-		ob = outbox.New(rdb, outbox.Config{Policy: outboxPolicy, Logger: t.logger.With("component", "outbox")})
+		ob = outbox.New(rdb, outbox.Config{Policy: outboxPolicy, Logger: t.logger.With("component", "outbox"), Failures: t.failures})
 		if publisher == nil {
 			publisher = outboxPublisher{ob}
 		}
@@ -849,6 +854,11 @@ func (t *Tracker) Stats(ctx context.Context) (plugins.Stats, error) {
 			metric("passkey_misses_total", "Requests refused for an unknown passkey (also in refused_total).", plugins.Counter, float64(s.PasskeyMisses), l),
 		)
 	}
+	for _, c := range t.failures.Counts() {
+		out.Metrics = append(out.Metrics, metric("failures_total",
+			"Failures by kind (webhook_failed: webhook requests that failed; outbox_error: delivery rounds that failed on Redis); each kind is logged at most once a minute, this counts every one.",
+			plugins.Counter, float64(c.Total), map[string]string{"kind": c.Kind}))
+	}
 	if httpServer != nil {
 		add("http", httpServer.Stats())
 	}
@@ -945,6 +955,23 @@ func ReaperPolicy(raw json.RawMessage) (policy reaper.Policy, enabled bool, err 
 		return reaper.Policy{}, false, fmt.Errorf("bittorrent settings: %w", err)
 	}
 	return p, s.Enabled, nil
+}
+
+// ScoringPolicy reads scoring's policy from the plugin's settings, for a
+// process that serves the scoring admin calls outside the plugin (hoard
+// serve's admin API): its check of tracker URLs must allow what the
+// plugin's settings allow (allow_private_targets, allowed_targets).
+func ScoringPolicy(raw json.RawMessage) (scoring.Policy, error) {
+	var settings Settings
+	storeCfg, _, err := settings.parse(raw)
+	if err != nil {
+		return scoring.Policy{}, err
+	}
+	_, p, err := scoring.ParseSettings(settings.Scoring, storeCfg.Private)
+	if err != nil {
+		return scoring.Policy{}, fmt.Errorf("bittorrent settings: %w", err)
+	}
+	return p, nil
 }
 
 // metricsStats adds the unique-IP metrics' totals: users ever and this

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,9 +37,14 @@ func TestOutboxDeliversToTheWebhookAndCountsInStats(t *testing.T) {
 		const secret = "plugin-webhook-secret-0123"
 		var mu sync.Mutex
 		got := map[string]int{}
+		var redirecting atomic.Bool
 		listener, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
 		srv := &httptest.Server{Listener: listener, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if redirecting.Load() {
+				http.Redirect(w, r, "http://127.0.0.1:9/elsewhere", http.StatusTemporaryRedirect)
+				return
+			}
 			payload, _ := io.ReadAll(r.Body)
 			if outbox.VerifySignature([]byte(secret), r.Header.Get(outbox.SignatureHeader), payload, time.Now(), outbox.DefaultTolerance) != nil {
 				w.WriteHeader(http.StatusUnauthorized)
@@ -56,7 +62,7 @@ func TestOutboxDeliversToTheWebhookAndCountsInStats(t *testing.T) {
 		t.Cleanup(srv.Close)
 
 		tr, _ := startTracker(t, b, fmt.Sprintf(`{"mode":"private","http":"127.0.0.1:0","udp4":"","udp6":"",
-			"outbox":{"webhook_url":%q,"webhook_secret":%q,"poll":"20ms"}}`, srv.URL+"/hook", secret))
+			"outbox":{"webhook_url":%q,"webhook_secret":%q,"poll":"20ms","allow_private_targets":true}}`, srv.URL+"/hook", secret))
 		ob := tr.Outbox()
 		require.NotNil(t, ob)
 		require.NoError(t, ob.Append(context.Background(), []outbox.Event{
@@ -78,6 +84,21 @@ func TestOutboxDeliversToTheWebhookAndCountsInStats(t *testing.T) {
 		require.Equal(t, 2.0, values["outbox_delivered"])
 		require.Equal(t, 0.0, values["outbox_pending"])
 		require.Contains(t, values, "outbox_dead")
+		require.NotContains(t, values, "failures_total", "no failure, no series yet")
+
+		// A webhook answering 307 fails every delivery: counted by kind.
+		redirecting.Store(true)
+		require.NoError(t, ob.Append(context.Background(), []outbox.Event{{Key: "notice:3", Kind: "notice-initial"}}))
+		require.Eventually(t, func() bool {
+			stats, err := tr.Stats(context.Background())
+			require.NoError(t, err)
+			for _, m := range stats.Metrics {
+				if m.Name == "failures_total" && m.Labels["kind"] == outbox.KindWebhookFailed && m.Value >= 1 {
+					return true
+				}
+			}
+			return false
+		}, 10*time.Second, 10*time.Millisecond)
 		require.Contains(t, values, "outbox_failures")
 
 		// Without the section there is no outbox and no outbox metrics.
@@ -91,8 +112,11 @@ func TestOutboxDeliversToTheWebhookAndCountsInStats(t *testing.T) {
 func TestOutboxSettingsAreChecked(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		for bad, says := range map[string]string{
-			`{"outbox":{"webhook_url":"gopher://h/","webhook_secret":"0123456789abcdef"}}`: "must be an http:// or https:// URL",
-			`{"outbox":{"max_attempts":-2}}`:                                               "max_attempts must not be negative",
+			`{"outbox":{"webhook_url":"gopher://h/","webhook_secret":"0123456789abcdef"}}`:              "must be an http:// or https:// URL",
+			`{"outbox":{"max_attempts":-2}}`:                                                            "max_attempts must not be negative",
+			`{"outbox":{"webhook_url":"http://127.0.0.1:9/","webhook_secret":"0123456789abcdef"}}`:      "127.0.0.1 is loopback",
+			`{"outbox":{"webhook_url":"http://169.254.169.254/h","webhook_secret":"0123456789abcdef"}}`: "169.254.169.254 is link-local",
+			`{"scoring":{"enabled":true,"allowed_targets":["10.0.0.0/99"]}}`:                            "allowed target 0",
 		} {
 			p, err := btplugin.New(context.Background(), quiet)
 			require.NoError(t, err)
@@ -186,7 +210,7 @@ func TestReaperNoticesReachTheSiteThroughTheOutbox(t *testing.T) {
 
 		tr, _ := startTracker(t, b, fmt.Sprintf(`{"mode":"private","http":"127.0.0.1:0","udp4":"","udp6":"",
 			"reaper":{"enabled":true,"period":"24h"},
-			"outbox":{"webhook_url":%q,"webhook_secret":%q,"poll":"20ms"}}`, srv.URL+"/hook", secret))
+			"outbox":{"webhook_url":%q,"webhook_secret":%q,"poll":"20ms","allow_private_targets":true}}`, srv.URL+"/hook", secret))
 		ctx := t.Context()
 		hash := bittorrent.InfoHash{0x4e, 'o', 'b'}
 		require.NoError(t, tr.Store().Register(ctx, hash, swarm.Registration{ID: "31", Uploader: "u31",

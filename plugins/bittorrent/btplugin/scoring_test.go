@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/hoardproject/hoard/internal/netguard"
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/plugins"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
@@ -20,7 +21,8 @@ import (
 )
 
 const scoringSettings = `{"http":"127.0.0.1:0","udp4":"","udp6":"","interval":"1m",
-	"scoring":{"enabled":true,"period":"24h","idle_poll":"20ms","scale_interval":"50ms","max_workers":4}}`
+	"scoring":{"enabled":true,"period":"24h","idle_poll":"20ms","scale_interval":"50ms","max_workers":4,
+		"allow_private_targets":true}}`
 
 // TestTrackerWithScoringConformsToThePluginContract: the suite again with
 // scoring on (its item type, its job ticked, its hooks fed an item it
@@ -107,7 +109,7 @@ func TestScoringAnnouncesToExternalTrackersOnThePlatform(t *testing.T) {
 		_, err = seeder.Announce(ctx, &bittorrent.AnnounceRequest{InfoHash: hash, PeerID: id,
 			Addr: netip.MustParseAddrPort("10.1.2.4:6881")})
 		require.NoError(t, err)
-		admin := scoring.New(b.Client, scoring.Policy{}, nil, quiet)
+		admin := scoring.New(b.Client, scoring.Policy{Targets: netguard.Policy{AllowPrivate: true}}, nil, quiet)
 		_, _, err = admin.SetTrackers(ctx, hash, []scoring.Tracker{{URL: ot.UDPURL()}})
 		require.NoError(t, err)
 
@@ -215,4 +217,23 @@ func TestBadScoringSettingsAreRefused(t *testing.T) {
 		require.Len(t, d.ItemTypes, 1, "still configured as before")
 		require.Equal(t, addrs["http"], d.Listeners[0].Address)
 	})
+}
+
+// TestScoringPolicyCarriesTheTargetAllowance: hoard serve's admin API
+// reads the plugin's scoring policy, so it accepts the tracker addresses
+// the plugin may announce to, and no others.
+func TestScoringPolicyCarriesTheTargetAllowance(t *testing.T) {
+	p, err := btplugin.ScoringPolicy(json.RawMessage(`{"scoring":{"enabled":true,"allowed_targets":["10.0.0.0/8"]}}`))
+	require.NoError(t, err)
+	scorer := scoring.New(nil, p, nil, quiet)
+	_, err = scorer.CheckTrackers([]scoring.Tracker{{URL: "udp://10.1.2.3:6969/announce"}})
+	require.NoError(t, err)
+	_, err = scorer.CheckTrackers([]scoring.Tracker{{URL: "udp://127.0.0.1:6969/announce"}})
+	require.ErrorContains(t, err, "127.0.0.1 is loopback")
+	p, err = btplugin.ScoringPolicy(nil)
+	require.NoError(t, err)
+	_, err = scoring.New(nil, p, nil, quiet).CheckTrackers([]scoring.Tracker{{URL: "http://169.254.169.254/announce"}})
+	require.ErrorContains(t, err, "link-local")
+	_, err = btplugin.ScoringPolicy(json.RawMessage(`{"scoring":{"allowed_targets":["x"]}}`))
+	require.ErrorContains(t, err, "allowed target 0")
 }

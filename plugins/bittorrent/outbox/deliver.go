@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"sort"
 	"strconv"
@@ -43,6 +44,15 @@ type Round struct {
 	Failed    int // events whose attempt failed
 	Died      int // events moved to the dead set
 }
+
+// The kinds of the outbox's Failures log.
+const (
+	// KindWebhookFailed counts webhook requests that failed (a non-2xx
+	// answer, a redirect, a timeout, a refused address).
+	KindWebhookFailed = "webhook_failed"
+	// KindError counts deliverer rounds that failed on Redis.
+	KindError = "outbox_error"
+)
 
 // maxReplyBytes is how much of a receiver's reply is read (and quoted in
 // the failure, up to 200 bytes): enough to reuse the connection.
@@ -126,7 +136,7 @@ func (o *Outbox) DeliverOnce(ctx context.Context) (Round, error) {
 		failed, _ := reply[0].(int64)
 		died, _ := reply[1].(int64)
 		round.Failed, round.Died = int(failed), round.Died+int(died)
-		o.logger.Warn("outbox: webhook delivery failed; the events are retried with backoff", "events", len(took),
+		o.fails.Log(ctx, slog.LevelWarn, KindWebhookFailed, "outbox: webhook delivery failed; the events are retried with backoff", "events", len(took),
 			"first_id", ids[0], "attempt", took[0].attempt, "error", postErr, "dead", died)
 		return round, nil
 	}
@@ -190,6 +200,9 @@ func (o *Outbox) post(ctx context.Context, body WebhookBody) error {
 		if len(reply) > 200 {
 			reply = reply[:200]
 		}
+		if resp.StatusCode/100 == 3 {
+			return fmt.Errorf("the webhook answered %s, a redirect, which is never followed (set webhook_url to where it points): %q", resp.Status, reply)
+		}
 		return fmt.Errorf("the webhook answered %s: %q", resp.Status, reply)
 	}
 	return nil
@@ -221,15 +234,11 @@ func (o *Outbox) Start(ctx context.Context) error {
 
 func (o *Outbox) run(ctx context.Context, done chan struct{}) {
 	defer close(done)
-	lastErr := time.Time{}
 	for ctx.Err() == nil {
 		round, err := o.DeliverOnce(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil:
-			if now := o.clock.Now(); now.Sub(lastErr) >= time.Minute {
-				o.logger.Error("outbox: delivering", "error", err)
-				lastErr = now
-			}
+			o.fails.Log(ctx, slog.LevelError, KindError, "outbox: delivering", "error", err)
 		case err == nil && round.Taken > 0 && round.Failed == 0:
 			continue // more may be due
 		}

@@ -24,5 +24,9 @@
 //
 // Requests are signed (signature.go: X-Hoard-Signature, HMAC-SHA256 over
 // the timestamp and body) and bounded by a timeout; failures back off
-// exponentially with jitter, up to a cap.
+// exponentially with jitter, up to a cap, and are logged at most once a
+// minute with a count (Config.Failures). A request goes only to the
+// webhook URL: a redirect is a failed delivery, never followed, and the
+// address dialled must be one Policy.Targets allows (no loopback,
+// link-local or private address unless the operator allows it).
 package outbox

@@ -122,7 +122,8 @@ func policy(t testing.TB, settings string) outbox.Policy {
 
 func webhookPolicy(t testing.TB, url, extra string) outbox.Policy {
 	t.Helper()
-	return policy(t, fmt.Sprintf(`{"webhook_url":%q,"webhook_secret":%q%s}`, url, testSecret, extra))
+	// The receivers are on 127.0.0.1, which the operator must allow.
+	return policy(t, fmt.Sprintf(`{"webhook_url":%q,"webhook_secret":%q,"allow_private_targets":true%s}`, url, testSecret, extra))
 }
 
 func newOutbox(t *testing.T, b redistest.Backend, p outbox.Policy, clk clock.Clock) *outbox.Outbox {

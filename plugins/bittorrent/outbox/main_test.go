@@ -31,7 +31,7 @@ func runChildDeliverer(redisURL string) int {
 		return 2
 	}
 	_, policy, err := outbox.ParseSettings([]byte(fmt.Sprintf(
-		`{"webhook_url":%q,"webhook_secret_env":"OUTBOX_CHILD_SECRET","timeout":"1m","poll":"20ms"}`, os.Getenv("OUTBOX_CHILD_WEBHOOK"))))
+		`{"webhook_url":%q,"webhook_secret_env":"OUTBOX_CHILD_SECRET","timeout":"1m","poll":"20ms","allow_private_targets":true}`, os.Getenv("OUTBOX_CHILD_WEBHOOK"))))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hoardproject/hoard/internal/clock"
 	"github.com/hoardproject/hoard/internal/luascript"
+	"github.com/hoardproject/hoard/internal/ratelog"
 )
 
 // Event is one thing the site must hear of. Its fields are those of
@@ -79,12 +80,18 @@ type Config struct {
 	// half and all of its length (math/rand/v2 when nil).
 	Jitter func() float64
 	// HTTPClient sends the webhook requests (one with the policy's
-	// timeout when nil). Each request is bounded by the timeout either
-	// way.
+	// timeout, dialling only the addresses Policy.Targets allows and
+	// using no proxy, when nil). Each request is bounded by the timeout
+	// either way, and redirects are never followed.
 	HTTPClient *http.Client
 	// Name tells frontends apart in logs.
 	Name   string
 	Logger *slog.Logger
+	// Failures logs and counts failed deliveries ("webhook_failed") and
+	// the deliverer's own errors ("outbox_error"): a webhook down for an
+	// hour is a line a minute with a count, not one per request. When
+	// nil, the outbox has its own, on Logger and Clock.
+	Failures *ratelog.Log
 }
 
 // Outbox appends, delivers and lists events. Append, the reading and
@@ -97,6 +104,7 @@ type Outbox struct {
 	jitter func() float64
 	client *http.Client
 	logger *slog.Logger
+	fails  *ratelog.Log
 
 	wake chan struct{}
 
@@ -117,13 +125,32 @@ func New(rdb redis.UniversalClient, cfg Config) *Outbox {
 		o.jitter = rand.Float64
 	}
 	if o.client == nil {
-		o.client = &http.Client{Timeout: cfg.Policy.Timeout}
+		o.client = &http.Client{Timeout: cfg.Policy.Timeout, Transport: &http.Transport{
+			// No proxy from the environment: the guard must see the
+			// webhook's own address, not a proxy's.
+			Proxy:                 nil,
+			DialContext:           cfg.Policy.Targets.Dialer(cfg.Policy.Timeout).DialContext,
+			TLSHandshakeTimeout:   cfg.Policy.Timeout,
+			ResponseHeaderTimeout: cfg.Policy.Timeout,
+			MaxIdleConnsPerHost:   2,
+			IdleConnTimeout:       90 * time.Second,
+		}}
 	}
+	// A redirect is the webhook's answer, and a failed delivery: the
+	// signed batch goes only to the URL the operator set, and only that
+	// URL's 2xx marks it delivered.
+	client := *o.client
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	o.client = &client
 	if o.logger == nil {
 		o.logger = slog.Default()
 	}
 	if cfg.Name != "" {
 		o.logger = o.logger.With("deliverer", cfg.Name)
+	}
+	o.fails = cfg.Failures
+	if o.fails == nil {
+		o.fails = ratelog.New(ratelog.Config{Logger: o.logger, Clock: o.clock})
 	}
 	return o
 }

@@ -516,8 +516,9 @@ func TestSettingsRefuseBadInput(t *testing.T) {
 	for _, ok := range []string{
 		`{}`, `null`,
 		`{"webhook_url":"https://site.example/hook","webhook_secret":"` + testSecret + `"}`,
-		`{"webhook_url":"http://127.0.0.1:8080/hook?x=1","webhook_secret_file":"` + secretFile + `"}`,
-		`{"webhook_url":"http://[::1]:8080/","webhook_secret_env":"OUTBOX_TEST_SECRET","max_attempts":3,"backoff":"2s","max_backoff":"1m"}`,
+		`{"webhook_url":"http://127.0.0.1:8080/hook?x=1","webhook_secret_file":"` + secretFile + `","allow_private_targets":true}`,
+		`{"webhook_url":"http://[::1]:8080/","webhook_secret_env":"OUTBOX_TEST_SECRET","max_attempts":3,"backoff":"2s","max_backoff":"1m","allowed_targets":["::1"]}`,
+		`{"webhook_url":"http://10.1.2.3/","webhook_secret_env":"OUTBOX_TEST_SECRET","allowed_targets":["10.0.0.0/8"]}`,
 	} {
 		_, p, err := outbox.ParseSettings([]byte(ok))
 		require.NoError(t, err, ok)
@@ -547,6 +548,12 @@ func TestSettingsRefuseBadInput(t *testing.T) {
 		`{"backoff":"soon"}`:                  "backoff",
 		`{"backoff":"1m","max_backoff":"1s"}`: "shorter than backoff",
 		`{"webhook":"x"}`:                     "unknown field",
+		`{"webhook_url":"http://127.0.0.1:8080/"` + secret + `}`:                               "127.0.0.1 is loopback",
+		`{"webhook_url":"http://169.254.169.254/latest/meta-data/"` + secret + `}`:             "169.254.169.254 is link-local",
+		`{"webhook_url":"http://localhost:8080/"` + secret + `}`:                               "is loopback",
+		`{"webhook_url":"http://[fd00::1]/"` + secret + `}`:                                    "fd00::1 is unique local",
+		`{"webhook_url":"http://192.168.1.1/"` + secret + `,"allowed_targets":["10.0.0.0/8"]}`: "192.168.1.1 is private",
+		`{"webhook_url":"http://h/"` + secret + `,"allowed_targets":["10.0.0.0/40"]}`:          "allowed target 0",
 	} {
 		_, _, err := outbox.ParseSettings([]byte(bad))
 		require.ErrorContains(t, err, says, bad)

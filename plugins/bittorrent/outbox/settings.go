@@ -9,6 +9,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/hoardproject/hoard/internal/netguard"
 )
 
 // Settings are the outbox's part of the BitTorrent plugin's settings
@@ -53,6 +55,14 @@ type Settings struct {
 	// events than this (1000000): the caller retries later, nothing is
 	// dropped.
 	MaxPending int `json:"max_pending"`
+	// The webhook may not be on a loopback, link-local, private (RFC
+	// 1918, fc00::/7), CGNAT, unspecified or multicast address, checked
+	// when the URL is set (a literal address) and on every connection
+	// (what the name resolves to then), unless allowed here: all of them
+	// (allow_private_targets, for a site on the same host or LAN), or
+	// the listed CIDRs or addresses (allowed_targets: ["10.1.2.3"]).
+	AllowPrivateTargets bool     `json:"allow_private_targets"`
+	AllowedTargets      []string `json:"allowed_targets"`
 }
 
 // Policy is the parsed settings.
@@ -70,6 +80,8 @@ type Policy struct {
 	DedupWindow   time.Duration
 	DedupMax      int
 	MaxPending    int
+	// Targets is where the webhook may connect.
+	Targets netguard.Policy
 }
 
 // Lease is how long a deliverer holds the events of a request: the
@@ -173,9 +185,16 @@ func (s Settings) policy() (Policy, error) {
 		}
 		return p, errors.Join(errs...)
 	}
+	allow, err := netguard.ParseAllow(s.AllowedTargets)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("outbox settings: %w", err))
+	}
+	p.Targets = netguard.Policy{AllowPrivate: s.AllowPrivateTargets, Allow: allow}
 	u, err := ParseWebhookURL(s.WebhookURL)
 	if err != nil {
 		errs = append(errs, err)
+	} else if err := p.Targets.CheckHost(u.Hostname()); err != nil {
+		errs = append(errs, fmt.Errorf("outbox settings: webhook_url %q: %w", u.Redacted(), err))
 	}
 	p.WebhookURL = u
 	secret, err := s.secret()

@@ -80,12 +80,30 @@ func CheckTrackers(trackers []Tracker) ([]Tracker, error) {
 	return out, nil
 }
 
-// SetTrackers replaces the external trackers of a torrent (an empty list
-// clears them), in one step, after checking the whole list: bad input
-// changes nothing. It returns the checked list and how many trackers the
-// torrent had before.
-func (s *Scorer) SetTrackers(ctx context.Context, hash bittorrent.InfoHash, trackers []Tracker) ([]Tracker, int, error) {
+// CheckTrackers is the package's CheckTrackers plus the scorer's target
+// policy: a tracker whose host is a literal address (or localhost) the
+// policy refuses is refused now, naming it. A name is checked on what it
+// resolves to at each announce.
+func (s *Scorer) CheckTrackers(trackers []Tracker) ([]Tracker, error) {
 	checked, err := CheckTrackers(trackers)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range checked {
+		u, _ := announcer.ParseURL(t.URL) // parsed by CheckTrackers
+		if err := s.policy.Targets.CheckHost(u.Hostname()); err != nil {
+			return nil, fmt.Errorf("tracker %q: %v: %w", t.URL, err, ErrInvalid)
+		}
+	}
+	return checked, nil
+}
+
+// SetTrackers replaces the external trackers of a torrent (an empty list
+// clears them), in one step, after checking the whole list (the scorer's
+// CheckTrackers): bad input changes nothing. It returns the checked list
+// and how many trackers the torrent had before.
+func (s *Scorer) SetTrackers(ctx context.Context, hash bittorrent.InfoHash, trackers []Tracker) ([]Tracker, int, error) {
+	checked, err := s.CheckTrackers(trackers)
 	if err != nil {
 		return nil, 0, err
 	}

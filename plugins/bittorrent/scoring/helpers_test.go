@@ -45,6 +45,8 @@ func newFixture(t testing.TB, b redistest.Backend, private bool, settings string
 	t.Cleanup(func() { _ = store.Stop() })
 	_, policy, err := scoring.ParseSettings([]byte(settings), private)
 	require.NoError(t, err)
+	// The tests' trackers are on loopback, which an operator must allow.
+	policy.Targets.AllowPrivate = true
 	return &fixture{t: t, b: b, clock: clock, store: store, scorer: scoring.New(b.Client, policy, clock, quiet)}
 }
 

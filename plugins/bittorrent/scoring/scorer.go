@@ -149,7 +149,7 @@ func New(rdb redis.UniversalClient, policy Policy, clock Clock, logger *slog.Log
 	// A policy's -1 retries is none, as a negative count is the
 	// announcer's.
 	client := announcer.New(announcer.Config{Timeout: policy.TrackerTimeout, Retries: policy.TrackerRetries,
-		NumWant: policy.TrackerNumWant, MaxPeers: maxTrackerPeers})
+		NumWant: policy.TrackerNumWant, MaxPeers: maxTrackerPeers, Targets: policy.Targets})
 	return &Scorer{rdb: rdb, policy: policy, clock: clock, logger: logger, announcer: client}
 }
 

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/hoardproject/hoard/internal/netguard"
 )
 
 // Settings are scoring's part of the BitTorrent plugin's settings
@@ -73,6 +75,14 @@ type Settings struct {
 	TrackerGrace int `json:"tracker_grace"`
 	// History is how many rounds each torrent's score history keeps (50).
 	History int `json:"history"`
+	// External trackers may not be on loopback, link-local, private (RFC
+	// 1918, fc00::/7), CGNAT, unspecified or multicast addresses: a URL
+	// with such a literal address is refused when registered, and every
+	// announce is refused on such a resolved address, unless allowed here:
+	// all of them (allow_private_targets), or the listed CIDRs or
+	// addresses (allowed_targets: ["10.0.0.0/8"]).
+	AllowPrivateTargets bool     `json:"allow_private_targets"`
+	AllowedTargets      []string `json:"allowed_targets"`
 }
 
 // Policy is the parsed settings.
@@ -100,6 +110,8 @@ type Policy struct {
 	TrackerNumWant int
 	TrackerGrace   int
 	History        int
+	// Targets is where announces to external trackers may go.
+	Targets netguard.Policy
 }
 
 // Defaults.
@@ -198,6 +210,11 @@ func (s Settings) policy(private bool) (Policy, error) {
 			errs = append(errs, fmt.Errorf("scoring settings: %s must not be negative", f.name))
 		}
 	}
+	allow, err := netguard.ParseAllow(s.AllowedTargets)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("scoring settings: %w", err))
+	}
+	p.Targets = netguard.Policy{AllowPrivate: s.AllowPrivateTargets, Allow: allow}
 	switch s.Removal {
 	case "":
 		p.Untrack = !private
