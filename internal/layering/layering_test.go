@@ -39,7 +39,7 @@ var rules = []rule{
 		why: "the leaderboard is served by the server, not the other way round"},
 	{from: "server", deny: []string{"plugins/bittorrent/...", "server/btadmin"},
 		why: "the server takes the BitTorrent admin calls as an admin extension (server/btadmin), never the plugin's store"},
-	{from: "cmd/hoard", deny: []string{"plugins/bittorrent/loadgen"},
+	{from: "cmd/hoard", deny: []string{"internal/btloadgen"},
 		why: "the load generators live in cmd/hoard-bench, out of the binary operators run"},
 	{from: "plugins/pluginhost", deny: []string{"server", "leaderboard", "cmd/..."},
 		why: "the plugin host is used by the server, it does not use it"},
