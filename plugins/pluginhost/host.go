@@ -381,7 +381,7 @@ func (h *Host) Stats() map[string]plugins.Stats {
 func (h *Host) WaitRunning(ctx context.Context, name string) error {
 	s := h.byName[name]
 	if s == nil {
-		return fmt.Errorf("no plugin %q", name)
+		return fmt.Errorf("%w %q", ErrNoPlugin, name)
 	}
 	for {
 		st, changed := s.stateAndChanged()
@@ -407,13 +407,51 @@ func (h *Host) WaitRunning(ctx context.Context, name string) error {
 func (h *Host) Call(ctx context.Context, name string, fn func(context.Context, plugins.Plugin) error) error {
 	s := h.byName[name]
 	if s == nil {
-		return fmt.Errorf("no plugin %q", name)
+		return fmt.Errorf("%w %q", ErrNoPlugin, name)
 	}
 	inst := s.running()
 	if inst == nil {
 		return fmt.Errorf("plugin %q: %w", name, plugins.ErrUnavailable)
 	}
 	return inst.call(ctx, h.opts.CallTimeout, fn)
+}
+
+// ErrNoPlugin: no plugin of that name is configured.
+var ErrNoPlugin = errors.New("no plugin")
+
+// HandleRequest forwards one call of a plugin's own API (its admin calls,
+// its page data) to the named plugin, with the host's CallTimeout. The
+// caller (the HTTP server) has authenticated it and records the changes
+// the answer lists. A plugin's answer is checked here, so a plugin of
+// another build cannot make the server write a bad status or an
+// unbounded body.
+func (h *Host) HandleRequest(ctx context.Context, name string, req plugins.Request) (plugins.Response, error) {
+	// fn may still be running when Call gives up on it (a hung plugin):
+	// the answer travels through a channel, never a shared variable.
+	answer := make(chan plugins.Response, 1)
+	err := h.Call(ctx, name, func(ctx context.Context, p plugins.Plugin) error {
+		resp, err := p.HandleRequest(ctx, req)
+		if err == nil {
+			answer <- resp
+		}
+		return err
+	})
+	if err != nil {
+		return plugins.Response{}, err
+	}
+	resp := <-answer
+	if resp.Status == 0 {
+		resp.Status = 200
+	}
+	switch {
+	case resp.Status < 100 || resp.Status > 599:
+		return plugins.Response{}, fmt.Errorf("plugin %q answered status %d", name, resp.Status)
+	case len(resp.Body) > plugins.MaxResponseBody:
+		return plugins.Response{}, fmt.Errorf("plugin %q answered %d bytes; the limit is %d", name, len(resp.Body), plugins.MaxResponseBody)
+	case len(resp.Changes) > plugins.MaxChanges:
+		return plugins.Response{}, fmt.Errorf("plugin %q listed %d changes; the limit is %d", name, len(resp.Changes), plugins.MaxChanges)
+	}
+	return resp, nil
 }
 
 // DeliverDone queues OnItemDone for every plugin that owns the item (the

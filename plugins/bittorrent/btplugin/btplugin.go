@@ -995,3 +995,8 @@ func (p outboxPublisher) Publish(ctx context.Context, events []reaper.Event) err
 	}
 	return nil
 }
+
+// HandleRequest serves the plugin's own API; see api.go.
+func (t *Tracker) HandleRequest(_ context.Context, req plugins.Request) (plugins.Response, error) {
+	return plugins.NotFoundResponse(req), nil
+}
