@@ -49,15 +49,13 @@ type Config struct {
 	// Offloader, when set, serves the segment and export admin calls
 	// (its owner starts and stops it).
 	Offloader *queues.Offloader
-	// AdminExtensions add routes to the admin API, behind its token (the
-	// BitTorrent admin calls: server/btadmin), so the server imports
-	// nothing of what they serve.
-	AdminExtensions []AdminExtension
-	// PublicExtensions add public routes (the tracker page's views).
-	PublicExtensions []PublicExtension
 	// Plugins, when set, puts the plugins' states and totals on the
 	// index page and in /plugins.json (the plugin host).
 	Plugins PluginSource
+	// PluginAPI, when set, serves each plugin's own API and page data by
+	// forwarding them (the plugin host; see pluginapi.go): the server
+	// links none of a plugin's code.
+	PluginAPI PluginAPI
 	// MaxViewers, MaxViewersPerAddress and ViewerIdleTimeout bound the
 	// leaderboard's websocket viewers; zero takes the hub's defaults
 	// (see leaderboard.Config).
@@ -146,12 +144,12 @@ func New(cfg Config, engine *queues.Engine) (*Server, error) {
 	router.GET("/metrics", metrics.Serve(cfg.MetricsToken, cfg.AdminToken))
 	adminGroup := router.Group("/api/v1", requireToken(cfg.AdminToken, cfg.InsecureNoAdminToken))
 	admin.register(adminGroup)
-	for _, ext := range cfg.AdminExtensions {
-		ext.RegisterAdmin(adminGroup, admin)
-	}
-	for _, ext := range cfg.PublicExtensions {
-		ext.RegisterPublic(router)
-	}
+	forward := &pluginForwarder{api: cfg.PluginAPI, engine: engine, logger: cfg.Logger}
+	adminGroup.Any("/plugins/:plugin/*path", forward.admin)
+	// The BitTorrent plugin's API was served here before plugins served
+	// their own; the old path stays an alias, so sites need not change.
+	adminGroup.Any("/bittorrent/*path", forward.alias("bittorrent"))
+	router.GET("/tracker/:page", forward.page)
 	// Warrior paths are routed on the raw path by WarriorAPI.Dispatch:
 	// gin's tree cannot express "/<slug>/multi=N//request".
 	router.NoRoute(warrior.Dispatch)

@@ -12,8 +12,6 @@ import (
 
 	"github.com/hoardproject/hoard/plugins"
 	"github.com/hoardproject/hoard/plugins/bittorrent/btplugin"
-	"github.com/hoardproject/hoard/plugins/bittorrent/reaper"
-	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 	"github.com/hoardproject/hoard/queues"
 
 	"github.com/hoardproject/hoard/plugins/pluginhost"
@@ -43,29 +41,6 @@ func addPluginFlags(cmd *cobra.Command, o *pluginOptions) {
 		"a plugin's own settings: NAME=JSON or NAME=@FILE; repeatable")
 	f.DurationVar(&o.eventRetry, "plugin-event-retry", pluginhost.DefaultEventRetryAfter,
 		"how long a plugin's item event may stay unacknowledged (its frontend or plugin died mid-hook) before another frontend delivers it again")
-}
-
-// adminReaper is the unseeded reaper for the admin calls (extend,
-// preview, counts), with the policy of the "bittorrent" plugin's
-// settings; nil when that plugin is not configured or its reaper is off.
-// Its events are the plugin's business: the admin calls publish none.
-func adminReaper(o pluginOptions, rdb redis.UniversalClient, store *swarm.Store, logger *slog.Logger) (*reaper.Reaper, error) {
-	specs, err := pluginhost.ParseSpecs(o.plugins, o.settings)
-	if err != nil {
-		return nil, err
-	}
-	for _, spec := range specs {
-		if spec.Name != "bittorrent" {
-			continue
-		}
-		policy, enabled, err := btplugin.ReaperPolicy(spec.Settings)
-		if err != nil || !enabled {
-			return nil, err
-		}
-		return reaper.New(rdb, reaper.Config{Policy: policy, Unregister: store.UnregisterTorrent,
-			Logger: logger.With("component", "bittorrent-reaper-admin")}), nil
-	}
-	return nil, nil
 }
 
 // startPlugins starts the plugin host. With no plugin configured it starts

@@ -25,6 +25,7 @@ import (
 	"github.com/hoardproject/hoard/internal/redisurl"
 	"github.com/hoardproject/hoard/plugins"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btadmin"
 	"github.com/hoardproject/hoard/plugins/bittorrent/ipmetrics"
 	"github.com/hoardproject/hoard/plugins/bittorrent/orphans"
 	"github.com/hoardproject/hoard/plugins/bittorrent/outbox"
@@ -110,6 +111,10 @@ type Settings struct {
 	// Orphans is orphan cleanup (seed 003); see orphans.Settings. Off
 	// unless "enabled" is true.
 	Orphans json.RawMessage `json:"orphans,omitempty"`
+	// PublicTopTorrents is how many torrents by score the public tracker
+	// page shows (GET /tracker/bittorrent.json); 0, the default, shows
+	// none, since info-hashes are private on a private tracker.
+	PublicTopTorrents int `json:"public_top_torrents,omitempty"`
 }
 
 // Defaults for Settings.
@@ -127,6 +132,9 @@ func (s *Settings) parse(raw json.RawMessage) (swarm.Config, bittorrent.Announce
 		if err := dec.Decode(s); err != nil {
 			return swarm.Config{}, bittorrent.AnnouncePolicy{}, fmt.Errorf("bittorrent settings: %w", err)
 		}
+	}
+	if s.PublicTopTorrents < 0 || s.PublicTopTorrents > scoring.MaxTop {
+		return swarm.Config{}, bittorrent.AnnouncePolicy{}, fmt.Errorf("bittorrent settings: public_top_torrents must be from 0 to %d, got %d", scoring.MaxTop, s.PublicTopTorrents)
 	}
 	duration := func(name, text string) (time.Duration, error) {
 		if text == "" {
@@ -209,6 +217,9 @@ type Tracker struct {
 	geo     *ipmetrics.GeoDB
 	// cleaner is nil when orphan cleanup is off.
 	cleaner *orphans.Cleaner
+	// api is the plugin's own HTTP API (HandleRequest); nil until
+	// Configure.
+	api *btadmin.API
 }
 
 // SetReaperPublisher sets where the reaper's events go (the outbox); it
@@ -470,7 +481,9 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 			return fmt.Errorf("outbox: %w", err)
 		}
 	}
+	api := t.newAPI(rdb, store, ob, reap, scorer, scorePolicy, metricsCfg.Window, settings.PublicTopTorrents)
 	t.mu.Lock()
+	t.api = api
 	t.rdb, t.store, t.http, t.udp, t.cancel, t.closed = rdb, store, httpServer, udpServer, cancel, false
 	t.outbox = ob
 	t.scorer, t.pool, t.host = scorer, pool, cfg.Host
@@ -938,6 +951,7 @@ func (t *Tracker) Close(context.Context) error {
 	metrics, geo := t.metrics, t.geo
 	t.metrics, t.geo = nil, nil
 	t.cleaner = nil
+	t.api = nil
 	t.mu.Unlock()
 	if ob != nil {
 		ob.Stop() // a request in flight is abandoned; its events' lease ends and they are sent again
@@ -996,7 +1010,35 @@ func (p outboxPublisher) Publish(ctx context.Context, events []reaper.Event) err
 	return nil
 }
 
-// HandleRequest serves the plugin's own API; see api.go.
-func (t *Tracker) HandleRequest(_ context.Context, req plugins.Request) (plugins.Response, error) {
-	return plugins.NotFoundResponse(req), nil
+// HandleRequest serves the plugin's own HTTP API (package btadmin): the
+// admin calls and the tracker page's data, which the host forwards.
+func (t *Tracker) HandleRequest(ctx context.Context, req plugins.Request) (plugins.Response, error) {
+	t.mu.Lock()
+	api := t.api
+	t.mu.Unlock()
+	if api == nil {
+		return plugins.Response{}, errors.New("bittorrent plugin is not configured")
+	}
+	return api.HandleRequest(ctx, req)
+}
+
+// newAPI builds the plugin's HTTP API over the running parts. A part that
+// is off (scoring, the outbox) still answers its read and admin calls
+// over the same keys, as hoard served them before the plugin served its
+// own API: the scores of a tracker whose scoring is paused, the events
+// of an outbox nobody delivers. The reaper's calls answer 503 when it is
+// off, for its policy comes from its settings.
+func (t *Tracker) newAPI(rdb redis.UniversalClient, store *swarm.Store, ob *outbox.Outbox, reap *reaper.Reaper,
+	scorer *scoring.Scorer, scorePolicy scoring.Policy, metricsWindow time.Duration, top int) *btadmin.API {
+	logger := t.logger.With("component", "admin")
+	if ob == nil {
+		ob = outbox.New(rdb, outbox.Config{Policy: outbox.DefaultPolicy(), Logger: logger})
+	}
+	if scorer == nil {
+		scorer = scoring.New(rdb, scorePolicy, nil, logger)
+	}
+	metrics := ipmetrics.NewStore(rdb, nil, metricsWindow)
+	return btadmin.NewAPI(&btadmin.Admin{Store: store, Outbox: ob, Reaper: reap, Scorer: scorer},
+		&btadmin.MetricsAdmin{Store: metrics},
+		&btadmin.TrackerViews{Scorer: scorer, Metrics: metrics, TopTorrents: top}, logger)
 }

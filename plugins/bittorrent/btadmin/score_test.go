@@ -1,4 +1,4 @@
-package server_test
+package btadmin_test
 
 import (
 	"encoding/json"
@@ -8,10 +8,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btadmin"
 	"github.com/hoardproject/hoard/plugins/bittorrent/scoring"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
-	"github.com/hoardproject/hoard/server"
-	"github.com/hoardproject/hoard/server/btadmin"
 )
 
 // TestBitTorrentAdminTrackersAndScores: external trackers are set with
@@ -24,8 +23,7 @@ func TestBitTorrentAdminTrackersAndScores(t *testing.T) {
 		_, policy, err := scoring.ParseSettings(nil, false)
 		require.NoError(t, err)
 		scorer := scoring.New(b.Client, policy, nil, quiet)
-		f.fixture = newFixture(t, b, server.Config{AdminToken: token, AdminExtensions: []server.AdminExtension{
-			&btadmin.Admin{Store: f.adminStore, Scorer: scorer}}, Logger: quiet})
+		f.fixture = newFixture(t, b, parts{admin: &btadmin.Admin{Store: f.adminStore, Scorer: scorer}, logger: quiet})
 		hash := btHash("scored.iso")
 		path := "/torrents/" + btHex(hash)
 
@@ -103,7 +101,7 @@ func TestBitTorrentAdminTrackersAndScores(t *testing.T) {
 		require.Equal(t, []scoring.Ranked{{InfoHash: btHex(other), Score: 1}, {InfoHash: btHex(hash), Score: 0.5}}, top.Torrents)
 		requireError(t, f.call(http.MethodGet, "/scores/top?n=0", ""), http.StatusBadRequest, "from 1 to 1000")
 
-		off := newFixture(t, b, server.Config{AdminToken: token, AdminExtensions: []server.AdminExtension{&btadmin.Admin{Store: f.adminStore}}, Logger: quiet})
+		off := newFixture(t, b, parts{admin: &btadmin.Admin{Store: f.adminStore}, logger: quiet})
 		requireError(t, off.admin(http.MethodGet, "/bittorrent/scores/top", "", token), http.StatusServiceUnavailable, "no scoring store")
 	})
 }
