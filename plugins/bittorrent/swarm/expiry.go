@@ -480,8 +480,15 @@ func (s *Store) Start(ctx context.Context) error {
 		listener.close()
 		return err
 	}
+	hints, err := s.subscribeHints(ctx)
+	if err != nil {
+		cancel()
+		listener.close()
+		return err
+	}
 	s.listener, s.cancel, s.started = listener, cancel, true
-	s.wg.Add(2)
+	s.wg.Add(3)
+	go s.hintLoop(loopCtx, hints)
 	go s.flushLoop(loopCtx)
 	go s.sweepLoop(loopCtx)
 	if s.cfg.RepairInterval > 0 {

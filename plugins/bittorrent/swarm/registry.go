@@ -127,6 +127,13 @@ func (c *passkeyCache) invalidate(passkey string) {
 	delete(c.entries, passkey)
 }
 
+// clear drops every entry (hints may have been missed).
+func (c *passkeyCache) clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.entries = nil
+}
+
 // whitelistCache is a frontend's copy of the client whitelist. When it is
 // stale one caller reloads it while the others keep answering from the
 // old copy; only the very first load waits.
@@ -330,6 +337,7 @@ func (s *Store) AddClient(ctx context.Context, prefix, name string) error {
 		return fmt.Errorf("swarm.AddClient: %w", err)
 	}
 	s.whitelist.invalidate()
+	s.publishHint(ctx, hintWhitelist)
 	return nil
 }
 
@@ -339,6 +347,7 @@ func (s *Store) RemoveClient(ctx context.Context, prefix string) error {
 		return fmt.Errorf("swarm.RemoveClient: %w", err)
 	}
 	s.whitelist.invalidate()
+	s.publishHint(ctx, hintWhitelist)
 	return nil
 }
 
