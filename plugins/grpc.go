@@ -299,7 +299,7 @@ func descriptionToProto(d Description) *pluginpb.Description {
 	for _, t := range d.ItemTypes {
 		out.ItemTypes = append(out.ItemTypes, &pluginpb.ItemType{
 			Name: t.Name, Project: t.Project, ItemPrefix: t.ItemPrefix, ReclaimTtl: durationToProto(t.ReclaimTTL),
-			Order: t.Order, DoneMode: t.DoneMode, RecentDone: int64(t.RecentDone),
+			Order: t.Order, DoneMode: t.DoneMode, RecentDone: int64(t.RecentDone), Public: t.Public,
 		})
 	}
 	for _, j := range d.Jobs {
@@ -317,6 +317,7 @@ func descriptionFromProto(d *pluginpb.Description) Description {
 		out.ItemTypes = append(out.ItemTypes, ItemType{
 			Name: t.GetName(), Project: t.GetProject(), ItemPrefix: t.GetItemPrefix(), ReclaimTTL: durationFromProto(t.GetReclaimTtl()),
 			Order: t.GetOrder(), DoneMode: t.GetDoneMode(), RecentDone: int(min(t.GetRecentDone(), 1<<31-1)),
+			Public: t.GetPublic(),
 		})
 	}
 	for _, j := range d.GetJobs() {

@@ -129,6 +129,12 @@ type ItemType struct {
 	// RecentDone is how many recent completions count and archive keep
 	// to recognise a repeated done (0 = DefaultPluginRecentDone).
 	RecentDone int `json:"recent_done,omitempty"`
+	// Public lets the public warrior API hand out the type's items to
+	// anyone. A plugin's work is not public by default: its own workers
+	// reach it through HostAPI, and an outside worker (the site's) with a
+	// token the operator scoped to the plugin's item types. The project
+	// of a type that is not public is left off the public project lists.
+	Public bool `json:"public,omitempty"`
 }
 
 // Item type orders.

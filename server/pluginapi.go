@@ -20,6 +20,15 @@ type PluginAPI interface {
 	HandleRequest(ctx context.Context, name string, req plugins.Request) (plugins.Response, error)
 }
 
+// PluginAccess keeps a plugin's work from the public (the plugin host):
+// a project its item types live in is served to the warrior API only when
+// every type there is public or the caller shows a worker token for them,
+// and is left off the public project lists otherwise.
+type PluginAccess interface {
+	WarriorAccess(project, bearer string) (plugin string, owned, allowed bool)
+	PrivateProject(project string) bool
+}
+
 // pluginForwarder serves a plugin's own API and page data by forwarding
 // them (Vault's logical.Backend.HandleRequest is the model):
 //

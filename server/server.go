@@ -56,6 +56,9 @@ type Config struct {
 	// forwarding them (the plugin host; see pluginapi.go): the server
 	// links none of a plugin's code.
 	PluginAPI PluginAPI
+	// PluginAccess, when set, keeps the plugins' projects from the public
+	// warrior API and the public project lists (the plugin host).
+	PluginAccess PluginAccess
 	// MaxViewers, MaxViewersPerAddress and ViewerIdleTimeout bound the
 	// leaderboard's websocket viewers; zero takes the hub's defaults
 	// (see leaderboard.Config).
@@ -112,14 +115,14 @@ func New(cfg Config, engine *queues.Engine) (*Server, error) {
 		Logger: cfg.Logger, Clock: engine.Clock(), MaxViewers: cfg.MaxViewers,
 		MaxViewersPerAddress: cfg.MaxViewersPerAddress, IdleTimeout: cfg.ViewerIdleTimeout,
 	}, engine.Redis(), engine)
-	pages := &Pages{Engine: engine, Hub: hub, Clock: engine.Clock(), Plugins: cfg.Plugins}
+	pages := &Pages{Engine: engine, Hub: hub, Clock: engine.Clock(), Plugins: cfg.Plugins, Access: cfg.PluginAccess}
 	stats := &StatsJSON{Engine: engine, Clock: engine.Clock()}
-	warrior := &WarriorAPI{Engine: engine, MaxBodyBytes: cfg.WarriorBodyBytes, StatsJSON: stats, Pages: pages}
+	warrior := &WarriorAPI{Engine: engine, MaxBodyBytes: cfg.WarriorBodyBytes, StatsJSON: stats, Pages: pages, Access: cfg.PluginAccess}
 	admin := &AdminAPI{Engine: engine, Logger: cfg.Logger, MaxBodyBytes: cfg.AdminBodyBytes}
 	if cfg.Offloader != nil {
 		admin.Offloader = cfg.Offloader
 	}
-	projects := &ProjectsFile{Path: cfg.ProjectsFile, Engine: engine, PublicURL: cfg.PublicURL, CacheFor: 10 * time.Second}
+	projects := &ProjectsFile{Path: cfg.ProjectsFile, Engine: engine, PublicURL: cfg.PublicURL, CacheFor: 10 * time.Second, Access: cfg.PluginAccess}
 
 	router.GET("/now", func(c *gin.Context) {
 		c.String(http.StatusOK, "%s\n", strconv.FormatInt(engine.Clock().Now().Unix(), 10))

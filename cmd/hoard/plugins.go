@@ -28,6 +28,8 @@ var builtinPlugins = map[string]plugins.Factory{
 type pluginOptions struct {
 	plugins  []string
 	settings []string
+	// workerTokens are NAME[:TYPE,TYPE]=TOKEN (pluginhost.ParseWorkerTokens).
+	workerTokens []string
 	// eventRetry is how long a plugin event may stay unacknowledged (its
 	// frontend or plugin died mid-hook) before another frontend takes it.
 	eventRetry time.Duration
@@ -39,6 +41,8 @@ func addPluginFlags(cmd *cobra.Command, o *pluginOptions) {
 		"plugin to run: NAME=PATH for a plugin binary, NAME for a builtin; repeatable ($HOARD_PLUGINS, comma-separated)")
 	f.StringArrayVar(&o.settings, "plugin-settings", nil,
 		"a plugin's own settings: NAME=JSON or NAME=@FILE; repeatable")
+	f.StringArrayVar(&o.workerTokens, "plugin-worker-token", splitList(envOr("HOARD_PLUGIN_WORKER_TOKENS", "")),
+		"a token that lets an outside worker claim a plugin's items through the warrior API (Authorization: Bearer TOKEN): NAME=TOKEN for every item type of the plugin, NAME:TYPE,TYPE=TOKEN for some; repeatable ($HOARD_PLUGIN_WORKER_TOKENS, comma-separated)")
 	f.DurationVar(&o.eventRetry, "plugin-event-retry", pluginhost.DefaultEventRetryAfter,
 		"how long a plugin's item event may stay unacknowledged (its frontend or plugin died mid-hook) before another frontend delivers it again")
 }
@@ -52,8 +56,13 @@ func startPlugins(ctx context.Context, o pluginOptions, dataDir, redisURL string
 	if err != nil {
 		return nil, err
 	}
+	tokens, err := pluginhost.ParseWorkerTokens(o.workerTokens)
+	if err != nil {
+		return nil, fmt.Errorf("--plugin-worker-token: %w", err)
+	}
 	host, err := pluginhost.NewHost(pluginhost.Options{
-		Plugins: specs, Builtins: builtinPlugins, RedisURL: redisURL, Redis: rdb,
+		WorkerTokens: tokens,
+		Plugins:      specs, Builtins: builtinPlugins, RedisURL: redisURL, Redis: rdb,
 		Queues: pluginhost.EngineQueues(engine), Events: pluginhost.EngineEventLog(engine), Logger: logger,
 		EventRetryAfter: o.eventRetry,
 		PIDDir:          filepath.Join(dataDir, "plugins"),

@@ -65,6 +65,9 @@ type Options struct {
 	RedisURL string
 	// Redis carries the job leases; nil runs every job on every host.
 	Redis redis.UniversalClient
+	// WorkerTokens let outside workers use the public warrior API on the
+	// plugins' item types that are not public (see access.go).
+	WorkerTokens []WorkerToken
 	// Events is the queue engine's event log, the source of the plugins'
 	// OnItemDone and OnReclaim; nil delivers only what Deliver* hands over.
 	Events EventLog
@@ -204,6 +207,11 @@ type Host struct {
 	supervisors []*supervisor
 	byName      map[string]*supervisor
 
+	// owned are the projects the plugins' item types live in, from the
+	// descriptions and from Redis (access.go).
+	ownedMu sync.RWMutex
+	owned   map[string]ProjectOwner
+
 	mu      sync.Mutex
 	started bool
 	cancel  context.CancelFunc
@@ -217,7 +225,8 @@ type Host struct {
 // stops hoard at start; one that fails later is only restarted.
 func NewHost(opts Options) (*Host, error) {
 	opts.setDefaults()
-	h := &Host{opts: opts, log: opts.Logger.With("component", "plugins"), byName: map[string]*supervisor{}}
+	h := &Host{opts: opts, log: opts.Logger.With("component", "plugins"), byName: map[string]*supervisor{},
+		owned: map[string]ProjectOwner{}}
 	var errs []error
 	for _, spec := range opts.Plugins {
 		if err := plugins.ValidateName(spec.Name); err != nil {
@@ -289,13 +298,16 @@ func (h *Host) Start(ctx context.Context) error {
 	if h.started {
 		return errors.New("plugin host already started")
 	}
-	if len(h.supervisors) == 0 {
-		h.started = true
-		return nil
-	}
 	h.started = true
+	// Even a frontend that runs no plugin keeps the others' projects
+	// closed to the public.
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	h.cancel = cancel
+	if err := h.loadOwners(ctx); err != nil {
+		h.log.Warn("cannot read the plugins' projects; reading them again in the background", "err", err)
+	}
+	h.wg.Add(1)
+	go h.refreshOwners(runCtx)
 	for _, s := range h.supervisors {
 		s.start(runCtx, &h.wg)
 	}

@@ -11,3 +11,9 @@ func pluginPrefix(name string) string { return "hoard:plugin:{" + name + "}:" }
 // just under the period), so one tick runs per period across every hoard
 // frontend and across restarts.
 func jobLeaseKey(plugin, job string) string { return pluginPrefix(plugin) + "lease:job:" + job }
+
+// ownedProjectsKey maps each project a plugin's item types live in to its
+// owner and the types' public flags (HASH: project -> JSON ProjectOwner),
+// so every frontend keeps the project closed to the public warrior API
+// even while the plugin is down or has not described itself yet.
+const ownedProjectsKey = "hoard:plugins:projects"

@@ -299,6 +299,7 @@ func (s *supervisor) launch(ctx context.Context) (*instance, error) {
 	s.mu.Lock()
 	s.desc = desc
 	s.mu.Unlock()
+	s.h.recordOwners(ctx, s.spec.Name, desc)
 	for _, project := range desc.Projects() {
 		if err := s.ensureProject(ctx, desc, project); err != nil {
 			// Not fatal: the project is ensured again before items are

@@ -55,6 +55,9 @@ type Settings struct {
 	// knows nothing of, for the test that the host serves such a
 	// plugin's API and pages without writing any of its keys.
 	KeyPrefix string `json:"key_prefix"`
+	// Public declares its item type public: the warrior API hands its
+	// items to anyone.
+	Public bool `json:"public"`
 }
 
 // DefaultKeyPrefix is KeyPrefix's default.
@@ -202,7 +205,8 @@ func (e *Example) Describe(context.Context) (plugins.Description, error) {
 	defer e.mu.Unlock()
 	d := plugins.Description{
 		Version:   "1.0.0",
-		ItemTypes: []plugins.ItemType{{Name: "echo", Project: e.settings.Project, ItemPrefix: "echo:", ReclaimTTL: time.Minute}},
+		ItemTypes: []plugins.ItemType{{Name: "echo", Project: e.settings.Project, ItemPrefix: "echo:", ReclaimTTL: time.Minute,
+			Public: e.settings.Public}},
 		Jobs:      []plugins.Job{{Name: "heartbeat", Period: e.period}},
 	}
 	if e.listener != nil {
