@@ -10,6 +10,7 @@ package btadmin
 import (
 	"encoding/hex"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -76,6 +77,10 @@ type Admin struct {
 	// Scorer reads and writes scoring's keys (external trackers, scores);
 	// nil answers those calls with 503.
 	Scorer *scoring.Scorer
+	// ScoreOnRegister puts a newly registered torrent into scoring at
+	// once (at 1.0, not yet processed), so its score shows before the
+	// scoring job's next run; set when scoring is on.
+	ScoreOnRegister bool
 }
 
 // Defaults and bounds of GET …/top.
@@ -241,6 +246,13 @@ func (b *Admin) registerTorrent(c *gin.Context) {
 			return
 		}
 		logged = append(logged, "trackers", len(trackers))
+	}
+	if b.ScoreOnRegister && b.Scorer != nil {
+		// The scoring job tracks every torrent it finds anyway: a failure
+		// here only delays the score until its next run.
+		if _, err := b.Scorer.Track(ctx, hash); err != nil {
+			slog.Default().WarnContext(ctx, "could not put a registered torrent into scoring; the scoring job will", "info_hash", hexHash(hash), "err", err)
+		}
 	}
 	logChange(c, "torrent registered", logged...)
 	c.JSON(http.StatusOK, RegisterTorrentReply{InfoHash: hexHash(hash), ID: string(req.ID), PreviousID: previous, Trackers: trackers})

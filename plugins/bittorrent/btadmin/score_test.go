@@ -112,3 +112,30 @@ func decodeTrackers(t *testing.T, body string) btadmin.TrackersReply {
 	require.NoError(t, json.Unmarshal([]byte(body), &reply))
 	return reply
 }
+
+// TestARegisteredTorrentShowsItsScoreAtOnce: with scoring on, a torrent
+// registered through the API is scored from that moment, at 1.0 with no
+// round processed yet, instead of answering 404 until the scoring job's
+// next run (up to an hour).
+func TestARegisteredTorrentShowsItsScoreAtOnce(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newBTFixture(t, b)
+		_, policy, err := scoring.ParseSettings(nil, true)
+		require.NoError(t, err)
+		scorer := scoring.New(b.Client, policy, nil, quiet)
+		f.fixture = newFixture(t, b, parts{admin: &btadmin.Admin{Store: f.adminStore, Scorer: scorer, ScoreOnRegister: true}, logger: quiet})
+		path := "/torrents/" + btHex(btHash("fresh.iso"))
+
+		r := f.call(http.MethodPut, path, `{"id":"1"}`)
+		require.Equal(t, http.StatusOK, r.status, r.body)
+		r = f.call(http.MethodGet, path+"/score", "")
+		require.Equal(t, http.StatusOK, r.status, r.body)
+		var v scoring.View
+		require.NoError(t, json.Unmarshal([]byte(r.body), &v))
+		require.Equal(t, "active", v.State)
+		require.Equal(t, 1.0, v.Score)
+		require.Zero(t, v.Round, "not yet processed")
+		require.Empty(t, v.History)
+		require.True(t, v.Indexed, "in the index the scoring job reads")
+	})
+}

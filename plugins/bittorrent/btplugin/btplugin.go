@@ -1031,6 +1031,7 @@ func (t *Tracker) HandleRequest(ctx context.Context, req plugins.Request) (plugi
 func (t *Tracker) newAPI(rdb redis.UniversalClient, store *swarm.Store, ob *outbox.Outbox, reap *reaper.Reaper,
 	scorer *scoring.Scorer, scorePolicy scoring.Policy, metricsWindow time.Duration, top int) *btadmin.API {
 	logger := t.logger.With("component", "admin")
+	scoringOn := scorer != nil
 	if ob == nil {
 		ob = outbox.New(rdb, outbox.Config{Policy: outbox.DefaultPolicy(), Logger: logger})
 	}
@@ -1038,7 +1039,7 @@ func (t *Tracker) newAPI(rdb redis.UniversalClient, store *swarm.Store, ob *outb
 		scorer = scoring.New(rdb, scorePolicy, nil, logger)
 	}
 	metrics := ipmetrics.NewStore(rdb, nil, metricsWindow)
-	return btadmin.NewAPI(&btadmin.Admin{Store: store, Outbox: ob, Reaper: reap, Scorer: scorer},
+	return btadmin.NewAPI(&btadmin.Admin{Store: store, Outbox: ob, Reaper: reap, Scorer: scorer, ScoreOnRegister: scoringOn},
 		&btadmin.MetricsAdmin{Store: metrics},
 		&btadmin.TrackerViews{Scorer: scorer, Metrics: metrics, TopTorrents: top}, logger)
 }

@@ -204,10 +204,10 @@ func (e *Example) Describe(context.Context) (plugins.Description, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	d := plugins.Description{
-		Version:   "1.0.0",
+		Version: "1.0.0",
 		ItemTypes: []plugins.ItemType{{Name: "echo", Project: e.settings.Project, ItemPrefix: "echo:", ReclaimTTL: time.Minute,
 			Public: e.settings.Public}},
-		Jobs:      []plugins.Job{{Name: "heartbeat", Period: e.period}},
+		Jobs: []plugins.Job{{Name: "heartbeat", Period: e.period}},
 	}
 	if e.listener != nil {
 		d.Listeners = []plugins.Listener{{Name: "stats", Network: "tcp", Address: e.listener.Addr().String()}}
