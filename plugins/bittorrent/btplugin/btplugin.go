@@ -215,8 +215,11 @@ type Tracker struct {
 	// also when no database is set).
 	metrics *ipmetrics.Recorder
 	geo     *ipmetrics.GeoDB
-	// cleaner is nil when orphan cleanup is off.
-	cleaner *orphans.Cleaner
+	// cleaner is nil when orphan cleanup is off; orphanTicks and
+	// orphanTotals count its steps in this process, for Stats.
+	cleaner      *orphans.Cleaner
+	orphanTicks  int64
+	orphanTotals orphans.Report
 	// api is the plugin's own HTTP API (HandleRequest); nil until
 	// Configure.
 	api *btadmin.API
@@ -702,7 +705,13 @@ func (t *Tracker) OnTick(ctx context.Context, tick plugins.Tick) (plugins.TickRe
 		t.logger.Warn("scoring: more torrents than one tick may return without a host API; the rest wait for the next cycle",
 			"dropped", dropped, "limit", plugins.MaxTickEnqueue)
 	}
-	t.logger.Info("scoring cycle queued", "tracked", tracked, "items", queued-dropped, "missed", tick.Missed)
+	// Logged when it queued something: a run that found nothing to do
+	// is not news.
+	level := slog.LevelDebug
+	if queued-dropped > 0 || tracked > 0 {
+		level = slog.LevelInfo
+	}
+	t.logger.Log(ctx, level, "scoring cycle queued", "tracked", tracked, "items", queued-dropped, "missed", tick.Missed)
 	return result, err
 }
 
@@ -733,7 +742,11 @@ func (t *Tracker) reaperTick(ctx context.Context, tick plugins.Tick) (plugins.Ti
 			result.Enqueue = append(result.Enqueue, plugins.QueueItem{Project: project, Item: name})
 		}
 	}
-	t.logger.Info("reaper run queued its due steps", "items", len(names), "missed", tick.Missed)
+	level := slog.LevelDebug
+	if len(names) > 0 {
+		level = slog.LevelInfo
+	}
+	t.logger.Log(ctx, level, "reaper run queued its due steps", "items", len(names), "missed", tick.Missed)
 	return result, nil
 }
 
@@ -748,14 +761,60 @@ func (t *Tracker) orphansTick(ctx context.Context) error {
 		return nil
 	}
 	r, err := cleaner.Tick(ctx)
-	if r.Removed() > 0 || r.Passes > 0 || r.PasskeysListed > 0 || r.PurgeKept > 0 || err != nil {
-		t.logger.Info("orphan cleanup step", "scanned", r.Scanned, "removed", r.Removed(), "torrents", r.Torrents,
+	t.mu.Lock()
+	t.orphanTicks++
+	t.orphanTotals.Add(r)
+	t.mu.Unlock()
+	// A step logs what it changed, never that it ran: an idle tracker's
+	// steps (every 10 s by default) only count, in Stats.
+	changed := r.Removed() > 0 || r.PasskeysListed > 0 || r.PurgeKept > 0 || r.RegistryRestored > 0
+	switch {
+	case err != nil:
+		t.logger.Warn("orphan cleanup step failed; the next one goes on", "removed", r.Removed(), "error", err)
+	case changed:
+		t.logger.Info("orphan cleanup removed records", "removed", r.Removed(), "torrents", r.Torrents,
 			"user_records", r.UserRecords, "peer_records", r.PeerRecords, "user_entries", r.UserEntries,
 			"registry", r.RegistryEntries, "score_keys", r.ScoreKeys, "score_revisions", r.ScoreRevisions,
 			"ipm_keys", r.IPMetrics, "users_purged", r.UsersPurged, "purge_kept", r.PurgeKept,
-			"passkeys_listed", r.PasskeysListed, "stale_listings", r.StaleListings, "passes_finished", r.Passes, "error", err)
+			"passkeys_listed", r.PasskeysListed, "stale_listings", r.StaleListings)
+	default:
+		t.logger.Debug("orphan cleanup step found nothing to remove", "scanned", r.Scanned, "passes_finished", r.Passes)
 	}
 	return err
+}
+
+// orphanMetrics are orphan cleanup's counters in this process: its steps,
+// what they read, the passes they finished and what they removed, by
+// kind; none while it is off.
+func (t *Tracker) orphanMetrics() []plugins.Metric {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.cleaner == nil {
+		return nil
+	}
+	r := t.orphanTotals
+	counter := func(name, help string, v int, labels map[string]string) plugins.Metric {
+		return plugins.Metric{Name: name, Help: help, Kind: plugins.Counter, Value: float64(v), Labels: labels}
+	}
+	out := []plugins.Metric{
+		counter("orphans_steps_total", "Orphan cleanup steps this process ran.", int(t.orphanTicks), nil),
+		counter("orphans_scanned_total", "Keys and entries orphan cleanup's walks read.", r.Scanned, nil),
+		counter("orphans_passes_total", "Orphan cleanup walks that finished a pass over their keys.", r.Passes, nil),
+		counter("orphans_passkeys_listed_total", "Mapped passkeys orphan cleanup found missing from their user's listing, and listed.", r.PasskeysListed, nil),
+		counter("orphans_purge_kept_total", "Records of purged users kept because a peer was still counted.", r.PurgeKept, nil),
+	}
+	for _, kind := range []struct {
+		name string
+		n    int
+	}{
+		{"torrents", r.Torrents}, {"user_records", r.UserRecords}, {"peer_records", r.PeerRecords}, {"timeouts", r.Timeouts},
+		{"reaper_states", r.ReaperStates}, {"seen_sets", r.SeenSets}, {"score_keys", r.ScoreKeys}, {"ipm_keys", r.IPMetrics},
+		{"user_entries", r.UserEntries}, {"registry", r.RegistryEntries}, {"score_revisions", r.ScoreRevisions},
+		{"users_purged", r.UsersPurged}, {"stale_listings", r.StaleListings},
+	} {
+		out = append(out, counter("orphans_removed_total", "Records orphan cleanup removed, by kind.", kind.n, map[string]string{"kind": kind.name}))
+	}
+	return out
 }
 
 // Orphans is orphan cleanup, or nil when it is off (for in-process
@@ -858,6 +917,7 @@ func (t *Tracker) Stats(ctx context.Context) (plugins.Stats, error) {
 		}
 		out.Metrics = append(out.Metrics, ReaperMetrics(c)...)
 	}
+	out.Metrics = append(out.Metrics, t.orphanMetrics()...)
 	return out, nil
 }
 
