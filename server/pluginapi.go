@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -29,6 +31,42 @@ type PluginAccess interface {
 	PrivateProject(project string) bool
 }
 
+// PluginJobs runs a plugin's job now (pluginhost.Host.RunJob).
+type PluginJobs interface {
+	RunJob(ctx context.Context, plugin, job string) error
+}
+
+// runJobTimeout bounds a run now: the tick's own timeout is the host's.
+const runJobTimeout = 2 * time.Minute
+
+// runJob serves POST /api/v1/jobs/:plugin/:job/run: an operator runs a
+// plugin's job now instead of waiting for its period (it counts as the
+// period's run), and the change log says who did.
+func (f *pluginForwarder) runJob(c *gin.Context) {
+	plugin, job := c.Param("plugin"), c.Param("job")
+	if f.jobs == nil {
+		_ = c.Error(&httpError{Status: http.StatusNotFound, Code: "no_plugin", Message: "this hoard runs no plugins"})
+		return
+	}
+	ctx, cancel := context.WithTimeout(c.Request.Context(), runJobTimeout)
+	defer cancel()
+	err := f.jobs.RunJob(ctx, plugin, job)
+	switch {
+	case errors.Is(err, pluginhost.ErrNoJob):
+		_ = c.Error(&httpError{Status: http.StatusNotFound, Code: "no_job", Message: "plugin " + plugin + " has no job " + strconv.Quote(job)})
+		return
+	case err != nil:
+		herr := pluginCallError(plugin, err)
+		if herr.Status == http.StatusBadGateway {
+			herr.Message = "job " + job + " of plugin " + plugin + " failed: " + err.Error()
+		}
+		_ = c.Error(herr)
+		return
+	}
+	f.recordChange(c, plugin, plugins.Change{What: "job run now", Details: json.RawMessage(`{"job":` + strconv.Quote(job) + `}`)})
+	c.JSON(http.StatusOK, gin.H{"plugin": plugin, "job": job, "ran": true})
+}
+
 // pluginForwarder serves a plugin's own API and page data by forwarding
 // them (Vault's logical.Backend.HandleRequest is the model):
 //
@@ -41,6 +79,7 @@ type PluginAccess interface {
 // storage and answers are the plugin's.
 type pluginForwarder struct {
 	api    PluginAPI
+	jobs   PluginJobs
 	engine AdminEngine
 	logger interface {
 		InfoContext(ctx context.Context, msg string, args ...any)

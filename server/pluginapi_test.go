@@ -240,3 +240,49 @@ func allKeys(t *testing.T, rdb redis.UniversalClient) []string {
 	slices.Sort(keys)
 	return keys
 }
+
+// recordingJobs is a plugin host whose plugin "bittorrent" has the job
+// "reaper".
+type recordingJobs struct {
+	mu  sync.Mutex
+	ran []string
+}
+
+func (r *recordingJobs) RunJob(_ context.Context, plugin, job string) error {
+	switch {
+	case plugin != "bittorrent":
+		return fmt.Errorf("%w %q", pluginhost.ErrNoPlugin, plugin)
+	case job != "reaper":
+		return fmt.Errorf("%w: %q", pluginhost.ErrNoJob, job)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ran = append(r.ran, plugin+"/"+job)
+	return nil
+}
+
+// TestAnOperatorRunsAPluginsJobNow: POST /api/v1/jobs/<plugin>/<job>/run
+// needs the token, runs the job, and the admin log says who ran it.
+func TestAnOperatorRunsAPluginsJobNow(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		jobs := &recordingJobs{}
+		f := newFixture(t, b, server.Config{AdminToken: token, PluginJobs: jobs})
+		r := f.admin(http.MethodPost, "/jobs/bittorrent/reaper/run", "", "")
+		require.Equal(t, http.StatusUnauthorized, r.status)
+		require.Empty(t, jobs.ran)
+
+		r = f.admin(http.MethodPost, "/jobs/bittorrent/reaper/run", "", token)
+		require.Equal(t, http.StatusOK, r.status, r.body)
+		require.Equal(t, []string{"bittorrent/reaper"}, jobs.ran)
+		r = f.admin(http.MethodGet, "/log", "", token)
+		require.Contains(t, r.body, `"what":"bittorrent: job run now"`)
+		require.Contains(t, r.body, `"job":"reaper"`)
+
+		r = f.admin(http.MethodPost, "/jobs/bittorrent/nosuch/run", "", token)
+		require.Equal(t, http.StatusNotFound, r.status, r.body)
+		require.Equal(t, "no_job", decode(t, r.body)["code"])
+		r = f.admin(http.MethodPost, "/jobs/nosuch/reaper/run", "", token)
+		require.Equal(t, http.StatusNotFound, r.status, r.body)
+		require.Equal(t, "no_plugin", decode(t, r.body)["code"])
+	})
+}

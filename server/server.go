@@ -59,6 +59,9 @@ type Config struct {
 	// PluginAccess, when set, keeps the plugins' projects from the public
 	// warrior API and the public project lists (the plugin host).
 	PluginAccess PluginAccess
+	// PluginJobs, when set, lets operators run a plugin's job now (the
+	// plugin host).
+	PluginJobs PluginJobs
 	// MaxViewers, MaxViewersPerAddress and ViewerIdleTimeout bound the
 	// leaderboard's websocket viewers; zero takes the hub's defaults
 	// (see leaderboard.Config).
@@ -147,7 +150,8 @@ func New(cfg Config, engine *queues.Engine) (*Server, error) {
 	router.GET("/metrics", metrics.Serve(cfg.MetricsToken, cfg.AdminToken))
 	adminGroup := router.Group("/api/v1", requireToken(cfg.AdminToken, cfg.InsecureNoAdminToken))
 	admin.register(adminGroup)
-	forward := &pluginForwarder{api: cfg.PluginAPI, engine: engine, logger: cfg.Logger}
+	forward := &pluginForwarder{api: cfg.PluginAPI, jobs: cfg.PluginJobs, engine: engine, logger: cfg.Logger}
+	adminGroup.POST("/jobs/:plugin/:job/run", forward.runJob)
 	adminGroup.Any("/plugins/:plugin/*path", forward.admin)
 	// The BitTorrent plugin's API was served here before plugins served
 	// their own; the old path stays an alias, so sites need not change.

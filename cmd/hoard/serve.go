@@ -268,7 +268,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 		// The plugins' own APIs and page data are forwarded to them: the
 		// host builds none of a plugin's stores and writes none of its keys.
 		Offloader: offloader, Collectors: []prometheus.Collector{pluginHost.Collector()},
-		Plugins: pluginHost, PluginAPI: pluginHost, PluginAccess: pluginHost, MaxViewers: maxViewers, MaxViewersPerAddress: o.maxViewersPerAddress,
+		Plugins: pluginHost, PluginAPI: pluginHost, PluginAccess: pluginHost, PluginJobs: pluginHost, MaxViewers: maxViewers, MaxViewersPerAddress: o.maxViewersPerAddress,
 		ViewerIdleTimeout: o.viewerIdleTimeout,
 	}, engine)
 	if err != nil {

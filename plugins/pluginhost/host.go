@@ -489,6 +489,47 @@ func (h *Host) deliver(hook hookKind, ev plugins.ItemEvent) int {
 // for ttl, so one frontend runs each period. Without Redis every host runs
 // every job; when Redis fails the job runs anyway (ticks are meant to be
 // idempotent, and a skipped reaper is worse than a doubled one).
+// ErrNoJob: the plugin describes no job of that name.
+var ErrNoJob = errors.New("no such job")
+
+// RunJob runs one of a plugin's jobs now, as an operator asks, and returns
+// when the tick is done (or ctx ends). It runs between the scheduled ticks
+// (a plugin's ticks never overlap), whoever holds the period's lease, and
+// counts as the period's run.
+func (h *Host) RunJob(ctx context.Context, name, job string) error {
+	s := h.byName[name]
+	if s == nil {
+		return fmt.Errorf("%w %q", ErrNoPlugin, name)
+	}
+	if s.running() == nil {
+		return fmt.Errorf("plugin %q: %w", name, plugins.ErrUnavailable)
+	}
+	req := runRequest{job: job, done: make(chan error, 1)}
+	select {
+	case s.runNow <- req:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-req.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// forceLease takes a job's lease whoever holds it (a run now).
+func (h *Host) forceLease(ctx context.Context, key string, ttl time.Duration) {
+	if h.opts.Redis == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, h.opts.CallTimeout)
+	defer cancel()
+	if err := h.opts.Redis.Set(ctx, key, h.owner, ttl).Err(); err != nil {
+		h.log.Warn("cannot take the job's lease for a run now; running it anyway", "key", key, "err", err)
+	}
+}
+
 func (h *Host) lease(ctx context.Context, key string, ttl time.Duration) bool {
 	if h.opts.Redis == nil {
 		return true
