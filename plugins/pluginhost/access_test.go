@@ -1,15 +1,12 @@
 package pluginhost_test
 
 import (
-	"encoding/json"
 	"log/slog"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/internal/redistest"
-	"github.com/hoardproject/hoard/plugins"
-	"github.com/hoardproject/hoard/plugins/internal/exampleplugin"
 	"github.com/hoardproject/hoard/plugins/pluginhost"
 	"github.com/hoardproject/hoard/queues"
 )
@@ -22,27 +19,14 @@ import (
 // type does not; a type declared public is open to all.
 func TestAPluginsProjectIsClosedToThePublic(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		ctx := t.Context()
 		engine := queues.NewEngine(b.Client, queues.Options{Logger: slog.New(slog.DiscardHandler)})
 		tokens, err := pluginhost.ParseWorkerTokens([]string{
 			"example=site-worker-token-0001", "example:echo=echo-worker-token-01",
 			"example:other=other-worker-token-1", "bittorrent=bt-worker-token-00001",
 		})
 		require.NoError(t, err)
-		start := func(specs []pluginhost.Spec) *pluginhost.Host {
-			h, err := pluginhost.NewHost(pluginhost.Options{
-				Plugins: specs, Builtins: map[string]plugins.Factory{"example": exampleplugin.New},
-				Redis: b.Client, Queues: pluginhost.EngineQueues(engine), Logger: slog.New(slog.DiscardHandler),
-				WorkerTokens: tokens,
-			})
-			require.NoError(t, err)
-			require.NoError(t, h.Start(ctx))
-			t.Cleanup(func() { _ = h.Stop() })
-			return h
-		}
-		h := start([]pluginhost.Spec{{Name: "example", Settings: json.RawMessage(`{"project":"closed","tick_period":"24h"}`)}})
-		require.NoError(t, h.WaitRunning(ctx, "example"))
-		other := start(nil) // a frontend that runs no plugin
+		h := runningExample(t, b, engine, `{"project":"closed","tick_period":"24h"}`, tokens)
+		other := runningExample(t, b, engine, "", tokens) // a frontend that runs no plugin
 
 		for name, host := range map[string]*pluginhost.Host{"running": h, "other": other} {
 			plugin, owned, allowed := host.WarriorAccess("closed", "")
@@ -63,8 +47,7 @@ func TestAPluginsProjectIsClosedToThePublic(t *testing.T) {
 			require.False(t, host.PrivateProject("someone-elses"))
 		}
 
-		open := start([]pluginhost.Spec{{Name: "example", Settings: json.RawMessage(`{"project":"open-echoes","public":true,"tick_period":"24h"}`)}})
-		require.NoError(t, open.WaitRunning(ctx, "example"))
+		open := runningExample(t, b, engine, `{"project":"open-echoes","public":true,"tick_period":"24h"}`, tokens)
 		_, owned, allowed := open.WarriorAccess("open-echoes", "")
 		require.True(t, owned)
 		require.True(t, allowed, "a type the plugin declares public is open to all")

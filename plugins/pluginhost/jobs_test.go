@@ -11,7 +11,6 @@ import (
 
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/plugins"
-	"github.com/hoardproject/hoard/plugins/internal/exampleplugin"
 	"github.com/hoardproject/hoard/plugins/pluginhost"
 	"github.com/hoardproject/hoard/queues"
 )
@@ -29,15 +28,7 @@ func TestAShorterPeriodIsNotHeldBackByAnOlderLease(t *testing.T) {
 		for _, old := range []string{"hoard:plugin:{example}:lease:job:heartbeat:14400000", "hoard:plugin:{example}:lease:job:heartbeat"} {
 			require.NoError(t, b.Client.Set(ctx, old, "another-frontend", 4*time.Hour).Err())
 		}
-		h, err := pluginhost.NewHost(pluginhost.Options{
-			Plugins:  []pluginhost.Spec{{Name: "example", Settings: json.RawMessage(`{"project":"leased","tick_period":"1m"}`)}},
-			Builtins: map[string]plugins.Factory{"example": exampleplugin.New},
-			Redis:    b.Client, Queues: pluginhost.EngineQueues(engine), Logger: slog.New(slog.DiscardHandler),
-		})
-		require.NoError(t, err)
-		require.NoError(t, h.Start(ctx))
-		t.Cleanup(func() { _ = h.Stop() })
-		require.NoError(t, h.WaitRunning(ctx, "example"))
+		runningExample(t, b, engine, `{"project":"leased","tick_period":"1m"}`, nil)
 		require.Eventually(t, func() bool {
 			c, err := engine.Counts(ctx, "leased")
 			return err == nil && c.Todo == 1
@@ -52,15 +43,7 @@ func TestAnOperatorRunsAJobNow(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		ctx := t.Context()
 		engine := queues.NewEngine(b.Client, queues.Options{Logger: slog.New(slog.DiscardHandler)})
-		h, err := pluginhost.NewHost(pluginhost.Options{
-			Plugins:  []pluginhost.Spec{{Name: "example", Settings: json.RawMessage(`{"project":"manual","tick_period":"24h"}`)}},
-			Builtins: map[string]plugins.Factory{"example": exampleplugin.New},
-			Redis:    b.Client, Queues: pluginhost.EngineQueues(engine), Logger: slog.New(slog.DiscardHandler),
-		})
-		require.NoError(t, err)
-		require.NoError(t, h.Start(ctx))
-		t.Cleanup(func() { _ = h.Stop() })
-		require.NoError(t, h.WaitRunning(ctx, "example"))
+		h := runningExample(t, b, engine, `{"project":"manual","tick_period":"24h"}`, nil)
 		todo := func() int64 {
 			c, err := engine.Counts(ctx, "manual")
 			if err != nil {
@@ -90,4 +73,22 @@ func TestAnOperatorRunsAJobNow(t *testing.T) {
 		require.ErrorIs(t, h.RunJob(ctx, "example", "nosuch"), pluginhost.ErrNoJob)
 		require.ErrorIs(t, h.RunJob(ctx, "nosuch", "heartbeat"), pluginhost.ErrNoPlugin)
 	})
+}
+
+// runningExample starts the example plugin built in with settings and
+// waits for it to run; with settings "" it starts a host with no plugin.
+func runningExample(t *testing.T, b redistest.Backend, engine *queues.Engine, settings string, tokens []pluginhost.WorkerToken) *pluginhost.Host {
+	t.Helper()
+	specs := []pluginhost.Spec{}
+	if settings != "" {
+		specs = []pluginhost.Spec{{Name: "example", Settings: json.RawMessage(settings)}}
+	}
+	h := exampleHost(t, pluginhost.Options{Plugins: specs, Redis: b.Client, Queues: pluginhost.EngineQueues(engine),
+		Logger: slog.New(slog.DiscardHandler), WorkerTokens: tokens})
+	require.NoError(t, h.Start(t.Context()))
+	t.Cleanup(func() { _ = h.Stop() })
+	if settings != "" {
+		require.NoError(t, h.WaitRunning(t.Context(), "example"))
+	}
+	return h
 }
