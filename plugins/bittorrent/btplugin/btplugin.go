@@ -48,6 +48,12 @@ const ReaperJob = "reaper"
 // package orphans' walks per period.
 const OrphansJob = "orphans"
 
+// RepairJob is the swarm store's repair (swarm.Store.Repair): the global
+// counters, indexes and user sets recomputed from per-torrent truth, once
+// per period (1h) on one frontend, under the host's job lease rather than
+// a loop and a lease of the store's own.
+const RepairJob = "repair"
+
 var reaperSteps = []reaper.Step{reaper.NotifyInitial, reaper.NotifyFinal, reaper.Remove}
 
 func isReaperItemType(name string) bool {
@@ -218,6 +224,8 @@ type Tracker struct {
 	// cleaner is nil when orphan cleanup is off; orphanTicks and
 	// orphanTotals count its steps in this process, for Stats.
 	cleaner      *orphans.Cleaner
+	// repairEvery is RepairJob's period; 0 (or less) when off.
+	repairEvery time.Duration
 	orphanTicks  int64
 	orphanTotals orphans.Report
 	// api is the plugin's own HTTP API (HandleRequest); nil until
@@ -292,6 +300,10 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 		_ = geo.Close()
 		return fmt.Errorf("bittorrent settings: %w", err)
 	}
+	// The host schedules the repair (RepairJob): the store runs no loop
+	// of its own for it.
+	repairEvery := withDefaults.RepairInterval
+	storeCfg.RepairInterval = -1
 	orphanSettings, orphanPolicy, err := orphans.ParseSettings(settings.Orphans, withDefaults)
 	if err != nil {
 		_ = geo.Close()
@@ -493,6 +505,7 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 	t.reaper, t.reaperPool = reap, reaperPool
 	t.metrics, t.geo = metrics, geo
 	t.cleaner = cleaner
+	t.repairEvery = repairEvery
 	t.mu.Unlock()
 	t.logger.Info("bittorrent tracker serving", "mode", settings.Mode, "http", t.httpAddr(), "udp4", t.udpAddr(false), "udp6", t.udpAddr(true),
 		"scoring", scorer != nil, "scoring_workers", pool != nil, "reaper", reap != nil, "reaper_workers", reaperPool != nil,
@@ -601,6 +614,9 @@ func (t *Tracker) Describe(context.Context) (plugins.Description, error) {
 	if t.cleaner != nil {
 		d.Jobs = append(d.Jobs, plugins.Job{Name: OrphansJob, Period: t.cleaner.Policy().Period})
 	}
+	if t.repairEvery > 0 {
+		d.Jobs = append(d.Jobs, plugins.Job{Name: RepairJob, Period: t.repairEvery})
+	}
 	if addr := t.httpAddr(); addr != "" {
 		d.Listeners = append(d.Listeners, plugins.Listener{Name: "http", Network: "tcp", Address: addr})
 	}
@@ -677,6 +693,9 @@ func (t *Tracker) OnTick(ctx context.Context, tick plugins.Tick) (plugins.TickRe
 	}
 	if tick.Job == OrphansJob {
 		return result, t.orphansTick(ctx)
+	}
+	if tick.Job == RepairJob {
+		return result, t.repairTick(ctx)
 	}
 	if tick.Job != ScoreJob || scorer == nil {
 		return result, nil
@@ -781,6 +800,25 @@ func (t *Tracker) orphansTick(ctx context.Context) error {
 		t.logger.Debug("orphan cleanup step found nothing to remove", "scanned", r.Scanned, "passes_finished", r.Passes)
 	}
 	return err
+}
+
+// repairTick runs the swarm store's repair once, and logs what it fixed.
+func (t *Tracker) repairTick(ctx context.Context) error {
+	store := t.Store()
+	if store == nil {
+		return errors.New("bittorrent plugin is not configured")
+	}
+	r, err := store.Repair(ctx)
+	if err != nil {
+		return fmt.Errorf("swarm repair: %w", err)
+	}
+	level := slog.LevelDebug
+	if r.IndexFixed+r.IndexRemoved+r.SwarmsIndexed+r.UserStates > 0 {
+		level = slog.LevelInfo
+	}
+	t.logger.Log(ctx, level, "swarm repair done", "torrents", r.Torrents, "index_fixed", r.IndexFixed,
+		"index_removed", r.IndexRemoved, "swarms_indexed", r.SwarmsIndexed, "user_states", r.UserStates)
+	return nil
 }
 
 // orphanMetrics are orphan cleanup's counters in this process: its steps,

@@ -96,3 +96,22 @@ func TestOrphanCleanupLogsWhatItChanged(t *testing.T) {
 		require.Positive(t, values["orphans_scanned_total"])
 	})
 }
+
+// TestRepairIsAHostJob: the swarm store's repair is the plugin's "repair"
+// job, ticked by the host under its lease, not a loop of the store's own;
+// a tick recomputes the global counters from per-torrent truth.
+func TestRepairIsAHostJob(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tr, _ := startTracker(t, b, `{"http":"127.0.0.1:0","udp4":"","udp6":"","interval":"1m"}`)
+		d, err := tr.Describe(t.Context())
+		require.NoError(t, err)
+		require.Contains(t, d.Jobs, plugins.Job{Name: btplugin.RepairJob, Period: time.Hour})
+
+		require.NoError(t, b.Client.HSet(t.Context(), swarm.StatsKey, "seeders", 999).Err())
+		_, err = tr.OnTick(t.Context(), plugins.Tick{Job: btplugin.RepairJob, At: time.Now()})
+		require.NoError(t, err)
+		stats, err := tr.Store().Stats(t.Context())
+		require.NoError(t, err)
+		require.Zero(t, stats.Seeders, "the repair recomputed the count from the (empty) swarms")
+	})
+}
