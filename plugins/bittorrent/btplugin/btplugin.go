@@ -223,9 +223,9 @@ type Tracker struct {
 	geo     *ipmetrics.GeoDB
 	// cleaner is nil when orphan cleanup is off; orphanTicks and
 	// orphanTotals count its steps in this process, for Stats.
-	cleaner      *orphans.Cleaner
+	cleaner *orphans.Cleaner
 	// repairEvery is RepairJob's period; 0 (or less) when off.
-	repairEvery time.Duration
+	repairEvery  time.Duration
 	orphanTicks  int64
 	orphanTotals orphans.Report
 	// api is the plugin's own HTTP API (HandleRequest); nil until
