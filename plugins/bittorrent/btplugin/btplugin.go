@@ -223,11 +223,11 @@ type Tracker struct {
 	geo     *ipmetrics.GeoDB
 	// cleaner is nil when orphan cleanup is off; orphanTicks and
 	// orphanTotals count its steps in this process, for Stats.
-	cleaner *orphans.Cleaner
-	// repairEvery is RepairJob's period; 0 (or less) when off.
-	repairEvery  time.Duration
+	cleaner      *orphans.Cleaner
 	orphanTicks  int64
 	orphanTotals orphans.Report
+	// repairEvery is RepairJob's period; 0 (or less) when off.
+	repairEvery time.Duration
 	// api is the plugin's own HTTP API (HandleRequest); nil until
 	// Configure.
 	api *btadmin.API
