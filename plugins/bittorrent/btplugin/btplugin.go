@@ -54,6 +54,12 @@ const OrphansJob = "orphans"
 // a loop and a lease of the store's own.
 const RepairJob = "repair"
 
+// SweepJob is the swarm store's expiry sweep (swarm.Store.Sweep): peers
+// whose deadline passed, removed from every swarm the due index names,
+// once per period (15s) on one frontend, under the host's job lease; the
+// expired-key events remain the fast path, the sweep their backstop.
+const SweepJob = "sweep"
+
 var reaperSteps = []reaper.Step{reaper.NotifyInitial, reaper.NotifyFinal, reaper.Remove}
 
 func isReaperItemType(name string) bool {
@@ -226,8 +232,10 @@ type Tracker struct {
 	cleaner      *orphans.Cleaner
 	orphanTicks  int64
 	orphanTotals orphans.Report
-	// repairEvery is RepairJob's period; 0 (or less) when off.
+	// repairEvery is RepairJob's period, 0 (or less) when off;
+	// sweepEvery is SweepJob's.
 	repairEvery time.Duration
+	sweepEvery  time.Duration
 	// api is the plugin's own HTTP API (HandleRequest); nil until
 	// Configure.
 	api *btadmin.API
@@ -304,6 +312,8 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 	// of its own for it.
 	repairEvery := withDefaults.RepairInterval
 	storeCfg.RepairInterval = -1
+	sweepEvery := withDefaults.SweepInterval
+	storeCfg.ExternalSweep = true
 	orphanSettings, orphanPolicy, err := orphans.ParseSettings(settings.Orphans, withDefaults)
 	if err != nil {
 		_ = geo.Close()
@@ -505,7 +515,7 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 	t.reaper, t.reaperPool = reap, reaperPool
 	t.metrics, t.geo = metrics, geo
 	t.cleaner = cleaner
-	t.repairEvery = repairEvery
+	t.repairEvery, t.sweepEvery = repairEvery, sweepEvery
 	t.mu.Unlock()
 	t.logger.Info("bittorrent tracker serving", "mode", settings.Mode, "http", t.httpAddr(), "udp4", t.udpAddr(false), "udp6", t.udpAddr(true),
 		"scoring", scorer != nil, "scoring_workers", pool != nil, "reaper", reap != nil, "reaper_workers", reaperPool != nil,
@@ -617,6 +627,9 @@ func (t *Tracker) Describe(context.Context) (plugins.Description, error) {
 	if t.repairEvery > 0 {
 		d.Jobs = append(d.Jobs, plugins.Job{Name: RepairJob, Period: t.repairEvery})
 	}
+	if t.store != nil {
+		d.Jobs = append(d.Jobs, plugins.Job{Name: SweepJob, Period: t.sweepEvery})
+	}
 	if addr := t.httpAddr(); addr != "" {
 		d.Listeners = append(d.Listeners, plugins.Listener{Name: "http", Network: "tcp", Address: addr})
 	}
@@ -696,6 +709,9 @@ func (t *Tracker) OnTick(ctx context.Context, tick plugins.Tick) (plugins.TickRe
 	}
 	if tick.Job == RepairJob {
 		return result, t.repairTick(ctx)
+	}
+	if tick.Job == SweepJob {
+		return result, t.sweepTick(ctx)
 	}
 	if tick.Job != ScoreJob || scorer == nil {
 		return result, nil
@@ -800,6 +816,23 @@ func (t *Tracker) orphansTick(ctx context.Context) error {
 		t.logger.Debug("orphan cleanup step found nothing to remove", "scanned", r.Scanned, "passes_finished", r.Passes)
 	}
 	return err
+}
+
+// sweepTick runs the expiry sweep once over every shard; it logs only
+// what it removed.
+func (t *Tracker) sweepTick(ctx context.Context) error {
+	store := t.Store()
+	if store == nil {
+		return errors.New("bittorrent plugin is not configured")
+	}
+	removed, err := store.Sweep(ctx)
+	if err != nil {
+		return fmt.Errorf("swarm sweep: %w", err)
+	}
+	if removed > 0 {
+		t.logger.Debug("swarm sweep removed expired peers", "peers", removed)
+	}
+	return nil
 }
 
 // repairTick runs the swarm store's repair once, and logs what it fixed.

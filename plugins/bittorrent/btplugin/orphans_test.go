@@ -99,7 +99,8 @@ func TestOrphanCleanupLogsWhatItChanged(t *testing.T) {
 
 // TestRepairIsAHostJob: the swarm store's repair is the plugin's "repair"
 // job, ticked by the host under its lease, not a loop of the store's own;
-// a tick recomputes the global counters from per-torrent truth.
+// a tick recomputes the global counters from per-torrent truth. The
+// expiry sweep is the job "sweep" the same way.
 func TestRepairIsAHostJob(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		tr, _ := startTracker(t, b, `{"http":"127.0.0.1:0","udp4":"","udp6":"","interval":"1m"}`)
@@ -113,5 +114,11 @@ func TestRepairIsAHostJob(t *testing.T) {
 		stats, err := tr.Store().Stats(t.Context())
 		require.NoError(t, err)
 		require.Zero(t, stats.Seeders, "the repair recomputed the count from the (empty) swarms")
+
+		// The expiry sweep is a host job too (swarm's own tests cover what
+		// a sweep removes).
+		require.Contains(t, d.Jobs, plugins.Job{Name: btplugin.SweepJob, Period: 15 * time.Second})
+		_, err = tr.OnTick(t.Context(), plugins.Tick{Job: btplugin.SweepJob, At: time.Now()})
+		require.NoError(t, err)
 	})
 }
