@@ -20,3 +20,7 @@ var (
 	// the plugin owns, or a project none of its item types lives in.
 	ErrNotOwned = errors.New("item belongs to no item type of the plugin")
 )
+
+// ErrNoAPI: the plugin binary predates HandleRequest (its gRPC server
+// answers Unimplemented), so it serves no API of its own.
+var ErrNoAPI = errors.New("plugin serves no API of its own")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/hashicorp/go-plugin"
@@ -142,6 +143,24 @@ func (c *grpcClient) Health(ctx context.Context) error {
 	return fromStatus(err)
 }
 
+func (c *grpcClient) HandleRequest(ctx context.Context, req Request) (Response, error) {
+	reply, err := c.client.HandleRequest(ctx, &pluginpb.Request{
+		Method: req.Method, Path: req.Path, Query: req.Query, Headers: headerToProto(req.Header), Body: req.Body,
+		Actor: req.Actor, Role: req.Role,
+	})
+	if status.Code(err) == codes.Unimplemented {
+		return Response{}, fmt.Errorf("%s: %w", status.Convert(err).Message(), ErrNoAPI)
+	}
+	if err != nil {
+		return Response{}, fromStatus(err)
+	}
+	out := Response{Status: int(reply.GetStatus()), Header: headerFromProto(reply.GetHeaders()), Body: reply.GetBody()}
+	for _, ch := range reply.GetChanges() {
+		out.Changes = append(out.Changes, Change{What: ch.GetWhat(), Details: ch.GetDetails()})
+	}
+	return out, nil
+}
+
 func (c *grpcClient) Close(ctx context.Context) error {
 	_, err := c.client.Close(ctx, &emptypb.Empty{})
 	return fromStatus(err)
@@ -215,6 +234,21 @@ func (s *grpcServer) Health(ctx context.Context, _ *emptypb.Empty) (*emptypb.Emp
 	return &emptypb.Empty{}, toStatus(s.impl.Health(ctx))
 }
 
+func (s *grpcServer) HandleRequest(ctx context.Context, req *pluginpb.Request) (*pluginpb.Response, error) {
+	resp, err := s.impl.HandleRequest(ctx, Request{
+		Method: req.GetMethod(), Path: req.GetPath(), Query: req.GetQuery(), Header: headerFromProto(req.GetHeaders()),
+		Body: req.GetBody(), Actor: req.GetActor(), Role: req.GetRole(),
+	})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	reply := &pluginpb.Response{Status: int32(resp.Status), Headers: headerToProto(resp.Header), Body: resp.Body}
+	for _, ch := range resp.Changes {
+		reply.Changes = append(reply.Changes, &pluginpb.Change{What: ch.What, Details: ch.Details})
+	}
+	return reply, nil
+}
+
 func (s *grpcServer) Close(ctx context.Context, _ *emptypb.Empty) (*emptypb.Empty, error) {
 	return &emptypb.Empty{}, toStatus(s.impl.Close(ctx))
 }
@@ -265,7 +299,7 @@ func descriptionToProto(d Description) *pluginpb.Description {
 	for _, t := range d.ItemTypes {
 		out.ItemTypes = append(out.ItemTypes, &pluginpb.ItemType{
 			Name: t.Name, Project: t.Project, ItemPrefix: t.ItemPrefix, ReclaimTtl: durationToProto(t.ReclaimTTL),
-			Order: t.Order, DoneMode: t.DoneMode, RecentDone: int64(t.RecentDone),
+			Order: t.Order, DoneMode: t.DoneMode, RecentDone: int64(t.RecentDone), Public: t.Public,
 		})
 	}
 	for _, j := range d.Jobs {
@@ -283,6 +317,7 @@ func descriptionFromProto(d *pluginpb.Description) Description {
 		out.ItemTypes = append(out.ItemTypes, ItemType{
 			Name: t.GetName(), Project: t.GetProject(), ItemPrefix: t.GetItemPrefix(), ReclaimTTL: durationFromProto(t.GetReclaimTtl()),
 			Order: t.GetOrder(), DoneMode: t.GetDoneMode(), RecentDone: int(min(t.GetRecentDone(), 1<<31-1)),
+			Public: t.GetPublic(),
 		})
 	}
 	for _, j := range d.GetJobs() {
@@ -306,6 +341,28 @@ func itemEventFromProto(ev *pluginpb.ItemEvent) ItemEvent {
 		ItemType: ev.GetItemType(), Project: ev.GetProject(), Item: ev.GetItem(), Downloader: ev.GetDownloader(), At: timestampFromProto(ev.GetAt()),
 		Result: ev.GetResult(),
 	}
+}
+
+func headerToProto(h http.Header) map[string]*pluginpb.HeaderValues {
+	if len(h) == 0 {
+		return nil
+	}
+	out := make(map[string]*pluginpb.HeaderValues, len(h))
+	for k, v := range h {
+		out[k] = &pluginpb.HeaderValues{Values: v}
+	}
+	return out
+}
+
+func headerFromProto(h map[string]*pluginpb.HeaderValues) http.Header {
+	if len(h) == 0 {
+		return nil
+	}
+	out := make(http.Header, len(h))
+	for k, v := range h {
+		out[k] = v.GetValues()
+	}
+	return out
 }
 
 func durationToProto(d time.Duration) *durationpb.Duration {

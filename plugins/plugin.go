@@ -53,6 +53,12 @@ type Plugin interface {
 	// Health returns nil when the plugin can do its job. Errors count
 	// towards a restart.
 	Health(ctx context.Context) error
+	// HandleRequest serves one call of the plugin's own HTTP API (its
+	// admin calls, and its pages' data), which the host authenticated
+	// and forwards (see Request). A route the plugin does not serve
+	// answers 404 (NotFoundResponse); an error is a failure of the call
+	// itself, which the host answers with 502.
+	HandleRequest(ctx context.Context, req Request) (Response, error)
 	// Close releases what Configure opened (listeners first). The host
 	// calls it before stopping or restarting the plugin; an external
 	// plugin's process is killed after the grace period whatever Close
@@ -123,6 +129,12 @@ type ItemType struct {
 	// RecentDone is how many recent completions count and archive keep
 	// to recognise a repeated done (0 = DefaultPluginRecentDone).
 	RecentDone int `json:"recent_done,omitempty"`
+	// Public lets the public warrior API hand out the type's items to
+	// anyone. A plugin's work is not public by default: its own workers
+	// reach it through HostAPI, and an outside worker (the site's) with a
+	// token the operator scoped to the plugin's item types. The project
+	// of a type that is not public is left off the public project lists.
+	Public bool `json:"public,omitempty"`
 }
 
 // Item type orders.

@@ -103,6 +103,20 @@ func exercise(t *testing.T, p plugins.Plugin) {
 	got, _ := metric(served, "items_done_total")
 	require.Equal(t, 1.0, got)
 
+	// A forwarded call crosses with its role, body and headers; the
+	// plugin's answer comes back whole, and its failure as an error.
+	reply, err := p.HandleRequest(ctx, plugins.Request{Method: http.MethodGet, Path: "/notes/a", Role: plugins.RolePublic})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusNotFound, reply.Status, "a public caller reaches no admin route")
+	require.JSONEq(t, `{"error":"no route GET /notes/a","code":"not_found"}`, string(reply.Body))
+	reply, err = p.HandleRequest(ctx, plugins.Request{Method: http.MethodPut, Path: "/notes/a", Role: plugins.RoleAdmin,
+		Body: []byte(`{"text":""}`), Header: http.Header{"Content-Type": {"application/json"}}, Actor: "op from 127.0.0.1"})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusBadRequest, reply.Status)
+	require.Equal(t, "application/json", reply.Header.Get("Content-Type"))
+	_, err = p.HandleRequest(ctx, plugins.Request{Method: http.MethodGet, Path: "/notes/a", Role: plugins.RoleAdmin})
+	require.ErrorContains(t, err, "127.0.0.1:1", "Redis is unreachable here: the plugin's error crosses")
+
 	require.NoError(t, p.Health(ctx))
 	require.NoError(t, p.OnItemDone(ctx, plugins.ItemEvent{Project: "echoes", Item: exampleplugin.SickItem}))
 	require.EqualError(t, p.Health(ctx), "example plugin was told it is sick")

@@ -175,38 +175,6 @@ func withoutSecret(v any) map[string]any {
 	return m
 }
 
-// PublicExtension adds public GET routes outside the admin API (the
-// tracker page's data: server/btadmin's TrackerViews), so the server
-// imports nothing of what they serve. They must answer from bounded,
-// cached reads: anyone can call them.
-type PublicExtension interface {
-	RegisterPublic(r gin.IRoutes)
-}
-
-// AdminExtension adds routes to the admin group (behind the admin token);
-// tools are the admin API's own helpers.
-type AdminExtension interface {
-	RegisterAdmin(g *gin.RouterGroup, tools AdminTools)
-}
-
-// AdminTools are what an admin extension borrows from the admin API: body
-// decoding (size limit, one error format) and the change log.
-type AdminTools interface {
-	// Decode reads the JSON body into dst; on failure it has answered and
-	// returns false.
-	Decode(c *gin.Context, dst any) bool
-	// LogChange records an admin change in hoard's log and the admin log.
-	LogChange(c *gin.Context, what string, attrs ...any)
-}
-
-// Decode implements AdminTools.
-func (a *AdminAPI) Decode(c *gin.Context, dst any) bool { return a.decode(c, dst) }
-
-// LogChange implements AdminTools.
-func (a *AdminAPI) LogChange(c *gin.Context, what string, attrs ...any) {
-	a.logChange(c, what, attrs...)
-}
-
 // decode reads an admin body, refusing unknown fields by name.
 func (a *AdminAPI) decode(c *gin.Context, dst any) bool {
 	return bindStrictJSON(c, a.MaxBodyBytes, dst)

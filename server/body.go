@@ -84,10 +84,6 @@ func decodeBody(body []byte, dst any, strict bool) error {
 // api_version as "2" but a hand-written client may send 2.
 type looseString string
 
-// LooseString is a JSON string that also accepts a number (an id sent as
-// 12 or "12"), for admin extensions' bodies.
-type LooseString = looseString
-
 func (s *looseString) UnmarshalJSON(b []byte) error {
 	if string(b) == "null" {
 		return nil

@@ -27,15 +27,6 @@ type httpError struct {
 
 func (e *httpError) Error() string { return e.Message }
 
-// NewHTTPError is an error an admin extension returns to answer status
-// with code and message, rendered like the server's own.
-func NewHTTPError(status int, code, message string) error {
-	return &httpError{Status: status, Code: code, Message: message}
-}
-
-// BadRequest is a 400 with a message, for admin extensions.
-func BadRequest(format string, args ...any) error { return badRequest(format, args...) }
-
 func badRequest(format string, args ...any) error {
 	return &queues.Error{Op: "server", Code: queues.CodeInvalid, Message: fmt.Sprintf(format, args...)}
 }

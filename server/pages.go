@@ -40,6 +40,8 @@ type Pages struct {
 	CacheFor time.Duration
 	// Plugins, when set, lists the plugins and their totals on the index.
 	Plugins PluginSource
+	// Access, when set, leaves the plugins' private projects off the index.
+	Access PluginAccess
 
 	once   sync.Once
 	charts *sharedJSON
@@ -151,6 +153,9 @@ func (p *Pages) Index(c *gin.Context) {
 	}
 	rows := make([]indexRow, 0, len(slugs))
 	for _, slug := range slugs {
+		if p.Access != nil && p.Access.PrivateProject(slug) {
+			continue
+		}
 		project, err := p.Engine.Project(ctx, slug)
 		if err != nil {
 			continue

@@ -1,7 +1,9 @@
 package server_test
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -19,10 +21,25 @@ import (
 type fakePlugins struct {
 	status []pluginhost.Status
 	stats  map[string]plugins.Stats
+	// pages are the plugins' page data, by plugin name.
+	pages map[string][]byte
 }
 
 func (f fakePlugins) Status() []pluginhost.Status     { return f.status }
 func (f fakePlugins) Stats() map[string]plugins.Stats { return f.stats }
+
+// HandleRequest serves the page data, as a plugin would through the host.
+func (f fakePlugins) HandleRequest(_ context.Context, name string, req plugins.Request) (plugins.Response, error) {
+	page, ok := f.pages[name]
+	if !ok {
+		return plugins.Response{}, fmt.Errorf("%w %q", pluginhost.ErrNoPlugin, name)
+	}
+	if req.Role != plugins.RolePublic || req.Path != plugins.PagePath {
+		return plugins.NotFoundResponse(req), nil
+	}
+	return plugins.Response{Status: http.StatusOK, Body: page,
+		Header: http.Header{"Content-Type": {"application/json"}, "Access-Control-Allow-Origin": {"*"}}}, nil
+}
 
 func TestPluginTotalsOnTheIndexAndInPluginsJSON(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {

@@ -31,6 +31,8 @@ type ProjectsFile struct {
 	PublicURL string // e.g. https://tracker.example.org; "" = leave links alone
 	// CacheFor bounds how stale the merged document may be.
 	CacheFor time.Duration
+	// Access, when set, leaves the plugins' private projects out.
+	Access PluginAccess
 
 	mu       sync.Mutex
 	cached   []byte
@@ -100,6 +102,9 @@ func (p *ProjectsFile) merge(ctx context.Context, raw []byte) ([]byte, error) {
 	for _, entry := range entries {
 		var name string
 		_ = json.Unmarshal(entry["name"], &name)
+		if p.Access != nil && p.Access.PrivateProject(name) {
+			continue
+		}
 		project, err := p.Engine.Project(ctx, name)
 		switch queues.CodeOf(err) {
 		case 0:

@@ -50,15 +50,19 @@ type Config struct {
 	// Offloader, when set, serves the segment and export admin calls
 	// (its owner starts and stops it).
 	Offloader *queues.Offloader
-	// AdminExtensions add routes to the admin API, behind its token (the
-	// BitTorrent admin calls: server/btadmin), so the server imports
-	// nothing of what they serve.
-	AdminExtensions []AdminExtension
-	// PublicExtensions add public routes (the tracker page's views).
-	PublicExtensions []PublicExtension
 	// Plugins, when set, puts the plugins' states and totals on the
 	// index page and in /plugins.json (the plugin host).
 	Plugins PluginSource
+	// PluginAPI, when set, serves each plugin's own API and page data by
+	// forwarding them (the plugin host; see pluginapi.go): the server
+	// links none of a plugin's code.
+	PluginAPI PluginAPI
+	// PluginAccess, when set, keeps the plugins' projects from the public
+	// warrior API and the public project lists (the plugin host).
+	PluginAccess PluginAccess
+	// PluginJobs, when set, lets operators run a plugin's job now (the
+	// plugin host).
+	PluginJobs PluginJobs
 	// MaxViewers, MaxViewersPerAddress and ViewerIdleTimeout bound the
 	// leaderboard's websocket viewers; zero takes the hub's defaults
 	// (see leaderboard.Config).
@@ -119,14 +123,14 @@ func New(cfg Config, engine *queues.Engine) (*Server, error) {
 		Logger: cfg.Logger, Clock: engine.Clock(), MaxViewers: cfg.MaxViewers,
 		MaxViewersPerAddress: cfg.MaxViewersPerAddress, IdleTimeout: cfg.ViewerIdleTimeout,
 	}, engine.Redis(), engine)
-	pages := &Pages{Engine: engine, Hub: hub, Clock: engine.Clock(), Plugins: cfg.Plugins}
+	pages := &Pages{Engine: engine, Hub: hub, Clock: engine.Clock(), Plugins: cfg.Plugins, Access: cfg.PluginAccess}
 	stats := &StatsJSON{Engine: engine, Clock: engine.Clock()}
-	warrior := &WarriorAPI{Engine: engine, MaxBodyBytes: cfg.WarriorBodyBytes, StatsJSON: stats, Pages: pages}
+	warrior := &WarriorAPI{Engine: engine, MaxBodyBytes: cfg.WarriorBodyBytes, StatsJSON: stats, Pages: pages, Access: cfg.PluginAccess}
 	admin := &AdminAPI{Engine: engine, Logger: cfg.Logger, MaxBodyBytes: cfg.AdminBodyBytes}
 	if cfg.Offloader != nil {
 		admin.Offloader = cfg.Offloader
 	}
-	projects := &ProjectsFile{Path: cfg.ProjectsFile, Engine: engine, PublicURL: cfg.PublicURL, CacheFor: 10 * time.Second}
+	projects := &ProjectsFile{Path: cfg.ProjectsFile, Engine: engine, PublicURL: cfg.PublicURL, CacheFor: 10 * time.Second, Access: cfg.PluginAccess}
 
 	router.GET("/now", func(c *gin.Context) {
 		c.String(http.StatusOK, "%s\n", strconv.FormatInt(engine.Clock().Now().Unix(), 10))
@@ -151,12 +155,13 @@ func New(cfg Config, engine *queues.Engine) (*Server, error) {
 	router.GET("/metrics", metrics.Serve(cfg.MetricsToken, cfg.AdminToken))
 	adminGroup := router.Group("/api/v1", requireToken(cfg.AdminToken, cfg.InsecureNoAdminToken))
 	admin.register(adminGroup)
-	for _, ext := range cfg.AdminExtensions {
-		ext.RegisterAdmin(adminGroup, admin)
-	}
-	for _, ext := range cfg.PublicExtensions {
-		ext.RegisterPublic(router)
-	}
+	forward := &pluginForwarder{api: cfg.PluginAPI, jobs: cfg.PluginJobs, engine: engine, logger: cfg.Logger}
+	adminGroup.POST("/jobs/:plugin/:job/run", forward.runJob)
+	adminGroup.Any("/plugins/:plugin/*path", forward.admin)
+	// The BitTorrent plugin's API was served here before plugins served
+	// their own; the old path stays an alias, so sites need not change.
+	adminGroup.Any("/bittorrent/*path", forward.alias("bittorrent"))
+	router.GET("/tracker/:page", forward.page)
 	// Warrior paths are routed on the raw path by WarriorAPI.Dispatch:
 	// gin's tree cannot express "/<slug>/multi=N//request".
 	router.NoRoute(warrior.Dispatch)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,19 +16,16 @@ import (
 
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/plugins"
-	"github.com/hoardproject/hoard/plugins/bittorrent"
-	"github.com/hoardproject/hoard/plugins/bittorrent/ipmetrics"
-	"github.com/hoardproject/hoard/plugins/bittorrent/scoring"
-	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 	"github.com/hoardproject/hoard/plugins/pluginhost"
 	"github.com/hoardproject/hoard/queues"
 	"github.com/hoardproject/hoard/server"
-	"github.com/hoardproject/hoard/server/btadmin"
 )
 
 // trackerSource is a BitTorrent plugin as the tracker page sees it: its
 // totals and the reaper's labelled series (as btplugin.ReaperMetrics
-// names them), one label holding markup that must stay text.
+// names them), one label holding markup that must stay text, and the
+// page data it serves through the host (GET /tracker/bittorrent.json):
+// three users in two countries, three torrents by score.
 func trackerSource() fakePlugins {
 	since := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
 	torrents := func(state, notify string, n float64) plugins.Metric {
@@ -40,7 +36,19 @@ func trackerSource() fakePlugins {
 		return plugins.Metric{Name: "reaper_steps", Help: "Reaper steps done.", Kind: plugins.Counter, Value: n,
 			Labels: map[string]string{"step": step}}
 	}
+	months := make([]map[string]any, 12)
+	for i := range months {
+		months[i] = map[string]any{"month": fmt.Sprintf("2025-%02d", i+1), "users": 0}
+	}
+	months[11]["users"] = 3
+	page, _ := json.Marshal(map[string]any{
+		"users": 3, "users_by_month": months,
+		"countries":          []map[string]any{{"country": "DE", "users": 2}, {"country": "US", "users": 1}},
+		"top_torrents":       []map[string]any{{"info_hash": strings.Repeat("7a02", 10), "score": 1.2}, {"info_hash": strings.Repeat("7a01", 10), "score": 0.8}, {"info_hash": strings.Repeat("7a00", 10), "score": 0.5}},
+		"top_torrents_shown": true,
+	})
 	return fakePlugins{
+		pages:  map[string][]byte{"bittorrent": page},
 		status: []pluginhost.Status{{Name: "bittorrent", State: pluginhost.StateRunning, Since: since}},
 		stats: map[string]plugins.Stats{"bittorrent": {Metrics: []plugins.Metric{
 			{Name: "swarm_seeders", Help: "seeders now", Kind: plugins.Gauge, Value: 12345},
@@ -100,9 +108,8 @@ func TestTrackerPageInChromium(t *testing.T) {
 	node := requireBrowser(t)
 	b := redistest.Backends()[0]
 	require.NoError(t, redistest.Flush(t.Context(), b))
-	scorer, metrics := seedViews(t, b)
-	f := newFixture(t, b, server.Config{Plugins: trackerSource(), PublicExtensions: []server.PublicExtension{
-		&btadmin.TrackerViews{Scorer: scorer, Metrics: metrics, TopTorrents: 3}}})
+	source := trackerSource()
+	f := newFixture(t, b, server.Config{Plugins: source, PluginAPI: source})
 	dir := os.Getenv("HOARD_SCREENSHOT_DIR")
 	if dir == "" {
 		dir = t.TempDir()
@@ -146,83 +153,4 @@ func TestTrackerPageInChromium(t *testing.T) {
 	require.Equal(t, "1.2", top[0][1], "the highest score first")
 	require.Equal(t, "1,000,000", res.Totals["torrents count"])
 	require.Equal(t, "12,345", res.Totals["seeders"])
-}
-
-// seedViews writes what the tracker page's seed 002 views read, through
-// the real stores: three torrents scored once (no peers, some, a full
-// reply of new ones) and three users in two countries.
-func seedViews(t *testing.T, b redistest.Backend) (*scoring.Scorer, *ipmetrics.Store) {
-	t.Helper()
-	ctx := t.Context()
-	_, policy, err := scoring.ParseSettings(nil, false)
-	require.NoError(t, err)
-	scorer := scoring.New(b.Client, policy, nil, quiet)
-	store, err := swarm.New(b.Client, swarm.Config{Private: true, Logger: quiet})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = store.Stop() })
-	for i, r := range []scoring.Result{{Peers: 0, Max: 50}, {Peers: 10, New: 10, Max: 50}, {Peers: 60, New: 60, Max: 50}} {
-		hash := bittorrent.InfoHash{0x7a, byte(i)}
-		require.NoError(t, store.Register(ctx, hash, swarm.Registration{ID: fmt.Sprintf("v%d", i)}))
-		_, err := scorer.Track(ctx, hash)
-		require.NoError(t, err)
-		item, err := scorer.NextItem(ctx, hash)
-		require.NoError(t, err)
-		_, err = scorer.Apply(ctx, item, r)
-		require.NoError(t, err)
-	}
-	metrics := ipmetrics.NewStore(b.Client, nil, 0)
-	_, err = metrics.Register(ctx, []ipmetrics.Registration{
-		{IP: netip.MustParseAddr("192.0.2.1"), Loc: ipmetrics.Location{Country: "DE", City: "Berlin"}, Global: true},
-		{IP: netip.MustParseAddr("192.0.2.2"), Loc: ipmetrics.Location{Country: "DE", City: "Hamburg"}, Global: true},
-		{IP: netip.MustParseAddr("2001:db8::1"), Loc: ipmetrics.Location{Country: "US"}, Global: true},
-	})
-	require.NoError(t, err)
-	return scorer, metrics
-}
-
-// TestTrackerViewsArePublicAndBounded: /tracker/bittorrent.json needs no
-// token and shows unique users per month and per country; torrents by
-// score only when the operator made them public; one read serves every
-// caller for CacheFor.
-func TestTrackerViewsArePublicAndBounded(t *testing.T) {
-	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		scorer, metrics := seedViews(t, b)
-		now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
-		hidden := &btadmin.TrackerViews{Scorer: scorer, Metrics: metrics, Now: func() time.Time { return now }}
-		shown := &btadmin.TrackerViews{Scorer: scorer, Metrics: metrics, TopTorrents: 2}
-		read := func(ext *btadmin.TrackerViews) btadmin.TrackerViewsReply {
-			f := newFixture(t, b, server.Config{AdminToken: token, PublicExtensions: []server.PublicExtension{ext}})
-			req, err := http.NewRequest(http.MethodGet, f.url+"/tracker/bittorrent.json", nil)
-			require.NoError(t, err)
-			r := f.do(req)
-			require.Equal(t, http.StatusOK, r.status, "public: no token sent")
-			require.Equal(t, "*", r.header.Get("Access-Control-Allow-Origin"))
-			var reply btadmin.TrackerViewsReply
-			require.NoError(t, json.Unmarshal([]byte(r.body), &reply))
-			return reply
-		}
-		reply := read(hidden)
-		require.EqualValues(t, 3, reply.Users)
-		require.Equal(t, []ipmetrics.PlaceCount{{Country: "DE", Users: 2}, {Country: "US", Users: 1}}, reply.Countries)
-		require.Len(t, reply.UsersByMonth, 12)
-		require.EqualValues(t, 3, reply.UsersByMonth[11].Users, "this month")
-		require.False(t, reply.TopShown)
-		require.Empty(t, reply.TopTorrents, "info-hashes stay private unless the operator says otherwise")
-
-		top, err := scorer.Top(t.Context(), 2)
-		require.NoError(t, err)
-		require.Len(t, top, 2)
-		require.Greater(t, top[0].Score, top[1].Score)
-		reply = read(shown)
-		require.True(t, reply.TopShown)
-		require.Equal(t, top, reply.TopTorrents)
-
-		// Cached: a new user shows only once CacheFor has passed.
-		_, err = metrics.Register(t.Context(), []ipmetrics.Registration{
-			{IP: netip.MustParseAddr("198.51.100.7"), Loc: ipmetrics.Location{Country: "FR"}, Global: true}})
-		require.NoError(t, err)
-		require.EqualValues(t, 3, read(hidden).Users)
-		now = now.Add(11 * time.Second)
-		require.EqualValues(t, 4, read(hidden).Users)
-	})
 }

@@ -31,6 +31,9 @@ type WarriorAPI struct {
 	StatsJSON *StatsJSON
 	// Pages serves the leaderboard page, its websocket and chart data.
 	Pages *Pages
+	// Access, when set, refuses the plugins' work to callers without a
+	// worker token for it (see PluginAccess).
+	Access PluginAccess
 }
 
 // warriorRoute is a parsed warrior path.
@@ -107,6 +110,9 @@ func (w *WarriorAPI) Dispatch(c *gin.Context) {
 		_ = c.Error(err)
 		return
 	}
+	if !w.mayWork(c, route.Slug) {
+		return
+	}
 	switch route.Action {
 	case "request":
 		w.request(c, route)
@@ -117,6 +123,23 @@ func (w *WarriorAPI) Dispatch(c *gin.Context) {
 	case "release":
 		w.release(c, route)
 	}
+}
+
+// mayWork refuses a plugin's project to a caller who may not work it: its
+// items are the plugin's steps (scoring rounds, reaper notices), and a
+// stranger's claim or done would make the plugin skip one.
+func (w *WarriorAPI) mayWork(c *gin.Context, slug string) bool {
+	if w.Access == nil {
+		return true
+	}
+	bearer, _ := strings.CutPrefix(c.GetHeader("Authorization"), "Bearer ")
+	plugin, owned, allowed := w.Access.WarriorAccess(slug, bearer)
+	if !owned || allowed {
+		return true
+	}
+	_ = c.Error(&httpError{Status: http.StatusForbidden, Code: "plugin_work", Message: "project " + slug + " holds the " + plugin +
+		" plugin's work, which is not public: the plugin's own workers do it, and an outside worker needs a worker token for its item types"})
+	return false
 }
 
 type requestBody struct {

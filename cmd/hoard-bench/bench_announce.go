@@ -22,12 +22,12 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/hoardproject/hoard/internal/btloadgen"
 	"github.com/hoardproject/hoard/internal/localredis"
+	"github.com/hoardproject/hoard/internal/opentracker"
 	"github.com/hoardproject/hoard/plugins"
 	"github.com/hoardproject/hoard/plugins/bittorrent/btplugin"
 	"github.com/hoardproject/hoard/plugins/bittorrent/ipmetrics"
-	"github.com/hoardproject/hoard/plugins/bittorrent/loadgen"
-	"github.com/hoardproject/hoard/plugins/bittorrent/opentracker"
 )
 
 // The announce benchmark: the same announce load against hoard's
@@ -87,16 +87,16 @@ CPU" is the load generator alone.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringSliceVar(&o.modes, "modes", []string{string(loadgen.ModeHTTPKeepAlive), string(loadgen.ModeHTTPClose), string(loadgen.ModeUDP)},
+	f.StringSliceVar(&o.modes, "modes", []string{string(btloadgen.ModeHTTPKeepAlive), string(btloadgen.ModeHTTPClose), string(btloadgen.ModeUDP)},
 		"modes to run: http-keepalive, http-close, udp")
 	f.IntVar(&o.runs, "runs", 3, "measured runs per target and mode; medians are reported")
 	f.IntVar(&o.announces, "announces", 50_000, "announces per measured run")
 	f.IntVar(&o.warmup, "warmup", 0, "announces per target and mode before measuring, not counted (0: as many as --announces, so every measured announce re-announces a known peer)")
-	f.IntVar(&o.torrents, "torrents", loadgen.DefaultTorrents, "torrents the announces spread over")
+	f.IntVar(&o.torrents, "torrents", btloadgen.DefaultTorrents, "torrents the announces spread over")
 	f.IntVar(&o.peers, "peers", 0, "simulated peers (0: 10 x --torrents)")
-	f.IntVar(&o.numWant, "numwant", loadgen.DefaultNumWant, "numwant of every announce")
-	f.Float64Var(&o.seeders, "seeders", loadgen.DefaultSeederFraction, "fraction of peers that are seeders")
-	f.IntVar(&o.concurrency, "concurrency", loadgen.DefaultConcurrency, "announces in flight")
+	f.IntVar(&o.numWant, "numwant", btloadgen.DefaultNumWant, "numwant of every announce")
+	f.Float64Var(&o.seeders, "seeders", btloadgen.DefaultSeederFraction, "fraction of peers that are seeders")
+	f.IntVar(&o.concurrency, "concurrency", btloadgen.DefaultConcurrency, "announces in flight")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the torrents and peers")
 	f.StringVar(&o.opentracker, "opentracker", "/usr/bin/opentracker", "opentracker binary (Debian: apt-get install -y opentracker)")
 	f.IntVar(&o.pipelines, "announce-pipelines", 0, "hoard's shared announce pipelines (0: its default; -1: each announce in its own round trip)")
@@ -131,10 +131,10 @@ func (o *announceBenchOptions) validate() error {
 		return errors.New("--modes names no mode")
 	}
 	for _, m := range o.modes {
-		switch loadgen.Mode(m) {
-		case loadgen.ModeHTTPKeepAlive, loadgen.ModeHTTPClose, loadgen.ModeUDP:
+		switch btloadgen.Mode(m) {
+		case btloadgen.ModeHTTPKeepAlive, btloadgen.ModeHTTPClose, btloadgen.ModeUDP:
 		default:
-			return fmt.Errorf("--modes: unknown mode %q (want %s, %s or %s)", m, loadgen.ModeHTTPKeepAlive, loadgen.ModeHTTPClose, loadgen.ModeUDP)
+			return fmt.Errorf("--modes: unknown mode %q (want %s, %s or %s)", m, btloadgen.ModeHTTPKeepAlive, btloadgen.ModeHTTPClose, btloadgen.ModeUDP)
 		}
 	}
 	if o.warmup == 0 {
@@ -144,12 +144,12 @@ func (o *announceBenchOptions) validate() error {
 }
 
 // loadConfig is the load every target gets in mode.
-func (o *announceBenchOptions) loadConfig(mode loadgen.Mode, target string, announces int) loadgen.Config {
+func (o *announceBenchOptions) loadConfig(mode btloadgen.Mode, target string, announces int) btloadgen.Config {
 	seeders := o.seeders
 	if seeders == 0 {
 		seeders = -1 // loadgen reads 0 as its default
 	}
-	return loadgen.Config{
+	return btloadgen.Config{
 		Mode: mode, Target: target, Torrents: o.torrents, Peers: o.peers, Seed: o.seed,
 		NumWant: o.numWant, SeederFraction: seeders, Concurrency: o.concurrency, Announces: announces,
 		// Every target gets the same header; hoard trusts it from
@@ -171,8 +171,8 @@ type announceTarget struct {
 	tracker *btplugin.Tracker
 }
 
-func (t *announceTarget) addr(mode loadgen.Mode) string {
-	if mode == loadgen.ModeUDP {
+func (t *announceTarget) addr(mode btloadgen.Mode) string {
+	if mode == btloadgen.ModeUDP {
 		return t.udp
 	}
 	return t.http
@@ -180,7 +180,7 @@ func (t *announceTarget) addr(mode loadgen.Mode) string {
 
 // announceRun is one measured run and the CPU it cost.
 type announceRun struct {
-	res                        loadgen.Result
+	res                        btloadgen.Result
 	selfCPU, redisCPU, peerCPU time.Duration
 	// scriptTime is the time Redis spent inside EVAL/EVALSHA (its
 	// commandstats), a part of redisCPU.
@@ -252,16 +252,16 @@ func benchAnnounce(ctx context.Context, o announceBenchOptions) error {
 
 	targets = append(targets, ot)
 	type modeFigures struct {
-		mode loadgen.Mode
+		mode btloadgen.Mode
 		runs [][]announceRun
 	}
 	var all []modeFigures
 	var profileParts []string
 	for _, m := range o.modes {
-		mode := loadgen.Mode(m)
+		mode := btloadgen.Mode(m)
 		fig := modeFigures{mode: mode, runs: make([][]announceRun, len(targets))}
 		for _, t := range targets {
-			res, err := loadgen.Run(ctx, o.loadConfig(mode, t.addr(mode), o.warmup))
+			res, err := btloadgen.Run(ctx, o.loadConfig(mode, t.addr(mode), o.warmup))
 			if err != nil {
 				return err
 			}
@@ -278,7 +278,7 @@ func benchAnnounce(ctx context.Context, o announceBenchOptions) error {
 				i := (k + run) % len(targets)
 				t := targets[i]
 				var profile string
-				if o.cpuProfile != "" && mode == loadgen.ModeHTTPClose && t == hoard {
+				if o.cpuProfile != "" && mode == btloadgen.ModeHTTPClose && t == hoard {
 					profile = fmt.Sprintf("%s.run%d", o.cpuProfile, run+1)
 					profileParts = append(profileParts, profile)
 				}
@@ -322,10 +322,10 @@ func benchAnnounce(ctx context.Context, o announceBenchOptions) error {
 				t.name, s.Observed, s.Skipped, s.Registered, s.Counted, s.Dropped, s.Failed)
 		}
 	}
-	if o.metrics && slices.Contains(o.modes, string(loadgen.ModeUDP)) {
+	if o.metrics && slices.Contains(o.modes, string(btloadgen.ModeUDP)) {
 		fmt.Println("note: UDP announces carry no forwarded address, so on the udp rows every announce is 127.0.0.1: the metrics register one IP per torrent")
 	}
-	if slices.Contains(o.modes, string(loadgen.ModeHTTPKeepAlive)) {
+	if slices.Contains(o.modes, string(btloadgen.ModeHTTPKeepAlive)) {
 		// Checked with curl against Debian's 0.0~git20210823 build.
 		fmt.Println("note: opentracker closes every HTTP connection after its reply, so its http-keepalive row is one connection per announce")
 	}
@@ -340,7 +340,7 @@ func benchAnnounce(ctx context.Context, o announceBenchOptions) error {
 
 // measureAnnounceRun runs one load and the CPU accounting around it,
 // under a CPU profile when profile names a file.
-func measureAnnounceRun(ctx context.Context, cfg loadgen.Config, t *announceTarget, infoClient *redis.Client, profile string) (announceRun, error) {
+func measureAnnounceRun(ctx context.Context, cfg btloadgen.Config, t *announceTarget, infoClient *redis.Client, profile string) (announceRun, error) {
 	var out announceRun
 	redisBefore, err := redisCPU(ctx, infoClient)
 	if err != nil {
@@ -370,7 +370,7 @@ func measureAnnounceRun(ctx context.Context, cfg loadgen.Config, t *announceTarg
 	// The label tells the load generator's samples from the tracker's
 	// (whose goroutines carry side=hoard, see startBenchTracker).
 	pprof.Do(ctx, pprof.Labels("side", "loadgen"), func(ctx context.Context) {
-		out.res, err = loadgen.Run(ctx, cfg)
+		out.res, err = btloadgen.Run(ctx, cfg)
 	})
 	out.selfCPU = selfCPU() - selfBefore
 	if profile != "" {
@@ -535,7 +535,7 @@ func findOpentracker(name string) (string, error) {
 // free port), chrooted to dir with the load's info-hashes as its
 // whitelist. The returned stop stops it and waits.
 func startOpentracker(ctx context.Context, binary, dir string, o announceBenchOptions) (*announceTarget, func(), error) {
-	p, err := opentracker.Start(ctx, binary, dir, loadgen.InfoHashes(o.seed, o.torrents))
+	p, err := opentracker.Start(ctx, binary, dir, btloadgen.InfoHashes(o.seed, o.torrents))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -17,9 +17,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/hoardproject/hoard/internal/btloadgen"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
 	"github.com/hoardproject/hoard/plugins/bittorrent/ipmetrics"
-	"github.com/hoardproject/hoard/plugins/bittorrent/loadgen"
 )
 
 // The unique-IP metrics' memory: Redis bytes per registered (metric, IP)
@@ -105,7 +105,7 @@ func benchIPMetrics(ctx context.Context, o ipmetricsBenchOptions) error {
 		if float64(i%1000) < o.ipv6*1000 {
 			// A /48 per IP spread by a hash, in 2001::/16 and 2a00::/16
 			// (space the databases place).
-			v4 := loadgen.PeerIP(2, uint64(i)).As4()
+			v4 := btloadgen.PeerIP(2, uint64(i)).As4()
 			var b [16]byte
 			b[0], b[1] = 0x20, 0x01
 			if i%2 == 1 {

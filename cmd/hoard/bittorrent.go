@@ -13,10 +13,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-
-	"github.com/hoardproject/hoard/plugins/bittorrent/outbox"
-	"github.com/hoardproject/hoard/plugins/bittorrent/scoring"
-	"github.com/hoardproject/hoard/server/btadmin"
 )
 
 // btCommand is `hoard bt`: the BitTorrent tracker's torrents, passkeys
@@ -45,7 +41,7 @@ func btTorrentCommand() *cobra.Command {
 		Short: "Register a torrent under the site's torrent id (again: change its id)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var reply btadmin.RegisterTorrentReply
+			var reply btRegisterTorrentReply
 			path, err := btPath("/torrents/", "info-hash", args[0])
 			if err != nil {
 				return err
@@ -120,7 +116,7 @@ func btTorrentCommand() *cobra.Command {
 		Short: "Show a torrent's record: id, counts, times",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var t btadmin.TorrentRecord
+			var t btTorrentRecord
 			path, err := btPath("/torrents/", "info-hash", args[0])
 			if err != nil {
 				return err
@@ -158,7 +154,7 @@ func btUserCommand() *cobra.Command {
 		Short: "Map a passkey to the site's user id (replaces any previous mapping)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var reply btadmin.UserChangeReply
+			var reply btUserChangeReply
 			path, err := btPath("/users/", "passkey", args[0])
 			if err != nil {
 				return err
@@ -178,7 +174,7 @@ func btUserCommand() *cobra.Command {
 		Short: "Forget a passkey (the user's records stay); an unknown passkey is not an error",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var reply btadmin.UserChangeReply
+			var reply btUserChangeReply
 			path, err := btPath("/users/", "passkey", args[0])
 			if err != nil {
 				return err
@@ -196,7 +192,7 @@ func btUserCommand() *cobra.Command {
 		Short: "Show a user's torrents (active, complete, incomplete, hit-and-run) and transfer totals",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var u btadmin.TrackerUser
+			var u btTrackerUser
 			path, err := btPath("/users/by-id/", "user id", args[0])
 			if err != nil {
 				return err
@@ -248,9 +244,9 @@ whose peer_id starts with a whitelisted prefix. A prefix that starts with '-'
 		Short: "Whitelist a peer_id prefix (1-20 bytes)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var reply btadmin.WhitelistedClient
+			var reply btWhitelistedClient
 			err := newAdminClient().do(cmd.Context(), http.MethodPut, "/bittorrent/clients/"+url.PathEscape(args[0]),
-				btadmin.AddClientRequest{Name: name}, &reply)
+				btAddClientRequest{Name: name}, &reply)
 			if err != nil {
 				return err
 			}
@@ -265,7 +261,7 @@ whose peer_id starts with a whitelisted prefix. A prefix that starts with '-'
 		Short: "Take a peer_id prefix off the whitelist",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var reply btadmin.WhitelistedClient
+			var reply btWhitelistedClient
 			err := newAdminClient().do(cmd.Context(), http.MethodDelete, "/bittorrent/clients/"+url.PathEscape(args[0]), nil, &reply)
 			if err != nil {
 				return err
@@ -285,12 +281,12 @@ func btClientsCommand() *cobra.Command {
 		Short: "List the client whitelist (warns when it is empty)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var reply btadmin.ClientsReply
+			var reply btClientsReply
 			if err := newAdminClient().do(cmd.Context(), http.MethodGet, "/bittorrent/clients", nil, &reply); err != nil {
 				return err
 			}
 			if len(reply.Clients) == 0 {
-				fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+btadmin.EmptyWhitelistWarning)
+				fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+reply.Warning)
 				return nil
 			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
@@ -309,7 +305,7 @@ func btStatsCommand() *cobra.Command {
 		Short: "Show the tracker's global counters (they lag by the flush interval)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var s btadmin.SwarmStats
+			var s btSwarmStats
 			if err := newAdminClient().do(cmd.Context(), http.MethodGet, "/bittorrent/stats", nil, &s); err != nil {
 				return err
 			}
@@ -334,7 +330,7 @@ func btTopCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			query := url.Values{"by": {by}, "n": {strconv.Itoa(count)}}
-			var reply btadmin.TopReply
+			var reply btTopReply
 			if err := newAdminClient().do(cmd.Context(), http.MethodGet, "/bittorrent/top?"+query.Encode(), nil, &reply); err != nil {
 				return err
 			}
@@ -347,7 +343,7 @@ func btTopCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&by, "by", "seeders", "seeders, leechers or snatches")
-	cmd.Flags().IntVarP(&count, "count", "n", btadmin.DefaultTopCount, fmt.Sprintf("how many torrents (1-%d)", btadmin.MaxTopCount))
+	cmd.Flags().IntVarP(&count, "count", "n", btDefaultTopCount, fmt.Sprintf("how many torrents (1-%d)", btMaxTopCount))
 	return cmd
 }
 
@@ -396,15 +392,12 @@ after them; a site that processes the lines first acknowledges by hand:
 POST /api/v1/bittorrent/outbox/ack {"ids": [...]}.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if _, err := outbox.ParseCursor(after); err != nil {
-				return fmt.Errorf("--after: %w", err)
-			}
-			if limit < 1 || limit > outbox.MaxListLimit {
-				return fmt.Errorf("--limit %d: want 1 to %d", limit, outbox.MaxListLimit)
+			if limit < 1 || limit > btMaxOutboxLimit {
+				return fmt.Errorf("--limit %d: want 1 to %d", limit, btMaxOutboxLimit)
 			}
 			query := url.Values{"after": {after}, "limit": {strconv.Itoa(limit)}}
 			client := newAdminClient()
-			var page btadmin.OutboxEventsReply
+			var page btOutboxEventsReply
 			if err := client.do(cmd.Context(), http.MethodGet, "/bittorrent/outbox/events?"+query.Encode(), nil, &page); err != nil {
 				return err
 			}
@@ -418,7 +411,7 @@ POST /api/v1/bittorrent/outbox/ack {"ids": [...]}.`,
 			}
 			pending := page.Counts.Pending
 			if ack && len(ids) > 0 {
-				var change btadmin.OutboxChangeReply
+				var change btOutboxChangeReply
 				if err := client.do(cmd.Context(), http.MethodPost, "/bittorrent/outbox/ack", map[string][]string{"ids": ids}, &change); err != nil {
 					return fmt.Errorf("the events were listed but not acknowledged: %w", err)
 				}
@@ -430,7 +423,7 @@ POST /api/v1/bittorrent/outbox/ack {"ids": [...]}.`,
 		},
 	}
 	cmd.Flags().StringVar(&after, "after", "", "the id of the last event already seen (default: from the first)")
-	cmd.Flags().IntVar(&limit, "limit", btadmin.DefaultOutboxLimit, fmt.Sprintf("the most events to list (1-%d)", outbox.MaxListLimit))
+	cmd.Flags().IntVar(&limit, "limit", btDefaultOutboxLimit, fmt.Sprintf("the most events to list (1-%d)", btMaxOutboxLimit))
 	cmd.Flags().BoolVar(&ack, "ack", false, "mark the listed events delivered")
 	return cmd
 }
@@ -444,7 +437,7 @@ func btOutboxCommand() *cobra.Command {
 		Short: "Show the outbox's sizes and counters",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var c outbox.Counts
+			var c btOutboxCounts
 			if err := newAdminClient().do(cmd.Context(), http.MethodGet, "/bittorrent/outbox/stats", nil, &c); err != nil {
 				return err
 			}
@@ -464,11 +457,8 @@ func btOutboxCommand() *cobra.Command {
 		Short: "List the events whose delivery attempts ran out, with their last error (one JSON object per line)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if _, err := outbox.ParseCursor(after); err != nil {
-				return fmt.Errorf("--after: %w", err)
-			}
 			query := url.Values{"after": {after}, "limit": {strconv.Itoa(limit)}}
-			var page btadmin.OutboxEventsReply
+			var page btOutboxEventsReply
 			if err := newAdminClient().do(cmd.Context(), http.MethodGet, "/bittorrent/outbox/dead?"+query.Encode(), nil, &page); err != nil {
 				return err
 			}
@@ -483,7 +473,7 @@ func btOutboxCommand() *cobra.Command {
 		},
 	}
 	dead.Flags().StringVar(&after, "after", "", "the id of the last dead event already seen")
-	dead.Flags().IntVar(&limit, "limit", btadmin.DefaultOutboxLimit, fmt.Sprintf("the most events to list (1-%d)", outbox.MaxListLimit))
+	dead.Flags().IntVar(&limit, "limit", btDefaultOutboxLimit, fmt.Sprintf("the most events to list (1-%d)", btMaxOutboxLimit))
 	var all bool
 	retry := &cobra.Command{
 		Use:   "retry <id>... | --all",
@@ -492,12 +482,7 @@ func btOutboxCommand() *cobra.Command {
 			if all == (len(args) > 0) {
 				return errors.New("give the dead events' ids, or --all")
 			}
-			if !all {
-				if _, err := outbox.ParseIDs(args); err != nil {
-					return err
-				}
-			}
-			var change btadmin.OutboxChangeReply
+			var change btOutboxChangeReply
 			body := map[string]any{"ids": args, "all": all}
 			if err := newAdminClient().do(cmd.Context(), http.MethodPost, "/bittorrent/outbox/dead/retry", body, &change); err != nil {
 				return err
@@ -506,7 +491,7 @@ func btOutboxCommand() *cobra.Command {
 			return nil
 		},
 	}
-	retry.Flags().BoolVar(&all, "all", false, fmt.Sprintf("retry every dead event (up to %d per call)", outbox.MaxListLimit))
+	retry.Flags().BoolVar(&all, "all", false, fmt.Sprintf("retry every dead event (up to %d per call)", btMaxOutboxLimit))
 	cmd.AddCommand(stats, dead, retry)
 	return cmd
 }
@@ -526,16 +511,16 @@ func (f *trackerFlags) register(cmd *cobra.Command, also string) {
 		"the tracker's max peers, the reply size that counts as full (default 50): once for all, or once per --tracker in order")
 }
 
-func (f *trackerFlags) list() ([]scoring.Tracker, error) {
+func (f *trackerFlags) list() ([]btTracker, error) {
 	if len(f.max) > 1 && len(f.max) != len(f.urls) {
 		return nil, fmt.Errorf("%d --tracker-max for %d --tracker: give one for all, or one per tracker", len(f.max), len(f.urls))
 	}
 	if len(f.max) > 0 && len(f.urls) == 0 {
 		return nil, errors.New("--tracker-max without --tracker")
 	}
-	out := make([]scoring.Tracker, len(f.urls))
+	out := make([]btTracker, len(f.urls))
 	for i, u := range f.urls {
-		out[i] = scoring.Tracker{URL: u}
+		out[i] = btTracker{URL: u}
 		switch len(f.max) {
 		case 1:
 			out[i].MaxPeers = f.max[0]
@@ -543,11 +528,12 @@ func (f *trackerFlags) list() ([]scoring.Tracker, error) {
 			out[i].MaxPeers = f.max[i]
 		}
 	}
-	// The same checks as the server's, so a typo fails before any call.
-	return scoring.CheckTrackers(out)
+	// The plugin checks the list before it writes anything, so a typo
+	// changes nothing; its answer says what is wrong.
+	return out, nil
 }
 
-func printTrackers(w io.Writer, reply btadmin.TrackersReply) {
+func printTrackers(w io.Writer, reply btTrackersReply) {
 	if len(reply.Trackers) == 0 {
 		fmt.Fprintf(w, "%s has no external trackers\n", reply.InfoHash)
 		return
@@ -568,7 +554,7 @@ func btTrackerCommand() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		var reply btadmin.TrackersReply
+		var reply btTrackersReply
 		if err := newAdminClient().do(cmd.Context(), method, path+"/trackers", body, &reply); err != nil {
 			return err
 		}
@@ -592,7 +578,7 @@ func btTrackerCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return call(cmd, http.MethodPut, args[0], btadmin.SetTrackersRequest{Trackers: trackers})
+			return call(cmd, http.MethodPut, args[0], btSetTrackersRequest{Trackers: trackers})
 		},
 	}
 	flags.register(set, "")
@@ -618,7 +604,7 @@ func btScoreCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var v scoring.View
+			var v btScoreView
 			if err := newAdminClient().do(cmd.Context(), http.MethodGet, path+"/score", nil, &v); err != nil {
 				return err
 			}
@@ -677,10 +663,10 @@ func btScoreCommand() *cobra.Command {
 		Short: "The torrents with the highest scores",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if count < 1 || count > scoring.MaxTop {
-				return fmt.Errorf("-n %d: want 1 to %d", count, scoring.MaxTop)
+			if count < 1 || count > btMaxScoresTop {
+				return fmt.Errorf("-n %d: want 1 to %d", count, btMaxScoresTop)
 			}
-			var reply btadmin.TopScoresReply
+			var reply btTopScoresReply
 			err := newAdminClient().do(cmd.Context(), http.MethodGet, "/bittorrent/scores/top?n="+strconv.Itoa(count), nil, &reply)
 			if err != nil {
 				return err
@@ -693,7 +679,7 @@ func btScoreCommand() *cobra.Command {
 			return tw.Flush()
 		},
 	}
-	top.Flags().IntVarP(&count, "count", "n", btadmin.DefaultTopCount, fmt.Sprintf("how many torrents (1-%d)", scoring.MaxTop))
+	top.Flags().IntVarP(&count, "count", "n", btDefaultTopCount, fmt.Sprintf("how many torrents (1-%d)", btMaxScoresTop))
 	cmd.AddCommand(show, top)
 	return cmd
 }

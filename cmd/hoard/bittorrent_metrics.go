@@ -8,9 +8,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
-
-	"github.com/hoardproject/hoard/plugins/bittorrent/ipmetrics"
-	"github.com/hoardproject/hoard/server/btadmin"
 )
 
 // btMetricsCommand is `hoard bt metrics`: the unique-IP metrics (seed
@@ -37,7 +34,7 @@ was counted in; see the README's "Unique-IP metrics".`,
 			if torrent != "" {
 				query.Set("torrent", torrent)
 			}
-			var r ipmetrics.Report
+			var r btMetricsReport
 			if err := newAdminClient().do(cmd.Context(), http.MethodGet, "/bittorrent/metrics?"+query.Encode(), nil, &r); err != nil {
 				return err
 			}
@@ -60,7 +57,7 @@ was counted in; see the README's "Unique-IP metrics".`,
 			}
 			for _, list := range []struct {
 				title  string
-				places []ipmetrics.PlaceCount
+				places []btPlaceCount
 			}{{"CITY", r.Cities}, {"POSTCODE", r.Postcodes}} {
 				fmt.Fprintf(w, "\nCOUNTRY\t%s\tUSERS\n", list.title)
 				for _, p := range list.places {
@@ -73,7 +70,7 @@ was counted in; see the README's "Unique-IP metrics".`,
 	f := cmd.Flags()
 	f.StringVar(&month, "month", "", "one calendar month, YYYY-MM (UTC); default all time")
 	f.StringVar(&torrent, "torrent", "", "one torrent's metrics (40 hex characters)")
-	f.IntVarP(&top, "count", "n", btadmin.DefaultMetricsTop, fmt.Sprintf("countries, cities and postcodes to list (1-%d)", btadmin.MaxMetricsTop))
-	f.IntVar(&months, "months", btadmin.DefaultMetricsMonths, fmt.Sprintf("months of users per month (1-%d)", btadmin.MaxMetricsMonths))
+	f.IntVarP(&top, "count", "n", btDefaultMetricsTop, fmt.Sprintf("countries, cities and postcodes to list (1-%d)", btMaxMetricsTop))
+	f.IntVar(&months, "months", btDefaultMetricsMonths, fmt.Sprintf("months of users per month (1-%d)", btMaxMetricsMonths))
 	return cmd
 }

@@ -15,10 +15,10 @@ import (
 	"github.com/hoardproject/hoard/internal/clock"
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btadmin"
 	"github.com/hoardproject/hoard/plugins/bittorrent/ipmetrics"
 	"github.com/hoardproject/hoard/queues"
 	"github.com/hoardproject/hoard/server"
-	"github.com/hoardproject/hoard/server/btadmin"
 )
 
 // TestCLIBitTorrentMetrics drives `hoard bt metrics` against a real server
@@ -32,7 +32,7 @@ func TestCLIBitTorrentMetrics(t *testing.T) {
 		clk := clock.NewFake(time.Date(2026, 1, 30, 12, 0, 0, 0, time.UTC))
 		store := ipmetrics.NewStore(b.Client, clk, 0)
 		srv, err := server.New(server.Config{AdminToken: "cli-token", Logger: quiet,
-			AdminExtensions: []server.AdminExtension{&btadmin.MetricsAdmin{Store: store}}}, engine)
+			PluginAPI: newBTAPI(nil, &btadmin.MetricsAdmin{Store: store})}, engine)
 		require.NoError(t, err)
 		ts := httptest.NewServer(srv.Handler())
 		defer ts.Close()

@@ -21,7 +21,7 @@ import (
 	"github.com/hoardproject/hoard/queues"
 	"github.com/hoardproject/hoard/server"
 
-	"github.com/hoardproject/hoard/server/btadmin"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btadmin"
 )
 
 // runCLIWithStderr is runCLI that also returns what the command wrote to
@@ -56,7 +56,7 @@ func TestCLIBitTorrent(t *testing.T) {
 		engine := queues.NewEngine(b.Client, queues.Options{Logger: quiet})
 		admin, err := swarm.New(b.Client, swarm.Config{Logger: quiet})
 		require.NoError(t, err)
-		srv, err := server.New(server.Config{AdminToken: "cli-token", Logger: quiet, AdminExtensions: []server.AdminExtension{&btadmin.Admin{Store: admin}}}, engine)
+		srv, err := server.New(server.Config{AdminToken: "cli-token", Logger: quiet, PluginAPI: newBTAPI(&btadmin.Admin{Store: admin}, nil)}, engine)
 		require.NoError(t, err)
 		ts := httptest.NewServer(srv.Handler())
 		defer ts.Close()

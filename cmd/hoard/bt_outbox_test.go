@@ -17,7 +17,7 @@ import (
 	"github.com/hoardproject/hoard/queues"
 	"github.com/hoardproject/hoard/server"
 
-	"github.com/hoardproject/hoard/server/btadmin"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btadmin"
 )
 
 // TestCLIReaperEvents drives `hoard bt reaper events` and `hoard bt
@@ -30,7 +30,7 @@ func TestCLIReaperEvents(t *testing.T) {
 		engine := queues.NewEngine(b.Client, queues.Options{Logger: quiet})
 		ob := outbox.New(b.Client, outbox.Config{Policy: outbox.DefaultPolicy(), Logger: quiet})
 		srv, err := server.New(server.Config{AdminToken: "cli-token", Logger: quiet,
-			AdminExtensions: []server.AdminExtension{&btadmin.Admin{Outbox: ob}}}, engine)
+			PluginAPI: newBTAPI(&btadmin.Admin{Outbox: ob}, nil)}, engine)
 		require.NoError(t, err)
 		ts := httptest.NewServer(srv.Handler())
 		defer ts.Close()

@@ -9,9 +9,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-
-	"github.com/hoardproject/hoard/plugins/bittorrent/reaper"
-	"github.com/hoardproject/hoard/server/btadmin"
 )
 
 // btReaperCommand is `hoard bt reaper`: the unseeded reaper's extensions,
@@ -38,7 +35,7 @@ with it, and the steps already queued for it do nothing. Only torrents that
 have had a notice can be extended. Logged in the admin log with $HOARD_ACTOR.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var req btadmin.ExtendRequest
+			var req btExtendRequest
 			switch {
 			case len(args) == 1 && user != "":
 				return fmt.Errorf("name a torrent or --user, not both")
@@ -49,11 +46,11 @@ have had a notice can be extended. Logged in the admin log with $HOARD_ACTOR.`,
 			default:
 				return fmt.Errorf("name a torrent (its info-hash) or --user U")
 			}
-			if days < 1 || days > reaper.MaxExtensionDays {
-				return fmt.Errorf("--days %d: want a whole number from 1 to %d", days, reaper.MaxExtensionDays)
+			if days < 1 || days > btMaxExtensionDays {
+				return fmt.Errorf("--days %d: want a whole number from 1 to %d", days, btMaxExtensionDays)
 			}
 			req.Days = []byte(strconv.Itoa(days))
-			var reply btadmin.ExtendReply
+			var reply btExtendReply
 			if err := newAdminClient().do(cmd.Context(), http.MethodPost, "/bittorrent/reaper/extend", req, &reply); err != nil {
 				return err
 			}
@@ -65,7 +62,7 @@ have had a notice can be extended. Logged in the admin log with $HOARD_ACTOR.`,
 			return nil
 		},
 	}
-	cmd.Flags().IntVar(&days, "days", 0, fmt.Sprintf("days to add (1-%d)", reaper.MaxExtensionDays))
+	cmd.Flags().IntVar(&days, "days", 0, fmt.Sprintf("days to add (1-%d)", btMaxExtensionDays))
 	_ = cmd.MarkFlagRequired("days")
 	cmd.Flags().StringVar(&user, "user", "", "extend every upload of this uploader that is in the reaper's process")
 	return cmd
@@ -77,7 +74,7 @@ func btReaperPreviewCommand() *cobra.Command {
 		Short: "Show what the reaper's next run would do, changing nothing",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var p reaper.Preview
+			var p btReaperPreview
 			if err := newAdminClient().do(cmd.Context(), http.MethodGet, "/bittorrent/reaper/preview", nil, &p); err != nil {
 				return err
 			}
@@ -106,7 +103,7 @@ func btReaperCountsCommand() *cobra.Command {
 		Short: "Show the torrents in each reaper state (at its last run) and the steps it has done",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var c reaper.Counts
+			var c btReaperCounts
 			if err := newAdminClient().do(cmd.Context(), http.MethodGet, "/bittorrent/reaper/counts", nil, &c); err != nil {
 				return err
 			}
@@ -139,7 +136,7 @@ func btReaperShowCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var r btadmin.ReaperTorrent
+			var r btReaperTorrent
 			if err := newAdminClient().do(cmd.Context(), http.MethodGet, path, nil, &r); err != nil {
 				return err
 			}

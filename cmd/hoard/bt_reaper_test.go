@@ -14,11 +14,11 @@ import (
 
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btadmin"
 	"github.com/hoardproject/hoard/plugins/bittorrent/reaper"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 	"github.com/hoardproject/hoard/queues"
 	"github.com/hoardproject/hoard/server"
-	"github.com/hoardproject/hoard/server/btadmin"
 )
 
 // TestCLIBitTorrentReaper drives `hoard bt reaper` against a real server:
@@ -32,7 +32,7 @@ func TestCLIBitTorrentReaper(t *testing.T) {
 		require.NoError(t, err)
 		reap := reaper.New(b.Client, reaper.Config{Policy: reaper.DefaultPolicy(), Logger: quiet})
 		srv, err := server.New(server.Config{AdminToken: "cli-token", Logger: quiet,
-			AdminExtensions: []server.AdminExtension{&btadmin.Admin{Store: admin, Reaper: reap}}}, engine)
+			PluginAPI: newBTAPI(&btadmin.Admin{Store: admin, Reaper: reap}, nil)}, engine)
 		require.NoError(t, err)
 		ts := httptest.NewServer(srv.Handler())
 		defer ts.Close()

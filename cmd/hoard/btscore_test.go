@@ -11,11 +11,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btadmin"
 	"github.com/hoardproject/hoard/plugins/bittorrent/scoring"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 	"github.com/hoardproject/hoard/queues"
 	"github.com/hoardproject/hoard/server"
-	"github.com/hoardproject/hoard/server/btadmin"
 )
 
 // TestCLIBitTorrentTrackersAndScores drives `hoard bt torrent add
@@ -31,7 +31,7 @@ func TestCLIBitTorrentTrackersAndScores(t *testing.T) {
 		require.NoError(t, err)
 		scorer := scoring.New(b.Client, policy, nil, quiet)
 		srv, err := server.New(server.Config{AdminToken: "cli-token", Logger: quiet,
-			AdminExtensions: []server.AdminExtension{&btadmin.Admin{Store: store, Scorer: scorer}}}, engine)
+			PluginAPI: newBTAPI(&btadmin.Admin{Store: store, Scorer: scorer}, nil)}, engine)
 		require.NoError(t, err)
 		ts := httptest.NewServer(srv.Handler())
 		defer ts.Close()

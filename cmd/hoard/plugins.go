@@ -12,9 +12,6 @@ import (
 
 	"github.com/hoardproject/hoard/plugins"
 	"github.com/hoardproject/hoard/plugins/bittorrent/btplugin"
-	"github.com/hoardproject/hoard/plugins/bittorrent/reaper"
-	"github.com/hoardproject/hoard/plugins/bittorrent/scoring"
-	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 	"github.com/hoardproject/hoard/queues"
 
 	"github.com/hoardproject/hoard/plugins/pluginhost"
@@ -31,6 +28,8 @@ var builtinPlugins = map[string]plugins.Factory{
 type pluginOptions struct {
 	plugins  []string
 	settings []string
+	// workerTokens are NAME[:TYPE,TYPE]=TOKEN (pluginhost.ParseWorkerTokens).
+	workerTokens []string
 	// eventRetry is how long a plugin event may stay unacknowledged (its
 	// frontend or plugin died mid-hook) before another frontend takes it.
 	eventRetry time.Duration
@@ -42,49 +41,10 @@ func addPluginFlags(cmd *cobra.Command, o *pluginOptions) {
 		"plugin to run: NAME=PATH for a plugin binary, NAME for a builtin; repeatable ($HOARD_PLUGINS, comma-separated)")
 	f.StringArrayVar(&o.settings, "plugin-settings", nil,
 		"a plugin's own settings: NAME=JSON or NAME=@FILE; repeatable")
+	f.StringArrayVar(&o.workerTokens, "plugin-worker-token", splitList(envOr("HOARD_PLUGIN_WORKER_TOKENS", "")),
+		"a token that lets an outside worker claim a plugin's items through the warrior API (Authorization: Bearer TOKEN): NAME=TOKEN for every item type of the plugin, NAME:TYPE,TYPE=TOKEN for some; repeatable ($HOARD_PLUGIN_WORKER_TOKENS, comma-separated)")
 	f.DurationVar(&o.eventRetry, "plugin-event-retry", pluginhost.DefaultEventRetryAfter,
 		"how long a plugin's item event may stay unacknowledged (its frontend or plugin died mid-hook) before another frontend delivers it again")
-}
-
-// adminReaper is the unseeded reaper for the admin calls (extend,
-// preview, counts), with the policy of the "bittorrent" plugin's
-// settings; nil when that plugin is not configured or its reaper is off.
-// Its events are the plugin's business: the admin calls publish none.
-func adminReaper(o pluginOptions, rdb redis.UniversalClient, store *swarm.Store, logger *slog.Logger) (*reaper.Reaper, error) {
-	specs, err := pluginhost.ParseSpecs(o.plugins, o.settings)
-	if err != nil {
-		return nil, err
-	}
-	for _, spec := range specs {
-		if spec.Name != "bittorrent" {
-			continue
-		}
-		policy, enabled, err := btplugin.ReaperPolicy(spec.Settings)
-		if err != nil || !enabled {
-			return nil, err
-		}
-		return reaper.New(rdb, reaper.Config{Policy: policy, Unregister: store.UnregisterTorrent,
-			Logger: logger.With("component", "bittorrent-reaper-admin")}), nil
-	}
-	return nil, nil
-}
-
-// adminScoringPolicy is the "bittorrent" plugin's scoring policy (its
-// defaults without one), for the admin API's scorer: the tracker URLs it
-// accepts are those the plugin may announce to (allow_private_targets,
-// allowed_targets).
-func adminScoringPolicy(o pluginOptions) (scoring.Policy, error) {
-	specs, err := pluginhost.ParseSpecs(o.plugins, o.settings)
-	if err != nil {
-		return scoring.Policy{}, err
-	}
-	for _, spec := range specs {
-		if spec.Name == "bittorrent" {
-			return btplugin.ScoringPolicy(spec.Settings)
-		}
-	}
-	_, p, err := scoring.ParseSettings(nil, false)
-	return p, err
 }
 
 // startPlugins starts the plugin host. With no plugin configured it starts
@@ -96,8 +56,13 @@ func startPlugins(ctx context.Context, o pluginOptions, dataDir, redisURL string
 	if err != nil {
 		return nil, err
 	}
+	tokens, err := pluginhost.ParseWorkerTokens(o.workerTokens)
+	if err != nil {
+		return nil, fmt.Errorf("--plugin-worker-token: %w", err)
+	}
 	host, err := pluginhost.NewHost(pluginhost.Options{
-		Plugins: specs, Builtins: builtinPlugins, RedisURL: redisURL, Redis: rdb,
+		WorkerTokens: tokens,
+		Plugins:      specs, Builtins: builtinPlugins, RedisURL: redisURL, Redis: rdb,
 		Queues: pluginhost.EngineQueues(engine), Events: pluginhost.EngineEventLog(engine), Logger: logger,
 		EventRetryAfter: o.eventRetry,
 		PIDDir:          filepath.Join(dataDir, "plugins"),

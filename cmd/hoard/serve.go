@@ -19,14 +19,8 @@ import (
 	"github.com/hoardproject/hoard/internal/localredis"
 	"github.com/hoardproject/hoard/internal/redismemory"
 	"github.com/hoardproject/hoard/leaderboard"
-	"github.com/hoardproject/hoard/plugins/bittorrent/ipmetrics"
-	"github.com/hoardproject/hoard/plugins/bittorrent/outbox"
-	"github.com/hoardproject/hoard/plugins/bittorrent/scoring"
-	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 	"github.com/hoardproject/hoard/queues"
 	"github.com/hoardproject/hoard/server"
-
-	"github.com/hoardproject/hoard/server/btadmin"
 )
 
 type serveOptions struct {
@@ -57,7 +51,6 @@ type serveOptions struct {
 	plugins              pluginOptions
 	maxViewers           int
 	maxViewersPerAddress int
-	publicTopTorrents    int
 	viewerIdleTimeout    time.Duration
 	// envErr is a malformed number or duration in the environment,
 	// reported when the command runs.
@@ -103,8 +96,6 @@ func serveCommand() *cobra.Command {
 		"live leaderboard viewers per frontend; 0 = derived from the descriptor limit, which also bounds a larger value ($HOARD_MAX_VIEWERS)")
 	f.IntVar(&o.maxViewersPerAddress, "max-viewers-per-address", envInt("HOARD_MAX_VIEWERS_PER_ADDRESS", leaderboard.DefaultMaxViewersPerAddress, &o.envErr),
 		"live viewers per client IPv4 address or IPv6 /64; more get 429 ($HOARD_MAX_VIEWERS_PER_ADDRESS)")
-	f.IntVar(&o.publicTopTorrents, "public-top-torrents", envInt("HOARD_PUBLIC_TOP_TORRENTS", 0, &o.envErr),
-		"torrents by score shown on the public tracker page (/tracker/); 0 = none, since info-hashes are private on a private tracker ($HOARD_PUBLIC_TOP_TORRENTS)")
 	f.DurationVar(&o.viewerIdleTimeout, "viewer-idle-timeout", envDuration("HOARD_VIEWER_IDLE_TIMEOUT", leaderboard.DefaultViewerIdleTimeout, &o.envErr),
 		"drop a viewer that sent nothing, not even a pong, for this long ($HOARD_VIEWER_IDLE_TIMEOUT)")
 	addPluginFlags(cmd, &o.plugins)
@@ -223,9 +214,6 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if o.plugins.eventRetry <= 0 {
 		return fmt.Errorf("--plugin-event-retry must be positive, got %s", o.plugins.eventRetry)
 	}
-	if o.publicTopTorrents < 0 || o.publicTopTorrents > scoring.MaxTop {
-		return fmt.Errorf("--public-top-torrents must be from 0 to %d, got %d", scoring.MaxTop, o.publicTopTorrents)
-	}
 	logger := newLogger(o.logFormat, level)
 	slog.SetDefault(logger)
 	if o.adminToken == "" && !o.insecureNoAdminToken {
@@ -314,35 +302,13 @@ func runServe(ctx context.Context, o serveOptions) error {
 		return err
 	}
 	defer pluginHost.Stop()
-	// The BitTorrent admin calls write through a store of their own that
-	// never starts: they need no expiry or flush loops.
-	btAdmin, err := swarm.New(rdb, swarm.Config{Logger: logger.With("component", "bittorrent-admin")})
-	if err != nil {
-		return err
-	}
-	// The outbox calls (poll, ack, dead, retry) read and write the
-	// plugin's outbox in the same Redis; this one never delivers.
-	btOutbox := outbox.New(rdb, outbox.Config{Policy: outbox.DefaultPolicy(), Logger: logger.With("component", "bittorrent-outbox")})
-	btReaper, err := adminReaper(o.plugins, rdb, btAdmin, logger)
-	if err != nil {
-		return err
-	}
-	// The scoring admin calls (external trackers, scores, top) read and
-	// write scoring's keys directly; the plugin's own settings decide
-	// whether scoring runs, and which tracker addresses it may reach.
-	scorePolicy, err := adminScoringPolicy(o.plugins)
-	if err != nil {
-		return err
-	}
-	btScorer := scoring.New(rdb, scorePolicy, nil, logger.With("component", "bittorrent-admin"))
-	btMetrics := ipmetrics.NewStore(rdb, nil, 0)
 	srv, err := server.New(server.Config{
 		Listen: o.listen, AdminToken: o.adminToken, InsecureNoAdminToken: o.insecureNoAdminToken, MetricsToken: o.metricsToken,
 		ProjectsFile: o.projectsFile, PublicURL: o.publicURL, TrustedProxies: o.trustedProxies, Logger: logger,
-		Offloader: offloader, AdminExtensions: []server.AdminExtension{&btadmin.Admin{Store: btAdmin, Outbox: btOutbox, Reaper: btReaper, Scorer: btScorer},
-			&btadmin.MetricsAdmin{Store: btMetrics}}, Collectors: []prometheus.Collector{pluginHost.Collector(), memory},
-		PublicExtensions: []server.PublicExtension{&btadmin.TrackerViews{Scorer: btScorer, Metrics: btMetrics, TopTorrents: o.publicTopTorrents}},
-		Plugins:          pluginHost, MaxViewers: maxViewers, MaxViewersPerAddress: o.maxViewersPerAddress,
+		// The plugins' own APIs and page data are forwarded to them: the
+		// host builds none of a plugin's stores and writes none of its keys.
+		Offloader: offloader, Collectors: []prometheus.Collector{pluginHost.Collector(), memory},
+		Plugins: pluginHost, PluginAPI: pluginHost, PluginAccess: pluginHost, PluginJobs: pluginHost, MaxViewers: maxViewers, MaxViewersPerAddress: o.maxViewersPerAddress,
 		ViewerIdleTimeout: o.viewerIdleTimeout,
 	}, engine)
 	if err != nil {

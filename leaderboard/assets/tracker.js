@@ -76,8 +76,9 @@ function table(name, caption, headers, rows) {
 // public. Absent (no BitTorrent views on this hoard): nothing.
 async function renderViews() {
   const res = await fetch('/tracker/bittorrent.json', { cache: 'no-store' });
-  if (res.status === 404) return null;
-  if (!res.ok) throw new Error(`HTTP ${res.status}`);
+  // No BitTorrent plugin here (404), or it is restarting: the rest of
+  // the page still shows.
+  if (!res.ok) return null;
   const v = await res.json();
   const section = el('section', { class: 'panel tracker-plugin', 'data-views': 'bittorrent' });
   section.append(el('h2', {}, 'Swarm users', el('span', { class: 'muted small' },

@@ -110,8 +110,11 @@ func (p *recordingPlugin) OnTick(context.Context, plugins.Tick) (plugins.TickRes
 	return plugins.TickResult{}, nil
 }
 func (p *recordingPlugin) Stats(context.Context) (plugins.Stats, error) { return plugins.Stats{}, nil }
-func (p *recordingPlugin) Health(context.Context) error                 { return nil }
-func (p *recordingPlugin) Close(context.Context) error                  { return nil }
+func (p *recordingPlugin) HandleRequest(_ context.Context, req plugins.Request) (plugins.Response, error) {
+	return plugins.NotFoundResponse(req), nil
+}
+func (p *recordingPlugin) Health(context.Context) error { return nil }
+func (p *recordingPlugin) Close(context.Context) error  { return nil }
 
 type eventRig struct {
 	t      *testing.T

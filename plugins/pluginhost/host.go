@@ -65,6 +65,9 @@ type Options struct {
 	RedisURL string
 	// Redis carries the job leases; nil runs every job on every host.
 	Redis redis.UniversalClient
+	// WorkerTokens let outside workers use the public warrior API on the
+	// plugins' item types that are not public (see access.go).
+	WorkerTokens []WorkerToken
 	// Events is the queue engine's event log, the source of the plugins'
 	// OnItemDone and OnReclaim; nil delivers only what Deliver* hands over.
 	Events EventLog
@@ -204,6 +207,11 @@ type Host struct {
 	supervisors []*supervisor
 	byName      map[string]*supervisor
 
+	// owned are the projects the plugins' item types live in, from the
+	// descriptions and from Redis (access.go).
+	ownedMu sync.RWMutex
+	owned   map[string]ProjectOwner
+
 	mu      sync.Mutex
 	started bool
 	cancel  context.CancelFunc
@@ -217,7 +225,8 @@ type Host struct {
 // stops hoard at start; one that fails later is only restarted.
 func NewHost(opts Options) (*Host, error) {
 	opts.setDefaults()
-	h := &Host{opts: opts, log: opts.Logger.With("component", "plugins"), byName: map[string]*supervisor{}}
+	h := &Host{opts: opts, log: opts.Logger.With("component", "plugins"), byName: map[string]*supervisor{},
+		owned: map[string]ProjectOwner{}}
 	var errs []error
 	for _, spec := range opts.Plugins {
 		if err := plugins.ValidateName(spec.Name); err != nil {
@@ -289,13 +298,16 @@ func (h *Host) Start(ctx context.Context) error {
 	if h.started {
 		return errors.New("plugin host already started")
 	}
-	if len(h.supervisors) == 0 {
-		h.started = true
-		return nil
-	}
 	h.started = true
+	// Even a frontend that runs no plugin keeps the others' projects
+	// closed to the public.
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	h.cancel = cancel
+	if err := h.loadOwners(ctx); err != nil {
+		h.log.Warn("cannot read the plugins' projects; reading them again in the background", "err", err)
+	}
+	h.wg.Add(1)
+	go h.refreshOwners(runCtx)
 	for _, s := range h.supervisors {
 		s.start(runCtx, &h.wg)
 	}
@@ -381,7 +393,7 @@ func (h *Host) Stats() map[string]plugins.Stats {
 func (h *Host) WaitRunning(ctx context.Context, name string) error {
 	s := h.byName[name]
 	if s == nil {
-		return fmt.Errorf("no plugin %q", name)
+		return fmt.Errorf("%w %q", ErrNoPlugin, name)
 	}
 	for {
 		st, changed := s.stateAndChanged()
@@ -407,13 +419,51 @@ func (h *Host) WaitRunning(ctx context.Context, name string) error {
 func (h *Host) Call(ctx context.Context, name string, fn func(context.Context, plugins.Plugin) error) error {
 	s := h.byName[name]
 	if s == nil {
-		return fmt.Errorf("no plugin %q", name)
+		return fmt.Errorf("%w %q", ErrNoPlugin, name)
 	}
 	inst := s.running()
 	if inst == nil {
 		return fmt.Errorf("plugin %q: %w", name, plugins.ErrUnavailable)
 	}
 	return inst.call(ctx, h.opts.CallTimeout, fn)
+}
+
+// ErrNoPlugin: no plugin of that name is configured.
+var ErrNoPlugin = errors.New("no plugin")
+
+// HandleRequest forwards one call of a plugin's own API (its admin calls,
+// its page data) to the named plugin, with the host's CallTimeout. The
+// caller (the HTTP server) has authenticated it and records the changes
+// the answer lists. A plugin's answer is checked here, so a plugin of
+// another build cannot make the server write a bad status or an
+// unbounded body.
+func (h *Host) HandleRequest(ctx context.Context, name string, req plugins.Request) (plugins.Response, error) {
+	// fn may still be running when Call gives up on it (a hung plugin):
+	// the answer travels through a channel, never a shared variable.
+	answer := make(chan plugins.Response, 1)
+	err := h.Call(ctx, name, func(ctx context.Context, p plugins.Plugin) error {
+		resp, err := p.HandleRequest(ctx, req)
+		if err == nil {
+			answer <- resp
+		}
+		return err
+	})
+	if err != nil {
+		return plugins.Response{}, err
+	}
+	resp := <-answer
+	if resp.Status == 0 {
+		resp.Status = 200
+	}
+	switch {
+	case resp.Status < 100 || resp.Status > 599:
+		return plugins.Response{}, fmt.Errorf("plugin %q answered status %d", name, resp.Status)
+	case len(resp.Body) > plugins.MaxResponseBody:
+		return plugins.Response{}, fmt.Errorf("plugin %q answered %d bytes; the limit is %d", name, len(resp.Body), plugins.MaxResponseBody)
+	case len(resp.Changes) > plugins.MaxChanges:
+		return plugins.Response{}, fmt.Errorf("plugin %q listed %d changes; the limit is %d", name, len(resp.Changes), plugins.MaxChanges)
+	}
+	return resp, nil
 }
 
 // DeliverDone queues OnItemDone for every plugin that owns the item (the
@@ -439,6 +489,47 @@ func (h *Host) deliver(hook hookKind, ev plugins.ItemEvent) int {
 // for ttl, so one frontend runs each period. Without Redis every host runs
 // every job; when Redis fails the job runs anyway (ticks are meant to be
 // idempotent, and a skipped reaper is worse than a doubled one).
+// ErrNoJob: the plugin describes no job of that name.
+var ErrNoJob = errors.New("no such job")
+
+// RunJob runs one of a plugin's jobs now, as an operator asks, and returns
+// when the tick is done (or ctx ends). It runs between the scheduled ticks
+// (a plugin's ticks never overlap), whoever holds the period's lease, and
+// counts as the period's run.
+func (h *Host) RunJob(ctx context.Context, name, job string) error {
+	s := h.byName[name]
+	if s == nil {
+		return fmt.Errorf("%w %q", ErrNoPlugin, name)
+	}
+	if s.running() == nil {
+		return fmt.Errorf("plugin %q: %w", name, plugins.ErrUnavailable)
+	}
+	req := runRequest{job: job, done: make(chan error, 1)}
+	select {
+	case s.runNow <- req:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-req.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// forceLease takes a job's lease whoever holds it (a run now).
+func (h *Host) forceLease(ctx context.Context, key string, ttl time.Duration) {
+	if h.opts.Redis == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, h.opts.CallTimeout)
+	defer cancel()
+	if err := h.opts.Redis.Set(ctx, key, h.owner, ttl).Err(); err != nil {
+		h.log.Warn("cannot take the job's lease for a run now; running it anyway", "key", key, "err", err)
+	}
+}
+
 func (h *Host) lease(ctx context.Context, key string, ttl time.Duration) bool {
 	if h.opts.Redis == nil {
 		return true

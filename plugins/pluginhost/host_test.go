@@ -267,6 +267,9 @@ func (p *controlledPlugin) OnTick(_ context.Context, tick plugins.Tick) (plugins
 	return plugins.TickResult{Enqueue: p.c.enqueue}, nil
 }
 func (p *controlledPlugin) Stats(context.Context) (plugins.Stats, error) { return plugins.Stats{}, nil }
+func (p *controlledPlugin) HandleRequest(_ context.Context, req plugins.Request) (plugins.Response, error) {
+	return plugins.NotFoundResponse(req), nil
+}
 func (p *controlledPlugin) Health(context.Context) error {
 	p.c.mu.Lock()
 	defer p.c.mu.Unlock()

@@ -43,6 +43,8 @@ type supervisor struct {
 	spec   Spec
 	log    *slog.Logger
 	events chan delivery
+	// runNow takes operators' run-now requests to the schedule loop.
+	runNow chan runRequest
 
 	mu        sync.Mutex
 	state     State
@@ -82,6 +84,7 @@ func newSupervisor(h *Host, spec Spec) *supervisor {
 		ensured:   map[string]bool{},
 		changed:   make(chan struct{}),
 		tickCount: map[string]*tickCounters{},
+		runNow:    make(chan runRequest),
 	}
 }
 
@@ -299,6 +302,7 @@ func (s *supervisor) launch(ctx context.Context) (*instance, error) {
 	s.mu.Lock()
 	s.desc = desc
 	s.mu.Unlock()
+	s.h.recordOwners(ctx, s.spec.Name, desc)
 	for _, project := range desc.Projects() {
 		if err := s.ensureProject(ctx, desc, project); err != nil {
 			// Not fatal: the project is ensured again before items are
@@ -330,6 +334,31 @@ func (s *supervisor) ensureProject(ctx context.Context, desc plugins.Description
 	s.ensured[project] = true
 	s.mu.Unlock()
 	return nil
+}
+
+// runRequest is an operator's "run this job now" (Host.RunJob).
+type runRequest struct {
+	job  string
+	done chan error // buffered: the schedule loop never waits on it
+}
+
+// runRequested runs a job now, between the scheduled ticks (ticks of one
+// plugin never overlap), and counts it as this period's run: the next is
+// a period later.
+func (s *supervisor) runRequested(ctx context.Context, inst *instance, desc plugins.Description, jobs map[string]plugins.Job,
+	due map[string]time.Time, req runRequest) {
+	j, ok := jobs[req.job]
+	if !ok {
+		req.done <- fmt.Errorf("%w: %q", ErrNoJob, req.job)
+		return
+	}
+	now := s.h.opts.Clock.Now()
+	s.log.Info("job run now, as an operator asked", "job", j.Name)
+	err := s.runTick(ctx, inst, desc, j, plugins.Tick{Job: j.Name, Scheduled: now, At: now}, true)
+	if err == nil {
+		due[j.Name] = now.Add(j.Period)
+	}
+	req.done <- err
 }
 
 // watch returns why the instance must be replaced: its process exited, an
@@ -498,6 +527,8 @@ func (s *supervisor) schedule(ctx context.Context) {
 			case <-ctx.Done():
 				return
 			case <-changed:
+			case req := <-s.runNow:
+				req.done <- fmt.Errorf("%w: %q (the plugin has no jobs)", ErrNoJob, req.job)
 			}
 			continue
 		}
@@ -513,6 +544,8 @@ func (s *supervisor) schedule(ctx context.Context) {
 				return
 			case <-changed:
 			case <-clock.After(next.Sub(now)):
+			case req := <-s.runNow:
+				s.runRequested(ctx, inst, desc, jobs, due, req)
 			}
 			continue
 		}
@@ -565,8 +598,18 @@ func (s *supervisor) countTick(job string, f func(*tickCounters)) {
 // tick runs one job under its lease and queues the items it returns. The
 // error is the plugin's (a failure to queue is logged, not returned).
 func (s *supervisor) tick(ctx context.Context, inst *instance, desc plugins.Description, job plugins.Job, tick plugins.Tick) error {
+	return s.runTick(ctx, inst, desc, job, tick, false)
+}
+
+// runTick runs one tick of job. forced (an operator's run now) runs it
+// whoever holds the period's lease, and takes the lease, so the other
+// frontends count this run as the period's.
+func (s *supervisor) runTick(ctx context.Context, inst *instance, desc plugins.Description, job plugins.Job, tick plugins.Tick, forced bool) error {
 	ttl := job.Period - job.Period/10
-	if !s.h.lease(ctx, jobLeaseKey(s.spec.Name, job.Name), ttl) {
+	key := jobLeaseKey(s.spec.Name, job.Name, job.Period)
+	if forced {
+		s.h.forceLease(ctx, key, ttl)
+	} else if !s.h.lease(ctx, key, ttl) {
 		s.countTick(job.Name, func(c *tickCounters) { c.skipped++ })
 		s.log.Debug("job ran elsewhere this period", "job", job.Name)
 		return nil

@@ -26,6 +26,10 @@ type PluginClient interface {
 	Stats(ctx context.Context, in *emptypb.Empty, opts ...grpc.CallOption) (*StatsReply, error)
 	Health(ctx context.Context, in *emptypb.Empty, opts ...grpc.CallOption) (*emptypb.Empty, error)
 	Close(ctx context.Context, in *emptypb.Empty, opts ...grpc.CallOption) (*emptypb.Empty, error)
+	// HandleRequest serves one call of the plugin's own API (admin calls
+	// and page data), which the host authenticated and forwards. A plugin
+	// built before it answers Unimplemented: the host replies 501.
+	HandleRequest(ctx context.Context, in *Request, opts ...grpc.CallOption) (*Response, error)
 }
 
 type pluginClient struct {
@@ -108,6 +112,15 @@ func (c *pluginClient) Close(ctx context.Context, in *emptypb.Empty, opts ...grp
 	return out, nil
 }
 
+func (c *pluginClient) HandleRequest(ctx context.Context, in *Request, opts ...grpc.CallOption) (*Response, error) {
+	out := new(Response)
+	err := c.cc.Invoke(ctx, "/hoard.plugin.v1.Plugin/HandleRequest", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PluginServer is the server API for Plugin service.
 // All implementations must embed UnimplementedPluginServer
 // for forward compatibility
@@ -120,6 +133,10 @@ type PluginServer interface {
 	Stats(context.Context, *emptypb.Empty) (*StatsReply, error)
 	Health(context.Context, *emptypb.Empty) (*emptypb.Empty, error)
 	Close(context.Context, *emptypb.Empty) (*emptypb.Empty, error)
+	// HandleRequest serves one call of the plugin's own API (admin calls
+	// and page data), which the host authenticated and forwards. A plugin
+	// built before it answers Unimplemented: the host replies 501.
+	HandleRequest(context.Context, *Request) (*Response, error)
 	mustEmbedUnimplementedPluginServer()
 }
 
@@ -150,6 +167,9 @@ func (UnimplementedPluginServer) Health(context.Context, *emptypb.Empty) (*empty
 }
 func (UnimplementedPluginServer) Close(context.Context, *emptypb.Empty) (*emptypb.Empty, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Close not implemented")
+}
+func (UnimplementedPluginServer) HandleRequest(context.Context, *Request) (*Response, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method HandleRequest not implemented")
 }
 func (UnimplementedPluginServer) mustEmbedUnimplementedPluginServer() {}
 
@@ -308,6 +328,24 @@ func _Plugin_Close_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Plugin_HandleRequest_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(Request)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PluginServer).HandleRequest(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/hoard.plugin.v1.Plugin/HandleRequest",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PluginServer).HandleRequest(ctx, req.(*Request))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 var _Plugin_serviceDesc = grpc.ServiceDesc{
 	ServiceName: "hoard.plugin.v1.Plugin",
 	HandlerType: (*PluginServer)(nil),
@@ -343,6 +381,10 @@ var _Plugin_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Close",
 			Handler:    _Plugin_Close_Handler,
+		},
+		{
+			MethodName: "HandleRequest",
+			Handler:    _Plugin_HandleRequest_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -26,6 +26,7 @@ import (
 	"github.com/hoardproject/hoard/internal/redisurl"
 	"github.com/hoardproject/hoard/plugins"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btadmin"
 	"github.com/hoardproject/hoard/plugins/bittorrent/ipmetrics"
 	"github.com/hoardproject/hoard/plugins/bittorrent/orphans"
 	"github.com/hoardproject/hoard/plugins/bittorrent/outbox"
@@ -47,6 +48,18 @@ const ReaperJob = "reaper"
 // OrphansJob is orphan cleanup's job (seed 003): one bounded tick of
 // package orphans' walks per period.
 const OrphansJob = "orphans"
+
+// RepairJob is the swarm store's repair (swarm.Store.Repair): the global
+// counters, indexes and user sets recomputed from per-torrent truth, once
+// per period (1h) on one frontend, under the host's job lease rather than
+// a loop and a lease of the store's own.
+const RepairJob = "repair"
+
+// SweepJob is the swarm store's expiry sweep (swarm.Store.Sweep): peers
+// whose deadline passed, removed from every swarm the due index names,
+// once per period (15s) on one frontend, under the host's job lease; the
+// expired-key events remain the fast path, the sweep their backstop.
+const SweepJob = "sweep"
 
 var reaperSteps = []reaper.Step{reaper.NotifyInitial, reaper.NotifyFinal, reaper.Remove}
 
@@ -113,6 +126,10 @@ type Settings struct {
 	// Orphans is orphan cleanup (seed 003); see orphans.Settings. Off
 	// unless "enabled" is true.
 	Orphans json.RawMessage `json:"orphans,omitempty"`
+	// PublicTopTorrents is how many torrents by score the public tracker
+	// page shows (GET /tracker/bittorrent.json); 0, the default, shows
+	// none, since info-hashes are private on a private tracker.
+	PublicTopTorrents int `json:"public_top_torrents,omitempty"`
 }
 
 // LimitSettings bound what one address (an IPv4 address or an IPv6 /64)
@@ -174,6 +191,9 @@ func (s *Settings) parse(raw json.RawMessage) (swarm.Config, bittorrent.Announce
 		if err := dec.Decode(s); err != nil {
 			return swarm.Config{}, bittorrent.AnnouncePolicy{}, fmt.Errorf("bittorrent settings: %w", err)
 		}
+	}
+	if s.PublicTopTorrents < 0 || s.PublicTopTorrents > scoring.MaxTop {
+		return swarm.Config{}, bittorrent.AnnouncePolicy{}, fmt.Errorf("bittorrent settings: public_top_torrents must be from 0 to %d, got %d", scoring.MaxTop, s.PublicTopTorrents)
 	}
 	duration := func(name, text string) (time.Duration, error) {
 		if text == "" {
@@ -267,8 +287,18 @@ type Tracker struct {
 	// also when no database is set).
 	metrics *ipmetrics.Recorder
 	geo     *ipmetrics.GeoDB
-	// cleaner is nil when orphan cleanup is off.
-	cleaner *orphans.Cleaner
+	// cleaner is nil when orphan cleanup is off; orphanTicks and
+	// orphanTotals count its steps in this process, for Stats.
+	cleaner      *orphans.Cleaner
+	orphanTicks  int64
+	orphanTotals orphans.Report
+	// repairEvery is RepairJob's period, 0 (or less) when off;
+	// sweepEvery is SweepJob's.
+	repairEvery time.Duration
+	sweepEvery  time.Duration
+	// api is the plugin's own HTTP API (HandleRequest); nil until
+	// Configure.
+	api *btadmin.API
 }
 
 // SetReaperPublisher sets where the reaper's events go (the outbox); it
@@ -338,6 +368,12 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 		_ = geo.Close()
 		return fmt.Errorf("bittorrent settings: %w", err)
 	}
+	// The host schedules the repair (RepairJob): the store runs no loop
+	// of its own for it.
+	repairEvery := withDefaults.RepairInterval
+	storeCfg.RepairInterval = -1
+	sweepEvery := withDefaults.SweepInterval
+	storeCfg.ExternalSweep = true
 	orphanSettings, orphanPolicy, err := orphans.ParseSettings(settings.Orphans, withDefaults)
 	if err != nil {
 		_ = geo.Close()
@@ -530,13 +566,16 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 			return fmt.Errorf("outbox: %w", err)
 		}
 	}
+	api := t.newAPI(rdb, store, ob, reap, scorer, scorePolicy, metricsCfg.Window, settings.PublicTopTorrents)
 	t.mu.Lock()
+	t.api = api
 	t.rdb, t.store, t.http, t.udp, t.cancel, t.closed = rdb, store, httpServer, udpServer, cancel, false
 	t.outbox = ob
 	t.scorer, t.pool, t.host = scorer, pool, cfg.Host
 	t.reaper, t.reaperPool = reap, reaperPool
 	t.metrics, t.geo = metrics, geo
 	t.cleaner = cleaner
+	t.repairEvery, t.sweepEvery = repairEvery, sweepEvery
 	t.mu.Unlock()
 	t.logger.Info("bittorrent tracker serving", "mode", settings.Mode, "http", t.httpAddr(), "udp4", t.udpAddr(false), "udp6", t.udpAddr(true),
 		"scoring", scorer != nil, "scoring_workers", pool != nil, "reaper", reap != nil, "reaper_workers", reaperPool != nil,
@@ -645,6 +684,12 @@ func (t *Tracker) Describe(context.Context) (plugins.Description, error) {
 	if t.cleaner != nil {
 		d.Jobs = append(d.Jobs, plugins.Job{Name: OrphansJob, Period: t.cleaner.Policy().Period})
 	}
+	if t.repairEvery > 0 {
+		d.Jobs = append(d.Jobs, plugins.Job{Name: RepairJob, Period: t.repairEvery})
+	}
+	if t.store != nil {
+		d.Jobs = append(d.Jobs, plugins.Job{Name: SweepJob, Period: t.sweepEvery})
+	}
 	if addr := t.httpAddr(); addr != "" {
 		d.Listeners = append(d.Listeners, plugins.Listener{Name: "http", Network: "tcp", Address: addr})
 	}
@@ -722,6 +767,12 @@ func (t *Tracker) OnTick(ctx context.Context, tick plugins.Tick) (plugins.TickRe
 	if tick.Job == OrphansJob {
 		return result, t.orphansTick(ctx)
 	}
+	if tick.Job == RepairJob {
+		return result, t.repairTick(ctx)
+	}
+	if tick.Job == SweepJob {
+		return result, t.sweepTick(ctx)
+	}
 	if tick.Job != ScoreJob || scorer == nil {
 		return result, nil
 	}
@@ -749,7 +800,13 @@ func (t *Tracker) OnTick(ctx context.Context, tick plugins.Tick) (plugins.TickRe
 		t.logger.Warn("scoring: more torrents than one tick may return without a host API; the rest wait for the next cycle",
 			"dropped", dropped, "limit", plugins.MaxTickEnqueue)
 	}
-	t.logger.Info("scoring cycle queued", "tracked", tracked, "items", queued-dropped, "missed", tick.Missed)
+	// Logged when it queued something: a run that found nothing to do
+	// is not news.
+	level := slog.LevelDebug
+	if queued-dropped > 0 || tracked > 0 {
+		level = slog.LevelInfo
+	}
+	t.logger.Log(ctx, level, "scoring cycle queued", "tracked", tracked, "items", queued-dropped, "missed", tick.Missed)
 	return result, err
 }
 
@@ -780,7 +837,11 @@ func (t *Tracker) reaperTick(ctx context.Context, tick plugins.Tick) (plugins.Ti
 			result.Enqueue = append(result.Enqueue, plugins.QueueItem{Project: project, Item: name})
 		}
 	}
-	t.logger.Info("reaper run queued its due steps", "items", len(names), "missed", tick.Missed)
+	level := slog.LevelDebug
+	if len(names) > 0 {
+		level = slog.LevelInfo
+	}
+	t.logger.Log(ctx, level, "reaper run queued its due steps", "items", len(names), "missed", tick.Missed)
 	return result, nil
 }
 
@@ -795,14 +856,96 @@ func (t *Tracker) orphansTick(ctx context.Context) error {
 		return nil
 	}
 	r, err := cleaner.Tick(ctx)
-	if r.Removed() > 0 || r.Passes > 0 || r.PasskeysListed > 0 || r.PurgeKept > 0 || err != nil {
-		t.logger.Info("orphan cleanup step", "scanned", r.Scanned, "removed", r.Removed(), "torrents", r.Torrents,
+	t.mu.Lock()
+	t.orphanTicks++
+	t.orphanTotals.Add(r)
+	t.mu.Unlock()
+	// A step logs what it changed, never that it ran: an idle tracker's
+	// steps (every 10 s by default) only count, in Stats.
+	changed := r.Removed() > 0 || r.PasskeysListed > 0 || r.PurgeKept > 0 || r.RegistryRestored > 0
+	switch {
+	case err != nil:
+		t.logger.Warn("orphan cleanup step failed; the next one goes on", "removed", r.Removed(), "error", err)
+	case changed:
+		t.logger.Info("orphan cleanup removed records", "removed", r.Removed(), "torrents", r.Torrents,
 			"user_records", r.UserRecords, "peer_records", r.PeerRecords, "user_entries", r.UserEntries,
 			"registry", r.RegistryEntries, "score_keys", r.ScoreKeys, "score_revisions", r.ScoreRevisions,
 			"ipm_keys", r.IPMetrics, "users_purged", r.UsersPurged, "purge_kept", r.PurgeKept,
-			"passkeys_listed", r.PasskeysListed, "stale_listings", r.StaleListings, "passes_finished", r.Passes, "error", err)
+			"passkeys_listed", r.PasskeysListed, "stale_listings", r.StaleListings)
+	default:
+		t.logger.Debug("orphan cleanup step found nothing to remove", "scanned", r.Scanned, "passes_finished", r.Passes)
 	}
 	return err
+}
+
+// sweepTick runs the expiry sweep once over every shard; it logs only
+// what it removed.
+func (t *Tracker) sweepTick(ctx context.Context) error {
+	store := t.Store()
+	if store == nil {
+		return errors.New("bittorrent plugin is not configured")
+	}
+	removed, err := store.Sweep(ctx)
+	if err != nil {
+		return fmt.Errorf("swarm sweep: %w", err)
+	}
+	if removed > 0 {
+		t.logger.Debug("swarm sweep removed expired peers", "peers", removed)
+	}
+	return nil
+}
+
+// repairTick runs the swarm store's repair once, and logs what it fixed.
+func (t *Tracker) repairTick(ctx context.Context) error {
+	store := t.Store()
+	if store == nil {
+		return errors.New("bittorrent plugin is not configured")
+	}
+	r, err := store.Repair(ctx)
+	if err != nil {
+		return fmt.Errorf("swarm repair: %w", err)
+	}
+	level := slog.LevelDebug
+	if r.IndexFixed+r.IndexRemoved+r.SwarmsIndexed+r.UserStates > 0 {
+		level = slog.LevelInfo
+	}
+	t.logger.Log(ctx, level, "swarm repair done", "torrents", r.Torrents, "index_fixed", r.IndexFixed,
+		"index_removed", r.IndexRemoved, "swarms_indexed", r.SwarmsIndexed, "user_states", r.UserStates)
+	return nil
+}
+
+// orphanMetrics are orphan cleanup's counters in this process: its steps,
+// what they read, the passes they finished and what they removed, by
+// kind; none while it is off.
+func (t *Tracker) orphanMetrics() []plugins.Metric {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.cleaner == nil {
+		return nil
+	}
+	r := t.orphanTotals
+	counter := func(name, help string, v int, labels map[string]string) plugins.Metric {
+		return plugins.Metric{Name: name, Help: help, Kind: plugins.Counter, Value: float64(v), Labels: labels}
+	}
+	out := []plugins.Metric{
+		counter("orphans_steps_total", "Orphan cleanup steps this process ran.", int(t.orphanTicks), nil),
+		counter("orphans_scanned_total", "Keys and entries orphan cleanup's walks read.", r.Scanned, nil),
+		counter("orphans_passes_total", "Orphan cleanup walks that finished a pass over their keys.", r.Passes, nil),
+		counter("orphans_passkeys_listed_total", "Mapped passkeys orphan cleanup found missing from their user's listing, and listed.", r.PasskeysListed, nil),
+		counter("orphans_purge_kept_total", "Records of purged users kept because a peer was still counted.", r.PurgeKept, nil),
+	}
+	for _, kind := range []struct {
+		name string
+		n    int
+	}{
+		{"torrents", r.Torrents}, {"user_records", r.UserRecords}, {"peer_records", r.PeerRecords}, {"timeouts", r.Timeouts},
+		{"reaper_states", r.ReaperStates}, {"seen_sets", r.SeenSets}, {"score_keys", r.ScoreKeys}, {"ipm_keys", r.IPMetrics},
+		{"user_entries", r.UserEntries}, {"registry", r.RegistryEntries}, {"score_revisions", r.ScoreRevisions},
+		{"users_purged", r.UsersPurged}, {"stale_listings", r.StaleListings},
+	} {
+		out = append(out, counter("orphans_removed_total", "Records orphan cleanup removed, by kind.", kind.n, map[string]string{"kind": kind.name}))
+	}
+	return out
 }
 
 // Orphans is orphan cleanup, or nil when it is off (for in-process
@@ -917,6 +1060,7 @@ func (t *Tracker) Stats(ctx context.Context) (plugins.Stats, error) {
 		}
 		out.Metrics = append(out.Metrics, ReaperMetrics(c)...)
 	}
+	out.Metrics = append(out.Metrics, t.orphanMetrics()...)
 	return out, nil
 }
 
@@ -1027,6 +1171,7 @@ func (t *Tracker) Close(context.Context) error {
 	metrics, geo := t.metrics, t.geo
 	t.metrics, t.geo = nil, nil
 	t.cleaner = nil
+	t.api = nil
 	t.mu.Unlock()
 	if ob != nil {
 		ob.Stop() // a request in flight is abandoned; its events' lease ends and they are sent again
@@ -1083,4 +1228,38 @@ func (p outboxPublisher) Publish(ctx context.Context, events []reaper.Event) err
 		}
 	}
 	return nil
+}
+
+// HandleRequest serves the plugin's own HTTP API (package btadmin): the
+// admin calls and the tracker page's data, which the host forwards.
+func (t *Tracker) HandleRequest(ctx context.Context, req plugins.Request) (plugins.Response, error) {
+	t.mu.Lock()
+	api := t.api
+	t.mu.Unlock()
+	if api == nil {
+		return plugins.Response{}, errors.New("bittorrent plugin is not configured")
+	}
+	return api.HandleRequest(ctx, req)
+}
+
+// newAPI builds the plugin's HTTP API over the running parts. A part that
+// is off (scoring, the outbox) still answers its read and admin calls
+// over the same keys, as hoard served them before the plugin served its
+// own API: the scores of a tracker whose scoring is paused, the events
+// of an outbox nobody delivers. The reaper's calls answer 503 when it is
+// off, for its policy comes from its settings.
+func (t *Tracker) newAPI(rdb redis.UniversalClient, store *swarm.Store, ob *outbox.Outbox, reap *reaper.Reaper,
+	scorer *scoring.Scorer, scorePolicy scoring.Policy, metricsWindow time.Duration, top int) *btadmin.API {
+	logger := t.logger.With("component", "admin")
+	scoringOn := scorer != nil
+	if ob == nil {
+		ob = outbox.New(rdb, outbox.Config{Policy: outbox.DefaultPolicy(), Logger: logger})
+	}
+	if scorer == nil {
+		scorer = scoring.New(rdb, scorePolicy, nil, logger)
+	}
+	metrics := ipmetrics.NewStore(rdb, nil, metricsWindow)
+	return btadmin.NewAPI(&btadmin.Admin{Store: store, Outbox: ob, Reaper: reap, Scorer: scorer, ScoreOnRegister: scoringOn},
+		&btadmin.MetricsAdmin{Store: metrics},
+		&btadmin.TrackerViews{Scorer: scorer, Metrics: metrics, TopTorrents: top}, logger)
 }

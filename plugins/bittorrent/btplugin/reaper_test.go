@@ -36,7 +36,7 @@ func TestReaperHooksAndTick(t *testing.T) {
 		}
 		require.Equal(t, []string{"notify-initial=bt-reaper/notify-initial:", "notify-final=bt-reaper/notify-final:",
 			"remove=bt-reaper/remove:"}, names)
-		require.Equal(t, []plugins.Job{{Name: "reaper", Period: 24 * time.Hour}}, d.Jobs)
+		require.Equal(t, []plugins.Job{{Name: "reaper", Period: 24 * time.Hour}, {Name: btplugin.RepairJob, Period: time.Hour}, {Name: btplugin.SweepJob, Period: 15 * time.Second}}, d.Jobs)
 
 		hash := bittorrent.InfoHash{0x4e, 'v', 'r'}
 		require.NoError(t, tr.Store().Register(ctx, hash, swarm.Registration{ID: "1", Uploader: "u1",

@@ -151,7 +151,7 @@ func TestScoringHooksAndTick(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []plugins.ItemType{{Name: "score", Project: "bt-scoring", ItemPrefix: "score:",
 			ReclaimTTL: 10 * time.Minute, Order: plugins.OrderScore, DoneMode: "count"}}, d.ItemTypes)
-		require.Equal(t, []plugins.Job{{Name: "score", Period: 24 * time.Hour}}, d.Jobs)
+		require.Equal(t, []plugins.Job{{Name: "score", Period: 24 * time.Hour}, {Name: btplugin.RepairJob, Period: time.Hour}, {Name: btplugin.SweepJob, Period: 15 * time.Second}}, d.Jobs)
 
 		hash := bittorrent.InfoHash{0x7e, 's', 't'}
 		var id bittorrent.PeerID

@@ -65,6 +65,9 @@ func (r Report) Removed() int {
 		r.UserEntries + r.RegistryEntries + r.ScoreRevisions + r.UsersPurged + r.StaleListings
 }
 
+// Add adds o's counts to r (a running total of steps).
+func (r *Report) Add(o Report) { r.add(o) }
+
 func (r *Report) add(o Report) {
 	r.Scanned += o.Scanned
 	r.Torrents += o.Torrents

@@ -480,10 +480,20 @@ func (s *Store) Start(ctx context.Context) error {
 		listener.close()
 		return err
 	}
+	hints, err := s.subscribeHints(ctx)
+	if err != nil {
+		cancel()
+		listener.close()
+		return err
+	}
 	s.listener, s.cancel, s.started = listener, cancel, true
 	s.wg.Add(2)
+	go s.hintLoop(loopCtx, hints)
 	go s.flushLoop(loopCtx)
-	go s.sweepLoop(loopCtx)
+	if !s.cfg.ExternalSweep {
+		s.wg.Add(1)
+		go s.sweepLoop(loopCtx)
+	}
 	if s.cfg.RepairInterval > 0 {
 		s.wg.Add(1)
 		go s.repairLoop(loopCtx)

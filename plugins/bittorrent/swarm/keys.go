@@ -231,6 +231,12 @@ func PasskeyKey(passkey string) string { return keyPrefix + "passkey:" + passkey
 // WhitelistKey maps each allowed peer_id prefix to a client name (HASH).
 const WhitelistKey = keyPrefix + "whitelist"
 
+// CacheHintChannel is the Pub/Sub channel on which a frontend that
+// changed a passkey or the whitelist tells the others to drop their
+// cached copy (hints.go). Not a key: it carries no data, and a lost hint
+// costs at most Config.CacheTTL.
+const CacheHintChannel = keyPrefix + "cache-hints"
+
 // StatsKey holds the global counters (HASH): announces, scrapes,
 // requests, seeders, leechers, snatches. Only the batched flush writes it.
 const StatsKey = keyPrefix + "stats"

@@ -136,6 +136,14 @@ func (c *passkeyCache) invalidate(passkey string) {
 	c.misses.delete(passkey)
 }
 
+// clear drops every entry (hints may have been missed).
+func (c *passkeyCache) clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.known = generations[*passkeyEntry]{limit: c.known.limit}
+	c.misses = generations[*passkeyEntry]{limit: c.misses.limit}
+}
+
 // sizes are the cached known passkeys and misses (tests).
 func (c *passkeyCache) sizes() (known, misses int) {
 	c.mu.Lock()

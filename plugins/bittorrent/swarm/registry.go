@@ -252,6 +252,7 @@ func (s *Store) AddClient(ctx context.Context, prefix, name string) error {
 		return fmt.Errorf("swarm.AddClient: %w", err)
 	}
 	s.whitelist.invalidate()
+	s.publishHint(ctx, hintWhitelist)
 	return nil
 }
 
@@ -261,6 +262,7 @@ func (s *Store) RemoveClient(ctx context.Context, prefix string) error {
 		return fmt.Errorf("swarm.RemoveClient: %w", err)
 	}
 	s.whitelist.invalidate()
+	s.publishHint(ctx, hintWhitelist)
 	return nil
 }
 

@@ -71,6 +71,10 @@ type Config struct {
 	FlushInterval time.Duration
 	// SweepInterval is how often the expiry sweep runs (15s).
 	SweepInterval time.Duration
+	// ExternalSweep: the Store's owner calls Sweep every SweepInterval
+	// itself (the BitTorrent plugin, as a host-scheduled job under the
+	// host's lease), so Start runs no sweep loop of its own.
+	ExternalSweep bool
 	// RepairInterval is how often one frontend recomputes the global
 	// counters, indexes and user sets from per-torrent truth (1h).
 	// Negative disables the periodic repair (Repair can still be called).

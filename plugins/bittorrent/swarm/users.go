@@ -68,6 +68,7 @@ func (s *Store) AddUser(ctx context.Context, passkey, userID string) error {
 		return fmt.Errorf("swarm.AddUser: %w", err)
 	}
 	s.passkeys.invalidate(passkey)
+	s.publishHint(ctx, hintPasskeyPrefix+passkey)
 	if previous != "" && previous != userID {
 		if err := s.unlist(ctx, previous, passkey); err != nil {
 			return fmt.Errorf("swarm.AddUser: the passkey's previous user: %w", err)
@@ -100,6 +101,7 @@ func (s *Store) RemoveUser(ctx context.Context, passkey string) error {
 		return fmt.Errorf("swarm.RemoveUser: %w", err)
 	}
 	s.passkeys.invalidate(passkey)
+	s.publishHint(ctx, hintPasskeyPrefix+passkey)
 	return nil
 }
 

@@ -26,6 +26,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -49,7 +50,18 @@ type Settings struct {
 	// so a test of several frontends can count deliveries across
 	// processes.
 	Record bool `json:"record"`
+	// KeyPrefix is where its own API keeps its notes
+	// (KeyPrefix+"notes", a hash): a plugin whose storage layout hoard
+	// knows nothing of, for the test that the host serves such a
+	// plugin's API and pages without writing any of its keys.
+	KeyPrefix string `json:"key_prefix"`
+	// Public declares its item type public: the warrior API hands its
+	// items to anyone.
+	Public bool `json:"public"`
 }
+
+// DefaultKeyPrefix is KeyPrefix's default.
+const DefaultKeyPrefix = "example:"
 
 // RecordKey is the hash Record counts deliveries in.
 const RecordKey = "hoard:example-record"
@@ -80,6 +92,8 @@ type Example struct {
 	missed    float64
 	lastDone  string
 	recorder  redis.UniversalClient
+	redisURL  string
+	notes     redis.UniversalClient
 	lastRes   string
 	worked    float64
 	refused   float64
@@ -98,7 +112,7 @@ func New(_ context.Context, logger *slog.Logger) (plugins.Plugin, error) {
 
 // Configure reads the settings and opens the listener.
 func (e *Example) Configure(ctx context.Context, cfg plugins.Config) error {
-	s := Settings{Project: "example", TickPeriod: "1m"}
+	s := Settings{Project: "example", TickPeriod: "1m", KeyPrefix: DefaultKeyPrefix}
 	if len(cfg.Settings) > 0 {
 		if err := json.Unmarshal(cfg.Settings, &s); err != nil {
 			return fmt.Errorf("settings: %w", err)
@@ -110,7 +124,7 @@ func (e *Example) Configure(ctx context.Context, cfg plugins.Config) error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.settings, e.period, e.name = s, period, cfg.Name
+	e.settings, e.period, e.name, e.redisURL = s, period, cfg.Name, cfg.RedisURL
 	if s.Listen != "" && e.listener == nil {
 		var lc net.ListenConfig
 		ln, err := lc.Listen(ctx, "tcp", s.Listen)
@@ -190,9 +204,10 @@ func (e *Example) Describe(context.Context) (plugins.Description, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	d := plugins.Description{
-		Version:   "1.0.0",
-		ItemTypes: []plugins.ItemType{{Name: "echo", Project: e.settings.Project, ItemPrefix: "echo:", ReclaimTTL: time.Minute}},
-		Jobs:      []plugins.Job{{Name: "heartbeat", Period: e.period}},
+		Version: "1.0.0",
+		ItemTypes: []plugins.ItemType{{Name: "echo", Project: e.settings.Project, ItemPrefix: "echo:", ReclaimTTL: time.Minute,
+			Public: e.settings.Public}},
+		Jobs: []plugins.Job{{Name: "heartbeat", Period: e.period}},
 	}
 	if e.listener != nil {
 		d.Listeners = []plugins.Listener{{Name: "stats", Network: "tcp", Address: e.listener.Addr().String()}}
@@ -282,14 +297,85 @@ func (e *Example) Health(context.Context) error {
 func (e *Example) Close(ctx context.Context) error {
 	e.closeOnce.Do(func() { close(e.release) })
 	e.mu.Lock()
-	server, recorder := e.server, e.recorder
-	e.server, e.listener, e.recorder = nil, nil, nil
+	server, recorder, notes := e.server, e.recorder, e.notes
+	e.server, e.listener, e.recorder, e.notes = nil, nil, nil, nil
 	e.mu.Unlock()
 	if recorder != nil {
 		_ = recorder.Close()
+	}
+	if notes != nil {
+		_ = notes.Close()
 	}
 	if server != nil {
 		return server.Shutdown(ctx)
 	}
 	return nil
+}
+
+// HandleRequest serves the plugin's own API, through the host:
+//
+//	PUT /notes/<name>   {"text":"…"}   (admin) keep a note under KeyPrefix+"notes"
+//	GET /notes/<name>                  (admin) read it back (404 if none)
+//	GET /page.json                     (public) the notes kept and the items done
+func (e *Example) HandleRequest(ctx context.Context, req plugins.Request) (plugins.Response, error) {
+	reply := func(status int, v any) (plugins.Response, error) {
+		body, err := json.Marshal(v)
+		return plugins.Response{Status: status, Header: http.Header{"Content-Type": {"application/json"}}, Body: body}, err
+	}
+	rdb, prefix, err := e.notesClient()
+	if err != nil {
+		return plugins.Response{}, err
+	}
+	name, isNote := strings.CutPrefix(req.Path, "/notes/")
+	switch {
+	case req.Role == plugins.RolePublic && req.Method == http.MethodGet && req.Path == plugins.PagePath:
+		n, err := rdb.HLen(ctx, prefix+"notes").Result()
+		if err != nil {
+			return plugins.Response{}, err
+		}
+		e.mu.Lock()
+		done := e.done
+		e.mu.Unlock()
+		return reply(http.StatusOK, map[string]any{"notes": n, "items_done": done})
+	case req.Role != plugins.RoleAdmin || !isNote || name == "" || strings.Contains(name, "/"):
+		return plugins.NotFoundResponse(req), nil
+	case req.Method == http.MethodGet:
+		text, err := rdb.HGet(ctx, prefix+"notes", name).Result()
+		if errors.Is(err, redis.Nil) {
+			return reply(http.StatusNotFound, map[string]string{"error": "no note " + name, "code": "not_found"})
+		}
+		if err != nil {
+			return plugins.Response{}, err
+		}
+		return reply(http.StatusOK, map[string]string{"name": name, "text": text})
+	case req.Method == http.MethodPut:
+		var body struct {
+			Text string `json:"text"`
+		}
+		if err := json.Unmarshal(req.Body, &body); err != nil || body.Text == "" {
+			return reply(http.StatusBadRequest, map[string]string{"error": `want {"text": "…"}`, "code": "invalid"})
+		}
+		if err := rdb.HSet(ctx, prefix+"notes", name, body.Text).Err(); err != nil {
+			return plugins.Response{}, err
+		}
+		details, _ := json.Marshal(map[string]string{"name": name})
+		resp, err := reply(http.StatusOK, map[string]string{"name": name, "text": body.Text})
+		resp.Changes = []plugins.Change{{What: "note kept", Details: details}}
+		return resp, err
+	}
+	return plugins.NotFoundResponse(req), nil
+}
+
+// notesClient opens the notes' Redis connection on first use.
+func (e *Example) notesClient() (redis.UniversalClient, string, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.notes == nil {
+		rdb, err := redisurl.Dial(e.redisURL)
+		if err != nil {
+			return nil, "", fmt.Errorf("notes: %w", err)
+		}
+		e.notes = rdb
+	}
+	return e.notes, e.settings.KeyPrefix, nil
 }

@@ -10,7 +10,7 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/hoardproject/hoard/plugins/bittorrent/opentracker"
+	"github.com/hoardproject/hoard/internal/opentracker"
 	"github.com/hoardproject/hoard/plugins/bittorrent/wire"
 )
 

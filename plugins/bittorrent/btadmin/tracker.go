@@ -9,6 +9,8 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/hoardproject/hoard/plugins"
+
 	"github.com/hoardproject/hoard/plugins/bittorrent/ipmetrics"
 	"github.com/hoardproject/hoard/plugins/bittorrent/scoring"
 )
@@ -47,9 +49,11 @@ type TrackerViewsReply struct {
 	TopShown bool `json:"top_torrents_shown"`
 }
 
-// RegisterPublic implements server.PublicExtension.
-func (v *TrackerViews) RegisterPublic(r gin.IRoutes) {
-	r.GET("/tracker/bittorrent.json", v.serve)
+// register adds the page data to r, the root of the plugin's public
+// API (plugins.PagePath, which the host serves as
+// /tracker/bittorrent.json).
+func (v *TrackerViews) register(r gin.IRoutes) {
+	r.GET(plugins.PagePath, v.serve)
 }
 
 func (v *TrackerViews) serve(c *gin.Context) {

@@ -1,4 +1,4 @@
-package server_test
+package btadmin_test
 
 import (
 	"encoding/json"
@@ -8,10 +8,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btadmin"
 	"github.com/hoardproject/hoard/plugins/bittorrent/scoring"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
-	"github.com/hoardproject/hoard/server"
-	"github.com/hoardproject/hoard/server/btadmin"
 )
 
 // TestBitTorrentAdminTrackersAndScores: external trackers are set with
@@ -24,8 +23,7 @@ func TestBitTorrentAdminTrackersAndScores(t *testing.T) {
 		_, policy, err := scoring.ParseSettings([]byte(`{"allow_private_targets":true}`), false)
 		require.NoError(t, err)
 		scorer := scoring.New(b.Client, policy, nil, quiet)
-		f.fixture = newFixture(t, b, server.Config{AdminToken: token, AdminExtensions: []server.AdminExtension{
-			&btadmin.Admin{Store: f.adminStore, Scorer: scorer}}, Logger: quiet})
+		f.fixture = newFixture(t, b, parts{admin: &btadmin.Admin{Store: f.adminStore, Scorer: scorer}, logger: quiet})
 		hash := btHash("scored.iso")
 		path := "/torrents/" + btHex(hash)
 
@@ -103,7 +101,7 @@ func TestBitTorrentAdminTrackersAndScores(t *testing.T) {
 		require.Equal(t, []scoring.Ranked{{InfoHash: btHex(other), Score: 1}, {InfoHash: btHex(hash), Score: 0.5}}, top.Torrents)
 		requireError(t, f.call(http.MethodGet, "/scores/top?n=0", ""), http.StatusBadRequest, "from 1 to 1000")
 
-		off := newFixture(t, b, server.Config{AdminToken: token, AdminExtensions: []server.AdminExtension{&btadmin.Admin{Store: f.adminStore}}, Logger: quiet})
+		off := newFixture(t, b, parts{admin: &btadmin.Admin{Store: f.adminStore}, logger: quiet})
 		requireError(t, off.admin(http.MethodGet, "/bittorrent/scores/top", "", token), http.StatusServiceUnavailable, "no scoring store")
 	})
 }
@@ -113,4 +111,31 @@ func decodeTrackers(t *testing.T, body string) btadmin.TrackersReply {
 	var reply btadmin.TrackersReply
 	require.NoError(t, json.Unmarshal([]byte(body), &reply))
 	return reply
+}
+
+// TestARegisteredTorrentShowsItsScoreAtOnce: with scoring on, a torrent
+// registered through the API is scored from that moment, at 1.0 with no
+// round processed yet, instead of answering 404 until the scoring job's
+// next run (up to an hour).
+func TestARegisteredTorrentShowsItsScoreAtOnce(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newBTFixture(t, b)
+		_, policy, err := scoring.ParseSettings(nil, true)
+		require.NoError(t, err)
+		scorer := scoring.New(b.Client, policy, nil, quiet)
+		f.fixture = newFixture(t, b, parts{admin: &btadmin.Admin{Store: f.adminStore, Scorer: scorer, ScoreOnRegister: true}, logger: quiet})
+		path := "/torrents/" + btHex(btHash("fresh.iso"))
+
+		r := f.call(http.MethodPut, path, `{"id":"1"}`)
+		require.Equal(t, http.StatusOK, r.status, r.body)
+		r = f.call(http.MethodGet, path+"/score", "")
+		require.Equal(t, http.StatusOK, r.status, r.body)
+		var v scoring.View
+		require.NoError(t, json.Unmarshal([]byte(r.body), &v))
+		require.Equal(t, "active", v.State)
+		require.Equal(t, 1.0, v.Score)
+		require.Zero(t, v.Round, "not yet processed")
+		require.Empty(t, v.History)
+		require.True(t, v.Indexed, "in the index the scoring job reads")
+	})
 }

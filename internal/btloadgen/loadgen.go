@@ -1,4 +1,4 @@
-// Package loadgen is an announce load generator for BitTorrent trackers:
+// Package btloadgen is an announce load generator for BitTorrent trackers:
 // ours, opentracker, or anything speaking HTTP or UDP (BEP 15) announces.
 // It only ever talks to a loopback address.
 //
@@ -7,7 +7,7 @@
 // random, so swarms grow to a steady size instead of without bound. A
 // fixed fraction of the peers are seeders (left=0). Every announce asks for
 // compact peers and NumWant of them.
-package loadgen
+package btloadgen
 
 import (
 	"context"

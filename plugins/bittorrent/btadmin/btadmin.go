@@ -1,12 +1,16 @@
-// Package btadmin serves the BitTorrent admin calls (/api/v1/bittorrent:
-// torrents, passkeys, the client whitelist, stats, top) as an admin
-// extension of the server, so package server imports nothing of the
-// BitTorrent plugin's store.
+// Package btadmin is the BitTorrent plugin's own HTTP API: the admin calls
+// (torrents, passkeys, the client whitelist, stats, top, the outbox, the
+// reaper, scores, the unique-IP metrics) and the tracker page's data. The
+// plugin serves it through the plugin contract (plugins.Plugin's
+// HandleRequest, see api.go): the host authenticates the caller, records
+// the actor and the changes, and forwards /api/v1/plugins/bittorrent/…
+// (and the older /api/v1/bittorrent/…) here; it links none of this code.
 package btadmin
 
 import (
 	"encoding/hex"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -19,30 +23,29 @@ import (
 	"github.com/hoardproject/hoard/plugins/bittorrent/reaper"
 	"github.com/hoardproject/hoard/plugins/bittorrent/scoring"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
-
-	"github.com/hoardproject/hoard/server"
 )
 
 // The BitTorrent admin calls, for the site that owns torrents, users and
 // the client whitelist (a Gazelle-style site keeps its database as the
-// truth and pushes changes here):
+// truth and pushes changes here), below /api/v1/plugins/bittorrent (or
+// /api/v1/bittorrent):
 //
-//	PUT    /api/v1/bittorrent/torrents/:infohash   {"id":"123"}   register (or re-id) a torrent (also uploader, created, value)
-//	DELETE /api/v1/bittorrent/torrents/:infohash                  unregister it (404 if not registered)
-//	GET    /api/v1/bittorrent/torrents/:infohash                  its record (404 if none)
-//	PUT    /api/v1/bittorrent/users/:passkey       {"user_id":"7"} map a passkey to a user
-//	DELETE /api/v1/bittorrent/users/:passkey                      forget a passkey
-//	GET    /api/v1/bittorrent/users/by-id/:user_id                the user's sets and totals
-//	GET    /api/v1/bittorrent/clients                             the client whitelist
-//	PUT    /api/v1/bittorrent/clients/*prefix      {"name":"…"}   whitelist a peer_id prefix
-//	DELETE /api/v1/bittorrent/clients/*prefix                     take it off (404 if not listed)
-//	GET    /api/v1/bittorrent/stats                               the global counters
-//	GET    /api/v1/bittorrent/top?by=seeders&n=10                 torrents ranked by seeders, leechers or snatches
-//	GET    /api/v1/bittorrent/torrents/:infohash/trackers         the external trackers scoring announces to
-//	PUT    /api/v1/bittorrent/torrents/:infohash/trackers         {"trackers":[{"url":"udp://h:p/announce","max_peers":200}]} replace them
-//	DELETE /api/v1/bittorrent/torrents/:infohash/trackers         clear them
-//	GET    /api/v1/bittorrent/torrents/:infohash/score            its score, sources (own swarm, each tracker) and history
-//	GET    /api/v1/bittorrent/scores/top?n=10                     the torrents with the highest scores
+//	PUT    /torrents/:infohash   {"id":"123"}   register (or re-id) a torrent (also uploader, created, value)
+//	DELETE /torrents/:infohash                  unregister it (404 if not registered)
+//	GET    /torrents/:infohash                  its record (404 if none)
+//	PUT    /users/:passkey       {"user_id":"7"} map a passkey to a user
+//	DELETE /users/:passkey                      forget a passkey
+//	GET    /users/by-id/:user_id                the user's sets and totals
+//	GET    /clients                             the client whitelist
+//	PUT    /clients/*prefix      {"name":"…"}   whitelist a peer_id prefix
+//	DELETE /clients/*prefix                     take it off (404 if not listed)
+//	GET    /stats                               the global counters
+//	GET    /top?by=seeders&n=10                 torrents ranked by seeders, leechers or snatches
+//	GET    /torrents/:infohash/trackers         the external trackers scoring announces to
+//	PUT    /torrents/:infohash/trackers         {"trackers":[{"url":"udp://h:p/announce","max_peers":200}]} replace them
+//	DELETE /torrents/:infohash/trackers         clear them
+//	GET    /torrents/:infohash/score            its score, sources (own swarm, each tracker) and history
+//	GET    /scores/top?n=10                     the torrents with the highest scores
 //
 // PUT …/torrents/:infohash takes "trackers" too: the list is checked
 // before anything is written and replaces the torrent's list; absent, the
@@ -54,10 +57,12 @@ import (
 // like "-TR3" or "M7-" pass as they are and any other byte, "/" included,
 // passes escaped.
 //
-// Changes are written through this process's own swarm.Store, which never
-// runs Start: admin calls need no expiry or flush loops. The tracker
-// frontends cache passkeys and the whitelist for their swarm.Config
-// CacheTTL (10s), so a change reaches announces within that time.
+// Changes are written through the plugin's own swarm.Store, the one its
+// listeners announce through: it drops its cached copy of a passkey or
+// of the whitelist at once and tells the other frontends with a Redis
+// hint (swarm.CacheHintChannel), so a change reaches the next announce
+// everywhere; the cache's TTL (swarm.Config.CacheTTL, 10s) stays the
+// backstop for a hint lost while a frontend was away.
 // Passkeys are secrets: the log and the replies show only their first
 // characters.
 
@@ -72,7 +77,10 @@ type Admin struct {
 	// Scorer reads and writes scoring's keys (external trackers, scores);
 	// nil answers those calls with 503.
 	Scorer *scoring.Scorer
-	tools  server.AdminTools // the change log and body decoding
+	// ScoreOnRegister puts a newly registered torrent into scoring at
+	// once (at 1.0, not yet processed), so its score shows before the
+	// scoring job's next run; set when scoring is on.
+	ScoreOnRegister bool
 }
 
 // Defaults and bounds of GET …/top.
@@ -81,10 +89,9 @@ const (
 	MaxTopCount     = 1000
 )
 
-// RegisterAdmin implements server.AdminExtension.
-func (b *Admin) RegisterAdmin(g *gin.RouterGroup, tools server.AdminTools) {
-	b.tools = tools
-	bt := g.Group("/bittorrent", requirePart(func() bool { return b.Store != nil },
+// register adds the admin calls to g, the root of the plugin's API.
+func (b *Admin) register(g *gin.RouterGroup) {
+	bt := g.Group("", requirePart(func() bool { return b.Store != nil },
 		"bittorrent_off", "this hoard has no BitTorrent swarm store (btadmin.Admin.Store is not set)"))
 	bt.PUT("/torrents/:infohash", b.registerTorrent)
 	bt.DELETE("/torrents/:infohash", b.unregisterTorrent)
@@ -114,9 +121,9 @@ func swarmError(err error) error {
 	message := strings.TrimPrefix(err.Error(), "swarm: ")
 	switch {
 	case errors.Is(err, swarm.ErrInvalid):
-		return server.BadRequest("%s", strings.TrimSuffix(message, ": "+swarm.ErrInvalid.Error()))
+		return badRequest("%s", strings.TrimSuffix(message, ": "+swarm.ErrInvalid.Error()))
 	case errors.Is(err, swarm.ErrNotFound):
-		return server.NewHTTPError(http.StatusNotFound, "not_found", message)
+		return newAPIError(http.StatusNotFound, "not_found", message)
 	}
 	return err
 }
@@ -166,9 +173,9 @@ func torrentRecord(info swarm.TorrentInfo) TorrentRecord {
 // creation time (RFC 3339), which the reaper ages a never-seeded upload
 // by (absent: the time of the first registration).
 type RegisterTorrentRequest struct {
-	ID       server.LooseString `json:"id"`
-	Uploader server.LooseString `json:"uploader"`
-	Created  *time.Time         `json:"created"`
+	ID       LooseString `json:"id"`
+	Uploader LooseString `json:"uploader"`
+	Created  *time.Time  `json:"created"`
 	// Value is what the upload is worth to the site (e.g. its size in
 	// GiB): a reseed claim earns the reaper's reward_factor x Value (1
 	// when never given).
@@ -193,18 +200,18 @@ func (b *Admin) registerTorrent(c *gin.Context) {
 		return
 	}
 	var req RegisterTorrentRequest
-	if !b.tools.Decode(c, &req) {
+	if !decode(c, &req) {
 		return
 	}
 	if req.ID == "" {
-		_ = c.Error(server.BadRequest(`the body needs the site's torrent id: {"id": "123"}`))
+		_ = c.Error(badRequest(`the body needs the site's torrent id: {"id": "123"}`))
 		return
 	}
 	var trackers []scoring.Tracker
 	if req.Trackers != nil {
 		// Checked before anything is written: a bad list changes nothing.
 		if b.Scorer == nil {
-			_ = c.Error(server.NewHTTPError(http.StatusServiceUnavailable, "scoring_off", "this hoard has no scoring store for trackers"))
+			_ = c.Error(newAPIError(http.StatusServiceUnavailable, "scoring_off", "this hoard has no scoring store for trackers"))
 			return
 		}
 		if trackers, err = b.Scorer.CheckTrackers(*req.Trackers); err != nil {
@@ -240,7 +247,14 @@ func (b *Admin) registerTorrent(c *gin.Context) {
 		}
 		logged = append(logged, "trackers", len(trackers))
 	}
-	b.tools.LogChange(c, "torrent registered", logged...)
+	if b.ScoreOnRegister && b.Scorer != nil {
+		// The scoring job tracks every torrent it finds anyway: a failure
+		// here only delays the score until its next run.
+		if _, err := b.Scorer.Track(ctx, hash); err != nil {
+			slog.Default().WarnContext(ctx, "could not put a registered torrent into scoring; the scoring job will", "info_hash", hexHash(hash), "err", err)
+		}
+	}
+	logChange(c, "torrent registered", logged...)
 	c.JSON(http.StatusOK, RegisterTorrentReply{InfoHash: hexHash(hash), ID: string(req.ID), PreviousID: previous, Trackers: trackers})
 }
 
@@ -256,7 +270,7 @@ func (b *Admin) unregisterTorrent(c *gin.Context) {
 		err = swarm.ErrNotFound
 	}
 	if errors.Is(err, swarm.ErrNotFound) {
-		_ = c.Error(server.NewHTTPError(http.StatusNotFound, "not_registered", "torrent "+hexHash(hash)+" is not registered"))
+		_ = c.Error(newAPIError(http.StatusNotFound, "not_registered", "torrent "+hexHash(hash)+" is not registered"))
 		return
 	}
 	if err != nil {
@@ -267,7 +281,7 @@ func (b *Admin) unregisterTorrent(c *gin.Context) {
 		_ = c.Error(swarmError(err))
 		return
 	}
-	b.tools.LogChange(c, "torrent unregistered", "info_hash", hexHash(hash), "id", info.ID)
+	logChange(c, "torrent unregistered", "info_hash", hexHash(hash), "id", info.ID)
 	c.JSON(http.StatusOK, gin.H{"info_hash": hexHash(hash), "unregistered_id": info.ID})
 }
 
@@ -288,7 +302,7 @@ func (b *Admin) showTorrent(c *gin.Context) {
 // AddUserRequest is the body of PUT …/users/:passkey. The user id may be a
 // JSON string or number.
 type AddUserRequest struct {
-	UserID server.LooseString `json:"user_id"`
+	UserID LooseString `json:"user_id"`
 }
 
 // UserChangeReply answers PUT and DELETE …/users/:passkey, with the
@@ -301,18 +315,18 @@ type UserChangeReply struct {
 func (b *Admin) addUser(c *gin.Context) {
 	passkey := c.Param("passkey")
 	var req AddUserRequest
-	if !b.tools.Decode(c, &req) {
+	if !decode(c, &req) {
 		return
 	}
 	if req.UserID == "" {
-		_ = c.Error(server.BadRequest(`the body needs the site's user id: {"user_id": "7"}`))
+		_ = c.Error(badRequest(`the body needs the site's user id: {"user_id": "7"}`))
 		return
 	}
 	if err := b.Store.AddUser(c.Request.Context(), passkey, string(req.UserID)); err != nil {
 		_ = c.Error(swarmError(err))
 		return
 	}
-	b.tools.LogChange(c, "passkey added", "passkey", RedactPasskey(passkey), "user_id", string(req.UserID))
+	logChange(c, "passkey added", "passkey", RedactPasskey(passkey), "user_id", string(req.UserID))
 	c.JSON(http.StatusOK, UserChangeReply{Passkey: RedactPasskey(passkey), UserID: string(req.UserID)})
 }
 
@@ -325,7 +339,7 @@ func (b *Admin) removeUser(c *gin.Context) {
 		_ = c.Error(swarmError(err))
 		return
 	}
-	b.tools.LogChange(c, "passkey removed", "passkey", RedactPasskey(passkey))
+	logChange(c, "passkey removed", "passkey", RedactPasskey(passkey))
 	c.JSON(http.StatusOK, UserChangeReply{Passkey: RedactPasskey(passkey)})
 }
 
@@ -411,14 +425,14 @@ type AddClientRequest struct {
 func (b *Admin) addClient(c *gin.Context) {
 	prefix := clientPrefix(c)
 	var req AddClientRequest
-	if c.Request.ContentLength != 0 && !b.tools.Decode(c, &req) {
+	if c.Request.ContentLength != 0 && !decode(c, &req) {
 		return
 	}
 	if err := b.Store.AddClient(c.Request.Context(), prefix, req.Name); err != nil {
 		_ = c.Error(swarmError(err))
 		return
 	}
-	b.tools.LogChange(c, "client whitelisted", "prefix", prefix, "name", req.Name)
+	logChange(c, "client whitelisted", "prefix", prefix, "name", req.Name)
 	c.JSON(http.StatusOK, WhitelistedClient{Prefix: prefix, Name: req.Name})
 }
 
@@ -437,14 +451,14 @@ func (b *Admin) removeClient(c *gin.Context) {
 		}
 	}
 	if removed == nil {
-		_ = c.Error(server.NewHTTPError(http.StatusNotFound, "not_whitelisted", "no client prefix "+strconv.Quote(prefix)+" is whitelisted"))
+		_ = c.Error(newAPIError(http.StatusNotFound, "not_whitelisted", "no client prefix "+strconv.Quote(prefix)+" is whitelisted"))
 		return
 	}
 	if err := b.Store.RemoveClient(ctx, prefix); err != nil {
 		_ = c.Error(swarmError(err))
 		return
 	}
-	b.tools.LogChange(c, "client removed from whitelist", "prefix", prefix, "name", removed.Name)
+	logChange(c, "client removed from whitelist", "prefix", prefix, "name", removed.Name)
 	c.JSON(http.StatusOK, WhitelistedClient{Prefix: removed.Prefix, Name: removed.Name})
 }
 
@@ -486,14 +500,14 @@ func (b *Admin) top(c *gin.Context) {
 	switch swarm.Index(by) {
 	case swarm.IndexSeeders, swarm.IndexLeechers, swarm.IndexSnatches:
 	default:
-		_ = c.Error(server.BadRequest("by=%q: want seeders, leechers or snatches", by))
+		_ = c.Error(badRequest("by=%q: want seeders, leechers or snatches", by))
 		return
 	}
 	n := DefaultTopCount
 	if text, ok := c.GetQuery("n"); ok {
 		var err error
 		if n, err = strconv.Atoi(text); err != nil || n < 1 || n > MaxTopCount {
-			_ = c.Error(server.BadRequest("n=%q: want a whole number from 1 to %d", text, MaxTopCount))
+			_ = c.Error(badRequest("n=%q: want a whole number from 1 to %d", text, MaxTopCount))
 			return
 		}
 	}
@@ -513,7 +527,7 @@ func (b *Admin) top(c *gin.Context) {
 // own explanation.
 func scoringError(err error) error {
 	if errors.Is(err, scoring.ErrInvalid) {
-		return server.BadRequest("%s", strings.TrimSuffix(err.Error(), ": "+scoring.ErrInvalid.Error()))
+		return badRequest("%s", strings.TrimSuffix(err.Error(), ": "+scoring.ErrInvalid.Error()))
 	}
 	return err
 }
@@ -552,11 +566,11 @@ func (b *Admin) setTrackers(c *gin.Context) {
 		return
 	}
 	var req SetTrackersRequest
-	if !b.tools.Decode(c, &req) {
+	if !decode(c, &req) {
 		return
 	}
 	if req.Trackers == nil {
-		_ = c.Error(server.BadRequest(`the body needs the list: {"trackers": [{"url": "udp://host:port/announce", "max_peers": 50}]} (an empty list, or DELETE, clears it)`))
+		_ = c.Error(badRequest(`the body needs the list: {"trackers": [{"url": "udp://host:port/announce", "max_peers": 50}]} (an empty list, or DELETE, clears it)`))
 		return
 	}
 	b.replaceTrackers(c, hash, req.Trackers)
@@ -581,7 +595,7 @@ func (b *Admin) replaceTrackers(c *gin.Context, hash bittorrent.InfoHash, tracke
 	for i, t := range list {
 		urls[i] = t.URL
 	}
-	b.tools.LogChange(c, "external trackers set", "info_hash", hexHash(hash), "trackers", urls, "before", before)
+	logChange(c, "external trackers set", "info_hash", hexHash(hash), "trackers", urls, "before", before)
 	c.JSON(http.StatusOK, TrackersReply{InfoHash: hexHash(hash), Trackers: list, Before: &before})
 }
 
@@ -597,7 +611,7 @@ func (b *Admin) showScore(c *gin.Context) {
 		return
 	}
 	if v.State == "" && len(v.History) == 0 && len(v.Sources) <= 1 {
-		_ = c.Error(server.NewHTTPError(http.StatusNotFound, "not_scored", "torrent "+hexHash(hash)+" has never been scored"))
+		_ = c.Error(newAPIError(http.StatusNotFound, "not_scored", "torrent "+hexHash(hash)+" has never been scored"))
 		return
 	}
 	c.JSON(http.StatusOK, v)
@@ -613,7 +627,7 @@ func (b *Admin) topScores(c *gin.Context) {
 	if text, ok := c.GetQuery("n"); ok {
 		var err error
 		if n, err = strconv.Atoi(text); err != nil || n < 1 || n > scoring.MaxTop {
-			_ = c.Error(server.BadRequest("n=%q: want a whole number from 1 to %d", text, scoring.MaxTop))
+			_ = c.Error(badRequest("n=%q: want a whole number from 1 to %d", text, scoring.MaxTop))
 			return
 		}
 	}
@@ -631,7 +645,7 @@ func (b *Admin) topScores(c *gin.Context) {
 func requirePart(present func() bool, code, message string) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		if !present() {
-			_ = c.Error(server.NewHTTPError(http.StatusServiceUnavailable, code, message))
+			_ = c.Error(newAPIError(http.StatusServiceUnavailable, code, message))
 			c.Abort()
 			return
 		}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/hoardproject/hoard/plugins/bittorrent/reaper"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
-	"github.com/hoardproject/hoard/server"
 )
 
 // The unseeded reaper's admin calls (Admin.Reaper; 503 when it is off):
@@ -39,11 +38,11 @@ func reaperError(err error) error {
 	}
 	switch {
 	case errors.Is(err, reaper.ErrInvalid), errors.Is(err, swarm.ErrInvalid):
-		return server.BadRequest("%s", message)
+		return badRequest("%s", message)
 	case errors.Is(err, reaper.ErrNotFound):
-		return server.NewHTTPError(http.StatusNotFound, "not_found", message)
+		return newAPIError(http.StatusNotFound, "not_found", message)
 	case errors.Is(err, reaper.ErrNoNotice):
-		return server.NewHTTPError(http.StatusConflict, "no_notice", message)
+		return newAPIError(http.StatusConflict, "no_notice", message)
 	}
 	return err
 }
@@ -72,16 +71,16 @@ type ExtendReply struct {
 
 func (b *Admin) reaperExtend(c *gin.Context) {
 	var req ExtendRequest
-	if !b.tools.Decode(c, &req) {
+	if !decode(c, &req) {
 		return
 	}
 	days, err := strconv.Atoi(string(req.Days))
 	if err != nil || days < 1 || days > reaper.MaxExtensionDays {
-		_ = c.Error(server.BadRequest("days %s: want a whole number from 1 to %d", string(req.Days), reaper.MaxExtensionDays))
+		_ = c.Error(badRequest("days %s: want a whole number from 1 to %d", string(req.Days), reaper.MaxExtensionDays))
 		return
 	}
 	if (req.InfoHash == "") == (req.User == "") {
-		_ = c.Error(server.BadRequest(`name one torrent or one user: {"info_hash": "<40 hex>", "days": 7} or {"user": "7", "days": 7}`))
+		_ = c.Error(badRequest(`name one torrent or one user: {"info_hash": "<40 hex>", "days": 7} or {"user": "7", "days": 7}`))
 		return
 	}
 	ctx := c.Request.Context()
@@ -112,7 +111,7 @@ func (b *Admin) reaperExtend(c *gin.Context) {
 	if req.User != "" {
 		logged = append(logged, "user", req.User)
 	}
-	b.tools.LogChange(c, "reaper grace extended", logged...)
+	logChange(c, "reaper grace extended", logged...)
 	c.JSON(http.StatusOK, reply)
 }
 

@@ -1,4 +1,4 @@
-package server_test
+package btadmin_test
 
 import (
 	"bytes"
@@ -20,9 +20,8 @@ import (
 	"github.com/hoardproject/hoard/plugins/bittorrent"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 	"github.com/hoardproject/hoard/queues"
-	"github.com/hoardproject/hoard/server"
 
-	"github.com/hoardproject/hoard/server/btadmin"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btadmin"
 )
 
 // btFixture is hoard's admin side (a server with its own, never started
@@ -62,7 +61,7 @@ func newBTFixture(t *testing.T, b redistest.Backend) *btFixture {
 	tracker, err := swarm.New(b.Client, swarm.Config{Private: true, Clock: clock, Logger: quiet})
 	require.NoError(t, err)
 	logs := &lockedBuffer{}
-	f := newFixture(t, b, server.Config{AdminToken: token, AdminExtensions: []server.AdminExtension{&btadmin.Admin{Store: admin}}, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	f := newFixture(t, b, parts{admin: &btadmin.Admin{Store: admin}, logger: slog.New(slog.NewTextHandler(logs, nil))})
 	return &btFixture{fixture: f, adminStore: admin, tracker: tracker, clock: clock, logs: logs}
 }
 
@@ -72,7 +71,7 @@ func (f *btFixture) call(method, path, body string) reply {
 	req, err := http.NewRequest(method, f.url+"/api/v1/bittorrent"+path, strings.NewReader(body))
 	require.NoError(f.t, err)
 	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set(server.ActorHeader, "site@web1")
+	req.Header.Set("X-Hoard-Actor", "site@web1")
 	return f.do(req)
 }
 
@@ -114,7 +113,7 @@ func TestBitTorrentAdminNeedsTokenAndStore(t *testing.T) {
 		_, err := f.adminStore.Torrent(f.ctx, btHash("a"))
 		require.ErrorIs(t, err, swarm.ErrNotFound, "a refused call changed nothing")
 
-		off := newFixture(t, b, server.Config{AdminToken: token, AdminExtensions: []server.AdminExtension{&btadmin.Admin{}}})
+		off := newFixture(t, b, parts{admin: &btadmin.Admin{}})
 		r := off.admin(http.MethodGet, "/bittorrent/stats", "", token)
 		requireError(t, r, http.StatusServiceUnavailable, "no BitTorrent swarm store")
 		r = off.admin(http.MethodGet, "/bittorrent/stats", "", "")
@@ -235,7 +234,6 @@ func TestBitTorrentAdminSiteFlow(t *testing.T) {
 		requireError(t, f.call(http.MethodPut, "/users/"+seederKey[:31], `{"user_id":"7"}`), http.StatusBadRequest, "passkey: want 32-64 characters")
 		requireError(t, f.call(http.MethodPut, "/users/"+seederKey, `{"user_id":"x{y}"}`), http.StatusBadRequest, `user id "x{y}"`)
 		requireError(t, f.call(http.MethodPut, "/users/"+seederKey, `{}`), http.StatusBadRequest, "needs the site's user id")
-		// The plugin's admin bodies are decoded strictly too (AdminTools.Decode).
 		requireError(t, f.call(http.MethodPut, "/users/"+seederKey, `{"name":"7"}`), http.StatusBadRequest, `unknown field "name"`)
 
 		require.NoError(t, f.announce(hash, btPeer("-TR3000-", 1), seederKey, 0, 1))

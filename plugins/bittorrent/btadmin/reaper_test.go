@@ -1,4 +1,4 @@
-package server_test
+package btadmin_test
 
 import (
 	"encoding/json"
@@ -14,9 +14,8 @@ import (
 	"github.com/hoardproject/hoard/plugins/bittorrent/reaper"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 	"github.com/hoardproject/hoard/queues"
-	"github.com/hoardproject/hoard/server"
 
-	"github.com/hoardproject/hoard/server/btadmin"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btadmin"
 )
 
 // TestBitTorrentAdminReaper: extend (one torrent, by user; bad input
@@ -29,8 +28,7 @@ func TestBitTorrentAdminReaper(t *testing.T) {
 		clock := swarm.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 		reap := reaper.New(b.Client, reaper.Config{Policy: reaper.DefaultPolicy(), Now: clock.Now, Logger: quiet})
 		logs := &lockedBuffer{}
-		fx := newFixture(t, b, server.Config{AdminToken: token, Logger: slog.New(slog.NewTextHandler(logs, nil)),
-			AdminExtensions: []server.AdminExtension{&btadmin.Admin{Store: admin, Reaper: reap}}})
+		fx := newFixture(t, b, parts{admin: &btadmin.Admin{Store: admin, Reaper: reap}, logger: slog.New(slog.NewTextHandler(logs, nil))})
 		f := &btFixture{fixture: fx, adminStore: admin, clock: clock, logs: logs}
 
 		in, out := btHash("in"), btHash("out")
@@ -114,7 +112,7 @@ func TestBitTorrentAdminReaper(t *testing.T) {
 			`{"days":1,"info_hashes":["` + btHex(in) + `"],"user":"up"}`,
 		}, extensions)
 
-		off := newFixture(t, b, server.Config{AdminToken: token, AdminExtensions: []server.AdminExtension{&btadmin.Admin{Store: admin}}})
+		off := newFixture(t, b, parts{admin: &btadmin.Admin{Store: admin}})
 		requireError(t, off.admin(http.MethodGet, "/bittorrent/reaper/counts", "", token), http.StatusServiceUnavailable, "the unseeded reaper is off")
 	})
 }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hoardproject/hoard/plugins/bittorrent/opentracker"
+	"github.com/hoardproject/hoard/internal/opentracker"
 	"github.com/hoardproject/hoard/plugins/bittorrent/wire"
 )
 

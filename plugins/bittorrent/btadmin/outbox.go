@@ -9,8 +9,6 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/hoardproject/hoard/plugins/bittorrent/outbox"
-
-	"github.com/hoardproject/hoard/server"
 )
 
 // The outbox calls, for a site that polls instead of (or besides)
@@ -40,8 +38,8 @@ type OutboxEventsReply struct {
 // OutboxIDsRequest is the body of …/ack and …/dead/retry. Ids may be JSON
 // strings or numbers; All (retry only) takes up to 1000 dead events.
 type OutboxIDsRequest struct {
-	IDs []server.LooseString `json:"ids"`
-	All bool                 `json:"all,omitempty"`
+	IDs []LooseString `json:"ids"`
+	All bool          `json:"all,omitempty"`
 }
 
 // OutboxChangeReply answers …/ack (Acknowledged) and …/dead/retry
@@ -53,7 +51,7 @@ type OutboxChangeReply struct {
 }
 
 func (b *Admin) registerOutbox(g *gin.RouterGroup) {
-	o := g.Group("/bittorrent/outbox", requirePart(func() bool { return b.Outbox != nil },
+	o := g.Group("/outbox", requirePart(func() bool { return b.Outbox != nil },
 		"outbox_off", "this hoard has no BitTorrent outbox (btadmin.Admin.Outbox is not set)"))
 	o.GET("/events", b.outboxEvents)
 	o.POST("/ack", b.outboxAck)
@@ -68,9 +66,9 @@ func outboxError(err error) error {
 	message := strings.TrimPrefix(err.Error(), outbox.ErrInvalid.Error()+": ")
 	switch {
 	case errors.Is(err, outbox.ErrInvalid):
-		return server.BadRequest("%s", message)
+		return badRequest("%s", message)
 	case errors.Is(err, outbox.ErrUnknown):
-		return server.NewHTTPError(http.StatusNotFound, "unknown_event", strings.TrimPrefix(message, outbox.ErrUnknown.Error()+": "))
+		return newAPIError(http.StatusNotFound, "unknown_event", strings.TrimPrefix(message, outbox.ErrUnknown.Error()+": "))
 	}
 	return err
 }
@@ -82,7 +80,7 @@ func pageQuery(c *gin.Context) (after uint64, limit int, err error) {
 	limit = DefaultOutboxLimit
 	if text, ok := c.GetQuery("limit"); ok {
 		if limit, err = strconv.Atoi(text); err != nil || limit < 1 || limit > outbox.MaxListLimit {
-			return 0, 0, server.BadRequest("limit=%q: want a whole number from 1 to %d", text, outbox.MaxListLimit)
+			return 0, 0, badRequest("limit=%q: want a whole number from 1 to %d", text, outbox.MaxListLimit)
 		}
 	}
 	return after, limit, nil
@@ -126,16 +124,16 @@ func (b *Admin) outboxStats(c *gin.Context) {
 
 func (b *Admin) decodeIDs(c *gin.Context, allowAll bool) ([]uint64, bool, bool) {
 	var req OutboxIDsRequest
-	if !b.tools.Decode(c, &req) {
+	if !decode(c, &req) {
 		return nil, false, false
 	}
 	if req.All {
 		if !allowAll {
-			_ = c.Error(server.BadRequest(`"all" is only for …/dead/retry; acknowledge events by id`))
+			_ = c.Error(badRequest(`"all" is only for …/dead/retry; acknowledge events by id`))
 			return nil, false, false
 		}
 		if len(req.IDs) > 0 {
-			_ = c.Error(server.BadRequest(`give "ids" or "all", not both`))
+			_ = c.Error(badRequest(`give "ids" or "all", not both`))
 			return nil, false, false
 		}
 		return nil, true, true
@@ -168,7 +166,7 @@ func (b *Admin) outboxAck(c *gin.Context) {
 		_ = c.Error(err)
 		return
 	}
-	b.tools.LogChange(c, "outbox events acknowledged", "events", n, "first_id", ids[0], "last_id", ids[len(ids)-1])
+	logChange(c, "outbox events acknowledged", "events", n, "first_id", ids[0], "last_id", ids[len(ids)-1])
 	c.JSON(http.StatusOK, OutboxChangeReply{Acknowledged: n, Counts: counts})
 }
 
@@ -194,6 +192,6 @@ func (b *Admin) outboxRetry(c *gin.Context) {
 		_ = c.Error(err)
 		return
 	}
-	b.tools.LogChange(c, "dead outbox events retried", "events", n, "all", all)
+	logChange(c, "dead outbox events retried", "events", n, "all", all)
 	c.JSON(http.StatusOK, OutboxChangeReply{Retried: n, Counts: counts})
 }

@@ -10,8 +10,6 @@ import (
 
 	"github.com/hoardproject/hoard/plugins/bittorrent"
 	"github.com/hoardproject/hoard/plugins/bittorrent/ipmetrics"
-
-	"github.com/hoardproject/hoard/server"
 )
 
 // MetricsAdmin serves the unique-IP metrics (seed 002) read-only:
@@ -36,14 +34,14 @@ const (
 	MaxMetricsMonths     = 120
 )
 
-// RegisterAdmin implements server.AdminExtension.
-func (m *MetricsAdmin) RegisterAdmin(g *gin.RouterGroup, _ server.AdminTools) {
-	g.GET("/bittorrent/metrics", m.metrics)
+// register adds GET /metrics to g, the root of the plugin's API.
+func (m *MetricsAdmin) register(g *gin.RouterGroup) {
+	g.GET("/metrics", m.metrics)
 }
 
 func (m *MetricsAdmin) metrics(c *gin.Context) {
 	if m.Store == nil {
-		_ = c.Error(server.NewHTTPError(http.StatusServiceUnavailable, "bittorrent_off", "this hoard has no unique-IP metrics store (btadmin.MetricsAdmin.Store is not set)"))
+		_ = c.Error(newAPIError(http.StatusServiceUnavailable, "bittorrent_off", "this hoard has no unique-IP metrics store (btadmin.MetricsAdmin.Store is not set)"))
 		return
 	}
 	number := func(name string, def, most int) (int, bool) {
@@ -53,7 +51,7 @@ func (m *MetricsAdmin) metrics(c *gin.Context) {
 		}
 		n, err := strconv.Atoi(text)
 		if err != nil || n < 1 || n > most {
-			_ = c.Error(server.BadRequest("%s=%q: want a whole number from 1 to %d", name, text, most))
+			_ = c.Error(badRequest("%s=%q: want a whole number from 1 to %d", name, text, most))
 			return 0, false
 		}
 		return n, true
@@ -70,7 +68,7 @@ func (m *MetricsAdmin) metrics(c *gin.Context) {
 	if text := c.Query("torrent"); text != "" {
 		raw, err := hex.DecodeString(text)
 		if err != nil || len(raw) != len(bittorrent.InfoHash{}) {
-			_ = c.Error(server.BadRequest("torrent=%q: want 40 hex characters", text))
+			_ = c.Error(badRequest("torrent=%q: want 40 hex characters", text))
 			return
 		}
 		hash = (*bittorrent.InfoHash)(raw)
@@ -79,7 +77,7 @@ func (m *MetricsAdmin) metrics(c *gin.Context) {
 	report, err := m.Store.Report(c.Request.Context(), hash, month, top)
 	if err != nil {
 		if errors.Is(err, ipmetrics.ErrInvalid) {
-			_ = c.Error(server.BadRequest("month=%q: want YYYY-MM", month))
+			_ = c.Error(badRequest("month=%q: want YYYY-MM", month))
 			return
 		}
 		_ = c.Error(err)

@@ -1,4 +1,4 @@
-package server_test
+package btadmin_test
 
 import (
 	"encoding/json"
@@ -12,9 +12,8 @@ import (
 	"github.com/hoardproject/hoard/internal/clock"
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/plugins/bittorrent/outbox"
-	"github.com/hoardproject/hoard/server"
 
-	"github.com/hoardproject/hoard/server/btadmin"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btadmin"
 )
 
 // outboxFixture is hoard's admin side with an outbox on the same Redis
@@ -24,8 +23,7 @@ func outboxFixture(t *testing.T, b redistest.Backend) (*fixture, *outbox.Outbox)
 	_, p, err := outbox.ParseSettings(json.RawMessage(`{"keep_delivered":3}`))
 	require.NoError(t, err)
 	ob := outbox.New(b.Client, outbox.Config{Policy: p, Clock: clock.NewFake(outboxStart), Logger: quiet})
-	f := newFixture(t, b, server.Config{AdminToken: token, Logger: quiet,
-		AdminExtensions: []server.AdminExtension{&btadmin.Admin{Outbox: ob}}})
+	f := newFixture(t, b, parts{admin: &btadmin.Admin{Outbox: ob}, logger: quiet})
 	return f, ob
 }
 
@@ -121,7 +119,7 @@ func TestOutboxAdminRefusesBadInputAndChangesNothing(t *testing.T) {
 		require.Equal(t, int64(2), counts.Pending, "no refused call acknowledged anything")
 		require.Equal(t, int64(1), counts.Delivered)
 
-		off := newFixture(t, b, server.Config{AdminToken: token, AdminExtensions: []server.AdminExtension{&btadmin.Admin{}}})
+		off := newFixture(t, b, parts{admin: &btadmin.Admin{}})
 		requireError(t, off.admin(http.MethodGet, "/bittorrent/outbox/events", "", token), http.StatusServiceUnavailable, "no BitTorrent outbox")
 	})
 }
