@@ -28,13 +28,13 @@ func TestChangesReachStartedFrontendsThroughTheHint(t *testing.T) {
 		f.announce(hash, peerID("-TR", 5), 5, passkey("passkeyA")) // caches passkeyA and the whitelist
 		require.Equal(t, "unknown passkey", f.refuse(hash, peerID("-TR", 1), 1, passkey("passkeyC")))
 
-		require.NoError(t, other.AddUser(ctx, "passkeyC", "carol"))
+		require.NoError(t, other.AddUser(ctx, pk("passkeyC"), "carol"))
 		require.Eventually(t, func() bool {
 			_, err := f.store.Announce(ctx, request(hash, peerID("-TR", 1), 1, passkey("passkeyC")))
 			return err == nil
 		}, 5*time.Second, time.Millisecond, "a new passkey is admitted without waiting for the cache")
 
-		require.NoError(t, other.RemoveUser(ctx, "passkeyA"))
+		require.NoError(t, other.RemoveUser(ctx, pk("passkeyA")))
 		require.Eventually(t, func() bool {
 			_, err := f.store.Announce(ctx, request(hash, peerID("-TR", 5), 5, passkey("passkeyA")))
 			return err != nil
