@@ -117,6 +117,7 @@ func benchCommand() *cobra.Command {
 	}
 	cmd.AddCommand(benchViewersCommand(), benchOffloadCommand(), benchFsyncCommand(), benchFloodCommand())
 	cmd.AddCommand(benchAnnounceCommand(), benchIPMetricsCommand())
+	cmd.AddCommand(benchOutsideCommand(), benchLoadCommand())
 	return cmd
 }
 
