@@ -13,7 +13,9 @@
 -- KEYS[8]  stats              HASH counters (only the rare ones here)
 -- KEYS[9..12] downloader_bytes, downloader_items, downloader_version,
 --          domain_bytes: not written here (the frontend counts them)
--- KEYS[13] log                LIST recent completions (JSON), newest first
+-- KEYS[13] log                LIST recent completions (JSON), newest first:
+--                                   log_length of them, up to a sixteenth more
+--                                   between trims
 -- KEYS[14] released           HASH item -> released record
 -- KEYS[15] redo               LIST todo:redo, where released items wait
 -- KEYS[16..19] hourly, series:m, series:h, series:d: not written here (the
@@ -249,7 +251,9 @@ if #fresh ~= #unique or #released_items > 0 then
   entry = entry .. '}'
 end
 if log_length > 0 then
-  if redis.call('LPUSH', KEYS[13], entry) > log_length then
+  -- Trimmed when it is a sixteenth over, not on every push: one command
+  -- fewer per done. Readers ask for at most log_length entries.
+  if redis.call('LPUSH', KEYS[13], entry) > log_length + math.floor(log_length / 16) then
     redis.call('LTRIM', KEYS[13], 0, log_length - 1)
   end
 end

@@ -112,7 +112,7 @@ func benchCommand() *cobra.Command {
 		f.IntSliceVar(&o.multis, "multi", []int{1, 100}, "items per request (multi=N)")
 		f.BoolVar(&o.keepAlive, "keep-alive", false, "reuse connections (seesaw's Tornado client sends Connection: close)")
 		f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (server and load generator share this process)")
-		f.StringVar(&o.redisFsync, "redis-fsync", "", "run redis-server with the AOF on and this appendfsync (everysec, always, no), as hoard serve does; empty = AOF off")
+		f.StringVar(&o.redisFsync, "redis-fsync", "everysec", "run redis-server with the AOF on and this appendfsync (everysec, always, no); everysec is hoard serve's default; empty = AOF off")
 		cmd.AddCommand(c)
 	}
 	cmd.AddCommand(benchViewersCommand(), benchOffloadCommand(), benchFsyncCommand(), benchFloodCommand())
@@ -361,15 +361,33 @@ func post(ctx context.Context, client *http.Client, url string, body []byte) ([]
 var ceilingScript = redis.NewScript(`return redis.call('EXISTS', KEYS[1])`)
 
 func benchScript(ctx context.Context, env *benchEnv, o benchOptions) error {
-	fmt.Printf("\nclaim script vs Redis's EVALSHA ceiling, %d callers, %d runs of %s\n", o.warriors, o.runs, o.duration)
-	var claims, ceiling []runFigure
+	fmt.Printf("\nclaim.lua and done.lua vs Redis's EVALSHA ceiling (a one-key script), %d callers, %d runs of %s; %s\n", o.warriors, o.runs, o.duration, machineLine())
+	var claims, dones, ceiling []runFigure
 	for run := 0; run < o.runs; run++ {
 		slug := fmt.Sprintf("bench-script-r%d", run)
 		if err := env.fill(ctx, slug, 1_500_000); err != nil {
 			return err
 		}
+		// Each caller keeps what it claimed, for the done calls after.
+		claimed := make([][]string, o.warriors)
 		claim, err := callRate(ctx, o, func(ctx context.Context, w int) error {
-			_, err := env.engine.Claim(ctx, queues.ClaimRequest{Project: slug, Downloader: fmt.Sprintf("caller%03d", w), IP: "127.0.0.1", Count: 1})
+			r, err := env.engine.Claim(ctx, queues.ClaimRequest{Project: slug, Downloader: fmt.Sprintf("caller%03d", w), IP: "127.0.0.1", Count: 1})
+			for _, item := range r.Items {
+				claimed[w] = append(claimed[w], item.Name)
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		done, err := callRate(ctx, o, func(ctx context.Context, w int) error {
+			if len(claimed[w]) == 0 {
+				return errCallerDone
+			}
+			item := claimed[w][0]
+			claimed[w] = claimed[w][1:]
+			_, err := env.engine.Done(ctx, queues.DoneRequest{Project: slug, Downloader: fmt.Sprintf("caller%03d", w), Version: "20260101.01",
+				UserAgent: "hoard-bench", Items: []string{item}, Bytes: map[string]int64{"data": 1000}})
 			return err
 		})
 		if err != nil {
@@ -383,14 +401,19 @@ func benchScript(ctx context.Context, env *benchEnv, o benchOptions) error {
 			return err
 		}
 		claims = append(claims, claim)
+		dones = append(dones, done)
 		ceiling = append(ceiling, ceil)
 	}
-	mc, mx := medianFigure(claims), medianFigure(ceiling)
-	fmt.Printf("  claim.lua (multi=1)   %9.0f calls/s   (runs: %s)\n", mc.roundTrips, describeRuns(claims))
+	mc, md, mx := medianFigure(claims), medianFigure(dones), medianFigure(ceiling)
+	fmt.Printf("  claim.lua (multi=1)   %9.0f calls/s   (runs: %s)   ratio %.2f\n", mc.roundTrips, describeRuns(claims), mc.roundTrips/mx.roundTrips)
+	fmt.Printf("  done.lua (1 item)     %9.0f calls/s   (runs: %s)   ratio %.2f\n", md.roundTrips, describeRuns(dones), md.roundTrips/mx.roundTrips)
 	fmt.Printf("  EVALSHA ceiling       %9.0f calls/s   (runs: %s)\n", mx.roundTrips, describeRuns(ceiling))
-	fmt.Printf("  ratio                 %9.2f\n", mc.roundTrips/mx.roundTrips)
 	return nil
 }
+
+// errCallerDone ends one caller of callRate without an error: it has
+// nothing left to do.
+var errCallerDone = errors.New("caller done")
 
 // callRate runs fn from o.warriors goroutines for o.duration.
 func callRate(ctx context.Context, o benchOptions, fn func(ctx context.Context, worker int) error) (runFigure, error) {
@@ -407,6 +430,9 @@ func callRate(ctx context.Context, o benchOptions, fn func(ctx context.Context, 
 			defer wg.Done()
 			for runCtx.Err() == nil {
 				if err := fn(runCtx, w); err != nil {
+					if errors.Is(err, errCallerDone) {
+						return
+					}
 					if runCtx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
 						once.Do(func() { firstErr = err })
 					}
