@@ -285,6 +285,14 @@ func (h *Hub) listen(ctx context.Context) {
 			if !ok {
 				return
 			}
+			// Every done of every project comes by: with no viewer
+			// watching any room, there is nothing to parse it for.
+			h.mu.Lock()
+			watched := len(h.rooms) > 0
+			h.mu.Unlock()
+			if !watched {
+				continue
+			}
 			var ev event
 			if json.Unmarshal([]byte(msg.Payload), &ev) != nil {
 				continue

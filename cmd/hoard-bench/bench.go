@@ -237,6 +237,7 @@ func (env *benchEnv) fill(ctx context.Context, slug string, n int) error {
 // runFigure is one measured run.
 type runFigure struct {
 	roundTrips, items float64 // per second
+	calls             float64 // in all
 }
 
 func benchWarriors(ctx context.Context, env *benchEnv, o benchOptions) error {
@@ -370,7 +371,7 @@ func benchScript(ctx context.Context, env *benchEnv, o benchOptions) error {
 		}
 		// Each caller keeps what it claimed, for the done calls after.
 		claimed := make([][]string, o.warriors)
-		claim, err := callRate(ctx, o, func(ctx context.Context, w int) error {
+		claim, err := redisCPURate(ctx, env, o, func(ctx context.Context, w int) error {
 			r, err := env.engine.Claim(ctx, queues.ClaimRequest{Project: slug, Downloader: fmt.Sprintf("caller%03d", w), IP: "127.0.0.1", Count: 1})
 			for _, item := range r.Items {
 				claimed[w] = append(claimed[w], item.Name)
@@ -380,7 +381,7 @@ func benchScript(ctx context.Context, env *benchEnv, o benchOptions) error {
 		if err != nil {
 			return err
 		}
-		done, err := callRate(ctx, o, func(ctx context.Context, w int) error {
+		done, err := redisCPURate(ctx, env, o, func(ctx context.Context, w int) error {
 			if len(claimed[w]) == 0 {
 				return errCallerDone
 			}
@@ -394,7 +395,7 @@ func benchScript(ctx context.Context, env *benchEnv, o benchOptions) error {
 			return err
 		}
 		key := queues.ConfigKey(slug)
-		ceil, err := callRate(ctx, o, func(ctx context.Context, _ int) error {
+		ceil, err := redisCPURate(ctx, env, o, func(ctx context.Context, _ int) error {
 			return ceilingScript.Run(ctx, env.rdb, []string{key}).Err()
 		})
 		if err != nil {
@@ -405,10 +406,33 @@ func benchScript(ctx context.Context, env *benchEnv, o benchOptions) error {
 		ceiling = append(ceiling, ceil)
 	}
 	mc, md, mx := medianFigure(claims), medianFigure(dones), medianFigure(ceiling)
-	fmt.Printf("  claim.lua (multi=1)   %9.0f calls/s   (runs: %s)   ratio %.2f\n", mc.roundTrips, describeRuns(claims), mc.roundTrips/mx.roundTrips)
-	fmt.Printf("  done.lua (1 item)     %9.0f calls/s   (runs: %s)   ratio %.2f\n", md.roundTrips, describeRuns(dones), md.roundTrips/mx.roundTrips)
-	fmt.Printf("  EVALSHA ceiling       %9.0f calls/s   (runs: %s)\n", mx.roundTrips, describeRuns(ceiling))
+	fmt.Printf("  claim.lua (multi=1)   %9.0f calls/s   (runs: %s)   ratio %.2f   Redis CPU %.1f us/call\n", mc.roundTrips, describeRuns(claims), mc.roundTrips/mx.roundTrips, mc.items)
+	fmt.Printf("  done.lua (1 item)     %9.0f calls/s   (runs: %s)   ratio %.2f   Redis CPU %.1f us/call\n", md.roundTrips, describeRuns(dones), md.roundTrips/mx.roundTrips, md.items)
+	fmt.Printf("  EVALSHA ceiling       %9.0f calls/s   (runs: %s)               Redis CPU %.1f us/call\n", mx.roundTrips, describeRuns(ceiling), mx.items)
 	return nil
+}
+
+// redisCPURate is callRate with Redis's CPU per call (in the figure's
+// items field, which a call rate does not need).
+func redisCPURate(ctx context.Context, env *benchEnv, o benchOptions, fn func(ctx context.Context, worker int) error) (runFigure, error) {
+	client, ok := env.rdb.(*redis.Client)
+	if !ok {
+		return callRate(ctx, o, fn)
+	}
+	before, err := redisCPU(ctx, client)
+	if err != nil {
+		return runFigure{}, err
+	}
+	fig, err := callRate(ctx, o, fn)
+	if err != nil {
+		return fig, err
+	}
+	after, err := redisCPU(ctx, client)
+	if err != nil {
+		return fig, err
+	}
+	fig.items = float64((after - before).Microseconds()) / max(fig.calls, 1)
+	return fig, nil
 }
 
 // errCallerDone ends one caller of callRate without an error: it has
@@ -447,7 +471,7 @@ func callRate(ctx context.Context, o benchOptions, fn func(ctx context.Context, 
 		return runFigure{}, firstErr
 	}
 	rate := float64(calls.Load()) / time.Since(start).Seconds()
-	return runFigure{roundTrips: rate, items: rate}, nil
+	return runFigure{roundTrips: rate, items: rate, calls: float64(calls.Load())}, nil
 }
 
 func medianFigure(figs []runFigure) runFigure {
