@@ -151,9 +151,13 @@ func (e *Engine) requeueCounts(slug string, hashes map[string]*counterHash) {
 			c.add(key, h.kind, h.ttl, field, n)
 		}
 		for field, v := range h.sets {
-			if _, newer := e.counters.projects[slug][key].sets[field]; !newer {
-				c.set(key, h.ttl, field, v)
+			// A value set since the failed flush is newer: it wins.
+			if current := e.counters.projects[slug][key]; current != nil {
+				if _, newer := current.sets[field]; newer {
+					continue
+				}
 			}
+			c.set(key, h.ttl, field, v)
 		}
 	}
 }
