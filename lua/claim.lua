@@ -424,6 +424,7 @@ local function pop_fresh(key, want, group, scored, redo)
       local in_recent = {}
       if present(20) then in_recent = checked('ZMSCORE', KEYS[20], unpack(batch)) end
       local out_args, deadline_args, claim_args = {}, {}, {}
+      local first_record, first_deadline
       for i, item in ipairs(batch) do
         if redo and present(25) and checked('HDEL', KEYS[25], item) == 1 then
           -- completed while this copy waited (done.lua marks, never scans)
@@ -446,10 +447,20 @@ local function pop_fresh(key, want, group, scored, redo)
           end
           out_args[#out_args + 1] = now_text
           out_args[#out_args + 1] = item
-          deadline_args[#deadline_args + 1] = int(now + ttl * count)
+          if count == 1 and earlier == '-' then
+            -- A first claim (nearly every one): the record and deadline are
+            -- the same for the whole batch, formatted once.
+            first_record = first_record or format_claim(1, now, downloader, ip, '-', group)
+            first_deadline = first_deadline or int(now + ttl)
+            deadline_args[#deadline_args + 1] = first_deadline
+            claim_args[#claim_args + 1] = item
+            claim_args[#claim_args + 1] = first_record
+          else
+            deadline_args[#deadline_args + 1] = int(now + ttl * count)
+            claim_args[#claim_args + 1] = item
+            claim_args[#claim_args + 1] = format_claim(count, now, downloader, ip, earlier, group)
+          end
           deadline_args[#deadline_args + 1] = item
-          claim_args[#claim_args + 1] = item
-          claim_args[#claim_args + 1] = format_claim(count, now, downloader, ip, earlier, group)
           written[#written + 1] = item
         end
       end

@@ -128,16 +128,17 @@ for i = first_item, #ARGV do
   end
 end
 local records = call_chunked_list('HMGET', KEYS[4], unique)
-local claimed, claimed_records, released_items, unknown, strangers = {}, {}, {}, {}, {}
+local claimed, claimed_at, claimed_by, released_items, unknown, strangers = {}, {}, {}, {}, {}, {}
 local duplicates = 0
 local rest = {}
 for i, item in ipairs(unique) do
   local record = records[i]
   if record then
-    local _, _, claimant, _, earlier = parse_claim(record)
+    local _, at, claimant, _, earlier = parse_claim(record)
     if claimant == downloader or in_list(downloader, earlier) then
       claimed[#claimed + 1] = item
-      claimed_records[#claimed_records + 1] = record
+      claimed_at[#claimed] = at
+      claimed_by[#claimed] = claimant
     else
       strangers[#strangers + 1] = item
     end
@@ -209,9 +210,8 @@ end
 local rtt_sum = 0
 local by_claimant = {}
 for i = 1, #claimed do
-  local _, claimed_at, claimant = parse_claim(claimed_records[i])
-  rtt_sum = rtt_sum + math.max(0, now - claimed_at)
-  by_claimant[claimant] = (by_claimant[claimant] or 0) + 1
+  rtt_sum = rtt_sum + math.max(0, now - claimed_at[i])
+  by_claimant[claimed_by[i]] = (by_claimant[claimed_by[i]] or 0) + 1
 end
 if #claimed > 0 then
   call_chunked('HDEL', KEYS[4], claimed)
