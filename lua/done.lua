@@ -36,26 +36,21 @@
 -- ARGV[4] total bytes reported (at most 2^45; the caller caps each group)
 -- ARGV[5] extra members for the log entry: a JSON object body without
 --         braces (e.g. "\"ua\":\"...\",\"id\":{...}"), or ""
--- ARGV[6] G, the number of file groups in the bytes map; then G pairs
---         (group, bytes); then the items.
--- ARGV[7+2G] the minute field "HHMM"; ARGV[8+2G] the hour field "MMDDHH";
---         ARGV[9+2G] the event channel, published to after a completion
---         (a hint for live viewers: they re-read counts from Redis);
---         ARGV[10+2G] the worker's JSON result, or "": it goes into the
---         event log entry, nowhere else.
---         ARGV[11+2G] the log entry (JSON) as it reads when every item
---         named is completed now, in order, each once (the common case: the
---         frontend builds it, so the script formats nothing), and
---         ARGV[12+2G] the published message's head ('{"project":"<slug>",
---         "entry":'), to which the entry and "}" are appended.
--- (so the items start at ARGV[13+2G])
+-- ARGV[6] the worker's JSON result, or "": it goes into the event log
+--         entry, nowhere else
+-- ARGV[7] the log entry (JSON) as it reads when every item named is
+--         completed now, in order, each once (the common case: the frontend
+--         builds it, so the script formats nothing)
+-- ARGV[8..] the items
 --
 -- Returns
---   {1, new, duplicates, rtt_ms_sum, claimed}   accepted: new items
+--   {1, new, duplicates, rtt_ms_sum, claimed, entry}   accepted: new items
 --                          completed, repeats counted once; the summed
 --                          claim-to-done time of the claimed ones and how
 --                          many they are (the frontend counts these, with
---                          items and bytes: queues/counters.go)
+--                          items and bytes: queues/counters.go); the log
+--                          entry when it is not ARGV[7], else "" (the
+--                          frontend publishes it to live viewers, batched)
 --   {R.NO_PROJECT}         no such project
 --   {R.NOT_HANDED_OUT, item, ...} refused, nothing changed: these items were
 --                          never handed out (not out, not released, not done)
@@ -68,8 +63,8 @@
 -- claimants, so a slow warrior whose item was reclaimed still completes it
 -- (once), and gets the credit. A released item (an operator's release, or
 -- the warrior's own) may still be completed by a claimant: it is taken out
--- of todo:redo. The domain_bytes hash keeps at most 64 groups; bytes of
--- further groups count under "other".
+-- of todo:redo. (The domain_bytes hash keeps at most 64 groups; bytes of
+-- further groups count under "other": lua/counters_flush.lua.)
 --
 -- Note: the checks come first, then the writes in an order that loses
 -- nothing if one fails (Redis keeps a script's writes before an error):
@@ -94,12 +89,9 @@ local downloader = ARGV[2]
 local version = ARGV[3]
 local total_bytes = tonumber(ARGV[4])
 local log_tail = ARGV[5]
-local groups = tonumber(ARGV[6])
-local channel = ARGV[9 + groups * 2]
-local result = ARGV[10 + groups * 2]
-local ready_entry = ARGV[11 + groups * 2]
-local publish_head = ARGV[12 + groups * 2]
-local first_item = 13 + groups * 2
+local result = ARGV[6]
+local ready_entry = ARGV[7]
+local first_item = 8
 
 local cfg = redis.call('HMGET', KEYS[1], 'created_at', 'log_length', 'done_mode', 'recent_done', 'event_log')
 if not cfg[1] then
@@ -202,7 +194,7 @@ if stale > 0 then
   duplicates = duplicates + stale
 end
 if #fresh == 0 then
-  return {1, 0, duplicates, 0, 0}
+  return {1, 0, duplicates, 0, 0, ''}
 end
 if events_max then
   log_event(KEYS[22], events_max, 'done', fresh, downloader, now, result)
@@ -240,7 +232,7 @@ for claimant, n in pairs(by_claimant) do
   end
 end
 
-local entry = ready_entry
+local entry, rebuilt = ready_entry, ''
 if #fresh ~= #unique or #released_items > 0 then
   entry = '{"items":' .. cjson.encode(fresh) ..
       ',"by":' .. cjson.encode(downloader) ..
@@ -249,6 +241,7 @@ if #fresh ~= #unique or #released_items > 0 then
       ',"version":' .. cjson.encode(version)
   if log_tail ~= '' then entry = entry .. ',' .. log_tail end
   entry = entry .. '}'
+  rebuilt = entry
 end
 if log_length > 0 then
   -- Trimmed when it is a sixteenth over, not on every push: one command
@@ -257,8 +250,5 @@ if log_length > 0 then
     redis.call('LTRIM', KEYS[13], 0, log_length - 1)
   end
 end
--- The channel is global, so every frontend subscribes once (pub/sub is a
--- hint, never the truth).
-redis.call('PUBLISH', channel, publish_head .. entry .. '}')
 
-return {1, #fresh, duplicates, int(rtt_sum), #claimed}
+return {1, #fresh, duplicates, int(rtt_sum), #claimed, rebuilt}

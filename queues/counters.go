@@ -183,20 +183,28 @@ func (e *Engine) flushProject(ctx context.Context, slug string, hashes map[strin
 	return err
 }
 
-// RunCounterFlusher flushes the buffered counters every interval until ctx
-// ends, then once more (with a fresh 5 s context) so a clean stop keeps them.
+// RunCounterFlusher must run beside an engine that serves warriors
+// (server.Start runs it). It flushes the buffered counters every interval, and
+// publishes the completions for live viewers every PublishInterval, until
+// ctx ends, then once more (with a fresh 5 s context) so a clean stop
+// keeps them.
 func (e *Engine) RunCounterFlusher(ctx context.Context) {
 	ticker := time.NewTicker(CounterFlushInterval)
 	defer ticker.Stop()
+	publish := time.NewTicker(PublishInterval)
+	defer publish.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			final, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			e.PublishCompletions(final)
 			if err := e.FlushCounters(final); err != nil {
 				e.logger.Warn("final counter flush", "err", err)
 			}
 			cancel()
 			return
+		case <-publish.C:
+			e.PublishCompletions(ctx)
 		case <-ticker.C:
 			if err := e.FlushCounters(ctx); err != nil && ctx.Err() == nil {
 				e.logger.WarnContext(ctx, "flushing counters", "err", err)

@@ -29,6 +29,8 @@ type Engine struct {
 	globalBlocks globalBlockCache
 	// counters buffers the warrior path's statistics (counters.go).
 	counters counterBuffer
+	// published holds completions' log entries for live viewers (publish.go).
+	published publishBuffer
 }
 
 // Options configure an Engine. Zero values take defaults.
@@ -401,14 +403,9 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 		HourlyKey(slug, now), SeriesMinuteKey(slug, now), SeriesHourKey(slug, now), SeriesDownloaderKey(slug, now),
 		RecentDoneKey(slug), DoneArchiveKey(slug), EventsKey(slug), RedoCancelledKey(slug),
 	}
-	args := make([]any, 0, 12+2*len(groups)+len(req.Items))
-	args = append(args, now.UnixMilli(), req.Downloader, req.Version, total, tail, len(groups))
-	for _, g := range groups {
-		args = append(args, g, req.Bytes[g])
-	}
-	utc := now.UTC()
-	entry, head := doneLogEntry(slug, req, now, total, tail)
-	args = append(args, utc.Format("1504"), utc.Format("010215"), EventsChannel, result, entry, head)
+	args := make([]any, 0, 7+len(req.Items))
+	entry := doneLogEntry(req, now, total, tail)
+	args = append(args, now.UnixMilli(), req.Downloader, req.Version, total, tail, result, entry)
 	for _, item := range req.Items {
 		args = append(args, item)
 	}
@@ -421,6 +418,10 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 		result := DoneResult{New: int(replyInt(rest[0])), Duplicates: int(replyInt(rest[1]))}
 		if result.New > 0 {
 			e.countDone(ctx, req, now, total, groups, result.New, replyInt(rest[2]), replyInt(rest[3]))
+			if rebuilt := replyString(rest[4]); rebuilt != "" {
+				entry = rebuilt
+			}
+			e.publishLater(ctx, slug, entry)
 		}
 		return result, nil
 	case codeNoProject:
@@ -444,9 +445,8 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 }
 
 // doneLogEntry builds done.lua's log entry for the common case, every item
-// completed now (each once, in order), and the head of the message it
-// publishes, so the script formats no JSON.
-func doneLogEntry(slug string, req DoneRequest, now time.Time, total int64, tail string) (string, string) {
+// completed now (each once, in order), so the script formats no JSON.
+func doneLogEntry(req DoneRequest, now time.Time, total int64, tail string) string {
 	seen := make(map[string]bool, len(req.Items))
 	b := make([]byte, 0, 128+len(tail)+32*len(req.Items))
 	b = append(b, `{"items":[`...)
@@ -475,8 +475,7 @@ func doneLogEntry(slug string, req DoneRequest, now time.Time, total int64, tail
 		b = append(b, tail...)
 	}
 	b = append(b, '}')
-	head := append(appendJSONString([]byte(`{"project":`), slug), `,"entry":`...)
-	return string(b), string(head)
+	return string(b)
 }
 
 // appendJSONString appends s as a JSON string.
