@@ -20,6 +20,11 @@ import (
 // CounterFlushInterval is how long counts may wait in a frontend.
 const CounterFlushInterval = time.Second
 
+// flushTimeout bounds one flush. A flush is never cancelled with a request
+// or a stop: one cancelled after Redis applied it would keep its counts for
+// the next flush, which would count them twice.
+const flushTimeout = 5 * time.Second
+
 // counterKind says how a buffered hash field is written.
 type counterKind byte
 
@@ -96,9 +101,13 @@ func (e *Engine) count(ctx context.Context, slug string, fn func(c counts)) {
 	due := now.Sub(e.counters.oldest) >= CounterFlushInterval
 	e.counters.mu.Unlock()
 	if due {
-		if err := e.FlushCounters(ctx); err != nil {
+		// Not cancelled with the request: a flush cancelled after Redis
+		// applied it would be kept for the next one and count twice.
+		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
+		if err := e.FlushCounters(flushCtx); err != nil {
 			e.logger.WarnContext(ctx, "flushing counters", "err", err)
 		}
+		cancel()
 	}
 }
 
@@ -131,6 +140,8 @@ func (e *Engine) flushCounters(ctx context.Context, slug string) error {
 	if hashes == nil {
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
+	defer cancel()
 	if err := e.flushProject(ctx, slug, hashes); err != nil {
 		e.requeueCounts(slug, hashes)
 		return err
@@ -196,7 +207,7 @@ func (e *Engine) RunCounterFlusher(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			final, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			final, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
 			e.PublishCompletions(final)
 			if err := e.FlushCounters(final); err != nil {
 				e.logger.Warn("final counter flush", "err", err)
@@ -206,9 +217,11 @@ func (e *Engine) RunCounterFlusher(ctx context.Context) {
 		case <-publish.C:
 			e.PublishCompletions(ctx)
 		case <-ticker.C:
-			if err := e.FlushCounters(ctx); err != nil && ctx.Err() == nil {
+			flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
+			if err := e.FlushCounters(flushCtx); err != nil {
 				e.logger.WarnContext(ctx, "flushing counters", "err", err)
 			}
+			cancel()
 		}
 	}
 }
