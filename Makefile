@@ -90,8 +90,12 @@ e2e-deps:
 
 # Load generators, not timed tests: see README "Figures".
 # The load generators live in their own binary, out of the one operators run.
+# BENCH_VS=<an older bin/hoard> runs the warrior path side by side with it.
+BENCH_VS ?=
 bench: build
 	$(GO) build -o bin/hoard-bench ./cmd/hoard-bench
+	bin/hoard-bench warrior-path --hoard bin/hoard $(if $(BENCH_VS),--vs $(BENCH_VS))
+	bin/hoard-bench script
 	bin/hoard-bench all
 	bin/hoard-bench viewers --viewers 5000
 	bin/hoard-bench offload

@@ -268,9 +268,12 @@ func (h *Hub) Stop() error {
 	return nil
 }
 
+// event is a published completion: one entry, or (from queues'
+// batched publishes) several.
 type event struct {
-	Project string          `json:"project"`
-	Entry   json.RawMessage `json:"entry"`
+	Project string            `json:"project"`
+	Entry   json.RawMessage   `json:"entry"`
+	Entries []json.RawMessage `json:"entries"`
 }
 
 // listen turns pub/sub messages into pending log entries of watched rooms.
@@ -285,16 +288,29 @@ func (h *Hub) listen(ctx context.Context) {
 			if !ok {
 				return
 			}
+			// Every done of every project comes by: with no viewer
+			// watching any room, there is nothing to parse it for.
+			h.mu.Lock()
+			watched := len(h.rooms) > 0
+			h.mu.Unlock()
+			if !watched {
+				continue
+			}
 			var ev event
 			if json.Unmarshal([]byte(msg.Payload), &ev) != nil {
 				continue
 			}
+			if ev.Entry != nil {
+				ev.Entries = append(ev.Entries, ev.Entry)
+			}
 			h.mu.Lock()
 			if r, ok := h.rooms[ev.Project]; ok {
-				if len(r.pending) >= maxPending {
-					r.pending = r.pending[1:]
+				for _, entry := range ev.Entries {
+					if len(r.pending) >= maxPending {
+						r.pending = r.pending[1:]
+					}
+					r.pending = append(r.pending, entry)
 				}
-				r.pending = append(r.pending, ev.Entry)
 				r.dirty = true
 			}
 			h.mu.Unlock()

@@ -80,6 +80,12 @@ func TestDoneOnOneFrontendReachesViewersOfAnother(t *testing.T) {
 		ctx := context.Background()
 		engineA := queues.NewEngine(b.Client, queues.Options{Logger: quiet})
 		engineB := queues.NewEngine(b.Client, queues.Options{Logger: quiet})
+		// A frontend runs its engine's flusher (server.Start does): it
+		// publishes the completions, batched.
+		flushCtx, stopFlusher := context.WithCancel(ctx)
+		flushed := make(chan struct{})
+		go func() { defer close(flushed); engineA.RunCounterFlusher(flushCtx) }()
+		defer func() { stopFlusher(); <-flushed }()
 		_, err := engineA.CreateProject(ctx, "live", queues.SettingsPatch{})
 		require.NoError(t, err)
 		_, err = engineA.Enqueue(ctx, "live", queues.Target{Queue: queues.QueueTodo}, []queues.QueueItem{{Name: "first"}, {Name: "second"}})
@@ -88,6 +94,10 @@ func TestDoneOnOneFrontendReachesViewersOfAnother(t *testing.T) {
 		require.NoError(t, err)
 		_, err = engineA.Done(ctx, queues.DoneRequest{Project: "live", Downloader: "alice", Items: []string{"first"}})
 		require.NoError(t, err)
+		// Its hint goes out before the viewer connects (a viewer that
+		// connects within PublishInterval of a done sees it in its
+		// snapshot and again live).
+		engineA.PublishCompletions(ctx)
 
 		_, url := frontend(t, b, engineB, leaderboard.Config{Interval: 20 * time.Millisecond})
 		conn, _, err := websocket.DefaultDialer.Dial(url, nil)

@@ -14,13 +14,14 @@
 -- KEYS[10] done       SET
 -- KEYS[11] budget     HASH  downloader -> items out
 -- KEYS[12] extras     HASH  item -> JSON object of extra keys
--- KEYS[13] stats      HASH  counters
+-- KEYS[13] stats      HASH  counters (only the rare ones here: see the note)
 -- KEYS[14] blocked    HASH  nickname or IP -> JSON reason
 -- KEYS[15] rate       STRING GCRA theoretical arrival time (ms, fractional)
 -- KEYS[16] released   HASH  item -> released record, for items released to redo
 -- KEYS[17] rate:d     STRING this downloader's GCRA state
 -- KEYS[18] rate:ip    STRING this client IP's GCRA state
--- KEYS[19] hourly     HASH  this hour's counters (expires after 8 days)
+-- KEYS[19] hourly     HASH  this hour's counters: not written here (the
+--                          frontend counts them); kept so KEYS keep their places
 -- KEYS[20] recent_done ZSET item -> done at (ms): the latest completions
 --                          (done_mode count or archive keep no done set)
 -- KEYS[21] events      STREAM the project's event log (written when the config's
@@ -72,12 +73,21 @@
 -- stats.duplicates_dropped) because the item already has its one place. A
 -- released item popped again continues its claim count and claimant list.
 --
--- Note: the script cannot stop between a pop and its claim record. Every key
--- it touches is type-checked, and every counter it increments is checked to
--- be an integer, before its first write (a failing command in a script keeps
--- the writes before it); each popped batch's out, deadlines, claims and
--- budget are written right after its pop; a due claim whose record is
--- missing or unreadable is skipped and counted (claims_unreadable).
+-- Note: nothing popped is lost if a command fails midway (Redis keeps a
+-- script's writes before an error). The keys' types are checked where
+-- they are set (every writer is a script of this package; `hoard doctor`
+-- checks a project's keys on demand), not on every call. What can still
+-- fail after a pop (a key made the wrong type from outside, a budget field
+-- that is not an integer) runs under pcall: the batch's claim writes are
+-- undone, its items (and those of the call's earlier batches) are pushed
+-- back to the head of their queue in order, and the script answers
+-- R.CORRUPT naming the key. A due claim whose record
+-- is missing or unreadable is skipped and counted (claims_unreadable).
+--
+-- Note: the request counters (requests, requests_served, items_served, the
+-- hourly ones, ...) are not written here: the frontend counts them from the
+-- reply and flushes them once a second (queues/counters.go); only the rare
+-- ones (duplicates_dropped, claims_unreadable, items_reclaimed) are.
 
 local now = tonumber(ARGV[1])
 local downloader = ARGV[2]
@@ -108,58 +118,32 @@ if cfg[2] == '1' then
   return {R.PAUSED, 'paused'}
 end
 
--- Validate before the first write (see the note above).
-local expected_types = {
-  [2] = 'list', [3] = 'list', [4] = 'list', [5] = 'list', [6] = 'list',
-  [7] = 'zset', [8] = 'zset', [9] = 'hash', [10] = 'set', [11] = 'hash',
-  [12] = 'hash', [13] = 'hash', [14] = 'hash', [15] = 'string', [16] = 'hash',
-  [17] = 'string', [18] = 'string', [19] = 'hash', [20] = 'zset',
-  [21] = 'stream', [22] = 'string', [23] = 'zset', [24] = 'set', [25] = 'hash',
-  [#KEYS] = 'set',
-}
-for g = 0, ngroups - 1 do
-  for q = 0, 3 do expected_types[26 + 5 * g + q] = 'list' end
-  expected_types[30 + 5 * g] = 'string'
-end
-for i, want in pairs(expected_types) do
-  local have = redis.call('TYPE', KEYS[i])['ok']
-  if have ~= 'none' and have ~= want then
-    return {R.CORRUPT, KEYS[i] .. ' is a ' .. have .. ', not a ' .. want}
+-- One EXISTS over the keys that are usually absent: when none exists (the
+-- common case) no per-key probe is needed at all.
+local optional = {14, 2, 23, 16, 20, 25, 12}
+local any_optional = redis.call('EXISTS', KEYS[14], KEYS[2], KEYS[23], KEYS[16], KEYS[20], KEYS[25], KEYS[12]) > 0
+local present_cache = {}
+local function present(k)
+  if not any_optional then return false end
+  local v = present_cache[k]
+  if v == nil then
+    v = redis.call('EXISTS', KEYS[k]) == 1
+    present_cache[k] = v
   end
-end
-local function integer_field(value)
-  return value == false or (#value <= 18 and string.find(value, '^%-?%d+$') ~= nil)
-end
-local counters = {'requests', 'requests_blocked', 'requests_too_old', 'requests_rate_limited',
-  'requests_empty', 'requests_group_limited', 'requests_served', 'items_served',
-  'requests_served_reclaim', 'reclaims_served', 'items_reclaimed', 'duplicates_dropped',
-  'claims_unreadable'}
-local values = redis.call('HMGET', KEYS[13], unpack(counters))
-for i, field in ipairs(counters) do
-  if not integer_field(values[i]) then
-    return {R.CORRUPT, KEYS[13] .. ' field ' .. field .. ' is not an integer'}
-  end
-end
-local hourly_counters = {'requests', 'requests_served', 'requests_served_reclaim'}
-values = redis.call('HMGET', KEYS[19], unpack(hourly_counters))
-for i, field in ipairs(hourly_counters) do
-  if not integer_field(values[i]) then
-    return {R.CORRUPT, KEYS[19] .. ' field ' .. field .. ' is not an integer'}
-  end
-end
-if not integer_field(redis.call('HGET', KEYS[11], downloader)) then
-  return {R.CORRUPT, KEYS[11] .. ' field ' .. downloader .. ' is not an integer'}
+  return v
 end
 
 -- Block targets are stored lower-cased (queues.blockKey); the exact
 -- spelling is still looked up for entries stored before that.
-local block = redis.call('HGET', KEYS[14], string.lower(downloader)) or redis.call('HGET', KEYS[14], downloader)
-  or redis.call('HGET', KEYS[14], string.lower(ip))
+local block = false
+if present(14) then
+  local found = redis.call('HMGET', KEYS[14], string.lower(downloader), downloader, string.lower(ip))
+  block = found[1] or found[2] or found[3]
+end
 if not block and global_block ~= '' and cfg[17] ~= '1' then
   block = global_block
 end
 if block then
-  redis.call('HINCRBY', KEYS[13], 'requests_blocked', 1)
   return {R.BLOCKED, block}
 end
 
@@ -201,16 +185,8 @@ end
 
 local min_version = cfg[3]
 if min_version and min_version ~= '' and (version == '' or version_less(version, min_version)) then
-  redis.call('HINCRBY', KEYS[13], 'requests_too_old', 1)
   return {R.TOO_OLD, min_version}
 end
-
-redis.call('HINCRBY', KEYS[13], 'requests', 1)
-local function hourly(field, n)
-  redis.call('HINCRBY', KEYS[19], field, n)
-end
-hourly('requests', 1)
-redis.call('EXPIRE', KEYS[19], 691200)
 
 -- GCRA: requests are spaced by period ms with a burst allowance, so there
 -- is no burst at minute boundaries as with per-minute counters. All three
@@ -243,7 +219,6 @@ local wait_downloader, charge_downloader = gcra_check(KEYS[17], cfg[13], cfg[14]
 local wait_ip, charge_ip = gcra_check(KEYS[18], cfg[15], cfg[16])
 local wait = math.max(wait_project, wait_downloader, wait_ip)
 if wait > 0 then
-  redis.call('HINCRBY', KEYS[13], 'requests_rate_limited', 1)
   return {R.RATE_LIMITED, int(math.ceil(wait))}
 end
 gcra_charge(charge_project)
@@ -257,7 +232,6 @@ local budget_limit = tonumber(cfg[6] or '0') or 0
 if budget_limit > 0 then
   local have = tonumber(redis.call('HGET', KEYS[11], downloader) or '0')
   if have >= budget_limit then
-    redis.call('HINCRBY', KEYS[13], 'requests_empty', 1)
     return {0, 'budget'}
   end
   wanted = math.min(wanted, budget_limit - have)
@@ -272,6 +246,7 @@ if events_max then
 end
 local ttl = tonumber(cfg[9] or '0') or 0
 if ttl <= 0 then ttl = 21600000 end
+local now_text = int(now)
 
 -- Limit groups: how many items each may hand out now (GCRA tokens).
 local group_tokens, group_tat, group_period = {}, {}, {}
@@ -366,70 +341,152 @@ end
 
 local dropped = 0
 local picked = {}
-local any_released = redis.call('EXISTS', KEYS[16]) == 1
-local any_recent = redis.call('EXISTS', KEYS[20]) == 1
+local extras_of = {} -- popped items' extra keys, read in their batch
+local batches = {} -- the batches popped so far, to undo if a later one fails
+-- A command that fails after a pop must not lose the popped items: calls
+-- in the guarded part of a batch go through checked(), which raises an
+-- error naming the key (and field), for undo_batch to catch.
+local function checked(command, key, ...)
+  local reply = redis.pcall(command, key, ...)
+  if type(reply) == 'table' and reply.err then
+    local field = ''
+    if command == 'HINCRBY' then field = ' field ' .. tostring((...)) end
+    error({corrupt = key .. field .. ': ' .. reply.err}, 0)
+  end
+  return reply
+end
+-- Calls a variadic command in slices of at most 1000 arguments, checked.
+local function checked_chunked(command, key, args)
+  for i = 1, #args, 1000 do
+    checked(command, key, unpack(args, i, math.min(i + 999, #args)))
+  end
+end
 -- Pops up to n items: the head of a list, or the highest scores of the
 -- scored queue (a ZSET). false when it is empty.
 local function pop(key, n, scored)
   if not scored then
-    local items = redis.call('LPOP', key, n)
-    if items then call_chunked('SREM', index, items) end
-    return items
+    return checked('LPOP', key, n)
   end
-  local popped = redis.call('ZPOPMAX', key, n)
+  local popped = checked('ZPOPMAX', key, n)
   if #popped == 0 then return false end
-  local items = {}
-  for i = 1, #popped, 2 do items[#items + 1] = popped[i] end
-  return items
+  local items, scores = {}, {}
+  for i = 1, #popped, 2 do
+    items[#items + 1] = popped[i]
+    scores[#scores + 1] = popped[i + 1]
+  end
+  return items, scores
 end
-local any_cancelled = redis.call('EXISTS', KEYS[25]) == 1
+-- Puts a failed batch back: its claim writes undone (each may fail too, on
+-- the key that broke the batch), its items back at the head of their queue
+-- in their order, and in the queued index.
+local function undo_batch(key, scored, batch, scores, written)
+  if #written > 0 then
+    redis.pcall('HDEL', KEYS[9], unpack(written))
+    redis.pcall('ZREM', KEYS[7], unpack(written))
+    redis.pcall('ZREM', KEYS[8], unpack(written))
+  end
+  if scored then
+    for i, item in ipairs(batch) do redis.pcall('ZADD', key, scores[i], item) end
+    return
+  end
+  local reversed = {}
+  for i = #batch, 1, -1 do reversed[#reversed + 1] = batch[i] end
+  redis.pcall('LPUSH', key, unpack(reversed))
+  redis.pcall('SADD', index, unpack(batch))
+end
+-- Undoes every batch this call popped, newest first.
+local function undo_all()
+  for b = #batches, 1, -1 do
+    local done_batch = batches[b]
+    undo_batch(done_batch.key, done_batch.scored, done_batch.batch, done_batch.scores, done_batch.written)
+    if #done_batch.written > 0 then
+      redis.pcall('HINCRBY', KEYS[11], downloader, -#done_batch.written)
+    end
+  end
+end
 local function pop_fresh(key, want, group, scored, redo)
   local rounds = 0
   while want > 0 and rounds < 8 do
     rounds = rounds + 1
     local asked = want
-    local batch = pop(key, asked, scored)
+    local popped, batch, scores = pcall(pop, key, asked, scored)
+    if not popped then
+      undo_all()
+      error(batch, 0)
+    end
     if not batch then return end
-    -- This batch's claims are written before anything else can run.
-    local out_args, deadline_args, claim_args = {}, {}, {}
-    for _, item in ipairs(batch) do
-      if redo and any_cancelled and redis.call('HDEL', KEYS[25], item) == 1 then
-        -- completed while this copy waited (done.lua marks, never scans)
-        dropped = dropped + 1
-      elseif picked[item] or redis.call('HEXISTS', KEYS[9], item) == 1 or redis.call('SISMEMBER', KEYS[10], item) == 1
-          or (any_recent and redis.call('ZSCORE', KEYS[20], item)) then
-        dropped = dropped + 1
-      else
-        picked[item] = true
-        local count, earlier = 1, '-'
-        if any_released then
-          local released = redis.call('HGET', KEYS[16], item)
-          if released then
-            local before, _, claimants = parse_released(released)
-            count, earlier = before + 1, push_claimant(downloader, claimants, 5)
-            -- drop ourselves from the head: earlier lists the others
-            earlier = string.match(earlier, '^[^,]+,(.*)$') or '-'
-            if earlier == '' then earlier = '-' end
-            redis.call('HDEL', KEYS[16], item)
+    local written = {}
+    local ok, err = pcall(function()
+      if not scored then checked_chunked('SREM', index, batch) end
+      -- Items already out or done were queued twice: one look-up per batch.
+      local in_claims = checked('HMGET', KEYS[9], unpack(batch))
+      local in_done = checked('SMISMEMBER', KEYS[10], unpack(batch))
+      local in_recent = {}
+      if present(20) then in_recent = checked('ZMSCORE', KEYS[20], unpack(batch)) end
+      local out_args, deadline_args, claim_args = {}, {}, {}
+      local first_record, first_deadline
+      for i, item in ipairs(batch) do
+        if redo and present(25) and checked('HDEL', KEYS[25], item) == 1 then
+          -- completed while this copy waited (done.lua marks, never scans)
+          dropped = dropped + 1
+        elseif picked[item] or in_claims[i] or in_done[i] == 1 or in_recent[i] then
+          dropped = dropped + 1
+        else
+          picked[item] = true
+          local count, earlier = 1, '-'
+          if present(16) then
+            local released = checked('HGET', KEYS[16], item)
+            if released then
+              local before, _, claimants = parse_released(released)
+              count, earlier = before + 1, push_claimant(downloader, claimants, 5)
+              -- drop ourselves from the head: earlier lists the others
+              earlier = string.match(earlier, '^[^,]+,(.*)$') or '-'
+              if earlier == '' then earlier = '-' end
+              checked('HDEL', KEYS[16], item)
+            end
           end
+          out_args[#out_args + 1] = now_text
+          out_args[#out_args + 1] = item
+          if count == 1 and earlier == '-' then
+            -- A first claim (nearly every one): the record and deadline are
+            -- the same for the whole batch, formatted once.
+            first_record = first_record or format_claim(1, now, downloader, ip, '-', group)
+            first_deadline = first_deadline or int(now + ttl)
+            deadline_args[#deadline_args + 1] = first_deadline
+            claim_args[#claim_args + 1] = item
+            claim_args[#claim_args + 1] = first_record
+          else
+            deadline_args[#deadline_args + 1] = int(now + ttl * count)
+            claim_args[#claim_args + 1] = item
+            claim_args[#claim_args + 1] = format_claim(count, now, downloader, ip, earlier, group)
+          end
+          deadline_args[#deadline_args + 1] = item
+          written[#written + 1] = item
         end
-        taken[#taken + 1] = item
-        out_args[#out_args + 1] = int(now)
-        out_args[#out_args + 1] = item
-        deadline_args[#deadline_args + 1] = int(now + ttl * count)
-        deadline_args[#deadline_args + 1] = item
-        claim_args[#claim_args + 1] = item
-        claim_args[#claim_args + 1] = format_claim(count, now, downloader, ip, earlier, group)
-        want = want - 1
       end
+      if #written > 0 and present(12) then
+        local found = checked('HMGET', KEYS[12], unpack(written))
+        for i, item in ipairs(written) do extras_of[item] = found[i] end
+      end
+      if #written > 0 then
+        -- The claim record first: it is what done.lua and reclaims go by.
+        checked_chunked('HSET', KEYS[9], claim_args)
+        checked_chunked('ZADD', KEYS[7], out_args)
+        checked_chunked('ZADD', KEYS[8], deadline_args)
+        checked('HINCRBY', KEYS[11], downloader, #written)
+      end
+    end)
+    if not ok then
+      -- This batch and every earlier one of this call go back: a refused
+      -- claim hands out nothing and leaves every item where it was.
+      undo_batch(key, scored, batch, scores, written)
+      undo_all()
+      error(err, 0)
     end
-    if #claim_args > 0 then
-      call_chunked('ZADD', KEYS[7], out_args)
-      call_chunked('ZADD', KEYS[8], deadline_args)
-      call_chunked('HSET', KEYS[9], claim_args)
-      redis.call('HINCRBY', KEYS[11], downloader, #claim_args / 2)
-      fresh = fresh + #claim_args / 2
-    end
+    batches[#batches + 1] = {key = key, scored = scored, batch = batch, scores = scores, written = written}
+    for _, item in ipairs(written) do taken[#taken + 1] = item end
+    fresh = fresh + #written
+    want = want - #written
     if #batch < asked then return end -- the queue ran dry
   end
 end
@@ -451,29 +508,39 @@ end
 local function room()
   return math.min(wanted - #taken, fresh_room - fresh)
 end
-if room() > 0 then
-  pop_fresh(KEYS[2], room(), '-')
-  -- An emptied reserved queue leaves the set, so the set (and what Counts
-  -- reads) stays as small as the reservations still waiting.
-  if redis.call('LLEN', KEYS[2]) == 0 then
-    redis.call('SREM', KEYS[24], downloader)
-  end
-end
-if room() > 0 then
-  pop_fresh(KEYS[23], room(), '-', true)
-end
-for q = 0, 3 do
-  for g = 0, ngroups - 1 do
-    local want = math.min(room(), group_tokens[g])
-    if want > 0 then
-      local before = #taken
-      pop_fresh(KEYS[26 + 5 * g + q], want, ARGV[10 + 3 * g], false, q == 3)
-      charge_group(g, #taken - before)
+local function serve()
+  if present(2) and room() > 0 then
+    pop_fresh(KEYS[2], room(), '-')
+    -- An emptied reserved queue leaves the set, so the set (and what
+    -- Counts reads) stays as small as the reservations still waiting.
+    if redis.call('LLEN', KEYS[2]) == 0 then
+      redis.call('SREM', KEYS[24], downloader)
     end
   end
-  if room() > 0 then
-    pop_fresh(KEYS[3 + q], room(), '-', false, q == 3)
+  if present(23) and room() > 0 then
+    pop_fresh(KEYS[23], room(), '-', true)
   end
+  for q = 0, 3 do
+    for g = 0, ngroups - 1 do
+      local want = math.min(room(), group_tokens[g])
+      if want > 0 then
+        local before = #taken
+        pop_fresh(KEYS[26 + 5 * g + q], want, ARGV[10 + 3 * g], false, q == 3)
+        charge_group(g, #taken - before)
+      end
+    end
+    if room() > 0 then
+      pop_fresh(KEYS[3 + q], room(), '-', false, q == 3)
+    end
+  end
+end
+local served, failure = pcall(serve)
+if not served then
+  if type(failure) == 'table' and failure.corrupt then
+    -- Every batch popped in this call is back where it was.
+    return {R.CORRUPT, failure.corrupt}
+  end
+  error(failure, 0)
 end
 take_reclaims(wanted - #taken)
 
@@ -484,34 +551,29 @@ if unreadable > 0 then
   redis.call('HINCRBY', KEYS[13], 'claims_unreadable', unreadable)
 end
 if #taken == 0 then
-  redis.call('HINCRBY', KEYS[13], 'requests_empty', 1)
   if claims_limit_hit then return {0, 'claims_limit'} end
-  if group_limit_hit() then
-    redis.call('HINCRBY', KEYS[13], 'requests_group_limited', 1)
-    return {0, 'group_limit'}
-  end
+  if group_limit_hit() then return {0, 'group_limit'} end
   return {0, 'empty'}
 end
 
 if reclaims > 0 then
   redis.call('HINCRBY', KEYS[11], downloader, reclaims)
 end
-redis.call('HINCRBY', KEYS[13], 'requests_served', 1)
-redis.call('HINCRBY', KEYS[13], 'items_served', #taken)
-hourly('requests_served', 1)
-if reclaims > 0 then
-  redis.call('HINCRBY', KEYS[13], 'requests_served_reclaim', 1)
-  redis.call('HINCRBY', KEYS[13], 'reclaims_served', reclaims)
-  hourly('requests_served_reclaim', 1)
-end
 
-local extras = {}
-if redis.call('EXISTS', KEYS[12]) == 1 then
-  extras = redis.call('HMGET', KEYS[12], unpack(taken))
+if reclaims > 0 and present(12) then
+  -- Reclaimed items were not popped: their extras are read here.
+  local again = {}
+  for _, item in ipairs(taken) do
+    if extras_of[item] == nil then again[#again + 1] = item end
+  end
+  if #again > 0 then
+    local found = redis.call('HMGET', KEYS[12], unpack(again))
+    for i, item in ipairs(again) do extras_of[item] = found[i] end
+  end
 end
 local reply = {1, reclaims, cfg[11] or '{}'}
-for i, item in ipairs(taken) do
+for _, item in ipairs(taken) do
   reply[#reply + 1] = item
-  reply[#reply + 1] = extras[i] or ''
+  reply[#reply + 1] = extras_of[item] or ''
 end
 return reply

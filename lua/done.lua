@@ -10,21 +10,16 @@
 -- KEYS[5]  done               SET
 -- KEYS[6]  budget             HASH downloader -> items out
 -- KEYS[7]  extras             HASH item -> JSON
--- KEYS[8]  stats              HASH counters
--- KEYS[9]  downloader_bytes   HASH
--- KEYS[10] downloader_items   HASH
--- KEYS[11] downloader_version HASH
--- KEYS[12] domain_bytes       HASH file group -> bytes
--- KEYS[13] log                LIST recent completions (JSON), newest first
+-- KEYS[8]  stats              HASH counters (only the rare ones here)
+-- KEYS[9..12] downloader_bytes, downloader_items, downloader_version,
+--          domain_bytes: not written here (the frontend counts them)
+-- KEYS[13] log                LIST recent completions (JSON), newest first:
+--                                   log_length of them, up to a sixteenth more
+--                                   between trims
 -- KEYS[14] released           HASH item -> released record
 -- KEYS[15] redo               LIST todo:redo, where released items wait
--- KEYS[16] hourly             HASH this hour's counters (expires after 8 days)
--- KEYS[17] series:m           HASH this UTC day's per-minute items ("HHMM")
---                                   and bytes ("HHMMb"); expires after 2 days
--- KEYS[18] series:h           HASH this UTC year's per-hour items ("MMDDHH")
---                                   and bytes ("MMDDHHb"); expires after 400 days
--- KEYS[19] series:d           HASH this UTC day's bytes per hour and
---                                   downloader ("HH downloader"); expires after 8 days
+-- KEYS[16..19] hourly, series:m, series:h, series:d: not written here (the
+--          frontend counts them); KEYS 9-12 and 16-19 keep their places
 -- KEYS[20] recent_done       ZSET item -> done at (ms): the latest completions,
 --                                   kept when done_mode is count or archive
 -- KEYS[21] done_archive      LIST completions waiting for the archive file
@@ -41,31 +36,43 @@
 -- ARGV[4] total bytes reported (at most 2^45; the caller caps each group)
 -- ARGV[5] extra members for the log entry: a JSON object body without
 --         braces (e.g. "\"ua\":\"...\",\"id\":{...}"), or ""
--- ARGV[6] G, the number of file groups in the bytes map; then G pairs
---         (group, bytes); then the items.
--- ARGV[7+2G] the minute field "HHMM"; ARGV[8+2G] the hour field "MMDDHH";
---         ARGV[9+2G] the event channel, published to after a completion
---         (a hint for live viewers: they re-read counts from Redis);
---         ARGV[10+2G] the worker's JSON result, or "": it goes into the
---         event log entry, nowhere else.
--- (so the items start at ARGV[11+2G])
+-- ARGV[6] the worker's JSON result, or "": it goes into the event log
+--         entry, nowhere else
+-- ARGV[7] the log entry (JSON) as it reads when every item named is
+--         completed now, in order, each once (the common case: the frontend
+--         builds it, so the script formats nothing)
+-- ARGV[8..] the items
 --
 -- Returns
---   {1, new, duplicates}   accepted: new items completed, repeats counted once
+--   {1, new, duplicates, rtt_ms_sum, claimed, entry}   accepted: new items
+--                          completed, repeats counted once; the summed
+--                          claim-to-done time of the claimed ones and how
+--                          many they are (the frontend counts these, with
+--                          items and bytes: queues/counters.go); the log
+--                          entry when it is not ARGV[7], else "" (the
+--                          frontend publishes it to live viewers, batched)
 --   {R.NO_PROJECT}         no such project
 --   {R.NOT_HANDED_OUT, item, ...} refused, nothing changed: these items were
 --                          never handed out (not out, not released, not done)
 --   {R.NOT_CLAIMANT, item, ...} refused, nothing changed: these items are out
 --                          (or released) but the reporter never claimed them
---   {R.CORRUPT, why}       corrupt state, nothing changed: a key has the
---                          wrong type
+--   {R.CORRUPT, why}       corrupt state, nothing changed: the event log,
+--                          the done set or recent_done has the wrong type
 --
 -- Note: an item is accepted from its current claimant or any of its recent
 -- claimants, so a slow warrior whose item was reclaimed still completes it
 -- (once), and gets the credit. A released item (an operator's release, or
 -- the warrior's own) may still be completed by a claimant: it is taken out
--- of todo:redo. The domain_bytes hash keeps at most 64 groups; bytes of
--- further groups count under "other".
+-- of todo:redo. (The domain_bytes hash keeps at most 64 groups; bytes of
+-- further groups count under "other": lua/counters_flush.lua.)
+--
+-- Note: the checks come first, then the writes in an order that loses
+-- nothing if one fails (Redis keeps a script's writes before an error):
+-- the event entry (its key's type is checked when the log is on), then
+-- where the items go (done set, recent_done: a failure there is answered
+-- R.CORRUPT with nothing changed), then their removal from claims, out and
+-- deadlines; the budget last, where a field that is not an integer is
+-- dropped. Types are checked where keys are set, and by `hoard doctor`.
 --
 -- done_mode keep adds completions to the done set. count and archive keep
 -- only the latest recent_done of them (trimmed oldest first) and count the
@@ -82,50 +89,61 @@ local downloader = ARGV[2]
 local version = ARGV[3]
 local total_bytes = tonumber(ARGV[4])
 local log_tail = ARGV[5]
-local groups = tonumber(ARGV[6])
-local minute_field = ARGV[7 + groups * 2]
-local hour_field = ARGV[8 + groups * 2]
-local channel = ARGV[9 + groups * 2]
-local result = ARGV[10 + groups * 2]
-local first_item = 11 + groups * 2
+local result = ARGV[6]
+local ready_entry = ARGV[7]
+local first_item = 8
 
 local cfg = redis.call('HMGET', KEYS[1], 'created_at', 'log_length', 'done_mode', 'recent_done', 'event_log')
 if not cfg[1] then
   return {R.NO_PROJECT}
 end
 local events_max = event_log_max(cfg[5])
-local function check_type(k, want)
-  local have = redis.call('TYPE', KEYS[k])['ok']
-  if have ~= 'none' and have ~= want then
-    return {R.CORRUPT, KEYS[k] .. ' is a ' .. have .. ', not a ' .. want}
+if events_max then
+  local have = redis.call('TYPE', KEYS[22])['ok']
+  if have ~= 'none' and have ~= 'stream' then
+    return {R.CORRUPT, KEYS[22] .. ' is a ' .. have .. ', not a stream'}
   end
 end
-local bad = (events_max and check_type(22, 'stream')) or check_type(23, 'hash')
-if bad then return bad end
 local log_length = tonumber(cfg[2] or '1000') or 1000
 local done_mode = cfg[3] or 'keep'
 local recent_max = tonumber(cfg[4] or '1000000') or 1000000
 
--- Checks: classify every item before changing anything.
-local claimed, claimed_records, released_items, unknown, strangers = {}, {}, {}, {}, {}
-local duplicates = 0
-local seen = {}
-local any_released = redis.call('EXISTS', KEYS[14]) == 1
+-- Checks: classify every item before changing anything. One HMGET reads
+-- every claim record; the done set and recent_done are asked only about
+-- items that are not out.
+local unique, seen = {}, {}
 for i = first_item, #ARGV do
   local item = ARGV[i]
   if not seen[item] then
     seen[item] = true
-    local record = redis.call('HGET', KEYS[4], item)
-    if record then
-      local _, _, claimant, _, earlier = parse_claim(record)
-      if claimant == downloader or in_list(downloader, earlier) then
-        claimed[#claimed + 1] = item
-        claimed_records[#claimed_records + 1] = record
-      else
-        strangers[#strangers + 1] = item
-      end
-    elseif redis.call('SISMEMBER', KEYS[5], item) == 1
-        or redis.call('ZSCORE', KEYS[20], item) then
+    unique[#unique + 1] = item
+  end
+end
+local records = call_chunked_list('HMGET', KEYS[4], unique)
+local claimed, claimed_at, claimed_by, released_items, unknown, strangers = {}, {}, {}, {}, {}, {}
+local duplicates = 0
+local rest = {}
+for i, item in ipairs(unique) do
+  local record = records[i]
+  if record then
+    local _, at, claimant, _, earlier = parse_claim(record)
+    if claimant == downloader or in_list(downloader, earlier) then
+      claimed[#claimed + 1] = item
+      claimed_at[#claimed] = at
+      claimed_by[#claimed] = claimant
+    else
+      strangers[#strangers + 1] = item
+    end
+  else
+    rest[#rest + 1] = item
+  end
+end
+if #rest > 0 then
+  local any_released = redis.call('EXISTS', KEYS[14]) == 1
+  local any_recent = redis.call('EXISTS', KEYS[20]) == 1
+  for _, item in ipairs(rest) do
+    if redis.call('SISMEMBER', KEYS[5], item) == 1
+        or (any_recent and redis.call('ZSCORE', KEYS[20], item)) then
       duplicates = duplicates + 1
     else
       local released = any_released and redis.call('HGET', KEYS[14], item)
@@ -156,7 +174,18 @@ if #unknown > 0 then
 end
 if #strangers > 0 then return refuse(R.NOT_CLAIMANT, strangers) end
 
+local fresh = {}
+for _, item in ipairs(claimed) do fresh[#fresh + 1] = item end
+for _, item in ipairs(released_items) do fresh[#fresh + 1] = item end
+
 -- Writes.
+if #fresh > 0 then
+  -- Where the items go comes first: if it fails, nothing has changed.
+  local ok, err = pcall(keep_completions, done_mode, fresh, now, KEYS[5], KEYS[20], recent_max, KEYS[8], KEYS[21])
+  if not ok then
+    return {R.CORRUPT, 'completions could not be kept: ' .. tostring(type(err) == 'table' and err.err or err)}
+  end
+end
 if duplicates > 0 then
   redis.call('HINCRBY', KEYS[8], 'dones_duplicate', duplicates)
 end
@@ -164,82 +193,62 @@ if stale > 0 then
   redis.call('HINCRBY', KEYS[8], 'dones_stale', stale)
   duplicates = duplicates + stale
 end
-local fresh = {}
+if #fresh == 0 then
+  return {1, 0, duplicates, 0, 0, ''}
+end
+if events_max then
+  log_event(KEYS[22], events_max, 'done', fresh, downloader, now, result)
+end
 local rtt_sum = 0
-for i, item in ipairs(claimed) do
-  local _, claimed_at, claimant = parse_claim(claimed_records[i])
-  budget_decrement(KEYS[6], claimant)
-  rtt_sum = rtt_sum + math.max(0, now - claimed_at)
-  fresh[#fresh + 1] = item
+local by_claimant = {}
+for i = 1, #claimed do
+  rtt_sum = rtt_sum + math.max(0, now - claimed_at[i])
+  by_claimant[claimed_by[i]] = (by_claimant[claimed_by[i]] or 0) + 1
 end
 if #claimed > 0 then
   call_chunked('HDEL', KEYS[4], claimed)
   call_chunked('ZREM', KEYS[2], claimed)
   call_chunked('ZREM', KEYS[3], claimed)
-  redis.call('HINCRBY', KEYS[8], 'rtt_ms_sum', int(rtt_sum))
-  redis.call('HINCRBY', KEYS[8], 'rtt_count', #claimed)
 end
 for _, item in ipairs(released_items) do
   -- Its copy in redo (or a group's redo sub-queue, after a re-route) is
   -- marked, not searched for: an LREM would scan the whole list per item.
   redis.call('HSET', KEYS[23], item, 1)
   redis.call('HDEL', KEYS[14], item)
-  fresh[#fresh + 1] = item
 end
 if #released_items > 0 then
   redis.call('HINCRBY', KEYS[8], 'dones_after_release', #released_items)
 end
-if #fresh == 0 then
-  return {1, 0, duplicates}
+if redis.call('EXISTS', KEYS[7]) == 1 then
+  call_chunked('HDEL', KEYS[7], fresh)
 end
-call_chunked('HDEL', KEYS[7], fresh)
-keep_completions(done_mode, fresh, now, KEYS[5], KEYS[20], recent_max, KEYS[8], KEYS[21])
-
-redis.call('HINCRBY', KEYS[8], 'items_done', #fresh)
-hincr_capped(KEYS[8], 'bytes_done', total_bytes)
-redis.call('HINCRBY', KEYS[16], 'items_done', #fresh)
-hincr_capped(KEYS[16], 'bytes_done', total_bytes)
-redis.call('EXPIRE', KEYS[16], 691200)
-hincr_capped(KEYS[9], downloader, total_bytes)
-redis.call('HINCRBY', KEYS[10], downloader, #fresh)
-if version ~= '' then
-  redis.call('HSET', KEYS[11], downloader, version)
-end
-for i = 7, 6 + groups * 2, 2 do
-  local group = ARGV[i]
-  if redis.call('HEXISTS', KEYS[12], group) == 0 and redis.call('HLEN', KEYS[12]) >= 64 then
-    group = 'other'
+-- One fewer item out per item for each claimant; a field reaching zero
+-- goes, so the hash stays as small as the set of active downloaders. A
+-- field that is not an integer is dropped rather than failing here.
+for claimant, n in pairs(by_claimant) do
+  local left = redis.pcall('HINCRBY', KEYS[6], claimant, -n)
+  if type(left) ~= 'number' or left <= 0 then
+    redis.call('HDEL', KEYS[6], claimant)
   end
-  hincr_capped(KEYS[12], group, tonumber(ARGV[i + 1]))
 end
 
-local function series(key, field, n, ttl)
-  redis.call('HINCRBY', key, field, n)
-  redis.call('EXPIRE', key, ttl)
+local entry, rebuilt = ready_entry, ''
+if #fresh ~= #unique or #released_items > 0 then
+  entry = '{"items":' .. cjson.encode(fresh) ..
+      ',"by":' .. cjson.encode(downloader) ..
+      ',"at":' .. int(now) ..
+      ',"bytes":' .. int(total_bytes) ..
+      ',"version":' .. cjson.encode(version)
+  if log_tail ~= '' then entry = entry .. ',' .. log_tail end
+  entry = entry .. '}'
+  rebuilt = entry
 end
-series(KEYS[17], minute_field, #fresh, 172800)
-series(KEYS[17], minute_field .. 'b', total_bytes, 172800)
-series(KEYS[18], hour_field, #fresh, 34560000)
-series(KEYS[18], hour_field .. 'b', total_bytes, 34560000)
-series(KEYS[19], string.sub(hour_field, 5, 6) .. ' ' .. downloader, total_bytes, 691200)
-
-local entry = '{"items":' .. cjson.encode(fresh) ..
-    ',"by":' .. cjson.encode(downloader) ..
-    ',"at":' .. int(now) ..
-    ',"bytes":' .. int(total_bytes) ..
-    ',"version":' .. cjson.encode(version)
-if log_tail ~= '' then entry = entry .. ',' .. log_tail end
-entry = entry .. '}'
 if log_length > 0 then
-  redis.call('LPUSH', KEYS[13], entry)
-  redis.call('LTRIM', KEYS[13], 0, log_length - 1)
-end
--- The project name is inside the slot's keys; the channel is global, so
--- every frontend subscribes once (pub/sub is a hint, never the truth).
-local slug = string.match(KEYS[1], '{(.*)}')
-redis.call('PUBLISH', channel, '{"project":' .. cjson.encode(slug) .. ',"entry":' .. entry .. '}')
-if events_max then
-  log_event(KEYS[22], events_max, 'done', fresh, downloader, now, result)
+  -- Trimmed when it is a sixteenth over, not on every push: one command
+  -- fewer per done. Readers ask for at most log_length entries.
+  if redis.call('LPUSH', KEYS[13], entry) > log_length + math.floor(log_length / 16) then
+    redis.call('LTRIM', KEYS[13], 0, log_length - 1)
+  end
 end
 
-return {1, #fresh, duplicates}
+return {1, #fresh, duplicates, int(rtt_sum), #claimed, rebuilt}

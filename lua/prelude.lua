@@ -81,6 +81,17 @@ local function call_chunked(command, key, args)
   return total
 end
 
+-- The same for a command that replies with one element per argument
+-- (HMGET, SMISMEMBER): the replies of the slices, concatenated.
+local function call_chunked_list(command, key, args)
+  local out = {}
+  for i = 1, #args, 1000 do
+    local part = redis.call(command, key, unpack(args, i, math.min(i + 999, #args)))
+    for j = 1, #part do out[i + j - 1] = part[j] end
+  end
+  return out
+end
+
 -- Appends one entry to a project's event log (a STREAM capped at about max
 -- entries; approximate trimming keeps XADD O(1)): kind "done" or
 -- "reclaim", the items as a JSON array, who did it or held the claim, and

@@ -44,6 +44,9 @@ func (e *Engine) Charts(ctx context.Context, slug string) (Charts, error) {
 	if _, err := e.Project(ctx, slug); err != nil {
 		return Charts{}, err
 	}
+	if err := e.flushCounters(ctx, slug); err != nil {
+		return Charts{}, err
+	}
 	now := e.clock.Now().UTC()
 	thisMinute := now.Truncate(time.Minute)
 	thisHour := now.Truncate(time.Hour)

@@ -27,6 +27,10 @@ type Engine struct {
 	logger       *slog.Logger
 	groupCache   groupCache
 	globalBlocks globalBlockCache
+	// counters buffers the warrior path's statistics (counters.go).
+	counters counterBuffer
+	// published holds completions' log entries for live viewers (publish.go).
+	published publishBuffer
 }
 
 // Options configure an Engine. Zero values take defaults.
@@ -231,14 +235,16 @@ func (e *Engine) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, erro
 	if err != nil {
 		return ClaimResult{}, err
 	}
+	var now time.Time
 	code, rest, err := e.runWithGroups(ctx, op, slug, claimScript, func(state *groupState) ([]string, []any) {
-		now := e.clock.Now()
+		now = e.clock.Now()
 		keys, groupArgs := claimKeys(slug, req.Downloader, ip, globalBlock, now, state)
 		return keys, append([]any{now.UnixMilli(), req.Downloader, ip, req.Count, req.Version}, groupArgs...)
 	})
 	if err != nil {
 		return ClaimResult{}, err
 	}
+	e.countClaim(ctx, slug, now, code, rest)
 	detail := ""
 	if len(rest) > 0 {
 		detail = replyString(rest[0])
@@ -397,13 +403,9 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 		HourlyKey(slug, now), SeriesMinuteKey(slug, now), SeriesHourKey(slug, now), SeriesDownloaderKey(slug, now),
 		RecentDoneKey(slug), DoneArchiveKey(slug), EventsKey(slug), RedoCancelledKey(slug),
 	}
-	args := make([]any, 0, 9+2*len(groups)+len(req.Items))
-	args = append(args, now.UnixMilli(), req.Downloader, req.Version, total, tail, len(groups))
-	for _, g := range groups {
-		args = append(args, g, req.Bytes[g])
-	}
-	utc := now.UTC()
-	args = append(args, utc.Format("1504"), utc.Format("010215"), EventsChannel, result)
+	args := make([]any, 0, 7+len(req.Items))
+	entry := doneLogEntry(req, now, total, tail)
+	args = append(args, now.UnixMilli(), req.Downloader, req.Version, total, tail, result, entry)
 	for _, item := range req.Items {
 		args = append(args, item)
 	}
@@ -413,7 +415,15 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 	}
 	switch code {
 	case 1:
-		return DoneResult{New: int(replyInt(rest[0])), Duplicates: int(replyInt(rest[1]))}, nil
+		result := DoneResult{New: int(replyInt(rest[0])), Duplicates: int(replyInt(rest[1]))}
+		if result.New > 0 {
+			e.countDone(ctx, req, now, total, groups, result.New, replyInt(rest[2]), replyInt(rest[3]))
+			if rebuilt := replyString(rest[4]); rebuilt != "" {
+				entry = rebuilt
+			}
+			e.publishLater(ctx, slug, entry)
+		}
+		return result, nil
 	case codeNoProject:
 		return DoneResult{}, errorf(op, CodeProjectNotFound, "no project %q", slug)
 	case codeNotHandedOut, codeNotClaimant:
@@ -432,6 +442,46 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 		return DoneResult{}, unavailable(op, errors.New("project state is corrupt ("+replyString(rest[0])+"); nothing was marked done"))
 	}
 	return DoneResult{}, unavailable(op, errors.New("done script returned an unknown code"))
+}
+
+// doneLogEntry builds done.lua's log entry for the common case, every item
+// completed now (each once, in order), so the script formats no JSON.
+func doneLogEntry(req DoneRequest, now time.Time, total int64, tail string) string {
+	seen := make(map[string]bool, len(req.Items))
+	b := make([]byte, 0, 128+len(tail)+32*len(req.Items))
+	b = append(b, `{"items":[`...)
+	first := true
+	for _, item := range req.Items {
+		if seen[item] {
+			continue
+		}
+		seen[item] = true
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = appendJSONString(b, item)
+	}
+	b = append(b, `],"by":`...)
+	b = appendJSONString(b, req.Downloader)
+	b = append(b, `,"at":`...)
+	b = strconv.AppendInt(b, now.UnixMilli(), 10)
+	b = append(b, `,"bytes":`...)
+	b = strconv.AppendInt(b, total, 10)
+	b = append(b, `,"version":`...)
+	b = appendJSONString(b, req.Version)
+	if tail != "" {
+		b = append(b, ',')
+		b = append(b, tail...)
+	}
+	b = append(b, '}')
+	return string(b)
+}
+
+// appendJSONString appends s as a JSON string.
+func appendJSONString(b []byte, s string) []byte {
+	quoted, _ := json.Marshal(s)
+	return append(b, quoted...)
 }
 
 // logTail builds the log entry members the Go side knows: user agent and id.

@@ -33,6 +33,7 @@ var (
 	segmentMoveScript   = loadScript("segment_move.lua")
 	doneDrainScript     = loadScript("done_drain.lua")
 	archiveFinishScript = loadScript("archive_finish.lua")
+	countersFlushScript = loadScript("counters_flush.lua")
 )
 
 var prelude = luascript.Prelude(lua.Files, "prelude.lua")

@@ -78,6 +78,9 @@ func (e *Engine) Stats(ctx context.Context, slug string) (Stats, error) {
 	if err != nil {
 		return Stats{}, err
 	}
+	if err := e.flushCounters(ctx, slug); err != nil {
+		return Stats{}, err
+	}
 	pipe := e.rdb.Pipeline()
 	counters := pipe.HGetAll(ctx, StatsKey(slug))
 	bytes := pipe.HGetAll(ctx, DownloaderBytesKey(slug))

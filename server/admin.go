@@ -47,6 +47,7 @@ type AdminEngine interface {
 	ImportDone(ctx context.Context, slug string, items []string) (queues.ImportResult, error)
 	ImportClaims(ctx context.Context, slug string, claims []queues.ImportedClaim) (queues.ImportResult, error)
 	ImportDownloaders(ctx context.Context, slug string, downloaders map[string]queues.ImportedDownloader, domainBytes map[string]int64) error
+	Doctor(ctx context.Context, slug string) (queues.DoctorReport, error)
 }
 
 // AdminAPI is the operators' API under /api/v1. Every call needs the admin
@@ -103,6 +104,7 @@ func (a *AdminAPI) register(g *gin.RouterGroup) {
 	g.GET("/projects/:slug/claims/export", a.exportClaims)
 	g.GET("/projects/:slug/counts", a.counts)
 	g.GET("/projects/:slug/stats", a.stats)
+	g.GET("/projects/:slug/doctor", a.doctor)
 	g.POST("/projects/:slug/items", a.addItems)
 	g.POST("/projects/:slug/import", a.importState)
 	g.POST("/projects/:slug/claims/release", a.releaseClaims)
@@ -241,6 +243,17 @@ func (a *AdminAPI) counts(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusOK, counts)
+}
+
+// doctor checks the project's keys (queues.Doctor): the scripts trust
+// their types rather than checking them on every call.
+func (a *AdminAPI) doctor(c *gin.Context) {
+	report, err := a.Engine.Doctor(c.Request.Context(), c.Param("slug"))
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	c.JSON(http.StatusOK, report)
 }
 
 func (a *AdminAPI) stats(c *gin.Context) {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 )
@@ -88,6 +89,13 @@ func (s *looseString) UnmarshalJSON(b []byte) error {
 	if string(b) == "null" {
 		return nil
 	}
+	// Most values are plain strings (a nickname, a version): read those
+	// without a second pass of the JSON decoder, which every warrior
+	// request would pay for three times.
+	if plain, ok := plainJSONString(b); ok {
+		*s = looseString(plain)
+		return nil
+	}
 	var text string
 	if err := json.Unmarshal(b, &text); err == nil {
 		*s = looseString(text)
@@ -99,6 +107,25 @@ func (s *looseString) UnmarshalJSON(b []byte) error {
 	}
 	*s = looseString(n.String())
 	return nil
+}
+
+// plainJSONString returns the text of a JSON string with no escapes, no
+// control characters and valid UTF-8, whose text is its bytes; ok is false
+// for anything else (json.Unmarshal then decides).
+func plainJSONString(b []byte) (string, bool) {
+	if len(b) < 2 || b[0] != '"' || b[len(b)-1] != '"' {
+		return "", false
+	}
+	inner := b[1 : len(b)-1]
+	for _, c := range inner {
+		if c < 0x20 || c == '"' || c == '\\' {
+			return "", false
+		}
+	}
+	if !utf8.Valid(inner) {
+		return "", false
+	}
+	return string(inner), true
 }
 
 // byteCount reads a non-negative integer byte count.

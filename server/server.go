@@ -90,6 +90,10 @@ type Server struct {
 	listener net.Listener
 	stopped  bool
 	serveErr chan error
+	// stopFlusher ends the engine's counter flusher; flusherDone closes
+	// when its final flush is over.
+	stopFlusher context.CancelFunc
+	flusherDone chan struct{}
 }
 
 // New builds the server and its routes.
@@ -200,6 +204,14 @@ func (s *Server) Start(ctx context.Context) error {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
 	}
+	// The warrior path's counters are buffered in the engine and flushed
+	// once a second (queues/counters.go); Stop flushes them a last time.
+	flushCtx, stopFlusher := context.WithCancel(context.WithoutCancel(ctx))
+	s.stopFlusher, s.flusherDone = stopFlusher, make(chan struct{})
+	go func() {
+		defer close(s.flusherDone)
+		s.engine.RunCounterFlusher(flushCtx)
+	}()
 	s.serveErr = make(chan error, 1)
 	go func() {
 		err := s.http.Serve(ln)
@@ -245,5 +257,7 @@ func (s *Server) Stop() error {
 	// Shutdown leaves hijacked (websocket) connections alone; the hub
 	// closes them.
 	_ = s.hub.Stop()
+	s.stopFlusher()
+	<-s.flusherDone
 	return err
 }

@@ -112,11 +112,12 @@ func benchCommand() *cobra.Command {
 		f.IntSliceVar(&o.multis, "multi", []int{1, 100}, "items per request (multi=N)")
 		f.BoolVar(&o.keepAlive, "keep-alive", false, "reuse connections (seesaw's Tornado client sends Connection: close)")
 		f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (server and load generator share this process)")
-		f.StringVar(&o.redisFsync, "redis-fsync", "", "run redis-server with the AOF on and this appendfsync (everysec, always, no), as hoard serve does; empty = AOF off")
+		f.StringVar(&o.redisFsync, "redis-fsync", "everysec", "run redis-server with the AOF on and this appendfsync (everysec, always, no); everysec is hoard serve's default; empty = AOF off")
 		cmd.AddCommand(c)
 	}
 	cmd.AddCommand(benchViewersCommand(), benchOffloadCommand(), benchFsyncCommand(), benchFloodCommand())
 	cmd.AddCommand(benchAnnounceCommand(), benchIPMetricsCommand())
+	cmd.AddCommand(benchOutsideCommand(), benchLoadCommand())
 	return cmd
 }
 
@@ -236,6 +237,7 @@ func (env *benchEnv) fill(ctx context.Context, slug string, n int) error {
 // runFigure is one measured run.
 type runFigure struct {
 	roundTrips, items float64 // per second
+	calls             float64 // in all
 }
 
 func benchWarriors(ctx context.Context, env *benchEnv, o benchOptions) error {
@@ -360,36 +362,82 @@ func post(ctx context.Context, client *http.Client, url string, body []byte) ([]
 var ceilingScript = redis.NewScript(`return redis.call('EXISTS', KEYS[1])`)
 
 func benchScript(ctx context.Context, env *benchEnv, o benchOptions) error {
-	fmt.Printf("\nclaim script vs Redis's EVALSHA ceiling, %d callers, %d runs of %s\n", o.warriors, o.runs, o.duration)
-	var claims, ceiling []runFigure
+	fmt.Printf("\nclaim.lua and done.lua vs Redis's EVALSHA ceiling (a one-key script), %d callers, %d runs of %s; %s\n", o.warriors, o.runs, o.duration, machineLine())
+	var claims, dones, ceiling []runFigure
 	for run := 0; run < o.runs; run++ {
 		slug := fmt.Sprintf("bench-script-r%d", run)
 		if err := env.fill(ctx, slug, 1_500_000); err != nil {
 			return err
 		}
-		claim, err := callRate(ctx, o, func(ctx context.Context, w int) error {
-			_, err := env.engine.Claim(ctx, queues.ClaimRequest{Project: slug, Downloader: fmt.Sprintf("caller%03d", w), IP: "127.0.0.1", Count: 1})
+		// Each caller keeps what it claimed, for the done calls after.
+		claimed := make([][]string, o.warriors)
+		claim, err := redisCPURate(ctx, env, o, func(ctx context.Context, w int) error {
+			r, err := env.engine.Claim(ctx, queues.ClaimRequest{Project: slug, Downloader: fmt.Sprintf("caller%03d", w), IP: "127.0.0.1", Count: 1})
+			for _, item := range r.Items {
+				claimed[w] = append(claimed[w], item.Name)
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		done, err := redisCPURate(ctx, env, o, func(ctx context.Context, w int) error {
+			if len(claimed[w]) == 0 {
+				return errCallerDone
+			}
+			item := claimed[w][0]
+			claimed[w] = claimed[w][1:]
+			_, err := env.engine.Done(ctx, queues.DoneRequest{Project: slug, Downloader: fmt.Sprintf("caller%03d", w), Version: "20260101.01",
+				UserAgent: "hoard-bench", Items: []string{item}, Bytes: map[string]int64{"data": 1000}})
 			return err
 		})
 		if err != nil {
 			return err
 		}
 		key := queues.ConfigKey(slug)
-		ceil, err := callRate(ctx, o, func(ctx context.Context, _ int) error {
+		ceil, err := redisCPURate(ctx, env, o, func(ctx context.Context, _ int) error {
 			return ceilingScript.Run(ctx, env.rdb, []string{key}).Err()
 		})
 		if err != nil {
 			return err
 		}
 		claims = append(claims, claim)
+		dones = append(dones, done)
 		ceiling = append(ceiling, ceil)
 	}
-	mc, mx := medianFigure(claims), medianFigure(ceiling)
-	fmt.Printf("  claim.lua (multi=1)   %9.0f calls/s   (runs: %s)\n", mc.roundTrips, describeRuns(claims))
-	fmt.Printf("  EVALSHA ceiling       %9.0f calls/s   (runs: %s)\n", mx.roundTrips, describeRuns(ceiling))
-	fmt.Printf("  ratio                 %9.2f\n", mc.roundTrips/mx.roundTrips)
+	mc, md, mx := medianFigure(claims), medianFigure(dones), medianFigure(ceiling)
+	fmt.Printf("  claim.lua (multi=1)   %9.0f calls/s   (runs: %s)   ratio %.2f   Redis CPU %.1f us/call\n", mc.roundTrips, describeRuns(claims), mc.roundTrips/mx.roundTrips, mc.items)
+	fmt.Printf("  done.lua (1 item)     %9.0f calls/s   (runs: %s)   ratio %.2f   Redis CPU %.1f us/call\n", md.roundTrips, describeRuns(dones), md.roundTrips/mx.roundTrips, md.items)
+	fmt.Printf("  EVALSHA ceiling       %9.0f calls/s   (runs: %s)               Redis CPU %.1f us/call\n", mx.roundTrips, describeRuns(ceiling), mx.items)
 	return nil
 }
+
+// redisCPURate is callRate with Redis's CPU per call (in the figure's
+// items field, which a call rate does not need).
+func redisCPURate(ctx context.Context, env *benchEnv, o benchOptions, fn func(ctx context.Context, worker int) error) (runFigure, error) {
+	client, ok := env.rdb.(*redis.Client)
+	if !ok {
+		return callRate(ctx, o, fn)
+	}
+	before, err := redisCPU(ctx, client)
+	if err != nil {
+		return runFigure{}, err
+	}
+	fig, err := callRate(ctx, o, fn)
+	if err != nil {
+		return fig, err
+	}
+	after, err := redisCPU(ctx, client)
+	if err != nil {
+		return fig, err
+	}
+	fig.items = float64((after - before).Microseconds()) / max(fig.calls, 1)
+	return fig, nil
+}
+
+// errCallerDone ends one caller of callRate without an error: it has
+// nothing left to do.
+var errCallerDone = errors.New("caller done")
 
 // callRate runs fn from o.warriors goroutines for o.duration.
 func callRate(ctx context.Context, o benchOptions, fn func(ctx context.Context, worker int) error) (runFigure, error) {
@@ -406,6 +454,9 @@ func callRate(ctx context.Context, o benchOptions, fn func(ctx context.Context, 
 			defer wg.Done()
 			for runCtx.Err() == nil {
 				if err := fn(runCtx, w); err != nil {
+					if errors.Is(err, errCallerDone) {
+						return
+					}
 					if runCtx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
 						once.Do(func() { firstErr = err })
 					}
@@ -420,7 +471,7 @@ func callRate(ctx context.Context, o benchOptions, fn func(ctx context.Context, 
 		return runFigure{}, firstErr
 	}
 	rate := float64(calls.Load()) / time.Since(start).Seconds()
-	return runFigure{roundTrips: rate, items: rate}, nil
+	return runFigure{roundTrips: rate, items: rate, calls: float64(calls.Load())}, nil
 }
 
 func medianFigure(figs []runFigure) runFigure {

@@ -105,6 +105,15 @@ func TestCLIAgainstARealServer(t *testing.T) {
 
 		_, err = runCLI(t, ts.URL, "queue", "counts", "nosuchproject")
 		require.ErrorContains(t, err, "no project")
+
+		// hoard doctor: clean, then a key made the wrong type from outside.
+		out, err = runCLI(t, ts.URL, "doctor", "cliproj")
+		require.NoError(t, err, out)
+		require.Regexp(t, `cliproj: \d+ keys checked, no problems`, out)
+		require.NoError(t, b.Client.SAdd(t.Context(), queues.QueueKey("cliproj", queues.QueueSecondary), "junk").Err())
+		out, err = runCLI(t, ts.URL, "doctor", "cliproj")
+		require.ErrorContains(t, err, "1 problem(s)")
+		require.Contains(t, out, queues.QueueKey("cliproj", queues.QueueSecondary)+" is a set, not a list")
 	})
 }
 

@@ -30,7 +30,8 @@ func rootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(serveCommand(), projectCommand(), queueCommand(), claimsCommand(), limitsCommand(),
-		blockCommand(), unblockCommand(), blocksCommand(), logCommand(), archiveCommand(), segmentsCommand(), btCommand(), jobCommand())
+		blockCommand(), unblockCommand(), blocksCommand(), logCommand(), archiveCommand(), segmentsCommand(), btCommand(), jobCommand(),
+		doctorCommand())
 	return root
 }
 

@@ -1,0 +1,266 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+// loadReport is what `hoard-bench load` prints, one JSON line: the load
+// generator runs in its own process so the server's CPU is the server's
+// alone, as with an outside client.
+type loadReport struct {
+	RoundTrips int64   `json:"round_trips"`
+	Items      int64   `json:"items"`
+	Seconds    float64 `json:"seconds"`
+	// P50 and P99 are round-trip (request + done) or batch latencies.
+	P50Millis float64 `json:"p50_ms"`
+	P99Millis float64 `json:"p99_ms"`
+	// Drained: the queue ran dry before the duration was up; the rates
+	// cover the time until then.
+	Drained bool `json:"drained"`
+}
+
+type loadOptions struct {
+	url       string
+	project   string
+	mode      string
+	warriors  int
+	multi     int
+	duration  time.Duration
+	keepAlive bool
+	secret    string
+	tag       string
+}
+
+// benchLoadCommand is the load generator `hoard-bench warrior-path` starts
+// as a subprocess; it can also be pointed at any hoard by hand.
+func benchLoadCommand() *cobra.Command {
+	var o loadOptions
+	cmd := &cobra.Command{
+		Use:   "load",
+		Short: "An outside load generator against a running hoard: warriors (request + done) or backfeed senders; prints one JSON line",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.url == "" || o.project == "" || o.warriors < 1 || o.multi < 1 || o.duration <= 0 {
+				return errors.New("--url, --project, and positive --warriors, --multi and --duration are needed")
+			}
+			var report loadReport
+			var err error
+			switch o.mode {
+			case "warriors":
+				report, err = loadWarriors(cmd.Context(), o)
+			case "backfeed":
+				report, err = loadBackfeed(cmd.Context(), o)
+			default:
+				return fmt.Errorf("--mode %q: warriors or backfeed", o.mode)
+			}
+			if err != nil {
+				return err
+			}
+			return json.NewEncoder(os.Stdout).Encode(report)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.url, "url", "", "hoard's base URL, e.g. http://127.0.0.1:8080")
+	f.StringVar(&o.project, "project", "", "project slug")
+	f.StringVar(&o.mode, "mode", "warriors", "warriors or backfeed")
+	f.IntVar(&o.warriors, "warriors", 32, "concurrent warriors (or backfeed senders)")
+	f.IntVar(&o.multi, "multi", 1, "items per request (multi=N), or items per backfeed batch")
+	f.DurationVar(&o.duration, "duration", 20*time.Second, "length of the run")
+	f.BoolVar(&o.keepAlive, "keep-alive", false, "reuse connections (seesaw's Tornado client sends Connection: close)")
+	f.StringVar(&o.secret, "secret", "", "the project's backfeed secret (--mode backfeed)")
+	f.StringVar(&o.tag, "tag", "", "makes backfeed items distinct between runs on one project")
+	return cmd
+}
+
+// latencies collects per-call durations from many goroutines.
+type latencies struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (l *latencies) add(d []time.Duration) {
+	l.mu.Lock()
+	l.d = append(l.d, d...)
+	l.mu.Unlock()
+}
+
+func (l *latencies) quantile(q float64) float64 {
+	if len(l.d) == 0 {
+		return 0
+	}
+	slices.Sort(l.d)
+	return float64(l.d[int(q*float64(len(l.d)-1))]) / float64(time.Millisecond)
+}
+
+// errDrained: the server has no items left for this warrior.
+var errDrained = errors.New("drained")
+
+func loadWarriors(ctx context.Context, o loadOptions) (loadReport, error) {
+	transport := &http.Transport{MaxIdleConnsPerHost: o.warriors, DisableKeepAlives: !o.keepAlive}
+	client := &http.Client{Transport: transport, Timeout: 20 * time.Second}
+	defer transport.CloseIdleConnections()
+	requestURL := o.url + "/" + o.project + "/request"
+	if o.multi > 1 {
+		requestURL = fmt.Sprintf("%s/%s/multi=%d//request", o.url, o.project, o.multi)
+	}
+	doneURL := o.url + "/" + o.project + "/done"
+	runCtx, cancel := context.WithTimeout(ctx, o.duration)
+	defer cancel()
+	var roundTrips, items atomic.Int64
+	var drained atomic.Bool
+	var lat latencies
+	var firstErr error
+	var errOnce sync.Once
+	var wg sync.WaitGroup
+	start := time.Now()
+	var end atomic.Int64
+	for w := 0; w < o.warriors; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			downloader := fmt.Sprintf("warrior%03d", w)
+			reqBody := []byte(`{"downloader":"` + downloader + `","api_version":"2","version":"20260101.01"}`)
+			var mine []time.Duration
+			defer func() { lat.add(mine) }()
+			for runCtx.Err() == nil {
+				t0 := time.Now()
+				n, err := loadRoundTrip(runCtx, client, requestURL, doneURL, downloader, reqBody)
+				if errors.Is(err, errDrained) {
+					// The first warrior to find the queue empty ends the
+					// run for all: the rates cover the time until then.
+					if drained.CompareAndSwap(false, true) {
+						end.Store(int64(time.Since(start)))
+					}
+					cancel()
+					return
+				}
+				if err != nil {
+					if runCtx.Err() == nil {
+						errOnce.Do(func() { firstErr = err })
+						cancel()
+					}
+					return
+				}
+				mine = append(mine, time.Since(t0))
+				roundTrips.Add(1)
+				items.Add(int64(n))
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return loadReport{}, firstErr
+	}
+	elapsed := time.Since(start)
+	if drained.Load() {
+		elapsed = time.Duration(end.Load())
+	}
+	return loadReport{RoundTrips: roundTrips.Load(), Items: items.Load(), Seconds: elapsed.Seconds(),
+		P50Millis: lat.quantile(0.5), P99Millis: lat.quantile(0.99), Drained: drained.Load()}, nil
+}
+
+func loadRoundTrip(ctx context.Context, client *http.Client, requestURL, doneURL, downloader string, reqBody []byte) (int, error) {
+	body, status, err := post(ctx, client, requestURL, reqBody)
+	if err != nil {
+		return 0, err
+	}
+	if status == http.StatusNotFound {
+		return 0, errDrained
+	}
+	if status != http.StatusOK {
+		return 0, fmt.Errorf("request: HTTP %d: %s", status, body)
+	}
+	var got struct {
+		ItemName string `json:"item_name"`
+	}
+	if err := json.Unmarshal(body, &got); err != nil {
+		return 0, fmt.Errorf("request reply: %w", err)
+	}
+	done, _ := json.Marshal(map[string]any{
+		"downloader": downloader, "version": "20260101.01", "item": got.ItemName,
+		"bytes": map[string]int{"data": 1000}, "id": map[string]string{"pipeline_hash": "bench"},
+	})
+	body, status, err = post(ctx, client, doneURL, done)
+	if err != nil {
+		return 0, err
+	}
+	if status != http.StatusOK || strings.TrimSpace(string(body)) != "OK" {
+		return 0, fmt.Errorf("done: HTTP %d: %s", status, body)
+	}
+	return strings.Count(got.ItemName, "\x00") + 1, nil
+}
+
+// loadBackfeed: senders POST NUL-joined batches of distinct items (with
+// the trailing NUL, as the grab scripts do), Connection: close as LuaSocket.
+func loadBackfeed(ctx context.Context, o loadOptions) (loadReport, error) {
+	url := o.url + "/backfeed/legacy/" + o.project + "-" + o.secret
+	transport := &http.Transport{MaxIdleConnsPerHost: o.warriors, DisableKeepAlives: !o.keepAlive}
+	client := &http.Client{Transport: transport, Timeout: 20 * time.Second}
+	defer transport.CloseIdleConnections()
+	runCtx, cancel := context.WithTimeout(ctx, o.duration)
+	defer cancel()
+	var items, batches atomic.Int64
+	var lat latencies
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	start := time.Now()
+	for s := 0; s < o.warriors; s++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []time.Duration
+			defer func() { lat.add(mine) }()
+			var body bytes.Buffer
+			for n := 0; runCtx.Err() == nil; n++ {
+				body.Reset()
+				for i := 0; i < o.multi; i++ {
+					fmt.Fprintf(&body, "url:https://example.org/%s/s%d/b%d/i%d\x00", o.tag, s, n, i)
+				}
+				t0 := time.Now()
+				req, _ := http.NewRequestWithContext(runCtx, http.MethodPost, url, bytes.NewReader(body.Bytes()))
+				req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+				resp, err := client.Do(req)
+				if err != nil {
+					if runCtx.Err() == nil {
+						once.Do(func() { firstErr = err })
+					}
+					return
+				}
+				raw, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				var got struct {
+					StatusCode int `json:"status_code"`
+					New        int `json:"new"`
+				}
+				if resp.StatusCode != http.StatusOK || json.Unmarshal(raw, &got) != nil || got.StatusCode != 200 {
+					once.Do(func() { firstErr = fmt.Errorf("backfeed: HTTP %d: %s", resp.StatusCode, raw) })
+					return
+				}
+				mine = append(mine, time.Since(t0))
+				batches.Add(1)
+				items.Add(int64(got.New))
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return loadReport{}, firstErr
+	}
+	return loadReport{RoundTrips: batches.Load(), Items: items.Load(), Seconds: time.Since(start).Seconds(),
+		P50Millis: lat.quantile(0.5), P99Millis: lat.quantile(0.99)}, nil
+}
