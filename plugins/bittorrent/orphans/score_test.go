@@ -19,7 +19,7 @@ import (
 
 // externalURL is an external tracker registered for scored torrents; no
 // test announces to it (results are applied as a worker would report them).
-const externalURL = "http://127.0.0.1:1/announce"
+const externalURL = "http://tracker.example.org:1/announce" // a name, never dialled: a literal loopback is refused at set time
 
 func newScorer(f *fixture, untrack bool) *scoring.Scorer {
 	return scoring.New(f.b.Client, scoring.Policy{MinScore: 0.005, NewWindow: time.Hour, Untrack: untrack,
