@@ -2,14 +2,12 @@ package server
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
-	"regexp"
+	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -60,38 +58,10 @@ type AdminAPI struct {
 	Offloader OffloadEngine
 }
 
-// ActorHeader names the operator making a change (the CLI sends
-// user@host); it is logged beside the client address.
+// ActorHeader is the header older CLIs sent to name the operator. It is
+// no longer read: the admin log names the account the call authenticated
+// as (actor, auth.go), never what a client says of itself.
 const ActorHeader = "X-Hoard-Actor"
-
-var actorPattern = regexp.MustCompile(`^[-_.@a-zA-Z0-9]{1,64}$`)
-
-// requireToken refuses every call unless it carries the admin token. With
-// no token configured, every call is refused unless the operator chose the
-// insecure dev mode explicitly.
-func requireToken(token string, insecure bool) gin.HandlerFunc {
-	return func(c *gin.Context) {
-		if token == "" {
-			if insecure {
-				c.Next()
-				return
-			}
-			_ = c.Error(&httpError{Status: http.StatusForbidden, Code: "admin_disabled",
-				Message: "the admin API is disabled: start hoard with HOARD_ADMIN_TOKEN set"})
-			c.Abort()
-			return
-		}
-		got, ok := strings.CutPrefix(c.GetHeader("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
-			c.Header("WWW-Authenticate", `Bearer realm="hoard admin"`)
-			_ = c.Error(&httpError{Status: http.StatusUnauthorized, Code: "unauthorized",
-				Message: "missing or wrong admin token (send Authorization: Bearer <HOARD_ADMIN_TOKEN>)"})
-			c.Abort()
-			return
-		}
-		c.Next()
-	}
-}
 
 func (a *AdminAPI) register(g *gin.RouterGroup) {
 	g.GET("/projects", a.listProjects)
@@ -120,15 +90,6 @@ func (a *AdminAPI) register(g *gin.RouterGroup) {
 	a.registerOffload(g)
 }
 
-// actor is who made a change, for the log.
-func actor(c *gin.Context) string {
-	name := c.GetHeader(ActorHeader)
-	if !actorPattern.MatchString(name) {
-		name = "unnamed"
-	}
-	return name + " from " + c.ClientIP()
-}
-
 // logChange records a change in hoard's log and in the project's (or the
 // global) admin log in Redis, which operators read back with GET …/log.
 // Secrets never go into either log in clear: callers pass settings and
@@ -141,7 +102,7 @@ func (a *AdminAPI) logChange(c *gin.Context, what string, attrs ...any) {
 // logSlug ("" = the global log).
 func (a *AdminAPI) recordChange(c *gin.Context, project, logSlug, what string, attrs ...any) {
 	a.Logger.InfoContext(c.Request.Context(), "admin change: "+what,
-		append([]any{"project", project, "by", actor(c)}, attrs...)...)
+		append([]any{"project", project, "by", actor(c), "addr", c.ClientIP()}, attrs...)...)
 	details := map[string]any{}
 	for i := 0; i+1 < len(attrs); i += 2 {
 		if k, ok := attrs[i].(string); ok {
@@ -211,11 +172,19 @@ func (a *AdminAPI) decode(c *gin.Context, dst any) bool {
 	return bindJSON(c, a.MaxBodyBytes, dst)
 }
 
+// listProjects lists the projects the caller may read: every one for an
+// admin or a viewer of all, the ones its roles name otherwise.
 func (a *AdminAPI) listProjects(c *gin.Context) {
 	slugs, err := a.Engine.Projects(c.Request.Context())
 	if err != nil {
 		_ = c.Error(err)
 		return
+	}
+	if roles := principal(c).Roles; !roles.ReadsAll() {
+		slugs = slices.DeleteFunc(slugs, func(slug string) bool { return !roles.CanRead(slug) })
+	}
+	if slugs == nil {
+		slugs = []string{}
 	}
 	c.JSON(http.StatusOK, gin.H{"projects": slugs})
 }
@@ -245,6 +214,12 @@ func (a *AdminAPI) showProject(c *gin.Context) {
 	counts, err := a.Engine.Counts(c.Request.Context(), c.Param("slug"))
 	if err != nil {
 		_ = c.Error(err)
+		return
+	}
+	if !principal(c).Roles.CanWrite(project.Slug) {
+		// A viewer reads the settings, not the backfeed secret: its
+		// fingerprint tells whether it changed.
+		c.JSON(http.StatusOK, gin.H{"project": withoutSecret(project), "counts": counts})
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"project": project, "counts": counts})

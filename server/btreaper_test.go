@@ -31,7 +31,7 @@ func TestBitTorrentAdminReaper(t *testing.T) {
 		logs := &lockedBuffer{}
 		fx := newFixture(t, b, server.Config{AdminToken: token, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 			AdminExtensions: []server.AdminExtension{&btadmin.Admin{Store: admin, Reaper: reap}}})
-		f := &btFixture{fixture: fx, adminStore: admin, clock: clock, logs: logs}
+		f := &btFixture{fixture: fx, adminStore: admin, clock: clock, logs: logs, siteToken: fx.accountToken("site-web1", "admin")}
 
 		in, out := btHash("in"), btHash("out")
 		for _, h := range [][20]byte{in, out} {
@@ -105,7 +105,7 @@ func TestBitTorrentAdminReaper(t *testing.T) {
 		var extensions []string
 		for _, entry := range log.Changes {
 			if entry.What == "reaper grace extended" {
-				require.True(t, strings.HasPrefix(entry.By, "site@web1 from "), entry.By)
+				require.Equal(t, "site-web1", entry.By)
 				extensions = append(extensions, string(entry.Details))
 			}
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hoardproject/hoard/accounts"
 	"github.com/hoardproject/hoard/leaderboard"
 	"github.com/hoardproject/hoard/queues"
 )
@@ -25,10 +26,16 @@ import (
 type Config struct {
 	// Listen is the address to listen on, e.g. "127.0.0.1:8080".
 	Listen string
-	// AdminToken guards /api/v1; empty refuses every admin call unless
-	// InsecureNoAdminToken is set (local development only).
+	// AdminToken is the bootstrap admin's token: it may do everything,
+	// accounts included, and is logged as BootstrapActor. Accounts' own
+	// tokens work beside it. Empty refuses every admin call (accounts'
+	// too) unless InsecureNoAdminToken is set (local development only:
+	// every call is then an admin's).
 	AdminToken           string
 	InsecureNoAdminToken bool
+	// Accounts, when set, is the accounts store (tests); by default the
+	// server opens one on the engine's Redis.
+	Accounts *accounts.Store
 	// ProjectsFile is the Warrior HQ projects.json to serve.
 	ProjectsFile string
 	// PublicURL is this tracker's public base URL, for leaderboard links.
@@ -144,8 +151,15 @@ func New(cfg Config, engine *queues.Engine) (*Server, error) {
 	})
 	router.StaticFS("/static", http.FS(leaderboard.Static()))
 	router.GET("/metrics", metrics.Serve(cfg.MetricsToken, cfg.AdminToken))
-	adminGroup := router.Group("/api/v1", requireToken(cfg.AdminToken, cfg.InsecureNoAdminToken))
+	store := cfg.Accounts
+	if store == nil {
+		store = accounts.New(engine.Redis(), engine.Clock())
+	}
+	authn := &auth{token: cfg.AdminToken, insecure: cfg.InsecureNoAdminToken, accounts: store,
+		limiter: newFailureLimiter(engine.Clock().Now), scopes: pluginScopes(cfg.Plugins), logger: cfg.Logger}
+	adminGroup := router.Group(adminPrefix, authn.middleware)
 	admin.register(adminGroup)
+	(&AccountsAPI{Store: store, Admin: admin}).register(adminGroup)
 	for _, ext := range cfg.AdminExtensions {
 		ext.RegisterAdmin(adminGroup, admin)
 	}
