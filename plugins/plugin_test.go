@@ -33,3 +33,29 @@ func TestDescriptionValidate(t *testing.T) {
 		require.ErrorContains(t, tc.desc.Validate(), tc.want)
 	}
 }
+
+func TestAdminScopeAllows(t *testing.T) {
+	scope := plugins.AdminScope{Name: "site", Routes: []plugins.ScopeRoute{
+		{Prefix: "/torrents/"},
+		{Methods: []string{"GET"}, Prefix: "/outbox/"},
+	}}
+	for _, c := range []struct {
+		method, path string
+		want         bool
+	}{
+		{"PUT", "/torrents/abc", true},
+		{"DELETE", "/torrents/abc/trackers", true},
+		{"GET", "/outbox/events", true},
+		{"POST", "/outbox/ack", false},
+		{"GET", "/torrents", false},
+		{"GET", "/users/x", false},
+		{"GET", "/torrents/../users/x", false},
+		{"GET", "/torrents/./x", false},
+		{"GET", "/torrents//x", false},
+		{"GET", "/torrents/a\\..\\users", false},
+		{"GET", "torrents/x", false},
+		{"GET", "", false},
+	} {
+		require.Equal(t, c.want, scope.Allows(c.method, c.path), "%s %s", c.method, c.path)
+	}
+}
