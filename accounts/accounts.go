@@ -406,7 +406,10 @@ func (s *Store) Authenticate(ctx context.Context, token string) (Principal, erro
 	if !strings.HasPrefix(token, TokenPrefix) || len(token) > 128 {
 		return Principal{}, ErrNotFound
 	}
-	hash := HashToken(token)
+	return s.authenticateHash(ctx, HashToken(token))
+}
+
+func (s *Store) authenticateHash(ctx context.Context, hash string) (Principal, error) {
 	now := s.clock.Now()
 	reply, err := luascript.Run(ctx, s.rdb, authenticateScript, []string{TokensKey, AccountsKey, LastUsedKey},
 		hash, now.UnixMilli(), LastUseInterval.Milliseconds())

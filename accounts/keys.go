@@ -29,3 +29,8 @@ func AccountTokensKey(account string) string { return prefix + "account-tokens:"
 // TokenNamesKey holds one account's token names (HASH name -> id): a name
 // is unique per account, so "revoke laptop" means one token.
 func TokenNamesKey(account string) string { return prefix + "token-names:" + account }
+
+// SessionKey holds one web admin session, by the hex SHA-256 of its
+// cookie (STRING: session record, JSON), expiring after the idle time;
+// each use pushes the expiry back (GETEX).
+func SessionKey(hash string) string { return prefix + "session:" + hash }

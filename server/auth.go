@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -30,9 +31,14 @@ const BootstrapActor = "HOARD_ADMIN_TOKEN"
 // without a token (--insecure-no-admin-token, development only).
 const InsecureActor = "INSECURE-NO-ADMIN-TOKEN"
 
-// Authenticator finds the account a token belongs to (accounts.Store).
+// Authenticator finds the account a token, or a web admin session,
+// belongs to (accounts.Store).
 type Authenticator interface {
 	Authenticate(ctx context.Context, token string) (accounts.Principal, error)
+	AuthenticateHash(ctx context.Context, hash string) (accounts.Principal, error)
+	CreateSession(ctx context.Context, tokenHash string, bootstrap bool, idle time.Duration) (string, accounts.Session, error)
+	Session(ctx context.Context, cookie string, idle time.Duration) (accounts.Session, error)
+	EndSession(ctx context.Context, cookie string) error
 }
 
 // access is what a route asks of the caller's roles.
@@ -147,6 +153,11 @@ type auth struct {
 	insecure bool
 	accounts Authenticator
 	limiter  *failureLimiter
+	// idle is how long a web admin session lasts unused.
+	idle time.Duration
+	// secureCookie marks the session cookie Secure even on a plain
+	// connection (hoard behind a TLS-terminating proxy).
+	secureCookie bool
 	// scopes reads the plugins' declared admin scopes (nil: none).
 	scopes func(plugin string) []plugins.AdminScope
 	logger *slog.Logger
@@ -188,24 +199,20 @@ func (a *auth) authenticate(c *gin.Context) (accounts.Principal, bool) {
 		c.Header("Retry-After", retryAfter(wait))
 		return accounts.Principal{}, false
 	}
+	if c.GetHeader("Authorization") == "" {
+		if cookie, err := c.Cookie(SessionCookie); err == nil && cookie != "" {
+			return a.fromSession(c, cookie)
+		}
+	}
 	got, ok := strings.CutPrefix(c.GetHeader("Authorization"), "Bearer ")
 	if ok && got != "" {
-		if a.token != "" && subtle.ConstantTimeCompare([]byte(got), []byte(a.token)) == 1 {
-			return accounts.Principal{Account: BootstrapActor, Roles: admin}, true
+		p, err := a.check(c.Request.Context(), got)
+		if err == nil {
+			return p, true
 		}
-		if a.accounts != nil {
-			p, err := a.accounts.Authenticate(c.Request.Context(), got)
-			if err == nil {
-				return p, true
-			}
-			if !errors.Is(err, accounts.ErrNotFound) {
-				// The token is not in the error: Authenticate never
-				// puts it there.
-				_ = c.Error(&httpError{Status: http.StatusServiceUnavailable, Code: "unavailable",
-					Message: "cannot check the token now (redis is unavailable)"})
-				a.logger.ErrorContext(c.Request.Context(), "admin authentication failed", "err", err)
-				return accounts.Principal{}, false
-			}
+		if !errors.Is(err, accounts.ErrNotFound) {
+			a.unavailable(c, err)
+			return accounts.Principal{}, false
 		}
 		a.limiter.fail(addr)
 		// The token is never logged: only that a wrong one came, and from
@@ -217,6 +224,26 @@ func (a *auth) authenticate(c *gin.Context) (accounts.Principal, bool) {
 	_ = c.Error(&httpError{Status: http.StatusUnauthorized, Code: "unauthorized",
 		Message: "missing, wrong, revoked or expired token (send Authorization: Bearer <token>: an account's token or HOARD_ADMIN_TOKEN)"})
 	return accounts.Principal{}, false
+}
+
+// check finds who a token belongs to: the bootstrap admin (compared in
+// constant time) or an account; accounts.ErrNotFound for neither.
+func (a *auth) check(ctx context.Context, token string) (accounts.Principal, error) {
+	if a.token != "" && subtle.ConstantTimeCompare([]byte(token), []byte(a.token)) == 1 {
+		return accounts.Principal{Account: BootstrapActor, Roles: accounts.Roles{{Kind: accounts.KindAdmin}}}, nil
+	}
+	if a.accounts == nil {
+		return accounts.Principal{}, accounts.ErrNotFound
+	}
+	return a.accounts.Authenticate(ctx, token)
+}
+
+// unavailable answers a call whose credentials could not be checked. The
+// error carries no token: the accounts store never puts one in.
+func (a *auth) unavailable(c *gin.Context, err error) {
+	_ = c.Error(&httpError{Status: http.StatusServiceUnavailable, Code: "unavailable",
+		Message: "cannot check the credentials now (redis is unavailable)"})
+	a.logger.ErrorContext(c.Request.Context(), "admin authentication failed", "err", err)
 }
 
 // forbidden is the refusal of a call a role does not allow. It names the

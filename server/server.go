@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,6 +37,10 @@ type Config struct {
 	// Accounts, when set, is the accounts store (tests); by default the
 	// server opens one on the engine's Redis.
 	Accounts *accounts.Store
+	// AdminIdleTimeout ends a web admin session unused for this long
+	// (0 = accounts.DefaultIdleTimeout). Behind a TLS-terminating proxy,
+	// a PublicURL of https:// marks the session cookie Secure.
+	AdminIdleTimeout time.Duration
 	// ProjectsFile is the Warrior HQ projects.json to serve.
 	ProjectsFile string
 	// PublicURL is this tracker's public base URL, for leaderboard links.
@@ -155,8 +160,14 @@ func New(cfg Config, engine *queues.Engine) (*Server, error) {
 	if store == nil {
 		store = accounts.New(engine.Redis(), engine.Clock())
 	}
+	idle := cfg.AdminIdleTimeout
+	if idle <= 0 {
+		idle = accounts.DefaultIdleTimeout
+	}
 	authn := &auth{token: cfg.AdminToken, insecure: cfg.InsecureNoAdminToken, accounts: store,
-		limiter: newFailureLimiter(engine.Clock().Now), scopes: pluginScopes(cfg.Plugins), logger: cfg.Logger}
+		limiter: newFailureLimiter(engine.Clock().Now), scopes: pluginScopes(cfg.Plugins), logger: cfg.Logger,
+		idle: idle, secureCookie: strings.HasPrefix(cfg.PublicURL, "https://")}
+	authn.registerWebAdmin(router)
 	adminGroup := router.Group(adminPrefix, authn.middleware)
 	admin.register(adminGroup)
 	(&AccountsAPI{Store: store, Admin: admin}).register(adminGroup)
