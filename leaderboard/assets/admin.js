@@ -19,7 +19,7 @@ function el(tag, attrs, ...children) {
     else if (k in node && typeof v !== 'string') node[k] = v;
     else node.setAttribute(k, v === true ? '' : String(v));
   }
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === undefined || c === null || c === false) continue;
     node.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
@@ -132,10 +132,11 @@ function route() {
   return projectsView(view);
 }
 
-function table(cls, headers, rows) {
+// table builds a table; body is a tbody, or the rows to put in one.
+function table(cls, headers, body) {
   return el('table', { class: cls },
     el('thead', {}, el('tr', {}, headers.map((h) => el('th', {}, h)))),
-    el('tbody', {}, rows));
+    body instanceof HTMLTableSectionElement ? body : el('tbody', {}, body));
 }
 
 function fmtTime(t) { return t ? new Date(t).toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z') : ''; }

@@ -81,6 +81,20 @@ async function shot(page, name) {
   result.screenshots.push(file);
 }
 
+// viewShots saves what a phone shows at the top of the page and at each
+// of sections (a full-page phone screenshot is too tall to read).
+async function viewShots(page, name, sections) {
+  await page.evaluate(() => window.scrollTo(0, 0));
+  await page.screenshot({ path: `${dir}/admin-${name}-top.png` });
+  result.screenshots.push(`${dir}/admin-${name}-top.png`);
+  for (const sel of sections) {
+    await page.evaluate((s) => document.querySelector(s).scrollIntoView(), sel);
+    const file = `${dir}/admin-${name}-${sel.replace(/\W/g, '')}.png`;
+    await page.screenshot({ path: file });
+    result.screenshots.push(file);
+  }
+}
+
 async function overflow(page, role, width) {
   const px = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
   check(px <= 0, `${role}: the page is ${px}px wider than a ${width}px screen`);
@@ -217,6 +231,7 @@ try {
     check(f.error && /may not POST/.test(f.text), `${role}: release was not refused: ${f.text}`);
     await overflow(page, role, size.width);
     await shot(page, `viewer-${name}`);
+    if (name === 'phone') await viewShots(page, 'viewer-phone', ['#claims', '#log']);
     await context.close();
   }
 
@@ -228,6 +243,7 @@ try {
     await checkText(page, role);
     await overflow(page, role, phone.width);
     await shot(page, 'admin-phone');
+    await viewShots(page, 'admin-phone', ['#queues', '#settings']);
     await context.close();
   }
   result.ok = result.errors.length === 0;
