@@ -138,7 +138,12 @@ func TestWebAdminInChromium(t *testing.T) {
 	}
 	require.True(t, by["web-admin: items moved"], "%v", by)
 	require.True(t, by["own-crew: settings changed"], "%v", by)
+	require.True(t, by["web-admin: blocked"], "%v", by)
 	for k := range by {
 		require.False(t, strings.HasPrefix(k, "own-viewer"), "the viewer changed nothing: %v", by)
 	}
+	blocks, err := engine.Blocks(ctx, "own")
+	require.NoError(t, err)
+	require.Len(t, blocks, 1, "the viewer's block was refused")
+	require.Equal(t, "web-admin", blocks["tester9"].By)
 }

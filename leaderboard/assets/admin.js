@@ -328,6 +328,35 @@ async function projectView(view, slug) {
   view.append(claims);
   loadClaims();
 
+  // Blocks in this project.
+  const blocks = el('section', { class: 'panel', id: 'blocks' }, el('h2', {}, 'Blocks'));
+  const blocksBody = el('tbody');
+  const loadBlocks = async () => {
+    try {
+      const r = await api('GET', '/projects/' + encodeURIComponent(slug) + '/blocks');
+      const entries = Object.entries(r.blocks || {});
+      blocksBody.replaceChildren(...entries.map(([who, b]) => el('tr', {},
+        el('td', { class: 'wrap who' }, who), el('td', { class: 'wrap reason' }, b.reason), el('td', { class: 'wrap' }, b.by),
+        el('td', {}, el('button', { type: 'button', class: 'danger', onclick: () => act('unblock ' + who, async () => {
+          await api('DELETE', '/projects/' + encodeURIComponent(slug) + '/blocks/' + encodeURIComponent(who)); loadBlocks();
+          return 'unblocked ' + who;
+        }) }, 'Unblock')))));
+      if (!entries.length) blocksBody.append(el('tr', {}, el('td', { colspan: '4', class: 'muted' }, 'Nobody is blocked here.')));
+    } catch (err) { flash('blocks: ' + err.message, true); }
+  };
+  const blockWho = el('input', { id: 'block-who', type: 'text', placeholder: 'nickname or IP' });
+  const blockReason = el('input', { id: 'block-reason', type: 'text', placeholder: 'shown to the warrior' });
+  blocks.append(table('blocks', ['Who', 'Reason', 'By', ''], blocksBody), el('form', { class: 'row', onsubmit: async (ev) => {
+    ev.preventDefault();
+    if (await act('block ' + blockWho.value, async () => {
+      await api('PUT', '/projects/' + encodeURIComponent(slug) + '/blocks/' + encodeURIComponent(blockWho.value), { reason: blockReason.value });
+      return 'blocked ' + blockWho.value;
+    })) { blockWho.value = ''; blockReason.value = ''; loadBlocks(); }
+  } }, el('div', {}, el('label', { for: 'block-who' }, 'Block'), blockWho), el('div', {}, el('label', { for: 'block-reason' }, 'Reason'), blockReason),
+  el('button', { type: 'submit', id: 'block' }, 'Block')));
+  view.append(blocks);
+  loadBlocks();
+
   // Settings, each with its explanation and current value.
   const settings = el('section', { class: 'panel', id: 'settings' }, el('h2', {}, 'Settings'));
   const inputs = {};

@@ -142,6 +142,16 @@ try {
     f = await flashAfter(page, role, () => page.click('#claims-release'));
     check(!f.error && f.text.includes('released 1 claims'), `${role}: release: ${f.text}`);
 
+    // A block whose reason holds markup shows as text.
+    await page.fill('#block-who', 'tester9');
+    await page.fill('#block-reason', '<script>alert("reason")</script><img src=x onerror=alert(2)>');
+    f = await flashAfter(page, role, () => page.click('#block'));
+    check(!f.error && f.text.includes('blocked tester9'), `${role}: block: ${f.text}`);
+    await page.waitForSelector('#blocks td.reason');
+    const reason = await page.textContent('#blocks td.reason');
+    check(reason.startsWith('<script>'), `${role}: the block reason reads ${JSON.stringify(reason)}`);
+    await checkText(page, role);
+
     await page.waitForSelector('tr[data-setting=claims_limit] input');
     await page.fill('tr[data-setting=claims_limit] input', '777');
     f = await flashAfter(page, role, () => page.click('#save-settings'));
@@ -229,6 +239,11 @@ try {
     await page.locator('#claims tbody input[type=checkbox]').first().check();
     f = await flashAfter(page, role, () => page.click('#claims-release'));
     check(f.error && /may not POST/.test(f.text), `${role}: release was not refused: ${f.text}`);
+    const reasons = await page.$$eval('#blocks td.reason', (tds) => tds.map((td) => td.textContent));
+    check(reasons.some((r) => r.includes('<img src=x onerror=alert(2)>')), `${role}: the block reason is not shown as text: ${JSON.stringify(reasons)}`);
+    await page.fill('#block-who', 'tester8');
+    f = await flashAfter(page, role, () => page.click('#block'));
+    check(f.error && /may not PUT/.test(f.text), `${role}: block was not refused: ${f.text}`);
     await overflow(page, role, size.width);
     await shot(page, `viewer-${name}`);
     if (name === 'phone') await viewShots(page, 'viewer-phone', ['#claims', '#log']);
