@@ -390,8 +390,41 @@ func (d Description) Validate() error {
 			errs = append(errs, fmt.Errorf("job %q: period %s is shorter than %s", j.Name, j.Period, MinJobPeriod))
 		}
 	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, d.validateScopes()...)...)
 }
+
+// validateScopes checks the admin scopes: names as roles take them
+// ("plugin:<name>:<scope>"), each declared once, and every route a
+// prefix below the plugin's root with known methods.
+func (d Description) validateScopes() []error {
+	var errs []error
+	scopes := map[string]bool{}
+	for _, s := range d.AdminScopes {
+		if !scopeNamePattern.MatchString(s.Name) {
+			errs = append(errs, fmt.Errorf("admin scope name %q must be 1-32 of a-z, 0-9, _ and -, starting with a letter", s.Name))
+		}
+		if scopes[s.Name] {
+			errs = append(errs, fmt.Errorf("admin scope %q is described twice", s.Name))
+		}
+		scopes[s.Name] = true
+		if len(s.Routes) == 0 {
+			errs = append(errs, fmt.Errorf("admin scope %q opens no route", s.Name))
+		}
+		for _, r := range s.Routes {
+			if !strings.HasPrefix(r.Prefix, "/") {
+				errs = append(errs, fmt.Errorf("admin scope %q: prefix %q must start with /", s.Name, r.Prefix))
+			}
+			for _, m := range r.Methods {
+				if !slices.Contains([]string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"}, m) {
+					errs = append(errs, fmt.Errorf("admin scope %q: method %q is not GET, HEAD, POST, PUT, PATCH or DELETE", s.Name, m))
+				}
+			}
+		}
+	}
+	return errs
+}
+
+var scopeNamePattern = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
 
 // Owner finds the item type an item belongs to: same project, longest
 // matching prefix.
