@@ -104,6 +104,8 @@ var accessRules = map[string]access{
 	"PUT /blocks/:who":                         accessAdmin,
 	"DELETE /blocks/:who":                      accessAdmin,
 	"GET /log":                                 accessReadAll,
+	// Running a plugin's job now (the plugin boundary's route).
+	"POST /jobs/:plugin/:job/run": accessAdmin,
 }
 
 // pluginRoute tells a plugin's admin route by its pattern: the plugin's
