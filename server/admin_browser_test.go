@@ -124,6 +124,8 @@ func TestWebAdminInChromium(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, p.Paused, "paused and resumed")
 	require.Equal(t, 777, p.ClaimsLimit)
+	require.Len(t, p.LimitGroups, 1, "the page's limit group, and not the refused bad one")
+	require.Equal(t, "users", p.LimitGroups[0].Name)
 	_, err = engine.Project(ctx, "doomed")
 	require.Error(t, err, "deleted")
 	counts, err := engine.Counts(ctx, "own")

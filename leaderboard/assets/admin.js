@@ -328,6 +328,23 @@ async function projectView(view, slug) {
   view.append(claims);
   loadClaims();
 
+  // Limit groups: the whole list as JSON, saved as one PUT (which also
+  // re-routes queued items when a matcher changed).
+  const groups = el('section', { class: 'panel', id: 'limit-groups' }, el('h2', {}, 'Limit groups'),
+    el('p', { class: 'muted small' }, 'Each group holds back items of a type, glob or regex to rate_per_minute (with burst); for example [{"name":"users","type":"user","rate_per_minute":60,"burst":5}]. [] removes them all.'));
+  const groupsText = el('textarea', { id: 'limit-groups-json', spellcheck: 'false' });
+  groupsText.value = JSON.stringify(p.limit_groups || [], null, 1);
+  groups.append(el('form', { onsubmit: async (ev) => {
+    ev.preventDefault();
+    let list;
+    try { list = JSON.parse(groupsText.value || '[]'); } catch (err) { flash('limit groups: not JSON: ' + err.message, true); return; }
+    if (await act('limit groups', async () => {
+      const r = await api('PUT', '/projects/' + encodeURIComponent(slug) + '/limit-groups', { groups: list });
+      return `limit groups saved (${(r.groups || []).length}); ${(r.rerouted && r.rerouted.moved) || 0} items re-routed`;
+    })) setTimeout(reload, 0);
+  } }, groupsText, el('button', { type: 'submit', id: 'save-limit-groups' }, 'Save limit groups')));
+  view.append(groups);
+
   // Blocks in this project.
   const blocks = el('section', { class: 'panel', id: 'blocks' }, el('h2', {}, 'Blocks'));
   const blocksBody = el('tbody');

@@ -142,6 +142,14 @@ try {
     f = await flashAfter(page, role, () => page.click('#claims-release'));
     check(!f.error && f.text.includes('released 1 claims'), `${role}: release: ${f.text}`);
 
+    await page.fill('#limit-groups-json', '[{"name":"users","type":"user","rate_per_minute":60,"burst":5}]');
+    f = await flashAfter(page, role, () => page.click('#save-limit-groups'));
+    check(!f.error && f.text.includes('limit groups saved (1)'), `${role}: limit groups: ${f.text}`);
+    await page.waitForSelector('#limit-groups-json');
+    await page.fill('#limit-groups-json', '[{"name":"bad","regex":"("}]');
+    f = await flashAfter(page, role, () => page.click('#save-limit-groups'));
+    check(f.error, `${role}: a bad regex was accepted: ${f.text}`);
+
     // A block whose reason holds markup shows as text.
     await page.fill('#block-who', 'tester9');
     await page.fill('#block-reason', '<script>alert("reason")</script><img src=x onerror=alert(2)>');
