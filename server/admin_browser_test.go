@@ -144,6 +144,11 @@ func TestWebAdminInChromium(t *testing.T) {
 	for k := range by {
 		require.False(t, strings.HasPrefix(k, "own-viewer"), "the viewer changed nothing: %v", by)
 	}
+	crew, err := store.Tokens(ctx, "own-crew")
+	require.NoError(t, err)
+	require.Len(t, crew, 2, "the project admin made itself a token in the page")
+	require.Equal(t, "phone", crew[1].Name)
+	require.NotNil(t, crew[1].ExpiresAt)
 	blocks, err := engine.Blocks(ctx, "own")
 	require.NoError(t, err)
 	require.Len(t, blocks, 1, "the viewer's block was refused")

@@ -129,6 +129,7 @@ function route() {
   if (m) return projectView(view, decodeURIComponent(m[1]));
   if (hash === '/log') return logView(view, '/log');
   if (hash === '/accounts') return accountsView(view);
+  if (hash === '/tokens') return tokensView(view);
   return projectsView(view);
 }
 
@@ -433,8 +434,8 @@ async function logView(view, path) {
 async function accountsView(view) {
   const panel = el('section', { class: 'panel' }, el('h2', {}, 'Accounts'));
   view.append(panel);
-  let data, tokens;
-  try { [data, tokens] = await Promise.all([api('GET', '/accounts'), api('GET', '/tokens')]); } catch (err) {
+  let data;
+  try { data = await api('GET', '/accounts'); } catch (err) {
     panel.append(el('p', { class: 'flash error' }, err.message)); return;
   }
   panel.append(table('accounts', ['Account', 'Roles', ''], data.accounts.map((a) => {
@@ -455,15 +456,47 @@ async function accountsView(view) {
     });
   } }, el('div', {}, el('label', { for: 'account-name' }, 'New account'), name),
   el('div', {}, el('label', { for: 'account-roles' }, 'Roles'), roles), el('button', { type: 'submit' }, 'Add')));
-  const tpanel = el('section', { class: 'panel' }, el('h2', {}, 'Tokens'),
-    el('p', { class: 'muted small' }, 'Tokens are created with `hoard token create`, which shows a token once; here they are listed and revoked.'));
-  tpanel.append(table('tokens', ['Account', 'Name', 'Created', 'Expires', 'Last used', ''], tokens.tokens.map((t) => el('tr', {},
-    el('td', { class: 'wrap' }, t.account), el('td', { class: 'wrap' }, t.name), el('td', {}, fmtTime(t.created_at)),
+}
+
+// ---- tokens: an account's own (an admin's: every account's) ----------
+
+async function tokensView(view) {
+  const panel = el('section', { class: 'panel', id: 'tokens' }, el('h2', {}, isAdmin() ? 'Tokens of every account' : 'Your tokens'));
+  view.append(panel);
+  let tokens;
+  try { tokens = await api('GET', '/tokens'); } catch (err) {
+    panel.append(el('p', { class: 'flash error' }, err.message)); return;
+  }
+  panel.append(table('tokens', ['Account', 'Name', 'Created', 'Expires', 'Last used', ''], tokens.tokens.map((t) => el('tr', {},
+    el('td', { class: 'wrap' }, t.account), el('td', { class: 'wrap token-name' }, t.name), el('td', {}, fmtTime(t.created_at)),
     el('td', {}, t.expires_at ? fmtTime(t.expires_at) + (t.expired ? ' (expired)' : '') : 'never'), el('td', {}, fmtTime(t.last_used) || 'never'),
     el('td', {}, el('button', { type: 'button', class: 'danger', onclick: () => act('revoke ' + t.name, async () => {
-      await api('DELETE', '/tokens/' + encodeURIComponent(t.id)); route();
+      await api('DELETE', '/tokens/' + encodeURIComponent(t.id)); route(); return 'revoked ' + t.name;
     }) }, 'Revoke'))))));
-  view.append(tpanel);
+  // A new token is shown here once, in a field the page clears as soon
+  // as it is left; it is never stored by the page.
+  const name = el('input', { id: 'token-name', type: 'text', placeholder: 'laptop', required: true });
+  const account = el('input', { id: 'token-account', type: 'text', placeholder: state.account });
+  const expires = el('input', { id: 'token-expires', type: 'text', placeholder: 'never, or 720h' });
+  const shown = el('input', { id: 'token-shown', type: 'text', readonly: true, autocomplete: 'off' });
+  const once = el('div', { id: 'token-once', hidden: true }, el('label', { for: 'token-shown' },
+    'The new token, shown this once: copy it now. Leaving this page forgets it.'), shown);
+  panel.append(el('form', { class: 'row', onsubmit: async (ev) => {
+    ev.preventDefault();
+    const body = { name: name.value };
+    if (account.value) body.account = account.value;
+    if (expires.value) body.expires_in = expires.value;
+    await act('create token ' + name.value, async () => {
+      const r = await api('POST', '/tokens', body);
+      shown.value = r.token;
+      once.hidden = false;
+      shown.select();
+      return `token ${r.name} of ${r.account} created`;
+    });
+  } }, el('div', {}, el('label', { for: 'token-name' }, 'New token'), name),
+  isAdmin() ? el('div', {}, el('label', { for: 'token-account' }, 'for account'), account) : null,
+  el('div', {}, el('label', { for: 'token-expires' }, 'expires in'), expires), el('button', { type: 'submit', id: 'create-token' }, 'Create')));
+  panel.append(once);
 }
 
 // ---- start ------------------------------------------------------------

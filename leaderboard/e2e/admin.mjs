@@ -227,6 +227,23 @@ try {
     check(/may not GET .*project-admin:other/.test(refusal), `${role}: other project: ${refusal}`);
     result.steps.push(`${role}: other project refused: ${refusal}`);
     await shot(page, 'padmin-refused-desktop');
+
+    // Its own tokens: make one, shown once, then gone from the page.
+    await page.evaluate(() => { location.hash = '#/tokens'; });
+    await page.waitForSelector('#tokens table');
+    const names = await page.$$eval('#tokens td.token-name', (tds) => tds.map((td) => td.textContent));
+    check(JSON.stringify(names) === '["browser"]', `${role}: sees tokens ${JSON.stringify(names)}, want only its own`);
+    check(await page.$('#token-account') === null, `${role}: may name another account for a token`);
+    await page.fill('#token-name', 'phone');
+    await page.fill('#token-expires', '24h');
+    f = await flashAfter(page, role, () => page.click('#create-token'));
+    check(!f.error && f.text.includes('token phone of own-crew created'), `${role}: create token: ${f.text}`);
+    const shown = await page.inputValue('#token-shown');
+    check(/^hoard_[A-Za-z0-9_-]{43}$/.test(shown), `${role}: the new token is not shown once`);
+    await page.evaluate(() => { location.hash = '#/'; });
+    await page.waitForSelector('.projects li a');
+    const left = await page.evaluate(() => document.body.innerHTML.includes('hoard_'));
+    check(!left, `${role}: the new token stays in the page after leaving`);
     await context.close();
   }
 
@@ -254,6 +271,12 @@ try {
     check(f.error && /may not PUT/.test(f.text), `${role}: block was not refused: ${f.text}`);
     await overflow(page, role, size.width);
     await shot(page, `viewer-${name}`);
+    if (name === 'desktop') {
+      await page.evaluate(() => { location.hash = '#/accounts'; });
+      await page.waitForSelector('#view .flash.error');
+      const refused = await page.textContent('#view .flash.error');
+      check(/may not GET \/api\/v1\/accounts/.test(refused), `${role}: accounts: ${refused}`);
+    }
     if (name === 'phone') await viewShots(page, 'viewer-phone', ['#claims', '#log']);
     await context.close();
   }
