@@ -4,6 +4,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 
@@ -127,6 +128,14 @@ func (a *auth) signIn(c *gin.Context) {
 		c.Header("Retry-After", retryAfter(wait))
 		_ = c.Error(&httpError{Status: http.StatusTooManyRequests, Code: "too_many_failures",
 			Message: "too many failed sign-ins from this address; wait " + wait.Round(1e9).String()})
+		return
+	}
+	// Another site's page must not sign a browser in (to an account of
+	// its choosing): a form cannot send JSON, and the browser says where
+	// a request comes from.
+	if !strings.HasPrefix(c.GetHeader("Content-Type"), "application/json") || c.GetHeader("Sec-Fetch-Site") == "cross-site" {
+		_ = c.Error(&httpError{Status: http.StatusForbidden, Code: "csrf",
+			Message: "sign in from the web admin's own page (a JSON body, from this site)"})
 		return
 	}
 	var req struct {

@@ -19,7 +19,7 @@ import (
 // cookie and the CSRF value.
 func (f *fixture) session(tok string) (*http.Cookie, string) {
 	f.t.Helper()
-	r := f.webAdmin(http.MethodPost, "/admin/session", `{"token":"`+tok+`"}`, nil, "")
+	r := f.webAdmin(http.MethodPost, "/admin/session", `{"token":"`+tok+`"}`, nil, "", "Content-Type", "application/json")
 	require.Equal(f.t, http.StatusOK, r.status, r.body)
 	var info server.SessionInfo
 	require.NoError(f.t, json.Unmarshal([]byte(r.body), &info))
@@ -60,8 +60,15 @@ func TestWebAdminSession(t *testing.T) {
 		require.Contains(t, page.header.Get("Content-Security-Policy"), "script-src 'self'")
 		require.Equal(t, "DENY", page.header.Get("X-Frame-Options"))
 
-		r := f.webAdmin(http.MethodPost, "/admin/session", `{"token":"hoard_wrong"}`, nil, "")
+		r := f.webAdmin(http.MethodPost, "/admin/session", `{"token":"hoard_wrong"}`, nil, "", "Content-Type", "application/json")
 		require.Equal(t, http.StatusUnauthorized, r.status, r.body)
+		// Another site cannot sign a browser in: a form posts no JSON, and
+		// a cross-site request is refused, even with a right token.
+		r = f.webAdmin(http.MethodPost, "/admin/session", `{"token":"`+alice+`"}`, nil, "", "Content-Type", "text/plain")
+		require.Equal(t, http.StatusForbidden, r.status, r.body)
+		r = f.webAdmin(http.MethodPost, "/admin/session", `{"token":"`+alice+`"}`, nil, "", "Content-Type", "application/json", "Sec-Fetch-Site", "cross-site")
+		require.Equal(t, http.StatusForbidden, r.status, r.body)
+		require.Empty(t, r.header.Values("Set-Cookie"))
 		require.Empty(t, r.header.Values("Set-Cookie"))
 		require.NotContains(t, r.body, "hoard_wrong", "an error never repeats a token")
 
