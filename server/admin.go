@@ -35,6 +35,7 @@ type AdminEngine interface {
 	UpdateLimitGroups(ctx context.Context, slug string, groups []queues.LimitGroup) (bool, error)
 	Reroute(ctx context.Context, slug string) (queues.SiftResult, error)
 	Move(ctx context.Context, slug string, req queues.MoveRequest) (queues.SiftResult, error)
+	MovePreview(ctx context.Context, slug string, req queues.MoveRequest) (queues.SiftResult, error)
 	RecordChange(ctx context.Context, slug string, entry queues.ChangeEntry) error
 	Changes(ctx context.Context, slug string, n int) ([]queues.ChangeEntry, error)
 	AllChanges(ctx context.Context, n int) ([]queues.ChangeEntry, error)
@@ -516,14 +517,17 @@ func (a *AdminAPI) reroute(c *gin.Context) {
 }
 
 // MoveQueueRequest moves queued items between queues, by pattern, count or
-// both. Exactly one of type, glob and regex may be given.
+// both. Exactly one of type, glob and regex may be given. With dry_run the
+// reply says how many items the move would take ("moved") and changes
+// nothing.
 type MoveQueueRequest struct {
-	From  string `json:"from"`
-	To    string `json:"to"`
-	Type  string `json:"type,omitempty"`
-	Glob  string `json:"glob,omitempty"`
-	Regex string `json:"regex,omitempty"`
-	Count int    `json:"count,omitempty"`
+	From   string `json:"from"`
+	To     string `json:"to"`
+	Type   string `json:"type,omitempty"`
+	Glob   string `json:"glob,omitempty"`
+	Regex  string `json:"regex,omitempty"`
+	Count  int    `json:"count,omitempty"`
+	DryRun bool   `json:"dry_run,omitempty"`
 }
 
 func (a *AdminAPI) move(c *gin.Context) {
@@ -534,6 +538,15 @@ func (a *AdminAPI) move(c *gin.Context) {
 	move := queues.MoveRequest{From: queues.Queue(req.From), To: queues.Queue(req.To), Count: req.Count}
 	if req.Type != "" || req.Glob != "" || req.Regex != "" {
 		move.Match = &queues.LimitGroup{Type: req.Type, Glob: req.Glob, Regex: req.Regex}
+	}
+	if req.DryRun {
+		preview, err := a.Engine.MovePreview(c.Request.Context(), c.Param("slug"), move)
+		if err != nil {
+			_ = c.Error(err)
+			return
+		}
+		c.JSON(http.StatusOK, gin.H{"moved": preview.Moved, "scanned": preview.Scanned, "dry_run": true})
+		return
 	}
 	result, err := a.Engine.Move(c.Request.Context(), c.Param("slug"), move)
 	if err != nil {

@@ -109,6 +109,8 @@ func TestWebAdminInChromium(t *testing.T) {
 	for _, s := range res.Steps {
 		t.Log(s)
 	}
+	require.Contains(t, res.Steps, "admin: confirm: move glob page:* from todo to secondary: 2 items (of 3 read). Move them?",
+		"the move was previewed with its count")
 	for role, fl := range res.Flashes {
 		for _, f := range fl {
 			t.Logf("%s: %s", role, f)

@@ -37,6 +37,9 @@ func TestAdminLimitsMovesBlocksAndLog(t *testing.T) {
 		require.Equal(t, http.StatusNotFound, r.status, r.body)
 		require.Contains(t, r.body, "rate-limited")
 
+		r = adminAs(http.MethodPost, "/projects/lim/queues/move", `{"from":"todo","to":"secondary","glob":"user:*","dry_run":true}`)
+		require.Equal(t, http.StatusOK, r.status, r.body)
+		require.JSONEq(t, `{"moved":2,"scanned":2,"dry_run":true}`, r.body, "a preview counts and moves nothing")
 		r = adminAs(http.MethodPost, "/projects/lim/queues/move", `{"from":"todo","to":"secondary","glob":"user:a"}`)
 		require.Equal(t, http.StatusOK, r.status, r.body)
 		require.Contains(t, r.body, `"moved":1`)

@@ -283,7 +283,12 @@ async function projectView(view, slug) {
     if (pattern.value) req[kind.value] = pattern.value;
     if (count.value) req.count = Number(count.value);
     const what = `move ${pattern.value ? kind.value + ' ' + pattern.value : 'every item'} from ${from.value} to ${to.value}`;
-    if (!window.confirm(what + '?')) return;
+    // The preview is the same call with dry_run: it counts, moves nothing.
+    let preview;
+    try {
+      preview = await api('POST', '/projects/' + encodeURIComponent(slug) + '/queues/move', { ...req, dry_run: true });
+    } catch (err) { flash(what + ': ' + err.message + ` (HTTP ${err.status})`, true); return; }
+    if (!window.confirm(`${what}: ${preview.moved} items (of ${preview.scanned} read). Move them?`)) { flash('move cancelled'); return; }
     if (await act(what, async () => {
       const r = await api('POST', '/projects/' + encodeURIComponent(slug) + '/queues/move', req);
       return `moved ${r.moved} items from ${from.value} to ${to.value}`;

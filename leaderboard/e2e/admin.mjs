@@ -35,7 +35,7 @@ async function open(role, size) {
   const page = await context.newPage();
   page.on('pageerror', (err) => fail(`${role}: uncaught exception: ${err.message}`));
   page.on('dialog', async (d) => {
-    if (d.type() === 'confirm') { await d.accept(); return; }
+    if (d.type() === 'confirm') { result.steps.push(`${role}: confirm: ${d.message()}`); await d.accept(); return; }
     fail(`${role}: a ${d.type()} dialog opened: ${d.message()} (markup ran as code?)`);
     await d.dismiss();
   });
