@@ -26,6 +26,13 @@ func ProjectPage() []byte {
 	return page
 }
 
+// AdminPage is the web admin's HTML (/admin/): static, admin.js draws
+// it from the admin API.
+func AdminPage() []byte {
+	page, _ := assets.ReadFile("assets/admin.html")
+	return page
+}
+
 // TrackerPage is the tracker page's HTML (/tracker/): static, tracker.js
 // draws it from /tracker.json.
 func TrackerPage() []byte {

@@ -101,6 +101,53 @@ type Description struct {
 	// Listeners are the sockets the plugin serves itself (announce,
 	// scrape). Informational: the host logs and reports them.
 	Listeners []Listener `json:"listeners"`
+	// AdminScopes are the parts of the plugin's own admin API an
+	// operator may give an account without making it an admin: the role
+	// "plugin:<name>:<scope>" opens the routes its scope lists, and the
+	// host checks them before a call reaches the plugin.
+	//
+	// TODO(plugin boundary): the gRPC Description (pluginpb) does not
+	// carry them yet, so only a builtin's scopes reach the host; an
+	// external plugin's scoped roles are refused until it does.
+	AdminScopes []AdminScope `json:"admin_scopes,omitempty"`
+}
+
+// AdminScope is one scope of a plugin's admin API.
+type AdminScope struct {
+	Name string `json:"name"`
+	// Help says what the scope is for, for operators choosing a role.
+	Help   string       `json:"help,omitempty"`
+	Routes []ScopeRoute `json:"routes"`
+}
+
+// ScopeRoute opens the routes below Prefix (a path below the plugin's
+// root, such as "/torrents/") to Methods (every method when empty).
+type ScopeRoute struct {
+	Methods []string `json:"methods,omitempty"`
+	Prefix  string   `json:"prefix"`
+}
+
+// Allows reports whether the scope opens method on path (below the
+// plugin's root). A path that is not clean ("/torrents/../users") is
+// never allowed, so a prefix cannot be walked out of.
+func (s AdminScope) Allows(method, path string) bool {
+	if path == "" || path[0] != '/' || strings.Contains(path, "//") || strings.Contains(path, "\\") {
+		return false
+	}
+	for _, seg := range strings.Split(path, "/") {
+		if seg == "." || seg == ".." {
+			return false
+		}
+	}
+	for _, r := range s.Routes {
+		if r.Prefix == "" || !strings.HasPrefix(path, r.Prefix) {
+			continue
+		}
+		if len(r.Methods) == 0 || slices.Contains(r.Methods, method) {
+			return true
+		}
+	}
+	return false
 }
 
 // ItemType is a kind of work item a plugin owns, queued in a hoard project.
@@ -355,8 +402,41 @@ func (d Description) Validate() error {
 			errs = append(errs, fmt.Errorf("job %q: period %s is shorter than %s", j.Name, j.Period, MinJobPeriod))
 		}
 	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, d.validateScopes()...)...)
 }
+
+// validateScopes checks the admin scopes: names as roles take them
+// ("plugin:<name>:<scope>"), each declared once, and every route a
+// prefix below the plugin's root with known methods.
+func (d Description) validateScopes() []error {
+	var errs []error
+	scopes := map[string]bool{}
+	for _, s := range d.AdminScopes {
+		if !scopeNamePattern.MatchString(s.Name) {
+			errs = append(errs, fmt.Errorf("admin scope name %q must be 1-32 of a-z, 0-9, _ and -, starting with a letter", s.Name))
+		}
+		if scopes[s.Name] {
+			errs = append(errs, fmt.Errorf("admin scope %q is described twice", s.Name))
+		}
+		scopes[s.Name] = true
+		if len(s.Routes) == 0 {
+			errs = append(errs, fmt.Errorf("admin scope %q opens no route", s.Name))
+		}
+		for _, r := range s.Routes {
+			if !strings.HasPrefix(r.Prefix, "/") {
+				errs = append(errs, fmt.Errorf("admin scope %q: prefix %q must start with /", s.Name, r.Prefix))
+			}
+			for _, m := range r.Methods {
+				if !slices.Contains([]string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"}, m) {
+					errs = append(errs, fmt.Errorf("admin scope %q: method %q is not GET, HEAD, POST, PUT, PATCH or DELETE", s.Name, m))
+				}
+			}
+		}
+	}
+	return errs
+}
+
+var scopeNamePattern = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
 
 // Owner finds the item type an item belongs to: same project, longest
 // matching prefix.

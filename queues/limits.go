@@ -219,43 +219,9 @@ type MoveRequest struct {
 // sub-queues) to another, keeping each item in the sub-queue its limit
 // group calls for.
 func (e *Engine) Move(ctx context.Context, slug string, req MoveRequest) (SiftResult, error) {
-	const op = "queues.Move"
-	if _, err := e.Project(ctx, slug); err != nil {
-		return SiftResult{}, err
-	}
-	from, err := ParseQueue(string(req.From))
+	sources, to, match, err := e.moveSources(ctx, "queues.Move", slug, req)
 	if err != nil {
 		return SiftResult{}, err
-	}
-	to, err := ParseQueue(string(req.To))
-	if err != nil {
-		return SiftResult{}, err
-	}
-	if from == to {
-		return SiftResult{}, errorf(op, CodeInvalid, "from and to are the same queue")
-	}
-	if req.Count < 0 {
-		// 0 (left out) moves every match; a negative count is a mistake,
-		// never "everything".
-		return SiftResult{}, errorf(op, CodeInvalid, "count %d: must be positive (leave it out to move every matching item)", req.Count)
-	}
-	var match *compiledGroup
-	if req.Match != nil {
-		m := *req.Match
-		m.Name, m.Burst = "match", 1
-		compiled, err := compileGroups([]LimitGroup{m})
-		if err != nil {
-			return SiftResult{}, err
-		}
-		match = &compiled[0]
-	}
-	known, err := e.rdb.SMembers(ctx, GroupsKnownKey(slug)).Result()
-	if err != nil {
-		return SiftResult{}, unavailable(op, err)
-	}
-	sources := []string{QueueKey(slug, from)}
-	for _, g := range known {
-		sources = append(sources, GroupQueueKey(slug, from, g))
 	}
 	limit := req.Count
 	if limit <= 0 {
@@ -272,6 +238,88 @@ func (e *Engine) Move(ctx context.Context, slug string, req MoveRequest) (SiftRe
 		if limit > 0 {
 			limit -= r.Moved
 			if limit == 0 {
+				break
+			}
+		}
+	}
+	return total, nil
+}
+
+// moveSources checks a move and returns the lists it takes items from
+// (the shared queue and its limit groups' sub-queues), where they go, and
+// what they must match (nil: every item).
+func (e *Engine) moveSources(ctx context.Context, op, slug string, req MoveRequest) ([]string, Queue, *compiledGroup, error) {
+	if _, err := e.Project(ctx, slug); err != nil {
+		return nil, "", nil, err
+	}
+	from, err := ParseQueue(string(req.From))
+	if err != nil {
+		return nil, "", nil, err
+	}
+	to, err := ParseQueue(string(req.To))
+	if err != nil {
+		return nil, "", nil, err
+	}
+	if from == to {
+		return nil, "", nil, errorf(op, CodeInvalid, "from and to are the same queue")
+	}
+	if req.Count < 0 {
+		// 0 (left out) moves every match; a negative count is a mistake,
+		// never "everything".
+		return nil, "", nil, errorf(op, CodeInvalid, "count %d: must be positive (leave it out to move every matching item)", req.Count)
+	}
+	var match *compiledGroup
+	if req.Match != nil {
+		m := *req.Match
+		m.Name, m.Burst = "match", 1
+		compiled, err := compileGroups([]LimitGroup{m})
+		if err != nil {
+			return nil, "", nil, err
+		}
+		match = &compiled[0]
+	}
+	known, err := e.rdb.SMembers(ctx, GroupsKnownKey(slug)).Result()
+	if err != nil {
+		return nil, "", nil, unavailable(op, err)
+	}
+	sources := []string{QueueKey(slug, from)}
+	for _, g := range known {
+		sources = append(sources, GroupQueueKey(slug, from, g))
+	}
+	return sources, to, match, nil
+}
+
+// movePreviewPage is how many items MovePreview reads per call.
+const movePreviewPage = 1000
+
+// MovePreview counts what Move would take with req, changing nothing:
+// the items waiting in Redis in req.From and its limit groups'
+// sub-queues that match, at most req.Count (Moved), of the items read
+// (Scanned). Like Move it leaves offloaded segments alone. Items queued or
+// claimed meanwhile make the move differ from its preview.
+func (e *Engine) MovePreview(ctx context.Context, slug string, req MoveRequest) (SiftResult, error) {
+	const op = "queues.MovePreview"
+	sources, _, match, err := e.moveSources(ctx, op, slug, req)
+	if err != nil {
+		return SiftResult{}, err
+	}
+	var total SiftResult
+	for _, source := range sources {
+		for start := int64(0); ; start += movePreviewPage {
+			items, err := e.rdb.LRange(ctx, source, start, start+movePreviewPage-1).Result()
+			if err != nil {
+				return total, unavailable(op, err)
+			}
+			for _, item := range items {
+				total.Scanned++
+				if match == nil || match.matches(item) {
+					total.Moved++
+					if req.Count > 0 && total.Moved == req.Count {
+						return total, nil
+					}
+				}
+			}
+			if len(items) < movePreviewPage {
 				break
 			}
 		}

@@ -2,14 +2,12 @@ package server
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
-	"regexp"
+	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -37,6 +35,7 @@ type AdminEngine interface {
 	UpdateLimitGroups(ctx context.Context, slug string, groups []queues.LimitGroup) (bool, error)
 	Reroute(ctx context.Context, slug string) (queues.SiftResult, error)
 	Move(ctx context.Context, slug string, req queues.MoveRequest) (queues.SiftResult, error)
+	MovePreview(ctx context.Context, slug string, req queues.MoveRequest) (queues.SiftResult, error)
 	RecordChange(ctx context.Context, slug string, entry queues.ChangeEntry) error
 	Changes(ctx context.Context, slug string, n int) ([]queues.ChangeEntry, error)
 	AllChanges(ctx context.Context, n int) ([]queues.ChangeEntry, error)
@@ -61,38 +60,10 @@ type AdminAPI struct {
 	Offloader OffloadEngine
 }
 
-// ActorHeader names the operator making a change (the CLI sends
-// user@host); it is logged beside the client address.
+// ActorHeader is the header older CLIs sent to name the operator. It is
+// no longer read: the admin log names the account the call authenticated
+// as (actor, auth.go), never what a client says of itself.
 const ActorHeader = "X-Hoard-Actor"
-
-var actorPattern = regexp.MustCompile(`^[-_.@a-zA-Z0-9]{1,64}$`)
-
-// requireToken refuses every call unless it carries the admin token. With
-// no token configured, every call is refused unless the operator chose the
-// insecure dev mode explicitly.
-func requireToken(token string, insecure bool) gin.HandlerFunc {
-	return func(c *gin.Context) {
-		if token == "" {
-			if insecure {
-				c.Next()
-				return
-			}
-			_ = c.Error(&httpError{Status: http.StatusForbidden, Code: "admin_disabled",
-				Message: "the admin API is disabled: start hoard with HOARD_ADMIN_TOKEN set"})
-			c.Abort()
-			return
-		}
-		got, ok := strings.CutPrefix(c.GetHeader("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
-			c.Header("WWW-Authenticate", `Bearer realm="hoard admin"`)
-			_ = c.Error(&httpError{Status: http.StatusUnauthorized, Code: "unauthorized",
-				Message: "missing or wrong admin token (send Authorization: Bearer <HOARD_ADMIN_TOKEN>)"})
-			c.Abort()
-			return
-		}
-		c.Next()
-	}
-}
 
 func (a *AdminAPI) register(g *gin.RouterGroup) {
 	g.GET("/projects", a.listProjects)
@@ -122,15 +93,6 @@ func (a *AdminAPI) register(g *gin.RouterGroup) {
 	a.registerOffload(g)
 }
 
-// actor is who made a change, for the log.
-func actor(c *gin.Context) string {
-	name := c.GetHeader(ActorHeader)
-	if !actorPattern.MatchString(name) {
-		name = "unnamed"
-	}
-	return name + " from " + c.ClientIP()
-}
-
 // logChange records a change in hoard's log and in the project's (or the
 // global) admin log in Redis, which operators read back with GET …/log.
 // Secrets never go into either log in clear: callers pass settings and
@@ -143,7 +105,7 @@ func (a *AdminAPI) logChange(c *gin.Context, what string, attrs ...any) {
 // logSlug ("" = the global log).
 func (a *AdminAPI) recordChange(c *gin.Context, project, logSlug, what string, attrs ...any) {
 	a.Logger.InfoContext(c.Request.Context(), "admin change: "+what,
-		append([]any{"project", project, "by", actor(c)}, attrs...)...)
+		append([]any{"project", project, "by", actor(c), "addr", c.ClientIP()}, attrs...)...)
 	details := map[string]any{}
 	for i := 0; i+1 < len(attrs); i += 2 {
 		if k, ok := attrs[i].(string); ok {
@@ -182,11 +144,19 @@ func (a *AdminAPI) decode(c *gin.Context, dst any) bool {
 	return bindStrictJSON(c, a.MaxBodyBytes, dst)
 }
 
+// listProjects lists the projects the caller may read: every one for an
+// admin or a viewer of all, the ones its roles name otherwise.
 func (a *AdminAPI) listProjects(c *gin.Context) {
 	slugs, err := a.Engine.Projects(c.Request.Context())
 	if err != nil {
 		_ = c.Error(err)
 		return
+	}
+	if roles := principal(c).Roles; !roles.ReadsAll() {
+		slugs = slices.DeleteFunc(slugs, func(slug string) bool { return !roles.CanRead(slug) })
+	}
+	if slugs == nil {
+		slugs = []string{}
 	}
 	c.JSON(http.StatusOK, gin.H{"projects": slugs})
 }
@@ -216,6 +186,12 @@ func (a *AdminAPI) showProject(c *gin.Context) {
 	counts, err := a.Engine.Counts(c.Request.Context(), c.Param("slug"))
 	if err != nil {
 		_ = c.Error(err)
+		return
+	}
+	if !principal(c).Roles.CanWrite(project.Slug) {
+		// A viewer reads the settings, not the backfeed secret: its
+		// fingerprint tells whether it changed.
+		c.JSON(http.StatusOK, gin.H{"project": withoutSecret(project), "counts": counts})
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"project": project, "counts": counts})
@@ -537,14 +513,17 @@ func (a *AdminAPI) reroute(c *gin.Context) {
 }
 
 // MoveQueueRequest moves queued items between queues, by pattern, count or
-// both. Exactly one of type, glob and regex may be given.
+// both. Exactly one of type, glob and regex may be given. With dry_run the
+// reply says how many items the move would take ("moved") and changes
+// nothing.
 type MoveQueueRequest struct {
-	From  string `json:"from"`
-	To    string `json:"to"`
-	Type  string `json:"type,omitempty"`
-	Glob  string `json:"glob,omitempty"`
-	Regex string `json:"regex,omitempty"`
-	Count int    `json:"count,omitempty"`
+	From   string `json:"from"`
+	To     string `json:"to"`
+	Type   string `json:"type,omitempty"`
+	Glob   string `json:"glob,omitempty"`
+	Regex  string `json:"regex,omitempty"`
+	Count  int    `json:"count,omitempty"`
+	DryRun bool   `json:"dry_run,omitempty"`
 }
 
 func (a *AdminAPI) move(c *gin.Context) {
@@ -555,6 +534,15 @@ func (a *AdminAPI) move(c *gin.Context) {
 	move := queues.MoveRequest{From: queues.Queue(req.From), To: queues.Queue(req.To), Count: req.Count}
 	if req.Type != "" || req.Glob != "" || req.Regex != "" {
 		move.Match = &queues.LimitGroup{Type: req.Type, Glob: req.Glob, Regex: req.Regex}
+	}
+	if req.DryRun {
+		preview, err := a.Engine.MovePreview(c.Request.Context(), c.Param("slug"), move)
+		if err != nil {
+			_ = c.Error(err)
+			return
+		}
+		c.JSON(http.StatusOK, gin.H{"moved": preview.Moved, "scanned": preview.Scanned, "dry_run": true})
+		return
 	}
 	result, err := a.Engine.Move(c.Request.Context(), c.Param("slug"), move)
 	if err != nil {

@@ -11,12 +11,14 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hoardproject/hoard/accounts"
 	"github.com/hoardproject/hoard/internal/ratelog"
 	"github.com/hoardproject/hoard/leaderboard"
 	"github.com/hoardproject/hoard/queues"
@@ -26,10 +28,20 @@ import (
 type Config struct {
 	// Listen is the address to listen on, e.g. "127.0.0.1:8080".
 	Listen string
-	// AdminToken guards /api/v1; empty refuses every admin call unless
-	// InsecureNoAdminToken is set (local development only).
+	// AdminToken is the bootstrap admin's token: it may do everything,
+	// accounts included, and is logged as BootstrapActor. Accounts' own
+	// tokens work beside it. Empty refuses every admin call (accounts'
+	// too) unless InsecureNoAdminToken is set (local development only:
+	// every call is then an admin's).
 	AdminToken           string
 	InsecureNoAdminToken bool
+	// Accounts, when set, is the accounts store (tests); by default the
+	// server opens one on the engine's Redis.
+	Accounts *accounts.Store
+	// AdminIdleTimeout ends a web admin session unused for this long
+	// (0 = accounts.DefaultIdleTimeout). Behind a TLS-terminating proxy,
+	// a PublicURL of https:// marks the session cookie Secure.
+	AdminIdleTimeout time.Duration
 	// ProjectsFile is the Warrior HQ projects.json to serve.
 	ProjectsFile string
 	// PublicURL is this tracker's public base URL, for leaderboard links.
@@ -157,7 +169,19 @@ func New(cfg Config, engine *queues.Engine) (*Server, error) {
 	})
 	router.StaticFS("/static", http.FS(leaderboard.Static()))
 	router.GET("/metrics", metrics.Serve(cfg.MetricsToken, cfg.AdminToken))
-	adminGroup := router.Group("/api/v1", requireToken(cfg.AdminToken, cfg.InsecureNoAdminToken))
+	store := cfg.Accounts
+	if store == nil {
+		store = accounts.New(engine.Redis(), engine.Clock())
+	}
+	idle := cfg.AdminIdleTimeout
+	if idle <= 0 {
+		idle = accounts.DefaultIdleTimeout
+	}
+	authn := &auth{token: cfg.AdminToken, insecure: cfg.InsecureNoAdminToken, accounts: store,
+		limiter: newFailureLimiter(engine.Clock().Now), scopes: pluginScopes(cfg.Plugins), logger: cfg.Logger,
+		idle: idle, secureCookie: strings.HasPrefix(cfg.PublicURL, "https://")}
+	authn.registerWebAdmin(router)
+	adminGroup := router.Group(adminPrefix, authn.middleware)
 	admin.register(adminGroup)
 	forward := &pluginForwarder{api: cfg.PluginAPI, jobs: cfg.PluginJobs, engine: engine, logger: cfg.Logger}
 	adminGroup.POST("/jobs/:plugin/:job/run", forward.runJob)
@@ -166,6 +190,7 @@ func New(cfg Config, engine *queues.Engine) (*Server, error) {
 	// their own; the old path stays an alias, so sites need not change.
 	adminGroup.Any("/bittorrent/*path", forward.alias("bittorrent"))
 	router.GET("/tracker/:page", forward.page)
+	(&AccountsAPI{Store: store, Admin: admin}).register(adminGroup)
 	// Warrior paths are routed on the raw path by WarriorAPI.Dispatch:
 	// gin's tree cannot express "/<slug>/multi=N//request".
 	router.NoRoute(warrior.Dispatch)

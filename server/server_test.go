@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/hoardproject/hoard/accounts"
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/queues"
 	"github.com/hoardproject/hoard/server"
@@ -98,6 +99,17 @@ func (f *fixture) do(req *http.Request) reply {
 	raw, err := io.ReadAll(resp.Body)
 	require.NoError(f.t, err)
 	return reply{status: resp.StatusCode, header: resp.Header, body: string(raw)}
+}
+
+// accountToken adds an account with roles and returns a new token of it.
+func (f *fixture) accountToken(name string, roles ...string) string {
+	f.t.Helper()
+	store := accounts.New(f.engine.Redis(), f.clock)
+	_, err := store.CreateAccount(f.ctx, name, roles)
+	require.NoError(f.t, err)
+	tok, _, err := store.CreateToken(f.ctx, name, "test", 0)
+	require.NoError(f.t, err)
+	return tok
 }
 
 func (f *fixture) admin(method, path, body, tok string) reply {

@@ -8,34 +8,24 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/user"
 	"strings"
 	"time"
-
-	"github.com/hoardproject/hoard/server"
 )
 
 // adminClient speaks to a running server's admin API at HOARD_URL with
-// HOARD_ADMIN_TOKEN.
+// an account's token (HOARD_TOKEN) or the bootstrap admin token
+// (HOARD_ADMIN_TOKEN). The server logs the change under the token's
+// account, so the client names nobody itself.
 type adminClient struct {
 	base  string
 	token string
-	actor string
 	http  *http.Client
 }
 
 func newAdminClient() *adminClient {
-	actor := "cli"
-	if u, err := user.Current(); err == nil {
-		actor = u.Username
-	}
-	if host, err := os.Hostname(); err == nil {
-		actor += "@" + host
-	}
 	return &adminClient{
 		base:  strings.TrimSuffix(envOr("HOARD_URL", "http://127.0.0.1:8080"), "/"),
-		token: os.Getenv("HOARD_ADMIN_TOKEN"),
-		actor: actor,
+		token: envOr("HOARD_TOKEN", os.Getenv("HOARD_ADMIN_TOKEN")),
 		http:  &http.Client{Timeout: 5 * time.Minute},
 	}
 }
@@ -61,7 +51,6 @@ func (a *adminClient) do(ctx context.Context, method, path string, body, out any
 	if a.token != "" {
 		req.Header.Set("Authorization", "Bearer "+a.token)
 	}
-	req.Header.Set(server.ActorHeader, a.actor)
 	resp, err := a.http.Do(req)
 	if err != nil {
 		return fmt.Errorf("cannot reach hoard at %s (set HOARD_URL): %w", a.base, err)
@@ -86,8 +75,15 @@ func (a *adminClient) replyError(resp *http.Response) error {
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	var e struct {
 		Error string `json:"error"`
+		Code  string `json:"code"`
 	}
 	if json.Unmarshal(raw, &e) == nil && e.Error != "" {
+		switch {
+		case resp.StatusCode == http.StatusForbidden && e.Code == "forbidden":
+			return fmt.Errorf("refused: your role does not allow this: %s (HTTP 403)", e.Error)
+		case resp.StatusCode == http.StatusUnauthorized:
+			return fmt.Errorf("%s (HTTP 401; set HOARD_TOKEN to an account's token, or HOARD_ADMIN_TOKEN)", e.Error)
+		}
 		return fmt.Errorf("%s (HTTP %d)", e.Error, resp.StatusCode)
 	}
 	return fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(raw)))

@@ -77,13 +77,17 @@ func limitsCommand() *cobra.Command {
 func moveCommand() *cobra.Command {
 	var req server.MoveQueueRequest
 	cmd := &cobra.Command{
-		Use:   "move <slug> --from Q --to Q [--type T | --glob G | --regex R] [--count N]",
+		Use:   "move <slug> --from Q --to Q [--type T | --glob G | --regex R] [--count N] [--dry-run]",
 		Short: "Move queued items between queues, by pattern, by count, or both",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var out queues.SiftResult
 			if err := newAdminClient().do(cmd.Context(), http.MethodPost, "/projects/"+args[0]+"/queues/move", req, &out); err != nil {
 				return err
+			}
+			if req.DryRun {
+				fmt.Printf("would move %d items from %s to %s (%d looked at); nothing moved\n", out.Moved, req.From, req.To, out.Scanned)
+				return nil
 			}
 			fmt.Printf("moved %d items from %s to %s (%d looked at)\n", out.Moved, req.From, req.To, out.Scanned)
 			return nil
@@ -96,6 +100,7 @@ func moveCommand() *cobra.Command {
 	f.StringVar(&req.Glob, "glob", "", "only items matching this glob")
 	f.StringVar(&req.Regex, "regex", "", "only items matching this RE2 expression")
 	f.IntVar(&req.Count, "count", 0, "move at most this many (0 = all that match)")
+	f.BoolVar(&req.DryRun, "dry-run", false, "only count the items the move would take")
 	_ = cmd.MarkFlagRequired("from")
 	_ = cmd.MarkFlagRequired("to")
 	return cmd

@@ -31,7 +31,7 @@ func rootCommand() *cobra.Command {
 	}
 	root.AddCommand(serveCommand(), projectCommand(), queueCommand(), claimsCommand(), limitsCommand(),
 		blockCommand(), unblockCommand(), blocksCommand(), logCommand(), archiveCommand(), segmentsCommand(), btCommand(), jobCommand(),
-		doctorCommand())
+		doctorCommand(), accountCommand(), tokenCommand())
 	return root
 }
 

@@ -51,6 +51,8 @@ var rules = []rule{
 		why: "the load generators live in cmd/hoard-bench, out of the binary operators run"},
 	{from: "plugins/pluginhost", deny: []string{"server", "leaderboard", "cmd/..."},
 		why: "the plugin host is used by the server, it does not use it"},
+	{from: "accounts", deny: []string{"server", "leaderboard", "cmd/...", "plugins/pluginhost", "plugins/bittorrent/..."},
+		why: "accounts own their keys and scripts; the server checks roles, not the other way round"},
 }
 
 type listedPackage struct {

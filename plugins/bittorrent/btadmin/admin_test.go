@@ -33,6 +33,7 @@ type btFixture struct {
 	tracker    *swarm.Store
 	clock      *swarm.FakeClock
 	logs       *lockedBuffer
+	siteToken  string
 }
 
 // lockedBuffer collects the server's log lines.
@@ -65,7 +66,7 @@ func newBTFixture(t *testing.T, b redistest.Backend) *btFixture {
 	return &btFixture{fixture: f, adminStore: admin, tracker: tracker, clock: clock, logs: logs}
 }
 
-// call makes an admin call as the operator "site@web1".
+// call makes an admin call as the account "site-web1".
 func (f *btFixture) call(method, path, body string) reply {
 	f.t.Helper()
 	req, err := http.NewRequest(method, f.url+"/api/v1/bittorrent"+path, strings.NewReader(body))
@@ -178,7 +179,7 @@ func TestBitTorrentAdminTorrents(t *testing.T) {
 		require.NoError(t, json.Unmarshal([]byte(r.body), &log))
 		var whats []string
 		for _, entry := range log.Changes {
-			require.True(t, strings.HasPrefix(entry.By, "site@web1 from "), entry.By)
+			require.Equal(t, "site-web1", entry.By)
 			whats = append(whats, entry.What+" "+string(entry.Details))
 		}
 		require.ElementsMatch(t, []string{

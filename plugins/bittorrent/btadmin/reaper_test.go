@@ -103,7 +103,7 @@ func TestBitTorrentAdminReaper(t *testing.T) {
 		var extensions []string
 		for _, entry := range log.Changes {
 			if entry.What == "reaper grace extended" {
-				require.True(t, strings.HasPrefix(entry.By, "site@web1 from "), entry.By)
+				require.Equal(t, "site-web1", entry.By)
 				extensions = append(extensions, string(entry.Details))
 			}
 		}
