@@ -105,7 +105,7 @@ func (f *fixture) serve(w http.ResponseWriter, r *http.Request, api *btadmin.API
 			http.NotFound(w, r)
 			return
 		}
-		req.Path, req.Role, req.Actor = path, plugins.RoleAdmin, r.Header.Get("X-Hoard-Actor")+" from 127.0.0.1"
+		req.Path, req.Role, req.Actor = path, plugins.RoleAdmin, r.Header.Get(testActorHeader)
 		req.Header.Del("Authorization")
 	default:
 		http.NotFound(w, r)
@@ -154,3 +154,8 @@ func decode(t *testing.T, body string) map[string]any {
 	require.NoError(t, json.Unmarshal([]byte(body), &m), body)
 	return m
 }
+
+// testActorHeader carries, in these tests only, the actor the host would
+// pass the plugin: the account it authenticated (the host never reads an
+// actor from a client's header).
+const testActorHeader = "X-Test-Actor"
