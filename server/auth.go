@@ -86,6 +86,7 @@ var accessRules = map[string]access{
 	"GET /projects/:slug/claims/export":        accessProjectRead,
 	"GET /projects/:slug/counts":               accessProjectRead,
 	"GET /projects/:slug/stats":                accessProjectRead,
+	"GET /projects/:slug/doctor":               accessProjectRead,
 	"POST /projects/:slug/items":               accessProjectWrite,
 	"POST /projects/:slug/import":              accessProjectWrite,
 	"POST /projects/:slug/claims/release":      accessProjectWrite,
