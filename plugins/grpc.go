@@ -146,7 +146,7 @@ func (c *grpcClient) Health(ctx context.Context) error {
 func (c *grpcClient) HandleRequest(ctx context.Context, req Request) (Response, error) {
 	reply, err := c.client.HandleRequest(ctx, &pluginpb.Request{
 		Method: req.Method, Path: req.Path, Query: req.Query, Headers: headerToProto(req.Header), Body: req.Body,
-		Actor: req.Actor, Role: req.Role,
+		Actor: req.Actor, Role: req.Role, Scopes: req.Scopes,
 	})
 	if status.Code(err) == codes.Unimplemented {
 		return Response{}, fmt.Errorf("%s: %w", status.Convert(err).Message(), ErrNoAPI)
@@ -237,7 +237,7 @@ func (s *grpcServer) Health(ctx context.Context, _ *emptypb.Empty) (*emptypb.Emp
 func (s *grpcServer) HandleRequest(ctx context.Context, req *pluginpb.Request) (*pluginpb.Response, error) {
 	resp, err := s.impl.HandleRequest(ctx, Request{
 		Method: req.GetMethod(), Path: req.GetPath(), Query: req.GetQuery(), Header: headerFromProto(req.GetHeaders()),
-		Body: req.GetBody(), Actor: req.GetActor(), Role: req.GetRole(),
+		Body: req.GetBody(), Actor: req.GetActor(), Role: req.GetRole(), Scopes: req.GetScopes(),
 	})
 	if err != nil {
 		return nil, toStatus(err)

@@ -76,3 +76,43 @@ func TestDescriptionValidatesAdminScopes(t *testing.T) {
 		require.ErrorContains(t, plugins.Description{AdminScopes: c.scopes}.Validate(), c.says)
 	}
 }
+
+// TestRequestPermitted: a plugin's own check of a forwarded call: an
+// admin may make any call, a scoped caller only what a scope it holds
+// opens (read on the unescaped path, as the plugin's router reads it), a
+// public caller or an unknown role none.
+func TestRequestPermitted(t *testing.T) {
+	declared := []plugins.AdminScope{
+		{Name: "site", Routes: []plugins.ScopeRoute{{Prefix: "/torrents/"}, {Methods: []string{"GET"}, Prefix: "/outbox/"}}},
+		{Name: "viewer", Routes: []plugins.ScopeRoute{{Methods: []string{"GET"}, Prefix: "/"}}},
+	}
+	for _, c := range []struct {
+		role   string
+		scopes []string
+		method string
+		path   string
+		want   bool
+	}{
+		{plugins.RoleAdmin, nil, "POST", "/anything", true},
+		{plugins.RoleScoped, []string{"site"}, "PUT", "/torrents/ab", true},
+		{plugins.RoleScoped, []string{"site"}, "GET", "/outbox/events", true},
+		{plugins.RoleScoped, []string{"site"}, "POST", "/outbox/dead/retry", false},
+		{plugins.RoleScoped, []string{"site"}, "GET", "/stats", false},
+		{plugins.RoleScoped, []string{"viewer"}, "GET", "/stats", true},
+		{plugins.RoleScoped, []string{"viewer"}, "DELETE", "/torrents/ab", false},
+		{plugins.RoleScoped, []string{"site", "viewer"}, "GET", "/stats", true},
+		{plugins.RoleScoped, []string{"nosuch"}, "GET", "/stats", false},
+		{plugins.RoleScoped, nil, "GET", "/torrents/ab", false},
+		{plugins.RoleScoped, []string{"site"}, "PUT", "/%74orrents/ab", true},
+		{plugins.RoleScoped, []string{"site"}, "PUT", "/torrents/a%2F..%2F..%2Fusers", false},
+		{plugins.RoleScoped, []string{"site"}, "PUT", "/torrents/%zz", false},
+		{plugins.RolePublic, []string{"site"}, "GET", "/torrents/ab", false},
+		{"root", []string{"site"}, "GET", "/torrents/ab", false},
+	} {
+		req := plugins.Request{Role: c.role, Scopes: c.scopes, Method: c.method, Path: c.path}
+		require.Equal(t, c.want, req.Permitted(declared), "%s %v %s %s", c.role, c.scopes, c.method, c.path)
+	}
+	forbidden := plugins.ForbiddenResponse(plugins.Request{Role: plugins.RoleScoped, Method: "GET", Path: "/stats"})
+	require.Equal(t, 403, forbidden.Status)
+	require.JSONEq(t, `{"error":"role scoped may not GET /stats","code":"forbidden"}`, string(forbidden.Body))
+}

@@ -116,6 +116,17 @@ func exercise(t *testing.T, p plugins.Plugin) {
 	require.Equal(t, "application/json", reply.Header.Get("Content-Type"))
 	_, err = p.HandleRequest(ctx, plugins.Request{Method: http.MethodGet, Path: "/notes/a", Role: plugins.RoleAdmin})
 	require.ErrorContains(t, err, "127.0.0.1:1", "Redis is unreachable here: the plugin's error crosses")
+	// A scoped caller crosses with its scopes: the plugin lets "reader"
+	// read (and so reaches Redis) and refuses it a write itself.
+	_, err = p.HandleRequest(ctx, plugins.Request{Method: http.MethodGet, Path: "/notes/a", Role: plugins.RoleScoped, Scopes: []string{"reader"}})
+	require.ErrorContains(t, err, "127.0.0.1:1", "the reader's read got past the plugin's check")
+	reply, err = p.HandleRequest(ctx, plugins.Request{Method: http.MethodPut, Path: "/notes/a", Role: plugins.RoleScoped, Scopes: []string{"reader"},
+		Body: []byte(`{"text":"x"}`)})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusForbidden, reply.Status, string(reply.Body))
+	reply, err = p.HandleRequest(ctx, plugins.Request{Method: http.MethodGet, Path: "/notes/a", Role: plugins.RoleScoped})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusForbidden, reply.Status, "no scope crossed, so none is held")
 
 	require.NoError(t, p.Health(ctx))
 	require.NoError(t, p.OnItemDone(ctx, plugins.ItemEvent{Project: "echoes", Item: exampleplugin.SickItem}))

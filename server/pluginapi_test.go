@@ -94,7 +94,7 @@ func TestPluginAPIIsForwardedAsSent(t *testing.T) {
 			require.Equal(t, "x=1&y=%2F", got.Query)
 			require.Equal(t, `{"name":"x"}`, string(got.Body))
 			require.Equal(t, plugins.RoleAdmin, got.Role)
-			require.True(t, strings.HasPrefix(got.Actor, "site@web1 from "), got.Actor)
+			require.Equal(t, server.BootstrapActor, got.Actor, "the actor is who authenticated, not the header the client sent")
 			require.Equal(t, "application/json", got.Header.Get("Content-Type"))
 			require.Empty(t, got.Header.Get("Authorization"), "the admin token never reaches a plugin")
 		}
@@ -103,7 +103,8 @@ func TestPluginAPIIsForwardedAsSent(t *testing.T) {
 		require.Equal(t, http.StatusOK, r.status, r.body)
 		require.Contains(t, r.body, `"what":"bittorrent: client whitelisted"`)
 		require.Contains(t, r.body, `"prefix":"a/b"`)
-		require.Contains(t, r.body, `site@web1 from `)
+		require.Contains(t, r.body, `"by":"`+server.BootstrapActor+`"`)
+		require.NotContains(t, r.body, `site@web1`)
 
 		// The page data is public, and reaches the plugin as such.
 		req, err := http.NewRequest(http.MethodGet, f.url+"/tracker/bittorrent.json", nil)
@@ -284,5 +285,42 @@ func TestAnOperatorRunsAPluginsJobNow(t *testing.T) {
 		r = f.admin(http.MethodPost, "/jobs/nosuch/reaper/run", "", token)
 		require.Equal(t, http.StatusNotFound, r.status, r.body)
 		require.Equal(t, "no_plugin", decode(t, r.body)["code"])
+	})
+}
+
+// TestAScopedCallerReachesThePluginWithItsScope: the forwarder passes the
+// caller's own role, never more: an admin's call goes as RoleAdmin, a
+// plugin-scoped account's as RoleScoped with the scopes it holds in that
+// plugin (not its other roles), and a call its scopes do not open never
+// reaches the plugin.
+func TestAScopedCallerReachesThePluginWithItsScope(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		api := &recordingAPI{answer: plugins.Response{Status: http.StatusOK, Body: []byte(`{}`)}}
+		f := newFixture(t, b, server.Config{AdminToken: token, PluginAPI: api, Plugins: testPlugins{}})
+		f.project("own", queues.SettingsPatch{})
+		site := f.accountToken("site-svc", "plugin:bittorrent:site", "viewer:own")
+		admin := f.accountToken("ops", "admin")
+
+		for _, prefix := range []string{"/plugins/bittorrent", "/bittorrent"} {
+			r := f.admin(http.MethodPut, prefix+"/torrents/"+strings.Repeat("ab", 20), `{}`, site)
+			require.Equal(t, http.StatusOK, r.status, r.body)
+			got := api.last(t)
+			require.Equal(t, plugins.RoleScoped, got.Role, prefix)
+			require.Equal(t, []string{"site"}, got.Scopes, "only the scopes held in this plugin go")
+			require.Equal(t, "site-svc", got.Actor)
+
+			calls := api.calls()
+			r = f.admin(http.MethodGet, prefix+"/stats", "", site)
+			require.Equal(t, http.StatusForbidden, r.status, r.body)
+			require.Equal(t, calls, api.calls(), "a call the scope does not open never reaches the plugin")
+
+			for _, tok := range []string{admin, token} {
+				r = f.admin(http.MethodGet, prefix+"/stats", "", tok)
+				require.Equal(t, http.StatusOK, r.status, r.body)
+				got = api.last(t)
+				require.Equal(t, plugins.RoleAdmin, got.Role)
+				require.Empty(t, got.Scopes)
+			}
+		}
 	})
 }
