@@ -308,6 +308,13 @@ func descriptionToProto(d Description) *pluginpb.Description {
 	for _, l := range d.Listeners {
 		out.Listeners = append(out.Listeners, &pluginpb.Listener{Name: l.Name, Network: l.Network, Address: l.Address})
 	}
+	for _, sc := range d.AdminScopes {
+		scope := &pluginpb.AdminScope{Name: sc.Name, Help: sc.Help}
+		for _, r := range sc.Routes {
+			scope.Routes = append(scope.Routes, &pluginpb.ScopeRoute{Methods: r.Methods, Prefix: r.Prefix})
+		}
+		out.AdminScopes = append(out.AdminScopes, scope)
+	}
 	return out
 }
 
@@ -325,6 +332,13 @@ func descriptionFromProto(d *pluginpb.Description) Description {
 	}
 	for _, l := range d.GetListeners() {
 		out.Listeners = append(out.Listeners, Listener{Name: l.GetName(), Network: l.GetNetwork(), Address: l.GetAddress()})
+	}
+	for _, sc := range d.GetAdminScopes() {
+		scope := AdminScope{Name: sc.GetName(), Help: sc.GetHelp()}
+		for _, r := range sc.GetRoutes() {
+			scope.Routes = append(scope.Routes, ScopeRoute{Methods: r.GetMethods(), Prefix: r.GetPrefix()})
+		}
+		out.AdminScopes = append(out.AdminScopes, scope)
 	}
 	return out
 }

@@ -198,6 +198,34 @@ func TestHostServesAPluginWhoseStorageItDoesNotKnow(t *testing.T) {
 		r = f.admin(http.MethodGet, "/log", "", token)
 		require.Contains(t, r.body, `"what":"example: note kept"`, "the host recorded the change")
 
+		// The plugin's scopes cross the process boundary in its
+		// description: a "plugin:example:reader" account reads a note and
+		// is refused a write by the host; and the plugin, asked directly
+		// with that scope, refuses the write itself.
+		var status pluginhost.Status
+		for _, st := range host.Status() {
+			if st.Name == "example" {
+				status = st
+			}
+		}
+		require.Equal(t, []plugins.AdminScope{{Name: "reader", Help: "read notes, keep none",
+			Routes: []plugins.ScopeRoute{{Methods: []string{http.MethodGet}, Prefix: "/notes/"}}}},
+			status.Description.AdminScopes, "the external plugin's scopes reached the host")
+		reader := f.accountToken("reader", "plugin:example:reader")
+		r = f.admin(http.MethodGet, "/plugins/example/notes/first", "", reader)
+		require.Equal(t, http.StatusOK, r.status, r.body)
+		require.JSONEq(t, `{"name":"first","text":"hello"}`, r.body)
+		r = f.admin(http.MethodPut, "/plugins/example/notes/first", `{"text":"overwritten"}`, reader)
+		require.Equal(t, http.StatusForbidden, r.status, r.body)
+		require.Contains(t, r.body, "may not PUT")
+		resp, err := host.HandleRequest(ctx, "example", plugins.Request{Method: http.MethodPut, Path: "/notes/first",
+			Role: plugins.RoleScoped, Scopes: []string{"reader"}, Body: []byte(`{"text":"overwritten"}`)})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusForbidden, resp.Status, string(resp.Body))
+		require.Empty(t, resp.Changes)
+		r = f.admin(http.MethodGet, "/plugins/example/notes/first", "", token)
+		require.JSONEq(t, `{"name":"first","text":"hello"}`, r.body, "neither refused write changed the note")
+
 		var added []string
 		for _, k := range allKeys(t, b.Client) {
 			if !slices.Contains(before, k) {
