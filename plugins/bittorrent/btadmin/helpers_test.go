@@ -105,7 +105,10 @@ func (f *fixture) serve(w http.ResponseWriter, r *http.Request, api *btadmin.API
 			http.NotFound(w, r)
 			return
 		}
-		req.Path, req.Role, req.Actor = path, plugins.RoleAdmin, r.Header.Get("X-Hoard-Actor")+" from 127.0.0.1"
+		// As hoard does, the actor is the account the token belongs to
+		// (here the stand-in's one account), never a header the client
+		// sends.
+		req.Path, req.Role, req.Actor = path, plugins.RoleAdmin, "site-web1"
 		req.Header.Del("Authorization")
 	default:
 		http.NotFound(w, r)
