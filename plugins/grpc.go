@@ -315,6 +315,17 @@ func descriptionToProto(d Description) *pluginpb.Description {
 		}
 		out.AdminScopes = append(out.AdminScopes, scope)
 	}
+	for _, p := range d.AdminPages {
+		page := &pluginpb.AdminPage{Name: p.Name, Title: p.Title}
+		for _, s := range p.Sections {
+			section := &pluginpb.PageSection{Title: s.Title, Help: s.Help, Kind: s.Kind, Method: s.Method, Path: s.Path, Rows: s.Rows}
+			for _, f := range s.Fields {
+				section.Fields = append(section.Fields, &pluginpb.PageField{Name: f.Name, Label: f.Label, In: f.In, Type: f.Type, Required: f.Required})
+			}
+			page.Sections = append(page.Sections, section)
+		}
+		out.AdminPages = append(out.AdminPages, page)
+	}
 	return out
 }
 
@@ -339,6 +350,17 @@ func descriptionFromProto(d *pluginpb.Description) Description {
 			scope.Routes = append(scope.Routes, ScopeRoute{Methods: r.GetMethods(), Prefix: r.GetPrefix()})
 		}
 		out.AdminScopes = append(out.AdminScopes, scope)
+	}
+	for _, p := range d.GetAdminPages() {
+		page := AdminPage{Name: p.GetName(), Title: p.GetTitle()}
+		for _, s := range p.GetSections() {
+			section := PageSection{Title: s.GetTitle(), Help: s.GetHelp(), Kind: s.GetKind(), Method: s.GetMethod(), Path: s.GetPath(), Rows: s.GetRows()}
+			for _, f := range s.GetFields() {
+				section.Fields = append(section.Fields, PageField{Name: f.GetName(), Label: f.GetLabel(), In: f.GetIn(), Type: f.GetType(), Required: f.GetRequired()})
+			}
+			page.Sections = append(page.Sections, section)
+		}
+		out.AdminPages = append(out.AdminPages, page)
 	}
 	return out
 }

@@ -109,6 +109,10 @@ type Description struct {
 	// Both transports carry them; an external plugin built before they
 	// did declares none, so its scoped roles open nothing.
 	AdminScopes []AdminScope `json:"admin_scopes,omitempty"`
+	// AdminPages are the plugin's views in hoard's web admin (pages.go):
+	// sections over routes of its own admin API, which the console
+	// renders generically.
+	AdminPages []AdminPage `json:"admin_pages,omitempty"`
 }
 
 // AdminScope is one scope of a plugin's admin API.
@@ -401,7 +405,8 @@ func (d Description) Validate() error {
 			errs = append(errs, fmt.Errorf("job %q: period %s is shorter than %s", j.Name, j.Period, MinJobPeriod))
 		}
 	}
-	return errors.Join(append(errs, d.validateScopes()...)...)
+	errs = append(errs, d.validateScopes()...)
+	return errors.Join(append(errs, d.validatePages()...)...)
 }
 
 // validateScopes checks the admin scopes: names as roles take them

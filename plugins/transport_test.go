@@ -71,6 +71,7 @@ func exercise(t *testing.T, p plugins.Plugin) {
 	require.Equal(t, []plugins.Job{{Name: "heartbeat", Period: 90 * time.Second}}, desc.Jobs)
 	require.Len(t, desc.Listeners, 1)
 	require.Equal(t, exampleplugin.Scopes, desc.AdminScopes, "the admin scopes cross whole")
+	require.Equal(t, exampleplugin.Pages, desc.AdminPages, "the admin pages cross whole")
 	require.Equal(t, "tcp", desc.Listeners[0].Network)
 
 	at := time.UnixMilli(1_700_000_000_123)

@@ -209,6 +209,7 @@ func (e *Example) Describe(context.Context) (plugins.Description, error) {
 			Public: e.settings.Public}},
 		Jobs:        []plugins.Job{{Name: "heartbeat", Period: e.period}},
 		AdminScopes: Scopes,
+		AdminPages:  Pages,
 	}
 	if e.listener != nil {
 		d.Listeners = []plugins.Listener{{Name: "stats", Network: "tcp", Address: e.listener.Addr().String()}}
@@ -318,6 +319,14 @@ func (e *Example) Close(ctx context.Context) error {
 var Scopes = []plugins.AdminScope{
 	{Name: "reader", Help: "read notes, keep none", Routes: []plugins.ScopeRoute{{Methods: []string{http.MethodGet}, Prefix: "/notes/"}}},
 }
+
+// Pages are the example's views in the web admin: read a note, keep one.
+var Pages = []plugins.AdminPage{{Name: "notes", Title: "Notes", Sections: []plugins.PageSection{
+	{Title: "Read a note", Kind: plugins.SectionForm, Method: http.MethodGet, Path: "/notes/{name}",
+		Fields: []plugins.PageField{{Name: "name", In: plugins.FieldInPath, Required: true}}},
+	{Title: "Keep a note", Kind: plugins.SectionForm, Method: http.MethodPut, Path: "/notes/{name}",
+		Fields: []plugins.PageField{{Name: "name", In: plugins.FieldInPath, Required: true}, {Name: "text", Required: true}}},
+}}}
 
 // HandleRequest serves the plugin's own API, through the host:
 //
