@@ -667,7 +667,7 @@ var AdminScopes = btadmin.Scopes
 func (t *Tracker) Describe(context.Context) (plugins.Description, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	d := plugins.Description{Version: Version, AdminScopes: AdminScopes}
+	d := plugins.Description{Version: Version, AdminScopes: AdminScopes, AdminPages: btadmin.Pages}
 	if t.scorer != nil {
 		p := t.scorer.Policy()
 		d.ItemTypes = append(d.ItemTypes, plugins.ItemType{
