@@ -72,6 +72,7 @@ var routeNeeds = map[string]string{
 	"DELETE /blocks/:who":                      needAdmin,
 	"GET /log":                                 needReadAll,
 	"POST /jobs/:plugin/:job/run":              needAdmin,
+	"GET /plugin-pages":                        needAccount,
 	// The BitTorrent plugin's admin API: the test plugin declares a scope
 	// "site" that opens /torrents/ and GET /outbox/.
 	"PUT /bittorrent/torrents/:infohash":             needSite,
