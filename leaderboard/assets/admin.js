@@ -547,10 +547,10 @@ async function pluginPageView(view, name, pageName) {
 
 // kvTable shows an answer's fields, a nested value as JSON text.
 function kvTable(data) {
-  if (data === null || typeof data !== 'object' || Array.isArray(data)) return el('p', { class: 'wrap value' }, valueText(data));
+  if (data === null || typeof data !== 'object' || Array.isArray(data)) return el('p', { class: 'wrap cell' }, valueText(data));
   const keys = Object.keys(data);
   if (!keys.length) return el('p', { class: 'muted' }, 'Nothing to show.');
-  return el('table', { class: 'kv' }, el('tbody', {}, keys.map((k) => el('tr', {}, el('td', {}, k), el('td', { class: 'wrap value' }, valueText(data[k]))))));
+  return el('table', { class: 'kv' }, el('tbody', {}, keys.map((k) => el('tr', {}, el('td', {}, k), el('td', { class: 'wrap cell' }, valueText(data[k]))))));
 }
 
 // rowsTable shows a list: one column per field of its rows.
@@ -566,13 +566,13 @@ function rowsTable(data, field) {
   const other = data && typeof data === 'object' && !Array.isArray(data)
     ? Object.entries(data).filter(([, v]) => !Array.isArray(v)).map(([k, v]) => k + ': ' + valueText(v)).join(' · ') : '';
   return el('div', {}, other ? el('p', { class: 'muted small wrap' }, other) : null,
-    cols.length ? table('rows', cols, rows.map((r) => el('tr', {}, cols.map((c) => el('td', { class: 'wrap value' }, valueText(r[c]))))))
-      : table('rows', ['value'], rows.map((r) => el('tr', {}, el('td', { class: 'wrap value' }, valueText(r))))));
+    cols.length ? table('rows', cols, rows.map((r) => el('tr', {}, cols.map((c) => el('td', { class: 'wrap cell' }, valueText(r[c]))))))
+      : table('rows', ['value'], rows.map((r) => el('tr', {}, el('td', { class: 'wrap cell' }, valueText(r))))));
 }
 
 function pluginSection(plugin, s) {
   const method = s.method || 'GET';
-  const sec = el('section', { class: 'panel plugin-section', 'data-section': s.title }, el('h2', {}, s.title),
+  const sec = el('section', { class: 'panel plugin-section', 'data-section': s.title, 'data-kind': s.kind }, el('h2', {}, s.title),
     s.help ? el('p', { class: 'muted small' }, s.help) : null);
   const result = el('div', { class: 'result' });
   const inputs = (s.fields || []).map((f) => {
