@@ -535,6 +535,7 @@ async function pluginsView(view) {
 }
 
 async function pluginPageView(view, name, pageName) {
+  flash(''); // the last page's message is not about this one
   let list = state.pluginPages;
   try { if (!list) list = await loadPluginPages(); } catch (err) { view.append(el('p', { class: 'flash error' }, err.message)); return; }
   const plugin = list.find((p) => p.name === name);
@@ -588,7 +589,9 @@ function pluginSection(plugin, s) {
     for (const { f, input } of inputs) {
       const raw = f.type === 'bool' ? input.checked : input.value.trim();
       if (f.required && (raw === '' || raw === false)) throw new Error((f.label || f.name) + ' is required');
-      if (raw === '' || (f.type === 'bool' && !raw && f.in !== undefined && f.in !== 'body')) continue;
+      // An empty input is left out; an unticked box is sent as false only
+      // in a body (in a path or a query it is left out too).
+      if (raw === '' || (raw === false && f.in && f.in !== 'body')) continue;
       const v = f.type === 'number' ? Number(raw) : raw;
       if (f.in === 'path') path = path.split('{' + f.name + '}').join(encodeURIComponent(raw));
       else if (f.in === 'query') query.set(f.name, String(raw));
