@@ -146,7 +146,7 @@ func (c *grpcClient) Health(ctx context.Context) error {
 func (c *grpcClient) HandleRequest(ctx context.Context, req Request) (Response, error) {
 	reply, err := c.client.HandleRequest(ctx, &pluginpb.Request{
 		Method: req.Method, Path: req.Path, Query: req.Query, Headers: headerToProto(req.Header), Body: req.Body,
-		Actor: req.Actor, Role: req.Role,
+		Actor: req.Actor, Role: req.Role, Scopes: req.Scopes,
 	})
 	if status.Code(err) == codes.Unimplemented {
 		return Response{}, fmt.Errorf("%s: %w", status.Convert(err).Message(), ErrNoAPI)
@@ -237,7 +237,7 @@ func (s *grpcServer) Health(ctx context.Context, _ *emptypb.Empty) (*emptypb.Emp
 func (s *grpcServer) HandleRequest(ctx context.Context, req *pluginpb.Request) (*pluginpb.Response, error) {
 	resp, err := s.impl.HandleRequest(ctx, Request{
 		Method: req.GetMethod(), Path: req.GetPath(), Query: req.GetQuery(), Header: headerFromProto(req.GetHeaders()),
-		Body: req.GetBody(), Actor: req.GetActor(), Role: req.GetRole(),
+		Body: req.GetBody(), Actor: req.GetActor(), Role: req.GetRole(), Scopes: req.GetScopes(),
 	})
 	if err != nil {
 		return nil, toStatus(err)
@@ -308,6 +308,24 @@ func descriptionToProto(d Description) *pluginpb.Description {
 	for _, l := range d.Listeners {
 		out.Listeners = append(out.Listeners, &pluginpb.Listener{Name: l.Name, Network: l.Network, Address: l.Address})
 	}
+	for _, sc := range d.AdminScopes {
+		scope := &pluginpb.AdminScope{Name: sc.Name, Help: sc.Help}
+		for _, r := range sc.Routes {
+			scope.Routes = append(scope.Routes, &pluginpb.ScopeRoute{Methods: r.Methods, Prefix: r.Prefix})
+		}
+		out.AdminScopes = append(out.AdminScopes, scope)
+	}
+	for _, p := range d.AdminPages {
+		page := &pluginpb.AdminPage{Name: p.Name, Title: p.Title}
+		for _, s := range p.Sections {
+			section := &pluginpb.PageSection{Title: s.Title, Help: s.Help, Kind: s.Kind, Method: s.Method, Path: s.Path, Rows: s.Rows}
+			for _, f := range s.Fields {
+				section.Fields = append(section.Fields, &pluginpb.PageField{Name: f.Name, Label: f.Label, In: f.In, Type: f.Type, Required: f.Required})
+			}
+			page.Sections = append(page.Sections, section)
+		}
+		out.AdminPages = append(out.AdminPages, page)
+	}
 	return out
 }
 
@@ -325,6 +343,24 @@ func descriptionFromProto(d *pluginpb.Description) Description {
 	}
 	for _, l := range d.GetListeners() {
 		out.Listeners = append(out.Listeners, Listener{Name: l.GetName(), Network: l.GetNetwork(), Address: l.GetAddress()})
+	}
+	for _, sc := range d.GetAdminScopes() {
+		scope := AdminScope{Name: sc.GetName(), Help: sc.GetHelp()}
+		for _, r := range sc.GetRoutes() {
+			scope.Routes = append(scope.Routes, ScopeRoute{Methods: r.GetMethods(), Prefix: r.GetPrefix()})
+		}
+		out.AdminScopes = append(out.AdminScopes, scope)
+	}
+	for _, p := range d.GetAdminPages() {
+		page := AdminPage{Name: p.GetName(), Title: p.GetTitle()}
+		for _, s := range p.GetSections() {
+			section := PageSection{Title: s.GetTitle(), Help: s.GetHelp(), Kind: s.GetKind(), Method: s.GetMethod(), Path: s.GetPath(), Rows: s.GetRows()}
+			for _, f := range s.GetFields() {
+				section.Fields = append(section.Fields, PageField{Name: f.GetName(), Label: f.GetLabel(), In: f.GetIn(), Type: f.GetType(), Required: f.GetRequired()})
+			}
+			page.Sections = append(page.Sections, section)
+		}
+		out.AdminPages = append(out.AdminPages, page)
 	}
 	return out
 }

@@ -104,12 +104,15 @@ type Description struct {
 	// AdminScopes are the parts of the plugin's own admin API an
 	// operator may give an account without making it an admin: the role
 	// "plugin:<name>:<scope>" opens the routes its scope lists, and the
-	// host checks them before a call reaches the plugin.
-	//
-	// TODO(plugin boundary): the gRPC Description (pluginpb) does not
-	// carry them yet, so only a builtin's scopes reach the host; an
-	// external plugin's scoped roles are refused until it does.
+	// host checks them before a call reaches the plugin, and forwards the
+	// caller's scopes (Request.Scopes) so the plugin checks them again.
+	// Both transports carry them; an external plugin built before they
+	// did declares none, so its scoped roles open nothing.
 	AdminScopes []AdminScope `json:"admin_scopes,omitempty"`
+	// AdminPages are the plugin's views in hoard's web admin (pages.go):
+	// sections over routes of its own admin API, which the console
+	// renders generically.
+	AdminPages []AdminPage `json:"admin_pages,omitempty"`
 }
 
 // AdminScope is one scope of a plugin's admin API.
@@ -402,7 +405,8 @@ func (d Description) Validate() error {
 			errs = append(errs, fmt.Errorf("job %q: period %s is shorter than %s", j.Name, j.Period, MinJobPeriod))
 		}
 	}
-	return errors.Join(append(errs, d.validateScopes()...)...)
+	errs = append(errs, d.validateScopes()...)
+	return errors.Join(append(errs, d.validatePages()...)...)
 }
 
 // validateScopes checks the admin scopes: names as roles take them

@@ -3,6 +3,8 @@ package plugins
 import (
 	"encoding/json"
 	"net/http"
+	"net/url"
+	"slices"
 )
 
 // A plugin serves its own HTTP API (admin calls and the data of its
@@ -15,9 +17,18 @@ import (
 
 // Roles of a forwarded call.
 const (
-	// RoleAdmin: the caller showed the admin token; every route of the
-	// plugin's admin API is open to it.
+	// RoleAdmin: the caller is an admin (an account with the admin role,
+	// or the bootstrap token); every route of the plugin's admin API is
+	// open to it.
 	RoleAdmin = "admin"
+	// RoleScoped: the caller holds only plugin-scoped roles
+	// ("plugin:<name>:<scope>"), listed in Request.Scopes. The host has
+	// checked that one of them opens the call; the plugin checks again
+	// (Request.Permitted) so a host bug cannot widen a scope. A plugin
+	// built before scoped roles answers 404 to any role it does not know,
+	// so an older plugin refuses scoped callers rather than serving them
+	// as admins.
+	RoleScoped = "scoped"
 	// RolePublic: an anonymous caller of a public page's data (the host's
 	// GET /tracker/<plugin>.json); a plugin answers it from bounded,
 	// cached reads, and never changes anything for it.
@@ -52,8 +63,45 @@ type Request struct {
 	// Actor is who makes the call, as the host recorded it ("site@web1
 	// from 192.0.2.1"); "" for RolePublic.
 	Actor string `json:"actor,omitempty"`
-	// Role is RoleAdmin or RolePublic.
+	// Role is RoleAdmin, RoleScoped or RolePublic.
 	Role string `json:"role"`
+	// Scopes are the caller's scopes in this plugin when Role is
+	// RoleScoped (the <scope> of its "plugin:<name>:<scope>" roles), and
+	// empty otherwise.
+	Scopes []string `json:"scopes,omitempty"`
+}
+
+// Permitted reports whether the caller may make this call of the
+// plugin's admin API, given the scopes the plugin declares
+// (Description.AdminScopes): an admin may make any, a scoped caller one
+// that a scope it holds opens, a public caller none. The path is read as
+// the plugin's router reads it (unescaped), so an escaped segment cannot
+// pass for another prefix.
+func (r Request) Permitted(declared []AdminScope) bool {
+	switch r.Role {
+	case RoleAdmin:
+		return true
+	case RoleScoped:
+	default:
+		return false
+	}
+	parsed, err := url.Parse(r.Path)
+	if err != nil {
+		return false
+	}
+	for _, s := range declared {
+		if slices.Contains(r.Scopes, s.Name) && s.Allows(r.Method, parsed.Path) {
+			return true
+		}
+	}
+	return false
+}
+
+// ForbiddenResponse is the answer of a plugin to a call the caller's
+// role does not permit, in the error format of hoard's own API.
+func ForbiddenResponse(req Request) Response {
+	body, _ := json.Marshal(map[string]string{"error": "role " + req.Role + " may not " + req.Method + " " + req.Path, "code": "forbidden"})
+	return Response{Status: http.StatusForbidden, Header: http.Header{"Content-Type": {"application/json; charset=utf-8"}}, Body: body}
 }
 
 // Response is a plugin's answer to a Request.

@@ -70,6 +70,8 @@ func exercise(t *testing.T, p plugins.Plugin) {
 	require.Equal(t, []plugins.ItemType{{Name: "echo", Project: "echoes", ItemPrefix: "echo:", ReclaimTTL: time.Minute}}, desc.ItemTypes)
 	require.Equal(t, []plugins.Job{{Name: "heartbeat", Period: 90 * time.Second}}, desc.Jobs)
 	require.Len(t, desc.Listeners, 1)
+	require.Equal(t, exampleplugin.Scopes, desc.AdminScopes, "the admin scopes cross whole")
+	require.Equal(t, exampleplugin.Pages, desc.AdminPages, "the admin pages cross whole")
 	require.Equal(t, "tcp", desc.Listeners[0].Network)
 
 	at := time.UnixMilli(1_700_000_000_123)
@@ -116,6 +118,17 @@ func exercise(t *testing.T, p plugins.Plugin) {
 	require.Equal(t, "application/json", reply.Header.Get("Content-Type"))
 	_, err = p.HandleRequest(ctx, plugins.Request{Method: http.MethodGet, Path: "/notes/a", Role: plugins.RoleAdmin})
 	require.ErrorContains(t, err, "127.0.0.1:1", "Redis is unreachable here: the plugin's error crosses")
+	// A scoped caller crosses with its scopes: the plugin lets "reader"
+	// read (and so reaches Redis) and refuses it a write itself.
+	_, err = p.HandleRequest(ctx, plugins.Request{Method: http.MethodGet, Path: "/notes/a", Role: plugins.RoleScoped, Scopes: []string{"reader"}})
+	require.ErrorContains(t, err, "127.0.0.1:1", "the reader's read got past the plugin's check")
+	reply, err = p.HandleRequest(ctx, plugins.Request{Method: http.MethodPut, Path: "/notes/a", Role: plugins.RoleScoped, Scopes: []string{"reader"},
+		Body: []byte(`{"text":"x"}`)})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusForbidden, reply.Status, string(reply.Body))
+	reply, err = p.HandleRequest(ctx, plugins.Request{Method: http.MethodGet, Path: "/notes/a", Role: plugins.RoleScoped})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusForbidden, reply.Status, "no scope crossed, so none is held")
 
 	require.NoError(t, p.Health(ctx))
 	require.NoError(t, p.OnItemDone(ctx, plugins.ItemEvent{Project: "echoes", Item: exampleplugin.SickItem}))

@@ -86,6 +86,7 @@ var accessRules = map[string]access{
 	"GET /projects/:slug/claims/export":        accessProjectRead,
 	"GET /projects/:slug/counts":               accessProjectRead,
 	"GET /projects/:slug/stats":                accessProjectRead,
+	"GET /projects/:slug/doctor":               accessProjectRead,
 	"POST /projects/:slug/items":               accessProjectWrite,
 	"POST /projects/:slug/import":              accessProjectWrite,
 	"POST /projects/:slug/claims/release":      accessProjectWrite,
@@ -106,6 +107,9 @@ var accessRules = map[string]access{
 	"GET /log":                                 accessReadAll,
 	// Running a plugin's job now (the plugin boundary's route).
 	"POST /jobs/:plugin/:job/run": accessAdmin,
+	// The plugins' web admin pages; the handler lists only the sections
+	// the caller's roles may call.
+	"GET /plugin-pages": accessAccount,
 }
 
 // pluginRoute tells a plugin's admin route by its pattern: the plugin's

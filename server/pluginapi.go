@@ -70,7 +70,7 @@ func (f *pluginForwarder) runJob(c *gin.Context) {
 // pluginForwarder serves a plugin's own API and page data by forwarding
 // them (Vault's logical.Backend.HandleRequest is the model):
 //
-//	ANY /api/v1/plugins/<name>/<path>   the plugin's admin API (admin token)
+//	ANY /api/v1/plugins/<name>/<path>   the plugin's admin API (an admin, or a plugin-scoped role)
 //	ANY /api/v1/bittorrent/<path>       the same for the plugin "bittorrent" (the older path)
 //	GET /tracker/<name>.json            the plugin's page data (public)
 //
@@ -111,6 +111,12 @@ func (f *pluginForwarder) forwardAdmin(c *gin.Context, name string) {
 	}
 	req := plugins.Request{Method: c.Request.Method, Path: subPath(c), Query: c.Request.URL.RawQuery,
 		Body: body, Actor: actor(c), Role: plugins.RoleAdmin, Header: http.Header{}}
+	// The caller's own role goes with the call, never more: auth has let
+	// a scoped caller through only for a route one of its scopes opens,
+	// and the plugin checks the same again (plugins.Request.Permitted).
+	if p := principal(c); !p.Roles.Admin() {
+		req.Role, req.Scopes = plugins.RoleScoped, p.Roles.PluginScopes(name)
+	}
 	for _, h := range forwardedHeaders {
 		if v := c.Request.Header.Values(h); len(v) > 0 {
 			req.Header[h] = v

@@ -94,7 +94,7 @@ func TestPluginAPIIsForwardedAsSent(t *testing.T) {
 			require.Equal(t, "x=1&y=%2F", got.Query)
 			require.Equal(t, `{"name":"x"}`, string(got.Body))
 			require.Equal(t, plugins.RoleAdmin, got.Role)
-			require.Equal(t, "HOARD_ADMIN_TOKEN", got.Actor, "the actor is the account, never the client's header")
+			require.Equal(t, server.BootstrapActor, got.Actor, "the actor is who authenticated, not the header the client sent")
 			require.Equal(t, "application/json", got.Header.Get("Content-Type"))
 			require.Empty(t, got.Header.Get("Authorization"), "the admin token never reaches a plugin")
 		}
@@ -103,8 +103,8 @@ func TestPluginAPIIsForwardedAsSent(t *testing.T) {
 		require.Equal(t, http.StatusOK, r.status, r.body)
 		require.Contains(t, r.body, `"what":"bittorrent: client whitelisted"`)
 		require.Contains(t, r.body, `"prefix":"a/b"`)
-		require.Contains(t, r.body, `"HOARD_ADMIN_TOKEN"`)
-		require.NotContains(t, r.body, `site@web1`, "a client's actor header is not believed")
+		require.Contains(t, r.body, `"by":"`+server.BootstrapActor+`"`)
+		require.NotContains(t, r.body, `site@web1`)
 
 		// The page data is public, and reaches the plugin as such.
 		req, err := http.NewRequest(http.MethodGet, f.url+"/tracker/bittorrent.json", nil)
@@ -198,6 +198,34 @@ func TestHostServesAPluginWhoseStorageItDoesNotKnow(t *testing.T) {
 		r = f.admin(http.MethodGet, "/log", "", token)
 		require.Contains(t, r.body, `"what":"example: note kept"`, "the host recorded the change")
 
+		// The plugin's scopes cross the process boundary in its
+		// description: a "plugin:example:reader" account reads a note and
+		// is refused a write by the host; and the plugin, asked directly
+		// with that scope, refuses the write itself.
+		var status pluginhost.Status
+		for _, st := range host.Status() {
+			if st.Name == "example" {
+				status = st
+			}
+		}
+		require.Equal(t, []plugins.AdminScope{{Name: "reader", Help: "read notes, keep none",
+			Routes: []plugins.ScopeRoute{{Methods: []string{http.MethodGet}, Prefix: "/notes/"}}}},
+			status.Description.AdminScopes, "the external plugin's scopes reached the host")
+		reader := f.accountToken("reader", "plugin:example:reader")
+		r = f.admin(http.MethodGet, "/plugins/example/notes/first", "", reader)
+		require.Equal(t, http.StatusOK, r.status, r.body)
+		require.JSONEq(t, `{"name":"first","text":"hello"}`, r.body)
+		r = f.admin(http.MethodPut, "/plugins/example/notes/first", `{"text":"overwritten"}`, reader)
+		require.Equal(t, http.StatusForbidden, r.status, r.body)
+		require.Contains(t, r.body, "may not PUT")
+		resp, err := host.HandleRequest(ctx, "example", plugins.Request{Method: http.MethodPut, Path: "/notes/first",
+			Role: plugins.RoleScoped, Scopes: []string{"reader"}, Body: []byte(`{"text":"overwritten"}`)})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusForbidden, resp.Status, string(resp.Body))
+		require.Empty(t, resp.Changes)
+		r = f.admin(http.MethodGet, "/plugins/example/notes/first", "", token)
+		require.JSONEq(t, `{"name":"first","text":"hello"}`, r.body, "neither refused write changed the note")
+
 		var added []string
 		for _, k := range allKeys(t, b.Client) {
 			if !slices.Contains(before, k) {
@@ -285,5 +313,42 @@ func TestAnOperatorRunsAPluginsJobNow(t *testing.T) {
 		r = f.admin(http.MethodPost, "/jobs/nosuch/reaper/run", "", token)
 		require.Equal(t, http.StatusNotFound, r.status, r.body)
 		require.Equal(t, "no_plugin", decode(t, r.body)["code"])
+	})
+}
+
+// TestAScopedCallerReachesThePluginWithItsScope: the forwarder passes the
+// caller's own role, never more: an admin's call goes as RoleAdmin, a
+// plugin-scoped account's as RoleScoped with the scopes it holds in that
+// plugin (not its other roles), and a call its scopes do not open never
+// reaches the plugin.
+func TestAScopedCallerReachesThePluginWithItsScope(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		api := &recordingAPI{answer: plugins.Response{Status: http.StatusOK, Body: []byte(`{}`)}}
+		f := newFixture(t, b, server.Config{AdminToken: token, PluginAPI: api, Plugins: testPlugins{}})
+		f.project("own", queues.SettingsPatch{})
+		site := f.accountToken("site-svc", "plugin:bittorrent:site", "viewer:own")
+		admin := f.accountToken("ops", "admin")
+
+		for _, prefix := range []string{"/plugins/bittorrent", "/bittorrent"} {
+			r := f.admin(http.MethodPut, prefix+"/torrents/"+strings.Repeat("ab", 20), `{}`, site)
+			require.Equal(t, http.StatusOK, r.status, r.body)
+			got := api.last(t)
+			require.Equal(t, plugins.RoleScoped, got.Role, prefix)
+			require.Equal(t, []string{"site"}, got.Scopes, "only the scopes held in this plugin go")
+			require.Equal(t, "site-svc", got.Actor)
+
+			calls := api.calls()
+			r = f.admin(http.MethodGet, prefix+"/stats", "", site)
+			require.Equal(t, http.StatusForbidden, r.status, r.body)
+			require.Equal(t, calls, api.calls(), "a call the scope does not open never reaches the plugin")
+
+			for _, tok := range []string{admin, token} {
+				r = f.admin(http.MethodGet, prefix+"/stats", "", tok)
+				require.Equal(t, http.StatusOK, r.status, r.body)
+				got = api.last(t)
+				require.Equal(t, plugins.RoleAdmin, got.Role)
+				require.Empty(t, got.Scopes)
+			}
+		}
 	})
 }

@@ -186,6 +186,7 @@ func New(cfg Config, engine *queues.Engine) (*Server, error) {
 	forward := &pluginForwarder{api: cfg.PluginAPI, jobs: cfg.PluginJobs, engine: engine, logger: cfg.Logger}
 	adminGroup.POST("/jobs/:plugin/:job/run", forward.runJob)
 	adminGroup.Any("/plugins/:plugin/*path", forward.admin)
+	adminGroup.GET("/plugin-pages", authn.pluginPages(cfg.Plugins))
 	// The BitTorrent plugin's API was served here before plugins served
 	// their own; the old path stays an alias, so sites need not change.
 	adminGroup.Any("/bittorrent/*path", forward.alias("bittorrent"))

@@ -6,7 +6,7 @@
 // holds.
 'use strict';
 
-const state = { account: '', roles: [], csrf: '' };
+const state = { account: '', roles: [], csrf: '', pluginPages: null };
 
 // el builds an element: attrs are set as properties or attributes, and
 // children are nodes or strings (always text nodes).
@@ -76,7 +76,7 @@ const readsAll = () => isAdmin() || state.roles.includes('viewer:*');
 const canWrite = (slug) => isAdmin() || state.roles.includes('project-admin:' + slug);
 
 function showSignIn(message) {
-  state.account = ''; state.csrf = ''; state.roles = [];
+  state.account = ''; state.csrf = ''; state.roles = []; state.pluginPages = null;
   document.getElementById('signin').hidden = false;
   document.getElementById('nav').hidden = true;
   document.getElementById('who').hidden = true;
@@ -95,6 +95,8 @@ function signedIn(info) {
   who.textContent = info.account + ' · ' + (state.roles.join(', ') || 'no role');
   who.hidden = false;
   document.getElementById('signout').hidden = false;
+  document.getElementById('nav-plugins').hidden = true;
+  loadPluginPages().then((list) => { document.getElementById('nav-plugins').hidden = !list.length; }).catch(() => {});
   route();
 }
 
@@ -130,6 +132,9 @@ function route() {
   if (hash === '/log') return logView(view, '/log');
   if (hash === '/accounts') return accountsView(view);
   if (hash === '/tokens') return tokensView(view);
+  if (hash === '/plugins') return pluginsView(view);
+  const pm = hash.match(/^\/x\/([^/]+)\/([^/]+)$/);
+  if (pm) return pluginPageView(view, decodeURIComponent(pm[1]), decodeURIComponent(pm[2]));
   return projectsView(view);
 }
 
@@ -502,6 +507,120 @@ async function tokensView(view) {
   isAdmin() ? el('div', {}, el('label', { for: 'token-account' }, 'for account'), account) : null,
   el('div', {}, el('label', { for: 'token-expires' }, 'expires in'), expires), el('button', { type: 'submit', id: 'create-token' }, 'Create')));
   panel.append(once);
+}
+
+// ---- plugins' pages ---------------------------------------------------
+//
+// A plugin declares its pages (sections over routes of its own admin API:
+// a table, an object, a form); GET /api/v1/plugin-pages lists the sections
+// this account may call, and each is read or sent through the forwarder
+// (/api/v1/plugins/<name>/…), the same call the CLI makes. The plugin
+// ships no markup or script: every value it answers is shown as text.
+
+async function loadPluginPages() {
+  const data = await api('GET', '/plugin-pages');
+  state.pluginPages = data.plugins || [];
+  return state.pluginPages;
+}
+
+async function pluginsView(view) {
+  const panel = el('section', { class: 'panel', id: 'plugins' }, el('h2', {}, 'Plugins'));
+  view.append(panel);
+  let list;
+  try { list = await loadPluginPages(); } catch (err) { panel.append(el('p', { class: 'flash error' }, err.message)); return; }
+  if (!list.length) { panel.append(el('p', { class: 'muted' }, 'No plugin page you may see.')); return; }
+  panel.append(el('ul', { class: 'projects' }, list.map((p) => el('li', {}, el('strong', {}, p.name), ' ',
+    el('span', { class: 'badge' + (p.state === 'running' ? ' on' : '') }, p.state), ' ',
+    p.pages.map((pg) => [el('a', { class: 'link plugin-page', href: '#/x/' + encodeURIComponent(p.name) + '/' + encodeURIComponent(pg.name) }, pg.title || pg.name), ' '])))));
+}
+
+async function pluginPageView(view, name, pageName) {
+  flash(''); // the last page's message is not about this one
+  let list = state.pluginPages;
+  try { if (!list) list = await loadPluginPages(); } catch (err) { view.append(el('p', { class: 'flash error' }, err.message)); return; }
+  const plugin = list.find((p) => p.name === name);
+  const page = plugin && plugin.pages.find((p) => p.name === pageName);
+  if (!page) { view.append(el('p', { class: 'flash error' }, 'No page ' + pageName + ' of plugin ' + name + ' that you may see.')); return; }
+  view.append(el('h2', {}, name + ': ' + (page.title || page.name)),
+    el('nav', { class: 'row small' }, plugin.pages.map((pg) => el('a', { class: 'link', href: '#/x/' + encodeURIComponent(name) + '/' + encodeURIComponent(pg.name) }, pg.title || pg.name))));
+  for (const s of page.sections) view.append(pluginSection(name, s));
+}
+
+// kvTable shows an answer's fields, a nested value as JSON text.
+function kvTable(data) {
+  if (data === null || typeof data !== 'object' || Array.isArray(data)) return el('p', { class: 'wrap cell' }, valueText(data));
+  const keys = Object.keys(data);
+  if (!keys.length) return el('p', { class: 'muted' }, 'Nothing to show.');
+  return el('table', { class: 'kv' }, el('tbody', {}, keys.map((k) => el('tr', {}, el('td', {}, k), el('td', { class: 'wrap cell' }, valueText(data[k]))))));
+}
+
+// rowsTable shows a list: one column per field of its rows.
+function rowsTable(data, field) {
+  let rows = field && data && typeof data === 'object' ? data[field] : data;
+  if (!Array.isArray(rows) && data && typeof data === 'object') rows = Object.values(data).find(Array.isArray);
+  if (!Array.isArray(rows)) return kvTable(data);
+  if (!rows.length) return el('p', { class: 'muted' }, 'Nothing to show.');
+  const cols = [];
+  for (const r of rows.slice(0, 100)) {
+    if (r && typeof r === 'object' && !Array.isArray(r)) for (const k of Object.keys(r)) if (!cols.includes(k)) cols.push(k);
+  }
+  const other = data && typeof data === 'object' && !Array.isArray(data)
+    ? Object.entries(data).filter(([, v]) => !Array.isArray(v)).map(([k, v]) => k + ': ' + valueText(v)).join(' · ') : '';
+  return el('div', {}, other ? el('p', { class: 'muted small wrap' }, other) : null,
+    cols.length ? table('rows', cols, rows.map((r) => el('tr', {}, cols.map((c) => el('td', { class: 'wrap cell' }, valueText(r[c]))))))
+      : table('rows', ['value'], rows.map((r) => el('tr', {}, el('td', { class: 'wrap cell' }, valueText(r))))));
+}
+
+function pluginSection(plugin, s) {
+  const method = s.method || 'GET';
+  const sec = el('section', { class: 'panel plugin-section', 'data-section': s.title, 'data-kind': s.kind }, el('h2', {}, s.title),
+    s.help ? el('p', { class: 'muted small' }, s.help) : null);
+  const result = el('div', { class: 'result' });
+  const inputs = (s.fields || []).map((f) => {
+    const id = 'f-' + Math.random().toString(36).slice(2);
+    const input = f.type === 'bool' ? el('input', { id, type: 'checkbox', name: f.name })
+      : el('input', { id, type: f.type === 'number' ? 'number' : 'text', step: 'any', name: f.name, required: Boolean(f.required), autocomplete: 'off', spellcheck: 'false' });
+    return { f, input, box: el('div', {}, el('label', { for: id }, f.label || f.name), input) };
+  });
+  const call = async () => {
+    let path = s.path;
+    const query = new URLSearchParams();
+    const body = {};
+    for (const { f, input } of inputs) {
+      const raw = f.type === 'bool' ? input.checked : input.value.trim();
+      if (f.required && (raw === '' || raw === false)) throw new Error((f.label || f.name) + ' is required');
+      // An empty input is left out; an unticked box is sent as false only
+      // in a body (in a path or a query it is left out too).
+      if (raw === '' || (raw === false && f.in && f.in !== 'body')) continue;
+      const v = f.type === 'number' ? Number(raw) : raw;
+      if (f.in === 'path') path = path.split('{' + f.name + '}').join(encodeURIComponent(raw));
+      else if (f.in === 'query') query.set(f.name, String(raw));
+      else body[f.name] = v;
+    }
+    const q = query.toString();
+    const url = '/plugins/' + encodeURIComponent(plugin) + path + (q ? '?' + q : '');
+    return api(method, url, method === 'GET' || method === 'DELETE' ? undefined : body);
+  };
+  const show = (data) => result.replaceChildren(s.kind === 'table' ? rowsTable(data, s.rows) : kvTable(data));
+  if (s.kind === 'form') {
+    sec.append(el('form', { class: 'row', onsubmit: async (ev) => {
+      ev.preventDefault();
+      await act(s.title, async () => { show(await call()); return s.title + ': done'; });
+    } }, inputs.map((i) => i.box), el('button', { type: 'submit', class: method === 'DELETE' ? 'danger' : '' }, method === 'GET' ? 'Show' : s.title)), result);
+    return sec;
+  }
+  const load = async () => {
+    try { show(await call()); } catch (err) {
+      result.replaceChildren(el('p', { class: 'flash error' }, err.message + (err.status ? ` (HTTP ${err.status})` : '')));
+    }
+  };
+  if (inputs.length) {
+    sec.append(el('form', { class: 'row', onsubmit: (ev) => { ev.preventDefault(); load(); } },
+      inputs.map((i) => i.box), el('button', { type: 'submit' }, 'Show')));
+  }
+  sec.append(result);
+  load();
+  return sec;
 }
 
 // ---- start ------------------------------------------------------------

@@ -72,7 +72,6 @@ func (f *btFixture) call(method, path, body string) reply {
 	req, err := http.NewRequest(method, f.url+"/api/v1/bittorrent"+path, strings.NewReader(body))
 	require.NoError(f.t, err)
 	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set(testActorHeader, "site-web1")
 	return f.do(req)
 }
 

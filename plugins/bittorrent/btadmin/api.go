@@ -16,9 +16,11 @@ import (
 )
 
 // API is the plugin's whole HTTP API, served through the plugin contract
-// (HandleRequest): the admin calls for plugins.RoleAdmin, the tracker
-// page's data (plugins.PagePath) for plugins.RolePublic. The host has
-// checked the admin token before a RoleAdmin call gets here.
+// (HandleRequest): the admin calls for plugins.RoleAdmin, and for
+// plugins.RoleScoped what the caller's Scopes open; the tracker page's
+// data (plugins.PagePath) for plugins.RolePublic. The host has
+// authenticated the caller and checked its scopes before a call gets
+// here.
 type API struct {
 	admin  http.Handler
 	public http.Handler
@@ -45,10 +47,21 @@ func NewAPI(admin *Admin, metrics *MetricsAdmin, views *TrackerViews, logger *sl
 // HandleRequest serves one forwarded call (plugins.Plugin's
 // HandleRequest). A call with another role, or to no route, answers 404.
 func (a *API) HandleRequest(ctx context.Context, req plugins.Request) (plugins.Response, error) {
-	handler := a.public
-	if req.Role == plugins.RoleAdmin {
+	var handler http.Handler
+	switch req.Role {
+	case plugins.RoleAdmin:
 		handler = a.admin
-	} else if req.Role != plugins.RolePublic {
+	case plugins.RoleScoped:
+		// The host let the call through for one of the caller's scopes;
+		// checked again here, so a host that forwards too much cannot
+		// widen a scope (defence in depth).
+		if !req.Permitted(Scopes) {
+			return plugins.ForbiddenResponse(req), nil
+		}
+		handler = a.admin
+	case plugins.RolePublic:
+		handler = a.public
+	default:
 		return plugins.NotFoundResponse(req), nil
 	}
 	target := &url.URL{Path: "/"}

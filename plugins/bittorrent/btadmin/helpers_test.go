@@ -105,7 +105,10 @@ func (f *fixture) serve(w http.ResponseWriter, r *http.Request, api *btadmin.API
 			http.NotFound(w, r)
 			return
 		}
-		req.Path, req.Role, req.Actor = path, plugins.RoleAdmin, r.Header.Get(testActorHeader)
+		// As hoard does, the actor is the account the token belongs to
+		// (here the stand-in's one account), never a header the client
+		// sends.
+		req.Path, req.Role, req.Actor = path, plugins.RoleAdmin, "site-web1"
 		req.Header.Del("Authorization")
 	default:
 		http.NotFound(w, r)
@@ -154,8 +157,3 @@ func decode(t *testing.T, body string) map[string]any {
 	require.NoError(t, json.Unmarshal([]byte(body), &m), body)
 	return m
 }
-
-// testActorHeader carries, in these tests only, the actor the host would
-// pass the plugin: the account it authenticated (the host never reads an
-// actor from a client's header).
-const testActorHeader = "X-Test-Actor"

@@ -658,28 +658,16 @@ func (o observed) Announce(ctx context.Context, req *bittorrent.AnnounceRequest)
 }
 
 // AdminScopes are the roles an operator may give an account over the
-// plugin's admin API ("plugin:bittorrent:<scope>"), below its root
-// (/api/v1/bittorrent): "site" for a site's service account, which
-// manages torrents and users and consumes the outbox, and nothing of the
-// work queue; "viewer" to read everything.
-var AdminScopes = []plugins.AdminScope{
-	{Name: "site", Help: "register torrents and users, read and acknowledge the outbox", Routes: []plugins.ScopeRoute{
-		{Prefix: "/torrents/"},
-		{Prefix: "/users/"},
-		{Methods: []string{"GET"}, Prefix: "/outbox/"},
-		{Methods: []string{"POST"}, Prefix: "/outbox/ack"},
-	}},
-	{Name: "viewer", Help: "read every view of the tracker, change nothing", Routes: []plugins.ScopeRoute{
-		{Methods: []string{"GET", "HEAD"}, Prefix: "/"},
-	}},
-}
+// plugin's admin API ("plugin:bittorrent:<scope>"); the API that checks
+// them owns them (btadmin.Scopes).
+var AdminScopes = btadmin.Scopes
 
 // Describe names the listeners as bound, and scoring's and the reaper's
 // item types and jobs when they are on.
 func (t *Tracker) Describe(context.Context) (plugins.Description, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	d := plugins.Description{Version: Version, AdminScopes: AdminScopes}
+	d := plugins.Description{Version: Version, AdminScopes: AdminScopes, AdminPages: btadmin.Pages}
 	if t.scorer != nil {
 		p := t.scorer.Policy()
 		d.ItemTypes = append(d.ItemTypes, plugins.ItemType{

@@ -207,7 +207,9 @@ func (e *Example) Describe(context.Context) (plugins.Description, error) {
 		Version: "1.0.0",
 		ItemTypes: []plugins.ItemType{{Name: "echo", Project: e.settings.Project, ItemPrefix: "echo:", ReclaimTTL: time.Minute,
 			Public: e.settings.Public}},
-		Jobs: []plugins.Job{{Name: "heartbeat", Period: e.period}},
+		Jobs:        []plugins.Job{{Name: "heartbeat", Period: e.period}},
+		AdminScopes: Scopes,
+		AdminPages:  Pages,
 	}
 	if e.listener != nil {
 		d.Listeners = []plugins.Listener{{Name: "stats", Network: "tcp", Address: e.listener.Addr().String()}}
@@ -312,11 +314,28 @@ func (e *Example) Close(ctx context.Context) error {
 	return nil
 }
 
+// Scopes are the example's admin scopes: "reader" reads notes
+// ("plugin:example:reader"), and may not keep one.
+var Scopes = []plugins.AdminScope{
+	{Name: "reader", Help: "read notes, keep none", Routes: []plugins.ScopeRoute{{Methods: []string{http.MethodGet}, Prefix: "/notes/"}}},
+}
+
+// Pages are the example's views in the web admin: read a note, keep one.
+var Pages = []plugins.AdminPage{{Name: "notes", Title: "Notes", Sections: []plugins.PageSection{
+	{Title: "Read a note", Kind: plugins.SectionForm, Method: http.MethodGet, Path: "/notes/{name}",
+		Fields: []plugins.PageField{{Name: "name", In: plugins.FieldInPath, Required: true}}},
+	{Title: "Keep a note", Kind: plugins.SectionForm, Method: http.MethodPut, Path: "/notes/{name}",
+		Fields: []plugins.PageField{{Name: "name", In: plugins.FieldInPath, Required: true}, {Name: "text", Required: true}}},
+}}}
+
 // HandleRequest serves the plugin's own API, through the host:
 //
 //	PUT /notes/<name>   {"text":"…"}   (admin) keep a note under KeyPrefix+"notes"
-//	GET /notes/<name>                  (admin) read it back (404 if none)
+//	GET /notes/<name>                  (admin, reader) read it back (404 if none)
 //	GET /page.json                     (public) the notes kept and the items done
+//
+// A scoped caller gets 403 for what its scopes do not open, checked here
+// as well as by the host.
 func (e *Example) HandleRequest(ctx context.Context, req plugins.Request) (plugins.Response, error) {
 	reply := func(status int, v any) (plugins.Response, error) {
 		body, err := json.Marshal(v)
@@ -337,7 +356,9 @@ func (e *Example) HandleRequest(ctx context.Context, req plugins.Request) (plugi
 		done := e.done
 		e.mu.Unlock()
 		return reply(http.StatusOK, map[string]any{"notes": n, "items_done": done})
-	case req.Role != plugins.RoleAdmin || !isNote || name == "" || strings.Contains(name, "/"):
+	case req.Role == plugins.RoleScoped && !req.Permitted(Scopes):
+		return plugins.ForbiddenResponse(req), nil
+	case (req.Role != plugins.RoleAdmin && req.Role != plugins.RoleScoped) || !isNote || name == "" || strings.Contains(name, "/"):
 		return plugins.NotFoundResponse(req), nil
 	case req.Method == http.MethodGet:
 		text, err := rdb.HGet(ctx, prefix+"notes", name).Result()
