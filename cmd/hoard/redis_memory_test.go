@@ -55,11 +55,16 @@ func TestRedisMemoryOnMetrics(t *testing.T) {
 }
 
 // TestRedisMemoryOfTheSupervisedRedis: with no Redis URL, the figures are
-// the supervised redis-server's, and its lack of a maxmemory shows as 0
-// (no limit).
+// the supervised redis-server's, whose maxmemory is the one asked for
+// (--redis-maxmemory), and 0 (no limit) when asked for none.
 func TestRedisMemoryOfTheSupervisedRedis(t *testing.T) {
 	t.Setenv("HOARD_REDIS_URL", "")
-	body := serveMetrics(t)
+	body := serveMetrics(t, "--redis-maxmemory", "256mb")
+	require.Equal(t, float64(256<<20), metricValue(t, body, "hoard_redis_memory_max_bytes", `[^"]+`))
+	require.Positive(t, metricValue(t, body, "hoard_redis_memory_used_bytes", `[^"]+`))
+	require.Equal(t, 0.0, metricValue(t, body, "hoard_redis_memory_alarm", `[^"]+`))
+
+	body = serveMetrics(t, "--redis-maxmemory", "0")
 	require.Equal(t, 0.0, metricValue(t, body, "hoard_redis_memory_max_bytes", `[^"]+`))
 	require.Positive(t, metricValue(t, body, "hoard_redis_memory_used_bytes", `[^"]+`))
 	require.Equal(t, 0.0, metricValue(t, body, "hoard_redis_memory_alarm", `[^"]+`))
@@ -73,12 +78,16 @@ func serveMetrics(t *testing.T, args ...string) string {
 	require.NoError(t, err)
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
+	// The directories are made before the cleanup below is registered, so
+	// they are removed after hoard has stopped, not under its running
+	// redis-server (cleanups run last registered first).
+	dataDir, projectsFile := filepath.Join(t.TempDir(), "data"), filepath.Join(t.TempDir(), "none.json")
 	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		cmd := rootCommand()
-		cmd.SetArgs(append([]string{"serve", "--listen", addr, "--data-dir", filepath.Join(t.TempDir(), "data"),
-			"--projects-file", filepath.Join(t.TempDir(), "none.json"), "--log-level", "error"}, args...))
+		cmd.SetArgs(append([]string{"serve", "--listen", addr, "--data-dir", dataDir,
+			"--projects-file", projectsFile, "--log-level", "error"}, args...))
 		cmd.SetOut(io.Discard)
 		cmd.SetErr(io.Discard)
 		done <- cmd.ExecuteContext(runCtx)

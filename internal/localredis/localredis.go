@@ -719,6 +719,15 @@ func (s *Server) watchGone(inst *instance, dataDir string) {
 			close(inst.gone)
 			return
 		}
+		if err != nil {
+			// The lock cannot be asked (the data dir was removed under
+			// a running server, say): the process itself tells, or this
+			// would wait forever for a server long gone.
+			if pid := int(inst.pid.Load()); pid > 0 && errors.Is(signalPID(pid, 0), os.ErrProcessDone) {
+				close(inst.gone)
+				return
+			}
+		}
 		time.Sleep(lockPollPeriod)
 	}
 }
