@@ -42,12 +42,14 @@ func TestPluginScopedRoleThroughHoardServe(t *testing.T) {
 	require.NoError(t, err)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	t.Setenv("HOARD_REDIS_URL", b.URL)
+	// Made before the cleanup below, so removed after hoard has stopped.
+	dataDir, projectsFile := filepath.Join(t.TempDir(), "data"), filepath.Join(t.TempDir(), "none.json")
 	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		cmd := rootCommand()
-		cmd.SetArgs([]string{"serve", "--listen", addr, "--data-dir", filepath.Join(t.TempDir(), "data"),
-			"--projects-file", filepath.Join(t.TempDir(), "none.json"), "--log-level", "error", "--admin-token", "scope-token",
+		cmd.SetArgs([]string{"serve", "--listen", addr, "--data-dir", dataDir,
+			"--projects-file", projectsFile, "--log-level", "error", "--admin-token", "scope-token",
 			"--plugin", "bittorrent", "--plugin-settings",
 			fmt.Sprintf(`bittorrent={"mode":"private","http":"127.0.0.1:%d","udp4":"","udp6":""}`, trackerPort)})
 		cmd.SetOut(io.Discard)
