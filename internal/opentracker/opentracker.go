@@ -170,8 +170,16 @@ func (p *Process) waitReady(ctx context.Context, hashes [][20]byte) error {
 			if len(hashes) == 0 {
 				return nil
 			}
-			// A stopped for a peer never announced adds nothing.
-			if err := p.Announce(hashes[0], netip.MustParseAddrPort("127.0.0.2:10000"), wire.EventStopped); err == nil {
+			// opentracker loads its whitelist in a thread of its own, after
+			// it listens. A stopped is answered in full whether or not the
+			// hash is listed, so only a started tells that the list is in
+			// (until then it gets the 8-byte "not tracked" reply); the
+			// stopped then takes the probe's peer out again.
+			probe := netip.MustParseAddrPort("127.0.0.2:10000")
+			if err := p.Announce(hashes[0], probe, wire.EventStarted); err == nil {
+				if err := p.Announce(hashes[0], probe, wire.EventStopped); err != nil {
+					return fmt.Errorf("opentracker: take the readiness probe out: %w", err)
+				}
 				return nil
 			}
 		}
