@@ -1,13 +1,8 @@
 package server_test
 
 import (
-	"bufio"
-	"bytes"
-	"context"
 	"encoding/json"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -81,29 +76,7 @@ func TestWebAdminInChromium(t *testing.T) {
 		require.NoError(t, os.MkdirAll(dir, 0o755))
 	}
 	raw, _ := json.Marshal(tokens)
-	runCtx, cancel := context.WithTimeout(ctx, 120*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(runCtx, node, filepath.Join(e2eDir, "admin.mjs"), "http://"+srv.Addr(), dir)
-	cmd.Env = append(os.Environ(), "ADMIN_TOKENS="+string(raw))
-	cmd.WaitDelay = 5 * time.Second
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	runErr := cmd.Run()
-	if stderr.Len() > 0 {
-		t.Logf("admin.mjs stderr:\n%s", stderr.String())
-	}
-	if errors.Is(runCtx.Err(), context.DeadlineExceeded) {
-		t.Fatalf("admin.mjs did not finish within 120 s; stdout:\n%s", stdout.String())
-	}
-	var line string
-	scanner := bufio.NewScanner(&stdout)
-	scanner.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for scanner.Scan() {
-		if s := strings.TrimSpace(scanner.Text()); strings.HasPrefix(s, "{") {
-			line = s
-		}
-	}
-	require.NotEmpty(t, line, "admin.mjs printed no JSON line (exit: %v); stdout:\n%s", runErr, stdout.String())
+	line, runErr := runNodeScript(t, ctx, node, "admin.mjs", 120*time.Second, []string{"ADMIN_TOKENS=" + string(raw)}, "http://"+srv.Addr(), dir)
 	var res adminBrowserResult
 	require.NoError(t, json.Unmarshal([]byte(line), &res), line)
 	for _, s := range res.Steps {

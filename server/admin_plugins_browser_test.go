@@ -1,11 +1,8 @@
 package server_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"os"
 	"os/exec"
@@ -94,29 +91,7 @@ func TestWebAdminPluginPagesInChromium(t *testing.T) {
 	}
 	hash := strings.Repeat("ab", 20)
 	raw, _ := json.Marshal(tokens)
-	runCtx, cancelRun := context.WithTimeout(ctx, 120*time.Second)
-	defer cancelRun()
-	cmd := exec.CommandContext(runCtx, node, filepath.Join(e2eDir, "adminplugins.mjs"), "http://"+srv.Addr(), dir)
-	cmd.Env = append(os.Environ(), "ADMIN_TOKENS="+string(raw), "HASH="+hash)
-	cmd.WaitDelay = 5 * time.Second
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	runErr := cmd.Run()
-	if stderr.Len() > 0 {
-		t.Logf("adminplugins.mjs stderr:\n%s", stderr.String())
-	}
-	if errors.Is(runCtx.Err(), context.DeadlineExceeded) {
-		t.Fatalf("adminplugins.mjs did not finish within 120 s; stdout:\n%s", stdout.String())
-	}
-	var line string
-	scanner := bufio.NewScanner(&stdout)
-	scanner.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for scanner.Scan() {
-		if s := strings.TrimSpace(scanner.Text()); strings.HasPrefix(s, "{") {
-			line = s
-		}
-	}
-	require.NotEmpty(t, line, "adminplugins.mjs printed no JSON line (exit: %v); stdout:\n%s", runErr, stdout.String())
+	line, runErr := runNodeScript(t, ctx, node, "adminplugins.mjs", 120*time.Second, []string{"ADMIN_TOKENS=" + string(raw), "HASH=" + hash}, "http://"+srv.Addr(), dir)
 	var res adminBrowserResult
 	require.NoError(t, json.Unmarshal([]byte(line), &res), line)
 	for _, s := range res.Steps {

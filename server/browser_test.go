@@ -120,29 +120,7 @@ func TestLeaderboardLiveInChromium(t *testing.T) {
 	}
 	shot := filepath.Join(dir, "leaderboard-live.png")
 
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, filepath.Join(e2eDir, "live.mjs"), urlA, urlB, slug, shot)
-	cmd.WaitDelay = 5 * time.Second
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	runErr := cmd.Run()
-	if stderr.Len() > 0 {
-		t.Logf("live.mjs stderr:\n%s", stderr.String())
-	}
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		t.Fatalf("live.mjs did not finish within 60 s; stdout:\n%s", stdout.String())
-	}
-
-	var line string
-	scanner := bufio.NewScanner(&stdout)
-	scanner.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for scanner.Scan() {
-		if s := strings.TrimSpace(scanner.Text()); strings.HasPrefix(s, "{") {
-			line = s
-		}
-	}
-	require.NotEmpty(t, line, "live.mjs printed no JSON line (exit: %v); stdout:\n%s", runErr, stdout.String())
+	line, runErr := runNodeScript(t, t.Context(), node, "live.mjs", 60*time.Second, nil, urlA, urlB, slug, shot)
 	t.Logf("live.mjs: %s", line)
 	var res browserResult
 	require.NoError(t, json.Unmarshal([]byte(line), &res), line)
@@ -234,4 +212,36 @@ func TestChartsFitTheirDataInChromium(t *testing.T) {
 	require.NoError(t, runErr)
 	// The hover names a time back from now and a value.
 	require.Regexp(t, `^\d+ (min|h|d) ago · \d`, res.Hover)
+}
+
+// runNodeScript runs one of leaderboard/e2e's scripts with node, bounded
+// by timeout, and returns the last line of its output that is a JSON
+// object (what every script prints as its result) and how it exited.
+// The script's stderr goes to the test log.
+func runNodeScript(t *testing.T, ctx context.Context, node, script string, timeout time.Duration, env []string, args ...string) (string, error) {
+	t.Helper()
+	runCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(runCtx, node, append([]string{filepath.Join(e2eDir, script)}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.WaitDelay = 5 * time.Second
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	runErr := cmd.Run()
+	if stderr.Len() > 0 {
+		t.Logf("%s stderr:\n%s", script, stderr.String())
+	}
+	if errors.Is(runCtx.Err(), context.DeadlineExceeded) {
+		t.Fatalf("%s did not finish within %s; stdout:\n%s", script, timeout, stdout.String())
+	}
+	var line string
+	scanner := bufio.NewScanner(&stdout)
+	scanner.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for scanner.Scan() {
+		if s := strings.TrimSpace(scanner.Text()); strings.HasPrefix(s, "{") {
+			line = s
+		}
+	}
+	require.NotEmpty(t, line, "%s printed no JSON line (exit: %v); stdout:\n%s", script, runErr, stdout.String())
+	return line, runErr
 }
