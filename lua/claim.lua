@@ -38,7 +38,12 @@
 -- KEYS[26+5g .. 29+5g]  LIST  the group's sub-queues of todo, todo:backfeed,
 --                             todo:secondary and todo:redo
 -- KEYS[30+5g]           STRING the group's GCRA state
--- and last, KEYS[#KEYS] queued SET the items waiting in the list queues: a
+-- and last:
+-- KEYS[#KEYS-2] failed   HASH item -> failed record: a due claim whose item
+--                          was claimed max_claims times goes here instead
+--                          of out again
+-- KEYS[#KEYS-1] history  HASH item -> its ended claims (a reclaim adds one)
+-- KEYS[#KEYS]   queued   SET the items waiting in the list queues: a
 --                             popped item leaves it
 --
 -- ARGV[1] now (ms)
@@ -84,6 +89,12 @@
 -- R.CORRUPT naming the key. A due claim whose record
 -- is missing or unreadable is skipped and counted (claims_unreadable).
 --
+-- Note: max_claims (0 = off) is checked where a due claim would be handed
+-- out again, and only there: a first claim never reads it. An item claimed
+-- max_claims times whose claim is due leaves claims, out and deadlines for
+-- failed, with its history (counted in stats.items_failed), and the call
+-- looks further for items to hand out.
+--
 -- Note: the request counters (requests, requests_served, items_served, the
 -- hourly ones, ...) are not written here: the frontend counts them from the
 -- reply and flushes them once a second (queues/counters.go); only the rare
@@ -96,8 +107,9 @@ local wanted = tonumber(ARGV[4])
 local version = ARGV[5]
 local global_block = ARGV[6]
 local groups_version = ARGV[7]
-local ngroups = (#KEYS - 26) / 5
+local ngroups = (#KEYS - 28) / 5
 local index = KEYS[#KEYS]
+local failed_key, history_key = KEYS[#KEYS - 2], KEYS[#KEYS - 1]
 local group_index = {}
 for g = 0, ngroups - 1 do
   group_index[ARGV[10 + 3 * g]] = g
@@ -107,7 +119,7 @@ local cfg = redis.call('HMGET', KEYS[1], 'created_at', 'paused', 'min_version',
   'rate_per_minute', 'rate_burst', 'downloader_budget', 'claims_limit',
   'reclaim_enabled', 'reclaim_ttl_ms', 'max_multi', 'extra', 'limit_groups_version',
   'downloader_rate_per_minute', 'downloader_rate_burst', 'ip_rate_per_minute', 'ip_rate_burst',
-  'ignore_global_blocks', 'event_log')
+  'ignore_global_blocks', 'event_log', 'max_claims')
 if not cfg[1] then
   return {R.NO_PROJECT, 'no such project'}
 end
@@ -244,6 +256,7 @@ local expired_to = 0
 if events_max then
   expired_to = tonumber(redis.call('GET', KEYS[22]) or '0') or 0
 end
+local max_claims = tonumber(cfg[19] or '0') or 0
 local ttl = tonumber(cfg[9] or '0') or 0
 if ttl <= 0 then ttl = 21600000 end
 local now_text = int(now)
@@ -305,13 +318,25 @@ local function take_reclaims(want)
     local item, deadline = due[d], tonumber(due[d + 1])
     if want <= 0 then break end
     local record = redis.call('HGET', KEYS[9], item)
-    local count, _, previous, _, earlier, group
+    local count, claimed_at, previous, _, earlier, group
     if record then
-      count, _, previous, _, earlier, group = parse_claim(record)
+      count, claimed_at, previous, _, earlier, group = parse_claim(record)
     end
     if not count then
       -- Missing or unreadable: leave it due for an operator, never guess.
       unreadable = unreadable + 1
+    elseif max_claims > 0 and count >= max_claims then
+      -- Claimed max_claims times without a done: failed, not out again.
+      budget_decrement(KEYS[11], previous)
+      redis.call('HDEL', KEYS[9], item)
+      redis.call('ZREM', KEYS[7], item)
+      redis.call('ZREM', KEYS[8], item)
+      history_push(history_key, item, previous, claimed_at, 'expired')
+      fail_item(failed_key, history_key, item, count, now, 'max_claims', '')
+      redis.call('HINCRBY', KEYS[13], 'items_failed', 1)
+      if events_max and deadline > expired_to then
+        log_event(KEYS[21], events_max, 'reclaim', {item}, previous, deadline)
+      end
     else
     local g = group_index[group]
     if g == nil or group_tokens[g] > 0 then
@@ -324,6 +349,7 @@ local function take_reclaims(want)
     end
     -- Written at once (not batched) so a second ZRANGEBYSCORE in this call
     -- cannot see the item as due again.
+    history_push(history_key, item, previous, claimed_at, 'expired')
     redis.call('HSET', KEYS[9], item, format_claim(count, now, downloader, ip, push_claimant(previous, earlier, 4), group))
     redis.call('ZADD', KEYS[7], int(now), item)
     redis.call('ZADD', KEYS[8], int(now + ttl * count), item)

@@ -29,6 +29,9 @@
 -- KEYS[23] redo_cancelled    HASH items done while a released copy waits in
 --                                   todo:redo or a group's redo sub-queue;
 --                                   claim.lua drops that copy when it pops it
+-- KEYS[24] history           HASH item -> its ended claims: a completed item
+--                                   claimed more than once (or released)
+--                                   leaves it
 --
 -- ARGV[1] now (ms)
 -- ARGV[2] downloader who reports the items
@@ -121,16 +124,19 @@ for i = first_item, #ARGV do
 end
 local records = call_chunked_list('HMGET', KEYS[4], unique)
 local claimed, claimed_at, claimed_by, released_items, unknown, strangers = {}, {}, {}, {}, {}, {}
+-- Items claimed more than once: only they can have a claim history.
+local retried = {}
 local duplicates = 0
 local rest = {}
 for i, item in ipairs(unique) do
   local record = records[i]
   if record then
-    local _, at, claimant, _, earlier = parse_claim(record)
+    local count, at, claimant, _, earlier = parse_claim(record)
     if claimant == downloader or in_list(downloader, earlier) then
       claimed[#claimed + 1] = item
       claimed_at[#claimed] = at
       claimed_by[#claimed] = claimant
+      if count and count > 1 then retried[#retried + 1] = item end
     else
       strangers[#strangers + 1] = item
     end
@@ -209,6 +215,10 @@ if #claimed > 0 then
   call_chunked('HDEL', KEYS[4], claimed)
   call_chunked('ZREM', KEYS[2], claimed)
   call_chunked('ZREM', KEYS[3], claimed)
+end
+for _, item in ipairs(released_items) do retried[#retried + 1] = item end
+if #retried > 0 then
+  call_chunked('HDEL', KEYS[24], retried)
 end
 for _, item in ipairs(released_items) do
   -- Its copy in redo (or a group's redo sub-queue, after a re-route) is

@@ -10,7 +10,9 @@
 -- KEYS[6] done      SET
 -- KEYS[7] recent_done ZSET the latest completions (done_mode count or
 --                   archive keep these instead of a done set)
--- KEYS[8..#KEYS-1] the target queues (LIST)
+-- KEYS[8..#KEYS-2] the target queues (LIST)
+-- KEYS[#KEYS-1] failed HASH the failed items: an item there is skipped (an
+--                   operator requeues it from there)
 -- KEYS[#KEYS] queued SET the items waiting in the list queues (queues.QueuedKey)
 --
 -- ARGV[1] the downloader when a target is a reserved queue, else ""
@@ -21,8 +23,8 @@
 --         followed by its items.
 --
 -- Returns {queued, skipped, length of the last target, already_queued}:
--- items queued, items skipped because they are out or done already (in the
--- done set, or among the recent completions), and items skipped because they
+-- items queued, items skipped because they are out, done already (in the
+-- done set, or among the recent completions) or failed, and items skipped because they
 -- are waiting in a queue already (the queued index, or earlier in this
 -- batch); or {R.NO_PROJECT} when the project does not exist,
 -- {R.STALE_GROUPS, version} when the routing is stale.
@@ -47,16 +49,18 @@ local extras_of = {}
 for i = 4, pos - 1, 2 do extras_of[ARGV[i]] = ARGV[i + 1] end
 local extras = {}
 local any_recent = redis.call('EXISTS', KEYS[7]) == 1
+local any_failed = redis.call('EXISTS', KEYS[#KEYS - 1]) == 1
 local index = KEYS[#KEYS]
 local queued, skipped, already, length = 0, 0, 0, 0
-for k = 8, #KEYS - 1 do
+for k = 8, #KEYS - 2 do
   local n = tonumber(ARGV[pos])
   pos = pos + 1
   local items = {}
   for i = pos, pos + n - 1 do
     local item = ARGV[i]
     if redis.call('HEXISTS', KEYS[5], item) == 1 or redis.call('SISMEMBER', KEYS[6], item) == 1
-        or (any_recent and redis.call('ZSCORE', KEYS[7], item)) then
+        or (any_recent and redis.call('ZSCORE', KEYS[7], item))
+        or (any_failed and redis.call('HEXISTS', KEYS[#KEYS - 1], item) == 1) then
       skipped = skipped + 1
     elseif redis.call('SADD', index, item) == 0 then
       already = already + 1

@@ -136,3 +136,51 @@ local function keep_completions(done_mode, items, now, done_key, recent_key, rec
   hincr_capped(stats_key, 'done_discarded', #items)
   if done_mode == 'archive' and archive_key then call_chunked('RPUSH', archive_key, items) end
 end
+
+-- Claim history (queues.HistoryKey): the ended claims of an item claimed
+-- more than once, "<downloader> <claimed at ms> <how it ended>[ <note>]"
+-- entries joined by ",", oldest first, at most history_max of them; the
+-- note (a failure report's reason) has "%" and "," escaped as %25 and %2C.
+-- Written only when a claim ends without a done, so a first claim costs
+-- nothing.
+local history_max = 32
+local function history_push(key, item, downloader, at, how, note)
+  local entry = downloader .. ' ' .. int(at) .. ' ' .. how
+  if note and note ~= '' then
+    entry = entry .. ' ' .. string.gsub(string.gsub(note, '%%', '%%25'), ',', '%%2C')
+  end
+  local have = redis.call('HGET', key, item)
+  if have then
+    local entries = {}
+    for e in string.gmatch(have, '[^,]+') do entries[#entries + 1] = e end
+    entries[#entries + 1] = entry
+    local first = math.max(1, #entries - history_max + 1)
+    entry = table.concat(entries, ',', first)
+  end
+  redis.call('HSET', key, item, entry)
+end
+
+-- Moves an item whose claim has just ended (its claim record, out and
+-- deadline entries already removed by the caller) into the failed items:
+-- the record keeps how many times it was claimed, when and why it failed,
+-- the reporter's message and its claim history, which leaves the history
+-- hash. reason is "max_claims" or "reported". Written as JSON by hand so
+-- an empty history is [] (cjson would write {}).
+local function fail_item(failed_key, history_key, item, count, now, reason, message)
+  local history = {}
+  local have = redis.call('HGET', history_key, item)
+  if have then
+    for e in string.gmatch(have, '[^,]+') do
+      local by, at, how, note = string.match(e, '^(%S+) (%d+) (%S+) ?(.*)$')
+      if by then
+        note = string.gsub(string.gsub(note, '%%2C', ','), '%%25', '%%')
+        history[#history + 1] = '{"by":' .. cjson.encode(by) .. ',"at":' .. at .. ',"ended":' .. cjson.encode(how) ..
+          ',"reason":' .. cjson.encode(note) .. '}'
+      end
+    end
+    redis.call('HDEL', history_key, item)
+  end
+  redis.call('HSET', failed_key, item, '{"claims":' .. int(count) .. ',"at":' .. int(now) ..
+    ',"reason":' .. cjson.encode(reason) .. ',"message":' .. cjson.encode(message or '') ..
+    ',"history":[' .. table.concat(history, ',') .. ']}')
+end

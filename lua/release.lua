@@ -10,7 +10,10 @@
 -- KEYS[6] budget     HASH downloader -> items out
 -- KEYS[7] stats      HASH counters
 -- KEYS[8] released   HASH item -> released record
--- KEYS[9..#KEYS-1] the sub-queues of todo:redo of each limit group (LIST)
+-- KEYS[9] failed     HASH item -> failed record: a released item claimed
+--                    max_claims times goes here, not to redo
+-- KEYS[10] history   HASH item -> its ended claims (a release adds one)
+-- KEYS[11..#KEYS-1] the sub-queues of todo:redo of each limit group (LIST)
 -- KEYS[#KEYS] queued SET the items waiting in the list queues: released
 --           items join it
 --
@@ -19,11 +22,13 @@
 -- ARGV[3] only items claimed at or before this time in ms ("" = any time)
 -- ARGV[4] the limit_groups_version the caller routed by
 -- ARGV[5..] (item, d) pairs: d = 0 sends the item to todo:redo, d >= 1 to
---         KEYS[8 + d], the sub-queue of its limit group (so a release never
+--         KEYS[10 + d], the sub-queue of its limit group (so a release never
 --         lets an item skip its group's limit)
 --
--- Returns {released, not_out, filtered}
---   released  items moved from out to todo:redo
+-- Returns {released, not_out, filtered, failed}
+--   released  items moved from out to todo:redo or, when claimed
+--             max_claims times (the project's setting, 0 = off), to failed
+--   failed    how many of the released went to failed
 --   not_out   items that were not out (never handed out, done, or already released)
 --   filtered  items out but excluded by ARGV[2] or ARGV[3]
 --   {R.NO_PROJECT} when the project does not exist, {R.STALE_GROUPS} when the
@@ -36,14 +41,16 @@
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {R.NO_PROJECT}
 end
-if (redis.call('HGET', KEYS[1], 'limit_groups_version') or '0') ~= ARGV[4] then
+local cfg = redis.call('HMGET', KEYS[1], 'limit_groups_version', 'max_claims')
+if (cfg[1] or '0') ~= ARGV[4] then
   return {R.STALE_GROUPS}
 end
+local max_claims = tonumber(cfg[2] or '0') or 0
 local now = tonumber(ARGV[1])
 local only_downloader = ARGV[2]
 local cutoff = tonumber(ARGV[3])
 
-local released, not_out, filtered = 0, 0, 0
+local released, not_out, filtered, failed = 0, 0, 0, 0
 local to = {}
 for i = 5, #ARGV, 2 do
   local item = ARGV[i]
@@ -60,10 +67,16 @@ for i = 5, #ARGV, 2 do
       redis.call('HDEL', KEYS[5], item)
       redis.call('ZREM', KEYS[3], item)
       redis.call('ZREM', KEYS[4], item)
-      redis.call('HSET', KEYS[8], item, string.format('%d %.0f %s', count, now, push_claimant(claimant, earlier, 5)))
-      local key = d > 0 and KEYS[8 + d] or KEYS[2]
-      to[key] = to[key] or {}
-      table.insert(to[key], item)
+      history_push(KEYS[10], item, claimant, claimed_at, 'released')
+      if max_claims > 0 and count >= max_claims then
+        fail_item(KEYS[9], KEYS[10], item, count, now, 'max_claims', '')
+        failed = failed + 1
+      else
+        redis.call('HSET', KEYS[8], item, string.format('%d %.0f %s', count, now, push_claimant(claimant, earlier, 5)))
+        local key = d > 0 and KEYS[10 + d] or KEYS[2]
+        to[key] = to[key] or {}
+        table.insert(to[key], item)
+      end
       released = released + 1
     end
   end
@@ -75,4 +88,7 @@ end
 if released > 0 then
   redis.call('HINCRBY', KEYS[7], 'items_released', released)
 end
-return {released, not_out, filtered}
+if failed > 0 then
+  redis.call('HINCRBY', KEYS[7], 'items_failed', failed)
+end
+return {released, not_out, filtered, failed}

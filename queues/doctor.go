@@ -43,6 +43,7 @@ func (e *Engine) Doctor(ctx context.Context, slug string) (DoctorReport, error) 
 		ReleasedKey(slug): "hash", RecentDoneKey(slug): "zset", EventsKey(slug): "stream",
 		QueueKey(slug, QueueScored): "zset", ReservedSetKey(slug): "set", RedoCancelledKey(slug): "hash",
 		QueuedKey(slug): "set", LogKey(slug): "list", DoneArchiveKey(slug): "list",
+		FailedKey(slug): "hash", HistoryKey(slug): "hash",
 		DownloaderBytesKey(slug): "hash", DownloaderItemsKey(slug): "hash", DownloaderVersionKey(slug): "hash",
 		DomainBytesKey(slug): "hash", RateKey(slug): "string", ExpiryCursorKey(slug): "string",
 		HourlyKey(slug, e.clock.Now()): "hash", SeriesMinuteKey(slug, e.clock.Now()): "hash",

@@ -401,7 +401,7 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 		ExtrasKey(slug), StatsKey(slug), DownloaderBytesKey(slug), DownloaderItemsKey(slug),
 		DownloaderVersionKey(slug), DomainBytesKey(slug), LogKey(slug), ReleasedKey(slug), QueueKey(slug, QueueRedo),
 		HourlyKey(slug, now), SeriesMinuteKey(slug, now), SeriesHourKey(slug, now), SeriesDownloaderKey(slug, now),
-		RecentDoneKey(slug), DoneArchiveKey(slug), EventsKey(slug), RedoCancelledKey(slug),
+		RecentDoneKey(slug), DoneArchiveKey(slug), EventsKey(slug), RedoCancelledKey(slug), HistoryKey(slug),
 	}
 	args := make([]any, 0, 7+len(req.Items))
 	entry := doneLogEntry(req, now, total, tail)
@@ -506,10 +506,14 @@ type ReleaseResult struct {
 	NotOut int `json:"not_out"`
 	// Filtered items were out but excluded by the release's filter.
 	Filtered int `json:"filtered"`
+	// Failed of the released items had been claimed max_claims times:
+	// they went to the failed items, not to todo:redo.
+	Failed int `json:"failed,omitempty"`
 }
 
 func (r *ReleaseResult) add(o ReleaseResult) {
 	r.Released += o.Released
+	r.Failed += o.Failed
 	r.NotOut += o.NotOut
 	r.Filtered += o.Filtered
 }
@@ -547,7 +551,7 @@ func (e *Engine) release(ctx context.Context, slug string, items []string, onlyD
 		// Released items go back to redo, into their limit group's
 		// sub-queue, so a release never lets an item skip its limit.
 		keys := []string{ConfigKey(slug), QueueKey(slug, QueueRedo), OutKey(slug), DeadlinesKey(slug),
-			ClaimsKey(slug), BudgetKey(slug), StatsKey(slug), ReleasedKey(slug)}
+			ClaimsKey(slug), BudgetKey(slug), StatsKey(slug), ReleasedKey(slug), FailedKey(slug), HistoryKey(slug)}
 		for _, g := range state.groups {
 			keys = append(keys, GroupQueueKey(slug, QueueRedo, g.Name))
 		}
@@ -567,7 +571,7 @@ func (e *Engine) release(ctx context.Context, slug string, items []string, onlyD
 	case code < 0:
 		return ReleaseResult{}, unavailable(op, fmt.Errorf("release script returned code %d", code))
 	}
-	return ReleaseResult{Released: int(code), NotOut: int(replyInt(rest[0])), Filtered: int(replyInt(rest[1]))}, nil
+	return ReleaseResult{Released: int(code), NotOut: int(replyInt(rest[0])), Filtered: int(replyInt(rest[1])), Failed: int(replyInt(rest[2]))}, nil
 }
 
 // ReleaseFilter selects claims for ReleaseClaims. The zero filter selects
@@ -624,7 +628,7 @@ func (e *Engine) ReleaseClaims(ctx context.Context, slug string, filter ReleaseF
 		if err != nil {
 			return total, err
 		}
-		total.add(ReleaseResult{Released: r.Released, Filtered: r.Filtered})
+		total.add(ReleaseResult{Released: r.Released, Filtered: r.Filtered, Failed: r.Failed})
 		offset += int64(r.Filtered)
 		if r.Released == 0 && r.Filtered == 0 {
 			// Everything on the page vanished meanwhile; read it again.
@@ -734,7 +738,7 @@ func (e *Engine) Enqueue(ctx context.Context, slug string, target Target, items 
 			args = append(args, len(routed[i]))
 			args = append(args, routed[i]...)
 		}
-		return append(keys, QueuedKey(slug)), args
+		return append(keys, FailedKey(slug), QueuedKey(slug)), args
 	})
 	switch {
 	case err != nil:
@@ -789,6 +793,9 @@ type Counts struct {
 	// Done counts every completion: those in the done set, and those
 	// counted and discarded (done_mode count or archive).
 	Done int64 `json:"done"`
+	// Failed counts the failed items (claimed max_claims times without a
+	// done, or reported failed), waiting for an operator.
+	Failed int64 `json:"failed"`
 	// Offloaded is how many of the waiting items above are in segment
 	// files on disk rather than in Redis.
 	Offloaded int64 `json:"offloaded"`
@@ -853,6 +860,7 @@ func (e *Engine) Counts(ctx context.Context, slug string) (Counts, error) {
 	cancelled := pipe.HLen(ctx, RedoCancelledKey(slug))
 	out := pipe.ZCard(ctx, OutKey(slug))
 	done := pipe.SCard(ctx, DoneKey(slug))
+	failed := pipe.HLen(ctx, FailedKey(slug))
 	discarded := pipe.HGet(ctx, StatsKey(slug), "done_discarded")
 	offloaded := pipe.HGetAll(ctx, OffloadKey(slug))
 	due := pipe.ZCount(ctx, DeadlinesKey(slug), "-inf", strconv.FormatInt(e.nowMillis(), 10))
@@ -869,7 +877,7 @@ func (e *Engine) Counts(ctx context.Context, slug string) (Counts, error) {
 	}
 	c := Counts{
 		Todo: sum(shared[0]), Backfeed: sum(shared[1]), Secondary: sum(shared[2]), Redo: sum(shared[3]),
-		Out: out.Val(), Done: done.Val(), Reclaimable: due.Val(), Scored: scored.Val(),
+		Out: out.Val(), Done: done.Val(), Failed: failed.Val(), Reclaimable: due.Val(), Scored: scored.Val(),
 	}
 	if n, err := strconv.ParseInt(discarded.Val(), 10, 64); err == nil {
 		c.Done += n

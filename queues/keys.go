@@ -212,3 +212,16 @@ func StagingKey(slug, id string) string { return projectPrefix(slug) + "staging:
 // ListKey is a project key named by its suffix (a queue's list, e.g.
 // "todo:g:users"), as segment records store their source.
 func ListKey(slug, suffix string) string { return projectPrefix(slug) + suffix }
+
+// FailedKey holds the project's failed items (HASH item -> JSON
+// FailedItem record): items claimed max_claims times without a done, and
+// items their claimant reported failed. An item here is in no other place
+// until an operator requeues or deletes it.
+func FailedKey(slug string) string { return projectPrefix(slug) + "failed" }
+
+// HistoryKey holds the ended claims of items claimed more than once (HASH
+// item -> "<downloader> <claimed at ms> <how it ended>" entries joined by
+// ","): written when a claim ends without a done (a reclaim, a release, a
+// failure report), never on a first claim, and dropped when the item is
+// done, failed or requeued, so it is as small as the items being retried.
+func HistoryKey(slug string) string { return projectPrefix(slug) + "history" }

@@ -78,7 +78,7 @@ func (e *Engine) limitGroups(ctx context.Context, slug string, refresh bool) (*g
 
 // claimKeys builds the claim script's KEYS and the group part of its ARGV.
 func claimKeys(slug, downloader, ip, globalBlock string, now time.Time, state *groupState) ([]string, []any) {
-	keys := make([]string, 0, 26+5*(len(state.groups)+len(state.removed)))
+	keys := make([]string, 0, 28+5*(len(state.groups)+len(state.removed)))
 	keys = append(keys,
 		ConfigKey(slug), ReservedQueueKey(slug, downloader),
 		QueueKey(slug, QueueTodo), QueueKey(slug, QueueBackfeed), QueueKey(slug, QueueSecondary), QueueKey(slug, QueueRedo),
@@ -101,7 +101,7 @@ func claimKeys(slug, downloader, ip, globalBlock string, now time.Time, state *g
 	for _, name := range state.removed {
 		addGroup(name, "-1", 1)
 	}
-	return append(keys, QueuedKey(slug)), args
+	return append(keys, FailedKey(slug), HistoryKey(slug), QueuedKey(slug)), args
 }
 
 // SetLimitGroups replaces a project's limit groups and, when their

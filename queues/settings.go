@@ -70,12 +70,24 @@ const (
 	DefaultOffloadSegment = 100_000
 	MaxOffloadSegment     = 1_000_000
 	DefaultRecentDone     = 1_000_000
+	// DefaultMaxClaims: with the default 6 h TTL growing with each claim,
+	// an item's tenth claim expires about two weeks after its first; ten
+	// warriors failing one item means the item is broken, not unlucky
+	// (docs/failed-items.md).
+	DefaultMaxClaims = 10
+	MaxMaxClaims     = 1000
 	// MaxEventLog caps a project's event log (entries, each one done call
 	// or one expired claim).
 	MaxEventLog = 10_000_000
 	// DefaultPluginEventLog is the event log a plugin's project gets: a
 	// day of one done call per second, kept while a plugin is down.
 	DefaultPluginEventLog = 100_000
+)
+
+// Where a failure report sends an item.
+const (
+	FailToFailed = "failed"
+	FailToRedo   = "redo"
 )
 
 // The done modes.
@@ -144,6 +156,15 @@ type Settings struct {
 	// project's items to read through consumer groups (0 = off: only the
 	// pub/sub hint for live viewers).
 	EventLog int `json:"event_log"`
+	// MaxClaims sends an item to the failed items once it has been claimed
+	// this many times without a done: the reclaim that would hand it out
+	// again moves it instead (0 = off, reclaimed forever). New projects
+	// get DefaultMaxClaims; projects made before the setting existed read
+	// as 0 until an operator sets it.
+	MaxClaims int `json:"max_claims"`
+	// FailReportTo is where an item goes when its claimant reports it
+	// failed (POST /<slug>/fail): FailToFailed or FailToRedo.
+	FailReportTo string `json:"fail_report_to"`
 	// LimitGroups rate-limit item types and patterns; set them with
 	// Engine.SetLimitGroups, which also re-routes queued items.
 	LimitGroups []LimitGroup `json:"limit_groups"`
@@ -168,6 +189,8 @@ func DefaultSettings() Settings {
 		LogLength:           DefaultLogLength,
 		UploadTargets:       []string{},
 		Extra:               map[string]json.RawMessage{},
+		MaxClaims:           DefaultMaxClaims,
+		FailReportTo:        FailToFailed,
 	}
 }
 
@@ -199,6 +222,8 @@ type SettingsPatch struct {
 	DoneMode                *string                     `json:"done_mode,omitempty"`
 	RecentDone              *int                        `json:"recent_done,omitempty"`
 	EventLog                *int                        `json:"event_log,omitempty"`
+	MaxClaims               *int                        `json:"max_claims,omitempty"`
+	FailReportTo            *string                     `json:"fail_report_to,omitempty"`
 }
 
 // Apply returns s with the patch applied and checked.
@@ -281,6 +306,12 @@ func (p SettingsPatch) Apply(s Settings) (Settings, error) {
 	if p.EventLog != nil {
 		s.EventLog = *p.EventLog
 	}
+	if p.MaxClaims != nil {
+		s.MaxClaims = *p.MaxClaims
+	}
+	if p.FailReportTo != nil {
+		s.FailReportTo = *p.FailReportTo
+	}
 	return s, s.Validate()
 }
 
@@ -344,6 +375,10 @@ func (s Settings) Validate() error {
 		return bad("recent_done", "must be between 1000 and 100000000")
 	case s.EventLog != 0 && (s.EventLog < 1000 || s.EventLog > MaxEventLog):
 		return bad("event_log", "must be 0 (off) or between 1000 and %d", MaxEventLog)
+	case s.MaxClaims < 0 || s.MaxClaims > MaxMaxClaims:
+		return bad("max_claims", "must be 0 (off) or between 1 and %d", MaxMaxClaims)
+	case s.FailReportTo != FailToFailed && s.FailReportTo != FailToRedo:
+		return bad("fail_report_to", "must be failed or redo")
 	}
 	if _, err := newBloomShape(s.BloomCapacity, s.BloomFPRate); err != nil {
 		return bad("bloom_capacity", "%v", err)
@@ -400,6 +435,8 @@ func (s Settings) fields() []any {
 		"done_mode", s.DoneMode,
 		"recent_done", strconv.Itoa(s.RecentDone),
 		"event_log", strconv.Itoa(s.EventLog),
+		"max_claims", strconv.Itoa(s.MaxClaims),
+		"fail_report_to", s.FailReportTo,
 	}
 }
 
@@ -453,6 +490,8 @@ func (p SettingsPatch) fieldNames() []string {
 	add(p.DoneMode != nil, "done_mode")
 	add(p.RecentDone != nil, "recent_done")
 	add(p.EventLog != nil, "event_log")
+	add(p.MaxClaims != nil, "max_claims")
+	add(p.FailReportTo != nil, "fail_report_to")
 	return names
 }
 
@@ -483,6 +522,13 @@ func settingsFromHash(h map[string]string) Settings {
 	intField(h, "offload_segment", &s.OffloadSegment)
 	intField(h, "recent_done", &s.RecentDone)
 	intField(h, "event_log", &s.EventLog)
+	// A project made before max_claims existed keeps reclaiming forever
+	// until an operator sets it: off, not the new projects' default.
+	s.MaxClaims = 0
+	intField(h, "max_claims", &s.MaxClaims)
+	if to := h["fail_report_to"]; to != "" {
+		s.FailReportTo = to
+	}
 	if mode := h["done_mode"]; mode != "" {
 		s.DoneMode = mode
 	}

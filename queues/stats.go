@@ -22,6 +22,10 @@ type Stats struct {
 	ReclaimRate float64 `json:"reclaim_rate"`
 	// ReclaimServeRate: share of served requests given a reclaim.
 	ReclaimServeRate float64 `json:"reclaim_serve_rate"`
+	// ItemFailRate: share of finished items that failed, items failed ever
+	// (stats.items_failed, requeued ones included) over those plus the
+	// done: how much of the work hoard gives up on.
+	ItemFailRate float64 `json:"item_fail_rate"`
 	// RTT: mean time from claim to done.
 	RTT         Duration          `json:"rtt"`
 	Downloaders []DownloaderStats `json:"downloaders"`
@@ -106,6 +110,7 @@ func (e *Engine) Stats(ctx context.Context, slug string) (Stats, error) {
 	s.IRSR = ratio(c["requests_served"], c["requests"])
 	s.ReclaimRate = ratio(c["items_reclaimed"], c["items_served"]-c["reclaims_served"])
 	s.ReclaimServeRate = ratio(c["requests_served_reclaim"], c["requests_served"])
+	s.ItemFailRate = ratio(c["items_failed"], counts.Done+c["items_failed"])
 	if c["rtt_count"] > 0 {
 		s.RTT = Duration(time.Duration(c["rtt_ms_sum"]/c["rtt_count"]) * time.Millisecond)
 	}

@@ -1,0 +1,103 @@
+-- fail.lua: a claimant reports that it could not do its items (POST
+-- /<slug>/fail). Each goes at once, instead of after its reclaim TTL, to
+-- the failed items or back to todo:redo, as the project's fail_report_to
+-- says, and the reason is recorded. Either every item is accepted or
+-- nothing changes: every check runs before the first write.
+--
+-- KEYS[1]  config     HASH
+-- KEYS[2]  out        ZSET item -> claimed at (ms)
+-- KEYS[3]  deadlines  ZSET item -> reclaim deadline (ms)
+-- KEYS[4]  claims     HASH item -> claim record
+-- KEYS[5]  budget     HASH downloader -> items out
+-- KEYS[6]  stats      HASH counters
+-- KEYS[7]  failed     HASH item -> failed record
+-- KEYS[8]  history    HASH item -> its ended claims
+-- KEYS[9]  released   HASH item -> released record (items sent to redo)
+-- KEYS[10] redo       LIST todo:redo
+-- KEYS[11..#KEYS-1]   the sub-queues of todo:redo of each limit group (LIST)
+-- KEYS[#KEYS] queued  SET the items waiting in the list queues
+--
+-- ARGV[1] now (ms)
+-- ARGV[2] the reporting downloader
+-- ARGV[3] the limit_groups_version the caller routed by
+-- ARGV[4] the reason (checked by the caller: printable, bounded)
+-- ARGV[5..] (item, d) pairs: d = 0 routes a redo to todo:redo, d >= 1 to
+--         KEYS[10 + d], its limit group's redo sub-queue
+--
+-- Returns
+--   {n, "failed" | "redo", to_failed}  accepted: n items left out;
+--                          to_failed of them went to failed (all, or in
+--                          redo mode those claimed max_claims times)
+--   {R.NO_PROJECT}
+--   {R.STALE_GROUPS}
+--   {R.NOT_HANDED_OUT, item, ...}  refused, nothing changed: not out
+--   {R.NOT_CLAIMANT, item, ...}    refused, nothing changed: out with
+--                          someone else (only the current claimant may
+--                          report: an earlier one would take the item away
+--                          from the warrior working on it now)
+
+local cfg = redis.call('HMGET', KEYS[1], 'created_at', 'limit_groups_version', 'fail_report_to', 'max_claims')
+if not cfg[1] then
+  return {R.NO_PROJECT}
+end
+if (cfg[2] or '0') ~= ARGV[3] then
+  return {R.STALE_GROUPS}
+end
+local now = tonumber(ARGV[1])
+local downloader = ARGV[2]
+local reason = ARGV[4]
+local to_redo = cfg[3] == 'redo'
+local max_claims = tonumber(cfg[4] or '0') or 0
+
+local records, unknown, strangers = {}, {}, {}
+for i = 5, #ARGV, 2 do
+  local item = ARGV[i]
+  local record = redis.call('HGET', KEYS[4], item)
+  if not record then
+    unknown[#unknown + 1] = item
+  else
+    local count, at, claimant, _, earlier = parse_claim(record)
+    if claimant ~= downloader then
+      strangers[#strangers + 1] = item
+    else
+      records[#records + 1] = {item = item, d = tonumber(ARGV[i + 1]), count = count or 1, at = at or now, earlier = earlier or '-'}
+    end
+  end
+end
+if #unknown > 0 then
+  table.insert(unknown, 1, R.NOT_HANDED_OUT)
+  return unknown
+end
+if #strangers > 0 then
+  table.insert(strangers, 1, R.NOT_CLAIMANT)
+  return strangers
+end
+
+local to_failed = 0
+local to = {}
+for _, r in ipairs(records) do
+  local item = r.item
+  budget_decrement(KEYS[5], downloader)
+  redis.call('HDEL', KEYS[4], item)
+  redis.call('ZREM', KEYS[2], item)
+  redis.call('ZREM', KEYS[3], item)
+  history_push(KEYS[8], item, downloader, r.at, 'reported', reason)
+  if not to_redo or (max_claims > 0 and r.count >= max_claims) then
+    fail_item(KEYS[7], KEYS[8], item, r.count, now, 'reported', reason)
+    to_failed = to_failed + 1
+  else
+    redis.call('HSET', KEYS[9], item, string.format('%d %.0f %s', r.count, now, push_claimant(downloader, r.earlier, 5)))
+    local key = r.d > 0 and KEYS[10 + r.d] or KEYS[10]
+    to[key] = to[key] or {}
+    table.insert(to[key], item)
+  end
+end
+for key, items in pairs(to) do
+  call_chunked('RPUSH', key, items)
+  call_chunked('SADD', KEYS[#KEYS], items)
+end
+redis.call('HINCRBY', KEYS[6], 'items_fail_reported', #records)
+if to_failed > 0 then
+  redis.call('HINCRBY', KEYS[6], 'items_failed', to_failed)
+end
+return {#records, to_redo and 'redo' or 'failed', to_failed}
