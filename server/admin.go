@@ -47,6 +47,10 @@ type AdminEngine interface {
 	ImportClaims(ctx context.Context, slug string, claims []queues.ImportedClaim) (queues.ImportResult, error)
 	ImportDownloaders(ctx context.Context, slug string, downloaders map[string]queues.ImportedDownloader, domainBytes map[string]int64) error
 	Doctor(ctx context.Context, slug string) (queues.DoctorReport, error)
+	FailedItems(ctx context.Context, slug string, cursor uint64, limit int) ([]queues.FailedItem, uint64, error)
+	EachFailed(ctx context.Context, slug string, fn func(queues.FailedItem) bool) error
+	RequeueFailed(ctx context.Context, slug string, q queues.Queue, items []string) (queues.FailedMoveResult, error)
+	DeleteFailed(ctx context.Context, slug string, items []string) (queues.FailedMoveResult, error)
 }
 
 // AdminAPI is the operators' API under /api/v1. Every call needs the admin
@@ -91,6 +95,7 @@ func (a *AdminAPI) register(g *gin.RouterGroup) {
 	g.DELETE("/blocks/:who", a.unblock)
 	g.GET("/log", a.changes)
 	a.registerOffload(g)
+	a.registerFailed(g)
 }
 
 // logChange records a change in hoard's log and in the project's (or the

@@ -30,6 +30,8 @@ const (
 	routeDone         = "done"
 	routeUpload       = "upload"
 	routeRelease      = "release"
+	routeFail         = "fail"
+	routeItemStatus   = "item_status"
 	routeStatsJSON    = "stats_json"
 	routeProjectsJSON = "projects_json"
 	routeNow          = "now"
@@ -204,6 +206,8 @@ type projectCollector struct {
 	reclaimServeRate *prometheus.Desc
 	rtt              *prometheus.Desc
 	oldestClaim      *prometheus.Desc
+	itemsFailed      *prometheus.Desc
+	itemFailRate     *prometheus.Desc
 	scrapeErrors     prometheus.Counter
 }
 
@@ -225,7 +229,7 @@ func newProjectCollector(stats ProjectStats, logger *slog.Logger) *projectCollec
 	return &projectCollector{
 		stats:            stats,
 		logger:           logger,
-		items:            desc("hoard_project_items", "Items in each place of a project (queues, out, done, reclaimable).", "place"),
+		items:            desc("hoard_project_items", "Items in each place of a project (queues, out, done, failed, reclaimable).", "place"),
 		itemsOffloaded:   desc("hoard_project_items_offloaded", "Waiting items of each shared queue in segment files on disk, not Redis (also in hoard_project_items).", "queue"),
 		itemsDone:        desc("hoard_project_items_done_total", "Items completed."),
 		bytesDone:        desc("hoard_project_bytes_done_total", "Bytes reported by completed items."),
@@ -237,6 +241,8 @@ func newProjectCollector(stats ProjectStats, logger *slog.Logger) *projectCollec
 		reclaimServeRate: desc("hoard_project_reclaim_serve_rate", "Share of served requests given a reclaim."),
 		rtt:              desc("hoard_project_rtt_seconds", "Mean time from claim to done."),
 		oldestClaim:      desc("hoard_project_oldest_claim_age_seconds", "Age of the oldest claim still out (0 with none); past the reclaim TTL with reclaiming off, it is work nobody will bring back."),
+		itemsFailed:      desc("hoard_project_items_failed_total", "Items sent to failed (claimed max_claims times without a done, or reported failed), requeued ones included."),
+		itemFailRate:     desc("hoard_project_item_fail_rate", "Share of finished items that failed: items failed over items failed plus done."),
 		scrapeErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "hoard_metrics_scrape_errors_total",
 			Help: "Projects (or project lists) whose statistics could not be read during a scrape.",
@@ -246,7 +252,7 @@ func newProjectCollector(stats ProjectStats, logger *slog.Logger) *projectCollec
 
 func (p *projectCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{p.items, p.itemsOffloaded, p.itemsDone, p.bytesDone, p.itemRequests, p.itemsServed,
-		p.reclaimsServed, p.irsr, p.reclaimRate, p.reclaimServeRate, p.rtt, p.oldestClaim} {
+		p.reclaimsServed, p.irsr, p.reclaimRate, p.reclaimServeRate, p.rtt, p.oldestClaim, p.itemsFailed, p.itemFailRate} {
 		ch <- d
 	}
 	p.scrapeErrors.Describe(ch)
@@ -288,7 +294,7 @@ func (p *projectCollector) collectProject(ch chan<- prometheus.Metric, slug stri
 		n    int64
 	}{
 		{"todo", c.Todo}, {"todo:backfeed", c.Backfeed}, {"todo:secondary", c.Secondary}, {"todo:redo", c.Redo},
-		{"todo:reserved", c.Reserved}, {"todo:scored", c.Scored}, {"out", c.Out}, {"done", c.Done}, {"reclaimable", c.Reclaimable},
+		{"todo:reserved", c.Reserved}, {"todo:scored", c.Scored}, {"out", c.Out}, {"done", c.Done}, {"failed", c.Failed}, {"reclaimable", c.Reclaimable},
 	} {
 		gauge(p.items, float64(place.n), place.name)
 	}
@@ -307,6 +313,8 @@ func (p *projectCollector) collectProject(ch chan<- prometheus.Metric, slug stri
 	gauge(p.reclaimServeRate, s.ReclaimServeRate)
 	gauge(p.oldestClaim, c.OldestClaimAgeSeconds)
 	gauge(p.rtt, time.Duration(s.RTT).Seconds())
+	counter(p.itemsFailed, "items_failed")
+	gauge(p.itemFailRate, s.ItemFailRate)
 }
 
 // refusalDesc is hoard_refusals_total: errors answered, by kind.

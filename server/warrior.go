@@ -19,6 +19,8 @@ type WarriorEngine interface {
 	Claim(ctx context.Context, req queues.ClaimRequest) (queues.ClaimResult, error)
 	Done(ctx context.Context, req queues.DoneRequest) (queues.DoneResult, error)
 	Release(ctx context.Context, slug string, items []string, onlyDownloader string) (queues.ReleaseResult, error)
+	ReportFailure(ctx context.Context, req queues.FailRequest) (queues.FailResult, error)
+	ItemStatus(ctx context.Context, slug, item string) (queues.ItemStatus, error)
 	Project(ctx context.Context, slug string) (queues.Project, error)
 }
 
@@ -39,7 +41,7 @@ type WarriorAPI struct {
 // warriorRoute is a parsed warrior path.
 type warriorRoute struct {
 	Slug   string
-	Action string // request, done, upload or release
+	Action string // request, done, upload, release or fail
 	Multi  int    // items wanted; 1 unless the path says multi=N
 }
 
@@ -59,7 +61,7 @@ func parseWarriorPath(path string) (warriorRoute, bool, error) {
 	}
 	route.Slug, route.Action = parts[0], parts[len(parts)-1]
 	switch route.Action {
-	case "request", "done", "upload", "release":
+	case "request", "done", "upload", "release", "fail":
 	default:
 		return route, false, nil
 	}
@@ -93,6 +95,12 @@ func (w *WarriorAPI) Dispatch(c *gin.Context) {
 		w.Pages.Serve(c, slug, resource)
 		return
 	}
+	// The public item status (server/itemstatus.go).
+	if slug, item, ok := itemStatusPath(c.Request.URL.Path); ok {
+		c.Set(routeKey, routeItemStatus)
+		w.itemStatus(c, slug, item)
+		return
+	}
 	route, ok, err := parseWarriorPath(c.Request.URL.Path)
 	if ok {
 		c.Set(routeKey, warriorRouteLabel(route, c.Request.URL.Path))
@@ -122,6 +130,8 @@ func (w *WarriorAPI) Dispatch(c *gin.Context) {
 		w.upload(c, route)
 	case "release":
 		w.release(c, route)
+	case "fail":
+		w.fail(c, route)
 	}
 }
 
