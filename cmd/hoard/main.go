@@ -29,7 +29,7 @@ func rootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serveCommand(), projectCommand(), queueCommand(), claimsCommand(), limitsCommand(),
+	root.AddCommand(serveCommand(), projectCommand(), queueCommand(), claimsCommand(), failedCommand(), limitsCommand(),
 		blockCommand(), unblockCommand(), blocksCommand(), logCommand(), archiveCommand(), segmentsCommand(), btCommand(), jobCommand(),
 		doctorCommand(), accountCommand(), tokenCommand())
 	return root

@@ -66,6 +66,8 @@ func projectWriteCommand(verb string) *cobra.Command {
 		downloaderBurst, ipBurst      int
 		ignoreGlobalBlocks            bool
 		backfeedSecret                string
+		maxClaims                     int
+		failReportTo                  string
 	)
 	cmd := &cobra.Command{
 		Use:   verb + " <slug>",
@@ -148,6 +150,12 @@ func projectWriteCommand(verb string) *cobra.Command {
 			if changed("recent-done") {
 				p.RecentDone = &recentDone
 			}
+			if changed("max-claims") {
+				p.MaxClaims = &maxClaims
+			}
+			if changed("fail-report-to") {
+				p.FailReportTo = &failReportTo
+			}
 			if changed("extra") {
 				m := map[string]json.RawMessage{}
 				for _, kv := range extras {
@@ -193,6 +201,8 @@ func projectWriteCommand(verb string) *cobra.Command {
 	f.IntVar(&offloadSegment, "offload-segment", queues.DefaultOffloadSegment, "items per offloaded segment file")
 	f.StringVar(&doneMode, "done-mode", queues.DoneKeep, "done items: keep (a set in Redis), count (and discard), or archive (to files on disk)")
 	f.IntVar(&recentDone, "recent-done", queues.DefaultRecentDone, "completions remembered for repeated dones when done-mode is count or archive")
+	f.IntVar(&maxClaims, "max-claims", queues.DefaultMaxClaims, "times an item may be claimed without a done before it goes to the failed items; 0 = reclaim forever")
+	f.StringVar(&failReportTo, "fail-report-to", queues.FailToFailed, "where an item its claimant reports failed goes: failed, or redo (served again until max-claims)")
 	f.SortFlags = false
 	return cmd
 }
