@@ -289,7 +289,7 @@ func runScenario(t *testing.T, sc scenario) *harness {
 // queues every item through the admin API of the first frontend.
 func (h *harness) createProject(ctx context.Context, items []string) error {
 	if err := h.admin(ctx, "/api/v1/projects/"+projectSlug,
-		map[string]any{"reclaim_enabled": true, "reclaim_ttl": reclaimTTL.String()}, http.StatusCreated); err != nil {
+		map[string]any{"reclaim_enabled": true, "reclaim_ttl": reclaimTTL.String(), "max_claims": maxClaims}, http.StatusCreated); err != nil {
 		return err
 	}
 	for start := 0; start < len(items); start += 50000 {
@@ -454,13 +454,13 @@ func (h *harness) summarize(t *testing.T, load, drain, work time.Duration) {
 	}
 	t.Logf("chaos seed %d (HOARD_CHAOS_SEED=%d to replay the schedule): %d warriors on %d frontends on %s, load %s (work ~%s per claim), drain %s",
 		h.sc.seed, h.sc.seed, h.sc.warriors, h.sc.frontends, on, load.Round(time.Millisecond), work.Round(time.Millisecond), drain.Round(time.Millisecond))
-	t.Logf("warriors: %d claims of %d items, %d dones acknowledged, %d releases, %d deaths mid-claim, %d dones refused, %d failed requests (%d claims unanswered)",
-		l.claims.Load(), l.claimedItems.Load(), l.dones.Load(), l.releases.Load(), l.deaths.Load(), l.refusals.Load(), l.failures.Load(), l.claimsUnanswered.Load())
+	t.Logf("warriors: %d claims of %d items, %d dones acknowledged, %d releases, %d failure reports, %d deaths mid-claim, %d dones refused, %d failed requests (%d claims unanswered)",
+		l.claims.Load(), l.claimedItems.Load(), l.dones.Load(), l.releases.Load(), l.failReports.Load(), l.deaths.Load(), l.refusals.Load(), l.failures.Load(), l.claimsUnanswered.Load())
 	stats, _ := h.rdb.HMGet(t.Context(), queues.StatsKey(projectSlug), "requests_served", "items_served", "items_reclaimed").Result()
 	t.Logf("hoard (its Redis stats, which a Redis kill can roll back too): %v claims of %v items served, %v items reclaimed; claims whose reply no warrior read: %v",
 		stats[0], stats[1], stats[2], lostReplies(stats[0], l.claims.Load()))
-	t.Logf("items %d: done %d, todo %d, out (stranded) %d; lost %d, duplicated %d, unknown %d",
-		r.Items, r.Done, r.Todo, r.Out, len(r.Lost), len(r.Duplicated), len(r.Unknown))
+	t.Logf("items %d: done %d, failed %d (max_claims %d), todo %d, out (stranded) %d; lost %d, duplicated %d, unknown %d",
+		r.Items, r.Done, r.Failed, maxClaims, r.Todo, r.Out, len(r.Lost), len(r.Duplicated), len(r.Unknown))
 	t.Logf("acknowledged dones lost by Redis kills: %d inside the %s everysec window, %d outside; not done at the end: %d",
 		len(r.AckedLostInWindow), everysecWindow, len(r.AckedLostOutside), len(r.AckedNotDoneAtEnd))
 	perKind := map[string]int{}
@@ -590,7 +590,8 @@ func TestChaos(t *testing.T) {
 		kills: max(5, int(load/(8*time.Second))),
 	}).report
 	require.Empty(t, r.failures(), "seed %d", seed)
-	require.Equal(t, items, r.Done)
+	require.Equal(t, items, r.Done+r.Failed, "every item done or failed")
+	require.Positive(t, r.Failed, "failure reports and max_claims sent items to failed")
 	kinds := map[string]bool{}
 	for _, k := range r.Kills {
 		kinds[k.Kind] = true
@@ -611,7 +612,8 @@ func TestChaosCluster(t *testing.T) {
 		kills: max(5, int(load/(8*time.Second))),
 	}).report
 	require.Empty(t, r.failures(), "seed %d", seed)
-	require.Equal(t, items, r.Done)
+	require.Equal(t, items, r.Done+r.Failed, "every item done or failed")
+	require.Positive(t, r.Failed, "failure reports and max_claims sent items to failed")
 	kinds := map[string]bool{}
 	for _, k := range r.Kills {
 		kinds[k.Kind] = true
@@ -660,7 +662,7 @@ func TestChaosCatchesARedisThatLosesData(t *testing.T) {
 	slices.Sort(wantLost)
 	require.Equal(t, wantLost, r.Lost, "both items found nowhere")
 	require.Equal(t, []string{removedDone}, r.AckedNotDoneAtEnd)
-	require.Equal(t, 598, r.Done)
+	require.Equal(t, 598, r.Done+r.Failed)
 	require.Zero(t, r.Out)
 	require.Len(t, r.failures(), 3, "lost, acknowledged-but-lost and not done at the end: %v", r.failures())
 	t.Logf("the checker caught: %v", r.failures())
@@ -673,8 +675,25 @@ func TestChaosCatchesARedisThatLosesData(t *testing.T) {
 	}
 	todoKey := queues.QueueKey(projectSlug, queues.QueueTodo)
 	require.NoError(t, h.rdb.RPush(ctx, todoKey, doneItem, "never-queued").Err())
+	// And a done item also failed, as a script that failed an item
+	// without taking it out of its place would leave it.
+	var failedToo string
+	for _, item := range h.items {
+		if item == doneItem || item == removedDone {
+			continue
+		}
+		if isDone, err := h.rdb.SIsMember(ctx, queues.DoneKey(projectSlug), item).Result(); err == nil && isDone {
+			failedToo = item
+			break
+		}
+	}
+	require.NotEmpty(t, failedToo, "a done item")
+	require.NoError(t, h.rdb.HSet(ctx, queues.FailedKey(projectSlug), failedToo, "{}").Err())
 	require.NoError(t, check(ctx, h.rdb, projectSlug, h.items, h.ledger.ackedBefore(time.Now()), r))
-	require.Equal(t, []string{doneItem + " in todo,done"}, r.Duplicated)
+	duplicated := []string{doneItem + " in todo,done", failedToo + " in done,failed"}
+	slices.Sort(duplicated)
+	slices.Sort(r.Duplicated)
+	require.Equal(t, duplicated, r.Duplicated)
 	require.Equal(t, []string{"never-queued"}, r.Unknown)
 	require.Equal(t, 2, r.Todo, "the duplicate and the stranger wait in todo")
 }

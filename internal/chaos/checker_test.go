@@ -26,10 +26,11 @@ type placement struct {
 	todo   int
 	out    int
 	done   int
+	failed int
 }
 
 // readPlacement reads every todo queue (shared, reserved and scored),
-// out and done of the project.
+// out, done and failed of the project.
 func readPlacement(ctx context.Context, rdb redis.UniversalClient, slug string) (placement, error) {
 	p := placement{places: map[string][]string{}}
 	add := func(place string, items []string) {
@@ -75,6 +76,12 @@ func readPlacement(ctx context.Context, rdb redis.UniversalClient, slug string) 
 	}
 	add("done", done)
 	p.done = len(done)
+	failed, err := rdb.HKeys(ctx, queues.FailedKey(slug)).Result()
+	if err != nil {
+		return p, err
+	}
+	add("failed", failed)
+	p.failed = len(failed)
 	return p, nil
 }
 
@@ -84,6 +91,7 @@ type report struct {
 	Todo       int
 	Out        int // stranded claims, once every warrior finished
 	Done       int
+	Failed     int      // claimed max_claims times, or reported failed
 	Lost       []string // known items found nowhere
 	Duplicated []string // items found in more than one place or twice in one
 	Unknown    []string // items found that were never queued
@@ -139,7 +147,7 @@ func check(ctx context.Context, rdb redis.UniversalClient, slug string, items []
 	if err != nil {
 		return err
 	}
-	r.Items, r.Todo, r.Out, r.Done = len(items), p.todo, p.out, p.done
+	r.Items, r.Todo, r.Out, r.Done, r.Failed = len(items), p.todo, p.out, p.done, p.failed
 	r.Lost, r.Duplicated, r.Unknown, r.AckedNotDoneAtEnd = nil, nil, nil, nil
 	known := make(map[string]bool, len(items))
 	for _, item := range items {

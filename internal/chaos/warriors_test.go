@@ -18,9 +18,14 @@ import (
 // The chaos project: reclaim on with a short TTL, so a dead warrior's
 // claims (and claims whose reply died with a frontend) come back within
 // seconds of real time.
+//
+// max_claims is low, so that items claimed by dying, releasing and
+// killed warriors reach it and go to failed during a run: the check then
+// proves failed is one of the places, counted once, never beside another.
 const (
 	projectSlug = "chaos"
 	reclaimTTL  = 2 * time.Second
+	maxClaims   = 3
 )
 
 // warriorPlan is what one warrior does. The mix is issue 15's: half
@@ -31,8 +36,9 @@ type warriorPlan struct {
 	nick     string
 	frontend int
 	multi    int
-	// releaseRate and dieRate are chances per claim.
-	releaseRate, dieRate float64
+	// releaseRate, dieRate and failRate (a failure report, POST
+	// /<slug>/fail) are chances per claim.
+	releaseRate, dieRate, failRate float64
 	// work is about the mean time from one claim to the next: a pause of
 	// up to half of it before claiming, then a quarter to all of it spent
 	// on the items before reporting them.
@@ -47,6 +53,7 @@ func warriorPlans(count, frontends int, work time.Duration) []warriorPlan {
 			frontend:    i % frontends,
 			multi:       1,
 			releaseRate: 0.03,
+			failRate:    0.01,
 			work:        work,
 		}
 		if i >= count/2 {
@@ -65,8 +72,8 @@ type ledger struct {
 	mu    sync.Mutex
 	acked map[string]time.Time // item -> first "OK" for it
 
-	claims, claimedItems, dones, releases, deaths, refusals atomic.Int64
-	failures                                                atomic.Int64 // transport errors and 5xx
+	claims, claimedItems, dones, releases, deaths, refusals, failReports atomic.Int64
+	failures                                                             atomic.Int64 // transport errors and 5xx
 	// claimsUnanswered are claim requests that got no answer (the
 	// connection broke): hoard may have claimed items for them that no
 	// warrior will ever report, which only the reclaim brings back.
@@ -180,6 +187,11 @@ func (w *warrior) run() {
 				items = items[cut:]
 			}
 		}
+		if !draining && len(items) > 0 && w.rng.Float64() < w.plan.failRate {
+			if w.fail(items[:1]) {
+				items = items[1:]
+			}
+		}
 		if len(items) > 0 {
 			w.done(items)
 		}
@@ -271,6 +283,17 @@ func (w *warrior) release(items []string) bool {
 		map[string]string{"downloader": w.plan.nick, "item": strings.Join(items, "\x00")})
 	if ok && status == http.StatusOK {
 		w.ledger.releases.Add(1)
+		return true
+	}
+	return false
+}
+
+// fail reports an item failed; false when hoard did not take the report.
+func (w *warrior) fail(items []string) bool {
+	status, _, ok := w.post("/"+projectSlug+"/fail",
+		map[string]string{"downloader": w.plan.nick, "item": strings.Join(items, "\x00"), "reason": "chaos"})
+	if ok && status == http.StatusOK {
+		w.ledger.failReports.Add(1)
 		return true
 	}
 	return false
