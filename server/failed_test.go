@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -120,5 +122,45 @@ func TestFailedCountInStatsAndMetrics(t *testing.T) {
 		require.Contains(t, r.body, `hoard_project_items{place="failed",project="demo"} 1`)
 		require.Contains(t, r.body, `hoard_project_items_failed_total{project="demo"} 1`)
 		require.Contains(t, r.body, `hoard_project_item_fail_rate{project="demo"} 0.5`)
+	})
+}
+
+// TestFailReportFromALuaGrabScript: a grab script in lua5.1 with
+// lua-socket reports its item failed; the same script as another
+// downloader is refused and the item stays out.
+func TestFailReportFromALuaGrabScript(t *testing.T) {
+	if _, err := exec.LookPath("lua5.1"); err != nil || exec.Command("lua5.1", "-e", `require("socket.http")`).Run() != nil {
+		reason := "lua5.1 with lua-socket is not installed (apt-get install lua5.1 lua-socket)"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(reason)
+		}
+		t.Skip(reason)
+	}
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, server.Config{AdminToken: token})
+		f.project("grab", queues.SettingsPatch{}, "https://example.com/a?b=\"c\"")
+		r := f.post("/grab/request", `{"downloader":"grabber","api_version":"2"}`)
+		require.Equal(t, http.StatusOK, r.status, r.body)
+		item := decode(t, r.body)["item_name"].(string)
+		report := func(downloader string) (string, map[string]any) {
+			out, err := exec.Command("lua5.1", "testdata/fail.lua", f.url, "grab", downloader, item, `HTTP 451 "unavailable"`).CombinedOutput()
+			require.NoError(t, err, string(out))
+			code, body, _ := strings.Cut(strings.TrimSpace(string(out)), " ")
+			return code, decode(t, body)
+		}
+		code, _ := report("someone")
+		require.Equal(t, "409", code)
+		status, err := f.engine.ItemStatus(f.ctx, "grab", item)
+		require.NoError(t, err)
+		require.Equal(t, queues.ItemStatus{Item: item, State: queues.StateOut, Downloader: "grabber"}, status)
+
+		code, body := report("grabber")
+		require.Equal(t, "200", code)
+		require.Equal(t, "failed", body["to"])
+		page, _, err := f.engine.FailedItems(f.ctx, "grab", 0, 10)
+		require.NoError(t, err)
+		require.Len(t, page, 1)
+		require.Equal(t, item, page[0].Item)
+		require.Equal(t, `HTTP 451 "unavailable"`, page[0].Message)
 	})
 }
