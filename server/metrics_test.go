@@ -85,7 +85,7 @@ func TestMetricsAndStatsJSON(t *testing.T) {
 		require.Equal(t, "public, max-age=2", r.header.Get("Cache-Control"))
 		stats := decode(t, r.body)
 		require.Equal(t, map[string]any{"todo": 0.0, "todo:backfeed": 0.0, "todo:secondary": 0.0, "todo:redo": 0.0,
-			"todo:reserved": 0.0, "todo:scored": 0.0, "out": 1.0, "done": 1.0, "offloaded": 0.0, "reclaimable": 0.0,
+			"todo:reserved": 0.0, "todo:scored": 0.0, "out": 1.0, "done": 1.0, "failed": 0.0, "offloaded": 0.0, "reclaimable": 0.0,
 			"oldest_claim_age_seconds": 0.0}, stats["counts"])
 		require.Equal(t, []any{map[string]any{"name": "tester1", "bytes": 1234.0, "items": 1.0, "version": "20240101.01"}},
 			stats["downloaders"])

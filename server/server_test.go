@@ -361,7 +361,7 @@ func TestAdminProjectLifecycle(t *testing.T) {
 		r = f.admin(http.MethodGet, "/projects/demo/counts", ``, token)
 		require.Equal(t, http.StatusOK, r.status, r.body)
 		require.Equal(t, map[string]any{"todo": 1.0, "todo:backfeed": 0.0, "todo:secondary": 0.0, "todo:redo": 2.0,
-			"todo:reserved": 0.0, "todo:scored": 0.0, "out": 0.0, "done": 0.0, "offloaded": 0.0, "reclaimable": 0.0,
+			"todo:reserved": 0.0, "todo:scored": 0.0, "out": 0.0, "done": 0.0, "failed": 0.0, "offloaded": 0.0, "reclaimable": 0.0,
 			"oldest_claim_age_seconds": 0.0}, decode(t, r.body))
 
 		require.Equal(t, http.StatusOK, f.admin(http.MethodPut, "/projects/demo/blocks/mallory", `{"reason":"junk"}`, token).status)
