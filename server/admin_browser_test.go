@@ -49,6 +49,17 @@ func TestWebAdminInChromium(t *testing.T) {
 	require.NoError(t, err)
 	_, err = engine.Claim(ctx, queues.ClaimRequest{Project: "own", Downloader: "tester1", Count: 3})
 	require.NoError(t, err)
+	// Three failed items, reported by their claimant with a reason that
+	// holds markup: the admin deletes one and requeues another in the page.
+	const xssFailed = "<img src=x onerror=alert(3)>"
+	_, err = engine.Enqueue(ctx, "own", queues.Target{Queue: queues.QueueTodo},
+		[]queues.QueueItem{{Name: xssFailed}, {Name: "fail:delete"}, {Name: "fail:keep"}})
+	require.NoError(t, err)
+	_, err = engine.Claim(ctx, queues.ClaimRequest{Project: "own", Downloader: "tester2", Count: 3})
+	require.NoError(t, err)
+	_, err = engine.ReportFailure(ctx, queues.FailRequest{Project: "own", Downloader: "tester2",
+		Items: []string{xssFailed, "fail:delete", "fail:keep"}, Reason: "<script>alert(4)</script>"})
+	require.NoError(t, err)
 
 	store := accounts.New(b.Client, nil)
 	tokens := map[string]string{}
@@ -76,7 +87,7 @@ func TestWebAdminInChromium(t *testing.T) {
 		require.NoError(t, os.MkdirAll(dir, 0o755))
 	}
 	raw, _ := json.Marshal(tokens)
-	line, runErr := runNodeScript(t, ctx, node, "admin.mjs", 120*time.Second, []string{"ADMIN_TOKENS=" + string(raw)}, "http://"+srv.Addr(), dir)
+	line, runErr := runNodeScript(t, ctx, node, "admin.mjs", 300*time.Second, []string{"ADMIN_TOKENS=" + string(raw)}, "http://"+srv.Addr(), dir)
 	var res adminBrowserResult
 	require.NoError(t, json.Unmarshal([]byte(line), &res), line)
 	for _, s := range res.Steps {
@@ -107,6 +118,14 @@ func TestWebAdminInChromium(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 2, counts.Secondary, "page:one and page:two moved")
 	require.EqualValues(t, 2, counts.Out, "one claim released")
+	require.EqualValues(t, 1, counts.Failed, "one failed item deleted, one requeued, the viewer's requeue refused")
+	failed, _, err := engine.FailedItems(ctx, "own", 0, 10)
+	require.NoError(t, err)
+	require.Len(t, failed, 1)
+	require.Equal(t, "fail:keep", failed[0].Item)
+	status, err := engine.ItemStatus(ctx, "own", xssFailed)
+	require.NoError(t, err)
+	require.Equal(t, queues.StateTodo, status.State, "requeued")
 	changes, err := engine.Changes(ctx, "own", 100)
 	require.NoError(t, err)
 	by := map[string]bool{}
@@ -116,6 +135,8 @@ func TestWebAdminInChromium(t *testing.T) {
 	require.True(t, by["web-admin: items moved"], "%v", by)
 	require.True(t, by["own-crew: settings changed"], "%v", by)
 	require.True(t, by["web-admin: blocked"], "%v", by)
+	require.True(t, by["web-admin: failed items requeued"], "%v", by)
+	require.True(t, by["web-admin: failed items deleted"], "%v", by)
 	for k := range by {
 		require.False(t, strings.HasPrefix(k, "own-viewer"), "the viewer changed nothing: %v", by)
 	}

@@ -198,6 +198,8 @@ const SETTINGS = [
   ['bloom_capacity', 'number', 'Items per generation of the backfeed filter.'],
   ['bloom_fp_rate', 'number', 'False-positive rate of the backfeed filter.'],
   ['event_log', 'number', 'Entries of the event stream plugins read (0 = off).'],
+  ['max_claims', 'number', 'Times an item may be claimed without a done before it goes to the failed items (0 = reclaimed forever).'],
+  ['fail_report_to', 'text', 'Where an item its claimant reports failed goes: failed, or redo (served again until max_claims).'],
   ['upload_targets', 'json', 'Where warriors upload (:downloader is replaced by the nickname).'],
   ['extra', 'json', 'Extra keys sent with every item.'],
   ['limit_groups', 'json', 'Rate-limited item types and patterns (hoard limits set).'],
@@ -338,6 +340,47 @@ async function projectView(view, slug) {
   claims.append(table('claims', ['', 'Item', 'Downloader', 'Claimed'], claimsBody));
   view.append(claims);
   loadClaims();
+
+  // Failed items: claimed max_claims times without a done, or reported
+  // failed by their claimant (docs/failed-items.md).
+  const failed = el('section', { class: 'panel', id: 'failed' }, el('h2', {}, 'Failed items'),
+    el('p', { class: 'muted small' }, 'Items claimed max_claims times without a done, or reported failed by their claimant. Requeue them (their claim count starts again) or delete them.'));
+  const failedBody = el('tbody');
+  const failedPath = '/projects/' + encodeURIComponent(slug) + '/failed';
+  const loadFailed = async () => {
+    try {
+      const r = await api('GET', failedPath + '?limit=200');
+      failedBody.replaceChildren(...r.failed.map((f) => el('tr', {},
+        el('td', {}, el('input', { type: 'checkbox', value: f.item, 'aria-label': 'select' })),
+        el('td', { class: 'wrap item' }, f.item), el('td', {}, String(f.claims)), el('td', {}, fmtTime(f.at)),
+        el('td', { class: 'wrap reason' }, f.message ? f.reason + ': ' + f.message : f.reason),
+        el('td', { class: 'wrap history' }, (f.history || []).map((h) => h.by + ' (' + h.ended + ')').join(', ')))));
+      if (!r.failed.length) failedBody.append(el('tr', {}, el('td', { colspan: '6', class: 'muted' }, 'No failed items.')));
+    } catch (err) { flash('failed items: ' + err.message, true); }
+  };
+  const requeueTo = el('select', { id: 'failed-queue' }, ['todo', 'backfeed', 'secondary', 'redo'].map((q) => el('option', { value: q }, q)));
+  const selectedFailed = () => [...failedBody.querySelectorAll('input:checked')].map((c) => c.value);
+  const failedAction = (verb, all) => async () => {
+    const items = all ? [] : selectedFailed();
+    if (!all && !items.length) { flash(verb + ': select failed items first', true); return; }
+    if (all && !confirm(verb + ' every failed item?')) return;
+    const body = all ? { all: true } : { items };
+    if (verb === 'requeue') body.queue = requeueTo.value;
+    if (await act(verb, async () => {
+      const r = await api('POST', failedPath + '/' + verb, body);
+      return `${verb === 'requeue' ? 'requeued' : 'deleted'} ${r.moved} failed items` + (r.not_failed ? ` (${r.not_failed} were no longer failed)` : '');
+    })) loadFailed();
+  };
+  failed.append(el('div', { class: 'row' },
+    el('div', {}, el('label', { for: 'failed-queue' }, 'Requeue to'), requeueTo),
+    el('button', { type: 'button', id: 'failed-requeue', onclick: failedAction('requeue', false) }, 'Requeue selected'),
+    el('button', { type: 'button', id: 'failed-requeue-all', onclick: failedAction('requeue', true) }, 'Requeue all'),
+    el('button', { type: 'button', class: 'danger', id: 'failed-delete', onclick: failedAction('delete', false) }, 'Delete selected'),
+    el('button', { type: 'button', id: 'failed-refresh', onclick: loadFailed }, 'Refresh')));
+  failed.append(table('failed', ['', 'Item', 'Claims', 'Failed', 'Why', 'Claimants'], failedBody));
+  failed.append(el('p', { class: 'small' }, 'Export: ', el('a', { class: 'link', download: `${slug}-failed.jsonl`, href: '/api/v1' + failedPath + '/export' }, 'failed items')));
+  view.append(failed);
+  loadFailed();
 
   // Limit groups: the whole list as JSON, saved as one PUT (which also
   // re-routes queued items when a matcher changed).

@@ -7,7 +7,8 @@
 // items by paste, moves them, releases a claim, saves a setting, rotates
 // the backfeed secret and deletes a project after confirming; a project
 // admin runs its own project and is refused another; a viewer reads and is
-// refused every change. An item named <img src=x onerror=alert(1)> and a
+// refused every change; failed items are listed, one deleted and one
+// requeued by the admin, and the viewer's requeue refused. An item named <img src=x onerror=alert(1)> and a
 // title with markup must show as text everywhere (no <img>, no dialog).
 // Prints one JSON line: {ok, steps: [..], flashes: {role: [..]}, screenshots: [..], errors: [..]}.
 import { chromium } from 'playwright-core';
@@ -20,6 +21,7 @@ if (!base || !dir || !tokens.admin) {
 }
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 const XSS = '<img src=x onerror=alert(1)>';
+const XSS_FAILED = '<img src=x onerror=alert(3)>';
 const result = { ok: false, steps: [], flashes: {}, screenshots: [], errors: [] };
 const fail = (msg) => result.errors.push(msg);
 const check = (cond, msg) => { if (!cond) fail(msg); };
@@ -141,6 +143,24 @@ try {
     await page.check(`#claims tbody input[value="${XSS.replace(/"/g, '\\"')}"]`);
     f = await flashAfter(page, role, () => page.click('#claims-release'));
     check(!f.error && f.text.includes('released 1 claims'), `${role}: release: ${f.text}`);
+
+    // Failed items: shown as text (item and reason), one deleted, one
+    // requeued to redo.
+    await page.waitForSelector('#failed td.item');
+    const failedItems = await page.$$eval('#failed td.item', (tds) => tds.map((td) => td.textContent));
+    check(failedItems.includes(XSS_FAILED), `${role}: the failed ${XSS_FAILED} is not shown as text: ${JSON.stringify(failedItems)}`);
+    const why = await page.$$eval('#failed td.reason', (tds) => tds.map((td) => td.textContent));
+    check(why.some((w) => w === 'reported: <script>alert(4)</script>'), `${role}: the failure reason is not shown as text: ${JSON.stringify(why)}`);
+    await checkText(page, role);
+    await page.check('#failed tbody input[value="fail:delete"]');
+    f = await flashAfter(page, role, () => page.click('#failed-delete'));
+    check(!f.error && f.text.includes('deleted 1 failed items'), `${role}: delete failed: ${f.text}`);
+    await page.waitForFunction(() => !document.querySelector('#failed tbody input[value="fail:delete"]'));
+    await page.check(`#failed tbody input[value="${XSS_FAILED.replace(/"/g, '\\"')}"]`);
+    await page.selectOption('#failed-queue', 'redo');
+    f = await flashAfter(page, role, () => page.click('#failed-requeue'));
+    check(!f.error && f.text.includes('requeued 1 failed items'), `${role}: requeue failed: ${f.text}`);
+    await page.waitForFunction(() => document.querySelectorAll('#failed tbody input[type=checkbox]').length === 1);
 
     await page.fill('#limit-groups-json', '[{"name":"users","type":"user","rate_per_minute":60,"burst":5}]');
     f = await flashAfter(page, role, () => page.click('#save-limit-groups'));
@@ -264,6 +284,10 @@ try {
     await page.locator('#claims tbody input[type=checkbox]').first().check();
     f = await flashAfter(page, role, () => page.click('#claims-release'));
     check(f.error && /may not POST/.test(f.text), `${role}: release was not refused: ${f.text}`);
+    await page.waitForSelector('#failed tbody input[value="fail:keep"]');
+    await page.check('#failed tbody input[value="fail:keep"]');
+    f = await flashAfter(page, role, () => page.click('#failed-requeue'));
+    check(f.error && /may not POST/.test(f.text), `${role}: requeue of a failed item was not refused: ${f.text}`);
     const reasons = await page.$$eval('#blocks td.reason', (tds) => tds.map((td) => td.textContent));
     check(reasons.some((r) => r.includes('<img src=x onerror=alert(2)>')), `${role}: the block reason is not shown as text: ${JSON.stringify(reasons)}`);
     await page.fill('#block-who', 'tester8');
@@ -277,7 +301,7 @@ try {
       const refused = await page.textContent('#view .flash.error');
       check(/may not GET \/api\/v1\/accounts/.test(refused), `${role}: accounts: ${refused}`);
     }
-    if (name === 'phone') await viewShots(page, 'viewer-phone', ['#claims', '#log']);
+    if (name === 'phone') await viewShots(page, 'viewer-phone', ['#claims', '#failed', '#log']);
     await context.close();
   }
 
