@@ -30,8 +30,9 @@
 --                  count or archive, which keep no done set)
 -- KEYS[8 .. 7+G]   STRING the filter's generations 1..G, then generation G+1
 --                  (started when generation G fills up during this batch)
--- KEYS[9+G .. #KEYS-1] the target queues (LIST): a queue and its limit
+-- KEYS[9+G .. #KEYS-2] the target queues (LIST): a queue and its limit
 --                  groups' sub-queues
+-- KEYS[#KEYS-1]    failed HASH (nor a failed item: an operator requeues it)
 -- KEYS[#KEYS]      queued SET the items waiting in the list queues (nor an
 --                  item waiting already; the queued items join it)
 --
@@ -47,7 +48,7 @@
 --         already reduced mod that generation's m
 --
 -- Returns {new, duplicates, G', placed, waiting} where G' is the generation
---   count now, and of the duplicates, placed were out, done or released and
+--   count now, and of the duplicates, placed were out, done, released or failed and
 --   waiting were queued already (the rest were in the filter), or
 --   {R.NO_PROJECT} no such project; {R.BAD_SECRET} wrong secret or backfeed
 --   disabled; {R.STALE_FILTER} the caller's generations differ from meta
@@ -118,7 +119,7 @@ local function call_sliced(command, key, args)
   return out
 end
 
--- Where each item already is: out, done, released or recently done. These
+-- Where each item already is: out, done, released, recently done or failed. These
 -- places don't change during the script, so one bulk look-up per place
 -- answers for the whole batch.
 local items = {}
@@ -136,6 +137,9 @@ mark(call_sliced('SMISMEMBER', KEYS[5], items), one)
 mark(call_sliced('HMGET', KEYS[6], items), present)
 if redis.call('EXISTS', KEYS[7]) == 1 then
   mark(call_sliced('ZMSCORE', KEYS[7], items), present)
+end
+if redis.call('EXISTS', KEYS[#KEYS - 1]) == 1 then
+  mark(call_sliced('HMGET', KEYS[#KEYS - 1], items), present)
 end
 local placed_count = 0
 for _ in pairs(placed) do placed_count = placed_count + 1 end

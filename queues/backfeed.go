@@ -258,7 +258,7 @@ func (e *Engine) bloomAdd(ctx context.Context, slug, secret string, q Queue, ite
 		for _, g := range state.groups {
 			keys = append(keys, GroupQueueKey(slug, q, g.Name))
 		}
-		keys = append(keys, QueuedKey(slug))
+		keys = append(keys, FailedKey(slug), QueuedKey(slug))
 		known := make([]string, gens)
 		perItem := 2
 		for g, shape := range all {

@@ -290,3 +290,24 @@ func TestItemStatusInEachPlace(t *testing.T) {
 		requireCode(t, err, queues.CodeInvalid)
 	})
 }
+
+// TestFailedItemIsNotQueuedAgain: while an item is failed, neither an
+// admin add nor a backfeed (whose Bloom filter never saw it) nor a
+// registered add queues it beside its failed record.
+func TestFailedItemIsNotQueuedAgain(t *testing.T) {
+	forEachMode(t, queues.SettingsPatch{BackfeedSecret: ptr("sekrit_12345")}, func(t *testing.T, tb bundle, mode string) {
+		tb.enqueue(t, todo, "x")
+		tb.claim(t, "alice", 1)
+		_, err := tb.engine.ReportFailure(tb.ctx, queues.FailRequest{Project: tb.slug, Downloader: "alice", Items: []string{"x"}})
+		require.NoError(t, err)
+
+		require.Equal(t, 1, tb.enqueueResult(t, todo, "x").Skipped)
+		res, err := tb.engine.Backfeed(tb.ctx, tb.slug, "sekrit_12345", []string{"x", "y"})
+		require.NoError(t, err)
+		require.Equal(t, 1, res.New, "y only")
+		res, err = tb.engine.EnqueueRegistered(tb.ctx, tb.slug, queues.QueueTodo, []string{"x"})
+		require.NoError(t, err)
+		require.Zero(t, res.New)
+		require.Equal(t, []string{"failed"}, tb.places(t, "x")["x"])
+	})
+}
