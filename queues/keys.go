@@ -212,3 +212,11 @@ func StagingKey(slug, id string) string { return projectPrefix(slug) + "staging:
 // ListKey is a project key named by its suffix (a queue's list, e.g.
 // "todo:g:users"), as segment records store their source.
 func ListKey(slug, suffix string) string { return projectPrefix(slug) + suffix }
+
+// RecentDownloadersKey holds one five-minute bucket of completions per
+// downloader (HASH, fields "i <nick>" items and "b <nick>" bytes), for each
+// downloader's recent rate; a bucket expires after RecentBucketTTL, so at
+// most a handful exist whatever the project's age.
+func RecentDownloadersKey(slug string, t time.Time) string {
+	return projectPrefix(slug) + "recent:d:" + t.UTC().Truncate(RecentBucket).Format("200601021504")
+}
