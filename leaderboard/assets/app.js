@@ -183,7 +183,7 @@
         }
         return n + " belong to limit group “" + h.name + "”, handed out at most " + F.perMinute(h.rate_per_minute) +
           (h.burst > 1 ? " (up to " + fmt(h.burst) + " at once)" : "") + ", so they need at least " + F.duration(h.eta_seconds) +
-          ". Between those, warriors asking for them get “no item” (404).";
+          ". When only these are left, a warrior asking between two of them gets “no item” (404) and tries again later.";
     }
     return n + " are held back (" + h.kind + ").";
   }
