@@ -239,3 +239,43 @@ func TestContributionsAcrossProjects(t *testing.T) {
 		requireCode(t, err, queues.CodeInvalid)
 	})
 }
+
+// BenchmarkStatsWithRates measures a whole Stats read (what stats.json
+// costs a frontend once per cache period), rates included: the hour of
+// minute series and the per-downloader buckets of a project with about 500
+// downloaders active in the last 15 minutes, on each backend.
+func BenchmarkStatsWithRates(b *testing.B) {
+	for _, backend := range redistest.Backends() {
+		b.Run(backend.Name, func(b *testing.B) {
+			require.NoError(b, redistest.Flush(b.Context(), backend))
+			clock := queues.NewFakeClock(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
+			engine := queues.NewEngine(backend.Client, queues.Options{Clock: clock, Logger: quietLogger})
+			_, err := engine.CreateProject(b.Context(), "bench", queues.SettingsPatch{})
+			require.NoError(b, err)
+			clock.Advance(2 * time.Hour)
+			for minute := 0; minute < 15; minute++ {
+				var items []queues.QueueItem
+				for d := 0; d < 500; d += 15 {
+					items = append(items, queues.QueueItem{Name: fmt.Sprintf("b:%02d-%03d", minute, d+minute)})
+				}
+				_, err := engine.Enqueue(b.Context(), "bench", todo, items)
+				require.NoError(b, err)
+				for _, it := range items {
+					nick := "nick" + it.Name[5:]
+					_, err := engine.Claim(b.Context(), queues.ClaimRequest{Project: "bench", Downloader: nick, Count: 1})
+					require.NoError(b, err)
+					_, err = engine.Done(b.Context(), queues.DoneRequest{Project: "bench", Downloader: nick, Items: []string{it.Name},
+						Bytes: map[string]int64{"data": 1000}})
+					require.NoError(b, err)
+				}
+				clock.Advance(time.Minute)
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := engine.Stats(b.Context(), "bench"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
