@@ -26,6 +26,13 @@ func ProjectPage() []byte {
 	return page
 }
 
+// DownloaderPage is the downloader page's HTML (/downloaders/<nick>/):
+// static, downloader.js draws it from /downloaders/<nick>.json.
+func DownloaderPage() []byte {
+	page, _ := assets.ReadFile("assets/downloader.html")
+	return page
+}
+
 // AdminPage is the web admin's HTML (/admin/): static, admin.js draws
 // it from the admin API.
 func AdminPage() []byte {

@@ -310,5 +310,8 @@ func (e *Engine) countDone(ctx context.Context, req DoneRequest, now time.Time, 
 		c.add(h, counterAdd, seriesHourTTL, hour, n)
 		c.add(h, counterAdd, seriesHourTTL, hour+"b", total)
 		c.add(SeriesDownloaderKey(slug, now), counterAdd, seriesDownloaderTTL, hour[4:6]+" "+req.Downloader, total)
+		recent := RecentDownloadersKey(slug, now)
+		c.add(recent, counterAdd, RecentBucketTTL, "i "+req.Downloader, n)
+		c.add(recent, counterAdd, RecentBucketTTL, "b "+req.Downloader, total)
 	})
 }

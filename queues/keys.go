@@ -225,3 +225,11 @@ func FailedKey(slug string) string { return projectPrefix(slug) + "failed" }
 // failure report), never on a first claim, and dropped when the item is
 // done, failed or requeued, so it is as small as the items being retried.
 func HistoryKey(slug string) string { return projectPrefix(slug) + "history" }
+
+// RecentDownloadersKey holds one five-minute bucket of completions per
+// downloader (HASH, fields "i <nick>" items and "b <nick>" bytes), for each
+// downloader's recent rate; a bucket expires after RecentBucketTTL, so at
+// most a handful exist whatever the project's age.
+func RecentDownloadersKey(slug string, t time.Time) string {
+	return projectPrefix(slug) + "recent:d:" + t.UTC().Truncate(RecentBucket).Format("200601021504")
+}

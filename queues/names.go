@@ -26,7 +26,7 @@ var (
 // reservedSlugs would shadow hoard's own routes.
 var reservedSlugs = map[string]bool{
 	"api": true, "now": true, "metrics": true, "healthz": true, "backfeed": true,
-	"static": true, "admin": true, "dictionary": true, "ws": true, "tracker": true,
+	"static": true, "admin": true, "dictionary": true, "ws": true, "tracker": true, "downloaders": true,
 }
 
 // ValidateSlug checks a project slug. Braces are refused by name because

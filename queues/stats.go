@@ -37,6 +37,11 @@ type Stats struct {
 	LastHour WindowStats `json:"last_hour"`
 	// Hourly lists the last 24 UTC hours, oldest first.
 	Hourly []HourStats `json:"hourly"`
+	// Paused says the project hands out nothing (Rates.HeldBack says so too).
+	Paused bool `json:"paused"`
+	// Rates are the pace now and recently, the ETAs of the work left, what
+	// is held back and why, and each downloader's recent pace (rates.go).
+	Rates Rates `json:"rates"`
 }
 
 // GroupStats is one limit group and the items waiting in its sub-queues.
@@ -106,6 +111,10 @@ func (e *Engine) Stats(ctx context.Context, slug string) (Stats, error) {
 	}
 	s.Title = project.Title
 	s.Groups = groupStats(ctx, e, slug, project.LimitGroups)
+	s.Paused = project.Paused
+	if s.Rates, err = e.rates(ctx, project, counts, s.Groups); err != nil {
+		return Stats{}, err
+	}
 	c := s.Counters
 	s.IRSR = ratio(c["requests_served"], c["requests"])
 	s.ReclaimRate = ratio(c["items_reclaimed"], c["items_served"]-c["reclaims_served"])

@@ -19,7 +19,16 @@ import (
 // ProjectLister is what projects.json needs from the engine.
 type ProjectLister interface {
 	Project(ctx context.Context, slug string) (queues.Project, error)
+	// Availability says whether a warrior asking now would get work.
+	Availability(ctx context.Context, slug string) (queues.Availability, error)
 }
+
+// AutoCandidatesKey is the operator's key in projects.json listing, in
+// order, the projects auto_project may name (a hoard extension; warriors
+// ignore it): hoard names the first that has work, is not paused and has
+// rate to spare, so warriors set to "auto" go where there is work
+// (seesaw-kit#89, #119). With none open, the file's own auto_project stays.
+const AutoCandidatesKey = "auto_project_candidates"
 
 // ProjectsFile serves the Warrior HQ projects.json (warrior-protocol.md §5)
 // from the operator's file, merged with hoard's project state: paused
@@ -33,6 +42,8 @@ type ProjectsFile struct {
 	CacheFor time.Duration
 	// Access, when set, leaves the plugins' private projects out.
 	Access PluginAccess
+	// Clock times the cache; nil is the wall clock.
+	Clock queues.Clock
 
 	mu       sync.Mutex
 	cached   []byte
@@ -68,7 +79,10 @@ func (p *ProjectsFile) document(ctx context.Context) ([]byte, error) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.cached != nil && info.ModTime().Equal(p.modTime) && time.Since(p.cachedAt) < p.CacheFor {
+	if p.Clock == nil {
+		p.Clock = queues.SystemClock{}
+	}
+	if p.cached != nil && info.ModTime().Equal(p.modTime) && p.Clock.Now().Sub(p.cachedAt) < p.CacheFor {
 		return p.cached, nil
 	}
 	raw, err := os.ReadFile(p.Path)
@@ -79,7 +93,7 @@ func (p *ProjectsFile) document(ctx context.Context) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.cached, p.cachedAt, p.modTime = doc, time.Now(), info.ModTime()
+	p.cached, p.cachedAt, p.modTime = doc, p.Clock.Now(), info.ModTime()
 	return doc, nil
 }
 
@@ -127,5 +141,49 @@ func (p *ProjectsFile) merge(ctx context.Context, raw []byte) ([]byte, error) {
 	if doc["projects"], err = json.Marshal(kept); err != nil {
 		return nil, fmt.Errorf("encode projects: %w", err)
 	}
+	if err := p.chooseAutoProject(ctx, doc, kept); err != nil {
+		return nil, err
+	}
 	return json.Marshal(doc)
+}
+
+// chooseAutoProject sets auto_project to the first of the operator's
+// candidates that is listed (so a warrior can find it), hosted here, and
+// open: it has work a warrior may be handed, is not paused and has rate
+// to spare. A candidate hosted elsewhere cannot be judged and is passed
+// over; with no open candidate the file's own auto_project stays.
+func (p *ProjectsFile) chooseAutoProject(ctx context.Context, doc map[string]json.RawMessage, listed []map[string]json.RawMessage) error {
+	raw, ok := doc[AutoCandidatesKey]
+	if !ok {
+		return nil
+	}
+	var candidates []string
+	if err := json.Unmarshal(raw, &candidates); err != nil {
+		return &queues.Error{Op: "server.ProjectsFile", Code: queues.CodeUnavailable,
+			Message: "projects.json: \"" + AutoCandidatesKey + "\" is not a list of project names", Err: err}
+	}
+	present := make(map[string]bool, len(listed))
+	for _, entry := range listed {
+		var name string
+		_ = json.Unmarshal(entry["name"], &name)
+		present[name] = true
+	}
+	for _, name := range candidates {
+		if !present[name] {
+			continue
+		}
+		a, err := p.Engine.Availability(ctx, name)
+		switch queues.CodeOf(err) {
+		case 0:
+		case queues.CodeProjectNotFound, queues.CodeInvalid:
+			continue
+		default:
+			return err
+		}
+		if a.Open() {
+			doc["auto_project"], _ = json.Marshal(name)
+			return nil
+		}
+	}
+	return nil
 }

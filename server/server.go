@@ -146,7 +146,8 @@ func New(cfg Config, engine *queues.Engine) (*Server, error) {
 	if cfg.Offloader != nil {
 		admin.Offloader = cfg.Offloader
 	}
-	projects := &ProjectsFile{Path: cfg.ProjectsFile, Engine: engine, PublicURL: cfg.PublicURL, CacheFor: 10 * time.Second, Access: cfg.PluginAccess}
+	projects := &ProjectsFile{Path: cfg.ProjectsFile, Engine: engine, PublicURL: cfg.PublicURL, CacheFor: 10 * time.Second,
+		Access: cfg.PluginAccess, Clock: engine.Clock()}
 
 	router.GET("/now", func(c *gin.Context) {
 		c.String(http.StatusOK, "%s\n", strconv.FormatInt(engine.Clock().Now().Unix(), 10))
@@ -159,6 +160,8 @@ func New(cfg Config, engine *queues.Engine) (*Server, error) {
 		c.String(http.StatusOK, "ok\n")
 	})
 	router.GET("/projects.json", projects.Serve)
+	downloaders := &Downloaders{Engine: engine, Clock: engine.Clock(), Access: cfg.PluginAccess}
+	router.GET("/downloaders/*path", downloaders.Serve)
 	backfeed := &Backfeed{Engine: engine, MaxBodyBytes: DefaultBackfeedBodyBytes}
 	router.POST("/backfeed/legacy/:key", backfeed.Serve)
 	router.GET("/", pages.Index)

@@ -14,17 +14,11 @@
   // stats were read; more is how many downloaders stats.json left out.
   const state = {
     downloaders: new Map(), seen: new Set(), countsAt: 0, rankBy: "bytes", showAll: false,
-    live: [], statsAt: 0, more: 0,
+    live: [], statsAt: 0, more: 0, recent: new Map(),
   };
 
-  const fmt = (n) => Number(n || 0).toLocaleString("en-US");
-  function bytes(n) {
-    n = Number(n || 0);
-    const units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let i = 0;
-    while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
-    return (i ? n.toFixed(n < 10 ? 2 : 1) : n) + " " + units[i];
-  }
+  const F = window.hoardFormat;
+  const fmt = F.count, bytes = F.bytes;
   const pct = (x) => (100 * (x || 0)).toFixed(1) + "%";
 
   $("#title").textContent = slug;
@@ -109,12 +103,24 @@
       const tr = document.createElement("tr");
       tr.dataset.downloader = d.name;
       tr.title = d.version ? "version " + d.version : "";
-      for (const [text, cls] of [[i + 1, "num"], [d.name, ""], [bytes(d.bytes), "num"], [fmt(d.items), "num"]]) {
+      const r = state.recent.get(d.name);
+      const now = r && r.items ? F.perMinute(r.items_per_minute) : "";
+      for (const [text, cls] of [[i + 1, "num"], [d.name, "nick"], [bytes(d.bytes), "num"], [fmt(d.items), "num"], [now, "num"]]) {
         const td = document.createElement("td");
-        td.textContent = text;
-        if (cls) td.className = cls;
+        if (cls === "nick") {
+          // The name links to the downloader's page, as text only.
+          const a = document.createElement("a");
+          a.className = "nick";
+          a.href = "/downloaders/" + encodeURIComponent(text) + "/";
+          a.textContent = text;
+          td.appendChild(a);
+        } else {
+          td.textContent = text;
+          if (cls) td.className = cls;
+        }
         tr.appendChild(td);
       }
+      if (r && r.items) tr.cells[4].title = F.perSecond(r.bytes_per_second) + " over the last " + F.duration(state.nowSeconds);
       frag.appendChild(tr);
     });
     $("#downloaders").replaceChildren(frag);
@@ -145,6 +151,7 @@
     state.live = generated ? state.live.filter((e) => e.at > generated) : [];
     for (const e of state.live) countLive(e.by, e.bytes, e.items);
     state.more = Math.max(0, (Number(s.downloaders_total) || 0) - (s.downloaders || []).length);
+    renderPace(s);
     renderTable();
     $("#stat-irsr").textContent = s.last_hour && s.last_hour.requests ? pct(s.last_hour.irsr) : pct(s.irsr);
     $("#stat-reclaim-rate").textContent = pct(s.reclaim_rate);
@@ -154,6 +161,86 @@
     const hourly = s.hourly || [];
     $("#stat-items-hour").textContent = hourly.length ? fmt(hourly[hourly.length - 1].items_done) : "–";
     $("#stat-bytes").textContent = bytes((s.counters || {}).bytes_done);
+  }
+
+  // Pace, ETAs and what is held back ------------------------------------
+  const QUEUE_NAMES = {
+    "todo:scored": "scored (highest score first)", "todo": "to do", "todo:backfeed": "backfeed",
+    "todo:secondary": "secondary", "todo:redo": "redo (released items)",
+  };
+  // heldText says in words why a set of waiting items is not handed out.
+  function heldText(h) {
+    const n = fmt(h.items) + (h.items === 1 ? " item" : " items");
+    switch (h.kind) {
+      case "paused":
+        return n + " wait because the project is paused: warriors get nothing until an operator resumes it.";
+      case "claims_limit":
+        return n + " wait because the project's claims limit (" + fmt(h.burst) + " items out at once) is reached: new items go out as claims come back.";
+      case "reserved":
+        return n + " are reserved for named downloaders: only they are given them.";
+      case "limit_group":
+        if (!(h.rate_per_minute > 0)) {
+          return n + " belong to limit group “" + h.name + "”, which is paused (rate 0): none are handed out.";
+        }
+        return n + " belong to limit group “" + h.name + "”, handed out at most " + F.perMinute(h.rate_per_minute) +
+          (h.burst > 1 ? " (up to " + fmt(h.burst) + " at once)" : "") + ", so they need at least " + F.duration(h.eta_seconds) +
+          ". When only these are left, a warrior asking between two of them gets “no item” (404) and tries again later.";
+    }
+    return n + " are held back (" + h.kind + ").";
+  }
+  function renderPace(s) {
+    const r = s.rates;
+    if (!r) return;
+    state.nowSeconds = r.now ? r.now.seconds : 0;
+    state.recent = new Map((r.downloaders || []).map((d) => [d.name, d]));
+    $("#rate-items").textContent = F.perMinute(r.now && r.now.items_per_minute);
+    $("#rate-bytes").textContent = F.perSecond(r.now && r.now.bytes_per_second);
+    const queues = r.queues || [];
+    const waiting = queues.reduce((sum, q) => sum + (q.items || 0), 0);
+    const eta = $("#eta-all"), basis = $("#eta-basis");
+    if (!waiting) {
+      eta.textContent = "nothing waiting";
+      basis.textContent = "no items are queued";
+    } else if (r.eta_seconds === null || r.eta_seconds === undefined) {
+      eta.textContent = "–";
+      basis.textContent = "nothing was done in the last hour, so there is no pace to go by";
+    } else {
+      eta.textContent = F.duration(r.eta_seconds);
+      const hour = r.recent || {};
+      basis.textContent = "at the pace of the last " + F.duration(hour.seconds) + " (" + F.perMinute(hour.items_per_minute) + ")" +
+        ((r.held_back || []).some((h) => h.kind === "limit_group" && h.eta_seconds) ? ", and no sooner than the limit groups allow" : "");
+    }
+    const rows = document.createDocumentFragment();
+    for (const q of queues) {
+      if (!q.items) continue;
+      const tr = document.createElement("tr");
+      tr.dataset.queue = q.queue;
+      for (const [text, cls] of [[QUEUE_NAMES[q.queue] || q.queue, ""], [fmt(q.items), "num"], [q.eta_seconds === null ? "–" : F.duration(q.eta_seconds), "num"]]) {
+        const td = document.createElement("td");
+        td.textContent = text;
+        if (cls) td.className = cls;
+        tr.appendChild(td);
+      }
+      rows.appendChild(tr);
+    }
+    if (!rows.childNodes.length) {
+      const tr = document.createElement("tr");
+      const td = document.createElement("td");
+      td.colSpan = 3;
+      td.className = "muted";
+      td.textContent = "No items are waiting.";
+      tr.appendChild(td);
+      rows.appendChild(tr);
+    }
+    $("#queue-eta").replaceChildren(rows);
+    const held = r.held_back || [];
+    $("#held").hidden = held.length === 0;
+    $("#held-list").replaceChildren(...held.map((h) => {
+      const li = document.createElement("li");
+      li.dataset.kind = h.kind;
+      li.textContent = heldText(h);
+      return li;
+    }));
   }
 
   // Charts -------------------------------------------------------------
