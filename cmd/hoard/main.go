@@ -32,6 +32,7 @@ func rootCommand() *cobra.Command {
 	root.AddCommand(serveCommand(), projectCommand(), queueCommand(), claimsCommand(), limitsCommand(),
 		blockCommand(), unblockCommand(), blocksCommand(), logCommand(), archiveCommand(), segmentsCommand(), btCommand(), jobCommand(),
 		doctorCommand(), accountCommand(), tokenCommand())
+	strictCommands(root)
 	return root
 }
 
