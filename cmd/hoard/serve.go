@@ -307,7 +307,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 		ProjectsFile: o.projectsFile, PublicURL: o.publicURL, TrustedProxies: o.trustedProxies, Logger: logger,
 		// The plugins' own APIs and page data are forwarded to them: the
 		// host builds none of a plugin's stores and writes none of its keys.
-		Offloader: offloader, Collectors: []prometheus.Collector{pluginHost.Collector(), memory},
+		Offloader: offloader, Collectors: []prometheus.Collector{pluginHost.Collector(), memory, currentBuild().collector()},
 		Plugins: pluginHost, PluginAPI: pluginHost, PluginAccess: pluginHost, PluginJobs: pluginHost, MaxViewers: maxViewers, MaxViewersPerAddress: o.maxViewersPerAddress,
 		ViewerIdleTimeout: o.viewerIdleTimeout,
 	}, engine)

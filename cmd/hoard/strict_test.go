@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -80,4 +81,16 @@ func TestTyposSuggestTheCommand(t *testing.T) {
 	out, err := executeArgs("queue")
 	require.NoError(t, err)
 	require.Contains(t, out, "Available Commands")
+}
+
+// --version names the Go toolchain that built the binary and the build's
+// commit (the test binary has no VCS stamp: the -ldflags override shows).
+func TestVersionPrintsBuild(t *testing.T) {
+	saved := commit
+	commit = "abc1234"
+	defer func() { commit = saved }()
+	out, err := executeArgs("--version")
+	require.NoError(t, err)
+	require.Contains(t, out, runtime.Version())
+	require.Contains(t, out, "commit abc1234")
 }
