@@ -33,7 +33,7 @@ func rootCommand() *cobra.Command {
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.AddCommand(serveCommand(), projectCommand(), queueCommand(), claimsCommand(), limitsCommand(),
 		blockCommand(), unblockCommand(), blocksCommand(), logCommand(), archiveCommand(), segmentsCommand(), btCommand(), jobCommand(),
-		doctorCommand(), accountCommand(), tokenCommand())
+		doctorCommand(), accountCommand(), tokenCommand(), configCommand())
 	strictCommands(root)
 	return root
 }
