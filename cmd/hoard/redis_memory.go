@@ -22,4 +22,3 @@ func startMemoryMonitor(ctx context.Context, rdb redis.UniversalClient, threshol
 	go m.Run(ctx)
 	return m, nil
 }
-
