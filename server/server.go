@@ -97,6 +97,8 @@ type Server struct {
 	handler http.Handler
 	logger  *slog.Logger
 	health  *Health
+	// projects serves projects.json; a reload may point it elsewhere.
+	projects *ProjectsFile
 
 	mu       sync.Mutex
 	http     *http.Server
@@ -194,7 +196,7 @@ func New(cfg Config, engine *queues.Engine) (*Server, error) {
 	// gin's tree cannot express "/<slug>/multi=N//request".
 	router.NoRoute(warrior.Dispatch)
 
-	return &Server{cfg: cfg, engine: engine, hub: hub, handler: router, logger: cfg.Logger, health: health}, nil
+	return &Server{cfg: cfg, engine: engine, hub: hub, handler: router, logger: cfg.Logger, health: health, projects: projects}, nil
 }
 
 // Handler returns the server's routes, for tests and embedding.
@@ -261,6 +263,10 @@ func (s *Server) Addr() string {
 
 // Done reports the server's exit: nil after Stop, or the error that ended it.
 func (s *Server) Done() <-chan error { return s.serveErr }
+
+// SetProjectsFile serves another projects.json (or the same one re-read
+// at once), for a reload.
+func (s *Server) SetProjectsFile(path string) { s.projects.SetPath(path) }
 
 // Drain marks the server as going away: /readyz answers 503 from now on,
 // so a load balancer sends new traffic elsewhere, while every request is

@@ -64,7 +64,7 @@ func writeDefaults(w io.Writer) error {
 		fmt.Fprintf(&b, "%s = %s\n", key, tomlDefault(s, &scratch))
 	}
 	b.WriteString(`
-# Plugins: one [plugin.NAME] section each (flag --plugin, variable HOARD_PLUGINS).
+# Plugins: one [plugin.NAME] section each (--plugin, variable HOARD_PLUGINS).
 # path is the plugin's binary; empty or absent runs the builtin NAME.
 # [plugin.NAME.settings] is the plugin's own settings document (flag
 # --plugin-settings, variable HOARD_PLUGIN_SETTINGS; reloaded on SIGHUP:

@@ -148,7 +148,7 @@ func viewerLimits(o serveOptions, nofile uint64, logger *slog.Logger) (total int
 	return total, nil
 }
 
-func newLogger(format string, level slog.Level) *slog.Logger {
+func newLogger(format string, level slog.Leveler) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: level}
 	if format == "json" {
 		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
@@ -176,6 +176,9 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if err != nil {
 		return err
 	}
+	if o.logFormat != "text" && o.logFormat != "json" {
+		return fmt.Errorf("--log-format / HOARD_LOG_FORMAT: %q is not text or json", o.logFormat)
+	}
 	maxMemory, err := redisMaxMemory(o.redisMaxMemory)
 	if err != nil {
 		return err
@@ -190,8 +193,13 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if o.plugins.eventRetry <= 0 {
 		return fmt.Errorf("--plugin-event-retry must be positive, got %s", o.plugins.eventRetry)
 	}
-	logger := newLogger(o.logFormat, level)
+	// A LevelVar, so a SIGHUP can change the level of every logger made
+	// from this one.
+	levelVar := new(slog.LevelVar)
+	levelVar.Set(level)
+	logger := newLogger(o.logFormat, levelVar)
 	slog.SetDefault(logger)
+	redis.SetLogger(redisLogger{logger})
 	if o.adminToken == "" && !o.insecureNoAdminToken {
 		logger.Warn("HOARD_ADMIN_TOKEN is not set: every admin call will be refused")
 	}
@@ -290,6 +298,11 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if err != nil {
 		return err
 	}
+	// Watched before the server answers, so whoever waits for it to be
+	// ready may send a SIGHUP (unwatched, it would end the process).
+	reloadCtx, stopReload := context.WithCancel(ctx)
+	defer stopReload()
+	(&reloader{current: o, level: levelVar, plugins: pluginHost, server: srv, logger: logger}).watchHangups(reloadCtx)
 	if err := srv.Start(ctx); err != nil {
 		return err
 	}
