@@ -37,7 +37,15 @@ build: check-go
 PREFIX  ?= /usr/local
 DESTDIR ?=
 BINS    ?= bin/hoard bin/hoard-bittorrent
-install: build install-files
+# Under sudo, PATH is sudo's secure_path, which rarely holds Go: then the
+# message says how to build as yourself and install as root.
+install:
+	@if command -v $(GO) >/dev/null 2>&1; then $(MAKE) --no-print-directory build; \
+	elif [ "$(GO)" = go ] && [ -x /usr/local/go/bin/go ]; then $(MAKE) --no-print-directory build GO=/usr/local/go/bin/go; \
+	else echo "make install: no Go in this PATH (sudo resets PATH). Build as yourself, then install as root:"; \
+		echo '  make build && sudo make install-files'; \
+		echo 'or tell sudo where Go is:  sudo make install GO="$$(command -v go)"'; exit 1; fi
+	@$(MAKE) --no-print-directory install-files
 
 install-files:
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)/etc/systemd/system $(DESTDIR)/etc/hoard
@@ -45,12 +53,15 @@ install-files:
 	sed 's|/usr/local/bin/|$(PREFIX)/bin/|g' contrib/systemd/hoard.service > $(DESTDIR)/etc/systemd/system/hoard.service
 	chmod 0644 $(DESTDIR)/etc/systemd/system/hoard.service
 	[ -e $(DESTDIR)/etc/hoard/hoard.env ] || install -m 0640 contrib/systemd/hoard.env $(DESTDIR)/etc/hoard/hoard.env
+	[ -e $(DESTDIR)/etc/hoard/hoard.toml ] || { sed 's|/usr/local/bin/|$(PREFIX)/bin/|g' contrib/systemd/hoard.toml > $(DESTDIR)/etc/hoard/hoard.toml && chmod 0640 $(DESTDIR)/etc/hoard/hoard.toml; }
+	[ -s $(DESTDIR)/etc/hoard/admin-token ] || { (umask 077; head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > $(DESTDIR)/etc/hoard/admin-token); chmod 0640 $(DESTDIR)/etc/hoard/admin-token; }
 	@if [ -z "$(DESTDIR)" ]; then \
 		id -u hoard >/dev/null 2>&1 || useradd --system --home-dir /var/lib/hoard --shell /usr/sbin/nologin hoard; \
 		install -d -o hoard -g hoard -m 0750 /var/lib/hoard; \
-		chgrp hoard /etc/hoard/hoard.env; \
+		chgrp hoard /etc/hoard/hoard.env /etc/hoard/hoard.toml /etc/hoard/admin-token; \
 		if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi; \
-		echo "installed: set HOARD_ADMIN_TOKEN in /etc/hoard/hoard.env, then: systemctl enable --now hoard"; \
+		echo "installed: review /etc/hoard/hoard.toml (hoard config check /etc/hoard/hoard.toml), then: systemctl enable --now hoard"; \
+		echo "the CLI's token: export HOARD_ADMIN_TOKEN=\$$(sudo cat /etc/hoard/admin-token)"; \
 	fi
 
 # The admin token is generated once into data/admin-token (unless

@@ -25,7 +25,7 @@ var (
 
 // reservedSlugs would shadow hoard's own routes.
 var reservedSlugs = map[string]bool{
-	"api": true, "now": true, "metrics": true, "healthz": true, "backfeed": true,
+	"api": true, "now": true, "metrics": true, "healthz": true, "readyz": true, "debug": true, "backfeed": true,
 	"static": true, "admin": true, "dictionary": true, "ws": true, "tracker": true, "downloaders": true,
 }
 

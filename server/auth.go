@@ -68,6 +68,9 @@ func (a access) String() string {
 // accessRules maps "METHOD route" (gin's route pattern below /api/v1) to
 // what it needs. Plugin routes are matched by prefix (pluginRoute).
 var accessRules = map[string]access{
+	// Go's profiles show the process's memory and goroutines: admins only.
+	"GET " + pprofPrefix + "/*profile":         accessAdmin,
+	"POST " + pprofPrefix + "/*profile":        accessAdmin,
 	"GET /whoami":                              accessAccount,
 	"GET /accounts":                            accessAdmin,
 	"POST /accounts":                           accessAdmin,

@@ -36,6 +36,8 @@ const (
 	routeProjectsJSON = "projects_json"
 	routeNow          = "now"
 	routeHealthz      = "healthz"
+	routeReadyz       = "readyz"
+	routePprof        = "pprof"
 	routeMetrics      = "metrics"
 	routeAdmin        = "admin"
 	routeOther        = "other"
@@ -124,6 +126,10 @@ func routeLabel(c *gin.Context) string {
 		return routeNow
 	case p == "/healthz":
 		return routeHealthz
+	case p == "/readyz":
+		return routeReadyz
+	case strings.HasPrefix(p, pprofPrefix):
+		return routePprof
 	case p == "/projects.json":
 		return routeProjectsJSON
 	case p == "/metrics":

@@ -72,8 +72,23 @@ func (p *ProjectsFile) Serve(c *gin.Context) {
 	c.Data(http.StatusOK, "application/json", doc)
 }
 
+// SetPath serves another file from now on (a reload), and drops the
+// cached document so even the same path is read again at once.
+func (p *ProjectsFile) SetPath(path string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.Path, p.cached = path, nil
+}
+
+func (p *ProjectsFile) path() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.Path
+}
+
 func (p *ProjectsFile) document(ctx context.Context) ([]byte, error) {
-	info, err := os.Stat(p.Path)
+	path := p.path()
+	info, err := os.Stat(path)
 	if err != nil {
 		return nil, &httpError{Status: http.StatusNotFound, Code: "no_projects_file", Message: "no projects.json is configured on this server"}
 	}
@@ -85,7 +100,7 @@ func (p *ProjectsFile) document(ctx context.Context) ([]byte, error) {
 	if p.cached != nil && info.ModTime().Equal(p.modTime) && p.Clock.Now().Sub(p.cachedAt) < p.CacheFor {
 		return p.cached, nil
 	}
-	raw, err := os.ReadFile(p.Path)
+	raw, err := os.ReadFile(path)
 	if err != nil {
 		return nil, &queues.Error{Op: "server.ProjectsFile", Code: queues.CodeUnavailable, Message: "cannot read projects.json", Err: err}
 	}

@@ -96,6 +96,9 @@ type Server struct {
 	hub     *leaderboard.Hub
 	handler http.Handler
 	logger  *slog.Logger
+	health  *Health
+	// projects serves projects.json; a reload may point it elsewhere.
+	projects *ProjectsFile
 
 	mu       sync.Mutex
 	http     *http.Server
@@ -152,13 +155,9 @@ func New(cfg Config, engine *queues.Engine) (*Server, error) {
 	router.GET("/now", func(c *gin.Context) {
 		c.String(http.StatusOK, "%s\n", strconv.FormatInt(engine.Clock().Now().Unix(), 10))
 	})
-	router.GET("/healthz", func(c *gin.Context) {
-		if err := engine.Redis().Ping(c.Request.Context()).Err(); err != nil {
-			_ = c.Error(&queues.Error{Op: "server.healthz", Code: queues.CodeUnavailable, Message: "redis is unreachable", Err: err})
-			return
-		}
-		c.String(http.StatusOK, "ok\n")
-	})
+	health := &Health{Engine: engine, Plugins: cfg.Plugins}
+	router.GET("/healthz", health.Alive)
+	router.GET("/readyz", health.Ready)
 	router.GET("/projects.json", projects.Serve)
 	downloaders := &Downloaders{Engine: engine, Clock: engine.Clock(), Access: cfg.PluginAccess}
 	router.GET("/downloaders/*path", downloaders.Serve)
@@ -195,11 +194,12 @@ func New(cfg Config, engine *queues.Engine) (*Server, error) {
 	adminGroup.Any("/bittorrent/*path", forward.alias("bittorrent"))
 	router.GET("/tracker/:page", forward.page)
 	(&AccountsAPI{Store: store, Admin: admin}).register(adminGroup)
+	registerPprof(router.Group(pprofPrefix, authn.middleware))
 	// Warrior paths are routed on the raw path by WarriorAPI.Dispatch:
 	// gin's tree cannot express "/<slug>/multi=N//request".
 	router.NoRoute(warrior.Dispatch)
 
-	return &Server{cfg: cfg, engine: engine, hub: hub, handler: router, logger: cfg.Logger}, nil
+	return &Server{cfg: cfg, engine: engine, hub: hub, handler: router, logger: cfg.Logger, health: health, projects: projects}, nil
 }
 
 // Handler returns the server's routes, for tests and embedding.
@@ -267,9 +267,19 @@ func (s *Server) Addr() string {
 // Done reports the server's exit: nil after Stop, or the error that ended it.
 func (s *Server) Done() <-chan error { return s.serveErr }
 
+// SetProjectsFile serves another projects.json (or the same one re-read
+// at once), for a reload.
+func (s *Server) SetProjectsFile(path string) { s.projects.SetPath(path) }
+
+// Drain marks the server as going away: /readyz answers 503 from now on,
+// so a load balancer sends new traffic elsewhere, while every request is
+// still served until Stop.
+func (s *Server) Drain() { s.health.draining.Store(true) }
+
 // Stop drains in-flight requests for up to 10 s, then closes. Calling it
 // twice, or before Start, is safe.
 func (s *Server) Stop() error {
+	s.Drain()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped || s.http == nil {

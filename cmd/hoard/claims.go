@@ -103,26 +103,32 @@ func claimsListCommand() *cobra.Command {
 			client := newAdminClient()
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ITEM\tDOWNLOADER\tCLAIMED AT\tTIMES\tDEADLINE")
-			shown := 0
+			shown, cut := 0, false
 			for {
 				page := server.DefaultClaimsPage
 				if limit > 0 {
-					page = min(page, limit-shown)
+					// One more than is left to show: whether it comes tells
+					// whether the listing is cut short.
+					page = min(page, limit-shown+1)
 				}
 				query.Set("limit", strconv.Itoa(page))
 				var out server.ClaimsPage
 				if err := client.do(cmd.Context(), http.MethodGet, "/projects/"+url.PathEscape(args[0])+"/claims?"+query.Encode(), nil, &out); err != nil {
 					return err
 				}
-				for _, c := range out.Claims {
+				claims := out.Claims
+				if limit > 0 && len(claims) > limit-shown {
+					claims, cut = claims[:limit-shown], true
+				}
+				for _, c := range claims {
 					deadline := "-"
 					if !c.Deadline.IsZero() {
 						deadline = c.Deadline.UTC().Format(time.DateTime)
 					}
 					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", c.Item, c.Downloader, c.ClaimedAt.UTC().Format(time.DateTime), c.TimesClaimed, deadline)
 				}
-				shown += len(out.Claims)
-				if out.Next == "" || (limit > 0 && shown >= limit) {
+				shown += len(claims)
+				if cut || out.Next == "" {
 					break
 				}
 				query.Set("cursor", out.Next)
@@ -132,6 +138,11 @@ func claimsListCommand() *cobra.Command {
 			}
 			if err := tw.Flush(); err != nil {
 				return err
+			}
+			if cut {
+				// A listing cut short says so: the count alone reads as all.
+				fmt.Fprintf(cmd.ErrOrStderr(), "%d claims shown; cut short by --limit %d: there are more (--limit 0 lists all)\n", shown, limit)
+				return nil
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "%d claims\n", shown)
 			return nil

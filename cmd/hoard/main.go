@@ -28,10 +28,13 @@ func rootCommand() *cobra.Command {
 		Short:         "hoard: an Archiveteam-style work-queue tracker and BitTorrent swarm tracker",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       currentBuild().String(),
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.AddCommand(serveCommand(), projectCommand(), queueCommand(), claimsCommand(), failedCommand(), limitsCommand(),
 		blockCommand(), unblockCommand(), blocksCommand(), logCommand(), archiveCommand(), segmentsCommand(), btCommand(), jobCommand(),
-		doctorCommand(), accountCommand(), tokenCommand())
+		doctorCommand(), accountCommand(), tokenCommand(), configCommand())
+	strictCommands(root)
 	return root
 }
 

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/spf13/cobra"
 
 	"github.com/hoardproject/hoard/plugins"
 	"github.com/hoardproject/hoard/plugins/bittorrent/btplugin"
@@ -33,18 +32,6 @@ type pluginOptions struct {
 	// eventRetry is how long a plugin event may stay unacknowledged (its
 	// frontend or plugin died mid-hook) before another frontend takes it.
 	eventRetry time.Duration
-}
-
-func addPluginFlags(cmd *cobra.Command, o *pluginOptions) {
-	f := cmd.Flags()
-	f.StringArrayVar(&o.plugins, "plugin", splitList(envOr("HOARD_PLUGINS", "")),
-		"plugin to run: NAME=PATH for a plugin binary, NAME for a builtin; repeatable ($HOARD_PLUGINS, comma-separated)")
-	f.StringArrayVar(&o.settings, "plugin-settings", nil,
-		"a plugin's own settings: NAME=JSON or NAME=@FILE; repeatable")
-	f.StringArrayVar(&o.workerTokens, "plugin-worker-token", splitList(envOr("HOARD_PLUGIN_WORKER_TOKENS", "")),
-		"a token that lets an outside worker claim a plugin's items through the warrior API (Authorization: Bearer TOKEN): NAME=TOKEN for every item type of the plugin, NAME:TYPE,TYPE=TOKEN for some; repeatable ($HOARD_PLUGIN_WORKER_TOKENS, comma-separated)")
-	f.DurationVar(&o.eventRetry, "plugin-event-retry", pluginhost.DefaultEventRetryAfter,
-		"how long a plugin's item event may stay unacknowledged (its frontend or plugin died mid-hook) before another frontend delivers it again")
 }
 
 // startPlugins starts the plugin host. With no plugin configured it starts

@@ -18,18 +18,7 @@ import (
 func projectCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "project", Short: "Create, change and show projects"}
 	cmd.AddCommand(projectWriteCommand("create"), projectWriteCommand("set"), projectDeleteCommand(),
-		projectPauseCommand("pause", true), projectPauseCommand("resume", false), &cobra.Command{
-			Use:   "show <slug>",
-			Short: "Show a project's settings and counts",
-			Args:  cobra.ExactArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				var out json.RawMessage
-				if err := newAdminClient().do(cmd.Context(), http.MethodGet, "/projects/"+args[0], nil, &out); err != nil {
-					return err
-				}
-				return printJSON(out)
-			},
-		}, &cobra.Command{
+		projectPauseCommand("pause", true), projectPauseCommand("resume", false), projectShowCommand(), &cobra.Command{
 			Use:   "list",
 			Short: "List projects",
 			Args:  cobra.NoArgs,
@@ -68,6 +57,7 @@ func projectWriteCommand(verb string) *cobra.Command {
 		backfeedSecret                string
 		maxClaims                     int
 		failReportTo                  string
+		showSecret                    bool
 	)
 	cmd := &cobra.Command{
 		Use:   verb + " <slug>",
@@ -172,10 +162,11 @@ func projectWriteCommand(verb string) *cobra.Command {
 			if err := newAdminClient().do(cmd.Context(), method, "/projects/"+args[0], p, &out); err != nil {
 				return err
 			}
-			return printJSON(out)
+			return printProject(out, showSecret)
 		},
 	}
 	f := cmd.Flags()
+	f.BoolVar(&showSecret, "show-secret", false, "print the backfeed secret itself, not its fingerprint")
 	f.StringVar(&title, "title", "", "human-readable title")
 	f.BoolVar(&paused, "paused", false, "stop handing out items (withheld from projects.json)")
 	f.StringVar(&minVersion, "min-version", "", "lowest pipeline VERSION served (older get 455); \"\" = any")
@@ -257,6 +248,24 @@ func projectPauseCommand(verb string, paused bool) *cobra.Command {
 			return nil
 		},
 	}
+}
+
+func projectShowCommand() *cobra.Command {
+	var showSecret bool
+	cmd := &cobra.Command{
+		Use:   "show <slug>",
+		Short: "Show a project's settings and counts (the backfeed secret as its fingerprint unless --show-secret)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var out json.RawMessage
+			if err := newAdminClient().do(cmd.Context(), http.MethodGet, "/projects/"+args[0], nil, &out); err != nil {
+				return err
+			}
+			return printProject(out, showSecret)
+		},
+	}
+	cmd.Flags().BoolVar(&showSecret, "show-secret", false, "print the backfeed secret itself, not its fingerprint")
+	return cmd
 }
 
 func printJSON(raw json.RawMessage) error {

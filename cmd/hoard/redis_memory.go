@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strconv"
 
 	"github.com/redis/go-redis/v9"
 
@@ -22,21 +21,4 @@ func startMemoryMonitor(ctx context.Context, rdb redis.UniversalClient, threshol
 	}
 	go m.Run(ctx)
 	return m, nil
-}
-
-// envFloat is the number in the environment variable, or def when unset;
-// a malformed value is recorded in *errp.
-func envFloat(name string, def float64, errp *error) float64 {
-	raw := envOr(name, "")
-	if raw == "" {
-		return def
-	}
-	v, err := strconv.ParseFloat(raw, 64)
-	if err != nil && *errp == nil {
-		*errp = fmt.Errorf("$%s=%q is not a number", name, raw)
-	}
-	if err != nil {
-		return def
-	}
-	return v
 }

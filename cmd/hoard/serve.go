@@ -8,16 +8,15 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/hoardproject/hoard/internal/localredis"
-	"github.com/hoardproject/hoard/internal/redismemory"
 	"github.com/hoardproject/hoard/leaderboard"
 	"github.com/hoardproject/hoard/queues"
 	"github.com/hoardproject/hoard/server"
@@ -52,54 +51,65 @@ type serveOptions struct {
 	maxViewers           int
 	maxViewersPerAddress int
 	viewerIdleTimeout    time.Duration
-	// envErr is a malformed number or duration in the environment,
-	// reported when the command runs.
-	envErr error
+	// configPath is the configuration file (empty: none), and
+	// commandLine the flags given, for a reload.
+	configPath  string
+	commandLine []string
 }
 
 func serveCommand() *cobra.Command {
 	var o serveOptions
+	var configPath string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the tracker (with a supervised local redis-server unless HOARD_REDIS_URL is set)",
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.envErr != nil {
-				return o.envErr
+			if configPath == "" {
+				configPath = os.Getenv("HOARD_CONFIG")
 			}
-			o.redisFsyncAsked = cmd.Flags().Changed("redis-fsync") || os.Getenv("HOARD_REDIS_FSYNC") != ""
+			// The command line, kept so a reload re-reads the file and the
+			// variables under the same flags.
+			o.commandLine = commandLine(cmd.Flags())
+			var file *configFile
+			if configPath != "" {
+				var err error
+				if file, err = loadConfigFile(configPath); err != nil {
+					return err
+				}
+			}
+			if err := applySettings(cmd.Flags(), file); err != nil {
+				return err
+			}
+			o.configPath = configPath
+			o.redisFsyncAsked = cmd.Flags().Changed("redis-fsync")
 			return runServe(cmd.Context(), o)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.listen, "listen", envOr("HOARD_LISTEN", "127.0.0.1:8080"), "address to listen on ($HOARD_LISTEN)")
-	f.StringVar(&o.redisURL, "redis-url", envOr("HOARD_REDIS_URL", ""), "redis:// or unix:// URL, or comma-separated cluster nodes; empty = run a local redis-server ($HOARD_REDIS_URL)")
-	f.StringVar(&o.redisFsync, "redis-fsync", envOr("HOARD_REDIS_FSYNC", string(localredis.DefaultFsyncPolicy)),
-		"the supervised redis-server's appendfsync: everysec (a Redis or machine crash can lose ~1 s of acknowledged writes), always (loses none, slower: see README \"Durability\") or no; an external Redis keeps its own setting ($HOARD_REDIS_FSYNC)")
-	f.Float64Var(&o.redisMemoryAlarm, "redis-memory-alarm", envFloat("HOARD_REDIS_MEMORY_ALARM", redismemory.DefaultThreshold, &o.envErr),
-		"share of the Redis's maxmemory at which hoard logs an alarm and sets hoard_redis_memory_alarm, supervised or external ($HOARD_REDIS_MEMORY_ALARM)")
-	f.StringVar(&o.redisMaxMemory, "redis-maxmemory", envOr("HOARD_REDIS_MAXMEMORY", localredis.DefaultMaxMemory),
-		"the supervised redis-server's memory limit: a size (4gb, 512mb), a share of the machine's memory (50%) or 0 for none; past it writes are refused, nothing is evicted ($HOARD_REDIS_MAXMEMORY)")
-	f.DurationVar(&o.redisReplayTarget, "redis-aof-replay-target", envDuration("HOARD_REDIS_AOF_REPLAY_TARGET", localredis.DefaultAOFReplayTarget, &o.envErr),
-		"rewrite the supervised redis-server's AOF once replaying its newest part would take longer than this; 0 leaves it to Redis's size trigger ($HOARD_REDIS_AOF_REPLAY_TARGET)")
-	f.StringVar(&o.dataDir, "data-dir", envOr("HOARD_DATA_DIR", "./data"), "where the local redis-server keeps its data and offloaded segment files go ($HOARD_DATA_DIR)")
-	f.StringVar(&o.node, "node", os.Getenv("HOARD_NODE"), "this frontend's name in segment records, which it refills (default: an id kept in the data directory) ($HOARD_NODE)")
-	f.StringVar(&o.adminToken, "admin-token", envOr("HOARD_ADMIN_TOKEN", ""), "token the admin API requires ($HOARD_ADMIN_TOKEN)")
-	f.StringVar(&o.metricsToken, "metrics-token", envOr("HOARD_METRICS_TOKEN", ""), "token /metrics requires; empty = open ($HOARD_METRICS_TOKEN)")
-	f.BoolVar(&o.insecureNoAdminToken, "insecure-no-admin-token", false, "DEVELOPMENT ONLY: allow admin calls without a token when none is set")
-	f.StringVar(&o.projectsFile, "projects-file", envOr("HOARD_PROJECTS_FILE", "projects.json"), "Warrior HQ projects.json to serve ($HOARD_PROJECTS_FILE)")
-	f.StringVar(&o.publicURL, "public-url", envOr("HOARD_PUBLIC_URL", ""), "public base URL, for leaderboard links ($HOARD_PUBLIC_URL)")
-	f.StringSliceVar(&o.trustedProxies, "trusted-proxy", splitList(envOr("HOARD_TRUSTED_PROXIES", "")), "proxy IP/CIDR whose X-Forwarded-For is trusted; repeatable ($HOARD_TRUSTED_PROXIES, comma-separated)")
-	f.BoolVar(&o.createListed, "create-listed-projects", false, "create any project named in the projects file that does not exist yet")
-	f.StringVar(&o.logFormat, "log-format", envOr("HOARD_LOG_FORMAT", "text"), "text or json")
-	f.StringVar(&o.logLevel, "log-level", envOr("HOARD_LOG_LEVEL", "info"), "debug, info, warn or error: debug adds the supervised redis-server's own lines and plugins' debug output ($HOARD_LOG_LEVEL)")
-	f.IntVar(&o.maxViewers, "max-viewers", envInt("HOARD_MAX_VIEWERS", 0, &o.envErr),
-		"live leaderboard viewers per frontend; 0 = derived from the descriptor limit, which also bounds a larger value ($HOARD_MAX_VIEWERS)")
-	f.IntVar(&o.maxViewersPerAddress, "max-viewers-per-address", envInt("HOARD_MAX_VIEWERS_PER_ADDRESS", leaderboard.DefaultMaxViewersPerAddress, &o.envErr),
-		"live viewers per client IPv4 address or IPv6 /64; more get 429 ($HOARD_MAX_VIEWERS_PER_ADDRESS)")
-	f.DurationVar(&o.viewerIdleTimeout, "viewer-idle-timeout", envDuration("HOARD_VIEWER_IDLE_TIMEOUT", leaderboard.DefaultViewerIdleTimeout, &o.envErr),
-		"drop a viewer that sent nothing, not even a pong, for this long ($HOARD_VIEWER_IDLE_TIMEOUT)")
-	addPluginFlags(cmd, &o.plugins)
+	f.StringVar(&configPath, "config", "", "configuration file (TOML; hoard config defaults prints one): flags and variables override it ($HOARD_CONFIG)")
+	for _, s := range serveSettings {
+		s.register(f, &o)
+	}
 	return cmd
+}
+
+// commandLine is the flags the command line set, as arguments.
+func commandLine(fs *pflag.FlagSet) []string {
+	var args []string
+	fs.Visit(func(f *pflag.Flag) {
+		if f.Name == "config" {
+			return
+		}
+		if list, ok := f.Value.(pflag.SliceValue); ok {
+			for _, v := range list.GetSlice() {
+				args = append(args, "--"+f.Name+"="+v)
+			}
+			return
+		}
+		args = append(args, "--"+f.Name+"="+f.Value.String())
+	})
+	return args
 }
 
 func splitList(s string) []string {
@@ -110,40 +120,6 @@ func splitList(s string) []string {
 		}
 	}
 	return out
-}
-
-// envInt is the integer in the environment variable, or def when unset;
-// a malformed value is recorded in *errp.
-func envInt(name string, def int, errp *error) int {
-	raw := envOr(name, "")
-	if raw == "" {
-		return def
-	}
-	n, err := strconv.Atoi(raw)
-	if err != nil && *errp == nil {
-		*errp = fmt.Errorf("$%s=%q is not a whole number", name, raw)
-	}
-	if err != nil {
-		return def
-	}
-	return n
-}
-
-// envDuration is the duration in the environment variable (e.g. "70s"),
-// or def when unset; a malformed value is recorded in *errp.
-func envDuration(name string, def time.Duration, errp *error) time.Duration {
-	raw := envOr(name, "")
-	if raw == "" {
-		return def
-	}
-	d, err := time.ParseDuration(raw)
-	if err != nil && *errp == nil {
-		*errp = fmt.Errorf("$%s=%q is not a duration such as 70s", name, raw)
-	}
-	if err != nil {
-		return def
-	}
-	return d
 }
 
 // viewerLimits checks the viewer options and resolves the total cap from
@@ -172,7 +148,7 @@ func viewerLimits(o serveOptions, nofile uint64, logger *slog.Logger) (total int
 	return total, nil
 }
 
-func newLogger(format string, level slog.Level) *slog.Logger {
+func newLogger(format string, level slog.Leveler) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: level}
 	if format == "json" {
 		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
@@ -200,6 +176,9 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if err != nil {
 		return err
 	}
+	if o.logFormat != "text" && o.logFormat != "json" {
+		return fmt.Errorf("--log-format / HOARD_LOG_FORMAT: %q is not text or json", o.logFormat)
+	}
 	maxMemory, err := redisMaxMemory(o.redisMaxMemory)
 	if err != nil {
 		return err
@@ -214,8 +193,13 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if o.plugins.eventRetry <= 0 {
 		return fmt.Errorf("--plugin-event-retry must be positive, got %s", o.plugins.eventRetry)
 	}
-	logger := newLogger(o.logFormat, level)
+	// A LevelVar, so a SIGHUP can change the level of every logger made
+	// from this one.
+	levelVar := new(slog.LevelVar)
+	levelVar.Set(level)
+	logger := newLogger(o.logFormat, levelVar)
 	slog.SetDefault(logger)
+	redis.SetLogger(redisLogger{logger})
 	if o.adminToken == "" && !o.insecureNoAdminToken {
 		logger.Warn("HOARD_ADMIN_TOKEN is not set: every admin call will be refused")
 	}
@@ -307,13 +291,18 @@ func runServe(ctx context.Context, o serveOptions) error {
 		ProjectsFile: o.projectsFile, PublicURL: o.publicURL, TrustedProxies: o.trustedProxies, Logger: logger,
 		// The plugins' own APIs and page data are forwarded to them: the
 		// host builds none of a plugin's stores and writes none of its keys.
-		Offloader: offloader, Collectors: []prometheus.Collector{pluginHost.Collector(), memory},
+		Offloader: offloader, Collectors: []prometheus.Collector{pluginHost.Collector(), memory, currentBuild().collector()},
 		Plugins: pluginHost, PluginAPI: pluginHost, PluginAccess: pluginHost, PluginJobs: pluginHost, MaxViewers: maxViewers, MaxViewersPerAddress: o.maxViewersPerAddress,
 		ViewerIdleTimeout: o.viewerIdleTimeout,
 	}, engine)
 	if err != nil {
 		return err
 	}
+	// Watched before the server answers, so whoever waits for it to be
+	// ready may send a SIGHUP (unwatched, it would end the process).
+	reloadCtx, stopReload := context.WithCancel(ctx)
+	defer stopReload()
+	(&reloader{current: o, level: levelVar, plugins: pluginHost, server: srv, logger: logger}).watchHangups(reloadCtx)
 	if err := srv.Start(ctx); err != nil {
 		return err
 	}

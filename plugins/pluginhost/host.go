@@ -428,6 +428,27 @@ func (h *Host) Call(ctx context.Context, name string, fn func(context.Context, p
 	return inst.call(ctx, h.opts.CallTimeout, fn)
 }
 
+// Reconfigure gives the named plugin new settings: the host restarts it
+// (Close, then a new instance Configured with them), which is how the
+// contract changes a running plugin's settings. It returns once the
+// restart is asked for; the plugin's state goes through starting to
+// running as after any restart, and a plugin that refuses the settings
+// is retried with back-off like one that fails to start.
+func (h *Host) Reconfigure(name string, settings json.RawMessage) error {
+	s := h.byName[name]
+	if s == nil {
+		return fmt.Errorf("%w %q", ErrNoPlugin, name)
+	}
+	s.mu.Lock()
+	s.spec.Settings = settings
+	s.mu.Unlock()
+	select {
+	case s.reconfigured <- struct{}{}:
+	default: // a restart is already pending; it reads the new settings
+	}
+	return nil
+}
+
 // ErrNoPlugin: no plugin of that name is configured.
 var ErrNoPlugin = errors.New("no plugin")
 

@@ -45,6 +45,10 @@ type supervisor struct {
 	events chan delivery
 	// runNow takes operators' run-now requests to the schedule loop.
 	runNow chan runRequest
+	// reconfigured wakes watch to restart the plugin with the settings
+	// Reconfigure put in spec (buffered: a second change while one is
+	// pending is taken by the same restart).
+	reconfigured chan struct{}
 
 	mu        sync.Mutex
 	state     State
@@ -85,6 +89,8 @@ func newSupervisor(h *Host, spec Spec) *supervisor {
 		changed:   make(chan struct{}),
 		tickCount: map[string]*tickCounters{},
 		runNow:    make(chan runRequest),
+
+		reconfigured: make(chan struct{}, 1),
 	}
 }
 
@@ -232,6 +238,13 @@ func (s *supervisor) run(ctx context.Context) {
 			inst.stop(opts.StopGrace)
 			return
 		}
+		if errors.Is(reason, errReconfigured) {
+			// Not a failure: no back-off, no restart counted.
+			s.setState(StateStarting, nil, nil)
+			inst.stop(opts.StopGrace)
+			s.log.Info("plugin restarting with its new settings")
+			continue
+		}
 		s.setState(StateBackoff, nil, reason)
 		inst.stop(opts.StopGrace)
 		s.mu.Lock()
@@ -247,6 +260,9 @@ func (s *supervisor) run(ctx context.Context) {
 		backoff = min(2*backoff, opts.MaxBackoff)
 	}
 }
+
+// errReconfigured is watch's reason when Reconfigure asked for a restart.
+var errReconfigured = errors.New("settings changed")
 
 // launch starts an instance, configures it, reads its description and
 // creates the projects its item types live in.
@@ -276,7 +292,16 @@ func (s *supervisor) launch(ctx context.Context) (*instance, error) {
 		inst.stop(opts.StopGrace)
 		return nil, fmt.Errorf("%s: %w", step, err)
 	}
-	cfg := plugins.Config{Name: s.spec.Name, RedisURL: opts.RedisURL, Settings: s.spec.Settings, Host: s.hostAPI()}
+	// This launch takes the newest settings: a Reconfigure pending from
+	// before it needs no second restart.
+	select {
+	case <-s.reconfigured:
+	default:
+	}
+	s.mu.Lock()
+	settings := s.spec.Settings
+	s.mu.Unlock()
+	cfg := plugins.Config{Name: s.spec.Name, RedisURL: opts.RedisURL, Settings: settings, Host: s.hostAPI()}
 	if err := inst.call(ctx, opts.CallTimeout, func(ctx context.Context, p plugins.Plugin) error { return p.Configure(ctx, cfg) }); err != nil {
 		return fail("configure", err)
 	}
@@ -375,6 +400,8 @@ func (s *supervisor) watch(ctx context.Context, inst *instance) error {
 			return ctx.Err()
 		case <-inst.broken:
 			return inst.brokenErr
+		case <-s.reconfigured:
+			return errReconfigured
 		case <-exitPoll:
 			if inst.exited() {
 				return errors.New("plugin process exited")

@@ -1,0 +1,317 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/internal/localredis"
+	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/queues"
+)
+
+// serveInProcess runs `hoard serve ARGS` until the test ends and returns
+// its base URL once /readyz answers 200.
+func serveInProcess(t *testing.T, args ...string) string {
+	t.Helper()
+	port, err := localredis.FreeLoopbackPort()
+	require.NoError(t, err)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		cmd := rootCommand()
+		cmd.SetArgs(append([]string{"serve", "--listen", addr}, args...))
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		done <- cmd.ExecuteContext(runCtx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	base := "http://" + addr
+	require.Eventually(t, func() bool {
+		select {
+		case err := <-done:
+			done <- err
+			require.NoError(t, err, "hoard serve ended")
+		default:
+		}
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 30*time.Second, 20*time.Millisecond, "hoard serve gets ready")
+	return base
+}
+
+func get(t *testing.T, url, token string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	require.NoError(t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(raw)
+}
+
+// hoard config defaults > f; hoard config check f; hoard serve --config f:
+// the printed defaults are a valid file that serves. The flags and the
+// variable given beat the file's keys (the file says listen 127.0.0.1:8080
+// and redis_url "").
+func TestConfigDefaultsCheckServeRoundTrip(t *testing.T) {
+	b := redistest.Backends()[0]
+	require.NoError(t, redistest.Flush(t.Context(), b))
+	out, err := executeArgs("config", "defaults")
+	require.NoError(t, err)
+	file := filepath.Join(t.TempDir(), "hoard.toml")
+	require.NoError(t, os.WriteFile(file, []byte(out), 0o600))
+	out, err = executeArgs("config", "check", file)
+	require.NoError(t, err)
+	require.Contains(t, out, "ok")
+
+	t.Setenv("HOARD_REDIS_URL", b.URL)
+	base := serveInProcess(t, "--config", file, "--data-dir", filepath.Join(t.TempDir(), "data"),
+		"--projects-file", filepath.Join(t.TempDir(), "none.json"), "--admin-token", "roundtrip-token")
+	status, body := get(t, base+"/metrics", "roundtrip-token")
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, "hoard_build_info{")
+}
+
+// Every key of the table is in the defaults, each with its flag and
+// variable named.
+func TestConfigDefaultsNameEveryKey(t *testing.T) {
+	out, err := executeArgs("config", "defaults")
+	require.NoError(t, err)
+	for _, s := range serveSettings {
+		if s.fromSections {
+			require.Contains(t, out, "--"+s.flag+", variable "+s.env, s.flag)
+			continue
+		}
+		require.Contains(t, out, "flag --"+s.flag+", variable "+s.env, s.flag)
+		if s.secret {
+			require.Contains(t, out, "\n# "+s.fileKey()+"_file = ", s.flag)
+		} else if !s.fromSections {
+			require.Contains(t, out, "\n"+s.fileKey(), s.flag)
+		}
+	}
+}
+
+// A broken file: every error names its line, unknown keys included, and
+// nothing else is reported as wrong.
+func TestConfigCheckNamesTheLineOfEachError(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "bad.toml")
+	require.NoError(t, os.WriteFile(file, []byte(strings.Join([]string{
+		`listen = "127.0.0.1:9000"`,            // 1 fine
+		`log_levle = "debug"`,                  // 2 unknown, near log_level
+		`admin_token = "typed-in"`,             // 3 a secret typed in
+		`viewer_idle_timeout = "soon"`,         // 4 not a duration
+		`max_viewers = "many"`,                 // 5 wrong type
+		`[plugin.bittorrent]`,                  // 6
+		`colour = "blue"`,                      // 7 unknown in a plugin section
+		`[plugin.bittorrent.settings]`,         // 8
+		`mode = "private"`,                     // 9 fine
+		`udp_secret = "typed-in"`,              // 10 a plugin secret typed in
+		`[plugin.bittorrent.settings.outbox]`,  // 11
+		`webhook_secret_env = "HOARD_NO_SUCH"`, // 12 names an unset variable
+	}, "\n")), 0o600))
+	_, err := executeArgs("config", "check", file)
+	require.Error(t, err)
+	lines := strings.Split(err.Error(), "\n")
+	want := []string{
+		file + ":2: log_levle: unknown key; did you mean log_level?",
+		file + ":3: admin_token: a secret is never typed into the file",
+		file + ":4: viewer_idle_timeout: ",
+		file + ":5: max_viewers: want a whole number",
+		file + ":7: plugin.bittorrent.colour: unknown key",
+		file + ":10: plugin.bittorrent.settings.udp_secret: a secret is never typed into the file",
+		file + ":12: plugin.bittorrent.settings.outbox.webhook_secret_env: variable HOARD_NO_SUCH is not set",
+	}
+	require.Len(t, lines, len(want), err.Error())
+	for _, w := range want {
+		found := false
+		for _, l := range lines {
+			found = found || strings.HasPrefix(l, w)
+		}
+		require.True(t, found, "want a line starting %q in:\n%s", w, err.Error())
+	}
+	require.NotContains(t, err.Error(), "typed-in", "a secret is never echoed")
+
+	// A syntax error names its line and column.
+	require.NoError(t, os.WriteFile(file, []byte("listen = \"a\"\n\nlog_level = \"x\n"), 0o600))
+	_, err = executeArgs("config", "check", file)
+	require.ErrorContains(t, err, file+":3:")
+}
+
+// Flag > variable > file > default, setting by setting; secrets come from
+// the file or variable the file names.
+func TestSettingsPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "admin-token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte("from-a-file\n"), 0o600))
+	file := filepath.Join(dir, "hoard.toml")
+	require.NoError(t, os.WriteFile(file, []byte(`listen = "127.0.0.1:1111"
+log_level = "warn"
+log_format = "json"
+admin_token_file = "`+tokenFile+`"
+metrics_token_env = "PRECEDENCE_METRICS"
+[plugin.bittorrent]
+[plugin.bittorrent.settings]
+mode = "private"
+`), 0o600))
+	t.Setenv("PRECEDENCE_METRICS", "metrics-from-variable")
+	t.Setenv("HOARD_LOG_LEVEL", "error")
+	t.Setenv("HOARD_LOG_FORMAT", "")
+	t.Setenv("HOARD_LISTEN", "")
+	t.Setenv("HOARD_ADMIN_TOKEN", "")
+	t.Setenv("HOARD_METRICS_TOKEN", "")
+	t.Setenv("HOARD_PLUGINS", "")
+	t.Setenv("HOARD_PLUGIN_SETTINGS", "")
+	t.Setenv("HOARD_DATA_DIR", "")
+
+	var o serveOptions
+	fs := serveFlagSet(&o)
+	require.NoError(t, fs.Parse([]string{"--listen", "127.0.0.1:2222"}))
+	cfg, err := loadConfigFile(file)
+	require.NoError(t, err)
+	require.NoError(t, applySettings(fs, cfg))
+	require.Equal(t, "127.0.0.1:2222", o.listen, "flag beats file")
+	require.Equal(t, "error", o.logLevel, "variable beats file")
+	require.Equal(t, "json", o.logFormat, "file beats default")
+	require.Equal(t, "./data", o.dataDir, "default")
+	require.Equal(t, "from-a-file", o.adminToken)
+	require.Equal(t, "metrics-from-variable", o.metricsToken)
+	require.Equal(t, []string{"bittorrent"}, o.plugins.plugins)
+	require.Equal(t, []string{`bittorrent={"mode":"private"}`}, o.plugins.settings)
+
+	// HOARD_PLUGIN_SETTINGS is read (it was silently ignored).
+	t.Setenv("HOARD_PLUGIN_SETTINGS", `bittorrent={"mode":"open"}`)
+	o = serveOptions{}
+	fs = serveFlagSet(&o)
+	require.NoError(t, applySettings(fs, cfg))
+	require.Equal(t, []string{`bittorrent={"mode":"open"}`}, o.plugins.settings)
+
+	// A bad variable names itself.
+	t.Setenv("HOARD_MAX_VIEWERS", "lots")
+	o = serveOptions{}
+	fs = serveFlagSet(&o)
+	require.ErrorContains(t, applySettings(fs, nil), "$HOARD_MAX_VIEWERS")
+}
+
+// A SIGHUP while warriors are being served changes a plugin's setting
+// (its announce interval, seen by a BitTorrent client) and fails no
+// warrior request.
+func TestSighupReconfiguresAPluginUnderWarriorLoad(t *testing.T) {
+	b := redistest.Backends()[0]
+	ctx := t.Context()
+	require.NoError(t, redistest.Flush(ctx, b))
+	engine := queues.NewEngine(b.Client, queues.Options{})
+	_, err := engine.CreateProject(ctx, "hup", queues.SettingsPatch{})
+	require.NoError(t, err)
+	items := make([]queues.QueueItem, 20000)
+	for i := range items {
+		items[i] = queues.QueueItem{Name: fmt.Sprintf("item-%d", i)}
+	}
+	_, err = engine.Enqueue(ctx, "hup", queues.Target{Queue: queues.QueueTodo}, items)
+	require.NoError(t, err)
+
+	trackerPort, err := localredis.FreeLoopbackPort()
+	require.NoError(t, err)
+	file := filepath.Join(t.TempDir(), "hoard.toml")
+	writeConfig := func(interval string) {
+		require.NoError(t, os.WriteFile(file, fmt.Appendf(nil, `log_level = "error"
+[plugin.bittorrent]
+[plugin.bittorrent.settings]
+mode = "open"
+http = "127.0.0.1:%d"
+udp4 = ""
+udp6 = ""
+interval = %q
+`, trackerPort, interval), 0o600))
+	}
+	writeConfig("30m")
+	t.Setenv("HOARD_REDIS_URL", b.URL)
+	base := serveInProcess(t, "--config", file, "--data-dir", filepath.Join(t.TempDir(), "data"),
+		"--projects-file", filepath.Join(t.TempDir(), "none.json"))
+
+	announce := func() string {
+		q := url.Values{}
+		q.Set("info_hash", strings.Repeat("\x01", 20))
+		q.Set("peer_id", "-TE0001-hupsighup000")
+		q.Set("port", "6881")
+		q.Set("left", "0")
+		q.Set("compact", "1")
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/announce?%s", trackerPort, q.Encode()))
+		if err != nil {
+			return err.Error()
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		return string(raw)
+	}
+	require.Contains(t, announce(), "8:intervali1800e")
+
+	// Warriors ask for items all through the reload.
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var served, failed atomic.Int64
+	var firstFailure atomic.Value
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for loadCtx.Err() == nil {
+				body := fmt.Sprintf(`{"downloader":"warrior%d","api_version":"2","version":"20240101.01"}`, w)
+				resp, err := http.Post(base+"/hup/request", "application/json", bytes.NewBufferString(body))
+				if err != nil {
+					failed.Add(1)
+					firstFailure.CompareAndSwap(nil, err.Error())
+					continue
+				}
+				raw, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					failed.Add(1)
+					firstFailure.CompareAndSwap(nil, fmt.Sprintf("%d %s", resp.StatusCode, raw))
+					continue
+				}
+				served.Add(1)
+			}
+		}()
+	}
+	require.Eventually(t, func() bool { return served.Load() > 50 }, 10*time.Second, 5*time.Millisecond,
+		"%d failed, the first: %v", failed.Load(), firstFailure.Load())
+
+	writeConfig("20m")
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
+	require.Eventually(t, func() bool { return strings.Contains(announce(), "8:intervali1200e") },
+		20*time.Second, 20*time.Millisecond, "the plugin announces the new interval")
+	before := served.Load()
+	require.Eventually(t, func() bool { return served.Load() > before+50 }, 10*time.Second, 5*time.Millisecond,
+		"warriors are still served after the reload")
+	stopLoad()
+	wg.Wait()
+	require.Zero(t, failed.Load(), "first failure: %v", firstFailure.Load())
+	t.Logf("%d warrior requests served across the reload, none failed", served.Load())
+}
