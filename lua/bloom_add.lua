@@ -41,15 +41,21 @@
 --         is never an argument, so SLOWLOG and MONITOR never show it
 -- ARGV[3] G, the number of generations the caller saw
 -- ARGV[4] the shapes of generations 1..G the caller saw ("" when G = 0)
--- ARGV[5] "m:k:cap", the shape generation G+1 takes if this batch starts it
+-- ARGV[5] "m:k:cap", the shape generation G+1 takes if this batch starts it,
+--         or "" when the caller judged the batch cannot start it (the
+--         newest generation has room for every item): then no item carries
+--         G+1's locations, and a batch that could start it is refused
+--         with R.STALE_FILTER before any write
 -- ARGV[6] the limit_groups_version the items were routed by
 -- ARGV[7..] per item: the item, its target (1-based, among the target
---         queues), then for each generation 1..G+1 its k bit locations,
---         already reduced mod that generation's m
+--         queues), then for each generation 1..G (and G+1 when ARGV[5]
+--         names its shape) its k bit locations, already reduced mod that
+--         generation's m
 --
--- Returns {new, duplicates, G', placed, waiting} where G' is the generation
---   count now, and of the duplicates, placed were out, done, released or failed and
---   waiting were queued already (the rest were in the filter), or
+-- Returns {new, duplicates, G', placed, waiting, count} where G' is the
+--   generation count now, of the duplicates, placed were out, done,
+--   released or failed and waiting were queued already (the rest were in the filter),
+--   and count is how many items the newest generation holds now, or
 --   {R.NO_PROJECT} no such project; {R.BAD_SECRET} wrong secret or backfeed
 --   disabled; {R.STALE_FILTER} the caller's generations differ from meta
 --   (re-read it); {R.STALE_GROUPS} limit groups changed.
@@ -71,7 +77,8 @@ local shapes = meta[3]
 if not shapes and meta[4] then
   -- A filter from before shapes were recorded: every generation has the one
   -- m and k, and the capacity the caller also assumes for it.
-  local cap = string.match(ARGV[5], ':(%d+)$')
+  -- (ARGV[4] carries it too, built the same way, when ARGV[5] is "".)
+  local cap = string.match(ARGV[5] ~= '' and ARGV[5] or ARGV[4], ':(%d+)$')
   local one = meta[4] .. ':' .. meta[5] .. ':' .. cap
   local list = {}
   for _ = 1, tonumber(meta[1]) do table.insert(list, one) end
@@ -95,16 +102,23 @@ end
 if gens > 0 then
   for text in string.gmatch(ARGV[4], '[^,]+') do add_shape(text) end
 end
-add_shape(ARGV[5])
+local with_next = ARGV[5] ~= ''
+if with_next then add_shape(ARGV[5]) end
 -- offsets[g]: where generation g's locations start within an item's block.
 local offsets, stride = {}, 2
-for g = 1, gens + 1 do
+for g = 1, #ks do
   offsets[g] = stride
   stride = stride + ks[g]
 end
 local first_item = 7
 local n = math.floor((#ARGV - first_item + 1) / stride)
 if n == 0 then return {0, 0, gens} end
+local count = tonumber(meta[2] or '0')
+if not with_next and (gens == 0 or count + n > caps[gens]) then
+  -- This batch could start generation G+1, whose locations the caller
+  -- left out: nothing is written; it re-reads the count and retries.
+  return {R.STALE_FILTER}
+end
 
 -- One command over many arguments, in slices: unpack() of a table longer
 -- than Lua's C stack (8,000) fails. Returns the replies concatenated.
@@ -154,7 +168,6 @@ for i in pairs(waiting) do
   waiting_count = waiting_count + 1
 end
 
-local count = tonumber(meta[2] or '0')
 local first_target = 9 + gens
 local current = gens -- the generation new items go into (KEYS[7 + current])
 local fresh, duplicates = 0, 0
@@ -215,4 +228,4 @@ elseif fresh > 0 then
 end
 if fresh > 0 then redis.call('HINCRBY', KEYS[3], 'items_queued', fresh) end
 if duplicates > 0 then redis.call('HINCRBY', KEYS[3], 'bloom_duplicates', duplicates) end
-return {fresh, duplicates, current, placed_count, waiting_count}
+return {fresh, duplicates, current, placed_count, waiting_count, count}

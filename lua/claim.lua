@@ -119,7 +119,7 @@ local cfg = redis.call('HMGET', KEYS[1], 'created_at', 'paused', 'min_version',
   'rate_per_minute', 'rate_burst', 'downloader_budget', 'claims_limit',
   'reclaim_enabled', 'reclaim_ttl_ms', 'max_multi', 'extra', 'limit_groups_version',
   'downloader_rate_per_minute', 'downloader_rate_burst', 'ip_rate_per_minute', 'ip_rate_burst',
-  'ignore_global_blocks', 'event_log', 'max_claims')
+  'ignore_global_blocks', 'event_log', 'max_claims', 'has_extras')
 if not cfg[1] then
   return {R.NO_PROJECT, 'no such project'}
 end
@@ -131,11 +131,19 @@ if cfg[2] == '1' then
 end
 
 -- One EXISTS over the keys that are usually absent: when none exists (the
--- common case) no per-key probe is needed at all.
-local optional = {14, 2, 23, 16, 20, 25, 12}
-local any_optional = redis.call('EXISTS', KEYS[14], KEYS[2], KEYS[23], KEYS[16], KEYS[20], KEYS[25], KEYS[12]) > 0
+-- common case) no per-key probe is needed at all. Whether items have
+-- extras is known from the config (has_extras, set where extras are
+-- written); only a project from before that flag (false) probes the key.
+local has_extras = cfg[20]
+local any_optional
+if has_extras then
+  any_optional = redis.call('EXISTS', KEYS[14], KEYS[2], KEYS[23], KEYS[16], KEYS[20], KEYS[25]) > 0
+else
+  any_optional = redis.call('EXISTS', KEYS[14], KEYS[2], KEYS[23], KEYS[16], KEYS[20], KEYS[25], KEYS[12]) > 0
+end
 local present_cache = {}
 local function present(k)
+  if k == 12 and has_extras then return has_extras == '1' end
   if not any_optional then return false end
   local v = present_cache[k]
   if v == nil then

@@ -18,6 +18,10 @@ if ARGV[1] ~= 'create' and not exists then return -1 end
 if #ARGV > 1 then
   redis.call('HSET', KEYS[1], unpack(ARGV, 2))
 end
+if ARGV[1] == 'create' then
+  -- No item has extras yet: enqueue.lua sets it to 1 when it writes some.
+  redis.call('HSET', KEYS[1], 'has_extras', '0')
+end
 if ARGV[1] == 'groups' then
   redis.call('HINCRBY', KEYS[1], 'limit_groups_version', 1)
 end

@@ -11,27 +11,22 @@
 -- KEYS[6]  budget             HASH downloader -> items out
 -- KEYS[7]  extras             HASH item -> JSON
 -- KEYS[8]  stats              HASH counters (only the rare ones here)
--- KEYS[9..12] downloader_bytes, downloader_items, downloader_version,
---          domain_bytes: not written here (the frontend counts them)
--- KEYS[13] log                LIST recent completions (JSON), newest first:
---                                   log_length of them, up to a sixteenth more
---                                   between trims
--- KEYS[14] released           HASH item -> released record
--- KEYS[15] redo               LIST todo:redo, where released items wait
--- KEYS[16..19] hourly, series:m, series:h, series:d: not written here (the
---          frontend counts them); KEYS 9-12 and 16-19 keep their places
--- KEYS[20] recent_done       ZSET item -> done at (ms): the latest completions,
+-- KEYS[9]  released           HASH item -> released record
+-- KEYS[10] recent_done        ZSET item -> done at (ms): the latest completions,
 --                                   kept when done_mode is count or archive
--- KEYS[21] done_archive      LIST completions waiting for the archive file
--- KEYS[22] events            STREAM the project's event log (written when the
+-- KEYS[11] done_archive       LIST completions waiting for the archive file
+-- KEYS[12] events             STREAM the project's event log (written when the
 --                                   config's event_log is above 0): one "done"
 --                                   entry per accepted call with new items
--- KEYS[23] redo_cancelled    HASH items done while a released copy waits in
+-- KEYS[13] redo_cancelled     HASH items done while a released copy waits in
 --                                   todo:redo or a group's redo sub-queue;
 --                                   claim.lua drops that copy when it pops it
--- KEYS[24] history           HASH item -> its ended claims: a completed item
+-- KEYS[14] history            HASH item -> its ended claims: a completed item
 --                                   claimed more than once (or released)
 --                                   leaves it
+-- (The counters, the recent-completions log and the live hints are not
+-- written here: the frontend counts and pushes them from the reply,
+-- batched: queues/counters.go and queues/publish.go.)
 --
 -- ARGV[1] now (ms)
 -- ARGV[2] downloader who reports the items
@@ -41,19 +36,21 @@
 --         braces (e.g. "\"ua\":\"...\",\"id\":{...}"), or ""
 -- ARGV[6] the worker's JSON result, or "": it goes into the event log
 --         entry, nowhere else
--- ARGV[7] the log entry (JSON) as it reads when every item named is
---         completed now, in order, each once (the common case: the frontend
---         builds it, so the script formats nothing)
--- ARGV[8..] the items
+-- ARGV[7..] the items
 --
 -- Returns
---   {1, new, duplicates, rtt_ms_sum, claimed, entry}   accepted: new items
+--   {1, new, duplicates, rtt_ms_sum, claimed, entry, log_length}
+--                          accepted: new items
 --                          completed, repeats counted once; the summed
 --                          claim-to-done time of the claimed ones and how
 --                          many they are (the frontend counts these, with
 --                          items and bytes: queues/counters.go); the log
---                          entry when it is not ARGV[7], else "" (the
---                          frontend publishes it to live viewers, batched)
+--                          entry when some items were repeats or released
+--                          (the frontend's own, doneLogEntry, is right
+--                          otherwise), else "", and the
+--                          project's log_length (the frontend pushes the
+--                          entry to the log and publishes it to live
+--                          viewers, batched: queues/publish.go)
 --   {R.NO_PROJECT}         no such project
 --   {R.NOT_HANDED_OUT, item, ...} refused, nothing changed: these items were
 --                          never handed out (not out, not released, not done)
@@ -93,18 +90,17 @@ local version = ARGV[3]
 local total_bytes = tonumber(ARGV[4])
 local log_tail = ARGV[5]
 local result = ARGV[6]
-local ready_entry = ARGV[7]
-local first_item = 8
+local first_item = 7
 
-local cfg = redis.call('HMGET', KEYS[1], 'created_at', 'log_length', 'done_mode', 'recent_done', 'event_log')
+local cfg = redis.call('HMGET', KEYS[1], 'created_at', 'log_length', 'done_mode', 'recent_done', 'event_log', 'has_extras')
 if not cfg[1] then
   return {R.NO_PROJECT}
 end
 local events_max = event_log_max(cfg[5])
 if events_max then
-  local have = redis.call('TYPE', KEYS[22])['ok']
+  local have = redis.call('TYPE', KEYS[12])['ok']
   if have ~= 'none' and have ~= 'stream' then
-    return {R.CORRUPT, KEYS[22] .. ' is a ' .. have .. ', not a stream'}
+    return {R.CORRUPT, KEYS[12] .. ' is a ' .. have .. ', not a stream'}
   end
 end
 local log_length = tonumber(cfg[2] or '1000') or 1000
@@ -145,14 +141,14 @@ for i, item in ipairs(unique) do
   end
 end
 if #rest > 0 then
-  local any_released = redis.call('EXISTS', KEYS[14]) == 1
-  local any_recent = redis.call('EXISTS', KEYS[20]) == 1
+  local any_released = redis.call('EXISTS', KEYS[9]) == 1
+  local any_recent = redis.call('EXISTS', KEYS[10]) == 1
   for _, item in ipairs(rest) do
     if redis.call('SISMEMBER', KEYS[5], item) == 1
-        or (any_recent and redis.call('ZSCORE', KEYS[20], item)) then
+        or (any_recent and redis.call('ZSCORE', KEYS[10], item)) then
       duplicates = duplicates + 1
     else
-      local released = any_released and redis.call('HGET', KEYS[14], item)
+      local released = any_released and redis.call('HGET', KEYS[9], item)
       if released then
         local _, _, claimants = parse_released(released)
         if in_list(downloader, claimants) then
@@ -187,7 +183,7 @@ for _, item in ipairs(released_items) do fresh[#fresh + 1] = item end
 -- Writes.
 if #fresh > 0 then
   -- Where the items go comes first: if it fails, nothing has changed.
-  local ok, err = pcall(keep_completions, done_mode, fresh, now, KEYS[5], KEYS[20], recent_max, KEYS[8], KEYS[21])
+  local ok, err = pcall(keep_completions, done_mode, fresh, now, KEYS[5], KEYS[10], recent_max, KEYS[8], KEYS[11])
   if not ok then
     return {R.CORRUPT, 'completions could not be kept: ' .. tostring(type(err) == 'table' and err.err or err)}
   end
@@ -203,7 +199,7 @@ if #fresh == 0 then
   return {1, 0, duplicates, 0, 0, ''}
 end
 if events_max then
-  log_event(KEYS[22], events_max, 'done', fresh, downloader, now, result)
+  log_event(KEYS[12], events_max, 'done', fresh, downloader, now, result)
 end
 local rtt_sum = 0
 local by_claimant = {}
@@ -218,18 +214,21 @@ if #claimed > 0 then
 end
 for _, item in ipairs(released_items) do retried[#retried + 1] = item end
 if #retried > 0 then
-  call_chunked('HDEL', KEYS[24], retried)
+  call_chunked('HDEL', KEYS[14], retried)
 end
 for _, item in ipairs(released_items) do
   -- Its copy in redo (or a group's redo sub-queue, after a re-route) is
   -- marked, not searched for: an LREM would scan the whole list per item.
-  redis.call('HSET', KEYS[23], item, 1)
-  redis.call('HDEL', KEYS[14], item)
+  redis.call('HSET', KEYS[13], item, 1)
+  redis.call('HDEL', KEYS[9], item)
 end
 if #released_items > 0 then
   redis.call('HINCRBY', KEYS[8], 'dones_after_release', #released_items)
 end
-if redis.call('EXISTS', KEYS[7]) == 1 then
+-- has_extras is set where extras are written (enqueue.lua): "0" on a
+-- project that never had any, so the common done asks nothing; a project
+-- from before the flag (no field: false) is probed.
+if cfg[6] == '1' or (not cfg[6] and redis.call('EXISTS', KEYS[7]) == 1) then
   call_chunked('HDEL', KEYS[7], fresh)
 end
 -- One fewer item out per item for each claimant; a field reaching zero
@@ -242,23 +241,16 @@ for claimant, n in pairs(by_claimant) do
   end
 end
 
-local entry, rebuilt = ready_entry, ''
+-- The frontend builds the log entry for the common case; when some items
+-- were repeats or released it is rebuilt here, for the frontend to push.
+local rebuilt = ''
 if #fresh ~= #unique or #released_items > 0 then
-  entry = '{"items":' .. cjson.encode(fresh) ..
+  local entry = '{"items":' .. cjson.encode(fresh) ..
       ',"by":' .. cjson.encode(downloader) ..
       ',"at":' .. int(now) ..
       ',"bytes":' .. int(total_bytes) ..
       ',"version":' .. cjson.encode(version)
   if log_tail ~= '' then entry = entry .. ',' .. log_tail end
-  entry = entry .. '}'
-  rebuilt = entry
+  rebuilt = entry .. '}'
 end
-if log_length > 0 then
-  -- Trimmed when it is a sixteenth over, not on every push: one command
-  -- fewer per done. Readers ask for at most log_length entries.
-  if redis.call('LPUSH', KEYS[13], entry) > log_length + math.floor(log_length / 16) then
-    redis.call('LTRIM', KEYS[13], 0, log_length - 1)
-  end
-end
-
-return {1, #fresh, duplicates, int(rtt_sum), #claimed, rebuilt}
+return {1, #fresh, duplicates, int(rtt_sum), #claimed, rebuilt, log_length}

@@ -2,7 +2,7 @@
 -- item (to a todo queue, a limit group's sub-queue, or a reserved queue);
 -- this script appends each list of items to its key.
 --
--- KEYS[1] config    HASH
+-- KEYS[1] config    HASH (has_extras is set to 1 when extras are written)
 -- KEYS[2] extras    HASH item -> JSON object of extra keys
 -- KEYS[3] stats     HASH counters
 -- KEYS[4] reserved  SET  downloaders with a reserved queue
@@ -79,7 +79,12 @@ for k = 8, #KEYS - 2 do
   end
   length = redis.call('LLEN', KEYS[k])
 end
-if #extras > 0 then call_chunked('HSET', KEYS[2], extras) end
+if #extras > 0 then
+  call_chunked('HSET', KEYS[2], extras)
+  -- Set where extras are written, so claim.lua and done.lua need not ask
+  -- whether any exist (config_write.lua starts a project at "0").
+  redis.call('HSET', KEYS[1], 'has_extras', '1')
+end
 if queued > 0 then
   redis.call('HINCRBY', KEYS[3], 'items_queued', queued)
   if ARGV[1] ~= '' then

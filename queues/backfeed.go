@@ -179,15 +179,17 @@ func parseBloomShapes(text string) ([]bloomShape, error) {
 	return shapes, nil
 }
 
-// readBloomShapes returns the shapes of the filter's existing generations.
-// A filter written before shapes were recorded has one m and k for every
-// generation and the project's current capacity, exactly as bloom_add.lua
-// migrates it.
-func (e *Engine) readBloomShapes(ctx context.Context, slug string, capacity int) ([]bloomShape, error) {
-	meta, err := e.rdb.HMGet(ctx, BloomMetaKey(slug), "gens", "shapes", "m", "k").Result()
+// readBloomShapes returns the shapes of the filter's existing generations
+// and how many items the newest holds. A filter written before shapes were
+// recorded has one m and k for every generation and the project's current
+// capacity, exactly as bloom_add.lua migrates it.
+func (e *Engine) readBloomShapes(ctx context.Context, slug string, capacity int) ([]bloomShape, int, error) {
+	meta, err := e.rdb.HMGet(ctx, BloomMetaKey(slug), "gens", "shapes", "m", "k", "count").Result()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
+	countText, _ := meta[4].(string)
+	count, _ := strconv.Atoi(countText)
 	text, _ := meta[1].(string)
 	if m, ok := meta[2].(string); ok && text == "" {
 		k, _ := meta[3].(string)
@@ -198,9 +200,9 @@ func (e *Engine) readBloomShapes(ctx context.Context, slug string, capacity int)
 	}
 	shapes, err := parseBloomShapes(text)
 	if err != nil {
-		return nil, fmt.Errorf("the Bloom filter's metadata (%s) is damaged: %w", BloomMetaKey(slug), err)
+		return nil, 0, fmt.Errorf("the Bloom filter's metadata (%s) is damaged: %w", BloomMetaKey(slug), err)
 	}
-	return shapes, nil
+	return shapes, count, nil
 }
 
 // maxBloomRetries bounds how often one batch re-reads a filter or limit
@@ -229,7 +231,7 @@ func (e *Engine) bloomAdd(ctx context.Context, slug, secret string, q Queue, ite
 	if err != nil {
 		return result, errorf(op, CodeInvalid, "%v", err)
 	}
-	shapes, err := e.readBloomShapes(ctx, slug, project.BloomCapacity)
+	shapes, count, err := e.readBloomShapes(ctx, slug, project.BloomCapacity)
 	if err != nil {
 		return result, unavailable(op, err)
 	}
@@ -244,12 +246,22 @@ func (e *Engine) bloomAdd(ctx context.Context, slug, secret string, q Queue, ite
 	retries := 0
 	for start := 0; start < len(valid); {
 		gens := len(shapes)
-		all := append(slices.Clip(shapes), next)
+		// The next generation's bit locations go with the batch only when
+		// the batch may start it (no generation yet, or the newest could
+		// fill up): otherwise they would be half of every item's arguments,
+		// unused. The script refuses a batch that needs them and lacks
+		// them (the count moved on in another frontend): re-read, retry.
 		bits := 0
-		for _, shape := range all {
+		for _, shape := range shapes {
 			bits += int(shape.k)
 		}
 		batch := valid[start:min(start+bloomBatchSize(bits), len(valid))]
+		passed := shapes
+		if gens == 0 || count+len(batch) > shapes[gens-1].capacity {
+			passed = append(slices.Clip(shapes), next)
+			batch = valid[start:min(start+bloomBatchSize(bits+int(next.k)), len(valid))]
+		}
+		withNext := len(passed) > gens
 		keys := []string{ConfigKey(slug), BloomMetaKey(slug), StatsKey(slug), ClaimsKey(slug), DoneKey(slug), ReleasedKey(slug), RecentDoneKey(slug)}
 		for g := 1; g <= gens+1; g++ {
 			keys = append(keys, BloomKey(slug, g))
@@ -261,17 +273,21 @@ func (e *Engine) bloomAdd(ctx context.Context, slug, secret string, q Queue, ite
 		keys = append(keys, FailedKey(slug), QueuedKey(slug))
 		known := make([]string, gens)
 		perItem := 2
-		for g, shape := range all {
+		for g, shape := range passed {
 			if g < gens {
 				known[g] = shape.String()
 			}
 			perItem += int(shape.k)
 		}
+		nextText := ""
+		if withNext {
+			nextText = next.String()
+		}
 		args := make([]any, 0, 6+len(batch)*perItem)
-		args = append(args, salt, digest, gens, strings.Join(known, ","), next.String(), state.version)
+		args = append(args, salt, digest, gens, strings.Join(known, ","), nextText, state.version)
 		for _, item := range batch {
 			args = append(args, item, groupFor(state.groups, item)+2)
-			for _, shape := range all {
+			for _, shape := range passed {
 				for _, loc := range bloomLocations(item, shape.m, shape.k) {
 					args = append(args, loc)
 				}
@@ -293,7 +309,7 @@ func (e *Engine) bloomAdd(ctx context.Context, slug, secret string, q Queue, ite
 				return result, unavailable(op, fmt.Errorf("the Bloom filter or limit groups kept changing during %d attempts", maxBloomRetries))
 			}
 			if code == codeStaleFilter {
-				if shapes, err = e.readBloomShapes(ctx, slug, project.BloomCapacity); err != nil {
+				if shapes, count, err = e.readBloomShapes(ctx, slug, project.BloomCapacity); err != nil {
 					return result, unavailable(op, err)
 				}
 			} else if state, err = e.limitGroups(ctx, slug, true); err != nil {
@@ -309,7 +325,10 @@ func (e *Engine) bloomAdd(ctx context.Context, slug, secret string, q Queue, ite
 			result.Waiting += int(replyInt(rest[3]))
 		}
 		if int(replyInt(rest[1])) > gens {
-			shapes = all
+			shapes = passed
+		}
+		if len(rest) >= 5 {
+			count = int(replyInt(rest[4]))
 		}
 		start += len(batch)
 	}

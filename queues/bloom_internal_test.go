@@ -171,9 +171,12 @@ func TestBackfeedScriptsStayWithinTheBudget(t *testing.T) {
 		_, err := e.CreateProject(ctx, "split", SettingsPatch{BackfeedSecret: &secret, BloomCapacity: &capacity})
 		require.NoError(t, err)
 		_, k := BloomParameters(capacity, DefaultBloomFPRate)
-		perScript := bloomBatchSize(2 * int(k)) // generation 1 and the next one's locations
+		// Every script's items carry one generation's locations: the first
+		// script starts generation 1, and the rest fit in it, so none
+		// carries the next generation's.
+		perScript := bloomBatchSize(int(k))
 		require.Less(t, perScript, MaxBloomBatch, "the default shape is budget-bound, not capped at MaxBloomBatch")
-		require.LessOrEqual(t, perScript*(2*int(k)+bloomItemOverhead), bloomScriptBudget)
+		require.LessOrEqual(t, perScript*(int(k)+bloomItemOverhead), bloomScriptBudget)
 
 		items := make([]string, 1000)
 		for i := range items {
@@ -185,11 +188,8 @@ func TestBackfeedScriptsStayWithinTheBudget(t *testing.T) {
 			require.NoError(t, err)
 		})
 		require.Equal(t, BackfeedResult{Received: 1000, New: 1000}, res)
-		// The first script starts generation 1, so its items carry one
-		// generation's locations; the rest carry two (1 and the next).
-		first := bloomBatchSize(int(k))
-		want := 1 + (len(items)-first+perScript-1)/perScript
-		require.Len(t, took, want, "1,000 items: %d in the first script, then %d a script", first, perScript)
+		want := (len(items) + perScript - 1) / perScript
+		require.Len(t, took, want, "1,000 items, %d a script", perScript)
 
 		length, err := b.Client.LLen(ctx, QueueKey("split", QueueBackfeed)).Result()
 		require.NoError(t, err)
@@ -203,3 +203,67 @@ func TestBackfeedScriptsStayWithinTheBudget(t *testing.T) {
 		require.Equal(t, BackfeedResult{Received: 3, New: 2, Duplicate: 1}, res)
 	})
 }
+
+// A batch goes without the next generation's bit locations when the newest
+// generation has room for all of it. If the count moved on meanwhile (another
+// frontend filled it), bloom_add.lua refuses such a batch before any write,
+// and bloomAdd re-reads the count and sends the locations.
+func TestBloomBatchWithoutNextGenerationIsRefusedWhenItCouldStartOne(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, backend redistest.Backend) {
+		ctx := context.Background()
+		e := NewEngine(backend.Client, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		slug := "bloom-next"
+		_, err := e.CreateProject(ctx, slug, SettingsPatch{BackfeedSecret: ptrTo("secret_123"), BloomCapacity: ptrTo(1000)})
+		require.NoError(t, err)
+		first := make([]string, 995)
+		for i := range first {
+			first[i] = fmt.Sprintf("a%d", i)
+		}
+		res, err := e.Backfeed(ctx, slug, "secret_123", first)
+		require.NoError(t, err)
+		require.Equal(t, 995, res.New)
+		shapes, count, err := e.readBloomShapes(ctx, slug, 1000)
+		require.NoError(t, err)
+		require.Len(t, shapes, 1)
+		require.Equal(t, 995, count)
+		state, err := e.limitGroups(ctx, slug, false)
+		require.NoError(t, err)
+
+		// 995 + 7 > 1000: this batch could start generation 2, and carries no
+		// locations for it.
+		items := []string{"b1", "b2", "b3", "b4", "b5", "b6", "b7"}
+		keys := []string{ConfigKey(slug), BloomMetaKey(slug), StatsKey(slug), ClaimsKey(slug), DoneKey(slug), ReleasedKey(slug), RecentDoneKey(slug),
+			BloomKey(slug, 1), BloomKey(slug, 2), QueueKey(slug, QueueBackfeed), QueuedKey(slug)}
+		args := []any{"", "", 1, shapes[0].String(), "", state.version}
+		for _, item := range items {
+			args = append(args, item, 1)
+			for _, loc := range bloomLocations(item, shapes[0].m, shapes[0].k) {
+				args = append(args, loc)
+			}
+		}
+		code, _, err := e.runScriptList(ctx, "test", bloomAddScript, keys, args...)
+		require.NoError(t, err)
+		require.EqualValues(t, codeStaleFilter, code)
+		queued, err := backend.Client.LLen(ctx, QueueKey(slug, QueueBackfeed)).Result()
+		require.NoError(t, err)
+		require.EqualValues(t, 995, queued, "nothing written")
+		_, count, err = e.readBloomShapes(ctx, slug, 1000)
+		require.NoError(t, err)
+		require.Equal(t, 995, count)
+
+		// Through bloomAdd: 3 fit without the locations, then 7 more start
+		// generation 2 with them; every item is new once.
+		res, err = e.Backfeed(ctx, slug, "secret_123", items[:3])
+		require.NoError(t, err)
+		require.Equal(t, 3, res.New)
+		res, err = e.Backfeed(ctx, slug, "secret_123", append(items[3:], "c1", "c2", "c3", "a1"))
+		require.NoError(t, err)
+		require.Equal(t, BackfeedResult{Received: 8, New: 7, Duplicate: 1, Waiting: 1}, res)
+		shapes, count, err = e.readBloomShapes(ctx, slug, 1000)
+		require.NoError(t, err)
+		require.Len(t, shapes, 2)
+		require.Equal(t, 5, count, "2 of the 7 filled generation 1, 5 went into generation 2")
+	})
+}
+
+func ptrTo[T any](v T) *T { return &v }

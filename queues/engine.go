@@ -398,14 +398,11 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 	now := e.clock.Now()
 	keys := []string{
 		ConfigKey(slug), OutKey(slug), DeadlinesKey(slug), ClaimsKey(slug), DoneKey(slug), BudgetKey(slug),
-		ExtrasKey(slug), StatsKey(slug), DownloaderBytesKey(slug), DownloaderItemsKey(slug),
-		DownloaderVersionKey(slug), DomainBytesKey(slug), LogKey(slug), ReleasedKey(slug), QueueKey(slug, QueueRedo),
-		HourlyKey(slug, now), SeriesMinuteKey(slug, now), SeriesHourKey(slug, now), SeriesDownloaderKey(slug, now),
-		RecentDoneKey(slug), DoneArchiveKey(slug), EventsKey(slug), RedoCancelledKey(slug), HistoryKey(slug),
+		ExtrasKey(slug), StatsKey(slug), ReleasedKey(slug), RecentDoneKey(slug), DoneArchiveKey(slug),
+		EventsKey(slug), RedoCancelledKey(slug), HistoryKey(slug),
 	}
-	args := make([]any, 0, 7+len(req.Items))
-	entry := doneLogEntry(req, now, total, tail)
-	args = append(args, now.UnixMilli(), req.Downloader, req.Version, total, tail, result, entry)
+	args := make([]any, 0, 6+len(req.Items))
+	args = append(args, now.UnixMilli(), req.Downloader, req.Version, total, tail, result)
 	for _, item := range req.Items {
 		args = append(args, item)
 	}
@@ -418,10 +415,15 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 		result := DoneResult{New: int(replyInt(rest[0])), Duplicates: int(replyInt(rest[1]))}
 		if result.New > 0 {
 			e.countDone(ctx, req, now, total, groups, result.New, replyInt(rest[2]), replyInt(rest[3]))
-			if rebuilt := replyString(rest[4]); rebuilt != "" {
-				entry = rebuilt
+			entry := replyString(rest[4])
+			if entry == "" {
+				entry = doneLogEntry(req, now, total, tail)
 			}
-			e.publishLater(ctx, slug, entry)
+			logLength := DefaultLogLength
+			if len(rest) > 5 {
+				logLength = int(replyInt(rest[5]))
+			}
+			e.publishLater(ctx, slug, entry, logLength)
 		}
 		return result, nil
 	case codeNoProject:
@@ -444,7 +446,7 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 	return DoneResult{}, unavailable(op, errors.New("done script returned an unknown code"))
 }
 
-// doneLogEntry builds done.lua's log entry for the common case, every item
+// doneLogEntry builds a done's log entry for the common case, every item
 // completed now (each once, in order), so the script formats no JSON.
 func doneLogEntry(req DoneRequest, now time.Time, total int64, tail string) string {
 	seen := make(map[string]bool, len(req.Items))

@@ -503,6 +503,90 @@ func TestItemExtras(t *testing.T) {
 	})
 }
 
+// has_extras is set where extras are written, so claim.lua and done.lua
+// ask Redis nothing about extras on a project without them; a project from
+// before the flag (no has_extras field) still has its extras served and
+// removed, by probing the key.
+func TestItemExtrasFlagSetWhereWritten(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		for _, before := range []bool{false, true} {
+			t.Run(fmt.Sprintf("project from before the flag %v", before), func(t *testing.T) {
+				tb := setupProject(t, b, fmt.Sprintf("extras-flag-%v", before), queues.SettingsPatch{})
+				flag := func() string {
+					v, err := tb.rdb.HGet(tb.ctx, queues.ConfigKey(tb.slug), "has_extras").Result()
+					if errors.Is(err, redis.Nil) {
+						return "<none>"
+					}
+					require.NoError(t, err)
+					return v
+				}
+				require.Equal(t, "0", flag(), "a new project has no extras")
+				tb.enqueue(t, todo, "plain")
+				require.Equal(t, "0", flag(), "items without extras leave it")
+				_, err := tb.engine.Enqueue(tb.ctx, tb.slug, todo, []queues.QueueItem{{Name: "rich", Extras: []byte(`{"depth":2}`)}})
+				require.NoError(t, err)
+				require.Equal(t, "1", flag())
+				if before {
+					require.NoError(t, tb.rdb.HDel(tb.ctx, queues.ConfigKey(tb.slug), "has_extras").Err())
+				}
+				res, err := tb.engine.Claim(tb.ctx, queues.ClaimRequest{Project: tb.slug, Downloader: "alice", IP: "127.0.0.1", Count: 2})
+				require.NoError(t, err)
+				require.Len(t, res.Items, 2)
+				require.Equal(t, "plain", res.Items[0].Name)
+				require.Nil(t, res.Items[0].Extras)
+				require.Equal(t, `{"depth":2}`, string(res.Items[1].Extras))
+				_, err = tb.engine.Done(tb.ctx, queues.DoneRequest{Project: tb.slug, Downloader: "alice", Items: []string{"plain", "rich"}})
+				require.NoError(t, err)
+				left, err := tb.rdb.Exists(tb.ctx, queues.ExtrasKey(tb.slug)).Result()
+				require.NoError(t, err)
+				require.Zero(t, left, "done removes a completed item's extras")
+			})
+		}
+	})
+}
+
+// The recent-completions log is pushed by the frontend, batched: its own
+// Recent sees a done at once, another frontend once it has pushed (within
+// PublishInterval), newest first, trimmed to log_length; log_length 0
+// keeps none.
+func TestRecentLogPushedByTheFrontend(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setupProject(t, b, "recent-log", queues.SettingsPatch{LogLength: ptr(3)})
+		other := queues.NewEngine(b.Client, queues.Options{Clock: tb.clock, Logger: quietLogger})
+		names := []string{"i1", "i2", "i3", "i4", "i5"}
+		tb.enqueue(t, todo, names...)
+		require.Equal(t, names, tb.claim(t, "alice", 5))
+		for _, item := range names {
+			_, err := tb.engine.Done(tb.ctx, queues.DoneRequest{Project: tb.slug, Downloader: "alice", Items: []string{item}})
+			require.NoError(t, err)
+		}
+		seen, err := other.Recent(tb.ctx, tb.slug, 10)
+		require.NoError(t, err)
+		require.Empty(t, seen, "another frontend sees the entries only once this one pushes them")
+
+		recent, err := tb.engine.Recent(tb.ctx, tb.slug, 10)
+		require.NoError(t, err)
+		require.Len(t, recent, 3, "trimmed to log_length")
+		for i, want := range []string{"i5", "i4", "i3"} {
+			require.Contains(t, string(recent[i]), `"items":["`+want+`"]`, "newest first")
+		}
+		seen, err = other.Recent(tb.ctx, tb.slug, 10)
+		require.NoError(t, err)
+		require.Equal(t, recent, seen)
+
+		_, err = tb.engine.UpdateProject(tb.ctx, tb.slug, queues.SettingsPatch{LogLength: ptr(0)})
+		require.NoError(t, err)
+		tb.enqueue(t, todo, "i6")
+		require.Equal(t, []string{"i6"}, tb.claim(t, "alice", 1))
+		_, err = tb.engine.Done(tb.ctx, queues.DoneRequest{Project: tb.slug, Downloader: "alice", Items: []string{"i6"}})
+		require.NoError(t, err)
+		recent, err = tb.engine.Recent(tb.ctx, tb.slug, 10)
+		require.NoError(t, err)
+		require.Len(t, recent, 3, "log_length 0 pushes nothing")
+		require.Contains(t, string(recent[0]), `"items":["i5"]`)
+	})
+}
+
 func TestBadInputChangesNothing(t *testing.T) {
 	forEachMode(t, queues.SettingsPatch{}, func(t *testing.T, tb bundle, mode string) {
 		before := dumpProject(t, tb)

@@ -130,7 +130,14 @@ func TestClaimScriptFailureLosesNoItem(t *testing.T) {
 		{"claims", wrongTypeList(queues.ClaimsKey), "claims"},
 		{"done", wrongTypeList(queues.DoneKey), "done"},
 		{"budget", wrongTypeList(queues.BudgetKey), "budget"},
-		{"extras", wrongTypeList(queues.ExtrasKey), "extras"},
+		// Extras are read only on a project whose items have some
+		// (has_extras, set where enqueue.lua writes them).
+		{"extras", func(tb bundle) error {
+			if err := tb.rdb.HSet(tb.ctx, queues.ConfigKey(tb.slug), "has_extras", "1").Err(); err != nil {
+				return err
+			}
+			return wrongTypeList(queues.ExtrasKey)(tb)
+		}, "extras"},
 		{"released", wrongTypeList(queues.ReleasedKey), "released"},
 		{"recent_done", wrongTypeList(queues.RecentDoneKey), "recent_done"},
 		{"backfeed queue", wrongType(func(s string) string { return queues.QueueKey(s, queues.QueueBackfeed) }), "backfeed"},

@@ -161,11 +161,14 @@ func (e *Engine) Stats(ctx context.Context, slug string) (Stats, error) {
 }
 
 // Recent returns up to n of the most recent completions, newest first, as
-// the JSON objects done.lua stored.
+// the JSON objects the frontends pushed (queues/publish.go).
 func (e *Engine) Recent(ctx context.Context, slug string, n int) ([]json.RawMessage, error) {
 	if err := ValidateSlug(slug); err != nil {
 		return nil, err
 	}
+	// This frontend's own completions are pushed first, as Stats flushes
+	// its counts: another frontend's lag by at most PublishInterval.
+	e.PublishCompletions(ctx)
 	entries, err := e.rdb.LRange(ctx, LogKey(slug), 0, int64(n-1)).Result()
 	if err != nil {
 		return nil, unavailable("queues.Recent", err)

@@ -140,8 +140,6 @@ func benchOutside(ctx context.Context, o outsideOptions) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("hoard-bench %s\n", strings.Join(os.Args[1:], " "))
-	fmt.Println(machineLine())
 	fmt.Printf("hoard serve --redis-url <a fresh redis-server, AOF on, appendfsync %s> per run; load from `hoard-bench load` in its own process; %d runs of %s per build", o.fsync, o.runs, o.duration)
 	if o.vs != "" {
 		fmt.Printf(", alternating A=%s B=%s", o.hoard, o.vs)

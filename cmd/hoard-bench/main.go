@@ -9,7 +9,10 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+
+	"github.com/spf13/cobra"
 )
 
 func main() {
@@ -18,6 +21,15 @@ func main() {
 	root := benchCommand()
 	root.Use = "hoard-bench"
 	root.SilenceUsage, root.SilenceErrors = true, true
+	// Every figure is printed under the command that made it and the
+	// machine it ran on (its load included: the machine is shared). `load`
+	// is left out: its stdout is the report its parent reads.
+	root.PersistentPreRun = func(cmd *cobra.Command, _ []string) {
+		if cmd.Name() == "load" {
+			return
+		}
+		fmt.Printf("$ hoard-bench %s\n%s\n", strings.Join(os.Args[1:], " "), machineLine())
+	}
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "hoard-bench:", err)
 		os.Exit(1)
