@@ -1,7 +1,8 @@
 // Package queues is hoard's work-queue engine: projects, items, claims,
 // reclaims and completions, kept in Redis. Every item transition is one Lua
 // script over keys that share the project's hash tag, so every item is
-// always in exactly one place: a todo queue, out, or done.
+// always in exactly one place: a todo queue, out, done, failed (failed.go)
+// or an offloaded segment.
 package queues
 
 import (

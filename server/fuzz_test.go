@@ -167,3 +167,42 @@ func BenchmarkBackfeedControl(b *testing.B) {
 		}
 	}
 }
+
+// FuzzItemStatusPath: /<slug>/items/<item>.json splits into a slug with
+// no "/" and the item, which put back together give the path; anything
+// else is not routed here.
+func FuzzItemStatusPath(f *testing.F) {
+	for _, seed := range []string{"/p/items/x.json", "/p/items/a/b.json", "/p/items/.json", "/p/items/x", "//items/x.json",
+		"/p/q/items/x.json", "/p/items/items/x.json.json", "/p/stats.json", "/"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, path string) {
+		slug, item, ok := itemStatusPath(path)
+		if !ok {
+			return
+		}
+		if slug == "" || strings.Contains(slug, "/") {
+			t.Fatalf("slug %q from %q", slug, path)
+		}
+		if "/"+slug+"/items/"+item+".json" != path && slug+"/items/"+item+".json" != path {
+			t.Fatalf("%q split into %q and %q", path, slug, item)
+		}
+	})
+}
+
+// FuzzDecodeFailBody: a fail report's body decodes or fails cleanly, and
+// its items and reason go through the engine's checks.
+func FuzzDecodeFailBody(f *testing.F) {
+	for _, seed := range []string{`{"downloader":"a1b","item":"x","reason":"r"}`, `{"item":"a\u0000b"}`, `{"reason":5}`, `[`, ``} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var req failBody
+		if decodeJSON(body, &req) == nil && req.Item != nil {
+			for _, item := range splitItems(*req.Item) {
+				_ = queues.ValidateItem(item)
+			}
+			_ = queues.CheckText("reason", req.Reason)
+		}
+	})
+}
