@@ -56,41 +56,58 @@ func (d *Downloaders) init() {
 // reads; the nickname cannot hold a quote, so it cannot forge it.
 var noContributions = []byte(`"projects":[]`)
 
+// downloaderRequest is a parsed /downloaders/ path.
+type downloaderRequest struct {
+	Nick string
+	JSON bool // <nick>.json rather than the page
+	// Redirect: "<nick>" without the slash, sent to "<nick>/" so the
+	// page's relative links work.
+	Redirect bool
+}
+
+// parseDownloaderPath parses the part after /downloaders/: "<nick>.json",
+// "<nick>/" or "<nick>"; a nickname that breaks seesaw's rule is an error.
+func parseDownloaderPath(path string) (downloaderRequest, error) {
+	var r downloaderRequest
+	switch {
+	case strings.HasSuffix(path, ".json"):
+		r.Nick, r.JSON = strings.TrimSuffix(path, ".json"), true
+	case strings.HasSuffix(path, "/"):
+		r.Nick = strings.TrimSuffix(path, "/")
+	default:
+		r.Nick, r.Redirect = path, true
+	}
+	if err := queues.ValidateDownloader(r.Nick); err != nil {
+		return downloaderRequest{}, err
+	}
+	return r, nil
+}
+
 // Serve answers GET /downloaders/*path: "<nick>.json" or "<nick>/".
 func (d *Downloaders) Serve(c *gin.Context) {
 	d.init()
 	c.Set(routeKey, routeDownloader)
-	path := strings.TrimPrefix(c.Param("path"), "/")
-	if nick, ok := strings.CutSuffix(path, ".json"); ok {
-		d.json(c, nick)
-		return
-	}
-	nick, ok := strings.CutSuffix(path, "/")
-	if !ok {
-		// /downloaders/<nick> without the slash: the page's relative
-		// links need it.
-		if queues.ValidateDownloader(path) == nil {
-			c.Redirect(http.StatusMovedPermanently, "/downloaders/"+path+"/")
-			return
+	r, err := parseDownloaderPath(strings.TrimPrefix(c.Param("path"), "/"))
+	switch {
+	case err != nil:
+		if strings.HasSuffix(c.Param("path"), ".json") {
+			c.Header("Access-Control-Allow-Origin", "*")
 		}
-		nick = path
-	}
-	if err := queues.ValidateDownloader(nick); err != nil {
 		_ = c.Error(err)
-		return
+	case r.JSON:
+		d.json(c, r.Nick)
+	case r.Redirect:
+		c.Redirect(http.StatusMovedPermanently, "/downloaders/"+r.Nick+"/")
+	default:
+		// The page is static: downloader.js reads the nickname from the
+		// URL and writes it as text only.
+		c.Header("Cache-Control", "no-cache")
+		c.Data(http.StatusOK, "text/html; charset=utf-8", leaderboard.DownloaderPage())
 	}
-	// The page is static: downloader.js reads the nickname from the URL
-	// and writes it as text only.
-	c.Header("Cache-Control", "no-cache")
-	c.Data(http.StatusOK, "text/html; charset=utf-8", leaderboard.DownloaderPage())
 }
 
 func (d *Downloaders) json(c *gin.Context, nick string) {
 	c.Header("Access-Control-Allow-Origin", "*")
-	if err := queues.ValidateDownloader(nick); err != nil {
-		_ = c.Error(err)
-		return
-	}
 	body, err := d.cache.get(c.Request.Context(), nick, func(ctx context.Context) (any, error) {
 		var include func(string) bool
 		if d.Access != nil {

@@ -206,3 +206,35 @@ func FuzzDecodeFailBody(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseDownloaderPath: any path under /downloaders/ either names a
+// nickname that passes seesaw's rule (so it is safe in a URL, a key and a
+// page) or is refused; it never panics.
+func FuzzParseDownloaderPath(f *testing.F) {
+	for _, seed := range []string{"alice.json", "alice/", "alice", "ab.json", "<b>x</b>/", "a\"b.json", ".json", "/", "",
+		"alice.json/", "alice/.json", "x%2Fy/", strings.Repeat("a", 31) + ".json"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, path string) {
+		r, err := parseDownloaderPath(path)
+		if err != nil {
+			return
+		}
+		if queues.ValidateDownloader(r.Nick) != nil {
+			t.Fatalf("routed to an invalid nickname %q", r.Nick)
+		}
+		if r.JSON && r.Redirect {
+			t.Fatalf("%q is both JSON and a redirect", path)
+		}
+		want := r.Nick
+		switch {
+		case r.JSON:
+			want += ".json"
+		case !r.Redirect:
+			want += "/"
+		}
+		if want != path {
+			t.Fatalf("%q parsed as %+v", path, r)
+		}
+	})
+}
