@@ -1,6 +1,8 @@
 # hoard: `make run` serves the example projects.json on a supervised local
-# redis-server; `make test` runs every test (CI runs exactly this, through
-# .ci/run). `make deps` installs what the tests use on Debian.
+# redis-server (installing Debian's redis-server first when it is missing);
+# `make test` installs what the tests use on Debian (.ci/deps) and runs every
+# test (CI runs exactly this, through .ci/run); `make unit` is the fast tier:
+# pure Go, no Redis, answers in seconds.
 GO      ?= go
 BIN     := bin/hoard
 FUZZTIME ?= 30s
@@ -9,16 +11,22 @@ PKGS    ?= ./...
 # pipefail: make test's exit code is go test's as well as the summary's.
 SHELL   := /bin/bash
 
-.PHONY: all build run test test-long vet deps check-go e2e-deps bench fuzz chaos clean install install-files
+.PHONY: all build run run-deps test unit test-long vet deps check-go bench fuzz chaos clean install install-files
 CHAOSTIME ?= 5m
 
 all: build
 
 # Debian's packages the tests use (--no-install-recommends; sudo unless
 # root), a check that Go and Node are new enough (with where to get them
-# when not), and leaderboard/e2e's npm packages. .ci/run runs the same script.
+# when not), and leaderboard/e2e's npm packages. make test runs it first.
 deps:
 	.ci/deps
+
+# redis-server for make run's supervised Redis, from Debian's packages when
+# it is missing (apt-get as root or through sudo; otherwise the command to
+# run is printed). Nothing when HOARD_REDIS_URL names a Redis.
+run-deps:
+	@.ci/deps --redis
 
 # A clear message, naming the version go.mod needs and where to get it,
 # instead of go's own "invalid go version" when the toolchain is too old.
@@ -55,7 +63,7 @@ install-files:
 
 # The admin token is generated once into data/admin-token (unless
 # HOARD_ADMIN_TOKEN is set); the CLI needs the same value.
-run: build
+run: build run-deps
 	@mkdir -p data
 	@[ -s data/admin-token ] || (head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > data/admin-token && chmod 600 data/admin-token)
 	@echo "admin token: export HOARD_ADMIN_TOKEN=$$(cat data/admin-token)"
@@ -70,23 +78,22 @@ vet:
 # internal/testsummary prints a line per package, each failure with its
 # output, every skip with its reason and "N passed, N failed, N skipped";
 # under CI=true a skip not marked "by design:" fails the run.
-test: check-go vet e2e-deps
+test: deps vet
 	$(GO) build -o bin/testsummary ./internal/testsummary
 	set -o pipefail; $(GO) test -json -race -count=1 -timeout 45m $(PKGS) | bin/testsummary
+
+# The fast tier: go test -short, no -race, no Redis started (a test that
+# needs one skips, saying so; internal/redistest), no Debian packages
+# needed. Under a minute on a 2-core machine; make test is the real run.
+unit: check-go
+	$(GO) build -o bin/testsummary ./internal/testsummary
+	set -o pipefail; $(GO) test -json -short -count=1 -timeout 5m $(PKGS) | bin/testsummary
 
 # The long, sample-sized runs too (HOARD_TEST_LONG=1): the Bloom filter's
 # false-positive rate on 1M items at 1e-6 and 100 orphan-cleanup races per
 # backend. CI runs these.
 test-long:
 	HOARD_TEST_LONG=1 $(MAKE) test
-
-# The browser test's playwright-core, pinned in leaderboard/e2e's lockfile
-# (it uses Debian's chromium; it downloads no browser).
-e2e-deps:
-	@if [ ! -d leaderboard/e2e/node_modules ] && command -v npm >/dev/null; then \
-		cd leaderboard/e2e && npm ci --no-audit --no-fund; fi
-	@if [ ! -d plugins/bittorrent/ipmetrics/testdata/geodb/node_modules ] && command -v npm >/dev/null; then \
-		cd plugins/bittorrent/ipmetrics/testdata/geodb && npm ci --no-audit --no-fund; fi
 
 # Load generators, not timed tests: see README "Figures".
 # The load generators live in their own binary, out of the one operators run.

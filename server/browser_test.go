@@ -90,7 +90,7 @@ func frontend(t *testing.T, b redistest.Backend) string {
 // to keep the screenshots.
 func TestLeaderboardLiveInChromium(t *testing.T) {
 	node := requireBrowser(t)
-	backends := redistest.Backends()
+	backends := redistest.Require(t)
 	require.NotEmpty(t, backends, "redistest: no backends; TestMain must call redistest.RunMain")
 	b := backends[0] // the single redis-server; the hub is the same on a cluster
 	require.NoError(t, redistest.Flush(t.Context(), b))
@@ -155,7 +155,7 @@ func deref(p *int64) any {
 // value; desktop and phone screenshots are kept with HOARD_SCREENSHOT_DIR.
 func TestChartsFitTheirDataInChromium(t *testing.T) {
 	node := requireBrowser(t)
-	b := redistest.Backends()[0]
+	b := redistest.Require(t)[0]
 	require.NoError(t, redistest.Flush(t.Context(), b))
 	const slug = "charted"
 	now := time.Now().Truncate(time.Hour)

@@ -88,7 +88,7 @@ func TestExternalRedisDurabilityIsLogged(t *testing.T) {
 	require.Contains(t, out, "appendfsync=always asked=everysec")
 
 	// The test backends run without an AOF: every node of them is named.
-	for _, b := range redistest.Backends() {
+	for _, b := range redistest.Require(t) {
 		out := logged(b.Client, "")
 		lines := strings.Count(out, "level=WARN msg=\"the Redis has no AOF")
 		want := 1

@@ -24,7 +24,7 @@ import (
 // share is refused. (The alarm's logging is internal/redismemory's test.)
 func TestRedisMemoryOnMetrics(t *testing.T) {
 	var single redistest.Backend
-	for _, b := range redistest.Backends() {
+	for _, b := range redistest.Require(t) {
 		if b.Name == "single" {
 			single = b
 		}
