@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/internal/unittier"
 	"github.com/hoardproject/hoard/queues"
 	"github.com/hoardproject/hoard/server"
 )
@@ -43,6 +44,7 @@ type browserResult struct {
 // missing, and fails it instead under CI=true, where .ci/run installs them.
 func requireBrowser(t *testing.T) string {
 	t.Helper()
+	unittier.Skip(t, "it drives Chromium")
 	missing := func(reason string) {
 		t.Helper()
 		if os.Getenv("CI") == "true" {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hoardproject/hoard/internal/localredis"
 	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/internal/unittier"
 )
 
 // TestServeRefusesUnknownFsyncPolicy: a typo in --redis-fsync or
@@ -64,6 +65,7 @@ func TestServeRefusesBadRedisMaxMemory(t *testing.T) {
 // what the Redis's own AOF settings are, and warns when they cannot keep
 // acknowledged writes or differ from what the operator asked hoard for.
 func TestExternalRedisDurabilityIsLogged(t *testing.T) {
+	unittier.Skip(t, "it starts a redis-server")
 	ctx := context.Background()
 	logged := func(rdb redis.UniversalClient, asked localredis.FsyncPolicy) string {
 		var buf bytes.Buffer

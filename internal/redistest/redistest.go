@@ -42,6 +42,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hoardproject/hoard/internal/localredis"
+	"github.com/hoardproject/hoard/internal/unittier"
 )
 
 func init() {
@@ -196,18 +197,11 @@ func fuzzing() bool {
 // tests call Require, which skips there, benchmarks run only in make bench).
 func Backends() []Backend { return packageBackends }
 
-// unitTierSkip is why a test needing Redis does not run under -short. It
-// starts with "by design:" so that make unit under CI=true does not fail
-// on it (internal/testsummary).
-const unitTierSkip = "by design: needs a real Redis, and the unit tier (go test -short, make unit) starts none; make test runs it on a redis-server and a cluster"
-
 // Require returns the backends RunMain started, skipping the test in the
 // unit tier (-short), where there are none.
 func Require(tb testing.TB) []Backend {
 	tb.Helper()
-	if testing.Short() && !fuzzing() {
-		tb.Skip(unitTierSkip)
-	}
+	unittier.Skip(tb, "it needs a real Redis")
 	backends := Backends()
 	if len(backends) == 0 {
 		tb.Fatal("redistest: no backends; call redistest.RunMain(m) from this package's TestMain")
