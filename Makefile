@@ -95,25 +95,14 @@ unit: check-go
 test-long:
 	HOARD_TEST_LONG=1 $(MAKE) test
 
-# Load generators, not timed tests: see README "Figures".
-# The load generators live in their own binary, out of the one operators run.
+# Load generators, not timed tests, kept in their own binary, out of the one
+# operators run. .ci/bench runs them and the Go benchmarks and writes their
+# output, with the commands and the machine, to docs/figures.md.
 # BENCH_VS=<an older bin/hoard> runs the warrior path side by side with it.
 BENCH_VS ?=
 bench: build
 	$(GO) build -o bin/hoard-bench ./cmd/hoard-bench
-	bin/hoard-bench warrior-path --hoard bin/hoard $(if $(BENCH_VS),--vs $(BENCH_VS))
-	bin/hoard-bench script
-	bin/hoard-bench all
-	bin/hoard-bench viewers --viewers 5000
-	bin/hoard-bench offload
-	bin/hoard-bench announce
-	bin/hoard-bench ipmetrics-memory --ips 200000
-	bin/hoard-bench fsync
-	bin/hoard-bench backfeed-flood
-	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./queues
-	$(GO) test -run '^$$' -bench BenchmarkReaperRun -benchtime 1x -count 3 -timeout 30m ./plugins/bittorrent/reaper
-	$(GO) test -run '^$$' -bench 'ScoreOneTorrent' -benchtime 3s -count 3 ./plugins/bittorrent/scoring
-	HOARD_TEST_CLUSTER=0 HOARD_BENCH_TORRENTS=$${HOARD_BENCH_TORRENTS:-1000000} $(GO) test -run '^$$' -bench CleanupPass -benchtime 1x -timeout 60m ./plugins/bittorrent/orphans
+	GO=$(GO) BENCH_VS=$(BENCH_VS) .ci/bench
 
 # The chaos suite for minutes (make test runs it for 20 s): the real
 # binaries on loopback, frontends, plugins and redis-server SIGKILLed under
