@@ -41,7 +41,7 @@ build: check-go
 # environment file in /etc/hoard (kept if it exists: it holds the admin
 # token), and, when installing into the real root, a `hoard` system user
 # owning /var/lib/hoard. DESTDIR stages into a directory instead (no user,
-# no systemctl). README "Running it as a service" has the steps.
+# no systemctl). docs/operators.md has the steps.
 PREFIX  ?= /usr/local
 DESTDIR ?=
 BINS    ?= bin/hoard bin/hoard-bittorrent
@@ -108,7 +108,7 @@ bench: build
 # binaries on loopback, frontends, plugins and redis-server SIGKILLed under
 # 32 warriors, on one redis-server, on a 3-master cluster and on hoard's
 # own supervised redis-server (half as long each), then every item checked
-# in Redis. See README "Chaos".
+# in Redis. See docs/testing.md, "Chaos".
 chaos:
 	HOARD_CHAOS_DURATION=$(CHAOSTIME) $(GO) test -count=1 -v -timeout 60m -run '^TestChaos' ./internal/chaos
 

@@ -45,7 +45,7 @@ func requireBrowser(t *testing.T) string {
 	node, err := exec.LookPath("node")
 	if err != nil {
 		missing("node is not installed, so playwright-core cannot drive Chromium; install Node.js >= 20 with npm " +
-			"(Debian 12's nodejs is 18; see the README), then `make deps`")
+			"(Debian 12's nodejs is 18; see docs/testing.md), then `make test`")
 	}
 	if _, err := os.Stat(filepath.Join("e2e", "node_modules", "playwright-core")); err != nil {
 		missing("leaderboard/e2e/node_modules/playwright-core is missing; `make deps` runs npm ci in leaderboard/e2e")
