@@ -1,6 +1,8 @@
 # hoard: `make run` serves the example projects.json on a supervised local
-# redis-server; `make test` runs every test (CI runs exactly this, through
-# .ci/run). `make deps` installs what the tests use on Debian.
+# redis-server (installing Debian's redis-server first when it is missing);
+# `make test` installs what the tests use on Debian (.ci/deps) and runs every
+# test (CI runs exactly this, through .ci/run); `make unit` is the fast tier:
+# pure Go, no Redis, answers in seconds.
 GO      ?= go
 BIN     := bin/hoard
 FUZZTIME ?= 30s
@@ -9,16 +11,22 @@ PKGS    ?= ./...
 # pipefail: make test's exit code is go test's as well as the summary's.
 SHELL   := /bin/bash
 
-.PHONY: all build run test test-long vet deps check-go e2e-deps bench fuzz chaos clean install install-files
+.PHONY: all build run run-deps test unit test-long vet deps check-go bench fuzz chaos clean install install-files
 CHAOSTIME ?= 5m
 
 all: build
 
 # Debian's packages the tests use (--no-install-recommends; sudo unless
 # root), a check that Go and Node are new enough (with where to get them
-# when not), and leaderboard/e2e's npm packages. .ci/run runs the same script.
+# when not), and leaderboard/e2e's npm packages. make test runs it first.
 deps:
 	.ci/deps
+
+# redis-server for make run's supervised Redis, from Debian's packages when
+# it is missing (apt-get as root or through sudo; otherwise the command to
+# run is printed). Nothing when HOARD_REDIS_URL names a Redis.
+run-deps:
+	@.ci/deps --redis
 
 # A clear message, naming the version go.mod needs and where to get it,
 # instead of go's own "invalid go version" when the toolchain is too old.
@@ -33,7 +41,7 @@ build: check-go
 # environment file in /etc/hoard (kept if it exists: it holds the admin
 # token), and, when installing into the real root, a `hoard` system user
 # owning /var/lib/hoard. DESTDIR stages into a directory instead (no user,
-# no systemctl). README "Running it as a service" has the steps.
+# no systemctl). docs/operators.md has the steps.
 PREFIX  ?= /usr/local
 DESTDIR ?=
 BINS    ?= bin/hoard bin/hoard-bittorrent
@@ -66,7 +74,7 @@ install-files:
 
 # The admin token is generated once into data/admin-token (unless
 # HOARD_ADMIN_TOKEN is set); the CLI needs the same value.
-run: build
+run: build run-deps
 	@mkdir -p data
 	@[ -s data/admin-token ] || (head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > data/admin-token && chmod 600 data/admin-token)
 	@echo "admin token: export HOARD_ADMIN_TOKEN=$$(cat data/admin-token)"
@@ -81,9 +89,16 @@ vet:
 # internal/testsummary prints a line per package, each failure with its
 # output, every skip with its reason and "N passed, N failed, N skipped";
 # under CI=true a skip not marked "by design:" fails the run.
-test: check-go vet e2e-deps
+test: deps vet
 	$(GO) build -o bin/testsummary ./internal/testsummary
 	set -o pipefail; $(GO) test -json -race -count=1 -timeout 45m $(PKGS) | bin/testsummary
+
+# The fast tier: go test -short, no -race, no Redis started (a test that
+# needs one skips, saying so; internal/redistest), no Debian packages
+# needed. Under a minute on a 2-core machine; make test is the real run.
+unit: check-go
+	$(GO) build -o bin/testsummary ./internal/testsummary
+	set -o pipefail; $(GO) test -json -short -count=1 -timeout 5m $(PKGS) | bin/testsummary
 
 # The long, sample-sized runs too (HOARD_TEST_LONG=1): the Bloom filter's
 # false-positive rate on 1M items at 1e-6 and 100 orphan-cleanup races per
@@ -91,39 +106,20 @@ test: check-go vet e2e-deps
 test-long:
 	HOARD_TEST_LONG=1 $(MAKE) test
 
-# The browser test's playwright-core, pinned in leaderboard/e2e's lockfile
-# (it uses Debian's chromium; it downloads no browser).
-e2e-deps:
-	@if [ ! -d leaderboard/e2e/node_modules ] && command -v npm >/dev/null; then \
-		cd leaderboard/e2e && npm ci --no-audit --no-fund; fi
-	@if [ ! -d plugins/bittorrent/ipmetrics/testdata/geodb/node_modules ] && command -v npm >/dev/null; then \
-		cd plugins/bittorrent/ipmetrics/testdata/geodb && npm ci --no-audit --no-fund; fi
-
-# Load generators, not timed tests: see README "Figures".
-# The load generators live in their own binary, out of the one operators run.
+# Load generators, not timed tests, kept in their own binary, out of the one
+# operators run. .ci/bench runs them and the Go benchmarks and writes their
+# output, with the commands and the machine, to docs/figures.md.
 # BENCH_VS=<an older bin/hoard> runs the warrior path side by side with it.
 BENCH_VS ?=
 bench: build
 	$(GO) build -o bin/hoard-bench ./cmd/hoard-bench
-	bin/hoard-bench warrior-path --hoard bin/hoard $(if $(BENCH_VS),--vs $(BENCH_VS))
-	bin/hoard-bench script
-	bin/hoard-bench all
-	bin/hoard-bench viewers --viewers 5000
-	bin/hoard-bench offload
-	bin/hoard-bench announce
-	bin/hoard-bench ipmetrics-memory --ips 200000
-	bin/hoard-bench fsync
-	bin/hoard-bench backfeed-flood
-	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./queues
-	$(GO) test -run '^$$' -bench BenchmarkReaperRun -benchtime 1x -count 3 -timeout 30m ./plugins/bittorrent/reaper
-	$(GO) test -run '^$$' -bench 'ScoreOneTorrent' -benchtime 3s -count 3 ./plugins/bittorrent/scoring
-	HOARD_TEST_CLUSTER=0 HOARD_BENCH_TORRENTS=$${HOARD_BENCH_TORRENTS:-1000000} $(GO) test -run '^$$' -bench CleanupPass -benchtime 1x -timeout 60m ./plugins/bittorrent/orphans
+	GO=$(GO) BENCH_VS=$(BENCH_VS) .ci/bench
 
 # The chaos suite for minutes (make test runs it for 20 s): the real
 # binaries on loopback, frontends, plugins and redis-server SIGKILLed under
 # 32 warriors, on one redis-server, on a 3-master cluster and on hoard's
 # own supervised redis-server (half as long each), then every item checked
-# in Redis. See README "Chaos".
+# in Redis. See docs/testing.md, "Chaos".
 chaos:
 	HOARD_CHAOS_DURATION=$(CHAOSTIME) $(GO) test -count=1 -v -timeout 60m -run '^TestChaos' ./internal/chaos
 

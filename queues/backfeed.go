@@ -55,8 +55,8 @@ const MaxBloomBatch = 1000
 // warrior waits for it. An item reads at most k bits in each of the G
 // generations and sets k in the newest (or in G+1 when it starts), so it
 // costs the sum of k over generations 1..G+1, plus bloomItemOverhead.
-// Measured on redis-server 7.0 (BenchmarkBloomAddScript, README
-// "Backfeed"), a new item costs about 19 us with the default filter (k =
+// Measured on redis-server 7.0 (BenchmarkBloomAddScript,
+// docs/warrior-api.md, "Backfeed"), a new item costs about 19 us with the default filter (k =
 // 20), so 4,096 bits, 85 items with one generation, keep a call near
 // 1.4 ms; one 1,000-item call took 31-64 ms.
 var bloomScriptBudget = 4096

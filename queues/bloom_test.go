@@ -46,7 +46,7 @@ func TestBloomGenerationsRollOverAndAllAreTested(t *testing.T) {
 // test-long, CI) the production shape, 1M items at 1e-6 (minutes under
 // -race).
 func TestBloomFalsePositiveRate(t *testing.T) {
-	b := redistest.Backends()[0]
+	b := redistest.Require(t)[0]
 	require.NoError(t, redistest.Flush(t.Context(), b))
 	n, designed := 50_000, 1e-4
 	if os.Getenv("HOARD_TEST_LONG") != "" {

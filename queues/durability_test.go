@@ -76,7 +76,7 @@ func crashBackTo(t *testing.T, tb bundle, snapshot redisSnapshot) {
 }
 
 // TestDoneLostByRedisComesBackAsWork: with appendfsync everysec, a crash of
-// Redis can lose a done hoard already acknowledged (README "Durability").
+// Redis can lose a done hoard already acknowledged (docs/durability.md).
 // The item is then back in out, claimed by the warrior that finished it; the
 // reclaim hands it out again after the TTL, and its second done counts it
 // once. An item can be done twice this way; it is never lost.

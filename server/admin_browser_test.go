@@ -34,7 +34,7 @@ type adminBrowserResult struct {
 // screenshots.
 func TestWebAdminInChromium(t *testing.T) {
 	node := requireBrowser(t)
-	b := redistest.Backends()[0]
+	b := redistest.Require(t)[0]
 	require.NoError(t, redistest.Flush(t.Context(), b))
 	ctx := t.Context()
 	engine := queues.NewEngine(b.Client, queues.Options{Logger: quiet})

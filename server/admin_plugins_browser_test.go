@@ -35,7 +35,7 @@ func TestWebAdminPluginPagesInChromium(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "hoard-bittorrent")
 	out, err := exec.Command("go", "build", "-o", bin, "../cmd/hoard-bittorrent").CombinedOutput()
 	require.NoError(t, err, "go build: %s", out)
-	b := redistest.Backends()[0]
+	b := redistest.Require(t)[0]
 	require.NoError(t, redistest.Flush(t.Context(), b))
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()

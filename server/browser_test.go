@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/internal/unittier"
 	"github.com/hoardproject/hoard/queues"
 	"github.com/hoardproject/hoard/server"
 )
@@ -43,6 +44,7 @@ type browserResult struct {
 // missing, and fails it instead under CI=true, where .ci/run installs them.
 func requireBrowser(t *testing.T) string {
 	t.Helper()
+	unittier.Skip(t, "it drives Chromium")
 	missing := func(reason string) {
 		t.Helper()
 		if os.Getenv("CI") == "true" {
@@ -58,7 +60,7 @@ func requireBrowser(t *testing.T) string {
 	node, err := exec.LookPath("node")
 	if err != nil {
 		missing("node is not installed, so playwright-core cannot drive Chromium; " +
-			"install Node.js >= 20 with npm (Debian 12's nodejs is 18; see the README), then `make deps`")
+			"install Node.js >= 20 with npm (Debian 12's nodejs is 18; see docs/testing.md), then `make test`")
 	}
 	if _, err := os.Stat(filepath.Join(e2eDir, "node_modules", "playwright-core")); err != nil {
 		missing("leaderboard/e2e/node_modules/playwright-core is missing; " +
@@ -90,7 +92,7 @@ func frontend(t *testing.T, b redistest.Backend) string {
 // to keep the screenshots.
 func TestLeaderboardLiveInChromium(t *testing.T) {
 	node := requireBrowser(t)
-	backends := redistest.Backends()
+	backends := redistest.Require(t)
 	require.NotEmpty(t, backends, "redistest: no backends; TestMain must call redistest.RunMain")
 	b := backends[0] // the single redis-server; the hub is the same on a cluster
 	require.NoError(t, redistest.Flush(t.Context(), b))
@@ -158,7 +160,7 @@ func deref(p *int64) any {
 // value; desktop and phone screenshots are kept with HOARD_SCREENSHOT_DIR.
 func TestChartsFitTheirDataInChromium(t *testing.T) {
 	node := requireBrowser(t)
-	b := redistest.Backends()[0]
+	b := redistest.Require(t)[0]
 	require.NoError(t, redistest.Flush(t.Context(), b))
 	const slug = "charted"
 	now := time.Now().Truncate(time.Hour)

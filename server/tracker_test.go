@@ -106,7 +106,7 @@ func TestTrackerJSONHasTheLabelledSeries(t *testing.T) {
 // markup as text, and fits a phone's width.
 func TestTrackerPageInChromium(t *testing.T) {
 	node := requireBrowser(t)
-	b := redistest.Backends()[0]
+	b := redistest.Require(t)[0]
 	require.NoError(t, redistest.Flush(t.Context(), b))
 	source := trackerSource()
 	f := newFixture(t, b, server.Config{Plugins: source, PluginAPI: source})

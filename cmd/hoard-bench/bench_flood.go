@@ -20,7 +20,7 @@ import (
 )
 
 // `hoard bench backfeed-flood` measures what a backfeed flood does to
-// warriors (README "Backfeed"): claim+done pairs through the engine, once on
+// warriors (docs/warrior-api.md, "Backfeed"): claim+done pairs through the engine, once on
 // a quiet Redis and once while grab scripts POST large batches, in
 // alternating runs. Redis runs one script at a time, so every millisecond a
 // backfeed script holds it is a millisecond every warrior waits; the pair

@@ -16,8 +16,8 @@ import (
 	"github.com/hoardproject/hoard/queues"
 )
 
-// `hoard bench fsync` prices appendfsync always against everysec (README
-// "Durability"): claim+done pairs through the engine, the Redis work one
+// `hoard bench fsync` prices appendfsync always against everysec
+// (docs/durability.md): claim+done pairs through the engine, the Redis work one
 // warrior's request and done cost, on two supervised redis-servers with the
 // AOF on, one per policy, measured in alternating runs so that whatever else
 // the machine does falls on both.

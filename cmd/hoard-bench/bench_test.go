@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/internal/unittier"
 )
 
 // runBench runs hoard-bench with args and returns what it printed.
@@ -40,6 +42,7 @@ func runBench(t *testing.T, args ...string) (string, error) {
 // pairs on a server of each policy (it checks each runs the policy it is
 // labelled with) and prints the ratio; a short run stands for make bench's.
 func TestBenchFsyncMeasuresBothPolicies(t *testing.T) {
+	unittier.Skip(t, "it runs redis-servers")
 	out, err := runBench(t, "fsync", "--runs", "1", "--duration", "200ms", "--items", "20000", "--warriors", "2", "--dir", t.TempDir())
 	require.NoError(t, err, out)
 	for _, policy := range []string{"everysec", "always"} {
@@ -60,6 +63,7 @@ func TestBenchFsyncMeasuresBothPolicies(t *testing.T) {
 // ipmetrics-memory` registers every IP in all 8 metrics (it fails
 // otherwise) and prints its bytes per pair.
 func TestBenchIPMetricsMemoryCountsEveryPair(t *testing.T) {
+	unittier.Skip(t, "it runs a redis-server")
 	out, err := runBench(t, "ipmetrics-memory", "--ips", "2000", "--torrents", "10", "--geoip-db", "")
 	require.NoError(t, err, out)
 	require.Regexp(t, `registered 2000 IPs x 8 metrics .* users counted: 2000;`, out)

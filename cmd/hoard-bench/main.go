@@ -1,6 +1,6 @@
 // Command hoard-bench is hoard's load generators, kept out of the binary
 // operators run: each starts its own redis-server, and a hoard server on
-// loopback in-process, and prints its figures (README "Figures"). `make
+// loopback in-process, and prints its figures (docs/figures.md). `make
 // bench` runs them.
 package main
 

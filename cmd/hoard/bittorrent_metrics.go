@@ -24,7 +24,7 @@ func btMetricsCommand() *cobra.Command {
 then users per country, city and postcode (the top -n of each) for all
 time or for --month, across all torrents or for --torrent. An IP counts
 in a metric at most once per 30 days (a rolling window), in the month it
-was counted in; see the README's "Unique-IP metrics".`,
+was counted in; see docs/bittorrent-metrics.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			query := url.Values{"top": {strconv.Itoa(top)}, "months": {strconv.Itoa(months)}}

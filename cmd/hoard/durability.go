@@ -11,7 +11,7 @@ import (
 )
 
 // logRedisDurability says at start how durable an external Redis's
-// acknowledged writes are (README "Durability"), so the window an operator
+// acknowledged writes are (docs/durability.md), so the window an operator
 // accepts is in the log, not a guess. Hosted Redis often refuses CONFIG;
 // then it says it cannot tell, and nothing else changes. asked, when not
 // empty, is the policy the operator asked hoard for, which an external

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hoardproject/hoard/internal/localredis"
 	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/internal/unittier"
 )
 
 // TestServeRefusesUnknownFsyncPolicy: a typo in --redis-fsync or
@@ -64,6 +65,7 @@ func TestServeRefusesBadRedisMaxMemory(t *testing.T) {
 // what the Redis's own AOF settings are, and warns when they cannot keep
 // acknowledged writes or differ from what the operator asked hoard for.
 func TestExternalRedisDurabilityIsLogged(t *testing.T) {
+	unittier.Skip(t, "it starts a redis-server")
 	ctx := context.Background()
 	logged := func(rdb redis.UniversalClient, asked localredis.FsyncPolicy) string {
 		var buf bytes.Buffer
@@ -88,7 +90,7 @@ func TestExternalRedisDurabilityIsLogged(t *testing.T) {
 	require.Contains(t, out, "appendfsync=always asked=everysec")
 
 	// The test backends run without an AOF: every node of them is named.
-	for _, b := range redistest.Backends() {
+	for _, b := range redistest.Require(t) {
 		out := logged(b.Client, "")
 		lines := strings.Count(out, "level=WARN msg=\"the Redis has no AOF")
 		want := 1

@@ -49,7 +49,7 @@ func seedUniversalTracker(t *testing.T, ctx context.Context, rdb *redis.Client, 
 // late done completes an imported claim, and a second run changes nothing.
 func TestImportUniversalTrackerState(t *testing.T) {
 	var src *redis.Client
-	for _, b := range redistest.Backends() {
+	for _, b := range redistest.Require(t) {
 		if c, ok := b.Client.(*redis.Client); ok {
 			src = c
 		}

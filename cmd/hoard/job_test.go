@@ -28,7 +28,7 @@ func (o *oneJob) RunJob(_ context.Context, plugin, job string) error {
 }
 
 func TestCLIRunsAJobNow(t *testing.T) {
-	b := redistest.Backends()[0]
+	b := redistest.Require(t)[0]
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	jobs := &oneJob{}
 	srv, err := server.New(server.Config{AdminToken: "cli-token", Logger: quiet, PluginJobs: jobs},

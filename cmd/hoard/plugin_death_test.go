@@ -68,7 +68,7 @@ func TestKilledHoardTakesItsPluginAlong(t *testing.T) {
 		t.Skip("by design: parent-death signals are Linux only")
 	}
 	var url string
-	for _, b := range redistest.Backends() {
+	for _, b := range redistest.Require(t) {
 		if c, ok := b.Client.(*redis.Client); ok {
 			url = "redis://" + c.Options().Addr
 		}

@@ -29,7 +29,7 @@ import (
 // frontend or plugin died between the hook and the acknowledgement.
 func TestPluginEventsSurviveKilledFrontendsAndPlugins(t *testing.T) {
 	var client *redis.Client
-	for _, b := range redistest.Backends() {
+	for _, b := range redistest.Require(t) {
 		if c, ok := b.Client.(*redis.Client); ok {
 			client = c
 		}

@@ -24,7 +24,7 @@ import (
 // included. A test without it skips, by design.
 func emptySingleRedis(t *testing.T) *redis.Client {
 	t.Helper()
-	for _, b := range redistest.Backends() {
+	for _, b := range redistest.Require(t) {
 		if c, ok := b.Client.(*redis.Client); ok {
 			require.NoError(t, redistest.Flush(t.Context(), b))
 			return c

@@ -25,7 +25,7 @@ import (
 // torrent and reads the outbox, and is refused the client whitelist, the
 // reaper and every project, with the role named.
 func TestPluginScopedRoleThroughHoardServe(t *testing.T) {
-	b := redistest.Backends()[0]
+	b := redistest.Require(t)[0]
 	require.NoError(t, redistest.Flush(t.Context(), b))
 	ctx := t.Context()
 	_, err := queues.NewEngine(b.Client, queues.Options{}).CreateProject(ctx, "shop", queues.SettingsPatch{})

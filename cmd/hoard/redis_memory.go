@@ -13,7 +13,7 @@ import (
 // startMemoryMonitor watches the Redis's memory against its maxmemory
 // (the supervised one's or an external one's) until ctx ends: gauges on
 // /metrics, and an alarm in the log at most once per interval while a
-// node is at threshold or above (README "Memory").
+// node is at threshold or above (docs/limits-and-memory.md).
 func startMemoryMonitor(ctx context.Context, rdb redis.UniversalClient, threshold float64, logger *slog.Logger) (*redismemory.Monitor, error) {
 	m, err := redismemory.New(redismemory.Config{Client: rdb, Threshold: threshold, Logger: logger.With("component", "redis-memory")})
 	if err != nil {

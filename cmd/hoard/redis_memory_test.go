@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/internal/unittier"
 )
 
 // TestRedisMemoryOnMetrics: hoard serve on an external Redis with a
@@ -24,7 +25,7 @@ import (
 // share is refused. (The alarm's logging is internal/redismemory's test.)
 func TestRedisMemoryOnMetrics(t *testing.T) {
 	var single redistest.Backend
-	for _, b := range redistest.Backends() {
+	for _, b := range redistest.Require(t) {
 		if b.Name == "single" {
 			single = b
 		}
@@ -58,6 +59,7 @@ func TestRedisMemoryOnMetrics(t *testing.T) {
 // the supervised redis-server's, whose maxmemory is the one asked for
 // (--redis-maxmemory), and 0 (no limit) when asked for none.
 func TestRedisMemoryOfTheSupervisedRedis(t *testing.T) {
+	unittier.Skip(t, "it runs hoard serve with its own redis-server")
 	t.Setenv("HOARD_REDIS_URL", "")
 	body := serveMetrics(t, "--redis-maxmemory", "256mb")
 	require.Equal(t, float64(256<<20), metricValue(t, body, "hoard_redis_memory_max_bytes", `[^"]+`))

@@ -16,7 +16,7 @@ import (
 // a comma-separated node list reaches a Redis Cluster the engine works on.
 func TestRedisURLForms(t *testing.T) {
 	ctx := context.Background()
-	for _, b := range redistest.Backends() {
+	for _, b := range redistest.Require(t) {
 		var url string
 		switch client := b.Client.(type) {
 		case *redis.ClusterClient:

@@ -57,7 +57,7 @@ func TestViewersCannotStarveWarriorsUnderALowDescriptorLimit(t *testing.T) {
 		t.Skip("by design: binds 127.0.0.x source addresses, which only Linux routes to loopback by default")
 	}
 	var client *redis.Client
-	for _, b := range redistest.Backends() {
+	for _, b := range redistest.Require(t) {
 		if c, ok := b.Client.(*redis.Client); ok {
 			client = c
 		}

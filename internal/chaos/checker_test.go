@@ -13,7 +13,7 @@ import (
 )
 
 // everysecWindow is the documented loss window of appendfsync everysec
-// (README "Durability"): about 1 s of acknowledged writes, 2 s in the
+// (docs/durability.md): about 1 s of acknowledged writes, 2 s in the
 // worst case. An acknowledged done lost by a Redis kill is excused only
 // when it was acknowledged at most this long before the kill.
 const everysecWindow = 2 * time.Second

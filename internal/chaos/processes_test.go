@@ -22,6 +22,7 @@ import (
 
 	"github.com/hoardproject/hoard/internal/childproc"
 	"github.com/hoardproject/hoard/internal/localredis"
+	"github.com/hoardproject/hoard/internal/unittier"
 )
 
 // binaries are the real hoard and plugin builds every test of the package
@@ -536,6 +537,7 @@ func announces(addr string) bool {
 // skips off Linux, where /proc and parent-death signals are missing.
 func requireTools(t *testing.T) {
 	t.Helper()
+	unittier.Skip(t, "it runs the real binaries, redis-servers and kills")
 	if runtime.GOOS != "linux" {
 		t.Skip("by design: the chaos suite reads /proc and relies on Linux parent-death signals")
 	}

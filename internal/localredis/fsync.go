@@ -18,7 +18,7 @@ const (
 	FsyncEverySec FsyncPolicy = "everysec"
 	// FsyncAlways fsyncs before replying to any write: a write Redis
 	// acknowledged survives a crash of Redis or of the machine, at the cost
-	// of one fsync per event-loop turn (see README "Durability").
+	// of one fsync per event-loop turn (see docs/durability.md).
 	FsyncAlways FsyncPolicy = "always"
 	// FsyncNo leaves flushing to the kernel (about every 30 s on Linux): a
 	// kill of redis-server loses nothing the kernel already has, but a power

@@ -17,6 +17,10 @@
 //   - HOARD_TEST_CLUSTER=0: skip the cluster backend (RunMain prints a
 //     "SKIP:" line, which make test's summary lists and CI=true fails).
 //   - CI=true: a missing redis-server fails the package instead of skipping it.
+//   - go test -short (make unit, the fast tier): no Redis is started, the
+//     package's tests that need none run, and each one that asks for a Redis
+//     (ForEach, Require) skips saying so, whether redis-server is installed
+//     or not.
 //
 // Backends are flushed between tests, so never point these variables at a
 // Redis holding data you want to keep.
@@ -38,6 +42,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hoardproject/hoard/internal/localredis"
+	"github.com/hoardproject/hoard/internal/unittier"
 )
 
 func init() {
@@ -141,9 +146,12 @@ var packageBackends []Backend
 // tests, stops the children and exits with the tests' code.
 func RunMain(m *testing.M) {
 	flag.Parse()
-	if fuzzing() {
+	if fuzzing() || testing.Short() {
 		// Fuzz targets are pure parsers, and the fuzzer starts and restarts
-		// many worker processes: starting a cluster in each stalls it.
+		// many worker processes: starting a cluster in each stalls it. The
+		// unit tier (-short) is the answer in seconds: starting a cluster
+		// would take most of them, and its Redis tests skip one by one
+		// (Require), so the package's pure tests still run.
 		os.Exit(m.Run())
 	}
 	if reason, unavailable := Unavailable(); unavailable {
@@ -185,17 +193,27 @@ func fuzzing() bool {
 	return f != nil && f.Value.String() == "true"
 }
 
-// Backends returns the backends RunMain started.
+// Backends returns the backends RunMain started (none in the unit tier:
+// tests call Require, which skips there, benchmarks run only in make bench).
 func Backends() []Backend { return packageBackends }
+
+// Require returns the backends RunMain started, skipping the test in the
+// unit tier (-short), where there are none.
+func Require(tb testing.TB) []Backend {
+	tb.Helper()
+	unittier.Skip(tb, "it needs a real Redis")
+	backends := Backends()
+	if len(backends) == 0 {
+		tb.Fatal("redistest: no backends; call redistest.RunMain(m) from this package's TestMain")
+	}
+	return backends
+}
 
 // ForEach runs fn as a subtest named after each backend, flushing the
 // backend first so every subtest starts from an empty Redis.
 func ForEach(t *testing.T, fn func(t *testing.T, b Backend)) {
 	t.Helper()
-	backends := Backends()
-	if len(backends) == 0 {
-		t.Fatal("redistest: no backends; call redistest.RunMain(m) from this package's TestMain")
-	}
+	backends := Require(t)
 	for _, backend := range backends {
 		t.Run(backend.Name, func(t *testing.T) {
 			if err := Flush(t.Context(), backend); err != nil {

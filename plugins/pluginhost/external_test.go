@@ -18,6 +18,7 @@ import (
 	"github.com/hoardproject/hoard/plugins/internal/exampleplugin"
 	"github.com/hoardproject/hoard/queues"
 
+	"github.com/hoardproject/hoard/internal/unittier"
 	"github.com/hoardproject/hoard/plugins/pluginhost"
 )
 
@@ -60,6 +61,7 @@ func processGone(pid int) bool {
 }
 
 func TestExternalPlugin(t *testing.T) {
+	unittier.Skip(t, "it builds and runs plugin binaries")
 	dir := t.TempDir()
 	bin := buildPlugin(t, dir, "hoard-example")
 	binV2 := buildPlugin(t, dir, "hoard-example-v2")

@@ -16,6 +16,7 @@ import (
 	"github.com/hoardproject/hoard/plugins/internal/exampleplugin"
 	"github.com/hoardproject/hoard/queues"
 
+	"github.com/hoardproject/hoard/internal/unittier"
 	"github.com/hoardproject/hoard/plugins/pluginhost"
 )
 
@@ -24,6 +25,7 @@ import (
 // and as its own process (the Host service over go-plugin's broker), and
 // the result comes back to its OnItemDone through the project's event log.
 func TestPluginWorksItsOwnItemsThroughTheHostAPI(t *testing.T) {
+	unittier.Skip(t, "it builds and runs a plugin binary on a real Redis")
 	bin := buildPlugin(t, t.TempDir(), "hoard-example")
 	for _, transport := range []string{"builtin", "external"} {
 		t.Run(transport, func(t *testing.T) {

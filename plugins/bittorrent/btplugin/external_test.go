@@ -24,7 +24,7 @@ import (
 // plugin binds its listeners and answers announces itself, and after a
 // kill -9 the host starts a new process that serves again.
 func TestHoardBittorrentBinaryOverGoPlugin(t *testing.T) {
-	b := redistest.Backends()[0]
+	b := redistest.Require(t)[0]
 	bin := filepath.Join(t.TempDir(), "hoard-bittorrent")
 	out, err := exec.Command("go", "build", "-o", bin, "../../../cmd/hoard-bittorrent").CombinedOutput()
 	require.NoError(t, err, string(out))

@@ -250,7 +250,7 @@ func TestOpenModeAnnounceFloodIsBounded(t *testing.T) {
 
 		// Redis holds the burst's torrents and peers, not the flood's: a
 		// few keys each (torrent, swarm, deadlines, peer record, timeout,
-		// due entry), and about 1.6 KB each (README "Memory").
+		// due entry), and about 1.6 KB each (docs/limits-and-memory.md).
 		grownKeys := dbSize(t, b) - keysBefore
 		require.LessOrEqual(t, grownKeys, int64(10*(burst+2)), "keys grew by %d", grownKeys)
 		grown := infoSum(t, b, "memory", usedMemoryRE) - memBefore

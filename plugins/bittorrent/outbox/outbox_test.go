@@ -592,10 +592,16 @@ func TestSecretIsNeverFormatted(t *testing.T) {
 	require.Equal(t, "[redacted]", s.LogValue().String())
 }
 
-// TestTheREADMEsSignatureExample: the signature README shows verifies,
-// so a site can check its code against it.
-func TestTheREADMEsSignatureExample(t *testing.T) {
+// TestTheDocumentedSignatureExample: the signature docs/bittorrent-reaper.md
+// shows, for the body and secret it names, verifies, so a site can check its
+// code against it.
+func TestTheDocumentedSignatureExample(t *testing.T) {
 	const header = "t=1772366400,v1=67b0b4fc8a3f96aaab57934eeec997418547beb4a4c1e8ebc477d85fad2a6b13"
+	doc, err := os.ReadFile("../../../docs/bittorrent-reaper.md")
+	require.NoError(t, err)
+	for _, shown := range []string{"X-Hoard-Signature: " + header, "`{\"events\":[]}`", "`an-example-secret-0123`"} {
+		require.Contains(t, string(doc), shown, "the document no longer shows the example this test checks")
+	}
 	at := time.Unix(1772366400, 0)
 	require.Equal(t, header, outbox.Sign([]byte("an-example-secret-0123"), at, []byte(`{"events":[]}`)))
 	require.NoError(t, outbox.VerifySignature([]byte("an-example-secret-0123"), header, []byte(`{"events":[]}`), at, outbox.DefaultTolerance))

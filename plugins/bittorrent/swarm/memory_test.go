@@ -28,7 +28,7 @@ func usedMemory(t *testing.T, c redis.UniversalClient) int64 {
 }
 
 // TestMemoryPerPeerAndTorrent measures what an operator must plan Redis
-// memory for (README "Memory"): INFO memory's used_memory before and
+// memory for (docs/limits-and-memory.md): INFO memory's used_memory before and
 // after n announces of each shape, on a single redis-server. It prints
 // the figures (go test -v -run TestMemoryPerPeerAndTorrent) and fails if
 // they grow past generous bounds, so a change that makes peers much
