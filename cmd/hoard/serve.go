@@ -240,7 +240,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 		redisURL = child.URL()
 		logger.Info("started local redis-server", "url", redisURL, "data_dir", dir, "appendfsync", fsync, "maxmemory", maxMemory)
 	} else if o.redisFsyncAsked {
-		logger.Warn("--redis-fsync / HOARD_REDIS_FSYNC applies only to the supervised redis-server; with HOARD_REDIS_URL set, appendfsync is the Redis operator's setting (see README \"Durability\")", "asked", fsync)
+		logger.Warn("--redis-fsync / HOARD_REDIS_FSYNC applies only to the supervised redis-server; with HOARD_REDIS_URL set, appendfsync is the Redis operator's setting (see docs/durability.md)", "asked", fsync)
 	}
 	rdb, err := newRedisClient(redisURL)
 	if err != nil {
