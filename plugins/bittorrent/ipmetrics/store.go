@@ -15,11 +15,11 @@ import (
 
 	"github.com/hoardproject/hoard/internal/clock"
 	"github.com/hoardproject/hoard/internal/luascript"
-	luabt "github.com/hoardproject/hoard/lua/bittorrent"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
 )
 
-var registerScript = luascript.Load(luabt.Files, "ipm_register.lua")
+var registerScript = btstore.Script("ipm_register.lua")
 
 // DefaultWindow is how long an IP stays counted in a metric: it counts
 // again at most once per window (seed 002: 30 days).

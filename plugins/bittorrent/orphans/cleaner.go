@@ -14,15 +14,15 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hoardproject/hoard/internal/luascript"
-	luabt "github.com/hoardproject/hoard/lua/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )
 
 var (
-	torrentScript  = luascript.Load(luabt.Files, "orphan_torrent.lua")
-	userScript     = luascript.Load(luabt.Files, "orphan_user.lua")
-	registryScript = luascript.Load(luabt.Files, "orphan_registry.lua")
-	revsScript     = luascript.Load(luabt.Files, "orphan_revs.lua")
+	torrentScript  = btstore.Script("orphan_torrent.lua")
+	userScript     = btstore.Script("orphan_user.lua")
+	registryScript = btstore.Script("orphan_registry.lua")
+	revsScript     = btstore.Script("orphan_revs.lua")
 )
 
 // Config configures a Cleaner.

@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	luabt "github.com/hoardproject/hoard/lua/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
 
 	"github.com/hoardproject/hoard/internal/luascript"
 )
@@ -35,7 +35,7 @@ func luaCodes() string {
 	return "local R = {" + strings.Join(fields, ", ") + "}\n"
 }
 
-func loadScript(name string) *redis.Script { return luascript.Load(luabt.Files, name, luaCodes()) }
+func loadScript(name string) *redis.Script { return btstore.Script(name, luaCodes()) }
 
 var (
 	appendScript = loadScript("outbox_append.lua")

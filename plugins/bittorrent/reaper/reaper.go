@@ -13,7 +13,7 @@
 // The "reaper" job (Reaper.Tick) finds due steps, bounded per run, and
 // queues them as items of the plugin ("notify-initial:<hash>:<epoch>",
 // "notify-final:…", "remove:…"); a worker's done applies the step with
-// one script (lua/bittorrent/reaper_step.lua) that re-checks the torrent
+// one script (btstore/lua/reaper_step.lua) that re-checks the torrent
 // is still unseeded since the spell began (its last_action, stored in the
 // state as since). The epoch makes each item name unique where it must
 // be, because the queue skips names it has seen done: for an initial
@@ -48,7 +48,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	luabt "github.com/hoardproject/hoard/lua/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
 
 	"github.com/hoardproject/hoard/internal/luascript"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
@@ -56,9 +56,9 @@ import (
 )
 
 var (
-	stepScript    = luascript.Load(luabt.Files, "reaper_step.lua")
-	extendScript  = luascript.Load(luabt.Files, "reaper_extend.lua")
-	rewardsScript = luascript.Load(luabt.Files, "reaper_rewards.lua")
+	stepScript    = btstore.Script("reaper_step.lua")
+	extendScript  = btstore.Script("reaper_extend.lua")
+	rewardsScript = btstore.Script("reaper_rewards.lua")
 )
 
 // Errors, for errors.Is.

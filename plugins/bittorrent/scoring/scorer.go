@@ -16,10 +16,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hoardproject/hoard/internal/luascript"
-	luabt "github.com/hoardproject/hoard/lua/bittorrent"
 	"github.com/hoardproject/hoard/plugins"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
 	"github.com/hoardproject/hoard/plugins/bittorrent/announcer"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )
 
@@ -30,7 +30,7 @@ var (
 	indexScript = loadScript("score_index.lua")
 )
 
-func loadScript(name string) *redis.Script { return luascript.Load(luabt.Files, name) }
+func loadScript(name string) *redis.Script { return btstore.Script(name) }
 
 // ItemPrefix starts every score item's name: "score:<hex info-hash>:<round>".
 const ItemPrefix = "score:"
