@@ -13,7 +13,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hoardproject/hoard/internal/luascript"
 	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )

@@ -8,8 +8,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
-
-	"github.com/hoardproject/hoard/internal/luascript"
 )
 
 // The codes a script returns first when it refuses, named once here and
