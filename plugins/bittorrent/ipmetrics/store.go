@@ -147,10 +147,10 @@ func (s *Store) Register(ctx context.Context, regs []Registration) (int, error) 
 		}
 		args := append(append([]any(nil), head...), metricArgs(r.Loc.Normal())...)
 		if r.Global {
-			calls = append(calls, call{globalKeys(r.IP, month), args})
+			calls = append(calls, call{btstore.IPMGlobalKeys(r.IP, month), args})
 		}
 		if r.Torrent {
-			calls = append(calls, call{torrentKeys(r.Hash, r.IP, month), args})
+			calls = append(calls, call{btstore.IPMTorrentKeys(r.Hash, r.IP, month), args})
 		}
 	}
 	if len(calls) == 0 {
