@@ -23,7 +23,9 @@ const (
 
 var removeCodes = map[string]int64{"REGISTERED": codeRegistered, "PEERS": codePeers}
 
-func luaCodes(codes map[string]int64) string {
+// LuaCodes is the Lua table R of a script's result codes, prepended to
+// the script (Script's parts), so Go and Lua name each code once.
+func LuaCodes(codes map[string]int64) string {
 	names := make([]string, 0, len(codes))
 	for name := range codes {
 		names = append(names, name)
@@ -36,7 +38,7 @@ func luaCodes(codes map[string]int64) string {
 	return "local R = {" + strings.Join(fields, ", ") + "}\n"
 }
 
-var removeScript = Script("torrent_remove.lua", luaCodes(removeCodes))
+var removeScript = Script("torrent_remove.lua", LuaCodes(removeCodes))
 
 // Errors RemoveTorrent refuses with; nothing was deleted.
 var (

@@ -1,10 +1,6 @@
 package outbox
 
 import (
-	"fmt"
-	"sort"
-	"strings"
-
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
@@ -20,20 +16,9 @@ const (
 
 var scriptCodes = map[string]int64{"FULL": codeFull, "UNKNOWN": codeUnknown}
 
-func luaCodes() string {
-	names := make([]string, 0, len(scriptCodes))
-	for name := range scriptCodes {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	fields := make([]string, len(names))
-	for i, name := range names {
-		fields[i] = fmt.Sprintf("%s = %d", name, scriptCodes[name])
-	}
-	return "local R = {" + strings.Join(fields, ", ") + "}\n"
+func loadScript(name string) *redis.Script {
+	return btstore.Script(name, btstore.LuaCodes(scriptCodes))
 }
-
-func loadScript(name string) *redis.Script { return btstore.Script(name, luaCodes()) }
 
 var (
 	appendScript = loadScript("outbox_append.lua")
