@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"crypto/sha1"
 	"encoding/binary"
@@ -122,7 +124,8 @@ func benchIPMetrics(ctx context.Context, o ipmetricsBenchOptions) error {
 	}
 	hashOf := func(i int) bittorrent.InfoHash { return sha1.Sum([]byte("ipm-bench-" + strconv.Itoa(i%o.torrents))) }
 
-	// btstat's layout for comparison, first and then flushed: one string
+	// btstat's layout for comparison (under its own 9-byte prefix, as long
+	// as ours), first and then flushed: one string
 	// key with a TTL per (metric, IP), the global four and the four per
 	// torrent, in an empty Redis.
 	const oldSample = 20000
@@ -139,8 +142,8 @@ func benchIPMetrics(ctx context.Context, o ipmetricsBenchOptions) error {
 				for _, m := range []string{"users", "countries." + loc.Country + ".users",
 					"countries." + loc.Country + ".cities." + loc.City + ".users",
 					"countries." + loc.Country + ".postcodes." + loc.Postcode + ".users"} {
-					pipe.Set(ctx, "hoard:bt:{ipm:0}:"+m+"."+ip, "1", ipmetrics.DefaultWindow)
-					pipe.Set(ctx, "hoard:bt:{"+fmt.Sprintf("%x", h[:])+"}:"+m+"."+ip, "1", ipmetrics.DefaultWindow)
+					pipe.Set(ctx, "btstat:0{ipm:0}:"+m+"."+ip, "1", ipmetrics.DefaultWindow)
+					pipe.Set(ctx, "btstat:0{"+fmt.Sprintf("%x", h[:])+"}:"+m+"."+ip, "1", ipmetrics.DefaultWindow)
 				}
 			}
 			return nil
@@ -201,11 +204,11 @@ func benchIPMetrics(ctx context.Context, o ipmetricsBenchOptions) error {
 	var globalMarkers, torrentMarkers int64
 	for k := range sample {
 		i := k * (o.ips / sample)
-		g, err := rdb.MemoryUsage(ctx, ipmetrics.GlobalMarkersKey(ipOf(i)), 0).Result()
+		g, err := rdb.MemoryUsage(ctx, btstore.IPMGlobalMarkersKey(ipOf(i)), 0).Result()
 		if err != nil {
 			return err
 		}
-		t, err := rdb.MemoryUsage(ctx, ipmetrics.TorrentMarkersKey(hashOf(i), ipOf(i)), 0).Result()
+		t, err := rdb.MemoryUsage(ctx, btstore.IPMTorrentMarkersKey(hashOf(i), ipOf(i)), 0).Result()
 		if err != nil {
 			return err
 		}
@@ -215,8 +218,8 @@ func benchIPMetrics(ctx context.Context, o ipmetricsBenchOptions) error {
 	gPerIP, tPerIP := float64(globalMarkers)/float64(sample), float64(torrentMarkers)/float64(sample)
 	month := ipmetrics.LastMonths(time.Now(), 1)[0]
 	var counters int64
-	for shard := range ipmetrics.Shards {
-		for _, k := range []string{ipmetrics.GlobalTotalKey(shard), ipmetrics.GlobalMonthKey(shard, month)} {
+	for shard := range btstore.IPMShards {
+		for _, k := range []string{btstore.IPMGlobalTotalKey(shard), btstore.IPMGlobalMonthKey(shard, month)} {
 			n, err := rdb.MemoryUsage(ctx, k, 0).Result()
 			if err != nil {
 				return err
@@ -226,7 +229,7 @@ func benchIPMetrics(ctx context.Context, o ipmetricsBenchOptions) error {
 	}
 	var torrentCounters int64
 	for i := range min(o.torrents, 200) {
-		for _, k := range []string{ipmetrics.TorrentTotalKey(hashOf(i)), ipmetrics.TorrentMonthKey(hashOf(i), month)} {
+		for _, k := range []string{btstore.IPMTorrentTotalKey(hashOf(i)), btstore.IPMTorrentMonthKey(hashOf(i), month)} {
 			n, err := rdb.MemoryUsage(ctx, k, 0).Result()
 			if err != nil {
 				return err
@@ -245,7 +248,7 @@ func benchIPMetrics(ctx context.Context, o ipmetricsBenchOptions) error {
 	fmt.Printf("  global markers (HASH per IP, 4 fields): %.0f bytes per IP = %.1f per pair (MEMORY USAGE, %d sampled)\n", gPerIP, gPerIP/4, sample)
 	fmt.Printf("  torrent markers (HASH per IP and torrent, 4 fields): %.0f bytes = %.1f per pair\n", tPerIP, tPerIP/4)
 	fmt.Printf("  counters: %.1f MiB global (%d shards x all time and month), ~%.1f MiB on the %d torrents\n",
-		float64(counters)/(1<<20), ipmetrics.Shards, torrentCountersAll/(1<<20), o.torrents)
+		float64(counters)/(1<<20), btstore.IPMShards, torrentCountersAll/(1<<20), o.torrents)
 	fmt.Printf("at 1M distinct IPs (8 pairs each): %.0f MiB\n", perPair*8e6/(1<<20))
 	fmt.Printf("btstat's layout (one string key with a TTL per metric and IP, text IPs), %d IPs x 8 metrics in an empty Redis: %.1f bytes per pair (%.0f MiB per 1M IPs x 8)\n",
 		oldSample, oldPerPair, oldPerPair*8e6/(1<<20))

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"crypto/sha1"
 	"fmt"
@@ -47,7 +49,7 @@ func TestReaperSurvivesKilledPlugins(t *testing.T) {
 	c := counts()
 	require.EqualValues(t, uploads, c.Done, "each step done once, none lost: %+v", c)
 	for i, hash := range hashes {
-		state, err := client.HMGet(ctx, swarm.ReaperKey(hash), "notify", "initial_at").Result()
+		state, err := client.HMGet(ctx, btstore.ReaperKey(hash), "notify", "initial_at").Result()
 		require.NoError(t, err)
 		require.Equal(t, "initial", state[0], "upload %d", i)
 		require.NotNil(t, state[1], "upload %d", i)

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"crypto/sha1"
 	"fmt"
@@ -13,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/plugins/bittorrent"
-	"github.com/hoardproject/hoard/plugins/bittorrent/scoring"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 	"github.com/hoardproject/hoard/queues"
 )
@@ -54,7 +55,7 @@ func TestScoringSurvivesKilledWorkers(t *testing.T) {
 		pipe := client.Pipeline()
 		rounds := make([]*redis.SliceCmd, len(hashes))
 		for i, hash := range hashes {
-			rounds[i] = pipe.HMGet(ctx, scoring.ScoreKey(hash), "round", "round_base")
+			rounds[i] = pipe.HMGet(ctx, btstore.ScoreKey(hash), "round", "round_base")
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
 			return false
@@ -67,11 +68,11 @@ func TestScoringSurvivesKilledWorkers(t *testing.T) {
 		return true
 	}, 120*time.Second, 100*time.Millisecond, "every torrent's round is applied")
 	for i, hash := range hashes {
-		record, err := client.HMGet(ctx, scoring.ScoreKey(hash), "round", "round_base", "score").Result()
+		record, err := client.HMGet(ctx, btstore.ScoreKey(hash), "round", "round_base", "score").Result()
 		require.NoError(t, err)
 		require.EqualValues(t, 1, roundsApplied(record[:2]), "torrent %d: round 1, once", i)
 		require.Equal(t, "0.5", record[2], "torrent %d: no peers, x0.5 once", i)
-		history, err := client.LLen(ctx, scoring.HistoryKey(hash)).Result()
+		history, err := client.LLen(ctx, btstore.ScoreHistoryKey(hash)).Result()
 		require.NoError(t, err)
 		require.EqualValues(t, 1, history, "torrent %d: one round in its history", i)
 	}

@@ -8,6 +8,8 @@
 package btadmin
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"encoding/hex"
 	"errors"
 	"log/slog"
@@ -60,7 +62,7 @@ import (
 // Changes are written through the plugin's own swarm.Store, the one its
 // listeners announce through: it drops its cached copy of a passkey or
 // of the whitelist at once and tells the other frontends with a Redis
-// hint (swarm.CacheHintChannel), so a change reaches the next announce
+// hint (btstore.CacheHintChannel), so a change reaches the next announce
 // everywhere; the cache's TTL (swarm.Config.CacheTTL, 10s) stays the
 // backstop for a hint lost while a frontend was away.
 // Passkeys are secrets: the log and the replies show only their first
@@ -496,9 +498,9 @@ type TopReply struct {
 }
 
 func (b *Admin) top(c *gin.Context) {
-	by := c.DefaultQuery("by", string(swarm.IndexSeeders))
-	switch swarm.Index(by) {
-	case swarm.IndexSeeders, swarm.IndexLeechers, swarm.IndexSnatches:
+	by := c.DefaultQuery("by", string(btstore.IndexSeeders))
+	switch btstore.Index(by) {
+	case btstore.IndexSeeders, btstore.IndexLeechers, btstore.IndexSnatches:
 	default:
 		_ = c.Error(badRequest("by=%q: want seeders, leechers or snatches", by))
 		return
@@ -511,7 +513,7 @@ func (b *Admin) top(c *gin.Context) {
 			return
 		}
 	}
-	ranked, err := b.Store.Top(c.Request.Context(), swarm.Index(by), n)
+	ranked, err := b.Store.Top(c.Request.Context(), btstore.Index(by), n)
 	if err != nil {
 		_ = c.Error(swarmError(err))
 		return

@@ -1,6 +1,8 @@
 package btplugin_test
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"crypto/sha1"
 	"encoding/json"
 	"log/slog"
@@ -13,7 +15,6 @@ import (
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/plugins"
 	"github.com/hoardproject/hoard/plugins/bittorrent/btplugin"
-	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )
 
 // TestOrphanCleanupJob: enabled, orphan cleanup is the plugin's "orphans"
@@ -34,10 +35,10 @@ func TestOrphanCleanupJob(t *testing.T) {
 		require.NoError(t, tr.Store().UnregisterTorrent(t.Context(), hash))
 		// Stamped three hours ago, as a clock three hours on would see it.
 		old := time.Now().Add(-3 * time.Hour).UnixMilli()
-		require.NoError(t, b.Client.HSet(t.Context(), swarm.TorrentKey(hash), "registered", old, "created", old, "unregistered", old).Err())
+		require.NoError(t, b.Client.HSet(t.Context(), btstore.TorrentKey(hash), "registered", old, "created", old, "unregistered", old).Err())
 		_, err = tr.OnTick(t.Context(), plugins.Tick{Job: btplugin.OrphansJob, At: time.Now()})
 		require.NoError(t, err)
-		require.Zero(t, b.Client.Exists(t.Context(), swarm.TorrentKey(hash)).Val())
+		require.Zero(t, b.Client.Exists(t.Context(), btstore.TorrentKey(hash)).Val())
 
 		for settings, why := range map[string]string{
 			`{"orphans":{"enabled":true,"window":"0s"}}`:                                "racing every operation",
@@ -77,7 +78,7 @@ func TestOrphanCleanupLogsWhatItChanged(t *testing.T) {
 		require.NoError(t, tr.Store().RegisterTorrent(t.Context(), hash, "t1"))
 		require.NoError(t, tr.Store().UnregisterTorrent(t.Context(), hash))
 		old := time.Now().Add(-3 * time.Hour).UnixMilli()
-		require.NoError(t, b.Client.HSet(t.Context(), swarm.TorrentKey(hash), "registered", old, "created", old, "unregistered", old).Err())
+		require.NoError(t, b.Client.HSet(t.Context(), btstore.TorrentKey(hash), "registered", old, "created", old, "unregistered", old).Err())
 		_, err = tr.OnTick(t.Context(), plugins.Tick{Job: btplugin.OrphansJob, At: time.Now()})
 		require.NoError(t, err)
 		require.Equal(t, 1, strings.Count(logs.String(), `msg="orphan cleanup removed records"`), logs.String())
@@ -108,7 +109,7 @@ func TestRepairIsAHostJob(t *testing.T) {
 		require.NoError(t, err)
 		require.Contains(t, d.Jobs, plugins.Job{Name: btplugin.RepairJob, Period: time.Hour})
 
-		require.NoError(t, b.Client.HSet(t.Context(), swarm.StatsKey, "seeders", 999).Err())
+		require.NoError(t, b.Client.HSet(t.Context(), btstore.StatsKey, "seeders", 999).Err())
 		_, err = tr.OnTick(t.Context(), plugins.Tick{Job: btplugin.RepairJob, At: time.Now()})
 		require.NoError(t, err)
 		stats, err := tr.Store().Stats(t.Context())

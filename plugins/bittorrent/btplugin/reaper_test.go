@@ -1,6 +1,8 @@
 package btplugin_test
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"encoding/json"
 	"sync"
@@ -100,7 +102,7 @@ func TestReaperRunsOnThePluginPlatform(t *testing.T) {
 
 		// Truncation restarts the process through the real queue, which
 		// skips names it has seen done: the new initial notice has its own.
-		require.NoError(t, b.Client.Del(ctx, swarm.ReaperKey(hash)).Err())
+		require.NoError(t, b.Client.Del(ctx, btstore.ReaperKey(hash)).Err())
 		_, err = tr.OnTick(ctx, plugins.Tick{Job: btplugin.ReaperJob, Scheduled: time.Now(), At: time.Now()})
 		require.NoError(t, err)
 		require.Eventually(t, func() bool {

@@ -21,8 +21,8 @@
 //
 // # Keys and cluster slots
 //
-// A registration is two scripts, each on one slot (keys.go): the global
-// metrics under one of Shards shard tags, chosen by a hash of the IP, so
+// A registration is two scripts, each on one slot (btstore/keys.go): the global
+// metrics under one of btstore.IPMShards shard tags, chosen by a hash of the IP, so
 // registrations spread over 16 slots instead of one; and the per-torrent
 // metrics under the torrent's own tag. A global count sums the shards;
 // each IP lives in exactly one shard, so the sum counts no IP twice.

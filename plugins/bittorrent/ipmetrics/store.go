@@ -14,12 +14,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hoardproject/hoard/internal/clock"
-	"github.com/hoardproject/hoard/internal/luascript"
-	luabt "github.com/hoardproject/hoard/lua/bittorrent"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
 )
 
-var registerScript = luascript.Load(luabt.Files, "ipm_register.lua")
+var registerScript = btstore.Script("ipm_register.lua")
 
 // DefaultWindow is how long an IP stays counted in a metric: it counts
 // again at most once per window (seed 002: 30 days).
@@ -148,10 +147,10 @@ func (s *Store) Register(ctx context.Context, regs []Registration) (int, error) 
 		}
 		args := append(append([]any(nil), head...), metricArgs(r.Loc.Normal())...)
 		if r.Global {
-			calls = append(calls, call{globalKeys(r.IP, month), args})
+			calls = append(calls, call{btstore.IPMGlobalKeys(r.IP, month), args})
 		}
 		if r.Torrent {
-			calls = append(calls, call{torrentKeys(r.Hash, r.IP, month), args})
+			calls = append(calls, call{btstore.IPMTorrentKeys(r.Hash, r.IP, month), args})
 		}
 	}
 	if len(calls) == 0 {

@@ -1,6 +1,8 @@
 package ipmetrics_test
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"fmt"
 	"net/netip"
 	"sync"
@@ -156,13 +158,13 @@ func TestGlobalMetricsSpreadOverShards(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 400*4, n)
 		used := 0
-		for shard := range ipmetrics.Shards {
-			v, err := b.Client.HGet(t.Context(), ipmetrics.GlobalTotalKey(shard), "users").Int64()
+		for shard := range btstore.IPMShards {
+			v, err := b.Client.HGet(t.Context(), btstore.IPMGlobalTotalKey(shard), "users").Int64()
 			require.NoError(t, err, "shard %d has users", shard)
 			require.Positive(t, v)
 			used++
 		}
-		require.Equal(t, ipmetrics.Shards, used)
+		require.Equal(t, btstore.IPMShards, used)
 		require.Equal(t, int64(400), f.counters(nil, "")["users"])
 	})
 }

@@ -1,6 +1,8 @@
 package ipmetrics
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"errors"
 	"fmt"
@@ -29,7 +31,7 @@ func (s *Store) Counters(ctx context.Context, hash *bittorrent.InfoHash, month s
 	if hash != nil {
 		keys = []string{counterKey(hash, 0, month)}
 	} else {
-		for shard := range Shards {
+		for shard := range btstore.IPMShards {
 			keys = append(keys, counterKey(nil, shard, month))
 		}
 	}
@@ -55,13 +57,13 @@ func (s *Store) Counters(ctx context.Context, hash *bittorrent.InfoHash, month s
 func counterKey(hash *bittorrent.InfoHash, shard int, month string) string {
 	switch {
 	case hash != nil && month == "":
-		return TorrentTotalKey(*hash)
+		return btstore.IPMTorrentTotalKey(*hash)
 	case hash != nil:
-		return TorrentMonthKey(*hash, month)
+		return btstore.IPMTorrentMonthKey(*hash, month)
 	case month == "":
-		return GlobalTotalKey(shard)
+		return btstore.IPMGlobalTotalKey(shard)
 	default:
-		return GlobalMonthKey(shard, month)
+		return btstore.IPMGlobalMonthKey(shard, month)
 	}
 }
 
@@ -94,7 +96,7 @@ func (s *Store) UsersByMonth(ctx context.Context, hash *bittorrent.InfoHash, mon
 				reads = append(reads, read{i, pipe.HGet(ctx, counterKey(hash, 0, month), MetricUsers)})
 				continue
 			}
-			for shard := range Shards {
+			for shard := range btstore.IPMShards {
 				reads = append(reads, read{i, pipe.HGet(ctx, counterKey(nil, shard, month), MetricUsers)})
 			}
 		}

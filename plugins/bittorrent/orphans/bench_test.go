@@ -1,6 +1,8 @@
 package orphans_test
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"fmt"
 	"net/netip"
@@ -126,12 +128,12 @@ func populate(b *testing.B, rdb redis.UniversalClient, n int, now int64) {
 	for u := range benchUsers {
 		user := "u" + strconv.Itoa(u)
 		if u%100 == 0 { // removed: no passkey left, marked a window ago
-			pipe.HSet(ctx, swarm.UserGoneKey(user), "removed_at", now)
-			pipe.ZAdd(ctx, swarm.RemovedUsersKey, redis.Z{Score: float64(now), Member: user})
+			pipe.HSet(ctx, btstore.UserGoneKey(user), "removed_at", now)
+			pipe.ZAdd(ctx, btstore.RemovedUsersKey, redis.Z{Score: float64(now), Member: user})
 			continue
 		}
-		pipe.Set(ctx, swarm.PasskeyKey(pkPrefix+user), user, 0)
-		pipe.HSet(ctx, swarm.UserPasskeysKey(user), pkPrefix+user, now)
+		pipe.Set(ctx, btstore.PasskeyKey(pkPrefix+user), user, 0)
+		pipe.HSet(ctx, btstore.UserPasskeysKey(user), pkPrefix+user, now)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		b.Fatal(err)
@@ -142,19 +144,19 @@ func populate(b *testing.B, rdb redis.UniversalClient, n int, now int64) {
 			hash := infoHash("bench" + strconv.Itoa(i))
 			user := "u" + strconv.Itoa(i%benchUsers)
 			if i%benchUsers%100 == 0 {
-				pipe.HSet(ctx, swarm.UserTorrentsKey(user), "t"+strconv.Itoa(i), swarm.HexInfoHash(hash))
+				pipe.HSet(ctx, btstore.UserTorrentsKey(user), "t"+strconv.Itoa(i), btstore.HexInfoHash(hash))
 			}
 			fields := []any{"registered", now, "created", now, "announces", 2, "seeders", 0, "leechers", 0}
 			if i%10 == 0 {
 				fields = append(fields, "unregistered", now)
 			} else {
 				fields = append(fields, "id", "t"+strconv.Itoa(i))
-				pipe.HSet(ctx, swarm.RegistryKey, swarm.HexInfoHash(hash), "t"+strconv.Itoa(i))
+				pipe.HSet(ctx, btstore.RegistryKey, btstore.HexInfoHash(hash), "t"+strconv.Itoa(i))
 			}
-			pipe.HSet(ctx, swarm.TorrentKey(hash), fields...)
-			pipe.HSet(ctx, swarm.UserTorrentKey(hash, user), "uploaded", 10, "peers", 0, "first_announce", now, "last_announce", now, "bits", 2, "ver", now)
-			pipe.SAdd(ctx, swarm.TorrentUsersKey(hash), user)
-			pipe.HSet(ctx, swarm.PeerKey(hash, peerID(i)), "user", user, "last_announce", now, "first_announce", now, "active", 0)
+			pipe.HSet(ctx, btstore.TorrentKey(hash), fields...)
+			pipe.HSet(ctx, btstore.UserTorrentKey(hash, user), "uploaded", 10, "peers", 0, "first_announce", now, "last_announce", now, "bits", 2, "ver", now)
+			pipe.SAdd(ctx, btstore.TorrentUsersKey(hash), user)
+			pipe.HSet(ctx, btstore.PeerKey(hash, peerID(i)), "user", user, "last_announce", now, "first_announce", now, "active", 0)
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
 			b.Fatal(err)

@@ -13,16 +13,15 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hoardproject/hoard/internal/luascript"
-	luabt "github.com/hoardproject/hoard/lua/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )
 
 var (
-	torrentScript  = luascript.Load(luabt.Files, "orphan_torrent.lua")
-	userScript     = luascript.Load(luabt.Files, "orphan_user.lua")
-	registryScript = luascript.Load(luabt.Files, "orphan_registry.lua")
-	revsScript     = luascript.Load(luabt.Files, "orphan_revs.lua")
+	torrentScript  = btstore.Script("orphan_torrent.lua")
+	userScript     = btstore.Script("orphan_user.lua")
+	registryScript = btstore.Script("orphan_registry.lua")
+	revsScript     = btstore.Script("orphan_revs.lua")
 )
 
 // Config configures a Cleaner.
@@ -188,7 +187,7 @@ type walk struct {
 	// returns the next cursor (0 at the end) and how many it read.
 	page func(ctx context.Context, src source, cursor uint64, report *Report) (uint64, error)
 	// recordStart: when a pass finishes, its start time (ms) is stored in
-	// PassesKey as "<name>:covered", for checks that need a whole pass
+	// btstore.OrphanPassesKey as "<name>:covered", for checks that need a whole pass
 	// that began after some moment (the purge of a removed user).
 	recordStart bool
 }
@@ -203,7 +202,7 @@ type source struct {
 func single(context.Context) ([]source, error) { return []source{{name: "all"}}, nil }
 
 func revShards(context.Context) ([]source, error) {
-	out := make([]source, scoringShards)
+	out := make([]source, btstore.ScoreIndexShards)
 	for i := range out {
 		out[i] = source{name: strconv.Itoa(i), shard: i}
 	}
@@ -238,7 +237,7 @@ func (c *Cleaner) step(ctx context.Context, w *walk, full bool) (Report, error) 
 	}
 	index, cursor, started := 0, uint64(0), int64(0)
 	if !full {
-		pos, err := c.rdb.HGet(ctx, CursorsKey, w.name).Result()
+		pos, err := c.rdb.HGet(ctx, btstore.OrphanCursorsKey, w.name).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return report, err
 		}
@@ -264,11 +263,11 @@ func (c *Cleaner) step(ctx context.Context, w *walk, full bool) (Report, error) 
 		if index == len(sources) {
 			report.Passes++
 			index = 0
-			if err := c.rdb.HIncrBy(ctx, PassesKey, w.name, 1).Err(); err != nil {
+			if err := c.rdb.HIncrBy(ctx, btstore.OrphanPassesKey, w.name, 1).Err(); err != nil {
 				return report, err
 			}
 			if w.recordStart && started > 0 {
-				if err := c.rdb.HSet(ctx, PassesKey, w.name+":covered", started).Err(); err != nil {
+				if err := c.rdb.HSet(ctx, btstore.OrphanPassesKey, w.name+":covered", started).Err(); err != nil {
 					return report, err
 				}
 			}
@@ -278,7 +277,7 @@ func (c *Cleaner) step(ctx context.Context, w *walk, full bool) (Report, error) 
 	}
 	if !full {
 		pos := sources[index].name + "|" + strconv.FormatUint(cursor, 10) + "|" + strconv.FormatInt(started, 10)
-		if err := c.rdb.HSet(ctx, CursorsKey, w.name, pos).Err(); err != nil {
+		if err := c.rdb.HSet(ctx, btstore.OrphanCursorsKey, w.name, pos).Err(); err != nil {
 			return report, err
 		}
 	}
@@ -311,7 +310,7 @@ func parsePosition(pos string, sources []source) (int, uint64, int64) {
 // Passes returns how many passes each walk has finished on every
 // frontend (for tests and metrics).
 func (c *Cleaner) Passes(ctx context.Context) (map[string]int64, error) {
-	all, err := c.rdb.HGetAll(ctx, PassesKey).Result()
+	all, err := c.rdb.HGetAll(ctx, btstore.OrphanPassesKey).Result()
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,8 @@
 package orphans_test
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"encoding/json"
 	"net/netip"
@@ -88,13 +90,13 @@ func TestRemovedTorrentLeavesNothingAfterOneWindowAndTwoPasses(t *testing.T) {
 		gone := privateTorrent(t, f, "gone", "t1")
 		live := privateTorrent(t, f, "live", "t2")
 		// Records the other parts keep under the torrent's tag.
-		require.NoError(t, b.Client.HSet(ctx, swarm.ReaperKey(gone), "state", "unseeded", "initial_at", f.clock.Now().UnixMilli()).Err())
-		require.NoError(t, b.Client.ZAdd(ctx, scoring.SeenKey(gone), redisZ(f.clock.Now().UnixMilli(), "ip")).Err())
-		require.NoError(t, b.Client.HSet(ctx, swarm.ReaperClaimsKey(gone), "bob", "invited").Err())
-		require.Equal(t, int64(1), b.Client.Exists(ctx, swarm.SnatchersKey(gone)).Val(), "bob's snatch is listed")
+		require.NoError(t, b.Client.HSet(ctx, btstore.ReaperKey(gone), "state", "unseeded", "initial_at", f.clock.Now().UnixMilli()).Err())
+		require.NoError(t, b.Client.ZAdd(ctx, btstore.ScoreSeenKey(gone), redisZ(f.clock.Now().UnixMilli(), "ip")).Err())
+		require.NoError(t, b.Client.HSet(ctx, btstore.ReaperClaimsKey(gone), "bob", "invited").Err())
+		require.Equal(t, int64(1), b.Client.Exists(ctx, btstore.SnatchersKey(gone)).Val(), "bob's snatch is listed")
 		require.Contains(t, f.user("bob").Complete, "t1")
-		require.Contains(t, f.torrentKeys(gone), swarm.UserTorrentKey(gone, "bob"))
-		require.Contains(t, f.torrentKeys(gone), swarm.PeerKey(gone, peerID(2)), "peer records outlive their peer")
+		require.Contains(t, f.torrentKeys(gone), btstore.UserTorrentKey(gone, "bob"))
+		require.Contains(t, f.torrentKeys(gone), btstore.PeerKey(gone, peerID(2)), "peer records outlive their peer")
 		// Unique-IP metrics of both, counters and markers.
 		ipm := ipmetrics.NewStore(b.Client, f.clock, 0)
 		var regs []ipmetrics.Registration
@@ -105,12 +107,12 @@ func TestRemovedTorrentLeavesNothingAfterOneWindowAndTwoPasses(t *testing.T) {
 		counted, err := ipm.Register(ctx, regs)
 		require.NoError(t, err)
 		require.Positive(t, counted)
-		require.Contains(t, f.torrentKeys(gone), ipmetrics.TorrentTotalKey(gone))
+		require.Contains(t, f.torrentKeys(gone), btstore.IPMTorrentTotalKey(gone))
 
 		require.NoError(t, f.store.UnregisterTorrent(ctx, gone))
 		f.clock.Advance(window) // exactly the window: still protected
 		require.Zero(t, f.pass().Removed())
-		require.Contains(t, f.torrentKeys(gone), swarm.TorrentKey(gone))
+		require.Contains(t, f.torrentKeys(gone), btstore.TorrentKey(gone))
 
 		f.clock.Advance(time.Millisecond)
 		first := f.pass()
@@ -127,14 +129,14 @@ func TestRemovedTorrentLeavesNothingAfterOneWindowAndTwoPasses(t *testing.T) {
 			for _, set := range [][]string{summary.Active, summary.Complete, summary.Incomplete, summary.HnR} {
 				require.NotContains(t, set, "t1")
 			}
-			require.NotContains(t, b.Client.HKeys(ctx, swarm.UserVersionsKey(u)).Val(), "t1")
-			require.NotContains(t, b.Client.HKeys(ctx, swarm.UserTorrentsKey(u)).Val(), "t1")
+			require.NotContains(t, b.Client.HKeys(ctx, btstore.UserVersionsKey(u)).Val(), "t1")
+			require.NotContains(t, b.Client.HKeys(ctx, btstore.UserTorrentsKey(u)).Val(), "t1")
 		}
 		// The live torrent, just as old, keeps everything.
-		require.Contains(t, f.torrentKeys(live), swarm.UserTorrentKey(live, "bob"))
+		require.Contains(t, f.torrentKeys(live), btstore.UserTorrentKey(live, "bob"))
 		require.Contains(t, f.user("bob").Complete, "t2")
-		require.Equal(t, "t2", b.Client.HGet(ctx, swarm.TorrentKey(live), "id").Val())
-		require.Contains(t, f.torrentKeys(live), ipmetrics.TorrentTotalKey(live))
+		require.Equal(t, "t2", b.Client.HGet(ctx, btstore.TorrentKey(live), "id").Val())
+		require.Contains(t, f.torrentKeys(live), btstore.IPMTorrentTotalKey(live))
 
 		// Registered again, it is a fresh torrent: no snatch or user
 		// record survives.
@@ -144,7 +146,7 @@ func TestRemovedTorrentLeavesNothingAfterOneWindowAndTwoPasses(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, int64(1), info.Announces)
 		require.Zero(t, info.Snatches)
-		snatched := b.Client.HGet(ctx, swarm.UserTorrentKey(gone, "bob"), "snatched").Val()
+		snatched := b.Client.HGet(ctx, btstore.UserTorrentKey(gone, "bob"), "snatched").Val()
 		require.Contains(t, []string{"", "0"}, snatched, "bob's old snatch went with the torrent")
 	})
 }
@@ -179,13 +181,13 @@ func TestOpenSwarmWhoseLastPeerLeftLeavesNothing(t *testing.T) {
 		hash := infoHash("open")
 		require.NoError(t, f.announce(hash, 1, "", 0, 0, bittorrent.EventStarted))
 		require.NoError(t, f.announce(hash, 1, "", 0, 0, bittorrent.EventStopped))
-		require.Greater(t, b.Client.PTTL(ctx, swarm.TorrentKey(hash)).Val(), time.Duration(0), "retention runs")
+		require.Greater(t, b.Client.PTTL(ctx, btstore.TorrentKey(hash)).Val(), time.Duration(0), "retention runs")
 		f.clock.Advance(window + time.Second)
 		require.Zero(t, f.pass().Removed(), "a record whose retention runs expires by itself")
 		require.NotEmpty(t, f.torrentKeys(hash))
 
 		// The record expired (retention): its peer record goes too.
-		require.NoError(t, b.Client.Del(ctx, swarm.TorrentKey(hash)).Err())
+		require.NoError(t, b.Client.Del(ctx, btstore.TorrentKey(hash)).Err())
 		r := f.pass()
 		require.Equal(t, 1, r.PeerRecords)
 		require.Empty(t, f.torrentKeys(hash))
@@ -194,7 +196,7 @@ func TestOpenSwarmWhoseLastPeerLeftLeavesNothing(t *testing.T) {
 		// is removed once stale.
 		require.NoError(t, f.announce(hash, 1, "", 0, 0, bittorrent.EventStarted))
 		require.NoError(t, f.announce(hash, 1, "", 0, 0, bittorrent.EventStopped))
-		require.NoError(t, b.Client.Persist(ctx, swarm.TorrentKey(hash)).Err())
+		require.NoError(t, b.Client.Persist(ctx, btstore.TorrentKey(hash)).Err())
 		require.Zero(t, f.pass().Removed(), "too recent")
 		f.clock.Advance(window + time.Second)
 		r = f.pass()
@@ -208,9 +210,9 @@ func TestStrayTimeoutKeyWithoutTTLIsRemoved(t *testing.T) {
 		f := newFixture(t, b, true)
 		ctx := context.Background()
 		hash := infoHash("stray")
-		stray := swarm.TimeoutKey(hash, peerID(9), "alice")
+		stray := btstore.TimeoutKey(hash, peerID(9), "alice")
 		require.NoError(t, b.Client.Set(ctx, stray, "1", 0).Err())
-		withTTL := swarm.TimeoutKey(hash, peerID(8), "alice")
+		withTTL := btstore.TimeoutKey(hash, peerID(8), "alice")
 		require.NoError(t, b.Client.Set(ctx, withTTL, "1", time.Hour).Err())
 		r := f.pass()
 		require.Equal(t, 1, r.Timeouts)
@@ -223,13 +225,13 @@ func TestUserEntriesWhoseRecordIsGone(t *testing.T) {
 		f := newFixture(t, b, true)
 		ctx := context.Background()
 		hash := privateTorrent(t, f, "entries", "t1")
-		require.Equal(t, swarm.HexInfoHash(hash), b.Client.HGet(ctx, swarm.UserTorrentsKey("bob"), "t1").Val(),
+		require.Equal(t, btstore.HexInfoHash(hash), b.Client.HGet(ctx, btstore.UserTorrentsKey("bob"), "t1").Val(),
 			"an entry names its torrent")
 		// An entry left behind by a record deleted by hand, and an old
 		// entry written before entries named their torrent.
-		require.NoError(t, b.Client.Del(ctx, swarm.UserTorrentKey(hash, "bob")).Err())
-		require.NoError(t, b.Client.SAdd(ctx, swarm.UserSetKey("bob", swarm.UserComplete), "legacy").Err())
-		require.NoError(t, b.Client.HSet(ctx, swarm.UserVersionsKey("bob"), "legacy", 5).Err())
+		require.NoError(t, b.Client.Del(ctx, btstore.UserTorrentKey(hash, "bob")).Err())
+		require.NoError(t, b.Client.SAdd(ctx, btstore.UserSetKey("bob", btstore.UserComplete), "legacy").Err())
+		require.NoError(t, b.Client.HSet(ctx, btstore.UserVersionsKey("bob"), "legacy", 5).Err())
 		require.Zero(t, f.pass().UserEntries, "versions are recent")
 		f.clock.Advance(window + time.Second)
 		r := f.pass()
@@ -247,17 +249,17 @@ func TestRegistryEntryOfUnregisteredTorrent(t *testing.T) {
 		require.NoError(t, f.store.RegisterTorrent(ctx, registered, "t1"))
 		half := infoHash("half") // unregistration cut off before its registry step
 		require.NoError(t, f.store.RegisterTorrent(ctx, half, "t2"))
-		require.NoError(t, b.Client.HDel(ctx, swarm.TorrentKey(half), "id").Err())
-		require.NoError(t, b.Client.HSet(ctx, swarm.TorrentKey(half), "unregistered", f.clock.Now().UnixMilli()).Err())
+		require.NoError(t, b.Client.HDel(ctx, btstore.TorrentKey(half), "id").Err())
+		require.NoError(t, b.Client.HSet(ctx, btstore.TorrentKey(half), "unregistered", f.clock.Now().UnixMilli()).Err())
 		ghost := infoHash("ghost") // no record at all
-		require.NoError(t, b.Client.HSet(ctx, swarm.RegistryKey, swarm.HexInfoHash(ghost), "t3").Err())
+		require.NoError(t, b.Client.HSet(ctx, btstore.RegistryKey, btstore.HexInfoHash(ghost), "t3").Err())
 
 		r := f.pass()
 		require.Equal(t, 1, r.RegistryEntries, "the ghost goes; the half-unregistered one is recent")
 		f.clock.Advance(window + time.Second)
 		r = f.pass()
 		require.Equal(t, 1, r.RegistryEntries)
-		require.Equal(t, map[string]string{swarm.HexInfoHash(registered): "t1"}, b.Client.HGetAll(ctx, swarm.RegistryKey).Val())
+		require.Equal(t, map[string]string{btstore.HexInfoHash(registered): "t1"}, b.Client.HGetAll(ctx, btstore.RegistryKey).Val())
 	})
 }
 
@@ -283,14 +285,14 @@ func TestScoreRevisionsOfGoneScoreRecords(t *testing.T) {
 				break
 			}
 		}
-		require.NoError(t, b.Client.Del(ctx, scoring.ScoreKey(hash)).Err())
-		shard := int(hash[0]) % scoring.IndexShards
-		require.True(t, b.Client.HExists(ctx, scoring.IndexRevsKey(shard), swarm.HexInfoHash(hash)).Val())
+		require.NoError(t, b.Client.Del(ctx, btstore.ScoreKey(hash)).Err())
+		shard := int(hash[0]) % btstore.ScoreIndexShards
+		require.True(t, b.Client.HExists(ctx, btstore.ScoreIndexRevsKey(shard), btstore.HexInfoHash(hash)).Val())
 
 		require.Zero(t, f.pass().ScoreRevisions, "revision is recent")
 		f.clock.Advance(window + time.Second)
 		require.Equal(t, 1, f.pass().ScoreRevisions)
-		require.False(t, b.Client.HExists(ctx, scoring.IndexRevsKey(shard), swarm.HexInfoHash(hash)).Val())
+		require.False(t, b.Client.HExists(ctx, btstore.ScoreIndexRevsKey(shard), btstore.HexInfoHash(hash)).Val())
 
 		// Tracked again, it is indexed (with counter revisions a record
 		// created again started below the shard's and never was).
@@ -317,7 +319,7 @@ func TestTickIsBoundedAndResumesWhereItStopped(t *testing.T) {
 		small := f.newCleaner(orphans.Policy{Window: window, ScanCount: 10, MaxKeysPerTick: 20})
 		other := f.newCleaner(orphans.Policy{Window: window, ScanCount: 10, MaxKeysPerTick: 20})
 		removed, ticks := 0, 0
-		for ticks < 100 && len(f.scan("hoard:bt:{*}:torrent")) > 0 {
+		for ticks < 100 && len(f.scan(btstore.TorrentRecordPattern)) > 0 {
 			for _, c := range []*orphans.Cleaner{small, other} { // two frontends at once share the cursors
 				r, err := c.Tick(ctx)
 				require.NoError(t, err)
@@ -352,8 +354,8 @@ func TestTorrentWithManyUsersGoesInChunks(t *testing.T) {
 		const users = 1234
 		for i := range users {
 			user := "u" + strconv.Itoa(i)
-			pipe.HSet(ctx, swarm.UserTorrentKey(hash, user), "peers", 0, "last_announce", now, "first_announce", now)
-			pipe.SAdd(ctx, swarm.TorrentUsersKey(hash), user)
+			pipe.HSet(ctx, btstore.UserTorrentKey(hash, user), "peers", 0, "last_announce", now, "first_announce", now)
+			pipe.SAdd(ctx, btstore.TorrentUsersKey(hash), user)
 		}
 		_, err := pipe.Exec(ctx)
 		require.NoError(t, err)

@@ -79,7 +79,7 @@
 //
 // # How it walks
 //
-// Six walks, each with its position in CursorsKey so the next tick, on
+// Six walks, each with its position in btstore.OrphanCursorsKey so the next tick, on
 // any frontend, goes on where the last one stopped, and at most
 // MaxKeysPerTick keys per walk per tick:
 //   - torrents: SCAN over every torrent key on every master; per page one
@@ -104,7 +104,7 @@
 //   - passkeys: SCAN over the passkeys; one mapped but missing from its
 //     user's listing is listed (user_list.lua), dated when the page read
 //     the mapping. The start of its last finished pass is kept
-//     ("passkeys:covered" in PassesKey).
+//     ("passkeys:covered" in btstore.OrphanPassesKey).
 //   - removed: the index of removed users, those marked longer than the
 //     window ago; each is purged when it may be (below). An entry whose
 //     user is live goes (compare-and-remove on its score); the users it

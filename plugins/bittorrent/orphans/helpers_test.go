@@ -1,6 +1,8 @@
 package orphans_test
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"crypto/sha1"
 	"fmt"
@@ -110,7 +112,7 @@ func (f *fixture) pass() orphans.Report {
 // torrentKeys lists every key under the torrent's hash tag.
 func (f *fixture) torrentKeys(hash bittorrent.InfoHash) []string {
 	f.t.Helper()
-	return f.scan(fmt.Sprintf("hoard:bt:{%s}:*", swarm.HexInfoHash(hash)))
+	return f.scan(btstore.TorrentPattern(hash))
 }
 
 // scan lists the keys matching pattern on every master.

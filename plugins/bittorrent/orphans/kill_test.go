@@ -1,6 +1,8 @@
 package orphans_test
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"fmt"
 	"os"
@@ -95,7 +97,7 @@ func TestKill9MidCleanup(t *testing.T) {
 		f.clock.Advance(window + time.Second)
 
 		cmd := startKillHelper(t, b, f)
-		records := func() int { return len(f.scan("hoard:bt:{*}:torrent")) }
+		records := func() int { return len(f.scan(btstore.TorrentRecordPattern)) }
 		deadline := time.Now().Add(20 * time.Second)
 		for records() > n*3/4 && time.Now().Before(deadline) {
 			time.Sleep(time.Millisecond)
@@ -109,16 +111,16 @@ func TestKill9MidCleanup(t *testing.T) {
 		// Nothing half-deleted: whole, or record and user records gone.
 		var goneHash bittorrent.InfoHash
 		for _, hash := range hashes {
-			exists := b.Client.Exists(ctx, swarm.TorrentKey(hash)).Val() == 1
-			users := b.Client.SMembers(ctx, swarm.TorrentUsersKey(hash)).Val()
-			records := b.Client.Exists(ctx, swarm.UserTorrentKey(hash, "alice"), swarm.UserTorrentKey(hash, "bob")).Val()
+			exists := b.Client.Exists(ctx, btstore.TorrentKey(hash)).Val() == 1
+			users := b.Client.SMembers(ctx, btstore.TorrentUsersKey(hash)).Val()
+			records := b.Client.Exists(ctx, btstore.UserTorrentKey(hash, "alice"), btstore.UserTorrentKey(hash, "bob")).Val()
 			if exists {
 				require.ElementsMatch(t, []string{"alice", "bob"}, users)
 				require.Equal(t, int64(2), records)
 			} else {
 				require.Empty(t, users)
 				require.Zero(t, records)
-				if b.Client.Exists(ctx, swarm.PeerKey(hash, peerID(1))).Val() == 1 {
+				if b.Client.Exists(ctx, btstore.PeerKey(hash, peerID(1))).Val() == 1 {
 					goneHash = hash // its peer records wait for a later page
 				}
 			}
@@ -129,9 +131,9 @@ func TestKill9MidCleanup(t *testing.T) {
 			f.clock.Advance(time.Second)
 			require.NoError(t, f.store.RegisterTorrent(ctx, goneHash, "again"))
 			require.NoError(t, f.announce(goneHash, 1, pkPrefix+"alice", 0, 5, bittorrent.EventNone))
-			rec := b.Client.HGetAll(ctx, swarm.PeerKey(goneHash, peerID(1))).Val()
+			rec := b.Client.HGetAll(ctx, btstore.PeerKey(goneHash, peerID(1))).Val()
 			require.Equal(t, strconv.FormatInt(f.clock.Now().UnixMilli(), 10), rec["first_announce"])
-			require.Contains(t, []string{"", "0"}, b.Client.HGet(ctx, swarm.UserTorrentKey(goneHash, "alice"), "uploaded").Val(),
+			require.Contains(t, []string{"", "0"}, b.Client.HGet(ctx, btstore.UserTorrentKey(goneHash, "alice"), "uploaded").Val(),
 				"no transfer counted against the old session's counters")
 			require.NoError(t, f.announce(goneHash, 1, pkPrefix+"alice", 0, 5, bittorrent.EventStopped))
 			require.NoError(t, f.store.UnregisterTorrent(ctx, goneHash))
@@ -142,7 +144,7 @@ func TestKill9MidCleanup(t *testing.T) {
 
 		f.pass()
 		f.pass()
-		require.Empty(t, f.scan("hoard:bt:{*}:*"), "the next passes finished the work")
+		require.Empty(t, f.scan(btstore.TorrentKeyPattern), "the next passes finished the work")
 	})
 }
 
@@ -172,12 +174,12 @@ func TestKill9MidUserPurge(t *testing.T) {
 			}
 		}
 		require.NoError(t, f.store.Flush(ctx))
-		require.Equal(t, int64(n), b.Client.HLen(ctx, swarm.UserTorrentsKey("carol")).Val())
+		require.Equal(t, int64(n), b.Client.HLen(ctx, btstore.UserTorrentsKey("carol")).Val())
 		require.NoError(t, f.store.RemoveUser(ctx, pkPrefix+"carol"))
 		f.clock.Advance(window + time.Second)
 
 		cmd := startKillHelper(t, b, f)
-		entries := func() int64 { return b.Client.HLen(ctx, swarm.UserTorrentsKey("carol")).Val() }
+		entries := func() int64 { return b.Client.HLen(ctx, btstore.UserTorrentsKey("carol")).Val() }
 		deadline := time.Now().Add(60 * time.Second)
 		for entries() == n && time.Now().Before(deadline) {
 			time.Sleep(time.Millisecond)
@@ -185,33 +187,33 @@ func TestKill9MidUserPurge(t *testing.T) {
 		killHelper(t, cmd)
 		left := 0
 		for _, hash := range hashes {
-			record := b.Client.Exists(ctx, swarm.UserTorrentKey(hash, "carol")).Val() == 1
-			listed := b.Client.SIsMember(ctx, swarm.TorrentUsersKey(hash), "carol").Val()
+			record := b.Client.Exists(ctx, btstore.UserTorrentKey(hash, "carol")).Val() == 1
+			listed := b.Client.SIsMember(ctx, btstore.TorrentUsersKey(hash), "carol").Val()
 			require.Equal(t, record, listed, "the users set names carol exactly when her record is there")
 			if record {
 				left++
-				id := b.Client.HGet(ctx, swarm.TorrentKey(hash), "id").Val()
-				require.Equal(t, swarm.HexInfoHash(hash), b.Client.HGet(ctx, swarm.UserTorrentsKey("carol"), id).Val(),
+				id := b.Client.HGet(ctx, btstore.TorrentKey(hash), "id").Val()
+				require.Equal(t, btstore.HexInfoHash(hash), b.Client.HGet(ctx, btstore.UserTorrentsKey("carol"), id).Val(),
 					"an entry still leads to every record left")
 			}
 		}
 		t.Logf("killed with %d of %d of carol's records left", left, n)
 		require.Positive(t, left, "killed before the purge ended")
 		require.Less(t, left, n, "killed after the purge began")
-		require.NotEmpty(t, b.Client.HGet(ctx, swarm.UserGoneKey("carol"), "purge_before").Val())
+		require.NotEmpty(t, b.Client.HGet(ctx, btstore.UserGoneKey("carol"), "purge_before").Val())
 
 		// A pass purges up to 4 x 500 records of one user; the passes
 		// after the kill finish it.
 		passes := 0
-		for b.Client.Exists(ctx, swarm.UserGoneKey("carol")).Val() == 1 {
+		for b.Client.Exists(ctx, btstore.UserGoneKey("carol")).Val() == 1 {
 			passes++
 			require.LessOrEqual(t, passes, left/2000+1, "the purge goes on where it stopped")
 			f.pass()
 		}
 		f.requireUserGone("carol", hashes[:50]...)
-		require.Empty(t, f.scan("hoard:bt:{*}:user:carol"), "none of her records on any torrent")
+		require.Empty(t, f.scan(btstore.UserRecordsPattern("carol")), "none of her records on any torrent")
 		for _, hash := range hashes[:50] {
-			require.Equal(t, int64(1), b.Client.Exists(ctx, swarm.UserTorrentKey(hash, "alice")).Val())
+			require.Equal(t, int64(1), b.Client.Exists(ctx, btstore.UserTorrentKey(hash, "alice")).Val())
 		}
 		require.Len(t, f.user("alice").Complete, n)
 	})

@@ -1,6 +1,8 @@
 package orphans_test
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"fmt"
 	"os"
@@ -13,8 +15,6 @@ import (
 
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
-	"github.com/hoardproject/hoard/plugins/bittorrent/scoring"
-	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )
 
 // TestCleanupRacesAnnouncesRegistrationsAndReAddedUsers runs cleanup over
@@ -161,7 +161,7 @@ func TestCleanupRacesAnnouncesRegistrationsAndReAddedUsers(t *testing.T) {
 				i, _ := strconv.Atoi(id[len("live"):])
 				hash := name("live", i)
 				for _, user := range users {
-					up := b.Client.HGet(ctx, swarm.UserTorrentKey(hash, user), "uploaded").Val()
+					up := b.Client.HGet(ctx, btstore.UserTorrentKey(hash, user), "uploaded").Val()
 					require.Equal(t, strconv.Itoa(n), up, "%s of %s lost cycles", user, id)
 				}
 			}
@@ -179,17 +179,17 @@ func TestCleanupRacesAnnouncesRegistrationsAndReAddedUsers(t *testing.T) {
 			}
 			require.Contains(t, complete, "idle", user)
 		}
-		require.Equal(t, "idle", b.Client.HGet(ctx, swarm.TorrentKey(idle), "id").Val())
-		require.ElementsMatch(t, users, b.Client.SMembers(ctx, swarm.TorrentUsersKey(idle)).Val())
+		require.Equal(t, "idle", b.Client.HGet(ctx, btstore.TorrentKey(idle), "id").Val())
+		require.ElementsMatch(t, users, b.Client.SMembers(ctx, btstore.TorrentUsersKey(idle)).Val())
 		// Revived torrents are whole: registered, and their users set
 		// names exactly the user records they have.
 		for i := range revived {
 			hash := name("revived", i)
-			require.Equal(t, "revived"+strconv.Itoa(i), b.Client.HGet(ctx, swarm.TorrentKey(hash), "id").Val())
-			members := b.Client.SMembers(ctx, swarm.TorrentUsersKey(hash)).Val()
+			require.Equal(t, "revived"+strconv.Itoa(i), b.Client.HGet(ctx, btstore.TorrentKey(hash), "id").Val())
+			members := b.Client.SMembers(ctx, btstore.TorrentUsersKey(hash)).Val()
 			require.ElementsMatch(t, users, members)
 			for _, user := range users {
-				require.Equal(t, int64(1), b.Client.Exists(ctx, swarm.UserTorrentKey(hash, user)).Val())
+				require.Equal(t, int64(1), b.Client.Exists(ctx, btstore.UserTorrentKey(hash, user)).Val())
 			}
 		}
 		// Every orphan gone within one window and two passes.
@@ -214,11 +214,11 @@ func writeScoreTombstone(t *testing.T, f *fixture, hash bittorrent.InfoHash) {
 	ctx := context.Background()
 	now := f.clock.Now().UnixMilli()
 	pipe := f.b.Client.TxPipeline()
-	pipe.HSet(ctx, scoring.ScoreKey(hash), "state", "removed", "score", "0.004", "removed_at", now, "applied_at", now, "rev", now)
-	pipe.LPush(ctx, scoring.HistoryKey(hash), `{"round":8,"removed":true}`)
-	pipe.HSet(ctx, scoring.TrackersKey(hash), externalURL, 50)
-	pipe.Set(ctx, scoring.TrackersAtKey(hash), now, 0)
-	pipe.ZAdd(ctx, scoring.SourceSeenKey(hash, scoring.SourceID(externalURL)), redisZ(now, "ip"))
+	pipe.HSet(ctx, btstore.ScoreKey(hash), "state", "removed", "score", "0.004", "removed_at", now, "applied_at", now, "rev", now)
+	pipe.LPush(ctx, btstore.ScoreHistoryKey(hash), `{"round":8,"removed":true}`)
+	pipe.HSet(ctx, btstore.ScoreTrackersKey(hash), externalURL, 50)
+	pipe.Set(ctx, btstore.ScoreTrackersAtKey(hash), now, 0)
+	pipe.ZAdd(ctx, btstore.SourceSeenKey(hash, btstore.SourceID(externalURL)), redisZ(now, "ip"))
 	_, err := pipe.Exec(ctx)
 	require.NoError(t, err)
 }

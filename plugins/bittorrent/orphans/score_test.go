@@ -1,6 +1,8 @@
 package orphans_test
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"strconv"
 	"strings"
@@ -39,7 +41,7 @@ func scoreToRemoval(t *testing.T, f *fixture, scorer *scoring.Scorer, hash bitto
 	ok, err := scorer.Track(ctx, hash)
 	require.NoError(t, err)
 	require.True(t, ok)
-	id := scoring.SourceID(externalURL)
+	id := btstore.SourceID(externalURL)
 	for n := 1; ; n++ {
 		require.Less(t, n, 50, "scoring never removed the torrent")
 		item, err := scorer.NextItem(ctx, hash)
@@ -61,15 +63,15 @@ func scoreToRemoval(t *testing.T, f *fixture, scorer *scoring.Scorer, hash bitto
 func stageIP(t *testing.T, f *fixture, hash bittorrent.InfoHash, id string, round int64) {
 	t.Helper()
 	ctx := context.Background()
-	require.NoError(t, f.b.Client.ZAdd(ctx, scoring.PendingKey(hash, id), redis.Z{Score: float64(round), Member: "\x0a\x00\x00\x01"}).Err())
-	require.NoError(t, f.b.Client.PExpire(ctx, scoring.PendingKey(hash, id), 24*time.Hour).Err())
+	require.NoError(t, f.b.Client.ZAdd(ctx, btstore.ScorePendingKey(hash, id), redis.Z{Score: float64(round), Member: "\x0a\x00\x00\x01"}).Err())
+	require.NoError(t, f.b.Client.PExpire(ctx, btstore.ScorePendingKey(hash, id), 24*time.Hour).Err())
 }
 
 // scoreKeys lists the torrent's keys of scoring: ":score" and below.
 func scoreKeys(f *fixture, hash bittorrent.InfoHash) []string {
 	var out []string
 	for _, key := range f.torrentKeys(hash) {
-		if strings.HasPrefix(key, scoring.ScoreKey(hash)) {
+		if strings.HasPrefix(key, btstore.ScoreKey(hash)) {
 			out = append(out, key)
 		}
 	}
@@ -81,19 +83,19 @@ func scoreKeys(f *fixture, hash bittorrent.InfoHash) []string {
 // pending IPs.
 func allScoreKinds(t *testing.T, f *fixture, hash bittorrent.InfoHash) {
 	t.Helper()
-	id := scoring.SourceID(externalURL)
-	require.ElementsMatch(t, []string{scoring.ScoreKey(hash), scoring.HistoryKey(hash), scoring.TrackersKey(hash),
-		scoring.TrackersAtKey(hash), scoring.SourceSeenKey(hash, id), scoring.PendingKey(hash, id)}, scoreKeys(f, hash))
+	id := btstore.SourceID(externalURL)
+	require.ElementsMatch(t, []string{btstore.ScoreKey(hash), btstore.ScoreHistoryKey(hash), btstore.ScoreTrackersKey(hash),
+		btstore.ScoreTrackersAtKey(hash), btstore.SourceSeenKey(hash, id), btstore.ScorePendingKey(hash, id)}, scoreKeys(f, hash))
 }
 
 // indexed says whether the torrent has a revision or an entry in its
 // score index shard.
 func indexed(f *fixture, hash bittorrent.InfoHash) bool {
 	ctx := context.Background()
-	shard := int(hash[0]) % scoring.IndexShards
-	hexHash := swarm.HexInfoHash(hash)
-	return f.b.Client.HExists(ctx, scoring.IndexRevsKey(shard), hexHash).Val() ||
-		f.b.Client.ZScore(ctx, scoring.IndexKey(shard), hexHash).Err() == nil
+	shard := int(hash[0]) % btstore.ScoreIndexShards
+	hexHash := btstore.HexInfoHash(hash)
+	return f.b.Client.HExists(ctx, btstore.ScoreIndexRevsKey(shard), hexHash).Val() ||
+		f.b.Client.ZScore(ctx, btstore.ScoreIndexKey(shard), hexHash).Err() == nil
 }
 
 // TestScoreKeysOfGoneTorrentPrivate: in private mode a torrent removed
@@ -115,8 +117,8 @@ func TestScoreKeysOfGoneTorrentPrivate(t *testing.T) {
 				allScoreKinds(t, f, gone)
 				lastItem, err := scorer.NextItem(ctx, gone) // the name after its last round
 				require.NoError(t, err)
-				require.Equal(t, "removed", b.Client.HGet(ctx, scoring.ScoreKey(gone), "state").Val())
-				require.Equal(t, time.Duration(-1), b.Client.PTTL(ctx, scoring.ScoreKey(gone)).Val(), "unrank: a tombstone without TTL")
+				require.Equal(t, "removed", b.Client.HGet(ctx, btstore.ScoreKey(gone), "state").Val())
+				require.Equal(t, time.Duration(-1), b.Client.PTTL(ctx, btstore.ScoreKey(gone)).Val(), "unrank: a tombstone without TTL")
 				require.True(t, indexed(f, gone), "its revision stays in the shard")
 
 				active := privateTorrent(t, f, "scored-active", "t2")
@@ -143,9 +145,9 @@ func TestScoreKeysOfGoneTorrentPrivate(t *testing.T) {
 				require.False(t, indexed(f, gone), "index entry and revision went within the two passes")
 
 				// The active record is scoring's: it decays it to removal.
-				require.ElementsMatch(t, []string{scoring.HistoryKey(active), scoring.ScoreKey(active)}, scoreKeys(f, active))
-				require.Equal(t, "active", b.Client.HGet(ctx, scoring.ScoreKey(active), "state").Val())
-				require.NotContains(t, f.torrentKeys(active), swarm.TorrentKey(active), "the torrent itself went")
+				require.ElementsMatch(t, []string{btstore.ScoreHistoryKey(active), btstore.ScoreKey(active)}, scoreKeys(f, active))
+				require.Equal(t, "active", b.Client.HGet(ctx, btstore.ScoreKey(active), "state").Val())
+				require.NotContains(t, f.torrentKeys(active), btstore.TorrentKey(active), "the torrent itself went")
 				require.True(t, indexed(f, active))
 
 				// Back, it is scored afresh under item names its old
@@ -183,10 +185,10 @@ func TestScoreKeysOfGoneTorrentOpen(t *testing.T) {
 		require.NoError(t, f.announce(hash, 1, "", 0, 0, bittorrent.EventStopped))
 		scoreToRemoval(t, f, scorer, hash)
 		allScoreKinds(t, f, hash)
-		require.Greater(t, b.Client.PTTL(ctx, scoring.ScoreKey(hash)).Val(), window, "the tombstone's TTL outlasts the window")
+		require.Greater(t, b.Client.PTTL(ctx, btstore.ScoreKey(hash)).Val(), window, "the tombstone's TTL outlasts the window")
 
 		// The record's retention expired; the tombstone is recent.
-		require.NoError(t, b.Client.Del(ctx, swarm.TorrentKey(hash)).Err())
+		require.NoError(t, b.Client.Del(ctx, btstore.TorrentKey(hash)).Err())
 		f.pass()
 		allScoreKinds(t, f, hash)
 
@@ -221,14 +223,14 @@ func TestScoreKeysOfReturningTorrentAreKept(t *testing.T) {
 		require.Zero(t, r.ScoreKeys+r.Torrents, "%+v", r)
 		require.Equal(t, before, scoreKeys(f, hash))
 		allScoreKinds(t, f, hash)
-		require.Equal(t, "t1", b.Client.HGet(ctx, swarm.TorrentKey(hash), "id").Val())
+		require.Equal(t, "t1", b.Client.HGet(ctx, btstore.TorrentKey(hash), "id").Val())
 
 		// Trackers set ahead of a registration are kept for the window.
 		early := infoHash("not-yet")
 		_, _, err := scorer.SetTrackers(ctx, early, []scoring.Tracker{{URL: externalURL}})
 		require.NoError(t, err)
 		require.Zero(t, f.pass().ScoreKeys)
-		require.ElementsMatch(t, []string{scoring.TrackersKey(early), scoring.TrackersAtKey(early)}, f.torrentKeys(early))
+		require.ElementsMatch(t, []string{btstore.ScoreTrackersKey(early), btstore.ScoreTrackersAtKey(early)}, f.torrentKeys(early))
 		f.clock.Advance(window + time.Millisecond)
 		require.Equal(t, 2, f.pass().ScoreKeys, "never registered: the list and its stamp go")
 		require.Empty(t, f.torrentKeys(early))

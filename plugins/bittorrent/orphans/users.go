@@ -1,6 +1,8 @@
 package orphans
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"errors"
 	"strconv"
@@ -13,9 +15,6 @@ import (
 // walkPasskeys names the passkeys walk; the purge needs the start of its
 // last finished pass.
 const walkPasskeys = "passkeys"
-
-// passkeyPattern matches every passkey key (swarm.PasskeyKey).
-const passkeyPattern = keyPrefix + "passkey:*"
 
 // maxPurgeStepsPerUser bounds one tick's work on one removed user; a user
 // with more records goes on in the next tick.
@@ -33,7 +32,7 @@ const maxPurgeStepsPerUser = 4
 // up to a window longer than the removal's own window.
 func (c *Cleaner) passkeyPage(ctx context.Context, src source, cursor uint64, report *Report) (uint64, error) {
 	readAt := c.nowMillis()
-	keys, next, err := src.node.Scan(ctx, cursor, passkeyPattern, int64(c.cfg.Policy.ScanCount)).Result()
+	keys, next, err := src.node.Scan(ctx, cursor, btstore.PasskeyPattern, int64(c.cfg.Policy.ScanCount)).Result()
 	if err != nil {
 		return 0, err
 	}
@@ -54,13 +53,13 @@ func (c *Cleaner) passkeyPage(ctx context.Context, src source, cursor uint64, re
 	pipe = c.rdb.Pipeline()
 	var listed []*redis.BoolCmd
 	for i, key := range keys {
-		passkey := key[len(keyPrefix+"passkey:"):]
+		passkey, ok := btstore.PasskeyFromKey(key)
 		user := users[i].Val()
-		if user == "" || swarm.PasskeyKey(passkey) != key {
+		if !ok || user == "" {
 			continue
 		}
 		found = append(found, mapped{passkey, user})
-		listed = append(listed, pipe.HExists(ctx, swarm.UserPasskeysKey(user), passkey))
+		listed = append(listed, pipe.HExists(ctx, btstore.UserPasskeysKey(user), passkey))
 	}
 	if len(found) == 0 {
 		return next, nil
@@ -89,7 +88,7 @@ func (c *Cleaner) passkeyPage(ctx context.Context, src source, cursor uint64, re
 func (c *Cleaner) removedPage(ctx context.Context, _ source, cursor uint64, report *Report) (uint64, error) {
 	now := c.nowMillis()
 	count := int64(c.cfg.Policy.ScanCount)
-	entries, err := c.rdb.ZRangeByScoreWithScores(ctx, swarm.RemovedUsersKey, &redis.ZRangeBy{
+	entries, err := c.rdb.ZRangeByScoreWithScores(ctx, btstore.RemovedUsersKey, &redis.ZRangeBy{
 		Min: "-inf", Max: strconv.FormatInt(now-c.windowMillis()-1, 10), Offset: int64(cursor), Count: count,
 	}).Result()
 	if err != nil {
@@ -100,7 +99,7 @@ func (c *Cleaner) removedPage(ctx context.Context, _ source, cursor uint64, repo
 	if int64(len(entries)) < count {
 		next = 0
 	}
-	covered, err := c.rdb.HGet(ctx, PassesKey, walkPasskeys+":covered").Int64()
+	covered, err := c.rdb.HGet(ctx, btstore.OrphanPassesKey, walkPasskeys+":covered").Int64()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return 0, err
 	}
@@ -168,7 +167,7 @@ func (c *Cleaner) purgeUser(ctx context.Context, user string, now, covered int64
 // a removed user for ever. The drop is conditional on the listing time
 // read, so a passkey listed again since (AddUser) stays.
 func (c *Cleaner) checkListing(ctx context.Context, user string, now int64, report *Report) error {
-	listing, err := c.rdb.HGetAll(ctx, swarm.UserPasskeysKey(user)).Result()
+	listing, err := c.rdb.HGetAll(ctx, btstore.UserPasskeysKey(user)).Result()
 	if err != nil {
 		return err
 	}
@@ -184,7 +183,7 @@ func (c *Cleaner) checkListing(ctx context.Context, user string, now int64, repo
 		if err != nil || !c.stale(now, ms) || !swarm.ValidName(passkey) {
 			continue
 		}
-		old = append(old, listed{passkey, at, pipe.Get(ctx, swarm.PasskeyKey(passkey))})
+		old = append(old, listed{passkey, at, pipe.Get(ctx, btstore.PasskeyKey(passkey))})
 	}
 	if len(old) == 0 {
 		return nil

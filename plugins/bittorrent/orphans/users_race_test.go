@@ -1,6 +1,8 @@
 package orphans_test
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"fmt"
 	"os"
@@ -14,8 +16,6 @@ import (
 
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
-	"github.com/hoardproject/hoard/plugins/bittorrent/orphans"
-	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )
 
 // TestUserPurgeRacesRemovalsReAddsAndAnnounces runs cleanup over and over
@@ -64,7 +64,7 @@ func TestUserPurgeRacesRemovalsReAddsAndAnnounces(t *testing.T) {
 		records := func(user string) int {
 			n := 0
 			for _, hash := range hashes {
-				n += int(b.Client.Exists(ctx, swarm.UserTorrentKey(hash, user)).Val())
+				n += int(b.Client.Exists(ctx, btstore.UserTorrentKey(hash, user)).Val())
 			}
 			return n
 		}
@@ -114,7 +114,7 @@ func TestUserPurgeRacesRemovalsReAddsAndAnnounces(t *testing.T) {
 						report(fmt.Errorf("%s is live and lost %d of its %d records", user, len(hashes)-n, len(hashes)))
 						return
 					}
-					if n := b.Client.HLen(ctx, swarm.UserTorrentsKey(user)).Val(); n != int64(len(hashes)) {
+					if n := b.Client.HLen(ctx, btstore.UserTorrentsKey(user)).Val(); n != int64(len(hashes)) {
 						report(fmt.Errorf("%s is live and its sets name %d of %d torrents", user, n, len(hashes)))
 						return
 					}
@@ -133,7 +133,7 @@ func TestUserPurgeRacesRemovalsReAddsAndAnnounces(t *testing.T) {
 					case 2: // left alone until purged
 						f.clock.Advance(window + time.Second)
 						deadline := time.Now().Add(30 * time.Second)
-						for b.Client.Exists(ctx, swarm.UserGoneKey(user)).Val() == 1 || records(user) > 0 {
+						for b.Client.Exists(ctx, btstore.UserGoneKey(user)).Val() == 1 || records(user) > 0 {
 							if time.Now().After(deadline) {
 								report(fmt.Errorf("%s was not purged within 30 s: %s", user, f.userState(user, hashes)))
 								return
@@ -176,10 +176,10 @@ func (f *fixture) userState(user string, hashes []bittorrent.InfoHash) string {
 	c := f.b.Client
 	var records []string
 	for _, hash := range hashes {
-		records = append(records, fmt.Sprint(c.HGetAll(ctx, swarm.UserTorrentKey(hash, user)).Val()))
+		records = append(records, fmt.Sprint(c.HGetAll(ctx, btstore.UserTorrentKey(hash, user)).Val()))
 	}
 	return fmt.Sprintf("now %d; gone %v; listing %v; index %v; passes %v; keys %v; torrents %v; records %v",
-		f.clock.Now().UnixMilli(), c.HGetAll(ctx, swarm.UserGoneKey(user)).Val(), c.HGetAll(ctx, swarm.UserPasskeysKey(user)).Val(),
-		c.ZScore(ctx, swarm.RemovedUsersKey, user).Val(), c.HGetAll(ctx, orphans.PassesKey).Val(), f.userKeys(user),
-		c.HGetAll(ctx, swarm.UserTorrentsKey(user)).Val(), records)
+		f.clock.Now().UnixMilli(), c.HGetAll(ctx, btstore.UserGoneKey(user)).Val(), c.HGetAll(ctx, btstore.UserPasskeysKey(user)).Val(),
+		c.ZScore(ctx, btstore.RemovedUsersKey, user).Val(), c.HGetAll(ctx, btstore.OrphanPassesKey).Val(), f.userKeys(user),
+		c.HGetAll(ctx, btstore.UserTorrentsKey(user)).Val(), records)
 }

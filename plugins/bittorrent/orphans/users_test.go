@@ -1,8 +1,9 @@
 package orphans_test
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
-	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -20,7 +21,7 @@ import (
 // userKeys lists every key in a user's own slot.
 func (f *fixture) userKeys(user string) []string {
 	f.t.Helper()
-	return f.scan(fmt.Sprintf("hoard:bt:user:{%s}:*", user))
+	return f.scan(btstore.UserOwnPattern(user))
 }
 
 // requireUserGone: nothing of the user is left, in its slot or in any
@@ -30,10 +31,10 @@ func (f *fixture) requireUserGone(user string, hashes ...bittorrent.InfoHash) {
 	ctx := context.Background()
 	require.Empty(f.t, f.userKeys(user), "every key of the removed user")
 	for _, hash := range hashes {
-		require.NotContains(f.t, f.torrentKeys(hash), swarm.UserTorrentKey(hash, user))
-		require.False(f.t, f.b.Client.SIsMember(ctx, swarm.TorrentUsersKey(hash), user).Val())
+		require.NotContains(f.t, f.torrentKeys(hash), btstore.UserTorrentKey(hash, user))
+		require.False(f.t, f.b.Client.SIsMember(ctx, btstore.TorrentUsersKey(hash), user).Val())
 	}
-	require.Zero(f.t, f.b.Client.ZScore(ctx, swarm.RemovedUsersKey, user).Val(), "its index entry")
+	require.Zero(f.t, f.b.Client.ZScore(ctx, btstore.RemovedUsersKey, user).Val(), "its index entry")
 }
 
 // removeAndBeginPurge removes the user's passkey pkPrefix+user, lets a window
@@ -58,11 +59,11 @@ func (f *fixture) requireUserKept(user string, hashes map[string]bittorrent.Info
 	ctx := context.Background()
 	summary := f.user(user)
 	for id, hash := range hashes {
-		require.Contains(f.t, f.torrentKeys(hash), swarm.UserTorrentKey(hash, user))
-		require.True(f.t, f.b.Client.SIsMember(ctx, swarm.TorrentUsersKey(hash), user).Val())
+		require.Contains(f.t, f.torrentKeys(hash), btstore.UserTorrentKey(hash, user))
+		require.True(f.t, f.b.Client.SIsMember(ctx, btstore.TorrentUsersKey(hash), user).Val())
 		require.Contains(f.t, append(summary.Complete, summary.Incomplete...), id)
 	}
-	require.Contains(f.t, f.userKeys(user), swarm.UserVersionsKey(user), "its versions")
+	require.Contains(f.t, f.userKeys(user), btstore.UserVersionsKey(user), "its versions")
 }
 
 func TestRemovedUserIsPurgedAfterOneWindow(t *testing.T) {
@@ -71,7 +72,7 @@ func TestRemovedUserIsPurgedAfterOneWindow(t *testing.T) {
 		ctx := context.Background()
 		t1, t2 := privateTorrent(t, f, "one", "t1"), privateTorrent(t, f, "two", "t2")
 		require.Len(t, f.user("alice").Complete, 2)
-		require.Contains(t, f.userKeys("alice"), swarm.UserStatsKey("alice"), "she uploaded: totals")
+		require.Contains(t, f.userKeys("alice"), btstore.UserStatsKey("alice"), "she uploaded: totals")
 		require.NoError(t, f.store.RemoveUser(ctx, pkPrefix+"alice"))
 		require.Error(t, f.announce(t1, 1, pkPrefix+"alice", 0, 0, bittorrent.EventStarted), "the passkey is gone")
 
@@ -87,7 +88,7 @@ func TestRemovedUserIsPurgedAfterOneWindow(t *testing.T) {
 		f.requireUserGone("alice", t1, t2)
 		// bob and the torrents are untouched.
 		f.requireUserKept("bob", map[string]bittorrent.InfoHash{"t1": t1, "t2": t2})
-		require.Equal(t, "t1", b.Client.HGet(ctx, swarm.TorrentKey(t1), "id").Val())
+		require.Equal(t, "t1", b.Client.HGet(ctx, btstore.TorrentKey(t1), "id").Val())
 		require.Zero(t, f.pass().Removed(), "a second pass finds nothing")
 	})
 }
@@ -105,8 +106,8 @@ func TestPasskeyRotationWithinTheWindowKeepsEverything(t *testing.T) {
 		require.Zero(t, r.UsersPurged)
 		f.pass()
 		f.requireUserKept("alice", map[string]bittorrent.InfoHash{"t1": t1})
-		require.Zero(t, b.Client.Exists(ctx, swarm.UserGoneKey("alice")).Val(), "the removal is undone")
-		require.Zero(t, b.Client.ZScore(ctx, swarm.RemovedUsersKey, "alice").Val(), "the index forgot her")
+		require.Zero(t, b.Client.Exists(ctx, btstore.UserGoneKey("alice")).Val(), "the removal is undone")
+		require.Zero(t, b.Client.ZScore(ctx, btstore.RemovedUsersKey, "alice").Val(), "the index forgot her")
 		require.NoError(t, f.announce(t1, 1, pkPrefix+"alice2", 0, 0, bittorrent.EventStarted))
 	})
 }
@@ -119,9 +120,9 @@ func TestUserWithAnUnlistedPasskeyIsNeverPurged(t *testing.T) {
 		f := newFixture(t, b, true)
 		ctx := context.Background()
 		t1 := privateTorrent(t, f, "one", "t1")
-		require.NoError(t, b.Client.Set(ctx, swarm.PasskeyKey(pkPrefix+"old"), "alice", 0).Err(), "mapped the old way")
+		require.NoError(t, b.Client.Set(ctx, btstore.PasskeyKey(pkPrefix+"old"), "alice", 0).Err(), "mapped the old way")
 		require.NoError(t, f.store.RemoveUser(ctx, pkPrefix+"alice"))
-		require.Contains(t, f.userKeys("alice"), swarm.UserGoneKey("alice"), "her last listed passkey went")
+		require.Contains(t, f.userKeys("alice"), btstore.UserGoneKey("alice"), "her last listed passkey went")
 		f.clock.Advance(window + time.Second)
 		r := f.pass()
 		require.Equal(t, 1, r.PasskeysListed)
@@ -164,19 +165,19 @@ func TestUserAddedAgainDuringItsPurgeStartsAfresh(t *testing.T) {
 		f.requireUserKept("alice", map[string]bittorrent.InfoHash{"t1": t1, "t2": t2}) // begun, nothing deleted yet
 
 		require.NoError(t, f.store.AddUser(ctx, pkPrefix+"alice", "alice"))
-		require.NotContains(t, f.torrentKeys(t1), swarm.UserTorrentKey(t1, "alice"))
-		require.NotContains(t, f.torrentKeys(t2), swarm.UserTorrentKey(t2, "alice"))
+		require.NotContains(t, f.torrentKeys(t1), btstore.UserTorrentKey(t1, "alice"))
+		require.NotContains(t, f.torrentKeys(t2), btstore.UserTorrentKey(t2, "alice"))
 		summary := f.user("alice")
 		require.Empty(t, summary.Complete)
 		require.Empty(t, summary.Incomplete)
-		require.Equal(t, []string{swarm.UserPasskeysKey("alice")}, f.userKeys("alice"), "only her new listing")
+		require.Equal(t, []string{btstore.UserPasskeysKey("alice")}, f.userKeys("alice"), "only her new listing")
 
 		// She announces again: a new record, which cleanup keeps.
 		require.NoError(t, f.announce(t1, 1, pkPrefix+"alice", 0, 0, bittorrent.EventStarted))
 		require.NoError(t, f.store.Flush(ctx))
 		f.clock.Advance(window + time.Second)
 		f.pass()
-		require.Contains(t, f.torrentKeys(t1), swarm.UserTorrentKey(t1, "alice"))
+		require.Contains(t, f.torrentKeys(t1), btstore.UserTorrentKey(t1, "alice"))
 		require.Contains(t, f.user("alice").Active, "t1")
 	})
 }
@@ -195,7 +196,7 @@ func TestPasskeyMovedToAnotherUserRemovesThePrevious(t *testing.T) {
 		require.Equal(t, 1, f.pass().UsersPurged)
 		f.requireUserGone("alice", t1)
 		require.Contains(t, f.user("carol").Active, "t1")
-		require.Equal(t, "carol", b.Client.Get(ctx, swarm.PasskeyKey(pkPrefix+"alice")).Val())
+		require.Equal(t, "carol", b.Client.Get(ctx, btstore.PasskeyKey(pkPrefix+"alice")).Val())
 	})
 }
 
@@ -209,7 +210,7 @@ func TestStaleListingDoesNotKeepARemovedUser(t *testing.T) {
 		t1 := privateTorrent(t, f, "one", "t1")
 		require.NoError(t, f.store.RemoveUser(ctx, pkPrefix+"alice"))
 		// what a walk that read the passkey before the unmapping writes
-		require.NoError(t, b.Client.HSet(ctx, swarm.UserPasskeysKey("alice"), pkPrefix+"alice", f.clock.Now().UnixMilli()).Err())
+		require.NoError(t, b.Client.HSet(ctx, btstore.UserPasskeysKey("alice"), pkPrefix+"alice", f.clock.Now().UnixMilli()).Err())
 		require.Zero(t, f.pass().UsersPurged)
 		f.clock.Advance(window) // the listing is not stale yet
 		r := f.pass()
@@ -250,14 +251,14 @@ func TestPasskeyListedDuringThePurgeDoesNotStrandTheUser(t *testing.T) {
 		ctx := context.Background()
 		t1 := privateTorrent(t, f, "one", "t1")
 		now := f.removeAndBeginPurge("alice")
-		require.NoError(t, b.Client.Set(ctx, swarm.PasskeyKey(pkPrefix+"hand"), "alice", 0).Err())
+		require.NoError(t, b.Client.Set(ctx, btstore.PasskeyKey(pkPrefix+"hand"), "alice", 0).Err())
 		listed, err := f.store.ListPasskey(ctx, "alice", pkPrefix+"hand", now)
 		require.NoError(t, err)
 		require.True(t, listed)
 
 		require.Equal(t, 1, f.pass().UsersPurged)
-		require.NotContains(t, f.torrentKeys(t1), swarm.UserTorrentKey(t1, "alice"))
-		require.Equal(t, []string{swarm.UserPasskeysKey("alice")}, f.userKeys("alice"), "only the listing of the passkey she has")
+		require.NotContains(t, f.torrentKeys(t1), btstore.UserTorrentKey(t1, "alice"))
+		require.Equal(t, []string{btstore.UserPasskeysKey("alice")}, f.userKeys("alice"), "only the listing of the passkey she has")
 		require.NoError(t, f.announce(t1, 1, pkPrefix+"hand", 0, 0, bittorrent.EventStarted))
 		require.NoError(t, f.store.AddUser(ctx, pkPrefix+"alice", "alice"))
 	})
@@ -279,7 +280,7 @@ func TestPasskeysWalkRacingARemovalKeepsTheRemovalBound(t *testing.T) {
 		// The walk's client runs the removal, and a window, right after
 		// its read of pkalice's mapping.
 		readsMapping := func(cmd redis.Cmder) bool {
-			return cmd.Name() == "get" && len(cmd.Args()) == 2 && cmd.Args()[1] == swarm.PasskeyKey(pkPrefix+"alice")
+			return cmd.Name() == "get" && len(cmd.Args()) == 2 && cmd.Args()[1] == btstore.PasskeyKey(pkPrefix+"alice")
 		}
 		hook, raced := onceAfter(readsMapping, func() {
 			require.NoError(t, f.store.RemoveUser(ctx, pkPrefix+"alice"))
@@ -312,12 +313,12 @@ func TestRemovalStalledAcrossACleanupPassIsStillPurged(t *testing.T) {
 		hook, stalled := onceAfter(writesRemovedEntry("alice"), func() {
 			f.clock.Advance(window + time.Second)
 			require.Zero(t, f.pass().UsersPurged, "alice is still listed")
-			require.Zero(t, b.Client.ZScore(ctx, swarm.RemovedUsersKey, "alice").Val(), "the walk dropped her entry")
+			require.Zero(t, b.Client.ZScore(ctx, btstore.RemovedUsersKey, "alice").Val(), "the walk dropped her entry")
 		})
 		remover := f.hookedStore(hook)
 		require.NoError(t, remover.RemoveUser(ctx, pkPrefix+"alice"))
 		require.True(t, stalled.Load())
-		require.NotZero(t, b.Client.ZScore(ctx, swarm.RemovedUsersKey, "alice").Val(), "alice is indexed as removed")
+		require.NotZero(t, b.Client.ZScore(ctx, btstore.RemovedUsersKey, "alice").Val(), "alice is indexed as removed")
 
 		require.Equal(t, 1, f.pass().UsersPurged, "removed a window ago, and a passkeys pass began since")
 		f.requireUserGone("alice", t1)
@@ -355,7 +356,7 @@ func TestRemovalBetweenTheWalksLookAndItsDropIsStillPurged(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, looked.Load(), "the walk found alice live")
 		require.Zero(t, r.UsersPurged)
-		require.NotZero(t, b.Client.ZScore(ctx, swarm.RemovedUsersKey, "alice").Val(), "alice is indexed as removed")
+		require.NotZero(t, b.Client.ZScore(ctx, btstore.RemovedUsersKey, "alice").Val(), "alice is indexed as removed")
 
 		require.Equal(t, 1, f.pass().UsersPurged, "removed a window ago, and a passkeys pass began since")
 		f.requireUserGone("alice", t1)
@@ -387,7 +388,7 @@ func writesRemovedEntry(user string) func(redis.Cmder) bool {
 	return func(cmd redis.Cmder) bool {
 		args := cmd.Args()
 		return cmd.Err() == nil && cmd.Name() == "zadd" && len(args) >= 4 &&
-			args[1] == swarm.RemovedUsersKey && args[len(args)-1] == user
+			args[1] == btstore.RemovedUsersKey && args[len(args)-1] == user
 	}
 }
 
@@ -399,7 +400,7 @@ func purgeStartReply(cmd redis.Cmder, user string) string {
 		return ""
 	}
 	reply, ok := c.Val().([]any)
-	if !ok || len(reply) != 3 || !slices.Contains(c.Args(), any(swarm.UserGoneKey(user))) {
+	if !ok || len(reply) != 3 || !slices.Contains(c.Args(), any(btstore.UserGoneKey(user))) {
 		return ""
 	}
 	state, _ := reply[0].(string)

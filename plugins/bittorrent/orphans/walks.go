@@ -1,6 +1,8 @@
 package orphans
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"errors"
 	"strconv"
@@ -8,12 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hoardproject/hoard/plugins/bittorrent"
-	"github.com/hoardproject/hoard/plugins/bittorrent/scoring"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )
-
-// scoringShards is the score index's shard count.
-const scoringShards = scoring.IndexShards
 
 // maxFinishRounds bounds the script calls that delete one gone torrent's
 // user records in chunks (finishChunk users each) in one page; what is
@@ -29,7 +27,7 @@ const (
 // finished: its remaining user records are read from its users set and
 // deleted in chunks, and the record itself goes with the last chunk.
 func (c *Cleaner) torrentPage(ctx context.Context, src source, cursor uint64, report *Report) (uint64, error) {
-	keys, next, err := src.node.Scan(ctx, cursor, torrentPattern, int64(c.cfg.Policy.ScanCount)).Result()
+	keys, next, err := src.node.Scan(ctx, cursor, btstore.TorrentKeyPattern, int64(c.cfg.Policy.ScanCount)).Result()
 	if err != nil {
 		return 0, err
 	}
@@ -46,9 +44,13 @@ func (c *Cleaner) torrentPage(ctx context.Context, src source, cursor uint64, re
 	var order []*group
 	groups := map[bittorrent.InfoHash]*group{}
 	for _, key := range keys {
-		hash, kind, ok := parseTorrentKey(key)
+		hash, kind, ok := btstore.ParseTorrentKey(key)
 		if !ok {
 			continue
+		}
+		switch kind {
+		case btstore.KindSeeders, btstore.KindLeechers, btstore.KindDeadlines, btstore.KindOwners:
+			continue // the swarm's: expiry removes them with the last peer
 		}
 		g := groups[hash]
 		if g == nil {
@@ -57,20 +59,20 @@ func (c *Cleaner) torrentPage(ctx context.Context, src source, cursor uint64, re
 			order = append(order, g)
 		}
 		switch kind {
-		case kindTorrent, kindUsers:
+		case btstore.KindTorrent, btstore.KindUsers:
 			g.finish = true
-		case kindUser:
+		case btstore.KindUser:
 			g.users = append(g.users, key)
-		case kindScoreFixed:
+		case btstore.KindScore, btstore.KindScoreHistory, btstore.KindScoreTrackers, btstore.KindScoreTrackersAt:
 			// fixed KEYS of every call: the group is all it needs, so a
 			// torrent of which only scoring's keys are left is looked at
-		case kindSnatchers, kindClaims:
+		case btstore.KindSnatchers, btstore.KindClaims:
 			// the finishing call deletes these by name
 			g.later = append(g.later, key)
-			g.laterKinds = append(g.laterKinds, kind)
+			g.laterKinds = append(g.laterKinds, string(kind))
 		default:
 			g.keys = append(g.keys, key)
-			g.kinds = append(g.kinds, kind)
+			g.kinds = append(g.kinds, string(kind))
 		}
 	}
 	// A cheap read first: a registered torrent, or one with peers, is
@@ -83,8 +85,8 @@ func (c *Cleaner) torrentPage(ctx context.Context, src source, cursor uint64, re
 	ids := make([]*redis.StringCmd, len(order))
 	peers := make([]*redis.IntCmd, len(order))
 	for i, g := range order {
-		ids[i] = pipe.HGet(ctx, swarm.TorrentKey(g.hash), "id")
-		peers[i] = pipe.Exists(ctx, swarm.SeedersKey(g.hash), swarm.LeechersKey(g.hash))
+		ids[i] = pipe.HGet(ctx, btstore.TorrentKey(g.hash), "id")
+		peers[i] = pipe.Exists(ctx, btstore.SeedersKey(g.hash), btstore.LeechersKey(g.hash))
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return 0, err
@@ -105,7 +107,7 @@ func (c *Cleaner) torrentPage(ctx context.Context, src source, cursor uint64, re
 		keys, kinds := g.keys, g.kinds
 		if !g.finish {
 			for _, key := range g.users {
-				keys, kinds = append(keys, key), append(kinds, kindUser)
+				keys, kinds = append(keys, key), append(kinds, string(btstore.KindUser))
 			}
 			keys, kinds = append(keys, g.later...), append(kinds, g.laterKinds...)
 		}
@@ -129,7 +131,7 @@ func (c *Cleaner) torrentPage(ctx context.Context, src source, cursor uint64, re
 	pipe = c.rdb.Pipeline()
 	members := make([]*redis.ScanCmd, len(unfinished))
 	for i, g := range unfinished {
-		members[i] = pipe.SScan(ctx, swarm.TorrentUsersKey(g.hash), 0, "", finishChunk)
+		members[i] = pipe.SScan(ctx, btstore.TorrentUsersKey(g.hash), 0, "", finishChunk)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return 0, err
@@ -161,12 +163,12 @@ func (c *Cleaner) finishCall(hash bittorrent.InfoHash, users, extra []string) ev
 	kinds := make([]any, 0, len(users)+len(extra))
 	seen := map[string]bool{}
 	for _, user := range users {
-		key := swarm.UserTorrentKey(hash, user)
-		keys, kinds, seen[key] = append(keys, key), append(kinds, kindUser), true
+		key := btstore.UserTorrentKey(hash, user)
+		keys, kinds, seen[key] = append(keys, key), append(kinds, string(btstore.KindUser)), true
 	}
 	for _, key := range extra {
 		if !seen[key] {
-			keys, kinds = append(keys, key), append(kinds, kindUser)
+			keys, kinds = append(keys, key), append(kinds, string(btstore.KindUser))
 		}
 	}
 	return c.torrentCall(hash, keys, kinds, true)
@@ -180,7 +182,7 @@ func (c *Cleaner) finishCall(hash bittorrent.InfoHash, users, extra []string) ev
 func (c *Cleaner) finishTorrent(ctx context.Context, hash bittorrent.InfoHash, report *Report) error {
 	prevLeft := int64(-1)
 	for range maxFinishRounds {
-		users, _, err := c.rdb.SScan(ctx, swarm.TorrentUsersKey(hash), 0, "", finishChunk).Result()
+		users, _, err := c.rdb.SScan(ctx, btstore.TorrentUsersKey(hash), 0, "", finishChunk).Result()
 		if err != nil {
 			return err
 		}
@@ -195,7 +197,7 @@ func (c *Cleaner) finishTorrent(ctx context.Context, hash bittorrent.InfoHash, r
 }
 
 func (c *Cleaner) torrentCall(hash bittorrent.InfoHash, extra []string, kinds []any, finish bool) evalCall {
-	keys := append(torrentFixedKeys(hash), extra...)
+	keys := append(btstore.OrphanTorrentFixedKeys(hash), extra...)
 	private, keepOpen, fin := "0", "0", "0"
 	if c.cfg.Store.Private {
 		private = "1"
@@ -235,18 +237,18 @@ func (c *Cleaner) countTorrent(cmd *redis.Cmd, report *Report) (gone bool, left 
 // is older than the window (orphan_user.lua compares each version again);
 // for each listing of passkeys, the stale ones (checkListing).
 func (c *Cleaner) userPage(ctx context.Context, src source, cursor uint64, report *Report) (uint64, error) {
-	keys, next, err := src.node.Scan(ctx, cursor, userKeyPattern, int64(c.cfg.Policy.ScanCount)).Result()
+	keys, next, err := src.node.Scan(ctx, cursor, btstore.UserOwnKeyPattern, int64(c.cfg.Policy.ScanCount)).Result()
 	if err != nil {
 		return 0, err
 	}
 	report.Scanned += len(keys)
 	now := c.nowMillis()
 	for _, key := range keys {
-		if user, ok := userFromKey(key, "versions"); ok {
+		if user, ok := btstore.UserFromVersionsKey(key); ok {
 			if err := c.cleanUser(ctx, user, now, report); err != nil {
 				return 0, err
 			}
-		} else if user, ok := userFromKey(key, "passkeys"); ok {
+		} else if user, ok := btstore.UserFromPasskeysKey(key); ok {
 			if err := c.checkListing(ctx, user, now, report); err != nil {
 				return 0, err
 			}
@@ -259,7 +261,7 @@ func (c *Cleaner) userPage(ctx context.Context, src source, cursor uint64, repor
 func (c *Cleaner) cleanUser(ctx context.Context, user string, now int64, report *Report) error {
 	var cursor uint64
 	for {
-		pairs, next, err := c.rdb.HScan(ctx, swarm.UserVersionsKey(user), cursor, "", int64(c.cfg.Policy.ScanCount)).Result()
+		pairs, next, err := c.rdb.HScan(ctx, btstore.UserVersionsKey(user), cursor, "", int64(c.cfg.Policy.ScanCount)).Result()
 		if err != nil {
 			return err
 		}
@@ -285,7 +287,7 @@ func (c *Cleaner) cleanUser(ctx context.Context, user string, now int64, report 
 }
 
 func (c *Cleaner) cleanUserEntries(ctx context.Context, user string, torrents []string, versions map[string]string, report *Report) error {
-	hexes, err := c.rdb.HMGet(ctx, swarm.UserTorrentsKey(user), torrents...).Result()
+	hexes, err := c.rdb.HMGet(ctx, btstore.UserTorrentsKey(user), torrents...).Result()
 	if err != nil {
 		return err
 	}
@@ -301,7 +303,7 @@ func (c *Cleaner) cleanUserEntries(ctx context.Context, user string, torrents []
 		if err != nil {
 			continue // written before entries named their torrent: unknown, kept
 		}
-		candidates = append(candidates, candidate{torrent, pipe.Exists(ctx, swarm.UserTorrentKey(hash, user))})
+		candidates = append(candidates, candidate{torrent, pipe.Exists(ctx, btstore.UserTorrentKey(hash, user))})
 	}
 	if len(candidates) == 0 {
 		return nil
@@ -318,7 +320,7 @@ func (c *Cleaner) cleanUserEntries(ctx context.Context, user string, torrents []
 	if len(args) == 0 {
 		return nil
 	}
-	n, err := userScript.Run(ctx, c.rdb, userKeys(user), args...).Int()
+	n, err := userScript.Run(ctx, c.rdb, btstore.UserStateKeys(user), args...).Int()
 	report.UserEntries += n
 	return err
 }
@@ -327,7 +329,7 @@ func (c *Cleaner) cleanUserEntries(ctx context.Context, user string, torrents []
 // whose torrent record has no id and is older than the window (or is
 // gone), then puts back any a registration raced with.
 func (c *Cleaner) registryPage(ctx context.Context, _ source, cursor uint64, report *Report) (uint64, error) {
-	pairs, next, err := c.rdb.HScan(ctx, swarm.RegistryKey, cursor, "", int64(c.cfg.Policy.ScanCount)).Result()
+	pairs, next, err := c.rdb.HScan(ctx, btstore.RegistryKey, cursor, "", int64(c.cfg.Policy.ScanCount)).Result()
 	if err != nil {
 		return 0, err
 	}
@@ -344,7 +346,7 @@ func (c *Cleaner) registryPage(ctx context.Context, _ source, cursor uint64, rep
 			continue
 		}
 		entries = append(entries, entry{pairs[i], pairs[i+1],
-			pipe.HMGet(ctx, swarm.TorrentKey(hash), "id", "registered", "unregistered", "created", "last_action")})
+			pipe.HMGet(ctx, btstore.TorrentKey(hash), "id", "registered", "unregistered", "created", "last_action")})
 	}
 	if len(entries) == 0 {
 		return next, nil
@@ -372,7 +374,7 @@ func (c *Cleaner) registryPage(ctx context.Context, _ source, cursor uint64, rep
 	if len(args) == 0 {
 		return next, nil
 	}
-	deleted, err := registryScript.Run(ctx, c.rdb, []string{swarm.RegistryKey}, args...).StringSlice()
+	deleted, err := registryScript.Run(ctx, c.rdb, []string{btstore.RegistryKey}, args...).StringSlice()
 	if err != nil {
 		return 0, err
 	}
@@ -381,14 +383,14 @@ func (c *Cleaner) registryPage(ctx context.Context, _ source, cursor uint64, rep
 	// its record after our read may have had its entry deleted just now.
 	for _, hexHash := range deleted {
 		hash, _ := swarm.ParseInfoHash(hexHash)
-		id, err := c.rdb.HGet(ctx, swarm.TorrentKey(hash), "id").Result()
+		id, err := c.rdb.HGet(ctx, btstore.TorrentKey(hash), "id").Result()
 		if errors.Is(err, redis.Nil) {
 			continue
 		}
 		if err != nil {
 			return 0, err
 		}
-		if err := c.rdb.HSet(ctx, swarm.RegistryKey, hexHash, id).Err(); err != nil {
+		if err := c.rdb.HSet(ctx, btstore.RegistryKey, hexHash, id).Err(); err != nil {
 			return 0, err
 		}
 		report.RegistryEntries--
@@ -401,7 +403,7 @@ func (c *Cleaner) registryPage(ctx context.Context, _ source, cursor uint64, rep
 // removes those (with any index entry) whose score record is gone and
 // whose revision is older than the window.
 func (c *Cleaner) revsPage(ctx context.Context, src source, cursor uint64, report *Report) (uint64, error) {
-	revsKey := scoring.IndexRevsKey(src.shard)
+	revsKey := btstore.ScoreIndexRevsKey(src.shard)
 	pairs, next, err := c.rdb.HScan(ctx, revsKey, cursor, "", int64(c.cfg.Policy.ScanCount)).Result()
 	if err != nil {
 		return 0, err
@@ -420,7 +422,7 @@ func (c *Cleaner) revsPage(ctx context.Context, src source, cursor uint64, repor
 		if err != nil || perr != nil || !c.stale(now, rev) {
 			continue
 		}
-		entries = append(entries, entry{pairs[i], pairs[i+1], pipe.Exists(ctx, scoring.ScoreKey(hash))})
+		entries = append(entries, entry{pairs[i], pairs[i+1], pipe.Exists(ctx, btstore.ScoreKey(hash))})
 	}
 	if len(entries) == 0 {
 		return next, nil
@@ -437,7 +439,7 @@ func (c *Cleaner) revsPage(ctx context.Context, src source, cursor uint64, repor
 	if len(args) == 0 {
 		return next, nil
 	}
-	n, err := revsScript.Run(ctx, c.rdb, []string{scoring.IndexKey(src.shard), revsKey}, args...).Int()
+	n, err := revsScript.Run(ctx, c.rdb, []string{btstore.ScoreIndexKey(src.shard), revsKey}, args...).Int()
 	report.ScoreRevisions += n
 	return next, err
 }

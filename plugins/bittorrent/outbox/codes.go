@@ -1,15 +1,9 @@
 package outbox
 
 import (
-	"fmt"
-	"sort"
-	"strings"
-
 	"github.com/redis/go-redis/v9"
 
-	luabt "github.com/hoardproject/hoard/lua/bittorrent"
-
-	"github.com/hoardproject/hoard/internal/luascript"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
 )
 
 // The codes a script returns first when it refuses, named once here and
@@ -22,20 +16,9 @@ const (
 
 var scriptCodes = map[string]int64{"FULL": codeFull, "UNKNOWN": codeUnknown}
 
-func luaCodes() string {
-	names := make([]string, 0, len(scriptCodes))
-	for name := range scriptCodes {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	fields := make([]string, len(names))
-	for i, name := range names {
-		fields[i] = fmt.Sprintf("%s = %d", name, scriptCodes[name])
-	}
-	return "local R = {" + strings.Join(fields, ", ") + "}\n"
+func loadScript(name string) *redis.Script {
+	return btstore.Script(name, btstore.LuaCodes(scriptCodes))
 }
-
-func loadScript(name string) *redis.Script { return luascript.Load(luabt.Files, name, luaCodes()) }
 
 var (
 	appendScript = loadScript("outbox_append.lua")

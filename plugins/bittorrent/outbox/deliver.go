@@ -1,6 +1,8 @@
 package outbox
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -69,7 +71,7 @@ func (o *Outbox) DeliverOnce(ctx context.Context) (Round, error) {
 		return round, errors.New("outbox: no webhook_url to deliver to")
 	}
 	now := o.clock.Now()
-	list, err := luascript.RunList(ctx, o.rdb, claimScript, claimKeys(),
+	list, err := luascript.RunList(ctx, o.rdb, claimScript, btstore.OutboxClaimKeys(),
 		ms(now), o.policy.Lease().Milliseconds(), o.policy.BatchSize, o.policy.MaxAttempts)
 	if err != nil {
 		return round, fmt.Errorf("outbox: claim: %w", err)
@@ -129,7 +131,7 @@ func (o *Outbox) DeliverOnce(ctx context.Context) (Round, error) {
 		for _, t := range took {
 			args = append(args, t.id, t.attempt, ms(failedAt.Add(o.backoff(t.attempt))))
 		}
-		reply, err := luascript.RunList(ctx, o.rdb, failScript, failKeys(), args...)
+		reply, err := luascript.RunList(ctx, o.rdb, failScript, btstore.OutboxFailKeys(), args...)
 		if err != nil {
 			return round, fmt.Errorf("outbox: recording a failed delivery: %w", err)
 		}

@@ -1,6 +1,8 @@
 package outbox
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -164,7 +166,7 @@ func ms(t time.Time) int64 { return t.UnixMilli() }
 // on (keep_delivered) where the scripts read them, so an ack through the
 // admin API trims to the plugin's setting.
 func (o *Outbox) SaveConfig(ctx context.Context) error {
-	return o.rdb.HSet(ctx, ConfigKey(), "keep_delivered", o.policy.KeepDelivered).Err()
+	return o.rdb.HSet(ctx, btstore.OutboxConfigKey(), "keep_delivered", o.policy.KeepDelivered).Err()
 }
 
 // Validate checks events as Append does.
@@ -215,7 +217,7 @@ func (o *Outbox) AppendIDs(ctx context.Context, events []Event) ([]uint64, error
 		}
 		args = append(args, e.Key, string(rec))
 	}
-	list, err := luascript.RunList(ctx, o.rdb, appendScript, appendKeys(), args...)
+	list, err := luascript.RunList(ctx, o.rdb, appendScript, btstore.OutboxAppendKeys(), args...)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: append: %w", err)
 	}
@@ -305,12 +307,12 @@ func checkLimit(limit int) error {
 // in id order (events being delivered included), and the cursor to ask
 // with next (the last id listed, or after itself when none).
 func (o *Outbox) Pending(ctx context.Context, after uint64, limit int) ([]Stored, uint64, error) {
-	return o.list(ctx, PendingKey(), after, limit)
+	return o.list(ctx, btstore.OutboxPendingKey(), after, limit)
 }
 
 // Dead lists up to limit dead events with ids after the cursor.
 func (o *Outbox) Dead(ctx context.Context, after uint64, limit int) ([]Stored, uint64, error) {
-	return o.list(ctx, DeadKey(), after, limit)
+	return o.list(ctx, btstore.OutboxDeadKey(), after, limit)
 }
 
 func (o *Outbox) list(ctx context.Context, key string, after uint64, limit int) ([]Stored, uint64, error) {
@@ -326,9 +328,9 @@ func (o *Outbox) list(ctx context.Context, key string, after uint64, limit int) 
 		return []Stored{}, after, nil
 	}
 	pipe := o.rdb.Pipeline()
-	recs := pipe.HMGet(ctx, EventsKey(), ids...)
-	attempts := pipe.HMGet(ctx, AttemptsKey(), ids...)
-	errs := pipe.HMGet(ctx, ErrorsKey(), ids...)
+	recs := pipe.HMGet(ctx, btstore.OutboxEventsKey(), ids...)
+	attempts := pipe.HMGet(ctx, btstore.OutboxAttemptsKey(), ids...)
+	errs := pipe.HMGet(ctx, btstore.OutboxErrorsKey(), ids...)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, after, fmt.Errorf("outbox: list: %w", err)
 	}
@@ -388,7 +390,7 @@ func (o *Outbox) ack(ctx context.Context, ids []uint64, strict bool) (int, error
 		flag = "1"
 	}
 	args := append([]any{ms(o.clock.Now()), flag, o.policy.KeepDelivered}, idArgs(ids)...)
-	list, err := luascript.RunList(ctx, o.rdb, ackScript, ackKeys(), args...)
+	list, err := luascript.RunList(ctx, o.rdb, ackScript, btstore.OutboxAckKeys(), args...)
 	if err != nil {
 		return 0, fmt.Errorf("outbox: ack: %w", err)
 	}
@@ -428,7 +430,7 @@ func (o *Outbox) retry(ctx context.Context, ids []uint64, strict bool) (int, err
 		flag = "1"
 	}
 	args := append([]any{ms(o.clock.Now()), flag}, idArgs(ids)...)
-	list, err := luascript.RunList(ctx, o.rdb, retryScript, retryKeys(), args...)
+	list, err := luascript.RunList(ctx, o.rdb, retryScript, btstore.OutboxRetryKeys(), args...)
 	if err != nil {
 		return 0, fmt.Errorf("outbox: retry: %w", err)
 	}
@@ -463,10 +465,10 @@ type Counts struct {
 // Counts reads the sizes and counters.
 func (o *Outbox) Counts(ctx context.Context) (Counts, error) {
 	pipe := o.rdb.Pipeline()
-	pending := pipe.ZCard(ctx, PendingKey())
-	dead := pipe.ZCard(ctx, DeadKey())
-	kept := pipe.ZCard(ctx, DeliveredKey())
-	stats := pipe.HGetAll(ctx, StatsKey())
+	pending := pipe.ZCard(ctx, btstore.OutboxPendingKey())
+	dead := pipe.ZCard(ctx, btstore.OutboxDeadKey())
+	kept := pipe.ZCard(ctx, btstore.OutboxDeliveredKey())
+	stats := pipe.HGetAll(ctx, btstore.OutboxStatsKey())
 	if _, err := pipe.Exec(ctx); err != nil {
 		return Counts{}, fmt.Errorf("outbox: counts: %w", err)
 	}

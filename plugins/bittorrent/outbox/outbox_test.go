@@ -1,6 +1,8 @@
 package outbox_test
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"encoding/json"
 	"net/http"
@@ -75,7 +77,7 @@ func TestAppendRefusesPastMaxPendingAndDedupIsBounded(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, int64(4), counts.Pending)
 		require.NoError(t, ob.Append(ctx, events("b", 1)))
-		n, err := b.Client.ZCard(ctx, outbox.DedupKey()).Result()
+		n, err := b.Client.ZCard(ctx, btstore.OutboxDedupKey()).Result()
 		require.NoError(t, err)
 		require.Equal(t, int64(4), n)
 	})
@@ -342,7 +344,7 @@ func TestDeliveredAreTrimmedAndDeadAreKeptCountedAndRetryable(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, int64(12), counts.Delivered)
 		require.Equal(t, int64(5), counts.Kept)
-		records, err := b.Client.HLen(ctx, outbox.EventsKey()).Result()
+		records, err := b.Client.HLen(ctx, btstore.OutboxEventsKey()).Result()
 		require.NoError(t, err)
 		require.Equal(t, int64(5), records, "only the kept delivered records stay")
 
@@ -623,7 +625,7 @@ func TestAnAckAnywhereTrimsToThePluginsKeepDelivered(t *testing.T) {
 		counts, err := admin.Counts(ctx)
 		require.NoError(t, err)
 		require.Equal(t, int64(2), counts.Kept)
-		records, err := b.Client.HLen(ctx, outbox.EventsKey()).Result()
+		records, err := b.Client.HLen(ctx, btstore.OutboxEventsKey()).Result()
 		require.NoError(t, err)
 		require.Equal(t, int64(2), records)
 	})

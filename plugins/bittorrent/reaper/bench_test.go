@@ -1,6 +1,8 @@
 package reaper_test
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"fmt"
 	"log/slog"
@@ -15,7 +17,6 @@ import (
 
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/plugins/bittorrent/reaper"
-	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )
 
 // BenchmarkReaperRun is one reaper run (Tick: scan the registry, find the
@@ -87,8 +88,8 @@ func populate(b *testing.B, rdb redis.UniversalClient, torrents int, now time.Ti
 		default: // seeded an hour ago
 			fields = append(fields, "last_action", now.Add(-time.Hour).UnixMilli())
 		}
-		pipe.HSet(ctx, swarm.TorrentKey(hash), fields...)
-		pipe.HSet(ctx, swarm.RegistryKey, swarm.HexInfoHash(hash), id)
+		pipe.HSet(ctx, btstore.TorrentKey(hash), fields...)
+		pipe.HSet(ctx, btstore.RegistryKey, btstore.HexInfoHash(hash), id)
 		if pipe.Len() >= 20_000 {
 			_, err := pipe.Exec(ctx)
 			require.NoError(b, err)

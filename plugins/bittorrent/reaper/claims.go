@@ -1,6 +1,8 @@
 package reaper
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"fmt"
 	"slices"
@@ -23,7 +25,7 @@ type Claim struct {
 // Claims lists a torrent's claims (sorted by user) and its open
 // invitations (users invited to reseed who have not).
 func (r *Reaper) Claims(ctx context.Context, hash bittorrent.InfoHash) (claims []Claim, invited []string, err error) {
-	all, err := r.rdb.HGetAll(ctx, swarm.ReaperClaimsKey(hash)).Result()
+	all, err := r.rdb.HGetAll(ctx, btstore.ReaperClaimsKey(hash)).Result()
 	if err != nil {
 		return nil, nil, fmt.Errorf("reaper.Claims: %w", err)
 	}
@@ -49,10 +51,10 @@ func (r *Reaper) Claims(ctx context.Context, hash bittorrent.InfoHash) (claims [
 // a claim window that is over. It returns how many were granted now.
 func (r *Reaper) settle(ctx context.Context, hash bittorrent.InfoHash) (int, error) {
 	pipe := r.rdb.Pipeline()
-	claimsCmd := pipe.HGetAll(ctx, swarm.ReaperClaimsKey(hash))
-	torrentCmd := pipe.HMGet(ctx, swarm.TorrentKey(hash), "id", "value")
-	rowCmd := pipe.HMGet(ctx, swarm.ReaperKey(hash), "saved_at", "saved_state")
-	snatchersCmd := pipe.SMembers(ctx, swarm.SnatchersKey(hash))
+	claimsCmd := pipe.HGetAll(ctx, btstore.ReaperClaimsKey(hash))
+	torrentCmd := pipe.HMGet(ctx, btstore.TorrentKey(hash), "id", "value")
+	rowCmd := pipe.HMGet(ctx, btstore.ReaperKey(hash), "saved_at", "saved_state")
+	snatchersCmd := pipe.SMembers(ctx, btstore.SnatchersKey(hash))
 	if _, err := pipe.Exec(ctx); err != nil {
 		return 0, fmt.Errorf("reaper: reading claims: %w", err)
 	}
@@ -80,11 +82,11 @@ func (r *Reaper) settle(ctx context.Context, hash bittorrent.InfoHash) (int, err
 		ms, _ := strconv.ParseInt(at, 10, 64)
 		events = append(events,
 			newEvent(KindClaim, eventKey(KindClaim, hash, user), ClaimBody{
-				InfoHash: swarm.HexInfoHash(hash), TorrentID: text(torrent, 0), User: user, At: time.UnixMilli(ms).UTC(),
+				InfoHash: btstore.HexInfoHash(hash), TorrentID: text(torrent, 0), User: user, At: time.UnixMilli(ms).UTC(),
 				First: at == savedAt, Snatched: snatched[user], State: text(row, 1),
 			}),
 			newEvent(KindReward, eventKey(KindReward, hash, user), RewardBody{
-				InfoHash: swarm.HexInfoHash(hash), TorrentID: text(torrent, 0), User: user,
+				InfoHash: btstore.HexInfoHash(hash), TorrentID: text(torrent, 0), User: user,
 				Points: r.cfg.Policy.RewardFactor * value, Factor: r.cfg.Policy.RewardFactor, Value: value,
 			}))
 	}
@@ -95,7 +97,7 @@ func (r *Reaper) settle(ctx context.Context, hash bittorrent.InfoHash) (int, err
 	for _, u := range users {
 		args = append(args, u)
 	}
-	reply, err := luascript.RunList(ctx, r.rdb, rewardsScript, []string{swarm.ReaperKey(hash), swarm.ReaperClaimsKey(hash)}, args...)
+	reply, err := luascript.RunList(ctx, r.rdb, rewardsScript, []string{btstore.ReaperKey(hash), btstore.ReaperClaimsKey(hash)}, args...)
 	if err != nil {
 		return 0, fmt.Errorf("reaper: acknowledging rewards: %w", err)
 	}
@@ -103,7 +105,7 @@ func (r *Reaper) settle(ctx context.Context, hash bittorrent.InfoHash) (int, err
 	if granted > 0 {
 		r.count(ctx, "claims", granted)
 		r.count(ctx, "rewards", granted)
-		r.cfg.Logger.Info("reaper: rewarded reseeders", "info_hash", swarm.HexInfoHash(hash), "users", users)
+		r.cfg.Logger.Info("reaper: rewarded reseeders", "info_hash", btstore.HexInfoHash(hash), "users", users)
 	}
 	return int(granted), nil
 }
@@ -127,21 +129,21 @@ func (r *Reaper) Extend(ctx context.Context, hash bittorrent.InfoHash, days int)
 	if days < 1 || days > MaxExtensionDays {
 		return Extension{}, fmt.Errorf("reaper: days %d: want a whole number from 1 to %d: %w", days, MaxExtensionDays, ErrInvalid)
 	}
-	id, err := r.rdb.HGet(ctx, swarm.TorrentKey(hash), "id").Result()
+	id, err := r.rdb.HGet(ctx, btstore.TorrentKey(hash), "id").Result()
 	if err != nil || id == "" {
 		if err == nil || isNil(err) {
-			return Extension{}, fmt.Errorf("reaper: torrent %s is not registered: %w", swarm.HexInfoHash(hash), ErrNotFound)
+			return Extension{}, fmt.Errorf("reaper: torrent %s is not registered: %w", btstore.HexInfoHash(hash), ErrNotFound)
 		}
 		return Extension{}, fmt.Errorf("reaper.Extend: %w", err)
 	}
-	reply, err := luascript.RunList(ctx, r.rdb, extendScript, []string{swarm.ReaperKey(hash)},
+	reply, err := luascript.RunList(ctx, r.rdb, extendScript, []string{btstore.ReaperKey(hash)},
 		r.cfg.Now().UnixMilli(), (time.Duration(days) * 24 * time.Hour).Milliseconds())
 	if err != nil {
 		return Extension{}, fmt.Errorf("reaper.Extend: %w", err)
 	}
 	if code, _ := reply[0].(int64); code != 1 {
 		why, _ := reply[1].(string)
-		return Extension{}, fmt.Errorf("reaper: torrent %s is not in the reaper's process (%s): nothing to extend: %w", swarm.HexInfoHash(hash), why, ErrNoNotice)
+		return Extension{}, fmt.Errorf("reaper: torrent %s is not in the reaper's process (%s): nothing to extend: %w", btstore.HexInfoHash(hash), why, ErrNoNotice)
 	}
 	date, _ := reply[1].(string)
 	ms, _ := strconv.ParseInt(date, 10, 64)
@@ -171,7 +173,7 @@ func (r *Reaper) ExtendUser(ctx context.Context, user string, days int) ([]Exten
 		ext, err := r.Extend(ctx, hash, days)
 		if err != nil {
 			// A reseed or removal between the scan and here: skip it.
-			r.cfg.Logger.Info("reaper: not extended", "info_hash", swarm.HexInfoHash(hash), "error", err)
+			r.cfg.Logger.Info("reaper: not extended", "info_hash", btstore.HexInfoHash(hash), "error", err)
 			continue
 		}
 		out = append(out, ext)
@@ -185,7 +187,7 @@ func (r *Reaper) uploadsInProcess(ctx context.Context, user string) ([]bittorren
 	var out []bittorrent.InfoHash
 	var cursor uint64
 	for {
-		pairs, next, err := r.rdb.HScan(ctx, swarm.RegistryKey, cursor, "", 1000).Result()
+		pairs, next, err := r.rdb.HScan(ctx, btstore.RegistryKey, cursor, "", 1000).Result()
 		if err != nil {
 			return nil, fmt.Errorf("reaper: registry: %w", err)
 		}
@@ -199,8 +201,8 @@ func (r *Reaper) uploadsInProcess(ctx context.Context, user string) ([]bittorren
 			}
 			hashes = append(hashes, hash)
 			cmds = append(cmds, [2]interface{ Val() []any }{
-				pipe.HMGet(ctx, swarm.TorrentKey(hash), "uploader"),
-				pipe.HMGet(ctx, swarm.ReaperKey(hash), "state", "notify"),
+				pipe.HMGet(ctx, btstore.TorrentKey(hash), "uploader"),
+				pipe.HMGet(ctx, btstore.ReaperKey(hash), "state", "notify"),
 			})
 		}
 		if len(hashes) > 0 {

@@ -1,6 +1,8 @@
 package reaper_test
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"errors"
 	"testing"
@@ -11,7 +13,6 @@ import (
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
 	"github.com/hoardproject/hoard/plugins/bittorrent/reaper"
-	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )
 
 // unseededSpell registers an upload of "up", seeded once and snatched by
@@ -72,7 +73,7 @@ func TestClaimWindowIsPerTorrentAndInclusive(t *testing.T) {
 			got[c.InfoHash[:4]+"/"+c.User] = c
 			require.Equal(t, "claim:"+c.InfoHash+":"+c.User, keys[i])
 		}
-		hx, hy := swarm.HexInfoHash(x)[:4], swarm.HexInfoHash(y)[:4]
+		hx, hy := btstore.HexInfoHash(x)[:4], btstore.HexInfoHash(y)[:4]
 		require.True(t, got[hx+"/a"].First)
 		require.Equal(t, first, got[hx+"/a"].At)
 		require.True(t, got[hx+"/a"].Snatched)
@@ -93,7 +94,7 @@ func TestClaimWindowIsPerTorrentAndInclusive(t *testing.T) {
 		f.runAll()
 		invites, _ := ofKind[reaper.InviteBody](t, f.pub.take(), reaper.KindInvite)
 		for _, inv := range invites {
-			if inv.InfoHash == swarm.HexInfoHash(x) {
+			if inv.InfoHash == btstore.HexInfoHash(x) {
 				require.Equal(t, []string{"b"}, inv.Users, "claimed once: never invited again")
 			}
 		}
@@ -205,7 +206,7 @@ func TestEventsArePublishedBeforeTheAcknowledgement(t *testing.T) {
 		f.tick()
 		rewards, keys := ofKind[reaper.RewardBody](t, f.pub.take(), reaper.KindReward)
 		require.Len(t, rewards, 1)
-		require.Equal(t, []string{"reward:" + swarm.HexInfoHash(other) + ":s1"}, keys)
+		require.Equal(t, []string{"reward:" + btstore.HexInfoHash(other) + ":s1"}, keys)
 		require.Equal(t, map[string]bool{"s1": true}, claimUsers(t, f, other))
 	})
 }
@@ -253,7 +254,7 @@ func TestPreviewChangesNothing(t *testing.T) {
 		require.Equal(t, before, dump(t, b.Client), "preview changed nothing")
 		require.Equal(t, 1, preview.LeftOver, "u1's second upload waits for the next run")
 		require.Len(t, preview.Steps, 1)
-		require.Equal(t, []reaper.PreviewReward{{InfoHash: swarm.HexInfoHash(claimed), Users: []string{"s1"}, Points: 1.25}}, preview.Rewards)
+		require.Equal(t, []reaper.PreviewReward{{InfoHash: btstore.HexInfoHash(claimed), Users: []string{"s1"}, Points: 1.25}}, preview.Rewards)
 
 		var items []string
 		for _, s := range preview.Steps {

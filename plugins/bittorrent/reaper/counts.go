@@ -1,6 +1,8 @@
 package reaper
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"errors"
 	"fmt"
@@ -39,7 +41,7 @@ var stateCounts = []string{"never_initial", "never_final", "unseeded_initial", "
 
 // Counts reads the counts.
 func (r *Reaper) Counts(ctx context.Context) (Counts, error) {
-	m, err := r.rdb.HGetAll(ctx, countsKey).Result()
+	m, err := r.rdb.HGetAll(ctx, btstore.ReaperCountsKey).Result()
 	if err != nil {
 		return Counts{}, fmt.Errorf("reaper.Counts: %w", err)
 	}
@@ -63,7 +65,7 @@ func (r *Reaper) count(ctx context.Context, name string, by int64) {
 	if by == 0 {
 		return
 	}
-	if err := r.rdb.HIncrBy(ctx, countsKey, name, by).Err(); err != nil {
+	if err := r.rdb.HIncrBy(ctx, btstore.ReaperCountsKey, name, by).Err(); err != nil {
 		r.cfg.Logger.Warn("reaper: counting failed", "count", name, "error", err)
 	}
 }
@@ -74,7 +76,7 @@ func (r *Reaper) storeCounts(ctx context.Context, now time.Time, counts map[stri
 	for _, name := range stateCounts {
 		fields = append(fields, name, counts[name])
 	}
-	if err := r.rdb.HSet(ctx, countsKey, fields...).Err(); err != nil {
+	if err := r.rdb.HSet(ctx, btstore.ReaperCountsKey, fields...).Err(); err != nil {
 		r.cfg.Logger.Warn("reaper: storing the state counts failed", "error", err)
 	}
 }

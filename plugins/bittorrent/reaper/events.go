@@ -1,6 +1,8 @@
 package reaper
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -8,7 +10,6 @@ import (
 	"time"
 
 	"github.com/hoardproject/hoard/plugins/bittorrent"
-	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )
 
 // Event is one message for the site; Key is its idempotency key (the same
@@ -115,7 +116,7 @@ func newEvent(kind, key string, body any) Event {
 }
 
 func eventKey(kind string, hash bittorrent.InfoHash, rest string) string {
-	return kind + ":" + swarm.HexInfoHash(hash) + ":" + rest
+	return kind + ":" + btstore.HexInfoHash(hash) + ":" + rest
 }
 
 func noticeKey(step Step, user string, run time.Time) string {

@@ -1,6 +1,8 @@
 package reaper_test
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"strconv"
 	"testing"
 	"time"
@@ -31,8 +33,8 @@ func TestGazelleNeverSeeded(t *testing.T) {
 			require.Equal(t, "notice:initial:"+n.User+":"+itoa(run.UnixMilli()), keys[i])
 		}
 		require.Equal(t, "initial", byUser["alice"].Step)
-		require.ElementsMatch(t, []string{swarm.HexInfoHash(a1), swarm.HexInfoHash(a2)}, hashesIn(byUser["alice"]), "two uploads in one message")
-		require.Equal(t, []string{swarm.HexInfoHash(b1)}, hashesIn(byUser["bob"]))
+		require.ElementsMatch(t, []string{btstore.HexInfoHash(a1), btstore.HexInfoHash(a2)}, hashesIn(byUser["alice"]), "two uploads in one message")
+		require.Equal(t, []string{btstore.HexInfoHash(b1)}, hashesIn(byUser["bob"]))
 		require.Equal(t, "never", byUser["bob"].Torrents[0].State)
 		require.Equal(t, run.Add(72*time.Hour), byUser["bob"].Torrents[0].RemovalAt)
 
@@ -92,7 +94,7 @@ func TestGazelleUnseeded(t *testing.T) {
 		for i, inv := range invites {
 			require.Equal(t, "up", inv.Uploader)
 			want := []string{"s1"}
-			if inv.InfoHash == swarm.HexInfoHash(saved) {
+			if inv.InfoHash == btstore.HexInfoHash(saved) {
 				want = []string{"s1", "s2"}
 			}
 			require.Equal(t, want, inv.Users, "the snatchers, not the uploader")
@@ -113,11 +115,11 @@ func TestGazelleUnseeded(t *testing.T) {
 		f.runAll()
 		events = f.pub.take()
 		claimed, keys := ofKind[reaper.ClaimBody](t, events, reaper.KindClaim)
-		require.Equal(t, []reaper.ClaimBody{{InfoHash: swarm.HexInfoHash(saved), TorrentID: "10", User: "s1", At: f.clock.Now(),
+		require.Equal(t, []reaper.ClaimBody{{InfoHash: btstore.HexInfoHash(saved), TorrentID: "10", User: "s1", At: f.clock.Now(),
 			First: true, Snatched: true, State: "unseeded"}}, claimed)
-		require.Equal(t, []string{"claim:" + swarm.HexInfoHash(saved) + ":s1"}, keys)
+		require.Equal(t, []string{"claim:" + btstore.HexInfoHash(saved) + ":s1"}, keys)
 		rewards, _ := ofKind[reaper.RewardBody](t, events, reaper.KindReward)
-		require.Equal(t, []reaper.RewardBody{{InfoHash: swarm.HexInfoHash(saved), TorrentID: "10", User: "s1", Points: 5, Factor: 1.25, Value: 4}},
+		require.Equal(t, []reaper.RewardBody{{InfoHash: btstore.HexInfoHash(saved), TorrentID: "10", User: "s1", Points: 5, Factor: 1.25, Value: 4}},
 			rewards, "1.25 x the registered value")
 		claims, _, err = f.reaper.Claims(f.ctx, saved)
 		require.NoError(t, err)
@@ -132,11 +134,11 @@ func TestGazelleUnseeded(t *testing.T) {
 		notices, _ = ofKind[reaper.NoticeBody](t, events, reaper.KindNotice)
 		require.Len(t, events, 1, "only the uploader's final notice")
 		require.Equal(t, "final", notices[0].Step)
-		require.Equal(t, []string{swarm.HexInfoHash(lost)}, hashesIn(notices[0]))
+		require.Equal(t, []string{btstore.HexInfoHash(lost)}, hashesIn(notices[0]))
 		f.clock.Advance(72*time.Hour + time.Millisecond)
 		require.Len(t, f.runAll(), 1)
 		removed, _ := ofKind[reaper.RemovedBody](t, f.pub.take(), reaper.KindRemoved)
-		require.Equal(t, []reaper.RemovedBody{{InfoHash: swarm.HexInfoHash(lost), TorrentID: "11", State: "unseeded", Uploader: "up",
+		require.Equal(t, []reaper.RemovedBody{{InfoHash: btstore.HexInfoHash(lost), TorrentID: "11", State: "unseeded", Uploader: "up",
 			Snatchers: []string{"s1"}, Run: f.clock.Now()}}, removed)
 		info, err := f.store.Torrent(f.ctx, saved)
 		require.NoError(t, err)

@@ -1,6 +1,8 @@
 package reaper_test
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,7 +14,6 @@ import (
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
 	"github.com/hoardproject/hoard/plugins/bittorrent/reaper"
-	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )
 
 func TestSettingsDefaultsAndBadInput(t *testing.T) {
@@ -51,9 +52,9 @@ func TestParseItemRefusesMalformedNames(t *testing.T) {
 	back, err := reaper.ParseItem(it.Name())
 	require.NoError(t, err)
 	require.Equal(t, it, back)
-	for _, bad := range []string{"", "notify-final", "notify-final:" + swarm.HexInfoHash(hash),
-		"purge:" + swarm.HexInfoHash(hash) + ":1", "remove:nothex:1", "remove:" + swarm.HexInfoHash(hash) + ":-1",
-		"remove:" + swarm.HexInfoHash(hash) + ":x", "remove:" + swarm.HexInfoHash(hash) + ":1:2"} {
+	for _, bad := range []string{"", "notify-final", "notify-final:" + btstore.HexInfoHash(hash),
+		"purge:" + btstore.HexInfoHash(hash) + ":1", "remove:nothex:1", "remove:" + btstore.HexInfoHash(hash) + ":-1",
+		"remove:" + btstore.HexInfoHash(hash) + ":x", "remove:" + btstore.HexInfoHash(hash) + ":1:2"} {
 		_, err := reaper.ParseItem(bad)
 		require.ErrorIs(t, err, reaper.ErrInvalid, bad)
 	}
@@ -89,7 +90,7 @@ func TestRequeueAndFailedUnregisterRetry(t *testing.T) {
 			f.clock.Advance(time.Hour + time.Millisecond)
 			require.True(t, f.apply(item(step, hash, generation)).Done)
 		}
-		registry, err := b.Client.HExists(f.ctx, swarm.RegistryKey, swarm.HexInfoHash(hash)).Result()
+		registry, err := b.Client.HExists(f.ctx, btstore.RegistryKey, btstore.HexInfoHash(hash)).Result()
 		require.NoError(t, err)
 		require.True(t, registry, "the cleanup failed")
 		info, err := f.store.Torrent(f.ctx, hash)
@@ -98,7 +99,7 @@ func TestRequeueAndFailedUnregisterRetry(t *testing.T) {
 
 		failing = false
 		require.Empty(t, f.plan(), "nothing more to do for a removed torrent")
-		registry, err = b.Client.HExists(f.ctx, swarm.RegistryKey, swarm.HexInfoHash(hash)).Result()
+		registry, err = b.Client.HExists(f.ctx, btstore.RegistryKey, btstore.HexInfoHash(hash)).Result()
 		require.NoError(t, err)
 		require.False(t, registry, "the next run retried the cleanup")
 	})

@@ -1,6 +1,8 @@
 package reaper_test
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"fmt"
 	"os"
 	"testing"
@@ -52,7 +54,7 @@ func TestPauseOf30DaysOver10000Torrents(t *testing.T) {
 				if i%2 == 0 {
 					// Seeded once: its last seeder left then (what the
 					// announce path stores as last_action).
-					pipe.HSet(f.ctx, swarm.TorrentKey(hash), "last_action", at.UnixMilli())
+					pipe.HSet(f.ctx, btstore.TorrentKey(hash), "last_action", at.UnixMilli())
 				}
 			}
 			_, err := pipe.Exec(f.ctx)
@@ -127,7 +129,7 @@ func TestPauseOf30DaysOver10000Torrents(t *testing.T) {
 		for ; runs < 200; runs++ {
 			f.clock.Advance(24 * time.Hour)
 			run()
-			registered, err := b.Client.HLen(f.ctx, swarm.RegistryKey).Result()
+			registered, err := b.Client.HLen(f.ctx, btstore.RegistryKey).Result()
 			require.NoError(t, err)
 			if registered == 0 {
 				break
@@ -135,13 +137,13 @@ func TestPauseOf30DaysOver10000Torrents(t *testing.T) {
 		}
 		for _, h := range hashes {
 			s := f.state(h)
-			require.Equal(t, "removed", s.Notify, swarm.HexInfoHash(h))
+			require.Equal(t, "removed", s.Notify, btstore.HexInfoHash(h))
 			sched := p.Unseeded
 			if s.State == "never" {
 				sched = p.Never
 			}
-			require.Greater(t, s.FinalAt.Sub(s.InitialAt), sched.Final, swarm.HexInfoHash(h))
-			require.Greater(t, s.RemovedAt.Sub(s.FinalAt), sched.Removal, swarm.HexInfoHash(h))
+			require.Greater(t, s.FinalAt.Sub(s.InitialAt), sched.Final, btstore.HexInfoHash(h))
+			require.Greater(t, s.RemovedAt.Sub(s.FinalAt), sched.Removal, btstore.HexInfoHash(h))
 		}
 		t.Logf("all %d uploads reaped through both notices, %d daily runs after the pause; %v in all", len(hashes), runs, time.Since(began))
 	})

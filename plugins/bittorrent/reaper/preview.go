@@ -1,13 +1,13 @@
 package reaper
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )
 
 // PreviewStep is one step the next run would queue.
@@ -53,7 +53,7 @@ func (r *Reaper) Preview(ctx context.Context) (Preview, error) {
 	users := map[string]bool{}
 	for _, d := range taken {
 		users[d.uploader] = true
-		p.Steps = append(p.Steps, PreviewStep{Step: d.item.Step, InfoHash: swarm.HexInfoHash(d.item.InfoHash), TorrentID: d.torrentID,
+		p.Steps = append(p.Steps, PreviewStep{Step: d.item.Step, InfoHash: btstore.HexInfoHash(d.item.InfoHash), TorrentID: d.torrentID,
 			Uploader: d.uploader, State: d.state, DueSince: d.at.UTC(), Item: d.item.Name()})
 	}
 	p.Users = len(users)
@@ -61,11 +61,11 @@ func (r *Reaper) Preview(ctx context.Context) (Preview, error) {
 		p.States[name] = found.counts[name]
 	}
 	for _, hash := range found.settle {
-		claims, err := r.rdb.HGetAll(ctx, swarm.ReaperClaimsKey(hash)).Result()
+		claims, err := r.rdb.HGetAll(ctx, btstore.ReaperClaimsKey(hash)).Result()
 		if err != nil {
 			return Preview{}, fmt.Errorf("reaper.Preview: %w", err)
 		}
-		value, err := r.rdb.HGet(ctx, swarm.TorrentKey(hash), "value").Float64()
+		value, err := r.rdb.HGet(ctx, btstore.TorrentKey(hash), "value").Float64()
 		if err != nil || value <= 0 {
 			value = 1
 		}
@@ -79,7 +79,7 @@ func (r *Reaper) Preview(ctx context.Context) (Preview, error) {
 			continue
 		}
 		slices.Sort(waiting)
-		p.Rewards = append(p.Rewards, PreviewReward{InfoHash: swarm.HexInfoHash(hash), Users: waiting,
+		p.Rewards = append(p.Rewards, PreviewReward{InfoHash: btstore.HexInfoHash(hash), Users: waiting,
 			Points: r.cfg.Policy.RewardFactor * value})
 	}
 	return p, nil

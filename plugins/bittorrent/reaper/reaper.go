@@ -6,14 +6,14 @@
 //
 // Everything is computed from stored timestamps (the torrent's created
 // and last_action, and the reaper state under the torrent's hash tag,
-// swarm.ReaperKey), never from "one run per period", so a reaper paused
+// btstore.ReaperKey), never from "one run per period", so a reaper paused
 // for a month and started again does the next step of each torrent only:
 // a step's time counts from when the previous step was really done.
 //
 // The "reaper" job (Reaper.Tick) finds due steps, bounded per run, and
 // queues them as items of the plugin ("notify-initial:<hash>:<epoch>",
 // "notify-final:…", "remove:…"); a worker's done applies the step with
-// one script (lua/bittorrent/reaper_step.lua) that re-checks the torrent
+// one script (btstore/lua/reaper_step.lua) that re-checks the torrent
 // is still unseeded since the spell began (its last_action, stored in the
 // state as since). The epoch makes each item name unique where it must
 // be, because the queue skips names it has seen done: for an initial
@@ -48,7 +48,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	luabt "github.com/hoardproject/hoard/lua/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
 
 	"github.com/hoardproject/hoard/internal/luascript"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
@@ -56,9 +56,9 @@ import (
 )
 
 var (
-	stepScript    = luascript.Load(luabt.Files, "reaper_step.lua")
-	extendScript  = luascript.Load(luabt.Files, "reaper_extend.lua")
-	rewardsScript = luascript.Load(luabt.Files, "reaper_rewards.lua")
+	stepScript    = btstore.Script("reaper_step.lua")
+	extendScript  = btstore.Script("reaper_extend.lua")
+	rewardsScript = btstore.Script("reaper_rewards.lua")
 )
 
 // Errors, for errors.Is.
@@ -106,7 +106,7 @@ type Item struct {
 
 // Name is the item's name in the queue.
 func (it Item) Name() string {
-	return string(it.Step) + ":" + swarm.HexInfoHash(it.InfoHash) + ":" + strconv.FormatInt(it.Epoch, 10)
+	return string(it.Step) + ":" + btstore.HexInfoHash(it.InfoHash) + ":" + strconv.FormatInt(it.Epoch, 10)
 }
 
 // ParseItem reads an item name back.
@@ -210,7 +210,7 @@ func parseState(v []any) (State, int64) {
 
 // State reads a torrent's reaper state.
 func (r *Reaper) State(ctx context.Context, hash bittorrent.InfoHash) (State, error) {
-	v, err := r.rdb.HMGet(ctx, swarm.ReaperKey(hash), stateFields...).Result()
+	v, err := r.rdb.HMGet(ctx, btstore.ReaperKey(hash), stateFields...).Result()
 	if err != nil {
 		return State{}, fmt.Errorf("reaper.State: %w", err)
 	}
@@ -263,7 +263,7 @@ func (r *Reaper) scan(ctx context.Context, now time.Time, retryUnregister bool) 
 	seen := map[bittorrent.InfoHash]bool{}
 	var cursor uint64
 	for {
-		pairs, next, err := r.rdb.HScan(ctx, swarm.RegistryKey, cursor, "", 1000).Result()
+		pairs, next, err := r.rdb.HScan(ctx, btstore.RegistryKey, cursor, "", 1000).Result()
 		if err != nil {
 			return scan{}, fmt.Errorf("reaper: registry: %w", err)
 		}
@@ -297,8 +297,8 @@ func (r *Reaper) scanBatch(ctx context.Context, now time.Time, hexes []string, s
 		}
 		seen[hash] = true
 		hashes = append(hashes, hash)
-		torrents = append(torrents, pipe.HMGet(ctx, swarm.TorrentKey(hash), "id", "uploader", "created", "last_action", "seeders"))
-		states = append(states, pipe.HMGet(ctx, swarm.ReaperKey(hash), stateFields...))
+		torrents = append(torrents, pipe.HMGet(ctx, btstore.TorrentKey(hash), "id", "uploader", "created", "last_action", "seeders"))
+		states = append(states, pipe.HMGet(ctx, btstore.ReaperKey(hash), stateFields...))
 	}
 	if len(hashes) == 0 {
 		return nil
@@ -434,7 +434,7 @@ func (r *Reaper) Tick(ctx context.Context) ([]string, error) {
 	pipe := r.rdb.Pipeline()
 	for i, d := range taken {
 		names[i] = d.item.Name()
-		pipe.HSet(ctx, swarm.ReaperKey(d.item.InfoHash), "pending", names[i], "pending_at", now.UnixMilli())
+		pipe.HSet(ctx, btstore.ReaperKey(d.item.InfoHash), "pending", names[i], "pending_at", now.UnixMilli())
 	}
 	if len(taken) == 0 {
 		return names, nil
@@ -448,7 +448,7 @@ func (r *Reaper) Tick(ctx context.Context) ([]string, error) {
 		// them again rather than waiting RequeueAfter.
 		undo := r.rdb.Pipeline()
 		for _, d := range taken {
-			undo.HDel(ctx, swarm.ReaperKey(d.item.InfoHash), "pending", "pending_at")
+			undo.HDel(ctx, btstore.ReaperKey(d.item.InfoHash), "pending", "pending_at")
 		}
 		if _, uerr := undo.Exec(ctx); uerr != nil {
 			r.cfg.Logger.Warn("reaper: unmarking steps after a failed publish; they wait requeue_after", "error", uerr)
@@ -475,7 +475,7 @@ func noticeEvents(run time.Time, taken []due) []Event {
 		if _, ok := grouped[g]; !ok {
 			order = append(order, g)
 		}
-		grouped[g] = append(grouped[g], NoticeTorrent{InfoHash: swarm.HexInfoHash(d.item.InfoHash), TorrentID: d.torrentID,
+		grouped[g] = append(grouped[g], NoticeTorrent{InfoHash: btstore.HexInfoHash(d.item.InfoHash), TorrentID: d.torrentID,
 			State: d.state, RemovalAt: d.removalAt.UTC()})
 	}
 	events := make([]Event, 0, len(order))
@@ -529,7 +529,7 @@ func (r *Reaper) apply(ctx context.Context, name string, republish bool) (Outcom
 	}
 	never, unseeded := r.cfg.Policy.Never, r.cfg.Policy.Unseeded
 	raw, err := luascript.RunList(ctx, r.rdb, stepScript,
-		[]string{swarm.TorrentKey(it.InfoHash), swarm.ReaperKey(it.InfoHash), swarm.ReaperClaimsKey(it.InfoHash), swarm.SnatchersKey(it.InfoHash)},
+		[]string{btstore.TorrentKey(it.InfoHash), btstore.ReaperKey(it.InfoHash), btstore.ReaperClaimsKey(it.InfoHash), btstore.SnatchersKey(it.InfoHash)},
 		r.cfg.Now().UnixMilli(), it.Step.scriptStep(), it.Epoch,
 		never.Grace.Milliseconds(), never.Final.Milliseconds(), never.Removal.Milliseconds(),
 		unseeded.Grace.Milliseconds(), unseeded.Final.Milliseconds(), unseeded.Removal.Milliseconds())
@@ -568,7 +568,7 @@ func (r *Reaper) apply(ctx context.Context, name string, republish bool) (Outcom
 			r.count(ctx, "final_done", 1)
 		case Remove:
 			r.count(ctx, "removed", 1)
-			r.cfg.Logger.Info("reaper: removed an unseeded torrent", "info_hash", swarm.HexInfoHash(it.InfoHash), "epoch", it.Epoch)
+			r.cfg.Logger.Info("reaper: removed an unseeded torrent", "info_hash", btstore.HexInfoHash(it.InfoHash), "epoch", it.Epoch)
 			r.unregister(ctx, it.InfoHash)
 		}
 	}
@@ -585,10 +585,10 @@ func (r *Reaper) stepEvents(ctx context.Context, it Item, rep stepReply) ([]Even
 			return nil, nil
 		}
 		return []Event{newEvent(KindInvite, eventKey(KindInvite, it.InfoHash, rep.gen), InviteBody{
-			InfoHash: swarm.HexInfoHash(it.InfoHash), TorrentID: rep.torrentID, Uploader: rep.uploader, Users: rep.invited, Run: run,
+			InfoHash: btstore.HexInfoHash(it.InfoHash), TorrentID: rep.torrentID, Uploader: rep.uploader, Users: rep.invited, Run: run,
 		})}, nil
 	case Remove:
-		snatchers, err := r.rdb.SMembers(ctx, swarm.SnatchersKey(it.InfoHash)).Result()
+		snatchers, err := r.rdb.SMembers(ctx, btstore.SnatchersKey(it.InfoHash)).Result()
 		if err != nil {
 			return nil, fmt.Errorf("reaper: snatchers: %w", err)
 		}
@@ -598,7 +598,7 @@ func (r *Reaper) stepEvents(ctx context.Context, it Item, rep stepReply) ([]Even
 			snatchers = []string{}
 		}
 		return []Event{newEvent(KindRemoved, eventKey(KindRemoved, it.InfoHash, rep.gen), RemovedBody{
-			InfoHash: swarm.HexInfoHash(it.InfoHash), TorrentID: rep.torrentID, State: rep.state, Uploader: rep.uploader,
+			InfoHash: btstore.HexInfoHash(it.InfoHash), TorrentID: rep.torrentID, State: rep.state, Uploader: rep.uploader,
 			Snatchers: snatchers, Run: run,
 		})}, nil
 	}
@@ -612,6 +612,6 @@ func (r *Reaper) unregister(ctx context.Context, hash bittorrent.InfoHash) {
 		return
 	}
 	if err := r.cfg.Unregister(ctx, hash); err != nil {
-		r.cfg.Logger.Warn("reaper: unregistering a removed torrent failed; the next run retries", "info_hash", swarm.HexInfoHash(hash), "error", err)
+		r.cfg.Logger.Warn("reaper: unregistering a removed torrent failed; the next run retries", "info_hash", btstore.HexInfoHash(hash), "error", err)
 	}
 }

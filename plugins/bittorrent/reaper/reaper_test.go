@@ -1,6 +1,8 @@
 package reaper_test
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"testing"
 	"time"
 
@@ -86,9 +88,9 @@ func TestReseedClearsTheStateAndStaleStepsDoNothing(t *testing.T) {
 		require.Equal(t, []string{final}, f.tick())
 		// Even if the state were not cleared, a moved last_action makes
 		// the step do nothing: the spell it belongs to is over.
-		row, err := b.Client.HGetAll(f.ctx, swarm.ReaperKey(hash)).Result()
+		row, err := b.Client.HGetAll(f.ctx, btstore.ReaperKey(hash)).Result()
 		require.NoError(t, err)
-		require.NoError(t, b.Client.HSet(f.ctx, swarm.TorrentKey(hash), "last_action", epoch).Err())
+		require.NoError(t, b.Client.HSet(f.ctx, btstore.TorrentKey(hash), "last_action", epoch).Err())
 		require.Equal(t, reaper.Outcome{Reason: "reseeded"}, f.apply(final))
 		require.Equal(t, row["notify"], f.state(hash).Notify, "refused: nothing changed")
 
@@ -105,7 +107,7 @@ func TestReseedClearsTheStateAndStaleStepsDoNothing(t *testing.T) {
 		again := item(reaper.NotifyInitial, hash, f.clock.Now().UnixMilli())
 		require.Equal(t, []string{again}, f.tick())
 		require.Equal(t, reaper.Outcome{Done: true, Reason: "initial"}, f.apply(again))
-		require.NoError(t, b.Client.Del(f.ctx, swarm.ReaperKey(hash)).Err())
+		require.NoError(t, b.Client.Del(f.ctx, btstore.ReaperKey(hash)).Err())
 		f.clock.Advance(720 * time.Hour)
 		restart := item(reaper.NotifyInitial, hash, f.clock.Now().UnixMilli())
 		require.Equal(t, []string{restart}, f.plan(), "after truncation the next step is the initial notice again, under a new name")
@@ -125,7 +127,7 @@ func TestCapsTakeOldestFirstAndCarryOver(t *testing.T) {
 		var order []string
 		for i, who := range []string{"alice", "bob", "alice", "carol", "alice", "bob"} {
 			hash := f.register(who+string(rune('0'+i)), who)
-			order = append(order, swarm.HexInfoHash(hash))
+			order = append(order, btstore.HexInfoHash(hash))
 			f.clock.Advance(time.Hour)
 		}
 		f.clock.Advance(8 * time.Hour)
@@ -135,7 +137,7 @@ func TestCapsTakeOldestFirstAndCarryOver(t *testing.T) {
 				it, err := reaper.ParseItem(name)
 				require.NoError(t, err)
 				require.Equal(t, reaper.NotifyInitial, it.Step)
-				out = append(out, swarm.HexInfoHash(it.InfoHash))
+				out = append(out, btstore.HexInfoHash(it.InfoHash))
 			}
 			return out
 		}
@@ -189,7 +191,7 @@ func TestThirtyDayPauseNeverCausesAMassRemoval(t *testing.T) {
 		// (no row, initial and final of both kinds, removed).
 		for i := range torrents {
 			hash := f.register("t"+string(rune(i))+"x"+time.Duration(i).String(), users[i%len(users)])
-			hashes = append(hashes, swarm.HexInfoHash(hash))
+			hashes = append(hashes, btstore.HexInfoHash(hash))
 			if i%3 == 0 {
 				f.seedAndLeave(hash)
 			}
@@ -220,7 +222,7 @@ func TestThirtyDayPauseNeverCausesAMassRemoval(t *testing.T) {
 		t.Logf("before the pause: %v; first run back: %v", states, steps)
 		for name, out := range firstBack {
 			it, _ := reaper.ParseItem(name)
-			h := swarm.HexInfoHash(it.InfoHash)
+			h := btstore.HexInfoHash(it.InfoHash)
 			require.False(t, seen[h], "one step per torrent in the first run back")
 			seen[h] = true
 			was := before[h]
@@ -238,7 +240,7 @@ func TestThirtyDayPauseNeverCausesAMassRemoval(t *testing.T) {
 		// Run on until nothing is due; then check every removal's history.
 		for range 400 {
 			if len(run()) == 0 && len(f.plan()) == 0 {
-				registered, err := b.Client.HLen(f.ctx, swarm.RegistryKey).Result()
+				registered, err := b.Client.HLen(f.ctx, btstore.RegistryKey).Result()
 				require.NoError(t, err)
 				if registered == 0 {
 					break

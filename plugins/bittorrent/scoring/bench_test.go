@@ -1,6 +1,8 @@
 package scoring_test
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -19,7 +21,7 @@ import (
 )
 
 func swarmDueKey(hash bittorrent.InfoHash) string {
-	return swarm.DueKey(int(hash[0]) % swarm.DueShards)
+	return btstore.DueKey(int(hash[0]) % btstore.DueShards)
 }
 
 // BenchmarkScoreOneTorrent is one torrent's whole step on the single
@@ -159,7 +161,7 @@ func BenchmarkQueueACycle(b *testing.B) {
 	pipe := backend.Client.Pipeline()
 	for i := range torrents {
 		hash := infoHash(fmt.Sprint("cycle", i))
-		pipe.HSet(ctx, "hoard:bt:{"+hexOf(hash)+"}:torrent", "created", 1)
+		pipe.HSet(ctx, btstore.TorrentKey(hash), "created", 1)
 		pipe.ZAdd(ctx, swarmDueKey(hash), redis.Z{Score: 1, Member: hexOf(hash)})
 		if pipe.Len() >= 2000 {
 			_, err := pipe.Exec(ctx)

@@ -48,7 +48,7 @@
 //	hoard:bt:{<hex>}:score:seen   ZSET  IP -> last seen (ms), trimmed to NewWindow
 //	hoard:bt:{<hex>}:score:trackers HASH external tracker URL -> max peers
 //	hoard:bt:{<hex>}:score:trackers_at STRING when that list was written (ms)
-//	hoard:bt:{<hex>}:score:seen:<id>    ZSET  per tracker (SourceID): IP -> last seen
+//	hoard:bt:{<hex>}:score:seen:<id>    ZSET  per tracker (btstore.SourceID): IP -> last seen
 //	hoard:bt:{<hex>}:score:pending:<id> ZSET  per tracker: IP -> round a worker saw it
 //	hoard:bt:{<hex>}:score:history LIST  the last rounds, newest first
 //	hoard:bt:{score:<n>}          ZSET  index shard n: hex -> score

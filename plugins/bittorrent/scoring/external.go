@@ -1,6 +1,8 @@
 package scoring
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -112,7 +114,7 @@ func (s *Scorer) SetTrackers(ctx context.Context, hash bittorrent.InfoHash, trac
 	for _, t := range checked {
 		args = append(args, t.URL, t.MaxPeers)
 	}
-	before, err := trackersScript.Run(ctx, s.rdb, []string{TrackersKey(hash), TrackersAtKey(hash)}, args...).Int()
+	before, err := trackersScript.Run(ctx, s.rdb, []string{btstore.ScoreTrackersKey(hash), btstore.ScoreTrackersAtKey(hash)}, args...).Int()
 	if err != nil {
 		return nil, 0, fmt.Errorf("scoring.SetTrackers: %w", err)
 	}
@@ -121,7 +123,7 @@ func (s *Scorer) SetTrackers(ctx context.Context, hash bittorrent.InfoHash, trac
 
 // Trackers lists the external trackers of a torrent, by URL.
 func (s *Scorer) Trackers(ctx context.Context, hash bittorrent.InfoHash) ([]Tracker, error) {
-	m, err := s.rdb.HGetAll(ctx, TrackersKey(hash)).Result()
+	m, err := s.rdb.HGetAll(ctx, btstore.ScoreTrackersKey(hash)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("scoring.Trackers: %w", err)
 	}
@@ -182,8 +184,8 @@ func (s *Scorer) announceAll(ctx context.Context, hash bittorrent.InfoHash, roun
 			continue
 		}
 		ips := distinctIPs(replies[i].Peers)
-		id := SourceID(results[i].URL)
-		scores, err := s.rdb.ZMScore(ctx, SourceSeenKey(hash, id), ips...).Result()
+		id := btstore.SourceID(results[i].URL)
+		scores, err := s.rdb.ZMScore(ctx, btstore.SourceSeenKey(hash, id), ips...).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return nil, fmt.Errorf("scoring: seen IPs: %w", err)
 		}
@@ -199,8 +201,8 @@ func (s *Scorer) announceAll(ctx context.Context, hash bittorrent.InfoHash, roun
 		// MULTI (one key, one slot): a worker killed between the two
 		// would leave the staged IPs without their TTL.
 		pipe := s.rdb.TxPipeline()
-		pipe.ZAdd(ctx, PendingKey(hash, id), pending...)
-		pipe.PExpire(ctx, PendingKey(hash, id), pendingTTL)
+		pipe.ZAdd(ctx, btstore.ScorePendingKey(hash, id), pending...)
+		pipe.PExpire(ctx, btstore.ScorePendingKey(hash, id), pendingTTL)
 		if _, err := pipe.Exec(ctx); err != nil {
 			return nil, fmt.Errorf("scoring: staging IPs: %w", err)
 		}

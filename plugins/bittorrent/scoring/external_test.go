@@ -1,6 +1,8 @@
 package scoring_test
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"math"
 	"net"
 	"strconv"
@@ -165,10 +167,10 @@ func TestTrackerMaxPeersAndLines(t *testing.T) {
 		v = f.view(hash)
 		require.InDelta(t, 0.64, lineOf(v, ot.UDPURL()), 1e-12)
 		require.InDelta(t, 0.64, v.Score, 1e-12, "the HTTP line went with its tracker")
-		rec, err := b.Client.HGetAll(t.Context(), scoring.ScoreKey(hash)).Result()
+		rec, err := b.Client.HGetAll(t.Context(), btstore.ScoreKey(hash)).Result()
 		require.NoError(t, err)
 		for field := range rec {
-			require.NotContains(t, field, scoring.SourceID(ot.HTTPURL()))
+			require.NotContains(t, field, btstore.SourceID(ot.HTTPURL()))
 		}
 	})
 }
@@ -233,13 +235,13 @@ func TestTrackersAreChecked(t *testing.T) {
 		f.clock.Advance(time.Minute)
 		_, _, err = f.scorer.SetTrackers(t.Context(), hash, []scoring.Tracker{{URL: "http://127.0.0.1:1/announce?pk=1"}})
 		require.NoError(t, err)
-		require.Equal(t, strconv.FormatInt(f.clock.Now().UnixMilli(), 10), b.Client.Get(t.Context(), scoring.TrackersAtKey(hash)).Val())
+		require.Equal(t, strconv.FormatInt(f.clock.Now().UnixMilli(), 10), b.Client.Get(t.Context(), btstore.ScoreTrackersAtKey(hash)).Val())
 		_, _, err = f.scorer.SetTrackers(t.Context(), hash, nil)
 		require.NoError(t, err)
 		got, err := f.scorer.Trackers(t.Context(), hash)
 		require.NoError(t, err)
 		require.Empty(t, got)
-		require.Zero(t, b.Client.Exists(t.Context(), scoring.TrackersKey(hash), scoring.TrackersAtKey(hash)).Val(), "cleared: no stamp either")
+		require.Zero(t, b.Client.Exists(t.Context(), btstore.ScoreTrackersKey(hash), btstore.ScoreTrackersAtKey(hash)).Val(), "cleared: no stamp either")
 	})
 }
 

@@ -15,11 +15,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hoardproject/hoard/internal/luascript"
-	luabt "github.com/hoardproject/hoard/lua/bittorrent"
 	"github.com/hoardproject/hoard/plugins"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
 	"github.com/hoardproject/hoard/plugins/bittorrent/announcer"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )
 
@@ -30,7 +29,7 @@ var (
 	indexScript = loadScript("score_index.lua")
 )
 
-func loadScript(name string) *redis.Script { return luascript.Load(luabt.Files, name) }
+func loadScript(name string) *redis.Script { return btstore.Script(name) }
 
 // ItemPrefix starts every score item's name: "score:<hex info-hash>:<round>".
 const ItemPrefix = "score:"
@@ -43,7 +42,7 @@ func ItemName(hash bittorrent.InfoHash, round int64) string {
 // NextItem names the item of the torrent's next round, the one Round
 // queues: a record's rounds count from its round_base (score_track.lua).
 func (s *Scorer) NextItem(ctx context.Context, hash bittorrent.InfoHash) (string, error) {
-	round, err := s.rdb.HGet(ctx, ScoreKey(hash), "round").Int64()
+	round, err := s.rdb.HGet(ctx, btstore.ScoreKey(hash), "round").Int64()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return "", fmt.Errorf("scoring.NextItem: %w", err)
 	}
@@ -167,7 +166,7 @@ func (s *Scorer) Count(ctx context.Context, hash bittorrent.InfoHash) (Result, e
 
 // count is Count and the torrent's external trackers, in one round trip.
 func (s *Scorer) count(ctx context.Context, hash bittorrent.InfoHash) (Result, []Tracker, error) {
-	reply, err := countScript.Run(ctx, s.rdb, countKeys(hash), s.nowMillis(), s.policy.NewWindow.Milliseconds()).Slice()
+	reply, err := countScript.Run(ctx, s.rdb, btstore.ScoreCountKeys(hash), s.nowMillis(), s.policy.NewWindow.Milliseconds()).Slice()
 	if err != nil {
 		return Result{}, nil, fmt.Errorf("scoring.Count: %w", err)
 	}
@@ -189,7 +188,7 @@ func (s *Scorer) count(ctx context.Context, hash bittorrent.InfoHash) (Result, [
 // Process is a worker's step for one item: count the torrent's peers in
 // its own swarm and at each external tracker registered for it, and
 // return the result to report with Done. It writes no score: only the
-// IPs an external tracker gave, staged for the round (PendingKey).
+// IPs an external tracker gave, staged for the round (btstore.ScorePendingKey).
 func (s *Scorer) Process(ctx context.Context, item string) (json.RawMessage, error) {
 	hash, round, err := ParseItem(item)
 	if err != nil {
@@ -266,10 +265,12 @@ func (s *Scorer) Apply(ctx context.Context, item string, r Result) (Outcome, err
 		p.NoPeers, p.FewPeers, p.Growing, p.Stale, p.NewFraction, p.MinScore,
 		now, p.NewWindow.Milliseconds(), untrack, p.TombstoneTTL.Milliseconds(),
 		p.TrackerGrace, p.History, len(r.Trackers)}
-	for _, t := range r.Trackers {
-		args = append(args, SourceID(t.URL), t.URL, t.Peers, t.New, t.Max, t.Error)
+	sources := make([]string, len(r.Trackers))
+	for i, t := range r.Trackers {
+		sources[i] = btstore.SourceID(t.URL)
+		args = append(args, sources[i], t.URL, t.Peers, t.New, t.Max, t.Error)
 	}
-	reply, err := applyScript.Run(ctx, s.rdb, applyKeys(hash, r.Trackers), args...).Slice()
+	reply, err := applyScript.Run(ctx, s.rdb, btstore.ScoreApplyKeys(hash, sources), args...).Slice()
 	if err != nil {
 		return NotApplied, fmt.Errorf("scoring.Apply: %w", err)
 	}
@@ -305,7 +306,7 @@ func (s *Scorer) settleIndex(ctx context.Context, hash bittorrent.InfoHash, rev 
 	if counted {
 		flag = "1"
 	}
-	err := indexScript.Run(ctx, s.rdb, indexKeys(shardOf(hash)), hex.EncodeToString(hash[:]), rev, score, flag, now, now-120).Err()
+	err := indexScript.Run(ctx, s.rdb, btstore.ScoreIndexKeys(btstore.ScoreShard(hash)), hex.EncodeToString(hash[:]), rev, score, flag, now, now-120).Err()
 	if err != nil {
 		return fmt.Errorf("scoring: index of %x: %w", hash, err)
 	}
@@ -320,7 +321,7 @@ func (s *Scorer) Track(ctx context.Context, hash bittorrent.InfoHash) (bool, err
 	if s.policy.Private {
 		private = "1"
 	}
-	reply, err := trackScript.Run(ctx, s.rdb, trackKeys(hash), s.nowMillis(), private).Slice()
+	reply, err := trackScript.Run(ctx, s.rdb, btstore.ScoreTrackKeys(hash), s.nowMillis(), private).Slice()
 	if err != nil {
 		return false, fmt.Errorf("scoring.Track: %w", err)
 	}
@@ -346,7 +347,7 @@ type Record struct {
 
 // Record reads a torrent's score record and its index entry.
 func (s *Scorer) Record(ctx context.Context, hash bittorrent.InfoHash) (Record, error) {
-	v, err := s.rdb.HMGet(ctx, ScoreKey(hash), "state", "score", "round", "rev", "last_peers", "last_new", "round_base").Result()
+	v, err := s.rdb.HMGet(ctx, btstore.ScoreKey(hash), "state", "score", "round", "rev", "last_peers", "last_new", "round_base").Result()
 	if err != nil {
 		return Record{}, fmt.Errorf("scoring.Record: %w", err)
 	}
@@ -354,7 +355,7 @@ func (s *Scorer) Record(ctx context.Context, hash bittorrent.InfoHash) (Record, 
 	num := func(i int) int64 { n, _ := strconv.ParseInt(str(i), 10, 64); return n }
 	score, _ := strconv.ParseFloat(str(1), 64)
 	rec := Record{State: str(0), Score: score, Round: num(2) - num(6), RoundBase: num(6), Rev: num(3), LastPeers: num(4), LastNew: num(5)}
-	indexed, err := s.rdb.ZScore(ctx, IndexKey(shardOf(hash)), hex.EncodeToString(hash[:])).Result()
+	indexed, err := s.rdb.ZScore(ctx, btstore.ScoreIndexKey(btstore.ScoreShard(hash)), hex.EncodeToString(hash[:])).Result()
 	switch {
 	case errors.Is(err, redis.Nil):
 	case err != nil:
@@ -368,9 +369,9 @@ func (s *Scorer) Record(ctx context.Context, hash bittorrent.InfoHash) (Record, 
 // Scored counts the torrents in scoring: the index shards' sizes.
 func (s *Scorer) Scored(ctx context.Context) (int64, error) {
 	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.IntCmd, IndexShards)
-	for shard := range IndexShards {
-		cmds[shard] = pipe.ZCard(ctx, IndexKey(shard))
+	cmds := make([]*redis.IntCmd, btstore.ScoreIndexShards)
+	for shard := range btstore.ScoreIndexShards {
+		cmds[shard] = pipe.ZCard(ctx, btstore.ScoreIndexKey(shard))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return 0, fmt.Errorf("scoring.Scored: %w", err)
@@ -386,9 +387,9 @@ func (s *Scorer) Scored(ctx context.Context) (int64, error) {
 // every frontend.
 func (s *Scorer) ProcessedLastHour(ctx context.Context) (int64, error) {
 	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.MapStringStringCmd, IndexShards)
-	for shard := range IndexShards {
-		cmds[shard] = pipe.HGetAll(ctx, ProcessedKey(shard))
+	cmds := make([]*redis.MapStringStringCmd, btstore.ScoreIndexShards)
+	for shard := range btstore.ScoreIndexShards {
+		cmds[shard] = pipe.HGetAll(ctx, btstore.ScoreProcessedKey(shard))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return 0, fmt.Errorf("scoring.ProcessedLastHour: %w", err)
@@ -414,8 +415,8 @@ func (s *Scorer) Applied() int64 { return s.applied.Load() }
 const discoverBatch = 500
 
 // Discover tracks the torrents the tracker knows that are missing from the
-// score index: every registered torrent (swarm.RegistryKey) and every
-// swarm with peers (swarm.DueKey's shards). A torrent already indexed is
+// score index: every registered torrent (btstore.RegistryKey) and every
+// swarm with peers (btstore.DueKey's shards). A torrent already indexed is
 // skipped with one ZMSCORE per batch; the rest go through Track, which
 // starts new ones at 1.0, brings back removed ones registered or
 // announced since, and re-indexes scored ones whose index step a crash
@@ -429,7 +430,7 @@ func (s *Scorer) Discover(ctx context.Context) (int, error) {
 	}
 	var cursor uint64
 	for {
-		fields, next, err := s.rdb.HScan(ctx, swarm.RegistryKey, cursor, "", discoverBatch).Result()
+		fields, next, err := s.rdb.HScan(ctx, btstore.RegistryKey, cursor, "", discoverBatch).Result()
 		if err != nil {
 			return tracked, fmt.Errorf("scoring.Discover: registry: %w", err)
 		}
@@ -444,9 +445,9 @@ func (s *Scorer) Discover(ctx context.Context) (int, error) {
 			break
 		}
 	}
-	for shard := range swarm.DueShards {
+	for shard := range btstore.DueShards {
 		for start := int64(0); ; start += discoverBatch {
-			hexes, err := s.rdb.ZRange(ctx, swarm.DueKey(shard), start, start+discoverBatch-1).Result()
+			hexes, err := s.rdb.ZRange(ctx, btstore.DueKey(shard), start, start+discoverBatch-1).Result()
 			if err != nil {
 				return tracked, fmt.Errorf("scoring.Discover: due index: %w", err)
 			}
@@ -468,7 +469,7 @@ func (s *Scorer) trackMissing(ctx context.Context, hexes []string) (int, error) 
 		if err != nil {
 			continue
 		}
-		byShard[shardOf(hash)] = append(byShard[shardOf(hash)], hash)
+		byShard[btstore.ScoreShard(hash)] = append(byShard[btstore.ScoreShard(hash)], hash)
 	}
 	tracked := 0
 	for shard, hashes := range byShard {
@@ -476,7 +477,7 @@ func (s *Scorer) trackMissing(ctx context.Context, hexes []string) (int, error) 
 		for i, hash := range hashes {
 			members[i] = hex.EncodeToString(hash[:])
 		}
-		scores, err := s.rdb.ZMScore(ctx, IndexKey(shard), members...).Result()
+		scores, err := s.rdb.ZMScore(ctx, btstore.ScoreIndexKey(shard), members...).Result()
 		if err != nil {
 			return tracked, fmt.Errorf("scoring.Discover: %w", err)
 		}
@@ -501,10 +502,10 @@ func (s *Scorer) trackMissing(ctx context.Context, hexes []string) (int, error) 
 // round still waits is rescored by the queue, not queued twice.
 func (s *Scorer) Round(ctx context.Context, fn func(items []plugins.ScoredItem) error) (int, error) {
 	queued := 0
-	for shard := range IndexShards {
+	for shard := range btstore.ScoreIndexShards {
 		var cursor uint64
 		for {
-			pairs, next, err := s.rdb.ZScan(ctx, IndexKey(shard), cursor, "", discoverBatch).Result()
+			pairs, next, err := s.rdb.ZScan(ctx, btstore.ScoreIndexKey(shard), cursor, "", discoverBatch).Result()
 			if err != nil {
 				return queued, fmt.Errorf("scoring.Round: %w", err)
 			}
@@ -521,7 +522,7 @@ func (s *Scorer) Round(ctx context.Context, fn func(items []plugins.ScoredItem) 
 					continue
 				}
 				score, _ := strconv.ParseFloat(pairs[i+1], 64)
-				entries = append(entries, entry{hash: hash, score: score, round: pipe.HGet(ctx, ScoreKey(hash), "round")})
+				entries = append(entries, entry{hash: hash, score: score, round: pipe.HGet(ctx, btstore.ScoreKey(hash), "round")})
 			}
 			if len(entries) > 0 {
 				if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {

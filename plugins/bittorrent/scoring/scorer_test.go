@@ -1,6 +1,8 @@
 package scoring_test
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"encoding/hex"
 	"math"
 	"strings"
@@ -181,7 +183,7 @@ func TestReRegistrationStartsAtOne(t *testing.T) {
 		n, err = f.scorer.Discover(ctx)
 		require.NoError(t, err)
 		require.Zero(t, n)
-		ttl, err := b.Client.PTTL(ctx, scoring.ScoreKey(hash)).Result()
+		ttl, err := b.Client.PTTL(ctx, btstore.ScoreKey(hash)).Result()
 		require.NoError(t, err)
 		require.Less(t, ttl, time.Duration(0), "unrank keeps the record (no TTL)")
 
@@ -204,10 +206,10 @@ func TestUntrackDropsTheHistory(t *testing.T) {
 		ctx := t.Context()
 		hash := f.tracked("untracked")
 		require.Equal(t, scoring.Removed, f.apply(hash, 1, scoring.Result{Peers: 1, New: 1}))
-		exists, err := b.Client.Exists(ctx, scoring.SeenKey(hash)).Result()
+		exists, err := b.Client.Exists(ctx, btstore.ScoreSeenKey(hash)).Result()
 		require.NoError(t, err)
 		require.Zero(t, exists)
-		ttl, err := b.Client.PTTL(ctx, scoring.ScoreKey(hash)).Result()
+		ttl, err := b.Client.PTTL(ctx, btstore.ScoreKey(hash)).Result()
 		require.NoError(t, err)
 		require.Greater(t, ttl.Hours(), 24.0*29)
 	})
@@ -282,8 +284,8 @@ func TestRoundQueuesEveryScoredTorrentOnce(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, int64(40), count)
 		shards := 0
-		for shard := range scoring.IndexShards {
-			n, err := b.Client.ZCard(ctx, scoring.IndexKey(shard)).Result()
+		for shard := range btstore.ScoreIndexShards {
+			n, err := b.Client.ZCard(ctx, btstore.ScoreIndexKey(shard)).Result()
 			require.NoError(t, err)
 			if n > 0 {
 				shards++
@@ -309,14 +311,14 @@ func TestACrashBetweenTheTwoStepsIsSettled(t *testing.T) {
 		member := f.record(hash)
 		require.True(t, member.Indexed)
 		shard := -1
-		for i := range scoring.IndexShards {
-			if _, err := b.Client.ZScore(ctx, scoring.IndexKey(i), hexOf(hash)).Result(); err == nil {
+		for i := range btstore.ScoreIndexShards {
+			if _, err := b.Client.ZScore(ctx, btstore.ScoreIndexKey(i), hexOf(hash)).Result(); err == nil {
 				shard = i
 			}
 		}
 		require.GreaterOrEqual(t, shard, 0)
 
-		require.NoError(t, b.Client.ZRem(ctx, scoring.IndexKey(shard), hexOf(hash)).Err())
+		require.NoError(t, b.Client.ZRem(ctx, btstore.ScoreIndexKey(shard), hexOf(hash)).Err())
 		n, err := f.scorer.Discover(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
@@ -324,7 +326,7 @@ func TestACrashBetweenTheTwoStepsIsSettled(t *testing.T) {
 		require.Equal(t, 0.5, rec.IndexedAt, "re-indexed at its score, not reset to 1.0")
 		require.Equal(t, 0.5, rec.Score)
 
-		require.NoError(t, b.Client.ZAdd(ctx, scoring.IndexKey(shard), redis.Z{Score: 1, Member: hexOf(hash)}).Err())
+		require.NoError(t, b.Client.ZAdd(ctx, btstore.ScoreIndexKey(shard), redis.Z{Score: 1, Member: hexOf(hash)}).Err())
 		require.Equal(t, scoring.NotApplied, f.apply(hash, 1, scoring.Result{}))
 		rec = f.record(hash)
 		require.Equal(t, 0.5, rec.IndexedAt, "the redelivery settled the entry")

@@ -1,6 +1,8 @@
 package scoring
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -88,10 +90,10 @@ type lineInfo struct {
 // View reads a torrent's score, sources and history (newest first).
 func (s *Scorer) View(ctx context.Context, hash bittorrent.InfoHash) (View, error) {
 	pipe := s.rdb.Pipeline()
-	recCmd := pipe.HGetAll(ctx, ScoreKey(hash))
-	histCmd := pipe.LRange(ctx, HistoryKey(hash), 0, -1)
-	trackersCmd := pipe.HGetAll(ctx, TrackersKey(hash))
-	idxCmd := pipe.ZScore(ctx, IndexKey(shardOf(hash)), hex.EncodeToString(hash[:]))
+	recCmd := pipe.HGetAll(ctx, btstore.ScoreKey(hash))
+	histCmd := pipe.LRange(ctx, btstore.ScoreHistoryKey(hash), 0, -1)
+	trackersCmd := pipe.HGetAll(ctx, btstore.ScoreTrackersKey(hash))
+	idxCmd := pipe.ZScore(ctx, btstore.ScoreIndexKey(btstore.ScoreShard(hash)), hex.EncodeToString(hash[:]))
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return View{}, fmt.Errorf("scoring.View: %w", err)
 	}
@@ -132,7 +134,7 @@ func (s *Scorer) View(ctx context.Context, hash bittorrent.InfoHash) (View, erro
 	for _, url := range urls {
 		var max int
 		fmt.Sscan(trackersCmd.Val()[url], &max)
-		v.Sources = append(v.Sources, source(url, max, SourceID(url)))
+		v.Sources = append(v.Sources, source(url, max, btstore.SourceID(url)))
 	}
 	for _, raw := range histCmd.Val() {
 		var r struct {
@@ -165,9 +167,9 @@ func (s *Scorer) Top(ctx context.Context, n int) ([]Ranked, error) {
 		return nil, fmt.Errorf("top %d: want 1 to %d: %w", n, MaxTop, ErrInvalid)
 	}
 	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.ZSliceCmd, IndexShards)
-	for shard := range IndexShards {
-		cmds[shard] = pipe.ZRevRangeWithScores(ctx, IndexKey(shard), 0, int64(n-1))
+	cmds := make([]*redis.ZSliceCmd, btstore.ScoreIndexShards)
+	for shard := range btstore.ScoreIndexShards {
+		cmds[shard] = pipe.ZRevRangeWithScores(ctx, btstore.ScoreIndexKey(shard), 0, int64(n-1))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("scoring.Top: %w", err)

@@ -127,7 +127,7 @@ func BenchmarkEvalshaTrivial(b *testing.B) {
 			resetStats(b, backend.Client)
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
-				key := fmt.Sprintf("hoard:bt:{bench-%d}:trivial", rand.IntN(1000))
+				key := fmt.Sprintf("bench:{bench-%d}:trivial", rand.IntN(1000))
 				for pb.Next() {
 					if err := trivial.EvalSha(ctx, backend.Client, []string{key}).Err(); err != nil {
 						b.Error(err)

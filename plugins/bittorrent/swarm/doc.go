@@ -44,7 +44,7 @@
 // peer records and each user's record on the torrent (transfer, seed
 // time, hit-and-run state) change in the same script as the peer. The
 // global counters, the indexes, the users' sets and the users' transfer
-// totals (UserStatsKey) are derived from those, lag by up to one
+// totals (btstore.UserStatsKey) are derived from those, lag by up to one
 // FlushInterval, and may miss a crashed frontend's last batch: Repair
 // restores all of them but the transfer totals, which a site that needs
 // them exact should sum from the per-torrent user records.

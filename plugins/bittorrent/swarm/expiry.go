@@ -1,6 +1,8 @@
 package swarm
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"errors"
 	"fmt"
@@ -36,7 +38,7 @@ const (
 // and batches its global effects. It returns how many peers it removed
 // and the swarm's next deadline (0: no peer left).
 func (s *Store) expireMembers(ctx context.Context, hash bittorrent.InfoHash, members []string) (removed, next int64, err error) {
-	reply, err := s.runScriptList(ctx, "swarm.expire", expireScript, expireKeys(hash, members), s.expireArgs(members)...)
+	reply, err := s.runScriptList(ctx, "swarm.expire", expireScript, btstore.ExpireKeys(hash, members), s.expireArgs(members)...)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -84,7 +86,7 @@ func (s *Store) recordExpiry(ctx context.Context, hash bittorrent.InfoHash, repl
 // time); calling it directly ignores those leases.
 func (s *Store) Sweep(ctx context.Context) (int, error) {
 	total := 0
-	for shard := range DueShards {
+	for shard := range btstore.DueShards {
 		n, err := s.sweepShard(ctx, shard)
 		total += n
 		if err != nil {
@@ -99,7 +101,7 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 // (one pipeline of expire.lua, one call per swarm), then settle each
 // swarm's entry at its next deadline or remove it (one pipeline).
 func (s *Store) sweepShard(ctx context.Context, shard int) (int, error) {
-	dueKey := DueKey(shard)
+	dueKey := btstore.DueKey(shard)
 	removed := 0
 	for range maxSweepRounds {
 		now := s.nowMillis()
@@ -123,13 +125,13 @@ func (s *Store) sweepShard(ctx context.Context, shard int) (int, error) {
 		pipe := s.rdb.Pipeline()
 		for _, z := range due {
 			hexMember, _ := z.Member.(string)
-			hash, ok := parseHexHash(hexMember)
+			hash, ok := btstore.ParseHexInfoHash(hexMember)
 			if !ok {
 				pipe.ZRem(ctx, dueKey, z.Member) // not written by this store
 				continue
 			}
 			swarms = append(swarms, dueSwarm{hash: hash, hex: hexMember, score: z.Score,
-				peers: pipe.ZRangeByScore(ctx, DeadlinesKey(hash), &redis.ZRangeBy{
+				peers: pipe.ZRangeByScore(ctx, btstore.DeadlinesKey(hash), &redis.ZRangeBy{
 					Min: "-inf", Max: strconv.FormatInt(now, 10), Count: sweepPeerBatch,
 				})})
 		}
@@ -145,7 +147,7 @@ func (s *Store) sweepShard(ctx context.Context, shard int) (int, error) {
 					members = append(members, member)
 				}
 			}
-			calls[i] = scriptCall{keys: expireKeys(sw.hash, members), args: s.expireArgs(members)}
+			calls[i] = scriptCall{keys: btstore.ExpireKeys(sw.hash, members), args: s.expireArgs(members)}
 		}
 		settles := make([]scriptCall, 0, len(swarms))
 		more := false
@@ -198,8 +200,8 @@ func (s *Store) sweepLoop(ctx context.Context) {
 			return
 		case <-ticker.C:
 		}
-		for shard := range DueShards {
-			ok, err := lease.Take(ctx, s.rdb, dueLeaseKey(shard), s.owner, leaseTTL)
+		for shard := range btstore.DueShards {
+			ok, err := lease.Take(ctx, s.rdb, btstore.DueLeaseKey(shard), s.owner, leaseTTL)
 			if err != nil || !ok {
 				continue
 			}
@@ -322,7 +324,6 @@ func (l *expiryListener) subscribe(ctx, loopCtx context.Context, addr string, no
 func (l *expiryListener) read(ctx context.Context, sub *redis.PubSub) {
 	defer l.wg.Done()
 	ch := sub.Channel(redis.WithChannelSize(1000))
-	timeoutPart := "}:" + timeoutMarker
 	for {
 		select {
 		case <-ctx.Done():
@@ -331,7 +332,7 @@ func (l *expiryListener) read(ctx context.Context, sub *redis.PubSub) {
 			if !ok {
 				return
 			}
-			if !strings.HasPrefix(msg.Payload, keyPrefix+"{") || !strings.Contains(msg.Payload, timeoutPart) {
+			if !btstore.IsTimeoutEvent(msg.Payload) {
 				continue
 			}
 			l.s.counters.eventsReceived.Add(1)
@@ -351,7 +352,7 @@ func (l *expiryListener) worker(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case key := <-l.work:
-			hash, peer, userID, ok := parseTimeoutKey(key)
+			hash, peer, userID, ok := btstore.ParseTimeoutKey(key, validName)
 			if !ok {
 				continue
 			}
@@ -370,7 +371,7 @@ func (l *expiryListener) worker(ctx context.Context) {
 				}
 				if attempt == 3 {
 					l.s.logger.Warn("swarm: expiring a peer on its event failed; the sweep will retry",
-						"info_hash", hexHash(hash), "error", err)
+						"info_hash", btstore.HexInfoHash(hash), "error", err)
 					break
 				}
 				select {

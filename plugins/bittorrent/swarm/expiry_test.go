@@ -1,6 +1,8 @@
 package swarm_test
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"fmt"
 	"testing"
@@ -18,8 +20,8 @@ import (
 func dueEntries(t *testing.T, b redistest.Backend) map[string]float64 {
 	t.Helper()
 	out := map[string]float64{}
-	for shard := range swarm.DueShards {
-		zs, err := b.Client.ZRangeWithScores(context.Background(), swarm.DueKey(shard), 0, -1).Result()
+	for shard := range btstore.DueShards {
+		zs, err := b.Client.ZRangeWithScores(context.Background(), btstore.DueKey(shard), 0, -1).Result()
 		require.NoError(t, err)
 		for _, z := range zs {
 			out[z.Member.(string)] = z.Score
@@ -66,18 +68,18 @@ func TestSweepExpiresPeersWithoutEvents(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 2, removed)
 		require.Empty(t, dueEntries(t, b), "an empty swarm leaves the due index")
-		ttl, err := b.Client.PTTL(ctx, swarm.PeerKey(hash, peerID("-TR", 2))).Result()
+		ttl, err := b.Client.PTTL(ctx, btstore.PeerKey(hash, peerID("-TR", 2))).Result()
 		require.NoError(t, err)
 		require.Equal(t, 24*time.Hour, ttl.Round(time.Hour), "an expired peer's record is kept for PeerRetention")
 		st = f.stats()
 		require.Equal(t, swarm.Stats{Announces: 4, Requests: 4}, st)
 
 		// Its open-mode record now expires on its own.
-		ttl, err = b.Client.PTTL(ctx, swarm.TorrentKey(hash)).Result()
+		ttl, err = b.Client.PTTL(ctx, btstore.TorrentKey(hash)).Result()
 		require.NoError(t, err)
 		require.Equal(t, 24*time.Hour, ttl.Round(time.Hour))
 		f.announce(hash, peerID("-TR", 4), 4)
-		ttl, err = b.Client.PTTL(ctx, swarm.TorrentKey(hash)).Result()
+		ttl, err = b.Client.PTTL(ctx, btstore.TorrentKey(hash)).Result()
 		require.NoError(t, err)
 		require.Equal(t, time.Duration(-1), ttl, "a returning peer keeps the record")
 		require.Len(t, dueEntries(t, b), 1, "the reborn swarm is indexed again")
@@ -163,7 +165,7 @@ func TestKeyspaceEventExpiresPeers(t *testing.T) {
 		// The deadline has passed by the store's clock; make Redis agree.
 		var timeoutKeys []string
 		for i, hash := range hashes {
-			key := swarm.TimeoutKey(hash, peerID("-TR", i), "alice")
+			key := btstore.TimeoutKey(hash, peerID("-TR", i), "alice")
 			set, err := b.Client.PExpire(ctx, key, time.Millisecond).Result()
 			require.NoError(t, err)
 			require.True(t, set, "peer %d has its timeout key", i)
@@ -257,7 +259,7 @@ func TestUnregisteredTorrentLeavesRankingsWhenItsPeersExpire(t *testing.T) {
 		require.NoError(t, f.store.RegisterTorrent(ctx, hash, "77"))
 		f.announce(hash, peerID("-SD0001-", 1), 1, seeding)
 		f.flush()
-		top, err := f.store.Top(ctx, swarm.IndexSeeders, 10)
+		top, err := f.store.Top(ctx, btstore.IndexSeeders, 10)
 		require.NoError(t, err)
 		require.Len(t, top, 1)
 
@@ -266,7 +268,7 @@ func TestUnregisteredTorrentLeavesRankingsWhenItsPeersExpire(t *testing.T) {
 		_, err = f.store.Sweep(ctx)
 		require.NoError(t, err)
 		f.flush()
-		for _, index := range []swarm.Index{swarm.IndexSeeders, swarm.IndexLeechers, swarm.IndexSnatches} {
+		for _, index := range []btstore.Index{btstore.IndexSeeders, btstore.IndexLeechers, btstore.IndexSnatches} {
 			top, err = f.store.Top(ctx, index, 10)
 			require.NoError(t, err)
 			for _, r := range top {

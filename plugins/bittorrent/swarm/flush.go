@@ -1,6 +1,8 @@
 package swarm
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"fmt"
 	"sync"
@@ -12,7 +14,7 @@ import (
 	"github.com/hoardproject/hoard/plugins/bittorrent"
 )
 
-// The global counters, in StatsKey's field order.
+// The global counters, in btstore.StatsKey's field order.
 const (
 	statAnnounces = iota
 	statScrapes
@@ -198,13 +200,13 @@ func (s *Store) flushLocked(ctx context.Context) error {
 
 	for stat, n := range work.stats {
 		if n != 0 {
-			queue(pipe.HIncrBy(ctx, StatsKey, statNames[stat], n), func() { s.pending.addStat(stat, n) })
+			queue(pipe.HIncrBy(ctx, btstore.StatsKey, statNames[stat], n), func() { s.pending.addStat(stat, n) })
 		}
 	}
-	indexes := [3]Index{IndexSeeders, IndexLeechers, IndexSnatches}
+	indexes := [3]btstore.Index{btstore.IndexSeeders, btstore.IndexLeechers, btstore.IndexSnatches}
 	var shrunk [3]bool
 	for hash, d := range work.index {
-		member := hexHash(hash)
+		member := btstore.HexInfoHash(hash)
 		for i, n := range [3]int64{d.seeders, d.leechers, d.snatches} {
 			if n == 0 {
 				continue
@@ -216,7 +218,7 @@ func (s *Store) flushLocked(ctx context.Context) error {
 				s.pending.addIndexLocked(hash, back[0], back[1], back[2])
 				s.pending.mu.Unlock()
 			}
-			queue(pipe.ZIncrBy(ctx, IndexKey(indexes[i]), float64(n), member), undo)
+			queue(pipe.ZIncrBy(ctx, btstore.IndexKey(indexes[i]), float64(n), member), undo)
 			if n < 0 {
 				shrunk[i] = true
 			}
@@ -227,17 +229,17 @@ func (s *Store) flushLocked(ctx context.Context) error {
 	// UnregisterTorrent, before its last peers expired).
 	for i, touched := range shrunk {
 		if touched {
-			queue(pipe.ZRemRangeByScore(ctx, IndexKey(indexes[i]), "-inf", "0"), func() {})
+			queue(pipe.ZRemRangeByScore(ctx, btstore.IndexKey(indexes[i]), "-inf", "0"), func() {})
 		}
 	}
 	for userID, t := range work.totals {
 		up, down := t[0], t[1]
-		queue(pipe.HIncrBy(ctx, UserStatsKey(userID), "uploaded", up), func() {
+		queue(pipe.HIncrBy(ctx, btstore.UserStatsKey(userID), "uploaded", up), func() {
 			s.pending.mu.Lock()
 			s.pending.addTotalsLocked(userID, up, 0)
 			s.pending.mu.Unlock()
 		})
-		queue(pipe.HIncrBy(ctx, UserStatsKey(userID), "downloaded", down), func() {
+		queue(pipe.HIncrBy(ctx, btstore.UserStatsKey(userID), "downloaded", down), func() {
 			s.pending.mu.Lock()
 			s.pending.addTotalsLocked(userID, 0, down)
 			s.pending.mu.Unlock()
@@ -290,11 +292,11 @@ func firstError(first, err error) error {
 func userSetsCall(u userUpdate) scriptCall {
 	return scriptCall{
 		keys: []string{
-			UserSetKey(u.key.user, UserActive), UserSetKey(u.key.user, UserComplete),
-			UserSetKey(u.key.user, UserIncomplete), UserSetKey(u.key.user, UserHnR),
-			UserVersionsKey(u.key.user), UserTorrentsKey(u.key.user),
+			btstore.UserSetKey(u.key.user, btstore.UserActive), btstore.UserSetKey(u.key.user, btstore.UserComplete),
+			btstore.UserSetKey(u.key.user, btstore.UserIncomplete), btstore.UserSetKey(u.key.user, btstore.UserHnR),
+			btstore.UserVersionsKey(u.key.user), btstore.UserTorrentsKey(u.key.user),
 		},
-		args: []any{u.key.torrent, u.version, u.bits, hexHash(u.hash)},
+		args: []any{u.key.torrent, u.version, u.bits, btstore.HexInfoHash(u.hash)},
 	}
 }
 

@@ -1,6 +1,8 @@
 package swarm
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"fmt"
 	"strings"
@@ -11,7 +13,7 @@ import (
 // Every frontend caches passkey lookups and the client whitelist for
 // Config.CacheTTL, so an announce costs no round trip for them. A change
 // made through a Store drops that Store's copy at once, and the Store
-// publishes a hint on CacheHintChannel so every other frontend drops its
+// publishes a hint on btstore.CacheHintChannel so every other frontend drops its
 // copy too: the next announce anywhere sees the change. Pub/Sub is a hint,
 // never the truth (DESIGN invariant 6): a frontend that was away from the
 // channel drops its whole cache when it subscribes again, and the TTL is
@@ -27,7 +29,7 @@ const (
 // is logged, not returned: the change itself is made, and the others see
 // it within the TTL.
 func (s *Store) publishHint(ctx context.Context, msg string) {
-	if err := s.rdb.Publish(ctx, CacheHintChannel, msg).Err(); err != nil {
+	if err := s.rdb.Publish(ctx, btstore.CacheHintChannel, msg).Err(); err != nil {
 		s.logger.WarnContext(ctx, "swarm: could not tell the other frontends of a change; they see it within the cache TTL",
 			"cache_ttl", s.cfg.CacheTTL, "error", err)
 	}
@@ -44,10 +46,10 @@ func (s *Store) applyHint(msg string) {
 	}
 }
 
-// subscribeHints subscribes to CacheHintChannel and waits for Redis to
+// subscribeHints subscribes to btstore.CacheHintChannel and waits for Redis to
 // confirm, so a change made after Start returns reaches this Store.
 func (s *Store) subscribeHints(ctx context.Context) (*redis.PubSub, error) {
-	sub := s.rdb.Subscribe(ctx, CacheHintChannel)
+	sub := s.rdb.Subscribe(ctx, btstore.CacheHintChannel)
 	if _, err := sub.Receive(ctx); err != nil {
 		_ = sub.Close()
 		return nil, fmt.Errorf("swarm: subscribing to cache hints: %w", err)

@@ -14,7 +14,7 @@ import (
 // TestChangesReachStartedFrontendsThroughTheHint: with both frontends
 // started, a passkey or whitelist change made through one reaches the
 // other's next announces without its cache expiring (the clock never
-// moves): the hint on CacheHintChannel dropped its copy.
+// moves): the hint on btstore.CacheHintChannel dropped its copy.
 func TestChangesReachStartedFrontendsThroughTheHint(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		f, hash := privateFixture(t, b, swarm.Config{CacheTTL: time.Hour})

@@ -1,6 +1,8 @@
 package swarm_test
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"net/netip"
 	"strconv"
@@ -21,7 +23,7 @@ func from(ip string, port uint16) announceOpt {
 // ownerCounts reads the open-mode per-address counts of a torrent.
 func ownerCounts(t *testing.T, b redistest.Backend, hash bittorrent.InfoHash) map[string]string {
 	t.Helper()
-	raw, err := b.Client.HGetAll(context.Background(), swarm.OwnersKey(hash)).Result()
+	raw, err := b.Client.HGetAll(context.Background(), btstore.OwnersKey(hash)).Result()
 	require.NoError(t, err)
 	out := map[string]string{}
 	for k, v := range raw {
@@ -79,7 +81,7 @@ func TestPeersPerAddressOpenMode(t *testing.T) {
 		_, err := f.store.Sweep(ctx)
 		require.NoError(t, err)
 		require.Equal(t, int64(0), f.torrent(hash).Leechers+f.torrent(hash).Seeders)
-		require.Zero(t, b.Client.Exists(ctx, swarm.OwnersKey(hash)).Val())
+		require.Zero(t, b.Client.Exists(ctx, btstore.OwnersKey(hash)).Val())
 		for i := 1; i <= 3; i++ {
 			f.announce(hash, peerID("-TR", 20+i), 20+i, from("192.0.2.1", uint16(7000+i)))
 		}
@@ -94,7 +96,7 @@ func TestPeersPerUserPrivateMode(t *testing.T) {
 		f.announce(hash, peerID("-TR", 2), 2, passkey("passkeyA"))
 		require.Equal(t, "your account has 2 peers on this torrent already: stop one, or wait for old ones to time out",
 			f.refuse(hash, peerID("-TR", 3), 3, passkey("passkeyA")))
-		require.Zero(t, b.Client.Exists(ctx, swarm.PeerKey(hash, peerID("-TR", 3))).Val(), "the refused peer has no record")
+		require.Zero(t, b.Client.Exists(ctx, btstore.PeerKey(hash, peerID("-TR", 3))).Val(), "the refused peer has no record")
 		f.announce(hash, peerID("-TR", 2), 2, passkey("passkeyA"), seeding)
 		f.announce(hash, peerID("-TR", 4), 4, passkey("passkeyB"))
 		require.Equal(t, int64(1), f.store.PeerLimitRefused())
@@ -133,7 +135,7 @@ func TestStrayOwnerCountsGoWithTheSwarm(t *testing.T) {
 		for _, expire := range []bool{false, true} {
 			hash := infoHash("stray" + strconv.FormatBool(expire))
 			f.announce(hash, peerID("-TR", 1), 1, from("192.0.2.1", 7001))
-			require.NoError(t, b.Client.HSet(ctx, swarm.OwnersKey(hash), string([]byte{192, 0, 2, 9}), 5).Err())
+			require.NoError(t, b.Client.HSet(ctx, btstore.OwnersKey(hash), string([]byte{192, 0, 2, 9}), 5).Err())
 			require.Contains(t, f.refuse(hash, peerID("-TR", 2), 2, from("192.0.2.9", 7002)), "2 peers")
 			if expire {
 				f.clock.Advance(2*time.Hour + time.Minute)
@@ -142,7 +144,7 @@ func TestStrayOwnerCountsGoWithTheSwarm(t *testing.T) {
 			} else {
 				f.announce(hash, peerID("-TR", 1), 1, from("192.0.2.1", 7001), event(bittorrent.EventStopped))
 			}
-			require.Zero(t, b.Client.Exists(ctx, swarm.OwnersKey(hash)).Val())
+			require.Zero(t, b.Client.Exists(ctx, btstore.OwnersKey(hash)).Val())
 			f.announce(hash, peerID("-TR", 2), 2, from("192.0.2.9", 7002))
 		}
 	})

@@ -1,6 +1,8 @@
 package swarm
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"errors"
 	"fmt"
@@ -104,7 +106,7 @@ func (c *passkeyCache) lookup(ctx context.Context, s *Store, passkey string) (st
 	}
 	c.mu.Unlock()
 
-	userID, err := s.rdb.Get(ctx, PasskeyKey(passkey)).Result()
+	userID, err := s.rdb.Get(ctx, btstore.PasskeyKey(passkey)).Result()
 	if errors.Is(err, redis.Nil) {
 		userID, err = "", nil
 	}

@@ -1,6 +1,8 @@
 package swarm_test
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"fmt"
 	"strings"
@@ -61,8 +63,8 @@ func TestPasskeyLength(t *testing.T) {
 			err := store.AddUser(ctx, bad, "mallory")
 			require.ErrorIs(t, err, swarm.ErrInvalid, bad)
 			require.ErrorContains(t, err, "want 32-64 characters")
-			require.Zero(t, b.Client.Exists(ctx, swarm.PasskeyKey(bad)).Val(), "a refused passkey is not written")
-			require.Zero(t, b.Client.Exists(ctx, swarm.UserPasskeysKey("mallory")).Val(), "nor is the user listed")
+			require.Zero(t, b.Client.Exists(ctx, btstore.PasskeyKey(bad)).Val(), "a refused passkey is not written")
+			require.Zero(t, b.Client.Exists(ctx, btstore.UserPasskeysKey("mallory")).Val(), "nor is the user listed")
 		}
 		require.NoError(t, store.AddUser(ctx, strings.Repeat("b", swarm.MinPasskeyLen), "bob"))
 

@@ -1,6 +1,8 @@
 package swarm_test
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"fmt"
 	"strconv"
@@ -38,7 +40,7 @@ func TestPeerRecordFields(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		f := newFixture(t, b, swarm.Config{})
 		hash, peer := infoHash("peer-record"), peerID("-TR", 1)
-		key := swarm.PeerKey(hash, peer)
+		key := btstore.PeerKey(hash, peer)
 		first := epoch
 
 		f.announce(hash, peer, 1, event(bittorrent.EventStarted), transfer(100, 50))
@@ -101,7 +103,7 @@ func TestUserTorrentRecordFields(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		f, hash := privateFixture(t, b, swarm.Config{})
 		peer := peerID("-TR", 1)
-		key := swarm.UserTorrentKey(hash, "alice")
+		key := btstore.UserTorrentKey(hash, "alice")
 		start := epoch
 		alice := passkey("passkeyA")
 
@@ -115,7 +117,7 @@ func TestUserTorrentRecordFields(t *testing.T) {
 		require.Equal(t, "1", rec["peers"])
 		require.Equal(t, millis(start), rec["first_announce"])
 		require.Equal(t, millis(start), rec["last_announce"])
-		require.Equal(t, "alice", f.hash(swarm.PeerKey(hash, peer))["user"])
+		require.Equal(t, "alice", f.hash(btstore.PeerKey(hash, peer))["user"])
 
 		// 5 s leeching, then 5 s more leeching ending in completed: leech time.
 		f.clock.Advance(5 * time.Second)

@@ -1,6 +1,8 @@
 package swarm_test
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"fmt"
 	"testing"
@@ -212,7 +214,7 @@ func TestUserSetsRepairAfterLostFlush(t *testing.T) {
 		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"))
 		f.flush()
 		// The sets lose their state (a crash before a flush, say).
-		require.NoError(t, b.Client.Del(ctx, swarm.UserSetKey("alice", swarm.UserActive)).Err())
+		require.NoError(t, b.Client.Del(ctx, btstore.UserSetKey("alice", btstore.UserActive)).Err())
 		require.Empty(t, f.user("alice").Active)
 		report, err := f.store.Repair(ctx)
 		require.NoError(t, err)
@@ -299,17 +301,17 @@ func TestSeederAnnounceClearsTheReaperState(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		f, hash := privateFixture(t, b, swarm.Config{})
 		ctx := context.Background()
-		require.NoError(t, b.Client.HSet(ctx, swarm.ReaperKey(hash), "state", "unseeded", "notify", "initial").Err())
+		require.NoError(t, b.Client.HSet(ctx, btstore.ReaperKey(hash), "state", "unseeded", "notify", "initial").Err())
 		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), event(bittorrent.EventStarted))
 		f.announce(hash, peerID("-TR", 2), 2, passkey("passkeyB"), seeding, event(bittorrent.EventStopped))
-		n, err := b.Client.Exists(ctx, swarm.ReaperKey(hash)).Result()
+		n, err := b.Client.Exists(ctx, btstore.ReaperKey(hash)).Result()
 		require.NoError(t, err)
 		require.Equal(t, int64(1), n, "a leecher, or a stopped peer never seen, is no reseed")
 
 		f.announce(hash, peerID("-TR", 2), 2, passkey("passkeyB"), seeding, event(bittorrent.EventStarted))
-		state, err := b.Client.HGet(ctx, swarm.ReaperKey(hash), "state").Result()
+		state, err := b.Client.HGet(ctx, btstore.ReaperKey(hash), "state").Result()
 		require.ErrorIs(t, err, redis.Nil, "a seeder ends the spell (got %q)", state)
-		claims, err := b.Client.HGetAll(ctx, swarm.ReaperClaimsKey(hash)).Result()
+		claims, err := b.Client.HGetAll(ctx, btstore.ReaperClaimsKey(hash)).Result()
 		require.NoError(t, err)
 		require.Len(t, claims, 1, "and, not the uploader, claims it: %v", claims)
 	})
@@ -325,10 +327,10 @@ func TestAnnounceTouchesClaimKeysOnlyInTheProcess(t *testing.T) {
 		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), event(bittorrent.EventStarted))
 		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), seeding, event(bittorrent.EventCompleted))
 		f.announce(hash, peerID("-TR", 2), 2, passkey("passkeyB"), seeding, event(bittorrent.EventStarted))
-		n, err := b.Client.Exists(ctx, swarm.ReaperKey(hash), swarm.ReaperClaimsKey(hash)).Result()
+		n, err := b.Client.Exists(ctx, btstore.ReaperKey(hash), btstore.ReaperClaimsKey(hash)).Result()
 		require.NoError(t, err)
 		require.Zero(t, n)
-		snatchers, err := b.Client.SMembers(ctx, swarm.SnatchersKey(hash)).Result()
+		snatchers, err := b.Client.SMembers(ctx, btstore.SnatchersKey(hash)).Result()
 		require.NoError(t, err)
 		require.Len(t, snatchers, 1, "the one who completed")
 	})

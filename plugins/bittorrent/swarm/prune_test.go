@@ -1,6 +1,8 @@
 package swarm_test
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"testing"
 
@@ -25,9 +27,9 @@ func TestIndexPruneKeepsAnEntryThatChanged(t *testing.T) {
 		require.NoError(t, f.store.UnregisterTorrent(ctx, hash))
 		// Unregistering removed its entries; another frontend's batch,
 		// flushed late, wrote alice's seeding back into one.
-		require.NoError(t, b.Client.ZAdd(ctx, swarm.IndexKey(swarm.IndexSeeders), redis.Z{Score: 1, Member: swarm.HexInfoHash(hash)}).Err())
+		require.NoError(t, b.Client.ZAdd(ctx, btstore.IndexKey(btstore.IndexSeeders), redis.Z{Score: 1, Member: btstore.HexInfoHash(hash)}).Err())
 		ghost := "ffffffffffffffffffffffffffffffffffffffff"
-		require.NoError(t, b.Client.ZAdd(ctx, swarm.IndexKey(swarm.IndexSeeders), redis.Z{Score: 3, Member: ghost}).Err())
+		require.NoError(t, b.Client.ZAdd(ctx, btstore.IndexKey(btstore.IndexSeeders), redis.Z{Score: 3, Member: ghost}).Err())
 
 		raced := false
 		swarm.SetPruneHook(f.store, func() {
@@ -43,7 +45,7 @@ func TestIndexPruneKeepsAnEntryThatChanged(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, raced)
 		require.Equal(t, 1, report.IndexRemoved, "the ghost's entry; the raced one changed")
-		top, err := f.store.Top(ctx, swarm.IndexSeeders, 10)
+		top, err := f.store.Top(ctx, btstore.IndexSeeders, 10)
 		require.NoError(t, err)
 		require.Equal(t, []swarm.Ranked{{InfoHash: hash, Count: 2}}, top)
 		require.Equal(t, 2, int(f.torrent(hash).Seeders), "the entry is the true count")
@@ -51,11 +53,11 @@ func TestIndexPruneKeepsAnEntryThatChanged(t *testing.T) {
 		// Unregistered, a late entry again, and nothing racing: it goes.
 		swarm.SetPruneHook(f.store, nil)
 		require.NoError(t, f.store.UnregisterTorrent(ctx, hash))
-		require.NoError(t, b.Client.ZAdd(ctx, swarm.IndexKey(swarm.IndexSeeders), redis.Z{Score: 2, Member: swarm.HexInfoHash(hash)}).Err())
+		require.NoError(t, b.Client.ZAdd(ctx, btstore.IndexKey(btstore.IndexSeeders), redis.Z{Score: 2, Member: btstore.HexInfoHash(hash)}).Err())
 		report, err = f.store.Repair(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 1, report.IndexRemoved)
-		top, err = f.store.Top(ctx, swarm.IndexSeeders, 10)
+		top, err = f.store.Top(ctx, btstore.IndexSeeders, 10)
 		require.NoError(t, err)
 		require.Empty(t, top)
 	})

@@ -1,6 +1,8 @@
 package swarm
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"errors"
 	"fmt"
@@ -71,7 +73,7 @@ func (c *whitelistCache) allows(ctx context.Context, s *Store, peer bittorrent.P
 	prefixes, loaded := c.prefixes, c.loaded
 	c.mu.Unlock()
 	if reload {
-		fresh, err := s.rdb.HKeys(ctx, WhitelistKey).Result()
+		fresh, err := s.rdb.HKeys(ctx, btstore.WhitelistKey).Result()
 		c.mu.Lock()
 		c.refreshing = false
 		if err == nil {
@@ -138,7 +140,7 @@ func (s *Store) Register(ctx context.Context, hash bittorrent.InfoHash, reg Regi
 	if reg.Value < 0 || math.IsNaN(reg.Value) || math.IsInf(reg.Value, 0) || reg.Value > 1e12 {
 		return fmt.Errorf("swarm: value %v: want a positive number (0 keeps the stored one): %w", reg.Value, ErrInvalid)
 	}
-	key := TorrentKey(hash)
+	key := btstore.TorrentKey(hash)
 	pipe := s.rdb.TxPipeline() // one key: MULTI is fine on a cluster
 	fields := []any{"id", reg.ID, "registered", now}
 	if reg.Uploader != "" {
@@ -156,7 +158,7 @@ func (s *Store) Register(ctx context.Context, hash bittorrent.InfoHash, reg Regi
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("swarm.RegisterTorrent: %w", err)
 	}
-	if err := s.rdb.HSet(ctx, RegistryKey, hexHash(hash), reg.ID).Err(); err != nil {
+	if err := s.rdb.HSet(ctx, btstore.RegistryKey, btstore.HexInfoHash(hash), reg.ID).Err(); err != nil {
 		return fmt.Errorf("swarm.RegisterTorrent: registry: %w", err)
 	}
 	return nil
@@ -173,15 +175,15 @@ func (s *Store) UnregisterTorrent(ctx context.Context, hash bittorrent.InfoHash)
 	// after this, once its swarm is empty. One key: MULTI is fine on a
 	// cluster.
 	pipe := s.rdb.TxPipeline()
-	pipe.HDel(ctx, TorrentKey(hash), "id")
-	pipe.HSet(ctx, TorrentKey(hash), "unregistered", s.nowMillis())
+	pipe.HDel(ctx, btstore.TorrentKey(hash), "id")
+	pipe.HSet(ctx, btstore.TorrentKey(hash), "unregistered", s.nowMillis())
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("swarm.UnregisterTorrent: %w", err)
 	}
 	pipe = s.rdb.Pipeline()
-	pipe.HDel(ctx, RegistryKey, hexHash(hash))
-	for _, index := range []Index{IndexSeeders, IndexLeechers, IndexSnatches} {
-		pipe.ZRem(ctx, IndexKey(index), hexHash(hash))
+	pipe.HDel(ctx, btstore.RegistryKey, btstore.HexInfoHash(hash))
+	for _, index := range []btstore.Index{btstore.IndexSeeders, btstore.IndexLeechers, btstore.IndexSnatches} {
+		pipe.ZRem(ctx, btstore.IndexKey(index), btstore.HexInfoHash(hash))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("swarm.UnregisterTorrent: %w", err)
@@ -205,12 +207,12 @@ type TorrentInfo struct {
 
 // Torrent returns a torrent's record, or ErrNotFound.
 func (s *Store) Torrent(ctx context.Context, hash bittorrent.InfoHash) (TorrentInfo, error) {
-	fields, err := s.rdb.HGetAll(ctx, TorrentKey(hash)).Result()
+	fields, err := s.rdb.HGetAll(ctx, btstore.TorrentKey(hash)).Result()
 	if err != nil {
 		return TorrentInfo{}, fmt.Errorf("swarm.Torrent: %w", err)
 	}
 	if len(fields) == 0 {
-		return TorrentInfo{}, fmt.Errorf("swarm.Torrent %s: %w", hexHash(hash), ErrNotFound)
+		return TorrentInfo{}, fmt.Errorf("swarm.Torrent %s: %w", btstore.HexInfoHash(hash), ErrNotFound)
 	}
 	num := func(name string) int64 { n, _ := strconv.ParseInt(fields[name], 10, 64); return n }
 	value, _ := strconv.ParseFloat(fields["value"], 64)
@@ -248,7 +250,7 @@ func (s *Store) AddClient(ctx context.Context, prefix, name string) error {
 	if len(name) > 200 {
 		return fmt.Errorf("swarm: client name is longer than 200 bytes: %w", ErrInvalid)
 	}
-	if err := s.rdb.HSet(ctx, WhitelistKey, prefix, name).Err(); err != nil {
+	if err := s.rdb.HSet(ctx, btstore.WhitelistKey, prefix, name).Err(); err != nil {
 		return fmt.Errorf("swarm.AddClient: %w", err)
 	}
 	s.whitelist.invalidate()
@@ -258,7 +260,7 @@ func (s *Store) AddClient(ctx context.Context, prefix, name string) error {
 
 // RemoveClient takes a prefix off the whitelist.
 func (s *Store) RemoveClient(ctx context.Context, prefix string) error {
-	if err := s.rdb.HDel(ctx, WhitelistKey, prefix).Err(); err != nil {
+	if err := s.rdb.HDel(ctx, btstore.WhitelistKey, prefix).Err(); err != nil {
 		return fmt.Errorf("swarm.RemoveClient: %w", err)
 	}
 	s.whitelist.invalidate()
@@ -269,7 +271,7 @@ func (s *Store) RemoveClient(ctx context.Context, prefix string) error {
 // Clients lists the whitelist, sorted by prefix. In private mode an empty
 // whitelist refuses every client.
 func (s *Store) Clients(ctx context.Context) ([]Client, error) {
-	all, err := s.rdb.HGetAll(ctx, WhitelistKey).Result()
+	all, err := s.rdb.HGetAll(ctx, btstore.WhitelistKey).Result()
 	if err != nil {
 		return nil, fmt.Errorf("swarm.Clients: %w", err)
 	}
@@ -281,7 +283,7 @@ func (s *Store) Clients(ctx context.Context) ([]Client, error) {
 	return clients, nil
 }
 
-// Stats are the global counters (see StatsKey). They lag by up to one
+// Stats are the global counters (see btstore.StatsKey). They lag by up to one
 // FlushInterval per frontend.
 type Stats struct {
 	Announces int64
@@ -294,7 +296,7 @@ type Stats struct {
 
 // Stats returns the global counters.
 func (s *Store) Stats(ctx context.Context) (Stats, error) {
-	v, err := s.rdb.HMGet(ctx, StatsKey, statNames[:]...).Result()
+	v, err := s.rdb.HMGet(ctx, btstore.StatsKey, statNames[:]...).Result()
 	if err != nil {
 		return Stats{}, fmt.Errorf("swarm.Stats: %w", err)
 	}
@@ -315,22 +317,22 @@ type Ranked struct {
 }
 
 // Top returns up to n torrents with the highest count in an index.
-func (s *Store) Top(ctx context.Context, index Index, n int) ([]Ranked, error) {
+func (s *Store) Top(ctx context.Context, index btstore.Index, n int) ([]Ranked, error) {
 	switch index {
-	case IndexSeeders, IndexLeechers, IndexSnatches:
+	case btstore.IndexSeeders, btstore.IndexLeechers, btstore.IndexSnatches:
 	default:
 		return nil, fmt.Errorf("swarm: index %q: %w", index, ErrInvalid)
 	}
 	if n <= 0 {
 		return nil, nil
 	}
-	zs, err := s.rdb.ZRevRangeWithScores(ctx, IndexKey(index), 0, int64(n-1)).Result()
+	zs, err := s.rdb.ZRevRangeWithScores(ctx, btstore.IndexKey(index), 0, int64(n-1)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("swarm.Top: %w", err)
 	}
 	out := make([]Ranked, 0, len(zs))
 	for _, z := range zs {
-		hash, ok := parseHexHash(fmt.Sprint(z.Member))
+		hash, ok := btstore.ParseHexInfoHash(fmt.Sprint(z.Member))
 		if !ok {
 			continue
 		}
@@ -356,12 +358,12 @@ func (s *Store) User(ctx context.Context, userID string) (UserSummary, error) {
 		return UserSummary{}, fmt.Errorf("swarm: user id %q: %w", userID, ErrInvalid)
 	}
 	pipe := s.rdb.Pipeline()
-	sets := []UserSet{UserActive, UserComplete, UserIncomplete, UserHnR}
+	sets := []btstore.UserSet{btstore.UserActive, btstore.UserComplete, btstore.UserIncomplete, btstore.UserHnR}
 	cmds := make([]*redis.StringSliceCmd, len(sets))
 	for i, set := range sets {
-		cmds[i] = pipe.SMembers(ctx, UserSetKey(userID, set))
+		cmds[i] = pipe.SMembers(ctx, btstore.UserSetKey(userID, set))
 	}
-	totals := pipe.HMGet(ctx, UserStatsKey(userID), "uploaded", "downloaded")
+	totals := pipe.HMGet(ctx, btstore.UserStatsKey(userID), "uploaded", "downloaded")
 	if _, err := pipe.Exec(ctx); err != nil {
 		return UserSummary{}, fmt.Errorf("swarm.User: %w", err)
 	}
@@ -379,7 +381,7 @@ func (s *Store) User(ctx context.Context, userID string) (UserSummary, error) {
 // ParseInfoHash reads a 40-character hex info-hash, for the admin API and
 // CLI.
 func ParseInfoHash(s string) (bittorrent.InfoHash, error) {
-	hash, ok := parseHexHash(strings.ToLower(s))
+	hash, ok := btstore.ParseHexInfoHash(strings.ToLower(s))
 	if !ok {
 		return hash, fmt.Errorf("swarm: info-hash %q: want 40 hex characters: %w", s, ErrInvalid)
 	}

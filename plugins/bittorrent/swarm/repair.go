@@ -1,6 +1,8 @@
 package swarm
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"fmt"
 	"sync"
@@ -47,23 +49,23 @@ func (s *Store) Repair(ctx context.Context) (RepairReport, error) {
 	if err := s.Flush(ctx); err != nil {
 		return report, err
 	}
-	err := s.scanKeys(ctx, torrentKeyPattern, func(keys []string) error {
+	err := s.scanKeys(ctx, btstore.TorrentRecordPattern, func(keys []string) error {
 		return s.repairTorrents(ctx, keys, &report)
 	})
 	if err != nil {
 		return report, fmt.Errorf("swarm.Repair: torrents: %w", err)
 	}
-	if err := s.rdb.HSet(ctx, StatsKey, statNames[statSeeders], report.Seeders,
+	if err := s.rdb.HSet(ctx, btstore.StatsKey, statNames[statSeeders], report.Seeders,
 		statNames[statLeechers], report.Leechers, statNames[statSnatches], report.Snatches).Err(); err != nil {
 		return report, fmt.Errorf("swarm.Repair: stats: %w", err)
 	}
-	for _, index := range []Index{IndexSeeders, IndexLeechers, IndexSnatches} {
+	for _, index := range []btstore.Index{btstore.IndexSeeders, btstore.IndexLeechers, btstore.IndexSnatches} {
 		if err := s.pruneIndex(ctx, index, &report); err != nil {
 			return report, fmt.Errorf("swarm.Repair: index %s: %w", index, err)
 		}
 	}
 	if s.cfg.Private {
-		err = s.scanKeys(ctx, userTorrentKeyPattern, func(keys []string) error {
+		err = s.scanKeys(ctx, btstore.UserTorrentPattern, func(keys []string) error {
 			return s.repairUserStates(ctx, keys, &report)
 		})
 		if err != nil {
@@ -85,23 +87,23 @@ func (s *Store) repairTorrents(ctx context.Context, keys []string, report *Repai
 	members := make([]string, 0, len(keys))
 	pipe := s.rdb.Pipeline()
 	for _, key := range keys {
-		hash, ok := hashFromKey(key)
-		if !ok || key != TorrentKey(hash) {
+		hash, ok := btstore.HashFromKey(key)
+		if !ok || key != btstore.TorrentKey(hash) {
 			continue
 		}
-		t := torrent{hash: hash, hex: hexHash(hash)}
+		t := torrent{hash: hash, hex: btstore.HexInfoHash(hash)}
 		t.fields = pipe.HMGet(ctx, key, "seeders", "leechers", "snatches", "id")
-		t.first = pipe.ZRangeWithScores(ctx, DeadlinesKey(hash), 0, 0)
+		t.first = pipe.ZRangeWithScores(ctx, btstore.DeadlinesKey(hash), 0, 0)
 		torrents = append(torrents, t)
 		members = append(members, t.hex)
 	}
 	if len(torrents) == 0 {
 		return nil
 	}
-	indexes := []Index{IndexSeeders, IndexLeechers, IndexSnatches}
+	indexes := []btstore.Index{btstore.IndexSeeders, btstore.IndexLeechers, btstore.IndexSnatches}
 	scores := make([]*redis.FloatSliceCmd, len(indexes))
 	for i, index := range indexes {
-		scores[i] = pipe.ZMScore(ctx, IndexKey(index), members...)
+		scores[i] = pipe.ZMScore(ctx, btstore.IndexKey(index), members...)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return err
@@ -125,7 +127,7 @@ func (s *Store) repairTorrents(ctx context.Context, keys []string, report *Repai
 				// ZMSCORE gives 0 for a missing member: a torrent whose
 				// count is 0 need not be added.
 				if have := scores[j].Val(); i < len(have) && int64(have[i]) != counts[j] {
-					fix.ZAdd(ctx, IndexKey(index), redis.Z{Score: float64(counts[j]), Member: t.hex})
+					fix.ZAdd(ctx, btstore.IndexKey(index), redis.Z{Score: float64(counts[j]), Member: t.hex})
 					fixes++
 				}
 			}
@@ -133,7 +135,7 @@ func (s *Store) repairTorrents(ctx context.Context, keys []string, report *Repai
 		if first := t.first.Val(); counts[0]+counts[1] > 0 && len(first) == 1 {
 			// LT adds a missing entry, lowers a too-late one, and leaves
 			// a correct one alone; its reply counts only additions.
-			dueAdds = append(dueAdds, fix.ZAddLT(ctx, DueKey(dueShard(t.hash)),
+			dueAdds = append(dueAdds, fix.ZAddLT(ctx, btstore.DueKey(btstore.DueShard(t.hash)),
 				redis.Z{Score: first[0].Score, Member: t.hex}))
 		}
 	}
@@ -155,8 +157,8 @@ func (s *Store) repairTorrents(ctx context.Context, keys []string, report *Repai
 // removal is compare-and-remove (zrem_unchanged.lua): a torrent registered
 // and announced after the read has a flushed count in its entry, a
 // different score, and keeps it.
-func (s *Store) pruneIndex(ctx context.Context, index Index, report *RepairReport) error {
-	key := IndexKey(index)
+func (s *Store) pruneIndex(ctx context.Context, index btstore.Index, report *RepairReport) error {
+	key := btstore.IndexKey(index)
 	var cursor uint64
 	for {
 		page, next, err := s.rdb.ZScan(ctx, key, cursor, "", repairBatch).Result()
@@ -169,15 +171,15 @@ func (s *Store) pruneIndex(ctx context.Context, index Index, report *RepairRepor
 		for i := 0; i+1 < len(page); i += 2 {
 			members = append(members, page[i])
 			scores = append(scores, page[i+1])
-			hash, ok := parseHexHash(page[i])
+			hash, ok := btstore.ParseHexInfoHash(page[i])
 			if !ok {
 				checks = append(checks, nil)
 				continue
 			}
 			if s.cfg.Private {
-				checks = append(checks, pipe.HExists(ctx, TorrentKey(hash), "id"))
+				checks = append(checks, pipe.HExists(ctx, btstore.TorrentKey(hash), "id"))
 			} else {
-				checks = append(checks, existsCmd(ctx, pipe, TorrentKey(hash)))
+				checks = append(checks, existsCmd(ctx, pipe, btstore.TorrentKey(hash)))
 			}
 		}
 		if len(members) > 0 {
@@ -228,11 +230,11 @@ func (s *Store) repairUserStates(ctx context.Context, keys []string, report *Rep
 	records := make([]record, 0, len(keys))
 	pipe := s.rdb.Pipeline()
 	for _, key := range keys {
-		hash, ok := hashFromKey(key)
+		hash, ok := btstore.HashFromKey(key)
 		if !ok {
 			continue
 		}
-		prefix := UserTorrentKey(hash, "")
+		prefix := btstore.UserTorrentKey(hash, "")
 		if len(key) <= len(prefix) || key[:len(prefix)] != prefix {
 			continue
 		}
@@ -244,7 +246,7 @@ func (s *Store) repairUserStates(ctx context.Context, keys []string, report *Rep
 			user:   userID,
 			hash:   hash,
 			state:  pipe.HMGet(ctx, key, "bits", "ver"),
-			torrID: pipe.HGet(ctx, TorrentKey(hash), "id"),
+			torrID: pipe.HGet(ctx, btstore.TorrentKey(hash), "id"),
 		})
 	}
 	if len(records) == 0 {
@@ -325,7 +327,7 @@ func (s *Store) repairLoop(ctx context.Context) {
 			return
 		case <-ticker.C:
 		}
-		ok, err := lease.Take(ctx, s.rdb, repairLeaseKey, s.owner, s.cfg.RepairInterval*9/10)
+		ok, err := lease.Take(ctx, s.rdb, btstore.RepairLeaseKey, s.owner, s.cfg.RepairInterval*9/10)
 		if err != nil || !ok {
 			continue
 		}

@@ -8,12 +8,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	luabt "github.com/hoardproject/hoard/lua/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
 
 	"github.com/hoardproject/hoard/internal/luascript"
 )
 
-// Every script, loaded from lua/bittorrent with the shared prelude
+// Every script, loaded from package btstore with the shared prelude
 // prepended.
 var (
 	announceScript      = loadScript("announce.lua")
@@ -32,10 +32,10 @@ var (
 	passkeyDropScript     = loadScript("passkey_drop.lua")
 )
 
-var prelude = luascript.Prelude(luabt.Files, "prelude.lua")
+var prelude = btstore.Prelude()
 
 func loadScript(name string) *redis.Script {
-	return luascript.Load(luabt.Files, name, prelude)
+	return btstore.Script(name, prelude)
 }
 
 // runScriptList runs a script that returns an array, with EVALSHA (EVAL

@@ -1,6 +1,8 @@
 package swarm
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"errors"
 	"fmt"
@@ -266,7 +268,7 @@ func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (
 		private = "1"
 	}
 	timeout := s.cfg.PeerTimeout.Milliseconds()
-	keys := announceKeys(req.InfoHash, req.PeerID, userID)
+	keys := btstore.AnnounceKeys(req.InfoHash, req.PeerID, userID)
 	args := []any{now, req.PeerID[:], peerEntry(req.PeerID, req.Addr), req.Uploaded, req.Downloaded, req.Left,
 		int(req.Event), numWant, private, userID,
 		timeout, s.cfg.PeerRetention.Milliseconds(),
@@ -326,11 +328,11 @@ func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (
 		// emptied the swarm and read that stale score settles the entry
 		// only if the score is unchanged (due_settle.lua). Keeping the
 		// stale score would let that settle drop this live swarm.
-		err := s.rdb.ZAdd(ctx, DueKey(dueShard(req.InfoHash)),
-			redis.Z{Score: float64(now + timeout), Member: hexHash(req.InfoHash)}).Err()
+		err := s.rdb.ZAdd(ctx, btstore.DueKey(btstore.DueShard(req.InfoHash)),
+			redis.Z{Score: float64(now + timeout), Member: btstore.HexInfoHash(req.InfoHash)}).Err()
 		if err != nil {
 			// The announce itself is recorded; Repair re-indexes swarms.
-			s.logger.Warn("swarm: indexing a new swarm for expiry failed", "info_hash", hexHash(req.InfoHash), "error", err)
+			s.logger.Warn("swarm: indexing a new swarm for expiry failed", "info_hash", btstore.HexInfoHash(req.InfoHash), "error", err)
 		}
 	}
 	s.recordAnnounce(ctx, req.InfoHash, userID, reply)
@@ -383,7 +385,7 @@ func (s *Store) Scrape(ctx context.Context, passkey string, hashes []bittorrent.
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.SliceCmd, len(hashes))
 	for i, hash := range hashes {
-		cmds[i] = pipe.HMGet(ctx, TorrentKey(hash), "seeders", "leechers", "snatches", "id")
+		cmds[i] = pipe.HMGet(ctx, btstore.TorrentKey(hash), "seeders", "leechers", "snatches", "id")
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("swarm.Scrape: %w", err)

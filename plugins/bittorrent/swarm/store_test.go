@@ -1,6 +1,8 @@
 package swarm_test
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"net/netip"
 	"sync"
@@ -89,25 +91,25 @@ func TestStoppedRemovesThePeer(t *testing.T) {
 
 		resp = f.announce(hash, peerID("-TR", 2), 2)
 		require.Empty(t, resp.Peers, "the stopped seeder must not be handed out")
-		n, err := b.Client.ZCard(ctx, swarm.DeadlinesKey(hash)).Result()
+		n, err := b.Client.ZCard(ctx, btstore.DeadlinesKey(hash)).Result()
 		require.NoError(t, err)
 		require.Equal(t, int64(1), n)
-		exists, err := b.Client.Exists(ctx, swarm.TimeoutKey(hash, peerID("-TR", 1), "")).Result()
+		exists, err := b.Client.Exists(ctx, btstore.TimeoutKey(hash, peerID("-TR", 1), "")).Result()
 		require.NoError(t, err)
 		require.Zero(t, exists)
-		active, err := b.Client.HGet(ctx, swarm.PeerKey(hash, peerID("-TR", 1)), "active").Result()
+		active, err := b.Client.HGet(ctx, btstore.PeerKey(hash, peerID("-TR", 1)), "active").Result()
 		require.NoError(t, err)
 		require.Equal(t, "0", active, "the record stays, inactive")
-		ttl, err := b.Client.PTTL(ctx, swarm.PeerKey(hash, peerID("-TR", 1))).Result()
+		ttl, err := b.Client.PTTL(ctx, btstore.PeerKey(hash, peerID("-TR", 1))).Result()
 		require.NoError(t, err)
 		require.Equal(t, 24*time.Hour, ttl.Round(time.Hour), "for PeerRetention")
-		ttl, err = b.Client.PTTL(ctx, swarm.PeerKey(hash, peerID("-TR", 2))).Result()
+		ttl, err = b.Client.PTTL(ctx, btstore.PeerKey(hash, peerID("-TR", 2))).Result()
 		require.NoError(t, err)
 		require.Equal(t, time.Duration(-1), ttl, "an active peer's record does not expire")
 
 		// The stopped peer comes back: its record is kept again.
 		f.announce(hash, peerID("-TR", 1), 1, seeding, event(bittorrent.EventStarted))
-		ttl, err = b.Client.PTTL(ctx, swarm.PeerKey(hash, peerID("-TR", 1))).Result()
+		ttl, err = b.Client.PTTL(ctx, btstore.PeerKey(hash, peerID("-TR", 1))).Result()
 		require.NoError(t, err)
 		require.Equal(t, time.Duration(-1), ttl)
 		f.announce(hash, peerID("-TR", 1), 1, seeding, event(bittorrent.EventStopped))
@@ -115,7 +117,7 @@ func TestStoppedRemovesThePeer(t *testing.T) {
 		// A stopped from a peer never seen changes nothing.
 		resp = f.announce(hash, peerID("-TR", 9), 9, event(bittorrent.EventStopped))
 		require.Equal(t, int64(1), resp.Incomplete)
-		exists, err = b.Client.Exists(ctx, swarm.PeerKey(hash, peerID("-TR", 9))).Result()
+		exists, err = b.Client.Exists(ctx, btstore.PeerKey(hash, peerID("-TR", 9))).Result()
 		require.NoError(t, err)
 		require.Zero(t, exists)
 
@@ -339,23 +341,23 @@ func TestGlobalCountersAndIndexes(t *testing.T) {
 		st := f.stats()
 		require.Equal(t, swarm.Stats{Announces: 13, Requests: 13, Seeders: 7, Leechers: 3, Snatches: 1}, st)
 
-		top, err := f.store.Top(ctx, swarm.IndexSeeders, 10)
+		top, err := f.store.Top(ctx, btstore.IndexSeeders, 10)
 		require.NoError(t, err)
 		require.Equal(t, []swarm.Ranked{{InfoHash: big, Count: 6}, {InfoHash: small, Count: 1}}, top)
-		top, err = f.store.Top(ctx, swarm.IndexLeechers, 1)
+		top, err = f.store.Top(ctx, btstore.IndexLeechers, 1)
 		require.NoError(t, err)
 		require.Equal(t, []swarm.Ranked{{InfoHash: big, Count: 2}}, top)
-		top, err = f.store.Top(ctx, swarm.IndexSnatches, 10)
+		top, err = f.store.Top(ctx, btstore.IndexSnatches, 10)
 		require.NoError(t, err)
 		require.Equal(t, []swarm.Ranked{{InfoHash: big, Count: 1}}, top)
-		_, err = f.store.Top(ctx, swarm.Index("bogus"), 10)
+		_, err = f.store.Top(ctx, btstore.Index("bogus"), 10)
 		require.ErrorIs(t, err, swarm.ErrInvalid)
 
 		// A frontend that died with an unflushed batch: Repair rebuilds
 		// the global view from the torrents.
-		require.NoError(t, b.Client.Del(ctx, swarm.StatsKey).Err())
-		require.NoError(t, b.Client.Del(ctx, swarm.IndexKey(swarm.IndexSeeders)).Err())
-		require.NoError(t, b.Client.ZAdd(ctx, swarm.IndexKey(swarm.IndexLeechers),
+		require.NoError(t, b.Client.Del(ctx, btstore.StatsKey).Err())
+		require.NoError(t, b.Client.Del(ctx, btstore.IndexKey(btstore.IndexSeeders)).Err())
+		require.NoError(t, b.Client.ZAdd(ctx, btstore.IndexKey(btstore.IndexLeechers),
 			redis.Z{Score: 40, Member: "ffffffffffffffffffffffffffffffffffffffff"}).Err())
 		report, err := f.store.Repair(ctx)
 		require.NoError(t, err)
@@ -366,10 +368,10 @@ func TestGlobalCountersAndIndexes(t *testing.T) {
 		require.Equal(t, int64(7), st.Seeders)
 		require.Equal(t, int64(3), st.Leechers)
 		require.Equal(t, int64(1), st.Snatches)
-		top, err = f.store.Top(ctx, swarm.IndexSeeders, 10)
+		top, err = f.store.Top(ctx, btstore.IndexSeeders, 10)
 		require.NoError(t, err)
 		require.Equal(t, []swarm.Ranked{{InfoHash: big, Count: 6}, {InfoHash: small, Count: 1}}, top)
-		top, err = f.store.Top(ctx, swarm.IndexLeechers, 10)
+		top, err = f.store.Top(ctx, btstore.IndexLeechers, 10)
 		require.NoError(t, err)
 		require.Len(t, top, 2)
 	})
@@ -444,7 +446,7 @@ func TestPeerRecordKeepsTransferDeltas(t *testing.T) {
 		hash := infoHash("deltas")
 		peer := peerID("-TR", 1)
 		deltas := func() []any {
-			v, err := b.Client.HMGet(ctx, swarm.PeerKey(hash, peer), "up_delta", "down_delta", "uploaded", "downloaded").Result()
+			v, err := b.Client.HMGet(ctx, btstore.PeerKey(hash, peer), "up_delta", "down_delta", "uploaded", "downloaded").Result()
 			require.NoError(t, err)
 			return v
 		}

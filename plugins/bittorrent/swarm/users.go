@@ -1,6 +1,8 @@
 package swarm
 
 import (
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+
 	"context"
 	"errors"
 	"fmt"
@@ -17,7 +19,7 @@ import (
 // undoes the mark and keeps everything. Added after the purge began, the
 // user comes back as a new one: AddUser finishes the purge first.
 //
-// The user's listing of its passkeys (UserPasskeysKey) is what cleanup
+// The user's listing of its passkeys (btstore.UserPasskeysKey) is what cleanup
 // trusts, so it always covers the passkeys that map to the user: AddUser
 // lists before it maps, RemoveUser unmaps after it unlists, and cleanup's
 // passkeys walk lists any mapped passkey it finds unlisted (those mapped
@@ -45,7 +47,7 @@ func (s *Store) AddUser(ctx context.Context, passkey, userID string) error {
 	if !validName(userID) {
 		return fmt.Errorf("swarm: user id %q: want 1-%d characters of A-Z a-z 0-9 _ -: %w", userID, maxNameLen, ErrInvalid)
 	}
-	previous, err := s.rdb.Get(ctx, PasskeyKey(passkey)).Result()
+	previous, err := s.rdb.Get(ctx, btstore.PasskeyKey(passkey)).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("swarm.AddUser: %w", err)
 	}
@@ -64,7 +66,7 @@ func (s *Store) AddUser(ctx context.Context, passkey, userID string) error {
 			return fmt.Errorf("swarm.AddUser: finishing the purge of user %q: %w", userID, err)
 		}
 	}
-	if err := s.rdb.Set(ctx, PasskeyKey(passkey), userID, 0).Err(); err != nil {
+	if err := s.rdb.Set(ctx, btstore.PasskeyKey(passkey), userID, 0).Err(); err != nil {
 		return fmt.Errorf("swarm.AddUser: %w", err)
 	}
 	s.passkeys.invalidate(passkey)
@@ -84,7 +86,7 @@ func (s *Store) RemoveUser(ctx context.Context, passkey string) error {
 	if !validName(passkey) {
 		return fmt.Errorf("swarm: passkey: %w", ErrInvalid)
 	}
-	userID, err := s.rdb.Get(ctx, PasskeyKey(passkey)).Result()
+	userID, err := s.rdb.Get(ctx, btstore.PasskeyKey(passkey)).Result()
 	if errors.Is(err, redis.Nil) {
 		s.passkeys.invalidate(passkey)
 		return nil
@@ -97,7 +99,7 @@ func (s *Store) RemoveUser(ctx context.Context, passkey string) error {
 	}
 	// Unmapped after the unlisting: a call cut off in between leaves a
 	// mapped, unlisted passkey, which the passkeys walk lists again.
-	if err := passkeyDropScript.Run(ctx, s.rdb, []string{PasskeyKey(passkey)}, userID).Err(); err != nil {
+	if err := passkeyDropScript.Run(ctx, s.rdb, []string{btstore.PasskeyKey(passkey)}, userID).Err(); err != nil {
 		return fmt.Errorf("swarm.RemoveUser: %w", err)
 	}
 	s.passkeys.invalidate(passkey)
@@ -113,14 +115,14 @@ func (s *Store) RemoveUser(ctx context.Context, passkey string) error {
 // the mark and dropped the first entry (see ForgetRemovedUsers).
 func (s *Store) unlist(ctx context.Context, userID, passkey string) error {
 	now := s.nowMillis()
-	if err := s.rdb.ZAdd(ctx, RemovedUsersKey, redis.Z{Score: float64(now), Member: userID}).Err(); err != nil {
+	if err := s.rdb.ZAdd(ctx, btstore.RemovedUsersKey, redis.Z{Score: float64(now), Member: userID}).Err(); err != nil {
 		return err
 	}
 	removedAt, err := userRemoveScript.Run(ctx, s.rdb, userListKeys(userID), passkey, now, "").Int64()
 	if err != nil || removedAt <= 0 {
 		return err
 	}
-	return s.rdb.ZAdd(ctx, RemovedUsersKey, redis.Z{Score: float64(removedAt), Member: userID}).Err()
+	return s.rdb.ZAdd(ctx, btstore.RemovedUsersKey, redis.Z{Score: float64(removedAt), Member: userID}).Err()
 }
 
 // UnlistStale drops a listed passkey that no longer maps to the user
@@ -128,7 +130,7 @@ func (s *Store) unlist(ctx context.Context, userID, passkey string) error {
 // indexes the user as removed when it has none left. It returns whether
 // it dropped the listing.
 func (s *Store) UnlistStale(ctx context.Context, userID, passkey, listedAt string, now int64) (bool, error) {
-	if err := s.rdb.ZAddNX(ctx, RemovedUsersKey, redis.Z{Score: float64(now), Member: userID}).Err(); err != nil {
+	if err := s.rdb.ZAddNX(ctx, btstore.RemovedUsersKey, redis.Z{Score: float64(now), Member: userID}).Err(); err != nil {
 		return false, err
 	}
 	removedAt, err := userRemoveScript.Run(ctx, s.rdb, userListKeys(userID), passkey, now, listedAt).Int64()
@@ -139,7 +141,7 @@ func (s *Store) UnlistStale(ctx context.Context, userID, passkey, listedAt strin
 		// again after the mark, as unlist does; the score is the removal
 		// time, which is earlier than now when the user lost its last
 		// mapped passkey before the stale listing was written
-		if err := s.rdb.ZAdd(ctx, RemovedUsersKey, redis.Z{Score: float64(removedAt), Member: userID}).Err(); err != nil {
+		if err := s.rdb.ZAdd(ctx, btstore.RemovedUsersKey, redis.Z{Score: float64(removedAt), Member: userID}).Err(); err != nil {
 			return false, err
 		}
 	}
@@ -149,13 +151,13 @@ func (s *Store) UnlistStale(ctx context.Context, userID, passkey, listedAt strin
 // userListKeys are the KEYS of user_add.lua, user_remove.lua,
 // user_list.lua and user_purge_start.lua.
 func userListKeys(userID string) []string {
-	return []string{UserPasskeysKey(userID), UserGoneKey(userID)}
+	return []string{btstore.UserPasskeysKey(userID), btstore.UserGoneKey(userID)}
 }
 
 // ListPasskey lists a passkey found mapped to userID on the user's
 // listing (orphan cleanup's passkeys walk); true when it was not listed.
 func (s *Store) ListPasskey(ctx context.Context, userID, passkey string, now int64) (bool, error) {
-	n, err := userListScript.Run(ctx, s.rdb, []string{UserPasskeysKey(userID)}, passkey, now).Int()
+	n, err := userListScript.Run(ctx, s.rdb, []string{btstore.UserPasskeysKey(userID)}, passkey, now).Int()
 	return n == 1, err
 }
 
@@ -199,7 +201,7 @@ type PurgeProgress struct {
 // one that began at purgeBefore.
 func (s *Store) PurgeUserStep(ctx context.Context, userID string, purgeBefore int64) (PurgeProgress, error) {
 	var progress PurgeProgress
-	pairs, _, err := s.rdb.HScan(ctx, UserTorrentsKey(userID), 0, "", purgeChunk).Result()
+	pairs, _, err := s.rdb.HScan(ctx, btstore.UserTorrentsKey(userID), 0, "", purgeChunk).Result()
 	if err != nil {
 		return progress, err
 	}
@@ -212,7 +214,7 @@ func (s *Store) PurgeUserStep(ctx context.Context, userID string, purgeBefore in
 			continue // not a torrent: only its entry goes
 		}
 		calls = append(calls, scriptCall{
-			keys: []string{UserTorrentKey(hash, userID), TorrentUsersKey(hash)},
+			keys: []string{btstore.UserTorrentKey(hash, userID), btstore.TorrentUsersKey(hash)},
 			args: []any{userID, purgeBefore},
 		})
 	}
@@ -232,9 +234,9 @@ func (s *Store) PurgeUserStep(ctx context.Context, userID string, purgeBefore in
 	for _, t := range torrents {
 		args = append(args, t)
 	}
-	keys := []string{UserGoneKey(userID), UserTorrentsKey(userID), UserVersionsKey(userID),
-		UserSetKey(userID, UserActive), UserSetKey(userID, UserComplete), UserSetKey(userID, UserIncomplete),
-		UserSetKey(userID, UserHnR), UserStatsKey(userID)}
+	keys := []string{btstore.UserGoneKey(userID), btstore.UserTorrentsKey(userID), btstore.UserVersionsKey(userID),
+		btstore.UserSetKey(userID, btstore.UserActive), btstore.UserSetKey(userID, btstore.UserComplete), btstore.UserSetKey(userID, btstore.UserIncomplete),
+		btstore.UserSetKey(userID, btstore.UserHnR), btstore.UserStatsKey(userID)}
 	reply, err := userPurgeDropScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
 	if err != nil {
 		return progress, fmt.Errorf("swarm: user_purge_drop.lua: %w", err)
@@ -248,7 +250,7 @@ func (s *Store) PurgeUserStep(ctx context.Context, userID string, purgeBefore in
 
 // finishPurge runs a purging user's steps to the end (AddUser).
 func (s *Store) finishPurge(ctx context.Context, userID string) error {
-	before, err := s.rdb.HGet(ctx, UserGoneKey(userID), "purge_before").Int64()
+	before, err := s.rdb.HGet(ctx, btstore.UserGoneKey(userID), "purge_before").Int64()
 	if errors.Is(err, redis.Nil) {
 		return nil // finished meanwhile
 	}
@@ -286,7 +288,7 @@ func (s *Store) ForgetRemovedUsers(ctx context.Context, pairs []any) (int, error
 	if len(pairs) == 0 {
 		return 0, nil
 	}
-	n, err := zremUnchangedScript.Run(ctx, s.rdb, []string{RemovedUsersKey}, pairs...).Int()
+	n, err := zremUnchangedScript.Run(ctx, s.rdb, []string{btstore.RemovedUsersKey}, pairs...).Int()
 	if err != nil || n == 0 {
 		return n, err
 	}
@@ -304,7 +306,7 @@ func (s *Store) ForgetRemovedUsers(ctx context.Context, pairs []any) (int, error
 		if !validName(user) {
 			continue
 		}
-		looks = append(looks, look{user, pipe.HLen(ctx, UserPasskeysKey(user)), pipe.HGet(ctx, UserGoneKey(user), "removed_at")})
+		looks = append(looks, look{user, pipe.HLen(ctx, btstore.UserPasskeysKey(user)), pipe.HGet(ctx, btstore.UserGoneKey(user), "removed_at")})
 	}
 	if len(looks) == 0 {
 		return n, nil
@@ -325,5 +327,5 @@ func (s *Store) ForgetRemovedUsers(ctx context.Context, pairs []any) (int, error
 	// NX: an entry RemoveUser wrote again meanwhile is the same or newer.
 	// A caller paging by offset may skip an entry this pass for each put
 	// back (rare); the next pass reads it.
-	return n, s.rdb.ZAddNX(ctx, RemovedUsersKey, back...).Err()
+	return n, s.rdb.ZAddNX(ctx, btstore.RemovedUsersKey, back...).Err()
 }
