@@ -16,12 +16,6 @@ import (
 // tour and where to read on. Everything else belongs in docs/.
 const maxREADMELines = 200
 
-// writtenElsewhere are documents that other branches write at the same time
-// as the README links them. While one is missing, its links are let through
-// (and logged); once it exists it is checked like any other. Drop a name
-// from here when its document has landed.
-var writtenElsewhere = map[string]bool{}
-
 func TestREADMEFitsItsBudget(t *testing.T) {
 	data, err := os.ReadFile("../README.md")
 	require.NoError(t, err)
@@ -54,14 +48,6 @@ func TestEveryDocsLinkLeadsSomewhere(t *testing.T) {
 				path := filepath.Clean(filepath.Join(filepath.Dir(file), target))
 				checked++
 				if _, err := os.Stat(path); err == nil {
-					continue
-				}
-				fromRoot := filepath.ToSlash(filepath.Join("docs", path))
-				if strings.HasPrefix(path, "..") {
-					fromRoot = filepath.ToSlash(strings.TrimPrefix(path, "../"))
-				}
-				if writtenElsewhere[fromRoot] {
-					t.Logf("%s links %s, which another branch writes: not checked until it exists", file, fromRoot)
 					continue
 				}
 				t.Errorf("%s: the link %q leads nowhere (%s does not exist)", file, m[1], path)
