@@ -416,7 +416,11 @@ POST /api/v1/bittorrent/outbox/ack {"ids": [...]}.`,
 					return fmt.Errorf("the events were listed but not acknowledged: %w", err)
 				}
 				pending = change.Counts.Pending
-				fmt.Fprintf(cmd.ErrOrStderr(), "acknowledged %d events\n", change.Acknowledged)
+				if change.AlreadyAcknowledged > 0 {
+					fmt.Fprintf(cmd.ErrOrStderr(), "acknowledged %d events (%d were already)\n", change.Acknowledged, change.AlreadyAcknowledged)
+				} else {
+					fmt.Fprintf(cmd.ErrOrStderr(), "acknowledged %d events\n", change.Acknowledged)
+				}
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "next: --after %s (%d pending, %d dead)\n", page.Next, pending, page.Counts.Dead)
 			return nil

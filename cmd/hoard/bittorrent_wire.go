@@ -131,9 +131,10 @@ type btOutboxEventsReply struct {
 }
 
 type btOutboxChangeReply struct {
-	Acknowledged int            `json:"acknowledged,omitempty"`
-	Retried      int            `json:"retried,omitempty"`
-	Counts       btOutboxCounts `json:"counts"`
+	Acknowledged        int            `json:"acknowledged,omitempty"`
+	AlreadyAcknowledged int            `json:"already_acknowledged,omitempty"`
+	Retried             int            `json:"retried,omitempty"`
+	Counts              btOutboxCounts `json:"counts"`
 }
 
 type btTrackersReply struct {

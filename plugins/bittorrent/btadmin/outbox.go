@@ -42,12 +42,14 @@ type OutboxIDsRequest struct {
 	All bool          `json:"all,omitempty"`
 }
 
-// OutboxChangeReply answers …/ack (Acknowledged) and …/dead/retry
-// (Retried), with the counts after the change.
+// OutboxChangeReply answers …/ack (Acknowledged now, and AlreadyAcknowledged:
+// ids a retried ack had delivered before) and …/dead/retry (Retried), with
+// the counts after the change.
 type OutboxChangeReply struct {
-	Acknowledged int           `json:"acknowledged,omitempty"`
-	Retried      int           `json:"retried,omitempty"`
-	Counts       outbox.Counts `json:"counts"`
+	Acknowledged        int           `json:"acknowledged,omitempty"`
+	AlreadyAcknowledged int           `json:"already_acknowledged,omitempty"`
+	Retried             int           `json:"retried,omitempty"`
+	Counts              outbox.Counts `json:"counts"`
 }
 
 func (b *Admin) registerOutbox(g *gin.RouterGroup) {
@@ -69,6 +71,8 @@ func outboxError(err error) error {
 		return badRequest("%s", message)
 	case errors.Is(err, outbox.ErrUnknown):
 		return newAPIError(http.StatusNotFound, "unknown_event", strings.TrimPrefix(message, outbox.ErrUnknown.Error()+": "))
+	case errors.Is(err, outbox.ErrDead):
+		return newAPIError(http.StatusConflict, "dead_event", strings.TrimPrefix(message, outbox.ErrDead.Error()+": "))
 	}
 	return err
 }
@@ -156,7 +160,7 @@ func (b *Admin) outboxAck(c *gin.Context) {
 		return
 	}
 	ctx := c.Request.Context()
-	n, err := b.Outbox.Ack(ctx, ids)
+	acked, err := b.Outbox.Ack(ctx, ids)
 	if err != nil {
 		_ = c.Error(outboxError(err))
 		return
@@ -166,8 +170,8 @@ func (b *Admin) outboxAck(c *gin.Context) {
 		_ = c.Error(err)
 		return
 	}
-	logChange(c, "outbox events acknowledged", "events", n, "first_id", ids[0], "last_id", ids[len(ids)-1])
-	c.JSON(http.StatusOK, OutboxChangeReply{Acknowledged: n, Counts: counts})
+	logChange(c, "outbox events acknowledged", "events", acked.Now, "already", acked.Already, "first_id", ids[0], "last_id", ids[len(ids)-1])
+	c.JSON(http.StatusOK, OutboxChangeReply{Acknowledged: acked.Now, AlreadyAcknowledged: acked.Already, Counts: counts})
 }
 
 func (b *Admin) outboxRetry(c *gin.Context) {

@@ -598,7 +598,7 @@ func OutboxClaimKeys() []string {
 // OutboxAckKeys are outbox_ack.lua's KEYS.
 func OutboxAckKeys() []string {
 	return []string{OutboxPendingKey(), OutboxDueKey(), OutboxAttemptsKey(), OutboxErrorsKey(), OutboxEventsKey(),
-		OutboxDeliveredKey(), OutboxConfigKey(), OutboxStatsKey()}
+		OutboxDeliveredKey(), OutboxConfigKey(), OutboxStatsKey(), OutboxSeqKey(), OutboxDeadKey()}
 }
 
 // OutboxFailKeys are outbox_fail.lua's KEYS.

@@ -11,10 +11,11 @@ import (
 // disagree on a number. Counts (0 or more) are not codes.
 const (
 	codeFull    = -1 // append: the batch would pass max_pending
-	codeUnknown = -2 // ack, retry (strict): an id is not pending / not dead
+	codeUnknown = -2 // ack (strict): an id never given; retry: an id not dead
+	codeDead    = -3 // ack (strict): an id is dead (retry it first)
 )
 
-var scriptCodes = map[string]int64{"FULL": codeFull, "UNKNOWN": codeUnknown}
+var scriptCodes = map[string]int64{"FULL": codeFull, "UNKNOWN": codeUnknown, "DEAD": codeDead}
 
 func loadScript(name string) *redis.Script {
 	return btstore.Script(name, btstore.LuaCodes(scriptCodes))

@@ -142,12 +142,12 @@ func (o *Outbox) DeliverOnce(ctx context.Context) (Round, error) {
 			"first_id", ids[0], "attempt", took[0].attempt, "error", postErr, "dead", died)
 		return round, nil
 	}
-	n, err := o.ack(ctx, ids, false)
+	acked, err := o.ack(ctx, ids, false)
 	if err != nil {
 		return round, err
 	}
-	round.Delivered = n
-	o.logger.Debug("outbox: events delivered", "events", n, "first_id", ids[0])
+	round.Delivered = acked.Now
+	o.logger.Debug("outbox: events delivered", "events", acked.Now, "first_id", ids[0])
 	return round, nil
 }
 

@@ -66,9 +66,12 @@ type record struct {
 var (
 	// ErrInvalid is bad input: an event, a cursor, an id, a limit.
 	ErrInvalid = errors.New("invalid outbox input")
-	// ErrUnknown: an id to acknowledge is not pending, or one to retry is
-	// not dead. Nothing changed.
+	// ErrUnknown: an id to acknowledge was never given, or one to retry
+	// is not dead. Nothing changed.
 	ErrUnknown = errors.New("unknown outbox event")
+	// ErrDead: an id to acknowledge is dead; retry it first. Nothing
+	// changed.
+	ErrDead = errors.New("dead outbox event")
 	// ErrFull: the append would pass max_pending. Nothing changed.
 	ErrFull = errors.New("outbox full")
 )
@@ -374,17 +377,27 @@ func idArgs(ids []uint64) []any {
 	return args
 }
 
-// Ack marks pending events delivered, for a site that polls. Every id
-// must be pending: an unknown, delivered or dead id refuses the whole
-// call (ErrUnknown) and nothing changes. It returns how many were marked.
-func (o *Outbox) Ack(ctx context.Context, ids []uint64) (int, error) {
+// Acked is what an acknowledgement did.
+type Acked struct {
+	// Now were pending and are marked delivered by this call.
+	Now int
+	// Already were delivered before (a site retrying an ack after a
+	// timeout): not an error, nothing changed for them.
+	Already int
+}
+
+// Ack marks pending events delivered, for a site that polls. It is safe
+// to retry: an id already delivered succeeds again (counted in Already).
+// An id never given (ErrUnknown) or dead (ErrDead: retry it first)
+// refuses the whole call and nothing changes.
+func (o *Outbox) Ack(ctx context.Context, ids []uint64) (Acked, error) {
 	if len(ids) == 0 || len(ids) > MaxListLimit {
-		return 0, fmt.Errorf("%w: give 1 to %d event ids", ErrInvalid, MaxListLimit)
+		return Acked{}, fmt.Errorf("%w: give 1 to %d event ids", ErrInvalid, MaxListLimit)
 	}
 	return o.ack(ctx, ids, true)
 }
 
-func (o *Outbox) ack(ctx context.Context, ids []uint64, strict bool) (int, error) {
+func (o *Outbox) ack(ctx context.Context, ids []uint64, strict bool) (Acked, error) {
 	flag := "0"
 	if strict {
 		flag = "1"
@@ -392,13 +405,17 @@ func (o *Outbox) ack(ctx context.Context, ids []uint64, strict bool) (int, error
 	args := append([]any{ms(o.clock.Now()), flag, o.policy.KeepDelivered}, idArgs(ids)...)
 	list, err := luascript.RunList(ctx, o.rdb, ackScript, btstore.OutboxAckKeys(), args...)
 	if err != nil {
-		return 0, fmt.Errorf("outbox: ack: %w", err)
+		return Acked{}, fmt.Errorf("outbox: ack: %w", err)
 	}
 	n, _ := list[0].(int64)
-	if n == codeUnknown {
-		return 0, fmt.Errorf("%w: event %v is not pending (unknown, already acknowledged, or dead); nothing was acknowledged", ErrUnknown, list[1])
+	switch n {
+	case codeUnknown:
+		return Acked{}, fmt.Errorf("%w: event %v was never given; nothing was acknowledged", ErrUnknown, list[1])
+	case codeDead:
+		return Acked{}, fmt.Errorf("%w: event %v is dead (retry it first); nothing was acknowledged", ErrDead, list[1])
 	}
-	return int(n), nil
+	already, _ := list[2].(int64)
+	return Acked{Now: int(n), Already: int(already)}, nil
 }
 
 // RetryDead moves dead events back to pending, due at once with fresh

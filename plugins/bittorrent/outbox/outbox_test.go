@@ -427,6 +427,8 @@ func TestAKilledLastAttemptGoesDead(t *testing.T) {
 		round, err := ob.DeliverOnce(ctx)
 		require.NoError(t, err)
 		require.Equal(t, outbox.Round{Died: 2}, round)
+		_, err = ob.Ack(ctx, []uint64{1})
+		require.ErrorIs(t, err, outbox.ErrDead, "a dead event is retried, not acknowledged")
 		dead, _, err := ob.Dead(ctx, 0, 10)
 		require.NoError(t, err)
 		require.Len(t, dead, 2)
@@ -435,8 +437,10 @@ func TestAKilledLastAttemptGoesDead(t *testing.T) {
 }
 
 // TestPollReadsAfterACursorAndAcksStrictly: a polling site pages through
-// pending events with a cursor and acknowledges them; an unknown or
-// already acknowledged id refuses the whole ack and changes nothing.
+// pending events with a cursor and acknowledges them; an id never given
+// refuses the whole ack and changes nothing, and an ack retried after a
+// timeout succeeds again, changing nothing for the ids delivered before
+// (even once their records were trimmed).
 func TestPollReadsAfterACursorAndAcksStrictly(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
@@ -455,28 +459,40 @@ func TestPollReadsAfterACursorAndAcksStrictly(t *testing.T) {
 		require.Empty(t, page)
 		require.Equal(t, next, again)
 
-		n, err := ob.Ack(ctx, []uint64{1, 2})
+		acked, err := ob.Ack(ctx, []uint64{1, 2})
 		require.NoError(t, err)
-		require.Equal(t, 2, n)
-		for _, ids := range [][]uint64{{3, 2}, {3, 99}} {
+		require.Equal(t, outbox.Acked{Now: 2}, acked)
+		for _, ids := range [][]uint64{{3, 99}, {6}, {2, 6}} {
 			_, err = ob.Ack(ctx, ids)
-			require.ErrorIs(t, err, outbox.ErrUnknown)
+			require.ErrorIs(t, err, outbox.ErrUnknown, "%v: 6 and 99 were never given", ids)
 		}
 		counts, err := ob.Counts(ctx)
 		require.NoError(t, err)
 		require.Equal(t, int64(3), counts.Pending, "a refused ack changed nothing")
+		require.Equal(t, int64(2), counts.Delivered)
+		acked, err = ob.Ack(ctx, []uint64{1, 2})
+		require.NoError(t, err, "an ack retried after a timeout succeeds")
+		require.Equal(t, outbox.Acked{Already: 2}, acked)
+		counts, err = ob.Counts(ctx)
+		require.NoError(t, err)
+		require.Equal(t, int64(2), counts.Delivered, "a retried ack counts nothing twice")
 		_, err = ob.Ack(ctx, nil)
 		require.ErrorIs(t, err, outbox.ErrInvalid)
 		_, _, err = ob.Pending(ctx, 0, 0)
 		require.ErrorIs(t, err, outbox.ErrInvalid)
 		_, _, err = ob.Pending(ctx, 0, outbox.MaxListLimit+1)
 		require.ErrorIs(t, err, outbox.ErrInvalid)
-		n, err = ob.Ack(ctx, []uint64{3, 4, 5})
+		acked, err = ob.Ack(ctx, []uint64{3, 4, 5})
 		require.NoError(t, err)
-		require.Equal(t, 3, n)
+		require.Equal(t, outbox.Acked{Now: 3}, acked)
 		counts, err = ob.Counts(ctx)
 		require.NoError(t, err)
 		require.Equal(t, outbox.Counts{Kept: 2, Appended: 5, Delivered: 5}, counts)
+		// keep_delivered is 2: the records of 1 to 3 are trimmed, and their
+		// ack is still a success.
+		acked, err = ob.Ack(ctx, []uint64{1, 5})
+		require.NoError(t, err)
+		require.Equal(t, outbox.Acked{Already: 2}, acked)
 	})
 }
 

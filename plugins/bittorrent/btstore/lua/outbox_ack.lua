@@ -12,32 +12,50 @@
 -- KEYS[6] delivered  ZSET  id -> ms delivered
 -- KEYS[7] config     HASH  keep_delivered (the plugin's setting, when saved)
 -- KEYS[8] stats      HASH  delivered (counter)
+-- KEYS[9] seq        STRING the last event id given
+-- KEYS[10] dead      ZSET  id -> ms it was given up
 --
 -- ARGV[1] now (ms)
--- ARGV[2] strict: "1" refuses the whole call when an id is not pending
---         (a polling site's ack), "0" skips such ids (a deliverer whose
---         event someone else delivered first)
+-- ARGV[2] strict: "1" refuses the whole call when an id was never
+--         given or is dead (a polling site's ack), "0" skips such ids (a
+--         deliverer whose event someone else delivered first). Either way
+--         an id already delivered is not an error: a site that retries an
+--         ack after a timeout gets the same success, and nothing changes
+--         for that id (it counts in `already`).
 -- ARGV[3] keep_delivered when config has none
 -- ARGV[4..] event ids
 --
 -- Returns
---   {acked, trimmed}      events marked delivered; delivered records deleted
---   {R.UNKNOWN, id}       strict and id is not pending: nothing changed
+--   {acked, trimmed, already}  events marked delivered now; delivered
+--                         records deleted; ids that were delivered before
+--   {R.UNKNOWN, id}       strict and id was never given: nothing changed
+--   {R.DEAD, id}          strict and id is dead (retry it first): nothing
+--                         changed
 
 local now = tonumber(ARGV[1])
 local strict = ARGV[2] == '1'
 local k_pending, k_due, k_attempts, k_errors, k_events, k_delivered, k_config, k_stats =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 
+-- Ids are given in order (KEYS[9]), so one that is neither pending nor
+-- dead and not above the last id given was delivered: trimmed from the
+-- delivered set already, perhaps, but delivered.
 if strict then
+  local last = tonumber(redis.call('GET', KEYS[9]) or '0')
   for i = 4, #ARGV do
-    if not redis.call('ZSCORE', k_pending, ARGV[i]) then
-      return {R.UNKNOWN, ARGV[i]}
+    local id = ARGV[i]
+    if not redis.call('ZSCORE', k_pending, id) then
+      if tonumber(id) > last then
+        return {R.UNKNOWN, id}
+      end
+      if redis.call('ZSCORE', KEYS[10], id) then
+        return {R.DEAD, id}
+      end
     end
   end
 end
 
-local acked = 0
+local acked, already = 0, 0
 for i = 4, #ARGV do
   local id = ARGV[i]
   if redis.call('ZREM', k_pending, id) == 1 then
@@ -46,6 +64,8 @@ for i = 4, #ARGV do
     redis.call('HDEL', k_errors, id)
     redis.call('ZADD', k_delivered, now, id)
     acked = acked + 1
+  else
+    already = already + 1
   end
 end
 if acked > 0 then
@@ -63,4 +83,4 @@ while over > 0 do
   trimmed = trimmed + chunk
   over = over - chunk
 end
-return {acked, trimmed}
+return {acked, trimmed, already}
