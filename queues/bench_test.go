@@ -14,43 +14,56 @@ import (
 // item, from parallel callers, on each real backend.
 func BenchmarkClaimDone(b *testing.B) {
 	for _, backend := range redistest.Backends() {
-		b.Run(backend.Name, func(b *testing.B) {
-			ctx := context.Background()
-			if err := redistest.Flush(ctx, backend); err != nil {
-				b.Fatal(err)
-			}
-			engine := queues.NewEngine(backend.Client, queues.Options{Logger: quietLogger})
-			if _, err := engine.CreateProject(ctx, "bench", queues.SettingsPatch{}); err != nil {
-				b.Fatal(err)
-			}
-			items := make([]queues.QueueItem, 0, 10000)
-			for i := 0; i < b.N+1000; i++ {
-				items = append(items, queues.QueueItem{Name: fmt.Sprintf("item-%09d", i)})
-				if len(items) == cap(items) {
-					if _, err := engine.Enqueue(ctx, "bench", queues.Target{Queue: queues.QueueTodo}, items); err != nil {
-						b.Fatal(err)
-					}
-					items = items[:0]
-				}
-			}
+		b.Run(backend.Name, func(b *testing.B) { benchClaimDone(b, backend, queues.SettingsPatch{}) })
+	}
+}
+
+// BenchmarkClaimDoneWithEventLog is BenchmarkClaimDone on a project whose
+// event log is on (as a plugin's project has it): the difference is what
+// the durable host-to-plugin event costs per done, inside the done
+// script. docs/at-least-once.md compares it with the outbox's append.
+func BenchmarkClaimDoneWithEventLog(b *testing.B) {
+	events := queues.DefaultPluginEventLog
+	for _, backend := range redistest.Backends() {
+		b.Run(backend.Name, func(b *testing.B) { benchClaimDone(b, backend, queues.SettingsPatch{EventLog: &events}) })
+	}
+}
+
+func benchClaimDone(b *testing.B, backend redistest.Backend, settings queues.SettingsPatch) {
+	ctx := context.Background()
+	if err := redistest.Flush(ctx, backend); err != nil {
+		b.Fatal(err)
+	}
+	engine := queues.NewEngine(backend.Client, queues.Options{Logger: quietLogger})
+	if _, err := engine.CreateProject(ctx, "bench", settings); err != nil {
+		b.Fatal(err)
+	}
+	items := make([]queues.QueueItem, 0, 10000)
+	for i := 0; i < b.N+1000; i++ {
+		items = append(items, queues.QueueItem{Name: fmt.Sprintf("item-%09d", i)})
+		if len(items) == cap(items) {
 			if _, err := engine.Enqueue(ctx, "bench", queues.Target{Queue: queues.QueueTodo}, items); err != nil {
 				b.Fatal(err)
 			}
-			var worker atomic.Int64
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				downloader := fmt.Sprintf("bench%03d", worker.Add(1))
-				for pb.Next() {
-					res, err := engine.Claim(ctx, queues.ClaimRequest{Project: "bench", Downloader: downloader, IP: "127.0.0.1", Count: 1})
-					if err != nil {
-						b.Fatal(err)
-					}
-					if _, err := engine.Done(ctx, queues.DoneRequest{Project: "bench", Downloader: downloader,
-						Items: []string{res.Items[0].Name}, Bytes: map[string]int64{"data": 1000}}); err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
-		})
+			items = items[:0]
+		}
 	}
+	if _, err := engine.Enqueue(ctx, "bench", queues.Target{Queue: queues.QueueTodo}, items); err != nil {
+		b.Fatal(err)
+	}
+	var worker atomic.Int64
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		downloader := fmt.Sprintf("bench%03d", worker.Add(1))
+		for pb.Next() {
+			res, err := engine.Claim(ctx, queues.ClaimRequest{Project: "bench", Downloader: downloader, IP: "127.0.0.1", Count: 1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := engine.Done(ctx, queues.DoneRequest{Project: "bench", Downloader: downloader,
+				Items: []string{res.Items[0].Name}, Bytes: map[string]int64{"data": 1000}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
