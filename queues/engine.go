@@ -974,7 +974,7 @@ func (e *Engine) enqueueScored(ctx context.Context, slug string, items []QueueIt
 
 // EnqueueScored puts items in the project's score-ordered queue
 // (QueueScored), served highest score first; an item waiting there already
-// takes its new score, and items out or done are skipped.
+// takes its new score, and items out, done or failed are skipped.
 func (e *Engine) EnqueueScored(ctx context.Context, slug string, items []QueueItem) (ScoredResult, error) {
 	const op = "queues.EnqueueScored"
 	if err := ValidateSlug(slug); err != nil {
@@ -999,7 +999,8 @@ func (e *Engine) EnqueueScored(ctx context.Context, slug string, items []QueueIt
 	if len(items) == 0 {
 		return ScoredResult{}, nil
 	}
-	keys := []string{ConfigKey(slug), StatsKey(slug), ClaimsKey(slug), DoneKey(slug), RecentDoneKey(slug), QueueKey(slug, QueueScored)}
+	keys := []string{ConfigKey(slug), StatsKey(slug), ClaimsKey(slug), DoneKey(slug), RecentDoneKey(slug), QueueKey(slug, QueueScored),
+		FailedKey(slug)}
 	code, rest, err := e.runScriptList(ctx, op, enqueueScoredScript, keys, args...)
 	if err != nil {
 		return ScoredResult{}, err
