@@ -663,10 +663,12 @@ const MaxEnqueueBatch = 100000
 // were out or done already, items skipped because they were waiting in a
 // queue already (or twice in the batch), and the queue's length afterwards.
 type EnqueueResult struct {
-	Queued        int   `json:"queued"`
-	Skipped       int   `json:"skipped"`
-	AlreadyQueued int   `json:"already_queued"`
-	Length        int64 `json:"length"`
+	Queued        int `json:"queued"`
+	Skipped       int `json:"skipped"`
+	AlreadyQueued int `json:"already_queued"`
+	// Filtered counts the items dropped by the project's filters.
+	Filtered int   `json:"filtered"`
+	Length   int64 `json:"length"`
 }
 
 // Enqueue appends items to a queue. Every item must be valid; callers that
@@ -710,15 +712,21 @@ func (e *Engine) Enqueue(ctx context.Context, slug string, target Target, items 
 			extras = append(extras, item.Name, string(jsonCompact(nil, item.Extras)))
 		}
 	}
+	filtered := 0
 	code, rest, err := e.runWithGroups(ctx, op, slug, enqueueScript, func(state *groupState) ([]string, []any) {
 		// Route: a reserved queue takes everything; otherwise each item
 		// goes to the sub-queue of its limit group, or the queue itself.
 		keys := []string{ConfigKey(slug), ExtrasKey(slug), StatsKey(slug), ReservedSetKey(slug), ClaimsKey(slug), DoneKey(slug), RecentDoneKey(slug)}
 		routed := make([][]any, 1+len(state.groups))
 		version := ""
+		filtered = 0
 		if target.Downloader != "" {
 			keys = append(keys, ReservedQueueKey(slug, target.Downloader))
 			for _, item := range items {
+				if state.filtered(item.Name) {
+					filtered++
+					continue
+				}
 				routed[0] = append(routed[0], item.Name)
 			}
 		} else {
@@ -727,6 +735,10 @@ func (e *Engine) Enqueue(ctx context.Context, slug string, target Target, items 
 				keys = append(keys, GroupQueueKey(slug, queue, g.Name))
 			}
 			for _, item := range items {
+				if state.filtered(item.Name) {
+					filtered++
+					continue
+				}
 				g := groupFor(state.groups, item.Name)
 				routed[g+1] = append(routed[g+1], item.Name)
 			}
@@ -734,8 +746,10 @@ func (e *Engine) Enqueue(ctx context.Context, slug string, target Target, items 
 			// "no groups" must not keep routing around a new one.
 			version = state.version
 		}
-		args := make([]any, 0, 4+len(extras)+len(items)+len(routed))
-		args = append(args, target.Downloader, version, len(extras)/2)
+		args := make([]any, 0, 6+len(extras)+len(items)+len(routed))
+		// The filters version is always checked: a frontend that cached
+		// "no filters" must not keep queuing what a new one drops.
+		args = append(args, target.Downloader, version, state.filtersVersion, filtered, len(extras)/2)
 		args = append(args, extras...)
 		for i := range keys[7:] {
 			args = append(args, len(routed[i]))
@@ -758,7 +772,7 @@ func (e *Engine) Enqueue(ctx context.Context, slug string, target Target, items 
 			return EnqueueResult{}, err
 		}
 	}
-	return EnqueueResult{Queued: int(code), Skipped: int(replyInt(rest[0])), AlreadyQueued: int(replyInt(rest[2])), Length: length}, nil
+	return EnqueueResult{Queued: int(code), Skipped: int(replyInt(rest[0])), AlreadyQueued: int(replyInt(rest[2])), Filtered: filtered, Length: length}, nil
 }
 
 // queueLength counts a shared queue with its limit groups' sub-queues.
