@@ -87,3 +87,40 @@ func TestBadFilterChangesNothing(t *testing.T) {
 		require.Equal(t, "1", version, "only the good add bumped the version")
 	})
 }
+
+// TestFiltersDropAndCountOnBackfeed: a backfeed (bloom_add.lua) and a
+// registered add drop matching items before the Bloom filter sees them
+// (so a later change of the filters lets them in), and count them.
+func TestFiltersDropAndCountOnBackfeed(t *testing.T) {
+	forEachMode(t, queues.SettingsPatch{BackfeedSecret: ptr("sekrit_12345")}, func(t *testing.T, tb bundle, mode string) {
+		require.NoError(t, tb.engine.AddFilter(tb.ctx, tb.slug, queues.Filter{Name: "js", Glob: "*.js"}))
+		res, err := tb.engine.Backfeed(tb.ctx, tb.slug, "sekrit_12345", []string{"a.js", "b.html", "c.js"})
+		require.NoError(t, err)
+		require.Equal(t, 2, res.Filtered)
+		require.Equal(t, 1, res.New)
+		reg, err := tb.engine.EnqueueRegistered(tb.ctx, tb.slug, queues.QueueTodo, []string{"d.js", "e.css"})
+		require.NoError(t, err)
+		require.Equal(t, 1, reg.Filtered)
+		require.Equal(t, 1, reg.New)
+		require.Equal(t, map[string][]string{"a.js": nil, "b.html": {"todo"}, "d.js": nil, "e.css": {"todo"}},
+			tb.places(t, "a.js", "b.html", "d.js", "e.css"))
+
+		stats, err := tb.engine.Stats(tb.ctx, tb.slug)
+		require.NoError(t, err)
+		require.EqualValues(t, 3, stats.Counters["items_filtered"])
+
+		// All filtered: the batch is still counted.
+		res, err = tb.engine.Backfeed(tb.ctx, tb.slug, "sekrit_12345", []string{"f.js"})
+		require.NoError(t, err)
+		require.Equal(t, queues.BackfeedResult{Received: 1, Filtered: 1}, res)
+
+		// The filter never added them to the Bloom filter: removed, they come in.
+		require.NoError(t, tb.engine.RemoveFilter(tb.ctx, tb.slug, "js"))
+		res, err = tb.engine.Backfeed(tb.ctx, tb.slug, "sekrit_12345", []string{"a.js"})
+		require.NoError(t, err)
+		require.Equal(t, 1, res.New)
+		stats, err = tb.engine.Stats(tb.ctx, tb.slug)
+		require.NoError(t, err)
+		require.EqualValues(t, 4, stats.Counters["items_filtered"])
+	})
+}

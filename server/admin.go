@@ -275,7 +275,9 @@ type AddItemsResponse struct {
 	AlreadyRegistered int         `json:"already_registered,omitempty"`
 	Rejected          int         `json:"rejected"`
 	Rejections        []Rejection `json:"rejections,omitempty"`
-	Length            int64       `json:"length"`
+	// Filtered counts the items the project's filters dropped.
+	Filtered int   `json:"filtered"`
+	Length   int64 `json:"length"`
 }
 
 func (a *AdminAPI) addItems(c *gin.Context) {
@@ -371,6 +373,7 @@ func (a *AdminAPI) addItems(c *gin.Context) {
 		}
 		resp.Queued, resp.Skipped, resp.AlreadyQueued = result.New, result.Placed, result.Waiting
 		resp.AlreadyRegistered = result.Duplicate - result.Placed - result.Waiting
+		resp.Filtered = result.Filtered
 	} else {
 		result, err := a.Engine.Enqueue(c.Request.Context(), c.Param("slug"), target, items)
 		if err != nil {
@@ -378,10 +381,11 @@ func (a *AdminAPI) addItems(c *gin.Context) {
 			return
 		}
 		resp.Queued, resp.Skipped, resp.AlreadyQueued, resp.Length = result.Queued, result.Skipped, result.AlreadyQueued, result.Length
+		resp.Filtered = result.Filtered
 	}
 	a.logChange(c, "items queued", "queue", target.Queue, "downloader", target.Downloader,
 		"queued", resp.Queued, "skipped", resp.Skipped, "already_queued", resp.AlreadyQueued,
-		"already_registered", resp.AlreadyRegistered, "rejected", resp.Rejected)
+		"already_registered", resp.AlreadyRegistered, "rejected", resp.Rejected, "filtered", resp.Filtered)
 	c.JSON(http.StatusOK, resp)
 }
 
