@@ -970,9 +970,11 @@ func (e *Engine) Unblock(ctx context.Context, slug, who string) (bool, error) {
 
 // ScoredResult reports an enqueue into QueueScored.
 type ScoredResult struct {
-	Queued   int   `json:"queued"`
-	Rescored int   `json:"rescored"`
-	Skipped  int   `json:"skipped"`
+	Queued   int `json:"queued"`
+	Rescored int `json:"rescored"`
+	Skipped  int `json:"skipped"`
+	// Filtered counts the items the project's filters dropped.
+	Filtered int   `json:"filtered"`
 	Length   int64 `json:"length"`
 }
 
@@ -983,7 +985,7 @@ var enqueueScoredScript = loadScript("enqueue_scored.lua")
 // the FIFO path, which routes them.
 func (e *Engine) enqueueScored(ctx context.Context, slug string, items []QueueItem) (EnqueueResult, error) {
 	res, err := e.EnqueueScored(ctx, slug, items)
-	return EnqueueResult{Queued: res.Queued + res.Rescored, Skipped: res.Skipped, Length: res.Length}, err
+	return EnqueueResult{Queued: res.Queued + res.Rescored, Skipped: res.Skipped, Filtered: res.Filtered, Length: res.Length}, err
 }
 
 // EnqueueScored puts items in the project's score-ordered queue
@@ -997,7 +999,6 @@ func (e *Engine) EnqueueScored(ctx context.Context, slug string, items []QueueIt
 	if len(items) > MaxEnqueueBatch {
 		return ScoredResult{}, errorf(op, CodeInvalid, "%d items in one batch; the limit is %d", len(items), MaxEnqueueBatch)
 	}
-	args := make([]any, 0, 2*len(items))
 	for i, item := range items {
 		if err := ValidateNewItem(item.Name); err != nil {
 			return ScoredResult{}, atIndex(err, "item", i)
@@ -1008,14 +1009,27 @@ func (e *Engine) EnqueueScored(ctx context.Context, slug string, items []QueueIt
 		if math.IsNaN(item.Score) || math.IsInf(item.Score, 0) {
 			return ScoredResult{}, errorf(op, CodeInvalid, "score of %q must be a finite number", truncate(item.Name, 60))
 		}
-		args = append(args, strconv.FormatFloat(item.Score, 'g', -1, 64), item.Name)
 	}
 	if len(items) == 0 {
 		return ScoredResult{}, nil
 	}
 	keys := []string{ConfigKey(slug), StatsKey(slug), ClaimsKey(slug), DoneKey(slug), RecentDoneKey(slug), QueueKey(slug, QueueScored),
 		FailedKey(slug)}
-	code, rest, err := e.runScriptList(ctx, op, enqueueScoredScript, keys, args...)
+	filtered := 0
+	code, rest, err := e.runWithGroups(ctx, op, slug, enqueueScoredScript, func(state *groupState) ([]string, []any) {
+		filtered = 0
+		args := make([]any, 0, 2+2*len(items))
+		args = append(args, state.filtersVersion, 0)
+		for _, item := range items {
+			if state.filtered(item.Name) {
+				filtered++
+				continue
+			}
+			args = append(args, strconv.FormatFloat(item.Score, 'g', -1, 64), item.Name)
+		}
+		args[1] = filtered
+		return keys, args
+	})
 	if err != nil {
 		return ScoredResult{}, err
 	}
@@ -1025,5 +1039,5 @@ func (e *Engine) EnqueueScored(ctx context.Context, slug string, items []QueueIt
 	case codeCorrupt:
 		return ScoredResult{}, unavailable(op, errors.New("corrupt project state: "+replyString(rest[0])))
 	}
-	return ScoredResult{Queued: int(code), Rescored: int(replyInt(rest[0])), Skipped: int(replyInt(rest[1])), Length: replyInt(rest[2])}, nil
+	return ScoredResult{Queued: int(code), Rescored: int(replyInt(rest[0])), Skipped: int(replyInt(rest[1])), Filtered: filtered, Length: replyInt(rest[2])}, nil
 }

@@ -10,7 +10,8 @@ import (
 
 // TestFiltersDropAndCountOnAdminAdd: items matching a filter (type, glob or
 // RE2) are dropped by an admin add, to a shared queue or a reserved one,
-// and counted in items_filtered; the others are queued as before.
+// or the scored queue, and counted in items_filtered; the others are
+// queued as before.
 func TestFiltersDropAndCountOnAdminAdd(t *testing.T) {
 	forEachMode(t, queues.SettingsPatch{}, func(t *testing.T, tb bundle, mode string) {
 		require.NoError(t, tb.engine.AddFilter(tb.ctx, tb.slug, queues.Filter{Name: "no-ads", Type: "ad"}))
@@ -25,13 +26,16 @@ func TestFiltersDropAndCountOnAdminAdd(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 1, reserved.Filtered)
 		require.Equal(t, 1, reserved.Queued)
+		scored := tb.enqueueScored(t, map[string]float64{"ad:3": 2, "user:dan": 1})
+		require.Equal(t, queues.ScoredResult{Queued: 1, Filtered: 1, Length: 1}, scored)
 
 		require.Equal(t, map[string][]string{"ad:1": nil, "user:123": nil, "user:bob": {"todo"}},
 			tb.places(t, "ad:1", "user:123", "user:bob"))
 		stats, err := tb.engine.Stats(tb.ctx, tb.slug)
 		require.NoError(t, err)
-		require.EqualValues(t, 4, stats.Counters["items_filtered"])
-		require.EqualValues(t, 3, stats.Counters["items_queued"])
+		require.EqualValues(t, 5, stats.Counters["items_filtered"])
+		require.EqualValues(t, 4, stats.Counters["items_queued"])
+		require.InDelta(t, 5.0/9, stats.FilterRate, 1e-9, "filtered over filtered plus queued")
 
 		// Removed, a filter drops nothing more.
 		require.NoError(t, tb.engine.RemoveFilter(tb.ctx, tb.slug, "no-ads"))
