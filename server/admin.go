@@ -51,6 +51,9 @@ type AdminEngine interface {
 	EachFailed(ctx context.Context, slug string, fn func(queues.FailedItem) bool) error
 	RequeueFailed(ctx context.Context, slug string, q queues.Queue, items []string) (queues.FailedMoveResult, error)
 	DeleteFailed(ctx context.Context, slug string, items []string) (queues.FailedMoveResult, error)
+	Filters(ctx context.Context, slug string) ([]queues.Filter, error)
+	AddFilter(ctx context.Context, slug string, f queues.Filter) error
+	RemoveFilter(ctx context.Context, slug, name string) error
 }
 
 // AdminAPI is the operators' API under /api/v1. Every call needs the admin
@@ -96,6 +99,7 @@ func (a *AdminAPI) register(g *gin.RouterGroup) {
 	g.GET("/log", a.changes)
 	a.registerOffload(g)
 	a.registerFailed(g)
+	a.registerFilters(g)
 }
 
 // logChange records a change in hoard's log and in the project's (or the
