@@ -46,6 +46,8 @@ func TestCLIFilters(t *testing.T) {
 		require.NoError(t, os.WriteFile(path, []byte("a.js\nb.html\n"), 0o600))
 		out, err = runCLI(t, ts.URL, "queue", "add", "filterproj", path)
 		require.NoError(t, err, out)
+		require.Contains(t, out, "queued 1 items into todo of filterproj;")
+		require.Contains(t, out, "; 1 dropped by the project's filters")
 		c, err := engine.Counts(ctx, "filterproj")
 		require.NoError(t, err)
 		require.EqualValues(t, 1, c.Todo, "a.js was dropped")
