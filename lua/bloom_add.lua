@@ -47,7 +47,10 @@
 --         G+1's locations, and a batch that could start it is refused
 --         with R.STALE_FILTER before any write
 -- ARGV[6] the limit_groups_version the items were routed by
--- ARGV[7..] per item: the item, its target (1-based, among the target
+-- ARGV[7] the filters_version the caller dropped filtered items by
+-- ARGV[8] how many items of this batch the caller dropped by the filters
+--         (counted in stats.items_filtered when the batch is accepted)
+-- ARGV[9..] per item: the item, its target (1-based, among the target
 --         queues), then for each generation 1..G (and G+1 when ARGV[5]
 --         names its shape) its k bit locations, already reduced mod that
 --         generation's m
@@ -58,7 +61,7 @@
 --   and count is how many items the newest generation holds now, or
 --   {R.NO_PROJECT} no such project; {R.BAD_SECRET} wrong secret or backfeed
 --   disabled; {R.STALE_FILTER} the caller's generations differ from meta
---   (re-read it); {R.STALE_GROUPS} limit groups changed.
+--   (re-read it); {R.STALE_GROUPS} limit groups or filters changed.
 --
 -- Note: an item is a duplicate when ANY generation has all its bits set, or
 -- when it is out, done (in the done set or recent_done), released or
@@ -89,9 +92,11 @@ end
 if (shapes or '') ~= ARGV[4] or tonumber(meta[1] or '0') ~= gens then
   return {R.STALE_FILTER}
 end
-if (redis.call('HGET', KEYS[1], 'limit_groups_version') or '0') ~= ARGV[6] then
+local versions = redis.call('HMGET', KEYS[1], 'limit_groups_version', 'filters_version')
+if (versions[1] or '0') ~= ARGV[6] or (versions[2] or '0') ~= ARGV[7] then
   return {R.STALE_GROUPS}
 end
+local filtered = tonumber(ARGV[8])
 
 local ks, caps = {}, {}
 local function add_shape(text)
@@ -110,15 +115,20 @@ for g = 1, #ks do
   offsets[g] = stride
   stride = stride + ks[g]
 end
-local first_item = 7
+local first_item = 9
 local n = math.floor((#ARGV - first_item + 1) / stride)
-if n == 0 then return {0, 0, gens} end
+if n == 0 then
+  if filtered > 0 then redis.call('HINCRBY', KEYS[3], 'items_filtered', filtered) end
+  return {0, 0, gens}
+end
 local count = tonumber(meta[2] or '0')
 if not with_next and (gens == 0 or count + n > caps[gens]) then
   -- This batch could start generation G+1, whose locations the caller
   -- left out: nothing is written; it re-reads the count and retries.
   return {R.STALE_FILTER}
 end
+-- Accepted from here on: the filtered items are counted once.
+if filtered > 0 then redis.call('HINCRBY', KEYS[3], 'items_filtered', filtered) end
 
 -- One command over many arguments, in slices: unpack() of a table longer
 -- than Lua's C stack (8,000) fails. Returns the replies concatenated.

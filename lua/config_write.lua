@@ -5,6 +5,8 @@
 -- ARGV[1] "create" (fails if the project exists), "update" (fails if it
 --         does not) or "groups" (an update that also bumps
 --         limit_groups_version, so every frontend rebuilds its claim KEYS)
+--         or "filters" (an update that also bumps filters_version, so every
+--         frontend's enqueue is refused until it reads the new filters)
 -- ARGV[2..] field, value pairs. Every setting is always written with an
 --         explicit value (the Go side fills defaults), so no script needs
 --         defaults of its own.
@@ -24,5 +26,7 @@ if ARGV[1] == 'create' then
 end
 if ARGV[1] == 'groups' then
   redis.call('HINCRBY', KEYS[1], 'limit_groups_version', 1)
+elseif ARGV[1] == 'filters' then
+  redis.call('HINCRBY', KEYS[1], 'filters_version', 1)
 end
 return 1

@@ -18,7 +18,11 @@
 -- ARGV[1] the downloader when a target is a reserved queue, else ""
 -- ARGV[2] the limit_groups_version the caller routed by ("" = not checked:
 --         no item was routed by groups)
--- ARGV[3] E, the number of (item, extras JSON) pairs that follow; then the
+-- ARGV[3] the filters_version the caller dropped filtered items by ("" = not
+--         checked)
+-- ARGV[4] how many items the caller dropped by the filters (counted in
+--         stats.items_filtered once the versions match)
+-- ARGV[5] E, the number of (item, extras JSON) pairs that follow; then the
 --         pairs; then, for each target in KEYS order, its item count
 --         followed by its items.
 --
@@ -27,7 +31,7 @@
 -- done set, or among the recent completions) or failed, and items skipped because they
 -- are waiting in a queue already (the queued index, or earlier in this
 -- batch); or {R.NO_PROJECT} when the project does not exist,
--- {R.STALE_GROUPS, version} when the routing is stale.
+-- {R.STALE_GROUPS, version} when the routing or the filtering is stale.
 --
 -- Note: each item costs a few O(1) look-ups (claims, done, recent_done, the
 -- queued index), never a scan of a queue. An item whose copy is in an
@@ -40,13 +44,21 @@ if ARGV[2] ~= '' then
   local current = redis.call('HGET', KEYS[1], 'limit_groups_version') or '0'
   if current ~= ARGV[2] then return {R.STALE_GROUPS, current} end
 end
-local pairs_count = tonumber(ARGV[3])
-local pos = 4 + pairs_count * 2
+if ARGV[3] ~= '' then
+  local current = redis.call('HGET', KEYS[1], 'filters_version') or '0'
+  if current ~= ARGV[3] then return {R.STALE_GROUPS, current} end
+end
+local filtered = tonumber(ARGV[4])
+if filtered > 0 then
+  redis.call('HINCRBY', KEYS[3], 'items_filtered', filtered)
+end
+local pairs_count = tonumber(ARGV[5])
+local pos = 6 + pairs_count * 2
 -- Extras are written for the items this call queues only: an item skipped
 -- (out, done or already waiting) keeps what it has, and a skipped item
 -- leaves no extras behind.
 local extras_of = {}
-for i = 4, pos - 1, 2 do extras_of[ARGV[i]] = ARGV[i + 1] end
+for i = 6, pos - 1, 2 do extras_of[ARGV[i]] = ARGV[i + 1] end
 local extras = {}
 local any_recent = redis.call('EXISTS', KEYS[7]) == 1
 local any_failed = redis.call('EXISTS', KEYS[#KEYS - 1]) == 1

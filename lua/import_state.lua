@@ -1,6 +1,8 @@
 -- import_state.lua: carry done items and claims over from another tracker
 -- (a universal-tracker's Redis), atomically per batch. An item that is
--- already out or done here is skipped, so an import can be run again.
+-- already out, done or failed here is skipped, so an import can be run
+-- again and a failed item stays in its one place until an operator
+-- requeues it.
 --
 -- KEYS[1] config       HASH (done_mode, recent_done, reclaim_ttl_ms)
 -- KEYS[2] out          ZSET item -> claimed at (ms)
@@ -10,6 +12,7 @@
 -- KEYS[6] recent_done  ZSET item -> done at (ms)
 -- KEYS[7] budget       HASH downloader -> items out
 -- KEYS[8] stats        HASH counters
+-- KEYS[9] failed       HASH item -> failed record
 --
 -- ARGV[1] now (ms)
 -- ARGV[2] "done" or "claims"
@@ -23,7 +26,7 @@ local cfg = redis.call('HMGET', KEYS[1], 'created_at', 'done_mode', 'recent_done
 if not cfg[1] then
   return {R.NO_PROJECT}
 end
-local expected = {[2] = 'zset', [3] = 'zset', [4] = 'hash', [5] = 'set', [6] = 'zset', [7] = 'hash', [8] = 'hash'}
+local expected = {[2] = 'zset', [3] = 'zset', [4] = 'hash', [5] = 'set', [6] = 'zset', [7] = 'hash', [8] = 'hash', [9] = 'hash'}
 for i, want in pairs(expected) do
   local have = redis.call('TYPE', KEYS[i])['ok']
   if have ~= 'none' and have ~= want then
@@ -37,7 +40,7 @@ local ttl = tonumber(cfg[4] or '0') or 0
 
 local function known(item)
   return redis.call('HEXISTS', KEYS[4], item) == 1 or redis.call('SISMEMBER', KEYS[5], item) == 1
-    or redis.call('ZSCORE', KEYS[6], item) ~= false
+    or redis.call('ZSCORE', KEYS[6], item) ~= false or redis.call('HEXISTS', KEYS[9], item) == 1
 end
 
 local imported, skipped = 0, 0

@@ -9,8 +9,10 @@
 -- KEYS[4] claims   HASH  \
 -- KEYS[5] done     SET    > an item out or done (queued again while this
 -- KEYS[6] recent_done ZSET/  copy was on disk, then served) is dropped
--- KEYS[7..#KEYS-1] the target queues (LIST): the shared queue and its
+-- KEYS[7..#KEYS-2] the target queues (LIST): the shared queue and its
 --           limit groups' sub-queues
+-- KEYS[#KEYS-1] failed HASH the failed items: an item failed while this
+--           copy was on disk is dropped (an operator requeues it from there)
 -- KEYS[#KEYS] queued SET the items waiting in the list queues: an item
 --           already waiting (queued again while this copy was on disk) is
 --           dropped, the others join it
@@ -23,7 +25,7 @@
 --           target queues)
 --
 -- Returns {n, dropped}: items queued, and items dropped because a copy was
--- waiting, out or done already; {0} when the segment is not on disk any more
+-- waiting, out, done or failed already; {0} when the segment is not on disk any more
 -- (refilled, moved away or never committed), {R.COUNT_DIFFERS} when the item
 -- count does not match the record, {R.STALE_GROUPS} when the limit groups
 -- changed, or {R.MOVED} when the segment was moved to another queue since the caller listed it.
@@ -45,6 +47,8 @@ for i = 4, #ARGV, 2 do
 end
 local index = KEYS[#KEYS]
 local any_recent = redis.call('EXISTS', KEYS[6]) == 1
+local failed_key = KEYS[#KEYS - 1]
+local any_failed = redis.call('EXISTS', failed_key) == 1
 local queued, dropped = 0, 0
 for key, items in pairs(to) do
   local fresh = {}
@@ -54,8 +58,9 @@ for key, items in pairs(to) do
     local out = redis.call('HMGET', KEYS[4], unpack(slice))
     local done = redis.call('SMISMEMBER', KEYS[5], unpack(slice))
     local recent = any_recent and redis.call('ZMSCORE', KEYS[6], unpack(slice)) or {}
+    local failed = any_failed and redis.call('HMGET', failed_key, unpack(slice)) or {}
     for j, item in ipairs(slice) do
-      if waiting[j] == 1 or out[j] or done[j] == 1 or recent[j] then
+      if waiting[j] == 1 or out[j] or done[j] == 1 or recent[j] or failed[j] then
         dropped = dropped + 1
       else
         fresh[#fresh + 1] = item

@@ -43,6 +43,9 @@ type BackfeedResult struct {
 	// backfeed wire, whose reply format is fixed.
 	Placed  int `json:"-"`
 	Waiting int `json:"-"`
+	// Filtered counts the items dropped by the project's filters (not
+	// on the backfeed wire either).
+	Filtered int `json:"-"`
 }
 
 // MaxBloomBatch is the most items one filter script takes; with a
@@ -262,6 +265,15 @@ func (e *Engine) bloomAdd(ctx context.Context, slug, secret string, q Queue, ite
 			batch = valid[start:min(start+bloomBatchSize(bits+int(next.k)), len(valid))]
 		}
 		withNext := len(passed) > gens
+		// Filtered items are dropped here, against this frontend's copy of
+		// the filters; the script refuses the batch if the copy is stale.
+		kept := make([]string, 0, len(batch))
+		for _, item := range batch {
+			if !state.filtered(item) {
+				kept = append(kept, item)
+			}
+		}
+		filtered := len(batch) - len(kept)
 		keys := []string{ConfigKey(slug), BloomMetaKey(slug), StatsKey(slug), ClaimsKey(slug), DoneKey(slug), ReleasedKey(slug), RecentDoneKey(slug)}
 		for g := 1; g <= gens+1; g++ {
 			keys = append(keys, BloomKey(slug, g))
@@ -283,9 +295,9 @@ func (e *Engine) bloomAdd(ctx context.Context, slug, secret string, q Queue, ite
 		if withNext {
 			nextText = next.String()
 		}
-		args := make([]any, 0, 6+len(batch)*perItem)
-		args = append(args, salt, digest, gens, strings.Join(known, ","), nextText, state.version)
-		for _, item := range batch {
+		args := make([]any, 0, 8+len(kept)*perItem)
+		args = append(args, salt, digest, gens, strings.Join(known, ","), nextText, state.version, state.filtersVersion, filtered)
+		for _, item := range kept {
 			args = append(args, item, groupFor(state.groups, item)+2)
 			for _, shape := range passed {
 				for _, loc := range bloomLocations(item, shape.m, shape.k) {
@@ -304,9 +316,9 @@ func (e *Engine) bloomAdd(ctx context.Context, slug, secret string, q Queue, ite
 			return result, &Error{Op: op, Code: CodeBlocked, Message: "wrong backfeed secret, or backfeed is off for this project", Err: ErrBadSecret}
 		case codeStaleFilter, codeStaleGroups:
 			// Another frontend started a generation or changed the limit
-			// groups: re-read, a bounded number of times.
+			// groups or filters: re-read, a bounded number of times.
 			if retries++; retries > maxBloomRetries {
-				return result, unavailable(op, fmt.Errorf("the Bloom filter or limit groups kept changing during %d attempts", maxBloomRetries))
+				return result, unavailable(op, fmt.Errorf("the Bloom filter, limit groups or filters kept changing during %d attempts", maxBloomRetries))
 			}
 			if code == codeStaleFilter {
 				if shapes, count, err = e.readBloomShapes(ctx, slug, project.BloomCapacity); err != nil {
@@ -318,6 +330,7 @@ func (e *Engine) bloomAdd(ctx context.Context, slug, secret string, q Queue, ite
 			continue
 		}
 		retries = 0
+		result.Filtered += filtered
 		result.New += int(code)
 		result.Duplicate += int(replyInt(rest[0]))
 		if len(rest) >= 4 {

@@ -234,7 +234,8 @@ func TestBloomBatchWithoutNextGenerationIsRefusedWhenItCouldStartOne(t *testing.
 		items := []string{"b1", "b2", "b3", "b4", "b5", "b6", "b7"}
 		keys := []string{ConfigKey(slug), BloomMetaKey(slug), StatsKey(slug), ClaimsKey(slug), DoneKey(slug), ReleasedKey(slug), RecentDoneKey(slug),
 			BloomKey(slug, 1), BloomKey(slug, 2), QueueKey(slug, QueueBackfeed), QueuedKey(slug)}
-		args := []any{"", "", 1, shapes[0].String(), "", state.version}
+		// It also says 3 items were filtered: a refused batch counts none.
+		args := []any{"", "", 1, shapes[0].String(), "", state.version, state.filtersVersion, 3}
 		for _, item := range items {
 			args = append(args, item, 1)
 			for _, loc := range bloomLocations(item, shapes[0].m, shapes[0].k) {
@@ -247,6 +248,8 @@ func TestBloomBatchWithoutNextGenerationIsRefusedWhenItCouldStartOne(t *testing.
 		queued, err := backend.Client.LLen(ctx, QueueKey(slug, QueueBackfeed)).Result()
 		require.NoError(t, err)
 		require.EqualValues(t, 995, queued, "nothing written")
+		filtered, err := backend.Client.HGet(ctx, StatsKey(slug), "items_filtered").Result()
+		require.ErrorIs(t, err, redis.Nil, "no filtered count written, got %q", filtered)
 		_, count, err = e.readBloomShapes(ctx, slug, 1000)
 		require.NoError(t, err)
 		require.Equal(t, 995, count)

@@ -663,10 +663,12 @@ const MaxEnqueueBatch = 100000
 // were out or done already, items skipped because they were waiting in a
 // queue already (or twice in the batch), and the queue's length afterwards.
 type EnqueueResult struct {
-	Queued        int   `json:"queued"`
-	Skipped       int   `json:"skipped"`
-	AlreadyQueued int   `json:"already_queued"`
-	Length        int64 `json:"length"`
+	Queued        int `json:"queued"`
+	Skipped       int `json:"skipped"`
+	AlreadyQueued int `json:"already_queued"`
+	// Filtered counts the items dropped by the project's filters.
+	Filtered int   `json:"filtered"`
+	Length   int64 `json:"length"`
 }
 
 // Enqueue appends items to a queue. Every item must be valid; callers that
@@ -710,15 +712,21 @@ func (e *Engine) Enqueue(ctx context.Context, slug string, target Target, items 
 			extras = append(extras, item.Name, string(jsonCompact(nil, item.Extras)))
 		}
 	}
+	filtered := 0
 	code, rest, err := e.runWithGroups(ctx, op, slug, enqueueScript, func(state *groupState) ([]string, []any) {
 		// Route: a reserved queue takes everything; otherwise each item
 		// goes to the sub-queue of its limit group, or the queue itself.
 		keys := []string{ConfigKey(slug), ExtrasKey(slug), StatsKey(slug), ReservedSetKey(slug), ClaimsKey(slug), DoneKey(slug), RecentDoneKey(slug)}
 		routed := make([][]any, 1+len(state.groups))
 		version := ""
+		filtered = 0
 		if target.Downloader != "" {
 			keys = append(keys, ReservedQueueKey(slug, target.Downloader))
 			for _, item := range items {
+				if state.filtered(item.Name) {
+					filtered++
+					continue
+				}
 				routed[0] = append(routed[0], item.Name)
 			}
 		} else {
@@ -727,6 +735,10 @@ func (e *Engine) Enqueue(ctx context.Context, slug string, target Target, items 
 				keys = append(keys, GroupQueueKey(slug, queue, g.Name))
 			}
 			for _, item := range items {
+				if state.filtered(item.Name) {
+					filtered++
+					continue
+				}
 				g := groupFor(state.groups, item.Name)
 				routed[g+1] = append(routed[g+1], item.Name)
 			}
@@ -734,8 +746,10 @@ func (e *Engine) Enqueue(ctx context.Context, slug string, target Target, items 
 			// "no groups" must not keep routing around a new one.
 			version = state.version
 		}
-		args := make([]any, 0, 4+len(extras)+len(items)+len(routed))
-		args = append(args, target.Downloader, version, len(extras)/2)
+		args := make([]any, 0, 6+len(extras)+len(items)+len(routed))
+		// The filters version is always checked: a frontend that cached
+		// "no filters" must not keep queuing what a new one drops.
+		args = append(args, target.Downloader, version, state.filtersVersion, filtered, len(extras)/2)
 		args = append(args, extras...)
 		for i := range keys[7:] {
 			args = append(args, len(routed[i]))
@@ -758,7 +772,7 @@ func (e *Engine) Enqueue(ctx context.Context, slug string, target Target, items 
 			return EnqueueResult{}, err
 		}
 	}
-	return EnqueueResult{Queued: int(code), Skipped: int(replyInt(rest[0])), AlreadyQueued: int(replyInt(rest[2])), Length: length}, nil
+	return EnqueueResult{Queued: int(code), Skipped: int(replyInt(rest[0])), AlreadyQueued: int(replyInt(rest[2])), Filtered: filtered, Length: length}, nil
 }
 
 // queueLength counts a shared queue with its limit groups' sub-queues.
@@ -956,9 +970,11 @@ func (e *Engine) Unblock(ctx context.Context, slug, who string) (bool, error) {
 
 // ScoredResult reports an enqueue into QueueScored.
 type ScoredResult struct {
-	Queued   int   `json:"queued"`
-	Rescored int   `json:"rescored"`
-	Skipped  int   `json:"skipped"`
+	Queued   int `json:"queued"`
+	Rescored int `json:"rescored"`
+	Skipped  int `json:"skipped"`
+	// Filtered counts the items the project's filters dropped.
+	Filtered int   `json:"filtered"`
 	Length   int64 `json:"length"`
 }
 
@@ -969,12 +985,12 @@ var enqueueScoredScript = loadScript("enqueue_scored.lua")
 // the FIFO path, which routes them.
 func (e *Engine) enqueueScored(ctx context.Context, slug string, items []QueueItem) (EnqueueResult, error) {
 	res, err := e.EnqueueScored(ctx, slug, items)
-	return EnqueueResult{Queued: res.Queued + res.Rescored, Skipped: res.Skipped, Length: res.Length}, err
+	return EnqueueResult{Queued: res.Queued + res.Rescored, Skipped: res.Skipped, Filtered: res.Filtered, Length: res.Length}, err
 }
 
 // EnqueueScored puts items in the project's score-ordered queue
 // (QueueScored), served highest score first; an item waiting there already
-// takes its new score, and items out or done are skipped.
+// takes its new score, and items out, done or failed are skipped.
 func (e *Engine) EnqueueScored(ctx context.Context, slug string, items []QueueItem) (ScoredResult, error) {
 	const op = "queues.EnqueueScored"
 	if err := ValidateSlug(slug); err != nil {
@@ -983,7 +999,6 @@ func (e *Engine) EnqueueScored(ctx context.Context, slug string, items []QueueIt
 	if len(items) > MaxEnqueueBatch {
 		return ScoredResult{}, errorf(op, CodeInvalid, "%d items in one batch; the limit is %d", len(items), MaxEnqueueBatch)
 	}
-	args := make([]any, 0, 2*len(items))
 	for i, item := range items {
 		if err := ValidateNewItem(item.Name); err != nil {
 			return ScoredResult{}, atIndex(err, "item", i)
@@ -994,13 +1009,27 @@ func (e *Engine) EnqueueScored(ctx context.Context, slug string, items []QueueIt
 		if math.IsNaN(item.Score) || math.IsInf(item.Score, 0) {
 			return ScoredResult{}, errorf(op, CodeInvalid, "score of %q must be a finite number", truncate(item.Name, 60))
 		}
-		args = append(args, strconv.FormatFloat(item.Score, 'g', -1, 64), item.Name)
 	}
 	if len(items) == 0 {
 		return ScoredResult{}, nil
 	}
-	keys := []string{ConfigKey(slug), StatsKey(slug), ClaimsKey(slug), DoneKey(slug), RecentDoneKey(slug), QueueKey(slug, QueueScored)}
-	code, rest, err := e.runScriptList(ctx, op, enqueueScoredScript, keys, args...)
+	keys := []string{ConfigKey(slug), StatsKey(slug), ClaimsKey(slug), DoneKey(slug), RecentDoneKey(slug), QueueKey(slug, QueueScored),
+		FailedKey(slug)}
+	filtered := 0
+	code, rest, err := e.runWithGroups(ctx, op, slug, enqueueScoredScript, func(state *groupState) ([]string, []any) {
+		filtered = 0
+		args := make([]any, 0, 2+2*len(items))
+		args = append(args, state.filtersVersion, 0)
+		for _, item := range items {
+			if state.filtered(item.Name) {
+				filtered++
+				continue
+			}
+			args = append(args, strconv.FormatFloat(item.Score, 'g', -1, 64), item.Name)
+		}
+		args[1] = filtered
+		return keys, args
+	})
 	if err != nil {
 		return ScoredResult{}, err
 	}
@@ -1010,5 +1039,5 @@ func (e *Engine) EnqueueScored(ctx context.Context, slug string, items []QueueIt
 	case codeCorrupt:
 		return ScoredResult{}, unavailable(op, errors.New("corrupt project state: "+replyString(rest[0])))
 	}
-	return ScoredResult{Queued: int(code), Rescored: int(replyInt(rest[0])), Skipped: int(replyInt(rest[1])), Length: replyInt(rest[2])}, nil
+	return ScoredResult{Queued: int(code), Rescored: int(replyInt(rest[0])), Skipped: int(replyInt(rest[1])), Filtered: filtered, Length: replyInt(rest[2])}, nil
 }

@@ -311,3 +311,92 @@ func TestFailedItemIsNotQueuedAgain(t *testing.T) {
 		require.Equal(t, []string{"failed"}, tb.places(t, "x")["x"])
 	})
 }
+
+// failOne claims item (it must be the next one served) as alice and reports
+// it failed, so it is in failed and nowhere else.
+func (tb bundle) failOne(t *testing.T, item string) {
+	t.Helper()
+	require.Equal(t, []string{item}, tb.claim(t, "alice", 1))
+	_, err := tb.engine.ReportFailure(tb.ctx, queues.FailRequest{Project: tb.slug, Downloader: "alice", Items: []string{item}})
+	require.NoError(t, err)
+	require.Equal(t, []string{"failed"}, tb.places(t, item)[item])
+}
+
+// TestFailedItemIsNotScoredAgain: the scored queue (enqueue_scored.lua)
+// skips a failed item as the FIFO queues do, and queues the others.
+func TestFailedItemIsNotScoredAgain(t *testing.T) {
+	forEachMode(t, queues.SettingsPatch{}, func(t *testing.T, tb bundle, mode string) {
+		tb.enqueue(t, todo, "x")
+		tb.failOne(t, "x")
+		res := tb.enqueueScored(t, map[string]float64{"x": 5, "y": 1})
+		require.Equal(t, queues.ScoredResult{Queued: 1, Skipped: 1, Length: 1}, res)
+		require.Equal(t, []string{"y"}, tb.claim(t, "bob", 2), "the failed item is not served")
+		require.Equal(t, []string{"failed"}, tb.places(t, "x")["x"])
+		require.EqualValues(t, 1, tb.counts(t).Failed)
+	})
+}
+
+// TestFailedItemIsNotImportedAgain: importing another tracker's done items
+// or claims (import_state.lua) skips a failed item: it is neither made
+// done nor handed to the imported claimant beside its failed record.
+func TestFailedItemIsNotImportedAgain(t *testing.T) {
+	forEachMode(t, queues.SettingsPatch{}, func(t *testing.T, tb bundle, mode string) {
+		tb.enqueue(t, todo, "x", "y")
+		tb.failOne(t, "x")
+		res, err := tb.engine.ImportClaims(tb.ctx, tb.slug, []queues.ImportedClaim{
+			{Item: "x", Downloader: "bobby", ClaimedAt: tb.clock.Now()},
+			{Item: "z", Downloader: "bobby", ClaimedAt: tb.clock.Now()},
+		})
+		require.NoError(t, err)
+		require.Equal(t, queues.ImportResult{Imported: 1, Skipped: 1}, res)
+		res, err = tb.engine.ImportDone(tb.ctx, tb.slug, []string{"x", "old"})
+		require.NoError(t, err)
+		require.Equal(t, queues.ImportResult{Imported: 1, Skipped: 1}, res)
+		require.Equal(t, []string{"failed"}, tb.places(t, "x")["x"])
+		c := tb.counts(t)
+		require.EqualValues(t, 1, c.Failed)
+		require.EqualValues(t, 1, c.Out, "z only")
+	})
+}
+
+// TestFailedItemOnDiskIsDroppedAtRefill: an item whose copy sits in an
+// offloaded segment, queued again meanwhile (the scored queue serves it
+// first), claimed and reported failed, is dropped when its segment comes
+// back (refill.lua): it is never served again, and every other item is
+// served once.
+func TestFailedItemOnDiskIsDroppedAtRefill(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{OffloadAbove: ptr(4000), OffloadSegment: ptr(1000)})
+		o := offloader(tb, t)
+		items := names("url:", 6000)
+		tb.enqueue(t, todo, items...)
+		require.NoError(t, o.RunOnce(tb.ctx))
+		require.Positive(t, tb.counts(t).Offloaded)
+
+		inRedis, err := tb.rdb.LRange(tb.ctx, queues.QueueKey(tb.slug, queues.QueueTodo), 0, -1).Result()
+		require.NoError(t, err)
+		waiting := map[string]bool{}
+		for _, item := range inRedis {
+			waiting[item] = true
+		}
+		onDisk := ""
+		for _, item := range items {
+			if !waiting[item] {
+				onDisk = item
+				break
+			}
+		}
+		require.NotEmpty(t, onDisk, "some item is on disk only")
+		require.Equal(t, 1, tb.enqueueScored(t, map[string]float64{onDisk: 1}).Queued)
+		tb.failOne(t, onDisk)
+
+		seen := claimEverything(t, tb, o)
+		require.Zero(t, seen[onDisk], "the failed item's disk copy is not served")
+		require.Len(t, seen, len(items)-1)
+		for item, times := range seen {
+			require.Equal(t, 1, times, item)
+		}
+		require.Equal(t, queues.Counts{Done: int64(len(items) - 1), Failed: 1}, tb.counts(t))
+		require.Equal(t, []string{"failed"}, tb.places(t, onDisk)[onDisk])
+	})
+}

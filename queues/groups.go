@@ -49,15 +49,20 @@ func (g compiledGroup) matches(item string) bool {
 // compileGroups checks groups and prepares their matchers. Patterns are
 // RE2 or globs, so matching takes linear time whatever an operator types.
 func compileGroups(groups []LimitGroup) ([]compiledGroup, error) {
-	const op = "queues.LimitGroups"
-	if len(groups) > MaxLimitGroups {
-		return nil, errorf(op, CodeInvalid, "%d limit groups; the limit is %d", len(groups), MaxLimitGroups)
+	return compileMatchers("queues.LimitGroups", "limit group", MaxLimitGroups, groups)
+}
+
+// compileMatchers checks a list of named matchers (limit groups, or
+// filters: what names them in errors) and prepares them.
+func compileMatchers(op, what string, most int, groups []LimitGroup) ([]compiledGroup, error) {
+	if len(groups) > most {
+		return nil, errorf(op, CodeInvalid, "%d %ss; the limit is %d", len(groups), what, most)
 	}
 	seen := map[string]bool{}
 	out := make([]compiledGroup, 0, len(groups))
 	for i, g := range groups {
 		bad := func(format string, args ...any) error {
-			return errorf(op, CodeInvalid, "limit group %d (%q): %s", i, g.Name, fmt.Sprintf(format, args...))
+			return errorf(op, CodeInvalid, "%s %d (%q): %s", what, i, g.Name, fmt.Sprintf(format, args...))
 		}
 		if !groupNamePattern.MatchString(g.Name) {
 			return nil, bad("name must be 1-32 of a-z, 0-9, - and _")

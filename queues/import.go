@@ -12,8 +12,8 @@ import (
 // Importing another tracker's state (a universal-tracker's Redis, see
 // `hoard queue import-universal`): waiting items go through Enqueue; done
 // items and claims come here, in batches, each batch one script
-// (import_state.lua) that skips what is already out or done, so an import
-// can be run again.
+// (import_state.lua) that skips what is already out, done or failed, so an
+// import can be run again.
 
 // MaxImportBatch caps the items or claims of one import call.
 const MaxImportBatch = 10000
@@ -46,7 +46,7 @@ var importStateScript = loadScript("import_state.lua")
 
 func importKeys(slug string) []string {
 	return []string{ConfigKey(slug), OutKey(slug), DeadlinesKey(slug), ClaimsKey(slug), DoneKey(slug),
-		RecentDoneKey(slug), BudgetKey(slug), StatsKey(slug)}
+		RecentDoneKey(slug), BudgetKey(slug), StatsKey(slug), FailedKey(slug)}
 }
 
 func (e *Engine) runImport(ctx context.Context, op, slug string, args []any) (ImportResult, error) {

@@ -20,6 +20,10 @@ type groupState struct {
 	// hold items until a re-route empties them; claims serve them without
 	// limit, so nothing is ever stranded.
 	removed []string
+	// filters drop matching items on the way in; filtersVersion is the
+	// config's filters_version they were read at.
+	filters        []compiledGroup
+	filtersVersion string
 }
 
 // groupCache holds groupState per project slug.
@@ -36,7 +40,7 @@ func (e *Engine) limitGroups(ctx context.Context, slug string, refresh bool) (*g
 		return state, nil
 	}
 	pipe := e.rdb.Pipeline()
-	config := pipe.HMGet(ctx, ConfigKey(slug), "limit_groups", "limit_groups_version", "created_at")
+	config := pipe.HMGet(ctx, ConfigKey(slug), "limit_groups", "limit_groups_version", "created_at", "filters", "filters_version")
 	knownCmd := pipe.SMembers(ctx, GroupsKnownKey(slug))
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, unavailable("queues.limitGroups", err)
@@ -45,7 +49,7 @@ func (e *Engine) limitGroups(ctx context.Context, slug string, refresh bool) (*g
 	if values[2] == nil {
 		// No such project: nothing to cache (slugs come from clients),
 		// and the scripts answer "no such project" themselves.
-		return &groupState{version: "0"}, nil
+		return &groupState{version: "0", filtersVersion: "0"}, nil
 	}
 	raw, _ := values[0].(string)
 	version, _ := values[1].(string)
@@ -57,7 +61,16 @@ func (e *Engine) limitGroups(ctx context.Context, slug string, refresh bool) (*g
 		// Stored groups were validated when set; a bad copy means damage.
 		return nil, unavailable("queues.limitGroups", err)
 	}
-	state = &groupState{version: version, groups: groups}
+	rawFilters, _ := values[3].(string)
+	filtersVersion, _ := values[4].(string)
+	if filtersVersion == "" {
+		filtersVersion = "0"
+	}
+	filters, err := compileFilters(decodeFilters(rawFilters))
+	if err != nil {
+		return nil, unavailable("queues.limitGroups", err)
+	}
+	state = &groupState{version: version, groups: groups, filters: filters, filtersVersion: filtersVersion}
 	current := map[string]bool{}
 	for _, g := range groups {
 		current[g.Name] = true

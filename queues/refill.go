@@ -88,7 +88,7 @@ func (o *Offloader) refillSegment(ctx context.Context, slug string, seg Segment)
 		for _, g := range state.groups {
 			keys = append(keys, GroupQueueKey(slug, Queue(seg.Queue), g.Name))
 		}
-		keys = append(keys, QueuedKey(slug))
+		keys = append(keys, FailedKey(slug), QueuedKey(slug))
 		args := make([]any, 0, 3+2*len(items))
 		args = append(args, seg.ID, state.version, seg.Queue)
 		for _, item := range items {

@@ -26,6 +26,10 @@ type Stats struct {
 	// (stats.items_failed, requeued ones included) over those plus the
 	// done: how much of the work hoard gives up on.
 	ItemFailRate float64 `json:"item_fail_rate"`
+	// FilterRate: share of the items offered on the ways in (admin add,
+	// backfeed, import) that the project's filters dropped: items_filtered
+	// over those plus items_queued, lifetime as ItemFailRate is.
+	FilterRate float64 `json:"filter_rate"`
 	// RTT: mean time from claim to done.
 	RTT         Duration          `json:"rtt"`
 	Downloaders []DownloaderStats `json:"downloaders"`
@@ -120,6 +124,7 @@ func (e *Engine) Stats(ctx context.Context, slug string) (Stats, error) {
 	s.ReclaimRate = ratio(c["items_reclaimed"], c["items_served"]-c["reclaims_served"])
 	s.ReclaimServeRate = ratio(c["requests_served_reclaim"], c["requests_served"])
 	s.ItemFailRate = ratio(c["items_failed"], counts.Done+c["items_failed"])
+	s.FilterRate = ratio(c["items_filtered"], c["items_filtered"]+c["items_queued"])
 	if c["rtt_count"] > 0 {
 		s.RTT = Duration(time.Duration(c["rtt_ms_sum"]/c["rtt_count"]) * time.Millisecond)
 	}

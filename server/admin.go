@@ -51,6 +51,9 @@ type AdminEngine interface {
 	EachFailed(ctx context.Context, slug string, fn func(queues.FailedItem) bool) error
 	RequeueFailed(ctx context.Context, slug string, q queues.Queue, items []string) (queues.FailedMoveResult, error)
 	DeleteFailed(ctx context.Context, slug string, items []string) (queues.FailedMoveResult, error)
+	Filters(ctx context.Context, slug string) ([]queues.Filter, error)
+	AddFilter(ctx context.Context, slug string, f queues.Filter) error
+	RemoveFilter(ctx context.Context, slug, name string) error
 }
 
 // AdminAPI is the operators' API under /api/v1. Every call needs the admin
@@ -96,6 +99,7 @@ func (a *AdminAPI) register(g *gin.RouterGroup) {
 	g.GET("/log", a.changes)
 	a.registerOffload(g)
 	a.registerFailed(g)
+	a.registerFilters(g)
 }
 
 // logChange records a change in hoard's log and in the project's (or the
@@ -275,7 +279,9 @@ type AddItemsResponse struct {
 	AlreadyRegistered int         `json:"already_registered,omitempty"`
 	Rejected          int         `json:"rejected"`
 	Rejections        []Rejection `json:"rejections,omitempty"`
-	Length            int64       `json:"length"`
+	// Filtered counts the items the project's filters dropped.
+	Filtered int   `json:"filtered"`
+	Length   int64 `json:"length"`
 }
 
 func (a *AdminAPI) addItems(c *gin.Context) {
@@ -371,6 +377,7 @@ func (a *AdminAPI) addItems(c *gin.Context) {
 		}
 		resp.Queued, resp.Skipped, resp.AlreadyQueued = result.New, result.Placed, result.Waiting
 		resp.AlreadyRegistered = result.Duplicate - result.Placed - result.Waiting
+		resp.Filtered = result.Filtered
 	} else {
 		result, err := a.Engine.Enqueue(c.Request.Context(), c.Param("slug"), target, items)
 		if err != nil {
@@ -378,10 +385,11 @@ func (a *AdminAPI) addItems(c *gin.Context) {
 			return
 		}
 		resp.Queued, resp.Skipped, resp.AlreadyQueued, resp.Length = result.Queued, result.Skipped, result.AlreadyQueued, result.Length
+		resp.Filtered = result.Filtered
 	}
 	a.logChange(c, "items queued", "queue", target.Queue, "downloader", target.Downloader,
 		"queued", resp.Queued, "skipped", resp.Skipped, "already_queued", resp.AlreadyQueued,
-		"already_registered", resp.AlreadyRegistered, "rejected", resp.Rejected)
+		"already_registered", resp.AlreadyRegistered, "rejected", resp.Rejected, "filtered", resp.Filtered)
 	c.JSON(http.StatusOK, resp)
 }
 

@@ -214,6 +214,8 @@ type projectCollector struct {
 	oldestClaim      *prometheus.Desc
 	itemsFailed      *prometheus.Desc
 	itemFailRate     *prometheus.Desc
+	itemsFiltered    *prometheus.Desc
+	filterRate       *prometheus.Desc
 	scrapeErrors     prometheus.Counter
 }
 
@@ -249,6 +251,8 @@ func newProjectCollector(stats ProjectStats, logger *slog.Logger) *projectCollec
 		oldestClaim:      desc("hoard_project_oldest_claim_age_seconds", "Age of the oldest claim still out (0 with none); past the reclaim TTL with reclaiming off, it is work nobody will bring back."),
 		itemsFailed:      desc("hoard_project_items_failed_total", "Items sent to failed (claimed max_claims times without a done, or reported failed), requeued ones included."),
 		itemFailRate:     desc("hoard_project_item_fail_rate", "Share of finished items that failed: items failed over items failed plus done."),
+		itemsFiltered:    desc("hoard_project_items_filtered_total", "Items the project's filters dropped on the ways in (admin add, backfeed, import)."),
+		filterRate:       desc("hoard_project_filter_rate", "Share of offered items the filters dropped: items filtered over items filtered plus queued."),
 		scrapeErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "hoard_metrics_scrape_errors_total",
 			Help: "Projects (or project lists) whose statistics could not be read during a scrape.",
@@ -258,7 +262,8 @@ func newProjectCollector(stats ProjectStats, logger *slog.Logger) *projectCollec
 
 func (p *projectCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{p.items, p.itemsOffloaded, p.itemsDone, p.bytesDone, p.itemRequests, p.itemsServed,
-		p.reclaimsServed, p.irsr, p.reclaimRate, p.reclaimServeRate, p.rtt, p.oldestClaim, p.itemsFailed, p.itemFailRate} {
+		p.reclaimsServed, p.irsr, p.reclaimRate, p.reclaimServeRate, p.rtt, p.oldestClaim, p.itemsFailed, p.itemFailRate,
+		p.itemsFiltered, p.filterRate} {
 		ch <- d
 	}
 	p.scrapeErrors.Describe(ch)
@@ -321,6 +326,8 @@ func (p *projectCollector) collectProject(ch chan<- prometheus.Metric, slug stri
 	gauge(p.rtt, time.Duration(s.RTT).Seconds())
 	counter(p.itemsFailed, "items_failed")
 	gauge(p.itemFailRate, s.ItemFailRate)
+	counter(p.itemsFiltered, "items_filtered")
+	gauge(p.filterRate, s.FilterRate)
 }
 
 // refusalDesc is hoard_refusals_total: errors answered, by kind.

@@ -78,7 +78,7 @@ func runImportUniversal(ctx context.Context, out io.Writer, slug string, o impor
 	}
 
 	// Waiting items, queue by queue, then each downloader's reserved queue.
-	var queued, skipped, unreadable int
+	var queued, skipped, filtered, unreadable int
 	// Items hoard refuses (a control character, NUL, over-long) are left
 	// out and counted here: one would refuse its whole batch there.
 	acceptable := func(items []string) []string {
@@ -108,6 +108,7 @@ func runImportUniversal(ctx context.Context, out io.Writer, slug string, o impor
 		}
 		queued += resp.Queued
 		skipped += resp.Skipped + resp.Rejected
+		filtered += resp.Filtered
 		return nil
 	}
 	for _, q := range []string{"todo", "todo:secondary", "todo:redo"} {
@@ -244,8 +245,8 @@ func runImportUniversal(ctx context.Context, out io.Writer, slug string, o impor
 			return err
 		}
 	}
-	fmt.Fprintf(out, "imported into %s: %d waiting items queued (%d already here), %d claims (%d already here), %d done (%d already here), %d downloaders' totals; %d unreadable entries left out\n",
-		slug, queued, skipped, result.Claims.Imported, result.Claims.Skipped, result.Done.Imported, result.Done.Skipped, result.Downloaders, unreadable)
+	fmt.Fprintf(out, "imported into %s: %d waiting items queued (%d already here, %d dropped by filters), %d claims (%d already here), %d done (%d already here), %d downloaders' totals; %d unreadable entries left out\n",
+		slug, queued, skipped, filtered, result.Claims.Imported, result.Claims.Skipped, result.Done.Imported, result.Done.Skipped, result.Downloaders, unreadable)
 	return nil
 }
 

@@ -85,7 +85,7 @@ func TestImportUniversalTrackerState(t *testing.T) {
 
 		out, err := runCLI(t, ts.URL, "queue", "import-universal", "moved", "--from", from, "--prefix", prefix, "--batch", "500")
 		require.NoError(t, err, out)
-		require.Contains(t, out, "1204 waiting items queued (0 already here), 30 claims (0 already here), 2500 done (0 already here), 2 downloaders' totals; 3 unreadable")
+		require.Contains(t, out, "1204 waiting items queued (0 already here, 0 dropped by filters), 30 claims (0 already here), 2500 done (0 already here), 2 downloaders' totals; 3 unreadable")
 
 		c, err := engine.Counts(ctx, "moved")
 		require.NoError(t, err)

@@ -31,7 +31,7 @@ func rootCommand() *cobra.Command {
 		Version:       currentBuild().String(),
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
-	root.AddCommand(serveCommand(), projectCommand(), queueCommand(), claimsCommand(), failedCommand(), limitsCommand(),
+	root.AddCommand(serveCommand(), projectCommand(), queueCommand(), claimsCommand(), failedCommand(), filtersCommand(), limitsCommand(),
 		blockCommand(), unblockCommand(), blocksCommand(), logCommand(), archiveCommand(), segmentsCommand(), btCommand(), jobCommand(),
 		doctorCommand(), accountCommand(), tokenCommand(), configCommand())
 	strictCommands(root)

@@ -89,7 +89,7 @@ func queueAddCommand() *cobra.Command {
 
 // addTally counts what queue add did; it is read by the progress line.
 type addTally struct {
-	lines, queued, skipped, alreadyQueued, alreadyRegistered, rejected, blank, bytesRead atomic.Int64
+	lines, queued, skipped, alreadyQueued, alreadyRegistered, rejected, blank, filtered, bytesRead atomic.Int64
 }
 
 func runQueueAdd(ctx context.Context, slug, path string, o addOptions) error {
@@ -125,6 +125,7 @@ func runQueueAdd(ctx context.Context, slug, path string, o addOptions) error {
 		tally.alreadyQueued.Add(int64(resp.AlreadyQueued))
 		tally.alreadyRegistered.Add(int64(resp.AlreadyRegistered))
 		tally.rejected.Add(int64(resp.Rejected))
+		tally.filtered.Add(int64(resp.Filtered))
 		return nil
 	}
 	reader := bufio.NewReaderSize(input, 1<<20)
@@ -191,9 +192,9 @@ func runQueueAdd(ctx context.Context, slug, path string, o addOptions) error {
 	if o.register {
 		registered = fmt.Sprintf(", %d already registered", tally.alreadyRegistered.Load())
 	}
-	fmt.Printf("queued %d items into %s of %s; skipped %d malformed and %d blank lines; not queued again: %d already queued, %d already out or done%s\n",
+	fmt.Printf("queued %d items into %s of %s; skipped %d malformed and %d blank lines; not queued again: %d already queued, %d already out or done%s; %d dropped by the project's filters\n",
 		tally.queued.Load(), target, slug, tally.rejected.Load(), tally.blank.Load(),
-		tally.alreadyQueued.Load(), tally.skipped.Load(), registered)
+		tally.alreadyQueued.Load(), tally.skipped.Load(), registered, tally.filtered.Load())
 	for _, r := range firstRejects {
 		fmt.Fprintln(os.Stderr, "  skipped", r)
 	}

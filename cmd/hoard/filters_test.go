@@ -1,0 +1,61 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/queues"
+	"github.com/hoardproject/hoard/server"
+)
+
+// TestCLIFilters: hoard filters add, list and remove against a real
+// server; a bad filter is refused with the server's reason and changes
+// nothing; an admin add through the CLI drops what the filter matches.
+func TestCLIFilters(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+		engine := queues.NewEngine(b.Client, queues.Options{Logger: quiet})
+		srv, err := server.New(server.Config{AdminToken: "cli-token", Logger: quiet}, engine)
+		require.NoError(t, err)
+		ts := httptest.NewServer(srv.Handler())
+		defer ts.Close()
+
+		out, err := runCLI(t, ts.URL, "project", "create", "filterproj")
+		require.NoError(t, err, out)
+		out, err = runCLI(t, ts.URL, "filters", "add", "filterproj", "no-js", "--glob", "*.js")
+		require.NoError(t, err, out)
+		require.Regexp(t, `(?m)^no-js\s+glob \*\.js$`, out)
+		_, err = runCLI(t, ts.URL, "filters", "add", "filterproj", "bad", "--regex", "(x")
+		require.ErrorContains(t, err, "bad RE2 expression")
+		_, err = runCLI(t, ts.URL, "filters", "add", "filterproj", "both", "--type", "a", "--glob", "b")
+		require.ErrorContains(t, err, "set exactly one of type, glob and regex")
+		out, err = runCLI(t, ts.URL, "filters", "list", "filterproj")
+		require.NoError(t, err, out)
+		require.Equal(t, "NAME   MATCHES\nno-js  glob *.js\n", out, "the refused adds changed nothing")
+
+		path := filepath.Join(t.TempDir(), "items.txt")
+		require.NoError(t, os.WriteFile(path, []byte("a.js\nb.html\n"), 0o600))
+		out, err = runCLI(t, ts.URL, "queue", "add", "filterproj", path)
+		require.NoError(t, err, out)
+		require.Contains(t, out, "queued 1 items into todo of filterproj;")
+		require.Contains(t, out, "; 1 dropped by the project's filters")
+		c, err := engine.Counts(ctx, "filterproj")
+		require.NoError(t, err)
+		require.EqualValues(t, 1, c.Todo, "a.js was dropped")
+
+		out, err = runCLI(t, ts.URL, "filters", "remove", "filterproj", "no-js")
+		require.NoError(t, err, out)
+		require.Equal(t, "NAME  MATCHES\n", out)
+		_, err = runCLI(t, ts.URL, "filters", "remove", "filterproj", "no-js")
+		require.ErrorContains(t, err, `no filter named "no-js"`)
+	})
+}

@@ -1,0 +1,130 @@
+package queues_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/queues"
+)
+
+// TestFiltersDropAndCountOnAdminAdd: items matching a filter (type, glob or
+// RE2) are dropped by an admin add, to a shared queue or a reserved one,
+// or the scored queue, and counted in items_filtered; the others are
+// queued as before.
+func TestFiltersDropAndCountOnAdminAdd(t *testing.T) {
+	forEachMode(t, queues.SettingsPatch{}, func(t *testing.T, tb bundle, mode string) {
+		require.NoError(t, tb.engine.AddFilter(tb.ctx, tb.slug, queues.Filter{Name: "no-ads", Type: "ad"}))
+		require.NoError(t, tb.engine.AddFilter(tb.ctx, tb.slug, queues.Filter{Name: "no-tmp", Glob: "url:*/tmp/*"}))
+		require.NoError(t, tb.engine.AddFilter(tb.ctx, tb.slug, queues.Filter{Name: "digits", Regex: `^user:[0-9]+$`}))
+
+		res := tb.enqueueResult(t, todo, "ad:1", "url:http://a/tmp/x", "user:123", "user:bob", "url:http://a/ok")
+		require.Equal(t, 3, res.Filtered)
+		require.Equal(t, 2, res.Queued)
+		reserved, err := tb.engine.Enqueue(tb.ctx, tb.slug, queues.Target{Downloader: "alice"},
+			[]queues.QueueItem{{Name: "ad:2"}, {Name: "user:carol"}})
+		require.NoError(t, err)
+		require.Equal(t, 1, reserved.Filtered)
+		require.Equal(t, 1, reserved.Queued)
+		scored := tb.enqueueScored(t, map[string]float64{"ad:3": 2, "user:dan": 1})
+		require.Equal(t, queues.ScoredResult{Queued: 1, Filtered: 1, Length: 1}, scored)
+
+		require.Equal(t, map[string][]string{"ad:1": nil, "user:123": nil, "user:bob": {"todo"}},
+			tb.places(t, "ad:1", "user:123", "user:bob"))
+		stats, err := tb.engine.Stats(tb.ctx, tb.slug)
+		require.NoError(t, err)
+		require.EqualValues(t, 5, stats.Counters["items_filtered"])
+		require.EqualValues(t, 4, stats.Counters["items_queued"])
+		require.InDelta(t, 5.0/9, stats.FilterRate, 1e-9, "filtered over filtered plus queued")
+
+		// Removed, a filter drops nothing more.
+		require.NoError(t, tb.engine.RemoveFilter(tb.ctx, tb.slug, "no-ads"))
+		require.Equal(t, 0, tb.enqueueResult(t, todo, "ad:1").Filtered)
+		require.Equal(t, []string{"todo"}, tb.places(t, "ad:1")["ad:1"])
+	})
+}
+
+// TestFilterAddedElsewhereIsSeenAtOnce: a frontend that cached the filter
+// list (here: none) is refused by the script once another frontend adds a
+// filter, reads the new list and drops the item.
+func TestFilterAddedElsewhereIsSeenAtOnce(t *testing.T) {
+	forEachMode(t, queues.SettingsPatch{}, func(t *testing.T, tb bundle, mode string) {
+		tb.enqueue(t, todo, "warm:1") // this engine caches "no filters"
+		other := queues.NewEngine(tb.rdb, queues.Options{Clock: tb.clock, Logger: quietLogger})
+		require.NoError(t, other.AddFilter(tb.ctx, tb.slug, queues.Filter{Name: "warm", Type: "warm"}))
+		res := tb.enqueueResult(t, todo, "warm:2", "cold:1")
+		require.Equal(t, queues.EnqueueResult{Queued: 1, Filtered: 1, Length: 2}, res)
+	})
+}
+
+// TestBadFilterChangesNothing: a bad RE2, a bad glob, no or two matchers,
+// a bad or duplicate name, an unknown project and removing an unknown
+// filter are refused with a clear error, and the list stays as it was.
+func TestBadFilterChangesNothing(t *testing.T) {
+	forEachMode(t, queues.SettingsPatch{}, func(t *testing.T, tb bundle, mode string) {
+		good := queues.Filter{Name: "ads", Type: "ad"}
+		require.NoError(t, tb.engine.AddFilter(tb.ctx, tb.slug, good))
+		for _, c := range []struct {
+			f    queues.Filter
+			says string
+		}{
+			{queues.Filter{Name: "re", Regex: `(unclosed`}, "bad RE2 expression"},
+			{queues.Filter{Name: "glob", Glob: `url:[abc`}, "bad glob"},
+			{queues.Filter{Name: "none"}, "set exactly one of type, glob and regex"},
+			{queues.Filter{Name: "two", Type: "a", Glob: "b*"}, "set exactly one of type, glob and regex"},
+			{queues.Filter{Name: "Bad Name", Type: "a"}, "name must be"},
+			{queues.Filter{Name: "ads", Type: "other"}, "duplicate name"},
+			{queues.Filter{Name: "colon", Type: "a:b"}, "type must be an item prefix"},
+		} {
+			err := tb.engine.AddFilter(tb.ctx, tb.slug, c.f)
+			requireCode(t, err, queues.CodeInvalid)
+			require.Contains(t, err.Error(), c.says)
+			require.Contains(t, err.Error(), "filter")
+		}
+		requireCode(t, tb.engine.RemoveFilter(tb.ctx, tb.slug, "nope"), queues.CodeInvalid)
+		requireCode(t, tb.engine.AddFilter(tb.ctx, "no-such-project", good), queues.CodeProjectNotFound)
+		filters, err := tb.engine.Filters(tb.ctx, tb.slug)
+		require.NoError(t, err)
+		require.Equal(t, []queues.Filter{good}, filters)
+		version, err := tb.rdb.HGet(tb.ctx, queues.ConfigKey(tb.slug), "filters_version").Result()
+		require.NoError(t, err)
+		require.Equal(t, "1", version, "only the good add bumped the version")
+	})
+}
+
+// TestFiltersDropAndCountOnBackfeed: a backfeed (bloom_add.lua) and a
+// registered add drop matching items before the Bloom filter sees them
+// (so a later change of the filters lets them in), and count them.
+func TestFiltersDropAndCountOnBackfeed(t *testing.T) {
+	forEachMode(t, queues.SettingsPatch{BackfeedSecret: ptr("sekrit_12345")}, func(t *testing.T, tb bundle, mode string) {
+		require.NoError(t, tb.engine.AddFilter(tb.ctx, tb.slug, queues.Filter{Name: "js", Glob: "*.js"}))
+		res, err := tb.engine.Backfeed(tb.ctx, tb.slug, "sekrit_12345", []string{"a.js", "b.html", "c.js"})
+		require.NoError(t, err)
+		require.Equal(t, 2, res.Filtered)
+		require.Equal(t, 1, res.New)
+		reg, err := tb.engine.EnqueueRegistered(tb.ctx, tb.slug, queues.QueueTodo, []string{"d.js", "e.css"})
+		require.NoError(t, err)
+		require.Equal(t, 1, reg.Filtered)
+		require.Equal(t, 1, reg.New)
+		require.Equal(t, map[string][]string{"a.js": nil, "b.html": {"todo"}, "d.js": nil, "e.css": {"todo"}},
+			tb.places(t, "a.js", "b.html", "d.js", "e.css"))
+
+		stats, err := tb.engine.Stats(tb.ctx, tb.slug)
+		require.NoError(t, err)
+		require.EqualValues(t, 3, stats.Counters["items_filtered"])
+
+		// All filtered: the batch is still counted.
+		res, err = tb.engine.Backfeed(tb.ctx, tb.slug, "sekrit_12345", []string{"f.js"})
+		require.NoError(t, err)
+		require.Equal(t, queues.BackfeedResult{Received: 1, Filtered: 1}, res)
+
+		// The filter never added them to the Bloom filter: removed, they come in.
+		require.NoError(t, tb.engine.RemoveFilter(tb.ctx, tb.slug, "js"))
+		res, err = tb.engine.Backfeed(tb.ctx, tb.slug, "sekrit_12345", []string{"a.js"})
+		require.NoError(t, err)
+		require.Equal(t, 1, res.New)
+		stats, err = tb.engine.Stats(tb.ctx, tb.slug)
+		require.NoError(t, err)
+		require.EqualValues(t, 4, stats.Counters["items_filtered"])
+	})
+}
