@@ -50,76 +50,113 @@ func (s *groupState) filtered(item string) bool {
 
 // Filters lists a project's filters.
 func (e *Engine) Filters(ctx context.Context, slug string) ([]Filter, error) {
+	filters, _, err := e.filtersAt(ctx, slug)
+	return filters, err
+}
+
+// filtersAt is the project's filters and the filters_version they are.
+func (e *Engine) filtersAt(ctx context.Context, slug string) ([]Filter, string, error) {
 	const op = "queues.Filters"
 	if err := ValidateSlug(slug); err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	values, err := e.rdb.HMGet(ctx, ConfigKey(slug), "filters", "created_at").Result()
+	values, err := e.rdb.HMGet(ctx, ConfigKey(slug), "filters", "created_at", "filters_version").Result()
 	if err != nil {
-		return nil, unavailable(op, err)
+		return nil, "", unavailable(op, err)
 	}
 	if values[1] == nil {
-		return nil, errorf(op, CodeProjectNotFound, "no project %q", slug)
+		return nil, "", errorf(op, CodeProjectNotFound, "no project %q", slug)
 	}
 	raw, _ := values[0].(string)
 	filters := decodeFilters(raw)
 	if filters == nil {
 		filters = []Filter{}
 	}
-	return filters, nil
+	version, _ := values[2].(string)
+	if version == "" {
+		version = "0"
+	}
+	return filters, version, nil
 }
 
 // SetFilters replaces a project's filters (checked first: a bad one
 // changes nothing) and bumps filters_version, so every frontend's enqueue
 // is refused until it reads the new list.
 func (e *Engine) SetFilters(ctx context.Context, slug string, filters []Filter) error {
+	_, err := e.setFilters(ctx, slug, filters, "")
+	return err
+}
+
+// setFilters writes the list if filters_version is still from (any when
+// ""); written is false when it changed in between.
+func (e *Engine) setFilters(ctx context.Context, slug string, filters []Filter, from string) (written bool, err error) {
 	const op = "queues.SetFilters"
 	if err := ValidateSlug(slug); err != nil {
-		return err
+		return false, err
 	}
 	compiled, err := compileFilters(filters)
 	if err != nil {
-		return err
+		return false, err
 	}
 	stored := make([]Filter, len(compiled))
 	for i, c := range compiled {
 		stored[i] = Filter{Name: c.Name, Type: c.Type, Glob: c.Glob, Regex: c.Regex}
 	}
 	raw, _ := json.Marshal(stored)
-	n, err := e.runScriptInt(ctx, op, configWriteScript, []string{ConfigKey(slug)}, "filters", "filters", string(raw))
+	n, err := e.runScriptInt(ctx, op, configWriteScript, []string{ConfigKey(slug)}, "filters", from, "filters", string(raw))
 	if err != nil {
-		return err
+		return false, err
 	}
-	if n < 0 {
-		return errorf(op, CodeProjectNotFound, "no project %q", slug)
+	switch n {
+	case -1:
+		return false, errorf(op, CodeProjectNotFound, "no project %q", slug)
+	case -2:
+		return false, nil
 	}
-	return nil
+	return true, nil
+}
+
+// changeFilters applies change to the list as it is now and writes the
+// result only if no one changed the list in between, re-reading and
+// trying again otherwise, so concurrent adds and removes all land.
+func (e *Engine) changeFilters(ctx context.Context, op, slug string, change func([]Filter) ([]Filter, error)) error {
+	for range 100 {
+		filters, version, err := e.filtersAt(ctx, slug)
+		if err != nil {
+			return err
+		}
+		next, err := change(filters)
+		if err != nil {
+			return err
+		}
+		written, err := e.setFilters(ctx, slug, next, version)
+		if err != nil || written {
+			return err
+		}
+	}
+	return errorf(op, CodeUnavailable, "project %q's filters kept changing; try again", slug)
 }
 
 // AddFilter adds one filter to a project's list.
 func (e *Engine) AddFilter(ctx context.Context, slug string, f Filter) error {
-	filters, err := e.Filters(ctx, slug)
-	if err != nil {
-		return err
-	}
-	return e.SetFilters(ctx, slug, append(filters, f))
+	return e.changeFilters(ctx, "queues.AddFilter", slug, func(filters []Filter) ([]Filter, error) {
+		return append(filters, f), nil
+	})
 }
 
 // RemoveFilter removes the filter named name.
 func (e *Engine) RemoveFilter(ctx context.Context, slug, name string) error {
 	const op = "queues.RemoveFilter"
-	filters, err := e.Filters(ctx, slug)
-	if err != nil {
-		return err
-	}
-	kept := filters[:0:0]
-	for _, f := range filters {
-		if f.Name != name {
-			kept = append(kept, f)
+	return e.changeFilters(ctx, op, slug, func(filters []Filter) ([]Filter, error) {
+		kept := filters[:0:0]
+		for _, f := range filters {
+			if f.Name != name {
+				kept = append(kept, f)
+			}
 		}
-	}
-	if len(kept) == len(filters) {
-		return errorf(op, CodeInvalid, "project %q has no filter named %q", slug, name)
-	}
-	return e.SetFilters(ctx, slug, kept)
+		if len(kept) == len(filters) {
+			return nil, errorf(op, CodeInvalid, "project %q has no filter named %q", slug, name)
+		}
+		return kept, nil
+	})
 }

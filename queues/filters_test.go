@@ -1,10 +1,13 @@
 package queues_test
 
 import (
+	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/queues"
 )
 
@@ -54,6 +57,47 @@ func TestFilterAddedElsewhereIsSeenAtOnce(t *testing.T) {
 		require.NoError(t, other.AddFilter(tb.ctx, tb.slug, queues.Filter{Name: "warm", Type: "warm"}))
 		res := tb.enqueueResult(t, todo, "warm:2", "cold:1")
 		require.Equal(t, queues.EnqueueResult{Queued: 1, Filtered: 1, Length: 2}, res)
+	})
+}
+
+// TestConcurrentFilterChangesAllLand: two frontends adding filters at the
+// same time (and one removing) lose none: a change made from a list that
+// another changed in between is refused by the script and made again from
+// the new list.
+func TestConcurrentFilterChangesAllLand(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setupProject(t, b, "proj-filters", queues.SettingsPatch{})
+		require.NoError(t, tb.engine.AddFilter(tb.ctx, tb.slug, queues.Filter{Name: "gone", Type: "gone"}))
+		engines := []*queues.Engine{tb.engine, queues.NewEngine(tb.rdb, queues.Options{Clock: tb.clock, Logger: quietLogger})}
+		var wg sync.WaitGroup
+		errs := make(chan error, 41)
+		for e, engine := range engines {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 20 {
+					errs <- engine.AddFilter(tb.ctx, tb.slug, queues.Filter{Name: fmt.Sprintf("f%d-%d", e, i), Type: fmt.Sprintf("t%d-%d", e, i)})
+				}
+			}()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- engines[1].RemoveFilter(tb.ctx, tb.slug, "gone")
+		}()
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		filters, err := tb.engine.Filters(tb.ctx, tb.slug)
+		require.NoError(t, err)
+		names := map[string]bool{}
+		for _, f := range filters {
+			names[f.Name] = true
+		}
+		require.Len(t, names, 40, "every add landed, the removal too: %v", names)
+		require.False(t, names["gone"])
 	})
 }
 
