@@ -64,7 +64,12 @@ func TestRatesAndETAInChromium(t *testing.T) {
 	b := redistest.Backends()[0] // the page reads through the engine, tested on both backends elsewhere
 	require.NoError(t, redistest.Flush(t.Context(), b))
 	ctx := t.Context()
-	now := time.Now().UTC().Truncate(time.Minute)
+	// On a ten-minute boundary, so the "now" window (whole five-minute
+	// buckets, 10 to 15 minutes) is exactly the last five two-minute steps
+	// below whatever the wall clock says: truncated to the minute, the
+	// window caught 5 to 8 steps and the rate read 1.85 or 2.00 by the
+	// minute the test ran in.
+	now := time.Now().UTC().Truncate(10 * time.Minute)
 	clock := queues.NewFakeClock(now.Add(-30 * 24 * time.Hour))
 	engine := queues.NewEngine(b.Client, queues.Options{Logger: quiet, Clock: clock})
 	_, err := engine.CreateProject(ctx, "veteran", queues.SettingsPatch{Title: ptr("Veteran project"), MaxMulti: ptr(100)})
@@ -152,6 +157,8 @@ func TestRatesAndETAInChromium(t *testing.T) {
 		require.Contains(t, v.Explains["irsr"], "share of warriors' requests that got an item")
 		require.Contains(t, v.Explains["reclaim_serve_rate"], "reclaimed")
 		require.Contains(t, v.Explains["rtt"], "from handing an item out to its done")
+		require.Contains(t, v.Explains["item_fail_rate"], "failed over failed plus done")
+		require.Contains(t, v.Explains["filter_rate"], "filtered over filtered plus queued")
 		require.Equal(t, "/downloaders/alice/", v.DownloaderLink)
 
 		y := res.Projects["young"][size]

@@ -158,6 +158,7 @@
     $("#stat-reclaim-serve-rate").textContent = pct(s.reclaim_serve_rate);
     $("#stat-rtt").textContent = s.rtt || "–";
     $("#stat-item-fail-rate").textContent = pct(s.item_fail_rate);
+    $("#stat-filter-rate").textContent = pct(s.filter_rate);
     const hourly = s.hourly || [];
     $("#stat-items-hour").textContent = hourly.length ? fmt(hourly[hourly.length - 1].items_done) : "–";
     $("#stat-bytes").textContent = bytes((s.counters || {}).bytes_done);

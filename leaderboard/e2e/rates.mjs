@@ -59,7 +59,8 @@ try {
           held_back: document.querySelector('#held')?.hidden ? [] : [...document.querySelectorAll('#held-list li')].map((li) => li.textContent),
           downloaders_now: [...document.querySelectorAll('#downloaders tr')].slice(0, 3).map((tr) => [tr.cells[1]?.textContent, tr.cells[4]?.textContent]),
           downloader_link: document.querySelector('#downloaders tr a.nick')?.getAttribute('href') ?? null,
-          explains: { irsr: explain('#stat-irsr'), reclaim_serve_rate: explain('#stat-reclaim-serve-rate'), rtt: explain('#stat-rtt') },
+          explains: { irsr: explain('#stat-irsr'), reclaim_serve_rate: explain('#stat-reclaim-serve-rate'), rtt: explain('#stat-rtt'),
+            item_fail_rate: explain('#stat-item-fail-rate'), filter_rate: explain('#stat-filter-rate') },
           overflow_x: document.documentElement.scrollWidth - window.innerWidth,
         };
       });
