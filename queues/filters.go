@@ -160,3 +160,95 @@ func (e *Engine) RemoveFilter(ctx context.Context, slug, name string) error {
 		return kept, nil
 	})
 }
+
+// SiftFilters drops the queued items the project's filters match from
+// the shared queues and their limit groups' sub-queues, beside live
+// traffic and without a lock (filter_sift.lua pops a page, drops the
+// matches, rotates the rest to the tail), one pass over each queue's
+// length at the start. Dropped items are counted in items_filtered.
+// Items reserved for a downloader, in the score-ordered queue or in
+// offloaded segments are left alone. Moved in the result counts the
+// dropped items.
+func (e *Engine) SiftFilters(ctx context.Context, slug string) (SiftResult, error) {
+	const op = "queues.SiftFilters"
+	if _, _, err := e.filtersAt(ctx, slug); err != nil {
+		return SiftResult{}, err // a bad slug or no such project
+	}
+	known, err := e.rdb.SMembers(ctx, GroupsKnownKey(slug)).Result()
+	if err != nil {
+		return SiftResult{}, unavailable(op, err)
+	}
+	var total SiftResult
+	for _, q := range SharedQueues {
+		sources := []string{QueueKey(slug, q)}
+		for _, g := range known {
+			sources = append(sources, GroupQueueKey(slug, q, g))
+		}
+		for _, source := range sources {
+			r, err := e.siftFiltersFrom(ctx, op, slug, source)
+			total.Moved += r.Moved
+			total.Scanned += r.Scanned
+			if err != nil {
+				return total, err
+			}
+		}
+	}
+	return total, nil
+}
+
+func (e *Engine) siftFiltersFrom(ctx context.Context, op, slug, source string) (SiftResult, error) {
+	const page = 1000
+	var result SiftResult
+	length, err := e.rdb.LLen(ctx, source).Result()
+	if err != nil {
+		return result, unavailable(op, err)
+	}
+	state, err := e.limitGroups(ctx, slug, true)
+	if err != nil {
+		return result, err
+	}
+	if len(state.filters) == 0 {
+		return result, nil
+	}
+	keys := []string{ConfigKey(slug), source, QueuedKey(slug), StatsKey(slug), ExtrasKey(slug)}
+	for int64(result.Scanned) < length {
+		if err := ctx.Err(); err != nil {
+			return result, err
+		}
+		want := min(int64(page), length-int64(result.Scanned))
+		items, err := e.rdb.LRange(ctx, source, 0, want-1).Result()
+		if err != nil {
+			return result, unavailable(op, err)
+		}
+		if len(items) == 0 {
+			return result, nil
+		}
+		args := []any{state.filtersVersion, len(items)}
+		for _, item := range items {
+			d := 0
+			if state.filtered(item) {
+				d = 1
+			}
+			args = append(args, item, d)
+		}
+		code, rest, err := e.runScriptList(ctx, op, filterSiftScript, keys, args...)
+		if err != nil {
+			return result, err
+		}
+		switch code {
+		case codeNoProject:
+			return result, errorf(op, CodeProjectNotFound, "no project %q", slug)
+		case codeStaleGroups:
+			if state, err = e.limitGroups(ctx, slug, true); err != nil {
+				return result, err
+			}
+			continue
+		}
+		result.Moved += int(replyInt(rest[0]))
+		result.Scanned += int(replyInt(rest[0]) + replyInt(rest[1]))
+		if code == 0 {
+			return result, nil // the queue is empty
+		}
+	}
+	return result, nil
+}

@@ -172,3 +172,54 @@ func TestFiltersDropAndCountOnBackfeed(t *testing.T) {
 		require.EqualValues(t, 4, stats.Counters["items_filtered"])
 	})
 }
+
+// TestSiftFiltersDropsWhatIsQueued: a filter added after items were queued
+// drops them from the shared queues and a limit group's sub-queue on a
+// sift: they leave the lists and the queued index (so the same names can
+// be queued again once the filter goes), they are counted, and the kept
+// items stay in their order. A second sift finds nothing more.
+func TestSiftFiltersDropsWhatIsQueued(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setupProject(t, b, "proj-sift", queues.SettingsPatch{})
+		_, err := tb.engine.SetLimitGroups(tb.ctx, tb.slug, []queues.LimitGroup{{Name: "users", Type: "user", RatePerMinute: 60, Burst: 10}})
+		require.NoError(t, err)
+		tb.enqueue(t, todo, "ad:1", "keep:1", "ad:2", "keep:2", "user:ad-9", "user:bob")
+		tb.enqueue(t, queues.Target{Queue: queues.QueueSecondary}, "ad:3", "keep:3")
+		before, err := tb.engine.Stats(tb.ctx, tb.slug)
+		require.NoError(t, err)
+
+		require.NoError(t, tb.engine.AddFilter(tb.ctx, tb.slug, queues.Filter{Name: "ads", Regex: `(^|:)ad`}))
+		r, err := tb.engine.SiftFilters(tb.ctx, tb.slug)
+		require.NoError(t, err)
+		require.Equal(t, 4, r.Moved, "ad:1, ad:2, ad:3 and user:ad-9 dropped")
+		require.Equal(t, 8, r.Scanned)
+
+		todoList, err := tb.rdb.LRange(tb.ctx, queues.QueueKey(tb.slug, queues.QueueTodo), 0, -1).Result()
+		require.NoError(t, err)
+		require.Equal(t, []string{"keep:1", "keep:2"}, todoList, "kept in their order")
+		group, err := tb.rdb.LRange(tb.ctx, queues.GroupQueueKey(tb.slug, queues.QueueTodo, "users"), 0, -1).Result()
+		require.NoError(t, err)
+		require.Equal(t, []string{"user:bob"}, group)
+		secondary, err := tb.rdb.LRange(tb.ctx, queues.QueueKey(tb.slug, queues.QueueSecondary), 0, -1).Result()
+		require.NoError(t, err)
+		require.Equal(t, []string{"keep:3"}, secondary)
+		require.Equal(t, map[string][]string{"ad:1": nil, "user:ad-9": nil, "keep:1": {"todo"}, "user:bob": {"todo"}},
+			tb.places(t, "ad:1", "user:ad-9", "keep:1", "user:bob"))
+		after, err := tb.engine.Stats(tb.ctx, tb.slug)
+		require.NoError(t, err)
+		require.EqualValues(t, before.Counters["items_filtered"]+4, after.Counters["items_filtered"])
+
+		again, err := tb.engine.SiftFilters(tb.ctx, tb.slug)
+		require.NoError(t, err)
+		require.Equal(t, queues.SiftResult{Moved: 0, Scanned: 4}, again)
+
+		// The dropped names left the queued index: without the filter they
+		// are queued again, not refused as waiting already.
+		require.NoError(t, tb.engine.RemoveFilter(tb.ctx, tb.slug, "ads"))
+		res := tb.enqueueResult(t, todo, "ad:1", "ad:2")
+		require.Equal(t, 2, res.Queued)
+
+		_, err = tb.engine.SiftFilters(tb.ctx, "no-such-project")
+		require.Error(t, err)
+	})
+}

@@ -22,6 +22,7 @@ var (
 	configWriteScript = loadScript("config_write.lua")
 	rescoreScript     = loadScript("rescore.lua")
 	siftScript        = loadScript("sift.lua")
+	filterSiftScript  = loadScript("filter_sift.lua")
 	forgetGroupScript = loadScript("forget_group.lua")
 	bloomAddScript    = loadScript("bloom_add.lua")
 

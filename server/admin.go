@@ -54,6 +54,7 @@ type AdminEngine interface {
 	Filters(ctx context.Context, slug string) ([]queues.Filter, error)
 	AddFilter(ctx context.Context, slug string, f queues.Filter) error
 	RemoveFilter(ctx context.Context, slug, name string) error
+	SiftFilters(ctx context.Context, slug string) (queues.SiftResult, error)
 }
 
 // AdminAPI is the operators' API under /api/v1. Every call needs the admin

@@ -111,6 +111,7 @@ var accessRules = map[string]access{
 	"GET /projects/:slug/filters":              accessProjectRead,
 	"POST /projects/:slug/filters":             accessProjectWrite,
 	"DELETE /projects/:slug/filters/:name":     accessProjectWrite,
+	"POST /projects/:slug/filters/sift":        accessProjectWrite,
 	"GET /blocks":                              accessReadAll,
 	"PUT /blocks/:who":                         accessAdmin,
 	"DELETE /blocks/:who":                      accessAdmin,

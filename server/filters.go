@@ -15,6 +15,27 @@ func (a *AdminAPI) registerFilters(g *gin.RouterGroup) {
 	g.GET("/projects/:slug/filters", a.listFilters)
 	g.POST("/projects/:slug/filters", a.addFilter)
 	g.DELETE("/projects/:slug/filters/:name", a.removeFilter)
+	g.POST("/projects/:slug/filters/sift", a.siftFilters)
+}
+
+// FilterSiftReply answers POST /projects/:slug/filters/sift: the queued
+// items the filters dropped, and how many were looked at.
+type FilterSiftReply struct {
+	Dropped int `json:"dropped"`
+	Scanned int `json:"scanned"`
+}
+
+// siftFilters serves POST /projects/:slug/filters/sift: drops what the
+// filters match from what is already queued (shared queues and their limit
+// groups' sub-queues), lock-free beside live traffic.
+func (a *AdminAPI) siftFilters(c *gin.Context) {
+	r, err := a.Engine.SiftFilters(c.Request.Context(), c.Param("slug"))
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	a.logChange(c, "queued items sifted by the filters", "dropped", r.Moved, "scanned", r.Scanned)
+	c.JSON(http.StatusOK, FilterSiftReply{Dropped: r.Moved, Scanned: r.Scanned})
 }
 
 // FiltersReply is the answer of every filters call: the project's list.

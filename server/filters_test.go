@@ -65,5 +65,19 @@ func TestFiltersOverHTTP(t *testing.T) {
 		r = f.admin(http.MethodDelete, "/projects/demo/filters/ads", "", token)
 		require.Equal(t, http.StatusOK, r.status, r.body)
 		require.Equal(t, map[string]any{"filters": []any{}}, decode(t, r.body))
+
+		// Queued before a filter exists, dropped by a sift after it.
+		r = f.admin(http.MethodPost, "/projects/demo/items", `{"items":["ad:7","page:7"]}`, token)
+		require.Equal(t, http.StatusOK, r.status, r.body)
+		r = f.admin(http.MethodPost, "/projects/demo/filters", `{"name":"ads","type":"ad"}`, token)
+		require.Equal(t, http.StatusOK, r.status, r.body)
+		r = f.admin(http.MethodPost, "/projects/demo/filters/sift", "", token)
+		require.Equal(t, http.StatusOK, r.status, r.body)
+		require.Equal(t, 1.0, decode(t, r.body)["dropped"])
+		r = f.get("/demo/items/ad:7.json")
+		require.Equal(t, http.StatusOK, r.status, r.body)
+		require.Equal(t, "unknown", decode(t, r.body)["state"], "a sifted item is nowhere")
+		r = f.admin(http.MethodPost, "/projects/nosuch/filters/sift", "", token)
+		require.Equal(t, http.StatusNotFound, r.status, r.body)
 	})
 }

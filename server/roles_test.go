@@ -74,6 +74,7 @@ var routeNeeds = map[string]string{
 	"GET /projects/:slug/filters":              needRead,
 	"POST /projects/:slug/filters":             needWrite,
 	"DELETE /projects/:slug/filters/:name":     needWrite,
+	"POST /projects/:slug/filters/sift":        needWrite,
 	"GET /blocks":                              needReadAll,
 	"PUT /blocks/:who":                         needAdmin,
 	"DELETE /blocks/:who":                      needAdmin,

@@ -18,7 +18,7 @@ import (
 // match one are dropped on every way in (docs/filters.md).
 func filtersCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "filters", Short: "List, add and remove the filters that drop matching items on the way in"}
-	cmd.AddCommand(filtersListCommand(), filtersAddCommand(), filtersRemoveCommand())
+	cmd.AddCommand(filtersListCommand(), filtersAddCommand(), filtersRemoveCommand(), filtersSiftCommand())
 	return cmd
 }
 
@@ -39,6 +39,7 @@ func filtersListCommand() *cobra.Command {
 
 func filtersAddCommand() *cobra.Command {
 	var f queues.Filter
+	var sift bool
 	cmd := &cobra.Command{
 		Use:   "add <slug> <name> (--type T | --glob G | --regex RE2)",
 		Short: "Add a filter: items of that type, or matching the glob or RE2 expression, are dropped from now on",
@@ -49,9 +50,16 @@ func filtersAddCommand() *cobra.Command {
 			if err := newAdminClient().do(cmd.Context(), http.MethodPost, filtersPath(args[0]), f, &out); err != nil {
 				return err
 			}
-			return printFilters(cmd.OutOrStdout(), out.Filters)
+			if err := printFilters(cmd.OutOrStdout(), out.Filters); err != nil {
+				return err
+			}
+			if sift {
+				return siftFilters(cmd, args[0])
+			}
+			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&sift, "sift", false, "also drop the matching items already queued (as `hoard filters sift` does)")
 	cmd.Flags().StringVar(&f.Type, "type", "", "item type: the prefix before the first ':'")
 	cmd.Flags().StringVar(&f.Glob, "glob", "", "glob over the whole item: * any run, ? one character, [...] a class")
 	cmd.Flags().StringVar(&f.Regex, "regex", "", "RE2 expression, matched anywhere in the item unless anchored")
@@ -71,6 +79,26 @@ func filtersRemoveCommand() *cobra.Command {
 			return printFilters(cmd.OutOrStdout(), out.Filters)
 		},
 	}
+}
+
+func filtersSiftCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "sift <slug>",
+		Short: "Drop the queued items the project's filters match (shared queues and limit groups' sub-queues), beside live traffic",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return siftFilters(cmd, args[0])
+		},
+	}
+}
+
+func siftFilters(cmd *cobra.Command, slug string) error {
+	var out server.FilterSiftReply
+	if err := newAdminClient().do(cmd.Context(), http.MethodPost, filtersPath(slug)+"/sift", nil, &out); err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "dropped %d queued items (%d looked at)\n", out.Dropped, out.Scanned)
+	return nil
 }
 
 func filtersPath(slug string) string { return "/projects/" + url.PathEscape(slug) + "/filters" }
