@@ -231,23 +231,14 @@ func (e *Engine) siftFiltersFrom(ctx context.Context, op, slug, source string) (
 			}
 			args = append(args, item, d)
 		}
-		code, rest, err := e.runScriptList(ctx, op, filterSiftScript, keys, args...)
-		if err != nil {
+		stale, empty, err := e.applySiftPage(ctx, op, slug, filterSiftScript, keys, args, &result)
+		if err != nil || empty {
 			return result, err
 		}
-		switch code {
-		case codeNoProject:
-			return result, errorf(op, CodeProjectNotFound, "no project %q", slug)
-		case codeStaleGroups:
+		if stale {
 			if state, err = e.limitGroups(ctx, slug, true); err != nil {
 				return result, err
 			}
-			continue
-		}
-		result.Moved += int(replyInt(rest[0]))
-		result.Scanned += int(replyInt(rest[0]) + replyInt(rest[1]))
-		if code == 0 {
-			return result, nil // the queue is empty
 		}
 	}
 	return result, nil

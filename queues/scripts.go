@@ -135,3 +135,24 @@ func (e *Engine) runWithGroups(ctx context.Context, op, slug string, script *red
 		}
 	}
 }
+
+// applySiftPage runs one page of a sift (sift.lua or filter_sift.lua, which
+// answer alike: {popped, moved, rotated, unseen}) and adds it to result.
+// stale: the decisions were made with groups or filters that changed
+// meanwhile (nothing was popped; decide the page again); empty: the source
+// is empty.
+func (e *Engine) applySiftPage(ctx context.Context, op, slug string, script *redis.Script, keys []string, args []any, result *SiftResult) (stale, empty bool, err error) {
+	code, rest, err := e.runScriptList(ctx, op, script, keys, args...)
+	if err != nil {
+		return false, false, err
+	}
+	switch code {
+	case codeNoProject:
+		return false, false, errorf(op, CodeProjectNotFound, "no project %q", slug)
+	case codeStaleGroups:
+		return true, false, nil
+	}
+	result.Moved += int(replyInt(rest[0]))
+	result.Scanned += int(replyInt(rest[0]) + replyInt(rest[1]))
+	return false, code == 0, nil
+}
