@@ -10,6 +10,9 @@ FUZZTIME ?= 30s
 PKGS    ?= ./...
 # pipefail: make test's exit code is go test's as well as the summary's.
 SHELL   := /bin/bash
+# The Node 22 .ci/deps installs when the system's is older than 20 (Debian
+# 12's is 18) comes first; without it the PATH is unchanged in effect.
+export PATH := $(CURDIR)/.ci/node/node_modules/.bin:$(PATH)
 
 .PHONY: all build run run-deps test unit test-long vet deps check-go bench fuzz chaos clean install install-files
 CHAOSTIME ?= 5m
@@ -17,8 +20,9 @@ CHAOSTIME ?= 5m
 all: build
 
 # Debian's packages the tests use (--no-install-recommends; sudo unless
-# root), a check that Go and Node are new enough (with where to get them
-# when not), and leaderboard/e2e's npm packages. make test runs it first.
+# root), a check that Go is new enough (with where to get it when not),
+# Node 22 in .ci/node when the system's is older than 20, and
+# leaderboard/e2e's npm packages. make test runs it first.
 deps:
 	.ci/deps
 
