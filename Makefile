@@ -12,7 +12,7 @@ PKGS    ?= ./...
 SHELL   := /bin/bash
 # The Node 22 .ci/deps installs when the system's is older than 20 (Debian
 # 12's is 18) comes first; without it the PATH is unchanged in effect.
-export PATH := $(CURDIR)/.ci/node/node_modules/.bin:$(PATH)
+export PATH := $(CURDIR)/.ci/node/bin:$(PATH)
 
 .PHONY: all build run run-deps test unit test-long vet deps check-go bench fuzz chaos clean install install-files
 CHAOSTIME ?= 5m
