@@ -173,7 +173,12 @@ func (s *Store) UnregisterTorrent(ctx context.Context, hash bittorrent.InfoHash)
 	// The "unregistered" stamp is the record's timestamp of interest for
 	// orphan cleanup (package orphans): it is removed a protection window
 	// after this, once its swarm is empty. One key: MULTI is fine on a
-	// cluster.
+	// cluster. Cleanup's due entry is written first, so a call cut off
+	// after the unregistering still left one (a stale one, of a call cut
+	// off before, is looked at and dropped).
+	if err := btstore.MarkTorrentDue(ctx, s.rdb, hash, s.nowMillis()); err != nil {
+		return fmt.Errorf("swarm.UnregisterTorrent: %w", err)
+	}
 	pipe := s.rdb.TxPipeline()
 	pipe.HDel(ctx, btstore.TorrentKey(hash), "id")
 	pipe.HSet(ctx, btstore.TorrentKey(hash), "unregistered", s.nowMillis())
