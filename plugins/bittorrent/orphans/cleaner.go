@@ -179,15 +179,24 @@ func (c *Cleaner) Tick(ctx context.Context) (Report, error) {
 // now.
 func (c *Cleaner) Pass(ctx context.Context) (Report, error) { return c.pass(ctx, true) }
 
-// DuePass is Pass without the backstop walks: what ticks do between two
-// backstop passes, unbounded.
+// DuePass is Pass without the backstop walks (but the passkeys walk
+// when a removed user waits for it): what ticks do between two backstop
+// passes, unbounded.
 func (c *Cleaner) DuePass(ctx context.Context) (Report, error) { return c.pass(ctx, false) }
 
 func (c *Cleaner) pass(ctx context.Context, backstop bool) (Report, error) {
 	var total Report
 	for _, w := range c.walks {
 		if w.backstop && !backstop {
-			continue
+			if w.name != walkPasskeys {
+				continue
+			}
+			if wait, err := c.removedUserWaits(ctx); err != nil || !wait {
+				if err != nil {
+					return total, err
+				}
+				continue
+			}
 		}
 		r, err := c.step(ctx, w, true)
 		total.add(r)
@@ -327,12 +336,18 @@ func (c *Cleaner) backstopDue(ctx context.Context, w *walk, ended int64) (bool, 
 	if w.name != walkPasskeys {
 		return false, nil
 	}
+	return c.removedUserWaits(ctx)
+}
+
+// removedUserWaits says a removed user, marked longer than the window
+// ago, waits for a pass of the passkeys walk begun after its removal.
+func (c *Cleaner) removedUserWaits(ctx context.Context) (bool, error) {
 	covered, err := c.rdb.HGet(ctx, btstore.OrphanPassesKey, walkPasskeys+":covered").Int64()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return false, err
 	}
 	waiting, err := c.rdb.ZCount(ctx, btstore.RemovedUsersKey, strconv.FormatInt(covered, 10),
-		strconv.FormatInt(now-c.windowMillis()-1, 10)).Result()
+		strconv.FormatInt(c.nowMillis()-c.windowMillis()-1, 10)).Result()
 	return waiting > 0, err
 }
 

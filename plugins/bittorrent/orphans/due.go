@@ -20,11 +20,13 @@ func dueShards(context.Context) ([]source, error) {
 }
 
 // readDue reads a page of a due set's shard: the entries older than the
-// window, from offset cursor (entries looked at leave the set or move
-// later, so a page starts at 0 unless some were kept where they are).
+// window. Entries looked at leave the set or move later, so a page starts
+// at the first entry unless some were kept where they are: the cursor is
+// 1 + the offset (a walk's cursor 0 is the end of a source).
 func (c *Cleaner) readDue(ctx context.Context, set btstore.DueSet, src source, cursor uint64, report *Report) ([]btstore.DueEntry, error) {
 	upTo := c.nowMillis() - c.windowMillis() - 1
-	entries, err := btstore.ReadDue(ctx, c.rdb, set, src.shard, upTo, int64(cursor), int64(c.cfg.Policy.ScanCount))
+	offset := int64(max(cursor, 1) - 1)
+	entries, err := btstore.ReadDue(ctx, c.rdb, set, src.shard, upTo, offset, int64(c.cfg.Policy.ScanCount))
 	report.Scanned += len(entries)
 	report.Due += len(entries)
 	return entries, err
@@ -36,7 +38,7 @@ func (c *Cleaner) nextDue(cursor uint64, n, kept int) uint64 {
 	if n < c.cfg.Policy.ScanCount {
 		return 0
 	}
-	return cursor + uint64(kept)
+	return max(cursor, 1) + uint64(kept)
 }
 
 // dueTorrentPage looks at a page of torrents recorded as possible
