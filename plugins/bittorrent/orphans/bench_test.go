@@ -92,6 +92,11 @@ func BenchmarkCleanupPass(b *testing.B) {
 			report.UsersPurged)
 		b.ReportMetric(pass.Seconds(), "pass-s")
 		b.ReportMetric(cpu, "redis-cpu-s")
+		// A due pass with nothing due: the steady state of each tick.
+		idle, idlePass, idleCPU := timedPass(b, rdb, cleaner.DuePass)
+		b.Logf("idle due pass: %v, Redis CPU %.3f s, scanned %d", idlePass.Round(time.Microsecond), idleCPU, idle.Scanned)
+		b.ReportMetric(idlePass.Seconds(), "idle-pass-s")
+		b.ReportMetric(idleCPU, "idle-redis-cpu-s")
 		// The backstop pass (every backstop_period): every SCAN walk over
 		// the remaining 90%, live, so it reads everything and removes
 		// nothing but the peer records the due path leaves to their TTL.
