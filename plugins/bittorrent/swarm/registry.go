@@ -196,6 +196,36 @@ func (s *Store) UnregisterTorrent(ctx context.Context, hash bittorrent.InfoHash)
 	return nil
 }
 
+// PurgeTorrent unregisters a torrent and deletes every record it owns at
+// once, by one script in its slot (btstore.RemoveTorrent), instead of a
+// protection window later by orphan cleanup: an operator's "delete this
+// torrent now". While its swarm has peers it is refused with
+// btstore.ErrHasPeers and stays unregistered (cleanup removes it a
+// window after they left). Its users' set entries naming it are recorded
+// in cleanup's due set first, and go a window later: a frontend's batched
+// copy of a user's state can still write them meanwhile.
+func (s *Store) PurgeTorrent(ctx context.Context, hash bittorrent.InfoHash) (int, error) {
+	if err := s.UnregisterTorrent(ctx, hash); err != nil {
+		return 0, err
+	}
+	users, err := s.rdb.SMembers(ctx, btstore.TorrentUsersKey(hash)).Result()
+	if err != nil {
+		return 0, fmt.Errorf("swarm.PurgeTorrent: %w", err)
+	}
+	pipe := s.rdb.Pipeline()
+	for _, user := range users {
+		if err := btstore.MarkUserDue(ctx, pipe, user, s.nowMillis()); err != nil {
+			return 0, err
+		}
+	}
+	if len(users) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil {
+			return 0, fmt.Errorf("swarm.PurgeTorrent: %w", err)
+		}
+	}
+	return btstore.RemoveTorrent(ctx, s.rdb, hash)
+}
+
 // TorrentInfo is a torrent's record.
 type TorrentInfo struct {
 	InfoHash   bittorrent.InfoHash
