@@ -17,12 +17,7 @@ import (
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )
 
-var (
-	torrentScript  = btstore.Script("orphan_torrent.lua")
-	userScript     = btstore.Script("orphan_user.lua")
-	registryScript = btstore.Script("orphan_registry.lua")
-	revsScript     = btstore.Script("orphan_revs.lua")
-)
+var torrentScript = btstore.Script("orphan_torrent.lua")
 
 // Config configures a Cleaner.
 type Config struct {

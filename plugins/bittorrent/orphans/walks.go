@@ -350,7 +350,7 @@ func (c *Cleaner) cleanUserEntries(ctx context.Context, user string, torrents []
 	if len(args) == 0 {
 		return nil
 	}
-	n, err := userScript.Run(ctx, c.rdb, btstore.UserStateKeys(user), args...).Int()
+	n, err := btstore.DropUserEntries(ctx, c.rdb, user, args)
 	report.UserEntries += n
 	return err
 }
@@ -411,7 +411,7 @@ func (c *Cleaner) checkRegistry(ctx context.Context, pairs []string, report *Rep
 	if len(args) == 0 {
 		return nil
 	}
-	deleted, err := registryScript.Run(ctx, c.rdb, []string{btstore.RegistryKey}, args...).StringSlice()
+	deleted, err := btstore.DropRegistryEntries(ctx, c.rdb, args)
 	if err != nil {
 		return err
 	}
@@ -452,7 +452,6 @@ func (c *Cleaner) revsPage(ctx context.Context, src source, cursor uint64, repor
 // a score index shard, with any index entry, whose score record is gone
 // and whose revision is older than the window.
 func (c *Cleaner) checkRevs(ctx context.Context, shard int, pairs []string, report *Report) error {
-	revsKey := btstore.ScoreIndexRevsKey(shard)
 	now := c.nowMillis()
 	type entry struct {
 		hex, rev string
@@ -483,7 +482,7 @@ func (c *Cleaner) checkRevs(ctx context.Context, shard int, pairs []string, repo
 	if len(args) == 0 {
 		return nil
 	}
-	n, err := revsScript.Run(ctx, c.rdb, []string{btstore.ScoreIndexKey(shard), revsKey}, args...).Int()
+	n, err := btstore.DropScoreRevisions(ctx, c.rdb, shard, args)
 	report.ScoreRevisions += n
 	return err
 }
