@@ -18,6 +18,7 @@ import (
 
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 	"github.com/hoardproject/hoard/queues"
 
@@ -359,5 +360,55 @@ func TestBitTorrentAdminRegistersUploaderAndCreated(t *testing.T) {
 		require.Equal(t, "42", info.Uploader)
 		require.Equal(t, time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), info.Created.UTC())
 		require.Contains(t, f.logs.String(), "uploader=42")
+	})
+}
+
+// TestPurgeTorrentDeletesEveryRecordAtOnce: DELETE …?purge=true on a
+// torrent with a peer unregisters it and refuses the purge (409, saying
+// why); once the peer left, the purge deletes every record under the
+// torrent's tag in one script (btstore.RemoveTorrent) and records its
+// user in cleanup's due set, and the change is logged.
+func TestPurgeTorrentDeletesEveryRecordAtOnce(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newBTFixture(t, b)
+		hash := btHash("purged.iso")
+		const passkey = "abcdefghijklmnopqrstuvwxyz012345"
+		path := "/torrents/" + btHex(hash) + "?purge=true"
+		for _, call := range [][3]string{{http.MethodPut, "/clients/-TR3", ""}, {http.MethodPut, "/torrents/" + btHex(hash), `{"id":"10"}`},
+			{http.MethodPut, "/users/" + passkey, `{"user_id":"7"}`}} {
+			r := f.call(call[0], call[1], call[2])
+			require.Equal(t, http.StatusOK, r.status, r.body)
+		}
+		peer := btPeer("-TR3000-", 1)
+		require.NoError(t, f.announce(hash, peer, passkey, 0, 1))
+		records, err := btstore.ListTorrentRecords(f.ctx, b.Client, hash)
+		require.NoError(t, err)
+		require.Greater(t, len(records), 3, "record, seeders, users, the user's record, the peer's…")
+
+		requireError(t, f.call(http.MethodDelete, path, ""), http.StatusConflict, "still has peers")
+		info, err := f.tracker.Torrent(f.ctx, hash)
+		require.NoError(t, err)
+		require.Empty(t, info.ID, "unregistered all the same")
+
+		_, err = f.tracker.Announce(f.ctx, &bittorrent.AnnounceRequest{InfoHash: hash, PeerID: peer, Passkey: passkey, Event: bittorrent.EventStopped,
+			Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 0, 1}), 6881)})
+		require.ErrorContains(t, err, "unregistered torrent", "announces to it are refused; the peer stays until its deadline")
+		f.clock.Advance(2 * f.tracker.Config().PeerTimeout)
+		_, err = f.tracker.Sweep(f.ctx)
+		require.NoError(t, err)
+		require.NoError(t, f.tracker.Flush(f.ctx))
+
+		records, err = btstore.ListTorrentRecords(f.ctx, b.Client, hash)
+		require.NoError(t, err)
+		require.NotEmpty(t, records, "the peer's record, the user's record, the users set, the torrent's record…")
+		r := f.call(http.MethodDelete, path, "")
+		require.Equal(t, http.StatusOK, r.status, r.body)
+		require.Equal(t, float64(len(records)), decode(t, r.body)["purged_keys"], "every record left after the peer's expiry")
+		records, err = btstore.ListTorrentRecords(f.ctx, b.Client, hash)
+		require.NoError(t, err)
+		require.Empty(t, records)
+		_, err = b.Client.ZScore(f.ctx, btstore.OrphanUserDueKey(btstore.OrphanUserDueShard("7")), "7").Result()
+		require.NoError(t, err, "its user's set entries are left to cleanup's due set")
+		require.Contains(t, f.logs.String(), "torrent purged")
 	})
 }

@@ -33,7 +33,9 @@ import (
 // /api/v1/bittorrent):
 //
 //	PUT    /torrents/:infohash   {"id":"123"}   register (or re-id) a torrent (also uploader, created, value)
-//	DELETE /torrents/:infohash                  unregister it (404 if not registered)
+//	DELETE /torrents/:infohash                  unregister it (404 if not registered);
+//	                                            ?purge=true also deletes its records now
+//	                                            (registered or not; 409 while it has peers)
 //	GET    /torrents/:infohash                  its record (404 if none)
 //	PUT    /users/:passkey       {"user_id":"7"} map a passkey to a user
 //	DELETE /users/:passkey                      forget a passkey
@@ -268,6 +270,11 @@ func (b *Admin) unregisterTorrent(c *gin.Context) {
 	}
 	ctx := c.Request.Context()
 	info, err := b.Store.Torrent(ctx, hash)
+	if c.Query("purge") == "true" && (err == nil || errors.Is(err, swarm.ErrNotFound)) {
+		// also once unregistered: "purge again once they left"
+		b.purgeTorrent(c, hash, info.ID)
+		return
+	}
 	if err == nil && info.ID == "" {
 		err = swarm.ErrNotFound
 	}
@@ -285,6 +292,25 @@ func (b *Admin) unregisterTorrent(c *gin.Context) {
 	}
 	logChange(c, "torrent unregistered", "info_hash", hexHash(hash), "id", info.ID)
 	c.JSON(http.StatusOK, gin.H{"info_hash": hexHash(hash), "unregistered_id": info.ID})
+}
+
+// purgeTorrent answers DELETE …/torrents/:infohash?purge=true: unregister
+// and delete every record of the torrent now (swarm.PurgeTorrent). With
+// peers in its swarm it is unregistered only, and says so (409).
+func (b *Admin) purgeTorrent(c *gin.Context, hash bittorrent.InfoHash, id string) {
+	n, err := b.Store.PurgeTorrent(c.Request.Context(), hash)
+	if errors.Is(err, btstore.ErrHasPeers) {
+		logChange(c, "torrent unregistered", "info_hash", hexHash(hash), "id", id)
+		_ = c.Error(newAPIError(http.StatusConflict, "has_peers", "torrent "+hexHash(hash)+
+			" is unregistered, but its swarm still has peers, so its records stay until orphan cleanup removes them; purge again once they left"))
+		return
+	}
+	if err != nil {
+		_ = c.Error(swarmError(err))
+		return
+	}
+	logChange(c, "torrent purged", "info_hash", hexHash(hash), "id", id, "keys", n)
+	c.JSON(http.StatusOK, gin.H{"info_hash": hexHash(hash), "unregistered_id": id, "purged_keys": n})
 }
 
 func (b *Admin) showTorrent(c *gin.Context) {

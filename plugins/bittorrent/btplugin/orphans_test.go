@@ -77,8 +77,12 @@ func TestOrphanCleanupLogsWhatItChanged(t *testing.T) {
 		hash := sha1.Sum([]byte("orphan to log"))
 		require.NoError(t, tr.Store().RegisterTorrent(t.Context(), hash, "t1"))
 		require.NoError(t, tr.Store().UnregisterTorrent(t.Context(), hash))
+		// Stamped three hours ago, its due entry too (the backstop's pass
+		// ran on the first tick, and the next waits a day), as a clock
+		// three hours on would see them.
 		old := time.Now().Add(-3 * time.Hour).UnixMilli()
 		require.NoError(t, b.Client.HSet(t.Context(), btstore.TorrentKey(hash), "registered", old, "created", old, "unregistered", old).Err())
+		require.NoError(t, btstore.MarkTorrentDue(t.Context(), b.Client, hash, old))
 		_, err = tr.OnTick(t.Context(), plugins.Tick{Job: btplugin.OrphansJob, At: time.Now()})
 		require.NoError(t, err)
 		require.Equal(t, 1, strings.Count(logs.String(), `msg="orphan cleanup removed records"`), logs.String())

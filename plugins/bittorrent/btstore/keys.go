@@ -696,3 +696,30 @@ const OrphanCursorsKey = Prefix + "orphans:cursors"
 // OrphanPassesKey counts each walk's finished passes (HASH "<walk>" ->
 // n).
 const OrphanPassesKey = Prefix + "orphans:passes"
+
+// ---- orphan cleanup's due sets (package orphans, btstore/due.go) ----
+
+// OrphanDueShards is how many shards each orphan due set has. It is
+// fixed: changing it would strand the entries of the shards that went.
+const OrphanDueShards = 16
+
+// OrphanDueShard is the shard of a torrent's entry in the torrents' due set.
+func OrphanDueShard(hash bittorrent.InfoHash) int { return int(hash[0]) % OrphanDueShards }
+
+// OrphanUserDueShard is the shard of a user's entry in the users' due set.
+func OrphanUserDueShard(userID string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(userID))
+	return int(h.Sum32() % OrphanDueShards)
+}
+
+// OrphanDueKey is one shard of the torrents that may have become orphans
+// (ZSET hex info-hash -> when cleanup should look, ms). Each shard is its
+// own slot; no script touches it, so it needs no torrent's tag.
+func OrphanDueKey(shard int) string { return Prefix + "{orphans:due:" + strconv.Itoa(shard) + "}" }
+
+// OrphanUserDueKey is one shard of the users whose set entries may name
+// a record that went (ZSET user id -> when cleanup should look, ms).
+func OrphanUserDueKey(shard int) string {
+	return Prefix + "{orphans:udue:" + strconv.Itoa(shard) + "}"
+}

@@ -17,12 +17,7 @@ import (
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )
 
-var (
-	torrentScript  = btstore.Script("orphan_torrent.lua")
-	userScript     = btstore.Script("orphan_user.lua")
-	registryScript = btstore.Script("orphan_registry.lua")
-	revsScript     = btstore.Script("orphan_revs.lua")
-)
+var torrentScript = btstore.Script("orphan_torrent.lua")
 
 // Config configures a Cleaner.
 type Config struct {
@@ -39,6 +34,7 @@ type Config struct {
 // Report counts what cleanup read and removed.
 type Report struct {
 	Scanned          int // keys and entries read by the walks
+	Due              int // due entries read (torrents and users recorded as possible orphans)
 	Torrents         int // torrent records
 	UserRecords      int // user-torrent records
 	PeerRecords      int
@@ -69,6 +65,7 @@ func (r *Report) Add(o Report) { r.add(o) }
 
 func (r *Report) add(o Report) {
 	r.Scanned += o.Scanned
+	r.Due += o.Due
 	r.Torrents += o.Torrents
 	r.UserRecords += o.UserRecords
 	r.PeerRecords += o.PeerRecords
@@ -109,6 +106,9 @@ func New(rdb redis.UniversalClient, cfg Config) (*Cleaner, error) {
 	if err := CheckWindow(cfg.Policy.Window, cfg.Store); err != nil {
 		return nil, err
 	}
+	if cfg.Policy.BackstopPeriod == 0 {
+		cfg.Policy.BackstopPeriod = DefaultBackstopPeriod
+	}
 	if cfg.Policy.ScanCount <= 0 || cfg.Policy.MaxKeysPerTick < cfg.Policy.ScanCount {
 		return nil, fmt.Errorf("orphans: scan count %d and keys per tick %d must be positive, keys per tick at least the scan count",
 			cfg.Policy.ScanCount, cfg.Policy.MaxKeysPerTick)
@@ -125,11 +125,16 @@ func New(rdb redis.UniversalClient, cfg Config) (*Cleaner, error) {
 	}
 	c := &Cleaner{rdb: rdb, store: store, cfg: cfg, logger: cfg.Logger}
 	c.walks = []*walk{
-		{name: "torrents", sources: c.masters, page: c.torrentPage},
-		{name: "users", sources: c.masters, page: c.userPage},
-		{name: "registry", sources: single, page: c.registryPage},
-		{name: "revs", sources: revShards, page: c.revsPage},
-		{name: walkPasskeys, sources: c.masters, page: c.passkeyPage, recordStart: true},
+		// every tick: the due sets, what became unreferenced as it happened
+		{name: "due", sources: dueShards, page: c.dueTorrentPage},
+		{name: "udue", sources: dueShards, page: c.dueUserPage},
+		// the backstop: a pass every BackstopPeriod (docs/bittorrent-orphans.md)
+		{name: "torrents", sources: c.masters, page: c.torrentPage, backstop: true},
+		{name: "users", sources: c.masters, page: c.userPage, backstop: true},
+		{name: "registry", sources: single, page: c.registryPage, backstop: true},
+		{name: "revs", sources: revShards, page: c.revsPage, backstop: true},
+		// also whenever a removed user waits for a pass of it (passkeysNeeded)
+		{name: walkPasskeys, sources: c.masters, page: c.passkeyPage, recordStart: true, backstop: true},
 		{name: "removed", sources: single, page: c.removedPage},
 	}
 	return c, nil
@@ -163,12 +168,31 @@ func (c *Cleaner) Tick(ctx context.Context) (Report, error) {
 	return total, nil
 }
 
-// Pass runs every walk once over everything, from the start, ignoring
-// the per-tick bound and the stored cursors: for tests, benchmarks and
-// an operator who wants it now.
-func (c *Cleaner) Pass(ctx context.Context) (Report, error) {
+// Pass runs every walk once over everything, the backstop's included,
+// from the start, ignoring the per-tick bound, the backstop's period and
+// the stored cursors: for tests, benchmarks and an operator who wants it
+// now.
+func (c *Cleaner) Pass(ctx context.Context) (Report, error) { return c.pass(ctx, true) }
+
+// DuePass is Pass without the backstop walks (but the passkeys walk
+// when a removed user waits for it): what ticks do between two backstop
+// passes, unbounded.
+func (c *Cleaner) DuePass(ctx context.Context) (Report, error) { return c.pass(ctx, false) }
+
+func (c *Cleaner) pass(ctx context.Context, backstop bool) (Report, error) {
 	var total Report
 	for _, w := range c.walks {
+		if w.backstop && !backstop {
+			if w.name != walkPasskeys {
+				continue
+			}
+			if wait, err := c.removedUserWaits(ctx); err != nil || !wait {
+				if err != nil {
+					return total, err
+				}
+				continue
+			}
+		}
 		r, err := c.step(ctx, w, true)
 		total.add(r)
 		if err != nil {
@@ -190,6 +214,10 @@ type walk struct {
 	// btstore.OrphanPassesKey as "<name>:covered", for checks that need a whole pass
 	// that began after some moment (the purge of a removed user).
 	recordStart bool
+	// backstop: a tick begins a pass only BackstopPeriod after the last
+	// one ended (or, for the passkeys walk, when a removed user waits
+	// for one); a pass under way goes on every tick.
+	backstop bool
 }
 
 // source is one thing a walk scans: a master (node) or a shard number.
@@ -242,6 +270,13 @@ func (c *Cleaner) step(ctx context.Context, w *walk, full bool) (Report, error) 
 			return report, err
 		}
 		index, cursor, started = parsePosition(pos, sources)
+		if w.backstop && index == 0 && cursor == 0 && started > 0 {
+			// between passes: started is when the last one ended
+			begin, err := c.backstopDue(ctx, w, started)
+			if err != nil || !begin {
+				return report, err
+			}
+		}
 	}
 	if index == 0 && cursor == 0 {
 		started = c.nowMillis() // a pass begins
@@ -282,6 +317,33 @@ func (c *Cleaner) step(ctx context.Context, w *walk, full bool) (Report, error) 
 		}
 	}
 	return report, nil
+}
+
+// backstopDue says a backstop walk whose last pass ended at ended (ms)
+// begins another: its period has run, or (the passkeys walk) a removed
+// user older than the window waits for a pass begun after its removal,
+// which its purge needs.
+func (c *Cleaner) backstopDue(ctx context.Context, w *walk, ended int64) (bool, error) {
+	now := c.nowMillis()
+	if now-ended >= c.cfg.Policy.BackstopPeriod.Milliseconds() {
+		return true, nil
+	}
+	if w.name != walkPasskeys {
+		return false, nil
+	}
+	return c.removedUserWaits(ctx)
+}
+
+// removedUserWaits says a removed user, marked longer than the window
+// ago, waits for a pass of the passkeys walk begun after its removal.
+func (c *Cleaner) removedUserWaits(ctx context.Context) (bool, error) {
+	covered, err := c.rdb.HGet(ctx, btstore.OrphanPassesKey, walkPasskeys+":covered").Int64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return false, err
+	}
+	waiting, err := c.rdb.ZCount(ctx, btstore.RemovedUsersKey, strconv.FormatInt(covered, 10),
+		strconv.FormatInt(c.nowMillis()-c.windowMillis()-1, 10)).Result()
+	return waiting > 0, err
 }
 
 // parsePosition reads "<source>|<cursor>|<pass start, ms>" (positions

@@ -77,6 +77,19 @@
 //	                  stats, and {h}:user:u everywhere                                                                       after the mark
 //	whitelist, stats  hoard:bt:whitelist, :stats        the operator                 -                                      the operator
 //
+// # How it finds its work
+//
+// Each tick first reads the due sets (btstore/due.go, due.go here): the
+// torrents recorded as possible orphans when they were unregistered or
+// their swarm emptied, and the users whose records on a gone torrent
+// went, each once its timestamp of interest is older than the window. A
+// due torrent is looked at as the torrents walk would (orphan_torrent.lua
+// checks everything again in its slot, so a stale entry deletes nothing
+// live), then its registry entry and score revision. The walks below are
+// the backstop: each begins a pass only Policy.BackstopPeriod after its
+// last one ended (the passkeys walk also when a removed user waits for
+// it), for what no due entry names (docs/bittorrent-orphans.md).
+//
 // # How it walks
 //
 // Six walks, each with its position in btstore.OrphanCursorsKey so the next tick, on

@@ -27,6 +27,11 @@ type Settings struct {
 	// MaxKeysPerTick bounds the keys and entries one tick reads, per walk
 	// (20000); a pass over a large tracker spans many ticks.
 	MaxKeysPerTick int `json:"max_keys_per_tick"`
+	// BackstopPeriod is how long after a backstop pass ends the next
+	// begins ("24h"): the SCAN walks that find what no due entry names
+	// (records written before the due sets existed, a hint lost to a
+	// kill -9 between a change and its entry).
+	BackstopPeriod string `json:"backstop_period"`
 }
 
 // Policy is the parsed settings.
@@ -35,6 +40,8 @@ type Policy struct {
 	Period         time.Duration
 	ScanCount      int
 	MaxKeysPerTick int
+	// BackstopPeriod: between backstop passes (DefaultBackstopPeriod when 0).
+	BackstopPeriod time.Duration
 }
 
 // Defaults.
@@ -43,6 +50,7 @@ const (
 	DefaultPeriod         = 10 * time.Second
 	DefaultScanCount      = 500
 	DefaultMaxKeysPerTick = 20_000
+	DefaultBackstopPeriod = 24 * time.Hour
 )
 
 // ParseSettings reads the settings; store is the swarm store's
@@ -56,7 +64,8 @@ func ParseSettings(raw json.RawMessage, store swarm.Config) (Settings, Policy, e
 			return s, Policy{}, fmt.Errorf("orphans settings: %w", err)
 		}
 	}
-	p := Policy{Window: DefaultWindow, Period: DefaultPeriod, ScanCount: s.ScanCount, MaxKeysPerTick: s.MaxKeysPerTick}
+	p := Policy{Window: DefaultWindow, Period: DefaultPeriod, ScanCount: s.ScanCount, MaxKeysPerTick: s.MaxKeysPerTick,
+		BackstopPeriod: DefaultBackstopPeriod}
 	var errs []error
 	if s.Window != "" {
 		d, err := time.ParseDuration(s.Window)
@@ -71,6 +80,13 @@ func ParseSettings(raw json.RawMessage, store swarm.Config) (Settings, Policy, e
 			errs = append(errs, fmt.Errorf("orphans settings: period %q must be a duration of at least 1s", s.Period))
 		}
 		p.Period = d
+	}
+	if s.BackstopPeriod != "" {
+		d, err := time.ParseDuration(s.BackstopPeriod)
+		if err != nil || d < time.Minute {
+			errs = append(errs, fmt.Errorf("orphans settings: backstop_period %q must be a duration of at least 1m", s.BackstopPeriod))
+		}
+		p.BackstopPeriod = d
 	}
 	if p.ScanCount == 0 {
 		p.ScanCount = DefaultScanCount

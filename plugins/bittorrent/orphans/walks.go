@@ -137,9 +137,14 @@ func (c *Cleaner) torrentPage(ctx context.Context, src source, cursor uint64, re
 		return 0, err
 	}
 	calls = calls[:0]
+	var went []string
 	for i, g := range unfinished {
 		users, _ := members[i].Val()
 		calls = append(calls, c.finishCall(g.hash, users, g.users))
+		went = append(went, users...)
+	}
+	if err := c.markUsersDue(ctx, went); err != nil {
+		return 0, err
 	}
 	for i, cmd := range c.runPipelined(ctx, torrentScript, calls) {
 		gone, left, err := c.countTorrent(cmd, report)
@@ -147,12 +152,32 @@ func (c *Cleaner) torrentPage(ctx context.Context, src source, cursor uint64, re
 			return 0, err
 		}
 		if gone && left > 0 {
-			if err := c.finishTorrent(ctx, unfinished[i].hash, report); err != nil {
+			if _, err := c.finishTorrent(ctx, unfinished[i].hash, report); err != nil {
 				return 0, err
 			}
 		}
 	}
 	return next, nil
+}
+
+// markUsersDue records users whose records on a torrent are being
+// deleted, so cleanup looks at their set entries at once (the records
+// went because they were older than the window, and so are their
+// entries' versions); written before the delete, so a kill -9 between
+// leaves the hint, not the entries alone.
+func (c *Cleaner) markUsersDue(ctx context.Context, users []string) error {
+	if len(users) == 0 {
+		return nil
+	}
+	at := c.nowMillis() - c.windowMillis() - 1
+	pipe := c.rdb.Pipeline()
+	for _, user := range users {
+		if err := btstore.MarkUserDue(ctx, pipe, user, at); err != nil {
+			return err
+		}
+	}
+	_, err := pipe.Exec(ctx)
+	return err
 }
 
 // finishCall is the finishing orphan_torrent.lua call for a torrent with
@@ -178,22 +203,27 @@ func (c *Cleaner) finishCall(hash bittorrent.InfoHash, users, extra []string) ev
 // its users set, a chunk per script call, and its record with the last
 // chunk. Between chunks the record (without an id) stays, so announces
 // are refused; registered again meanwhile, the torrent keeps the records
-// not deleted yet (each deleted one was an orphan when it went).
-func (c *Cleaner) finishTorrent(ctx context.Context, hash bittorrent.InfoHash, report *Report) error {
+// not deleted yet (each deleted one was an orphan when it went). finished
+// says the torrent is gone with every user record.
+func (c *Cleaner) finishTorrent(ctx context.Context, hash bittorrent.InfoHash, report *Report) (finished bool, err error) {
 	prevLeft := int64(-1)
 	for range maxFinishRounds {
 		users, _, err := c.rdb.SScan(ctx, btstore.TorrentUsersKey(hash), 0, "", finishChunk).Result()
 		if err != nil {
-			return err
+			return false, err
+		}
+		if err := c.markUsersDue(ctx, users); err != nil {
+			return false, err
 		}
 		call := c.finishCall(hash, users, nil)
 		gone, left, err := c.countTorrent(torrentScript.Run(ctx, c.rdb, call.keys, call.args...), report)
 		if err != nil || !gone || left == 0 || (prevLeft >= 0 && left >= prevLeft) {
-			return err // done, live again, or stuck on a fresh record: the next pass looks again
+			// done, live again, or stuck on a fresh record: the next pass looks again
+			return err == nil && gone && left == 0, err
 		}
 		prevLeft = left
 	}
-	return nil
+	return false, nil
 }
 
 func (c *Cleaner) torrentCall(hash bittorrent.InfoHash, extra []string, kinds []any, finish bool) evalCall {
@@ -320,7 +350,7 @@ func (c *Cleaner) cleanUserEntries(ctx context.Context, user string, torrents []
 	if len(args) == 0 {
 		return nil
 	}
-	n, err := userScript.Run(ctx, c.rdb, btstore.UserStateKeys(user), args...).Int()
+	n, err := btstore.DropUserEntries(ctx, c.rdb, user, args)
 	report.UserEntries += n
 	return err
 }
@@ -334,6 +364,13 @@ func (c *Cleaner) registryPage(ctx context.Context, _ source, cursor uint64, rep
 		return 0, err
 	}
 	report.Scanned += len(pairs) / 2
+	return next, c.checkRegistry(ctx, pairs, report)
+}
+
+// checkRegistry removes the registry entries of pairs (hex info-hash,
+// id) whose torrent record has no id and is older than the window (or is
+// gone), then puts back any a registration raced with.
+func (c *Cleaner) checkRegistry(ctx context.Context, pairs []string, report *Report) error {
 	type entry struct {
 		hex, id string
 		fields  *redis.SliceCmd
@@ -349,10 +386,10 @@ func (c *Cleaner) registryPage(ctx context.Context, _ source, cursor uint64, rep
 			pipe.HMGet(ctx, btstore.TorrentKey(hash), "id", "registered", "unregistered", "created", "last_action")})
 	}
 	if len(entries) == 0 {
-		return next, nil
+		return nil
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return 0, err
+		return err
 	}
 	now := c.nowMillis()
 	var args []any
@@ -372,11 +409,11 @@ func (c *Cleaner) registryPage(ctx context.Context, _ source, cursor uint64, rep
 		}
 	}
 	if len(args) == 0 {
-		return next, nil
+		return nil
 	}
-	deleted, err := registryScript.Run(ctx, c.rdb, []string{btstore.RegistryKey}, args...).StringSlice()
+	deleted, err := btstore.DropRegistryEntries(ctx, c.rdb, args)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	report.RegistryEntries += len(deleted)
 	// A registration writes the record, then the registry: one that wrote
@@ -388,27 +425,33 @@ func (c *Cleaner) registryPage(ctx context.Context, _ source, cursor uint64, rep
 			continue
 		}
 		if err != nil {
-			return 0, err
+			return err
 		}
 		if err := c.rdb.HSet(ctx, btstore.RegistryKey, hexHash, id).Err(); err != nil {
-			return 0, err
+			return err
 		}
 		report.RegistryEntries--
 		report.RegistryRestored++
 	}
-	return next, nil
+	return nil
 }
 
 // revsPage reads one HSCAN page of a score index shard's revisions and
 // removes those (with any index entry) whose score record is gone and
 // whose revision is older than the window.
 func (c *Cleaner) revsPage(ctx context.Context, src source, cursor uint64, report *Report) (uint64, error) {
-	revsKey := btstore.ScoreIndexRevsKey(src.shard)
-	pairs, next, err := c.rdb.HScan(ctx, revsKey, cursor, "", int64(c.cfg.Policy.ScanCount)).Result()
+	pairs, next, err := c.rdb.HScan(ctx, btstore.ScoreIndexRevsKey(src.shard), cursor, "", int64(c.cfg.Policy.ScanCount)).Result()
 	if err != nil {
 		return 0, err
 	}
 	report.Scanned += len(pairs) / 2
+	return next, c.checkRevs(ctx, src.shard, pairs, report)
+}
+
+// checkRevs removes the revisions of pairs (hex info-hash, revision) in
+// a score index shard, with any index entry, whose score record is gone
+// and whose revision is older than the window.
+func (c *Cleaner) checkRevs(ctx context.Context, shard int, pairs []string, report *Report) error {
 	now := c.nowMillis()
 	type entry struct {
 		hex, rev string
@@ -425,10 +468,10 @@ func (c *Cleaner) revsPage(ctx context.Context, src source, cursor uint64, repor
 		entries = append(entries, entry{pairs[i], pairs[i+1], pipe.Exists(ctx, btstore.ScoreKey(hash))})
 	}
 	if len(entries) == 0 {
-		return next, nil
+		return nil
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return 0, err
+		return err
 	}
 	var args []any
 	for _, e := range entries {
@@ -437,9 +480,9 @@ func (c *Cleaner) revsPage(ctx context.Context, src source, cursor uint64, repor
 		}
 	}
 	if len(args) == 0 {
-		return next, nil
+		return nil
 	}
-	n, err := revsScript.Run(ctx, c.rdb, []string{btstore.ScoreIndexKey(src.shard), revsKey}, args...).Int()
+	n, err := btstore.DropScoreRevisions(ctx, c.rdb, shard, args)
 	report.ScoreRevisions += n
-	return next, err
+	return err
 }

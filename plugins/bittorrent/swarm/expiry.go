@@ -77,6 +77,9 @@ func (s *Store) recordExpiry(ctx context.Context, hash bittorrent.InfoHash, repl
 			s.flushIfIdle(ctx)
 		}
 	}
+	if removed > 0 && next == 0 && torrentID == "" {
+		s.markOrphanDue(ctx, hash) // an unregistered torrent's swarm emptied
+	}
 	return removed, next
 }
 

@@ -173,7 +173,12 @@ func (s *Store) UnregisterTorrent(ctx context.Context, hash bittorrent.InfoHash)
 	// The "unregistered" stamp is the record's timestamp of interest for
 	// orphan cleanup (package orphans): it is removed a protection window
 	// after this, once its swarm is empty. One key: MULTI is fine on a
-	// cluster.
+	// cluster. Cleanup's due entry is written first, so a call cut off
+	// after the unregistering still left one (a stale one, of a call cut
+	// off before, is looked at and dropped).
+	if err := btstore.MarkTorrentDue(ctx, s.rdb, hash, s.nowMillis()); err != nil {
+		return fmt.Errorf("swarm.UnregisterTorrent: %w", err)
+	}
 	pipe := s.rdb.TxPipeline()
 	pipe.HDel(ctx, btstore.TorrentKey(hash), "id")
 	pipe.HSet(ctx, btstore.TorrentKey(hash), "unregistered", s.nowMillis())
@@ -189,6 +194,36 @@ func (s *Store) UnregisterTorrent(ctx context.Context, hash bittorrent.InfoHash)
 		return fmt.Errorf("swarm.UnregisterTorrent: %w", err)
 	}
 	return nil
+}
+
+// PurgeTorrent unregisters a torrent and deletes every record it owns at
+// once, by one script in its slot (btstore.RemoveTorrent), instead of a
+// protection window later by orphan cleanup: an operator's "delete this
+// torrent now". While its swarm has peers it is refused with
+// btstore.ErrHasPeers and stays unregistered (cleanup removes it a
+// window after they left). Its users' set entries naming it are recorded
+// in cleanup's due set first, and go a window later: a frontend's batched
+// copy of a user's state can still write them meanwhile.
+func (s *Store) PurgeTorrent(ctx context.Context, hash bittorrent.InfoHash) (int, error) {
+	if err := s.UnregisterTorrent(ctx, hash); err != nil {
+		return 0, err
+	}
+	users, err := s.rdb.SMembers(ctx, btstore.TorrentUsersKey(hash)).Result()
+	if err != nil {
+		return 0, fmt.Errorf("swarm.PurgeTorrent: %w", err)
+	}
+	pipe := s.rdb.Pipeline()
+	for _, user := range users {
+		if err := btstore.MarkUserDue(ctx, pipe, user, s.nowMillis()); err != nil {
+			return 0, err
+		}
+	}
+	if len(users) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil {
+			return 0, fmt.Errorf("swarm.PurgeTorrent: %w", err)
+		}
+	}
+	return btstore.RemoveTorrent(ctx, s.rdb, hash)
 }
 
 // TorrentInfo is a torrent's record.

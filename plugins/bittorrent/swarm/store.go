@@ -358,6 +358,21 @@ func (s *Store) recordAnnounce(ctx context.Context, hash bittorrent.InfoHash, us
 	if full {
 		s.flushIfIdle(ctx)
 	}
+	if replyInt(reply[1])+replyInt(reply[2]) == 0 && replyString(reply[8]) == "" {
+		// the last peer of an unregistered torrent stopped: it may be an
+		// orphan a window from now (a rare announce, so one more write)
+		s.markOrphanDue(ctx, hash)
+	}
+}
+
+// markOrphanDue tells orphan cleanup to look at a torrent a protection
+// window after now. A lost hint (Redis unreachable, a kill -9 before it)
+// costs only promptness: cleanup's backstop walk finds the torrent.
+func (s *Store) markOrphanDue(ctx context.Context, hash bittorrent.InfoHash) {
+	if err := btstore.MarkTorrentDue(ctx, s.rdb, hash, s.nowMillis()); err != nil {
+		s.logger.Warn("swarm: recording a possible orphan for cleanup failed; its backstop walk finds it", "info_hash",
+			btstore.HexInfoHash(hash), "error", err)
+	}
 }
 
 func (s *Store) openRetentionMillis() int64 {
