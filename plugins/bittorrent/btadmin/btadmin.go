@@ -33,7 +33,9 @@ import (
 // /api/v1/bittorrent):
 //
 //	PUT    /torrents/:infohash   {"id":"123"}   register (or re-id) a torrent (also uploader, created, value)
-//	DELETE /torrents/:infohash                  unregister it (404 if not registered)
+//	DELETE /torrents/:infohash  [{"reason":"Trumped"}]  unregister it (404 if not registered); with a
+//	                                            reason, its announces answer "torrent deleted: <reason>"
+//	                                            for deleted_reason_ttl
 //	GET    /torrents/:infohash                  its record (404 if none)
 //	PUT    /users/:passkey       {"user_id":"7"} map a passkey to a user
 //	DELETE /users/:passkey                      forget a passkey
@@ -48,6 +50,9 @@ import (
 //	DELETE /torrents/:infohash/trackers         clear them
 //	GET    /torrents/:infohash/score            its score, sources (own swarm, each tracker) and history
 //	GET    /scores/top?n=10                     the torrents with the highest scores
+//	GET    /deny                                the deny lists (both modes)
+//	PUT    /deny/torrents/:infohash {"reason":"…"}  deny an info-hash; DELETE allows it again
+//	PUT    /deny/clients/*prefix    {"reason":"…"}  deny a peer_id prefix; DELETE allows it again
 //
 // PUT …/torrents/:infohash takes "trackers" too: the list is checked
 // before anything is written and replaces the torrent's list; absent, the
@@ -106,6 +111,11 @@ func (b *Admin) register(g *gin.RouterGroup) {
 	bt.DELETE("/clients/*prefix", b.removeClient)
 	bt.GET("/stats", b.stats)
 	bt.GET("/top", b.top)
+	bt.GET("/deny", b.listDenied)
+	bt.PUT("/deny/torrents/:infohash", b.denyTorrent)
+	bt.DELETE("/deny/torrents/:infohash", b.allowTorrent)
+	bt.PUT("/deny/clients/*prefix", b.denyClient)
+	bt.DELETE("/deny/clients/*prefix", b.allowClient)
 	b.registerOutbox(g)
 	b.registerReaper(bt)
 	sc := bt.Group("", requirePart(func() bool { return b.Scorer != nil },
@@ -266,6 +276,17 @@ func (b *Admin) unregisterTorrent(c *gin.Context) {
 		_ = c.Error(swarmError(err))
 		return
 	}
+	// The body is optional: {"reason": "Trumped"}.
+	var req DeleteTorrentRequest
+	if c.Request.ContentLength != 0 && !decode(c, &req) {
+		return
+	}
+	if req.Reason != "" {
+		if err := swarm.CheckReason(req.Reason); err != nil {
+			_ = c.Error(swarmError(err))
+			return
+		}
+	}
 	ctx := c.Request.Context()
 	info, err := b.Store.Torrent(ctx, hash)
 	if err == nil && info.ID == "" {
@@ -279,12 +300,25 @@ func (b *Admin) unregisterTorrent(c *gin.Context) {
 		_ = c.Error(err)
 		return
 	}
-	if err := b.Store.UnregisterTorrent(ctx, hash); err != nil {
+	if err := b.Store.DeleteTorrent(ctx, hash, req.Reason); err != nil {
 		_ = c.Error(swarmError(err))
 		return
 	}
-	logChange(c, "torrent unregistered", "info_hash", hexHash(hash), "id", info.ID)
-	c.JSON(http.StatusOK, gin.H{"info_hash": hexHash(hash), "unregistered_id": info.ID})
+	logChange(c, "torrent unregistered", "info_hash", hexHash(hash), "id", info.ID, "reason", req.Reason)
+	reply := gin.H{"info_hash": hexHash(hash), "unregistered_id": info.ID}
+	if req.Reason != "" {
+		reply["reason"] = req.Reason
+		reply["reason_until"] = time.Now().Add(b.Store.Config().DeletedReasonTTL).UTC().Truncate(time.Second)
+	}
+	c.JSON(http.StatusOK, reply)
+}
+
+// DeleteTorrentRequest is the optional body of DELETE …/torrents/:infohash:
+// the reason clients read ("torrent deleted: <reason>") for the plugin's
+// deleted_reason_ttl, e.g. "Trumped" or "Dupe". 1-200 bytes, no control
+// characters.
+type DeleteTorrentRequest struct {
+	Reason string `json:"reason"`
 }
 
 func (b *Admin) showTorrent(c *gin.Context) {

@@ -161,9 +161,10 @@ type LimitSettings struct {
 	MaxPeersPerTorrent int `json:"max_peers_per_torrent"`
 	// FloodInterval is flood control (swarm.Config.FloodInterval): a
 	// peer's announce without an event sooner than this after its last
-	// accepted one is refused. "" is 90% of min_interval (clients time
-	// their announces from when they sent the last, and a request's
-	// delay varies); "off" turns it off.
+	// accepted one is refused. "auto" is 90% of min_interval (clients
+	// time their announces from when they sent the last, and a request's
+	// delay varies); "" (the default) turns it off, since a client's
+	// "force reannounce" button would be refused.
 	FloodInterval string `json:"flood_interval"`
 	// FloodWindow (1h) and FloodReportAfter (10; -1: never) make a peer
 	// refused FloodReportAfter times in one window a repeat offender,
@@ -240,9 +241,9 @@ func (l LimitSettings) flood(cfg *swarm.Config, duration func(name, text string)
 	}
 	cfg.FloodReportAfter = l.FloodReportAfter
 	switch l.FloodInterval {
-	case "off":
-		return nil
 	case "":
+		return nil
+	case "auto":
 		minInterval := cfg.MinInterval
 		if minInterval == 0 {
 			interval := cfg.Interval
@@ -258,7 +259,7 @@ func (l LimitSettings) flood(cfg *swarm.Config, duration func(name, text string)
 		return err
 	}
 	if cfg.FloodInterval == 0 {
-		return errors.New(`bittorrent settings: limits.flood_interval is a duration, "" (90% of min_interval) or "off"`)
+		return errors.New(`bittorrent settings: limits.flood_interval is a duration, "auto" (90% of min_interval) or "" (off)`)
 	}
 	return nil
 }
