@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -289,4 +290,38 @@ func announceStore(t *testing.T, tr *btplugin.Tracker, hash [20]byte, peer strin
 func addrPortFor(peer string) netip.AddrPort {
 	sum := sha1.Sum([]byte(peer))
 	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, sum[0], sum[1], sum[2]}), 1024+uint16(sum[3])<<4)
+}
+
+// TestTheDocumentedFloodEventIsOneThePluginSends: the "flood" event shown
+// in docs/bittorrent-site.md decodes strictly into what the plugin sends,
+// with its key built as the plugin builds it.
+func TestTheDocumentedFloodEventIsOneThePluginSends(t *testing.T) {
+	doc, err := os.ReadFile("../../../docs/bittorrent-site.md")
+	require.NoError(t, err)
+	text := string(doc)
+	start := strings.Index(text, "**Repeat offenders**")
+	require.NotEqual(t, -1, start)
+	open := strings.Index(text[start:], "```json\n")
+	require.NotEqual(t, -1, open)
+	block := text[start+open+len("```json\n"):]
+	block = block[:strings.Index(block, "```")]
+	var ev struct {
+		ID   string          `json:"id"`
+		Key  string          `json:"idempotency_key"`
+		Kind string          `json:"kind"`
+		At   time.Time       `json:"at"`
+		Body json.RawMessage `json:"body"`
+	}
+	dec := json.NewDecoder(strings.NewReader(block))
+	dec.DisallowUnknownFields()
+	require.NoError(t, dec.Decode(&ev), block)
+	require.Equal(t, btplugin.FloodEventKind, ev.Kind)
+	var body btplugin.FloodEvent
+	dec = json.NewDecoder(bytes.NewReader(ev.Body))
+	dec.DisallowUnknownFields()
+	require.NoError(t, dec.Decode(&body))
+	require.Equal(t, "flood:"+body.InfoHash+":"+body.PeerID+":"+strconv.FormatInt(body.WindowStart.UnixMilli(), 10), ev.Key)
+	again, err := json.Marshal(body)
+	require.NoError(t, err)
+	require.JSONEq(t, string(ev.Body), string(again), "the plugin marshals the same body")
 }
