@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/plugins"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
 	"github.com/hoardproject/hoard/plugins/bittorrent/btplugin"
 	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
@@ -324,4 +325,27 @@ func TestTheDocumentedFloodEventIsOneThePluginSends(t *testing.T) {
 	again, err := json.Marshal(body)
 	require.NoError(t, err)
 	require.JSONEq(t, string(ev.Body), string(again), "the plugin marshals the same body")
+}
+
+func TestSiteSettingsAreChecked(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		for bad, says := range map[string]string{
+			`{"limits":{"flood_interval":"often"}}`:                      `limits.flood_interval "often" is not a duration`,
+			`{"limits":{"flood_interval":"0s"}}`:                         `"auto" (90% of min_interval) or "" (off)`,
+			`{"interval":"10m","limits":{"flood_interval":"6m"}}`:        "FloodInterval (6m0s) must not exceed MinInterval (5m0s)",
+			`{"limits":{"flood_report_after":-2}}`:                       "limits.flood_report_after is -1 (never)",
+			`{"limits":{"flood_window":"-1h"}}`:                          "limits.flood_window",
+			`{"deleted_reason_ttl":"forever"}`:                           "deleted_reason_ttl",
+			`{"full_scrape":{"every":"5m"}}`:                             `need "enabled": true`,
+			`{"full_scrape":{"enabled":true,"per_address":"0s"}}`:        "full_scrape.per_address",
+			`{"full_scrape":{"enabled":true,"every":"soon"}}`:            "full_scrape.every",
+			`{"full_scrape":{"enabled":true,"every":"5m","gzip":false}}`: `unknown field "gzip"`,
+		} {
+			p, err := btplugin.New(context.Background(), quiet)
+			require.NoError(t, err)
+			err = p.(*btplugin.Tracker).Configure(context.Background(), plugins.Config{Name: "bittorrent", RedisURL: b.URL, Settings: json.RawMessage(bad)})
+			require.ErrorContains(t, err, says, bad)
+			require.NoError(t, p.(*btplugin.Tracker).Close(context.Background()))
+		}
+	})
 }
