@@ -304,7 +304,11 @@ func (b *Admin) unregisterTorrent(c *gin.Context) {
 		_ = c.Error(swarmError(err))
 		return
 	}
-	logChange(c, "torrent unregistered", "info_hash", hexHash(hash), "id", info.ID, "reason", req.Reason)
+	logged := []any{"info_hash", hexHash(hash), "id", info.ID}
+	if req.Reason != "" {
+		logged = append(logged, "reason", req.Reason)
+	}
+	logChange(c, "torrent unregistered", logged...)
 	reply := gin.H{"info_hash": hexHash(hash), "unregistered_id": info.ID}
 	if req.Reason != "" {
 		reply["reason"] = req.Reason
