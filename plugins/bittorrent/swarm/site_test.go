@@ -5,6 +5,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -197,5 +198,27 @@ func TestDenyListsInPrivateMode(t *testing.T) {
 		require.NoError(t, f.store.DenyClient(ctx, "-TR2", ""))
 		require.Equal(t, "your client is not allowed on this tracker", f.refuse(hash, peerID("-TR2", 1), 1, passkey("passkeyA")))
 		f.announce(hash, peerID("-TR3", 1), 1, passkey("passkeyA"))
+	})
+}
+
+// FuzzCheckReason: whatever a site or an operator sends as a reason, an
+// accepted one is what clients and terminals can show: 1-200 bytes of
+// UTF-8 without a control character but tab.
+func FuzzCheckReason(f *testing.F) {
+	for _, seed := range []string{"Trumped", "Dupe: see #12", "\x1b[2J", "a\tb", "\xc2\x85", "é"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, reason string) {
+		if swarm.CheckReason(reason) != nil {
+			return
+		}
+		if reason == "" || len(reason) > swarm.MaxReasonBytes || !utf8.ValidString(reason) {
+			t.Fatalf("%q accepted", reason)
+		}
+		for _, r := range reason {
+			if (r < 0x20 && r != '\t') || r == 0x7f || (r >= 0x80 && r <= 0x9f) {
+				t.Fatalf("%q accepted with U+%04X", reason, r)
+			}
+		}
 	})
 }
