@@ -51,6 +51,10 @@ type announceBenchOptions struct {
 	opentracker string
 	cpuProfile  string
 	pipelines   int
+	// floodInterval is hoard's limits.flood_interval ("" off): with a
+	// short one ("1ms") every re-announce runs flood control's check and
+	// none is refused, which measures the check's cost.
+	floodInterval string
 	// metrics adds hoard with the unique-IP metrics on ("hoard+ipm") and
 	// with them on and no cache ("hoard+ipm-nc", every announce runs its
 	// scripts); geoipDB locates their IPs.
@@ -99,6 +103,7 @@ CPU" is the load generator alone.`,
 	f.IntVar(&o.concurrency, "concurrency", btloadgen.DefaultConcurrency, "announces in flight")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the torrents and peers")
 	f.StringVar(&o.opentracker, "opentracker", "/usr/bin/opentracker", "opentracker binary (Debian: apt-get install -y opentracker)")
+	f.StringVar(&o.floodInterval, "flood-interval", "", `hoard's limits.flood_interval ("": off; "1ms": every re-announce is checked, none refused)`)
 	f.IntVar(&o.pipelines, "announce-pipelines", 0, "hoard's shared announce pipelines (0: its default; -1: each announce in its own round trip)")
 	f.BoolVar(&o.metrics, "metrics", true, "also run hoard with the unique-IP metrics on (hoard+ipm) and on without their cache (hoard+ipm-nc), side by side, and print the ratio to metrics off")
 	f.StringSliceVar(&o.geoipDB, "geoip-db", nil, "city database(s) (.mmdb) for the metrics runs (default: DB-IP's from make deps, when installed; else every IP is unknown)")
@@ -209,7 +214,7 @@ func benchAnnounce(ctx context.Context, o announceBenchOptions) error {
 	}
 	defer stopRedis()
 
-	hoard, stopHoard, err := startBenchTracker(ctx, "hoard", rs.URL(), o.pipelines, nil, quiet)
+	hoard, stopHoard, err := startBenchTracker(ctx, "hoard", rs.URL(), o.pipelines, o.floodInterval, nil, quiet)
 	if err != nil {
 		return err
 	}
@@ -225,7 +230,7 @@ func benchAnnounce(ctx context.Context, o announceBenchOptions) error {
 			name  string
 			cache int
 		}{{"hoard+ipm", 0}, {"hoard+ipm-nc", -1}} {
-			t, stop, err := startBenchTracker(ctx, m.name, rs.URL(), o.pipelines,
+			t, stop, err := startBenchTracker(ctx, m.name, rs.URL(), o.pipelines, o.floodInterval,
 				map[string]any{"enabled": true, "geoip_db": geo, "cache_size": m.cache}, quiet)
 			if err != nil {
 				return err
@@ -454,7 +459,7 @@ func medianOf[T int64 | float64 | time.Duration](values []T) T {
 // mode, HTTP and UDP on ephemeral loopback ports. Its goroutines carry
 // the profiler label side=hoard (labels pass to the goroutines a
 // labelled goroutine starts: the listeners and every connection's).
-func startBenchTracker(ctx context.Context, name, redisURL string, pipelines int, metrics map[string]any, logger *slog.Logger) (*announceTarget, func(), error) {
+func startBenchTracker(ctx context.Context, name, redisURL string, pipelines int, floodInterval string, metrics map[string]any, logger *slog.Logger) (*announceTarget, func(), error) {
 	p, err := btplugin.New(ctx, logger)
 	if err != nil {
 		return nil, nil, err
@@ -466,7 +471,7 @@ func startBenchTracker(ctx context.Context, name, redisURL string, pipelines int
 	// address, and the bench measures the tracker, not its limits.
 	raw := map[string]any{"mode": "open", "http": "127.0.0.1:0", "udp4": "127.0.0.1:0", "udp6": "",
 		"announce_pipelines": pipelines, "proxy_header": "X-Forwarded-For", "trusted_proxies": []string{"127.0.0.1/32"},
-		"limits": map[string]any{"announce_rate": -1, "max_peers_per_torrent": -1}}
+		"limits": map[string]any{"announce_rate": -1, "max_peers_per_torrent": -1, "flood_interval": floodInterval}}
 	if metrics != nil {
 		raw["metrics"] = metrics
 	}

@@ -26,7 +26,7 @@ func btCommand() *cobra.Command {
 Changes reach the tracker frontends within their cache time (10s) for
 passkeys and the whitelist, at once for torrents.`,
 	}
-	cmd.AddCommand(btTorrentCommand(), btUserCommand(), btClientCommand(), btClientsCommand(), btStatsCommand(), btTopCommand(),
+	cmd.AddCommand(btTorrentCommand(), btUserCommand(), btClientCommand(), btClientsCommand(), btDenyCommand(), btStatsCommand(), btTopCommand(),
 		btReaperCommand(), btOutboxCommand(), btMetricsCommand(), btTrackerCommand(), btScoreCommand())
 	return cmd
 }
@@ -89,28 +89,39 @@ func btTorrentCommand() *cobra.Command {
 	add.Flags().Float64Var(&value, "value", 0, "what the upload is worth (e.g. its size in GiB): the reaper rewards a reseed with reward_factor x value (default 1)")
 	add.Flags().StringVar(&created, "created", "", "the upload's creation time, RFC 3339 (default: now, at the first registration)")
 	trackers.register(add, "; given, they replace the torrent's external trackers")
+	var reason string
 	remove := &cobra.Command{
-		Use:   "remove <infohash>",
-		Short: "Unregister a torrent: announces are refused, its peers time out",
+		Use:   "remove <infohash> [--reason R]",
+		Short: "Unregister a torrent: announces are refused (with the reason, if given, for deleted_reason_ttl), its peers time out",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var reply struct {
-				InfoHash       string `json:"info_hash"`
-				UnregisteredID string `json:"unregistered_id"`
+				InfoHash       string     `json:"info_hash"`
+				UnregisteredID string     `json:"unregistered_id"`
+				Reason         string     `json:"reason"`
+				ReasonUntil    *time.Time `json:"reason_until"`
 			}
 			path, err := btPath("/torrents/", "info-hash", args[0])
 			if err != nil {
 				return err
 			}
-			err = newAdminClient().do(cmd.Context(), http.MethodDelete, path, nil, &reply)
+			var body any
+			if reason != "" {
+				body = map[string]string{"reason": reason}
+			}
+			err = newAdminClient().do(cmd.Context(), http.MethodDelete, path, body, &reply)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "unregistered %s (torrent %s); its peers leave as their announces time out\n",
 				reply.InfoHash, reply.UnregisteredID)
+			if reply.Reason != "" && reply.ReasonUntil != nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "its announces read \"torrent deleted: %s\" until %s\n", reply.Reason, reply.ReasonUntil.Format(time.RFC3339))
+			}
 			return nil
 		},
 	}
+	remove.Flags().StringVar(&reason, "reason", "", `the reason clients read, e.g. "Trumped" or "Dupe" (1-200 bytes)`)
 	show := &cobra.Command{
 		Use:   "show <infohash>",
 		Short: "Show a torrent's record: id, counts, times",

@@ -27,6 +27,9 @@ type HTTPConfig struct {
 	// MaxScrapeHashes caps the info_hashes answered per scrape; the rest
 	// are ignored, as opentracker does (default 64).
 	MaxScrapeHashes int
+	// FullScrape serves scrapes without an info_hash when its Source is
+	// set (off by default).
+	FullScrape FullScrapeConfig
 	// ProxyHeader names a header carrying the client address, e.g.
 	// "X-Forwarded-For" or "X-Real-IP". It is believed only on connections
 	// from TrustedProxies, and then its last entry is used (the one the
@@ -47,6 +50,7 @@ type HTTPServer struct {
 	cfg         HTTPConfig
 	proxyHeader string // canonical form of cfg.ProxyHeader
 	stats       listenerCounters
+	full        *fullScrape // nil: full scrapes are refused
 
 	mu       sync.Mutex
 	srv      *http.Server
@@ -85,7 +89,8 @@ func NewHTTPServer(cfg HTTPConfig) (*HTTPServer, error) {
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = 60 * time.Second
 	}
-	return &HTTPServer{cfg: cfg, proxyHeader: textproto.CanonicalMIMEHeaderKey(cfg.ProxyHeader)}, nil
+	return &HTTPServer{cfg: cfg, proxyHeader: textproto.CanonicalMIMEHeaderKey(cfg.ProxyHeader),
+		full: newFullScrape(cfg.FullScrape)}, nil
 }
 
 // Start listens and serves in the background; it returns once the listener
@@ -198,7 +203,13 @@ func (s *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case ep == wire.EndpointAnnounce:
 		buf = s.announce(r, pathPasskey, buf)
 	default:
-		buf = s.scrape(r, pathPasskey, buf)
+		var full []byte
+		if buf, full = s.scrape(r, pathPasskey, buf); full != nil {
+			*bufp = buf[:0]
+			httpBufPool.Put(bufp)
+			s.full.serve(w, r, full)
+			return
+		}
 	}
 	h["Content-Type"] = headerTextPlain
 	if len(buf) > 0 {
@@ -297,34 +308,39 @@ func (s *HTTPServer) announce(r *http.Request, pathPasskey string, buf []byte) [
 }
 
 // scrape renders the scrape response (BEP 48), or a failure, into buf.
-// Repeated hashes are answered once: they are dictionary keys.
-func (s *HTTPServer) scrape(r *http.Request, pathPasskey string, buf []byte) []byte {
+// Repeated hashes are answered once: they are dictionary keys. A scrape
+// with no info_hash is a full scrape: when they are served, full is the
+// gzipped body to send instead of buf.
+func (s *HTTPServer) scrape(r *http.Request, pathPasskey string, buf []byte) (_ []byte, full []byte) {
 	var stack [8][20]byte
 	hashes, queryPasskey, err := wire.ParseScrapeQuery(r.URL.RawQuery, stack[:0], s.cfg.MaxScrapeHashes)
 	if err != nil {
 		s.stats.malformed.Add(1)
-		return wire.AppendFailure(buf, err.Error())
+		return wire.AppendFailure(buf, err.Error()), nil
 	}
-	if len(hashes) == 0 {
+	if len(hashes) == 0 && s.full == nil {
 		s.stats.malformed.Add(1)
-		return wire.AppendFailure(buf, "scrape needs at least one info_hash: full scrapes are not served")
+		return wire.AppendFailure(buf, errFullScrapeOff), nil
 	}
 	passkey, err := s.passkey(pathPasskey, queryPasskey)
 	if err != nil {
 		s.stats.refused.Add(1)
-		return wire.AppendFailure(buf, err.Error())
+		return wire.AppendFailure(buf, err.Error()), nil
 	}
 	var ip netip.Addr
-	if passkey != "" && s.cfg.Guard != nil {
+	if (passkey != "" && s.cfg.Guard != nil) || len(hashes) == 0 {
 		if ip, err = s.clientIP(r); err != nil {
 			s.stats.internalErrors.Add(1)
 			s.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn, "cannot tell the client's address",
 				slog.String("remote", r.RemoteAddr), slog.Any("err", err))
-			return wire.AppendFailure(buf, internalFailure)
+			return wire.AppendFailure(buf, internalFailure), nil
 		}
 		if refused := s.stats.admit(s.cfg.Guard, ip, false, passkey); refused != nil {
-			return wire.AppendFailure(buf, refused.Reason)
+			return wire.AppendFailure(buf, refused.Reason), nil
 		}
+	}
+	if len(hashes) == 0 {
+		return s.fullScrape(r, ip, passkey, buf)
 	}
 	hashes = wire.SortUniqueHashes(hashes)
 	infoHashes := make([]InfoHash, len(hashes))
@@ -336,7 +352,7 @@ func (s *HTTPServer) scrape(r *http.Request, pathPasskey string, buf []byte) []b
 		err = fmt.Errorf("swarms returned %d scrape entries for %d hashes", len(entries), len(infoHashes))
 	}
 	if err != nil {
-		return wire.AppendFailure(buf, s.stats.countRefusal(r.Context(), s.cfg.Logger, "scrape", err, s.cfg.Guard, ip, passkey))
+		return wire.AppendFailure(buf, s.stats.countRefusal(r.Context(), s.cfg.Logger, "scrape", err, s.cfg.Guard, ip, passkey)), nil
 	}
 	s.stats.scrapes.Add(1)
 	var countStack [8]wire.ScrapeCounts
@@ -344,7 +360,27 @@ func (s *HTTPServer) scrape(r *http.Request, pathPasskey string, buf []byte) []b
 	for _, e := range entries {
 		counts = append(counts, wire.ScrapeCounts{Complete: e.Complete, Incomplete: e.Incomplete, Downloaded: e.Downloaded})
 	}
-	return wire.AppendHTTPScrape(buf, hashes, counts)
+	return wire.AppendHTTPScrape(buf, hashes, counts), nil
+}
+
+// fullScrape checks a full scrape (the address's allowance, then the
+// passkey through the Swarms, which refuses an unknown one in private
+// mode) and returns the shared body.
+func (s *HTTPServer) fullScrape(r *http.Request, ip netip.Addr, passkey string, buf []byte) ([]byte, []byte) {
+	if !s.full.allow(ip) {
+		s.stats.rateLimited.Add(1)
+		return wire.AppendFailure(buf, fmt.Sprintf(errFullScrapeRate, int64(s.full.cfg.PerAddress/time.Second))), nil
+	}
+	if _, err := s.cfg.Swarms.Scrape(r.Context(), passkey, nil); err != nil {
+		return wire.AppendFailure(buf, s.stats.countRefusal(r.Context(), s.cfg.Logger, "scrape", err, s.cfg.Guard, ip, passkey)), nil
+	}
+	body, err := s.full.get(r.Context())
+	if err != nil {
+		return wire.AppendFailure(buf, s.stats.countRefusal(r.Context(), s.cfg.Logger, "full_scrape", err, nil, ip, passkey)), nil
+	}
+	s.stats.scrapes.Add(1)
+	s.stats.fullScrapes.Add(1)
+	return buf, body
 }
 
 // passkey reconciles a passkey in the path with one in the query and

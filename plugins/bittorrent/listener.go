@@ -136,11 +136,12 @@ type ListenerStats struct {
 	RateLimited    uint64 // announces refused by the guard's per-address rate
 	PasskeyBlocked uint64 // refused unread: the address presented too many unknown passkeys
 	PasskeyMisses  uint64 // refused by the Swarms for an unknown passkey (also in Refused)
+	FullScrapes    uint64 // full scrapes answered (also in Scrapes)
 }
 
 type listenerCounters struct {
 	announces, scrapes, connects, malformed, refused, internalErrors atomic.Uint64
-	rateLimited, passkeyBlocked, passkeyMisses                       atomic.Uint64
+	rateLimited, passkeyBlocked, passkeyMisses, fullScrapes          atomic.Uint64
 
 	// failures logs the store's failures at most once a minute per op
 	// (while Redis is down every announce fails: one line a minute with
@@ -160,6 +161,7 @@ func (c *listenerCounters) snapshot() ListenerStats {
 		RateLimited:    c.rateLimited.Load(),
 		PasskeyBlocked: c.passkeyBlocked.Load(),
 		PasskeyMisses:  c.passkeyMisses.Load(),
+		FullScrapes:    c.fullScrapes.Load(),
 	}
 }
 

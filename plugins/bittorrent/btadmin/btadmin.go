@@ -33,9 +33,10 @@ import (
 // /api/v1/bittorrent):
 //
 //	PUT    /torrents/:infohash   {"id":"123"}   register (or re-id) a torrent (also uploader, created, value)
-//	DELETE /torrents/:infohash                  unregister it (404 if not registered);
-//	                                            ?purge=true also deletes its records now
-//	                                            (registered or not; 409 while it has peers)
+//	DELETE /torrents/:infohash  [{"reason":"Trumped"}]  unregister it (404 if not registered); with a
+//	                                            reason, its announces answer "torrent deleted: <reason>"
+//	                                            for deleted_reason_ttl; ?purge=true also deletes its
+//	                                            records now (registered or not; 409 while it has peers)
 //	GET    /torrents/:infohash                  its record (404 if none)
 //	PUT    /users/:passkey       {"user_id":"7"} map a passkey to a user
 //	DELETE /users/:passkey                      forget a passkey
@@ -50,6 +51,9 @@ import (
 //	DELETE /torrents/:infohash/trackers         clear them
 //	GET    /torrents/:infohash/score            its score, sources (own swarm, each tracker) and history
 //	GET    /scores/top?n=10                     the torrents with the highest scores
+//	GET    /deny                                the deny lists (both modes)
+//	PUT    /deny/torrents/:infohash {"reason":"…"}  deny an info-hash; DELETE allows it again
+//	PUT    /deny/clients/*prefix    {"reason":"…"}  deny a peer_id prefix; DELETE allows it again
 //
 // PUT …/torrents/:infohash takes "trackers" too: the list is checked
 // before anything is written and replaces the torrent's list; absent, the
@@ -108,6 +112,11 @@ func (b *Admin) register(g *gin.RouterGroup) {
 	bt.DELETE("/clients/*prefix", b.removeClient)
 	bt.GET("/stats", b.stats)
 	bt.GET("/top", b.top)
+	bt.GET("/deny", b.listDenied)
+	bt.PUT("/deny/torrents/:infohash", b.denyTorrent)
+	bt.DELETE("/deny/torrents/:infohash", b.allowTorrent)
+	bt.PUT("/deny/clients/*prefix", b.denyClient)
+	bt.DELETE("/deny/clients/*prefix", b.allowClient)
 	b.registerOutbox(g)
 	b.registerReaper(bt)
 	sc := bt.Group("", requirePart(func() bool { return b.Scorer != nil },
@@ -268,11 +277,22 @@ func (b *Admin) unregisterTorrent(c *gin.Context) {
 		_ = c.Error(swarmError(err))
 		return
 	}
+	// The body is optional: {"reason": "Trumped"}.
+	var req DeleteTorrentRequest
+	if c.Request.ContentLength != 0 && !decode(c, &req) {
+		return
+	}
+	if req.Reason != "" {
+		if err := swarm.CheckReason(req.Reason); err != nil {
+			_ = c.Error(swarmError(err))
+			return
+		}
+	}
 	ctx := c.Request.Context()
 	info, err := b.Store.Torrent(ctx, hash)
 	if c.Query("purge") == "true" && (err == nil || errors.Is(err, swarm.ErrNotFound)) {
 		// also once unregistered: "purge again once they left"
-		b.purgeTorrent(c, hash, info.ID)
+		b.purgeTorrent(c, hash, info.ID, req.Reason)
 		return
 	}
 	if err == nil && info.ID == "" {
@@ -286,19 +306,37 @@ func (b *Admin) unregisterTorrent(c *gin.Context) {
 		_ = c.Error(err)
 		return
 	}
-	if err := b.Store.UnregisterTorrent(ctx, hash); err != nil {
+	if err := b.Store.DeleteTorrent(ctx, hash, req.Reason); err != nil {
 		_ = c.Error(swarmError(err))
 		return
 	}
-	logChange(c, "torrent unregistered", "info_hash", hexHash(hash), "id", info.ID)
-	c.JSON(http.StatusOK, gin.H{"info_hash": hexHash(hash), "unregistered_id": info.ID})
+	logged := []any{"info_hash", hexHash(hash), "id", info.ID}
+	if req.Reason != "" {
+		logged = append(logged, "reason", req.Reason)
+	}
+	logChange(c, "torrent unregistered", logged...)
+	reply := gin.H{"info_hash": hexHash(hash), "unregistered_id": info.ID}
+	if req.Reason != "" {
+		reply["reason"] = req.Reason
+		reply["reason_until"] = time.Now().Add(b.Store.Config().DeletedReasonTTL).UTC().Truncate(time.Second)
+	}
+	c.JSON(http.StatusOK, reply)
+}
+
+// DeleteTorrentRequest is the optional body of DELETE …/torrents/:infohash:
+// the reason clients read ("torrent deleted: <reason>") for the plugin's
+// deleted_reason_ttl, e.g. "Trumped" or "Dupe". 1-200 bytes, no control
+// characters.
+type DeleteTorrentRequest struct {
+	Reason string `json:"reason"`
 }
 
 // purgeTorrent answers DELETE …/torrents/:infohash?purge=true: unregister
-// and delete every record of the torrent now (swarm.PurgeTorrent). With
-// peers in its swarm it is unregistered only, and says so (409).
-func (b *Admin) purgeTorrent(c *gin.Context, hash bittorrent.InfoHash, id string) {
-	n, err := b.Store.PurgeTorrent(c.Request.Context(), hash)
+// and delete every record of the torrent now (swarm.PurgeTorrent), but for
+// the site's deletion reason, which clients still read until it expires.
+// With peers in its swarm it is unregistered only, and says so (409).
+func (b *Admin) purgeTorrent(c *gin.Context, hash bittorrent.InfoHash, id, reason string) {
+	n, err := b.Store.PurgeTorrent(c.Request.Context(), hash, reason)
 	if errors.Is(err, btstore.ErrHasPeers) {
 		logChange(c, "torrent unregistered", "info_hash", hexHash(hash), "id", id)
 		_ = c.Error(newAPIError(http.StatusConflict, "has_peers", "torrent "+hexHash(hash)+

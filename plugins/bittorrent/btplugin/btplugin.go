@@ -104,6 +104,13 @@ type Settings struct {
 	// HnRMinSeedTime and HnRMinRatio define a hit-and-run (private mode).
 	HnRMinSeedTime string  `json:"hnr_min_seed_time"`
 	HnRMinRatio    float64 `json:"hnr_min_ratio"`
+	// DeletedReasonTTL is how long a torrent the site deleted with a
+	// reason answers that reason to clients (72h); then "unregistered
+	// torrent".
+	DeletedReasonTTL string `json:"deleted_reason_ttl"`
+	// FullScrape serves a scrape without info_hash (every torrent with
+	// peers), gzipped, cached and rate-limited; off by default.
+	FullScrape FullScrapeSettings `json:"full_scrape"`
 	// AnnouncePipelines is how many shared pipelines carry concurrent
 	// announces to Redis (0: 4); -1 sends each announce alone.
 	AnnouncePipelines int `json:"announce_pipelines"`
@@ -152,6 +159,52 @@ type LimitSettings struct {
 	// one address (open mode, 20) may have in one torrent's swarm; -1
 	// turns it off. See swarm.Config.MaxPeersPerOwner.
 	MaxPeersPerTorrent int `json:"max_peers_per_torrent"`
+	// FloodInterval is flood control (swarm.Config.FloodInterval): a
+	// peer's announce without an event sooner than this after its last
+	// accepted one is refused. "auto" is 90% of min_interval (clients
+	// time their announces from when they sent the last, and a request's
+	// delay varies); "" (the default) turns it off, since a client's
+	// "force reannounce" button would be refused.
+	FloodInterval string `json:"flood_interval"`
+	// FloodWindow (1h) and FloodReportAfter (10; -1: never) make a peer
+	// refused FloodReportAfter times in one window a repeat offender,
+	// reported to the site as a "flood" outbox event (with an outbox).
+	FloodWindow      string `json:"flood_window"`
+	FloodReportAfter int    `json:"flood_report_after"`
+}
+
+// FullScrapeSettings turn full scrapes on (bittorrent.FullScrapeConfig):
+// a scrape with no info_hash answers every torrent with peers, gzipped,
+// from a body built at most every Every ("5m") and shared, at most once
+// per PerAddress ("1m") from one address. Off unless Enabled.
+type FullScrapeSettings struct {
+	Enabled    bool   `json:"enabled"`
+	Every      string `json:"every"`
+	PerAddress string `json:"per_address"`
+}
+
+func (f FullScrapeSettings) config(source bittorrent.FullScraper) (bittorrent.FullScrapeConfig, error) {
+	if !f.Enabled {
+		if f.Every != "" || f.PerAddress != "" {
+			return bittorrent.FullScrapeConfig{}, errors.New(`bittorrent settings: full_scrape.every and per_address need "enabled": true`)
+		}
+		return bittorrent.FullScrapeConfig{}, nil
+	}
+	cfg := bittorrent.FullScrapeConfig{Source: source}
+	for _, d := range []struct {
+		name, text string
+		to         *time.Duration
+	}{{"every", f.Every, &cfg.Every}, {"per_address", f.PerAddress, &cfg.PerAddress}} {
+		if d.text == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.text)
+		if err != nil || v <= 0 {
+			return cfg, fmt.Errorf("bittorrent settings: full_scrape.%s %q is not a positive duration like 5m", d.name, d.text)
+		}
+		*d.to = v
+	}
+	return cfg, nil
 }
 
 func (l LimitSettings) guard() (*bittorrent.Guard, error) {
@@ -174,6 +227,41 @@ func (l LimitSettings) guard() (*bittorrent.Guard, error) {
 		return nil, fmt.Errorf("bittorrent settings: limits: %w", err)
 	}
 	return g, nil
+}
+
+// flood fills in the store's flood control from the limits: the
+// interval defaults to 90% of min_interval, itself Interval/2 by default.
+func (l LimitSettings) flood(cfg *swarm.Config, duration func(name, text string) (time.Duration, error)) error {
+	var err error
+	if cfg.FloodWindow, err = duration("limits.flood_window", l.FloodWindow); err != nil {
+		return err
+	}
+	if l.FloodReportAfter < -1 {
+		return errors.New("bittorrent settings: limits.flood_report_after is -1 (never), 0 (default) or positive")
+	}
+	cfg.FloodReportAfter = l.FloodReportAfter
+	switch l.FloodInterval {
+	case "":
+		return nil
+	case "auto":
+		minInterval := cfg.MinInterval
+		if minInterval == 0 {
+			interval := cfg.Interval
+			if interval == 0 {
+				interval = bittorrent.DefaultInterval
+			}
+			minInterval = interval / 2
+		}
+		cfg.FloodInterval = minInterval * 9 / 10
+		return nil
+	}
+	if cfg.FloodInterval, err = duration("limits.flood_interval", l.FloodInterval); err != nil {
+		return err
+	}
+	if cfg.FloodInterval == 0 {
+		return errors.New(`bittorrent settings: limits.flood_interval is a duration, "auto" (90% of min_interval) or "" (off)`)
+	}
+	return nil
 }
 
 // Defaults for Settings.
@@ -238,6 +326,15 @@ func (s *Settings) parse(raw json.RawMessage) (swarm.Config, bittorrent.Announce
 		return cfg, policy, errors.New("bittorrent settings: limits.max_peers_per_torrent is -1 (off), 0 (default) or positive")
 	}
 	cfg.MaxPeersPerOwner = s.Limits.MaxPeersPerTorrent
+	if cfg.DeletedReasonTTL, err = duration("deleted_reason_ttl", s.DeletedReasonTTL); err != nil {
+		return cfg, policy, err
+	}
+	if err := s.Limits.flood(&cfg, duration); err != nil {
+		return cfg, policy, err
+	}
+	if _, err := s.FullScrape.config(nil); err != nil {
+		return cfg, policy, err
+	}
 	// One guard for both listeners: an address's allowance is per
 	// frontend, whichever protocol it uses.
 	if policy.Guard, err = s.Limits.guard(); err != nil {
@@ -391,6 +488,17 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 		_ = geo.Close()
 		return err
 	}
+	// The outbox is built (not started) before the store, which reports
+	// flood control's repeat offenders to it.
+	var ob *outbox.Outbox
+	if wantOutbox {
+		ob = outbox.New(rdb, outbox.Config{Policy: outboxPolicy, Logger: t.logger.With("component", "outbox"), Failures: t.failures})
+		if publisher == nil {
+			publisher = outboxPublisher{ob}
+		}
+		storeCfg.OnFlood = floodReporter{ob: ob, logger: t.logger.With("component", "flood"), window: withDefaults.FloodWindow,
+			minInterval: withDefaults.MinInterval}.report
+	}
 	storeCfg.Logger = t.logger.With("component", "swarm")
 	store, err := swarm.New(rdb, storeCfg)
 	if err != nil {
@@ -455,9 +563,10 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 			}
 			proxies = append(proxies, prefix)
 		}
+		full, _ := settings.FullScrape.config(store) // checked by parse
 		httpServer, err = bittorrent.NewHTTPServer(bittorrent.HTTPConfig{
 			AnnouncePolicy: policy, Addr: settings.HTTP, Swarms: swarms, Logger: t.logger.With("component", "http"),
-			ProxyHeader: settings.ProxyHeader, TrustedProxies: proxies,
+			ProxyHeader: settings.ProxyHeader, TrustedProxies: proxies, FullScrape: full,
 		})
 		if err == nil {
 			err = httpServer.Start(runCtx)
@@ -504,13 +613,6 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 			})
 			pool.Start(runCtx)
 			go pool.Run(runCtx, scorePolicy.ScaleInterval)
-		}
-	}
-	var ob *outbox.Outbox
-	if wantOutbox {
-		ob = outbox.New(rdb, outbox.Config{Policy: outboxPolicy, Logger: t.logger.With("component", "outbox"), Failures: t.failures})
-		if publisher == nil {
-			publisher = outboxPublisher{ob}
 		}
 	}
 	var reap *reaper.Reaper
@@ -986,6 +1088,12 @@ func (t *Tracker) Stats(ctx context.Context) (plugins.Stats, error) {
 			plugins.Gauge, float64(global.Requests), nil),
 		metric("peer_limit_refused_total", "Announces this process refused because their user (private) or address (open) had limits.max_peers_per_torrent peers on the torrent.",
 			plugins.Counter, float64(store.PeerLimitRefused()), nil),
+		metric("flood_refused_total", "Announces this process refused by flood control: a peer announced again sooner than limits.flood_interval.",
+			plugins.Counter, float64(store.FloodRefused()), nil),
+		metric("flood_reported_total", "Repeat offenders of flood control this process reported (limits.flood_report_after refusals in limits.flood_window).",
+			plugins.Counter, float64(store.FloodReported()), nil),
+		metric("denied_total", "Announces this process refused by a deny list (a denied info-hash or client).",
+			plugins.Counter, float64(store.Denials()), nil),
 	}}
 	add := func(listener string, s bittorrent.ListenerStats) {
 		l := map[string]string{"listener": listener}
@@ -1000,6 +1108,7 @@ func (t *Tracker) Stats(ctx context.Context) (plugins.Stats, error) {
 			metric("passkey_blocked_total", "Requests refused unread because their address presented too many unknown passkeys (limits.passkey_misses).",
 				plugins.Counter, float64(s.PasskeyBlocked), l),
 			metric("passkey_misses_total", "Requests refused for an unknown passkey (also in refused_total).", plugins.Counter, float64(s.PasskeyMisses), l),
+			metric("full_scrapes_total", "Full scrapes (no info_hash) this process answered (also in scrapes_total).", plugins.Counter, float64(s.FullScrapes), l),
 		)
 	}
 	for _, c := range t.failures.Counts() {

@@ -52,7 +52,8 @@ func TestStatsExportGlobalCounters(t *testing.T) {
 				// This process's own refusals are a counter; the rest are
 				// every frontend's, read from Redis.
 				want := plugins.Gauge
-				if m.Name == "peer_limit_refused_total" {
+				switch m.Name {
+				case "peer_limit_refused_total", "flood_refused_total", "flood_reported_total", "denied_total":
 					want = plugins.Counter
 				}
 				require.Equal(t, want, m.Kind, m.Name)
@@ -62,7 +63,7 @@ func TestStatsExportGlobalCounters(t *testing.T) {
 		require.Equal(t, map[string]float64{
 			"seeders": 1, "leechers": 1, "snatches": 0,
 			"swarm_announces": 2, "swarm_scrapes": 1, "swarm_requests": 4,
-			"peer_limit_refused_total": 0,
+			"peer_limit_refused_total": 0, "flood_refused_total": 0, "flood_reported_total": 0, "denied_total": 0,
 		}, global)
 	})
 }

@@ -104,6 +104,7 @@ const (
 	sufScoreTrackers   = "score:trackers"
 	sufScoreTrackersAt = "score:trackers_at"
 	sufScoreHistory    = "score:history"
+	sufDeleted         = "deleted"
 	// families: the prefix is followed by a peer id, a user id, a source
 	// id or the unique-IP metric's rest
 	sufPeer         = "peer:"
@@ -119,8 +120,17 @@ func AnnounceKeys(hash bittorrent.InfoHash, peer bittorrent.PeerID, userID strin
 	k := KeysOf(hash)
 	return []string{k.Torrent, k.Seeders, k.Leechers, k.Deadlines,
 		k.Peer(peer[:]), k.Timeout(peer[:], userID), k.User(userID), k.prefix + sufReaper,
-		k.prefix + sufSnatchers, k.prefix + sufReaperClaims, k.prefix + sufUsers, k.prefix + sufOwners}
+		k.prefix + sufSnatchers, k.prefix + sufReaperClaims, k.prefix + sufUsers, k.prefix + sufOwners,
+		k.prefix + sufDeleted}
 }
+
+// DeletedKey holds the reason the site gave when it removed the torrent
+// ("Trumped", "Dupe", …) (STRING), with a TTL of the configured time the
+// reason is shown (swarm.Config.DeletedReasonTTL): announce.lua answers
+// it, instead of "unregistered torrent", to announces of the torrent
+// while it lasts, reading it only on that refusal. A registration deletes
+// it. It expires by itself, so cleanup need not know it.
+func DeletedKey(hash bittorrent.InfoHash) string { return torrentPrefix(hash) + sufDeleted }
 
 // ExpireKeys are expire.lua's KEYS for the given deadlines members
 // (20-byte peer id followed by the user id).
@@ -298,6 +308,15 @@ func PasskeyFromKey(key string) (string, bool) {
 
 // WhitelistKey maps each allowed peer_id prefix to a client name (HASH).
 const WhitelistKey = Prefix + "whitelist"
+
+// DenyTorrentsKey maps each denied info-hash (hex) to the reason shown
+// to clients (HASH), in either mode; DenyClientsKey maps each denied
+// peer_id prefix to its reason (HASH). No script reads them: frontends
+// cache both (swarm.Config.CacheTTL) and drop their copy on a hint.
+const (
+	DenyTorrentsKey = Prefix + "deny:torrents"
+	DenyClientsKey  = Prefix + "deny:clients"
+)
 
 // CacheHintChannel is the Pub/Sub channel on which a frontend that
 // changed a passkey or the whitelist tells the others to drop their

@@ -32,6 +32,7 @@ const (
 	KindSourceSeen      Kind = "source_seen"
 	KindPending         Kind = "pending"
 	KindIPM             Kind = "ipm"
+	KindDeleted         Kind = "deleted"
 )
 
 // Record describes one kind of record a torrent owns: the suffix after
@@ -74,6 +75,9 @@ var torrentRecords = []Record{
 	{Kind: KindSourceSeen, Suffix: sufSourceSeen, Family: true, Owner: "scoring"},
 	{Kind: KindPending, Suffix: sufScorePending, Family: true, Owner: "scoring"},
 	{Kind: KindIPM, Suffix: sufIPM, Family: true, Owner: "ipmetrics"},
+	// the site's deletion reason: it expires by itself, and orphan
+	// cleanup passes it by
+	{Kind: KindDeleted, Suffix: sufDeleted, Owner: "swarm"},
 }
 
 // orphanFixedKinds is how many rows of torrentRecords are

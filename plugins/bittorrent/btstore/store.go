@@ -154,6 +154,11 @@ func RemoveTorrent(ctx context.Context, rdb redis.UniversalClient, hash bittorre
 	}
 	keys := []string{TorrentKey(hash), SeedersKey(hash), LeechersKey(hash)}
 	for _, r := range records {
+		// The site's deletion reason outlives the records on purpose:
+		// clients read it until it expires by itself.
+		if r.Kind == KindDeleted {
+			continue
+		}
 		if r.Key != keys[0] && r.Key != keys[1] && r.Key != keys[2] {
 			keys = append(keys, r.Key)
 		}

@@ -22,6 +22,7 @@ import (
 // Hints, as published.
 const (
 	hintWhitelist     = "whitelist"
+	hintDeny          = "deny"
 	hintPasskeyPrefix = "passkey:"
 )
 
@@ -41,8 +42,11 @@ func (s *Store) applyHint(msg string) {
 		s.passkeys.invalidate(passkey)
 		return
 	}
-	if msg == hintWhitelist {
+	switch msg {
+	case hintWhitelist:
 		s.whitelist.invalidate()
+	case hintDeny:
+		s.deny.invalidate()
 	}
 }
 
@@ -79,6 +83,7 @@ func (s *Store) hintLoop(ctx context.Context, sub *redis.PubSub) {
 				if m.Kind == "subscribe" {
 					s.passkeys.clear()
 					s.whitelist.invalidate()
+					s.deny.invalidate()
 				}
 			case *redis.Message:
 				s.applyHint(m.Payload)

@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -51,39 +50,16 @@ func (s *Store) admit(ctx context.Context, passkey string, peer bittorrent.PeerI
 	return userID, nil
 }
 
-// whitelistCache is a frontend's copy of the client whitelist. When it is
-// stale one caller reloads it while the others keep answering from the
-// old copy; only the very first load waits.
-type whitelistCache struct {
-	mu         sync.Mutex
-	prefixes   []string
-	loaded     bool
-	loadedAt   time.Time
-	refreshing bool
-}
+// whitelistCache is a frontend's copy of the client whitelist's
+// prefixes.
+type whitelistCache struct{ refreshed[[]string] }
 
 func (c *whitelistCache) allows(ctx context.Context, s *Store, peer bittorrent.PeerID) (bool, error) {
-	now := s.clock.Now()
-	c.mu.Lock()
-	stale := !c.loaded || now.Sub(c.loadedAt) > s.cfg.CacheTTL || now.Before(c.loadedAt)
-	reload := stale && (!c.loaded || !c.refreshing)
-	if reload {
-		c.refreshing = true
-	}
-	prefixes, loaded := c.prefixes, c.loaded
-	c.mu.Unlock()
-	if reload {
-		fresh, err := s.rdb.HKeys(ctx, btstore.WhitelistKey).Result()
-		c.mu.Lock()
-		c.refreshing = false
-		if err == nil {
-			c.prefixes, c.loaded, c.loadedAt = fresh, true, now
-			prefixes, loaded = fresh, true
-		}
-		c.mu.Unlock()
-		if err != nil && !loaded {
-			return false, fmt.Errorf("swarm: whitelist: %w", err)
-		}
+	prefixes, err := c.get(ctx, s.clock.Now(), s.cfg.CacheTTL, func(ctx context.Context) ([]string, error) {
+		return s.rdb.HKeys(ctx, btstore.WhitelistKey).Result()
+	})
+	if err != nil {
+		return false, fmt.Errorf("swarm: whitelist: %w", err)
 	}
 	id := string(peer[:])
 	for _, prefix := range prefixes {
@@ -92,12 +68,6 @@ func (c *whitelistCache) allows(ctx context.Context, s *Store, peer bittorrent.P
 		}
 	}
 	return false, nil
-}
-
-func (c *whitelistCache) invalidate() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.loaded = false
 }
 
 // RegisterTorrent registers an info-hash under the site's torrent id
@@ -155,6 +125,7 @@ func (s *Store) Register(ctx context.Context, hash bittorrent.InfoHash, reg Regi
 	pipe.HSet(ctx, key, fields...)
 	pipe.HSetNX(ctx, key, "created", now)
 	pipe.Persist(ctx, key) // it may have been an expiring open-mode record
+	pipe.Del(ctx, btstore.DeletedKey(hash))
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("swarm.RegisterTorrent: %w", err)
 	}
@@ -170,6 +141,23 @@ func (s *Store) Register(ctx context.Context, hash bittorrent.InfoHash, reg Regi
 // OpenTorrentRetention, like any unregistered torrent's; its index
 // entries go now. Unregistering an unknown torrent is not an error.
 func (s *Store) UnregisterTorrent(ctx context.Context, hash bittorrent.InfoHash) error {
+	return s.unregister(ctx, hash, "")
+}
+
+// DeleteTorrent unregisters a torrent as UnregisterTorrent does, and
+// for Config.DeletedReasonTTL answers its announces with the site's
+// reason ("torrent deleted: Trumped") instead of "unregistered torrent",
+// so its users learn why. An empty reason is UnregisterTorrent.
+func (s *Store) DeleteTorrent(ctx context.Context, hash bittorrent.InfoHash, reason string) error {
+	if reason != "" {
+		if err := CheckReason(reason); err != nil {
+			return err
+		}
+	}
+	return s.unregister(ctx, hash, reason)
+}
+
+func (s *Store) unregister(ctx context.Context, hash bittorrent.InfoHash, reason string) error {
 	// The "unregistered" stamp is the record's timestamp of interest for
 	// orphan cleanup (package orphans): it is removed a protection window
 	// after this, once its swarm is empty. One key: MULTI is fine on a
@@ -182,6 +170,11 @@ func (s *Store) UnregisterTorrent(ctx context.Context, hash bittorrent.InfoHash)
 	pipe := s.rdb.TxPipeline()
 	pipe.HDel(ctx, btstore.TorrentKey(hash), "id")
 	pipe.HSet(ctx, btstore.TorrentKey(hash), "unregistered", s.nowMillis())
+	if reason != "" {
+		pipe.Set(ctx, btstore.DeletedKey(hash), reason, s.cfg.DeletedReasonTTL)
+	} else {
+		pipe.Del(ctx, btstore.DeletedKey(hash))
+	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("swarm.UnregisterTorrent: %w", err)
 	}
@@ -204,8 +197,8 @@ func (s *Store) UnregisterTorrent(ctx context.Context, hash bittorrent.InfoHash)
 // window after they left). Its users' set entries naming it are recorded
 // in cleanup's due set first, and go a window later: a frontend's batched
 // copy of a user's state can still write them meanwhile.
-func (s *Store) PurgeTorrent(ctx context.Context, hash bittorrent.InfoHash) (int, error) {
-	if err := s.UnregisterTorrent(ctx, hash); err != nil {
+func (s *Store) PurgeTorrent(ctx context.Context, hash bittorrent.InfoHash, reason string) (int, error) {
+	if err := s.DeleteTorrent(ctx, hash, reason); err != nil {
 		return 0, err
 	}
 	users, err := s.rdb.SMembers(ctx, btstore.TorrentUsersKey(hash)).Result()

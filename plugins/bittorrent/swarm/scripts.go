@@ -16,7 +16,7 @@ import (
 // Every script, loaded from package btstore with the shared prelude
 // prepended.
 var (
-	announceScript      = loadScript("announce.lua")
+	announceScript      = btstore.Script("announce.lua", btstore.LuaCodes(announceCodes), prelude)
 	expireScript        = loadScript("expire.lua")
 	dueSettleScript     = loadScript("due_settle.lua")
 	userSetsScript      = loadScript("user_sets.lua")
@@ -33,6 +33,19 @@ var (
 )
 
 var prelude = btstore.Prelude()
+
+// The codes announce.lua refuses with, named once here and handed to the
+// script as its table R.
+const (
+	codeUnregistered = -1
+	codePeerTaken    = -2
+	codePeerLimit    = -3
+	codeFlood        = -4
+)
+
+var announceCodes = map[string]int64{
+	"UNREGISTERED": codeUnregistered, "PEER_TAKEN": codePeerTaken, "PEER_LIMIT": codePeerLimit, "FLOOD": codeFlood,
+}
 
 func loadScript(name string) *redis.Script {
 	return btstore.Script(name, prelude)

@@ -65,6 +65,26 @@ type Config struct {
 	// in the unseeded reaper's process other users who start seeding it
 	// also win the claim (15m): package reaper's claim_window.
 	ReaperClaimWindow time.Duration
+	// DeletedReasonTTL is how long the reason the site gave when it
+	// removed a torrent (DeleteTorrent) is answered to its announces,
+	// before they get "unregistered torrent" (72h).
+	DeletedReasonTTL time.Duration
+	// FloodInterval is the least time between two announces of one peer
+	// on one torrent without an event: one sooner is refused (flood
+	// control, checked in the announce script against the peer's last
+	// accepted announce). Zero turns flood control off. Events (started,
+	// stopped, completed) are never refused by it.
+	FloodInterval time.Duration
+	// FloodWindow is the window a peer's refusals are counted in (1h);
+	// FloodReportAfter is how many refusals in one window make a peer a
+	// repeat offender, reported once per window to OnFlood (10; negative:
+	// never).
+	FloodWindow      time.Duration
+	FloodReportAfter int
+	// OnFlood hears of each repeat offender (the plugin appends an outbox
+	// event for the site). It runs on the announce's goroutine, once per
+	// offender and window; nil: offenders are only counted.
+	OnFlood func(context.Context, FloodReport)
 	// CacheTTL is how long passkey lookups and the client whitelist are
 	// cached per frontend (10s). A change made through this Store applies
 	// here at once; other frontends see it within CacheTTL.
@@ -110,6 +130,9 @@ func (c *Config) validate() error {
 		{"SweepInterval", &c.SweepInterval, 15 * time.Second},
 		{"HnR.MinSeedTime", &c.HnR.MinSeedTime, 0},
 		{"ReaperClaimWindow", &c.ReaperClaimWindow, 15 * time.Minute},
+		{"DeletedReasonTTL", &c.DeletedReasonTTL, 72 * time.Hour},
+		{"FloodInterval", &c.FloodInterval, 0},
+		{"FloodWindow", &c.FloodWindow, time.Hour},
 	}
 	for _, d := range durations {
 		if *d.value < 0 {
@@ -149,6 +172,13 @@ func (c *Config) validate() error {
 		if c.Private {
 			c.MaxPeersPerOwner = DefaultMaxPeersPrivate
 		}
+	}
+	if c.FloodReportAfter == 0 {
+		c.FloodReportAfter = 10
+	}
+	if c.FloodInterval > c.MinInterval {
+		return fmt.Errorf("swarm config: FloodInterval (%v) must not exceed MinInterval (%v), or clients that obey min interval are refused",
+			c.FloodInterval, c.MinInterval)
 	}
 	if c.HnR.MinRatio < 0 {
 		return fmt.Errorf("swarm config: HnR.MinRatio must not be negative, got %v", c.HnR.MinRatio)
@@ -196,6 +226,7 @@ type Store struct {
 
 	passkeys  passkeyCache
 	whitelist whitelistCache
+	deny      denyCache
 	pending   pending
 	flushMu   sync.Mutex
 
@@ -257,6 +288,9 @@ func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (
 	if req.Event > bittorrent.EventStopped {
 		return nil, &bittorrent.ClientError{Reason: "invalid event"}
 	}
+	if err := s.denied(ctx, req.InfoHash, req.PeerID); err != nil {
+		return nil, err
+	}
 	userID, err := s.admit(ctx, req.Passkey, req.PeerID)
 	if err != nil {
 		return nil, err
@@ -273,7 +307,8 @@ func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (
 		int(req.Event), numWant, private, userID,
 		timeout, s.cfg.PeerRetention.Milliseconds(),
 		s.openRetentionMillis(), s.cfg.HnR.MinSeedTime.Milliseconds(), s.cfg.HnR.MinRatio, now + timeout,
-		compactLen(req.PeerFamily), s.cfg.ReaperClaimWindow.Milliseconds(), max(s.cfg.MaxPeersPerOwner, 0)}
+		compactLen(req.PeerFamily), s.cfg.ReaperClaimWindow.Milliseconds(), max(s.cfg.MaxPeersPerOwner, 0),
+		s.cfg.FloodInterval.Milliseconds(), s.cfg.FloodWindow.Milliseconds(), max(s.cfg.FloodReportAfter, 0)}
 	var reply []any
 	if s.announces != nil {
 		cmd, err := s.announces.run(ctx, keys, args)
@@ -288,11 +323,16 @@ func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (
 	}
 	switch code := replyInt(reply[0]); code {
 	case 1:
-	case -1:
-		return nil, &bittorrent.ClientError{Reason: "unregistered torrent"}
-	case -2:
+	case codeUnregistered:
+		if len(reply) > 1 {
+			return nil, &bittorrent.ClientError{Reason: "torrent deleted: " + replyString(reply[1])}
+		}
+		return nil, errUnregistered
+	case codePeerTaken:
 		return nil, &bittorrent.ClientError{Reason: "peer_id is in use by another user in this swarm"}
-	case -3:
+	case codeFlood:
+		return nil, s.flood(ctx, req, userID, reply)
+	case codePeerLimit:
 		s.counters.peerLimitRefused.Add(1)
 		if s.cfg.Private {
 			return nil, &bittorrent.ClientError{Reason: fmt.Sprintf(
@@ -405,9 +445,16 @@ func (s *Store) Scrape(ctx context.Context, passkey string, hashes []bittorrent.
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("swarm.Scrape: %w", err)
 	}
+	deny, err := s.denyLists(ctx)
+	if err != nil {
+		return nil, err
+	}
 	for i, cmd := range cmds {
 		v := cmd.Val()
 		if s.cfg.Private && v[3] == nil {
+			continue
+		}
+		if _, denied := deny.torrents[hashes[i]]; denied {
 			continue
 		}
 		entries[i] = bittorrent.ScrapeEntry{
@@ -428,6 +475,9 @@ type counters struct {
 	flushFailures  atomic.Int64
 
 	peerLimitRefused atomic.Int64
+	floodRefused     atomic.Int64
+	floodReported    atomic.Int64
+	denied           atomic.Int64
 }
 
 // PeerLimitRefused counts the announces this Store refused because their

@@ -156,19 +156,33 @@ func appendCompactFamily[L PeerList](dst []byte, peers L, want4 bool) []byte {
 // be sorted and unique (SortUniqueHashes) because they are dictionary keys;
 // counts[i] belongs to hashes[i].
 func AppendHTTPScrape(dst []byte, hashes [][20]byte, counts []ScrapeCounts) []byte {
-	dst = append(dst, "d5:filesd"...)
+	dst = append(dst, ScrapeHead...)
 	for i := range hashes {
-		dst = append(dst, "20:"...)
-		dst = append(dst, hashes[i][:]...)
-		dst = append(dst, "d8:complete"...)
-		dst = AppendInt(dst, counts[i].Complete)
-		dst = append(dst, "10:downloaded"...)
-		dst = AppendInt(dst, counts[i].Downloaded)
-		dst = append(dst, "10:incomplete"...)
-		dst = AppendInt(dst, counts[i].Incomplete)
-		dst = append(dst, 'e')
+		dst = AppendScrapeEntry(dst, hashes[i], counts[i])
 	}
-	return append(dst, "ee"...)
+	return append(dst, ScrapeTail...)
+}
+
+// A scrape response is ScrapeHead, one AppendScrapeEntry per torrent in
+// info-hash byte order, then ScrapeTail, so a full scrape can be written
+// as a stream.
+const (
+	ScrapeHead = "d5:filesd"
+	ScrapeTail = "ee"
+)
+
+// AppendScrapeEntry appends one torrent's entry of a scrape's files
+// dictionary.
+func AppendScrapeEntry(dst []byte, hash [20]byte, counts ScrapeCounts) []byte {
+	dst = append(dst, "20:"...)
+	dst = append(dst, hash[:]...)
+	dst = append(dst, "d8:complete"...)
+	dst = AppendInt(dst, counts.Complete)
+	dst = append(dst, "10:downloaded"...)
+	dst = AppendInt(dst, counts.Downloaded)
+	dst = append(dst, "10:incomplete"...)
+	dst = AppendInt(dst, counts.Incomplete)
+	return append(dst, 'e')
 }
 
 // SortUniqueHashes sorts hashes by raw bytes and drops duplicates, in

@@ -24,6 +24,8 @@
 --                          records together with it
 -- KEYS[12] owners    HASH  open mode: owner (see peer_owner) -> the
 --                          owner's peers in the swarm, for ARGV[19]
+-- KEYS[13] deleted   STRING the site's reason for removing the torrent,
+--                          read only when refusing an unregistered one
 --
 -- ARGV[1]  now (ms)
 -- ARGV[2]  peer id (20 bytes)
@@ -52,6 +54,15 @@
 --          record's peers) in private mode, an address in open mode
 --          (KEYS[12]); 0: no limit. Checked only when a peer joins, so a
 --          peer already in the swarm is never refused by it.
+-- ARGV[20] flood control: the least time (ms) between two announces of
+--          one peer without an event; 0: off. Checked against the peer
+--          record's last_announce (the last accepted announce), so it
+--          costs nothing but a comparison; an announce with an event
+--          (started, stopped, completed) is never refused by it.
+-- ARGV[21] the window (ms) in which the peer record's floods field
+--          counts a peer's refusals
+-- ARGV[22] how many refusals in one window make the peer a repeat
+--          offender, reported once per window (0: never reported)
 --
 -- Returns
 --   {1, seeders, leechers, snatches, born, d_seeders, d_leechers, snatched,
@@ -63,9 +74,15 @@
 --      d_uploaded/d_downloaded: what this peer transferred since its
 --      previous announce; peers: the chosen peers' entries concatenated
 --      into one string, so the reply is one bulk string, not one per peer
---  -1  the torrent is not registered (private mode)
---  -2  the peer id is active in this swarm under another user
---  -3  the peer would join, and its owner has ARGV[19] peers already
+--  {R.UNREGISTERED [, reason]}  the torrent is not registered (private
+--      mode); reason: KEYS[13], the site's reason while it lasts
+--  {R.PEER_TAKEN}  the peer id is active in this swarm under another user
+--  {R.PEER_LIMIT}  the peer would join, and its owner has ARGV[19] peers
+--  {R.FLOOD, refusals, report, since, torrent id}  the peer announced
+--      again within ARGV[20]: nothing but the peer record's floods and
+--      flood_since fields changed; refusals: this window's count; report:
+--      1 when this refusal reached ARGV[22] (once per window); since: the
+--      window's start (ms)
 --
 -- Note: a seeder gets only leechers; a leecher gets seeders first, then
 -- other leechers. Peers are picked with HRANDFIELD, so an announce costs
@@ -96,7 +113,9 @@ local max_owned = tonumber(ARGV[19])
 
 local t = redis.call('HMGET', k_torrent, 'id', 'created', 'announces', 'snatches', 'registered')
 if ARGV[9] == '1' and not t[1] then
-  return {-1}
+  local reason = redis.call('GET', KEYS[13])
+  if reason then return {R.UNREGISTERED, reason} end
+  return {R.UNREGISTERED}
 end
 local torrent_id = t[1] or ''
 
@@ -105,7 +124,7 @@ local p = redis.call('HMGET', k_peer, 'user', 'uploaded', 'downloaded', 'last_an
 local known = p[1] ~= false
 if known and p[1] ~= user then
   if redis.call('HEXISTS', k_seeders, peer_id) == 1 or redis.call('HEXISTS', k_leechers, peer_id) == 1 then
-    return {-2}
+    return {R.PEER_TAKEN}
   end
   -- An old, inactive record of another user's session: start afresh.
   redis.call('DEL', k_peer)
@@ -127,6 +146,24 @@ local member = peer_id .. user
 local leaving = event == '3'
 local seeding = left == 0
 
+-- Flood control: a peer in the swarm announcing again, without an event,
+-- sooner than ARGV[20] after its last accepted announce is refused. Only
+-- the refusal pays for the count (one HMGET, one HSET on the record).
+local flood_ms = tonumber(ARGV[20])
+if flood_ms > 0 and event == '0' and known and p[8] == '1' and now - (tonumber(p[4]) or 0) < flood_ms then
+  local f = redis.call('HMGET', k_peer, 'floods', 'flood_since')
+  local count, since = tonumber(f[1]) or 0, tonumber(f[2]) or 0
+  if now - since >= tonumber(ARGV[21]) then
+    count, since = 0, now
+  end
+  count = count + 1
+  redis.call('HSET', k_peer, 'floods', count, 'flood_since', int(since))
+  local threshold = tonumber(ARGV[22])
+  local report = 0
+  if threshold > 0 and count == threshold then report = 1 end
+  return {R.FLOOD, count, report, int(since), torrent_id}
+end
+
 -- The per-owner bound, checked where a peer joins the swarm and before
 -- anything is written (the deletions above only drop dead records). A
 -- peer whose record says it is in the swarm is not joining.
@@ -139,7 +176,7 @@ if max_owned > 0 and not leaving and not (known and p[8] == '1') then
     owned = owner and tonumber(redis.call('HGET', k_owners, owner))
   end
   if (owned or 0) >= max_owned then
-    return {-3}
+    return {R.PEER_LIMIT}
   end
 end
 
