@@ -12,7 +12,8 @@
 -- KEYS[8]  deadlines  ZSET  item -> reclaim deadline (ms)
 -- KEYS[9]  claims     HASH  item -> claim record
 -- KEYS[10] done       SET
--- KEYS[11] budget     HASH  downloader -> items out
+-- KEYS[11] budget     HASH  downloader -> items out, kept only while the
+--                          project has a budget limit (downloader_budget)
 -- KEYS[12] extras     HASH  item -> JSON object of extra keys
 -- KEYS[13] stats      HASH  counters (only the rare ones here: see the note)
 -- KEYS[14] blocked    HASH  nickname or IP -> JSON reason
@@ -249,8 +250,16 @@ local max_multi = tonumber(cfg[10] or '0') or 0
 if max_multi > 0 then wanted = math.min(wanted, max_multi) end
 
 local budget_limit = tonumber(cfg[6] or '0') or 0
-if budget_limit > 0 then
-  local have = tonumber(redis.call('HGET', KEYS[11], downloader) or '0')
+local budget_on = budget_kept(cfg[6])
+if budget_on then
+  -- Read before any item moves: a budget that is not a hash refuses the
+  -- claim naming the key; a field that is not a number reads as 0 and is
+  -- refused by the guarded HINCRBY below, after which every pop is undone.
+  local have = redis.pcall('HGET', KEYS[11], downloader)
+  if type(have) == 'table' and have.err then
+    return {R.CORRUPT, KEYS[11] .. ': ' .. have.err}
+  end
+  have = tonumber(have or '0') or 0
   if have >= budget_limit then
     return {0, 'budget'}
   end
@@ -335,7 +344,7 @@ local function take_reclaims(want)
       unreadable = unreadable + 1
     elseif max_claims > 0 and count >= max_claims then
       -- Claimed max_claims times without a done: failed, not out again.
-      budget_decrement(KEYS[11], previous)
+      if budget_on then budget_decrement(KEYS[11], previous) end
       redis.call('HDEL', KEYS[9], item)
       redis.call('ZREM', KEYS[7], item)
       redis.call('ZREM', KEYS[8], item)
@@ -350,7 +359,7 @@ local function take_reclaims(want)
     if g == nil or group_tokens[g] > 0 then
     if g ~= nil then charge_group(g, 1) end
     want = want - 1
-    budget_decrement(KEYS[11], previous)
+    if budget_on then budget_decrement(KEYS[11], previous) end
     count = count + 1
     if count == 2 then
       redis.call('HINCRBY', KEYS[13], 'items_reclaimed', 1)
@@ -433,7 +442,7 @@ local function undo_all()
   for b = #batches, 1, -1 do
     local done_batch = batches[b]
     undo_batch(done_batch.key, done_batch.scored, done_batch.batch, done_batch.scores, done_batch.written)
-    if #done_batch.written > 0 then
+    if budget_on and #done_batch.written > 0 then
       redis.pcall('HINCRBY', KEYS[11], downloader, -#done_batch.written)
     end
   end
@@ -507,7 +516,7 @@ local function pop_fresh(key, want, group, scored, redo)
         checked_chunked('HSET', KEYS[9], claim_args)
         checked_chunked('ZADD', KEYS[7], out_args)
         checked_chunked('ZADD', KEYS[8], deadline_args)
-        checked('HINCRBY', KEYS[11], downloader, #written)
+        if budget_on then checked('HINCRBY', KEYS[11], downloader, #written) end
       end
     end)
     if not ok then
@@ -590,7 +599,7 @@ if #taken == 0 then
   return {0, 'empty'}
 end
 
-if reclaims > 0 then
+if budget_on and reclaims > 0 then
   redis.call('HINCRBY', KEYS[11], downloader, reclaims)
 end
 

@@ -10,7 +10,7 @@
 -- KEYS[4] claims       HASH item -> claim record
 -- KEYS[5] done         SET
 -- KEYS[6] recent_done  ZSET item -> done at (ms)
--- KEYS[7] budget       HASH downloader -> items out
+-- KEYS[7] budget       HASH downloader -> items out (while a budget limit is set)
 -- KEYS[8] stats        HASH counters
 -- KEYS[9] failed       HASH item -> failed record
 --
@@ -22,7 +22,7 @@
 -- Returns {imported, skipped}, or {R.NO_PROJECT}, or {R.CORRUPT, why}
 -- (nothing changed).
 
-local cfg = redis.call('HMGET', KEYS[1], 'created_at', 'done_mode', 'recent_done', 'reclaim_ttl_ms')
+local cfg = redis.call('HMGET', KEYS[1], 'created_at', 'done_mode', 'recent_done', 'reclaim_ttl_ms', 'downloader_budget')
 if not cfg[1] then
   return {R.NO_PROJECT}
 end
@@ -75,7 +75,7 @@ else
       if ttl > 0 then
         redis.call('ZADD', KEYS[3], int(at + ttl), item)
       end
-      redis.call('HINCRBY', KEYS[7], downloader, 1)
+      if budget_kept(cfg[5]) then redis.call('HINCRBY', KEYS[7], downloader, 1) end
       imported = imported + 1
     end
   end

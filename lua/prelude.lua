@@ -45,10 +45,20 @@ local function int(n)
   return string.format('%.0f', n)
 end
 
+-- The budget hash (downloader -> items out) is kept only while the
+-- project has a budget limit (the config's downloader_budget above 0):
+-- config_write.lua rebuilds it from the claims when a limit is set and
+-- drops it when the limit goes, so a project without one pays nothing for
+-- it. value is the config's downloader_budget.
+local function budget_kept(value)
+  return (tonumber(value or '0') or 0) > 0
+end
+
 -- One fewer item out for a downloader; the field goes when it reaches zero
 -- so the budget hash stays as small as the set of active downloaders.
 -- A field that is not an integer (it can't be, but a script must not fail
--- after its first write) is dropped rather than incremented.
+-- after its first write) is dropped rather than incremented. Callers call
+-- it only while the budget is kept (budget_kept).
 local function budget_decrement(key, downloader)
   local value = redis.call('HGET', key, downloader)
   if not value or #value > 18 or not string.find(value, '^%-?%d+$') or tonumber(value) <= 1 then

@@ -148,7 +148,9 @@ func TestClaimScriptFailureLosesNoItem(t *testing.T) {
 		for i, c := range cases {
 			// Each case in its own project, so one corruption never hides another.
 			slug := "corrupt-" + mode + "-" + strings.Repeat("x", i%3) + string(rune('a'+i))
-			_, err := tb.engine.CreateProject(tb.ctx, slug, queues.SettingsPatch{DoneMode: ptr(mode)})
+			// A budget limit above the claim's 10, so the budget is kept
+			// (it is only while a limit is set) and reached by the claim.
+			_, err := tb.engine.CreateProject(tb.ctx, slug, queues.SettingsPatch{DoneMode: ptr(mode), DownloaderBudget: ptr(1000)})
 			require.NoError(t, err)
 			pb := tb
 			pb.slug = slug
