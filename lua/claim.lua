@@ -78,6 +78,14 @@
 -- twice in this call, are duplicates queued twice; they are dropped (counted in
 -- stats.duplicates_dropped) because the item already has its one place. A
 -- released item popped again continues its claim count and claimant list.
+-- Claims, done and recent_done are asked only when the config's pop_check
+-- is not "0": a project created since pop_check exists starts at "0",
+-- because every way into its lists goes through the queued index and
+-- skips items out, done or failed, so a popped item can be in no other
+-- place. A script that cannot keep that (the scored queue, which has no
+-- queued index, or an import of claims or completions of items waiting in
+-- a list) sets it to "1" for good, and so does a project from before the
+-- field (absent reads as "1").
 --
 -- Note: nothing popped is lost if a command fails midway (Redis keeps a
 -- script's writes before an error). The keys' types are checked where
@@ -120,7 +128,7 @@ local cfg = redis.call('HMGET', KEYS[1], 'created_at', 'paused', 'min_version',
   'rate_per_minute', 'rate_burst', 'downloader_budget', 'claims_limit',
   'reclaim_enabled', 'reclaim_ttl_ms', 'max_multi', 'extra', 'limit_groups_version',
   'downloader_rate_per_minute', 'downloader_rate_burst', 'ip_rate_per_minute', 'ip_rate_burst',
-  'ignore_global_blocks', 'event_log', 'max_claims', 'has_extras')
+  'ignore_global_blocks', 'event_log', 'max_claims', 'has_extras', 'pop_check')
 if not cfg[1] then
   return {R.NO_PROJECT, 'no such project'}
 end
@@ -136,6 +144,7 @@ end
 -- extras is known from the config (has_extras, set where extras are
 -- written); only a project from before that flag (false) probes the key.
 local has_extras = cfg[20]
+local pop_check = cfg[21] ~= '0'
 local any_optional
 if has_extras then
   any_optional = redis.call('EXISTS', KEYS[14], KEYS[2], KEYS[23], KEYS[16], KEYS[20], KEYS[25]) > 0
@@ -462,10 +471,12 @@ local function pop_fresh(key, want, group, scored, redo)
     local ok, err = pcall(function()
       if not scored then checked_chunked('SREM', index, batch) end
       -- Items already out or done were queued twice: one look-up per batch.
-      local in_claims = checked('HMGET', KEYS[9], unpack(batch))
-      local in_done = checked('SMISMEMBER', KEYS[10], unpack(batch))
-      local in_recent = {}
-      if present(20) then in_recent = checked('ZMSCORE', KEYS[20], unpack(batch)) end
+      local in_claims, in_done, in_recent = {}, {}, {}
+      if pop_check then
+        in_claims = checked('HMGET', KEYS[9], unpack(batch))
+        in_done = checked('SMISMEMBER', KEYS[10], unpack(batch))
+        if present(20) then in_recent = checked('ZMSCORE', KEYS[20], unpack(batch)) end
+      end
       local out_args, deadline_args, claim_args = {}, {}, {}
       local first_record, first_deadline
       for i, item in ipairs(batch) do

@@ -64,7 +64,9 @@ if #KEYS >= 3 then
 end
 if ARGV[1] == 'create' then
   -- No item has extras yet: enqueue.lua sets it to 1 when it writes some.
-  redis.call('HSET', KEYS[1], 'has_extras', '0')
+  -- Every copy in its lists will have gone through the queued index:
+  -- claim.lua need not look for duplicates when it pops (pop_check).
+  redis.call('HSET', KEYS[1], 'has_extras', '0', 'pop_check', '0')
 end
 if ARGV[1] == 'groups' then
   redis.call('HINCRBY', KEYS[1], 'limit_groups_version', 1)
