@@ -30,20 +30,9 @@ local staged = redis.call('LRANGE', KEYS[1], 0, -1)
 local items = staged
 if queue ~= 'done' then
   items = {}
-  local any_recent = redis.call('EXISTS', KEYS[8]) == 1
-  local any_failed = redis.call('EXISTS', KEYS[9]) == 1
-  for i = 1, #staged, 1000 do
-    local slice = {unpack(staged, i, math.min(i + 999, #staged))}
-    local waiting = redis.call('SMISMEMBER', KEYS[5], unpack(slice))
-    local out = redis.call('HMGET', KEYS[6], unpack(slice))
-    local done = redis.call('SMISMEMBER', KEYS[7], unpack(slice))
-    local recent = any_recent and redis.call('ZMSCORE', KEYS[8], unpack(slice)) or {}
-    local failed = any_failed and redis.call('HMGET', KEYS[9], unpack(slice)) or {}
-    for j, item in ipairs(slice) do
-      if not (waiting[j] == 1 or out[j] or done[j] == 1 or recent[j] or failed[j]) then
-        items[#items + 1] = item
-      end
-    end
+  local placed = placed_already(staged, KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9])
+  for _, item in ipairs(staged) do
+    if not placed[item] then items[#items + 1] = item end
   end
 end
 if ARGV[2] == 'tail' then
