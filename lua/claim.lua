@@ -12,7 +12,8 @@
 -- KEYS[8]  deadlines  ZSET  item -> reclaim deadline (ms)
 -- KEYS[9]  claims     HASH  item -> claim record
 -- KEYS[10] done       SET
--- KEYS[11] budget     HASH  downloader -> items out
+-- KEYS[11] budget     HASH  downloader -> items out, kept only while the
+--                          project has a budget limit (downloader_budget)
 -- KEYS[12] extras     HASH  item -> JSON object of extra keys
 -- KEYS[13] stats      HASH  counters (only the rare ones here: see the note)
 -- KEYS[14] blocked    HASH  nickname or IP -> JSON reason
@@ -77,6 +78,14 @@
 -- twice in this call, are duplicates queued twice; they are dropped (counted in
 -- stats.duplicates_dropped) because the item already has its one place. A
 -- released item popped again continues its claim count and claimant list.
+-- Claims, done and recent_done are asked only when the config's pop_check
+-- is not "0": a project created since pop_check exists starts at "0",
+-- because every way into its lists goes through the queued index and
+-- skips items out, done or failed, so a popped item can be in no other
+-- place. A script that cannot keep that (the scored queue, which has no
+-- queued index, or an import of claims or completions of items waiting in
+-- a list) sets it to "1" for good, and so does a project from before the
+-- field (absent reads as "1").
 --
 -- Note: nothing popped is lost if a command fails midway (Redis keeps a
 -- script's writes before an error). The keys' types are checked where
@@ -119,7 +128,7 @@ local cfg = redis.call('HMGET', KEYS[1], 'created_at', 'paused', 'min_version',
   'rate_per_minute', 'rate_burst', 'downloader_budget', 'claims_limit',
   'reclaim_enabled', 'reclaim_ttl_ms', 'max_multi', 'extra', 'limit_groups_version',
   'downloader_rate_per_minute', 'downloader_rate_burst', 'ip_rate_per_minute', 'ip_rate_burst',
-  'ignore_global_blocks', 'event_log', 'max_claims', 'has_extras')
+  'ignore_global_blocks', 'event_log', 'max_claims', 'has_extras', 'pop_check')
 if not cfg[1] then
   return {R.NO_PROJECT, 'no such project'}
 end
@@ -135,6 +144,7 @@ end
 -- extras is known from the config (has_extras, set where extras are
 -- written); only a project from before that flag (false) probes the key.
 local has_extras = cfg[20]
+local pop_check = cfg[21] ~= '0'
 local any_optional
 if has_extras then
   any_optional = redis.call('EXISTS', KEYS[14], KEYS[2], KEYS[23], KEYS[16], KEYS[20], KEYS[25]) > 0
@@ -249,8 +259,16 @@ local max_multi = tonumber(cfg[10] or '0') or 0
 if max_multi > 0 then wanted = math.min(wanted, max_multi) end
 
 local budget_limit = tonumber(cfg[6] or '0') or 0
-if budget_limit > 0 then
-  local have = tonumber(redis.call('HGET', KEYS[11], downloader) or '0')
+local budget_on = budget_kept(cfg[6])
+if budget_on then
+  -- Read before any item moves: a budget that is not a hash refuses the
+  -- claim naming the key; a field that is not a number reads as 0 and is
+  -- refused by the guarded HINCRBY below, after which every pop is undone.
+  local have = redis.pcall('HGET', KEYS[11], downloader)
+  if type(have) == 'table' and have.err then
+    return {R.CORRUPT, KEYS[11] .. ': ' .. have.err}
+  end
+  have = tonumber(have or '0') or 0
   if have >= budget_limit then
     return {0, 'budget'}
   end
@@ -335,7 +353,7 @@ local function take_reclaims(want)
       unreadable = unreadable + 1
     elseif max_claims > 0 and count >= max_claims then
       -- Claimed max_claims times without a done: failed, not out again.
-      budget_decrement(KEYS[11], previous)
+      if budget_on then budget_decrement(KEYS[11], previous) end
       redis.call('HDEL', KEYS[9], item)
       redis.call('ZREM', KEYS[7], item)
       redis.call('ZREM', KEYS[8], item)
@@ -350,7 +368,7 @@ local function take_reclaims(want)
     if g == nil or group_tokens[g] > 0 then
     if g ~= nil then charge_group(g, 1) end
     want = want - 1
-    budget_decrement(KEYS[11], previous)
+    if budget_on then budget_decrement(KEYS[11], previous) end
     count = count + 1
     if count == 2 then
       redis.call('HINCRBY', KEYS[13], 'items_reclaimed', 1)
@@ -433,7 +451,7 @@ local function undo_all()
   for b = #batches, 1, -1 do
     local done_batch = batches[b]
     undo_batch(done_batch.key, done_batch.scored, done_batch.batch, done_batch.scores, done_batch.written)
-    if #done_batch.written > 0 then
+    if budget_on and #done_batch.written > 0 then
       redis.pcall('HINCRBY', KEYS[11], downloader, -#done_batch.written)
     end
   end
@@ -453,10 +471,12 @@ local function pop_fresh(key, want, group, scored, redo)
     local ok, err = pcall(function()
       if not scored then checked_chunked('SREM', index, batch) end
       -- Items already out or done were queued twice: one look-up per batch.
-      local in_claims = checked('HMGET', KEYS[9], unpack(batch))
-      local in_done = checked('SMISMEMBER', KEYS[10], unpack(batch))
-      local in_recent = {}
-      if present(20) then in_recent = checked('ZMSCORE', KEYS[20], unpack(batch)) end
+      local in_claims, in_done, in_recent = {}, {}, {}
+      if pop_check then
+        in_claims = checked('HMGET', KEYS[9], unpack(batch))
+        in_done = checked('SMISMEMBER', KEYS[10], unpack(batch))
+        if present(20) then in_recent = checked('ZMSCORE', KEYS[20], unpack(batch)) end
+      end
       local out_args, deadline_args, claim_args = {}, {}, {}
       local first_record, first_deadline
       for i, item in ipairs(batch) do
@@ -507,7 +527,7 @@ local function pop_fresh(key, want, group, scored, redo)
         checked_chunked('HSET', KEYS[9], claim_args)
         checked_chunked('ZADD', KEYS[7], out_args)
         checked_chunked('ZADD', KEYS[8], deadline_args)
-        checked('HINCRBY', KEYS[11], downloader, #written)
+        if budget_on then checked('HINCRBY', KEYS[11], downloader, #written) end
       end
     end)
     if not ok then
@@ -590,7 +610,7 @@ if #taken == 0 then
   return {0, 'empty'}
 end
 
-if reclaims > 0 then
+if budget_on and reclaims > 0 then
   redis.call('HINCRBY', KEYS[11], downloader, reclaims)
 end
 

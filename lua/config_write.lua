@@ -1,6 +1,8 @@
 -- config_write.lua: create a project, or change settings of an existing one.
 --
 -- KEYS[1] config HASH
+-- KEYS[2] claims HASH item -> claim record   \ only for "create" and
+-- KEYS[3] budget HASH downloader -> items out / "update" (see the note)
 --
 -- ARGV[1] "create" (fails if the project exists), "update" (fails if it
 --         does not) or "groups" (an update that also bumps
@@ -17,6 +19,14 @@
 -- Returns 1 on success, 0 when creating a project that exists, -1 when
 -- updating a project that does not, -2 when the filters changed since
 -- ARGV[2] (nothing written).
+--
+-- Note: the budget hash is kept only while the project has a budget limit
+-- (downloader_budget above 0), so the claims of a project without one write
+-- no budget. When a write turns a limit on, the budget is rebuilt here from
+-- the claim records (each one's claimant), in the same step, so the scripts
+-- that keep it from then on start from the truth; when it turns the limit
+-- off, the budget goes. One pass over the claims: an operator's change,
+-- never a request's.
 
 local exists = redis.call('EXISTS', KEYS[1]) == 1
 if ARGV[1] == 'create' and exists then return 0 end
@@ -28,12 +38,35 @@ if ARGV[1] == 'filters' then
     return -2
   end
 end
+local budget_was
+if #KEYS >= 3 then budget_was = budget_kept(redis.call('HGET', KEYS[1], 'downloader_budget')) end
 if #ARGV >= first then
   redis.call('HSET', KEYS[1], unpack(ARGV, first))
 end
+if #KEYS >= 3 then
+  local budget_now = budget_kept(redis.call('HGET', KEYS[1], 'downloader_budget'))
+  if budget_now and not budget_was then
+    redis.call('DEL', KEYS[3])
+    local out_by = {}
+    for _, record in ipairs(redis.call('HVALS', KEYS[2])) do
+      local _, _, claimant = parse_claim(record)
+      if claimant then out_by[claimant] = (out_by[claimant] or 0) + 1 end
+    end
+    local fields = {}
+    for claimant, n in pairs(out_by) do
+      fields[#fields + 1] = claimant
+      fields[#fields + 1] = n
+    end
+    call_chunked('HSET', KEYS[3], fields)
+  elseif not budget_now then
+    redis.call('DEL', KEYS[3])
+  end
+end
 if ARGV[1] == 'create' then
   -- No item has extras yet: enqueue.lua sets it to 1 when it writes some.
-  redis.call('HSET', KEYS[1], 'has_extras', '0')
+  -- Every copy in its lists will have gone through the queued index:
+  -- claim.lua need not look for duplicates when it pops (pop_check).
+  redis.call('HSET', KEYS[1], 'has_extras', '0', 'pop_check', '0')
 end
 if ARGV[1] == 'groups' then
   redis.call('HINCRBY', KEYS[1], 'limit_groups_version', 1)

@@ -8,7 +8,8 @@
 -- KEYS[3]  deadlines          ZSET item -> reclaim deadline (ms)
 -- KEYS[4]  claims             HASH item -> claim record
 -- KEYS[5]  done               SET
--- KEYS[6]  budget             HASH downloader -> items out
+-- KEYS[6]  budget             HASH downloader -> items out (kept only while
+--                                   the project has a budget limit)
 -- KEYS[7]  extras             HASH item -> JSON
 -- KEYS[8]  stats              HASH counters (only the rare ones here)
 -- KEYS[9]  released           HASH item -> released record
@@ -92,7 +93,7 @@ local log_tail = ARGV[5]
 local result = ARGV[6]
 local first_item = 7
 
-local cfg = redis.call('HMGET', KEYS[1], 'created_at', 'log_length', 'done_mode', 'recent_done', 'event_log', 'has_extras')
+local cfg = redis.call('HMGET', KEYS[1], 'created_at', 'log_length', 'done_mode', 'recent_done', 'event_log', 'has_extras', 'downloader_budget')
 if not cfg[1] then
   return {R.NO_PROJECT}
 end
@@ -234,7 +235,7 @@ end
 -- One fewer item out per item for each claimant; a field reaching zero
 -- goes, so the hash stays as small as the set of active downloaders. A
 -- field that is not an integer is dropped rather than failing here.
-for claimant, n in pairs(by_claimant) do
+for claimant, n in pairs(budget_kept(cfg[7]) and by_claimant or {}) do
   local left = redis.pcall('HINCRBY', KEYS[6], claimant, -n)
   if type(left) ~= 'number' or left <= 0 then
     redis.call('HDEL', KEYS[6], claimant)

@@ -17,6 +17,10 @@
 --         stats.items_filtered once the version matches)
 -- ARGV[3..] pairs: score (a finite number, as text), item
 --
+-- Note: the scored queue has no queued index, so an item may wait here and
+-- in a list at once: queueing here sets the config's pop_check to "1" for
+-- good, and claim.lua then drops the second copy when it pops it.
+--
 -- Returns {queued, rescored, skipped, length of the scored queue}, or
 -- {R.NO_PROJECT} when the project does not exist, or {R.CORRUPT, why} when a key has the wrong
 -- type (nothing changed), or {R.STALE_GROUPS} when the filters changed.
@@ -59,5 +63,6 @@ if #fresh > 0 then call_chunked('ZADD', KEYS[6], fresh) end
 if #rescore > 0 then call_chunked('ZADD', KEYS[6], rescore) end
 if #fresh > 0 then
   redis.call('HINCRBY', KEYS[2], 'items_queued', #fresh / 2)
+  redis.call('HSET', KEYS[1], 'pop_check', '1')
 end
 return {#fresh / 2, #rescore / 2, skipped, redis.call('ZCARD', KEYS[6])}

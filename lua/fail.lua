@@ -8,7 +8,7 @@
 -- KEYS[2]  out        ZSET item -> claimed at (ms)
 -- KEYS[3]  deadlines  ZSET item -> reclaim deadline (ms)
 -- KEYS[4]  claims     HASH item -> claim record
--- KEYS[5]  budget     HASH downloader -> items out
+-- KEYS[5]  budget     HASH downloader -> items out (while a budget limit is set)
 -- KEYS[6]  stats      HASH counters
 -- KEYS[7]  failed     HASH item -> failed record
 -- KEYS[8]  history    HASH item -> its ended claims
@@ -36,7 +36,7 @@
 --                          report: an earlier one would take the item away
 --                          from the warrior working on it now)
 
-local cfg = redis.call('HMGET', KEYS[1], 'created_at', 'limit_groups_version', 'fail_report_to', 'max_claims')
+local cfg = redis.call('HMGET', KEYS[1], 'created_at', 'limit_groups_version', 'fail_report_to', 'max_claims', 'downloader_budget')
 if not cfg[1] then
   return {R.NO_PROJECT}
 end
@@ -48,6 +48,7 @@ local downloader = ARGV[2]
 local reason = ARGV[4]
 local to_redo = cfg[3] == 'redo'
 local max_claims = tonumber(cfg[4] or '0') or 0
+local budget_on = budget_kept(cfg[5])
 
 local records, unknown, strangers = {}, {}, {}
 for i = 5, #ARGV, 2 do
@@ -77,7 +78,7 @@ local to_failed = 0
 local to = {}
 for _, r in ipairs(records) do
   local item = r.item
-  budget_decrement(KEYS[5], downloader)
+  if budget_on then budget_decrement(KEYS[5], downloader) end
   redis.call('HDEL', KEYS[4], item)
   redis.call('ZREM', KEYS[2], item)
   redis.call('ZREM', KEYS[3], item)

@@ -10,9 +10,13 @@
 -- KEYS[4] claims       HASH item -> claim record
 -- KEYS[5] done         SET
 -- KEYS[6] recent_done  ZSET item -> done at (ms)
--- KEYS[7] budget       HASH downloader -> items out
+-- KEYS[7] budget       HASH downloader -> items out (while a budget limit is set)
 -- KEYS[8] stats        HASH counters
 -- KEYS[9] failed       HASH item -> failed record
+-- KEYS[10] queued      SET  the items waiting in the list queues: an item
+--                      imported while a copy waits there sets the config's
+--                      pop_check to "1" (claim.lua then drops that copy
+--                      when it pops it, as it did before pop_check)
 --
 -- ARGV[1] now (ms)
 -- ARGV[2] "done" or "claims"
@@ -22,7 +26,7 @@
 -- Returns {imported, skipped}, or {R.NO_PROJECT}, or {R.CORRUPT, why}
 -- (nothing changed).
 
-local cfg = redis.call('HMGET', KEYS[1], 'created_at', 'done_mode', 'recent_done', 'reclaim_ttl_ms')
+local cfg = redis.call('HMGET', KEYS[1], 'created_at', 'done_mode', 'recent_done', 'reclaim_ttl_ms', 'downloader_budget', 'pop_check')
 if not cfg[1] then
   return {R.NO_PROJECT}
 end
@@ -44,6 +48,7 @@ local function known(item)
 end
 
 local imported, skipped = 0, 0
+local landed = {} -- the items this batch imported
 if ARGV[2] == 'done' then
   local fresh = {}
   local seen = {}
@@ -63,6 +68,7 @@ if ARGV[2] == 'done' then
     hincr_capped(KEYS[8], 'items_done', #fresh)
     hincr_capped(KEYS[8], 'items_imported_done', #fresh)
     imported = #fresh
+    for _, item in ipairs(fresh) do landed[#landed + 1] = item end
   end
 else
   for i = 3, #ARGV, 4 do
@@ -75,10 +81,21 @@ else
       if ttl > 0 then
         redis.call('ZADD', KEYS[3], int(at + ttl), item)
       end
-      redis.call('HINCRBY', KEYS[7], downloader, 1)
+      if budget_kept(cfg[5]) then redis.call('HINCRBY', KEYS[7], downloader, 1) end
       imported = imported + 1
+      landed[#landed + 1] = item
     end
   end
   if imported > 0 then hincr_capped(KEYS[8], 'claims_imported', imported) end
+end
+-- A copy still waiting in a list would be handed out again by a claim that
+-- does not look for duplicates: such a project goes back to looking.
+if cfg[6] == '0' and #landed > 0 then
+  for _, waiting in ipairs(call_chunked_list('SMISMEMBER', KEYS[10], landed)) do
+    if waiting == 1 then
+      redis.call('HSET', KEYS[1], 'pop_check', '1')
+      break
+    end
+  end
 end
 return {imported, skipped}

@@ -10,18 +10,31 @@
 --                  queue when the source was a limit group now forgotten)
 -- KEYS[5] queued   SET  the items waiting in the list queues: a queue's
 --                  items join it again
+-- KEYS[6] claims   HASH  \
+-- KEYS[7] done     SET    | a staged item queued again while it was staged
+-- KEYS[8] recent_done ZSET| (staged items are in no index), and since then
+-- KEYS[9] failed   HASH  /  waiting, out, done or failed, is dropped: no
+--                           list holds a copy the queued index let past
 --
 -- ARGV[1] id
 -- ARGV[2] "tail" or "head": the end of the target the items came from
 --
--- Returns the number of items put back, or -1 when the segment is not
--- staged (nothing changed).
+-- Returns the number of items put back (dropped copies are not counted), or
+-- -1 when the segment is not staged (nothing changed).
 
 local record = redis.call('HGET', KEYS[2], ARGV[1])
 if not record then return -1 end
 local state, queue, count = string.match(record, '^(%S+) (%S+) (%S+) ')
 if state ~= 'staging' then return -1 end
-local items = redis.call('LRANGE', KEYS[1], 0, -1)
+local staged = redis.call('LRANGE', KEYS[1], 0, -1)
+local items = staged
+if queue ~= 'done' then
+  items = {}
+  local placed = placed_already(staged, KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9])
+  for _, item in ipairs(staged) do
+    if not placed[item] then items[#items + 1] = item end
+  end
+end
 if ARGV[2] == 'tail' then
   call_chunked('RPUSH', KEYS[4], items)
 else

@@ -45,10 +45,20 @@ local function int(n)
   return string.format('%.0f', n)
 end
 
+-- The budget hash (downloader -> items out) is kept only while the
+-- project has a budget limit (the config's downloader_budget above 0):
+-- config_write.lua rebuilds it from the claims when a limit is set and
+-- drops it when the limit goes, so a project without one pays nothing for
+-- it. value is the config's downloader_budget.
+local function budget_kept(value)
+  return (tonumber(value or '0') or 0) > 0
+end
+
 -- One fewer item out for a downloader; the field goes when it reaches zero
 -- so the budget hash stays as small as the set of active downloaders.
 -- A field that is not an integer (it can't be, but a script must not fail
--- after its first write) is dropped rather than incremented.
+-- after its first write) is dropped rather than incremented. Callers call
+-- it only while the budget is kept (budget_kept).
 local function budget_decrement(key, downloader)
   local value = redis.call('HGET', key, downloader)
   if not value or #value > 18 or not string.find(value, '^%-?%d+$') or tonumber(value) <= 1 then
@@ -183,4 +193,30 @@ local function fail_item(failed_key, history_key, item, count, now, reason, mess
   redis.call('HSET', failed_key, item, '{"claims":' .. int(count) .. ',"at":' .. int(now) ..
     ',"reason":' .. cjson.encode(reason) .. ',"message":' .. cjson.encode(message or '') ..
     ',"history":[' .. table.concat(history, ',') .. ']}')
+end
+
+-- The items (a list) that have a place already: waiting in a list queue
+-- (the queued index), out (claims), done (the done set or recent_done) or
+-- failed. For a copy coming back into a list from outside the index (an
+-- offloaded or staged segment): those copies are dropped, so no list holds
+-- a copy the index let past. Returns a set, item -> true; the look-ups run
+-- per slice of 1000 items, one command per place.
+local function placed_already(items, index_key, claims_key, done_key, recent_key, failed_key)
+  local placed = {}
+  local any_recent = redis.call('EXISTS', recent_key) == 1
+  local any_failed = redis.call('EXISTS', failed_key) == 1
+  for i = 1, #items, 1000 do
+    local slice = {unpack(items, i, math.min(i + 999, #items))}
+    local waiting = redis.call('SMISMEMBER', index_key, unpack(slice))
+    local out = redis.call('HMGET', claims_key, unpack(slice))
+    local done = redis.call('SMISMEMBER', done_key, unpack(slice))
+    local recent = any_recent and redis.call('ZMSCORE', recent_key, unpack(slice)) or {}
+    local failed = any_failed and redis.call('HMGET', failed_key, unpack(slice)) or {}
+    for j, item in ipairs(slice) do
+      if waiting[j] == 1 or out[j] or done[j] == 1 or recent[j] or failed[j] then
+        placed[item] = true
+      end
+    end
+  end
+  return placed
 end

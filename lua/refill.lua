@@ -46,25 +46,15 @@ for i = 4, #ARGV, 2 do
   table.insert(to[key], ARGV[i])
 end
 local index = KEYS[#KEYS]
-local any_recent = redis.call('EXISTS', KEYS[6]) == 1
-local failed_key = KEYS[#KEYS - 1]
-local any_failed = redis.call('EXISTS', failed_key) == 1
 local queued, dropped = 0, 0
 for key, items in pairs(to) do
   local fresh = {}
-  for i = 1, #items, 1000 do
-    local slice = {unpack(items, i, math.min(i + 999, #items))}
-    local waiting = redis.call('SMISMEMBER', index, unpack(slice))
-    local out = redis.call('HMGET', KEYS[4], unpack(slice))
-    local done = redis.call('SMISMEMBER', KEYS[5], unpack(slice))
-    local recent = any_recent and redis.call('ZMSCORE', KEYS[6], unpack(slice)) or {}
-    local failed = any_failed and redis.call('HMGET', failed_key, unpack(slice)) or {}
-    for j, item in ipairs(slice) do
-      if waiting[j] == 1 or out[j] or done[j] == 1 or recent[j] or failed[j] then
-        dropped = dropped + 1
-      else
-        fresh[#fresh + 1] = item
-      end
+  local placed = placed_already(items, index, KEYS[4], KEYS[5], KEYS[6], KEYS[#KEYS - 1])
+  for _, item in ipairs(items) do
+    if placed[item] then
+      dropped = dropped + 1
+    else
+      fresh[#fresh + 1] = item
     end
   end
   if #fresh > 0 then

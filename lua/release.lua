@@ -7,7 +7,7 @@
 -- KEYS[3] out        ZSET item -> claimed at (ms)
 -- KEYS[4] deadlines  ZSET item -> reclaim deadline (ms)
 -- KEYS[5] claims     HASH item -> claim record
--- KEYS[6] budget     HASH downloader -> items out
+-- KEYS[6] budget     HASH downloader -> items out (while a budget limit is set)
 -- KEYS[7] stats      HASH counters
 -- KEYS[8] released   HASH item -> released record
 -- KEYS[9] failed     HASH item -> failed record: a released item claimed
@@ -41,11 +41,12 @@
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {R.NO_PROJECT}
 end
-local cfg = redis.call('HMGET', KEYS[1], 'limit_groups_version', 'max_claims')
+local cfg = redis.call('HMGET', KEYS[1], 'limit_groups_version', 'max_claims', 'downloader_budget')
 if (cfg[1] or '0') ~= ARGV[4] then
   return {R.STALE_GROUPS}
 end
 local max_claims = tonumber(cfg[2] or '0') or 0
+local budget_on = budget_kept(cfg[3])
 local now = tonumber(ARGV[1])
 local only_downloader = ARGV[2]
 local cutoff = tonumber(ARGV[3])
@@ -63,7 +64,7 @@ for i = 5, #ARGV, 2 do
     if (only_downloader ~= '' and claimant ~= only_downloader) or (cutoff and claimed_at > cutoff) then
       filtered = filtered + 1
     else
-      budget_decrement(KEYS[6], claimant)
+      if budget_on then budget_decrement(KEYS[6], claimant) end
       redis.call('HDEL', KEYS[5], item)
       redis.call('ZREM', KEYS[3], item)
       redis.call('ZREM', KEYS[4], item)

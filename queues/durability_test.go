@@ -82,7 +82,9 @@ func crashBackTo(t *testing.T, tb bundle, snapshot redisSnapshot) {
 // once. An item can be done twice this way; it is never lost.
 func TestDoneLostByRedisComesBackAsWork(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		tb := setup(t, b, queues.SettingsPatch{}) // a new project's defaults: reclaim after 6 h
+		// A new project's defaults (reclaim after 6 h) and a budget limit,
+		// so the budget is kept and checked with the claims.
+		tb := setup(t, b, queues.SettingsPatch{DownloaderBudget: ptr(50)})
 		tb.enqueue(t, todo, "x", "y")
 		require.Equal(t, []string{"x"}, tb.claim(t, "alice", 1))
 		onDisk := snapshotProject(t, tb) // the last fsync before the crash

@@ -84,7 +84,7 @@ func (e *Engine) CreateProject(ctx context.Context, slug string, patch SettingsP
 	}
 	now := e.clock.Now()
 	args := append([]any{"create", "created_at", strconv.FormatInt(now.UnixMilli(), 10)}, settings.fields()...)
-	n, err := e.runScriptInt(ctx, op, configWriteScript, []string{ConfigKey(slug)}, args...)
+	n, err := e.runScriptInt(ctx, op, configWriteScript, []string{ConfigKey(slug), ClaimsKey(slug), BudgetKey(slug)}, args...)
 	if err != nil {
 		return Project{}, err
 	}
@@ -110,7 +110,7 @@ func (e *Engine) UpdateProject(ctx context.Context, slug string, patch SettingsP
 	// Only the fields the patch names are written, so concurrent changes
 	// of different settings do not undo each other.
 	args := append([]any{"update"}, settings.fieldsNamed(patch.fieldNames())...)
-	n, err := e.runScriptInt(ctx, op, configWriteScript, []string{ConfigKey(slug)}, args...)
+	n, err := e.runScriptInt(ctx, op, configWriteScript, []string{ConfigKey(slug), ClaimsKey(slug), BudgetKey(slug)}, args...)
 	if err != nil {
 		return Project{}, err
 	}

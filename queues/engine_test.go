@@ -218,7 +218,9 @@ func TestDoneForItemNeverHandedOutChangesNothing(t *testing.T) {
 }
 
 func TestLateDoneAfterReclaimCompletesOnce(t *testing.T) {
-	forEachMode(t, queues.SettingsPatch{ReclaimEnabled: ptr(true), ReclaimTTL: ptr(queues.Duration(time.Hour))}, func(t *testing.T, tb bundle, mode string) {
+	// A budget limit, so the budget hash is kept and its return to empty
+	// means something.
+	forEachMode(t, queues.SettingsPatch{ReclaimEnabled: ptr(true), ReclaimTTL: ptr(queues.Duration(time.Hour)), DownloaderBudget: ptr(50)}, func(t *testing.T, tb bundle, mode string) {
 		tb.enqueue(t, todo, "x")
 		require.Equal(t, []string{"x"}, tb.claim(t, "alice", 1))
 		tb.clock.Advance(61 * time.Minute)
@@ -331,6 +333,50 @@ func TestDownloaderBudget(t *testing.T) {
 	})
 }
 
+// TestBudgetKeptOnlyWhileALimitIsSet: without a budget limit no claim or
+// done writes the budget hash; setting a limit rebuilds it from the claims
+// already out (so the limit holds at once), the scripts keep it from then
+// on, and removing the limit drops it.
+func TestBudgetKeptOnlyWhileALimitIsSet(t *testing.T) {
+	forEachMode(t, queues.SettingsPatch{}, func(t *testing.T, tb bundle, mode string) {
+		budget := func() map[string]string {
+			t.Helper()
+			b, err := tb.rdb.HGetAll(tb.ctx, queues.BudgetKey(tb.slug)).Result()
+			require.NoError(t, err)
+			return b
+		}
+		tb.enqueue(t, todo, "a", "b", "c", "d", "e", "f", "g")
+		require.Equal(t, []string{"a", "b", "c"}, tb.claim(t, "alice", 3))
+		require.Equal(t, []string{"d"}, tb.claim(t, "bob", 1))
+		_, err := tb.done("alice", "a")
+		require.NoError(t, err)
+		require.Empty(t, budget(), "no limit: no budget written")
+
+		_, err = tb.engine.UpdateProject(tb.ctx, tb.slug, queues.SettingsPatch{DownloaderBudget: ptr(2)})
+		require.NoError(t, err)
+		require.Equal(t, map[string]string{"alice": "2", "bob": "1"}, budget(), "rebuilt from the claims out")
+		err = tb.claimErr("alice", 1)
+		requireCode(t, err, queues.CodeNoItem)
+		require.Contains(t, err.Error(), "budget", "alice already holds 2")
+		require.Equal(t, []string{"e"}, tb.claim(t, "bob", 5), "bob has room for one")
+		checkIndexesAgree(t, tb)
+
+		// Another change that leaves the limit on keeps the counts.
+		_, err = tb.engine.UpdateProject(tb.ctx, tb.slug, queues.SettingsPatch{DownloaderBudget: ptr(3)})
+		require.NoError(t, err)
+		require.Equal(t, map[string]string{"alice": "2", "bob": "2"}, budget())
+		_, err = tb.done("alice", "b", "c")
+		require.NoError(t, err)
+		require.Equal(t, map[string]string{"bob": "2"}, budget(), "a field reaching zero goes")
+
+		_, err = tb.engine.UpdateProject(tb.ctx, tb.slug, queues.SettingsPatch{DownloaderBudget: ptr(0)})
+		require.NoError(t, err)
+		require.Empty(t, budget(), "the limit went, the budget with it")
+		require.Equal(t, []string{"f", "g"}, tb.claim(t, "bob", 5))
+		require.Empty(t, budget())
+		checkIndexesAgree(t, tb)
+	})
+}
 func TestVersionGateComparesVersions(t *testing.T) {
 	forEachMode(t, queues.SettingsPatch{MinVersion: ptr("20240101.10")}, func(t *testing.T, tb bundle, mode string) {
 		names := make([]string, 20)
@@ -824,7 +870,8 @@ func assertPlaces(t *testing.T, tb bundle, want map[string]string) {
 }
 
 // checkIndexesAgree: out, deadlines and claims name the same items, and the
-// budget hash counts exactly the claims each downloader holds.
+// budget hash counts exactly the claims each downloader holds while the
+// project has a budget limit (it is kept only then) and is absent otherwise.
 func checkIndexesAgree(t *testing.T, tb bundle) {
 	t.Helper()
 	out, err := tb.rdb.ZRange(tb.ctx, queues.OutKey(tb.slug), 0, -1).Result()
@@ -852,7 +899,13 @@ func checkIndexesAgree(t *testing.T, tb bundle) {
 	}
 	budget, err := tb.rdb.HGetAll(tb.ctx, queues.BudgetKey(tb.slug)).Result()
 	require.NoError(t, err)
-	require.Equal(t, perDownloader, budget)
+	project, err := tb.engine.Project(tb.ctx, tb.slug)
+	require.NoError(t, err)
+	if project.DownloaderBudget > 0 {
+		require.Equal(t, perDownloader, budget, "the budget counts each downloader's claims")
+	} else {
+		require.Empty(t, budget, "no budget limit, no budget kept")
+	}
 	require.Equal(t, waitingInLists(t, tb), queuedIndex(t, tb), "the queued index is exactly the items waiting in lists")
 }
 

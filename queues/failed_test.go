@@ -42,7 +42,8 @@ func (tb bundle) places(t *testing.T, items ...string) map[string][]string {
 // when, and the warrior gets the next item instead. The failed count, the
 // counter and the item fail rate say so.
 func TestItemFailsAfterMaxClaimsAtItsReclaim(t *testing.T) {
-	forEachMode(t, queues.SettingsPatch{ReclaimTTL: ptr(queues.Duration(time.Hour)), MaxClaims: ptr(3)}, func(t *testing.T, tb bundle, mode string) {
+	// The budget limit keeps the budget hash, so its counts are checked.
+	forEachMode(t, queues.SettingsPatch{ReclaimTTL: ptr(queues.Duration(time.Hour)), MaxClaims: ptr(3), DownloaderBudget: ptr(50)}, func(t *testing.T, tb bundle, mode string) {
 		tb.enqueue(t, todo, "bad")
 		start := tb.clock.Now()
 		require.Equal(t, []string{"bad"}, tb.claim(t, "alice", 1))

@@ -46,7 +46,7 @@ var importStateScript = loadScript("import_state.lua")
 
 func importKeys(slug string) []string {
 	return []string{ConfigKey(slug), OutKey(slug), DeadlinesKey(slug), ClaimsKey(slug), DoneKey(slug),
-		RecentDoneKey(slug), BudgetKey(slug), StatsKey(slug), FailedKey(slug)}
+		RecentDoneKey(slug), BudgetKey(slug), StatsKey(slug), FailedKey(slug), QueuedKey(slug)}
 }
 
 func (e *Engine) runImport(ctx context.Context, op, slug string, args []any) (ImportResult, error) {

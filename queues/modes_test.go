@@ -39,8 +39,10 @@ func TestItemQueuedTwiceIsServedAndDoneOnce(t *testing.T) {
 		again := tb.enqueueResult(t, todo, "twice")
 		require.Equal(t, queues.EnqueueResult{AlreadyQueued: 1, Length: 1}, again)
 		require.EqualValues(t, 1, tb.counts(t).Todo, "the count is honest before any pop")
-		// A copy that got past the index (a list written before it existed)
-		// is still dropped when popped.
+		// A copy that got past the index (a list written before it existed,
+		// in a project from before pop_check, which has no such field) is
+		// still dropped when popped.
+		require.NoError(t, tb.rdb.HDel(tb.ctx, queues.ConfigKey(tb.slug), "pop_check").Err())
 		require.NoError(t, tb.rdb.RPush(tb.ctx, queues.QueueKey(tb.slug, queues.QueueTodo), "twice").Err())
 		require.Equal(t, []string{"twice"}, tb.claim(t, "alice", 1))
 		res, err := tb.done("alice", "twice")
@@ -57,6 +59,52 @@ func TestItemQueuedTwiceIsServedAndDoneOnce(t *testing.T) {
 		require.Zero(t, c.Todo)
 		require.Zero(t, c.Out)
 		require.EqualValues(t, 1, c.Done)
+	})
+}
+
+// TestPopCheckOnlyWhereAListCanHoldACopyTheIndexLetPast: a new project's
+// claims look up no duplicates when they pop (pop_check "0": every way into
+// its lists goes through the queued index). The proof that they skip the
+// look-up: a copy pushed past the index by hand is handed out again. The
+// ways in that cannot keep that promise turn the look-up back on for good:
+// the scored queue (no index) and an import of an item waiting in a list.
+func TestPopCheckOnlyWhereAListCanHoldACopyTheIndexLetPast(t *testing.T) {
+	forEachMode(t, queues.SettingsPatch{}, func(t *testing.T, tb bundle, mode string) {
+		popCheck := func() string {
+			t.Helper()
+			v, err := tb.rdb.HGet(tb.ctx, queues.ConfigKey(tb.slug), "pop_check").Result()
+			require.NoError(t, err)
+			return v
+		}
+		require.Equal(t, "0", popCheck(), "a new project")
+		tb.enqueue(t, todo, "a", "b")
+		require.Equal(t, []string{"a"}, tb.claim(t, "alice", 1))
+		require.NoError(t, tb.rdb.RPush(tb.ctx, queues.QueueKey(tb.slug, queues.QueueTodo), "a").Err())
+		require.Equal(t, []string{"b", "a"}, tb.claim(t, "bob", 5), "no look-up: the hand-pushed copy of a goes out")
+
+		// An import of an item that waits in a list: the look-up is back.
+		tb.enqueue(t, todo, "c")
+		_, err := tb.engine.ImportClaims(tb.ctx, tb.slug, []queues.ImportedClaim{{Item: "c", Downloader: "carol", ClaimedAt: tb.clock.Now()}})
+		require.NoError(t, err)
+		require.Equal(t, "1", popCheck(), "c is out and still waits in todo")
+		requireCode(t, tb.claimErr("dave", 5), queues.CodeNoItem)
+
+		// The scored queue, in another project, turns it on too.
+		slug := "scored-" + mode
+		_, err = tb.engine.CreateProject(tb.ctx, slug, queues.SettingsPatch{DoneMode: ptr(mode)})
+		require.NoError(t, err)
+		pb := tb
+		pb.slug = slug
+		_, err = tb.engine.EnqueueScored(tb.ctx, slug, []queues.QueueItem{{Name: "s", Score: 1}})
+		require.NoError(t, err)
+		require.Equal(t, "1", pb.rdb.HGet(tb.ctx, queues.ConfigKey(slug), "pop_check").Val())
+		// An import of items waiting nowhere changes nothing.
+		slug2 := "import-" + mode
+		_, err = tb.engine.CreateProject(tb.ctx, slug2, queues.SettingsPatch{DoneMode: ptr(mode)})
+		require.NoError(t, err)
+		_, err = tb.engine.ImportDone(tb.ctx, slug2, []string{"gone-1", "gone-2"})
+		require.NoError(t, err)
+		require.Equal(t, "0", tb.rdb.HGet(tb.ctx, queues.ConfigKey(slug2), "pop_check").Val())
 	})
 }
 
@@ -124,11 +172,22 @@ func TestClaimScriptFailureLosesNoItem(t *testing.T) {
 			return tb.rdb.HSet(tb.ctx, key(tb.slug), field, "not-a-number").Err()
 		}
 	}
+	withPopCheck := func(apply func(tb bundle) error) func(tb bundle) error {
+		return func(tb bundle) error {
+			if err := tb.rdb.HSet(tb.ctx, queues.ConfigKey(tb.slug), "pop_check", "1").Err(); err != nil {
+				return err
+			}
+			return apply(tb)
+		}
+	}
 	cases := []corruption{
 		{"out", wrongTypeList(queues.OutKey), "out"},
 		{"deadlines", wrongTypeList(queues.DeadlinesKey), "deadlines"},
 		{"claims", wrongTypeList(queues.ClaimsKey), "claims"},
-		{"done", wrongTypeList(queues.DoneKey), "done"},
+		// A claim reads done and recent_done only where it looks for
+		// duplicates (pop_check "1": a project from before the field, or
+		// one with a scored queue).
+		{"done", withPopCheck(wrongTypeList(queues.DoneKey)), "done"},
 		{"budget", wrongTypeList(queues.BudgetKey), "budget"},
 		// Extras are read only on a project whose items have some
 		// (has_extras, set where enqueue.lua writes them).
@@ -139,7 +198,7 @@ func TestClaimScriptFailureLosesNoItem(t *testing.T) {
 			return wrongTypeList(queues.ExtrasKey)(tb)
 		}, "extras"},
 		{"released", wrongTypeList(queues.ReleasedKey), "released"},
-		{"recent_done", wrongTypeList(queues.RecentDoneKey), "recent_done"},
+		{"recent_done", withPopCheck(wrongTypeList(queues.RecentDoneKey)), "recent_done"},
 		{"backfeed queue", wrongType(func(s string) string { return queues.QueueKey(s, queues.QueueBackfeed) }), "backfeed"},
 		{"reserved queue", wrongType(func(s string) string { return queues.ReservedQueueKey(s, "alice") }), "todo:d:alice"},
 		{"budget of the claimant", badCounter(queues.BudgetKey, "alice"), "alice"},
@@ -148,7 +207,9 @@ func TestClaimScriptFailureLosesNoItem(t *testing.T) {
 		for i, c := range cases {
 			// Each case in its own project, so one corruption never hides another.
 			slug := "corrupt-" + mode + "-" + strings.Repeat("x", i%3) + string(rune('a'+i))
-			_, err := tb.engine.CreateProject(tb.ctx, slug, queues.SettingsPatch{DoneMode: ptr(mode)})
+			// A budget limit above the claim's 10, so the budget is kept
+			// (it is only while a limit is set) and reached by the claim.
+			_, err := tb.engine.CreateProject(tb.ctx, slug, queues.SettingsPatch{DoneMode: ptr(mode), DownloaderBudget: ptr(1000)})
 			require.NoError(t, err)
 			pb := tb
 			pb.slug = slug

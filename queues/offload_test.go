@@ -191,13 +191,27 @@ func TestStoppedOffloadPutsItemsBackAndItsFileIsCleanedUp(t *testing.T) {
 		old := tb.clock.Now().Add(-2 * time.Hour)
 		require.NoError(t, os.Chtimes(half, old, old))
 
+		// Staged items are in no index: meanwhile one is queued again, one
+		// is imported as out and one as done. Their staged copies must not
+		// go back (a claim of a new project does not look for duplicates).
+		staged, err := tb.rdb.LRange(tb.ctx, queues.StagingKey(tb.slug, segments[0].ID), 0, 2).Result()
+		require.NoError(t, err)
+		require.Len(t, staged, 3)
+		require.Equal(t, 1, tb.enqueueResult(t, todo, staged[0]).Queued)
+		_, err = tb.engine.ImportClaims(tb.ctx, tb.slug, []queues.ImportedClaim{{Item: staged[1], Downloader: "bobby", ClaimedAt: tb.clock.Now()}})
+		require.NoError(t, err)
+		_, err = tb.engine.ImportDone(tb.ctx, tb.slug, []string{staged[2]})
+		require.NoError(t, err)
+
 		tb.clock.Advance(2 * time.Hour)
 		require.NoError(t, o.RunOnce(tb.ctx))
 		segments, err = o.Segments(tb.ctx, tb.slug)
 		require.NoError(t, err)
 		require.Empty(t, segments, "the stale stage was put back")
-		require.EqualValues(t, 3000, redisQueueLen(t, tb, queues.QueueTodo))
-		require.Equal(t, queues.Counts{Todo: 3000}, tb.counts(t))
+		require.EqualValues(t, 2998, redisQueueLen(t, tb, queues.QueueTodo), "without the copies that found a place meanwhile")
+		require.Equal(t, queues.Counts{Todo: 2998, Out: 1, Done: 1, OldestClaimAgeSeconds: 7200}, tb.counts(t))
+		assertPlaces(t, tb, map[string]string{staged[0]: "todo", staged[1]: "out", staged[2]: "done"})
+		checkIndexesAgree(t, tb)
 		require.NoFileExists(t, half, "the unreferenced, stale file is an orphan")
 	})
 }

@@ -141,7 +141,8 @@ func (o *Offloader) recoverStaged(ctx context.Context, slug string) error {
 			}
 		}
 		n, err := o.Engine.runScriptInt(ctx, "queues.recoverStaged", offloadAbortScript,
-			[]string{StagingKey(slug, seg.ID), SegmentsKey(slug), OffloadKey(slug), target, QueuedKey(slug)}, seg.ID, end)
+			[]string{StagingKey(slug, seg.ID), SegmentsKey(slug), OffloadKey(slug), target, QueuedKey(slug),
+				ClaimsKey(slug), DoneKey(slug), RecentDoneKey(slug), FailedKey(slug)}, seg.ID, end)
 		if err != nil {
 			return err
 		}
