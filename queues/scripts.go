@@ -32,6 +32,7 @@ var (
 	offloadAbortScript  = loadScript("offload_abort.lua")
 	refillScript        = loadScript("refill.lua")
 	segmentMoveScript   = loadScript("segment_move.lua")
+	segmentIndexScript  = loadScript("segment_index.lua")
 	doneDrainScript     = loadScript("done_drain.lua")
 	archiveFinishScript = loadScript("archive_finish.lua")
 	countersFlushScript = loadScript("counters_flush.lua")
