@@ -23,6 +23,7 @@ var (
 	rescoreScript     = loadScript("rescore.lua")
 	siftScript        = loadScript("sift.lua")
 	filterSiftScript  = loadScript("filter_sift.lua")
+	scoredSiftScript  = loadScript("filter_sift_scored.lua")
 	forgetGroupScript = loadScript("forget_group.lua")
 	bloomAddScript    = loadScript("bloom_add.lua")
 
