@@ -459,8 +459,8 @@ func (h *harness) summarize(t *testing.T, load, drain, work time.Duration) {
 	stats, _ := h.rdb.HMGet(t.Context(), queues.StatsKey(projectSlug), "requests_served", "items_served", "items_reclaimed").Result()
 	t.Logf("hoard (its Redis stats, which a Redis kill can roll back too): %v claims of %v items served, %v items reclaimed; claims whose reply no warrior read: %v",
 		stats[0], stats[1], stats[2], lostReplies(stats[0], l.claims.Load()))
-	t.Logf("items %d: done %d, failed %d (max_claims %d), todo %d, out (stranded) %d; lost %d, duplicated %d, unknown %d",
-		r.Items, r.Done, r.Failed, maxClaims, r.Todo, r.Out, len(r.Lost), len(r.Duplicated), len(r.Unknown))
+	t.Logf("items %d: done %d, failed %d (max_claims %d; %d of them by expiry alone), todo %d, out (stranded) %d; lost %d, duplicated %d, unknown %d",
+		r.Items, r.Done, r.Failed, maxClaims, r.FailedByExpiry, r.Todo, r.Out, len(r.Lost), len(r.Duplicated), len(r.Unknown))
 	t.Logf("acknowledged dones lost by Redis kills: %d inside the %s everysec window, %d outside; not done at the end: %d",
 		len(r.AckedLostInWindow), everysecWindow, len(r.AckedLostOutside), len(r.AckedNotDoneAtEnd))
 	perKind := map[string]int{}
