@@ -3,6 +3,7 @@ package queues
 import (
 	"context"
 	"encoding/json"
+	"errors"
 )
 
 // Filter drops the items that match it on every way in (admin add,
@@ -162,13 +163,15 @@ func (e *Engine) RemoveFilter(ctx context.Context, slug, name string) error {
 }
 
 // SiftFilters drops the queued items the project's filters match from
-// the shared queues and their limit groups' sub-queues, beside live
-// traffic and without a lock (filter_sift.lua pops a page, drops the
-// matches, rotates the rest to the tail), one pass over each queue's
-// length at the start. Dropped items are counted in items_filtered.
-// Items reserved for a downloader, in the score-ordered queue or in
-// offloaded segments are left alone. Moved in the result counts the
-// dropped items.
+// every queue in Redis: the shared queues and their limit groups'
+// sub-queues, the downloaders' reserved queues and the score-ordered
+// queue, beside live traffic and without a lock. A list is sifted by
+// filter_sift.lua (pops a page, drops the matches, rotates the rest to the
+// tail), one pass over its length at the start; the score-ordered queue by
+// filter_sift_scored.lua over a ZSCAN. Dropped items are counted in
+// items_filtered. Items in offloaded segments are not read here: refill.lua
+// drops them when they come back. Moved in the result counts the dropped
+// items.
 func (e *Engine) SiftFilters(ctx context.Context, slug string) (SiftResult, error) {
 	const op = "queues.SiftFilters"
 	if _, _, err := e.filtersAt(ctx, slug); err != nil {
@@ -178,22 +181,98 @@ func (e *Engine) SiftFilters(ctx context.Context, slug string) (SiftResult, erro
 	if err != nil {
 		return SiftResult{}, unavailable(op, err)
 	}
-	var total SiftResult
+	reserved, err := e.rdb.SMembers(ctx, ReservedSetKey(slug)).Result()
+	if err != nil {
+		return SiftResult{}, unavailable(op, err)
+	}
+	var sources []string
 	for _, q := range SharedQueues {
-		sources := []string{QueueKey(slug, q)}
+		sources = append(sources, QueueKey(slug, q))
 		for _, g := range known {
 			sources = append(sources, GroupQueueKey(slug, q, g))
 		}
-		for _, source := range sources {
-			r, err := e.siftFiltersFrom(ctx, op, slug, source)
-			total.Moved += r.Moved
-			total.Scanned += r.Scanned
-			if err != nil {
-				return total, err
-			}
+	}
+	for _, downloader := range reserved {
+		sources = append(sources, ReservedQueueKey(slug, downloader))
+	}
+	var total SiftResult
+	for _, source := range sources {
+		r, err := e.siftFiltersFrom(ctx, op, slug, source)
+		total.Moved += r.Moved
+		total.Scanned += r.Scanned
+		if err != nil {
+			return total, err
 		}
 	}
-	return total, nil
+	r, err := e.siftFiltersScored(ctx, op, slug)
+	total.Moved += r.Moved
+	total.Scanned += r.Scanned
+	return total, err
+}
+
+// siftFiltersScored drops the filtered items of the score-ordered queue.
+// ZSCAN returns every item present for the whole scan at least once, so a
+// match waiting there from start to end is dropped; one rescored or added
+// meanwhile was filtered on its way in.
+func (e *Engine) siftFiltersScored(ctx context.Context, op, slug string) (SiftResult, error) {
+	var result SiftResult
+	state, err := e.limitGroups(ctx, slug, true)
+	if err != nil || len(state.filters) == 0 {
+		return result, err
+	}
+	keys := []string{ConfigKey(slug), QueueKey(slug, QueueScored), StatsKey(slug), ExtrasKey(slug)}
+	var cursor uint64
+	for {
+		if err := ctx.Err(); err != nil {
+			return result, err
+		}
+		page, next, err := e.rdb.ZScan(ctx, QueueKey(slug, QueueScored), cursor, "", 1000).Result()
+		if err != nil {
+			return result, unavailable(op, err)
+		}
+		var drop []string
+		for i := 0; i < len(page); i += 2 { // member, score
+			result.Scanned++
+			if state.filtered(page[i]) {
+				drop = append(drop, page[i])
+			}
+		}
+		for attempt := 0; len(drop) > 0; attempt++ {
+			if attempt == 3 {
+				return result, unavailable(op, errors.New("the project's filters kept changing"))
+			}
+			args := []any{state.filtersVersion}
+			for _, item := range drop {
+				args = append(args, item)
+			}
+			code, _, err := e.runScriptList(ctx, op, scoredSiftScript, keys, args...)
+			if err != nil {
+				return result, err
+			}
+			switch code {
+			case codeNoProject:
+				return result, errorf(op, CodeProjectNotFound, "no project %q", slug)
+			case codeStaleGroups:
+				// Decide the page again with the filters as they are now.
+				if state, err = e.limitGroups(ctx, slug, true); err != nil {
+					return result, err
+				}
+				kept := drop[:0]
+				for _, item := range drop {
+					if state.filtered(item) {
+						kept = append(kept, item)
+					}
+				}
+				drop = kept
+				continue
+			}
+			result.Moved += int(code) // {dropped}: the count is the status
+			drop = nil
+		}
+		if cursor = next; cursor == 0 {
+			return result, nil
+		}
+	}
 }
 
 func (e *Engine) siftFiltersFrom(ctx context.Context, op, slug, source string) (SiftResult, error) {

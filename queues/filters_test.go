@@ -5,6 +5,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/internal/redistest"
@@ -221,5 +222,52 @@ func TestSiftFiltersDropsWhatIsQueued(t *testing.T) {
 
 		_, err = tb.engine.SiftFilters(tb.ctx, "no-such-project")
 		require.Error(t, err)
+	})
+}
+
+// TestSiftFiltersReachesReservedAndScoredQueues: a filter added after
+// items were reserved for a downloader or queued by score drops them from
+// there too on a sift, with their extras, and counts them; the others stay
+// (the scored ones with their scores), and are served.
+func TestSiftFiltersReachesReservedAndScoredQueues(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setupProject(t, b, "proj-sift-rs", queues.SettingsPatch{})
+		_, err := tb.engine.Enqueue(tb.ctx, tb.slug, queues.Target{Downloader: "alice"}, []queues.QueueItem{
+			{Name: "ad:r1", Extras: []byte(`{"why":"ad"}`)}, {Name: "keep:r1"}, {Name: "ad:r2"}})
+		require.NoError(t, err)
+		// More than one ZSCAN page, so the scan's cursor is followed.
+		scores := map[string]float64{}
+		for i := range 1500 {
+			scores[fmt.Sprintf("ad:s%04d", i)] = float64(i)
+		}
+		scores["keep:s1"] = 5000.5
+		scores["keep:s2"] = -1
+		tb.enqueueScored(t, scores)
+		before, err := tb.engine.Stats(tb.ctx, tb.slug)
+		require.NoError(t, err)
+
+		require.NoError(t, tb.engine.AddFilter(tb.ctx, tb.slug, queues.Filter{Name: "ads", Glob: "ad:*"}))
+		r, err := tb.engine.SiftFilters(tb.ctx, tb.slug)
+		require.NoError(t, err)
+		require.Equal(t, 1502, r.Moved, "2 reserved and 1500 scored ads dropped")
+		require.Equal(t, 3+1502, r.Scanned)
+
+		reserved, err := tb.rdb.LRange(tb.ctx, queues.ReservedQueueKey(tb.slug, "alice"), 0, -1).Result()
+		require.NoError(t, err)
+		require.Equal(t, []string{"keep:r1"}, reserved)
+		scored, err := tb.rdb.ZRangeWithScores(tb.ctx, queues.QueueKey(tb.slug, queues.QueueScored), 0, -1).Result()
+		require.NoError(t, err)
+		require.Equal(t, []redis.Z{{Score: -1, Member: "keep:s2"}, {Score: 5000.5, Member: "keep:s1"}}, scored)
+		extra, err := tb.rdb.HExists(tb.ctx, queues.ExtrasKey(tb.slug), "ad:r1").Result()
+		require.NoError(t, err)
+		require.False(t, extra, "a dropped item's extras go with it")
+		require.Equal(t, map[string][]string{"ad:r1": nil, "keep:r1": {"todo"}}, tb.places(t, "ad:r1", "keep:r1"))
+		after, err := tb.engine.Stats(tb.ctx, tb.slug)
+		require.NoError(t, err)
+		require.EqualValues(t, before.Counters["items_filtered"]+1502, after.Counters["items_filtered"])
+		c := tb.counts(t)
+		require.Equal(t, [2]int64{1, 2}, [2]int64{c.Reserved, c.Scored})
+
+		require.ElementsMatch(t, []string{"keep:r1", "keep:s1", "keep:s2"}, tb.claim(t, "alice", 10))
 	})
 }

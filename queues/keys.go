@@ -205,6 +205,12 @@ func OffloadKey(slug string) string { return projectPrefix(slug) + "offload" }
 // has no record). A segment file whose id is not here is an orphan.
 func SegmentsKey(slug string) string { return projectPrefix(slug) + "segments" }
 
+// SegmentIndexKey holds the index of an on-disk segment's items (STRING,
+// see segment_index.go): written with the segment's commit, dropped with
+// its refill, so the public item status can say an item is offloaded
+// without reading files that may be on another frontend's disk.
+func SegmentIndexKey(slug, id string) string { return projectPrefix(slug) + "segment_index:" + id }
+
 // StagingKey holds a segment's items (LIST) between taking them off a queue
 // and the file being safely on disk.
 func StagingKey(slug, id string) string { return projectPrefix(slug) + "staging:" + id }

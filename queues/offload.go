@@ -117,6 +117,9 @@ type Offloader struct {
 	cancel   context.CancelFunc
 	done     chan struct{}
 	archived map[string]time.Time // slug -> last archive write
+	// indexed: "<slug>/<id>" of this frontend's segments known to have an
+	// index (indexSegments checks each once).
+	indexed map[string]bool
 
 	committed, refilled, recovered, orphansRemoved atomic.Int64
 }
@@ -312,6 +315,8 @@ func (o *Offloader) runProject(ctx context.Context, slug string) error {
 		return errors.Join(append(errs, err)...)
 	}
 	errs = append(errs, o.finishArchives(ctx, slug, segments))
+	errs = append(errs, o.indexSegments(ctx, slug, segments))
+	o.forgetIndexed(slug, segments)
 	for _, q := range SharedQueues {
 		// todo:redo is never offloaded: it holds released items, which a
 		// late done takes out of the list by name (done.lua), so they must

@@ -128,7 +128,8 @@ func (o *Offloader) offloadOnce(ctx context.Context, slug, queue, source, end st
 	seg.Count = taken
 	final := o.segmentPath(slug, seg)
 	tmp := final + tmpSuffix
-	if err := o.writeSegment(ctx, tmp, staging, taken); err != nil {
+	fps, err := o.writeSegment(ctx, tmp, staging, taken)
+	if err != nil {
 		// The items stay staged; recoverStaged puts them back once the
 		// segment is older than the staged-segment window.
 		return 0, fmt.Errorf("segment %s: %w", id, err)
@@ -138,7 +139,7 @@ func (o *Offloader) offloadOnce(ctx context.Context, slug, queue, source, end st
 	_ = os.Chtimes(tmp, now, now)
 	archive := queue == "done"
 	state, written := SegmentDisk, final
-	var err error
+	var index []byte
 	if archive {
 		// An archive file takes its final name only once committed, so a
 		// file under that name never needs a record.
@@ -147,13 +148,14 @@ func (o *Offloader) offloadOnce(ctx context.Context, slug, queue, source, end st
 	} else {
 		// Still staged: were the commit lost, the file is an orphan.
 		err = publishFile(tmp, final)
+		index = buildSegmentIndex(fps)
 	}
 	if err != nil {
 		_ = os.Remove(tmp)
 		return 0, fmt.Errorf("segment %s: %w", id, err)
 	}
 	ok, err := o.Engine.runScriptInt(ctx, "queues.offload", offloadCommitScript,
-		[]string{staging, SegmentsKey(slug)}, id, state, taken)
+		[]string{staging, SegmentsKey(slug), SegmentIndexKey(slug, id)}, id, state, taken, index)
 	if err != nil {
 		return 0, err
 	}

@@ -2,6 +2,7 @@ package queues
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -72,7 +73,8 @@ type RateWindow struct {
 
 // QueueETA is one shared queue's waiting items (its limit groups'
 // sub-queues and offloaded segments included) and when it would be empty
-// at the recent rate, the queues served before it emptied first.
+// at the recent rate, the queues served before it emptied first, and no
+// sooner than the limit groups holding items in those queues let them out.
 type QueueETA struct {
 	Queue      Queue    `json:"queue"`
 	Items      int64    `json:"items"`
@@ -261,12 +263,32 @@ func (e *Engine) rates(ctx context.Context, project Project, counts Counts, grou
 	}
 	waiting := map[Queue]int64{QueueScored: counts.Scored, QueueTodo: counts.Todo,
 		QueueBackfeed: counts.Backfeed, QueueSecondary: counts.Secondary, QueueRedo: counts.Redo}
+	// A queue is empty once it and the queues served before it are: at
+	// the project's recent pace, and no sooner than each limit group with
+	// a rate lets out its items in those queues (a group at rate 0 is
+	// never served: its items are held back, listed below, not waited for).
 	var ahead int64
+	groupAhead := make([]int64, len(groups))
 	for _, q := range serveOrder {
 		ahead += waiting[q]
-		r.Queues = append(r.Queues, QueueETA{Queue: q, Items: waiting[q], ETASeconds: eta(ahead)})
+		if j := slices.Index(SharedQueues, q); j >= 0 {
+			for i, g := range groups {
+				groupAhead[i] += g.queuedIn[j]
+			}
+		}
+		at := eta(ahead)
+		for i, g := range groups {
+			if at == nil || g.RatePerMinute <= 0 || groupAhead[i] == 0 {
+				continue
+			}
+			if s := float64(groupAhead[i]) / g.RatePerMinute * 60; s > *at {
+				at = &s
+			}
+		}
+		r.Queues = append(r.Queues, QueueETA{Queue: q, Items: waiting[q], ETASeconds: at})
 	}
-	r.ETASeconds = eta(ahead)
+	// The last queue's: every group's items are in the queues up to it.
+	r.ETASeconds = r.Queues[len(r.Queues)-1].ETASeconds
 
 	r.HeldBack = []HeldBack{}
 	if project.Paused && counts.TodoTotal() > 0 {
@@ -283,11 +305,6 @@ func (e *Engine) rates(ctx context.Context, project Project, counts Counts, grou
 		if g.RatePerMinute > 0 {
 			s := float64(g.Queued) / g.RatePerMinute * 60
 			h.ETASeconds = &s
-			// The group's items go no faster than its rate, whatever the
-			// project's pace.
-			if r.ETASeconds != nil && s > *r.ETASeconds {
-				r.ETASeconds = &s
-			}
 		}
 		r.HeldBack = append(r.HeldBack, h)
 	}

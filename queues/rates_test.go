@@ -279,3 +279,37 @@ func BenchmarkStatsWithRates(b *testing.B) {
 		})
 	}
 }
+
+// TestPerQueueETAIsBoundByItsLimitGroups: a queue's ETA waits for the
+// limit groups holding items in it or in a queue served before it, at
+// their rates, and not for a group whose items are all behind it.
+func TestPerQueueETAIsBoundByItsLimitGroups(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setupProject(t, b, "qeta", queues.SettingsPatch{})
+		_, err := tb.engine.SetLimitGroups(tb.ctx, tb.slug, []queues.LimitGroup{
+			{Name: "users", Type: "user", RatePerMinute: 2, Burst: 1},
+			{Name: "pages", Type: "page", RatePerMinute: 1, Burst: 1}})
+		require.NoError(t, err)
+		tb.complete(t, "alice", 6, 10) // 6 a minute
+		tb.enqueue(t, todo, names("plain:", 4)...)
+		tb.enqueue(t, todo, names("user:", 40)...)
+		secondary := queues.Target{Queue: queues.QueueSecondary}
+		tb.enqueue(t, secondary, names("more:", 6)...)
+		tb.enqueue(t, secondary, names("page:", 30)...)
+
+		r := tb.stats(t).Rates
+		etas := map[queues.Queue]*float64{}
+		for _, q := range r.Queues {
+			etas[q.Queue] = q.ETASeconds
+		}
+		// todo: 44 items at 6 a minute would be 440 s; its 40 users'
+		// items need 1200 s at 2 a minute. The pages group's items are in
+		// secondary, behind todo: not waited for.
+		require.InDelta(t, 1200.0, *etas[queues.QueueTodo], 1e-9)
+		// secondary: 80 items at 6 a minute, 800 s; users 1200 s; its 30
+		// pages' items at 1 a minute, 1800 s.
+		require.InDelta(t, 1800.0, *etas[queues.QueueSecondary], 1e-9)
+		require.InDelta(t, 1800.0, *etas[queues.QueueRedo], 1e-9, "the queues after it wait for it")
+		require.InDelta(t, 1800.0, *r.ETASeconds, 1e-9)
+	})
+}

@@ -84,16 +84,21 @@ func (o *Offloader) refillSegment(ctx context.Context, slug string, seg Segment)
 	}
 	code, _, err := o.Engine.runWithGroups(ctx, op, slug, refillScript, func(state *groupState) ([]string, []any) {
 		keys := []string{ConfigKey(slug), SegmentsKey(slug), OffloadKey(slug), ClaimsKey(slug), DoneKey(slug), RecentDoneKey(slug),
-			QueueKey(slug, Queue(seg.Queue))}
+			FailedKey(slug), QueuedKey(slug), StatsKey(slug), SegmentIndexKey(slug, seg.ID), QueueKey(slug, Queue(seg.Queue))}
 		for _, g := range state.groups {
 			keys = append(keys, GroupQueueKey(slug, Queue(seg.Queue), g.Name))
 		}
-		keys = append(keys, FailedKey(slug), QueuedKey(slug))
-		args := make([]any, 0, 3+2*len(items))
-		args = append(args, seg.ID, state.version, seg.Queue)
+		args := make([]any, 0, 5+2*len(items))
+		args = append(args, seg.ID, state.version, state.filtersVersion, 0, seg.Queue)
+		filtered := 0
 		for _, item := range items {
+			if state.filtered(item) {
+				filtered++
+				continue
+			}
 			args = append(args, item, groupFor(state.groups, item)+2)
 		}
+		args[3] = filtered
 		return keys, args
 	})
 	switch {

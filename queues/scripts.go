@@ -23,6 +23,7 @@ var (
 	rescoreScript     = loadScript("rescore.lua")
 	siftScript        = loadScript("sift.lua")
 	filterSiftScript  = loadScript("filter_sift.lua")
+	scoredSiftScript  = loadScript("filter_sift_scored.lua")
 	forgetGroupScript = loadScript("forget_group.lua")
 	bloomAddScript    = loadScript("bloom_add.lua")
 
@@ -32,6 +33,7 @@ var (
 	offloadAbortScript  = loadScript("offload_abort.lua")
 	refillScript        = loadScript("refill.lua")
 	segmentMoveScript   = loadScript("segment_move.lua")
+	segmentIndexScript  = loadScript("segment_index.lua")
 	doneDrainScript     = loadScript("done_drain.lua")
 	archiveFinishScript = loadScript("archive_finish.lua")
 	countersFlushScript = loadScript("counters_flush.lua")

@@ -39,14 +39,15 @@ func publishFile(tmp, final string) error {
 // writeSegment writes the staged items to a gzip file, one per line, and
 // syncs it (the caller syncs the directory). The segment's id was just
 // handed out, so a file already under that name is a stale leftover (of a
-// crash, or of a Redis that lost its seq) and is replaced.
-func (o *Offloader) writeSegment(ctx context.Context, path, staging string, count int64) (err error) {
+// crash, or of a Redis that lost its seq) and is replaced. It returns the
+// items' fingerprints, for the segment's index.
+func (o *Offloader) writeSegment(ctx context.Context, path, staging string, count int64) (fps []uint64, err error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
+		return nil, err
 	}
 	file, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer func() {
 		if cerr := file.Close(); err == nil {
@@ -59,34 +60,34 @@ func (o *Offloader) writeSegment(ctx context.Context, path, staging string, coun
 	buffered := bufio.NewWriterSize(file, 256<<10)
 	zw, err := gzip.NewWriterLevel(buffered, gzip.BestSpeed)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	var written int64
+	fps = make([]uint64, 0, count)
 	for start := int64(0); start < count; start += segmentReadBatch {
 		items, err := o.Engine.rdb.LRange(ctx, staging, start, min(start+segmentReadBatch, count)-1).Result()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		for _, item := range items {
 			if _, err := io.WriteString(zw, item); err != nil {
-				return err
+				return nil, err
 			}
 			if _, err := zw.Write([]byte{'\n'}); err != nil {
-				return err
+				return nil, err
 			}
-			written++
+			fps = append(fps, itemFingerprint(item))
 		}
 	}
-	if written != count {
-		return fmt.Errorf("staged %d items but read %d", count, written)
+	if int64(len(fps)) != count {
+		return nil, fmt.Errorf("staged %d items but read %d", count, len(fps))
 	}
 	if err := zw.Close(); err != nil {
-		return err
+		return nil, err
 	}
 	if err := buffered.Flush(); err != nil {
-		return err
+		return nil, err
 	}
-	return file.Sync()
+	return fps, file.Sync()
 }
 
 func syncDir(dir string) error {

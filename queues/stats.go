@@ -52,6 +52,9 @@ type Stats struct {
 type GroupStats struct {
 	LimitGroup
 	Queued int64 `json:"queued"`
+	// queuedIn splits Queued by shared queue, in SharedQueues order, so
+	// each queue's ETA is bounded by the groups holding its items.
+	queuedIn [4]int64
 }
 
 // WindowStats are the rates over a recent window.
@@ -218,8 +221,9 @@ func groupStats(ctx context.Context, e *Engine, slug string, groups []LimitGroup
 	_, _ = pipe.Exec(ctx)
 	for i, g := range groups {
 		gs := GroupStats{LimitGroup: g}
-		for _, l := range lens[i] {
+		for j, l := range lens[i] {
 			gs.Queued += l.Val()
+			gs.queuedIn[j] = l.Val()
 		}
 		out = append(out, gs)
 	}

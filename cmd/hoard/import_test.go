@@ -129,6 +129,22 @@ func TestImportUniversalTrackerState(t *testing.T) {
 		out, err = runCLI(t, ts.URL, "queue", "import-universal", "moved", "--from", from, "--prefix", prefix)
 		require.NoError(t, err, out)
 		require.Contains(t, out, "0 claims (30 already here), 0 done (2500 already here)")
+
+		// Into a project with a filter: the waiting items it matches are
+		// dropped and counted (100 todo items and both secondary ones).
+		_, err = engine.CreateProject(ctx, "sieved", queues.SettingsPatch{})
+		require.NoError(t, err)
+		require.NoError(t, engine.AddFilter(ctx, "sieved", queues.Filter{Name: "some", Regex: `^user:(second-|todo-00)`}))
+		out, err = runCLI(t, ts.URL, "queue", "import-universal", "sieved", "--from", from, "--prefix", prefix)
+		require.NoError(t, err, out)
+		require.Contains(t, out, "1102 waiting items queued (0 already here, 102 dropped by filters)")
+		c, err = engine.Counts(ctx, "sieved")
+		require.NoError(t, err)
+		require.EqualValues(t, 1100, c.Todo)
+		require.Zero(t, c.Secondary)
+		stats, err = engine.Stats(ctx, "sieved")
+		require.NoError(t, err)
+		require.EqualValues(t, 102, stats.Counters["items_filtered"])
 	})
 }
 

@@ -45,6 +45,13 @@ type scenario struct {
 	// frontendArgs are added to every frontend's command line.
 	frontendArgs []string
 	kills        int // SIGKILLs during the load, one at a time
+	// frontendKillsOnly: every planned kill is of a frontend.
+	frontendKillsOnly bool
+	// hoarders: this many warriors (the last ones, multi=10) claim and
+	// never finish while the load lasts, so their items expire.
+	hoarders int
+	// work, when set, replaces the paced work time per claim.
+	work time.Duration
 	// sabotage, when set, runs once halfway through the load: the
 	// negative control uses it to lose data behind hoard's back.
 	sabotage func(ctx context.Context, rdb redis.UniversalClient, l *ledger, r *report)
@@ -210,6 +217,12 @@ func runScenario(t *testing.T, sc scenario) *harness {
 		sumMulti += p.multi
 	}
 	work := time.Duration(float64(sumMulti) * float64(sc.load) / (0.8 * float64(sc.items)))
+	if sc.work > 0 {
+		work = sc.work
+	}
+	for i := range min(sc.hoarders, len(plans)) {
+		plans[len(plans)-1-i].dieRate = 1
+	}
 	var draining, stop atomic.Bool
 	var running sync.WaitGroup
 	h.start = time.Now()
@@ -231,6 +244,8 @@ func runScenario(t *testing.T, sc scenario) *harness {
 		switch {
 		case sc.supervisorKillsOnly:
 			schedule[i].kind, schedule[i].target, schedule[i].stall = killFrontend, 0, false
+		case sc.frontendKillsOnly:
+			schedule[i].kind = killFrontend
 		case sc.supervised && schedule[i].kind == killFrontend:
 			// The kill that matters here: of the hoard supervising Redis.
 			schedule[i].target = 0
@@ -459,8 +474,8 @@ func (h *harness) summarize(t *testing.T, load, drain, work time.Duration) {
 	stats, _ := h.rdb.HMGet(t.Context(), queues.StatsKey(projectSlug), "requests_served", "items_served", "items_reclaimed").Result()
 	t.Logf("hoard (its Redis stats, which a Redis kill can roll back too): %v claims of %v items served, %v items reclaimed; claims whose reply no warrior read: %v",
 		stats[0], stats[1], stats[2], lostReplies(stats[0], l.claims.Load()))
-	t.Logf("items %d: done %d, failed %d (max_claims %d), todo %d, out (stranded) %d; lost %d, duplicated %d, unknown %d",
-		r.Items, r.Done, r.Failed, maxClaims, r.Todo, r.Out, len(r.Lost), len(r.Duplicated), len(r.Unknown))
+	t.Logf("items %d: done %d, failed %d (max_claims %d; %d of them by expiry alone), todo %d, out (stranded) %d; lost %d, duplicated %d, unknown %d",
+		r.Items, r.Done, r.Failed, maxClaims, r.FailedByExpiry, r.Todo, r.Out, len(r.Lost), len(r.Duplicated), len(r.Unknown))
 	t.Logf("acknowledged dones lost by Redis kills: %d inside the %s everysec window, %d outside; not done at the end: %d",
 		len(r.AckedLostInWindow), everysecWindow, len(r.AckedLostOutside), len(r.AckedNotDoneAtEnd))
 	perKind := map[string]int{}
@@ -619,6 +634,34 @@ func TestChaosCluster(t *testing.T) {
 		kinds[k.Kind] = true
 	}
 	require.Len(t, kinds, 3, "every kind of kill happened: %v", kinds)
+}
+
+// TestChaosItemsFailByExpiry: items reach max_claims by expiry alone,
+// across kill -9 of frontends. Four of sixteen warriors hoard (claim and
+// never finish) for the whole load; the queue runs dry within a second
+// (short work time), after which every claim is a reclaim (claim.lua
+// serves due claims after the fresh items), so hoarded items come back
+// and many meet hoarders max_claims (3) times in a row: their third
+// expiry (2 s, then 4 s, then 6 s: the TTL grows with each claim) sends
+// them to failed at the next claim. Every item must end done or failed,
+// once, and some must have failed by expiry. The frontends run on wall
+// time (they are real processes), so the expiries take real seconds;
+// nothing in the test sleeps to wait for them.
+func TestChaosItemsFailByExpiry(t *testing.T) {
+	requireTools(t)
+	_, _, seed := chaosSettings(t)
+	const items = 600
+	r := runScenario(t, scenario{
+		load: 16 * time.Second, items: items, seed: seed, warriors: 16, frontends: 2,
+		kills: 2, frontendKillsOnly: true, hoarders: 4, work: 50 * time.Millisecond,
+	}).report
+	require.Empty(t, r.failures(), "seed %d", seed)
+	require.Equal(t, items, r.Done+r.Failed, "every item done or failed")
+	require.Positive(t, r.FailedByExpiry, "items reached max_claims by expiry")
+	require.Len(t, r.Kills, 2)
+	for _, k := range r.Kills {
+		require.Equal(t, killFrontend, k.Kind)
+	}
 }
 
 // TestChaosCatchesARedisThatLosesData is the checker's negative control:

@@ -87,14 +87,17 @@ func readPlacement(ctx context.Context, rdb redis.UniversalClient, slug string) 
 
 // report is the verdict of a run.
 type report struct {
-	Items      int
-	Todo       int
-	Out        int // stranded claims, once every warrior finished
-	Done       int
-	Failed     int      // claimed max_claims times, or reported failed
-	Lost       []string // known items found nowhere
-	Duplicated []string // items found in more than one place or twice in one
-	Unknown    []string // items found that were never queued
+	Items  int
+	Todo   int
+	Out    int // stranded claims, once every warrior finished
+	Done   int
+	Failed int // claimed max_claims times, or reported failed
+	// FailedByExpiry are the failed items that reached max_claims with
+	// every claim ended by its expiry (none released or reported).
+	FailedByExpiry int
+	Lost           []string // known items found nowhere
+	Duplicated     []string // items found in more than one place or twice in one
+	Unknown        []string // items found that were never queued
 	// AckedLostInWindow are acknowledged dones a Redis kill took back,
 	// acknowledged within everysecWindow before it: the documented cost of
 	// everysec. AckedLostOutside are the rest, which nothing excuses.
@@ -148,6 +151,9 @@ func check(ctx context.Context, rdb redis.UniversalClient, slug string, items []
 		return err
 	}
 	r.Items, r.Todo, r.Out, r.Done, r.Failed = len(items), p.todo, p.out, p.done, p.failed
+	if r.FailedByExpiry, err = failedByExpiry(ctx, rdb, slug); err != nil {
+		return err
+	}
 	r.Lost, r.Duplicated, r.Unknown, r.AckedNotDoneAtEnd = nil, nil, nil, nil
 	known := make(map[string]bool, len(items))
 	for _, item := range items {
@@ -210,4 +216,30 @@ func checkAckedAfterRedisKill(ctx context.Context, rdb redis.UniversalClient, sl
 		}
 	}
 	return nil
+}
+
+// failedByExpiry counts the failed items whose claims all ended by expiry
+// and that failed at max_claims, read through the engine's own listing.
+func failedByExpiry(ctx context.Context, rdb redis.UniversalClient, slug string) (int, error) {
+	engine := queues.NewEngine(rdb, queues.Options{})
+	expired := map[string]bool{} // a scan may list an item twice
+	var cursor uint64
+	for {
+		page, next, err := engine.FailedItems(ctx, slug, cursor, queues.MaxFailedPage)
+		if err != nil {
+			return 0, err
+		}
+		for _, f := range page {
+			byExpiry := f.Reason == queues.FailedMaxClaims && len(f.History) == maxClaims
+			for _, end := range f.History {
+				byExpiry = byExpiry && end.Ended == "expired"
+			}
+			if byExpiry {
+				expired[f.Item] = true
+			}
+		}
+		if cursor = next; cursor == 0 {
+			return len(expired), nil
+		}
+	}
 }

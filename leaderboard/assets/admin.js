@@ -352,9 +352,10 @@ async function projectView(view, slug) {
       const r = await api('GET', failedPath + '?limit=200');
       failedBody.replaceChildren(...r.failed.map((f) => el('tr', {},
         el('td', {}, el('input', { type: 'checkbox', value: f.item, 'aria-label': 'select' })),
-        el('td', { class: 'wrap item' }, f.item), el('td', {}, String(f.claims)), el('td', {}, fmtTime(f.at)),
-        el('td', { class: 'wrap reason' }, f.message ? f.reason + ': ' + f.message : f.reason),
-        el('td', { class: 'wrap history' }, (f.history || []).map((h) => h.by + ' (' + h.ended + ')').join(', ')))));
+        el('td', { class: 'wrap item' }, f.item), el('td', { 'data-label': 'Claims' }, String(f.claims)),
+        el('td', { class: 'at', 'data-label': 'Failed' }, fmtTime(f.at)),
+        el('td', { class: 'wrap reason', 'data-label': 'Why' }, f.message ? f.reason + ': ' + f.message : f.reason),
+        el('td', { class: 'wrap history', 'data-label': 'Claimants' }, (f.history || []).map((h) => h.by + ' (' + h.ended + ')').join(', ')))));
       if (!r.failed.length) failedBody.append(el('tr', {}, el('td', { colspan: '6', class: 'muted' }, 'No failed items.')));
     } catch (err) { flash('failed items: ' + err.message, true); }
   };

@@ -288,6 +288,11 @@ try {
     await page.check('#failed tbody input[value="fail:keep"]');
     f = await flashAfter(page, role, () => page.click('#failed-requeue'));
     check(f.error && /may not POST/.test(f.text), `${role}: requeue of a failed item was not refused: ${f.text}`);
+    // Every failed item's date is shown whole, at both sizes (on a phone
+    // it was cut to "2026-11-…").
+    const cut = await page.$$eval('#failed td.at', (tds) => tds.filter((td) => td.scrollWidth > td.clientWidth + 1 || !/^\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ$/.test(td.textContent)).map((td) => td.textContent));
+    const dates = await page.$$eval('#failed td.at', (tds) => tds.length);
+    check(dates > 0 && cut.length === 0, `${role} ${name}: failed items' dates cut or missing: ${JSON.stringify(cut)} of ${dates}`);
     const reasons = await page.$$eval('#blocks td.reason', (tds) => tds.map((td) => td.textContent));
     check(reasons.some((r) => r.includes('<img src=x onerror=alert(2)>')), `${role}: the block reason is not shown as text: ${JSON.stringify(reasons)}`);
     await page.fill('#block-who', 'tester8');
