@@ -83,11 +83,11 @@ func get(t *testing.T, url, token string) (int, string) {
 func TestConfigDefaultsCheckServeRoundTrip(t *testing.T) {
 	b := redistest.Backends()[0]
 	require.NoError(t, redistest.Flush(t.Context(), b))
-	out, err := executeArgs("config", "defaults")
+	defaults, err := executeArgs("config", "defaults")
 	require.NoError(t, err)
 	file := filepath.Join(t.TempDir(), "hoard.toml")
-	require.NoError(t, os.WriteFile(file, []byte(out), 0o600))
-	out, err = executeArgs("config", "check", file)
+	require.NoError(t, os.WriteFile(file, []byte(defaults), 0o600))
+	out, err := executeArgs("config", "check", file)
 	require.NoError(t, err)
 	require.Contains(t, out, "ok")
 
@@ -97,6 +97,49 @@ func TestConfigDefaultsCheckServeRoundTrip(t *testing.T) {
 	status, body := get(t, base+"/metrics", "roundtrip-token")
 	require.Equal(t, http.StatusOK, status)
 	require.Contains(t, body, "hoard_build_info{")
+
+	// Every plugin key is printed at its default: the BitTorrent
+	// plugin's sections, uncommented, are a file that checks and runs
+	// the plugin (its listeners moved to free ports; the rest as
+	// printed), so no printed key is unknown to the plugin itself.
+	withPlugin := uncommentPlugin(t, defaults, "bittorrent")
+	for _, key := range []string{"mode", "interval", "announce_rate", "max_peers_per_torrent", "[plugin.bittorrent.settings.scoring]",
+		"[plugin.bittorrent.settings.reaper]", "[plugin.bittorrent.settings.outbox]", "[plugin.bittorrent.settings.metrics]",
+		"[plugin.bittorrent.settings.orphans]", "reward_factor", "max_keys_per_tick"} {
+		require.Contains(t, withPlugin, "\n"+key, "the defaults print %s", key)
+	}
+	withPlugin = strings.NewReplacer(`"127.0.0.1:6969"`, `"127.0.0.1:0"`, `"[::1]:6969"`, `"[::1]:0"`).Replace(withPlugin)
+	file = filepath.Join(t.TempDir(), "with-plugin.toml")
+	require.NoError(t, os.WriteFile(file, []byte(withPlugin), 0o600))
+	out, err = executeArgs("config", "check", file)
+	require.NoError(t, err)
+	require.Contains(t, out, "ok")
+	base = serveInProcess(t, "--config", file, "--data-dir", filepath.Join(t.TempDir(), "data"),
+		"--projects-file", filepath.Join(t.TempDir(), "none.json"), "--admin-token", "roundtrip-token")
+	status, body = get(t, base+"/readyz", "")
+	require.Equal(t, http.StatusOK, status, "every configured plugin runs: %s", body)
+	require.Contains(t, body, `"bittorrent":"running"`)
+}
+
+// uncommentPlugin removes the "# " before the lines of a plugin's printed
+// sections, as the defaults' comment tells an operator to.
+func uncommentPlugin(t *testing.T, defaults, name string) string {
+	t.Helper()
+	start := strings.Index(defaults, "\n# [plugin."+name+"]\n")
+	require.GreaterOrEqual(t, start, 0, "the defaults have a [plugin.%s] section", name)
+	lines := strings.Split(defaults[start+1:], "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, "# [plugin.") && !strings.HasPrefix(l, "# [plugin."+name) {
+			break
+		}
+		switch {
+		case strings.HasPrefix(l, "# "):
+			lines[i] = strings.TrimPrefix(l, "# ")
+		case l == "#":
+			lines[i] = ""
+		}
+	}
+	return defaults[:start+1] + strings.Join(lines, "\n")
 }
 
 // Every key of the table is in the defaults, each with its flag and
@@ -135,6 +178,10 @@ func TestConfigCheckNamesTheLineOfEachError(t *testing.T) {
 		`udp_secret = "typed-in"`,              // 10 a plugin secret typed in
 		`[plugin.bittorrent.settings.outbox]`,  // 11
 		`webhook_secret_env = "HOARD_NO_SUCH"`, // 12 names an unset variable
+		`max_atempts = 3`,                      // 13 unknown to the plugin, near max_attempts
+		`[plugin.bittorrent.settings.limits]`,  // 14
+		`passkey_miss_window = "10m"`,          // 15 fine: the schema says it is no secret
+		`addresses = "many"`,                   // 16 wrong type for the plugin
 	}, "\n")), 0o600))
 	_, err := executeArgs("config", "check", file)
 	require.Error(t, err)
@@ -147,6 +194,8 @@ func TestConfigCheckNamesTheLineOfEachError(t *testing.T) {
 		file + ":7: plugin.bittorrent.colour: unknown key",
 		file + ":10: plugin.bittorrent.settings.udp_secret: a secret is never typed into the file",
 		file + ":12: plugin.bittorrent.settings.outbox.webhook_secret_env: variable HOARD_NO_SUCH is not set",
+		file + ":13: plugin.bittorrent.settings.outbox.max_atempts: unknown key; did you mean max_attempts?",
+		file + ":16: plugin.bittorrent.settings.limits.addresses: want a number, not a string",
 	}
 	require.Len(t, lines, len(want), err.Error())
 	for _, w := range want {
