@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/internal/localredis"
@@ -322,45 +323,115 @@ interval = %q
 	require.Contains(t, announce(), "8:intervali1800e")
 
 	// Warriors ask for items all through the reload.
-	loadCtx, stopLoad := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	var served, failed atomic.Int64
-	var firstFailure atomic.Value
+	load := startWarriorLoad(t, base, "hup")
+	writeConfig("20m")
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
+	require.Eventually(t, func() bool { return strings.Contains(announce(), "8:intervali1200e") },
+		20*time.Second, 20*time.Millisecond, "the plugin announces the new interval")
+	load.stopAfterMore(t)
+}
+
+// warriorLoad is four warriors asking a project for items in a loop.
+type warriorLoad struct {
+	stop           context.CancelFunc
+	wg             sync.WaitGroup
+	served, failed atomic.Int64
+	firstFailure   atomic.Value
+}
+
+// startWarriorLoad starts the warriors and returns once they have been
+// served 50 times.
+func startWarriorLoad(t *testing.T, base, project string) *warriorLoad {
+	t.Helper()
+	ctx, stop := context.WithCancel(t.Context())
+	l := &warriorLoad{stop: stop}
 	for w := range 4 {
-		wg.Add(1)
+		l.wg.Add(1)
 		go func() {
-			defer wg.Done()
-			for loadCtx.Err() == nil {
+			defer l.wg.Done()
+			for ctx.Err() == nil {
 				body := fmt.Sprintf(`{"downloader":"warrior%d","api_version":"2","version":"20240101.01"}`, w)
-				resp, err := http.Post(base+"/hup/request", "application/json", bytes.NewBufferString(body))
+				resp, err := http.Post(base+"/"+project+"/request", "application/json", bytes.NewBufferString(body))
 				if err != nil {
-					failed.Add(1)
-					firstFailure.CompareAndSwap(nil, err.Error())
+					l.failed.Add(1)
+					l.firstFailure.CompareAndSwap(nil, err.Error())
 					continue
 				}
 				raw, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
 				if resp.StatusCode != http.StatusOK {
-					failed.Add(1)
-					firstFailure.CompareAndSwap(nil, fmt.Sprintf("%d %s", resp.StatusCode, raw))
+					l.failed.Add(1)
+					l.firstFailure.CompareAndSwap(nil, fmt.Sprintf("%d %s", resp.StatusCode, raw))
 					continue
 				}
-				served.Add(1)
+				l.served.Add(1)
 			}
 		}()
 	}
-	require.Eventually(t, func() bool { return served.Load() > 50 }, 10*time.Second, 5*time.Millisecond,
-		"%d failed, the first: %v", failed.Load(), firstFailure.Load())
+	t.Cleanup(func() { stop(); l.wg.Wait() })
+	require.Eventually(t, func() bool { return l.served.Load() > 50 }, 10*time.Second, 5*time.Millisecond,
+		"%d failed, the first: %v", l.failed.Load(), l.firstFailure.Load())
+	return l
+}
 
-	writeConfig("20m")
-	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
-	require.Eventually(t, func() bool { return strings.Contains(announce(), "8:intervali1200e") },
-		20*time.Second, 20*time.Millisecond, "the plugin announces the new interval")
-	before := served.Load()
-	require.Eventually(t, func() bool { return served.Load() > before+50 }, 10*time.Second, 5*time.Millisecond,
+// stopAfterMore waits for 50 more requests served, stops the warriors
+// and checks that none failed.
+func (l *warriorLoad) stopAfterMore(t *testing.T) {
+	t.Helper()
+	before := l.served.Load()
+	require.Eventually(t, func() bool { return l.served.Load() > before+50 }, 10*time.Second, 5*time.Millisecond,
 		"warriors are still served after the reload")
-	stopLoad()
-	wg.Wait()
-	require.Zero(t, failed.Load(), "first failure: %v", firstFailure.Load())
-	t.Logf("%d warrior requests served across the reload, none failed", served.Load())
+	l.stop()
+	l.wg.Wait()
+	require.Zero(t, l.failed.Load(), "first failure: %v", l.firstFailure.Load())
+	t.Logf("%d warrior requests served across the reload, none failed", l.served.Load())
+}
+
+// A SIGHUP applies the live viewers' limits while warriors are served:
+// a second viewer from one address is refused under a cap of one and
+// let in once the file says two, though public_url (which needs a
+// restart) changed in the same reload; no warrior request fails.
+func TestSighupChangesViewerLimitsUnderWarriorLoad(t *testing.T) {
+	b := redistest.Backends()[0]
+	ctx := t.Context()
+	require.NoError(t, redistest.Flush(ctx, b))
+	engine := queues.NewEngine(b.Client, queues.Options{})
+	_, err := engine.CreateProject(ctx, "hupview", queues.SettingsPatch{})
+	require.NoError(t, err)
+	items := make([]queues.QueueItem, 20000)
+	for i := range items {
+		items[i] = queues.QueueItem{Name: fmt.Sprintf("item-%d", i)}
+	}
+	_, err = engine.Enqueue(ctx, "hupview", queues.Target{Queue: queues.QueueTodo}, items)
+	require.NoError(t, err)
+
+	file := filepath.Join(t.TempDir(), "hoard.toml")
+	writeConfig := func(perAddress int, publicURL string) {
+		require.NoError(t, os.WriteFile(file, fmt.Appendf(nil, "log_level = \"error\"\nmax_viewers_per_address = %d\npublic_url = %q\n",
+			perAddress, publicURL), 0o600))
+	}
+	writeConfig(1, "")
+	t.Setenv("HOARD_REDIS_URL", b.URL)
+	base := serveInProcess(t, "--config", file, "--data-dir", filepath.Join(t.TempDir(), "data"),
+		"--projects-file", filepath.Join(t.TempDir(), "none.json"))
+	wsURL := "ws" + strings.TrimPrefix(base, "http") + "/hupview/ws"
+	dial := func() int {
+		conn, resp, err := websocket.DefaultDialer.DialContext(ctx, wsURL, nil)
+		if err != nil {
+			require.ErrorIs(t, err, websocket.ErrBadHandshake)
+			return resp.StatusCode
+		}
+		t.Cleanup(func() { conn.Close() })
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusSwitchingProtocols, dial())
+	require.Equal(t, http.StatusTooManyRequests, dial(), "one viewer per address")
+
+	load := startWarriorLoad(t, base, "hupview")
+	writeConfig(2, "https://example.org")
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
+	require.Eventually(t, func() bool { return dial() == http.StatusSwitchingProtocols }, 20*time.Second, 20*time.Millisecond,
+		"the reloaded cap lets a second viewer in")
+	require.Equal(t, http.StatusTooManyRequests, dial(), "and not a third")
+	load.stopAfterMore(t)
 }
