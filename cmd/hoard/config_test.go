@@ -274,17 +274,7 @@ mode = "private"
 // warrior request.
 func TestSighupReconfiguresAPluginUnderWarriorLoad(t *testing.T) {
 	b := redistest.Backends()[0]
-	ctx := t.Context()
-	require.NoError(t, redistest.Flush(ctx, b))
-	engine := queues.NewEngine(b.Client, queues.Options{})
-	_, err := engine.CreateProject(ctx, "hup", queues.SettingsPatch{})
-	require.NoError(t, err)
-	items := make([]queues.QueueItem, 20000)
-	for i := range items {
-		items[i] = queues.QueueItem{Name: fmt.Sprintf("item-%d", i)}
-	}
-	_, err = engine.Enqueue(ctx, "hup", queues.Target{Queue: queues.QueueTodo}, items)
-	require.NoError(t, err)
+	seedWarriorProject(t, b, "hup")
 
 	trackerPort, err := localredis.FreeLoopbackPort()
 	require.NoError(t, err)
@@ -329,6 +319,23 @@ interval = %q
 	require.Eventually(t, func() bool { return strings.Contains(announce(), "8:intervali1200e") },
 		20*time.Second, 20*time.Millisecond, "the plugin announces the new interval")
 	load.stopAfterMore(t)
+}
+
+// seedWarriorProject empties the Redis and queues 20000 items in a new
+// project, enough for the warriors of a reload test.
+func seedWarriorProject(t *testing.T, b redistest.Backend, project string) {
+	t.Helper()
+	ctx := t.Context()
+	require.NoError(t, redistest.Flush(ctx, b))
+	engine := queues.NewEngine(b.Client, queues.Options{})
+	_, err := engine.CreateProject(ctx, project, queues.SettingsPatch{})
+	require.NoError(t, err)
+	items := make([]queues.QueueItem, 20000)
+	for i := range items {
+		items[i] = queues.QueueItem{Name: fmt.Sprintf("item-%d", i)}
+	}
+	_, err = engine.Enqueue(ctx, project, queues.Target{Queue: queues.QueueTodo}, items)
+	require.NoError(t, err)
 }
 
 // warriorLoad is four warriors asking a project for items in a loop.
@@ -394,16 +401,7 @@ func (l *warriorLoad) stopAfterMore(t *testing.T) {
 func TestSighupChangesViewerLimitsUnderWarriorLoad(t *testing.T) {
 	b := redistest.Backends()[0]
 	ctx := t.Context()
-	require.NoError(t, redistest.Flush(ctx, b))
-	engine := queues.NewEngine(b.Client, queues.Options{})
-	_, err := engine.CreateProject(ctx, "hupview", queues.SettingsPatch{})
-	require.NoError(t, err)
-	items := make([]queues.QueueItem, 20000)
-	for i := range items {
-		items[i] = queues.QueueItem{Name: fmt.Sprintf("item-%d", i)}
-	}
-	_, err = engine.Enqueue(ctx, "hupview", queues.Target{Queue: queues.QueueTodo}, items)
-	require.NoError(t, err)
+	seedWarriorProject(t, b, "hupview")
 
 	file := filepath.Join(t.TempDir(), "hoard.toml")
 	writeConfig := func(perAddress int, publicURL string) {
