@@ -82,8 +82,6 @@ func get(t *testing.T, url, token string) (int, string) {
 // variable given beat the file's keys (the file says listen 127.0.0.1:8080
 // and redis_url "").
 func TestConfigDefaultsCheckServeRoundTrip(t *testing.T) {
-	b := redistest.Backends()[0]
-	require.NoError(t, redistest.Flush(t.Context(), b))
 	defaults, err := executeArgs("config", "defaults")
 	require.NoError(t, err)
 	file := filepath.Join(t.TempDir(), "hoard.toml")
@@ -92,6 +90,9 @@ func TestConfigDefaultsCheckServeRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, out, "ok")
 
+	// Serving needs a real Redis: the unit tier stops here.
+	b := redistest.Require(t)[0]
+	require.NoError(t, redistest.Flush(t.Context(), b))
 	t.Setenv("HOARD_REDIS_URL", b.URL)
 	base := serveInProcess(t, "--config", file, "--data-dir", filepath.Join(t.TempDir(), "data"),
 		"--projects-file", filepath.Join(t.TempDir(), "none.json"), "--admin-token", "roundtrip-token")
@@ -273,7 +274,7 @@ mode = "private"
 // (its announce interval, seen by a BitTorrent client) and fails no
 // warrior request.
 func TestSighupReconfiguresAPluginUnderWarriorLoad(t *testing.T) {
-	b := redistest.Backends()[0]
+	b := redistest.Require(t)[0]
 	seedWarriorProject(t, b, "hup")
 
 	trackerPort, err := localredis.FreeLoopbackPort()
@@ -399,7 +400,7 @@ func (l *warriorLoad) stopAfterMore(t *testing.T) {
 // let in once the file says two, though public_url (which needs a
 // restart) changed in the same reload; no warrior request fails.
 func TestSighupChangesViewerLimitsUnderWarriorLoad(t *testing.T) {
-	b := redistest.Backends()[0]
+	b := redistest.Require(t)[0]
 	ctx := t.Context()
 	seedWarriorProject(t, b, "hupview")
 
