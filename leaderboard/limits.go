@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // Every viewer holds one file descriptor for as long as it watches. With
@@ -82,4 +83,25 @@ func AddressKey(client string) string {
 		return addr.String()
 	}
 	return netip.PrefixFrom(addr, 64).Masked().String()
+}
+
+// SetViewerLimits changes the viewer caps and the idle timeout while the
+// hub runs (hoard serve's SIGHUP). maxViewers is the resolved total cap
+// (MaxViewersFor); a zero per-address cap or idle timeout takes its
+// default, as New does. Viewers already connected stay, even past a
+// lowered cap: only new ones are counted against the new caps.
+func (h *Hub) SetViewerLimits(maxViewers, perAddress int, idle time.Duration) {
+	if perAddress <= 0 {
+		perAddress = DefaultMaxViewersPerAddress
+	}
+	if idle <= 0 {
+		idle = DefaultViewerIdleTimeout
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.cfg.MaxViewers = max(maxViewers, 0)
+	h.cfg.MaxViewersPerAddress = perAddress
+	h.cfg.IdleTimeout = idle
+	// Pings must still come well within the idle timeout.
+	h.cfg.PingEvery = min(h.cfg.PingEvery, idle/2)
 }

@@ -161,6 +161,23 @@ func (c *grpcClient) HandleRequest(ctx context.Context, req Request) (Response, 
 	return out, nil
 }
 
+// SettingsSchema asks the plugin to describe its settings; a binary built
+// before the call answers Unimplemented, which is ErrNoSchema.
+func (c *grpcClient) SettingsSchema(ctx context.Context) (SettingsSchema, error) {
+	reply, err := c.client.SettingsSchema(ctx, &emptypb.Empty{})
+	if status.Code(err) == codes.Unimplemented {
+		return SettingsSchema{}, fmt.Errorf("%s: %w", status.Convert(err).Message(), ErrNoSchema)
+	}
+	if err != nil {
+		return SettingsSchema{}, fromStatus(err)
+	}
+	out := SettingsSchema{Keys: make([]SettingKey, 0, len(reply.GetKeys()))}
+	for _, k := range reply.GetKeys() {
+		out.Keys = append(out.Keys, SettingKey{Key: k.GetKey(), Default: k.GetDefaultJson(), Help: k.GetHelp(), Secret: k.GetSecret()})
+	}
+	return out, nil
+}
+
 func (c *grpcClient) Close(ctx context.Context) error {
 	_, err := c.client.Close(ctx, &emptypb.Empty{})
 	return fromStatus(err)
@@ -245,6 +262,24 @@ func (s *grpcServer) HandleRequest(ctx context.Context, req *pluginpb.Request) (
 	reply := &pluginpb.Response{Status: int32(resp.Status), Headers: headerToProto(resp.Header), Body: resp.Body}
 	for _, ch := range resp.Changes {
 		reply.Changes = append(reply.Changes, &pluginpb.Change{What: ch.What, Details: ch.Details})
+	}
+	return reply, nil
+}
+
+// SettingsSchema serves the plugin's schema, or Unimplemented when it
+// describes none (as a binary built before the call would).
+func (s *grpcServer) SettingsSchema(ctx context.Context, _ *emptypb.Empty) (*pluginpb.SettingsSchemaReply, error) {
+	d, ok := s.impl.(SettingsDescriber)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, ErrNoSchema.Error())
+	}
+	schema, err := d.SettingsSchema(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	reply := &pluginpb.SettingsSchemaReply{Keys: make([]*pluginpb.SettingKey, 0, len(schema.Keys))}
+	for _, k := range schema.Keys {
+		reply.Keys = append(reply.Keys, &pluginpb.SettingKey{Key: k.Key, DefaultJson: k.Default, Help: k.Help, Secret: k.Secret})
 	}
 	return reply, nil
 }

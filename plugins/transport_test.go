@@ -41,6 +41,13 @@ func TestTransportsAgree(t *testing.T) {
 			exercise(t, wrap(t, impl))
 		})
 	}
+	t.Run("grpc: a plugin without a schema answers ErrNoSchema", func(t *testing.T) {
+		impl, err := exampleplugin.New(t.Context(), slog.New(slog.DiscardHandler))
+		require.NoError(t, err)
+		p := transports["grpc"](t, withoutSchema{impl})
+		_, err = p.(plugins.SettingsDescriber).SettingsSchema(t.Context())
+		require.ErrorIs(t, err, plugins.ErrNoSchema)
+	})
 	t.Run("grpc errors keep their meaning", func(t *testing.T) {
 		impl, err := exampleplugin.New(t.Context(), slog.New(slog.DiscardHandler))
 		require.NoError(t, err)
@@ -58,6 +65,18 @@ func TestTransportsAgree(t *testing.T) {
 
 func exercise(t *testing.T, p plugins.Plugin) {
 	ctx := t.Context()
+	// The settings schema is asked before Configure, and crosses whole.
+	describer, ok := p.(plugins.SettingsDescriber)
+	require.True(t, ok, "%T describes no settings", p)
+	schema, err := describer.SettingsSchema(ctx)
+	require.NoError(t, err)
+	require.NoError(t, schema.Validate())
+	tick, ok := schema.Lookup("tick_period")
+	require.True(t, ok, "tick_period in %+v", schema.Keys)
+	require.JSONEq(t, `"1m"`, string(tick.Default))
+	require.Equal(t, "the period of its heartbeat job", tick.Help)
+	require.Len(t, schema.Keys, 7)
+
 	require.ErrorContains(t, p.Configure(ctx, plugins.Config{Name: "example", Settings: json.RawMessage(`{"tick_period":"soon"}`)}),
 		`settings: tick_period: time: invalid duration "soon"`, "the plugin's error message crosses the boundary")
 	settings := json.RawMessage(`{"project":"echoes","tick_period":"90s","listen":"127.0.0.1:0"}`)
@@ -138,3 +157,7 @@ func exercise(t *testing.T, p plugins.Plugin) {
 	_, err = http.Get("http://" + desc.Listeners[0].Address + "/stats")
 	require.Error(t, err, "Close stopped the listener")
 }
+
+// withoutSchema hides the plugin's SettingsSchema, as a plugin built
+// before the call has none.
+type withoutSchema struct{ plugins.Plugin }

@@ -271,6 +271,12 @@ func (s *Server) Done() <-chan error { return s.serveErr }
 // at once), for a reload.
 func (s *Server) SetProjectsFile(path string) { s.projects.SetPath(path) }
 
+// SetViewerLimits changes the live viewers' caps and idle timeout, for a
+// reload (leaderboard.Hub.SetViewerLimits).
+func (s *Server) SetViewerLimits(maxViewers, perAddress int, idle time.Duration) {
+	s.hub.SetViewerLimits(maxViewers, perAddress, idle)
+}
+
 // Drain marks the server as going away: /readyz answers 503 from now on,
 // so a load balancer sends new traffic elsewhere, while every request is
 // still served until Stop.

@@ -90,7 +90,7 @@ func TestAutoProjectMovesToWhereThereIsWork(t *testing.T) {
 // TestAutoProjectCandidatesMustBeAList: a malformed candidates key is the
 // operator's error, reported, never half-applied.
 func TestAutoProjectCandidatesMustBeAList(t *testing.T) {
-	b := redistest.Backends()[0]
+	b := redistest.Require(t)[0]
 	require.NoError(t, redistest.Flush(t.Context(), b))
 	path := filepath.Join(t.TempDir(), "projects.json")
 	require.NoError(t, os.WriteFile(path, []byte(`{"auto_project_candidates": "first", "projects": []}`), 0o644))

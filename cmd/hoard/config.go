@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +15,8 @@ import (
 	"github.com/pelletier/go-toml/v2"
 	"github.com/pelletier/go-toml/v2/unstable"
 	"github.com/spf13/pflag"
+
+	"github.com/hoardproject/hoard/plugins"
 )
 
 // maxConfigBytes caps the configuration file: it is read whole.
@@ -39,8 +42,20 @@ type fileValue struct {
 }
 
 // loadConfigFile reads and checks a configuration file. Its error lists
-// every problem, each as FILE:LINE: …, unknown keys included.
+// every problem, each as FILE:LINE: …, unknown keys included. A builtin
+// plugin's settings are checked against its schema; a plugin binary's
+// only by `config check` (checkConfigFile), which launches it to ask.
 func loadConfigFile(path string) (*configFile, error) {
+	return loadConfig(context.Background(), path, false)
+}
+
+// checkConfigFile is loadConfigFile that also asks each plugin binary
+// the file names for its settings schema.
+func checkConfigFile(ctx context.Context, path string) (*configFile, error) {
+	return loadConfig(ctx, path, true)
+}
+
+func loadConfig(ctx context.Context, path string, describeBinaries bool) (*configFile, error) {
 	info, err := os.Stat(path)
 	if err != nil {
 		return nil, err
@@ -79,7 +94,7 @@ func loadConfigFile(path string) (*configFile, error) {
 	for _, key := range keys {
 		value := doc[key]
 		if key == "plugin" {
-			c.pluginSections(value, lines, fail)
+			c.pluginSections(ctx, value, lines, describeBinaries, fail)
 			continue
 		}
 		if s, ok := byKey[key]; ok {
@@ -261,8 +276,9 @@ func tomlType(v any) string {
 
 // pluginSections reads [plugin.NAME] sections: path (empty or absent: the
 // builtin NAME) and settings, the plugin's own document, whose
-// KEY_file/KEY_env keys are read as secrets.
-func (c *configFile) pluginSections(value any, lines map[string]int, fail func(key, format string, args ...any)) {
+// KEY_file/KEY_env keys are read as secrets and whose keys are checked
+// against the plugin's settings schema when it is known.
+func (c *configFile) pluginSections(ctx context.Context, value any, lines map[string]int, describeBinaries bool, fail func(key, format string, args ...any)) {
 	sections, ok := value.(map[string]any)
 	if !ok {
 		fail("plugin", "want [plugin.NAME] sections, not %s", tomlType(value))
@@ -273,7 +289,7 @@ func (c *configFile) pluginSections(value any, lines map[string]int, fail func(k
 		names = append(names, name)
 	}
 	sort.Slice(names, func(i, j int) bool { return lines["plugin."+names[i]] < lines["plugin."+names[j]] })
-	var plugins, settings []string
+	var entries, settings []string
 	for _, name := range names {
 		where := "plugin." + name
 		section, ok := sections[name].(map[string]any)
@@ -281,25 +297,37 @@ func (c *configFile) pluginSections(value any, lines map[string]int, fail func(k
 			fail(where, "want a [%s] section, not %s", where, tomlType(sections[name]))
 			continue
 		}
-		entry := name
+		entry, path := name, ""
+		if v, ok := section["path"]; ok {
+			if path, ok = v.(string); !ok {
+				fail(where+".path", "want a string, not %s", tomlType(v))
+				continue
+			}
+			if path != "" {
+				entry = name + "=" + path
+			}
+		}
 		for key, v := range section {
 			switch key {
 			case "path":
-				path, ok := v.(string)
-				if !ok {
-					fail(where+".path", "want a string, not %s", tomlType(v))
-					continue
-				}
-				if path != "" {
-					entry = name + "=" + path
-				}
 			case "settings":
 				doc, ok := v.(map[string]any)
 				if !ok {
 					fail(where+".settings", "want a [%s.settings] section, not %s", where, tomlType(v))
 					continue
 				}
-				resolved, err := resolvePluginSecrets(doc, where+".settings", lines, fail)
+				schema, err := pluginSchema(ctx, name, path, describeBinaries)
+				if err != nil {
+					at := where
+					if path != "" {
+						at += ".path"
+					}
+					fail(at, "cannot ask the plugin for its settings: %v", err)
+				}
+				if schema != nil {
+					checkPluginKeys(schema, doc, "", where+".settings", fail)
+				}
+				resolved, err := resolvePluginSecrets(doc, where+".settings", "", schema, fail)
 				if err != nil {
 					continue
 				}
@@ -313,27 +341,31 @@ func (c *configFile) pluginSections(value any, lines map[string]int, fail func(k
 				fail(where+"."+key, "unknown key (a plugin section has path and settings)")
 			}
 		}
-		plugins = append(plugins, entry)
+		entries = append(entries, entry)
 	}
-	if len(plugins) > 0 {
-		c.values["plugin"] = fileValue{key: "plugin", line: lines["plugin."+names[0]], values: plugins}
+	if len(entries) > 0 {
+		c.values["plugin"] = fileValue{key: "plugin", line: lines["plugin."+names[0]], values: entries}
 	}
 	if len(settings) > 0 {
 		c.values["plugin-settings"] = fileValue{key: "plugin.*.settings", line: lines["plugin."+names[0]], values: settings}
 	}
 }
 
-// secretWords mark a plugin setting that holds a secret: such a value is
-// never typed into the file (KEY_file or KEY_env names where it is).
+// secretWords mark a plugin setting that holds a secret when the plugin
+// describes no settings: such a value is never typed into the file
+// (KEY_file or KEY_env names where it is).
 var secretWords = []string{"secret", "token", "password", "passkey"}
 
 // resolvePluginSecrets copies a plugin's settings document, replacing
-// KEY_file and KEY_env keys by KEY holding what they name.
-func resolvePluginSecrets(doc map[string]any, where string, lines map[string]int, fail func(key, format string, args ...any)) (map[string]any, error) {
+// KEY_file and KEY_env keys by KEY holding what they name. rel is the
+// table's path in the document; a key is a secret when the schema says
+// so, or, with no schema, when its name looks like one.
+func resolvePluginSecrets(doc map[string]any, where, rel string, schema *plugins.SettingsSchema, fail func(key, format string, args ...any)) (map[string]any, error) {
 	out := make(map[string]any, len(doc))
 	var failed error
 	for key, v := range doc {
 		full := where + "." + key
+		path := strings.TrimPrefix(rel+"."+key, ".")
 		switch {
 		case strings.HasSuffix(key, secretFileSuffix) || strings.HasSuffix(key, secretEnvSuffix):
 			suffix := secretFileSuffix
@@ -348,13 +380,13 @@ func resolvePluginSecrets(doc map[string]any, where string, lines map[string]int
 			}
 			out[strings.TrimSuffix(key, suffix)] = secret
 		default:
-			if str, ok := v.(string); ok && str != "" && looksSecret(key) {
+			if str, ok := v.(string); ok && str != "" && isSecretSetting(schema, path, key) {
 				failed = errors.New("typed secret")
 				fail(full, "a secret is never typed into the file: set %s%s or %s%s", key, secretFileSuffix, key, secretEnvSuffix)
 				continue
 			}
 			if table, ok := v.(map[string]any); ok {
-				nested, err := resolvePluginSecrets(table, full, lines, fail)
+				nested, err := resolvePluginSecrets(table, full, path, schema, fail)
 				if err != nil {
 					failed = err
 				}
@@ -365,6 +397,14 @@ func resolvePluginSecrets(doc map[string]any, where string, lines map[string]int
 		}
 	}
 	return out, failed
+}
+
+func isSecretSetting(schema *plugins.SettingsSchema, path, key string) bool {
+	if schema == nil {
+		return looksSecret(key)
+	}
+	k, ok := schema.Lookup(path)
+	return ok && k.Secret
 }
 
 func looksSecret(key string) bool {

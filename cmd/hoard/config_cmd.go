@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strconv"
@@ -17,14 +18,14 @@ func configCommand() *cobra.Command {
 		Short: "Print a configuration file with every key, its default and what it does",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return writeDefaults(cmd.OutOrStdout())
+			return writeDefaults(cmd.Context(), cmd.OutOrStdout())
 		},
 	}, &cobra.Command{
 		Use:   "check FILE",
 		Short: "Check a configuration file: each error with its line, every unknown key",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if _, err := loadConfigFile(args[0]); err != nil {
+			if _, err := checkConfigFile(cmd.Context(), args[0]); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: ok\n", args[0])
@@ -36,7 +37,7 @@ func configCommand() *cobra.Command {
 
 // writeDefaults prints serveSettings as a commented TOML file, every key
 // set to its default, so the output is itself a valid configuration.
-func writeDefaults(w io.Writer) error {
+func writeDefaults(ctx context.Context, w io.Writer) error {
 	var b strings.Builder
 	b.WriteString(`# hoard serve's configuration (TOML): hoard serve --config FILE, or $HOARD_CONFIG.
 # Every key is shown with its default. Precedence: a flag beats a variable,
@@ -70,16 +71,12 @@ func writeDefaults(w io.Writer) error {
 # --plugin-settings, variable HOARD_PLUGIN_SETTINGS; reloaded on SIGHUP:
 # the plugin restarts with them). There, too, a secret is never typed:
 # KEY_file or KEY_env gives the plugin KEY read from a file or a variable.
-# The BitTorrent plugin's settings are described in docs/configuration.md.
-#
-# [plugin.bittorrent]
-# path = "/usr/local/bin/hoard-bittorrent"
-#
-# [plugin.bittorrent.settings]
-# mode = "private"
-# http = "0.0.0.0:6969"
-# udp_secret_file = "/etc/hoard/udp-secret"
+# Each builtin plugin follows with every key at its default; to run one,
+# remove the "# " before its lines (the "## " lines say what a key does).
 `)
+	if err := writePluginDefaults(ctx, &b); err != nil {
+		return err
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/internal/localredis"
@@ -81,22 +82,66 @@ func get(t *testing.T, url, token string) (int, string) {
 // variable given beat the file's keys (the file says listen 127.0.0.1:8080
 // and redis_url "").
 func TestConfigDefaultsCheckServeRoundTrip(t *testing.T) {
-	b := redistest.Backends()[0]
-	require.NoError(t, redistest.Flush(t.Context(), b))
-	out, err := executeArgs("config", "defaults")
+	defaults, err := executeArgs("config", "defaults")
 	require.NoError(t, err)
 	file := filepath.Join(t.TempDir(), "hoard.toml")
-	require.NoError(t, os.WriteFile(file, []byte(out), 0o600))
-	out, err = executeArgs("config", "check", file)
+	require.NoError(t, os.WriteFile(file, []byte(defaults), 0o600))
+	out, err := executeArgs("config", "check", file)
 	require.NoError(t, err)
 	require.Contains(t, out, "ok")
 
+	// Serving needs a real Redis: the unit tier stops here.
+	b := redistest.Require(t)[0]
+	require.NoError(t, redistest.Flush(t.Context(), b))
 	t.Setenv("HOARD_REDIS_URL", b.URL)
 	base := serveInProcess(t, "--config", file, "--data-dir", filepath.Join(t.TempDir(), "data"),
 		"--projects-file", filepath.Join(t.TempDir(), "none.json"), "--admin-token", "roundtrip-token")
 	status, body := get(t, base+"/metrics", "roundtrip-token")
 	require.Equal(t, http.StatusOK, status)
 	require.Contains(t, body, "hoard_build_info{")
+
+	// Every plugin key is printed at its default: the BitTorrent
+	// plugin's sections, uncommented, are a file that checks and runs
+	// the plugin (its listeners moved to free ports; the rest as
+	// printed), so no printed key is unknown to the plugin itself.
+	withPlugin := uncommentPlugin(t, defaults, "bittorrent")
+	for _, key := range []string{"mode", "interval", "announce_rate", "max_peers_per_torrent", "[plugin.bittorrent.settings.scoring]",
+		"[plugin.bittorrent.settings.reaper]", "[plugin.bittorrent.settings.outbox]", "[plugin.bittorrent.settings.metrics]",
+		"[plugin.bittorrent.settings.orphans]", "reward_factor", "max_keys_per_tick"} {
+		require.Contains(t, withPlugin, "\n"+key, "the defaults print %s", key)
+	}
+	withPlugin = strings.NewReplacer(`"127.0.0.1:6969"`, `"127.0.0.1:0"`, `"[::1]:6969"`, `"[::1]:0"`).Replace(withPlugin)
+	file = filepath.Join(t.TempDir(), "with-plugin.toml")
+	require.NoError(t, os.WriteFile(file, []byte(withPlugin), 0o600))
+	out, err = executeArgs("config", "check", file)
+	require.NoError(t, err)
+	require.Contains(t, out, "ok")
+	base = serveInProcess(t, "--config", file, "--data-dir", filepath.Join(t.TempDir(), "data"),
+		"--projects-file", filepath.Join(t.TempDir(), "none.json"), "--admin-token", "roundtrip-token")
+	status, body = get(t, base+"/readyz", "")
+	require.Equal(t, http.StatusOK, status, "every configured plugin runs: %s", body)
+	require.Contains(t, body, `"bittorrent":"running"`)
+}
+
+// uncommentPlugin removes the "# " before the lines of a plugin's printed
+// sections, as the defaults' comment tells an operator to.
+func uncommentPlugin(t *testing.T, defaults, name string) string {
+	t.Helper()
+	start := strings.Index(defaults, "\n# [plugin."+name+"]\n")
+	require.GreaterOrEqual(t, start, 0, "the defaults have a [plugin.%s] section", name)
+	lines := strings.Split(defaults[start+1:], "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, "# [plugin.") && !strings.HasPrefix(l, "# [plugin."+name) {
+			break
+		}
+		switch {
+		case strings.HasPrefix(l, "# "):
+			lines[i] = strings.TrimPrefix(l, "# ")
+		case l == "#":
+			lines[i] = ""
+		}
+	}
+	return defaults[:start+1] + strings.Join(lines, "\n")
 }
 
 // Every key of the table is in the defaults, each with its flag and
@@ -135,6 +180,10 @@ func TestConfigCheckNamesTheLineOfEachError(t *testing.T) {
 		`udp_secret = "typed-in"`,              // 10 a plugin secret typed in
 		`[plugin.bittorrent.settings.outbox]`,  // 11
 		`webhook_secret_env = "HOARD_NO_SUCH"`, // 12 names an unset variable
+		`max_atempts = 3`,                      // 13 unknown to the plugin, near max_attempts
+		`[plugin.bittorrent.settings.limits]`,  // 14
+		`passkey_miss_window = "10m"`,          // 15 fine: the schema says it is no secret
+		`addresses = "many"`,                   // 16 wrong type for the plugin
 	}, "\n")), 0o600))
 	_, err := executeArgs("config", "check", file)
 	require.Error(t, err)
@@ -147,6 +196,8 @@ func TestConfigCheckNamesTheLineOfEachError(t *testing.T) {
 		file + ":7: plugin.bittorrent.colour: unknown key",
 		file + ":10: plugin.bittorrent.settings.udp_secret: a secret is never typed into the file",
 		file + ":12: plugin.bittorrent.settings.outbox.webhook_secret_env: variable HOARD_NO_SUCH is not set",
+		file + ":13: plugin.bittorrent.settings.outbox.max_atempts: unknown key; did you mean max_attempts?",
+		file + ":16: plugin.bittorrent.settings.limits.addresses: want a number, not a string",
 	}
 	require.Len(t, lines, len(want), err.Error())
 	for _, w := range want {
@@ -223,18 +274,8 @@ mode = "private"
 // (its announce interval, seen by a BitTorrent client) and fails no
 // warrior request.
 func TestSighupReconfiguresAPluginUnderWarriorLoad(t *testing.T) {
-	b := redistest.Backends()[0]
-	ctx := t.Context()
-	require.NoError(t, redistest.Flush(ctx, b))
-	engine := queues.NewEngine(b.Client, queues.Options{})
-	_, err := engine.CreateProject(ctx, "hup", queues.SettingsPatch{})
-	require.NoError(t, err)
-	items := make([]queues.QueueItem, 20000)
-	for i := range items {
-		items[i] = queues.QueueItem{Name: fmt.Sprintf("item-%d", i)}
-	}
-	_, err = engine.Enqueue(ctx, "hup", queues.Target{Queue: queues.QueueTodo}, items)
-	require.NoError(t, err)
+	b := redistest.Require(t)[0]
+	seedWarriorProject(t, b, "hup")
 
 	trackerPort, err := localredis.FreeLoopbackPort()
 	require.NoError(t, err)
@@ -273,45 +314,123 @@ interval = %q
 	require.Contains(t, announce(), "8:intervali1800e")
 
 	// Warriors ask for items all through the reload.
-	loadCtx, stopLoad := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	var served, failed atomic.Int64
-	var firstFailure atomic.Value
+	load := startWarriorLoad(t, base, "hup")
+	writeConfig("20m")
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
+	require.Eventually(t, func() bool { return strings.Contains(announce(), "8:intervali1200e") },
+		20*time.Second, 20*time.Millisecond, "the plugin announces the new interval")
+	load.stopAfterMore(t)
+}
+
+// seedWarriorProject empties the Redis and queues 20000 items in a new
+// project, enough for the warriors of a reload test.
+func seedWarriorProject(t *testing.T, b redistest.Backend, project string) {
+	t.Helper()
+	ctx := t.Context()
+	require.NoError(t, redistest.Flush(ctx, b))
+	engine := queues.NewEngine(b.Client, queues.Options{})
+	_, err := engine.CreateProject(ctx, project, queues.SettingsPatch{})
+	require.NoError(t, err)
+	items := make([]queues.QueueItem, 20000)
+	for i := range items {
+		items[i] = queues.QueueItem{Name: fmt.Sprintf("item-%d", i)}
+	}
+	_, err = engine.Enqueue(ctx, project, queues.Target{Queue: queues.QueueTodo}, items)
+	require.NoError(t, err)
+}
+
+// warriorLoad is four warriors asking a project for items in a loop.
+type warriorLoad struct {
+	stop           context.CancelFunc
+	wg             sync.WaitGroup
+	served, failed atomic.Int64
+	firstFailure   atomic.Value
+}
+
+// startWarriorLoad starts the warriors and returns once they have been
+// served 50 times.
+func startWarriorLoad(t *testing.T, base, project string) *warriorLoad {
+	t.Helper()
+	ctx, stop := context.WithCancel(t.Context())
+	l := &warriorLoad{stop: stop}
 	for w := range 4 {
-		wg.Add(1)
+		l.wg.Add(1)
 		go func() {
-			defer wg.Done()
-			for loadCtx.Err() == nil {
+			defer l.wg.Done()
+			for ctx.Err() == nil {
 				body := fmt.Sprintf(`{"downloader":"warrior%d","api_version":"2","version":"20240101.01"}`, w)
-				resp, err := http.Post(base+"/hup/request", "application/json", bytes.NewBufferString(body))
+				resp, err := http.Post(base+"/"+project+"/request", "application/json", bytes.NewBufferString(body))
 				if err != nil {
-					failed.Add(1)
-					firstFailure.CompareAndSwap(nil, err.Error())
+					l.failed.Add(1)
+					l.firstFailure.CompareAndSwap(nil, err.Error())
 					continue
 				}
 				raw, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
 				if resp.StatusCode != http.StatusOK {
-					failed.Add(1)
-					firstFailure.CompareAndSwap(nil, fmt.Sprintf("%d %s", resp.StatusCode, raw))
+					l.failed.Add(1)
+					l.firstFailure.CompareAndSwap(nil, fmt.Sprintf("%d %s", resp.StatusCode, raw))
 					continue
 				}
-				served.Add(1)
+				l.served.Add(1)
 			}
 		}()
 	}
-	require.Eventually(t, func() bool { return served.Load() > 50 }, 10*time.Second, 5*time.Millisecond,
-		"%d failed, the first: %v", failed.Load(), firstFailure.Load())
+	t.Cleanup(func() { stop(); l.wg.Wait() })
+	require.Eventually(t, func() bool { return l.served.Load() > 50 }, 10*time.Second, 5*time.Millisecond,
+		"%d failed, the first: %v", l.failed.Load(), l.firstFailure.Load())
+	return l
+}
 
-	writeConfig("20m")
-	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
-	require.Eventually(t, func() bool { return strings.Contains(announce(), "8:intervali1200e") },
-		20*time.Second, 20*time.Millisecond, "the plugin announces the new interval")
-	before := served.Load()
-	require.Eventually(t, func() bool { return served.Load() > before+50 }, 10*time.Second, 5*time.Millisecond,
+// stopAfterMore waits for 50 more requests served, stops the warriors
+// and checks that none failed.
+func (l *warriorLoad) stopAfterMore(t *testing.T) {
+	t.Helper()
+	before := l.served.Load()
+	require.Eventually(t, func() bool { return l.served.Load() > before+50 }, 10*time.Second, 5*time.Millisecond,
 		"warriors are still served after the reload")
-	stopLoad()
-	wg.Wait()
-	require.Zero(t, failed.Load(), "first failure: %v", firstFailure.Load())
-	t.Logf("%d warrior requests served across the reload, none failed", served.Load())
+	l.stop()
+	l.wg.Wait()
+	require.Zero(t, l.failed.Load(), "first failure: %v", l.firstFailure.Load())
+	t.Logf("%d warrior requests served across the reload, none failed", l.served.Load())
+}
+
+// A SIGHUP applies the live viewers' limits while warriors are served:
+// a second viewer from one address is refused under a cap of one and
+// let in once the file says two, though public_url (which needs a
+// restart) changed in the same reload; no warrior request fails.
+func TestSighupChangesViewerLimitsUnderWarriorLoad(t *testing.T) {
+	b := redistest.Require(t)[0]
+	ctx := t.Context()
+	seedWarriorProject(t, b, "hupview")
+
+	file := filepath.Join(t.TempDir(), "hoard.toml")
+	writeConfig := func(perAddress int, publicURL string) {
+		require.NoError(t, os.WriteFile(file, fmt.Appendf(nil, "log_level = \"error\"\nmax_viewers_per_address = %d\npublic_url = %q\n",
+			perAddress, publicURL), 0o600))
+	}
+	writeConfig(1, "")
+	t.Setenv("HOARD_REDIS_URL", b.URL)
+	base := serveInProcess(t, "--config", file, "--data-dir", filepath.Join(t.TempDir(), "data"),
+		"--projects-file", filepath.Join(t.TempDir(), "none.json"))
+	wsURL := "ws" + strings.TrimPrefix(base, "http") + "/hupview/ws"
+	dial := func() int {
+		conn, resp, err := websocket.DefaultDialer.DialContext(ctx, wsURL, nil)
+		if err != nil {
+			require.ErrorIs(t, err, websocket.ErrBadHandshake)
+			return resp.StatusCode
+		}
+		t.Cleanup(func() { conn.Close() })
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusSwitchingProtocols, dial())
+	require.Equal(t, http.StatusTooManyRequests, dial(), "one viewer per address")
+
+	load := startWarriorLoad(t, base, "hupview")
+	writeConfig(2, "https://example.org")
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
+	require.Eventually(t, func() bool { return dial() == http.StatusSwitchingProtocols }, 20*time.Second, 20*time.Millisecond,
+		"the reloaded cap lets a second viewer in")
+	require.Equal(t, http.StatusTooManyRequests, dial(), "and not a third")
+	load.stopAfterMore(t)
 }

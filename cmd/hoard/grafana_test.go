@@ -46,7 +46,7 @@ func TestGrafanaDashboardQueriesExposedSeries(t *testing.T) {
 	require.NoError(t, json.Unmarshal(raw, &dash))
 	require.NotEmpty(t, dash.Panels)
 
-	b := redistest.Backends()[0]
+	b := redistest.Require(t)[0]
 	ctx := t.Context()
 	require.NoError(t, redistest.Flush(ctx, b))
 	engine := queues.NewEngine(b.Client, queues.Options{})

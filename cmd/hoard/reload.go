@@ -18,7 +18,8 @@ import (
 
 // reloader applies a SIGHUP: it reads the configuration file and the
 // variables again under the same command line, applies what can change
-// while hoard runs (log level, projects file, plugin settings), and logs
+// while hoard runs (log level, projects file, plugin settings, the live
+// viewers' limits), and logs
 // each other setting that changed as needing a restart. A file with an
 // error changes nothing.
 type reloader struct {
@@ -27,6 +28,9 @@ type reloader struct {
 	plugins *pluginhost.Host
 	server  *server.Server
 	logger  *slog.Logger
+	// nofile is the descriptor limit hoard runs under, which bounds the
+	// viewer cap (viewerLimits) at a reload as at the start.
+	nofile uint64
 }
 
 // run reloads on every SIGHUP until ctx ends.
@@ -120,9 +124,28 @@ func (r *reloader) apply(s setting, next serveOptions) error {
 		r.current.projectsFile = next.projectsFile
 	case "plugin-settings":
 		return r.applyPluginSettings(next)
+	case "max-viewers", "max-viewers-per-address", "viewer-idle-timeout":
+		return r.applyViewerLimits(next)
 	default:
 		return fmt.Errorf("no way to apply %s while running", s.fileKey())
 	}
+	return nil
+}
+
+// applyViewerLimits gives the leaderboard its new viewer limits, checked
+// and bounded as at the start; the three change together.
+func (r *reloader) applyViewerLimits(next serveOptions) error {
+	if next.maxViewers == r.current.maxViewers && next.maxViewersPerAddress == r.current.maxViewersPerAddress &&
+		next.viewerIdleTimeout == r.current.viewerIdleTimeout {
+		return nil // applied with another of the three
+	}
+	total, err := viewerLimits(next, r.nofile, r.logger)
+	if err != nil {
+		return err
+	}
+	r.server.SetViewerLimits(total, next.maxViewersPerAddress, next.viewerIdleTimeout)
+	r.current.maxViewers, r.current.maxViewersPerAddress, r.current.viewerIdleTimeout =
+		next.maxViewers, next.maxViewersPerAddress, next.viewerIdleTimeout
 	return nil
 }
 

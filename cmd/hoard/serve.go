@@ -211,7 +211,8 @@ func runServe(ctx context.Context, o serveOptions) error {
 	}
 	// Raised before anything is opened or started, so the children inherit
 	// it and the viewer cap is computed from the limit hoard runs under.
-	maxViewers, err := viewerLimits(o, raiseDescriptorLimit(logger), logger)
+	nofile := raiseDescriptorLimit(logger)
+	maxViewers, err := viewerLimits(o, nofile, logger)
 	if err != nil {
 		return err
 	}
@@ -302,7 +303,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 	// ready may send a SIGHUP (unwatched, it would end the process).
 	reloadCtx, stopReload := context.WithCancel(ctx)
 	defer stopReload()
-	(&reloader{current: o, level: levelVar, plugins: pluginHost, server: srv, logger: logger}).watchHangups(reloadCtx)
+	(&reloader{current: o, level: levelVar, plugins: pluginHost, server: srv, logger: logger, nofile: nofile}).watchHangups(reloadCtx)
 	if err := srv.Start(ctx); err != nil {
 		return err
 	}

@@ -30,6 +30,11 @@ type PluginClient interface {
 	// and page data), which the host authenticated and forwards. A plugin
 	// built before it answers Unimplemented: the host replies 501.
 	HandleRequest(ctx context.Context, in *Request, opts ...grpc.CallOption) (*Response, error)
+	// SettingsSchema describes the plugin's settings document: each key with
+	// its default and what it does, for `hoard config defaults` and `hoard
+	// config check`. It is called without Configure. A plugin built before
+	// it answers Unimplemented: its keys are then not checked.
+	SettingsSchema(ctx context.Context, in *emptypb.Empty, opts ...grpc.CallOption) (*SettingsSchemaReply, error)
 }
 
 type pluginClient struct {
@@ -121,6 +126,15 @@ func (c *pluginClient) HandleRequest(ctx context.Context, in *Request, opts ...g
 	return out, nil
 }
 
+func (c *pluginClient) SettingsSchema(ctx context.Context, in *emptypb.Empty, opts ...grpc.CallOption) (*SettingsSchemaReply, error) {
+	out := new(SettingsSchemaReply)
+	err := c.cc.Invoke(ctx, "/hoard.plugin.v1.Plugin/SettingsSchema", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PluginServer is the server API for Plugin service.
 // All implementations must embed UnimplementedPluginServer
 // for forward compatibility
@@ -137,6 +151,11 @@ type PluginServer interface {
 	// and page data), which the host authenticated and forwards. A plugin
 	// built before it answers Unimplemented: the host replies 501.
 	HandleRequest(context.Context, *Request) (*Response, error)
+	// SettingsSchema describes the plugin's settings document: each key with
+	// its default and what it does, for `hoard config defaults` and `hoard
+	// config check`. It is called without Configure. A plugin built before
+	// it answers Unimplemented: its keys are then not checked.
+	SettingsSchema(context.Context, *emptypb.Empty) (*SettingsSchemaReply, error)
 	mustEmbedUnimplementedPluginServer()
 }
 
@@ -170,6 +189,9 @@ func (UnimplementedPluginServer) Close(context.Context, *emptypb.Empty) (*emptyp
 }
 func (UnimplementedPluginServer) HandleRequest(context.Context, *Request) (*Response, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method HandleRequest not implemented")
+}
+func (UnimplementedPluginServer) SettingsSchema(context.Context, *emptypb.Empty) (*SettingsSchemaReply, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SettingsSchema not implemented")
 }
 func (UnimplementedPluginServer) mustEmbedUnimplementedPluginServer() {}
 
@@ -346,6 +368,24 @@ func _Plugin_HandleRequest_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Plugin_SettingsSchema_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(emptypb.Empty)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PluginServer).SettingsSchema(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/hoard.plugin.v1.Plugin/SettingsSchema",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PluginServer).SettingsSchema(ctx, req.(*emptypb.Empty))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 var _Plugin_serviceDesc = grpc.ServiceDesc{
 	ServiceName: "hoard.plugin.v1.Plugin",
 	HandlerType: (*PluginServer)(nil),
@@ -385,6 +425,10 @@ var _Plugin_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "HandleRequest",
 			Handler:    _Plugin_HandleRequest_Handler,
+		},
+		{
+			MethodName: "SettingsSchema",
+			Handler:    _Plugin_SettingsSchema_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -110,9 +110,36 @@ func New(_ context.Context, logger *slog.Logger) (plugins.Plugin, error) {
 	return &Example{logger: logger, release: make(chan struct{}), closeOnce: &sync.Once{}}, nil
 }
 
+// defaultSettings are the settings an absent key takes.
+func defaultSettings() Settings {
+	return Settings{Project: "example", TickPeriod: "1m", KeyPrefix: DefaultKeyPrefix}
+}
+
+// SettingsSchema describes the settings document, its defaults read from
+// defaultSettings.
+func (e *Example) SettingsSchema(context.Context) (plugins.SettingsSchema, error) {
+	d := defaultSettings()
+	key := func(name string, def any, help string) plugins.SettingKey {
+		raw, err := json.Marshal(def)
+		if err != nil {
+			panic(err) // plain values
+		}
+		return plugins.SettingKey{Key: name, Default: raw, Help: help}
+	}
+	return plugins.SettingsSchema{Keys: []plugins.SettingKey{
+		key("project", d.Project, "the hoard project its items live in"),
+		key("tick_period", d.TickPeriod, "the period of its heartbeat job"),
+		key("listen", d.Listen, "serve GET /stats over HTTP there; empty: no listener"),
+		key("worker", d.Worker, "work its own items through the host's API"),
+		key("record", d.Record, "count every done event in Redis"),
+		key("key_prefix", d.KeyPrefix, "where its own API keeps its notes"),
+		key("public", d.Public, "its item type is public: the warrior API hands its items to anyone"),
+	}}, nil
+}
+
 // Configure reads the settings and opens the listener.
 func (e *Example) Configure(ctx context.Context, cfg plugins.Config) error {
-	s := Settings{Project: "example", TickPeriod: "1m", KeyPrefix: DefaultKeyPrefix}
+	s := defaultSettings()
 	if len(cfg.Settings) > 0 {
 		if err := json.Unmarshal(cfg.Settings, &s); err != nil {
 			return fmt.Errorf("settings: %w", err)
