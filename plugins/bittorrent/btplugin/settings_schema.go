@@ -39,6 +39,10 @@ func settingKeys() []plugins.SettingKey {
 		key("trusted_proxies", []string{}, "proxy CIDRs whose proxy_header is believed"),
 		key("hnr_min_seed_time", "", "private mode: seeding time under which a finished download is a hit-and-run; empty: none"),
 		key("hnr_min_ratio", 0.0, "private mode: ratio under which a finished download is a hit-and-run; 0: none"),
+		key("deleted_reason_ttl", "", "how long a torrent the site deleted with a reason answers that reason to clients, then \"unregistered torrent\"; empty: 72h"),
+		key("full_scrape.enabled", false, "answer a scrape without info_hash with every torrent that has peers (gzipped, cached, rate-limited)"),
+		key("full_scrape.every", "", "a full scrape's body is built at most this often and shared meanwhile; empty: 5m"),
+		key("full_scrape.per_address", "", "one full scrape per address (IPv4 or IPv6 /64) this often; empty: 1m"),
 		key("announce_pipelines", 4, "shared pipelines carrying concurrent announces to Redis; -1 sends each announce alone"),
 		key("public_top_torrents", 0, "torrents by score on the public tracker page (/tracker/bittorrent.json); 0 shows none"),
 
@@ -47,6 +51,9 @@ func settingKeys() []plugins.SettingKey {
 		key("limits.passkey_misses", bittorrent.DefaultPasskeyMisses, "different unknown passkeys an address may present per window before its passkey requests are refused unread; -1: off"),
 		key("limits.passkey_miss_window", d(bittorrent.DefaultPasskeyMissWindow), "the window passkey_misses counts over"),
 		key("limits.addresses", bittorrent.DefaultGuardAddresses, "addresses a frontend tracks for these limits"),
+		key("limits.flood_interval", "", "refuse a peer's announce without an event sooner than this after its last accepted one; auto: 90% of min_interval; empty: off"),
+		key("limits.flood_window", "", "window in which flood_report_after refusals make a peer a repeat offender, reported to the site; empty: 1h"),
+		key("limits.flood_report_after", 0, "refusals in flood_window that report a repeat offender as a flood outbox event; 0: 10; -1: never"),
 		key("limits.max_peers_per_torrent", 0, "peers one user (private) or address (open) may have in one swarm; 0: 5 private, 20 open; -1: off"),
 
 		key("scoring.enabled", false, "turn on the decay-policy scoring of torrents"),
@@ -120,6 +127,7 @@ func settingKeys() []plugins.SettingKey {
 		key("orphans.period", d(orphans.DefaultPeriod), "how often one bounded cleanup tick runs"),
 		key("orphans.scan_count", orphans.DefaultScanCount, "COUNT of each SCAN/HSCAN call"),
 		key("orphans.max_keys_per_tick", orphans.DefaultMaxKeysPerTick, "keys and entries one tick reads, per walk"),
+		key("orphans.backstop_period", d(orphans.DefaultBackstopPeriod), "the SCAN walks (a backstop for records no due set names) begin a pass this long after the last one ended"),
 	}
 }
 

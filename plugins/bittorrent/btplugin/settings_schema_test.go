@@ -30,7 +30,7 @@ func TestSettingsSchemaNamesEveryField(t *testing.T) {
 			name, _, _ := strings.Cut(ty.Field(i).Tag.Get("json"), ",")
 			switch {
 			case name == "" || name == "-":
-			case ty.Field(i).Type == reflect.TypeOf(json.RawMessage{}) || ty.Field(i).Type == reflect.TypeOf(LimitSettings{}):
+			case ty.Field(i).Type == reflect.TypeOf(json.RawMessage{}) || ty.Field(i).Type.Kind() == reflect.Struct:
 				// A section: its own struct is collected below.
 			case strings.HasSuffix(name, "_secret_file") || strings.HasSuffix(name, "_secret_env"):
 				// The file's KEY_file/KEY_env for the secret KEY: the
@@ -42,6 +42,7 @@ func TestSettingsSchemaNamesEveryField(t *testing.T) {
 	}
 	collect("", Settings{})
 	collect("limits.", LimitSettings{})
+	collect("full_scrape.", FullScrapeSettings{})
 	collect("scoring.", scoring.Settings{})
 	collect("reaper.", reaper.Settings{})
 	collect("outbox.", outbox.Settings{})
