@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"io"
 	"log/slog"
-	"net/http/httptest"
 	"net/netip"
 	"os"
 	"strings"
@@ -18,10 +17,6 @@ import (
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
-	"github.com/hoardproject/hoard/queues"
-	"github.com/hoardproject/hoard/server"
-
-	"github.com/hoardproject/hoard/plugins/bittorrent/btadmin"
 )
 
 // runCLIWithStderr is runCLI that also returns what the command wrote to
@@ -53,13 +48,9 @@ func TestCLIBitTorrent(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
 		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-		engine := queues.NewEngine(b.Client, queues.Options{Logger: quiet})
 		admin, err := swarm.New(b.Client, swarm.Config{Logger: quiet})
 		require.NoError(t, err)
-		srv, err := server.New(server.Config{AdminToken: "cli-token", Logger: quiet, PluginAPI: newBTAPI(&btadmin.Admin{Store: admin}, nil)}, engine)
-		require.NoError(t, err)
-		ts := httptest.NewServer(srv.Handler())
-		defer ts.Close()
+		ts := btCLIServer(t, b, admin, nil)
 		tracker, err := swarm.New(b.Client, swarm.Config{Private: true, Logger: quiet})
 		require.NoError(t, err)
 

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"io"
 	"log/slog"
-	"net/http/httptest"
 	"net/netip"
 	"testing"
 	"time"
@@ -15,10 +14,7 @@ import (
 
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
-	"github.com/hoardproject/hoard/plugins/bittorrent/btadmin"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
-	"github.com/hoardproject/hoard/queues"
-	"github.com/hoardproject/hoard/server"
 )
 
 // TestCLIBitTorrentDeletionReasonAndDenyLists drives `hoard bt torrent
@@ -28,13 +24,9 @@ func TestCLIBitTorrentDeletionReasonAndDenyLists(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
 		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-		engine := queues.NewEngine(b.Client, queues.Options{Logger: quiet})
 		admin, err := swarm.New(b.Client, swarm.Config{Logger: quiet})
 		require.NoError(t, err)
-		srv, err := server.New(server.Config{AdminToken: "cli-token", Logger: quiet, PluginAPI: newBTAPI(&btadmin.Admin{Store: admin}, nil)}, engine)
-		require.NoError(t, err)
-		ts := httptest.NewServer(srv.Handler())
-		defer ts.Close()
+		ts := btCLIServer(t, b, admin, nil)
 		tracker, err := swarm.New(b.Client, swarm.Config{Private: true, Logger: quiet})
 		require.NoError(t, err)
 		require.NoError(t, tracker.Start(ctx)) // it hears the admin's cache hints

@@ -27,15 +27,10 @@ func TestCLIBitTorrentReaper(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
 		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-		engine := queues.NewEngine(b.Client, queues.Options{Logger: quiet})
 		admin, err := swarm.New(b.Client, swarm.Config{Logger: quiet})
 		require.NoError(t, err)
 		reap := reaper.New(b.Client, reaper.Config{Policy: reaper.DefaultPolicy(), Logger: quiet})
-		srv, err := server.New(server.Config{AdminToken: "cli-token", Logger: quiet,
-			PluginAPI: newBTAPI(&btadmin.Admin{Store: admin, Reaper: reap}, nil)}, engine)
-		require.NoError(t, err)
-		ts := httptest.NewServer(srv.Handler())
-		defer ts.Close()
+		ts := btCLIServer(t, b, admin, reap)
 
 		hash := bittorrent.InfoHash(sha1.Sum([]byte("reaped.iso")))
 		hashHex := hex.EncodeToString(hash[:])
@@ -83,4 +78,19 @@ func TestCLIBitTorrentReaper(t *testing.T) {
 		require.Regexp(t, `extensions\s+2\n`, out)
 		require.Regexp(t, `initial_done\s+1\n`, out)
 	})
+}
+
+// btCLIServer serves the admin API, with the BitTorrent plugin's admin
+// over store (and reap, when not nil), as hoard serve does, for the CLI
+// tests of `hoard bt`.
+func btCLIServer(t *testing.T, b redistest.Backend, store *swarm.Store, reap *reaper.Reaper) *httptest.Server {
+	t.Helper()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	engine := queues.NewEngine(b.Client, queues.Options{Logger: quiet})
+	srv, err := server.New(server.Config{AdminToken: "cli-token", Logger: quiet,
+		PluginAPI: newBTAPI(&btadmin.Admin{Store: store, Reaper: reap}, nil)}, engine)
+	require.NoError(t, err)
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(ts.Close)
+	return ts
 }
