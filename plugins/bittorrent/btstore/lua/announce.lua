@@ -277,34 +277,12 @@ if known or not leaving then
   end
 end
 
--- The user's record on this torrent: transfer, seed and leech time,
--- active peers, complete and snatched, and from them the user's state.
+-- The user's record on this torrent (prelude's user_announce).
 local user_state, user_ver = -1, 0
 if user ~= '' and (known or not leaving) then
-  local u = user_read(k_user)
-  u.uploaded = u.uploaded + d_up
-  u.downloaded = u.downloaded + d_down
-  if was_seeder then
-    u.seed_ms = u.seed_ms + elapsed
-  else
-    u.leech_ms = u.leech_ms + elapsed
-  end
-  if leaving and was_active then
-    u.peers = math.max(0, u.peers - 1)
-  elseif not leaving and not was_active then
-    u.peers = u.peers + 1
-  end
-  if (seeding and not leaving) or snatched == 1 then
-    u.complete = true
-  end
-  if snatched == 1 and u.snatched == 0 then
-    u.snatched = now
-  end
-  u.last = ARGV[1]
-  if not u.first then
-    redis.call('SADD', k_users, user) -- a new record: once per user and torrent
-  end
-  user_state, user_ver = user_write(k_user, u, now, hnr_seed_ms, hnr_ratio)
+  user_state, user_ver = user_announce(k_user, k_users, user, {d_up = d_up, d_down = d_down,
+    elapsed = elapsed, was_seeder = was_seeder, was_active = was_active, leaving = leaving,
+    seeding = seeding, snatched = snatched}, now, ARGV[1], hnr_seed_ms, hnr_ratio)
 end
 
 if snatched == 1 and user ~= '' then

@@ -154,6 +154,42 @@ local function user_write(key, u, now, hnr_seed_ms, hnr_ratio)
   return bits, ver
 end
 
+-- user_announce applies one announce of user's peer to the user's record
+-- on the torrent (key; users is the torrent's set of users with a record):
+-- transfer, seed and leech time, active peers, complete and snatched, and
+-- from them the user's state. a holds what the announce did: d_up and
+-- d_down (bytes since the peer's previous announce), elapsed (ms the peer
+-- was in the swarm since), was_seeder, was_active, leaving, seeding and
+-- snatched (1 when this announce counted a snatch). It is the one place
+-- an announce's transfer reaches the user's record, whichever script
+-- applies the announce. Returns what user_write returns.
+local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hnr_ratio)
+  local u = user_read(key)
+  u.uploaded = u.uploaded + a.d_up
+  u.downloaded = u.downloaded + a.d_down
+  if a.was_seeder then
+    u.seed_ms = u.seed_ms + a.elapsed
+  else
+    u.leech_ms = u.leech_ms + a.elapsed
+  end
+  if a.leaving and a.was_active then
+    u.peers = math.max(0, u.peers - 1)
+  elseif not a.leaving and not a.was_active then
+    u.peers = u.peers + 1
+  end
+  if (a.seeding and not a.leaving) or a.snatched == 1 then
+    u.complete = true
+  end
+  if a.snatched == 1 and u.snatched == 0 then
+    u.snatched = now
+  end
+  u.last = now_text
+  if not u.first then
+    redis.call('SADD', users, user) -- a new record: once per user and torrent
+  end
+  return user_write(key, u, now, hnr_seed_ms, hnr_ratio)
+end
+
 -- reaper_claim records that user reseeded the torrent in the reaper's
 -- process, unless they claimed it before (one person claims one upload
 -- once, ever: claimed entries are never deleted). An invitation ("i:")
