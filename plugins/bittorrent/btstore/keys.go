@@ -124,6 +124,20 @@ func AnnounceKeys(hash bittorrent.InfoHash, peer bittorrent.PeerID, userID strin
 		k.prefix + sufDeleted}
 }
 
+// RefreshKeys are refresh.lua's KEYS for the given peers, in order, with
+// their users ("" in open mode): the torrent's keys, then per peer its
+// record, its timeout key and its user's record.
+func RefreshKeys(hash bittorrent.InfoHash, peers []bittorrent.PeerID, users []string) []string {
+	k := KeysOf(hash)
+	keys := make([]string, 0, 7+3*len(peers))
+	keys = append(keys, k.Torrent, k.Seeders, k.Leechers, k.Deadlines,
+		k.prefix+sufReaper, k.prefix+sufReaperClaims, k.prefix+sufUsers)
+	for i := range peers {
+		keys = append(keys, k.Peer(peers[i][:]), k.Timeout(peers[i][:], users[i]), k.User(users[i]))
+	}
+	return keys
+}
+
 // DeletedKey holds the reason the site gave when it removed the torrent
 // ("Trumped", "Dupe", …) (STRING), with a TTL of the configured time the
 // reason is shown (swarm.Config.DeletedReasonTTL): announce.lua answers

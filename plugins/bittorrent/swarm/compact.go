@@ -46,29 +46,53 @@ func parseCompactAddr(b string) (netip.AddrPort, bool) {
 
 // unpackPeers reads announce.lua's concatenated peer entries.
 func unpackPeers(packed string) ([]bittorrent.Peer, error) {
+	entries, err := splitEntries(packed)
+	if err != nil {
+		return nil, err
+	}
+	peers := make([]bittorrent.Peer, 0, len(entries))
+	for _, entry := range entries {
+		if peer, ok := entryPeer(entry); ok {
+			peers = append(peers, peer)
+		}
+	}
+	return peers, nil
+}
+
+// splitEntries cuts concatenated peer entries (announce.lua's and
+// refresh.lua's replies) into one string per entry.
+func splitEntries(packed string) ([]string, error) {
 	if packed == "" {
 		return nil, nil
 	}
 	const idLen = len(bittorrent.PeerID{})
-	peers := make([]bittorrent.Peer, 0, len(packed)/(1+idLen+6))
+	entries := make([]string, 0, len(packed)/(1+idLen+6))
 	for i := 0; i < len(packed); {
-		n := int(packed[i])
-		end := i + 1 + idLen + n
+		end := i + 1 + idLen + int(packed[i])
 		if end > len(packed) {
 			return nil, fmt.Errorf("%w: truncated peer list", errBadReply)
 		}
-		addr, ok := parseCompactAddr(packed[i+1+idLen : end])
-		if !ok {
-			i = end // not written by announce.lua; never hand it out
-			continue
-		}
-		var peer bittorrent.Peer
-		copy(peer.ID[:], packed[i+1:i+1+idLen])
-		peer.Addr = addr
-		peers = append(peers, peer)
+		entries = append(entries, packed[i:end])
 		i = end
 	}
-	return peers, nil
+	return entries, nil
+}
+
+// entryPeer reads one stored entry; false for one announce.lua never
+// writes, which is never handed out.
+func entryPeer(entry string) (bittorrent.Peer, bool) {
+	const idLen = len(bittorrent.PeerID{})
+	var peer bittorrent.Peer
+	if len(entry) < 1+idLen {
+		return peer, false
+	}
+	addr, ok := parseCompactAddr(entry[1+idLen:])
+	if !ok {
+		return peer, false
+	}
+	copy(peer.ID[:], entry[1:1+idLen])
+	peer.Addr = addr
+	return peer, true
 }
 
 // compactLen is the stored compact length of the peers family wants (the

@@ -494,6 +494,10 @@ func (s *Store) Start(ctx context.Context) error {
 	s.wg.Add(2)
 	go s.hintLoop(loopCtx, hints)
 	go s.flushLoop(loopCtx)
+	if s.writeBehind != nil {
+		s.wg.Add(1)
+		go s.writeBehind.loop(loopCtx)
+	}
 	if !s.cfg.ExternalSweep {
 		s.wg.Add(1)
 		go s.sweepLoop(loopCtx)
@@ -519,6 +523,9 @@ func (s *Store) Stop() error {
 			s.listener.close()
 		}
 		s.wg.Wait()
+		if s.writeBehind != nil {
+			s.writeBehind.stop()
+		}
 		if s.announces != nil {
 			s.announces.stop()
 		}

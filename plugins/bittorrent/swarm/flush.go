@@ -4,6 +4,7 @@ import (
 	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
 
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -133,6 +134,18 @@ func (p *pending) addAnnounce(hash bittorrent.InfoHash, dSeeders, dLeechers, sna
 	return p.size() > maxPendingEntries
 }
 
+// addRefresh records a written-behind plain re-announce's effects (its
+// announce was counted when it was answered).
+func (p *pending) addRefresh(userID string, uploaded, downloaded int64, update *userUpdate) {
+	if update == nil && uploaded == 0 && downloaded == 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.addUserLocked(update)
+	p.addTotalsLocked(userID, uploaded, downloaded)
+}
+
 // addExpiry records one expire.lua run's effects.
 func (p *pending) addExpiry(hash bittorrent.InfoHash, dSeeders, dLeechers int64, updates []userUpdate) bool {
 	p.addStat(statSeeders, dSeeders)
@@ -171,9 +184,13 @@ func (p *pending) take() batch {
 // sets and user totals, in one pipeline. Writes that fail go back into
 // the batch for the next flush. Flushes never overlap.
 func (s *Store) Flush(ctx context.Context) error {
+	var drainErr error
+	if s.writeBehind != nil {
+		drainErr = s.writeBehind.drain(ctx)
+	}
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
-	return s.flushLocked(ctx)
+	return errors.Join(drainErr, s.flushLocked(ctx))
 }
 
 // flushIfIdle flushes unless a flush is already running (which will

@@ -103,6 +103,7 @@ func TestFloodControlRefusesAndReportsRepeatOffenders(t *testing.T) {
 		resp := f.announce(hash, me, 1, passkey("passkeyA"), transfer(0, 100))
 		require.Equal(t, int64(1), resp.Complete)
 		require.Equal(t, int64(1), resp.Incomplete)
+		f.flush() // a plain re-announce is written behind
 		require.Equal(t, "100", b.Client.HGet(ctx, btstore.PeerKey(hash, me), "downloaded").Val())
 
 		// A stopped event is served at once.

@@ -108,6 +108,19 @@ type Config struct {
 	// go out together in the next free one (see coalescer). Negative
 	// sends every announce in its own round trip.
 	AnnouncePipelines int
+	// WriteBehind is how often the refreshes of plain re-announces are
+	// written (500ms): an announce with no event from a peer this frontend
+	// accepted, in the same role, at the same address, is answered from
+	// this frontend's view of the swarm (at most 750ms old) and its
+	// refresh is queued, coalesced per torrent, and written behind. It may
+	// not exceed 1s: a frontend killed with SIGKILL loses at most that
+	// much of plain re-announces. Negative: every announce runs
+	// announce.lua at once.
+	WriteBehind time.Duration
+	// KnownPeers bounds the peers a frontend remembers for WriteBehind
+	// (1,000,000); past it, peers are forgotten at random and their next
+	// announce runs announce.lua.
+	KnownPeers int
 	// Clock defaults to the wall clock.
 	Clock Clock
 	// Logger defaults to slog.Default().
@@ -189,6 +202,18 @@ func (c *Config) validate() error {
 	if c.ExpiryWorkers == 0 {
 		c.ExpiryWorkers = 4
 	}
+	if c.WriteBehind == 0 {
+		c.WriteBehind = 500 * time.Millisecond
+	}
+	if c.WriteBehind > time.Second {
+		return fmt.Errorf("swarm config: WriteBehind must not exceed 1s (a killed frontend loses that much of plain re-announces), got %v", c.WriteBehind)
+	}
+	if c.KnownPeers < 0 {
+		return fmt.Errorf("swarm config: KnownPeers must not be negative, got %d", c.KnownPeers)
+	}
+	if c.KnownPeers == 0 {
+		c.KnownPeers = 1_000_000
+	}
 	if c.AnnouncePipelines == 0 {
 		c.AnnouncePipelines = 4
 	}
@@ -235,6 +260,9 @@ type Store struct {
 	// announces carries announce scripts in shared pipelines; nil sends
 	// each alone.
 	announces *coalescer
+	// writeBehind answers plain re-announces and writes them behind; nil
+	// when Config.WriteBehind is off.
+	writeBehind *writeBehind
 
 	lifecycle sync.Mutex
 	started   bool
@@ -265,6 +293,9 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	s.pending.reset()
 	if cfg.AnnouncePipelines > 0 {
 		s.announces = newCoalescer(s, announceScript, cfg.AnnouncePipelines)
+	}
+	if cfg.WriteBehind > 0 {
+		s.writeBehind = newWriteBehind(s)
 	}
 	return s, nil
 }
@@ -297,6 +328,11 @@ func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (
 	}
 	numWant := min(max(req.NumWant, 0), s.cfg.MaxNumWant)
 	now := s.nowMillis()
+	if s.writeBehind != nil {
+		if resp, ok := s.writeBehind.answer(ctx, req, userID, numWant, now); ok {
+			return resp, nil
+		}
+	}
 	private := "0"
 	if s.cfg.Private {
 		private = "1"
@@ -321,7 +357,11 @@ func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (
 	} else if reply, err = s.runScriptList(ctx, "swarm.Announce", announceScript, keys, args...); err != nil {
 		return nil, err
 	}
-	switch code := replyInt(reply[0]); code {
+	code := replyInt(reply[0])
+	if s.writeBehind != nil && code != 1 && code != codeFlood {
+		s.writeBehind.peers.forget(peerKey{hash: req.InfoHash, peer: req.PeerID}, 0)
+	}
+	switch code {
 	case 1:
 	case codeUnregistered:
 		if len(reply) > 1 {
@@ -374,6 +414,10 @@ func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (
 			// The announce itself is recorded; Repair re-indexes swarms.
 			s.logger.Warn("swarm: indexing a new swarm for expiry failed", "info_hash", btstore.HexInfoHash(req.InfoHash), "error", err)
 		}
+	}
+	if s.writeBehind != nil {
+		changed := replyInt(reply[5]) != 0 || replyInt(reply[6]) != 0 || replyInt(reply[7]) != 0
+		s.writeBehind.accepted(req, userID, now, changed)
 	}
 	s.recordAnnounce(ctx, req.InfoHash, userID, reply)
 	return resp, nil

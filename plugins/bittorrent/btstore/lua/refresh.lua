@@ -1,0 +1,149 @@
+-- refresh.lua: the written-behind plain re-announces of one torrent, in
+-- one call (package swarm's write-behind queue), and optionally a sample
+-- of its swarm for the frontend's view of it. A plain re-announce has no
+-- event, keeps its role, address and user, and its peer was in the swarm
+-- when the frontend answered it; so it moves no peer between role hashes
+-- and changes no count: it refreshes the peer's deadline, timeout key and
+-- record, and applies its transfer and time to the user's record through
+-- prelude's user_announce, as announce.lua would.
+--
+-- Each peer is rechecked here against its record, which announce.lua and
+-- expire.lua keep in step with the role hashes (active, addr, left, user).
+-- A peer no longer as the frontend saw it (it stopped or expired, changed
+-- address or role elsewhere, another user took the id) is DROPPED: nothing
+-- is written, the frontend forgets it, and the peer's next announce goes
+-- through announce.lua, which rejoins it exactly. Applying announce.lua's
+-- whole logic here instead would make this script as dear as the one it
+-- replaces, for a case that is rare; the transfer is not lost, since the
+-- next announce's counters are cumulative. A peer whose record already has
+-- a newer (or the same) last_announce is STALE: a later announce was
+-- applied, with counters that include this one's, so nothing is written.
+--
+-- KEYS[1] torrent    HASH  announces, last_action, snatches, id
+-- KEYS[2] seeders    HASH  peer id -> entry (read: counts, sample)
+-- KEYS[3] leechers   HASH  peer id -> entry (read: counts, sample)
+-- KEYS[4] deadlines  ZSET  peer id .. user id -> deadline (ms)
+-- KEYS[5] reaper     HASH  the unseeded reaper's state (a seeder ends it)
+-- KEYS[6] claims     HASH  reseed claims (package reaper)
+-- KEYS[7] users      SET   user ids with a record on the torrent
+-- then per peer i (from 0), KEYS[8+3i] its record (HASH), KEYS[9+3i] its
+-- timeout key (STRING), KEYS[10+3i] its user's record (HASH; unused in
+-- open mode)
+--
+-- ARGV[1] peer timeout (ms): the most time one announce can credit
+-- ARGV[2] hit-and-run minimum seed time (ms), 0: none
+-- ARGV[3] hit-and-run minimum ratio, 0: none
+-- ARGV[4] the reaper's claim window (ms)
+-- ARGV[5] view sample: how many entries of each role hash to return (0:
+--         no view, counts and samples are not read unless needed)
+-- ARGV[6] "1": the torrent must be registered (private mode)
+-- then per peer i, ARGV[7+8i .. 14+8i]: peer id (20 bytes), user id (""
+-- in open mode), compact address (the entry's tail), uploaded,
+-- downloaded, left (as reported, decimal), the announce's time (ms) and
+-- its deadline (time + timeout, ms)
+--
+-- Returns
+--   {R.REFRESHED, seeders, leechers, snatches, torrent id, seeder entries,
+--    leecher entries, then per peer: status, user bits, user version,
+--    d_uploaded, d_downloaded}
+--      seeders and leechers are -1 and the entries "" when not read (no
+--      view asked and nothing applied); entries are concatenated as
+--      announce.lua returns peers; status is R.REFRESHED, R.STALE or
+--      R.DROPPED; user bits -1 when the user's state did not change
+--   {R.UNREGISTERED}  private mode and the torrent is not registered:
+--      nothing was written
+
+local timeout_ms = tonumber(ARGV[1])
+local hnr_seed_ms, hnr_ratio = tonumber(ARGV[2]), tonumber(ARGV[3])
+local sample = tonumber(ARGV[5])
+local k_torrent, k_seeders, k_leechers, k_deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local k_reaper, k_claims, k_users = KEYS[5], KEYS[6], KEYS[7]
+
+local t = redis.call('HMGET', k_torrent, 'id', 'snatches')
+if ARGV[6] == '1' and not t[1] then
+  return {R.UNREGISTERED}
+end
+
+local out = {R.REFRESHED, -1, -1, tonumber(t[2]) or 0, t[1] or '', '', ''}
+local zadd = {}
+local applied = 0
+local latest, latest_text = 0, nil
+local reseeders = {}
+local peers = (#ARGV - 6) / 8
+for i = 0, peers - 1 do
+  local a, k = 7 + 8 * i, 8 + 3 * i
+  local peer_id, user, addr = ARGV[a], ARGV[a + 1], ARGV[a + 2]
+  local left_text, at_text = ARGV[a + 5], ARGV[a + 6]
+  local at = tonumber(at_text)
+  local seeding = left_text == '0'
+  local p = redis.call('HMGET', KEYS[k], 'user', 'uploaded', 'downloaded', 'last_announce',
+    'active', 'left', 'addr', 'total_time')
+  local last = tonumber(p[4])
+  local status, bits, ver, d_up, d_down = R.DROPPED, -1, 0, 0, 0
+  if p[5] == '1' and p[1] == user and p[7] == addr and last and (tonumber(p[6]) == 0) == seeding then
+    if last >= at then
+      status = R.STALE
+    else
+      status = R.REFRESHED
+      local elapsed = math.min(at - last, timeout_ms)
+      d_up = math.max(0, tonumber(ARGV[a + 3]) - (tonumber(p[2]) or 0))
+      d_down = math.max(0, tonumber(ARGV[a + 4]) - (tonumber(p[3]) or 0))
+      local fields = {'uploaded', ARGV[a + 3], 'downloaded', ARGV[a + 4], 'left', left_text,
+        'last_announce', at_text, 'up_delta', int(d_up), 'down_delta', int(d_down),
+        'total_time', int((tonumber(p[8]) or 0) + elapsed),
+        'speed_up', string.format('%.2f', d_up * 1000 / elapsed),
+        'speed_down', string.format('%.2f', d_down * 1000 / elapsed)}
+      redis.call('HSET', KEYS[k], unpack(fields))
+      redis.call('SET', KEYS[k + 1], '1', 'PXAT', ARGV[a + 7])
+      zadd[#zadd + 1] = ARGV[a + 7]
+      zadd[#zadd + 1] = peer_id .. user
+      if user ~= '' then
+        bits, ver = user_announce(KEYS[k + 2], k_users, user, {d_up = d_up, d_down = d_down,
+          elapsed = elapsed, was_seeder = seeding, was_active = true, leaving = false,
+          seeding = seeding, snatched = 0}, at, at_text, hnr_seed_ms, hnr_ratio)
+      end
+      applied = applied + 1
+      if at > latest then latest, latest_text = at, at_text end
+      if seeding then reseeders[#reseeders + 1] = i end
+    end
+  end
+  local n = #out
+  out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = status, bits, ver, d_up, d_down
+end
+
+local seeders = -1
+if applied > 0 then
+  redis.call('ZADD', k_deadlines, unpack(zadd))
+  redis.call('HINCRBY', k_torrent, 'announces', applied)
+  seeders = redis.call('HLEN', k_seeders)
+  -- last_action moves while the torrent has seeders, as in announce.lua.
+  if seeders > 0 then
+    redis.call('HSET', k_torrent, 'last_action', latest_text)
+  end
+end
+
+-- A seeder's announce ends the unseeded reaper's spell (announce.lua).
+if #reseeders > 0 then
+  for _, i in ipairs(reseeders) do
+    local r = redis.call('HMGET', k_reaper, 'state', 'claim_until')
+    if not (r[1] or r[2]) then break end
+    local a = 7 + 8 * i
+    reaper_reseed(k_torrent, k_reaper, k_claims, ARGV[a + 1], tonumber(ARGV[a + 6]), r[1], tonumber(r[2]),
+      tonumber(ARGV[4]))
+  end
+end
+
+-- The view: counts and a sample of each role hash, entries concatenated.
+if sample > 0 then
+  if seeders < 0 then seeders = redis.call('HLEN', k_seeders) end
+  out[2], out[3] = seeders, redis.call('HLEN', k_leechers)
+  for j, key in ipairs({k_seeders, k_leechers}) do
+    if out[1 + j] > 0 then
+      local picked = redis.call('HRANDFIELD', key, sample, 'WITHVALUES')
+      local entries = {}
+      for x = 2, #picked, 2 do entries[#entries + 1] = picked[x] end
+      out[5 + j] = table.concat(entries)
+    end
+  end
+end
+return out

@@ -1,0 +1,603 @@
+package swarm
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+)
+
+// A plain re-announce (no event, the same role, address and user as the
+// peer's last announce this frontend accepted, within the peer's timeout)
+// changes no swarm: it refreshes its peer's deadline and record and
+// credits its transfer. Such announces are answered here from a
+// per-frontend view of the swarm (counts and a sample of each role hash,
+// at most maxViewAge old) and their refreshes are written behind:
+// queued, coalesced per torrent (the newest announce of a peer wins; the
+// counters are cumulative, so nothing is lost or counted twice) and
+// written every Config.WriteBehind by refresh.lua, one call per torrent,
+// in shared pipelines. Everything else goes through announce.lua at once.
+
+// maxViewAge bounds how old the view a plain re-announce is answered from
+// may be, leaving room below the one second the tracker promises for the
+// read itself.
+const maxViewAge = 750 * time.Millisecond
+
+// Bounds of the write-behind state, so memory stays bounded whatever the
+// load: past them a frontend forgets peers or views at random (each is
+// then read or written through announce.lua again), or sends plain
+// re-announces through announce.lua until the next write.
+const (
+	maxQueuedRefreshes     = 200_000
+	maxRefreshPeersPerCall = 200
+	maxRefreshCallsPerPipe = 512
+	writeBehindShards      = 64
+)
+
+// The codes refresh.lua answers with, named once here.
+const (
+	codeRefreshed = 1
+	codeStale     = 0
+	codeDropped   = -1
+)
+
+var refreshCodes = map[string]int64{
+	"REFRESHED": codeRefreshed, "STALE": codeStale, "DROPPED": codeDropped, "UNREGISTERED": codeUnregistered,
+}
+
+var refreshScript = btstore.Script("refresh.lua", btstore.LuaCodes(refreshCodes), prelude)
+
+// peerKey names one peer in one swarm.
+type peerKey struct {
+	hash bittorrent.InfoHash
+	peer bittorrent.PeerID
+}
+
+// knownPeer is what this frontend accepted last from a peer.
+type knownPeer struct {
+	user    string
+	addr    string // compact address, as its entry ends
+	seeding bool
+	last    int64 // ms of the last accepted announce here
+}
+
+// knownPeers is a bounded map of the peers this frontend accepted.
+type knownPeers struct {
+	perShard int
+	shards   [writeBehindShards]struct {
+		mu sync.Mutex
+		m  map[peerKey]knownPeer
+	}
+}
+
+func newKnownPeers(limit int) *knownPeers {
+	k := &knownPeers{perShard: max(1, limit/writeBehindShards)}
+	for i := range k.shards {
+		k.shards[i].m = make(map[peerKey]knownPeer)
+	}
+	return k
+}
+
+func (k *knownPeers) shard(key peerKey) int { return int(key.hash[1]^key.peer[19]) % writeBehindShards }
+
+func (k *knownPeers) get(key peerKey) (knownPeer, bool) {
+	sh := &k.shards[k.shard(key)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	p, ok := sh.m[key]
+	return p, ok
+}
+
+func (k *knownPeers) put(key peerKey, p knownPeer) {
+	sh := &k.shards[k.shard(key)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if _, ok := sh.m[key]; !ok && len(sh.m) >= k.perShard {
+		for old := range sh.m { // map order: an arbitrary peer goes
+			delete(sh.m, old)
+			break
+		}
+	}
+	sh.m[key] = p
+}
+
+// forget drops a peer unless this frontend accepted an announce of it
+// after notAfter (ms; 0: whatever it accepted).
+func (k *knownPeers) forget(key peerKey, notAfter int64) {
+	sh := &k.shards[k.shard(key)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if p, ok := sh.m[key]; ok && (notAfter == 0 || p.last <= notAfter) {
+		delete(sh.m, key)
+	}
+}
+
+// swarmView is this frontend's copy of one swarm's counts and a sample of
+// its peers. Its fields are replaced, never changed in place, so a copy
+// taken under mu stays valid.
+type swarmView struct {
+	mu         sync.Mutex // held while the view is read from Redis
+	at         int64      // ms when read; 0: no copy
+	seeders    int64
+	leechers   int64
+	snatches   int64
+	registered bool
+	seeds      []string // peer entries
+	leechs     []string
+}
+
+type swarmViews struct {
+	perShard int
+	shards   [writeBehindShards]struct {
+		mu sync.Mutex
+		m  map[bittorrent.InfoHash]*swarmView
+	}
+}
+
+func newSwarmViews(limit int) *swarmViews {
+	v := &swarmViews{perShard: max(1, limit/writeBehindShards)}
+	for i := range v.shards {
+		v.shards[i].m = make(map[bittorrent.InfoHash]*swarmView)
+	}
+	return v
+}
+
+// of returns the torrent's view, a new empty one when create is set and
+// it has none (nil otherwise).
+func (v *swarmViews) of(hash bittorrent.InfoHash, create bool) *swarmView {
+	sh := &v.shards[int(hash[2])%writeBehindShards]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	view := sh.m[hash]
+	if view == nil && create {
+		if len(sh.m) >= v.perShard {
+			for old := range sh.m {
+				delete(sh.m, old)
+				break
+			}
+		}
+		view = &swarmView{}
+		sh.m[hash] = view
+	}
+	return view
+}
+
+// invalidate makes the next plain re-announce of the torrent read its
+// swarm again: this frontend just changed it.
+func (v *swarmViews) invalidate(hash bittorrent.InfoHash) {
+	if view := v.of(hash, false); view != nil {
+		view.mu.Lock()
+		view.at = 0
+		view.mu.Unlock()
+	}
+}
+
+// queuedRefresh is one plain re-announce waiting to be written.
+type queuedRefresh struct {
+	user                 string
+	addr                 string
+	uploaded, downloaded uint64
+	left                 uint64
+	at                   int64
+}
+
+// refreshQueue holds the refreshes waiting, per torrent and peer: a
+// peer's newer announce replaces its older one.
+type refreshQueue struct {
+	mu       sync.Mutex
+	torrents map[bittorrent.InfoHash]map[bittorrent.PeerID]queuedRefresh
+	size     int
+}
+
+// add queues a refresh; false when the queue is full.
+func (q *refreshQueue) add(hash bittorrent.InfoHash, peer bittorrent.PeerID, r queuedRefresh) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	peers := q.torrents[hash]
+	if peers == nil {
+		if q.size >= maxQueuedRefreshes {
+			return false
+		}
+		if q.torrents == nil {
+			q.torrents = make(map[bittorrent.InfoHash]map[bittorrent.PeerID]queuedRefresh)
+		}
+		peers = make(map[bittorrent.PeerID]queuedRefresh, 4)
+		q.torrents[hash] = peers
+	}
+	if _, ok := peers[peer]; !ok {
+		if q.size >= maxQueuedRefreshes {
+			return false
+		}
+		q.size++
+	}
+	peers[peer] = r
+	return true
+}
+
+// putBack requeues a refresh whose write failed, unless a newer one of
+// the peer is queued.
+func (q *refreshQueue) putBack(hash bittorrent.InfoHash, peer bittorrent.PeerID, r queuedRefresh) {
+	q.mu.Lock()
+	newer := q.torrents[hash][peer].at > r.at
+	q.mu.Unlock()
+	if !newer {
+		q.add(hash, peer, r)
+	}
+}
+
+func (q *refreshQueue) take() map[bittorrent.InfoHash]map[bittorrent.PeerID]queuedRefresh {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	taken := q.torrents
+	q.torrents, q.size = nil, 0
+	return taken
+}
+
+func (q *refreshQueue) len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.size
+}
+
+// writeBehind answers plain re-announces and writes their refreshes.
+type writeBehind struct {
+	s       *Store
+	peers   *knownPeers
+	views   *swarmViews
+	queue   refreshQueue
+	drainMu sync.Mutex // one write of the queue at a time
+	// stopMu orders stop after every answer that queued before it, so
+	// Stop's last drain writes them all.
+	stopMu  sync.RWMutex
+	stopped bool
+
+	answered, dropped atomic.Int64
+}
+
+func newWriteBehind(s *Store) *writeBehind {
+	return &writeBehind{s: s, peers: newKnownPeers(s.cfg.KnownPeers), views: newSwarmViews(s.cfg.KnownPeers / 8)}
+}
+
+// answer answers a plain re-announce from the view and queues its
+// refresh; false: the announce must go through announce.lua.
+func (w *writeBehind) answer(ctx context.Context, req *bittorrent.AnnounceRequest, userID string, numWant int, now int64) (*bittorrent.AnnounceResponse, bool) {
+	if req.Event != bittorrent.EventNone {
+		return nil, false
+	}
+	w.stopMu.RLock()
+	defer w.stopMu.RUnlock()
+	if w.stopped {
+		return nil, false
+	}
+	key := peerKey{hash: req.InfoHash, peer: req.PeerID}
+	known, ok := w.peers.get(key)
+	seeding := req.Left == 0
+	if !ok || known.user != userID || known.seeding != seeding || known.addr != string(compactAddr(req.Addr)) ||
+		now <= known.last || now-known.last >= w.s.cfg.PeerTimeout.Milliseconds() {
+		return nil, false
+	}
+	// Flood control from this frontend's memory of the peer; a refusal is
+	// announce.lua's to count and report, against the peer's record.
+	if flood := w.s.cfg.FloodInterval.Milliseconds(); flood > 0 && now-known.last < flood {
+		return nil, false
+	}
+	view, err := w.view(ctx, req.InfoHash, now)
+	if err != nil {
+		w.s.logger.Debug("swarm: reading a swarm view failed; announcing in full", "error", err)
+		return nil, false
+	}
+	if w.s.cfg.Private && !view.registered {
+		return nil, false // announce.lua refuses it, with the reason
+	}
+	if !w.queue.add(req.InfoHash, req.PeerID, queuedRefresh{user: userID, addr: known.addr,
+		uploaded: req.Uploaded, downloaded: req.Downloaded, left: req.Left, at: now}) {
+		return nil, false
+	}
+	known.last = now
+	w.peers.put(key, known)
+	w.answered.Add(1)
+	w.s.pending.addStat(statAnnounces, 1)
+	resp := &bittorrent.AnnounceResponse{
+		Interval:    w.s.cfg.Interval,
+		MinInterval: w.s.cfg.MinInterval,
+		Complete:    view.seeders,
+		Incomplete:  view.leechers,
+		Downloaded:  view.snatches,
+	}
+	only := compactLen(req.PeerFamily)
+	if numWant > 0 {
+		if seeding {
+			resp.Peers = pickEntries(resp.Peers, view.leechs, numWant, nil, only)
+		} else {
+			resp.Peers = pickEntries(resp.Peers, view.seeds, numWant, nil, only)
+			resp.Peers = pickEntries(resp.Peers, view.leechs, numWant-len(resp.Peers), req.PeerID[:], only)
+		}
+	}
+	return resp, true
+}
+
+// stop sends later plain re-announces through announce.lua, after the
+// ones being answered have been queued.
+func (w *writeBehind) stop() {
+	w.stopMu.Lock()
+	w.stopped = true
+	w.stopMu.Unlock()
+}
+
+// accepted records what announce.lua accepted: the peer is known here
+// unless it left, and a swarm it changed is read again.
+func (w *writeBehind) accepted(req *bittorrent.AnnounceRequest, userID string, now int64, changed bool) {
+	key := peerKey{hash: req.InfoHash, peer: req.PeerID}
+	if req.Event == bittorrent.EventStopped {
+		w.peers.forget(key, 0)
+	} else {
+		w.peers.put(key, knownPeer{user: userID, addr: string(compactAddr(req.Addr)), seeding: req.Left == 0, last: now})
+	}
+	if changed {
+		w.views.invalidate(req.InfoHash)
+	}
+}
+
+// pickEntries appends up to n peers of entries, from a random start,
+// skipping the entry of peer skip and, when only is not 0, entries of the
+// other address family.
+func pickEntries(out []bittorrent.Peer, entries []string, n int, skip []byte, only int) []bittorrent.Peer {
+	if n <= 0 || len(entries) == 0 {
+		return out
+	}
+	start := rand.IntN(len(entries))
+	for i, got := 0, 0; i < len(entries) && got < n; i++ {
+		entry := entries[(start+i)%len(entries)]
+		if only != 0 && int(entry[0]) != only {
+			continue
+		}
+		if skip != nil && entry[1:1+len(skip)] == string(skip) {
+			continue
+		}
+		if peer, ok := entryPeer(entry); ok {
+			out = append(out, peer)
+			got++
+		}
+	}
+	return out
+}
+
+// viewCopy is a view's fields as read under its lock.
+type viewCopy struct {
+	seeders, leechers, snatches int64
+	registered                  bool
+	seeds, leechs               []string
+}
+
+// view returns the torrent's view, reading it (refresh.lua with no peers)
+// when it is older than maxViewAge. Concurrent callers wait for one read.
+func (w *writeBehind) view(ctx context.Context, hash bittorrent.InfoHash, now int64) (viewCopy, error) {
+	v := w.views.of(hash, true)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.at == 0 || now-v.at >= maxViewAge.Milliseconds() || now < v.at {
+		reply, err := w.s.runScriptList(ctx, "swarm: reading a swarm view", refreshScript,
+			btstore.RefreshKeys(hash, nil, nil), w.appendRefreshArgs(nil, w.s.cfg.MaxNumWant, w.privateArg(), nil, nil)...)
+		if err != nil {
+			return viewCopy{}, err
+		}
+		if replyInt(reply[0]) == codeUnregistered {
+			v.at, v.registered, v.seeds, v.leechs = now, false, nil, nil
+		} else if err := v.installLocked(reply, now); err != nil {
+			return viewCopy{}, err
+		}
+	}
+	return viewCopy{seeders: v.seeders, leechers: v.leechers, snatches: v.snatches, registered: v.registered,
+		seeds: v.seeds, leechs: v.leechs}, nil
+}
+
+// installLocked takes a refresh.lua reply's view, read at at (ms).
+func (v *swarmView) installLocked(reply []any, at int64) error {
+	if len(reply) < 7 {
+		return fmt.Errorf("refresh.lua: %w (%d elements)", errBadReply, len(reply))
+	}
+	seeds, err := splitEntries(replyString(reply[5]))
+	if err != nil {
+		return err
+	}
+	leechs, err := splitEntries(replyString(reply[6]))
+	if err != nil {
+		return err
+	}
+	v.at, v.seeders, v.leechers, v.snatches = at, replyInt(reply[1]), replyInt(reply[2]), replyInt(reply[3])
+	v.registered, v.seeds, v.leechs = replyString(reply[4]) != "", seeds, leechs
+	return nil
+}
+
+// privateArg is refresh.lua's ARGV[6].
+func (w *writeBehind) privateArg() string {
+	if w.s.cfg.Private {
+		return "1"
+	}
+	return "0"
+}
+
+// appendRefreshArgs appends refresh.lua's ARGV for the given peers (ids[i]
+// is peers[i]'s id) and view sample size.
+func (w *writeBehind) appendRefreshArgs(args []any, sample int, private string, peers []queuedRefresh, ids []bittorrent.PeerID) []any {
+	timeout := w.s.cfg.PeerTimeout.Milliseconds()
+	args = append(args, timeout, w.s.cfg.HnR.MinSeedTime.Milliseconds(), w.s.cfg.HnR.MinRatio,
+		w.s.cfg.ReaperClaimWindow.Milliseconds(), sample, private)
+	for i, r := range peers {
+		args = append(args, ids[i][:], r.user, r.addr, strconv.FormatUint(r.uploaded, 10),
+			strconv.FormatUint(r.downloaded, 10), strconv.FormatUint(r.left, 10),
+			strconv.FormatInt(r.at, 10), strconv.FormatInt(r.at+timeout, 10))
+	}
+	return args
+}
+
+// refreshCall is one refresh.lua call of a drain, and what it carries.
+type refreshCall struct {
+	hash     bittorrent.InfoHash
+	ids      []bittorrent.PeerID
+	peers    []queuedRefresh
+	withView bool
+}
+
+// drain writes every queued refresh: one refresh.lua call per torrent
+// (per maxRefreshPeersPerCall of its peers), in pipelines. A torrent this
+// frontend answers from a view gets the view back on the way, when it is
+// older than a third of maxViewAge. Failed writes are queued again.
+func (w *writeBehind) drain(ctx context.Context) error {
+	w.drainMu.Lock()
+	defer w.drainMu.Unlock()
+	taken := w.queue.take()
+	if len(taken) == 0 {
+		return nil
+	}
+	now := w.s.nowMillis()
+	calls := make([]refreshCall, 0, len(taken))
+	for hash, peers := range taken {
+		call := refreshCall{hash: hash}
+		for id, r := range peers {
+			if len(call.ids) == maxRefreshPeersPerCall {
+				calls = append(calls, call)
+				call = refreshCall{hash: hash}
+			}
+			call.ids = append(call.ids, id)
+			call.peers = append(call.peers, r)
+		}
+		calls = append(calls, call)
+	}
+	var failed int
+	var firstErr error
+	for start := 0; start < len(calls); start += maxRefreshCallsPerPipe {
+		chunk := calls[start:min(start+maxRefreshCallsPerPipe, len(calls))]
+		n, err := w.write(ctx, chunk, now)
+		failed += n
+		firstErr = firstError(firstErr, err)
+	}
+	if failed > 0 {
+		w.s.counters.flushFailures.Add(int64(failed))
+		return fmt.Errorf("swarm: writing plain re-announces: %d of %d calls failed, queued again: %w", failed, len(calls), firstErr)
+	}
+	return nil
+}
+
+// write sends one pipeline of refresh calls and applies the replies.
+func (w *writeBehind) write(ctx context.Context, calls []refreshCall, now int64) (int, error) {
+	private := w.privateArg()
+	scripts := make([]scriptCall, len(calls))
+	for i := range calls {
+		c := &calls[i]
+		sample := 0
+		if v := w.views.of(c.hash, false); v != nil {
+			v.mu.Lock()
+			c.withView = now-v.at >= maxViewAge.Milliseconds()/3
+			v.mu.Unlock()
+		}
+		if c.withView {
+			sample = w.s.cfg.MaxNumWant
+		}
+		users := make([]string, len(c.peers))
+		for j := range c.peers {
+			users[j] = c.peers[j].user
+		}
+		scripts[i] = scriptCall{keys: btstore.RefreshKeys(c.hash, c.ids, users),
+			args: w.appendRefreshArgs(make([]any, 0, 6+8*len(c.peers)), sample, private, c.peers, c.ids)}
+	}
+	failed := 0
+	var firstErr error
+	for i, cmd := range w.s.runScriptsPipelined(ctx, refreshScript, scripts) {
+		c := &calls[i]
+		reply, err := cmdList(cmd)
+		if err == nil {
+			err = w.apply(c, reply, now)
+		}
+		if err != nil {
+			failed++
+			firstErr = firstError(firstErr, err)
+			for j := range c.peers {
+				w.queue.putBack(c.hash, c.ids[j], c.peers[j])
+			}
+		}
+	}
+	return failed, firstErr
+}
+
+// apply takes one refresh.lua reply: the user-side effects go into the
+// batch the flush writes, dropped peers are forgotten, and the view is
+// replaced when it came back.
+func (w *writeBehind) apply(c *refreshCall, reply []any, now int64) error {
+	if replyInt(reply[0]) == codeUnregistered {
+		for _, id := range c.ids {
+			w.peers.forget(peerKey{hash: c.hash, peer: id}, 0)
+		}
+		w.views.invalidate(c.hash)
+		return nil
+	}
+	if len(reply) != 7+5*len(c.peers) {
+		return fmt.Errorf("refresh.lua: %w (%d elements for %d peers)", errBadReply, len(reply), len(c.peers))
+	}
+	torrentID := replyString(reply[4])
+	for j, r := range c.peers {
+		res := reply[7+5*j : 12+5*j]
+		switch replyInt(res[0]) {
+		case codeDropped:
+			w.dropped.Add(1)
+			w.peers.forget(peerKey{hash: c.hash, peer: c.ids[j]}, r.at)
+		case codeRefreshed:
+			var update *userUpdate
+			if bits := replyInt(res[1]); r.user != "" && bits >= 0 {
+				update = &userUpdate{key: userTorrent{user: r.user, torrent: torrentID}, hash: c.hash,
+					bits: bits, version: replyInt(res[2])}
+			}
+			w.s.pending.addRefresh(r.user, replyInt(res[3]), replyInt(res[4]), update)
+		}
+	}
+	if c.withView && replyInt(reply[1]) >= 0 {
+		if v := w.views.of(c.hash, false); v != nil {
+			v.mu.Lock()
+			defer v.mu.Unlock()
+			if now > v.at {
+				return v.installLocked(reply, now)
+			}
+		}
+	}
+	return nil
+}
+
+// loop writes the queue every Config.WriteBehind until ctx ends.
+func (w *writeBehind) loop(ctx context.Context) {
+	defer w.s.wg.Done()
+	ticker := time.NewTicker(w.s.cfg.WriteBehind)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+			if err := w.drain(ctx); err != nil && ctx.Err() == nil {
+				w.s.logger.Warn("swarm: writing plain re-announces failed", "error", err)
+			}
+		}
+	}
+}
+
+// WriteBehindStats counts this Store's plain re-announces.
+type WriteBehindStats struct {
+	Answered int64 // answered from a view, refresh written behind
+	Dropped  int64 // refreshes refresh.lua dropped (the peer had changed elsewhere)
+	Queued   int   // refreshes waiting now
+}
+
+// WriteBehindStats returns the store's write-behind counters (zero when
+// Config.WriteBehind is off).
+func (s *Store) WriteBehindStats() WriteBehindStats {
+	if s.writeBehind == nil {
+		return WriteBehindStats{}
+	}
+	return WriteBehindStats{Answered: s.writeBehind.answered.Load(), Dropped: s.writeBehind.dropped.Load(),
+		Queued: s.writeBehind.queue.len()}
+}
