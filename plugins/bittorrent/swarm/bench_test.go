@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -27,21 +28,27 @@ const (
 
 // BenchmarkAnnounce measures steady-state announces (event none,
 // numwant 50) from parallel callers against 200 swarms of 25 seeders and
-// 25 leechers, in open and private mode, on each real backend. The store
-// is started, so its batched flush runs as in production.
+// 25 leechers, in open and private mode, on each real backend, with plain
+// re-announces written behind (the default) and through announce.lua
+// each ("/direct"). The store is started, so its batched flush and
+// write-behind run as in production; redis-µs/announce is redis-server's
+// CPU (INFO cpu) per announce, the queue's last write included.
 func BenchmarkAnnounce(b *testing.B) {
 	for _, backend := range redistest.Backends() {
-		for _, private := range []bool{false, true} {
-			mode := "open"
-			if private {
-				mode = "private"
+		for _, variant := range []string{"open", "private", "open/direct"} {
+			private := variant == "private"
+			mode := variant
+			writeBehind := time.Duration(0)
+			if strings.HasSuffix(variant, "/direct") {
+				writeBehind = -1
 			}
 			ctx := context.Background()
 			if err := redistest.Flush(ctx, backend); err != nil {
 				b.Fatal(err)
 			}
 			// One user holds every peer here: no per-owner bound.
-			store, err := swarm.New(backend.Client, swarm.Config{Private: private, Logger: quietLogger, MaxPeersPerOwner: -1})
+			store, err := swarm.New(backend.Client, swarm.Config{Private: private, Logger: quietLogger, MaxPeersPerOwner: -1,
+				WriteBehind: writeBehind})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -88,6 +95,7 @@ func BenchmarkAnnounce(b *testing.B) {
 				b.SetParallelism(benchParallelism)
 				b.ReportAllocs()
 				resetStats(b, backend.Client)
+				cpuBefore := redisCPUSeconds(b, backend.Client)
 				b.ResetTimer()
 				b.RunParallel(func(pb *testing.PB) {
 					rng := rand.New(rand.NewPCG(rand.Uint64(), 0))
@@ -100,7 +108,11 @@ func BenchmarkAnnounce(b *testing.B) {
 						peersSeen.Add(int64(len(resp.Peers)))
 					}
 				})
+				if err := store.Flush(ctx); err != nil {
+					b.Fatal(err)
+				}
 				b.StopTimer()
+				b.ReportMetric((redisCPUSeconds(b, backend.Client)-cpuBefore)*1e6/float64(b.N), "redis-µs/announce")
 				b.ReportMetric(float64(peersSeen.Load())/float64(b.N), "peers/op")
 				b.ReportMetric(redisMicrosPerCall(b, backend.Client), "redis-µs/script")
 			})
@@ -185,6 +197,41 @@ func redisMicrosPerCall(b *testing.B, client redis.UniversalClient) float64 {
 		return 0
 	}
 	return usec / calls
+}
+
+// redisCPUSeconds is redis-server's used_cpu_sys + used_cpu_user, summed
+// over a cluster's masters.
+func redisCPUSeconds(b *testing.B, client redis.UniversalClient) float64 {
+	b.Helper()
+	ctx := context.Background()
+	var mu sync.Mutex
+	total := 0.0
+	read := func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "cpu").Result()
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(info, "\n") {
+			name, value, ok := strings.Cut(strings.TrimSpace(line), ":")
+			if ok && (name == "used_cpu_sys" || name == "used_cpu_user") {
+				v, _ := strconv.ParseFloat(value, 64)
+				mu.Lock()
+				total += v
+				mu.Unlock()
+			}
+		}
+		return nil
+	}
+	var err error
+	if cluster, ok := client.(*redis.ClusterClient); ok {
+		err = cluster.ForEachMaster(ctx, read)
+	} else {
+		err = read(ctx, client.(*redis.Client))
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	return total
 }
 
 // resetStats zeroes the servers' command statistics.

@@ -2,6 +2,7 @@ package swarm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -35,7 +36,7 @@ const maxViewAge = 750 * time.Millisecond
 // re-announces through announce.lua until the next write.
 const (
 	maxQueuedRefreshes     = 200_000
-	maxRefreshPeersPerCall = 200
+	maxRefreshPeersPerCall = 64
 	maxRefreshCallsPerPipe = 512
 	writeBehindShards      = 64
 )
@@ -287,7 +288,9 @@ func (w *writeBehind) answer(ctx context.Context, req *bittorrent.AnnounceReques
 	if flood := w.s.cfg.FloodInterval.Milliseconds(); flood > 0 && now-known.last < flood {
 		return nil, false
 	}
-	view, err := w.view(ctx, req.InfoHash, now)
+	refresh := queuedRefresh{user: userID, addr: known.addr,
+		uploaded: req.Uploaded, downloaded: req.Downloaded, left: req.Left, at: now}
+	view, written, err := w.view(ctx, req.InfoHash, now, req.PeerID, refresh)
 	if err != nil {
 		w.s.logger.Debug("swarm: reading a swarm view failed; announcing in full", "error", err)
 		return nil, false
@@ -295,8 +298,7 @@ func (w *writeBehind) answer(ctx context.Context, req *bittorrent.AnnounceReques
 	if w.s.cfg.Private && !view.registered {
 		return nil, false // announce.lua refuses it, with the reason
 	}
-	if !w.queue.add(req.InfoHash, req.PeerID, queuedRefresh{user: userID, addr: known.addr,
-		uploaded: req.Uploaded, downloaded: req.Downloaded, left: req.Left, at: now}) {
+	if !written && !w.queue.add(req.InfoHash, req.PeerID, refresh) {
 		return nil, false
 	}
 	known.last = now
@@ -375,27 +377,47 @@ type viewCopy struct {
 	seeds, leechs               []string
 }
 
-// view returns the torrent's view, reading it (refresh.lua with no peers)
-// when it is older than maxViewAge. Concurrent callers wait for one read.
-func (w *writeBehind) view(ctx context.Context, hash bittorrent.InfoHash, now int64) (viewCopy, error) {
+// view returns the torrent's view. When it is older than maxViewAge it
+// is read again, in one refresh.lua call with the announce's refresh
+// (written: true), so a torrent announced to less often than the view
+// lasts costs one script per announce, as announce.lua does, but a
+// leaner one. Concurrent callers wait for that one read. An error, or a
+// refresh refresh.lua dropped (the peer changed elsewhere), sends the
+// announce through announce.lua.
+func (w *writeBehind) view(ctx context.Context, hash bittorrent.InfoHash, now int64, id bittorrent.PeerID,
+	r queuedRefresh) (viewCopy, bool, error) {
 	v := w.views.of(hash, true)
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	written := false
 	if v.at == 0 || now-v.at >= maxViewAge.Milliseconds() || now < v.at {
-		reply, err := w.s.runScriptList(ctx, "swarm: reading a swarm view", refreshScript,
-			btstore.RefreshKeys(hash, nil, nil), w.appendRefreshArgs(nil, w.s.cfg.MaxNumWant, w.privateArg(), nil, nil)...)
+		call := refreshCall{hash: hash, ids: []bittorrent.PeerID{id}, peers: []queuedRefresh{r}, withView: true}
+		reply, err := w.s.runScriptList(ctx, "swarm: refresh.lua", refreshScript,
+			btstore.RefreshKeys(hash, call.ids, []string{r.user}),
+			w.appendRefreshArgs(nil, w.s.cfg.MaxNumWant, w.privateArg(), call.peers, call.ids)...)
 		if err != nil {
-			return viewCopy{}, err
+			return viewCopy{}, false, err
 		}
 		if replyInt(reply[0]) == codeUnregistered {
 			v.at, v.registered, v.seeds, v.leechs = now, false, nil, nil
-		} else if err := v.installLocked(reply, now); err != nil {
-			return viewCopy{}, err
+			return viewCopy{}, false, nil
 		}
+		if err := w.applyPeers(&call, reply); err != nil {
+			return viewCopy{}, false, err
+		}
+		if replyInt(reply[7]) == codeDropped {
+			return viewCopy{}, false, errPeerChanged
+		}
+		if err := v.installLocked(reply, now); err != nil {
+			return viewCopy{}, false, err
+		}
+		written = true
 	}
 	return viewCopy{seeders: v.seeders, leechers: v.leechers, snatches: v.snatches, registered: v.registered,
-		seeds: v.seeds, leechs: v.leechs}, nil
+		seeds: v.seeds, leechs: v.leechs}, written, nil
 }
+
+var errPeerChanged = errors.New("the peer changed since this frontend accepted it")
 
 // installLocked takes a refresh.lua reply's view, read at at (ms).
 func (v *swarmView) installLocked(reply []any, at int64) error {
@@ -526,9 +548,8 @@ func (w *writeBehind) write(ctx context.Context, calls []refreshCall, now int64)
 	return failed, firstErr
 }
 
-// apply takes one refresh.lua reply: the user-side effects go into the
-// batch the flush writes, dropped peers are forgotten, and the view is
-// replaced when it came back.
+// apply takes one refresh.lua reply of the queue's: the peers' effects
+// (applyPeers), and the view when it came back.
 func (w *writeBehind) apply(c *refreshCall, reply []any, now int64) error {
 	if replyInt(reply[0]) == codeUnregistered {
 		for _, id := range c.ids {
@@ -537,6 +558,25 @@ func (w *writeBehind) apply(c *refreshCall, reply []any, now int64) error {
 		w.views.invalidate(c.hash)
 		return nil
 	}
+	if err := w.applyPeers(c, reply); err != nil {
+		return err
+	}
+	if c.withView {
+		if v := w.views.of(c.hash, false); v != nil {
+			v.mu.Lock()
+			defer v.mu.Unlock()
+			if now > v.at {
+				return v.installLocked(reply, now)
+			}
+		}
+	}
+	return nil
+}
+
+// applyPeers takes the per-peer results of a refresh.lua reply: the
+// user-side effects go into the batch the flush writes, and dropped
+// peers are forgotten, so their next announce runs announce.lua.
+func (w *writeBehind) applyPeers(c *refreshCall, reply []any) error {
 	if len(reply) != 7+5*len(c.peers) {
 		return fmt.Errorf("refresh.lua: %w (%d elements for %d peers)", errBadReply, len(reply), len(c.peers))
 	}
@@ -554,15 +594,6 @@ func (w *writeBehind) apply(c *refreshCall, reply []any, now int64) error {
 					bits: bits, version: replyInt(res[2])}
 			}
 			w.s.pending.addRefresh(r.user, replyInt(res[3]), replyInt(res[4]), update)
-		}
-	}
-	if c.withView && replyInt(reply[1]) >= 0 {
-		if v := w.views.of(c.hash, false); v != nil {
-			v.mu.Lock()
-			defer v.mu.Unlock()
-			if now > v.at {
-				return v.installLocked(reply, now)
-			}
 		}
 	}
 	return nil

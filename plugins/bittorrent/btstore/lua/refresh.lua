@@ -19,9 +19,10 @@
 -- a newer (or the same) last_announce is STALE: a later announce was
 -- applied, with counters that include this one's, so nothing is written.
 --
--- KEYS[1] torrent    HASH  announces, last_action, snatches, id
--- KEYS[2] seeders    HASH  peer id -> entry (read: counts, sample)
--- KEYS[3] leechers   HASH  peer id -> entry (read: counts, sample)
+-- KEYS[1] torrent    HASH  announces, last_action; read: id, snatches,
+--                          seeders, leechers
+-- KEYS[2] seeders    HASH  peer id -> entry (read: the view's sample)
+-- KEYS[3] leechers   HASH  peer id -> entry (read: the view's sample)
 -- KEYS[4] deadlines  ZSET  peer id .. user id -> deadline (ms)
 -- KEYS[5] reaper     HASH  the unseeded reaper's state (a seeder ends it)
 -- KEYS[6] claims     HASH  reseed claims (package reaper)
@@ -35,7 +36,7 @@
 -- ARGV[3] hit-and-run minimum ratio, 0: none
 -- ARGV[4] the reaper's claim window (ms)
 -- ARGV[5] view sample: how many entries of each role hash to return (0:
---         no view, counts and samples are not read unless needed)
+--         none)
 -- ARGV[6] "1": the torrent must be registered (private mode)
 -- then per peer i, ARGV[7+8i .. 14+8i]: peer id (20 bytes), user id (""
 -- in open mode), compact address (the entry's tail), uploaded,
@@ -46,8 +47,8 @@
 --   {R.REFRESHED, seeders, leechers, snatches, torrent id, seeder entries,
 --    leecher entries, then per peer: status, user bits, user version,
 --    d_uploaded, d_downloaded}
---      seeders and leechers are -1 and the entries "" when not read (no
---      view asked and nothing applied); entries are concatenated as
+--      seeders, leechers and snatches are the torrent record's; the
+--      entries are "" unless ARGV[5] asked for them, concatenated as
 --      announce.lua returns peers; status is R.REFRESHED, R.STALE or
 --      R.DROPPED; user bits -1 when the user's state did not change
 --   {R.UNREGISTERED}  private mode and the torrent is not registered:
@@ -59,12 +60,15 @@ local sample = tonumber(ARGV[5])
 local k_torrent, k_seeders, k_leechers, k_deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local k_reaper, k_claims, k_users = KEYS[5], KEYS[6], KEYS[7]
 
-local t = redis.call('HMGET', k_torrent, 'id', 'snatches')
+-- The record's counts are the role hashes' lengths, written wherever a
+-- peer joins or leaves (announce.lua, expire.lua); a refresh moves none.
+local t = redis.call('HMGET', k_torrent, 'id', 'snatches', 'seeders', 'leechers', 'announces')
 if ARGV[6] == '1' and not t[1] then
   return {R.UNREGISTERED}
 end
+local seeders = tonumber(t[3]) or 0
 
-local out = {R.REFRESHED, -1, -1, tonumber(t[2]) or 0, t[1] or '', '', ''}
+local out = {R.REFRESHED, seeders, tonumber(t[4]) or 0, tonumber(t[2]) or 0, t[1] or '', '', ''}
 local zadd = {}
 local applied = 0
 local latest, latest_text = 0, nil
@@ -111,15 +115,14 @@ for i = 0, peers - 1 do
   out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = status, bits, ver, d_up, d_down
 end
 
-local seeders = -1
 if applied > 0 then
   redis.call('ZADD', k_deadlines, unpack(zadd))
-  redis.call('HINCRBY', k_torrent, 'announces', applied)
-  seeders = redis.call('HLEN', k_seeders)
   -- last_action moves while the torrent has seeders, as in announce.lua.
+  local fields = {'announces', int((tonumber(t[5]) or 0) + applied)}
   if seeders > 0 then
-    redis.call('HSET', k_torrent, 'last_action', latest_text)
+    fields[3], fields[4] = 'last_action', latest_text
   end
+  redis.call('HSET', k_torrent, unpack(fields))
 end
 
 -- A seeder's announce ends the unseeded reaper's spell (announce.lua).
@@ -133,10 +136,8 @@ if #reseeders > 0 then
   end
 end
 
--- The view: counts and a sample of each role hash, entries concatenated.
+-- The view: a sample of each role hash, entries concatenated.
 if sample > 0 then
-  if seeders < 0 then seeders = redis.call('HLEN', k_seeders) end
-  out[2], out[3] = seeders, redis.call('HLEN', k_leechers)
   for j, key in ipairs({k_seeders, k_leechers}) do
     if out[1 + j] > 0 then
       local picked = redis.call('HRANDFIELD', key, sample, 'WITHVALUES')
