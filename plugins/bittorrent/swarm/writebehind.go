@@ -449,12 +449,13 @@ func (w *writeBehind) privateArg() string {
 // is peers[i]'s id) and view sample size.
 func (w *writeBehind) appendRefreshArgs(args []any, sample int, private string, peers []queuedRefresh, ids []bittorrent.PeerID) []any {
 	timeout := w.s.cfg.PeerTimeout.Milliseconds()
+	now := w.s.nowMillis()
 	args = append(args, timeout, w.s.cfg.HnR.MinSeedTime.Milliseconds(), w.s.cfg.HnR.MinRatio,
 		w.s.cfg.ReaperClaimWindow.Milliseconds(), sample, private)
 	for i, r := range peers {
 		args = append(args, ids[i][:], r.user, r.addr, strconv.FormatUint(r.uploaded, 10),
 			strconv.FormatUint(r.downloaded, 10), strconv.FormatUint(r.left, 10),
-			strconv.FormatInt(r.at, 10), strconv.FormatInt(r.at+timeout, 10))
+			strconv.FormatInt(r.at, 10), strconv.FormatInt(r.at+timeout, 10), strconv.FormatInt(max(1, r.at+timeout-now), 10))
 	}
 	return args
 }
@@ -527,7 +528,7 @@ func (w *writeBehind) write(ctx context.Context, calls []refreshCall, now int64)
 			users[j] = c.peers[j].user
 		}
 		scripts[i] = scriptCall{keys: btstore.RefreshKeys(c.hash, c.ids, users),
-			args: w.appendRefreshArgs(make([]any, 0, 6+8*len(c.peers)), sample, private, c.peers, c.ids)}
+			args: w.appendRefreshArgs(make([]any, 0, 6+9*len(c.peers)), sample, private, c.peers, c.ids)}
 	}
 	failed := 0
 	var firstErr error

@@ -38,10 +38,12 @@
 -- ARGV[5] view sample: how many entries of each role hash to return (0:
 --         none)
 -- ARGV[6] "1": the torrent must be registered (private mode)
--- then per peer i, ARGV[7+8i .. 14+8i]: peer id (20 bytes), user id (""
+-- then per peer i, ARGV[7+9i .. 15+9i]: peer id (20 bytes), user id (""
 -- in open mode), compact address (the entry's tail), uploaded,
--- downloaded, left (as reported, decimal), the announce's time (ms) and
--- its deadline (time + timeout, ms)
+-- downloaded, left (as reported, decimal), the announce's time (ms), its
+-- deadline (time + timeout, ms) and what is left of its timeout now (ms,
+-- at least 1: the timeout key's TTL, relative like announce.lua's, so a
+-- frontend's clock never sets an absolute expiry on the server's)
 --
 -- Returns
 --   {R.REFRESHED, seeders, leechers, snatches, torrent id, seeder entries,
@@ -73,9 +75,9 @@ local zadd = {}
 local applied = 0
 local latest, latest_text = 0, nil
 local reseeders = {}
-local peers = (#ARGV - 6) / 8
+local peers = (#ARGV - 6) / 9
 for i = 0, peers - 1 do
-  local a, k = 7 + 8 * i, 8 + 3 * i
+  local a, k = 7 + 9 * i, 8 + 3 * i
   local peer_id, user, addr = ARGV[a], ARGV[a + 1], ARGV[a + 2]
   local left_text, at_text = ARGV[a + 5], ARGV[a + 6]
   local at = tonumber(at_text)
@@ -98,7 +100,7 @@ for i = 0, peers - 1 do
         'speed_up', string.format('%.2f', d_up * 1000 / elapsed),
         'speed_down', string.format('%.2f', d_down * 1000 / elapsed)}
       redis.call('HSET', KEYS[k], unpack(fields))
-      redis.call('SET', KEYS[k + 1], '1', 'PXAT', ARGV[a + 7])
+      redis.call('SET', KEYS[k + 1], '1', 'PX', ARGV[a + 8])
       zadd[#zadd + 1] = ARGV[a + 7]
       zadd[#zadd + 1] = peer_id .. user
       if user ~= '' then
@@ -130,7 +132,7 @@ if #reseeders > 0 then
   for _, i in ipairs(reseeders) do
     local r = redis.call('HMGET', k_reaper, 'state', 'claim_until')
     if not (r[1] or r[2]) then break end
-    local a = 7 + 8 * i
+    local a = 7 + 9 * i
     reaper_reseed(k_torrent, k_reaper, k_claims, ARGV[a + 1], tonumber(ARGV[a + 6]), r[1], tonumber(r[2]),
       tonumber(ARGV[4]))
   end
