@@ -37,9 +37,25 @@
 // run expire.lua, which rechecks the deadline, so they never remove a peer
 // that has announced since.
 //
+// # Plain re-announces, written behind
+//
+// An announce with no event, from a peer this frontend accepted within its
+// timeout, in the same role, at the same address, for the same user (a
+// plain re-announce) changes no swarm. It is answered from this frontend's
+// view of the swarm (at most 750ms old; a stale view is read in the same
+// refresh.lua call that writes the announce) and its refresh is queued,
+// coalesced per torrent, and written every Config.WriteBehind by
+// refresh.lua, which rechecks each peer against its record and drops one
+// that changed elsewhere (its next announce runs announce.lua). Stop
+// writes the queue; a SIGKILL loses at most one WriteBehind of plain
+// re-announces, which the peers' next announces make up, because transfer
+// is taken from cumulative counters (writebehind.go).
+//
 // # What is exact
 //
-// Per torrent, everything is exact and atomic: the role hashes are the
+// Per torrent, everything an event, a joining or leaving peer, or a role
+// or address change does is exact and atomic, and a plain re-announce's
+// refresh lands within one WriteBehind: the role hashes are the
 // seeder and leecher counts, and snatches, announces, last_action, the
 // peer records and each user's record on the torrent (transfer, seed
 // time, hit-and-run state) change in the same script as the peer. The
