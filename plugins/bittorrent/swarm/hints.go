@@ -24,6 +24,7 @@ const (
 	hintWhitelist     = "whitelist"
 	hintDeny          = "deny"
 	hintPasskeyPrefix = "passkey:"
+	hintTorrentPrefix = "torrent:" // unregistered: drop its swarm view
 )
 
 // publishHint tells the other frontends to drop what msg names. A failure
@@ -40,6 +41,12 @@ func (s *Store) publishHint(ctx context.Context, msg string) {
 func (s *Store) applyHint(msg string) {
 	if passkey, ok := strings.CutPrefix(msg, hintPasskeyPrefix); ok {
 		s.passkeys.invalidate(passkey)
+		return
+	}
+	if hex, ok := strings.CutPrefix(msg, hintTorrentPrefix); ok {
+		if hash, ok := btstore.ParseHexInfoHash(hex); ok {
+			s.dropView(hash)
+		}
 		return
 	}
 	switch msg {

@@ -178,6 +178,10 @@ func (s *Store) unregister(ctx context.Context, hash bittorrent.InfoHash, reason
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("swarm.UnregisterTorrent: %w", err)
 	}
+	// Plain re-announces answered from a view must be refused now, here
+	// and on the other frontends, not when their views age out.
+	s.dropView(hash)
+	s.publishHint(ctx, hintTorrentPrefix+btstore.HexInfoHash(hash))
 	pipe = s.rdb.Pipeline()
 	pipe.HDel(ctx, btstore.RegistryKey, btstore.HexInfoHash(hash))
 	for _, index := range []btstore.Index{btstore.IndexSeeders, btstore.IndexLeechers, btstore.IndexSnatches} {

@@ -344,7 +344,8 @@ func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (
 		timeout, s.cfg.PeerRetention.Milliseconds(),
 		s.openRetentionMillis(), s.cfg.HnR.MinSeedTime.Milliseconds(), s.cfg.HnR.MinRatio, now + timeout,
 		compactLen(req.PeerFamily), s.cfg.ReaperClaimWindow.Milliseconds(), max(s.cfg.MaxPeersPerOwner, 0),
-		s.cfg.FloodInterval.Milliseconds(), s.cfg.FloodWindow.Milliseconds(), max(s.cfg.FloodReportAfter, 0)}
+		s.cfg.FloodInterval.Milliseconds(), s.cfg.FloodWindow.Milliseconds(), max(s.cfg.FloodReportAfter, 0),
+		s.lastAcceptedHere(req, userID)}
 	var reply []any
 	if s.announces != nil {
 		cmd, err := s.announces.run(ctx, keys, args)
@@ -421,6 +422,19 @@ func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (
 	}
 	s.recordAnnounce(ctx, req.InfoHash, userID, reply)
 	return resp, nil
+}
+
+// lastAcceptedHere is the time (ms) of the peer's last announce this
+// frontend accepted, for flood control in announce.lua (0: unknown, or
+// flood control off).
+func (s *Store) lastAcceptedHere(req *bittorrent.AnnounceRequest, userID string) int64 {
+	if s.writeBehind == nil || s.cfg.FloodInterval <= 0 {
+		return 0
+	}
+	if known, ok := s.writeBehind.peers.get(peerKey{hash: req.InfoHash, peer: req.PeerID}); ok && known.user == userID {
+		return known.last
+	}
+	return 0
 }
 
 // recordAnnounce batches the global side effects of one announce.

@@ -35,7 +35,9 @@ const maxViewAge = 750 * time.Millisecond
 // then read or written through announce.lua again), or sends plain
 // re-announces through announce.lua until the next write.
 const (
-	maxQueuedRefreshes     = 200_000
+	maxQueuedRefreshes = 200_000
+	// a view holds up to 2 x MaxNumWant entries: tens of bytes each
+	maxSwarmViews          = 65_536
 	maxRefreshPeersPerCall = 64
 	maxRefreshCallsPerPipe = 512
 	writeBehindShards      = 64
@@ -258,11 +260,19 @@ type writeBehind struct {
 	stopMu  sync.RWMutex
 	stopped bool
 
+	// reads carries the view reads (with their announce's refresh) in
+	// shared pipelines, like announce.lua's; nil sends each alone.
+	reads *coalescer
+
 	answered, dropped atomic.Int64
 }
 
 func newWriteBehind(s *Store) *writeBehind {
-	return &writeBehind{s: s, peers: newKnownPeers(s.cfg.KnownPeers), views: newSwarmViews(s.cfg.KnownPeers / 8)}
+	w := &writeBehind{s: s, peers: newKnownPeers(s.cfg.KnownPeers), views: newSwarmViews(maxSwarmViews)}
+	if s.cfg.AnnouncePipelines > 0 {
+		w.reads = newCoalescer(s, refreshScript, s.cfg.AnnouncePipelines)
+	}
+	return w
 }
 
 // answer answers a plain re-announce from the view and queues its
@@ -330,6 +340,9 @@ func (w *writeBehind) stop() {
 	w.stopMu.Lock()
 	w.stopped = true
 	w.stopMu.Unlock()
+	if w.reads != nil {
+		w.reads.stop()
+	}
 }
 
 // accepted records what announce.lua accepted: the peer is known here
@@ -392,9 +405,8 @@ func (w *writeBehind) view(ctx context.Context, hash bittorrent.InfoHash, now in
 	written := false
 	if v.at == 0 || now-v.at >= maxViewAge.Milliseconds() || now < v.at {
 		call := refreshCall{hash: hash, ids: []bittorrent.PeerID{id}, peers: []queuedRefresh{r}, withView: true}
-		reply, err := w.s.runScriptList(ctx, "swarm: refresh.lua", refreshScript,
-			btstore.RefreshKeys(hash, call.ids, []string{r.user}),
-			w.appendRefreshArgs(nil, w.s.cfg.MaxNumWant, w.privateArg(), call.peers, call.ids)...)
+		reply, err := w.readView(ctx, btstore.RefreshKeys(hash, call.ids, []string{r.user}),
+			w.appendRefreshArgs(make([]any, 0, 15), w.s.cfg.MaxNumWant, w.privateArg(), call.peers, call.ids))
 		if err != nil {
 			return viewCopy{}, false, err
 		}
@@ -415,6 +427,23 @@ func (w *writeBehind) view(ctx context.Context, hash bittorrent.InfoHash, now in
 	}
 	return viewCopy{seeders: v.seeders, leechers: v.leechers, snatches: v.snatches, registered: v.registered,
 		seeds: v.seeds, leechs: v.leechs}, written, nil
+}
+
+// readView runs refresh.lua for a view, through the shared pipelines
+// when they run (as announce.lua's calls go).
+func (w *writeBehind) readView(ctx context.Context, keys []string, args []any) ([]any, error) {
+	if w.reads == nil {
+		return w.s.runScriptList(ctx, "swarm: refresh.lua", refreshScript, keys, args...)
+	}
+	cmd, err := w.reads.run(ctx, keys, args)
+	if err != nil {
+		return nil, fmt.Errorf("swarm: refresh.lua: %w", err)
+	}
+	reply, err := cmdList(cmd)
+	if err != nil {
+		return nil, fmt.Errorf("swarm: refresh.lua: %w", err)
+	}
+	return reply, nil
 }
 
 var errPeerChanged = errors.New("the peer changed since this frontend accepted it")
@@ -614,6 +643,14 @@ func (w *writeBehind) loop(ctx context.Context) {
 				w.s.logger.Warn("swarm: writing plain re-announces failed", "error", err)
 			}
 		}
+	}
+}
+
+// dropView makes the next plain re-announce of the torrent read its swarm
+// (and its registration) again.
+func (s *Store) dropView(hash bittorrent.InfoHash) {
+	if s.writeBehind != nil {
+		s.writeBehind.views.invalidate(hash)
 	}
 }
 

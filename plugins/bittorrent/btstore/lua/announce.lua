@@ -63,6 +63,10 @@
 --          counts a peer's refusals
 -- ARGV[22] how many refusals in one window make the peer a repeat
 --          offender, reported once per window (0: never reported)
+-- ARGV[23] the time (ms) of the peer's last announce the calling frontend
+--          accepted, 0 when none: plain re-announces are written behind
+--          (refresh.lua), so the record's last_announce may lag it; flood
+--          control counts from the later of the two
 --
 -- Returns
 --   {1, seeders, leechers, snatches, born, d_seeders, d_leechers, snatched,
@@ -150,7 +154,8 @@ local seeding = left == 0
 -- sooner than ARGV[20] after its last accepted announce is refused. Only
 -- the refusal pays for the count (one HMGET, one HSET on the record).
 local flood_ms = tonumber(ARGV[20])
-if flood_ms > 0 and event == '0' and known and p[8] == '1' and now - (tonumber(p[4]) or 0) < flood_ms then
+if flood_ms > 0 and event == '0' and known and p[8] == '1'
+  and now - math.max(tonumber(p[4]) or 0, tonumber(ARGV[23])) < flood_ms then
   local f = redis.call('HMGET', k_peer, 'floods', 'flood_since')
   local count, since = tonumber(f[1]) or 0, tonumber(f[2]) or 0
   if now - since >= tonumber(ARGV[21]) then
