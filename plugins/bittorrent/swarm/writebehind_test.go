@@ -1,0 +1,114 @@
+package swarm_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
+)
+
+// A plain re-announce is answered from the view, its refresh waits in
+// the queue (Redis unchanged) until the store writes it.
+func TestPlainReannounceIsWrittenBehind(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f, hash := privateFixture(t, b, swarm.Config{})
+		ctx := context.Background()
+		me, other := peerID("-TR", 1), peerID("-TR", 2)
+		f.announce(hash, other, 2, passkey("passkeyB"), seeding, event(bittorrent.EventStarted))
+		f.announce(hash, me, 1, passkey("passkeyA"), event(bittorrent.EventStarted), transfer(0, 0))
+
+		f.clock.Advance(time.Minute)
+		resp := f.announce(hash, me, 1, passkey("passkeyA"), transfer(300, 500))
+		require.Equal(t, int64(1), resp.Complete)
+		require.Equal(t, int64(1), resp.Incomplete)
+		require.Equal(t, []bittorrent.PeerID{other}, peerIDs(resp.Peers))
+		stats := f.store.WriteBehindStats()
+		require.Equal(t, int64(1), stats.Answered)
+
+		// the first plain re-announce read the view and was written with
+		// it; the next one, within the view's age, waits in the queue
+		f.clock.Advance(100 * time.Millisecond)
+		f.announce(hash, me, 1, passkey("passkeyA"), transfer(400, 900))
+		require.Equal(t, 1, f.store.WriteBehindStats().Queued)
+		record := b.Client.HMGet(ctx, btstore.PeerKey(hash, me), "uploaded", "downloaded").Val()
+		require.Equal(t, []any{"300", "500"}, record)
+
+		f.flush()
+		require.Zero(t, f.store.WriteBehindStats().Queued)
+		record = b.Client.HMGet(ctx, btstore.PeerKey(hash, me), "uploaded", "downloaded", "last_announce").Val()
+		require.Equal(t, []any{"400", "900", "1772366460100"}, record)
+		user := b.Client.HMGet(ctx, btstore.UserTorrentKey(hash, "alice"), "uploaded", "downloaded").Val()
+		require.Equal(t, []any{"400", "900"}, user, "the user's record has the transfer, once")
+		require.Equal(t, "4", b.Client.HGet(ctx, btstore.TorrentKey(hash), "announces").Val())
+	})
+}
+
+// A peer that left through another frontend is dropped from the refresh
+// and its announce goes through announce.lua, which rejoins it exactly.
+func TestPlainReannounceOfAPeerChangedElsewhereRunsInFull(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, swarm.Config{})
+		other, err := swarm.New(b.Client, swarm.Config{Clock: f.clock, Logger: quietLogger})
+		require.NoError(t, err)
+		hash := infoHash("changed")
+		me := peerID("-TR", 1)
+		f.announce(hash, me, 1, event(bittorrent.EventStarted))
+		f.clock.Advance(time.Minute)
+		_, err = other.Announce(context.Background(), request(hash, me, 1, event(bittorrent.EventStopped)))
+		require.NoError(t, err)
+		require.Equal(t, int64(0), f.torrent(hash).Leechers)
+
+		f.clock.Advance(time.Minute)
+		resp := f.announce(hash, me, 1)
+		require.Equal(t, int64(1), resp.Incomplete, "announce.lua put the peer back")
+		require.Equal(t, int64(1), f.torrent(hash).Leechers)
+		stats := f.store.WriteBehindStats()
+		require.Equal(t, int64(1), stats.Dropped)
+		require.Zero(t, stats.Answered)
+	})
+}
+
+// Unregistering a torrent refuses its plain re-announces at once, not
+// when the view ages out.
+func TestUnregisterRefusesPlainReannouncesAtOnce(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f, hash := privateFixture(t, b, swarm.Config{})
+		me := peerID("-TR", 1)
+		f.announce(hash, me, 1, passkey("passkeyA"), event(bittorrent.EventStarted))
+		f.clock.Advance(time.Minute)
+		f.announce(hash, me, 1, passkey("passkeyA"))
+		require.Equal(t, int64(1), f.store.WriteBehindStats().Answered)
+
+		require.NoError(t, f.store.UnregisterTorrent(context.Background(), hash))
+		f.clock.Advance(time.Millisecond)
+		require.Equal(t, "unregistered torrent", f.refuse(hash, me, 1, passkey("passkeyA")))
+	})
+}
+
+// Flood control counts from this frontend's last accepted announce even
+// while the record's last_announce lags behind it.
+func TestFloodControlCountsPlainReannouncesNotYetWritten(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f, hash := privateFixture(t, b, swarm.Config{FloodInterval: 5 * time.Minute})
+		me, other := peerID("-TR", 1), peerID("-TR", 2)
+		f.announce(hash, me, 1, passkey("passkeyA"), event(bittorrent.EventStarted))
+		f.announce(hash, other, 2, passkey("passkeyB"), event(bittorrent.EventStarted))
+		f.clock.Advance(6 * time.Minute)
+		f.announce(hash, other, 2, passkey("passkeyB")) // reads the view, written with it
+		f.clock.Advance(100 * time.Millisecond)
+		f.announce(hash, me, 1, passkey("passkeyA")) // answered from it: queued, the record lags
+		require.Equal(t, 1, f.store.WriteBehindStats().Queued)
+
+		// 7 minutes after the record's last_announce, 1 after the
+		// announce this frontend accepted
+		f.clock.Advance(time.Minute)
+		require.Contains(t, f.refuse(hash, me, 1, passkey("passkeyA")), "announcing too often")
+		require.Equal(t, int64(1), f.store.FloodRefused())
+	})
+}
