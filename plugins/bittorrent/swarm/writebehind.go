@@ -127,6 +127,7 @@ func (k *knownPeers) forget(key peerKey, notAfter int64) {
 type swarmView struct {
 	mu         sync.Mutex // held while the view is read from Redis
 	at         int64      // ms when read; 0: no copy
+	coldAt     int64      // ms of the last plain re-announce sent to announce.lua for want of a view
 	seeders    int64
 	leechers   int64
 	snatches   int64
@@ -302,7 +303,9 @@ func (w *writeBehind) answer(ctx context.Context, req *bittorrent.AnnounceReques
 		uploaded: req.Uploaded, downloaded: req.Downloaded, left: req.Left, at: now}
 	view, written, err := w.view(ctx, req.InfoHash, now, req.PeerID, refresh)
 	if err != nil {
-		w.s.logger.Debug("swarm: reading a swarm view failed; announcing in full", "error", err)
+		if err != errColdTorrent {
+			w.s.logger.Debug("swarm: no swarm view; announcing in full", "error", err)
+		}
 		return nil, false
 	}
 	if w.s.cfg.Private && !view.registered {
@@ -404,6 +407,13 @@ func (w *writeBehind) view(ctx context.Context, hash bittorrent.InfoHash, now in
 	defer v.mu.Unlock()
 	written := false
 	if v.at == 0 || now-v.at >= maxViewAge.Milliseconds() || now < v.at {
+		// A torrent announced to less often than a view lasts gains
+		// nothing from one: its announces run announce.lua, as cheap as
+		// a view read. The second within maxViewAge makes it hot.
+		if v.coldAt == 0 || now-v.coldAt >= maxViewAge.Milliseconds() || now < v.coldAt {
+			v.coldAt = now
+			return viewCopy{}, false, errColdTorrent
+		}
 		call := refreshCall{hash: hash, ids: []bittorrent.PeerID{id}, peers: []queuedRefresh{r}, withView: true}
 		reply, err := w.readView(ctx, btstore.RefreshKeys(hash, call.ids, []string{r.user}),
 			w.appendRefreshArgs(make([]any, 0, 15), w.s.cfg.MaxNumWant, w.privateArg(), call.peers, call.ids))
@@ -445,6 +455,8 @@ func (w *writeBehind) readView(ctx context.Context, keys []string, args []any) (
 	}
 	return reply, nil
 }
+
+var errColdTorrent = errors.New("the torrent is announced to too rarely for a view")
 
 var errPeerChanged = errors.New("the peer changed since this frontend accepted it")
 
