@@ -43,7 +43,9 @@
 // timeout, in the same role, at the same address, for the same user (a
 // plain re-announce) changes no swarm. It is answered from this frontend's
 // view of the swarm (at most 750ms old; a stale view is read in the same
-// refresh.lua call that writes the announce) and its refresh is queued,
+// refresh.lua call that writes the announce, for a torrent with another
+// plain re-announce here within 750ms; a rarer one runs announce.lua, as
+// cheap as that read) and its refresh is queued,
 // coalesced per torrent, and written every Config.WriteBehind by
 // refresh.lua, which rechecks each peer against its record and drops one
 // that changed elsewhere (its next announce runs announce.lua). Stop
