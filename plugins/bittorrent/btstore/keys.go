@@ -193,7 +193,8 @@ func SnatchersKey(hash bittorrent.InfoHash) string { return torrentPrefix(hash) 
 // interest once the id is gone), created and last_action (ms;
 // last_action is the last time it had a seeder), announces, seeders,
 // leechers, snatches, value (what the site says it is worth: the
-// reaper's reward base).
+// reaper's reward base), credit_up and credit_down (the site's credit
+// multipliers for it, percent; absent: 100, see credit_torrent.lua).
 func TorrentKey(hash bittorrent.InfoHash) string { return torrentPrefix(hash) + sufTorrent }
 
 // SeedersKey maps each seeder's 20-byte peer id to its compact address
@@ -318,6 +319,22 @@ const (
 	DenyClientsKey  = Prefix + "deny:clients"
 )
 
+// CreditWindowsKey holds the site-wide credit windows (HASH window id ->
+// JSON {"kind", "percent_off", "start", "end"}, times in ms). No script
+// reads it: frontends cache it (swarm.Config.CacheTTL), drop their copy
+// on a hint, and pass the rates of the windows open at each announce in
+// announce.lua's ARGV.
+const CreditWindowsKey = Prefix + "credit:windows"
+
+// CreditTorrentKeys are credit_torrent.lua's KEYS.
+func CreditTorrentKeys(hash bittorrent.InfoHash) []string { return []string{TorrentKey(hash)} }
+
+// TokenSetKeys are token_set.lua's KEYS.
+func TokenSetKeys(hash bittorrent.InfoHash, userID string) []string {
+	k := KeysOf(hash)
+	return []string{k.Torrent, k.User(userID), k.prefix + sufUsers}
+}
+
 // CacheHintChannel is the Pub/Sub channel on which a frontend that
 // changed a passkey or the whitelist tells the others to drop their
 // cached copy. Not a key: it carries no data, and a lost hint costs at
@@ -373,7 +390,8 @@ func UserVersionsKey(userID string) string { return userPrefix(userID) + sufUser
 func UserTorrentsKey(userID string) string { return userPrefix(userID) + "torrents" }
 
 // UserStatsKey holds the user's transfer totals over all torrents (HASH:
-// uploaded, downloaded), summed from announce deltas by the flush.
+// uploaded, downloaded, up_credit, down_credit), summed from announce
+// deltas by the flush.
 func UserStatsKey(userID string) string { return userPrefix(userID) + "stats" }
 
 // UserPasskeysKey lists the passkeys that map to a user (HASH passkey ->

@@ -46,6 +46,13 @@ type userUpdate struct {
 	version int64
 }
 
+// transfer is a user's transfer: raw uploaded and downloaded, then
+// credited (bytes).
+type transfer [4]int64
+
+// The fields of btstore.UserStatsKey, in transfer's order.
+var transferFields = [4]string{"uploaded", "downloaded", "up_credit", "down_credit"}
+
 // indexDelta is how one torrent's index scores changed.
 type indexDelta struct {
 	seeders, leechers, snatches int64
@@ -61,13 +68,13 @@ type pending struct {
 	mu     sync.Mutex
 	index  map[bittorrent.InfoHash]*indexDelta
 	users  map[userTorrent]userUpdate
-	totals map[string]*[2]int64
+	totals map[string]*transfer
 }
 
 func (p *pending) reset() {
 	p.index = make(map[bittorrent.InfoHash]*indexDelta)
 	p.users = make(map[userTorrent]userUpdate)
-	p.totals = make(map[string]*[2]int64)
+	p.totals = make(map[string]*transfer)
 }
 
 func (p *pending) size() int { return len(p.index) + len(p.users) + len(p.totals) }
@@ -101,35 +108,36 @@ func (p *pending) addUserLocked(u *userUpdate) {
 	}
 }
 
-func (p *pending) addTotalsLocked(userID string, uploaded, downloaded int64) {
-	if userID == "" || (uploaded == 0 && downloaded == 0) {
+func (p *pending) addTotalsLocked(userID string, d transfer) {
+	if userID == "" || d == (transfer{}) {
 		return
 	}
 	t := p.totals[userID]
 	if t == nil {
-		t = &[2]int64{}
+		t = &transfer{}
 		p.totals[userID] = t
 	}
-	t[0] += uploaded
-	t[1] += downloaded
+	for i := range d {
+		t[i] += d[i]
+	}
 }
 
 // addAnnounce records one announce's effects; it reports whether the
 // batch has grown past maxPendingEntries.
 func (p *pending) addAnnounce(hash bittorrent.InfoHash, dSeeders, dLeechers, snatched int64, userID string,
-	uploaded, downloaded int64, update *userUpdate) bool {
+	moved transfer, update *userUpdate) bool {
 	p.addStat(statAnnounces, 1)
 	p.addStat(statSeeders, dSeeders)
 	p.addStat(statLeechers, dLeechers)
 	p.addStat(statSnatches, snatched)
-	if dSeeders == 0 && dLeechers == 0 && snatched == 0 && update == nil && uploaded == 0 && downloaded == 0 {
+	if dSeeders == 0 && dLeechers == 0 && snatched == 0 && update == nil && moved == (transfer{}) {
 		return false // the common announce: nothing but the counter
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.addIndexLocked(hash, dSeeders, dLeechers, snatched)
 	p.addUserLocked(update)
-	p.addTotalsLocked(userID, uploaded, downloaded)
+	p.addTotalsLocked(userID, moved)
 	return p.size() > maxPendingEntries
 }
 
@@ -151,7 +159,7 @@ type batch struct {
 	stats  [statCount]int64
 	index  map[bittorrent.InfoHash]*indexDelta
 	users  map[userTorrent]userUpdate
-	totals map[string]*[2]int64
+	totals map[string]*transfer
 }
 
 // take empties the pending writes and returns them.
@@ -233,17 +241,18 @@ func (s *Store) flushLocked(ctx context.Context) error {
 		}
 	}
 	for userID, t := range work.totals {
-		up, down := t[0], t[1]
-		queue(pipe.HIncrBy(ctx, btstore.UserStatsKey(userID), "uploaded", up), func() {
-			s.pending.mu.Lock()
-			s.pending.addTotalsLocked(userID, up, 0)
-			s.pending.mu.Unlock()
-		})
-		queue(pipe.HIncrBy(ctx, btstore.UserStatsKey(userID), "downloaded", down), func() {
-			s.pending.mu.Lock()
-			s.pending.addTotalsLocked(userID, 0, down)
-			s.pending.mu.Unlock()
-		})
+		for i, field := range transferFields {
+			if t[i] == 0 {
+				continue
+			}
+			var undo transfer
+			undo[i] = t[i]
+			queue(pipe.HIncrBy(ctx, btstore.UserStatsKey(userID), field, t[i]), func() {
+				s.pending.mu.Lock()
+				s.pending.addTotalsLocked(userID, undo)
+				s.pending.mu.Unlock()
+			})
+		}
 	}
 	userCalls := make([]scriptCall, 0, len(work.users))
 	userUpdates := make([]userUpdate, 0, len(work.users))

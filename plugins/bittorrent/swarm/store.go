@@ -85,6 +85,14 @@ type Config struct {
 	// event for the site). It runs on the announce's goroutine, once per
 	// offender and window; nil: offenders are only counted.
 	OnFlood func(context.Context, FloodReport)
+	// NoAccounting turns credited transfer off (private mode): announces
+	// keep the raw transfer only, and no token is used or reported. For
+	// trackers that keep no ratio economy, and to measure what it costs.
+	NoAccounting bool
+	// OnToken hears of each personal token's first use and end (the
+	// plugin appends an outbox event for the site). It runs on the
+	// announce's goroutine, once per grant and event; nil: not reported.
+	OnToken func(context.Context, TokenEvent)
 	// CacheTTL is how long passkey lookups and the client whitelist are
 	// cached per frontend (10s). A change made through this Store applies
 	// here at once; other frontends see it within CacheTTL.
@@ -227,6 +235,7 @@ type Store struct {
 	passkeys  passkeyCache
 	whitelist whitelistCache
 	deny      denyCache
+	windows   windowCache
 	pending   pending
 	flushMu   sync.Mutex
 
@@ -302,13 +311,21 @@ func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (
 		private = "1"
 	}
 	timeout := s.cfg.PeerTimeout.Milliseconds()
+	accounting, windowUp, windowDown := "0", 100, 100
+	if userID != "" && !s.cfg.NoAccounting {
+		accounting = "1"
+		if windowUp, windowDown, err = s.windowRates(ctx, now); err != nil {
+			return nil, err
+		}
+	}
 	keys := btstore.AnnounceKeys(req.InfoHash, req.PeerID, userID)
 	args := []any{now, req.PeerID[:], peerEntry(req.PeerID, req.Addr), req.Uploaded, req.Downloaded, req.Left,
 		int(req.Event), numWant, private, userID,
 		timeout, s.cfg.PeerRetention.Milliseconds(),
 		s.openRetentionMillis(), s.cfg.HnR.MinSeedTime.Milliseconds(), s.cfg.HnR.MinRatio, now + timeout,
 		compactLen(req.PeerFamily), s.cfg.ReaperClaimWindow.Milliseconds(), max(s.cfg.MaxPeersPerOwner, 0),
-		s.cfg.FloodInterval.Milliseconds(), s.cfg.FloodWindow.Milliseconds(), max(s.cfg.FloodReportAfter, 0)}
+		s.cfg.FloodInterval.Milliseconds(), s.cfg.FloodWindow.Milliseconds(), max(s.cfg.FloodReportAfter, 0),
+		accounting, windowUp, windowDown}
 	var reply []any
 	if s.announces != nil {
 		cmd, err := s.announces.run(ctx, keys, args)
@@ -343,7 +360,7 @@ func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (
 	default:
 		return nil, fmt.Errorf("swarm.Announce: script returned code %d", code)
 	}
-	if len(reply) != 14 {
+	if len(reply) != 18 {
 		return nil, fmt.Errorf("swarm.Announce: %w (%d elements)", errBadReply, len(reply))
 	}
 	resp := &bittorrent.AnnounceResponse{
@@ -394,9 +411,17 @@ func (s *Store) recordAnnounce(ctx context.Context, hash bittorrent.InfoHash, us
 		}
 	}
 	full := s.pending.addAnnounce(hash, dSeeders, dLeechers, snatched, userID,
-		replyInt(reply[11]), replyInt(reply[12]), update)
+		transfer{replyInt(reply[11]), replyInt(reply[12]), replyInt(reply[14]), replyInt(reply[15])}, update)
 	if full {
 		s.flushIfIdle(ctx)
+	}
+	if event := replyInt(reply[16]); event != 0 && s.cfg.OnToken != nil {
+		kind := TokenUsed
+		if event == tokenEnded {
+			kind = TokenEnded
+		}
+		s.cfg.OnToken(ctx, TokenEvent{Kind: kind, InfoHash: hash, TorrentID: replyString(reply[8]), UserID: userID,
+			Used: time.UnixMilli(replyInt(reply[17])).UTC(), At: s.clock.Now().UTC()})
 	}
 	if replyInt(reply[1])+replyInt(reply[2]) == 0 && replyString(reply[8]) == "" {
 		// the last peer of an unregistered torrent stopped: it may be an
