@@ -19,7 +19,8 @@ import (
 //	DELETE /credit/windows/:id
 //	PUT    /users/by-id/:user_id/tokens/:infohash  [{"until":"…"}]  grant a token (no until: for ever)
 //	DELETE /users/by-id/:user_id/tokens/:infohash  revoke it
-//	GET    /users/by-id/:user_id/torrents/:infohash  the user's raw and credited transfer on the torrent
+//	GET    /users/by-id/:user_id/torrents/:infohash  the user's raw and credited transfer on the torrent, and
+//	                                         its seq: what the site reconciles its ledger's newest row with
 
 func (b *Admin) registerCredit(bt *gin.RouterGroup) {
 	bt.PUT("/torrents/:infohash/credit", b.setTorrentCredit)
@@ -147,6 +148,7 @@ type UserTorrentRecord struct {
 	Downloaded    int64      `json:"downloaded"`
 	UpCredited    int64      `json:"up_credited"`
 	DownCredited  int64      `json:"down_credited"`
+	Seq           int64      `json:"seq"`
 	SeedSeconds   int64      `json:"seed_seconds"`
 	LeechSeconds  int64      `json:"leech_seconds"`
 	Token         bool       `json:"token"`
@@ -177,7 +179,7 @@ func (b *Admin) showUserTorrent(c *gin.Context) {
 	}
 	c.JSON(http.StatusOK, UserTorrentRecord{
 		InfoHash: hexHash(hash), UserID: userID, Uploaded: u.Uploaded, Downloaded: u.Downloaded,
-		UpCredited: u.UpCredited, DownCredited: u.DownCredited,
+		UpCredited: u.UpCredited, DownCredited: u.DownCredited, Seq: u.Seq,
 		SeedSeconds: int64(u.SeedTime / time.Second), LeechSeconds: int64(u.LeechTime / time.Second),
 		Token: u.Token, TokenUntil: at(u.TokenUntil), TokenUsed: at(u.TokenUsed), TokenEnded: at(u.TokenEnded),
 		FirstAnnounce: at(u.FirstAnnounce), LastAnnounce: at(u.LastAnnounce),

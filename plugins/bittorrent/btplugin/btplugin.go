@@ -181,6 +181,12 @@ type AccountingSettings struct {
 	// Off keeps the raw transfer only: nothing is credited and no token
 	// is used or reported (swarm.Config.NoAccounting).
 	Off bool `json:"off"`
+	// FeedInterval is how often each frontend feeds the changed figures to
+	// the outbox (10s); FeedBackstop how often it scans for changes whose
+	// mark a crash lost (10m). The feed runs with an outbox, in private
+	// mode, with accounting on.
+	FeedInterval string `json:"feed_interval"`
+	FeedBackstop string `json:"feed_backstop"`
 }
 
 // FullScrapeSettings turn full scrapes on (bittorrent.FullScrapeConfig):
@@ -333,6 +339,12 @@ func (s *Settings) parse(raw json.RawMessage) (swarm.Config, bittorrent.Announce
 	}
 	cfg.AnnouncePipelines = s.AnnouncePipelines
 	cfg.NoAccounting = s.Accounting.Off
+	if cfg.FeedInterval, err = duration("accounting.feed_interval", s.Accounting.FeedInterval); err != nil {
+		return cfg, policy, err
+	}
+	if cfg.FeedBackstopInterval, err = duration("accounting.feed_backstop", s.Accounting.FeedBackstop); err != nil {
+		return cfg, policy, err
+	}
 	if s.Limits.MaxPeersPerTorrent < -1 {
 		return cfg, policy, errors.New("bittorrent settings: limits.max_peers_per_torrent is -1 (off), 0 (default) or positive")
 	}
@@ -510,6 +522,9 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 		storeCfg.OnFlood = floodReporter{ob: ob, logger: t.logger.With("component", "flood"), window: withDefaults.FloodWindow,
 			minInterval: withDefaults.MinInterval}.report
 		storeCfg.OnToken = tokenReporter{ob: ob, logger: t.logger.With("component", "credit")}.report
+		if storeCfg.Private && !storeCfg.NoAccounting {
+			storeCfg.OnFeed = feedDeliverer{ob}.deliver
+		}
 	}
 	storeCfg.Logger = t.logger.With("component", "swarm")
 	store, err := swarm.New(rdb, storeCfg)

@@ -12,3 +12,8 @@ import (
 func TokenReporter(ob *outbox.Outbox, logger *slog.Logger) func(context.Context, swarm.TokenEvent) {
 	return tokenReporter{ob: ob, logger: logger}.report
 }
+
+// FeedDeliverer is what the plugin hands the store as Config.OnFeed.
+func FeedDeliverer(ob *outbox.Outbox) func(context.Context, swarm.FeedBatch) error {
+	return feedDeliverer{ob}.deliver
+}

@@ -105,6 +105,7 @@ const (
 	sufScoreTrackersAt = "score:trackers_at"
 	sufScoreHistory    = "score:history"
 	sufDeleted         = "deleted"
+	sufFeedDirty       = "feed:dirty"
 	// families: the prefix is followed by a peer id, a user id, a source
 	// id or the unique-IP metric's rest
 	sufPeer         = "peer:"
@@ -121,7 +122,42 @@ func AnnounceKeys(hash bittorrent.InfoHash, peer bittorrent.PeerID, userID strin
 	return []string{k.Torrent, k.Seeders, k.Leechers, k.Deadlines,
 		k.Peer(peer[:]), k.Timeout(peer[:], userID), k.User(userID), k.prefix + sufReaper,
 		k.prefix + sufSnatchers, k.prefix + sufReaperClaims, k.prefix + sufUsers, k.prefix + sufOwners,
-		k.prefix + sufDeleted}
+		k.prefix + sufDeleted, k.prefix + sufFeedDirty}
+}
+
+// FeedDirtyKey lists the users whose record on the torrent has figures
+// not yet fed to the site (SET of user ids): announce.lua adds a user
+// when its record changes while clean (prelude's user_feed), and
+// feed_settle.lua removes it once the feed delivered the record's seq.
+func FeedDirtyKey(hash bittorrent.InfoHash) string { return torrentPrefix(hash) + sufFeedDirty }
+
+// FeedDirtyPattern matches every torrent's dirty set: the feed's backstop
+// scans for it, to index a torrent whose mark in FeedIndexKey was lost.
+const FeedDirtyPattern = Prefix + "{*}:" + sufFeedDirty
+
+// FeedShards is how many shards the feed's index has. It is fixed:
+// changing it would strand the entries of the shards that went away.
+const FeedShards = 16
+
+// FeedShard is the feed index shard of a torrent.
+func FeedShard(hash bittorrent.InfoHash) int { return int(hash[0]) % FeedShards }
+
+// FeedIndexKey is one shard of the feed's index (ZSET hex info-hash ->
+// ms it was marked): the torrents whose dirty set may have members. A
+// hint, written by the frontends' batched flush after announce.lua
+// reported a mark; the dirty sets are the truth (FeedDirtyPattern).
+func FeedIndexKey(shard int) string { return Prefix + "{feed:" + strconv.Itoa(shard) + "}" }
+
+// FeedSettleKeys are feed_settle.lua's KEYS: the dirty set, then the
+// records of users.
+func FeedSettleKeys(hash bittorrent.InfoHash, users []string) []string {
+	k := KeysOf(hash)
+	keys := make([]string, 0, 1+len(users))
+	keys = append(keys, k.prefix+sufFeedDirty)
+	for _, user := range users {
+		keys = append(keys, k.User(user))
+	}
+	return keys
 }
 
 // DeletedKey holds the reason the site gave when it removed the torrent
@@ -264,8 +300,11 @@ func ParseTimeoutKey(key string, validUser func(string) bool) (hash bittorrent.I
 // downloaded (bytes, summed over the user's peers), seed_ms, leech_ms,
 // peers (active now), complete, snatched (ms of the first completed
 // event), first_announce, last_announce, bits and ver (the state last
-// copied to the user's sets). Private mode only; it is the hit-and-run
-// truth, so it has no TTL.
+// copied to the user's sets), up_credit and down_credit (the credited
+// transfer), token, token_used and token_ended (the user's personal
+// freeleech token on the torrent: see token_set.lua), seq and fed_seq (the
+// feed's numbering of the fed figures, and the last seq delivered).
+// Private mode only; it is the hit-and-run truth, so it has no TTL.
 func UserTorrentKey(hash bittorrent.InfoHash, userID string) string {
 	return KeysOf(hash).User(userID)
 }

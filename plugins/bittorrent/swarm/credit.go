@@ -317,6 +317,7 @@ type TokenEvent struct {
 type UserTorrent struct {
 	Uploaded, Downloaded        int64
 	UpCredited, DownCredited    int64
+	Seq                         int64 // the feed's number of these figures (FeedRow.Seq): the site reconciles its newest row with it
 	SeedTime, LeechTime         time.Duration
 	Token                       bool
 	TokenUntil                  time.Time // zero: it never ends
@@ -331,7 +332,7 @@ func (s *Store) UserOnTorrent(ctx context.Context, hash bittorrent.InfoHash, use
 		return UserTorrent{}, fmt.Errorf("swarm: user id %q: %w", userID, ErrInvalid)
 	}
 	v, err := s.rdb.HMGet(ctx, btstore.UserTorrentKey(hash, userID), "uploaded", "downloaded", "up_credit", "down_credit",
-		"seed_ms", "leech_ms", "token", "token_used", "token_ended", "first_announce", "last_announce").Result()
+		"seed_ms", "leech_ms", "token", "token_used", "token_ended", "first_announce", "last_announce", "seq").Result()
 	if err != nil {
 		return UserTorrent{}, fmt.Errorf("swarm.UserOnTorrent: %w", err)
 	}
@@ -354,7 +355,7 @@ func (s *Store) UserOnTorrent(ctx context.Context, hash bittorrent.InfoHash, use
 		Uploaded: replyInt(v[0]), Downloaded: replyInt(v[1]), UpCredited: replyInt(v[2]), DownCredited: replyInt(v[3]),
 		SeedTime: time.Duration(replyInt(v[4])) * time.Millisecond, LeechTime: time.Duration(replyInt(v[5])) * time.Millisecond,
 		Token: v[6] != nil, TokenUntil: at(v[6]), TokenUsed: at(v[7]), TokenEnded: at(v[8]),
-		FirstAnnounce: at(v[9]), LastAnnounce: at(v[10]),
+		FirstAnnounce: at(v[9]), LastAnnounce: at(v[10]), Seq: replyInt(v[11]),
 	}, nil
 }
 

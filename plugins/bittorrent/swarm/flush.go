@@ -69,15 +69,19 @@ type pending struct {
 	index  map[bittorrent.InfoHash]*indexDelta
 	users  map[userTorrent]userUpdate
 	totals map[string]*transfer
+	// feed: torrents announce.lua reported a feed mark for (a user's
+	// record joined its dirty set), to index in btstore.FeedIndexKey
+	feed map[bittorrent.InfoHash]struct{}
 }
 
 func (p *pending) reset() {
 	p.index = make(map[bittorrent.InfoHash]*indexDelta)
 	p.users = make(map[userTorrent]userUpdate)
 	p.totals = make(map[string]*transfer)
+	p.feed = make(map[bittorrent.InfoHash]struct{})
 }
 
-func (p *pending) size() int { return len(p.index) + len(p.users) + len(p.totals) }
+func (p *pending) size() int { return len(p.index) + len(p.users) + len(p.totals) + len(p.feed) }
 
 func (p *pending) addStat(stat int, n int64) {
 	if n != 0 {
@@ -125,12 +129,12 @@ func (p *pending) addTotalsLocked(userID string, d transfer) {
 // addAnnounce records one announce's effects; it reports whether the
 // batch has grown past maxPendingEntries.
 func (p *pending) addAnnounce(hash bittorrent.InfoHash, dSeeders, dLeechers, snatched int64, userID string,
-	moved transfer, update *userUpdate) bool {
+	moved transfer, update *userUpdate, feedMark bool) bool {
 	p.addStat(statAnnounces, 1)
 	p.addStat(statSeeders, dSeeders)
 	p.addStat(statLeechers, dLeechers)
 	p.addStat(statSnatches, snatched)
-	if dSeeders == 0 && dLeechers == 0 && snatched == 0 && update == nil && moved == (transfer{}) {
+	if dSeeders == 0 && dLeechers == 0 && snatched == 0 && update == nil && moved == (transfer{}) && !feedMark {
 		return false // the common announce: nothing but the counter
 	}
 	p.mu.Lock()
@@ -138,6 +142,9 @@ func (p *pending) addAnnounce(hash bittorrent.InfoHash, dSeeders, dLeechers, sna
 	p.addIndexLocked(hash, dSeeders, dLeechers, snatched)
 	p.addUserLocked(update)
 	p.addTotalsLocked(userID, moved)
+	if feedMark {
+		p.feed[hash] = struct{}{}
+	}
 	return p.size() > maxPendingEntries
 }
 
@@ -160,6 +167,7 @@ type batch struct {
 	index  map[bittorrent.InfoHash]*indexDelta
 	users  map[userTorrent]userUpdate
 	totals map[string]*transfer
+	feed   map[bittorrent.InfoHash]struct{}
 }
 
 // take empties the pending writes and returns them.
@@ -170,7 +178,7 @@ func (p *pending) take() batch {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	b.index, b.users, b.totals = p.index, p.users, p.totals
+	b.index, b.users, b.totals, b.feed = p.index, p.users, p.totals, p.feed
 	p.reset()
 	return b
 }
@@ -253,6 +261,18 @@ func (s *Store) flushLocked(ctx context.Context) error {
 				s.pending.mu.Unlock()
 			})
 		}
+	}
+	now := s.nowMillis()
+	for hash := range work.feed {
+		// A plain ZADD: the score moves to now, so a feed round that read
+		// the old score and found the dirty set empty leaves this entry
+		// (zrem_unchanged.lua).
+		queue(pipe.ZAdd(ctx, btstore.FeedIndexKey(btstore.FeedShard(hash)),
+			redis.Z{Score: float64(now), Member: btstore.HexInfoHash(hash)}), func() {
+			s.pending.mu.Lock()
+			s.pending.feed[hash] = struct{}{}
+			s.pending.mu.Unlock()
+		})
 	}
 	userCalls := make([]scriptCall, 0, len(work.users))
 	userUpdates := make([]userUpdate, 0, len(work.users))

@@ -34,6 +34,7 @@ var (
 	// credited transfer (credit.go)
 	creditTorrentScript = loadScript("credit_torrent.lua")
 	tokenSetScript      = loadScript("token_set.lua")
+	feedSettleScript    = loadScript("feed_settle.lua")
 )
 
 var prelude = btstore.Prelude()

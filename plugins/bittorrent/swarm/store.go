@@ -93,6 +93,13 @@ type Config struct {
 	// plugin appends an outbox event for the site). It runs on the
 	// announce's goroutine, once per grant and event; nil: not reported.
 	OnToken func(context.Context, TokenEvent)
+	// OnFeed delivers the feed's batches to the site (the plugin appends
+	// them to the outbox); set, Start runs a feed round every
+	// FeedInterval (10s) and the backstop for lost marks every
+	// FeedBackstopInterval (10m). See feed.go.
+	OnFeed               func(context.Context, FeedBatch) error
+	FeedInterval         time.Duration
+	FeedBackstopInterval time.Duration
 	// CacheTTL is how long passkey lookups and the client whitelist are
 	// cached per frontend (10s). A change made through this Store applies
 	// here at once; other frontends see it within CacheTTL.
@@ -141,6 +148,8 @@ func (c *Config) validate() error {
 		{"DeletedReasonTTL", &c.DeletedReasonTTL, 72 * time.Hour},
 		{"FloodInterval", &c.FloodInterval, 0},
 		{"FloodWindow", &c.FloodWindow, time.Hour},
+		{"FeedInterval", &c.FeedInterval, 10 * time.Second},
+		{"FeedBackstopInterval", &c.FeedBackstopInterval, 10 * time.Minute},
 	}
 	for _, d := range durations {
 		if *d.value < 0 {
@@ -252,6 +261,11 @@ type Store struct {
 	stopOnce  sync.Once
 	listener  *expiryListener
 
+	// feedHook, when set (tests only), runs between a feed batch's
+	// delivery and its settling: a kill -9 there is what the feed must
+	// survive.
+	feedHook func(FeedBatch)
+
 	// pruneHook, when set (tests only), runs in pruneIndex between the
 	// read of the torrents and the removal of their entries.
 	pruneHook func()
@@ -360,7 +374,7 @@ func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (
 	default:
 		return nil, fmt.Errorf("swarm.Announce: script returned code %d", code)
 	}
-	if len(reply) != 18 {
+	if len(reply) != 19 {
 		return nil, fmt.Errorf("swarm.Announce: %w (%d elements)", errBadReply, len(reply))
 	}
 	resp := &bittorrent.AnnounceResponse{
@@ -411,7 +425,8 @@ func (s *Store) recordAnnounce(ctx context.Context, hash bittorrent.InfoHash, us
 		}
 	}
 	full := s.pending.addAnnounce(hash, dSeeders, dLeechers, snatched, userID,
-		transfer{replyInt(reply[11]), replyInt(reply[12]), replyInt(reply[14]), replyInt(reply[15])}, update)
+		transfer{replyInt(reply[11]), replyInt(reply[12]), replyInt(reply[14]), replyInt(reply[15])}, update,
+		replyInt(reply[18]) == 1)
 	if full {
 		s.flushIfIdle(ctx)
 	}

@@ -77,10 +77,12 @@ end
 -- The numeric fields of a user's record on one torrent. up_credit and
 -- down_credit are the credited transfer (the raw one times the
 -- multipliers in force at each announce; see credit_rates).
+-- seq numbers the record's fed figures (user_feed).
 local user_numbers = {'peers', 'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'downloaded',
-  'up_credit', 'down_credit'}
+  'up_credit', 'down_credit', 'seq'}
 local user_fields = {'peers', 'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'downloaded',
-  'up_credit', 'down_credit', 'complete', 'bits', 'ver', 'first_announce', 'token', 'token_used', 'token_ended'}
+  'up_credit', 'down_credit', 'seq', 'complete', 'bits', 'ver', 'first_announce', 'token', 'token_used',
+  'token_ended', 'fed_seq'}
 
 -- A user's record on one torrent, read with one HMGET. u.was keeps the
 -- values read, so user_write writes only what changed. token is the
@@ -91,7 +93,7 @@ local function user_read(key)
   local n = #user_numbers
   local u = {was = {}, complete = v[n + 1] == '1', bits = tonumber(v[n + 2]) or -1,
     ver = tonumber(v[n + 3]) or 0, first = v[n + 4], token = tonumber(v[n + 5]),
-    token_used = v[n + 6], token_ended = v[n + 7]}
+    token_used = v[n + 6], token_ended = v[n + 7], fed_seq = tonumber(v[n + 8]) or 0}
   for i, name in ipairs(user_numbers) do
     u[name] = tonumber(v[i]) or 0
     u.was[name] = u[name]
@@ -218,6 +220,29 @@ local function user_credit(u, d_up, d_down, rates, now)
   return c_up, c_down, event
 end
 
+-- The figures the feed to the site carries (user_feed).
+local fed_numbers = {'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'downloaded', 'up_credit', 'down_credit'}
+
+-- user_feed numbers a change of the record's fed figures: seq grows by
+-- one, and a record that was clean (everything up to its seq fed:
+-- fed_seq, set by feed_settle.lua) joins the torrent's dirty set (dirty),
+-- where the feed finds it. Returns 1 when it joined (the caller marks the
+-- torrent in the feed's index), else 0. Checked here, where the figures
+-- change, so a clean record costs no write.
+local function user_feed(u, user, dirty)
+  for _, name in ipairs(fed_numbers) do
+    if u[name] ~= u.was[name] then
+      u.seq = u.seq + 1
+      if u.was.seq == u.fed_seq then
+        redis.call('SADD', dirty, user)
+        return 1
+      end
+      return 0
+    end
+  end
+  return 0
+end
+
 -- user_announce applies one announce of user's peer to the user's record
 -- on the torrent (key; users is the torrent's set of users with a record):
 -- transfer, raw and credited, seed and leech time, active peers, complete
@@ -227,10 +252,11 @@ end
 -- seeding and snatched (1 when this announce counted a snatch). rates are
 -- the multipliers in force (credit_rates), nil when accounting is off. It
 -- is the one place an announce's transfer reaches the user's record,
--- whichever script applies the announce. Returns what user_write returns,
--- then the credited deltas, the token event (user_credit) and the
--- token's first use (ms as text, or false).
-local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hnr_ratio, rates)
+-- whichever script applies the announce. dirty is the torrent's feed
+-- dirty set (user_feed), nil: no feed. Returns what user_write returns,
+-- then the credited deltas, the token event (user_credit), the token's
+-- first use (ms as text, or false) and user_feed's mark.
+local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hnr_ratio, rates, dirty)
   local u = user_read(key)
   u.uploaded = u.uploaded + a.d_up
   u.downloaded = u.downloaded + a.d_down
@@ -258,8 +284,10 @@ local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hn
   if not u.first then
     redis.call('SADD', users, user) -- a new record: once per user and torrent
   end
+  local mark = 0
+  if dirty then mark = user_feed(u, user, dirty) end
   local bits, ver = user_write(key, u, now, hnr_seed_ms, hnr_ratio)
-  return bits, ver, c_up, c_down, token_event, u.token_used or false
+  return bits, ver, c_up, c_down, token_event, u.token_used or false, mark
 end
 
 -- reaper_claim records that user reseeded the torrent in the reaper's
