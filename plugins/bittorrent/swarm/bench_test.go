@@ -31,17 +31,17 @@ const (
 // is started, so its batched flush runs as in production.
 func BenchmarkAnnounce(b *testing.B) {
 	for _, backend := range redistest.Backends() {
-		for _, private := range []bool{false, true} {
-			mode := "open"
-			if private {
-				mode = "private"
-			}
+		// private-noacct is private with accounting off: side by side
+		// with private, what crediting and the feed's mark cost.
+		for _, mode := range []string{"open", "private", "private-noacct"} {
+			private := mode != "open"
 			ctx := context.Background()
 			if err := redistest.Flush(ctx, backend); err != nil {
 				b.Fatal(err)
 			}
 			// One user holds every peer here: no per-owner bound.
-			store, err := swarm.New(backend.Client, swarm.Config{Private: private, Logger: quietLogger, MaxPeersPerOwner: -1})
+			store, err := swarm.New(backend.Client, swarm.Config{Private: private, Logger: quietLogger, MaxPeersPerOwner: -1,
+				NoAccounting: mode == "private-noacct"})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -62,8 +62,12 @@ func BenchmarkAnnounce(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			// Counters only grow (one clock for every peer), so each
+			// re-announce reports transfer, as a real swarm's do.
+			var counter atomic.Uint64
 			benchRequest := func(torrent, peer int) *bittorrent.AnnounceRequest {
-				req := request(hashes[torrent], peerID("-BN", peer), peer, numWant(benchNumWant))
+				moved := counter.Add(1000)
+				req := request(hashes[torrent], peerID("-BN", peer), peer, numWant(benchNumWant), transfer(moved, moved))
 				if peer < benchSeeders {
 					req.Left = 0
 				}
