@@ -260,7 +260,7 @@ func TestBitTorrentAdminSiteFlow(t *testing.T) {
 		require.Equal(t, http.StatusOK, r.status, r.body)
 		require.Equal(t, map[string]any{"user_id": "nobody", "active": []any{}, "complete": []any{}, "incomplete": []any{},
 			"hnr": []any{}, "counts": map[string]any{"active": 0.0, "complete": 0.0, "incomplete": 0.0, "hnr": 0.0},
-			"uploaded": 0.0, "downloaded": 0.0}, decode(t, r.body))
+			"uploaded": 0.0, "downloaded": 0.0, "up_credited": 0.0, "down_credited": 0.0}, decode(t, r.body))
 		requireError(t, f.call(http.MethodGet, "/users/by-id/no:body", ""), http.StatusBadRequest, `user id "no:body"`)
 
 		r = f.call(http.MethodGet, "/stats", "")

@@ -40,7 +40,7 @@ import (
 //	GET    /torrents/:infohash                  its record (404 if none)
 //	PUT    /users/:passkey       {"user_id":"7"} map a passkey to a user
 //	DELETE /users/:passkey                      forget a passkey
-//	GET    /users/by-id/:user_id                the user's sets and totals
+//	GET    /users/by-id/:user_id                the user's sets and totals (raw and credited)
 //	GET    /clients                             the client whitelist
 //	PUT    /clients/*prefix      {"name":"…"}   whitelist a peer_id prefix
 //	DELETE /clients/*prefix                     take it off (404 if not listed)
@@ -119,6 +119,7 @@ func (b *Admin) register(g *gin.RouterGroup) {
 	bt.DELETE("/deny/clients/*prefix", b.allowClient)
 	b.registerOutbox(g)
 	b.registerReaper(bt)
+	b.registerCredit(bt)
 	sc := bt.Group("", requirePart(func() bool { return b.Scorer != nil },
 		"scoring_off", "this hoard has no scoring store (btadmin.Admin.Scorer is not set)"))
 	sc.GET("/torrents/:infohash/trackers", b.showTrackers)
@@ -164,6 +165,8 @@ type TorrentRecord struct {
 	Leechers   int64      `json:"leechers"`
 	Snatches   int64      `json:"snatches"`
 	Value      float64    `json:"value,omitempty"`
+	// Credit is the site's credit status for it (PUT …/credit).
+	Credit swarm.Credit `json:"credit"`
 }
 
 func torrentRecord(info swarm.TorrentInfo) TorrentRecord {
@@ -177,7 +180,7 @@ func torrentRecord(info swarm.TorrentInfo) TorrentRecord {
 	return TorrentRecord{
 		InfoHash: hexHash(info.InfoHash), ID: info.ID, Registered: info.ID != "", Uploader: info.Uploader,
 		Created: at(info.Created), LastAction: at(info.LastAction),
-		Announces: info.Announces, Seeders: info.Seeders, Leechers: info.Leechers, Snatches: info.Snatches, Value: info.Value,
+		Announces: info.Announces, Seeders: info.Seeders, Leechers: info.Leechers, Snatches: info.Snatches, Value: info.Value, Credit: info.Credit,
 	}
 }
 
@@ -422,6 +425,10 @@ type TrackerUser struct {
 	Counts     map[string]int `json:"counts"`
 	Uploaded   int64          `json:"uploaded"`
 	Downloaded int64          `json:"downloaded"`
+	// UpCredited and DownCredited are the credited transfer (freeleech,
+	// windows, tokens applied), summed like the raw figures.
+	UpCredited   int64 `json:"up_credited"`
+	DownCredited int64 `json:"down_credited"`
 }
 
 func (b *Admin) showUser(c *gin.Context) {
@@ -444,6 +451,7 @@ func (b *Admin) showUser(c *gin.Context) {
 		Counts: map[string]int{"active": len(summary.Active), "complete": len(summary.Complete),
 			"incomplete": len(summary.Incomplete), "hnr": len(summary.HnR)},
 		Uploaded: summary.Uploaded, Downloaded: summary.Downloaded,
+		UpCredited: summary.UpCredited, DownCredited: summary.DownCredited,
 	})
 }
 

@@ -116,6 +116,8 @@ type Settings struct {
 	AnnouncePipelines int `json:"announce_pipelines"`
 	// Limits bound what one address or passkey may cost the tracker.
 	Limits LimitSettings `json:"limits"`
+	// Accounting is credited transfer (private mode): on unless Off.
+	Accounting AccountingSettings `json:"accounting"`
 	// Scoring is the decay-policy scoring of torrents (seed 002); see
 	// scoring.Settings. Off unless "enabled" is true.
 	Scoring json.RawMessage `json:"scoring,omitempty"`
@@ -171,6 +173,20 @@ type LimitSettings struct {
 	// reported to the site as a "flood" outbox event (with an outbox).
 	FloodWindow      string `json:"flood_window"`
 	FloodReportAfter int    `json:"flood_report_after"`
+}
+
+// AccountingSettings configure credited transfer (swarm's credit.go,
+// docs/bittorrent-site.md "Credited transfer").
+type AccountingSettings struct {
+	// Off keeps the raw transfer only: nothing is credited and no token
+	// is used or reported (swarm.Config.NoAccounting).
+	Off bool `json:"off"`
+	// FeedInterval is how often each frontend feeds the changed figures to
+	// the outbox (10s); FeedBackstop how often it scans for changes whose
+	// mark a crash lost (10m). The feed runs with an outbox, in private
+	// mode, with accounting on.
+	FeedInterval string `json:"feed_interval"`
+	FeedBackstop string `json:"feed_backstop"`
 }
 
 // FullScrapeSettings turn full scrapes on (bittorrent.FullScrapeConfig):
@@ -322,6 +338,13 @@ func (s *Settings) parse(raw json.RawMessage) (swarm.Config, bittorrent.Announce
 		return cfg, policy, errors.New("bittorrent settings: announce_pipelines must be -1 (off), 0 (default) or up to 64")
 	}
 	cfg.AnnouncePipelines = s.AnnouncePipelines
+	cfg.NoAccounting = s.Accounting.Off
+	if cfg.FeedInterval, err = duration("accounting.feed_interval", s.Accounting.FeedInterval); err != nil {
+		return cfg, policy, err
+	}
+	if cfg.FeedBackstopInterval, err = duration("accounting.feed_backstop", s.Accounting.FeedBackstop); err != nil {
+		return cfg, policy, err
+	}
 	if s.Limits.MaxPeersPerTorrent < -1 {
 		return cfg, policy, errors.New("bittorrent settings: limits.max_peers_per_torrent is -1 (off), 0 (default) or positive")
 	}
@@ -498,6 +521,10 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 		}
 		storeCfg.OnFlood = floodReporter{ob: ob, logger: t.logger.With("component", "flood"), window: withDefaults.FloodWindow,
 			minInterval: withDefaults.MinInterval}.report
+		storeCfg.OnToken = tokenReporter{ob: ob, logger: t.logger.With("component", "credit")}.report
+		if storeCfg.Private && !storeCfg.NoAccounting {
+			storeCfg.OnFeed = feedDeliverer{ob}.deliver
+		}
 	}
 	storeCfg.Logger = t.logger.With("component", "swarm")
 	store, err := swarm.New(rdb, storeCfg)

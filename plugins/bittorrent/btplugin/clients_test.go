@@ -34,7 +34,16 @@ import (
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )
 
-func TestMain(m *testing.M) { redistest.RunMain(m) }
+// TestMain runs the tests on a real redis-server and a real 3-node Redis
+// Cluster. Started with FEED_CHILD_REDIS set, the test binary is instead
+// a frontend running one feed round, for TestFeedSurvivesKilledFrontends
+// to SIGKILL mid-flush.
+func TestMain(m *testing.M) {
+	if url := os.Getenv("FEED_CHILD_REDIS"); url != "" {
+		os.Exit(runFeedChild(url))
+	}
+	redistest.RunMain(m)
+}
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 

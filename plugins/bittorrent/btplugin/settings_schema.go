@@ -54,6 +54,9 @@ func settingKeys() []plugins.SettingKey {
 		key("limits.flood_interval", "", "refuse a peer's announce without an event sooner than this after its last accepted one; auto: 90% of min_interval; empty: off"),
 		key("limits.flood_window", "", "window in which flood_report_after refusals make a peer a repeat offender, reported to the site; empty: 1h"),
 		key("limits.flood_report_after", 0, "refusals in flood_window that report a repeat offender as a flood outbox event; 0: 10; -1: never"),
+		key("accounting.off", false, "private mode: keep raw transfer only; no credited transfer (freeleech, windows, tokens) and no token events"),
+		key("accounting.feed_interval", "", "how often each frontend feeds changed transfer figures to the outbox (private mode, with an outbox); empty: 10s"),
+		key("accounting.feed_backstop", "", "how often a frontend scans for changed figures whose mark a crash lost; empty: 10m"),
 		key("limits.max_peers_per_torrent", 0, "peers one user (private) or address (open) may have in one swarm; 0: 5 private, 20 open; -1: off"),
 
 		key("scoring.enabled", false, "turn on the decay-policy scoring of torrents"),

@@ -43,6 +43,7 @@ func TestSettingsSchemaNamesEveryField(t *testing.T) {
 	collect("", Settings{})
 	collect("limits.", LimitSettings{})
 	collect("full_scrape.", FullScrapeSettings{})
+	collect("accounting.", AccountingSettings{})
 	collect("scoring.", scoring.Settings{})
 	collect("reaper.", reaper.Settings{})
 	collect("outbox.", outbox.Settings{})

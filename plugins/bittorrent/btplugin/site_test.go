@@ -26,6 +26,7 @@ import (
 	"github.com/hoardproject/hoard/plugins/bittorrent"
 	"github.com/hoardproject/hoard/plugins/bittorrent/btplugin"
 	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+	"github.com/hoardproject/hoard/plugins/bittorrent/outbox"
 )
 
 // aria2Refusal makes a torrent announced to announceURL, runs aria2c on
@@ -297,34 +298,36 @@ func addrPortFor(peer string) netip.AddrPort {
 // in docs/bittorrent-site.md decodes strictly into what the plugin sends,
 // with its key built as the plugin builds it.
 func TestTheDocumentedFloodEventIsOneThePluginSends(t *testing.T) {
-	doc, err := os.ReadFile("../../../docs/bittorrent-site.md")
-	require.NoError(t, err)
-	text := string(doc)
-	start := strings.Index(text, "**Repeat offenders**")
-	require.NotEqual(t, -1, start)
-	open := strings.Index(text[start:], "```json\n")
-	require.NotEqual(t, -1, open)
-	block := text[start+open+len("```json\n"):]
-	block = block[:strings.Index(block, "```")]
-	var ev struct {
-		ID   string          `json:"id"`
-		Key  string          `json:"idempotency_key"`
-		Kind string          `json:"kind"`
-		At   time.Time       `json:"at"`
-		Body json.RawMessage `json:"body"`
-	}
-	dec := json.NewDecoder(strings.NewReader(block))
-	dec.DisallowUnknownFields()
-	require.NoError(t, dec.Decode(&ev), block)
+	ev := documentedEvent(t, "**Repeat offenders**")
 	require.Equal(t, btplugin.FloodEventKind, ev.Kind)
 	var body btplugin.FloodEvent
-	dec = json.NewDecoder(bytes.NewReader(ev.Body))
+	dec := json.NewDecoder(bytes.NewReader(ev.Body))
 	dec.DisallowUnknownFields()
 	require.NoError(t, dec.Decode(&body))
 	require.Equal(t, "flood:"+body.InfoHash+":"+body.PeerID+":"+strconv.FormatInt(body.WindowStart.UnixMilli(), 10), ev.Key)
 	again, err := json.Marshal(body)
 	require.NoError(t, err)
 	require.JSONEq(t, string(ev.Body), string(again), "the plugin marshals the same body")
+}
+
+// documentedEvent reads the first JSON example after marker in
+// docs/bittorrent-site.md as an outbox event, strictly.
+func documentedEvent(t *testing.T, marker string) outbox.Stored {
+	t.Helper()
+	doc, err := os.ReadFile("../../../docs/bittorrent-site.md")
+	require.NoError(t, err)
+	text := string(doc)
+	start := strings.Index(text, marker)
+	require.NotEqual(t, -1, start)
+	open := strings.Index(text[start:], "```json\n")
+	require.NotEqual(t, -1, open)
+	block := text[start+open+len("```json\n"):]
+	block = block[:strings.Index(block, "```")]
+	var ev outbox.Stored
+	dec := json.NewDecoder(strings.NewReader(block))
+	dec.DisallowUnknownFields()
+	require.NoError(t, dec.Decode(&ev), block)
+	return ev
 }
 
 func TestSiteSettingsAreChecked(t *testing.T) {

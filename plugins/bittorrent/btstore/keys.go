@@ -105,6 +105,7 @@ const (
 	sufScoreTrackersAt = "score:trackers_at"
 	sufScoreHistory    = "score:history"
 	sufDeleted         = "deleted"
+	sufFeedDirty       = "feed:dirty"
 	// families: the prefix is followed by a peer id, a user id, a source
 	// id or the unique-IP metric's rest
 	sufPeer         = "peer:"
@@ -121,17 +122,53 @@ func AnnounceKeys(hash bittorrent.InfoHash, peer bittorrent.PeerID, userID strin
 	return []string{k.Torrent, k.Seeders, k.Leechers, k.Deadlines,
 		k.Peer(peer[:]), k.Timeout(peer[:], userID), k.User(userID), k.prefix + sufReaper,
 		k.prefix + sufSnatchers, k.prefix + sufReaperClaims, k.prefix + sufUsers, k.prefix + sufOwners,
-		k.prefix + sufDeleted}
+		k.prefix + sufDeleted, k.prefix + sufFeedDirty}
+}
+
+// FeedDirtyKey lists the users whose record on the torrent has figures
+// not yet fed to the site (SET of user ids): announce.lua adds a user
+// when its record changes while clean (prelude's user_feed), and
+// feed_settle.lua removes it once the feed delivered the record's seq.
+func FeedDirtyKey(hash bittorrent.InfoHash) string { return torrentPrefix(hash) + sufFeedDirty }
+
+// FeedDirtyPattern matches every torrent's dirty set: the feed's backstop
+// scans for it, to index a torrent whose mark in FeedIndexKey was lost.
+const FeedDirtyPattern = Prefix + "{*}:" + sufFeedDirty
+
+// FeedShards is how many shards the feed's index has. It is fixed:
+// changing it would strand the entries of the shards that went away.
+const FeedShards = 16
+
+// FeedShard is the feed index shard of a torrent.
+func FeedShard(hash bittorrent.InfoHash) int { return int(hash[0]) % FeedShards }
+
+// FeedIndexKey is one shard of the feed's index (ZSET hex info-hash ->
+// ms it was marked): the torrents whose dirty set may have members. A
+// hint, written by the frontends' batched flush after announce.lua
+// reported a mark; the dirty sets are the truth (FeedDirtyPattern).
+func FeedIndexKey(shard int) string { return Prefix + "{feed:" + strconv.Itoa(shard) + "}" }
+
+// FeedSettleKeys are feed_settle.lua's KEYS: the dirty set, then the
+// records of users.
+func FeedSettleKeys(hash bittorrent.InfoHash, users []string) []string {
+	k := KeysOf(hash)
+	keys := make([]string, 0, 1+len(users))
+	keys = append(keys, k.prefix+sufFeedDirty)
+	for _, user := range users {
+		keys = append(keys, k.User(user))
+	}
+	return keys
 }
 
 // RefreshKeys are refresh.lua's KEYS for the given peers, in order, with
-// their users ("" in open mode): the torrent's keys, then per peer its
+// their users ("" in open mode): the torrent's keys (the feed's dirty
+// set among them), then per peer its
 // record, its timeout key and its user's record.
 func RefreshKeys(hash bittorrent.InfoHash, peers []bittorrent.PeerID, users []string) []string {
 	k := KeysOf(hash)
-	keys := make([]string, 0, 7+3*len(peers))
+	keys := make([]string, 0, 8+3*len(peers))
 	keys = append(keys, k.Torrent, k.Seeders, k.Leechers, k.Deadlines,
-		k.prefix+sufReaper, k.prefix+sufReaperClaims, k.prefix+sufUsers)
+		k.prefix+sufReaper, k.prefix+sufReaperClaims, k.prefix+sufUsers, k.prefix+sufFeedDirty)
 	for i := range peers {
 		keys = append(keys, k.Peer(peers[i][:]), k.Timeout(peers[i][:], users[i]), k.User(users[i]))
 	}
@@ -207,7 +244,8 @@ func SnatchersKey(hash bittorrent.InfoHash) string { return torrentPrefix(hash) 
 // interest once the id is gone), created and last_action (ms;
 // last_action is the last time it had a seeder), announces, seeders,
 // leechers, snatches, value (what the site says it is worth: the
-// reaper's reward base).
+// reaper's reward base), credit_up and credit_down (the site's credit
+// multipliers for it, percent; absent: 100, see credit_torrent.lua).
 func TorrentKey(hash bittorrent.InfoHash) string { return torrentPrefix(hash) + sufTorrent }
 
 // SeedersKey maps each seeder's 20-byte peer id to its compact address
@@ -277,8 +315,11 @@ func ParseTimeoutKey(key string, validUser func(string) bool) (hash bittorrent.I
 // downloaded (bytes, summed over the user's peers), seed_ms, leech_ms,
 // peers (active now), complete, snatched (ms of the first completed
 // event), first_announce, last_announce, bits and ver (the state last
-// copied to the user's sets). Private mode only; it is the hit-and-run
-// truth, so it has no TTL.
+// copied to the user's sets), up_credit and down_credit (the credited
+// transfer), token, token_used and token_ended (the user's personal
+// freeleech token on the torrent: see token_set.lua), seq and fed_seq (the
+// feed's numbering of the fed figures, and the last seq delivered).
+// Private mode only; it is the hit-and-run truth, so it has no TTL.
 func UserTorrentKey(hash bittorrent.InfoHash, userID string) string {
 	return KeysOf(hash).User(userID)
 }
@@ -331,6 +372,22 @@ const (
 	DenyTorrentsKey = Prefix + "deny:torrents"
 	DenyClientsKey  = Prefix + "deny:clients"
 )
+
+// CreditWindowsKey holds the site-wide credit windows (HASH window id ->
+// JSON {"kind", "percent_off", "start", "end"}, times in ms). No script
+// reads it: frontends cache it (swarm.Config.CacheTTL), drop their copy
+// on a hint, and pass the rates of the windows open at each announce in
+// announce.lua's ARGV.
+const CreditWindowsKey = Prefix + "credit:windows"
+
+// CreditTorrentKeys are credit_torrent.lua's KEYS.
+func CreditTorrentKeys(hash bittorrent.InfoHash) []string { return []string{TorrentKey(hash)} }
+
+// TokenSetKeys are token_set.lua's KEYS.
+func TokenSetKeys(hash bittorrent.InfoHash, userID string) []string {
+	k := KeysOf(hash)
+	return []string{k.Torrent, k.User(userID), k.prefix + sufUsers}
+}
 
 // CacheHintChannel is the Pub/Sub channel on which a frontend that
 // changed a passkey or the whitelist tells the others to drop their
@@ -387,7 +444,8 @@ func UserVersionsKey(userID string) string { return userPrefix(userID) + sufUser
 func UserTorrentsKey(userID string) string { return userPrefix(userID) + "torrents" }
 
 // UserStatsKey holds the user's transfer totals over all torrents (HASH:
-// uploaded, downloaded), summed from announce deltas by the flush.
+// uploaded, downloaded, up_credit, down_credit), summed from announce
+// deltas by the flush.
 func UserStatsKey(userID string) string { return userPrefix(userID) + "stats" }
 
 // UserPasskeysKey lists the passkeys that map to a user (HASH passkey ->

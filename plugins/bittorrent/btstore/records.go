@@ -33,6 +33,7 @@ const (
 	KindPending         Kind = "pending"
 	KindIPM             Kind = "ipm"
 	KindDeleted         Kind = "deleted"
+	KindFeedDirty       Kind = "feed_dirty"
 )
 
 // Record describes one kind of record a torrent owns: the suffix after
@@ -78,6 +79,8 @@ var torrentRecords = []Record{
 	// the site's deletion reason: it expires by itself, and orphan
 	// cleanup passes it by
 	{Kind: KindDeleted, Suffix: sufDeleted, Owner: "swarm"},
+	// the users whose figures the feed has not delivered yet
+	{Kind: KindFeedDirty, Suffix: sufFeedDirty, Owner: "swarm"},
 }
 
 // orphanFixedKinds is how many rows of torrentRecords are

@@ -35,9 +35,12 @@ const (
 // CPU (INFO cpu) per announce, the queue's last write included.
 func BenchmarkAnnounce(b *testing.B) {
 	for _, backend := range redistest.Backends() {
-		for _, variant := range []string{"open", "private", "open/direct"} {
-			private := variant == "private"
+		// "/direct": every announce through announce.lua (no write-behind);
+		// private-noacct is private with accounting off: side by side
+		// with private, what crediting and the feed's mark cost.
+		for _, variant := range []string{"open", "private", "private-noacct", "open/direct", "private/direct"} {
 			mode := variant
+			private := strings.HasPrefix(variant, "private")
 			writeBehind := time.Duration(0)
 			if strings.HasSuffix(variant, "/direct") {
 				writeBehind = -1
@@ -48,7 +51,7 @@ func BenchmarkAnnounce(b *testing.B) {
 			}
 			// One user holds every peer here: no per-owner bound.
 			store, err := swarm.New(backend.Client, swarm.Config{Private: private, Logger: quietLogger, MaxPeersPerOwner: -1,
-				WriteBehind: writeBehind})
+				WriteBehind: writeBehind, NoAccounting: variant == "private-noacct"})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -69,8 +72,12 @@ func BenchmarkAnnounce(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			// Counters only grow (one clock for every peer), so each
+			// re-announce reports transfer, as a real swarm's do.
+			var counter atomic.Uint64
 			benchRequest := func(torrent, peer int) *bittorrent.AnnounceRequest {
-				req := request(hashes[torrent], peerID("-BN", peer), peer, numWant(benchNumWant))
+				moved := counter.Add(1000)
+				req := request(hashes[torrent], peerID("-BN", peer), peer, numWant(benchNumWant), transfer(moved, moved))
 				if peer < benchSeeders {
 					req.Left = 0
 				}

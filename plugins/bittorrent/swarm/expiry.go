@@ -506,6 +506,10 @@ func (s *Store) Start(ctx context.Context) error {
 		s.wg.Add(1)
 		go s.repairLoop(loopCtx)
 	}
+	if s.cfg.OnFeed != nil {
+		s.wg.Add(1)
+		go s.feedLoop(loopCtx)
+	}
 	return nil
 }
 

@@ -12,3 +12,7 @@ func SetPasskeyCacheLimits(s *Store, known, misses int) {
 
 // PasskeyCacheSizes are the cached known passkeys and misses.
 func PasskeyCacheSizes(s *Store) (known, misses int) { return s.passkeys.sizes() }
+
+// SetFeedHook makes the feed call fn between a batch's delivery and its
+// settling, so a test can crash it there.
+func SetFeedHook(s *Store, fn func(FeedBatch)) { s.feedHook = fn }

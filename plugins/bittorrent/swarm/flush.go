@@ -47,6 +47,13 @@ type userUpdate struct {
 	version int64
 }
 
+// transfer is a user's transfer: raw uploaded and downloaded, then
+// credited (bytes).
+type transfer [4]int64
+
+// The fields of btstore.UserStatsKey, in transfer's order.
+var transferFields = [4]string{"uploaded", "downloaded", "up_credit", "down_credit"}
+
 // indexDelta is how one torrent's index scores changed.
 type indexDelta struct {
 	seeders, leechers, snatches int64
@@ -62,16 +69,20 @@ type pending struct {
 	mu     sync.Mutex
 	index  map[bittorrent.InfoHash]*indexDelta
 	users  map[userTorrent]userUpdate
-	totals map[string]*[2]int64
+	totals map[string]*transfer
+	// feed: torrents announce.lua reported a feed mark for (a user's
+	// record joined its dirty set), to index in btstore.FeedIndexKey
+	feed map[bittorrent.InfoHash]struct{}
 }
 
 func (p *pending) reset() {
 	p.index = make(map[bittorrent.InfoHash]*indexDelta)
 	p.users = make(map[userTorrent]userUpdate)
-	p.totals = make(map[string]*[2]int64)
+	p.totals = make(map[string]*transfer)
+	p.feed = make(map[bittorrent.InfoHash]struct{})
 }
 
-func (p *pending) size() int { return len(p.index) + len(p.users) + len(p.totals) }
+func (p *pending) size() int { return len(p.index) + len(p.users) + len(p.totals) + len(p.feed) }
 
 func (p *pending) addStat(stat int, n int64) {
 	if n != 0 {
@@ -102,48 +113,55 @@ func (p *pending) addUserLocked(u *userUpdate) {
 	}
 }
 
-func (p *pending) addTotalsLocked(userID string, uploaded, downloaded int64) {
-	if userID == "" || (uploaded == 0 && downloaded == 0) {
+func (p *pending) addTotalsLocked(userID string, d transfer) {
+	if userID == "" || d == (transfer{}) {
 		return
 	}
 	t := p.totals[userID]
 	if t == nil {
-		t = &[2]int64{}
+		t = &transfer{}
 		p.totals[userID] = t
 	}
-	t[0] += uploaded
-	t[1] += downloaded
+	for i := range d {
+		t[i] += d[i]
+	}
 }
 
 // addAnnounce records one announce's effects; it reports whether the
 // batch has grown past maxPendingEntries.
 func (p *pending) addAnnounce(hash bittorrent.InfoHash, dSeeders, dLeechers, snatched int64, userID string,
-	uploaded, downloaded int64, update *userUpdate) bool {
+	moved transfer, update *userUpdate, feedMark bool) bool {
 	p.addStat(statAnnounces, 1)
 	p.addStat(statSeeders, dSeeders)
 	p.addStat(statLeechers, dLeechers)
 	p.addStat(statSnatches, snatched)
-	if dSeeders == 0 && dLeechers == 0 && snatched == 0 && update == nil && uploaded == 0 && downloaded == 0 {
+	if dSeeders == 0 && dLeechers == 0 && snatched == 0 && update == nil && moved == (transfer{}) && !feedMark {
 		return false // the common announce: nothing but the counter
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.addIndexLocked(hash, dSeeders, dLeechers, snatched)
 	p.addUserLocked(update)
-	p.addTotalsLocked(userID, uploaded, downloaded)
+	p.addTotalsLocked(userID, moved)
+	if feedMark {
+		p.feed[hash] = struct{}{}
+	}
 	return p.size() > maxPendingEntries
 }
 
 // addRefresh records a written-behind plain re-announce's effects (its
 // announce was counted when it was answered).
-func (p *pending) addRefresh(userID string, uploaded, downloaded int64, update *userUpdate) {
-	if update == nil && uploaded == 0 && downloaded == 0 {
+func (p *pending) addRefresh(hash bittorrent.InfoHash, userID string, moved transfer, update *userUpdate, feedMark bool) {
+	if update == nil && moved == (transfer{}) && !feedMark {
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.addUserLocked(update)
-	p.addTotalsLocked(userID, uploaded, downloaded)
+	p.addTotalsLocked(userID, moved)
+	if feedMark {
+		p.feed[hash] = struct{}{}
+	}
 }
 
 // addExpiry records one expire.lua run's effects.
@@ -164,7 +182,8 @@ type batch struct {
 	stats  [statCount]int64
 	index  map[bittorrent.InfoHash]*indexDelta
 	users  map[userTorrent]userUpdate
-	totals map[string]*[2]int64
+	totals map[string]*transfer
+	feed   map[bittorrent.InfoHash]struct{}
 }
 
 // take empties the pending writes and returns them.
@@ -175,7 +194,7 @@ func (p *pending) take() batch {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	b.index, b.users, b.totals = p.index, p.users, p.totals
+	b.index, b.users, b.totals, b.feed = p.index, p.users, p.totals, p.feed
 	p.reset()
 	return b
 }
@@ -250,15 +269,28 @@ func (s *Store) flushLocked(ctx context.Context) error {
 		}
 	}
 	for userID, t := range work.totals {
-		up, down := t[0], t[1]
-		queue(pipe.HIncrBy(ctx, btstore.UserStatsKey(userID), "uploaded", up), func() {
+		for i, field := range transferFields {
+			if t[i] == 0 {
+				continue
+			}
+			var undo transfer
+			undo[i] = t[i]
+			queue(pipe.HIncrBy(ctx, btstore.UserStatsKey(userID), field, t[i]), func() {
+				s.pending.mu.Lock()
+				s.pending.addTotalsLocked(userID, undo)
+				s.pending.mu.Unlock()
+			})
+		}
+	}
+	now := s.nowMillis()
+	for hash := range work.feed {
+		// A plain ZADD: the score moves to now, so a feed round that read
+		// the old score and found the dirty set empty leaves this entry
+		// (zrem_unchanged.lua).
+		queue(pipe.ZAdd(ctx, btstore.FeedIndexKey(btstore.FeedShard(hash)),
+			redis.Z{Score: float64(now), Member: btstore.HexInfoHash(hash)}), func() {
 			s.pending.mu.Lock()
-			s.pending.addTotalsLocked(userID, up, 0)
-			s.pending.mu.Unlock()
-		})
-		queue(pipe.HIncrBy(ctx, btstore.UserStatsKey(userID), "downloaded", down), func() {
-			s.pending.mu.Lock()
-			s.pending.addTotalsLocked(userID, 0, down)
+			s.pending.feed[hash] = struct{}{}
 			s.pending.mu.Unlock()
 		})
 	}

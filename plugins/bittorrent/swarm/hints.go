@@ -23,6 +23,7 @@ import (
 const (
 	hintWhitelist     = "whitelist"
 	hintDeny          = "deny"
+	hintWindows       = "credit-windows"
 	hintPasskeyPrefix = "passkey:"
 	hintTorrentPrefix = "torrent:" // unregistered: drop its swarm view
 )
@@ -54,6 +55,8 @@ func (s *Store) applyHint(msg string) {
 		s.whitelist.invalidate()
 	case hintDeny:
 		s.deny.invalidate()
+	case hintWindows:
+		s.windows.invalidate()
 	}
 }
 
@@ -91,6 +94,7 @@ func (s *Store) hintLoop(ctx context.Context, sub *redis.PubSub) {
 					s.passkeys.clear()
 					s.whitelist.invalidate()
 					s.deny.invalidate()
+					s.windows.invalidate()
 				}
 			case *redis.Message:
 				s.applyHint(m.Payload)

@@ -235,6 +235,7 @@ type TorrentInfo struct {
 	Leechers   int64
 	Snatches   int64
 	Value      float64 // the site's value of the upload, 0 when never given
+	Credit     Credit  // the site's credit status for it (SetTorrentCredit)
 }
 
 // Torrent returns a torrent's record, or ErrNotFound.
@@ -265,6 +266,7 @@ func (s *Store) Torrent(ctx context.Context, hash bittorrent.InfoHash) (TorrentI
 		Leechers:   num("leechers"),
 		Snatches:   num("snatches"),
 		Value:      value,
+		Credit:     creditOf(fields),
 	}, nil
 }
 
@@ -381,6 +383,9 @@ type UserSummary struct {
 	HnR        []string // hit-and-runs (see HnRPolicy)
 	Uploaded   int64    // bytes, summed over announces
 	Downloaded int64
+	// UpCredited and DownCredited are the credited transfer (Credit).
+	UpCredited   int64
+	DownCredited int64
 }
 
 // User returns a user's sets (sorted) and transfer totals. They lag by up
@@ -395,7 +400,7 @@ func (s *Store) User(ctx context.Context, userID string) (UserSummary, error) {
 	for i, set := range sets {
 		cmds[i] = pipe.SMembers(ctx, btstore.UserSetKey(userID, set))
 	}
-	totals := pipe.HMGet(ctx, btstore.UserStatsKey(userID), "uploaded", "downloaded")
+	totals := pipe.HMGet(ctx, btstore.UserStatsKey(userID), transferFields[:]...)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return UserSummary{}, fmt.Errorf("swarm.User: %w", err)
 	}
@@ -407,6 +412,7 @@ func (s *Store) User(ctx context.Context, userID string) (UserSummary, error) {
 	return UserSummary{
 		Active: members[0], Complete: members[1], Incomplete: members[2], HnR: members[3],
 		Uploaded: replyInt(totals.Val()[0]), Downloaded: replyInt(totals.Val()[1]),
+		UpCredited: replyInt(totals.Val()[2]), DownCredited: replyInt(totals.Val()[3]),
 	}, nil
 }
 

@@ -30,6 +30,11 @@ var (
 	userPurgeRecordScript = loadScript("user_purge_record.lua")
 	userPurgeDropScript   = loadScript("user_purge_drop.lua")
 	passkeyDropScript     = loadScript("passkey_drop.lua")
+
+	// credited transfer (credit.go)
+	creditTorrentScript = loadScript("credit_torrent.lua")
+	tokenSetScript      = loadScript("token_set.lua")
+	feedSettleScript    = loadScript("feed_settle.lua")
 )
 
 var prelude = btstore.Prelude()
@@ -43,8 +48,16 @@ const (
 	codeFlood        = -4
 )
 
+// The token events announce.lua returns (prelude's user_credit), named
+// once here and handed to the script as R.TOKEN_USED and R.TOKEN_ENDED.
+const (
+	tokenUsed  = 1
+	tokenEnded = 2
+)
+
 var announceCodes = map[string]int64{
 	"UNREGISTERED": codeUnregistered, "PEER_TAKEN": codePeerTaken, "PEER_LIMIT": codePeerLimit, "FLOOD": codeFlood,
+	"TOKEN_USED": tokenUsed, "TOKEN_ENDED": tokenEnded,
 }
 
 func loadScript(name string) *redis.Script {

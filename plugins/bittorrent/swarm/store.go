@@ -85,6 +85,21 @@ type Config struct {
 	// event for the site). It runs on the announce's goroutine, once per
 	// offender and window; nil: offenders are only counted.
 	OnFlood func(context.Context, FloodReport)
+	// NoAccounting turns credited transfer off (private mode): announces
+	// keep the raw transfer only, and no token is used or reported. For
+	// trackers that keep no ratio economy, and to measure what it costs.
+	NoAccounting bool
+	// OnToken hears of each personal token's first use and end (the
+	// plugin appends an outbox event for the site). It runs on the
+	// announce's goroutine, once per grant and event; nil: not reported.
+	OnToken func(context.Context, TokenEvent)
+	// OnFeed delivers the feed's batches to the site (the plugin appends
+	// them to the outbox); set, Start runs a feed round every
+	// FeedInterval (10s) and the backstop for lost marks every
+	// FeedBackstopInterval (10m). See feed.go.
+	OnFeed               func(context.Context, FeedBatch) error
+	FeedInterval         time.Duration
+	FeedBackstopInterval time.Duration
 	// CacheTTL is how long passkey lookups and the client whitelist are
 	// cached per frontend (10s). A change made through this Store applies
 	// here at once; other frontends see it within CacheTTL.
@@ -146,6 +161,8 @@ func (c *Config) validate() error {
 		{"DeletedReasonTTL", &c.DeletedReasonTTL, 72 * time.Hour},
 		{"FloodInterval", &c.FloodInterval, 0},
 		{"FloodWindow", &c.FloodWindow, time.Hour},
+		{"FeedInterval", &c.FeedInterval, 10 * time.Second},
+		{"FeedBackstopInterval", &c.FeedBackstopInterval, 10 * time.Minute},
 	}
 	for _, d := range durations {
 		if *d.value < 0 {
@@ -252,6 +269,7 @@ type Store struct {
 	passkeys  passkeyCache
 	whitelist whitelistCache
 	deny      denyCache
+	windows   windowCache
 	pending   pending
 	flushMu   sync.Mutex
 
@@ -270,6 +288,11 @@ type Store struct {
 	wg        sync.WaitGroup
 	stopOnce  sync.Once
 	listener  *expiryListener
+
+	// feedHook, when set (tests only), runs between a feed batch's
+	// delivery and its settling: a kill -9 there is what the feed must
+	// survive.
+	feedHook func(FeedBatch)
 
 	// pruneHook, when set (tests only), runs in pruneIndex between the
 	// read of the torrents and the removal of their entries.
@@ -338,6 +361,13 @@ func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (
 		private = "1"
 	}
 	timeout := s.cfg.PeerTimeout.Milliseconds()
+	accounting, windowUp, windowDown := "0", 100, 100
+	if s.accounting(userID) {
+		accounting = "1"
+		if windowUp, windowDown, err = s.windowRates(ctx, now); err != nil {
+			return nil, err
+		}
+	}
 	keys := btstore.AnnounceKeys(req.InfoHash, req.PeerID, userID)
 	args := []any{now, req.PeerID[:], peerEntry(req.PeerID, req.Addr), req.Uploaded, req.Downloaded, req.Left,
 		int(req.Event), numWant, private, userID,
@@ -345,7 +375,7 @@ func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (
 		s.openRetentionMillis(), s.cfg.HnR.MinSeedTime.Milliseconds(), s.cfg.HnR.MinRatio, now + timeout,
 		compactLen(req.PeerFamily), s.cfg.ReaperClaimWindow.Milliseconds(), max(s.cfg.MaxPeersPerOwner, 0),
 		s.cfg.FloodInterval.Milliseconds(), s.cfg.FloodWindow.Milliseconds(), max(s.cfg.FloodReportAfter, 0),
-		s.lastAcceptedHere(req, userID)}
+		s.lastAcceptedHere(req, userID), accounting, windowUp, windowDown}
 	var reply []any
 	if s.announces != nil {
 		cmd, err := s.announces.run(ctx, keys, args)
@@ -384,7 +414,7 @@ func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (
 	default:
 		return nil, fmt.Errorf("swarm.Announce: script returned code %d", code)
 	}
-	if len(reply) != 14 {
+	if len(reply) != 19 {
 		return nil, fmt.Errorf("swarm.Announce: %w (%d elements)", errBadReply, len(reply))
 	}
 	resp := &bittorrent.AnnounceResponse{
@@ -424,6 +454,10 @@ func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (
 	return resp, nil
 }
 
+// accounting tells whether a user's announces are credited (private
+// mode, accounting on).
+func (s *Store) accounting(userID string) bool { return userID != "" && !s.cfg.NoAccounting }
+
 // lastAcceptedHere is the time (ms) of the peer's last announce this
 // frontend accepted, for flood control in announce.lua (0: unknown, or
 // flood control off).
@@ -452,15 +486,32 @@ func (s *Store) recordAnnounce(ctx context.Context, hash bittorrent.InfoHash, us
 		}
 	}
 	full := s.pending.addAnnounce(hash, dSeeders, dLeechers, snatched, userID,
-		replyInt(reply[11]), replyInt(reply[12]), update)
+		transfer{replyInt(reply[11]), replyInt(reply[12]), replyInt(reply[14]), replyInt(reply[15])}, update,
+		replyInt(reply[18]) == 1)
 	if full {
 		s.flushIfIdle(ctx)
 	}
+	s.reportToken(ctx, replyInt(reply[16]), hash, replyString(reply[8]), userID, replyInt(reply[17]))
 	if replyInt(reply[1])+replyInt(reply[2]) == 0 && replyString(reply[8]) == "" {
 		// the last peer of an unregistered torrent stopped: it may be an
 		// orphan a window from now (a rare announce, so one more write)
 		s.markOrphanDue(ctx, hash)
 	}
+}
+
+// reportToken hands a token event of an announce script's reply (event:
+// 0 none, tokenUsed, tokenEnded; used: the token's first use, ms) to
+// Config.OnToken.
+func (s *Store) reportToken(ctx context.Context, event int64, hash bittorrent.InfoHash, torrentID, userID string, used int64) {
+	if event == 0 || s.cfg.OnToken == nil {
+		return
+	}
+	kind := TokenUsed
+	if event == tokenEnded {
+		kind = TokenEnded
+	}
+	s.cfg.OnToken(ctx, TokenEvent{Kind: kind, InfoHash: hash, TorrentID: torrentID, UserID: userID,
+		Used: time.UnixMilli(used).UTC(), At: s.clock.Now().UTC()})
 }
 
 // markOrphanDue tells orphan cleanup to look at a torrent a protection

@@ -52,7 +52,11 @@ const (
 
 var refreshCodes = map[string]int64{
 	"REFRESHED": codeRefreshed, "STALE": codeStale, "DROPPED": codeDropped, "UNREGISTERED": codeUnregistered,
+	"TOKEN_USED": tokenUsed, "TOKEN_ENDED": tokenEnded, // user_credit's events, as announce.lua's
 }
+
+// refreshPeerReply is how many elements refresh.lua answers per peer.
+const refreshPeerReply = 10
 
 var refreshScript = btstore.Script("refresh.lua", btstore.LuaCodes(refreshCodes), prelude)
 
@@ -189,6 +193,9 @@ type queuedRefresh struct {
 	uploaded, downloaded uint64
 	left                 uint64
 	at                   int64
+	// the site-wide windows' rates (percent) at the announce's time: it
+	// is credited as when it was answered (100, 100 without accounting)
+	windowUp, windowDown int
 }
 
 // refreshQueue holds the refreshes waiting, per torrent and peer: a
@@ -300,7 +307,13 @@ func (w *writeBehind) answer(ctx context.Context, req *bittorrent.AnnounceReques
 		return nil, false
 	}
 	refresh := queuedRefresh{user: userID, addr: known.addr,
-		uploaded: req.Uploaded, downloaded: req.Downloaded, left: req.Left, at: now}
+		uploaded: req.Uploaded, downloaded: req.Downloaded, left: req.Left, at: now, windowUp: 100, windowDown: 100}
+	if w.s.accounting(userID) {
+		var err error
+		if refresh.windowUp, refresh.windowDown, err = w.s.windowRates(ctx, now); err != nil {
+			return nil, false // announce.lua's path reports it
+		}
+	}
 	view, written, err := w.view(ctx, req.InfoHash, now, req.PeerID, refresh)
 	if err != nil {
 		if err != errColdTorrent {
@@ -416,7 +429,7 @@ func (w *writeBehind) view(ctx context.Context, hash bittorrent.InfoHash, now in
 		}
 		call := refreshCall{hash: hash, ids: []bittorrent.PeerID{id}, peers: []queuedRefresh{r}, withView: true}
 		reply, err := w.readView(ctx, btstore.RefreshKeys(hash, call.ids, []string{r.user}),
-			w.appendRefreshArgs(make([]any, 0, 15), w.s.cfg.MaxNumWant, w.privateArg(), call.peers, call.ids))
+			w.appendRefreshArgs(make([]any, 0, 18), w.s.cfg.MaxNumWant, w.privateArg(), call.peers, call.ids))
 		if err != nil {
 			return viewCopy{}, false, err
 		}
@@ -491,12 +504,17 @@ func (w *writeBehind) privateArg() string {
 func (w *writeBehind) appendRefreshArgs(args []any, sample int, private string, peers []queuedRefresh, ids []bittorrent.PeerID) []any {
 	timeout := w.s.cfg.PeerTimeout.Milliseconds()
 	now := w.s.nowMillis()
+	accounting := "0"
+	if !w.s.cfg.NoAccounting {
+		accounting = "1"
+	}
 	args = append(args, timeout, w.s.cfg.HnR.MinSeedTime.Milliseconds(), w.s.cfg.HnR.MinRatio,
-		w.s.cfg.ReaperClaimWindow.Milliseconds(), sample, private)
+		w.s.cfg.ReaperClaimWindow.Milliseconds(), sample, private, accounting)
 	for i, r := range peers {
 		args = append(args, ids[i][:], r.user, r.addr, strconv.FormatUint(r.uploaded, 10),
 			strconv.FormatUint(r.downloaded, 10), strconv.FormatUint(r.left, 10),
-			strconv.FormatInt(r.at, 10), strconv.FormatInt(r.at+timeout, 10), strconv.FormatInt(max(1, r.at+timeout-now), 10))
+			strconv.FormatInt(r.at, 10), strconv.FormatInt(r.at+timeout, 10), strconv.FormatInt(max(1, r.at+timeout-now), 10),
+			r.windowUp, r.windowDown)
 	}
 	return args
 }
@@ -569,7 +587,7 @@ func (w *writeBehind) write(ctx context.Context, calls []refreshCall, now int64)
 			users[j] = c.peers[j].user
 		}
 		scripts[i] = scriptCall{keys: btstore.RefreshKeys(c.hash, c.ids, users),
-			args: w.appendRefreshArgs(make([]any, 0, 6+9*len(c.peers)), sample, private, c.peers, c.ids)}
+			args: w.appendRefreshArgs(make([]any, 0, 7+11*len(c.peers)), sample, private, c.peers, c.ids)}
 	}
 	failed := 0
 	var firstErr error
@@ -619,12 +637,12 @@ func (w *writeBehind) apply(c *refreshCall, reply []any, now int64) error {
 // user-side effects go into the batch the flush writes, and dropped
 // peers are forgotten, so their next announce runs announce.lua.
 func (w *writeBehind) applyPeers(c *refreshCall, reply []any) error {
-	if len(reply) != 7+5*len(c.peers) {
+	if len(reply) != 7+refreshPeerReply*len(c.peers) {
 		return fmt.Errorf("refresh.lua: %w (%d elements for %d peers)", errBadReply, len(reply), len(c.peers))
 	}
 	torrentID := replyString(reply[4])
 	for j, r := range c.peers {
-		res := reply[7+5*j : 12+5*j]
+		res := reply[7+refreshPeerReply*j : 7+refreshPeerReply*(j+1)]
 		switch replyInt(res[0]) {
 		case codeDropped:
 			w.dropped.Add(1)
@@ -635,7 +653,9 @@ func (w *writeBehind) applyPeers(c *refreshCall, reply []any) error {
 				update = &userUpdate{key: userTorrent{user: r.user, torrent: torrentID}, hash: c.hash,
 					bits: bits, version: replyInt(res[2])}
 			}
-			w.s.pending.addRefresh(r.user, replyInt(res[3]), replyInt(res[4]), update)
+			w.s.pending.addRefresh(c.hash, r.user, transfer{replyInt(res[3]), replyInt(res[4]), replyInt(res[5]),
+				replyInt(res[6])}, update, replyInt(res[9]) == 1)
+			w.s.reportToken(context.Background(), replyInt(res[7]), c.hash, torrentID, r.user, replyInt(res[8]))
 		}
 	}
 	return nil

@@ -5,7 +5,8 @@
 -- listener needs comes back in this one round trip.
 --
 -- KEYS[1] torrent    HASH  id, created, last_action, announces, seeders,
---                          leechers, snatches
+--                          leechers, snatches, credit_up, credit_down (the
+--                          site's multipliers for it, percent)
 -- KEYS[2] seeders    HASH  peer id (20 bytes) -> peer entry (see ARGV[3])
 -- KEYS[3] leechers   HASH  peer id (20 bytes) -> peer entry
 -- KEYS[4] deadlines  ZSET  peer id .. user id -> deadline (ms)
@@ -26,6 +27,8 @@
 --                          owner's peers in the swarm, for ARGV[19]
 -- KEYS[13] deleted   STRING the site's reason for removing the torrent,
 --                          read only when refusing an unregistered one
+-- KEYS[14] dirty     SET   user ids whose record has figures not yet fed
+--                          to the site (prelude's user_feed)
 --
 -- ARGV[1]  now (ms)
 -- ARGV[2]  peer id (20 bytes)
@@ -67,17 +70,27 @@
 --          accepted, 0 when none: plain re-announces are written behind
 --          (refresh.lua), so the record's last_announce may lag it; flood
 --          control counts from the later of the two
+-- ARGV[24] "1": accounting on (credit the transfer, prelude's user_credit,
+--          and mark the record for the feed, user_feed)
+-- ARGV[25] the site-wide windows' upload rate now (percent; 100: none open)
+-- ARGV[26] the site-wide windows' download rate now (percent; 100: none open)
 --
 -- Returns
 --   {1, seeders, leechers, snatches, born, d_seeders, d_leechers, snatched,
---    torrent id, user bits, user version, d_uploaded, d_downloaded, peers}
+--    torrent id, user bits, user version, d_uploaded, d_downloaded, peers,
+--    c_uploaded, c_downloaded, token event, token used, feed mark}
 --      born: 1 when the swarm had no peer before this announce (the caller
 --      then indexes it for the expiry sweep); snatched: 1 when this
 --      announce counted a snatch; torrent id "" when not registered; user
 --      bits -1 when the user's state did not change (see user_write);
 --      d_uploaded/d_downloaded: what this peer transferred since its
 --      previous announce; peers: the chosen peers' entries concatenated
---      into one string, so the reply is one bulk string, not one per peer
+--      into one string, so the reply is one bulk string, not one per peer;
+--      c_uploaded/c_downloaded: the credited deltas; token event: 0, or 1
+--      the user's token was first used, 2 it ended (user_credit); token
+--      used: when it was first used (ms), "" when never; feed mark: 1
+--      when the user's record joined KEYS[14] (the caller indexes the
+--      torrent for the feed)
 --  {R.UNREGISTERED [, reason]}  the torrent is not registered (private
 --      mode); reason: KEYS[13], the site's reason while it lasts
 --  {R.PEER_TAKEN}  the peer id is active in this swarm under another user
@@ -115,7 +128,8 @@ local k_snatchers, k_claims = KEYS[9], KEYS[10]
 local k_users, k_owners = KEYS[11], KEYS[12]
 local max_owned = tonumber(ARGV[19])
 
-local t = redis.call('HMGET', k_torrent, 'id', 'created', 'announces', 'snatches', 'registered')
+local t = redis.call('HMGET', k_torrent, 'id', 'created', 'announces', 'snatches', 'registered',
+  'credit_up', 'credit_down')
 if ARGV[9] == '1' and not t[1] then
   local reason = redis.call('GET', KEYS[13])
   if reason then return {R.UNREGISTERED, reason} end
@@ -283,11 +297,13 @@ if known or not leaving then
 end
 
 -- The user's record on this torrent (prelude's user_announce).
-local user_state, user_ver = -1, 0
+local user_state, user_ver, c_up, c_down, token_event, token_used, feed_mark = -1, 0, 0, 0, 0, false, 0
 if user ~= '' and (known or not leaving) then
-  user_state, user_ver = user_announce(k_user, k_users, user, {d_up = d_up, d_down = d_down,
-    elapsed = elapsed, was_seeder = was_seeder, was_active = was_active, leaving = leaving,
-    seeding = seeding, snatched = snatched}, now, ARGV[1], hnr_seed_ms, hnr_ratio)
+  local rates = ARGV[24] == '1' and credit_rates(t[6], t[7], tonumber(ARGV[25]), tonumber(ARGV[26]))
+  user_state, user_ver, c_up, c_down, token_event, token_used, feed_mark = user_announce(k_user, k_users, user,
+    {d_up = d_up, d_down = d_down, elapsed = elapsed, was_seeder = was_seeder, was_active = was_active,
+    leaving = leaving, seeding = seeding, snatched = snatched}, now, ARGV[1], hnr_seed_ms, hnr_ratio, rates or nil,
+    rates and KEYS[14] or nil)
 end
 
 if snatched == 1 and user ~= '' then
@@ -366,4 +382,5 @@ if not leaving and numwant > 0 then
 end
 
 return {1, seeders, leechers, snatches, born, d_seeders, d_leechers, snatched, torrent_id,
-  user_state, int(user_ver), int(d_up), int(d_down), table.concat(packed)}
+  user_state, int(user_ver), int(d_up), int(d_down), table.concat(packed),
+  int(c_up), int(c_down), token_event, token_used or '', feed_mark}

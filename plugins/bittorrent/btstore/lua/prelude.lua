@@ -74,16 +74,26 @@ local function torrent_retention(k_torrent, registered, empty, born, open_retent
   end
 end
 
--- The numeric fields of a user's record on one torrent.
-local user_numbers = {'peers', 'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'downloaded'}
+-- The numeric fields of a user's record on one torrent. up_credit and
+-- down_credit are the credited transfer (the raw one times the
+-- multipliers in force at each announce; see credit_rates).
+-- seq numbers the record's fed figures (user_feed).
+local user_numbers = {'peers', 'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'downloaded',
+  'up_credit', 'down_credit', 'seq'}
+local user_fields = {'peers', 'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'downloaded',
+  'up_credit', 'down_credit', 'seq', 'complete', 'bits', 'ver', 'first_announce', 'token', 'token_used',
+  'token_ended', 'fed_seq'}
 
 -- A user's record on one torrent, read with one HMGET. u.was keeps the
--- values read, so user_write writes only what changed.
+-- values read, so user_write writes only what changed. token is the
+-- personal freeleech token's end (ms, 0: it never ends; nil: no token),
+-- token_used and token_ended when it was first used and seen ended (ms).
 local function user_read(key)
-  local v = redis.call('HMGET', key, 'peers', 'snatched', 'seed_ms', 'leech_ms',
-    'uploaded', 'downloaded', 'complete', 'bits', 'ver', 'first_announce')
-  local u = {was = {}, complete = v[7] == '1', bits = tonumber(v[8]) or -1,
-    ver = tonumber(v[9]) or 0, first = v[10]}
+  local v = redis.call('HMGET', key, unpack(user_fields))
+  local n = #user_numbers
+  local u = {was = {}, complete = v[n + 1] == '1', bits = tonumber(v[n + 2]) or -1,
+    ver = tonumber(v[n + 3]) or 0, first = v[n + 4], token = tonumber(v[n + 5]),
+    token_used = v[n + 6], token_ended = v[n + 7], fed_seq = tonumber(v[n + 8]) or 0}
   for i, name in ipairs(user_numbers) do
     u[name] = tonumber(v[i]) or 0
     u.was[name] = u[name]
@@ -110,7 +120,8 @@ local function user_bits(u, hnr_seed_ms, hnr_ratio)
 end
 
 -- user_write stores what the caller changed in a record read by user_read
--- (u.last, when set, is the new last_announce as text) with one HSET.
+-- (u.last, when set, is the new last_announce as text; u.token_mark, when
+-- set, the token stamp to set to now) with one HSET.
 -- When the state bits changed it gives them a new version, max(previous +
 -- 1, now), so versions only grow even if the record is ever recreated;
 -- the caller copies changed bits to the user's sets (another slot), and
@@ -136,6 +147,10 @@ local function user_write(key, u, now, hnr_seed_ms, hnr_ratio)
     fields[#fields + 1] = 'last_announce'
     fields[#fields + 1] = u.last
   end
+  if u.token_mark then
+    fields[#fields + 1] = u.token_mark
+    fields[#fields + 1] = int(now)
+  end
   local bits = user_bits(u, hnr_seed_ms, hnr_ratio)
   local ver = 0
   if bits ~= u.bits then
@@ -154,19 +169,101 @@ local function user_write(key, u, now, hnr_seed_ms, hnr_ratio)
   return bits, ver
 end
 
+-- credit_rates combines the multipliers in force for an announce, in
+-- percent: the torrent's (its record's credit_up and credit_down, absent:
+-- 100) and the site-wide windows' (w_up, w_down, from ARGV: 100 when no
+-- window is open). The most generous download rate wins (the lowest), and
+-- so does the upload rate (the highest), except that a neutral torrent or
+-- window (upload 0) credits no upload at all: neutral means the transfer
+-- does not count. Returns {up = , down = }.
+local function credit_rates(t_up, t_down, w_up, w_down)
+  local up, down = tonumber(t_up) or 100, tonumber(t_down) or 100
+  if up == 0 or w_up == 0 then
+    up = 0
+  else
+    up = math.max(up, w_up)
+  end
+  return {up = up, down = math.min(down, w_down)}
+end
+
+-- user_credit credits one announce's transfer d_up and d_down to the
+-- record u at rates (credit_rates) and the user's personal token: a token
+-- in force (u.token 0, or later than now) makes the download free. It
+-- marks the token's first use (an announce with download credited free by
+-- it) and its end (the first announce at or after its end, once used),
+-- each once per grant. Returns the credited deltas and the token event
+-- (0, R.TOKEN_USED or R.TOKEN_ENDED: a script crediting transfer is loaded
+-- with the announce codes, swarm's announceCodes).
+local function user_credit(u, d_up, d_down, rates, now)
+  local down_rate = rates.down
+  local event = 0
+  if u.token then
+    if u.token == 0 or now < u.token then
+      if d_down > 0 and down_rate > 0 then
+        down_rate = 0
+        if not u.token_used then
+          u.token_used = int(now)
+          u.token_mark = 'token_used'
+          event = R.TOKEN_USED
+        end
+      end
+    elseif u.token_used and not u.token_ended then
+      u.token_ended = int(now)
+      u.token_mark = 'token_ended'
+      event = R.TOKEN_ENDED
+    end
+  end
+  local c_up = math.floor(d_up * rates.up / 100)
+  local c_down = math.floor(d_down * down_rate / 100)
+  u.up_credit = u.up_credit + c_up
+  u.down_credit = u.down_credit + c_down
+  return c_up, c_down, event
+end
+
+-- The figures the feed to the site carries (user_feed).
+local fed_numbers = {'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'downloaded', 'up_credit', 'down_credit'}
+
+-- user_feed numbers a change of the record's fed figures: seq grows by
+-- one, and a record that was clean (everything up to its seq fed:
+-- fed_seq, set by feed_settle.lua) joins the torrent's dirty set (dirty),
+-- where the feed finds it. Returns 1 when it joined (the caller marks the
+-- torrent in the feed's index), else 0. Checked here, where the figures
+-- change, so a clean record costs no write.
+local function user_feed(u, user, dirty)
+  for _, name in ipairs(fed_numbers) do
+    if u[name] ~= u.was[name] then
+      u.seq = u.seq + 1
+      if u.was.seq == u.fed_seq then
+        redis.call('SADD', dirty, user)
+        return 1
+      end
+      return 0
+    end
+  end
+  return 0
+end
+
 -- user_announce applies one announce of user's peer to the user's record
 -- on the torrent (key; users is the torrent's set of users with a record):
--- transfer, seed and leech time, active peers, complete and snatched, and
--- from them the user's state. a holds what the announce did: d_up and
--- d_down (bytes since the peer's previous announce), elapsed (ms the peer
--- was in the swarm since), was_seeder, was_active, leaving, seeding and
--- snatched (1 when this announce counted a snatch). It is the one place
--- an announce's transfer reaches the user's record, whichever script
--- applies the announce. Returns what user_write returns.
-local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hnr_ratio)
+-- transfer, raw and credited, seed and leech time, active peers, complete
+-- and snatched, and from them the user's state. a holds what the announce
+-- did: d_up and d_down (bytes since the peer's previous announce), elapsed
+-- (ms the peer was in the swarm since), was_seeder, was_active, leaving,
+-- seeding and snatched (1 when this announce counted a snatch). rates are
+-- the multipliers in force (credit_rates), nil when accounting is off. It
+-- is the one place an announce's transfer reaches the user's record,
+-- whichever script applies the announce. dirty is the torrent's feed
+-- dirty set (user_feed), nil: no feed. Returns what user_write returns,
+-- then the credited deltas, the token event (user_credit), the token's
+-- first use (ms as text, or false) and user_feed's mark.
+local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hnr_ratio, rates, dirty)
   local u = user_read(key)
   u.uploaded = u.uploaded + a.d_up
   u.downloaded = u.downloaded + a.d_down
+  local c_up, c_down, token_event = 0, 0, 0
+  if rates then
+    c_up, c_down, token_event = user_credit(u, a.d_up, a.d_down, rates, now)
+  end
   if a.was_seeder then
     u.seed_ms = u.seed_ms + a.elapsed
   else
@@ -187,7 +284,10 @@ local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hn
   if not u.first then
     redis.call('SADD', users, user) -- a new record: once per user and torrent
   end
-  return user_write(key, u, now, hnr_seed_ms, hnr_ratio)
+  local mark = 0
+  if dirty then mark = user_feed(u, user, dirty) end
+  local bits, ver = user_write(key, u, now, hnr_seed_ms, hnr_ratio)
+  return bits, ver, c_up, c_down, token_event, u.token_used or false, mark
 end
 
 -- reaper_claim records that user reseeded the torrent in the reaper's

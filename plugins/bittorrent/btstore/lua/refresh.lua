@@ -27,8 +27,10 @@
 -- KEYS[5] reaper     HASH  the unseeded reaper's state (a seeder ends it)
 -- KEYS[6] claims     HASH  reseed claims (package reaper)
 -- KEYS[7] users      SET   user ids with a record on the torrent
--- then per peer i (from 0), KEYS[8+3i] its record (HASH), KEYS[9+3i] its
--- timeout key (STRING), KEYS[10+3i] its user's record (HASH; unused in
+-- KEYS[8] dirty      SET   user ids whose record has figures not yet fed
+--                          to the site (prelude's user_feed)
+-- then per peer i (from 0), KEYS[9+3i] its record (HASH), KEYS[10+3i] its
+-- timeout key (STRING), KEYS[11+3i] its user's record (HASH; unused in
 -- open mode)
 --
 -- ARGV[1] peer timeout (ms): the most time one announce can credit
@@ -38,17 +40,22 @@
 -- ARGV[5] view sample: how many entries of each role hash to return (0:
 --         none)
 -- ARGV[6] "1": the torrent must be registered (private mode)
--- then per peer i, ARGV[7+9i .. 15+9i]: peer id (20 bytes), user id (""
+-- ARGV[7] "1": accounting on (credit the transfer and mark the record for
+--         the feed, as announce.lua does: prelude's user_announce)
+-- then per peer i, ARGV[8+11i .. 18+11i]: peer id (20 bytes), user id (""
 -- in open mode), compact address (the entry's tail), uploaded,
 -- downloaded, left (as reported, decimal), the announce's time (ms), its
--- deadline (time + timeout, ms) and what is left of its timeout now (ms,
+-- deadline (time + timeout, ms), what is left of its timeout now (ms,
 -- at least 1: the timeout key's TTL, relative like announce.lua's, so a
--- frontend's clock never sets an absolute expiry on the server's)
+-- frontend's clock never sets an absolute expiry on the server's), and
+-- the site-wide windows' upload and download rates (percent) at the
+-- announce's time, so it is credited as when it was answered
 --
 -- Returns
 --   {R.REFRESHED, seeders, leechers, snatches, torrent id, seeder entries,
 --    leecher entries, then per peer: status, user bits, user version,
---    d_uploaded, d_downloaded}
+--    d_uploaded, d_downloaded, c_uploaded, c_downloaded, token event,
+--    token used, feed mark (as announce.lua returns them)}
 --      seeders, leechers and snatches are the torrent record's; the
 --      entries are "" unless ARGV[5] asked for them, concatenated as
 --      announce.lua returns peers; status is R.REFRESHED, R.STALE or
@@ -60,11 +67,13 @@ local timeout_ms = tonumber(ARGV[1])
 local hnr_seed_ms, hnr_ratio = tonumber(ARGV[2]), tonumber(ARGV[3])
 local sample = tonumber(ARGV[5])
 local k_torrent, k_seeders, k_leechers, k_deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local k_reaper, k_claims, k_users = KEYS[5], KEYS[6], KEYS[7]
+local k_reaper, k_claims, k_users, k_dirty = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local accounting = ARGV[7] == '1'
 
 -- The record's counts are the role hashes' lengths, written wherever a
 -- peer joins or leaves (announce.lua, expire.lua); a refresh moves none.
-local t = redis.call('HMGET', k_torrent, 'id', 'snatches', 'seeders', 'leechers', 'announces')
+local t = redis.call('HMGET', k_torrent, 'id', 'snatches', 'seeders', 'leechers', 'announces',
+  'credit_up', 'credit_down')
 if ARGV[6] == '1' and not t[1] then
   return {R.UNREGISTERED}
 end
@@ -75,9 +84,9 @@ local zadd = {}
 local applied = 0
 local latest, latest_text = 0, nil
 local reseeders = {}
-local peers = (#ARGV - 6) / 9
+local peers = (#ARGV - 7) / 11
 for i = 0, peers - 1 do
-  local a, k = 7 + 9 * i, 8 + 3 * i
+  local a, k = 8 + 11 * i, 9 + 3 * i
   local peer_id, user, addr = ARGV[a], ARGV[a + 1], ARGV[a + 2]
   local left_text, at_text = ARGV[a + 5], ARGV[a + 6]
   local at = tonumber(at_text)
@@ -86,6 +95,7 @@ for i = 0, peers - 1 do
     'active', 'left', 'addr', 'total_time')
   local last = tonumber(p[4])
   local status, bits, ver, d_up, d_down = R.DROPPED, -1, 0, 0, 0
+  local c_up, c_down, token_event, token_used, feed_mark = 0, 0, 0, false, 0
   if p[5] == '1' and p[1] == user and p[7] == addr and last and (tonumber(p[6]) == 0) == seeding then
     if last >= at then
       status = R.STALE
@@ -104,9 +114,11 @@ for i = 0, peers - 1 do
       zadd[#zadd + 1] = ARGV[a + 7]
       zadd[#zadd + 1] = peer_id .. user
       if user ~= '' then
-        bits, ver = user_announce(KEYS[k + 2], k_users, user, {d_up = d_up, d_down = d_down,
-          elapsed = elapsed, was_seeder = seeding, was_active = true, leaving = false,
-          seeding = seeding, snatched = 0}, at, at_text, hnr_seed_ms, hnr_ratio)
+        local rates = accounting and credit_rates(t[6], t[7], tonumber(ARGV[a + 9]), tonumber(ARGV[a + 10]))
+        bits, ver, c_up, c_down, token_event, token_used, feed_mark = user_announce(KEYS[k + 2], k_users, user,
+          {d_up = d_up, d_down = d_down, elapsed = elapsed, was_seeder = seeding, was_active = true,
+          leaving = false, seeding = seeding, snatched = 0}, at, at_text, hnr_seed_ms, hnr_ratio, rates or nil,
+          rates and k_dirty or nil)
       end
       applied = applied + 1
       if at > latest then latest, latest_text = at, at_text end
@@ -115,6 +127,8 @@ for i = 0, peers - 1 do
   end
   local n = #out
   out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = status, bits, ver, d_up, d_down
+  out[n + 6], out[n + 7], out[n + 8], out[n + 9], out[n + 10] = int(c_up), int(c_down), token_event,
+    token_used or '', feed_mark
 end
 
 if applied > 0 then
@@ -132,7 +146,7 @@ if #reseeders > 0 then
   for _, i in ipairs(reseeders) do
     local r = redis.call('HMGET', k_reaper, 'state', 'claim_until')
     if not (r[1] or r[2]) then break end
-    local a = 7 + 9 * i
+    local a = 8 + 11 * i
     reaper_reseed(k_torrent, k_reaper, k_claims, ARGV[a + 1], tonumber(ARGV[a + 6]), r[1], tonumber(r[2]),
       tonumber(ARGV[4]))
   end

@@ -1,0 +1,109 @@
+package btplugin_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
+)
+
+// Issue 28.1 with real clients: an aria2c seeder and an aria2c leecher
+// (each with its own passkey in its .torrent's announce URL) move a file
+// through hoard in private mode, once per torrent status and once with a
+// personal token. Each side's credited transfer is its raw transfer times
+// the status's rates, counted once, however many announces aria2c sent.
+func TestAria2TransferIsCreditedOnceUnderEachStatus(t *testing.T) {
+	requireCommand(t, "aria2c", "aria2")
+	requireCommand(t, "mktorrent", "mktorrent")
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tr, addrs := startTracker(t, b, `{"mode":"private","http":"127.0.0.1:0","udp4":"","udp6":"","interval":"1m"}`)
+		store := tr.Store()
+		ctx := context.Background()
+		seedKey, leechKey := strings.Repeat("s", 32), strings.Repeat("l", 32)
+		require.NoError(t, store.AddUser(ctx, seedKey, "seeder"))
+		require.NoError(t, store.AddUser(ctx, leechKey, "leecher"))
+		require.NoError(t, store.AddClient(ctx, "A2-", "aria2"))
+		cases := []struct {
+			name     string
+			credit   swarm.Credit
+			token    bool
+			up, down int64 // percent
+		}{
+			{"normal", swarm.Credit{Kind: swarm.CreditNormal}, false, 100, 100},
+			{"freeleech", swarm.Credit{Kind: swarm.CreditFreeleech}, false, 100, 0},
+			{"double", swarm.Credit{Kind: swarm.CreditDoubleUpload}, false, 200, 100},
+			{"token", swarm.Credit{Kind: swarm.CreditNormal}, true, 100, 0},
+		}
+		for i, c := range cases {
+			dir := t.TempDir()
+			seedDir, leechDir := filepath.Join(dir, "seed"), filepath.Join(dir, "leech")
+			require.NoError(t, os.MkdirAll(seedDir, 0o755))
+			payload := make([]byte, 1<<20+int(i)*4099)
+			_, _ = rand.Read(payload)
+			require.NoError(t, os.WriteFile(filepath.Join(seedDir, "payload.bin"), payload, 0o644))
+			torrentFor := func(passkey string) string {
+				path := filepath.Join(dir, passkey[:1]+".torrent")
+				out, err := exec.Command("mktorrent", "-a", "http://"+addrs["http"]+"/"+passkey+"/announce", "-l", "16",
+					"-o", path, filepath.Join(seedDir, "payload.bin")).CombinedOutput()
+				require.NoError(t, err, string(out))
+				return path
+			}
+			seedTorrent, leechTorrent := torrentFor(seedKey), torrentFor(leechKey)
+			hash := infoHashOf(t, seedTorrent)
+			require.Equal(t, hash, infoHashOf(t, leechTorrent))
+			require.NoError(t, store.RegisterTorrent(ctx, hash, "t"+c.name))
+			require.NoError(t, store.SetTorrentCredit(ctx, hash, c.credit))
+			if c.token {
+				require.NoError(t, store.GrantToken(ctx, hash, "leecher", time.Time{}))
+			}
+
+			runCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			seeder := exec.CommandContext(runCtx, "aria2c", append(aria2Flags(seedDir, freePort(t)), "--seed-ratio=0.0", seedTorrent)...)
+			seederLog := &lockedBuffer{}
+			seeder.Stdout, seeder.Stderr = seederLog, seederLog
+			require.NoError(t, seeder.Start())
+			waitFor(t, "the seeder's announce", func() bool {
+				info, err := store.Torrent(ctx, hash)
+				return err == nil && info.Seeders == 1
+			})
+			leecher := exec.CommandContext(runCtx, "aria2c", append(aria2Flags(leechDir, freePort(t)), "--seed-time=0", leechTorrent)...)
+			out, err := leecher.CombinedOutput()
+			if err != nil {
+				cancel()
+				t.Fatalf("%s: leecher: %v\n%s\nseeder: %s", c.name, err, out, seederLog.String())
+			}
+			got, err := os.ReadFile(filepath.Join(leechDir, "payload.bin"))
+			require.NoError(t, err)
+			require.True(t, bytes.Equal(payload, got), c.name)
+			// The seeder's upload reaches hoard with its stop.
+			require.NoError(t, seeder.Process.Signal(os.Interrupt))
+			_ = seeder.Wait()
+			cancel()
+
+			l, err := store.UserOnTorrent(ctx, hash, "leecher")
+			require.NoError(t, err)
+			s, err := store.UserOnTorrent(ctx, hash, "seeder")
+			require.NoError(t, err)
+			require.GreaterOrEqual(t, l.Downloaded, int64(len(payload)), c.name)
+			require.Less(t, l.Downloaded, int64(len(payload))*2, "%s: downloaded once, not doubled", c.name)
+			require.Equal(t, l.Downloaded*c.down/100, l.DownCredited, c.name)
+			require.Positive(t, s.Uploaded, c.name)
+			require.Equal(t, s.Uploaded*c.up/100, s.UpCredited, c.name)
+			if c.token {
+				require.False(t, l.TokenUsed.IsZero(), "the token was used")
+			}
+			t.Logf("%s: leecher downloaded %d, credited %d; seeder uploaded %d, credited %d",
+				c.name, l.Downloaded, l.DownCredited, s.Uploaded, s.UpCredited)
+		}
+	})
+}

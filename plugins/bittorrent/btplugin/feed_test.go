@@ -1,0 +1,266 @@
+package btplugin_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/internal/redisurl"
+	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btplugin"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+	"github.com/hoardproject/hoard/plugins/bittorrent/outbox"
+	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
+)
+
+const feedSecret = "feed-test-secret-0123456789abcdef"
+
+// runFeedChild is a frontend that runs one feed round into the outbox
+// and, after its first batch is appended and before it is settled, says
+// "delivered" on stdout and waits for its SIGKILL.
+func runFeedChild(redisURL string) int {
+	rdb, err := redisurl.Dial(redisURL)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	ob := outbox.New(rdb, outbox.Config{Policy: outbox.DefaultPolicy(), Logger: quiet})
+	store, err := swarm.New(rdb, swarm.Config{Private: true, Logger: quiet})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	deliver := btplugin.FeedDeliverer(ob)
+	_, err = store.FeedRound(context.Background(), func(ctx context.Context, b swarm.FeedBatch) error {
+		if err := deliver(ctx, b); err != nil {
+			return err
+		}
+		fmt.Println("delivered")
+		time.Sleep(time.Hour) // until SIGKILL
+		return nil
+	})
+	fmt.Fprintln(os.Stderr, "feed child: the round ended without a batch:", err)
+	return 3
+}
+
+// siteLedger is a site's receiver: it checks nothing but the signature,
+// drops a row whose key it has seen and keeps the newest seq per user and
+// torrent, as docs/bittorrent-site.md tells a site to.
+type siteLedger struct {
+	mu       sync.Mutex
+	seen     map[string]bool
+	newest   map[string]btplugin.TransferRow
+	copies   int
+	torrents map[string]btplugin.TransferEvent
+}
+
+func (l *siteLedger) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	payload, err := io.ReadAll(r.Body)
+	if err != nil {
+		return
+	}
+	if err := outbox.VerifySignature([]byte(feedSecret), r.Header.Get(outbox.SignatureHeader), payload, time.Now(), outbox.DefaultTolerance); err != nil {
+		http.Error(w, err.Error(), http.StatusUnauthorized)
+		return
+	}
+	var body outbox.WebhookBody
+	if err := json.Unmarshal(payload, &body); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, e := range body.Events {
+		if e.Kind != btplugin.TransferEventKind {
+			continue
+		}
+		var ev btplugin.TransferEvent
+		if err := json.Unmarshal(e.Body, &ev); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		l.torrents[ev.InfoHash] = ev
+		for _, row := range ev.Rows {
+			if l.seen[row.Key] {
+				l.copies++
+				continue
+			}
+			l.seen[row.Key] = true
+			at := row.UserID + ":" + ev.InfoHash
+			if old, ok := l.newest[at]; !ok || row.Seq > old.Seq {
+				l.newest[at] = row
+			}
+		}
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// Issue 28.2: the site's ledger (a real HTTP receiver behind the signed
+// webhook) equals the totals hoard keeps, after frontends were killed
+// with SIGKILL between appending a feed batch and settling it, twice,
+// while another frontend fed the same torrents.
+func TestFeedSurvivesKilledFrontends(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		ledger := &siteLedger{seen: map[string]bool{}, newest: map[string]btplugin.TransferRow{}, torrents: map[string]btplugin.TransferEvent{}}
+		listener, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		server := &httptest.Server{Listener: listener, Config: &http.Server{Handler: ledger}}
+		server.Start()
+		t.Cleanup(server.Close)
+
+		store, err := swarm.New(b.Client, swarm.Config{Private: true, Logger: quiet})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = store.Stop() })
+		require.NoError(t, store.AddClient(ctx, "-TR", "Transmission"))
+		var hashes []bittorrent.InfoHash
+		for i := range 3 {
+			hash := bittorrent.InfoHash(sha1.Sum([]byte(fmt.Sprintf("feed-kill-%d", i))))
+			hashes = append(hashes, hash)
+			require.NoError(t, store.RegisterTorrent(ctx, hash, fmt.Sprintf("%d", 100+i)))
+		}
+		users := []string{"11", "12", "13"}
+		for _, u := range users {
+			require.NoError(t, store.AddUser(ctx, "feedpasskey000000000000000000"+u+"x", u))
+		}
+		require.NoError(t, store.SetTorrentCredit(ctx, hashes[1], swarm.Credit{Kind: swarm.CreditFreeleech}))
+		step := 0
+		announceAll := func() {
+			step++
+			for i, hash := range hashes {
+				for j, u := range users {
+					var peer bittorrent.PeerID
+					copy(peer[:], fmt.Sprintf("-TR3000-%06d%06d", i, j))
+					event := bittorrent.EventNone
+					if step == 1 {
+						event = bittorrent.EventStarted
+					}
+					_, err := store.Announce(ctx, &bittorrent.AnnounceRequest{InfoHash: hash, PeerID: peer,
+						Passkey: "feedpasskey000000000000000000" + u + "x", Left: 1 << 30, Event: event,
+						Uploaded: uint64(step * 1000 * (j + 1)), Downloaded: uint64(step * 7000),
+						Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, byte(i), byte(j + 1)}), 6881)})
+					require.NoError(t, err)
+				}
+			}
+			require.NoError(t, store.Flush(ctx))
+		}
+		killChild := func() {
+			child := exec.Command(os.Args[0], "-test.run=^$")
+			child.Env = append(os.Environ(), "FEED_CHILD_REDIS="+b.URL)
+			child.Stderr = os.Stderr
+			out, err := child.StdoutPipe()
+			require.NoError(t, err)
+			require.NoError(t, child.Start())
+			said := make(chan string, 1)
+			go func() {
+				line, _ := bufio.NewReader(out).ReadString('\n')
+				said <- line
+			}()
+			select {
+			case line := <-said:
+				require.Equal(t, "delivered\n", line)
+			case <-time.After(60 * time.Second):
+				_ = child.Process.Kill()
+				t.Fatal("the feed child never delivered")
+			}
+			require.NoError(t, child.Process.Signal(syscall.SIGKILL))
+			_ = child.Wait()
+		}
+
+		announceAll()
+		announceAll()
+		killChild() // mid-flush: a batch appended, not settled
+		announceAll()
+		killChild()
+		// another frontend feeds what is left: first the rows the killed
+		// one appended and never settled, again, which the outbox drops
+		ob := outbox.New(b.Client, outbox.Config{Policy: outbox.DefaultPolicy(), Logger: quiet})
+		deliver := btplugin.FeedDeliverer(ob)
+		_, err = store.FeedRound(ctx, deliver)
+		require.NoError(t, err)
+		counts, err := ob.Counts(ctx)
+		require.NoError(t, err)
+		require.Positive(t, counts.Duplicates, "the killed frontend's batch came again and was stored once")
+		for range 2 {
+			announceAll()
+			_, err := store.FeedRound(ctx, deliver)
+			require.NoError(t, err)
+		}
+		rows, err := store.FeedRound(ctx, deliver)
+		require.NoError(t, err)
+		require.Zero(t, rows, "nothing left dirty")
+
+		_, policy, err := outbox.ParseSettings([]byte(fmt.Sprintf(
+			`{"webhook_url":%q,"webhook_secret":%q,"allow_private_targets":true,"batch_size":50}`, server.URL+"/hook", feedSecret)))
+		require.NoError(t, err)
+		sender := outbox.New(b.Client, outbox.Config{Policy: policy, Logger: quiet})
+		for {
+			round, err := sender.DeliverOnce(ctx)
+			require.NoError(t, err)
+			require.Zero(t, round.Failed)
+			if round.Taken == 0 {
+				break
+			}
+		}
+
+		ledger.mu.Lock()
+		defer ledger.mu.Unlock()
+		for _, hash := range hashes {
+			for _, u := range users {
+				want, err := store.UserOnTorrent(ctx, hash, u)
+				require.NoError(t, err)
+				got, ok := ledger.newest[u+":"+btstore.HexInfoHash(hash)]
+				require.True(t, ok, u)
+				require.Equal(t, want.Seq, got.Seq, u)
+				require.Equal(t, want.Uploaded, got.Uploaded, u)
+				require.Equal(t, want.Downloaded, got.Downloaded, u)
+				require.Equal(t, want.UpCredited, got.UpCredited, u)
+				require.Equal(t, want.DownCredited, got.DownCredited, u)
+			}
+			info, err := store.Torrent(ctx, hash)
+			require.NoError(t, err)
+			ev := ledger.torrents[btstore.HexInfoHash(hash)]
+			require.Equal(t, info.Leechers, ev.Leechers)
+			require.Equal(t, info.ID, ev.TorrentID)
+		}
+		require.Zero(t, ledger.newest["11:"+btstore.HexInfoHash(hashes[1])].DownCredited, "freeleech")
+		require.Zero(t, ledger.copies, "the outbox dropped the copies before the site saw them")
+	})
+}
+
+func TestTheDocumentedTransferEventIsOneThePluginSends(t *testing.T) {
+	ev := documentedEvent(t, "**What is sent.**")
+	require.Equal(t, btplugin.TransferEventKind, ev.Kind)
+	var body btplugin.TransferEvent
+	dec := json.NewDecoder(bytes.NewReader(ev.Body))
+	dec.DisallowUnknownFields()
+	require.NoError(t, dec.Decode(&body))
+	digest := sha1.New()
+	for _, row := range body.Rows {
+		require.Equal(t, row.UserID+":"+body.InfoHash+":"+strconv.FormatInt(row.Seq, 10), row.Key)
+		digest.Write([]byte(row.Key + "\n"))
+	}
+	require.Equal(t, "transfer:"+body.InfoHash+":"+strconv.Itoa(len(body.Rows))+":"+hex.EncodeToString(digest.Sum(nil)[:8]), ev.Key)
+	again, err := json.Marshal(body)
+	require.NoError(t, err)
+	require.JSONEq(t, string(ev.Body), string(again), "the plugin marshals the same body")
+}

@@ -1,0 +1,311 @@
+package swarm_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
+)
+
+// onTorrent reads alice's record on a torrent.
+func (f *fixture) onTorrent(hash bittorrent.InfoHash, user string) swarm.UserTorrent {
+	f.t.Helper()
+	u, err := f.store.UserOnTorrent(context.Background(), hash, user)
+	require.NoError(f.t, err)
+	return u
+}
+
+// A transfer of 4000 up and 8000 down in two announces, credited under
+// each torrent status: the credited figures follow the status, the raw
+// ones never move, and the user's totals sum the credited ones.
+func TestCreditedTransferUnderEachTorrentStatus(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		cases := []struct {
+			credit   swarm.Credit
+			up, down int64
+		}{
+			{swarm.Credit{Kind: swarm.CreditNormal}, 4000, 8000},
+			{swarm.Credit{Kind: swarm.CreditFreeleech}, 4000, 0},
+			{swarm.Credit{Kind: swarm.CreditNeutral}, 0, 0},
+			{swarm.Credit{Kind: swarm.CreditDoubleUpload}, 8000, 8000},
+			{swarm.Credit{Kind: swarm.CreditPercentOff, PercentOff: 25}, 4000, 6000},
+		}
+		f, _ := privateFixture(t, b, swarm.Config{})
+		ctx := context.Background()
+		var wantUp, wantDown int64
+		for i, c := range cases {
+			hash := infoHash(string(c.credit.Kind))
+			require.NoError(t, f.store.RegisterTorrent(ctx, hash, "c"+string(rune('a'+i))))
+			require.NoError(t, f.store.SetTorrentCredit(ctx, hash, c.credit))
+			require.Equal(t, c.credit, f.torrent(hash).Credit)
+			me := peerID("-TR", i)
+			f.announce(hash, me, i, passkey("passkeyA"), event(bittorrent.EventStarted))
+			f.announce(hash, me, i, passkey("passkeyA"), transfer(1000, 3000))
+			f.announce(hash, me, i, passkey("passkeyA"), transfer(4000, 8000), seeding, event(bittorrent.EventCompleted))
+			got := f.onTorrent(hash, "alice")
+			require.Equal(t, int64(4000), got.Uploaded, c.credit.Kind)
+			require.Equal(t, int64(8000), got.Downloaded, c.credit.Kind)
+			require.Equal(t, c.up, got.UpCredited, c.credit.Kind)
+			require.Equal(t, c.down, got.DownCredited, c.credit.Kind)
+			wantUp += c.up
+			wantDown += c.down
+		}
+		sum := f.user("alice")
+		require.Equal(t, int64(5*4000), sum.Uploaded)
+		require.Equal(t, wantUp, sum.UpCredited)
+		require.Equal(t, wantDown, sum.DownCredited)
+	})
+}
+
+// A client restart (counters back to zero, no started event) and a
+// started event each open a session: nothing is negative or doubled,
+// and the transfer after them is credited once.
+func TestCreditAcrossClientRestart(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f, hash := privateFixture(t, b, swarm.Config{})
+		ctx := context.Background()
+		require.NoError(t, f.store.SetTorrentCredit(ctx, hash, swarm.Credit{Kind: swarm.CreditDoubleUpload}))
+		me := peerID("-TR", 1)
+		f.announce(hash, me, 1, passkey("passkeyA"), event(bittorrent.EventStarted))
+		f.announce(hash, me, 1, passkey("passkeyA"), transfer(500, 700))
+		// restarted: its counters start again
+		f.announce(hash, me, 1, passkey("passkeyA"), transfer(100, 200))
+		f.announce(hash, me, 1, passkey("passkeyA"), transfer(300, 900))
+		// a started event reporting counters already run up opens a session at them
+		f.announce(hash, me, 1, passkey("passkeyA"), transfer(5000, 5000), event(bittorrent.EventStarted))
+		f.announce(hash, me, 1, passkey("passkeyA"), transfer(5010, 5020))
+		got := f.onTorrent(hash, "alice")
+		require.Equal(t, int64(500+200+10), got.Uploaded)
+		require.Equal(t, int64(700+700+20), got.Downloaded)
+		require.Equal(t, 2*got.Uploaded, got.UpCredited)
+		require.Equal(t, got.Downloaded, got.DownCredited)
+	})
+}
+
+// A site-wide freeleech window that opens in the middle of a download
+// credits the download before it and not the one after; when it closes
+// download counts again. A window set on another frontend reaches this
+// one through the hint (or within CacheTTL).
+func TestCreditWindowStartingMidDownload(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f, hash := privateFixture(t, b, swarm.Config{})
+		ctx := context.Background()
+		start := epoch.Add(10 * time.Minute)
+		me := peerID("-TR", 1)
+		f.announce(hash, me, 1, passkey("passkeyA"), event(bittorrent.EventStarted))
+		require.NoError(t, f.store.SetCreditWindow(ctx, swarm.CreditWindow{ID: "weekend",
+			Credit: swarm.Credit{Kind: swarm.CreditFreeleech}, Start: start, End: start.Add(time.Hour)}))
+		f.announce(hash, me, 1, passkey("passkeyA"), transfer(0, 1000))
+		f.clock.Advance(10 * time.Minute) // the window opens
+		f.announce(hash, me, 1, passkey("passkeyA"), transfer(0, 3000))
+		require.Equal(t, int64(1000), f.onTorrent(hash, "alice").DownCredited)
+		f.clock.Advance(time.Hour) // it closes
+		f.announce(hash, me, 1, passkey("passkeyA"), transfer(0, 3500))
+		got := f.onTorrent(hash, "alice")
+		require.Equal(t, int64(3500), got.Downloaded)
+		require.Equal(t, int64(1500), got.DownCredited)
+
+		windows, err := f.store.CreditWindows(ctx)
+		require.NoError(t, err)
+		require.Len(t, windows, 1)
+		require.Equal(t, "weekend", windows[0].ID)
+		require.True(t, windows[0].Start.Equal(start))
+
+		// Bad windows change nothing.
+		for _, w := range []swarm.CreditWindow{
+			{ID: "x", Credit: swarm.Credit{Kind: swarm.CreditFreeleech}, Start: start, End: start},
+			{ID: "x", Credit: swarm.Credit{Kind: "gold"}, Start: start, End: start.Add(time.Hour)},
+			{ID: "x", Credit: swarm.Credit{Kind: swarm.CreditNormal}, Start: start, End: start.Add(time.Hour)},
+			{ID: "x{y}", Credit: swarm.Credit{Kind: swarm.CreditFreeleech}, Start: start, End: start.Add(time.Hour)},
+		} {
+			require.ErrorIs(t, f.store.SetCreditWindow(ctx, w), swarm.ErrInvalid)
+		}
+		require.NoError(t, f.store.RemoveCreditWindow(ctx, "weekend"))
+		require.ErrorIs(t, f.store.RemoveCreditWindow(ctx, "weekend"), swarm.ErrNotFound)
+		windows, err = f.store.CreditWindows(ctx)
+		require.NoError(t, err)
+		require.Empty(t, windows)
+	})
+}
+
+// Windows and the torrent's status combine: the most generous download
+// rate and upload rate win, and neutral credits nothing.
+func TestCreditCombinesTorrentAndWindows(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f, hash := privateFixture(t, b, swarm.Config{})
+		ctx := context.Background()
+		require.NoError(t, f.store.SetTorrentCredit(ctx, hash, swarm.Credit{Kind: swarm.CreditPercentOff, PercentOff: 50}))
+		require.NoError(t, f.store.SetCreditWindow(ctx, swarm.CreditWindow{ID: "du",
+			Credit: swarm.Credit{Kind: swarm.CreditDoubleUpload}, Start: epoch, End: epoch.Add(time.Hour)}))
+		require.NoError(t, f.store.SetCreditWindow(ctx, swarm.CreditWindow{ID: "p25",
+			Credit: swarm.Credit{Kind: swarm.CreditPercentOff, PercentOff: 25}, Start: epoch, End: epoch.Add(time.Hour)}))
+		me := peerID("-TR", 1)
+		f.announce(hash, me, 1, passkey("passkeyA"), event(bittorrent.EventStarted))
+		f.announce(hash, me, 1, passkey("passkeyA"), transfer(1000, 1000))
+		got := f.onTorrent(hash, "alice")
+		require.Equal(t, int64(2000), got.UpCredited, "double upload from the window")
+		require.Equal(t, int64(500), got.DownCredited, "the torrent's 50% off beats the window's 25%")
+
+		require.NoError(t, f.store.SetTorrentCredit(ctx, hash, swarm.Credit{Kind: swarm.CreditNeutral}))
+		f.announce(hash, me, 1, passkey("passkeyA"), transfer(2000, 2000))
+		got = f.onTorrent(hash, "alice")
+		require.Equal(t, int64(2000), got.UpCredited, "neutral: nothing more")
+		require.Equal(t, int64(500), got.DownCredited)
+
+		// Bad statuses change nothing; an unregistered torrent has none.
+		for _, c := range []swarm.Credit{{Kind: "gold"}, {Kind: swarm.CreditPercentOff}, {Kind: swarm.CreditPercentOff, PercentOff: 100},
+			{Kind: swarm.CreditFreeleech, PercentOff: 10}} {
+			require.ErrorIs(t, f.store.SetTorrentCredit(ctx, hash, c), swarm.ErrInvalid)
+		}
+		require.Equal(t, swarm.Credit{Kind: swarm.CreditNeutral}, f.torrent(hash).Credit)
+		require.ErrorIs(t, f.store.SetTorrentCredit(ctx, infoHash("nope"), swarm.Credit{Kind: swarm.CreditFreeleech}), swarm.ErrNotFound)
+		_, err := f.store.Torrent(ctx, infoHash("nope"))
+		require.ErrorIs(t, err, swarm.ErrNotFound, "a refused status writes no record")
+	})
+}
+
+// tokenLog collects the token events a store reports.
+type tokenLog struct {
+	mu     sync.Mutex
+	events []swarm.TokenEvent
+}
+
+func (l *tokenLog) add(_ context.Context, e swarm.TokenEvent) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, e)
+}
+
+func (l *tokenLog) kinds() []swarm.TokenEventKind {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var kinds []swarm.TokenEventKind
+	for _, e := range l.events {
+		kinds = append(kinds, e.Kind)
+	}
+	return kinds
+}
+
+// A personal token makes one user's download on one torrent free until
+// it ends; its first use and its end are reported once each, and only
+// for the user who holds it.
+func TestPersonalToken(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		var log tokenLog
+		f, hash := privateFixture(t, b, swarm.Config{OnToken: log.add})
+		ctx := context.Background()
+		until := epoch.Add(time.Hour)
+		require.NoError(t, f.store.GrantToken(ctx, hash, "alice", until))
+		got := f.onTorrent(hash, "alice")
+		require.True(t, got.Token)
+		require.True(t, got.TokenUntil.Equal(until))
+
+		alice, bob := peerID("-TR", 1), peerID("-TR", 2)
+		f.announce(hash, alice, 1, passkey("passkeyA"), event(bittorrent.EventStarted))
+		f.announce(hash, bob, 2, passkey("passkeyB"), event(bittorrent.EventStarted))
+		f.announce(hash, alice, 1, passkey("passkeyA"), transfer(0, 0))
+		require.Empty(t, log.kinds(), "a token is used by a download, not by an announce")
+		f.announce(hash, alice, 1, passkey("passkeyA"), transfer(100, 1000))
+		f.announce(hash, bob, 2, passkey("passkeyB"), transfer(100, 1000))
+		f.announce(hash, alice, 1, passkey("passkeyA"), transfer(200, 2000))
+		require.Equal(t, []swarm.TokenEventKind{swarm.TokenUsed}, log.kinds())
+		f.clock.Advance(time.Hour) // it ends
+		f.announce(hash, alice, 1, passkey("passkeyA"), transfer(300, 3000))
+		f.announce(hash, alice, 1, passkey("passkeyA"), transfer(400, 4000))
+		require.Equal(t, []swarm.TokenEventKind{swarm.TokenUsed, swarm.TokenEnded}, log.kinds())
+		require.Equal(t, "alice", log.events[1].UserID)
+		require.Equal(t, "t1", log.events[1].TorrentID)
+		require.True(t, log.events[0].Used.Equal(log.events[1].Used), "both events name the grant by its first use")
+
+		got = f.onTorrent(hash, "alice")
+		require.Equal(t, int64(2000), got.DownCredited, "free until the end, then counted")
+		require.Equal(t, int64(400), got.UpCredited)
+		require.False(t, got.TokenEnded.IsZero())
+		require.Equal(t, int64(1000), f.onTorrent(hash, "bob").DownCredited, "bob has no token")
+
+		// Revoking, and bad grants, change nothing else.
+		require.NoError(t, f.store.RevokeToken(ctx, hash, "alice"))
+		require.ErrorIs(t, f.store.RevokeToken(ctx, hash, "alice"), swarm.ErrNotFound)
+		require.ErrorIs(t, f.store.GrantToken(ctx, hash, "alice", f.clock.Now().Add(-time.Minute)), swarm.ErrInvalid)
+		require.ErrorIs(t, f.store.GrantToken(ctx, infoHash("nope"), "alice", time.Time{}), swarm.ErrNotFound)
+		require.ErrorIs(t, f.store.GrantToken(ctx, hash, "a{b}", time.Time{}), swarm.ErrInvalid)
+		require.False(t, f.onTorrent(hash, "alice").Token)
+	})
+}
+
+// With accounting off, the raw transfer is kept and nothing is credited.
+func TestNoAccounting(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f, hash := privateFixture(t, b, swarm.Config{NoAccounting: true})
+		me := peerID("-TR", 1)
+		f.announce(hash, me, 1, passkey("passkeyA"), event(bittorrent.EventStarted))
+		f.announce(hash, me, 1, passkey("passkeyA"), transfer(1000, 2000))
+		got := f.onTorrent(hash, "alice")
+		require.Equal(t, int64(1000), got.Uploaded)
+		require.Zero(t, got.UpCredited)
+		require.Zero(t, got.DownCredited)
+	})
+}
+
+// Plain re-announces answered from the view and written behind
+// (refresh.lua) are credited like announce.lua's: at the multipliers in
+// force when each was answered (a window that opens while one waits in
+// the queue does not reach it), with a token's first use reported and the
+// record numbered for the feed.
+func TestWrittenBehindReannouncesAreCredited(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		var mu sync.Mutex
+		var tokens []swarm.TokenEvent
+		f, hash := privateFixture(t, b, swarm.Config{OnToken: func(_ context.Context, e swarm.TokenEvent) {
+			mu.Lock()
+			defer mu.Unlock()
+			tokens = append(tokens, e)
+		}})
+		ctx := context.Background()
+		require.NoError(t, f.store.SetTorrentCredit(ctx, hash, swarm.Credit{Kind: swarm.CreditDoubleUpload}))
+		me, other := peerID("-TR", 1), peerID("-TR", 2)
+		f.announce(hash, other, 2, passkey("passkeyB"), seeding, event(bittorrent.EventStarted))
+		f.announce(hash, me, 1, passkey("passkeyA"), event(bittorrent.EventStarted))
+		f.clock.Advance(time.Minute)
+		f.announce(hash, other, 2, passkey("passkeyB"), seeding) // reads the view: in full
+		answered := f.store.WriteBehindStats().Answered
+
+		f.clock.Advance(100 * time.Millisecond)
+		f.announce(hash, me, 1, passkey("passkeyA"), transfer(1000, 2000))
+		require.Equal(t, answered+1, f.store.WriteBehindStats().Answered, "written behind")
+		f.flush()
+		got := f.onTorrent(hash, "alice")
+		require.Equal(t, int64(1000), got.Uploaded)
+		require.Equal(t, int64(2000), got.UpCredited, "double upload")
+		require.Equal(t, int64(2000), got.DownCredited)
+		seq := got.Seq
+
+		// A token makes the next download free; its first use is reported.
+		require.NoError(t, f.store.GrantToken(ctx, hash, "alice", time.Time{}))
+		f.clock.Advance(100 * time.Millisecond)
+		f.announce(hash, me, 1, passkey("passkeyA"), transfer(1500, 5000))
+		require.Equal(t, answered+2, f.store.WriteBehindStats().Answered, "written behind")
+		// a freeleech window opening while it waits does not reach it
+		require.NoError(t, f.store.SetCreditWindow(ctx, swarm.CreditWindow{ID: "w", Credit: swarm.Credit{Kind: swarm.CreditNeutral},
+			Start: f.clock.Now(), End: f.clock.Now().Add(time.Hour)}))
+		f.flush()
+		got = f.onTorrent(hash, "alice")
+		require.Equal(t, int64(3000), got.UpCredited)
+		require.Equal(t, int64(2000), got.DownCredited, "the token's download is free")
+		require.Greater(t, got.Seq, seq, "numbered for the feed")
+		mu.Lock()
+		require.Len(t, tokens, 1)
+		require.Equal(t, swarm.TokenUsed, tokens[0].Kind)
+		require.Equal(t, "alice", tokens[0].UserID)
+		mu.Unlock()
+		user := f.user("alice")
+		require.Equal(t, int64(3000), user.UpCredited)
+		require.Equal(t, int64(2000), user.DownCredited)
+	})
+}

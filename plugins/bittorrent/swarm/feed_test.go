@@ -1,0 +1,157 @@
+package swarm_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
+)
+
+// ledger is the site's side of the feed: it drops a row whose key it has
+// seen and keeps the newest seq per user and torrent.
+type ledger struct {
+	mu     sync.Mutex
+	seen   map[string]bool
+	newest map[string]swarm.FeedRow
+	copies int
+}
+
+func newLedger() *ledger { return &ledger{seen: map[string]bool{}, newest: map[string]swarm.FeedRow{}} }
+
+func (l *ledger) deliver(_ context.Context, b swarm.FeedBatch) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, row := range b.Rows {
+		key := swarm.FeedKey(row.UserID, b.InfoHash, row.Seq)
+		if l.seen[key] {
+			l.copies++
+			continue
+		}
+		l.seen[key] = true
+		at := row.UserID + ":" + btstore.HexInfoHash(b.InfoHash)
+		if old, ok := l.newest[at]; !ok || row.Seq > old.Seq {
+			l.newest[at] = row
+		}
+	}
+	return nil
+}
+
+// crash is what a feed hook panics with to stop a round between delivery
+// and settling, as a kill -9 would.
+type crash struct{}
+
+// roundCrashing runs a feed round whose hook crashes it after delivering
+// the first batch, and reports whether it crashed.
+func roundCrashing(t *testing.T, s *swarm.Store, l *ledger) (crashed bool) {
+	t.Helper()
+	swarm.SetFeedHook(s, func(swarm.FeedBatch) { panic(crash{}) })
+	defer swarm.SetFeedHook(s, nil)
+	defer func() {
+		if r := recover(); r != nil {
+			_, crashed = r.(crash)
+			require.True(t, crashed, r)
+		}
+	}()
+	_, err := s.FeedRound(context.Background(), l.deliver)
+	require.NoError(t, err)
+	return false
+}
+
+// The site's ledger, fed by two frontends' rounds that overlap and one
+// that crashes between delivery and settling again and again, ends equal
+// to every user's record on every torrent: each change reaches it exactly
+// once after dropping seen keys, none is missed. A mark lost before its
+// flush is found by the backstop.
+func TestFeedReachesTheLedgerExactlyOnce(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f, _ := privateFixture(t, b, swarm.Config{})
+		ctx := context.Background()
+		other, err := swarm.New(b.Client, swarm.Config{Private: true, Logger: quietLogger, Clock: f.clock})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = other.Stop() })
+		hashes := []bittorrent.InfoHash{infoHash("feed-a"), infoHash("feed-b"), infoHash("feed-c")}
+		for i, hash := range hashes {
+			require.NoError(t, f.store.RegisterTorrent(ctx, hash, fmt.Sprintf("f%d", i)))
+		}
+		l := newLedger()
+		users := []string{"passkeyA", "passkeyB"}
+		crashes := 0
+		for step := 1; step <= 12; step++ {
+			for i, hash := range hashes {
+				for j, p := range users {
+					n := 10*i + j
+					ev := event(bittorrent.EventNone)
+					if step == 1 {
+						ev = event(bittorrent.EventStarted)
+					}
+					f.announce(hash, peerID("-TR", n), n, passkey(p), ev, transfer(uint64(step*100*(j+1)), uint64(step*1000)))
+				}
+			}
+			f.flush()
+			switch step % 3 {
+			case 0:
+				if roundCrashing(t, f.store, l) {
+					crashes++
+				}
+			case 1:
+				var wg sync.WaitGroup
+				for _, s := range []*swarm.Store{f.store, other} {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						_, err := s.FeedRound(ctx, l.deliver)
+						require.NoError(t, err)
+					}()
+				}
+				wg.Wait()
+			}
+		}
+		require.Positive(t, crashes)
+		// drain
+		for range 3 {
+			_, err := other.FeedRound(ctx, l.deliver)
+			require.NoError(t, err)
+		}
+		rows, err := other.FeedRound(ctx, l.deliver)
+		require.NoError(t, err)
+		require.Zero(t, rows, "nothing left dirty")
+		for _, hash := range hashes {
+			for _, user := range []string{"alice", "bob"} {
+				want := f.onTorrent(hash, user)
+				got := l.newest[user+":"+btstore.HexInfoHash(hash)]
+				require.Equal(t, want.Uploaded, got.Uploaded, user)
+				require.Equal(t, want.Downloaded, got.Downloaded, user)
+				require.Equal(t, want.UpCredited, got.UpCredited, user)
+				require.Equal(t, want.DownCredited, got.DownCredited, user)
+				require.Equal(t, want.Seq, got.Seq, user)
+			}
+		}
+		require.Positive(t, l.copies, "crashed rounds delivered rows again, dropped by key")
+
+		// A mark lost (the frontend died before its flush): only the
+		// backstop finds the torrent.
+		f.announce(hashes[0], peerID("-TR", 0), 0, passkey("passkeyA"), transfer(99999, 99999))
+		f.flush()
+		for shard := range btstore.FeedShards {
+			require.NoError(t, b.Client.Del(ctx, btstore.FeedIndexKey(shard)).Err())
+		}
+		rows, err = f.store.FeedRound(ctx, l.deliver)
+		require.NoError(t, err)
+		require.Zero(t, rows)
+		indexed, err := f.store.FeedBackstop(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, indexed)
+		rows, err = f.store.FeedRound(ctx, l.deliver)
+		require.NoError(t, err)
+		require.Equal(t, 1, rows)
+		require.Equal(t, f.onTorrent(hashes[0], "alice").Uploaded, l.newest["alice:"+btstore.HexInfoHash(hashes[0])].Uploaded)
+		require.Greater(t, l.newest["alice:"+btstore.HexInfoHash(hashes[0])].Uploaded, int64(90000))
+	})
+}
