@@ -51,6 +51,9 @@ type UDPConfig struct {
 type UDPServer struct {
 	cfg   UDPConfig
 	stats listenerCounters
+	// batch is the most datagrams a read takes (udpBatch; 1 in the
+	// benchmark that measures the unbatched path).
+	batch int
 	// reads and packets count the socket reads and the datagrams they
 	// returned: packets/reads is the mean batch.
 	reads, packets atomic.Uint64
@@ -109,7 +112,7 @@ func NewUDPServer(cfg UDPConfig) (*UDPServer, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &UDPServer{cfg: cfg}, nil
+	return &UDPServer{cfg: cfg, batch: udpBatch}, nil
 }
 
 // Start binds the sockets and starts the readers; it returns once both
@@ -150,7 +153,7 @@ func (s *UDPServer) Start(ctx context.Context) error {
 	s.started = true
 	serveCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
-	batch := min(udpBatch, s.cfg.Workers)
+	batch := min(s.batch, s.cfg.Workers)
 	readers := (s.cfg.Workers + batch - 1) / batch
 	for i, conn := range s.conns {
 		bc := newBatchConn(conn, networks[i])
