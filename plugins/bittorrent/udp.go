@@ -52,8 +52,11 @@ type UDPServer struct {
 	cfg   UDPConfig
 	stats listenerCounters
 	// batch is the most datagrams a read takes (udpBatch; 1 in the
-	// benchmark that measures the unbatched path).
-	batch int
+	// benchmark that measures the unbatched path); kernelBatches is
+	// whether reads and writes go through recvmmsg/sendmmsg (tests turn
+	// it off to run the other platforms' path).
+	batch         int
+	kernelBatches bool
 	// reads and packets count the socket reads and the datagrams they
 	// returned: packets/reads is the mean batch.
 	reads, packets atomic.Uint64
@@ -112,7 +115,7 @@ func NewUDPServer(cfg UDPConfig) (*UDPServer, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &UDPServer{cfg: cfg, batch: udpBatch}, nil
+	return &UDPServer{cfg: cfg, batch: udpBatch, kernelBatches: kernelBatches}, nil
 }
 
 // Start binds the sockets and starts the readers; it returns once both
@@ -154,9 +157,12 @@ func (s *UDPServer) Start(ctx context.Context) error {
 	serveCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
 	batch := min(s.batch, s.cfg.Workers)
+	if !s.kernelBatches {
+		batch = 1 // a read returns one datagram: readers of one, as many as Workers
+	}
 	readers := (s.cfg.Workers + batch - 1) / batch
 	for i, conn := range s.conns {
-		bc := newBatchConn(conn, networks[i])
+		bc := newBatchConn(conn, networks[i], s.kernelBatches)
 		for range readers {
 			s.wg.Add(1)
 			go newUDPReader(s, bc, batch).run(serveCtx)

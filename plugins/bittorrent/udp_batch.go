@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync"
 
 	"golang.org/x/net/ipv4"
@@ -15,23 +16,56 @@ import (
 )
 
 // udpBatch is the most datagrams a reader takes in one read and answers in
-// one write. On Linux a batch is one recvmmsg and one sendmmsg; elsewhere
-// x/net reads and writes one message per call, so the same code serves one
-// packet at a time.
+// one write: on Linux one recvmmsg and one sendmmsg.
 const udpBatch = 16
 
-// batchConn is a UDP socket read and written in batches:
-// *ipv4.PacketConn or *ipv6.PacketConn (their Message types are the same).
+// batchConn is a UDP socket read and written in batches.
 type batchConn interface {
 	ReadBatch(ms []ipv4.Message, flags int) (int, error)
 	WriteBatch(ms []ipv4.Message, flags int) (int, error)
 }
 
-func newBatchConn(conn *net.UDPConn, network string) batchConn {
-	if network == "udp6" {
+// kernelBatches says whether the kernel has recvmmsg and sendmmsg. x/net
+// uses them on Linux only; elsewhere its batch calls move one message,
+// and on Windows they are not implemented at all.
+var kernelBatches = runtime.GOOS == "linux"
+
+// newBatchConn is conn read and written through x/net where the kernel
+// batches (*ipv4.PacketConn and *ipv6.PacketConn share one Message type),
+// else one datagram per call.
+func newBatchConn(conn *net.UDPConn, network string, batched bool) batchConn {
+	switch {
+	case !batched:
+		return singleConn{conn}
+	case network == "udp6":
 		return ipv6.NewPacketConn(conn)
+	default:
+		return ipv4.NewPacketConn(conn)
 	}
-	return ipv4.NewPacketConn(conn)
+}
+
+// singleConn is a batchConn moving one datagram per call, with the
+// standard library's calls.
+type singleConn struct{ conn *net.UDPConn }
+
+func (c singleConn) ReadBatch(ms []ipv4.Message, _ int) (int, error) {
+	n, from, err := c.conn.ReadFromUDP(ms[0].Buffers[0])
+	if err != nil {
+		return 0, err
+	}
+	ms[0].N, ms[0].Addr = n, from
+	return 1, nil
+}
+
+func (c singleConn) WriteBatch(ms []ipv4.Message, _ int) (int, error) {
+	to, ok := ms[0].Addr.(*net.UDPAddr)
+	if !ok {
+		return 0, errors.New("bittorrent udp: reply to a non-UDP address")
+	}
+	if _, err := c.conn.WriteToUDP(ms[0].Buffers[0], to); err != nil {
+		return 0, err
+	}
+	return 1, nil
 }
 
 // udpReader reads one socket in batches. The packets that need the store

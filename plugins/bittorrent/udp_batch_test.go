@@ -3,11 +3,14 @@ package bittorrent
 import (
 	"context"
 	"errors"
+	"net"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
 
 	"github.com/hoardproject/hoard/plugins/bittorrent/wire"
 )
@@ -95,4 +98,36 @@ func TestUDPBatchesReadsAndAnswersConcurrently(t *testing.T) {
 	require.Equal(t, uint64(1+1+announces+connects), srv.packets.Load())
 	require.Equal(t, uint64(3), srv.reads.Load(), "the connect, the first announce, then the queued packets in one read")
 	require.Equal(t, uint64(1+announces), srv.Stats().Announces)
+}
+
+// TestUDPOneDatagramPerCallWhereTheKernelHasNoBatches runs the path of the
+// platforms without recvmmsg/sendmmsg (x/net's batch calls are not
+// implemented on Windows): every read is one datagram, and IPv4 and IPv6
+// clients get their connect, announce and scrape answered.
+func TestUDPOneDatagramPerCallWhereTheKernelHasNoBatches(t *testing.T) {
+	fake := newFakeSwarms()
+	srv, err := NewUDPServer(UDPConfig{Addr4: "127.0.0.1:0", Addr6: "[::1]:0", Swarms: fake, Logger: quietLogger()})
+	require.NoError(t, err)
+	srv.kernelBatches = false
+	require.NoError(t, srv.Start(context.Background()))
+	t.Cleanup(func() { require.NoError(t, srv.Stop()) })
+
+	for network, addr := range map[string]string{"udp4": srv.Addr4(), "udp6": srv.Addr6()} {
+		c := dialUDPClient(t, network, "", addr)
+		c.connect()
+		resp := c.do(udpAnnounce("", func(r *wire.UDPRequest) { r.PeerID[0] = network[3] }))
+		require.Equal(t, wire.ActionAnnounce, resp.Action, "%s: %s", network, resp.Message)
+		resp = c.do(wire.UDPRequest{Action: wire.ActionScrape, InfoHashes: [][20]byte{testHash}})
+		require.Equal(t, wire.ActionScrape, resp.Action, "%s: %s", network, resp.Message)
+	}
+	require.Equal(t, 2, fake.swarmSize(testHash))
+	require.Equal(t, srv.reads.Load(), srv.packets.Load(), "one datagram per read")
+	require.Equal(t, uint64(6), srv.packets.Load())
+
+	conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	require.NoError(t, err)
+	defer conn.Close()
+	require.IsType(t, singleConn{}, newBatchConn(conn, "udp4", false), "the standard library's calls")
+	require.IsType(t, &ipv4.PacketConn{}, newBatchConn(conn, "udp4", true))
+	require.IsType(t, &ipv6.PacketConn{}, newBatchConn(conn, "udp6", true))
 }
