@@ -50,7 +50,11 @@ type announceBenchOptions struct {
 	seed        uint64
 	opentracker string
 	cpuProfile  string
-	pipelines   int
+	profileMode string
+	// plugin is the hoard-bittorrent binary the tracker runs as, out of
+	// this process; "" runs it in this process.
+	plugin    string
+	pipelines int
 	// floodInterval is hoard's limits.flood_interval ("" off): with a
 	// short one ("1ms") every re-announce runs flood control's check and
 	// none is refused, which measures the check's cost.
@@ -81,10 +85,12 @@ against each in turn, --runs times, and prints medians. Each target is
 warmed up first with the same reproducible announces, so the measured runs
 are the steady state of peers re-announcing into populated swarms.
 
-The load generator shares this process with hoard's tracker, so the
-columns "bench CPU" (this process), "redis CPU" and "opentracker CPU" say
-where the machine's CPU went per announce; against opentracker, "bench
-CPU" is the load generator alone.`,
+hoard's tracker runs as operators run it, a hoard-bittorrent process under
+a plugin host (--plugin; by default the one beside this binary), so the
+columns "loadgen" (this process), "tracker" (hoard's plugin process or
+opentracker) and "redis" say where the machine's CPU went per announce.
+With --plugin "" the tracker runs in this process: "loadgen" then holds
+both, and --cpuprofile can profile it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return benchAnnounce(cmd.Context(), o)
@@ -107,7 +113,9 @@ CPU" is the load generator alone.`,
 	f.IntVar(&o.pipelines, "announce-pipelines", 0, "hoard's shared announce pipelines (0: its default; -1: each announce in its own round trip)")
 	f.BoolVar(&o.metrics, "metrics", true, "also run hoard with the unique-IP metrics on (hoard+ipm) and on without their cache (hoard+ipm-nc), side by side, and print the ratio to metrics off")
 	f.StringSliceVar(&o.geoipDB, "geoip-db", nil, "city database(s) (.mmdb) for the metrics runs (default: DB-IP's from make deps, when installed; else every IP is unknown)")
-	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the hoard http-close runs to this file and print its top functions")
+	f.StringVar(&o.plugin, "plugin", defaultPluginBinary(), `hoard-bittorrent binary the tracker runs as, in its own process ("": in this process)`)
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", `write a CPU profile of hoard's runs in --cpuprofile-mode to this file and print its top functions (needs --plugin "")`)
+	f.StringVar(&o.profileMode, "cpuprofile-mode", string(btloadgen.ModeHTTPClose), "the mode --cpuprofile profiles")
 	return cmd
 }
 
@@ -142,6 +150,9 @@ func (o *announceBenchOptions) validate() error {
 			return fmt.Errorf("--modes: unknown mode %q (want %s, %s or %s)", m, btloadgen.ModeHTTPKeepAlive, btloadgen.ModeHTTPClose, btloadgen.ModeUDP)
 		}
 	}
+	if o.cpuProfile != "" && o.plugin != "" {
+		return errors.New(`--cpuprofile profiles this process: run the tracker in it with --plugin ""`)
+	}
 	if o.warmup == 0 {
 		o.warmup = o.announces
 	}
@@ -170,10 +181,30 @@ type announceTarget struct {
 	http string // host:port
 	udp  string // host:port
 	// processCPU is the tracker's own process CPU when it is not this
-	// process (opentracker); nil for hoard.
+	// process (opentracker, hoard's plugin process); nil for hoard in
+	// this process.
 	processCPU func() (time.Duration, error)
-	// tracker is hoard's, nil for opentracker.
+	// hoard is false for opentracker.
+	hoard bool
+	// tracker is hoard's when it runs in this process, else nil.
 	tracker *btplugin.Tracker
+}
+
+// setListeners takes hoard's HTTP and UDP (IPv4) addresses from what the
+// plugin describes.
+func (t *announceTarget) setListeners(listeners []plugins.Listener) error {
+	for _, l := range listeners {
+		switch l.Name {
+		case "http":
+			t.http = l.Address
+		case "udp4":
+			t.udp = l.Address
+		}
+	}
+	if t.http == "" || t.udp == "" {
+		return fmt.Errorf("hoard tracker bound %+v, want http and udp4", listeners)
+	}
+	return nil
 }
 
 func (t *announceTarget) addr(mode btloadgen.Mode) string {
@@ -214,7 +245,7 @@ func benchAnnounce(ctx context.Context, o announceBenchOptions) error {
 	}
 	defer stopRedis()
 
-	hoard, stopHoard, err := startBenchTracker(ctx, "hoard", rs.URL(), o.pipelines, o.floodInterval, nil, quiet)
+	hoard, stopHoard, err := startBenchTracker(ctx, "hoard", o, rs.URL(), nil, quiet)
 	if err != nil {
 		return err
 	}
@@ -230,7 +261,7 @@ func benchAnnounce(ctx context.Context, o announceBenchOptions) error {
 			name  string
 			cache int
 		}{{"hoard+ipm", 0}, {"hoard+ipm-nc", -1}} {
-			t, stop, err := startBenchTracker(ctx, m.name, rs.URL(), o.pipelines, o.floodInterval,
+			t, stop, err := startBenchTracker(ctx, m.name, o, rs.URL(),
 				map[string]any{"enabled": true, "geoip_db": geo, "cache_size": m.cache}, quiet)
 			if err != nil {
 				return err
@@ -246,8 +277,12 @@ func benchAnnounce(ctx context.Context, o announceBenchOptions) error {
 	}
 	defer stopOT()
 
-	fmt.Printf("bench announce: redis-server %s; hoard http %s udp %s (in this process); opentracker %s (whitelist of %d torrents); GOMAXPROCS=%d\n",
-		rs.URL(), hoard.http, hoard.udp, ot.http, o.torrents, runtime.GOMAXPROCS(0))
+	where := "in this process"
+	if o.plugin != "" {
+		where = "process " + o.plugin
+	}
+	fmt.Printf("bench announce: redis-server %s; hoard http %s udp %s (%s); opentracker %s (whitelist of %d torrents); GOMAXPROCS=%d; load average %s\n",
+		rs.URL(), hoard.http, hoard.udp, where, ot.http, o.torrents, runtime.GOMAXPROCS(0), loadAverage())
 	peers := o.peers
 	if peers == 0 {
 		peers = 10 * o.torrents
@@ -283,7 +318,7 @@ func benchAnnounce(ctx context.Context, o announceBenchOptions) error {
 				i := (k + run) % len(targets)
 				t := targets[i]
 				var profile string
-				if o.cpuProfile != "" && mode == btloadgen.ModeHTTPClose && t == hoard {
+				if o.cpuProfile != "" && string(mode) == o.profileMode && t == hoard {
 					profile = fmt.Sprintf("%s.run%d", o.cpuProfile, run+1)
 					profileParts = append(profileParts, profile)
 				}
@@ -299,21 +334,28 @@ func benchAnnounce(ctx context.Context, o announceBenchOptions) error {
 	}
 
 	fmt.Printf("\nmedians of %d runs of %d announces (%d in flight). CPU columns are microseconds per answered announce:\n", o.runs, o.announces, o.concurrency)
-	fmt.Printf("bench = this process (load generator, plus hoard's tracker on hoard rows), redis = redis-server (script = inside EVALSHA), ot = opentracker\n")
+	if o.plugin != "" {
+		fmt.Printf("loadgen = this process (the load generator), tracker = hoard's plugin process or opentracker, redis = redis-server (script = inside EVALSHA)\n")
+	} else {
+		fmt.Printf("loadgen = this process (the load generator, plus hoard's tracker on hoard rows), tracker = opentracker, redis = redis-server (script = inside EVALSHA)\n")
+	}
 	fmt.Printf("%-15s %-12s %10s %-22s %8s %8s %6s %6s %7s %7s %7s %7s\n",
-		"mode", "target", "announce/s", "(runs)", "p50", "p99", "errors", "peers", "bench", "redis", "script", "ot")
+		"mode", "target", "announce/s", "(runs)", "p50", "p99", "errors", "peers", "loadgen", "tracker", "redis", "script")
 	for _, fig := range all {
 		medians := make([]float64, len(targets))
 		for i, t := range targets {
 			s := summarizeAnnounceRuns(fig.runs[i])
 			medians[i] = s.rate
-			otCPU, script := "-", fmt.Sprintf("%.1f", s.scriptTime)
+			trackerCPU, script := "-", "-"
 			if t.processCPU != nil {
-				otCPU, script = fmt.Sprintf("%.1f", s.peerCPU), "-"
+				trackerCPU = fmt.Sprintf("%.1f", s.peerCPU)
 			}
-			fmt.Printf("%-15s %-12s %10.0f %-22s %8s %8s %6d %6.1f %7.1f %7.1f %7s %7s\n",
+			if t.hoard {
+				script = fmt.Sprintf("%.1f", s.scriptTime)
+			}
+			fmt.Printf("%-15s %-12s %10.0f %-22s %8s %8s %6d %6.1f %7.1f %7s %7.1f %7s\n",
 				fig.mode, t.name, s.rate, "("+s.rates+")", millis(s.p50), millis(s.p99), s.errors, s.peersPerAnnounce,
-				s.selfCPU, s.redisCPU, script, otCPU)
+				s.selfCPU, trackerCPU, s.redisCPU, script)
 		}
 		fmt.Printf("%-15s %-12s %10.2f\n", fig.mode, "hoard/ot", medians[0]/medians[len(targets)-1])
 		for i, t := range targets[1 : len(targets)-1] {
@@ -335,8 +377,9 @@ func benchAnnounce(ctx context.Context, o announceBenchOptions) error {
 		fmt.Println("note: opentracker closes every HTTP connection after its reply, so its http-keepalive row is one connection per announce")
 	}
 	if len(profileParts) > 0 {
-		fmt.Println("note: hoard's http-close runs ran under the CPU profiler, which slows them")
+		fmt.Printf("note: hoard's %s runs ran under the CPU profiler, which slows them\n", o.profileMode)
 	}
+	fmt.Printf("load average at the end: %s\n", loadAverage())
 	if len(profileParts) > 0 {
 		reportAnnounceProfile(ctx, o.cpuProfile, profileParts)
 	}
@@ -455,27 +498,31 @@ func medianOf[T int64 | float64 | time.Duration](values []T) T {
 	return sorted[len(sorted)/2]
 }
 
-// startBenchTracker runs hoard's BitTorrent plugin in this process, open
-// mode, HTTP and UDP on ephemeral loopback ports. Its goroutines carry
-// the profiler label side=hoard (labels pass to the goroutines a
-// labelled goroutine starts: the listeners and every connection's).
-func startBenchTracker(ctx context.Context, name, redisURL string, pipelines int, floodInterval string, metrics map[string]any, logger *slog.Logger) (*announceTarget, func(), error) {
-	p, err := btplugin.New(ctx, logger)
-	if err != nil {
-		return nil, nil, err
-	}
-	tracker := p.(*btplugin.Tracker)
+// startBenchTracker runs hoard's BitTorrent plugin in open mode, HTTP and
+// UDP on ephemeral loopback ports: in its own process when o.plugin names
+// the binary, else in this one. In this process its goroutines carry the
+// profiler label side=hoard (labels pass to the goroutines a labelled
+// goroutine starts: the listeners and every connection's).
+func startBenchTracker(ctx context.Context, name string, o announceBenchOptions, redisURL string, metrics map[string]any, logger *slog.Logger) (*announceTarget, func(), error) {
 	// Loopback is a trusted proxy, so the load's X-Forwarded-For gives
 	// each simulated peer its own address (the metrics count IPs).
 	// The per-address limits are off: the UDP load comes from one
 	// address, and the bench measures the tracker, not its limits.
 	raw := map[string]any{"mode": "open", "http": "127.0.0.1:0", "udp4": "127.0.0.1:0", "udp6": "",
-		"announce_pipelines": pipelines, "proxy_header": "X-Forwarded-For", "trusted_proxies": []string{"127.0.0.1/32"},
-		"limits": map[string]any{"announce_rate": -1, "max_peers_per_torrent": -1, "flood_interval": floodInterval}}
+		"announce_pipelines": o.pipelines, "proxy_header": "X-Forwarded-For", "trusted_proxies": []string{"127.0.0.1/32"},
+		"limits": map[string]any{"announce_rate": -1, "max_peers_per_torrent": -1, "flood_interval": o.floodInterval}}
 	if metrics != nil {
 		raw["metrics"] = metrics
 	}
 	settings, _ := json.Marshal(raw)
+	if o.plugin != "" {
+		return startExternalBenchTracker(ctx, name, o.plugin, redisURL, settings, logger)
+	}
+	p, err := btplugin.New(ctx, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	tracker := p.(*btplugin.Tracker)
 	pprof.Do(ctx, pprof.Labels("side", "hoard"), func(ctx context.Context) {
 		err = tracker.Configure(ctx, plugins.Config{Name: "bittorrent", RedisURL: redisURL, Settings: settings})
 	})
@@ -489,18 +536,10 @@ func startBenchTracker(ctx context.Context, name, redisURL string, pipelines int
 		stop()
 		return nil, nil, err
 	}
-	t := &announceTarget{name: name, tracker: tracker}
-	for _, l := range desc.Listeners {
-		switch l.Name {
-		case "http":
-			t.http = l.Address
-		case "udp4":
-			t.udp = l.Address
-		}
-	}
-	if t.http == "" || t.udp == "" {
+	t := &announceTarget{name: name, hoard: true, tracker: tracker}
+	if err := t.setListeners(desc.Listeners); err != nil {
 		stop()
-		return nil, nil, fmt.Errorf("hoard tracker bound %+v, want http and udp4", desc.Listeners)
+		return nil, nil, err
 	}
 	return t, stop, nil
 }
