@@ -56,16 +56,17 @@ func NewEngine(rdb redis.UniversalClient, opts Options) *Engine {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Engine{rdb: rdb, warriorPath: luascript.NewBatcher(rdb, warriorPathLeaders, warriorPathBatch),
+	return &Engine{rdb: rdb, warriorPath: luascript.NewBatcher(rdb, WarriorPathLeaders, WarriorPathBatch),
 		clock: opts.Clock, logger: opts.Logger}
 }
 
-// At most warriorPathLeaders batches of the warrior path's scripts are in
-// flight, each of at most warriorPathBatch calls: a few in flight keep
+// At most WarriorPathLeaders batches of the warrior path's scripts are in
+// flight, each of at most WarriorPathBatch calls: a few in flight keep
 // Redis busy while hoard reads one batch's replies and writes the next.
+// (Exported for hoard-bench, whose one-key ceiling is batched alike.)
 const (
-	warriorPathLeaders = 4
-	warriorPathBatch   = 64
+	WarriorPathLeaders = 4
+	WarriorPathBatch   = 64
 )
 
 // Redis returns the engine's client, for components that share it.
