@@ -18,12 +18,20 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hoardproject/hoard/internal/luascript"
 )
 
 // Engine runs the work queue against one Redis or Redis Cluster. It is safe
 // for concurrent use; it holds no state of its own beyond the client.
 type Engine struct {
-	rdb          redis.UniversalClient
+	rdb redis.UniversalClient
+	// warriorPath runs the warrior path's scripts (warriorPathScripts) in
+	// shared pipelines: concurrent claims and dones share one write and one
+	// read per batch, on hoard's side and Redis's, instead of a write, a
+	// read and a pool health check each. Each is still one EVALSHA, atomic on
+	// its own; a batch only carries them.
+	warriorPath  *luascript.Batcher
 	clock        Clock
 	logger       *slog.Logger
 	groupCache   groupCache
@@ -48,8 +56,18 @@ func NewEngine(rdb redis.UniversalClient, opts Options) *Engine {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Engine{rdb: rdb, clock: opts.Clock, logger: opts.Logger}
+	return &Engine{rdb: rdb, warriorPath: luascript.NewBatcher(rdb, WarriorPathLeaders, WarriorPathBatch),
+		clock: opts.Clock, logger: opts.Logger}
 }
+
+// At most WarriorPathLeaders batches of the warrior path's scripts are in
+// flight, each of at most WarriorPathBatch calls: a few in flight keep
+// Redis busy while hoard reads one batch's replies and writes the next.
+// (Exported for hoard-bench, whose one-key ceiling is batched alike.)
+const (
+	WarriorPathLeaders = 4
+	WarriorPathBatch   = 64
+)
 
 // Redis returns the engine's client, for components that share it.
 func (e *Engine) Redis() redis.UniversalClient { return e.rdb }

@@ -39,6 +39,12 @@ var (
 	countersFlushScript = loadScript("counters_flush.lua")
 )
 
+// warriorPathScripts are run through the engine's Batcher: the
+// warrior path's many small concurrent calls gain from sharing a batch. The
+// other scripts are rare, or long enough that a batch would only hold
+// claims behind them.
+var warriorPathScripts = map[*redis.Script]bool{claimScript: true, doneScript: true}
+
 var prelude = luascript.Prelude(lua.Files, "prelude.lua")
 
 // loadScript loads a queue script with the named result codes (R) and the
@@ -51,7 +57,13 @@ func loadScript(name string) *redis.Script {
 // wraps failures as CodeUnavailable errors of op. On a cluster go-redis
 // routes it by KEYS[1]; all KEYS share one hash tag, so one slot.
 func (e *Engine) runScript(ctx context.Context, op string, script *redis.Script, keys []string, args ...any) (any, error) {
-	reply, err := luascript.Run(ctx, e.rdb, script, keys, args...)
+	var reply any
+	var err error
+	if warriorPathScripts[script] {
+		reply, err = e.warriorPath.Run(ctx, script, keys, args...)
+	} else {
+		reply, err = luascript.Run(ctx, e.rdb, script, keys, args...)
+	}
 	if err != nil {
 		return nil, unavailable(op, err)
 	}

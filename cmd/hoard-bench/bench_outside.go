@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -43,6 +44,7 @@ type outsideOptions struct {
 	backfeedSends int
 	fsync         string
 	dir           string
+	cpuProfile    string
 }
 
 func benchOutsideCommand() *cobra.Command {
@@ -71,6 +73,7 @@ func benchOutsideCommand() *cobra.Command {
 	f.IntVar(&o.backfeedSends, "backfeed-senders", 8, "concurrent backfeed senders (batches of 1,000 items)")
 	f.StringVar(&o.fsync, "redis-fsync", string(localredis.DefaultFsyncPolicy), "the redis-server's appendfsync (hoard serve's default)")
 	f.StringVar(&o.dir, "dir", "", "where the runs' data directories go (default: the system's temp dir)")
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write hoard serve's CPU profile of each measured run (from its admin-guarded /debug/pprof) to <this>-<scenario>-<A|B>-<run>.pprof")
 	return cmd
 }
 
@@ -149,7 +152,11 @@ func benchOutside(ctx context.Context, o outsideOptions) error {
 		figures := make([][]outsideFigure, len(builds))
 		for run := 0; run < o.runs; run++ {
 			for b, bin := range builds {
-				fig, err := outsideRun(ctx, o, self, bin, scenario, run)
+				profile := ""
+				if o.cpuProfile != "" {
+					profile = fmt.Sprintf("%s-%s-%c-%d.pprof", o.cpuProfile, scenario, 'A'+b, run+1)
+				}
+				fig, err := outsideRun(ctx, o, self, bin, scenario, run, profile)
 				if err != nil {
 					return fmt.Errorf("%s, %s, run %d: %w", scenario, bin, run+1, err)
 				}
@@ -240,7 +247,7 @@ func median(vals []float64) float64 {
 // outsideRun starts a redis-server and bin's `hoard serve`, queues items,
 // runs the scenario's load in a subprocess and reads both servers' CPU
 // and Redis's command counts around it.
-func outsideRun(ctx context.Context, o outsideOptions, self, bin, scenario string, run int) (outsideFigure, error) {
+func outsideRun(ctx context.Context, o outsideOptions, self, bin, scenario string, run int, profile string) (outsideFigure, error) {
 	dir, err := os.MkdirTemp(o.dir, "hoard-bench-outside-")
 	if err != nil {
 		return outsideFigure{}, err
@@ -272,8 +279,9 @@ func outsideRun(ctx context.Context, o outsideOptions, self, bin, scenario strin
 	if err := os.WriteFile(projectsFile, []byte(`{"projects":[]}`), 0o600); err != nil {
 		return outsideFigure{}, err
 	}
+	adminToken := "bench-token-" + strconv.Itoa(run)
 	serve := exec.CommandContext(ctx, bin, "serve", "--redis-url", rs.URL(), "--listen", addr,
-		"--admin-token", "bench-token-"+strconv.Itoa(run), "--data-dir", filepath.Join(dir, "hoard"),
+		"--admin-token", adminToken, "--data-dir", filepath.Join(dir, "hoard"),
 		"--projects-file", projectsFile, "--log-level", "warn")
 	// Its log goes to a file, shown when it fails to come up: a run's end
 	// cancels requests in flight, which it logs, and that is not news.
@@ -357,6 +365,12 @@ func outsideRun(ctx context.Context, o outsideOptions, self, bin, scenario strin
 		r   loadReport
 		err error
 	}
+	profiled := make(chan error, 1)
+	if profile != "" {
+		go func() { profiled <- fetchCPUProfile(ctx, url, adminToken, o.duration, profile) }()
+	} else {
+		profiled <- nil
+	}
 	besideDone := make(chan result, 1)
 	if beside != nil {
 		go func() {
@@ -371,6 +385,9 @@ func outsideRun(ctx context.Context, o outsideOptions, self, bin, scenario strin
 			err = b.err
 		}
 		fig.warriors = b.r
+	}
+	if perr := <-profiled; err == nil && perr != nil {
+		err = fmt.Errorf("cpu profile: %w", perr)
 	}
 	if err != nil {
 		return fig, err
@@ -398,6 +415,35 @@ func outsideRun(ctx context.Context, o outsideOptions, self, bin, scenario strin
 	fig.load1 = strings.Fields(loadAverage() + " ?")[0]
 	fig.topCommands = top
 	return fig, nil
+}
+
+// fetchCPUProfile asks hoard serve for a CPU profile covering most of a
+// run (a second less than it, so it ends before the load does) and writes it
+// to path.
+func fetchCPUProfile(ctx context.Context, url, token string, run time.Duration, path string) error {
+	seconds := max(int(run/time.Second)-1, 1)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/debug/pprof/profile?seconds="+strconv.Itoa(seconds), nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET /debug/pprof/profile: %s", resp.Status)
+	}
+	file, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(file, resp.Body); err != nil {
+		file.Close()
+		return err
+	}
+	return file.Close()
 }
 
 func runLoad(ctx context.Context, self string, args []string) (loadReport, error) {

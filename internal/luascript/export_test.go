@@ -1,0 +1,8 @@
+package luascript
+
+// Queued is how many calls wait for a batch, for tests that hold one.
+func (b *Batcher) Queued() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.queue)
+}
