@@ -19,19 +19,13 @@ import (
 	"github.com/hoardproject/hoard/queues"
 )
 
-// emptySingleRedis is the single redis-server backend, flushed: the
+// emptySingleRedis is an empty redis-server of the test's own, the test
+// run in parallel with the other kill tests (redistest.Parallel): the
 // BitTorrent plugin discovers every registered torrent, other tests'
-// included. A test without it skips, by design.
+// included.
 func emptySingleRedis(t *testing.T) *redis.Client {
 	t.Helper()
-	for _, b := range redistest.Require(t) {
-		if c, ok := b.Client.(*redis.Client); ok {
-			require.NoError(t, redistest.Flush(t.Context(), b))
-			return c
-		}
-	}
-	t.Skip("by design: needs the single redis-server backend")
-	return nil
+	return redistest.Parallel(t)
 }
 
 // killPluginWhileItWorks runs the real `hoard serve` with the real
@@ -42,13 +36,7 @@ func emptySingleRedis(t *testing.T) *redis.Client {
 // done and none waits or is out, with a reader of the project's counts.
 func killPluginWhileItWorks(t *testing.T, client *redis.Client, project string, items int, pluginSettings string, serveArgs ...string) func() queues.Counts {
 	t.Helper()
-	dir := t.TempDir()
-	hoard, plugin := filepath.Join(dir, "hoard"), filepath.Join(dir, "hoard-bittorrent")
-	for out, pkg := range map[string]string{hoard: ".", plugin: "../hoard-bittorrent"} {
-		build := exec.Command("go", "build", "-o", out, pkg)
-		build.Stderr = os.Stderr
-		require.NoError(t, build.Run(), "go build %s", pkg)
-	}
+	hoard, plugin := buildBinaries(t)
 	port, err := localredis.FreeLoopbackPort()
 	require.NoError(t, err)
 	trackerPort, err := localredis.FreeLoopbackPort()
