@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/internal/localredis"
@@ -60,7 +61,7 @@ func TestKilledHoardTakesItsPluginAlong(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("by design: parent-death signals are Linux only")
 	}
-	url := "redis://" + redistest.Parallel(t).Options().Addr
+	url := "redis://" + redistest.Parallel(t).Client.(*redis.Client).Options().Addr
 	hoard, plugin := buildBinaries(t)
 	dataDir := t.TempDir()
 	trackerPort, err := localredis.FreeLoopbackPort()

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/internal/localredis"
@@ -27,7 +28,7 @@ import (
 // ends fully acknowledged, and an event is handled twice only when its
 // frontend or plugin died between the hook and the acknowledgement.
 func TestPluginEventsSurviveKilledFrontendsAndPlugins(t *testing.T) {
-	client := redistest.Parallel(t)
+	client := redistest.Parallel(t).Client.(*redis.Client)
 	ctx := context.Background()
 	hoard, plugin := builtBinary(t, "."), builtBinary(t, "../../plugins/internal/exampleplugin/cmd/hoard-example")
 	url := "redis://" + client.Options().Addr

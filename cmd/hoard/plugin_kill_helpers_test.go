@@ -25,7 +25,7 @@ import (
 // included.
 func emptySingleRedis(t *testing.T) *redis.Client {
 	t.Helper()
-	return redistest.Parallel(t)
+	return redistest.Parallel(t).Client.(*redis.Client)
 }
 
 // killPluginWhileItWorks runs the real `hoard serve` with the real

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/internal/localredis"
@@ -54,7 +55,7 @@ func TestViewersCannotStarveWarriorsUnderALowDescriptorLimit(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("by design: binds 127.0.0.x source addresses, which only Linux routes to loopback by default")
 	}
-	client := redistest.Parallel(t)
+	client := redistest.Parallel(t).Client.(*redis.Client)
 	nofile := uint64(256)
 	if raw := os.Getenv("HOARD_TEST_VIEWER_NOFILE"); raw != "" {
 		n, err := strconv.ParseUint(raw, 10, 64)

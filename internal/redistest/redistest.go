@@ -241,15 +241,15 @@ func ForEach(t *testing.T, fn func(t *testing.T, b Backend)) {
 // the package's shared backends are flushed by every other test, so only a
 // private server lets such tests overlap. When HOARD_TEST_REDIS_URL names
 // the single backend instead of a started one, t runs serially on that,
-// flushed, as ForEach would.
-func Parallel(t *testing.T) *redis.Client {
+// flushed, as ForEach would. The backend's Client is a *redis.Client.
+func Parallel(t *testing.T) Backend {
 	t.Helper()
 	backends := Require(t)
 	if os.Getenv("HOARD_TEST_REDIS_URL") != "" {
 		for _, b := range backends {
-			if c, ok := b.Client.(*redis.Client); ok && b.Name == singleBackendName {
+			if b.Name == singleBackendName {
 				require(t, Flush(t.Context(), b), "flush the single backend")
-				return c
+				return b
 			}
 		}
 		t.Fatal("redistest: no single backend")
@@ -261,7 +261,7 @@ func Parallel(t *testing.T) *redis.Client {
 	defer cancel()
 	b, err := f.singleBackend(ctx)
 	require(t, err, "start a redis-server of the test's own")
-	return b.Client.(*redis.Client)
+	return b
 }
 
 // require fails t with what was being done; redistest does not depend on
