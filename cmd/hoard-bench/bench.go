@@ -163,6 +163,10 @@ func startBenchEnv(ctx context.Context, o benchOptions) (*benchEnv, error) {
 		return nil, err
 	}
 	opts.PoolSize = 128
+	// go-redis's 3 s read timeout is a production client's; here a
+	// FLUSHALL of a million items between runs took longer on a loaded
+	// 2-core machine and failed the whole command (i/o timeout).
+	opts.ReadTimeout = 30 * time.Second
 	env.rdb = redis.NewClient(opts)
 	env.engine = queues.NewEngine(env.rdb, queues.Options{Logger: quiet})
 	token := make([]byte, 16)
