@@ -100,7 +100,7 @@ both, and --cpuprofile can profile it.`,
 	f.StringSliceVar(&o.modes, "modes", []string{string(btloadgen.ModeHTTPKeepAlive), string(btloadgen.ModeHTTPClose), string(btloadgen.ModeUDP)},
 		"modes to run: http-keepalive, http-close, udp")
 	f.IntVar(&o.runs, "runs", 3, "measured runs per target and mode; medians are reported")
-	f.IntVar(&o.announces, "announces", 50_000, "announces per measured run")
+	f.IntVar(&o.announces, "announces", 20_000, "announces per measured run")
 	f.IntVar(&o.warmup, "warmup", 0, "announces per target and mode before measuring, not counted (0: as many as --announces, so every measured announce re-announces a known peer)")
 	f.IntVar(&o.torrents, "torrents", btloadgen.DefaultTorrents, "torrents the announces spread over")
 	f.IntVar(&o.peers, "peers", 0, "simulated peers (0: 10 x --torrents)")

@@ -53,7 +53,7 @@ func benchOffloadCommand() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.IntVar(&o.items, "items", 100_000_000, "items the scale run queues")
+	f.IntVar(&o.items, "items", 3_000_000, "items the scale run queues (100000000 for the issue's scale)")
 	f.IntVar(&o.bytesItems, "bytes-items", 2_000_000, "items queued to measure bytes per item (a tenth stay in Redis with offload)")
 	f.Int64Var(&o.memoryCap, "memory-cap", 512<<20, "Redis maxmemory (noeviction) for the scale run, in bytes: a write past it fails the run")
 	f.IntVar(&o.above, "offload-above", 1_000_000, "the project's offload_above")

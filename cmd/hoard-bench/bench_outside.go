@@ -64,12 +64,12 @@ func benchOutsideCommand() *cobra.Command {
 	f.StringVar(&o.hoard, "hoard", "bin/hoard", "the hoard binary to measure (A)")
 	f.StringVar(&o.vs, "vs", "", "a second hoard binary (B, e.g. the build before a change), run alternately with A")
 	f.IntVar(&o.runs, "runs", 3, "runs per figure and build; medians are reported")
-	f.DurationVar(&o.duration, "duration", 20*time.Second, "length of each run")
+	f.DurationVar(&o.duration, "duration", 10*time.Second, "length of each run")
 	f.IntVar(&o.warriors, "warriors", 32, "concurrent warriors")
 	f.StringSliceVar(&o.scenarios, "scenarios", []string{"keepalive", "close", "multi100", "backfeed"},
 		"what to measure: keepalive, close (a new connection per request, as seesaw), multi100, backfeed (with a warrior load beside it)")
-	f.IntVar(&o.supply, "supply", 600_000, "items queued for a multi=1 run (a run ends early if they run out)")
-	f.IntVar(&o.multiSupply, "multi-supply", 3_000_000, "items queued for a multi=100 run")
+	f.IntVar(&o.supply, "supply", 200_000, "items queued for a multi=1 run (a run ends early if they run out)")
+	f.IntVar(&o.multiSupply, "multi-supply", 1_000_000, "items queued for a multi=100 run")
 	f.IntVar(&o.backfeedSends, "backfeed-senders", 8, "concurrent backfeed senders (batches of 1,000 items)")
 	f.StringVar(&o.fsync, "redis-fsync", string(localredis.DefaultFsyncPolicy), "the redis-server's appendfsync (hoard serve's default)")
 	f.StringVar(&o.dir, "dir", "", "where the runs' data directories go (default: the system's temp dir)")
@@ -143,7 +143,8 @@ func benchOutside(ctx context.Context, o outsideOptions) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("hoard serve --redis-url <a fresh redis-server, AOF on, appendfsync %s> per run; load from `hoard-bench load` in its own process; %d runs of %s per build", o.fsync, o.runs, o.duration)
+	fmt.Printf("hoard serve --redis-url <a fresh redis-server, AOF on, appendfsync %s> per run; load from `hoard-bench load` in its own process; %d runs of %s per build; %d items queued per run (multi=100: %d); scenarios %s",
+		o.fsync, o.runs, o.duration, o.supply, o.multiSupply, strings.Join(o.scenarios, ", "))
 	if o.vs != "" {
 		fmt.Printf(", alternating A=%s B=%s", o.hoard, o.vs)
 	}

@@ -7,10 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -34,6 +33,7 @@ import (
 // bounded viewers, rate and time; it stops by itself.
 
 type viewerBenchOptions struct {
+	hoard    string
 	viewers  int
 	rate     int
 	duration time.Duration
@@ -49,6 +49,9 @@ func benchViewersCommand() *cobra.Command {
 			return benchViewers(cmd.Context(), o)
 		},
 	}
+	// hoard-bench has no serve command of its own: the child is a built
+	// hoard, as warrior-path's.
+	cmd.Flags().StringVar(&o.hoard, "hoard", "bin/hoard", "the hoard binary whose serve is measured (make build builds bin/hoard)")
 	cmd.Flags().IntVar(&o.viewers, "viewers", 5000, "concurrent websocket viewers (at most 15000)")
 	cmd.Flags().IntVar(&o.rate, "rate", 100, "completions per second while measuring")
 	cmd.Flags().DurationVar(&o.duration, "duration", 10*time.Second, "how long to measure")
@@ -58,6 +61,9 @@ func benchViewersCommand() *cobra.Command {
 func benchViewers(ctx context.Context, o viewerBenchOptions) error {
 	if o.viewers < 1 || o.viewers > 15000 {
 		return errors.New("--viewers must be between 1 and 15000")
+	}
+	if _, err := os.Stat(o.hoard); err != nil {
+		return fmt.Errorf("hoard binary: %w (make build builds bin/hoard)", err)
 	}
 	dir, err := os.MkdirTemp("", "hoard-bench-viewers-")
 	if err != nil {
@@ -97,16 +103,21 @@ func benchViewers(ctx context.Context, o viewerBenchOptions) error {
 	if err != nil {
 		return err
 	}
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	child := exec.Command(self, "serve", "--listen", "127.0.0.1:"+strconv.Itoa(httpPort),
+	child := exec.Command(o.hoard, "serve", "--listen", "127.0.0.1:"+strconv.Itoa(httpPort),
 		"--redis-url", "redis://"+rs.Address()+"/0", "--projects-file", "/nonexistent",
+		"--data-dir", filepath.Join(dir, "hoard"),
 		// Every bench viewer comes from 127.0.0.1.
 		"--max-viewers-per-address", strconv.Itoa(o.viewers))
 	child.Env = append(os.Environ(), "HOARD_ADMIN_TOKEN=bench-"+strconv.Itoa(os.Getpid()))
 	child.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	// Its log goes to a file, shown when it does not come up: a refused
+	// flag or an unreachable Redis is said there, not here.
+	serveLog, err := os.Create(filepath.Join(dir, "serve.log"))
+	if err != nil {
+		return err
+	}
+	defer serveLog.Close()
+	child.Stdout, child.Stderr = serveLog, serveLog
 	if err := child.Start(); err != nil {
 		return err
 	}
@@ -115,8 +126,9 @@ func benchViewers(ctx context.Context, o viewerBenchOptions) error {
 		_, _ = child.Process.Wait()
 	}()
 	base := "127.0.0.1:" + strconv.Itoa(httpPort)
-	if err := waitHTTP(ctx, "http://"+base+"/healthz"); err != nil {
-		return err
+	if err := waitHealthy(ctx, "http://"+base); err != nil {
+		logged, _ := os.ReadFile(serveLog.Name())
+		return fmt.Errorf("%w; its log:\n%s", err, logged)
 	}
 	time.Sleep(500 * time.Millisecond)
 	rssBefore := rssKiB(child.Process.Pid)
@@ -216,28 +228,6 @@ func benchViewers(ctx context.Context, o viewerBenchOptions) error {
 	fmt.Printf("  hoard serve RSS: %d KiB idle, %d KiB with %d viewers: %.1f KiB per viewer\n",
 		rssBefore, rssAfter, o.viewers, float64(rssAfter-rssBefore)/float64(o.viewers))
 	return nil
-}
-
-func waitHTTP(ctx context.Context, url string) error {
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		} else if !errors.Is(err, syscall.ECONNREFUSED) && !isNetErr(err) {
-			return err
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return fmt.Errorf("hoard serve did not answer %s", url)
-}
-
-func isNetErr(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) || strings.Contains(err.Error(), "connection refused")
 }
 
 // rssKiB reads a process's resident set size from /proc.

@@ -20,17 +20,11 @@ import (
 	"github.com/hoardproject/hoard/internal/redistest"
 )
 
-// buildBinaries builds hoard and the BitTorrent plugin into a temp dir.
+// buildBinaries builds hoard and the BitTorrent plugin (once for the
+// package).
 func buildBinaries(t *testing.T) (hoard, plugin string) {
 	t.Helper()
-	dir := t.TempDir()
-	hoard, plugin = filepath.Join(dir, "hoard"), filepath.Join(dir, "hoard-bittorrent")
-	for out, pkg := range map[string]string{hoard: ".", plugin: "../hoard-bittorrent"} {
-		build := exec.Command("go", "build", "-o", out, pkg)
-		build.Stderr = os.Stderr
-		require.NoError(t, build.Run(), "go build %s", pkg)
-	}
-	return hoard, plugin
+	return builtBinary(t, "."), builtBinary(t, "../hoard-bittorrent")
 }
 
 // pidFromFile waits (boundedly) for a plugin pid file naming a live
@@ -67,15 +61,7 @@ func TestKilledHoardTakesItsPluginAlong(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("by design: parent-death signals are Linux only")
 	}
-	var url string
-	for _, b := range redistest.Require(t) {
-		if c, ok := b.Client.(*redis.Client); ok {
-			url = "redis://" + c.Options().Addr
-		}
-	}
-	if url == "" {
-		t.Skip("by design: needs the single redis-server backend")
-	}
+	url := "redis://" + redistest.Parallel(t).Client.(*redis.Client).Options().Addr
 	hoard, plugin := buildBinaries(t)
 	dataDir := t.TempDir()
 	trackerPort, err := localredis.FreeLoopbackPort()

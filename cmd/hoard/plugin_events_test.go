@@ -28,23 +28,9 @@ import (
 // ends fully acknowledged, and an event is handled twice only when its
 // frontend or plugin died between the hook and the acknowledgement.
 func TestPluginEventsSurviveKilledFrontendsAndPlugins(t *testing.T) {
-	var client *redis.Client
-	for _, b := range redistest.Require(t) {
-		if c, ok := b.Client.(*redis.Client); ok {
-			client = c
-		}
-	}
-	if client == nil {
-		t.Skip("by design: needs the single redis-server backend")
-	}
+	client := redistest.Parallel(t).Client.(*redis.Client)
 	ctx := context.Background()
-	dir := t.TempDir()
-	hoard, plugin := filepath.Join(dir, "hoard"), filepath.Join(dir, "hoard-example")
-	for out, pkg := range map[string]string{hoard: ".", plugin: "../../plugins/internal/exampleplugin/cmd/hoard-example"} {
-		build := exec.Command("go", "build", "-o", out, pkg)
-		build.Stderr = os.Stderr
-		require.NoError(t, build.Run(), "go build %s", pkg)
-	}
+	hoard, plugin := builtBinary(t, "."), builtBinary(t, "../../plugins/internal/exampleplugin/cmd/hoard-example")
 	url := "redis://" + client.Options().Addr
 	require.NoError(t, client.Del(ctx, exampleRecordKey).Err())
 

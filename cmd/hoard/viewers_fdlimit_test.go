@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -56,15 +55,7 @@ func TestViewersCannotStarveWarriorsUnderALowDescriptorLimit(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("by design: binds 127.0.0.x source addresses, which only Linux routes to loopback by default")
 	}
-	var client *redis.Client
-	for _, b := range redistest.Require(t) {
-		if c, ok := b.Client.(*redis.Client); ok {
-			client = c
-		}
-	}
-	if client == nil {
-		t.Skip("by design: needs the single redis-server backend")
-	}
+	client := redistest.Parallel(t).Client.(*redis.Client)
 	nofile := uint64(256)
 	if raw := os.Getenv("HOARD_TEST_VIEWER_NOFILE"); raw != "" {
 		n, err := strconv.ParseUint(raw, 10, 64)
@@ -76,17 +67,13 @@ func TestViewersCannotStarveWarriorsUnderALowDescriptorLimit(t *testing.T) {
 	require.Positive(t, wantTotal)
 
 	ctx := t.Context()
-	require.NoError(t, redistest.Flush(ctx, redistest.Backend{Client: client}))
 	engine := queues.NewEngine(client, queues.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	_, err := engine.CreateProject(ctx, "fdlimit", queues.SettingsPatch{})
 	require.NoError(t, err)
 	_, err = engine.Enqueue(ctx, "fdlimit", queues.Target{Queue: queues.QueueTodo}, []queues.QueueItem{{Name: "still-served"}})
 	require.NoError(t, err)
 
-	hoard := filepath.Join(t.TempDir(), "hoard")
-	build := exec.Command("go", "build", "-o", hoard, ".")
-	build.Stderr = os.Stderr
-	require.NoError(t, build.Run())
+	hoard := builtBinary(t, ".")
 	port, err := localredis.FreeLoopbackPort()
 	require.NoError(t, err)
 	base := fmt.Sprintf("127.0.0.1:%d", port)

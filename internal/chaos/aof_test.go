@@ -94,6 +94,7 @@ func requireSupervisorRecovery(t *testing.T, r *report, minAOF int64) {
 // TestChaos's load by default.
 func TestChaosSupervised(t *testing.T) {
 	requireTools(t)
+	shortRunInParallel(t)
 	load, items, seed := chaosSettings(t)
 	load, items = load/2, items/2
 	h := runScenario(t, scenario{

@@ -562,6 +562,18 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// shortRunInParallel runs make test's short scenarios side by side: each
+// has its own redis-servers, binaries' processes, ports and directory, and
+// most of a run is waiting (the load's fixed length, kills, recoveries), so
+// together they take about as long as the longest. make chaos
+// (HOARD_CHAOS_DURATION) runs them one at a time, each with the machine
+// to itself for minutes.
+func shortRunInParallel(t *testing.T) {
+	if os.Getenv("HOARD_CHAOS_DURATION") == "" {
+		t.Parallel()
+	}
+}
+
 // chaosSettings reads the run's length, items and seed from the
 // environment: the short run of `make test` by default, minutes with
 // HOARD_CHAOS_DURATION (make chaos).
@@ -599,6 +611,7 @@ func chaosSettings(t *testing.T) (load time.Duration, items int, seed uint64) {
 // it for minutes.
 func TestChaos(t *testing.T) {
 	requireTools(t)
+	shortRunInParallel(t)
 	load, items, seed := chaosSettings(t)
 	r := runScenario(t, scenario{
 		load: load, items: items, seed: seed, warriors: 32, frontends: 2, plugin: true,
@@ -620,6 +633,7 @@ func TestChaos(t *testing.T) {
 // slot meanwhile). Half of TestChaos's load by default.
 func TestChaosCluster(t *testing.T) {
 	requireTools(t)
+	shortRunInParallel(t)
 	load, items, seed := chaosSettings(t)
 	load, items = load/2, items/2
 	r := runScenario(t, scenario{
@@ -649,6 +663,7 @@ func TestChaosCluster(t *testing.T) {
 // nothing in the test sleeps to wait for them.
 func TestChaosItemsFailByExpiry(t *testing.T) {
 	requireTools(t)
+	shortRunInParallel(t)
 	_, _, seed := chaosSettings(t)
 	const items = 600
 	r := runScenario(t, scenario{
@@ -670,6 +685,7 @@ func TestChaosItemsFailByExpiry(t *testing.T) {
 // reported, or a green chaos run would prove nothing.
 func TestChaosCatchesARedisThatLosesData(t *testing.T) {
 	requireTools(t)
+	shortRunInParallel(t)
 	var poppedTodo, removedDone string
 	h := runScenario(t, scenario{
 		load: 8 * time.Second, items: 600, seed: 15, warriors: 8, frontends: 1,

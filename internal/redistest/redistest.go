@@ -143,8 +143,18 @@ var packageBackends []Backend
 
 // RunMain is a whole TestMain: it starts the backends (or skips the package
 // when redis-server is missing, failing instead when CI is "true"), runs the
-// tests, stops the children and exits with the tests' code.
-func RunMain(m *testing.M) {
+// tests, stops the children, runs after (e.g. removing binaries the tests
+// built once for the package) and exits with the tests' code.
+func RunMain(m *testing.M, after ...func()) {
+	defer func() {
+		for _, f := range after {
+			f()
+		}
+	}()
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
 	flag.Parse()
 	if fuzzing() || testing.Short() {
 		// Fuzz targets are pure parsers, and the fuzzer starts and restarts
@@ -152,15 +162,15 @@ func RunMain(m *testing.M) {
 		// unit tier (-short) is the answer in seconds: starting a cluster
 		// would take most of them, and its Redis tests skip one by one
 		// (Require), so the package's pure tests still run.
-		os.Exit(m.Run())
+		return m.Run()
 	}
 	if reason, unavailable := Unavailable(); unavailable {
 		if os.Getenv("CI") == "true" {
 			fmt.Fprintln(os.Stderr, "FAIL: "+reason)
-			os.Exit(1)
+			return 1
 		}
 		fmt.Println("SKIP: " + reason)
-		os.Exit(0)
+		return 0
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
@@ -168,7 +178,7 @@ func RunMain(m *testing.M) {
 	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "FAIL: "+err.Error())
-		os.Exit(1)
+		return 1
 	}
 	packageBackends = backends
 	if !clusterWanted() {
@@ -180,7 +190,7 @@ func RunMain(m *testing.M) {
 
 	code := m.Run()
 	stop()
-	os.Exit(code)
+	return code
 }
 
 // fuzzing reports whether this process runs `go test -fuzz` (as the
@@ -221,6 +231,45 @@ func ForEach(t *testing.T, fn func(t *testing.T, b Backend)) {
 			}
 			fn(t, backend)
 		})
+	}
+}
+
+// Parallel gives t a redis-server of its own (fresh, AOF off, stopped when t
+// ends) and runs t in parallel (t.Parallel) with the package's other
+// Parallel tests. It is for the long tests that mostly wait on child
+// processes (real hoard serve and plugin binaries killed and restarted):
+// the package's shared backends are flushed by every other test, so only a
+// private server lets such tests overlap. When HOARD_TEST_REDIS_URL names
+// the single backend instead of a started one, t runs serially on that,
+// flushed, as ForEach would. The backend's Client is a *redis.Client.
+func Parallel(t *testing.T) Backend {
+	t.Helper()
+	backends := Require(t)
+	if os.Getenv("HOARD_TEST_REDIS_URL") != "" {
+		for _, b := range backends {
+			if b.Name == singleBackendName {
+				require(t, Flush(t.Context(), b), "flush the single backend")
+				return b
+			}
+		}
+		t.Fatal("redistest: no single backend")
+	}
+	t.Parallel()
+	f := &fleet{tempDir: t.TempDir(), logger: testLogger()}
+	t.Cleanup(f.stop)
+	ctx, cancel := context.WithTimeout(t.Context(), startTimeout)
+	defer cancel()
+	b, err := f.singleBackend(ctx)
+	require(t, err, "start a redis-server of the test's own")
+	return b
+}
+
+// require fails t with what was being done; redistest does not depend on
+// testify.
+func require(t *testing.T, err error, doing string) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("redistest: %s: %v", doing, err)
 	}
 }
 

@@ -62,9 +62,8 @@ func processGone(pid int) bool {
 
 func TestExternalPlugin(t *testing.T) {
 	unittier.Skip(t, "it builds and runs plugin binaries")
-	dir := t.TempDir()
-	bin := buildPlugin(t, dir, "hoard-example")
-	binV2 := buildPlugin(t, dir, "hoard-example-v2")
+	bin := buildPlugin(t, "hoard-example")
+	binV2 := buildPlugin(t, "hoard-example-v2")
 
 	t.Run("handshake, describe, hooks, stats and logs", func(t *testing.T) {
 		opts, logs := externalOptions(t, bin, `{"listen":"127.0.0.1:0","tick_period":"1h"}`)

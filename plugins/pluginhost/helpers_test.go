@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -20,7 +21,7 @@ import (
 	"github.com/hoardproject/hoard/plugins/pluginhost"
 )
 
-func TestMain(m *testing.M) { redistest.RunMain(m) }
+func TestMain(m *testing.M) { redistest.RunMain(m, removeBuiltPlugins) }
 
 // newFakeClock is hoard's fake clock, which only moves when told to.
 func newFakeClock(start time.Time) *clock.Fake { return clock.NewFake(start) }
@@ -127,14 +128,40 @@ func statusOf(h *pluginhost.Host, name string) pluginhost.Status {
 	return pluginhost.Status{}
 }
 
-// buildPlugin builds one of the test plugin binaries into dir.
-func buildPlugin(t *testing.T, dir, cmd string) string {
+// The test plugin binaries, built once for the package: three tests ran
+// the same link each.
+var builtPlugins struct {
+	mu   sync.Mutex
+	dir  string
+	bins map[string]string
+}
+
+// buildPlugin builds one of the test plugin binaries the first time a
+// test asks for it and returns its path.
+func buildPlugin(t *testing.T, cmd string) string {
 	t.Helper()
-	out := filepath.Join(dir, cmd)
+	builtPlugins.mu.Lock()
+	defer builtPlugins.mu.Unlock()
+	if bin, ok := builtPlugins.bins[cmd]; ok {
+		return bin
+	}
+	if builtPlugins.dir == "" {
+		dir, err := os.MkdirTemp("", "hoard-pluginhost-test-bin-")
+		require.NoError(t, err)
+		builtPlugins.dir, builtPlugins.bins = dir, map[string]string{}
+	}
+	out := filepath.Join(builtPlugins.dir, cmd)
 	build := exec.Command("go", "build", "-o", out, "../internal/exampleplugin/cmd/"+cmd)
 	output, err := build.CombinedOutput()
 	require.NoError(t, err, "go build %s: %s", cmd, output)
+	builtPlugins.bins[cmd] = out
 	return out
+}
+
+func removeBuiltPlugins() {
+	if builtPlugins.dir != "" {
+		_ = os.RemoveAll(builtPlugins.dir)
+	}
 }
 
 func contains(haystack, needle string) bool { return strings.Contains(haystack, needle) }

@@ -26,7 +26,7 @@ import (
 // the result comes back to its OnItemDone through the project's event log.
 func TestPluginWorksItsOwnItemsThroughTheHostAPI(t *testing.T) {
 	unittier.Skip(t, "it builds and runs a plugin binary on a real Redis")
-	bin := buildPlugin(t, t.TempDir(), "hoard-example")
+	bin := buildPlugin(t, "hoard-example")
 	for _, transport := range []string{"builtin", "external"} {
 		t.Run(transport, func(t *testing.T) {
 			redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {

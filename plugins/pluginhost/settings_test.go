@@ -23,7 +23,7 @@ func TestDescribeSettings(t *testing.T) {
 			return struct{ plugins.Plugin }{p}, err // hides SettingsSchema
 		},
 	}
-	bin := buildPlugin(t, t.TempDir(), "hoard-example")
+	bin := buildPlugin(t, "hoard-example")
 	for name, spec := range map[string]pluginhost.Spec{
 		"builtin": {Name: "example"},
 		"binary":  {Name: "example", Path: bin},
