@@ -49,9 +49,12 @@ func driftAddr(n int) netip.AddrPort {
 // on each torrent with what the clients announced: equal. 1,500 peers by
 // default; HOARD_TEST_LONG=1: 100,000.
 func TestNothingDriftsUnderMixedLoad(t *testing.T) {
-	torrents, peers, steps := 12, 1_500, 12_000
+	// maxStepMs bounds the time between steps, small enough that
+	// torrents get plain re-announces within a view's age (hot), so
+	// write-behind is exercised.
+	torrents, peers, steps, maxStepMs := 12, 1_500, 12_000, 40
 	if os.Getenv("HOARD_TEST_LONG") != "" {
-		torrents, peers, steps = 200, 100_000, 400_000
+		torrents, peers, steps, maxStepMs = 200, 100_000, 400_000, 2
 	}
 	const users, workers = 40, 4
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
@@ -151,7 +154,7 @@ func TestNothingDriftsUnderMixedLoad(t *testing.T) {
 					step(store, c, rng)
 					steady.RUnlock()
 					steady.Lock()
-					clock.Advance(time.Duration(rng.IntN(40)) * time.Millisecond)
+					clock.Advance(time.Duration(rng.IntN(maxStepMs)) * time.Millisecond)
 					steady.Unlock()
 					if w == 0 && i%97 == 0 && !dead.Load() {
 						// the killed frontend's own write-behind ticks
