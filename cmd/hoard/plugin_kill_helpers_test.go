@@ -23,8 +23,11 @@ import (
 // BitTorrent plugin discovers every registered torrent, other tests'
 // included. A test without it skips, by design. These tests stay serial
 // (not redistest.Parallel): they require each item done exactly once
-// across plugin kills, and beside the other process tests at load 20-25
-// the scoring one counted 3,053 dones for 3,000 items.
+// across plugin kills, and load lengthens every step they time. (At load
+// 20-25 the scoring one once counted 3,053 dones for 3,000 items: a kill
+// during the score tick made the host run the cycle again, which queued a
+// second round of the torrents already applied; Round now keeps a cycle's
+// rounds, scoring.TestACycleRunAgainQueuesTheSameItems.)
 func emptySingleRedis(t *testing.T) *redis.Client {
 	t.Helper()
 	for _, b := range redistest.Require(t) {

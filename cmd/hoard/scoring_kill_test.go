@@ -47,7 +47,9 @@ func TestScoringSurvivesKilledWorkers(t *testing.T) {
 		`"scoring":{"enabled":true,"period":"24h","reclaim_ttl":"3s","max_workers":4,"project":%q}`, project),
 		"--plugin-event-retry", "2s")
 	c := counts()
-	require.EqualValues(t, uploads, c.Done, "each torrent's item done once, none lost: %+v", c)
+	queueStats, err := client.HGetAll(ctx, queues.StatsKey(project)).Result()
+	require.NoError(t, err)
+	require.EqualValues(t, uploads, c.Done, "each torrent's item done once, none lost: %+v; queue stats %v", c, queueStats)
 	// A done's result is applied by the plugin's OnItemDone, from the
 	// project's event log: events a killed plugin had read come back after
 	// --plugin-event-retry.

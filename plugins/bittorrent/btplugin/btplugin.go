@@ -916,7 +916,14 @@ func (t *Tracker) OnTick(ctx context.Context, tick plugins.Tick) (plugins.TickRe
 	}
 	project := scorer.Policy().Project
 	dropped := 0
-	queued, err := scorer.Round(ctx, func(items []plugins.ScoredItem) error {
+	// The cycle is the run's scheduled time: a run the host repeats
+	// because the plugin died under it keeps it, so the repeat queues the
+	// same items rather than a second round of the torrents done since.
+	cycle := tick.Scheduled
+	if cycle.IsZero() {
+		cycle = tick.At
+	}
+	queued, err := scorer.Round(ctx, cycle, func(items []plugins.ScoredItem) error {
 		if host != nil {
 			_, err := host.EnqueueScored(ctx, project, items)
 			return err

@@ -159,7 +159,8 @@ func TestScoringHooksAndTick(t *testing.T) {
 		_, err = tr.Store().Announce(ctx, &bittorrent.AnnounceRequest{InfoHash: hash, PeerID: id,
 			Addr: netip.MustParseAddrPort("10.9.9.9:6881")})
 		require.NoError(t, err)
-		res, err := tr.OnTick(ctx, plugins.Tick{Job: "score", Scheduled: time.Now(), At: time.Now()})
+		cycle := time.Now()
+		res, err := tr.OnTick(ctx, plugins.Tick{Job: "score", Scheduled: cycle, At: cycle})
 		require.NoError(t, err)
 		item, err := tr.Scorer().NextItem(ctx, hash)
 		require.NoError(t, err)
@@ -181,7 +182,11 @@ func TestScoringHooksAndTick(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 0.5, rec.Score, "applied once")
 
-		res, err = tr.OnTick(ctx, plugins.Tick{Job: "score", Scheduled: time.Now(), At: time.Now()})
+		res, err = tr.OnTick(ctx, plugins.Tick{Job: "score", Scheduled: cycle, At: time.Now()})
+		require.NoError(t, err)
+		require.Empty(t, res.Enqueue, "the same cycle run again (the plugin died under it): its applied round is not queued again")
+
+		res, err = tr.OnTick(ctx, plugins.Tick{Job: "score", Scheduled: cycle.Add(24 * time.Hour), At: time.Now()})
 		require.NoError(t, err)
 		next, err := tr.Scorer().NextItem(ctx, hash)
 		require.NoError(t, err)

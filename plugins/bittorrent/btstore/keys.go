@@ -586,6 +586,12 @@ func ScoreIndexRevsKey(shard int) string { return scoreShardPrefix(shard) + ":re
 // the last hour sums the last 60 minutes of every shard.
 func ScoreProcessedKey(shard int) string { return scoreShardPrefix(shard) + ":processed" }
 
+// ScoreCycleKey holds the rounds the shard's torrents are queued with in
+// the current scoring cycle (HASH "cycle" -> the cycle's id, hex info-hash
+// -> round), so a cycle run again after a crash queues the same items
+// (score_cycle.lua).
+func ScoreCycleKey(shard int) string { return scoreShardPrefix(shard) + ":cycle" }
+
 // ScoreApplyKeys are score_apply.lua's KEYS for the given external
 // trackers' source ids.
 func ScoreApplyKeys(hash bittorrent.InfoHash, sources []string) []string {

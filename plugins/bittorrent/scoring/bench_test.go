@@ -122,7 +122,7 @@ func BenchmarkScoringThroughThePool(b *testing.B) {
 	host, _ := newEngineHostB(b, f)
 	_, err := f.scorer.Discover(ctx)
 	require.NoError(b, err)
-	_, err = f.scorer.Round(ctx, func(items []plugins.ScoredItem) error {
+	_, err = f.scorer.Round(ctx, epoch, func(items []plugins.ScoredItem) error {
 		_, err := host.EnqueueScored(ctx, project, items)
 		return err
 	})
@@ -177,7 +177,7 @@ func BenchmarkQueueACycle(b *testing.B) {
 	for range b.N {
 		_, err := f.scorer.Discover(ctx)
 		require.NoError(b, err)
-		queued, err := f.scorer.Round(ctx, func(items []plugins.ScoredItem) error {
+		queued, err := f.scorer.Round(ctx, epoch, func(items []plugins.ScoredItem) error {
 			_, err := host.EnqueueScored(ctx, project, items)
 			return err
 		})

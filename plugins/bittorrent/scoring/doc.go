@@ -54,6 +54,7 @@
 //	hoard:bt:{score:<n>}          ZSET  index shard n: hex -> score
 //	hoard:bt:{score:<n>}:revs     HASH  hex -> revision the shard shows
 //	hoard:bt:{score:<n>}:processed HASH unix minute -> results applied
+//	hoard:bt:{score:<n>}:cycle HASH "cycle" -> id, hex -> round queued in that cycle
 //
 // # Score lines
 //

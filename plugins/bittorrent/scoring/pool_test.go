@@ -70,7 +70,7 @@ func queueRound(t *testing.T, f *fixture, host plugins.HostAPI) int {
 	t.Helper()
 	_, err := f.scorer.Discover(t.Context())
 	require.NoError(t, err)
-	n, err := f.scorer.Round(t.Context(), func(items []plugins.ScoredItem) error {
+	n, err := f.scorer.Round(t.Context(), epoch, func(items []plugins.ScoredItem) error {
 		_, err := host.EnqueueScored(t.Context(), project, items)
 		return err
 	})

@@ -27,6 +27,7 @@ var (
 	applyScript = loadScript("score_apply.lua")
 	trackScript = loadScript("score_track.lua")
 	indexScript = loadScript("score_index.lua")
+	cycleScript = loadScript("score_cycle.lua")
 )
 
 func loadScript(name string) *redis.Script { return btstore.Script(name) }
@@ -497,10 +498,17 @@ func (s *Scorer) trackMissing(ctx context.Context, hexes []string) (int, error) 
 	return tracked, nil
 }
 
-// Round lists one item per scored torrent for this cycle, with its score:
-// "score:<hex>:<last applied round + 1>". A torrent whose item of that
-// round still waits is rescored by the queue, not queued twice.
-func (s *Scorer) Round(ctx context.Context, fn func(items []plugins.ScoredItem) error) (int, error) {
+// Round lists one item per scored torrent for the cycle (its id: the
+// run's scheduled time, the same when the host runs the cycle again),
+// with its score: "score:<hex>:<last applied round + 1>". A torrent whose
+// item of that round still waits is rescored by the queue, not queued
+// twice. Each torrent's round is recorded for the cycle (score_cycle.lua)
+// before fn queues it: a run of the same cycle again, after the plugin
+// died under it, lists the same item, and none for a torrent whose round
+// of the cycle is already applied, so no torrent is scored twice in one
+// cycle.
+func (s *Scorer) Round(ctx context.Context, cycle time.Time, fn func(items []plugins.ScoredItem) error) (int, error) {
+	cycleID := strconv.FormatInt(cycle.UnixMilli(), 10)
 	queued := 0
 	for shard := range btstore.ScoreIndexShards {
 		var cursor uint64
@@ -528,13 +536,32 @@ func (s *Scorer) Round(ctx context.Context, fn func(items []plugins.ScoredItem) 
 				if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 					return queued, fmt.Errorf("scoring.Round: %w", err)
 				}
-				items := make([]plugins.ScoredItem, 0, len(entries))
-				for _, e := range entries {
-					last, _ := strconv.ParseInt(e.round.Val(), 10, 64)
-					items = append(items, plugins.ScoredItem{Item: ItemName(e.hash, last+1), Score: e.score})
+				last := make([]int64, len(entries))
+				args := make([]any, 0, 1+2*len(entries))
+				args = append(args, cycleID)
+				for i, e := range entries {
+					last[i], _ = strconv.ParseInt(e.round.Val(), 10, 64)
+					args = append(args, hex.EncodeToString(e.hash[:]), last[i]+1)
 				}
-				if err := fn(items); err != nil {
-					return queued, err
+				rounds, err := cycleScript.Run(ctx, s.rdb, []string{btstore.ScoreCycleKey(shard)}, args...).Int64Slice()
+				if err != nil {
+					return queued, fmt.Errorf("scoring.Round: %w", err)
+				}
+				if len(rounds) != len(entries) {
+					return queued, fmt.Errorf("scoring.Round: score_cycle.lua replied %d rounds for %d torrents", len(rounds), len(entries))
+				}
+				items := make([]plugins.ScoredItem, 0, len(entries))
+				for i, e := range entries {
+					round := rounds[i]
+					if round <= last[i] {
+						continue // its round of this cycle is applied
+					}
+					items = append(items, plugins.ScoredItem{Item: ItemName(e.hash, round), Score: e.score})
+				}
+				if len(items) > 0 {
+					if err := fn(items); err != nil {
+						return queued, err
+					}
 				}
 				queued += len(items)
 			}
