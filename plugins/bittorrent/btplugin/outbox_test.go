@@ -74,12 +74,17 @@ func TestOutboxDeliversToTheWebhookAndCountsInStats(t *testing.T) {
 			defer mu.Unlock()
 			return got["notice:1"] == 1 && got["notice:2"] == 1
 		}, 10*time.Second, 10*time.Millisecond)
-		stats, err := tr.Stats(context.Background())
-		require.NoError(t, err)
+		// The receiver sees an event before the deliverer has read its
+		// answer and marked it delivered: wait for the mark, not the POST.
 		values := map[string]float64{}
-		for _, m := range stats.Metrics {
-			values[m.Name] = m.Value
-		}
+		require.Eventually(t, func() bool {
+			stats, err := tr.Stats(context.Background())
+			require.NoError(t, err)
+			for _, m := range stats.Metrics {
+				values[m.Name] = m.Value
+			}
+			return values["outbox_delivered"] == 2
+		}, 10*time.Second, 10*time.Millisecond)
 		require.Equal(t, 2.0, values["outbox_appended"])
 		require.Equal(t, 2.0, values["outbox_delivered"])
 		require.Equal(t, 0.0, values["outbox_pending"])
