@@ -14,7 +14,7 @@ SHELL   := /bin/bash
 # 12's is 18) comes first; without it the PATH is unchanged in effect.
 export PATH := $(CURDIR)/.ci/node/bin:$(PATH)
 
-.PHONY: all build run run-deps test unit test-long vet deps check-go bench fuzz chaos clean install install-files
+.PHONY: all build run run-deps test test-race unit test-long vet deps check-go bench fuzz chaos clean install install-files
 CHAOSTIME ?= 5m
 
 all: build
@@ -93,9 +93,21 @@ vet:
 # internal/testsummary prints a line per package, each failure with its
 # output, every skip with its reason and "N passed, N failed, N skipped";
 # under CI=true a skip not marked "by design:" fails the run.
+#
+# Most test packages spend their time waiting (on redis-servers, plugin
+# processes, real clients, Chromium), so four run at once, not one per CPU.
+# RACE=1 adds the race detector (CI sets it, .ci/run): it costs CPU in
+# every test and a -race link per test binary, so with it the run keeps
+# one package per CPU.
+RACE    ?=
+TESTP   ?= $(if $(filter 1,$(RACE)),,-p 4)
 test: deps vet
 	$(GO) build -o bin/testsummary ./internal/testsummary
-	set -o pipefail; $(GO) test -json -race -count=1 -timeout 45m $(PKGS) | bin/testsummary
+	set -o pipefail; $(GO) test -json $(if $(filter 1,$(RACE)),-race) $(TESTP) -count=1 -timeout 45m $(PKGS) | bin/testsummary
+
+# make test with the race detector, as CI runs it.
+test-race:
+	RACE=1 $(MAKE) test
 
 # The fast tier: go test -short, no -race, no Redis started (a test that
 # needs one skips, saying so; internal/redistest), no Debian packages
