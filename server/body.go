@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"reflect"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -65,28 +64,6 @@ func decodeBody(body []byte, dst any, strict bool) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return badRequest("empty request body; want a JSON object")
 	}
-	if !strict {
-		// The common body, one JSON value and nothing after it, decodes
-		// without a Decoder (its buffer copy and state: 1-2% of hoard
-		// serve's CPU on the warrior path). Any other body is decoded
-		// again below from a zero dst, so what is refused, and how the
-		// error reads, is as before (the Decoder even accepts a stray "}"
-		// after the object, which Unmarshal refuses). The two agree
-		// where Unmarshal succeeds because no non-strict dst holds an
-		// interface, where UseNumber would make a difference; the fuzz
-		// test FuzzDecodeWarriorBodies compares them.
-		if json.Unmarshal(body, dst) == nil {
-			return nil
-		}
-		reflect.ValueOf(dst).Elem().SetZero()
-	}
-	return decodeWithDecoder(body, dst, strict)
-}
-
-// decodeWithDecoder is decodeBody's general path: one value through a
-// json.Decoder (numbers in interfaces as json.Number), then nothing but
-// a closing bracket or space after it.
-func decodeWithDecoder(body []byte, dst any, strict bool) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	if strict {
