@@ -36,6 +36,9 @@ type Engine struct {
 	logger       *slog.Logger
 	groupCache   groupCache
 	globalBlocks globalBlockCache
+	// warriorKeys holds claim.lua's and done.lua's per-project key names
+	// (warriorkeys.go).
+	warriorKeys warriorKeyCache
 	// counters buffers the warrior path's statistics (counters.go).
 	counters counterBuffer
 	// published holds completions' log entries for live viewers (publish.go).
@@ -257,7 +260,7 @@ func (e *Engine) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, erro
 	var now time.Time
 	code, rest, err := e.runWithGroups(ctx, op, slug, claimScript, func(state *groupState) ([]string, []any) {
 		now = e.clock.Now()
-		keys, groupArgs := claimKeys(slug, req.Downloader, ip, globalBlock, now, state)
+		keys, groupArgs := claimKeys(e.warriorKeys.get(slug), slug, req.Downloader, ip, globalBlock, now, state)
 		return keys, append([]any{now.UnixMilli(), req.Downloader, ip, req.Count, req.Version}, groupArgs...)
 	})
 	if err != nil {
@@ -415,11 +418,7 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 	}
 	slug := req.Project
 	now := e.clock.Now()
-	keys := []string{
-		ConfigKey(slug), OutKey(slug), DeadlinesKey(slug), ClaimsKey(slug), DoneKey(slug), BudgetKey(slug),
-		ExtrasKey(slug), StatsKey(slug), ReleasedKey(slug), RecentDoneKey(slug), DoneArchiveKey(slug),
-		EventsKey(slug), RedoCancelledKey(slug), HistoryKey(slug),
-	}
+	keys := e.warriorKeys.get(slug).done
 	args := make([]any, 0, 6+len(req.Items))
 	args = append(args, now.UnixMilli(), req.Downloader, req.Version, total, tail, result)
 	for _, item := range req.Items {

@@ -239,3 +239,39 @@ func HistoryKey(slug string) string { return projectPrefix(slug) + "history" }
 func RecentDownloadersKey(slug string, t time.Time) string {
 	return projectPrefix(slug) + "recent:d:" + t.UTC().Truncate(RecentBucket).Format("200601021504")
 }
+
+// Positions in claimProjectKeys of the keys that depend on more than the
+// project (claim.lua's KEYS[2], KEYS[17..19]).
+const (
+	claimKeyReserved       = 1
+	claimKeyDownloaderRate = 16
+	claimKeyIPRate         = 17
+	claimKeyHourly         = 18
+)
+
+// claimProjectKeys is claim.lua's KEYS[1..25] with the downloader's, the
+// IP's and the hour's keys left empty for the caller to fill in.
+func claimProjectKeys(slug string) []string {
+	return []string{
+		ConfigKey(slug), "",
+		QueueKey(slug, QueueTodo), QueueKey(slug, QueueBackfeed), QueueKey(slug, QueueSecondary), QueueKey(slug, QueueRedo),
+		OutKey(slug), DeadlinesKey(slug), ClaimsKey(slug), DoneKey(slug), BudgetKey(slug),
+		ExtrasKey(slug), StatsKey(slug), BlockedKey(slug), RateKey(slug), ReleasedKey(slug),
+		"", "", "", RecentDoneKey(slug),
+		EventsKey(slug), ExpiryCursorKey(slug), QueueKey(slug, QueueScored), ReservedSetKey(slug), RedoCancelledKey(slug),
+	}
+}
+
+// claimTailKeys is claim.lua's last three KEYS, after the groups'.
+func claimTailKeys(slug string) []string {
+	return []string{FailedKey(slug), HistoryKey(slug), QueuedKey(slug)}
+}
+
+// doneKeys is done.lua's KEYS.
+func doneKeys(slug string) []string {
+	return []string{
+		ConfigKey(slug), OutKey(slug), DeadlinesKey(slug), ClaimsKey(slug), DoneKey(slug), BudgetKey(slug),
+		ExtrasKey(slug), StatsKey(slug), ReleasedKey(slug), RecentDoneKey(slug), DoneArchiveKey(slug),
+		EventsKey(slug), RedoCancelledKey(slug), HistoryKey(slug),
+	}
+}

@@ -90,15 +90,14 @@ func (e *Engine) limitGroups(ctx context.Context, slug string, refresh bool) (*g
 }
 
 // claimKeys builds the claim script's KEYS and the group part of its ARGV.
-func claimKeys(slug, downloader, ip, globalBlock string, now time.Time, state *groupState) ([]string, []any) {
-	keys := make([]string, 0, 28+5*(len(state.groups)+len(state.removed)))
-	keys = append(keys,
-		ConfigKey(slug), ReservedQueueKey(slug, downloader),
-		QueueKey(slug, QueueTodo), QueueKey(slug, QueueBackfeed), QueueKey(slug, QueueSecondary), QueueKey(slug, QueueRedo),
-		OutKey(slug), DeadlinesKey(slug), ClaimsKey(slug), DoneKey(slug), BudgetKey(slug),
-		ExtrasKey(slug), StatsKey(slug), BlockedKey(slug), RateKey(slug), ReleasedKey(slug),
-		DownloaderRateKey(slug, downloader), IPRateKey(slug, ip), HourlyKey(slug, now), RecentDoneKey(slug),
-		EventsKey(slug), ExpiryCursorKey(slug), QueueKey(slug, QueueScored), ReservedSetKey(slug), RedoCancelledKey(slug))
+func claimKeys(project *warriorKeys, slug, downloader, ip, globalBlock string, now time.Time, state *groupState) ([]string, []any) {
+	ngroups := len(state.groups) + len(state.removed)
+	keys := make([]string, len(project.claim), len(project.claim)+5*ngroups+len(project.claimTail))
+	copy(keys, project.claim)
+	keys[claimKeyReserved] = ReservedQueueKey(slug, downloader)
+	keys[claimKeyDownloaderRate] = DownloaderRateKey(slug, downloader)
+	keys[claimKeyIPRate] = IPRateKey(slug, ip)
+	keys[claimKeyHourly] = HourlyKey(slug, now)
 	args := make([]any, 0, 2+3*(len(state.groups)+len(state.removed)))
 	args = append(args, globalBlock, state.version)
 	addGroup := func(name, rate string, burst int) {
@@ -114,7 +113,7 @@ func claimKeys(slug, downloader, ip, globalBlock string, now time.Time, state *g
 	for _, name := range state.removed {
 		addGroup(name, "-1", 1)
 	}
-	return append(keys, FailedKey(slug), HistoryKey(slug), QueuedKey(slug)), args
+	return append(keys, project.claimTail...), args
 }
 
 // SetLimitGroups replaces a project's limit groups and, when their
