@@ -465,7 +465,9 @@ func UserAddressesKey(userID string) string { return userPrefix(userID) + sufUse
 // UserAddressesReportedKey is set when the many-addresses signal fired
 // for the user (STRING), and expires after the signal's period, so the
 // signal fires once per user and period.
-func UserAddressesReportedKey(userID string) string { return userPrefix(userID) + sufUserAddressesReported }
+func UserAddressesReportedKey(userID string) string {
+	return userPrefix(userID) + sufUserAddressesReported
+}
 
 // CheatAddrsKeys are the KEYS of cheat_addrs.lua.
 func CheatAddrsKeys(userID string) []string {

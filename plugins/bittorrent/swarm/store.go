@@ -283,7 +283,7 @@ type Store struct {
 	pending   pending
 	// watchArg is the scripts' watch ARGV (WatchConfig.arg).
 	watchArg string
-	flushMu   sync.Mutex
+	flushMu  sync.Mutex
 
 	counters counters
 
