@@ -430,7 +430,7 @@ func (w *writeBehind) view(ctx context.Context, hash bittorrent.InfoHash, now in
 		}
 		call := refreshCall{hash: hash, ids: []bittorrent.PeerID{id}, peers: []queuedRefresh{r}, withView: true}
 		reply, err := w.readView(ctx, btstore.RefreshKeys(hash, call.ids, []string{r.user}),
-			w.appendRefreshArgs(make([]any, 0, 18), w.s.cfg.MaxNumWant, w.privateArg(), call.peers, call.ids))
+			w.appendRefreshArgs(make([]any, 0, 19), w.s.cfg.MaxNumWant, w.privateArg(), call.peers, call.ids))
 		if err != nil {
 			return viewCopy{}, false, err
 		}
