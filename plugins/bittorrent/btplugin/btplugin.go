@@ -1175,6 +1175,8 @@ func (t *Tracker) Stats(ctx context.Context) (plugins.Stats, error) {
 			plugins.Counter, float64(store.FloodRefused()), nil),
 		metric("flood_reported_total", "Repeat offenders of flood control this process reported (limits.flood_report_after refusals in limits.flood_window).",
 			plugins.Counter, float64(store.FloodReported()), nil),
+		metric("cheats_fired_total", "Cheat signals this process fired (accounting.signal_*): each is a cheat outbox event.",
+			plugins.Counter, float64(store.CheatsFired()), nil),
 		metric("denied_total", "Announces this process refused by a deny list (a denied info-hash or client).",
 			plugins.Counter, float64(store.Denials()), nil),
 	}}

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/plugins"
 	"github.com/hoardproject/hoard/plugins/bittorrent/btplugin"
 	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
@@ -176,5 +177,43 @@ func TestCheatSignalsBesideAnHonestAria2Swarm(t *testing.T) {
 		require.GreaterOrEqual(t, l.Downloaded, size)
 		t.Logf("seeder uploaded %d in %d ledger entries; leecher downloaded %d in %d", s.Uploaded, len(s.Ledger),
 			l.Downloaded, len(l.Ledger))
+	})
+}
+
+// The documented cheat events decode strictly as CheatEvent, carry the
+// key the plugin makes, and marshal back to the same body.
+func TestTheDocumentedCheatEventsAreOnesThePluginSends(t *testing.T) {
+	for _, marker := range []string{"**Upload with no leecher**", "**Upload rate**", "**Over download**", "**Many addresses**"} {
+		ev := documentedEvent(t, marker)
+		require.Equal(t, btplugin.CheatEventKind, ev.Kind, marker)
+		var body btplugin.CheatEvent
+		dec := json.NewDecoder(bytes.NewReader(ev.Body))
+		dec.DisallowUnknownFields()
+		require.NoError(t, dec.Decode(&body), marker)
+		require.Equal(t, fmt.Sprintf("cheat:%s:%s:%s:%d", body.Signal, body.InfoHash, body.UserID, body.At.UnixMilli()), ev.Key, marker)
+		again, err := json.Marshal(body)
+		require.NoError(t, err)
+		require.JSONEq(t, string(ev.Body), string(again), "%s: the plugin marshals the same body", marker)
+	}
+}
+
+// Bad ledger and signal settings stop Configure with the setting named.
+func TestCheatSettingsAreChecked(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		for bad, says := range map[string]string{
+			`{"accounting":{"ledger_entries":-1}}`:           "Watch.LedgerEntries must be 0 (off) to 1000",
+			`{"accounting":{"ledger_entries":5000}}`:         "Watch.LedgerEntries must be 0 (off) to 1000",
+			`{"accounting":{"signal_period":"soon"}}`:        `accounting.signal_period "soon" is not a duration`,
+			`{"accounting":{"signal_address_window":"-1h"}}`: "accounting.signal_address_window",
+			`{"accounting":{"signal_max_upload_rate":-5}}`:   "Watch.MaxUploadRate must be 0 (off) or positive",
+			`{"accounting":{"signal_download_factor":0.5}}`:  "Watch.DownloadFactor 0.5 is below 1",
+			`{"accounting":{"signal_max_addresses":-1}}`:     "Watch.MaxAddresses must be 0 (off) or positive",
+			`{"accounting":{"signal_no_leecher":"yes"}}`:     "signal_no_leecher",
+		} {
+			p, err := btplugin.New(context.Background(), quiet)
+			require.NoError(t, err)
+			err = p.Configure(context.Background(), plugins.Config{Name: "bittorrent", RedisURL: b.URL, Settings: json.RawMessage(bad)})
+			require.ErrorContains(t, err, says, bad)
+		}
 	})
 }
