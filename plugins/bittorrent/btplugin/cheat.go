@@ -33,7 +33,7 @@ type CheatEvent struct {
 	PreviousAnnounce *time.Time `json:"previous_announce,omitempty"`
 	LastLeecherLeft  *time.Time `json:"last_leecher_left,omitempty"`
 	// upload_rate: the time since the peer's previous announce, the rate
-	// over it and the ceiling (bytes/s).
+	// over it (at least a second) and the ceiling (bytes/s).
 	ElapsedSeconds float64 `json:"elapsed_seconds,omitempty"`
 	UploadRate     int64   `json:"upload_rate,omitempty"`
 	MaxUploadRate  int64   `json:"max_upload_rate,omitempty"`
@@ -69,9 +69,8 @@ func cheatEvent(sig swarm.CheatSignal) CheatEvent {
 		e.Uploaded, e.PreviousAnnounce, e.LastLeecherLeft = sig.Uploaded, at(sig.PreviousAnnounce), at(sig.LastLeecherLeft)
 	case swarm.SignalUploadRate:
 		e.Uploaded, e.ElapsedSeconds, e.MaxUploadRate = sig.Uploaded, sig.Elapsed.Seconds(), sig.MaxUploadRate
-		if ms := sig.Elapsed.Milliseconds(); ms > 0 {
-			e.UploadRate = sig.Uploaded * 1000 / ms
-		}
+		// over at least a second, as the check (prelude's user_watch)
+		e.UploadRate = sig.Uploaded * 1000 / max(sig.Elapsed.Milliseconds(), 1000)
 	case swarm.SignalOverDownload:
 		e.Downloaded, e.DownloadedDelta, e.Size, e.DownloadFactor = sig.Downloaded, sig.DownloadedDelta, sig.Size, sig.DownloadFactor
 	case swarm.SignalAddresses:

@@ -238,6 +238,35 @@ func TestManyAddressesSignal(t *testing.T) {
 	})
 }
 
+// A leecher that times out (expire.lua) stamps its departure too: a
+// seeder that uploaded to it before, and reports that upload after the
+// sweep removed it, stays quiet; its next upload with nobody there
+// fires.
+func TestExpiredLeecherKeepsTheSeederQuiet(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		var log cheatLog
+		f, hash := privateFixture(t, b, allSignals(&log))
+		ctx := context.Background()
+		seeder, leecher := peerID("-TR", 1), peerID("-TR", 2)
+		f.announce(hash, seeder, 1, passkey("passkeyA"), seeding, event(bittorrent.EventStarted))
+		f.announce(hash, leecher, 2, passkey("passkeyB"), event(bittorrent.EventStarted))
+		f.clock.Advance(40 * time.Minute)
+		f.announce(hash, seeder, 1, passkey("passkeyA"), seeding)
+		f.clock.Advance(21 * time.Minute) // the leecher's deadline (60m) passed
+		removed, err := f.store.Sweep(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, removed)
+		f.clock.Advance(9 * time.Minute)
+		f.announce(hash, seeder, 1, passkey("passkeyA"), seeding, transfer(3000, 0))
+		require.Empty(t, log.take(), "it uploaded while the leecher was there")
+		f.clock.Advance(10 * time.Minute)
+		f.announce(hash, seeder, 1, passkey("passkeyA"), seeding, transfer(4000, 0))
+		got := log.take()
+		require.Equal(t, []swarm.CheatSignalKind{swarm.SignalNoLeecher}, kinds(got))
+		require.Equal(t, epoch.Add(61*time.Minute), got[0].LastLeecherLeft)
+	})
+}
+
 // A plain re-announce written behind (refresh.lua) fires the same
 // signals as announce.lua: through prelude's user_announce.
 func TestWrittenBehindReannounceFiresTheSignals(t *testing.T) {

@@ -285,8 +285,9 @@ local cheat_fields = {'cheat_no_leecher', 'cheat_upload_rate', 'cheat_over_downl
 --     since the peer's previous announce (none now, and the last one
 --     left before it): figures upload delta, previous announce, the last
 --     leecher's departure;
---   upload rate: upload delta / gap above w.ceiling (bytes/s): figures
---     upload delta, gap (ms), ceiling;
+--   upload rate: upload delta / gap (at least a second, so two
+--     announces close together do not make a burst a rate) above
+--     w.ceiling (bytes/s): figures upload delta, gap (ms), ceiling;
 --   over download: the record's raw download above size x w.factor:
 --     figures downloaded, size, download delta.
 -- Returns a flat list of fired signals, four numbers each (code, three
@@ -296,7 +297,7 @@ local function user_watch(key, u, a, c_up, c_down, now, w)
   if w.ghost and a.d_up > 0 and a.gap > 0 and a.others == 0 and a.leecher_left < now - a.gap then
     hits[#hits + 1] = {R.CHEAT_NO_LEECHER, a.d_up, now - a.gap, a.leecher_left}
   end
-  if w.ceiling > 0 and a.gap > 0 and a.d_up * 1000 > w.ceiling * a.gap then
+  if w.ceiling > 0 and a.gap > 0 and a.d_up * 1000 > w.ceiling * math.max(a.gap, 1000) then
     hits[#hits + 1] = {R.CHEAT_UPLOAD_RATE, a.d_up, a.gap, w.ceiling}
   end
   if w.factor > 0 and a.size > 0 and a.d_down > 0 and u.downloaded > a.size * w.factor then
