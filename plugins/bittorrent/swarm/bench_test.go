@@ -41,7 +41,8 @@ func BenchmarkAnnounce(b *testing.B) {
 		// private-watch is private with the ledger and every cheat signal
 		// on (the plugin's defaults): side by side with private, what
 		// they cost.
-		for _, variant := range []string{"open", "private", "private-noacct", "private-watch", "open/direct", "private/direct"} {
+		for _, variant := range []string{"open", "private", "private-noacct", "private-watch", "open/direct", "private/direct",
+			"private-watch/direct"} {
 			mode := variant
 			private := strings.HasPrefix(variant, "private")
 			writeBehind := time.Duration(0)
@@ -55,7 +56,7 @@ func BenchmarkAnnounce(b *testing.B) {
 			// One user holds every peer here: no per-owner bound.
 			cfg := swarm.Config{Private: private, Logger: quietLogger, MaxPeersPerOwner: -1,
 				WriteBehind: writeBehind, NoAccounting: variant == "private-noacct"}
-			if variant == "private-watch" {
+			if strings.HasPrefix(variant, "private-watch") {
 				cfg.Watch = swarm.WatchConfig{LedgerEntries: 20, NoLeecher: true, MaxUploadRate: 1 << 30, DownloadFactor: 3,
 					MaxAddresses: 5}
 			}
