@@ -272,11 +272,15 @@ end
 local cheat_fields = {'cheat_no_leecher', 'cheat_upload_rate', 'cheat_over_download'}
 
 -- user_watch appends one announce with transfer to the record's ledger
--- (newest first, w.ledger entries kept: "time,raw up,raw down,credited
--- up,credited down,ms since the peer's previous announce", entries split
--- by ";") and checks the per-torrent cheat signals; both are written with
--- the record by user_write (u.extra), so they cost one HMGET, and only
--- for announces with a delta. a carries, besides user_announce's fields:
+-- and checks the per-torrent cheat signals; both are written with the
+-- record by user_write (u.extra), so they cost one HMGET, and only for
+-- announces with a delta. The ledger is a ring of w.ledger fields in the
+-- record, "l0", "l1", ..., the next to write in ledger_next, each entry
+-- "time,raw up,raw down,credited up,credited down,ms since the peer's
+-- previous announce" with a credited figure left empty when it equals
+-- the raw one: one short field each, so the record stays a listpack
+-- (values up to 64 bytes) and an announce writes one entry, never the
+-- whole history. a carries, besides user_announce's fields:
 -- gap (ms since the peer's previous announce, 0: unknown), others (the
 -- swarm's leechers now, this peer not counted), leecher_left (the
 -- torrent's stamp of its last leecher's departure, ms, 0: never) and size
@@ -305,21 +309,17 @@ local function user_watch(key, u, a, c_up, c_down, now, w)
   end
   local fired = {}
   if w.ledger == 0 and #hits == 0 then return fired end
-  local v = redis.call('HMGET', key, 'ledger', unpack(cheat_fields))
+  local v = redis.call('HMGET', key, 'ledger_next', unpack(cheat_fields))
   local extra = {}
   if w.ledger > 0 then
-    local text = int(now) .. ',' .. int(a.d_up) .. ',' .. int(a.d_down) .. ',' .. int(c_up) .. ',' .. int(c_down)
+    local next_entry = tonumber(v[1]) or 0
+    local up_credit, down_credit = '', ''
+    if c_up ~= a.d_up then up_credit = int(c_up) end
+    if c_down ~= a.d_down then down_credit = int(c_down) end
+    extra[1] = 'l' .. int(next_entry % w.ledger)
+    extra[2] = int(now) .. ',' .. int(a.d_up) .. ',' .. int(a.d_down) .. ',' .. up_credit .. ',' .. down_credit
       .. ',' .. int(a.gap)
-    if v[1] and v[1] ~= '' then
-      text = text .. ';' .. v[1]
-      local pos = 0
-      for _ = 1, w.ledger do
-        pos = string.find(text, ';', pos + 1, true)
-        if not pos then break end
-      end
-      if pos then text = string.sub(text, 1, pos - 1) end
-    end
-    extra[1], extra[2] = 'ledger', text
+    extra[3], extra[4] = 'ledger_next', int(next_entry + 1)
   end
   for _, hit in ipairs(hits) do
     local last = tonumber(v[1 + hit[1]])
