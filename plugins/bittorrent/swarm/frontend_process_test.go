@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/internal/redisurl"
@@ -113,10 +114,22 @@ func runFrontendProcess(url string) int {
 	}
 }
 
-// frontendProcess is the parent's side of a frontend process.
+// frontendProcess is the parent's side of a frontend process, or, with
+// local set, a store in the test that a kill abandons (never flushed or
+// stopped again, its queue lost as in a kill).
 type frontendProcess struct {
-	cmd  *exec.Cmd
-	addr string
+	cmd   *exec.Cmd
+	addr  string
+	local *swarm.Store
+}
+
+// inProcessFrontend is a frontend in the test on rdb, killed by
+// abandoning it.
+func inProcessFrontend(t *testing.T, rdb redis.UniversalClient, clock swarm.Clock) *frontendProcess {
+	t.Helper()
+	store, err := swarm.New(rdb, driftConfig(clock))
+	require.NoError(t, err)
+	return &frontendProcess{local: store}
 }
 
 // startFrontendProcess starts this test binary again as a frontend
@@ -138,6 +151,9 @@ func startFrontendProcess(t *testing.T, url string) *frontendProcess {
 // kill ends the process with SIGKILL, wherever it is, and waits for it.
 func (p *frontendProcess) kill(t *testing.T) {
 	t.Helper()
+	if p.local != nil {
+		return // abandoned
+	}
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
 	err := p.cmd.Wait()
 	require.Error(t, err, "the process ends by the signal")
@@ -146,25 +162,47 @@ func (p *frontendProcess) kill(t *testing.T) {
 // frontendConn is one connection to a frontend process; calls on it go
 // one at a time.
 type frontendConn struct {
-	conn net.Conn
-	enc  *json.Encoder
-	dec  *json.Decoder
+	conn  net.Conn
+	enc   *json.Encoder
+	dec   *json.Decoder
+	local *swarm.Store
 }
 
 func (p *frontendProcess) dial(t *testing.T) *frontendConn {
 	t.Helper()
+	if p.local != nil {
+		return &frontendConn{local: p.local}
+	}
 	conn, err := net.Dial("tcp", p.addr)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	return &frontendConn{conn: conn, enc: json.NewEncoder(conn), dec: json.NewDecoder(bufio.NewReader(conn))}
 }
 
-// send writes a call without waiting for its reply.
-func (c *frontendConn) send(call frontendCall) error { return c.enc.Encode(&call) }
+// send writes a call without waiting for its reply (for a frontend in
+// the test, it drops the call: it is about to be abandoned).
+func (c *frontendConn) send(call frontendCall) error {
+	if c.local != nil {
+		return nil
+	}
+	return c.enc.Encode(&call)
+}
 
 // call sends a call and returns its reply.
 func (c *frontendConn) call(call frontendCall) (frontendReply, error) {
 	var reply frontendReply
+	if c.local != nil {
+		var err error
+		switch {
+		case call.Flush:
+			err = c.local.Flush(context.Background())
+		case call.Stats:
+			reply.Stats = c.local.WriteBehindStats()
+		default:
+			reply.Resp, err = c.local.Announce(context.Background(), call.Req)
+		}
+		return reply, err
+	}
 	if err := c.send(call); err != nil {
 		return reply, err
 	}
