@@ -2,6 +2,7 @@ package swarm_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )
 
@@ -55,5 +57,59 @@ func TestAnnounceBatchAnswersEachAsAnnounceWould(t *testing.T) {
 			info := f.torrent(hash)
 			require.Equal(t, want, [2]int64{info.Seeders, info.Leechers})
 		}
+	})
+}
+
+// TestAnnounceBatchReadsViewsInItsPipeline: a batch's plain re-announce of
+// a hot torrent whose view is stale reads the view in the batch's own
+// pipeline and is answered from it, writing its refresh there; the next
+// one is answered from the view without Redis; a peer changed elsewhere
+// meanwhile goes through announce.lua and ends exact.
+func TestAnnounceBatchReadsViewsInItsPipeline(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, swarm.Config{})
+		ctx := context.Background()
+		h := infoHash("batch-view")
+		batch := func(reqs ...*bittorrent.AnnounceRequest) []bittorrent.AnnounceResult {
+			results := make([]bittorrent.AnnounceResult, len(reqs))
+			f.store.AnnounceBatch(ctx, reqs, results)
+			for i, r := range results {
+				require.NoError(t, r.Err, "request %d", i)
+			}
+			return results
+		}
+		batch(request(h, peerID("-AA", 1), 1, seeding, event(bittorrent.EventStarted)),
+			request(h, peerID("-AA", 2), 2, event(bittorrent.EventStarted)))
+		f.clock.Advance(100 * time.Millisecond)
+		batch(request(h, peerID("-AA", 1), 1, seeding, transfer(10, 0))) // cold: announce.lua
+		require.Zero(t, f.store.WriteBehindStats().Answered)
+		f.clock.Advance(100 * time.Millisecond)
+		res := batch(request(h, peerID("-AA", 2), 2, transfer(0, 20))) // hot: the view read in the batch
+		require.Equal(t, int64(1), f.store.WriteBehindStats().Answered)
+		require.Zero(t, f.store.WriteBehindStats().Queued, "its refresh was written with the read")
+		require.Equal(t, []int64{1, 1}, []int64{res[0].Resp.Complete, res[0].Resp.Incomplete})
+		require.Equal(t, peerID("-AA", 1), res[0].Resp.Peers[0].ID)
+		peer2 := b.Client.HMGet(ctx, btstore.PeerKey(h, peerID("-AA", 2)), "downloaded", "last_announce").Val()
+		require.Equal(t, []any{"20", strconv.FormatInt(f.clock.Now().UnixMilli(), 10)}, peer2)
+
+		f.clock.Advance(100 * time.Millisecond)
+		batch(request(h, peerID("-AA", 1), 1, seeding, transfer(30, 0))) // a fresh view: queued
+		require.Equal(t, int64(2), f.store.WriteBehindStats().Answered)
+		require.Equal(t, 1, f.store.WriteBehindStats().Queued)
+
+		// peer 2 stops through another frontend; its view read is dropped
+		// and announce.lua runs it, exact
+		other, err := swarm.New(b.Client, swarm.Config{Clock: f.clock, Logger: quietLogger})
+		require.NoError(t, err)
+		_, err = other.Announce(ctx, request(h, peerID("-AA", 2), 2, transfer(0, 40), event(bittorrent.EventStopped)))
+		require.NoError(t, err)
+		f.clock.Advance(time.Second) // the view is stale, the torrent hot again after one cold announce
+		batch(request(h, peerID("-AA", 1), 1, seeding, transfer(40, 0)))
+		f.clock.Advance(100 * time.Millisecond)
+		res = batch(request(h, peerID("-AA", 2), 2, transfer(0, 50)))
+		require.Equal(t, []int64{1, 1}, []int64{res[0].Resp.Complete, res[0].Resp.Incomplete}, "rejoined by announce.lua")
+		f.flush()
+		info := f.torrent(h)
+		require.Equal(t, [2]int64{1, 1}, [2]int64{info.Seeders, info.Leechers})
 	})
 }

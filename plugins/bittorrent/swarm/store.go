@@ -333,7 +333,7 @@ func (s *Store) nowMillis() int64 { return s.clock.Now().UnixMilli() }
 // are *bittorrent.ClientError; other errors are internal.
 func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (*bittorrent.AnnounceResponse, error) {
 	var a pendingAnnounce
-	if resp, done, err := s.prepareAnnounce(ctx, req, &a); done {
+	if resp, done, err := s.prepareAnnounce(ctx, req, &a, nil); done {
 		return resp, err
 	}
 	var reply []any
@@ -358,27 +358,62 @@ func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (
 // go-redis call and a wake-up each. results[i] answers reqs[i].
 func (s *Store) AnnounceBatch(ctx context.Context, reqs []*bittorrent.AnnounceRequest, results []bittorrent.AnnounceResult) {
 	pending := make([]pendingAnnounce, len(reqs))
+	reads := make([]*viewRead, len(reqs))
 	calls := make([]scriptCall, 0, len(reqs))
 	waiting := make([]int, 0, len(reqs))
 	for i, req := range reqs {
-		resp, done, err := s.prepareAnnounce(ctx, req, &pending[i])
-		if done {
+		resp, done, err := s.prepareAnnounce(ctx, req, &pending[i], &reads[i])
+		switch {
+		case done:
 			results[i] = bittorrent.AnnounceResult{Resp: resp, Err: err}
 			continue
+		case reads[i] != nil:
+			calls = append(calls, reads[i].sc)
+		default:
+			calls = append(calls, pending[i].call)
 		}
-		calls = append(calls, pending[i].call)
 		waiting = append(waiting, i)
 	}
+	// A view read refresh.lua could not answer from (the peer changed
+	// elsewhere, say) goes through announce.lua in one more round trip.
+	var again []int
 	for j, cmd := range s.runScriptsPipelined(ctx, announceScript, calls) {
 		i := waiting[j]
-		reply, err := cmdList(cmd)
-		if err != nil {
-			results[i] = bittorrent.AnnounceResult{Err: fmt.Errorf("swarm.Announce: %w", err)}
+		if rd := reads[i]; rd != nil {
+			resp, ok := s.writeBehind.finishRead(rd, cmd, pending[i].numWant, pending[i].now)
+			if ok {
+				results[i] = bittorrent.AnnounceResult{Resp: resp}
+				continue
+			}
+			if err := s.announceCall(ctx, reqs[i], &pending[i]); err != nil {
+				results[i] = bittorrent.AnnounceResult{Err: err}
+				continue
+			}
+			again = append(again, i)
 			continue
 		}
-		resp, err := s.finishAnnounce(ctx, &pending[i], reply)
-		results[i] = bittorrent.AnnounceResult{Resp: resp, Err: err}
+		results[i] = s.announceResult(ctx, &pending[i], cmd)
 	}
+	if len(again) == 0 {
+		return
+	}
+	calls = calls[:0]
+	for _, i := range again {
+		calls = append(calls, pending[i].call)
+	}
+	for j, cmd := range s.runScriptsPipelined(ctx, announceScript, calls) {
+		results[again[j]] = s.announceResult(ctx, &pending[again[j]], cmd)
+	}
+}
+
+// announceResult reads one pipelined announce.lua reply.
+func (s *Store) announceResult(ctx context.Context, a *pendingAnnounce, cmd *redis.Cmd) bittorrent.AnnounceResult {
+	reply, err := cmdList(cmd)
+	if err != nil {
+		return bittorrent.AnnounceResult{Err: fmt.Errorf("swarm.Announce: %w", err)}
+	}
+	resp, err := s.finishAnnounce(ctx, a, reply)
+	return bittorrent.AnnounceResult{Resp: resp, Err: err}
 }
 
 var _ bittorrent.BatchAnnouncer = (*Store)(nil)
@@ -386,16 +421,19 @@ var _ bittorrent.BatchAnnouncer = (*Store)(nil)
 // pendingAnnounce is an announce between its checks and announce.lua's
 // reply: the call to make and what its reply is read with.
 type pendingAnnounce struct {
-	req    *bittorrent.AnnounceRequest
-	userID string
-	now    int64
-	call   scriptCall
+	req     *bittorrent.AnnounceRequest
+	userID  string
+	now     int64
+	numWant int
+	call    scriptCall
 }
 
 // prepareAnnounce checks an announce and answers it when it needs no
 // announce.lua call (a refusal, or a plain re-announce answered from a
-// view: done); otherwise it fills a with the call to make.
-func (s *Store) prepareAnnounce(ctx context.Context, req *bittorrent.AnnounceRequest, a *pendingAnnounce) (
+// view: done); otherwise it fills a with the call to make. Given read
+// (a batch), a plain re-announce whose view must be read first is left
+// in *read, to be sent with the batch, instead of read here.
+func (s *Store) prepareAnnounce(ctx context.Context, req *bittorrent.AnnounceRequest, a *pendingAnnounce, read **viewRead) (
 	resp *bittorrent.AnnounceResponse, done bool, err error) {
 	s.pending.addStat(statRequests, 1)
 	if req == nil {
@@ -416,11 +454,31 @@ func (s *Store) prepareAnnounce(ctx context.Context, req *bittorrent.AnnounceReq
 	}
 	numWant := min(max(req.NumWant, 0), s.cfg.MaxNumWant)
 	now := s.nowMillis()
-	if s.writeBehind != nil {
+	a.req, a.userID, a.now, a.numWant = req, userID, now, numWant
+	if s.writeBehind != nil && read != nil {
+		resp, rd, ok := s.writeBehind.answerOrRead(ctx, req, userID, numWant, now)
+		if ok && rd == nil {
+			return resp, true, nil
+		}
+		if rd != nil {
+			*read = rd
+			return nil, false, nil
+		}
+	} else if s.writeBehind != nil {
 		if resp, ok := s.writeBehind.answer(ctx, req, userID, numWant, now); ok {
 			return resp, true, nil
 		}
 	}
+	if err := s.announceCall(ctx, req, a); err != nil {
+		return nil, true, err
+	}
+	return nil, false, nil
+}
+
+// announceCall fills a.call, announce.lua's call for req (a's user, time
+// and numwant set).
+func (s *Store) announceCall(ctx context.Context, req *bittorrent.AnnounceRequest, a *pendingAnnounce) error {
+	userID, now, numWant := a.userID, a.now, a.numWant
 	private := "0"
 	if s.cfg.Private {
 		private = "1"
@@ -429,11 +487,11 @@ func (s *Store) prepareAnnounce(ctx context.Context, req *bittorrent.AnnounceReq
 	accounting, windowUp, windowDown := "0", 100, 100
 	if s.accounting(userID) {
 		accounting = "1"
+		var err error
 		if windowUp, windowDown, err = s.windowRates(ctx, now); err != nil {
-			return nil, true, err
+			return err
 		}
 	}
-	a.req, a.userID, a.now = req, userID, now
 	a.call.keys = btstore.AnnounceKeys(req.InfoHash, req.PeerID, userID)
 	a.call.args = []any{now, req.PeerID[:], peerEntry(req.PeerID, req.Addr), req.Uploaded, req.Downloaded, req.Left,
 		int(req.Event), numWant, private, userID,
@@ -442,7 +500,7 @@ func (s *Store) prepareAnnounce(ctx context.Context, req *bittorrent.AnnounceReq
 		compactLen(req.PeerFamily), s.cfg.ReaperClaimWindow.Milliseconds(), max(s.cfg.MaxPeersPerOwner, 0),
 		s.cfg.FloodInterval.Milliseconds(), s.cfg.FloodWindow.Milliseconds(), max(s.cfg.FloodReportAfter, 0),
 		s.lastAcceptedHere(req, userID), accounting, windowUp, windowDown}
-	return nil, false, nil
+	return nil
 }
 
 // finishAnnounce reads announce.lua's reply to a's call.
