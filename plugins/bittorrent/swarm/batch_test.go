@@ -108,8 +108,25 @@ func TestAnnounceBatchReadsViewsInItsPipeline(t *testing.T) {
 		f.clock.Advance(100 * time.Millisecond)
 		res = batch(request(h, peerID("-AA", 2), 2, transfer(0, 50)))
 		require.Equal(t, []int64{1, 1}, []int64{res[0].Resp.Complete, res[0].Resp.Incomplete}, "rejoined by announce.lua")
+
+		// two plain re-announces of the hot torrent in one batch: one view
+		// read, the other answered from what it installed (queued)
+		require.NoError(t, f.store.Flush(ctx))
+		f.clock.Advance(time.Second)
+		batch(request(h, peerID("-AA", 1), 1, seeding, transfer(60, 0))) // cold again
+		f.clock.Advance(100 * time.Millisecond)
+		answered := f.store.WriteBehindStats().Answered
+		res = batch(request(h, peerID("-AA", 1), 1, seeding, transfer(70, 0)), request(h, peerID("-AA", 2), 2, transfer(0, 60)))
+		require.Equal(t, answered+2, f.store.WriteBehindStats().Answered)
+		require.Equal(t, 1, f.store.WriteBehindStats().Queued, "the follower's refresh is queued, the reader's written")
+		require.Equal(t, res[0].Resp.Complete, res[1].Resp.Complete)
+		require.Equal(t, res[0].Resp.Incomplete, res[1].Resp.Incomplete)
+
 		f.flush()
 		info := f.torrent(h)
 		require.Equal(t, [2]int64{1, 1}, [2]int64{info.Seeders, info.Leechers})
+		require.Equal(t, []any{"70", "60"}, []any{
+			b.Client.HGet(ctx, btstore.PeerKey(h, peerID("-AA", 1)), "uploaded").Val(),
+			b.Client.HGet(ctx, btstore.PeerKey(h, peerID("-AA", 2)), "downloaded").Val()})
 	})
 }

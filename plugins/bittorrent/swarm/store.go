@@ -367,6 +367,8 @@ func (s *Store) AnnounceBatch(ctx context.Context, reqs []*bittorrent.AnnounceRe
 		case done:
 			results[i] = bittorrent.AnnounceResult{Resp: resp, Err: err}
 			continue
+		case reads[i] != nil && reads[i].follower:
+			continue // answered once the reads are in
 		case reads[i] != nil:
 			calls = append(calls, reads[i].sc)
 		default:
@@ -393,6 +395,20 @@ func (s *Store) AnnounceBatch(ctx context.Context, reqs []*bittorrent.AnnounceRe
 			continue
 		}
 		results[i] = s.announceResult(ctx, &pending[i], cmd)
+	}
+	for i, rd := range reads {
+		if rd == nil || !rd.follower {
+			continue
+		}
+		if resp, ok := s.writeBehind.follow(rd, pending[i].numWant, pending[i].now); ok {
+			results[i] = bittorrent.AnnounceResult{Resp: resp}
+			continue
+		}
+		if err := s.announceCall(ctx, reqs[i], &pending[i]); err != nil {
+			results[i] = bittorrent.AnnounceResult{Err: err}
+			continue
+		}
+		again = append(again, i)
 	}
 	if len(again) == 0 {
 		return

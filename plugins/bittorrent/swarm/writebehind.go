@@ -134,6 +134,7 @@ type swarmView struct {
 	mu         sync.Mutex // held while the view is read from Redis
 	at         int64      // ms when read; 0: no copy
 	coldAt     int64      // ms of the last plain re-announce sent to announce.lua for want of a view
+	readingAt  int64      // ms a batch's read of the view was taken (0: none in flight)
 	seeders    int64
 	leechers   int64
 	snatches   int64
@@ -376,12 +377,16 @@ func (w *writeBehind) respond(p plainAnswer, view viewCopy, written bool, numWan
 
 // viewRead is a plain re-announce whose view must be read first, in the
 // pipeline of the batch it came in (Store.AnnounceBatch): its refresh.lua
-// call writes the announce and reads the view.
+// call writes the announce and reads the view. A follower waits for a
+// read already taken (by its batch or another) and is answered from the
+// view it installs, so a hot torrent's view is read once, not once per
+// announce.
 type viewRead struct {
-	p    plainAnswer
-	v    *swarmView
-	call refreshCall
-	sc   scriptCall
+	p        plainAnswer
+	v        *swarmView
+	follower bool
+	call     refreshCall
+	sc       scriptCall
 }
 
 // answerOrRead is answer for a batch: where answer would read the view
@@ -403,7 +408,14 @@ func (w *writeBehind) answerOrRead(ctx context.Context, req *bittorrent.Announce
 		resp, ok := w.respond(p, view, false, numWant, now)
 		return resp, nil, ok
 	}
+	if v.readingAt != 0 && now-v.readingAt < maxViewAge.Milliseconds() && now >= v.readingAt {
+		v.mu.Unlock()
+		return nil, &viewRead{p: p, v: v, follower: true}, true
+	}
 	hot := v.hotLocked(now)
+	if hot {
+		v.readingAt = now
+	}
 	v.mu.Unlock()
 	if !hot {
 		return nil, nil, false
@@ -415,6 +427,22 @@ func (w *writeBehind) answerOrRead(ctx context.Context, req *bittorrent.Announce
 	return nil, rd, true
 }
 
+// follow answers a follower from the view its read installed; false: the
+// view is still stale (the read failed, or another batch's read has not
+// come back), and the announce must go through announce.lua.
+func (w *writeBehind) follow(rd *viewRead, numWant int, now int64) (*bittorrent.AnnounceResponse, bool) {
+	w.stopMu.RLock()
+	defer w.stopMu.RUnlock()
+	rd.v.mu.Lock()
+	stale := rd.v.staleLocked(now)
+	view := rd.v.copyLocked()
+	rd.v.mu.Unlock()
+	if stale {
+		return nil, false
+	}
+	return w.respond(rd.p, view, false, numWant, now)
+}
+
 // finishRead answers a viewRead from its refresh.lua reply; false: the
 // announce must go through announce.lua (the peer changed elsewhere, the
 // torrent is unregistered, or the reply is bad).
@@ -422,11 +450,13 @@ func (w *writeBehind) finishRead(rd *viewRead, cmd *redis.Cmd, numWant int, now 
 	w.stopMu.RLock()
 	defer w.stopMu.RUnlock()
 	reply, err := cmdList(cmd)
-	if err != nil {
-		return nil, false
-	}
 	rd.v.mu.Lock()
-	view, written, err := w.takeReadLocked(rd.v, &rd.call, reply, now)
+	rd.v.readingAt = 0
+	var view viewCopy
+	var written bool
+	if err == nil {
+		view, written, err = w.takeReadLocked(rd.v, &rd.call, reply, now)
+	}
 	rd.v.mu.Unlock()
 	if err != nil {
 		return nil, false
