@@ -400,7 +400,7 @@ func (s *Store) AnnounceBatch(ctx context.Context, reqs []*bittorrent.AnnounceRe
 		if rd == nil || !rd.follower {
 			continue
 		}
-		if resp, ok := s.writeBehind.follow(rd, pending[i].numWant, pending[i].now); ok {
+		if resp, ok := s.writeBehind.follow(ctx, rd, pending[i].numWant, pending[i].now); ok {
 			results[i] = bittorrent.AnnounceResult{Resp: resp}
 			continue
 		}

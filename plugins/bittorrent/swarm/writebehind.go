@@ -131,10 +131,11 @@ func (k *knownPeers) forget(key peerKey, notAfter int64) {
 // its peers. Its fields are replaced, never changed in place, so a copy
 // taken under mu stays valid.
 type swarmView struct {
-	mu         sync.Mutex // held while the view is read from Redis
-	at         int64      // ms when read; 0: no copy
-	coldAt     int64      // ms of the last plain re-announce sent to announce.lua for want of a view
-	readingAt  int64      // ms a batch's read of the view was taken (0: none in flight)
+	mu         sync.Mutex    // held while the view is read from Redis
+	at         int64         // ms when read; 0: no copy
+	coldAt     int64         // ms of the last plain re-announce sent to announce.lua for want of a view
+	readingAt  int64         // ms a batch's read of the view was taken (0: none in flight)
+	readDone   chan struct{} // closed when that read is in
 	seeders    int64
 	leechers   int64
 	snatches   int64
@@ -385,6 +386,7 @@ type viewRead struct {
 	p        plainAnswer
 	v        *swarmView
 	follower bool
+	done     chan struct{} // the read a follower waits for
 	call     refreshCall
 	sc       scriptCall
 }
@@ -409,12 +411,13 @@ func (w *writeBehind) answerOrRead(ctx context.Context, req *bittorrent.Announce
 		return resp, nil, ok
 	}
 	if v.readingAt != 0 && now-v.readingAt < maxViewAge.Milliseconds() && now >= v.readingAt {
+		done := v.readDone
 		v.mu.Unlock()
-		return nil, &viewRead{p: p, v: v, follower: true}, true
+		return nil, &viewRead{p: p, v: v, follower: true, done: done}, true
 	}
 	hot := v.hotLocked(now)
 	if hot {
-		v.readingAt = now
+		v.readingAt, v.readDone = now, make(chan struct{})
 	}
 	v.mu.Unlock()
 	if !hot {
@@ -427,10 +430,18 @@ func (w *writeBehind) answerOrRead(ctx context.Context, req *bittorrent.Announce
 	return nil, rd, true
 }
 
-// follow answers a follower from the view its read installed; false: the
-// view is still stale (the read failed, or another batch's read has not
-// come back), and the announce must go through announce.lua.
-func (w *writeBehind) follow(rd *viewRead, numWant int, now int64) (*bittorrent.AnnounceResponse, bool) {
+// follow answers a follower from the view its read installed, once the
+// read is in; false: the view is still stale (the read failed), and the
+// announce must go through announce.lua.
+func (w *writeBehind) follow(ctx context.Context, rd *viewRead, numWant int, now int64) (*bittorrent.AnnounceResponse, bool) {
+	// The read is in a pipeline already sent (this batch's, answered
+	// before its followers, or another's): it comes back within the
+	// client's timeouts.
+	select {
+	case <-rd.done:
+	case <-ctx.Done():
+		return nil, false
+	}
 	w.stopMu.RLock()
 	defer w.stopMu.RUnlock()
 	rd.v.mu.Lock()
@@ -452,6 +463,8 @@ func (w *writeBehind) finishRead(rd *viewRead, cmd *redis.Cmd, numWant int, now 
 	reply, err := cmdList(cmd)
 	rd.v.mu.Lock()
 	rd.v.readingAt = 0
+	close(rd.v.readDone)
+	rd.v.readDone = nil
 	var view viewCopy
 	var written bool
 	if err == nil {
