@@ -68,11 +68,13 @@ func (c singleConn) WriteBatch(ms []ipv4.Message, _ int) (int, error) {
 	return 1, nil
 }
 
-// udpReader reads one socket in batches. The packets that need the store
-// (announces, scrapes) are handled concurrently, by the reader and its
-// helpers, since the store pipelines concurrent calls into shared round
-// trips; connects and parse errors cost microseconds, so the reader answers
-// them itself rather than waking a helper. The batch's replies then go out
+// udpReader reads one socket in batches. A store that batches
+// (BatchAnnouncer) gets the batch's announces in one call, one round trip;
+// otherwise, and for scrapes, the packets that need the store are handled
+// concurrently, by the reader and its helpers, since the store pipelines
+// concurrent calls into shared round trips. Connects and parse errors cost
+// microseconds, so the reader answers them itself rather than waking a
+// helper. The batch's replies then go out
 // in one write. Everything is allocated once per reader: the only
 // allocation per packet is the source address x/net builds on read.
 type udpReader struct {
