@@ -96,6 +96,21 @@ type Swarms interface {
 	Scrape(ctx context.Context, passkey string, hashes []InfoHash) ([]ScrapeEntry, error)
 }
 
+// BatchAnnouncer is a Swarms that answers several announces in one call,
+// each as its Announce would and as atomic, in fewer round trips to its
+// storage. The UDP listener hands it each read's announces.
+type BatchAnnouncer interface {
+	// AnnounceBatch answers reqs[i] into results[i] (len(results) ==
+	// len(reqs)).
+	AnnounceBatch(ctx context.Context, reqs []*AnnounceRequest, results []AnnounceResult)
+}
+
+// AnnounceResult is one answer of a BatchAnnouncer: Announce's two results.
+type AnnounceResult struct {
+	Resp *AnnounceResponse
+	Err  error
+}
+
 // ClientError is a refusal the client's user should read (bad passkey,
 // unregistered torrent, client not whitelisted). Listeners render its Reason
 // as a bencoded "failure reason" (HTTP) or a BEP 15 error packet (UDP). Any

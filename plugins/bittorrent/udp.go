@@ -218,34 +218,54 @@ type udpWorker struct {
 	req     wire.UDPRequest
 	hashes  []InfoHash
 	entries []wire.ScrapeCounts
+	// an announce between parse and the store's answer: the request, and
+	// the source address and passkey its refusal is counted against
+	announce AnnounceRequest
+	guardIP  netip.Addr
+	passkey  string
 }
 
 // handle answers one packet; nil means no reply (too short to carry a
 // transaction id).
 func (s *UDPServer) handle(ctx context.Context, w *udpWorker, packet []byte, from netip.AddrPort) []byte {
+	reply, toStore := s.parse(w, packet, from)
+	if !toStore {
+		return reply
+	}
+	if w.req.Action == wire.ActionAnnounce {
+		resp, err := s.cfg.Swarms.Announce(ctx, &w.announce)
+		return s.announced(ctx, w, resp, err)
+	}
+	return s.scrape(ctx, w, w.out[:0])
+}
+
+// parse does all of a packet's work that needs no store: it returns the
+// reply of a connect, or of a packet refused here, or toStore with w
+// holding what the store call needs (w.req; w.announce for an announce).
+func (s *UDPServer) parse(w *udpWorker, packet []byte, from netip.AddrPort) (reply []byte, toStore bool) {
 	out := w.out[:0]
 	req := &w.req
 	if err := wire.ParseUDPRequest(packet, req); err != nil {
 		s.stats.malformed.Add(1)
 		if errors.Is(err, wire.ErrUDPTooShort) {
-			return nil
+			return nil, false
 		}
-		return unprovenError(out, req.TransactionID, err.Error(), len(packet))
+		return unprovenError(out, req.TransactionID, err.Error(), len(packet)), false
 	}
 	ip := from.Addr().Unmap().WithZone("")
 	now := s.cfg.Now()
 	if req.Action == wire.ActionConnect {
 		s.stats.connects.Add(1)
-		return wire.AppendUDPConnect(out, req.TransactionID, w.signer.New(ip, now))
+		return wire.AppendUDPConnect(out, req.TransactionID, w.signer.New(ip, now)), false
 	}
 	if !w.signer.Valid(req.ConnectionID, ip, now) {
 		s.stats.malformed.Add(1)
-		return unprovenError(out, req.TransactionID, udpBadConnID, len(packet))
+		return unprovenError(out, req.TransactionID, udpBadConnID, len(packet)), false
 	}
 	if req.Action == wire.ActionAnnounce {
-		return s.announce(ctx, w, ip, out)
+		return s.parseAnnounce(w, ip, out)
 	}
-	return s.scrape(ctx, w, out)
+	return nil, true
 }
 
 // unprovenError is the error reply to a packet whose source address is not
@@ -260,7 +280,9 @@ func unprovenError(out []byte, transactionID uint32, message string, requestLen 
 	return wire.AppendUDPError(out, transactionID, message)
 }
 
-func (s *UDPServer) announce(ctx context.Context, w *udpWorker, ip netip.Addr, out []byte) []byte {
+// parseAnnounce checks an announce and fills w.announce (toStore), or
+// returns its refusal.
+func (s *UDPServer) parseAnnounce(w *udpWorker, ip netip.Addr, out []byte) (reply []byte, toStore bool) {
 	req := &w.req
 	var passkey string
 	if len(req.URLData) > 0 {
@@ -270,20 +292,20 @@ func (s *UDPServer) announce(ctx context.Context, w *udpWorker, ip netip.Addr, o
 		}
 		if err != nil {
 			s.stats.malformed.Add(1)
-			return wire.AppendUDPError(out, req.TransactionID, err.Error())
+			return wire.AppendUDPError(out, req.TransactionID, err.Error()), false
 		}
 		passkey = pk
 	}
 	if passkey == "" && s.cfg.RequirePasskey {
 		s.stats.refused.Add(1)
-		return wire.AppendUDPError(out, req.TransactionID, errPasskeyRequired.Reason)
+		return wire.AppendUDPError(out, req.TransactionID, errPasskeyRequired.Reason), false
 	}
 	// The connection id proved the source address, so a spoofed packet
 	// cannot spend another address's allowance.
 	if refused := s.stats.admit(s.cfg.Guard, ip, true, passkey); refused != nil {
-		return wire.AppendUDPError(out, req.TransactionID, refused.Reason)
+		return wire.AppendUDPError(out, req.TransactionID, refused.Reason), false
 	}
-	guardIP := ip
+	w.guardIP, w.passkey = ip, passkey
 	if s.cfg.TrustClientIP && ip.Is4() && req.IPv4 != [4]byte{} {
 		ip = netip.AddrFrom4(req.IPv4)
 	}
@@ -294,7 +316,7 @@ func (s *UDPServer) announce(ctx context.Context, w *udpWorker, ip netip.Addr, o
 	} else {
 		numWant = min(numWant, wire.MaxUDPPeers6)
 	}
-	announce := &AnnounceRequest{
+	w.announce = AnnounceRequest{
 		InfoHash:   InfoHash(req.InfoHash),
 		PeerID:     PeerID(req.PeerID),
 		Addr:       netip.AddrPortFrom(ip, req.Port),
@@ -308,15 +330,21 @@ func (s *UDPServer) announce(ctx context.Context, w *udpWorker, ip netip.Addr, o
 		PeerFamily: IPv4Only,
 	}
 	if !ip.Is4() {
-		announce.PeerFamily = IPv6Only
+		w.announce.PeerFamily = IPv6Only
 	}
-	resp, err := s.cfg.Swarms.Announce(ctx, announce)
+	return nil, true
+}
+
+// announced renders the store's answer to w.announce.
+func (s *UDPServer) announced(ctx context.Context, w *udpWorker, resp *AnnounceResponse, err error) []byte {
+	out := w.out[:0]
+	req := &w.req
 	if err != nil {
-		return wire.AppendUDPError(out, req.TransactionID, s.stats.countRefusal(ctx, s.cfg.Logger, "announce", err, s.cfg.Guard, guardIP, passkey))
+		return wire.AppendUDPError(out, req.TransactionID, s.stats.countRefusal(ctx, s.cfg.Logger, "announce", err, s.cfg.Guard, w.guardIP, w.passkey))
 	}
 	s.stats.announces.Add(1)
 	reply := s.cfg.reply(resp)
-	return wire.AppendUDPAnnounce(out, req.TransactionID, &reply, peerList(resp.Peers), !ip.Is4())
+	return wire.AppendUDPAnnounce(out, req.TransactionID, &reply, peerList(resp.Peers), w.announce.PeerFamily == IPv6Only)
 }
 
 func (s *UDPServer) scrape(ctx context.Context, w *udpWorker, out []byte) []byte {

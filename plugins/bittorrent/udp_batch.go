@@ -68,11 +68,13 @@ func (c singleConn) WriteBatch(ms []ipv4.Message, _ int) (int, error) {
 	return 1, nil
 }
 
-// udpReader reads one socket in batches. The packets that need the store
-// (announces, scrapes) are handled concurrently, by the reader and its
-// helpers, since the store pipelines concurrent calls into shared round
-// trips; connects and parse errors cost microseconds, so the reader answers
-// them itself rather than waking a helper. The batch's replies then go out
+// udpReader reads one socket in batches. A store that batches
+// (BatchAnnouncer) gets the batch's announces in one call, one round trip;
+// otherwise, and for scrapes, the packets that need the store are handled
+// concurrently, by the reader and its helpers, since the store pipelines
+// concurrent calls into shared round trips. Connects and parse errors cost
+// microseconds, so the reader answers them itself rather than waking a
+// helper. The batch's replies then go out
 // in one write. Everything is allocated once per reader: the only
 // allocation per packet is the source address x/net builds on read.
 type udpReader struct {
@@ -85,6 +87,12 @@ type udpReader struct {
 	toStore []*udpSlot
 	jobs    chan *udpSlot
 	pending sync.WaitGroup
+	// batcher is the store when it answers a read's announces in one call
+	// (and round trip); reqs, batched and results are that call's.
+	batcher BatchAnnouncer
+	reqs    []*AnnounceRequest
+	batched []*udpSlot
+	results []AnnounceResult
 }
 
 // udpSlot is one packet of a batch and the state that answers it.
@@ -93,6 +101,7 @@ type udpSlot struct {
 	packet []byte
 	from   netip.AddrPort
 	reply  []byte
+	parsed bool // parse ran: a helper only asks the store
 }
 
 // newUDPReader sets up a reader taking up to batch packets a read.
@@ -105,6 +114,12 @@ func newUDPReader(s *UDPServer, conn batchConn, batch int) *udpReader {
 		slots:   make([]udpSlot, batch),
 		toStore: make([]*udpSlot, 0, batch),
 		jobs:    make(chan *udpSlot, batch),
+	}
+	if b, ok := s.cfg.Swarms.(BatchAnnouncer); ok {
+		r.batcher = b
+		r.reqs = make([]*AnnounceRequest, 0, batch)
+		r.batched = make([]*udpSlot, 0, batch)
+		r.results = make([]AnnounceResult, batch)
 	}
 	for i := range batch {
 		r.in[i].Buffers = [][]byte{make([]byte, maxUDPPacket)}
@@ -145,7 +160,11 @@ func (r *udpReader) run(ctx context.Context) {
 func (r *udpReader) help(ctx context.Context) {
 	defer r.s.wg.Done()
 	for slot := range r.jobs {
-		slot.reply = r.s.handle(ctx, &slot.w, slot.packet, slot.from)
+		if slot.parsed {
+			slot.reply = r.s.scrape(ctx, &slot.w, slot.w.out[:0])
+		} else {
+			slot.reply = r.s.handle(ctx, &slot.w, slot.packet, slot.from)
+		}
 		r.pending.Done()
 	}
 }
@@ -162,6 +181,7 @@ func (r *udpReader) answer(ctx context.Context, n int) {
 		}
 		slot.packet = m.Buffers[0][:m.N]
 		slot.from = addr.AddrPort()
+		slot.parsed = false
 		if goesToStore(slot.packet) {
 			r.toStore = append(r.toStore, slot)
 			continue
@@ -171,12 +191,46 @@ func (r *udpReader) answer(ctx context.Context, n int) {
 	if len(r.toStore) == 0 {
 		return
 	}
+	if r.batcher != nil {
+		r.answerBatched(ctx)
+		return
+	}
 	r.pending.Add(len(r.toStore) - 1)
 	for _, slot := range r.toStore[1:] {
 		r.jobs <- slot
 	}
 	first := r.toStore[0]
 	first.reply = r.s.handle(ctx, &first.w, first.packet, first.from)
+	r.pending.Wait()
+}
+
+// answerBatched answers the store-bound slots with one AnnounceBatch call
+// for their announces (one round trip to Redis for the read), while the
+// helpers answer scrapes, which are rare.
+func (r *udpReader) answerBatched(ctx context.Context) {
+	r.reqs, r.batched = r.reqs[:0], r.batched[:0]
+	for _, slot := range r.toStore {
+		reply, toStore := r.s.parse(&slot.w, slot.packet, slot.from)
+		switch {
+		case !toStore:
+			slot.reply = reply
+		case slot.w.req.Action == wire.ActionAnnounce:
+			r.reqs = append(r.reqs, &slot.w.announce)
+			r.batched = append(r.batched, slot)
+		default:
+			slot.parsed = true
+			r.pending.Add(1)
+			r.jobs <- slot
+		}
+	}
+	if len(r.reqs) > 0 {
+		results := r.results[:len(r.reqs)]
+		clear(results)
+		r.batcher.AnnounceBatch(ctx, r.reqs, results)
+		for i, slot := range r.batched {
+			slot.reply = r.s.announced(ctx, &slot.w, results[i].Resp, results[i].Err)
+		}
+	}
 	r.pending.Wait()
 }
 

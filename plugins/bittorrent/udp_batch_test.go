@@ -131,3 +131,95 @@ func TestUDPOneDatagramPerCallWhereTheKernelHasNoBatches(t *testing.T) {
 	require.IsType(t, &ipv4.PacketConn{}, newBatchConn(conn, "udp4", true))
 	require.IsType(t, &ipv6.PacketConn{}, newBatchConn(conn, "udp6", true))
 }
+
+// batchingSwarms answers announces only in batches, recording each
+// batch's size; the first batch waits until release is closed.
+type batchingSwarms struct {
+	*fakeSwarms
+	entered, release chan struct{}
+
+	mu      sync.Mutex
+	batches []int
+}
+
+func (b *batchingSwarms) Announce(context.Context, *AnnounceRequest) (*AnnounceResponse, error) {
+	return nil, errors.New("a batching store's listener must call AnnounceBatch")
+}
+
+func (b *batchingSwarms) AnnounceBatch(ctx context.Context, reqs []*AnnounceRequest, results []AnnounceResult) {
+	b.mu.Lock()
+	b.batches = append(b.batches, len(reqs))
+	first := len(b.batches) == 1
+	b.mu.Unlock()
+	if first {
+		close(b.entered)
+		<-b.release
+	}
+	for i, req := range reqs {
+		results[i].Resp, results[i].Err = b.fakeSwarms.Announce(ctx, req)
+	}
+}
+
+// TestUDPAnswersAReadsAnnouncesInOneStoreCall: with a store that batches,
+// the announces of one read reach it in one AnnounceBatch call (one round
+// trip to Redis), each answered to its own transaction id, a refusal to
+// its own; connects and scrapes of the same read are answered beside it.
+func TestUDPAnswersAReadsAnnouncesInOneStoreCall(t *testing.T) {
+	const announces, connects = 5, 2
+	fake := newFakeSwarms()
+	other := InfoHash{9}
+	fake.registered = map[InfoHash]bool{testHash: true}
+	store := &batchingSwarms{fakeSwarms: fake, entered: make(chan struct{}), release: make(chan struct{})}
+	srv := startUDP(t, store, func(c *UDPConfig) { c.Workers = udpBatch; c.Addr6 = "" })
+	c := dialUDPClient(t, "udp4", "", srv.Addr4())
+	c.connect()
+
+	send := func(req wire.UDPRequest) uint32 {
+		c.tx++
+		req.TransactionID = c.tx
+		if req.Action != wire.ActionConnect {
+			req.ConnectionID = c.connID
+		}
+		c.send(wire.AppendUDPRequest(nil, &req))
+		return c.tx
+	}
+	blocker := send(udpAnnounce("", nil))
+	<-store.entered // the reader is inside the store with the first announce
+	want := map[uint32]wire.Action{}
+	var refused uint32
+	for i := range announces {
+		tx := send(udpAnnounce("", func(r *wire.UDPRequest) {
+			r.PeerID[0] = byte(i + 1)
+			if i == 2 {
+				r.InfoHash = other
+			}
+		}))
+		want[tx] = wire.ActionAnnounce
+		if i == 2 {
+			refused, want[tx] = tx, wire.ActionError
+		}
+	}
+	want[send(wire.UDPRequest{Action: wire.ActionScrape, InfoHashes: [][20]byte{testHash}})] = wire.ActionScrape
+	for range connects {
+		want[send(wire.UDPRequest{Action: wire.ActionConnect})] = wire.ActionConnect
+	}
+	close(store.release)
+
+	require.Equal(t, blocker, c.receive().TransactionID)
+	for range len(want) {
+		resp := c.receive()
+		action, ok := want[resp.TransactionID]
+		require.True(t, ok, "reply to an unknown or repeated transaction %d", resp.TransactionID)
+		require.Equal(t, action, resp.Action, resp.Message)
+		if resp.TransactionID == refused {
+			require.Equal(t, "unregistered torrent", resp.Message)
+		}
+		delete(want, resp.TransactionID)
+	}
+	store.mu.Lock()
+	require.Equal(t, []int{1, announces}, store.batches, "the first announce alone, then the queued ones in one call")
+	store.mu.Unlock()
+	require.Equal(t, 1+announces-1, fake.swarmSize(testHash))
+	require.Equal(t, uint64(3), srv.reads.Load(), "the connect, the first announce, then the queued packets in one read")
+	require.Equal(t, uint64(announces), srv.Stats().Announces, "every announce but the refused one")
+}

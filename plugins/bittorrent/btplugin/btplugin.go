@@ -835,6 +835,24 @@ func (o observed) Announce(ctx context.Context, req *bittorrent.AnnounceRequest)
 	return resp, err
 }
 
+// AnnounceBatch batches when the store does, observing each accepted
+// announce as Announce does.
+func (o observed) AnnounceBatch(ctx context.Context, reqs []*bittorrent.AnnounceRequest, results []bittorrent.AnnounceResult) {
+	batcher, ok := o.Swarms.(bittorrent.BatchAnnouncer)
+	if !ok {
+		for i, req := range reqs {
+			results[i].Resp, results[i].Err = o.Announce(ctx, req)
+		}
+		return
+	}
+	batcher.AnnounceBatch(ctx, reqs, results)
+	for i, r := range results {
+		if r.Err == nil {
+			o.rec.Observe(reqs[i].Addr.Addr(), reqs[i].InfoHash)
+		}
+	}
+}
+
 // AdminScopes are the roles an operator may give an account over the
 // plugin's admin API ("plugin:bittorrent:<scope>"); the API that checks
 // them owns them (btadmin.Scopes).

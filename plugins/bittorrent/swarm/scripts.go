@@ -79,10 +79,19 @@ func (s *Store) runScriptList(ctx context.Context, op string, script *redis.Scri
 	return list, nil
 }
 
-// scriptCall is one script invocation in a pipelined batch.
+// scriptCall is one script invocation in a pipelined batch; script,
+// when set, replaces the batch's script for this call.
 type scriptCall struct {
-	keys []string
-	args []any
+	keys   []string
+	args   []any
+	script *redis.Script
+}
+
+func (c *scriptCall) scriptOr(batch *redis.Script) *redis.Script {
+	if c.script != nil {
+		return c.script
+	}
+	return batch
 }
 
 // runScriptsPipelined runs many invocations of one script in a single
@@ -97,8 +106,8 @@ func (s *Store) runScriptsPipelined(ctx context.Context, script *redis.Script, c
 	}
 	cmds := make([]*redis.Cmd, len(calls))
 	pipe := s.rdb.Pipeline()
-	for i, call := range calls {
-		cmds[i] = script.EvalSha(ctx, pipe, call.keys, call.args...)
+	for i := range calls {
+		cmds[i] = calls[i].scriptOr(script).EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command
 	var missing []int
@@ -110,15 +119,21 @@ func (s *Store) runScriptsPipelined(ctx context.Context, script *redis.Script, c
 	if len(missing) == 0 {
 		return cmds
 	}
-	if err := script.Load(ctx, s.rdb).Err(); err != nil {
-		for _, i := range missing {
-			cmds[i] = script.Run(ctx, s.rdb, calls[i].keys, calls[i].args...)
+	loaded := map[*redis.Script]bool{}
+	for _, i := range missing {
+		sc := calls[i].scriptOr(script)
+		if _, tried := loaded[sc]; !tried {
+			loaded[sc] = sc.Load(ctx, s.rdb).Err() == nil
 		}
-		return cmds
 	}
 	pipe = s.rdb.Pipeline()
 	for _, i := range missing {
-		cmds[i] = script.EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
+		sc := calls[i].scriptOr(script)
+		if !loaded[sc] {
+			cmds[i] = sc.Run(ctx, s.rdb, calls[i].keys, calls[i].args...)
+			continue
+		}
+		cmds[i] = sc.EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
 	}
 	_, _ = pipe.Exec(ctx)
 	return cmds

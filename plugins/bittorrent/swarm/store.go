@@ -344,31 +344,170 @@ func (s *Store) nowMillis() int64 { return s.clock.Now().UnixMilli() }
 // script round trip when the passkey and whitelist are cached. Refusals
 // are *bittorrent.ClientError; other errors are internal.
 func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (*bittorrent.AnnounceResponse, error) {
+	var a pendingAnnounce
+	if resp, done, err := s.prepareAnnounce(ctx, req, &a, nil); done {
+		return resp, err
+	}
+	var reply []any
+	var err error
+	if s.announces != nil {
+		cmd, err := s.announces.run(ctx, a.call.keys, a.call.args)
+		if err == nil {
+			reply, err = cmdList(cmd)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("swarm.Announce: %w", err)
+		}
+	} else if reply, err = s.runScriptList(ctx, "swarm.Announce", announceScript, a.call.keys, a.call.args...); err != nil {
+		return nil, err
+	}
+	return s.finishAnnounce(ctx, &a, reply)
+}
+
+// AnnounceBatch answers several announces, each as Announce does and as
+// atomic, with the announce.lua calls they need sent in one pipeline: one
+// round trip for a batch the UDP listener read at once, rather than one
+// go-redis call and a wake-up each. results[i] answers reqs[i].
+func (s *Store) AnnounceBatch(ctx context.Context, reqs []*bittorrent.AnnounceRequest, results []bittorrent.AnnounceResult) {
+	pending := make([]pendingAnnounce, len(reqs))
+	reads := make([]*viewRead, len(reqs))
+	calls := make([]scriptCall, 0, len(reqs))
+	waiting := make([]int, 0, len(reqs))
+	for i, req := range reqs {
+		resp, done, err := s.prepareAnnounce(ctx, req, &pending[i], &reads[i])
+		switch {
+		case done:
+			results[i] = bittorrent.AnnounceResult{Resp: resp, Err: err}
+			continue
+		case reads[i] != nil && reads[i].follower:
+			continue // answered once the reads are in
+		case reads[i] != nil:
+			calls = append(calls, reads[i].sc)
+		default:
+			calls = append(calls, pending[i].call)
+		}
+		waiting = append(waiting, i)
+	}
+	// A view read refresh.lua could not answer from (the peer changed
+	// elsewhere, say) goes through announce.lua in one more round trip.
+	var again []int
+	for j, cmd := range s.runScriptsPipelined(ctx, announceScript, calls) {
+		i := waiting[j]
+		if rd := reads[i]; rd != nil {
+			resp, ok := s.writeBehind.finishRead(rd, cmd, pending[i].numWant, pending[i].now)
+			if ok {
+				results[i] = bittorrent.AnnounceResult{Resp: resp}
+				continue
+			}
+			if err := s.announceCall(ctx, reqs[i], &pending[i]); err != nil {
+				results[i] = bittorrent.AnnounceResult{Err: err}
+				continue
+			}
+			again = append(again, i)
+			continue
+		}
+		results[i] = s.announceResult(ctx, &pending[i], cmd)
+	}
+	for i, rd := range reads {
+		if rd == nil || !rd.follower {
+			continue
+		}
+		if resp, ok := s.writeBehind.follow(ctx, rd, pending[i].numWant, pending[i].now); ok {
+			results[i] = bittorrent.AnnounceResult{Resp: resp}
+			continue
+		}
+		if err := s.announceCall(ctx, reqs[i], &pending[i]); err != nil {
+			results[i] = bittorrent.AnnounceResult{Err: err}
+			continue
+		}
+		again = append(again, i)
+	}
+	if len(again) == 0 {
+		return
+	}
+	calls = calls[:0]
+	for _, i := range again {
+		calls = append(calls, pending[i].call)
+	}
+	for j, cmd := range s.runScriptsPipelined(ctx, announceScript, calls) {
+		results[again[j]] = s.announceResult(ctx, &pending[again[j]], cmd)
+	}
+}
+
+// announceResult reads one pipelined announce.lua reply.
+func (s *Store) announceResult(ctx context.Context, a *pendingAnnounce, cmd *redis.Cmd) bittorrent.AnnounceResult {
+	reply, err := cmdList(cmd)
+	if err != nil {
+		return bittorrent.AnnounceResult{Err: fmt.Errorf("swarm.Announce: %w", err)}
+	}
+	resp, err := s.finishAnnounce(ctx, a, reply)
+	return bittorrent.AnnounceResult{Resp: resp, Err: err}
+}
+
+var _ bittorrent.BatchAnnouncer = (*Store)(nil)
+
+// pendingAnnounce is an announce between its checks and announce.lua's
+// reply: the call to make and what its reply is read with.
+type pendingAnnounce struct {
+	req     *bittorrent.AnnounceRequest
+	userID  string
+	now     int64
+	numWant int
+	call    scriptCall
+}
+
+// prepareAnnounce checks an announce and answers it when it needs no
+// announce.lua call (a refusal, or a plain re-announce answered from a
+// view: done); otherwise it fills a with the call to make. Given read
+// (a batch), a plain re-announce whose view must be read first is left
+// in *read, to be sent with the batch, instead of read here.
+func (s *Store) prepareAnnounce(ctx context.Context, req *bittorrent.AnnounceRequest, a *pendingAnnounce, read **viewRead) (
+	resp *bittorrent.AnnounceResponse, done bool, err error) {
 	s.pending.addStat(statRequests, 1)
 	if req == nil {
-		return nil, errors.New("swarm.Announce: nil request")
+		return nil, true, errors.New("swarm.Announce: nil request")
 	}
 	if !req.Addr.IsValid() || req.Addr.Port() == 0 {
-		return nil, &bittorrent.ClientError{Reason: "invalid peer address or port"}
+		return nil, true, &bittorrent.ClientError{Reason: "invalid peer address or port"}
 	}
 	if req.Event > bittorrent.EventStopped {
-		return nil, &bittorrent.ClientError{Reason: "invalid event"}
+		return nil, true, &bittorrent.ClientError{Reason: "invalid event"}
 	}
 	if err := s.denied(ctx, req.InfoHash, req.PeerID); err != nil {
-		return nil, err
+		return nil, true, err
 	}
 	userID, err := s.admit(ctx, req.Passkey, req.PeerID)
 	if err != nil {
-		return nil, err
+		return nil, true, err
 	}
 	numWant := min(max(req.NumWant, 0), s.cfg.MaxNumWant)
 	now := s.nowMillis()
 	s.watchAddress(ctx, userID, req.Addr.Addr(), now)
-	if s.writeBehind != nil {
+	a.req, a.userID, a.now, a.numWant = req, userID, now, numWant
+	if s.writeBehind != nil && read != nil {
+		resp, rd, ok := s.writeBehind.answerOrRead(ctx, req, userID, numWant, now)
+		if ok && rd == nil {
+			return resp, true, nil
+		}
+		if rd != nil {
+			*read = rd
+			return nil, false, nil
+		}
+	} else if s.writeBehind != nil {
 		if resp, ok := s.writeBehind.answer(ctx, req, userID, numWant, now); ok {
-			return resp, nil
+			return resp, true, nil
 		}
 	}
+	if err := s.announceCall(ctx, req, a); err != nil {
+		return nil, true, err
+	}
+	return nil, false, nil
+}
+
+// announceCall fills a.call, announce.lua's call for req (a's user, time
+// and numwant set).
+func (s *Store) announceCall(ctx context.Context, req *bittorrent.AnnounceRequest, a *pendingAnnounce) error {
+	userID, now, numWant := a.userID, a.now, a.numWant
 	private := "0"
 	if s.cfg.Private {
 		private = "1"
@@ -377,30 +516,26 @@ func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (
 	accounting, windowUp, windowDown := "0", 100, 100
 	if s.accounting(userID) {
 		accounting = "1"
+		var err error
 		if windowUp, windowDown, err = s.windowRates(ctx, now); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	keys := btstore.AnnounceKeys(req.InfoHash, req.PeerID, userID)
-	args := []any{now, req.PeerID[:], peerEntry(req.PeerID, req.Addr), req.Uploaded, req.Downloaded, req.Left,
+	a.call.keys = btstore.AnnounceKeys(req.InfoHash, req.PeerID, userID)
+	a.call.args = []any{now, req.PeerID[:], peerEntry(req.PeerID, req.Addr), req.Uploaded, req.Downloaded, req.Left,
 		int(req.Event), numWant, private, userID,
 		timeout, s.cfg.PeerRetention.Milliseconds(),
 		s.openRetentionMillis(), s.cfg.HnR.MinSeedTime.Milliseconds(), s.cfg.HnR.MinRatio, now + timeout,
 		compactLen(req.PeerFamily), s.cfg.ReaperClaimWindow.Milliseconds(), max(s.cfg.MaxPeersPerOwner, 0),
 		s.cfg.FloodInterval.Milliseconds(), s.cfg.FloodWindow.Milliseconds(), max(s.cfg.FloodReportAfter, 0),
 		s.lastAcceptedHere(req, userID), accounting, windowUp, windowDown, s.watchArg}
-	var reply []any
-	if s.announces != nil {
-		cmd, err := s.announces.run(ctx, keys, args)
-		if err == nil {
-			reply, err = cmdList(cmd)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("swarm.Announce: %w", err)
-		}
-	} else if reply, err = s.runScriptList(ctx, "swarm.Announce", announceScript, keys, args...); err != nil {
-		return nil, err
-	}
+	return nil
+}
+
+// finishAnnounce reads announce.lua's reply to a's call.
+func (s *Store) finishAnnounce(ctx context.Context, a *pendingAnnounce, reply []any) (*bittorrent.AnnounceResponse, error) {
+	req, userID, now, timeout := a.req, a.userID, a.now, s.cfg.PeerTimeout.Milliseconds()
+	var err error
 	code := replyInt(reply[0])
 	if s.writeBehind != nil && code != 1 && code != codeFlood {
 		s.writeBehind.peers.forget(peerKey{hash: req.InfoHash, peer: req.PeerID}, 0)

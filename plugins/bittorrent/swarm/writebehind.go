@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/hoardproject/hoard/plugins/bittorrent"
 	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
 )
@@ -130,9 +132,11 @@ func (k *knownPeers) forget(key peerKey, notAfter int64) {
 // its peers. Its fields are replaced, never changed in place, so a copy
 // taken under mu stays valid.
 type swarmView struct {
-	mu         sync.Mutex // held while the view is read from Redis
-	at         int64      // ms when read; 0: no copy
-	coldAt     int64      // ms of the last plain re-announce sent to announce.lua for want of a view
+	mu         sync.Mutex    // held while the view is read from Redis
+	at         int64         // ms when read; 0: no copy
+	coldAt     int64         // ms of the last plain re-announce sent to announce.lua for want of a view
+	readingAt  int64         // ms a batch's read of the view was taken (0: none in flight)
+	readDone   chan struct{} // closed when that read is in
 	seeders    int64
 	leechers   int64
 	snatches   int64
@@ -287,49 +291,71 @@ func newWriteBehind(s *Store) *writeBehind {
 // answer answers a plain re-announce from the view and queues its
 // refresh; false: the announce must go through announce.lua.
 func (w *writeBehind) answer(ctx context.Context, req *bittorrent.AnnounceRequest, userID string, numWant int, now int64) (*bittorrent.AnnounceResponse, bool) {
-	if req.Event != bittorrent.EventNone {
-		return nil, false
-	}
 	w.stopMu.RLock()
 	defer w.stopMu.RUnlock()
-	if w.stopped {
+	p, ok := w.plain(ctx, req, userID, now)
+	if !ok {
 		return nil, false
 	}
-	key := peerKey{hash: req.InfoHash, peer: req.PeerID}
-	known, ok := w.peers.get(key)
-	seeding := req.Left == 0
-	if !ok || known.user != userID || known.seeding != seeding || known.addr != string(compactAddr(req.Addr)) ||
-		now <= known.last || now-known.last >= w.s.cfg.PeerTimeout.Milliseconds() {
-		return nil, false
-	}
-	// Flood control from this frontend's memory of the peer; a refusal is
-	// announce.lua's to count and report, against the peer's record.
-	if flood := w.s.cfg.FloodInterval.Milliseconds(); flood > 0 && now-known.last < flood {
-		return nil, false
-	}
-	refresh := queuedRefresh{user: userID, addr: known.addr,
-		uploaded: req.Uploaded, downloaded: req.Downloaded, left: req.Left, at: now, windowUp: 100, windowDown: 100}
-	if w.s.accounting(userID) {
-		var err error
-		if refresh.windowUp, refresh.windowDown, err = w.s.windowRates(ctx, now); err != nil {
-			return nil, false // announce.lua's path reports it
-		}
-	}
-	view, written, err := w.view(ctx, req.InfoHash, now, req.PeerID, refresh)
+	view, written, err := w.view(ctx, req.InfoHash, now, req.PeerID, p.refresh)
 	if err != nil {
 		if err != errColdTorrent {
 			w.s.logger.Debug("swarm: no swarm view; announcing in full", "error", err)
 		}
 		return nil, false
 	}
+	return w.respond(p, view, written, numWant, now)
+}
+
+// plainAnswer is a plain re-announce this frontend may answer from a view.
+type plainAnswer struct {
+	req     *bittorrent.AnnounceRequest
+	key     peerKey
+	known   knownPeer
+	refresh queuedRefresh
+}
+
+// plain tells whether req is a plain re-announce of a peer this frontend
+// accepted, and what its refresh writes. The caller holds stopMu.
+func (w *writeBehind) plain(ctx context.Context, req *bittorrent.AnnounceRequest, userID string, now int64) (plainAnswer, bool) {
+	if req.Event != bittorrent.EventNone || w.stopped {
+		return plainAnswer{}, false
+	}
+	key := peerKey{hash: req.InfoHash, peer: req.PeerID}
+	known, ok := w.peers.get(key)
+	seeding := req.Left == 0
+	if !ok || known.user != userID || known.seeding != seeding || known.addr != string(compactAddr(req.Addr)) ||
+		now <= known.last || now-known.last >= w.s.cfg.PeerTimeout.Milliseconds() {
+		return plainAnswer{}, false
+	}
+	// Flood control from this frontend's memory of the peer; a refusal is
+	// announce.lua's to count and report, against the peer's record.
+	if flood := w.s.cfg.FloodInterval.Milliseconds(); flood > 0 && now-known.last < flood {
+		return plainAnswer{}, false
+	}
+	refresh := queuedRefresh{user: userID, addr: known.addr,
+		uploaded: req.Uploaded, downloaded: req.Downloaded, left: req.Left, at: now, windowUp: 100, windowDown: 100}
+	if w.s.accounting(userID) {
+		var err error
+		if refresh.windowUp, refresh.windowDown, err = w.s.windowRates(ctx, now); err != nil {
+			return plainAnswer{}, false // announce.lua's path reports it
+		}
+	}
+	return plainAnswer{req: req, key: key, known: known, refresh: refresh}, true
+}
+
+// respond answers p from view, queueing its refresh unless written. The
+// caller holds stopMu.
+func (w *writeBehind) respond(p plainAnswer, view viewCopy, written bool, numWant int, now int64) (*bittorrent.AnnounceResponse, bool) {
+	req := p.req
 	if w.s.cfg.Private && !view.registered {
 		return nil, false // announce.lua refuses it, with the reason
 	}
-	if !written && !w.queue.add(req.InfoHash, req.PeerID, refresh) {
+	if !written && !w.queue.add(req.InfoHash, req.PeerID, p.refresh) {
 		return nil, false
 	}
-	known.last = now
-	w.peers.put(key, known)
+	p.known.last = now
+	w.peers.put(p.key, p.known)
 	w.answered.Add(1)
 	w.s.pending.addStat(statAnnounces, 1)
 	resp := &bittorrent.AnnounceResponse{
@@ -341,7 +367,7 @@ func (w *writeBehind) answer(ctx context.Context, req *bittorrent.AnnounceReques
 	}
 	only := compactLen(req.PeerFamily)
 	if numWant > 0 {
-		if seeding {
+		if req.Left == 0 {
 			resp.Peers = pickEntries(resp.Peers, view.leechs, numWant, nil, only)
 		} else {
 			resp.Peers = pickEntries(resp.Peers, view.seeds, numWant, nil, only)
@@ -349,6 +375,107 @@ func (w *writeBehind) answer(ctx context.Context, req *bittorrent.AnnounceReques
 		}
 	}
 	return resp, true
+}
+
+// viewRead is a plain re-announce whose view must be read first, in the
+// pipeline of the batch it came in (Store.AnnounceBatch): its refresh.lua
+// call writes the announce and reads the view. A follower waits for a
+// read already taken (by its batch or another) and is answered from the
+// view it installs, so a hot torrent's view is read once, not once per
+// announce.
+type viewRead struct {
+	p        plainAnswer
+	v        *swarmView
+	follower bool
+	done     chan struct{} // the read a follower waits for
+	call     refreshCall
+	sc       scriptCall
+}
+
+// answerOrRead is answer for a batch: where answer would read the view
+// (one round trip of its own), it returns the read to send with the
+// batch instead; finishRead answers it from the reply.
+func (w *writeBehind) answerOrRead(ctx context.Context, req *bittorrent.AnnounceRequest, userID string, numWant int, now int64) (
+	*bittorrent.AnnounceResponse, *viewRead, bool) {
+	w.stopMu.RLock()
+	defer w.stopMu.RUnlock()
+	p, ok := w.plain(ctx, req, userID, now)
+	if !ok {
+		return nil, nil, false
+	}
+	v := w.views.of(req.InfoHash, true)
+	v.mu.Lock()
+	if !v.staleLocked(now) {
+		view := v.copyLocked()
+		v.mu.Unlock()
+		resp, ok := w.respond(p, view, false, numWant, now)
+		return resp, nil, ok
+	}
+	if v.readingAt != 0 && now-v.readingAt < maxViewAge.Milliseconds() && now >= v.readingAt {
+		done := v.readDone
+		v.mu.Unlock()
+		return nil, &viewRead{p: p, v: v, follower: true, done: done}, true
+	}
+	hot := v.hotLocked(now)
+	if hot {
+		v.readingAt, v.readDone = now, make(chan struct{})
+	}
+	v.mu.Unlock()
+	if !hot {
+		return nil, nil, false
+	}
+	rd := &viewRead{p: p, v: v,
+		call: refreshCall{hash: req.InfoHash, ids: []bittorrent.PeerID{req.PeerID}, peers: []queuedRefresh{p.refresh}, withView: true}}
+	rd.sc = scriptCall{script: refreshScript, keys: btstore.RefreshKeys(req.InfoHash, rd.call.ids, []string{userID}),
+		args: w.appendRefreshArgs(make([]any, 0, 19), w.s.cfg.MaxNumWant, w.privateArg(), rd.call.peers, rd.call.ids)}
+	return nil, rd, true
+}
+
+// follow answers a follower from the view its read installed, once the
+// read is in; false: the view is still stale (the read failed), and the
+// announce must go through announce.lua.
+func (w *writeBehind) follow(ctx context.Context, rd *viewRead, numWant int, now int64) (*bittorrent.AnnounceResponse, bool) {
+	// The read is in a pipeline already sent (this batch's, answered
+	// before its followers, or another's): it comes back within the
+	// client's timeouts.
+	select {
+	case <-rd.done:
+	case <-ctx.Done():
+		return nil, false
+	}
+	w.stopMu.RLock()
+	defer w.stopMu.RUnlock()
+	rd.v.mu.Lock()
+	stale := rd.v.staleLocked(now)
+	view := rd.v.copyLocked()
+	rd.v.mu.Unlock()
+	if stale {
+		return nil, false
+	}
+	return w.respond(rd.p, view, false, numWant, now)
+}
+
+// finishRead answers a viewRead from its refresh.lua reply; false: the
+// announce must go through announce.lua (the peer changed elsewhere, the
+// torrent is unregistered, or the reply is bad).
+func (w *writeBehind) finishRead(rd *viewRead, cmd *redis.Cmd, numWant int, now int64) (*bittorrent.AnnounceResponse, bool) {
+	w.stopMu.RLock()
+	defer w.stopMu.RUnlock()
+	reply, err := cmdList(cmd)
+	rd.v.mu.Lock()
+	rd.v.readingAt = 0
+	close(rd.v.readDone)
+	rd.v.readDone = nil
+	var view viewCopy
+	var written bool
+	if err == nil {
+		view, written, err = w.takeReadLocked(rd.v, &rd.call, reply, now)
+	}
+	rd.v.mu.Unlock()
+	if err != nil {
+		return nil, false
+	}
+	return w.respond(rd.p, view, written, numWant, now)
 }
 
 // stop sends later plain re-announces through announce.lua, after the
@@ -419,38 +546,63 @@ func (w *writeBehind) view(ctx context.Context, hash bittorrent.InfoHash, now in
 	v := w.views.of(hash, true)
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	written := false
-	if v.at == 0 || now-v.at >= maxViewAge.Milliseconds() || now < v.at {
-		// A torrent announced to less often than a view lasts gains
-		// nothing from one: its announces run announce.lua, as cheap as
-		// a view read. The second within maxViewAge makes it hot.
-		if v.coldAt == 0 || now-v.coldAt >= maxViewAge.Milliseconds() || now < v.coldAt {
-			v.coldAt = now
-			return viewCopy{}, false, errColdTorrent
-		}
-		call := refreshCall{hash: hash, ids: []bittorrent.PeerID{id}, peers: []queuedRefresh{r}, withView: true}
-		reply, err := w.readView(ctx, btstore.RefreshKeys(hash, call.ids, []string{r.user}),
-			w.appendRefreshArgs(make([]any, 0, 19), w.s.cfg.MaxNumWant, w.privateArg(), call.peers, call.ids))
-		if err != nil {
-			return viewCopy{}, false, err
-		}
-		if replyInt(reply[0]) == codeUnregistered {
-			v.at, v.registered, v.seeds, v.leechs = now, false, nil, nil
-			return viewCopy{}, false, nil
-		}
-		if err := w.applyPeers(&call, reply); err != nil {
-			return viewCopy{}, false, err
-		}
-		if replyInt(reply[7]) == codeDropped {
-			return viewCopy{}, false, errPeerChanged
-		}
-		if err := v.installLocked(reply, now); err != nil {
-			return viewCopy{}, false, err
-		}
-		written = true
+	if !v.staleLocked(now) {
+		return v.copyLocked(), false, nil
 	}
+	if !v.hotLocked(now) {
+		return viewCopy{}, false, errColdTorrent
+	}
+	call := refreshCall{hash: hash, ids: []bittorrent.PeerID{id}, peers: []queuedRefresh{r}, withView: true}
+	reply, err := w.readView(ctx, btstore.RefreshKeys(hash, call.ids, []string{r.user}),
+		w.appendRefreshArgs(make([]any, 0, 19), w.s.cfg.MaxNumWant, w.privateArg(), call.peers, call.ids))
+	if err != nil {
+		return viewCopy{}, false, err
+	}
+	return w.takeReadLocked(v, &call, reply, now)
+}
+
+// staleLocked says whether the view is too old to answer from.
+func (v *swarmView) staleLocked(now int64) bool {
+	return v.at == 0 || now-v.at >= maxViewAge.Milliseconds() || now < v.at
+}
+
+// hotLocked says whether a stale view is worth reading: a torrent
+// announced to less often than a view lasts gains nothing from one (its
+// announces run announce.lua, as cheap as a view read); the second plain
+// re-announce within maxViewAge makes it hot. A cold answer marks the
+// time.
+func (v *swarmView) hotLocked(now int64) bool {
+	if v.coldAt == 0 || now-v.coldAt >= maxViewAge.Milliseconds() || now < v.coldAt {
+		v.coldAt = now
+		return false
+	}
+	return true
+}
+
+func (v *swarmView) copyLocked() viewCopy {
 	return viewCopy{seeders: v.seeders, leechers: v.leechers, snatches: v.snatches, registered: v.registered,
-		seeds: v.seeds, leechs: v.leechs}, written, nil
+		seeds: v.seeds, leechs: v.leechs}
+}
+
+// takeReadLocked takes a view read's refresh.lua reply (read at now): the
+// announce's effects and the view. An error, or a peer refresh.lua
+// dropped (it changed elsewhere), sends the announce through
+// announce.lua; an unregistered torrent's view says so.
+func (w *writeBehind) takeReadLocked(v *swarmView, call *refreshCall, reply []any, now int64) (viewCopy, bool, error) {
+	if replyInt(reply[0]) == codeUnregistered {
+		v.at, v.registered, v.seeds, v.leechs = now, false, nil, nil
+		return viewCopy{}, false, nil
+	}
+	if err := w.applyPeers(call, reply); err != nil {
+		return viewCopy{}, false, err
+	}
+	if replyInt(reply[7]) == codeDropped {
+		return viewCopy{}, false, errPeerChanged
+	}
+	if err := v.installLocked(reply, now); err != nil {
+		return viewCopy{}, false, err
+	}
+	return v.copyLocked(), true, nil
 }
 
 // readView runs refresh.lua for a view, through the shared pipelines
