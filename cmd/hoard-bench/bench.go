@@ -117,7 +117,7 @@ func benchCommand() *cobra.Command {
 		cmd.AddCommand(c)
 	}
 	cmd.AddCommand(benchViewersCommand(), benchOffloadCommand(), benchFsyncCommand(), benchFloodCommand())
-	cmd.AddCommand(benchAnnounceCommand(), benchIPMetricsCommand())
+	cmd.AddCommand(benchAnnounceCommand(), benchAnnouncePrivateCommand(), benchIPMetricsCommand())
 	cmd.AddCommand(benchOutsideCommand(), benchLoadCommand())
 	return cmd
 }

@@ -102,14 +102,15 @@ func staleConnection(err error) bool {
 
 func (r *run) appendHTTPRequest(dst []byte, a *announce, closeEach bool) []byte {
 	dst = append(dst, "GET "...)
-	dst = append(dst, r.cfg.Path...)
-	if strings.IndexByte(r.cfg.Path, '?') >= 0 {
+	dst = append(dst, a.path...)
+	if strings.IndexByte(a.path, '?') >= 0 {
 		dst = append(dst, '&')
 	} else {
 		dst = append(dst, '?')
 	}
 	q := wire.AnnounceQuery{
 		InfoHash: a.infoHash, PeerID: a.peerID, Port: a.port, Left: a.left,
+		Uploaded: a.uploaded, Downloaded: a.downloaded,
 		Compact: true, NumWant: r.cfg.NumWant, Key: strconv.FormatUint(uint64(a.key), 16),
 	}
 	dst = wire.AppendAnnounceQuery(dst, &q)

@@ -52,6 +52,16 @@ type Config struct {
 	// query is appended. In UDP mode a non-empty Path is sent as BEP 41 URL
 	// data; the default there is none.
 	Path string
+	// Paths, when set, replaces Path per peer: peer p announces on
+	// Paths[p % len(Paths)], so a private tracker's load spreads over
+	// many users' passkeys ("/<passkey>/announce"). Each must start with /.
+	Paths []string
+	// Transfer makes every announce report transfer, as a client that
+	// moves data does: cumulative uploaded (and downloaded, for
+	// leechers) counters that grow with the wall clock by TransferRate
+	// bytes per second, so each re-announce of a peer has a positive
+	// delta to credit, across runs too (the counters never go back).
+	Transfer bool
 	// Torrents is how many info-hashes to spread announces over (default
 	// 10000); they are InfoHashes(Seed, Torrents).
 	Torrents int
@@ -168,6 +178,11 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.Path != "" && out.Path[0] != '/' {
 		return out, fmt.Errorf("loadgen: Path %q must start with /", out.Path)
+	}
+	for _, p := range out.Paths {
+		if p == "" || p[0] != '/' {
+			return out, fmt.Errorf("loadgen: Paths: %q must start with /", p)
+		}
 	}
 	if out.Torrents <= 0 {
 		out.Torrents = DefaultTorrents
@@ -330,7 +345,18 @@ type announce struct {
 	left     uint64
 	key      uint32
 	ip       netip.Addr // the peer's PeerIP
+	path     string     // Path, or the peer's one of Paths
+	// uploaded and downloaded are the counters it reports (Transfer).
+	uploaded, downloaded uint64
 }
+
+// TransferRate is the bytes per second a peer's counters grow by with
+// Config.Transfer.
+const TransferRate = 64 << 10
+
+// transferEpoch is where the counters start; a fixed instant, so runs
+// one after another continue each peer's counters.
+var transferEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // pick chooses a torrent and a peer at random. A peer's id, port and
 // whether it seeds follow from its index, so the same peer announces the
@@ -338,7 +364,10 @@ type announce struct {
 func (r *run) pick(rng *rand.Rand) announce {
 	t := rng.IntN(len(r.hashes))
 	p := uint64(rng.IntN(r.cfg.Peers))
-	a := announce{infoHash: r.hashes[t], key: uint32(p)}
+	a := announce{infoHash: r.hashes[t], key: uint32(p), path: r.cfg.Path}
+	if n := len(r.cfg.Paths); n > 0 {
+		a.path = r.cfg.Paths[p%uint64(n)]
+	}
 	if r.cfg.ForwardedFor {
 		a.ip = PeerIP(r.cfg.Seed, p)
 	}
@@ -350,6 +379,14 @@ func (r *run) pick(rng *rand.Rand) announce {
 	// Seeders are a fixed subset of peers, spread by a multiplicative hash.
 	if float64((p*0x9E3779B97F4A7C15)>>11)/float64(1<<53) >= r.cfg.SeederFraction {
 		a.left = 1 << 20
+	}
+	if r.cfg.Transfer {
+		// Offset per peer, so peers' counters differ.
+		counter := uint64(time.Since(transferEpoch).Milliseconds())*TransferRate/1000 + p%4096
+		a.uploaded = counter
+		if a.left > 0 {
+			a.downloaded = counter
+		}
 	}
 	return a
 }

@@ -141,6 +141,55 @@ func TestRunPathShapes(t *testing.T) {
 	}
 }
 
+// Paths spread the peers over passkeys, each peer keeping its own, and
+// Transfer reports counters: uploaded by every peer, downloaded by
+// leechers only, never going back between runs.
+func TestRunSpreadsPathsAndReportsTransfer(t *testing.T) {
+	swarms := &countingSwarms{}
+	httpAddr, udpAddr := startTrackers(t, swarms)
+	for _, tc := range []struct {
+		mode   Mode
+		target string
+	}{{ModeHTTPKeepAlive, httpAddr}, {ModeUDP, udpAddr}} {
+		before := len(swarms.seen())
+		cfg := Config{Mode: tc.mode, Target: tc.target, Paths: []string{"/pkA/announce", "/pkB/announce", "/pkC/announce"},
+			Transfer: true, Announces: 200, Concurrency: 2, Torrents: 5, Peers: 20}
+		for range 2 {
+			res, err := Run(context.Background(), cfg)
+			require.NoError(t, err)
+			require.Equal(t, int64(200), res.Announces, res.String())
+		}
+		seen := swarms.seen()[before:]
+		require.Len(t, seen, 400)
+		passkeyOf := map[bittorrent.PeerID]string{}
+		lastUp := map[bittorrent.PeerID]uint64{}
+		passkeys := map[string]bool{}
+		for _, a := range seen {
+			id := a.PeerID
+			require.Contains(t, []string{"pkA", "pkB", "pkC"}, a.Passkey, "%s", tc.mode)
+			if pk, ok := passkeyOf[id]; ok {
+				require.Equal(t, pk, a.Passkey, "%s: a peer keeps its passkey", tc.mode)
+			}
+			passkeyOf[id], passkeys[a.Passkey] = a.Passkey, true
+			require.Positive(t, a.Uploaded, tc.mode)
+			if a.Left == 0 {
+				require.Zero(t, a.Downloaded, "%s: a seeder downloads nothing", tc.mode)
+			} else {
+				require.Equal(t, a.Uploaded, a.Downloaded, tc.mode)
+			}
+			// Workers run concurrently, so only roughly in order; the
+			// second run's counters are at least the first's.
+			lastUp[id] = max(lastUp[id], a.Uploaded)
+		}
+		require.Len(t, passkeys, 3, "%s: every passkey is used", tc.mode)
+		for _, a := range seen[:200] {
+			require.LessOrEqual(t, a.Uploaded, lastUp[a.PeerID])
+		}
+	}
+	_, err := Run(context.Background(), Config{Mode: ModeUDP, Target: udpAddr, Paths: []string{"pk"}})
+	require.ErrorContains(t, err, "must start with /")
+}
+
 func TestRunCountsFailureReasons(t *testing.T) {
 	swarms := &countingSwarms{refuse: "Requested download is not authorized for use with this tracker."}
 	httpAddr, udpAddr := startTrackers(t, swarms)

@@ -52,10 +52,11 @@ func (r *run) udpWorker(ctx context.Context, rng *rand.Rand, stats *workerStats)
 		req := wire.UDPRequest{
 			ConnectionID: connID, Action: wire.ActionAnnounce,
 			InfoHash: a.infoHash, PeerID: a.peerID, Left: a.left,
+			Uploaded: a.uploaded, Downloaded: a.downloaded,
 			Key: a.key, NumWant: int32(r.cfg.NumWant), Port: a.port,
 		}
-		if r.cfg.Path != "" {
-			req.URLData = []byte(r.cfg.Path)
+		if a.path != "" {
+			req.URLData = []byte(a.path)
 		}
 		resp, err := c.roundTrip(&req, r.cfg.Timeout)
 		if err == nil && resp.Action != wire.ActionAnnounce {

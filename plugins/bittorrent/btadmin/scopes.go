@@ -11,9 +11,11 @@ import "github.com/hoardproject/hoard/plugins"
 // them to the host (Description.AdminScopes) and checks them again on
 // every scoped call (API.HandleRequest).
 var Scopes = []plugins.AdminScope{
-	{Name: "site", Help: "register torrents and users, read and acknowledge the outbox", Routes: []plugins.ScopeRoute{
+	{Name: "site", Help: "register torrents and users, set credit windows, read and acknowledge the outbox", Routes: []plugins.ScopeRoute{
 		{Prefix: "/torrents/"},
 		{Prefix: "/users/"},
+		// Site-wide freeleech windows are the site's to set (issue 28).
+		{Prefix: "/credit/"},
 		{Methods: []string{"GET"}, Prefix: "/outbox/"},
 		{Methods: []string{"POST"}, Prefix: "/outbox/ack"},
 	}},

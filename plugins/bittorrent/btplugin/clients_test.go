@@ -228,13 +228,8 @@ sys.exit(3)
 // v1-only torrent, announces it to hoard, and gets the leecher that was
 // already in the swarm.
 func TestLibtorrentAnnouncesAndReceivesPeers(t *testing.T) {
-	const python = "/usr/bin/python3" // Debian's python, which has python3-libtorrent
-	if err := exec.Command(python, "-c", "import libtorrent").Run(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("python3-libtorrent is missing: .ci/run installs it (%v)", err)
-		}
-		t.Skipf("python3-libtorrent is missing (apt-get install python3-libtorrent); CI installs it")
-	}
+	requireLibtorrent(t)
+	const python = debianPython
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		tr, addrs := startTracker(t, b, loopbackSettings)
 		dir := t.TempDir()

@@ -21,12 +21,15 @@ import (
 // (each with its own passkey in its .torrent's announce URL) move a file
 // through hoard in private mode, once per torrent status and once with a
 // personal token. Each side's credited transfer is its raw transfer times
-// the status's rates, counted once, however many announces aria2c sent.
+// the status's rates, counted once, however many announces aria2c sent:
+// exactly the deltas aria2c announced (recorded by a proxy in front of
+// the tracker), each times the rates and rounded down.
 func TestAria2TransferIsCreditedOnceUnderEachStatus(t *testing.T) {
 	requireCommand(t, "aria2c", "aria2")
 	requireCommand(t, "mktorrent", "mktorrent")
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		tr, addrs := startTracker(t, b, `{"mode":"private","http":"127.0.0.1:0","udp4":"","udp6":"","interval":"1m"}`)
+		announced, proxy := newAnnounceLog(t, addrs["http"])
 		store := tr.Store()
 		ctx := context.Background()
 		seedKey, leechKey := strings.Repeat("s", 32), strings.Repeat("l", 32)
@@ -41,7 +44,9 @@ func TestAria2TransferIsCreditedOnceUnderEachStatus(t *testing.T) {
 		}{
 			{"normal", swarm.Credit{Kind: swarm.CreditNormal}, false, 100, 100},
 			{"freeleech", swarm.Credit{Kind: swarm.CreditFreeleech}, false, 100, 0},
+			{"neutral", swarm.Credit{Kind: swarm.CreditNeutral}, false, 0, 0},
 			{"double", swarm.Credit{Kind: swarm.CreditDoubleUpload}, false, 200, 100},
+			{"percent_off", swarm.Credit{Kind: swarm.CreditPercentOff, PercentOff: 25}, false, 100, 75},
 			{"token", swarm.Credit{Kind: swarm.CreditNormal}, true, 100, 0},
 		}
 		for i, c := range cases {
@@ -53,7 +58,7 @@ func TestAria2TransferIsCreditedOnceUnderEachStatus(t *testing.T) {
 			require.NoError(t, os.WriteFile(filepath.Join(seedDir, "payload.bin"), payload, 0o644))
 			torrentFor := func(passkey string) string {
 				path := filepath.Join(dir, passkey[:1]+".torrent")
-				out, err := exec.Command("mktorrent", "-a", "http://"+addrs["http"]+"/"+passkey+"/announce", "-l", "16",
+				out, err := exec.Command("mktorrent", "-a", proxy+"/"+passkey+"/announce", "-l", "16",
 					"-o", path, filepath.Join(seedDir, "payload.bin")).CombinedOutput()
 				require.NoError(t, err, string(out))
 				return path
@@ -67,6 +72,7 @@ func TestAria2TransferIsCreditedOnceUnderEachStatus(t *testing.T) {
 				require.NoError(t, store.GrantToken(ctx, hash, "leecher", time.Time{}))
 			}
 
+			leechSeen, seedSeen := len(announced.of(leechKey)), len(announced.of(seedKey))
 			runCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 			seeder := exec.CommandContext(runCtx, "aria2c", append(aria2Flags(seedDir, freePort(t)), "--seed-ratio=0.0", seedTorrent)...)
 			seederLog := &lockedBuffer{}
@@ -96,9 +102,18 @@ func TestAria2TransferIsCreditedOnceUnderEachStatus(t *testing.T) {
 			require.NoError(t, err)
 			require.GreaterOrEqual(t, l.Downloaded, int64(len(payload)), c.name)
 			require.Less(t, l.Downloaded, int64(len(payload))*2, "%s: downloaded once, not doubled", c.name)
-			require.Equal(t, l.Downloaded*c.down/100, l.DownCredited, c.name)
 			require.Positive(t, s.Uploaded, c.name)
-			require.Equal(t, s.Uploaded*c.up/100, s.UpCredited, c.name)
+			// What aria2c announced on this torrent, each delta credited
+			// at the case's rates, rounded down per announce.
+			var want [4]int64 // leecher down, credited; seeder up, credited
+			for _, d := range deltas(t, announced.of(leechKey)[leechSeen:]) {
+				want[0], want[1] = want[0]+d.down, want[1]+d.down*c.down/100
+			}
+			for _, d := range deltas(t, announced.of(seedKey)[seedSeen:]) {
+				want[2], want[3] = want[2]+d.up, want[3]+d.up*c.up/100
+			}
+			require.Equal(t, want, [4]int64{l.Downloaded, l.DownCredited, s.Uploaded, s.UpCredited},
+				"%s: (leecher downloaded, credited, seeder uploaded, credited) as announced", c.name)
 			if c.token {
 				require.False(t, l.TokenUsed.IsZero(), "the token was used")
 			}

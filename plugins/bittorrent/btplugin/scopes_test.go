@@ -23,6 +23,7 @@ func TestAdminScopes(t *testing.T) {
 	require.True(t, site.Allows("DELETE", "/users/"+"passkey"))
 	require.True(t, site.Allows("GET", "/outbox/events"))
 	require.True(t, site.Allows("POST", "/outbox/ack"))
+	require.True(t, site.Allows("PUT", "/credit/windows/holiday"))
 	require.False(t, site.Allows("POST", "/outbox/dead/retry"))
 	require.False(t, site.Allows("PUT", "/clients/qB"))
 	require.False(t, site.Allows("POST", "/reaper/extend"))

@@ -1,0 +1,367 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+
+	"github.com/hoardproject/hoard/internal/btloadgen"
+	"github.com/hoardproject/hoard/plugins"
+	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btplugin"
+)
+
+// The private announce benchmark (issue 28): hoard's tracker in private
+// mode, registered torrents and users whose passkeys are in the announce
+// URLs, every announce reporting transfer, once with accounting on (credited
+// transfer, the feed's dirty marks) and once with accounting.off, in turn.
+// Each configuration has its own redis-server, so neither sees the other's
+// records and each one's Redis CPU is its own.
+
+type privateBenchOptions struct {
+	modes       []string
+	runs        int
+	announces   int
+	warmup      int
+	torrents    int
+	peers       int
+	users       int
+	numWant     int
+	seeders     float64
+	concurrency int
+	seed        uint64
+	pipelines   int
+	plugin      string
+}
+
+// privateBenchClient is the peer_id prefix btloadgen's peers send; private
+// mode admits only whitelisted clients.
+const privateBenchClient = "-HL0001-"
+
+func benchAnnouncePrivateCommand() *cobra.Command {
+	var o privateBenchOptions
+	cmd := &cobra.Command{
+		Use:   "announce-private",
+		Short: "Announces per second from hoard's tracker in private mode with accounting on and off, side by side",
+		Long: `Starts two redis-servers and two hoard trackers in private mode (HTTP and
+UDP on 127.0.0.1, each a hoard-bittorrent process under a plugin host,
+--plugin), one with accounting on and one with accounting.off. Each gets
+the same registered torrents, users (passkeys in the announce URL path, BEP 41
+URL data over UDP) and whitelisted client. Every announce reports uploaded
+and downloaded counters that grow, so accounting credits each one. Per mode,
+both are warmed up and then measured in turn, on, off, on, off, … (--runs
+each). It prints medians, the plugin's and Redis's CPU per announce, and the
+ratio on/off.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return benchAnnouncePrivate(cmd.Context(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&o.modes, "modes", []string{string(btloadgen.ModeHTTPKeepAlive), string(btloadgen.ModeUDP)},
+		"modes to run: http-keepalive, http-close, udp")
+	f.IntVar(&o.runs, "runs", 3, "measured runs per configuration and mode; medians are reported")
+	f.IntVar(&o.announces, "announces", 10_000, "announces per measured run")
+	f.IntVar(&o.warmup, "warmup", 0, "announces per configuration and mode before measuring (0: as many as --announces)")
+	f.IntVar(&o.torrents, "torrents", 2_000, "registered torrents the announces spread over")
+	f.IntVar(&o.peers, "peers", 0, "simulated peers (0: 10 x --torrents)")
+	f.IntVar(&o.users, "users", 500, "registered users; peer p announces with user p mod --users's passkey")
+	f.IntVar(&o.numWant, "numwant", btloadgen.DefaultNumWant, "numwant of every announce")
+	f.Float64Var(&o.seeders, "seeders", btloadgen.DefaultSeederFraction, "fraction of peers that are seeders")
+	f.IntVar(&o.concurrency, "concurrency", btloadgen.DefaultConcurrency, "announces in flight")
+	f.Uint64Var(&o.seed, "seed", 1, "seed of the torrents and peers")
+	f.IntVar(&o.pipelines, "announce-pipelines", 0, "hoard's shared announce pipelines (0: its default)")
+	f.StringVar(&o.plugin, "plugin", defaultPluginBinary(), `hoard-bittorrent binary the trackers run as ("": in this process; the plugin column is then "-")`)
+	return cmd
+}
+
+func (o *privateBenchOptions) validate() error {
+	switch {
+	case o.runs < 1 || o.runs > 100:
+		return errors.New("--runs must be between 1 and 100")
+	case o.announces < 1 || o.announces > maxBenchAnnounces:
+		return fmt.Errorf("--announces must be between 1 and %d", maxBenchAnnounces)
+	case o.warmup < 0 || o.warmup > maxBenchAnnounces:
+		return fmt.Errorf("--warmup must be between 0 and %d", maxBenchAnnounces)
+	case o.torrents < 1 || o.torrents > 100_000:
+		return errors.New("--torrents must be between 1 and 100000 (each is registered before the runs)")
+	case o.peers < 0 || o.peers > 100*maxBenchTorrents:
+		return fmt.Errorf("--peers must be between 0 and %d", 100*maxBenchTorrents)
+	case o.users < 1 || o.users > 100_000:
+		return errors.New("--users must be between 1 and 100000")
+	case o.numWant < 1 || o.numWant > 200:
+		return errors.New("--numwant must be between 1 and 200")
+	case o.seeders < 0 || o.seeders > 1:
+		return errors.New("--seeders must be between 0 and 1")
+	case o.pipelines < -1 || o.pipelines > 64:
+		return errors.New("--announce-pipelines must be between -1 and 64")
+	case o.concurrency < 1 || o.concurrency > maxBenchConcurrency:
+		return fmt.Errorf("--concurrency must be between 1 and %d", maxBenchConcurrency)
+	}
+	if len(o.modes) == 0 {
+		return errors.New("--modes names no mode")
+	}
+	for _, m := range o.modes {
+		switch btloadgen.Mode(m) {
+		case btloadgen.ModeHTTPKeepAlive, btloadgen.ModeHTTPClose, btloadgen.ModeUDP:
+		default:
+			return fmt.Errorf("--modes: unknown mode %q", m)
+		}
+	}
+	if o.warmup == 0 {
+		o.warmup = o.announces
+	}
+	return nil
+}
+
+// privateTarget is one configuration: its tracker and its own Redis.
+type privateTarget struct {
+	*announceTarget
+	accounting bool
+	redis      *redis.Client
+	redisURL   string
+}
+
+// privatePasskey is user i's passkey (32 characters, as a site makes them).
+func privatePasskey(i int) string { return fmt.Sprintf("benchpasskey%020d", i) }
+
+func privateUserID(i int) string { return fmt.Sprintf("u%d", i) }
+
+func (o *privateBenchOptions) settings(accounting bool) json.RawMessage {
+	raw := map[string]any{"mode": "private", "http": "127.0.0.1:0", "udp4": "127.0.0.1:0", "udp6": "",
+		"announce_pipelines": o.pipelines,
+		"limits":             map[string]any{"announce_rate": -1, "max_peers_per_torrent": -1},
+		"accounting":         map[string]any{"off": !accounting}}
+	out, _ := json.Marshal(raw)
+	return out
+}
+
+// withPrivateStore runs fn on the store of a tracker in this process over
+// redisURL (listening on loopback ports of its own, which nothing uses),
+// then closes that tracker: the bench registers and reads through it.
+func withPrivateStore(ctx context.Context, redisURL string, settings json.RawMessage, fn func(*btplugin.Tracker) error) error {
+	p, err := btplugin.New(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		return err
+	}
+	tr := p.(*btplugin.Tracker)
+	defer func() { _ = tr.Close(context.Background()) }()
+	if err := tr.Configure(ctx, plugins.Config{Name: "bittorrent", RedisURL: redisURL, Settings: settings}); err != nil {
+		return err
+	}
+	return fn(tr)
+}
+
+// registerPrivateLoad registers the load's torrents, users and client.
+func (o *privateBenchOptions) registerPrivateLoad(ctx context.Context, tr *btplugin.Tracker) error {
+	store := tr.Store()
+	if err := store.AddClient(ctx, privateBenchClient, "hoard-loadgen"); err != nil {
+		return err
+	}
+	for i := range o.users {
+		if err := store.AddUser(ctx, privatePasskey(i), privateUserID(i)); err != nil {
+			return err
+		}
+	}
+	for i, h := range btloadgen.InfoHashes(o.seed, o.torrents) {
+		if err := store.RegisterTorrent(ctx, bittorrent.InfoHash(h), fmt.Sprintf("t%d", i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (o *privateBenchOptions) loadConfig(mode btloadgen.Mode, target string, announces int) btloadgen.Config {
+	seeders := o.seeders
+	if seeders == 0 {
+		seeders = -1
+	}
+	paths := make([]string, o.users)
+	for i := range paths {
+		paths[i] = "/" + privatePasskey(i) + "/announce"
+	}
+	return btloadgen.Config{
+		Mode: mode, Target: target, Torrents: o.torrents, Peers: o.peers, Seed: o.seed,
+		NumWant: o.numWant, SeederFraction: seeders, Concurrency: o.concurrency, Announces: announces,
+		Paths: paths, Transfer: true,
+	}
+}
+
+func benchAnnouncePrivate(ctx context.Context, o privateBenchOptions) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "hoard-bench-announce-private-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	var targets []*privateTarget
+	for _, accounting := range []bool{true, false} {
+		name := "accounting-on"
+		if !accounting {
+			name = "accounting-off"
+		}
+		rs, infoClient, stopRedis, err := startBenchRedis(ctx, filepath.Join(dir, name), quiet)
+		if err != nil {
+			return err
+		}
+		defer stopRedis()
+		settings := o.settings(accounting)
+		started := time.Now()
+		if err := withPrivateStore(ctx, rs.URL(), settings, func(tr *btplugin.Tracker) error {
+			return o.registerPrivateLoad(ctx, tr)
+		}); err != nil {
+			return fmt.Errorf("%s: registering the load: %w", name, err)
+		}
+		fmt.Printf("%s: redis-server %s; registered %d torrents, %d users, client %q in %s\n",
+			name, rs.URL(), o.torrents, o.users, privateBenchClient, time.Since(started).Round(time.Millisecond))
+		t, stop, err := o.startTracker(ctx, name, rs.URL(), settings, quiet)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		targets = append(targets, &privateTarget{announceTarget: t, accounting: accounting, redis: infoClient, redisURL: rs.URL()})
+	}
+	where := "in this process"
+	if o.plugin != "" {
+		where = "each a process " + o.plugin
+	}
+	peers := o.peers
+	if peers == 0 {
+		peers = 10 * o.torrents
+	}
+	fmt.Printf("bench announce-private: trackers %s; GOMAXPROCS=%d; load average %s\n", where, runtime.GOMAXPROCS(0), loadAverage())
+	fmt.Printf("load: %d torrents, %d peers over %d users' passkeys, every announce reports transfer, numwant %d, %.0f%% seeders, %d in flight; per configuration and mode %d warm-up announces, then %d runs of %d (on, off, on, off, ...)\n",
+		o.torrents, peers, o.users, o.numWant, 100*o.seeders, o.concurrency, o.warmup, o.runs, o.announces)
+
+	type modeFigures struct {
+		mode btloadgen.Mode
+		runs [][]announceRun
+	}
+	var all []modeFigures
+	for _, m := range o.modes {
+		mode := btloadgen.Mode(m)
+		fig := modeFigures{mode: mode, runs: make([][]announceRun, len(targets))}
+		for _, t := range targets {
+			res, err := btloadgen.Run(ctx, o.loadConfig(mode, t.addr(mode), o.warmup))
+			if err != nil {
+				return err
+			}
+			if res.Announces == 0 {
+				return fmt.Errorf("%s %s warm-up: no announce succeeded (%s)", t.name, mode, res.FirstError)
+			}
+			fmt.Printf("  warm-up %-14s %-14s %s\n", mode, t.name, res)
+		}
+		for run := range o.runs {
+			for i, t := range targets {
+				r, err := measureAnnounceRun(ctx, o.loadConfig(mode, t.addr(mode), o.announces), t.announceTarget, t.redis, "")
+				if err != nil {
+					return fmt.Errorf("%s %s run %d: %w", t.name, mode, run+1, err)
+				}
+				fmt.Printf("  run %d   %-14s %-14s %s\n", run+1, mode, t.name, r.res)
+				fig.runs[i] = append(fig.runs[i], r)
+			}
+		}
+		all = append(all, fig)
+	}
+
+	fmt.Printf("\nmedians of %d runs of %d announces (%d in flight). CPU columns are microseconds per answered announce:\n", o.runs, o.announces, o.concurrency)
+	fmt.Println("loadgen = this process, plugin = the tracker's hoard-bittorrent process, redis = its redis-server (script = inside EVALSHA)")
+	fmt.Printf("%-15s %-15s %10s %-22s %8s %8s %6s %7s %7s %7s %7s\n",
+		"mode", "accounting", "announce/s", "(runs)", "p50", "p99", "errors", "loadgen", "plugin", "redis", "script")
+	for _, fig := range all {
+		var rates [2]float64
+		for i, t := range targets {
+			s := summarizeAnnounceRuns(fig.runs[i])
+			rates[i] = s.rate
+			pluginCPU := "-"
+			if t.processCPU != nil {
+				pluginCPU = fmt.Sprintf("%.1f", s.peerCPU)
+			}
+			fmt.Printf("%-15s %-15s %10.0f %-22s %8s %8s %6d %7.1f %7s %7.1f %7.1f\n",
+				fig.mode, t.name, s.rate, "("+s.rates+")", millis(s.p50), millis(s.p99), s.errors,
+				s.selfCPU, pluginCPU, s.redisCPU, s.scriptTime)
+		}
+		fmt.Printf("%-15s %-15s %10.2f\n", fig.mode, "on/off", rates[0]/rates[1])
+	}
+	// The configurations did what they say: user 0's totals, read once
+	// the trackers have flushed them (each flushes within a second).
+	for _, t := range targets {
+		if err := o.reportCredit(ctx, t); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("load average at the end: %s\n", loadAverage())
+	return nil
+}
+
+// reportCredit prints user 0's raw and credited totals on t's Redis, and
+// fails when they contradict the configuration (on: credited as raw, every
+// torrent being normal; off: nothing credited).
+func (o *privateBenchOptions) reportCredit(ctx context.Context, t *privateTarget) error {
+	user := privateUserID(0)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var u struct{ up, down, upCredited, downCredited int64 }
+		err := withPrivateStore(ctx, t.redisURL, o.settings(t.accounting), func(tr *btplugin.Tracker) error {
+			s, err := tr.Store().User(ctx, user)
+			u.up, u.down, u.upCredited, u.downCredited = s.Uploaded, s.Downloaded, s.UpCredited, s.DownCredited
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		ok := u.up > 0 && (t.accounting == (u.upCredited > 0))
+		if ok || time.Now().After(deadline) {
+			fmt.Printf("%s: user %s uploaded %d, downloaded %d bytes; credited %d up, %d down\n",
+				t.name, user, u.up, u.down, u.upCredited, u.downCredited)
+			if !ok {
+				return fmt.Errorf("%s: user %s's totals do not show the configuration", t.name, user)
+			}
+			return nil
+		}
+		time.Sleep(200 * time.Millisecond) // the trackers' flush interval is wall-clock time
+	}
+}
+
+// startTracker runs a private tracker with settings, out of this process
+// when o.plugin names the binary.
+func (o *privateBenchOptions) startTracker(ctx context.Context, name, redisURL string, settings json.RawMessage, logger *slog.Logger) (*announceTarget, func(), error) {
+	if o.plugin != "" {
+		return startExternalBenchTracker(ctx, name, o.plugin, redisURL, settings, logger)
+	}
+	p, err := btplugin.New(ctx, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	tr := p.(*btplugin.Tracker)
+	stop := func() { _ = tr.Close(context.Background()) }
+	if err := tr.Configure(ctx, plugins.Config{Name: "bittorrent", RedisURL: redisURL, Settings: settings}); err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("hoard tracker: %w", err)
+	}
+	desc, err := tr.Describe(ctx)
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	t := &announceTarget{name: name, hoard: true, tracker: tr}
+	if err := t.setListeners(desc.Listeners); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return t, stop, nil
+}

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/internal/unittier"
+)
+
+// TestBenchAnnouncePrivateComparesAccountingOnAndOff: `hoard-bench
+// announce-private` answers every announce of both configurations (a
+// refused passkey, client or torrent would be an error), prints a row per
+// configuration and their ratio, and the users' totals show accounting
+// credited with it on and nothing with it off.
+func TestBenchAnnouncePrivateComparesAccountingOnAndOff(t *testing.T) {
+	unittier.Skip(t, "it runs two redis-servers and two trackers")
+	printed, err := runBench(t, "announce-private", "--plugin", "", "--modes", "http-keepalive,udp", "--runs", "2",
+		"--announces", "300", "--torrents", "20", "--users", "3", "--concurrency", "4")
+	require.NoError(t, err, printed)
+	for _, mode := range []string{"http-keepalive", "udp"} {
+		var rates []float64
+		for _, name := range []string{"accounting-on", "accounting-off"} {
+			row := regexp.MustCompile(`(?m)^` + mode + ` +` + name + ` +(\d+) \(\d+ \d+\) .* (\d+) +\d+\.\d +- +\d+\.\d +\d+\.\d$`).FindStringSubmatch(printed)
+			require.NotNil(t, row, "%s %s: %s", mode, name, printed)
+			require.Equal(t, "0", row[2], "no errors: %s", printed)
+			rate, err := strconv.ParseFloat(row[1], 64)
+			require.NoError(t, err)
+			require.Positive(t, rate)
+			rates = append(rates, rate)
+		}
+		ratio := regexp.MustCompile(`(?m)^` + mode + ` +on/off +(\d+\.\d\d)$`).FindStringSubmatch(printed)
+		require.NotNil(t, ratio, printed)
+		got, err := strconv.ParseFloat(ratio[1], 64)
+		require.NoError(t, err)
+		require.InDelta(t, rates[0]/rates[1], got, 0.01, printed)
+	}
+	on := regexp.MustCompile(`accounting-on: user u0 uploaded (\d+), downloaded (\d+) bytes; credited (\d+) up, (\d+) down`).FindStringSubmatch(printed)
+	require.NotNil(t, on, printed)
+	require.NotEqual(t, "0", on[1])
+	require.Equal(t, on[1], on[3], "every torrent is normal: credited as raw")
+	require.Equal(t, on[2], on[4])
+	require.Regexp(t, `accounting-off: user u0 uploaded [1-9]\d*, downloaded \d+ bytes; credited 0 up, 0 down`, printed)
+
+	_, err = runBench(t, "announce-private", "--users", "0")
+	require.ErrorContains(t, err, "--users")
+}
