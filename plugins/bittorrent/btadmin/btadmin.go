@@ -165,6 +165,7 @@ type TorrentRecord struct {
 	Leechers   int64      `json:"leechers"`
 	Snatches   int64      `json:"snatches"`
 	Value      float64    `json:"value,omitempty"`
+	Size       int64      `json:"size,omitempty"`
 	// Credit is the site's credit status for it (PUT …/credit).
 	Credit swarm.Credit `json:"credit"`
 }
@@ -180,7 +181,7 @@ func torrentRecord(info swarm.TorrentInfo) TorrentRecord {
 	return TorrentRecord{
 		InfoHash: hexHash(info.InfoHash), ID: info.ID, Registered: info.ID != "", Uploader: info.Uploader,
 		Created: at(info.Created), LastAction: at(info.LastAction),
-		Announces: info.Announces, Seeders: info.Seeders, Leechers: info.Leechers, Snatches: info.Snatches, Value: info.Value, Credit: info.Credit,
+		Announces: info.Announces, Seeders: info.Seeders, Leechers: info.Leechers, Snatches: info.Snatches, Value: info.Value, Size: info.Size, Credit: info.Credit,
 	}
 }
 
@@ -196,6 +197,9 @@ type RegisterTorrentRequest struct {
 	// GiB): a reseed claim earns the reaper's reward_factor x Value (1
 	// when never given).
 	Value float64 `json:"value"`
+	// Size is the torrent's size in bytes, for the over-download cheat
+	// signal (absent or 0 keeps the stored one).
+	Size int64 `json:"size"`
 	// Trackers, when present, replace the torrent's external trackers.
 	Trackers *[]scoring.Tracker `json:"trackers"`
 }
@@ -244,7 +248,7 @@ func (b *Admin) registerTorrent(c *gin.Context) {
 		_ = c.Error(err)
 		return
 	}
-	reg := swarm.Registration{ID: string(req.ID), Uploader: string(req.Uploader), Value: req.Value}
+	reg := swarm.Registration{ID: string(req.ID), Uploader: string(req.Uploader), Value: req.Value, Size: req.Size}
 	if req.Created != nil {
 		reg.Created = *req.Created
 	}

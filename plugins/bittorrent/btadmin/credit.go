@@ -20,7 +20,8 @@ import (
 //	PUT    /users/by-id/:user_id/tokens/:infohash  [{"until":"…"}]  grant a token (no until: for ever)
 //	DELETE /users/by-id/:user_id/tokens/:infohash  revoke it
 //	GET    /users/by-id/:user_id/torrents/:infohash  the user's raw and credited transfer on the torrent, and
-//	                                         its seq: what the site reconciles its ledger's newest row with
+//	                                         its seq: what the site reconciles its ledger's newest row with,
+//	                                         and the transfer ledger (its last announces with transfer)
 
 func (b *Admin) registerCredit(bt *gin.RouterGroup) {
 	bt.PUT("/torrents/:infohash/credit", b.setTorrentCredit)
@@ -157,6 +158,23 @@ type UserTorrentRecord struct {
 	TokenEnded    *time.Time `json:"token_ended,omitempty"`
 	FirstAnnounce *time.Time `json:"first_announce,omitempty"`
 	LastAnnounce  *time.Time `json:"last_announce,omitempty"`
+	// Ledger is the record's last announces with transfer, newest first
+	// (accounting.ledger_entries of them; absent when off).
+	Ledger []LedgerRow `json:"ledger,omitempty"`
+}
+
+// LedgerRow is one announce with transfer: raw and credited deltas
+// (bytes), the time since the peer's previous announce and the rates
+// over it (bytes/s; 0 when that time is unknown).
+type LedgerRow struct {
+	At           time.Time `json:"at"`
+	Uploaded     int64     `json:"uploaded"`
+	Downloaded   int64     `json:"downloaded"`
+	UpCredited   int64     `json:"up_credited"`
+	DownCredited int64     `json:"down_credited"`
+	ElapsedMS    int64     `json:"elapsed_ms"`
+	UploadRate   float64   `json:"upload_rate"`
+	DownloadRate float64   `json:"download_rate"`
 }
 
 func (b *Admin) showUserTorrent(c *gin.Context) {
@@ -177,11 +195,16 @@ func (b *Admin) showUserTorrent(c *gin.Context) {
 		}
 		return &t
 	}
+	var ledger []LedgerRow
+	for _, e := range u.Ledger {
+		ledger = append(ledger, LedgerRow{At: e.At, Uploaded: e.Uploaded, Downloaded: e.Downloaded, UpCredited: e.UpCredited,
+			DownCredited: e.DownCredited, ElapsedMS: e.Elapsed.Milliseconds(), UploadRate: e.UploadRate, DownloadRate: e.DownloadRate})
+	}
 	c.JSON(http.StatusOK, UserTorrentRecord{
 		InfoHash: hexHash(hash), UserID: userID, Uploaded: u.Uploaded, Downloaded: u.Downloaded,
 		UpCredited: u.UpCredited, DownCredited: u.DownCredited, Seq: u.Seq,
 		SeedSeconds: int64(u.SeedTime / time.Second), LeechSeconds: int64(u.LeechTime / time.Second),
 		Token: u.Token, TokenUntil: at(u.TokenUntil), TokenUsed: at(u.TokenUsed), TokenEnded: at(u.TokenEnded),
-		FirstAnnounce: at(u.FirstAnnounce), LastAnnounce: at(u.LastAnnounce),
+		FirstAnnounce: at(u.FirstAnnounce), LastAnnounce: at(u.LastAnnounce), Ledger: ledger,
 	})
 }

@@ -187,6 +187,48 @@ type AccountingSettings struct {
 	// mode, with accounting on.
 	FeedInterval string `json:"feed_interval"`
 	FeedBackstop string `json:"feed_backstop"`
+	// The transfer ledger and the cheat signals (swarm.WatchConfig), with
+	// accounting on; 0 (false) turns each off. LedgerEntries (20) is how
+	// many announces with transfer each user-torrent record keeps; a
+	// signal fires once per user, torrent and SignalPeriod (24h) as a
+	// "cheat" outbox event: upload with no leecher (on), an upload rate
+	// above SignalMaxUploadRate (bytes/s, 1 GiB/s), a user's download
+	// above the torrent's size x SignalDownloadFactor (3), more than
+	// SignalMaxAddresses (5) addresses within SignalAddressWindow (1h).
+	LedgerEntries        int     `json:"ledger_entries"`
+	SignalPeriod         string  `json:"signal_period"`
+	SignalNoLeecher      bool    `json:"signal_no_leecher"`
+	SignalMaxUploadRate  int64   `json:"signal_max_upload_rate"`
+	SignalDownloadFactor float64 `json:"signal_download_factor"`
+	SignalMaxAddresses   int     `json:"signal_max_addresses"`
+	SignalAddressWindow  string  `json:"signal_address_window"`
+}
+
+// Defaults of the ledger and the cheat signals (AccountingSettings).
+const (
+	DefaultLedgerEntries        = 20
+	DefaultSignalMaxUploadRate  = 1 << 30 // bytes/s: 8.6 Gbit/s, above what one torrent's peer sustains
+	DefaultSignalDownloadFactor = 3.0     // a whole download three times over: rechecks and restarts stay under it
+	DefaultSignalMaxAddresses   = 5       // home, seedbox, work, phone, and one to spare
+)
+
+// watch fills in the store's ledger and cheat signals.
+func (a AccountingSettings) watch(cfg *swarm.Config, duration func(name, text string) (time.Duration, error)) error {
+	w := swarm.WatchConfig{LedgerEntries: a.LedgerEntries, NoLeecher: a.SignalNoLeecher, MaxUploadRate: a.SignalMaxUploadRate,
+		DownloadFactor: a.SignalDownloadFactor, MaxAddresses: a.SignalMaxAddresses}
+	var err error
+	if w.SignalPeriod, err = duration("accounting.signal_period", a.SignalPeriod); err != nil {
+		return err
+	}
+	if w.AddressWindow, err = duration("accounting.signal_address_window", a.SignalAddressWindow); err != nil {
+		return err
+	}
+	check := swarm.Config{Watch: w}
+	if _, err := check.WithDefaults(); err != nil {
+		return fmt.Errorf("bittorrent settings: accounting: %w", err)
+	}
+	cfg.Watch = w
+	return nil
 }
 
 // FullScrapeSettings turn full scrapes on (bittorrent.FullScrapeConfig):
@@ -288,7 +330,10 @@ const (
 )
 
 func (s *Settings) parse(raw json.RawMessage) (swarm.Config, bittorrent.AnnouncePolicy, error) {
-	*s = Settings{Mode: "open", HTTP: DefaultHTTP, UDP4: DefaultUDP4, UDP6: DefaultUDP6, Interval: "30m"}
+	*s = Settings{Mode: "open", HTTP: DefaultHTTP, UDP4: DefaultUDP4, UDP6: DefaultUDP6, Interval: "30m",
+		Accounting: AccountingSettings{LedgerEntries: DefaultLedgerEntries, SignalNoLeecher: true,
+			SignalMaxUploadRate: DefaultSignalMaxUploadRate, SignalDownloadFactor: DefaultSignalDownloadFactor,
+			SignalMaxAddresses: DefaultSignalMaxAddresses}}
 	if len(raw) > 0 {
 		dec := json.NewDecoder(strings.NewReader(string(raw)))
 		dec.DisallowUnknownFields()
@@ -343,6 +388,9 @@ func (s *Settings) parse(raw json.RawMessage) (swarm.Config, bittorrent.Announce
 		return cfg, policy, err
 	}
 	if cfg.FeedBackstopInterval, err = duration("accounting.feed_backstop", s.Accounting.FeedBackstop); err != nil {
+		return cfg, policy, err
+	}
+	if err := s.Accounting.watch(&cfg, duration); err != nil {
 		return cfg, policy, err
 	}
 	if s.Limits.MaxPeersPerTorrent < -1 {
@@ -522,6 +570,7 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 		storeCfg.OnFlood = floodReporter{ob: ob, logger: t.logger.With("component", "flood"), window: withDefaults.FloodWindow,
 			minInterval: withDefaults.MinInterval}.report
 		storeCfg.OnToken = tokenReporter{ob: ob, logger: t.logger.With("component", "credit")}.report
+		storeCfg.OnCheat = cheatReporter{ob: ob, logger: t.logger.With("component", "cheat")}.report
 		if storeCfg.Private && !storeCfg.NoAccounting {
 			storeCfg.OnFeed = feedDeliverer{ob}.deliver
 		}
@@ -1126,6 +1175,8 @@ func (t *Tracker) Stats(ctx context.Context) (plugins.Stats, error) {
 			plugins.Counter, float64(store.FloodRefused()), nil),
 		metric("flood_reported_total", "Repeat offenders of flood control this process reported (limits.flood_report_after refusals in limits.flood_window).",
 			plugins.Counter, float64(store.FloodReported()), nil),
+		metric("cheats_fired_total", "Cheat signals this process fired (accounting.signal_*): each is a cheat outbox event.",
+			plugins.Counter, float64(store.CheatsFired()), nil),
 		metric("denied_total", "Announces this process refused by a deny list (a denied info-hash or client).",
 			plugins.Counter, float64(store.Denials()), nil),
 	}}

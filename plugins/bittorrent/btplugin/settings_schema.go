@@ -57,6 +57,13 @@ func settingKeys() []plugins.SettingKey {
 		key("accounting.off", false, "private mode: keep raw transfer only; no credited transfer (freeleech, windows, tokens) and no token events"),
 		key("accounting.feed_interval", "", "how often each frontend feeds changed transfer figures to the outbox (private mode, with an outbox); empty: 10s"),
 		key("accounting.feed_backstop", "", "how often a frontend scans for changed figures whose mark a crash lost; empty: 10m"),
+		key("accounting.ledger_entries", DefaultLedgerEntries, "announces with transfer each user-torrent record keeps in its ledger (admin API); 0: off"),
+		key("accounting.signal_period", "", "a cheat signal fires at most once per user, torrent (addresses: user) and period; empty: 24h"),
+		key("accounting.signal_no_leecher", true, "cheat signal: upload reported while the swarm had no other leecher since the peer's previous announce"),
+		key("accounting.signal_max_upload_rate", int64(DefaultSignalMaxUploadRate), "cheat signal: an upload rate (bytes/s) over the time since the peer's previous announce above this; 0: off"),
+		key("accounting.signal_download_factor", DefaultSignalDownloadFactor, "cheat signal: a user's raw download on a torrent above its registered size times this; 0: off"),
+		key("accounting.signal_max_addresses", DefaultSignalMaxAddresses, "cheat signal: more distinct addresses (IPv4, IPv6 /64) than this for one user within signal_address_window; 0: off"),
+		key("accounting.signal_address_window", "", "the window signal_max_addresses counts an address active in; empty: 1h"),
 		key("limits.max_peers_per_torrent", 0, "peers one user (private) or address (open) may have in one swarm; 0: 5 private, 20 open; -1: off"),
 
 		key("scoring.enabled", false, "turn on the decay-policy scoring of torrents"),

@@ -456,9 +456,29 @@ func UserPasskeysKey(userID string) string { return userPrefix(userID) + sufUser
 // purge_before once orphan cleanup began purging it).
 func UserGoneKey(userID string) string { return userPrefix(userID) + "gone" }
 
+// UserAddressesKey holds the addresses (an IPv4 address, an IPv6 /64)
+// the user's passkeys announced from lately, across torrents (ZSET
+// address -> last seen, ms), for the many-addresses cheat signal
+// (cheat_addrs.lua). It expires a window after its last write.
+func UserAddressesKey(userID string) string { return userPrefix(userID) + sufUserAddresses }
+
+// UserAddressesReportedKey is set when the many-addresses signal fired
+// for the user (STRING), and expires after the signal's period, so the
+// signal fires once per user and period.
+func UserAddressesReportedKey(userID string) string {
+	return userPrefix(userID) + sufUserAddressesReported
+}
+
+// CheatAddrsKeys are the KEYS of cheat_addrs.lua.
+func CheatAddrsKeys(userID string) []string {
+	return []string{UserAddressesKey(userID), UserAddressesReportedKey(userID)}
+}
+
 const (
-	sufUserVersions = "versions"
-	sufUserPasskeys = "passkeys"
+	sufUserVersions          = "versions"
+	sufUserPasskeys          = "passkeys"
+	sufUserAddresses         = "addresses"
+	sufUserAddressesReported = "addresses_reported"
 )
 
 // RemovedUsersKey indexes the users marked removed (ZSET user id ->

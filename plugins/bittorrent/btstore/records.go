@@ -148,6 +148,7 @@ func ParseTorrentKey(key string) (hash bittorrent.InfoHash, kind Kind, ok bool) 
 var userKinds = []string{
 	string(UserActive), string(UserComplete), string(UserIncomplete), string(UserHnR),
 	sufUserVersions, "torrents", "stats", sufUserPasskeys, "gone",
+	sufUserAddresses, sufUserAddressesReported, // expire by themselves (cheat_addrs.lua)
 }
 
 // UserOwnKeys names every key in a user's own slot. A user's records on

@@ -37,8 +37,12 @@ func BenchmarkAnnounce(b *testing.B) {
 	for _, backend := range redistest.Backends() {
 		// "/direct": every announce through announce.lua (no write-behind);
 		// private-noacct is private with accounting off: side by side
-		// with private, what crediting and the feed's mark cost.
-		for _, variant := range []string{"open", "private", "private-noacct", "open/direct", "private/direct"} {
+		// with private, what crediting and the feed's mark cost;
+		// private-watch is private with the ledger and every cheat signal
+		// on (the plugin's defaults): side by side with private, what
+		// they cost.
+		for _, variant := range []string{"open", "private", "private-noacct", "private-watch", "open/direct", "private/direct",
+			"private-watch/direct"} {
 			mode := variant
 			private := strings.HasPrefix(variant, "private")
 			writeBehind := time.Duration(0)
@@ -50,8 +54,13 @@ func BenchmarkAnnounce(b *testing.B) {
 				b.Fatal(err)
 			}
 			// One user holds every peer here: no per-owner bound.
-			store, err := swarm.New(backend.Client, swarm.Config{Private: private, Logger: quietLogger, MaxPeersPerOwner: -1,
-				WriteBehind: writeBehind, NoAccounting: variant == "private-noacct"})
+			cfg := swarm.Config{Private: private, Logger: quietLogger, MaxPeersPerOwner: -1,
+				WriteBehind: writeBehind, NoAccounting: variant == "private-noacct"}
+			if strings.HasPrefix(variant, "private-watch") {
+				cfg.Watch = swarm.WatchConfig{LedgerEntries: 20, NoLeecher: true, MaxUploadRate: 1 << 30, DownloadFactor: 3,
+					MaxAddresses: 5}
+			}
+			store, err := swarm.New(backend.Client, cfg)
 			if err != nil {
 				b.Fatal(err)
 			}

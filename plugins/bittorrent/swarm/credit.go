@@ -323,6 +323,9 @@ type UserTorrent struct {
 	TokenUntil                  time.Time // zero: it never ends
 	TokenUsed, TokenEnded       time.Time // zero: not yet
 	FirstAnnounce, LastAnnounce time.Time
+	// Ledger is the record's last announces with transfer, newest first
+	// (WatchConfig.LedgerEntries; empty when off).
+	Ledger []LedgerEntry
 }
 
 // UserOnTorrent reads a user's record on a torrent; ErrNotFound when
@@ -332,7 +335,7 @@ func (s *Store) UserOnTorrent(ctx context.Context, hash bittorrent.InfoHash, use
 		return UserTorrent{}, fmt.Errorf("swarm: user id %q: %w", userID, ErrInvalid)
 	}
 	v, err := s.rdb.HMGet(ctx, btstore.UserTorrentKey(hash, userID), "uploaded", "downloaded", "up_credit", "down_credit",
-		"seed_ms", "leech_ms", "token", "token_used", "token_ended", "first_announce", "last_announce", "seq").Result()
+		"seed_ms", "leech_ms", "token", "token_used", "token_ended", "first_announce", "last_announce", "seq", "ledger").Result()
 	if err != nil {
 		return UserTorrent{}, fmt.Errorf("swarm.UserOnTorrent: %w", err)
 	}
@@ -355,7 +358,7 @@ func (s *Store) UserOnTorrent(ctx context.Context, hash bittorrent.InfoHash, use
 		Uploaded: replyInt(v[0]), Downloaded: replyInt(v[1]), UpCredited: replyInt(v[2]), DownCredited: replyInt(v[3]),
 		SeedTime: time.Duration(replyInt(v[4])) * time.Millisecond, LeechTime: time.Duration(replyInt(v[5])) * time.Millisecond,
 		Token: v[6] != nil, TokenUntil: at(v[6]), TokenUsed: at(v[7]), TokenEnded: at(v[8]),
-		FirstAnnounce: at(v[9]), LastAnnounce: at(v[10]), Seq: replyInt(v[11]),
+		FirstAnnounce: at(v[9]), LastAnnounce: at(v[10]), Seq: replyInt(v[11]), Ledger: parseLedger(replyString(v[12])),
 	}, nil
 }
 

@@ -91,7 +91,15 @@ type Registration struct {
 	// GiB): the reaper rewards a reseed with reward_factor x Value, 1 when
 	// never given. Zero keeps the stored one.
 	Value float64
+	// Size is the torrent's size in bytes: the over-download cheat signal
+	// compares a user's download with it (WatchConfig.DownloadFactor); no
+	// size, no check. Zero keeps the stored one.
+	Size int64
 }
+
+// maxTorrentSize bounds Registration.Size: the scripts compare it as a
+// Lua number, exact below 2^53 bytes (8 PiB).
+const maxTorrentSize = 1 << 53
 
 // Register registers an info-hash as RegisterTorrent does, with the
 // uploader and creation time when given.
@@ -110,6 +118,9 @@ func (s *Store) Register(ctx context.Context, hash bittorrent.InfoHash, reg Regi
 	if reg.Value < 0 || math.IsNaN(reg.Value) || math.IsInf(reg.Value, 0) || reg.Value > 1e12 {
 		return fmt.Errorf("swarm: value %v: want a positive number (0 keeps the stored one): %w", reg.Value, ErrInvalid)
 	}
+	if reg.Size < 0 || reg.Size > maxTorrentSize {
+		return fmt.Errorf("swarm: size %d: want bytes from 1 to 2^53 (0 keeps the stored one): %w", reg.Size, ErrInvalid)
+	}
 	key := btstore.TorrentKey(hash)
 	pipe := s.rdb.TxPipeline() // one key: MULTI is fine on a cluster
 	fields := []any{"id", reg.ID, "registered", now}
@@ -121,6 +132,9 @@ func (s *Store) Register(ctx context.Context, hash bittorrent.InfoHash, reg Regi
 	}
 	if reg.Value > 0 {
 		fields = append(fields, "value", strconv.FormatFloat(reg.Value, 'g', -1, 64))
+	}
+	if reg.Size > 0 {
+		fields = append(fields, "size", reg.Size)
 	}
 	pipe.HSet(ctx, key, fields...)
 	pipe.HSetNX(ctx, key, "created", now)
@@ -235,6 +249,7 @@ type TorrentInfo struct {
 	Leechers   int64
 	Snatches   int64
 	Value      float64 // the site's value of the upload, 0 when never given
+	Size       int64   // the site's size of it (bytes), 0 when never given
 	Credit     Credit  // the site's credit status for it (SetTorrentCredit)
 }
 
@@ -266,6 +281,7 @@ func (s *Store) Torrent(ctx context.Context, hash bittorrent.InfoHash) (TorrentI
 		Leechers:   num("leechers"),
 		Snatches:   num("snatches"),
 		Value:      value,
+		Size:       num("size"),
 		Credit:     creditOf(fields),
 	}, nil
 }

@@ -35,6 +35,9 @@ var (
 	creditTorrentScript = loadScript("credit_torrent.lua")
 	tokenSetScript      = loadScript("token_set.lua")
 	feedSettleScript    = loadScript("feed_settle.lua")
+
+	// the many-addresses cheat signal (watch.go)
+	cheatAddrsScript = loadScript("cheat_addrs.lua")
 )
 
 var prelude = btstore.Prelude()
@@ -58,6 +61,7 @@ const (
 var announceCodes = map[string]int64{
 	"UNREGISTERED": codeUnregistered, "PEER_TAKEN": codePeerTaken, "PEER_LIMIT": codePeerLimit, "FLOOD": codeFlood,
 	"TOKEN_USED": tokenUsed, "TOKEN_ENDED": tokenEnded,
+	"CHEAT_NO_LEECHER": cheatNoLeecher, "CHEAT_UPLOAD_RATE": cheatUploadRate, "CHEAT_OVER_DOWNLOAD": cheatOverDownload,
 }
 
 func loadScript(name string) *redis.Script {

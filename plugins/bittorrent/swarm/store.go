@@ -93,6 +93,12 @@ type Config struct {
 	// plugin appends an outbox event for the site). It runs on the
 	// announce's goroutine, once per grant and event; nil: not reported.
 	OnToken func(context.Context, TokenEvent)
+	// Watch configures the transfer ledger and the cheat signals (with
+	// accounting on; watch.go); OnCheat hears of each signal fired (the
+	// plugin appends an outbox event for the site), on the announce's
+	// goroutine or the write-behind's; nil: they are only counted.
+	Watch   WatchConfig
+	OnCheat func(context.Context, CheatSignal)
 	// OnFeed delivers the feed's batches to the site (the plugin appends
 	// them to the outbox); set, Start runs a feed round every
 	// FeedInterval (10s) and the backstop for lost marks every
@@ -210,6 +216,9 @@ func (c *Config) validate() error {
 		return fmt.Errorf("swarm config: FloodInterval (%v) must not exceed MinInterval (%v), or clients that obey min interval are refused",
 			c.FloodInterval, c.MinInterval)
 	}
+	if err := c.Watch.validate(); err != nil {
+		return err
+	}
 	if c.HnR.MinRatio < 0 {
 		return fmt.Errorf("swarm config: HnR.MinRatio must not be negative, got %v", c.HnR.MinRatio)
 	}
@@ -270,8 +279,11 @@ type Store struct {
 	whitelist whitelistCache
 	deny      denyCache
 	windows   windowCache
+	addresses addressSeen
 	pending   pending
-	flushMu   sync.Mutex
+	// watchArg is the scripts' watch ARGV (WatchConfig.arg).
+	watchArg string
+	flushMu  sync.Mutex
 
 	counters counters
 
@@ -311,7 +323,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Store{rdb: rdb, owner: lease.NewOwner(), cfg: cfg, clock: cfg.Clock, logger: cfg.Logger}
+	s := &Store{rdb: rdb, owner: lease.NewOwner(), cfg: cfg, clock: cfg.Clock, logger: cfg.Logger, watchArg: cfg.Watch.arg()}
 	s.passkeys = newPasskeyCache(maxCachedPasskeys, maxCachedMisses)
 	s.pending.reset()
 	if cfg.AnnouncePipelines > 0 {
@@ -351,6 +363,7 @@ func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (
 	}
 	numWant := min(max(req.NumWant, 0), s.cfg.MaxNumWant)
 	now := s.nowMillis()
+	s.watchAddress(ctx, userID, req.Addr.Addr(), now)
 	if s.writeBehind != nil {
 		if resp, ok := s.writeBehind.answer(ctx, req, userID, numWant, now); ok {
 			return resp, nil
@@ -375,7 +388,7 @@ func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (
 		s.openRetentionMillis(), s.cfg.HnR.MinSeedTime.Milliseconds(), s.cfg.HnR.MinRatio, now + timeout,
 		compactLen(req.PeerFamily), s.cfg.ReaperClaimWindow.Milliseconds(), max(s.cfg.MaxPeersPerOwner, 0),
 		s.cfg.FloodInterval.Milliseconds(), s.cfg.FloodWindow.Milliseconds(), max(s.cfg.FloodReportAfter, 0),
-		s.lastAcceptedHere(req, userID), accounting, windowUp, windowDown}
+		s.lastAcceptedHere(req, userID), accounting, windowUp, windowDown, s.watchArg}
 	var reply []any
 	if s.announces != nil {
 		cmd, err := s.announces.run(ctx, keys, args)
@@ -414,7 +427,7 @@ func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (
 	default:
 		return nil, fmt.Errorf("swarm.Announce: script returned code %d", code)
 	}
-	if len(reply) != 19 {
+	if len(reply) != 20 {
 		return nil, fmt.Errorf("swarm.Announce: %w (%d elements)", errBadReply, len(reply))
 	}
 	resp := &bittorrent.AnnounceResponse{
@@ -492,6 +505,7 @@ func (s *Store) recordAnnounce(ctx context.Context, hash bittorrent.InfoHash, us
 		s.flushIfIdle(ctx)
 	}
 	s.reportToken(ctx, replyInt(reply[16]), hash, replyString(reply[8]), userID, replyInt(reply[17]))
+	s.reportCheats(ctx, reply[19], hash, replyString(reply[8]), userID)
 	if replyInt(reply[1])+replyInt(reply[2]) == 0 && replyString(reply[8]) == "" {
 		// the last peer of an unregistered torrent stopped: it may be an
 		// orphan a window from now (a rare announce, so one more write)
@@ -587,6 +601,7 @@ type counters struct {
 	floodRefused     atomic.Int64
 	floodReported    atomic.Int64
 	denied           atomic.Int64
+	cheats           atomic.Int64
 }
 
 // PeerLimitRefused counts the announces this Store refused because their

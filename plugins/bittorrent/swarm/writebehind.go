@@ -53,10 +53,11 @@ const (
 var refreshCodes = map[string]int64{
 	"REFRESHED": codeRefreshed, "STALE": codeStale, "DROPPED": codeDropped, "UNREGISTERED": codeUnregistered,
 	"TOKEN_USED": tokenUsed, "TOKEN_ENDED": tokenEnded, // user_credit's events, as announce.lua's
+	"CHEAT_NO_LEECHER": cheatNoLeecher, "CHEAT_UPLOAD_RATE": cheatUploadRate, "CHEAT_OVER_DOWNLOAD": cheatOverDownload,
 }
 
 // refreshPeerReply is how many elements refresh.lua answers per peer.
-const refreshPeerReply = 10
+const refreshPeerReply = 11
 
 var refreshScript = btstore.Script("refresh.lua", btstore.LuaCodes(refreshCodes), prelude)
 
@@ -429,7 +430,7 @@ func (w *writeBehind) view(ctx context.Context, hash bittorrent.InfoHash, now in
 		}
 		call := refreshCall{hash: hash, ids: []bittorrent.PeerID{id}, peers: []queuedRefresh{r}, withView: true}
 		reply, err := w.readView(ctx, btstore.RefreshKeys(hash, call.ids, []string{r.user}),
-			w.appendRefreshArgs(make([]any, 0, 18), w.s.cfg.MaxNumWant, w.privateArg(), call.peers, call.ids))
+			w.appendRefreshArgs(make([]any, 0, 19), w.s.cfg.MaxNumWant, w.privateArg(), call.peers, call.ids))
 		if err != nil {
 			return viewCopy{}, false, err
 		}
@@ -509,7 +510,7 @@ func (w *writeBehind) appendRefreshArgs(args []any, sample int, private string, 
 		accounting = "1"
 	}
 	args = append(args, timeout, w.s.cfg.HnR.MinSeedTime.Milliseconds(), w.s.cfg.HnR.MinRatio,
-		w.s.cfg.ReaperClaimWindow.Milliseconds(), sample, private, accounting)
+		w.s.cfg.ReaperClaimWindow.Milliseconds(), sample, private, accounting, w.s.watchArg)
 	for i, r := range peers {
 		args = append(args, ids[i][:], r.user, r.addr, strconv.FormatUint(r.uploaded, 10),
 			strconv.FormatUint(r.downloaded, 10), strconv.FormatUint(r.left, 10),
@@ -587,7 +588,7 @@ func (w *writeBehind) write(ctx context.Context, calls []refreshCall, now int64)
 			users[j] = c.peers[j].user
 		}
 		scripts[i] = scriptCall{keys: btstore.RefreshKeys(c.hash, c.ids, users),
-			args: w.appendRefreshArgs(make([]any, 0, 7+11*len(c.peers)), sample, private, c.peers, c.ids)}
+			args: w.appendRefreshArgs(make([]any, 0, 8+11*len(c.peers)), sample, private, c.peers, c.ids)}
 	}
 	failed := 0
 	var firstErr error
@@ -656,6 +657,7 @@ func (w *writeBehind) applyPeers(c *refreshCall, reply []any) error {
 			w.s.pending.addRefresh(c.hash, r.user, transfer{replyInt(res[3]), replyInt(res[4]), replyInt(res[5]),
 				replyInt(res[6])}, update, replyInt(res[9]) == 1)
 			w.s.reportToken(context.Background(), replyInt(res[7]), c.hash, torrentID, r.user, replyInt(res[8]))
+			w.s.reportCheats(context.Background(), res[10], c.hash, torrentID, r.user)
 		}
 	}
 	return nil

@@ -6,7 +6,9 @@
 --
 -- KEYS[1] torrent    HASH  id, created, last_action, announces, seeders,
 --                          leechers, snatches, credit_up, credit_down (the
---                          site's multipliers for it, percent)
+--                          site's multipliers for it, percent), size (the
+--                          site's, bytes), leecher_left (ms: when a
+--                          leecher last left; prelude's torrent_counts)
 -- KEYS[2] seeders    HASH  peer id (20 bytes) -> peer entry (see ARGV[3])
 -- KEYS[3] leechers   HASH  peer id (20 bytes) -> peer entry
 -- KEYS[4] deadlines  ZSET  peer id .. user id -> deadline (ms)
@@ -74,11 +76,13 @@
 --          and mark the record for the feed, user_feed)
 -- ARGV[25] the site-wide windows' upload rate now (percent; 100: none open)
 -- ARGV[26] the site-wide windows' download rate now (percent; 100: none open)
+-- ARGV[27] the ledger's and cheat signals' settings (prelude's watch_read;
+--          "": off), used with accounting on
 --
 -- Returns
 --   {1, seeders, leechers, snatches, born, d_seeders, d_leechers, snatched,
 --    torrent id, user bits, user version, d_uploaded, d_downloaded, peers,
---    c_uploaded, c_downloaded, token event, token used, feed mark}
+--    c_uploaded, c_downloaded, token event, token used, feed mark, cheats}
 --      born: 1 when the swarm had no peer before this announce (the caller
 --      then indexes it for the expiry sweep); snatched: 1 when this
 --      announce counted a snatch; torrent id "" when not registered; user
@@ -90,7 +94,8 @@
 --      the user's token was first used, 2 it ended (user_credit); token
 --      used: when it was first used (ms), "" when never; feed mark: 1
 --      when the user's record joined KEYS[14] (the caller indexes the
---      torrent for the feed)
+--      torrent for the feed); cheats: the cheat signals this announce
+--      fired, four numbers each (prelude's user_watch)
 --  {R.UNREGISTERED [, reason]}  the torrent is not registered (private
 --      mode); reason: KEYS[13], the site's reason while it lasts
 --  {R.PEER_TAKEN}  the peer id is active in this swarm under another user
@@ -129,7 +134,7 @@ local k_users, k_owners = KEYS[11], KEYS[12]
 local max_owned = tonumber(ARGV[19])
 
 local t = redis.call('HMGET', k_torrent, 'id', 'created', 'announces', 'snatches', 'registered',
-  'credit_up', 'credit_down')
+  'credit_up', 'credit_down', 'size', 'leecher_left')
 if ARGV[9] == '1' and not t[1] then
   local reason = redis.call('GET', KEYS[13])
   if reason then return {R.UNREGISTERED, reason} end
@@ -296,14 +301,25 @@ if known or not leaving then
   end
 end
 
+-- The swarm's counts after this announce (the user's record changes no
+-- role hash).
+local seeders = redis.call('HLEN', k_seeders)
+local leechers = redis.call('HLEN', k_leechers)
+
 -- The user's record on this torrent (prelude's user_announce).
 local user_state, user_ver, c_up, c_down, token_event, token_used, feed_mark = -1, 0, 0, 0, 0, false, 0
+local cheats = {}
 if user ~= '' and (known or not leaving) then
   local rates = ARGV[24] == '1' and credit_rates(t[6], t[7], tonumber(ARGV[25]), tonumber(ARGV[26]))
-  user_state, user_ver, c_up, c_down, token_event, token_used, feed_mark = user_announce(k_user, k_users, user,
+  local gap = 0
+  if known and p[4] then gap = math.max(0, now - tonumber(p[4])) end
+  local others = leechers
+  if not leaving and not seeding then others = others - 1 end
+  user_state, user_ver, c_up, c_down, token_event, token_used, feed_mark, cheats = user_announce(k_user, k_users, user,
     {d_up = d_up, d_down = d_down, elapsed = elapsed, was_seeder = was_seeder, was_active = was_active,
-    leaving = leaving, seeding = seeding, snatched = snatched}, now, ARGV[1], hnr_seed_ms, hnr_ratio, rates or nil,
-    rates and KEYS[14] or nil)
+    leaving = leaving, seeding = seeding, snatched = snatched, gap = gap, others = others,
+    leecher_left = tonumber(t[9]) or 0, size = tonumber(t[8]) or 0}, now, ARGV[1], hnr_seed_ms, hnr_ratio,
+    rates or nil, rates and KEYS[14] or nil, rates and watch_read(ARGV[27]) or nil)
 end
 
 if snatched == 1 and user ~= '' then
@@ -322,8 +338,6 @@ if seeding and not leaving then
 end
 
 -- The torrent's counters.
-local seeders = redis.call('HLEN', k_seeders)
-local leechers = redis.call('HLEN', k_leechers)
 -- An empty swarm has no owners: whatever count is left is a stray one.
 if user == '' and leaving and seeders + leechers == 0 then
   redis.call('DEL', k_owners)
@@ -344,7 +358,7 @@ if not t[2] then
   fields[#fields + 1] = 'created'
   fields[#fields + 1] = ARGV[1]
 end
-torrent_counts(fields, seeders, leechers, ARGV[1], leaving and was_seeder)
+torrent_counts(fields, seeders, leechers, ARGV[1], leaving and was_seeder, was_leecher and (leaving or seeding))
 redis.call('HSET', k_torrent, unpack(fields))
 local born = 0
 if was_empty and seeders + leechers > 0 then born = 1 end
@@ -383,4 +397,4 @@ end
 
 return {1, seeders, leechers, snatches, born, d_seeders, d_leechers, snatched, torrent_id,
   user_state, int(user_ver), int(d_up), int(d_down), table.concat(packed),
-  int(c_up), int(c_down), token_event, token_used or '', feed_mark}
+  int(c_up), int(c_down), token_event, token_used or '', feed_mark, cheats}

@@ -80,7 +80,7 @@ if removed > 0 then
     redis.call('DEL', k_owners) -- an empty swarm has no owners
   end
   local fields = {}
-  torrent_counts(fields, seeders, leechers, ARGV[1], false)
+  torrent_counts(fields, seeders, leechers, ARGV[1], false, d_leechers < 0)
   redis.call('HSET', k_torrent, unpack(fields))
   torrent_retention(k_torrent, t[1] ~= false, seeders + leechers == 0, false, open_retention_ms)
 end

@@ -51,13 +51,21 @@ end
 -- which cannot drift) and last_action, the "last seeded" stamp a reaper
 -- reads, which moves to now (ms, as text) only while the torrent has
 -- seeders or when seeded_now says a seeder was here until now (it just
--- stopped).
-local function torrent_counts(fields, seeders, leechers, now_text, seeded_now)
+-- stopped). leecher_gone says a leecher left the leecher role now
+-- (stopped, finished or expired): leecher_left, when that last happened,
+-- is what the no-leecher signal (user_watch) compares with a seeder's
+-- previous announce, so only departures are stamped, never a count.
+local function torrent_counts(fields, seeders, leechers, now_text, seeded_now, leecher_gone)
   local n = #fields
   fields[n + 1], fields[n + 2] = 'seeders', seeders
   fields[n + 3], fields[n + 4] = 'leechers', leechers
   if seeders > 0 or seeded_now then
-    fields[n + 5], fields[n + 6] = 'last_action', now_text
+    fields[#fields + 1] = 'last_action'
+    fields[#fields + 1] = now_text
+  end
+  if leecher_gone then
+    fields[#fields + 1] = 'leecher_left'
+    fields[#fields + 1] = now_text
   end
 end
 
@@ -151,6 +159,9 @@ local function user_write(key, u, now, hnr_seed_ms, hnr_ratio)
     fields[#fields + 1] = u.token_mark
     fields[#fields + 1] = int(now)
   end
+  if u.extra then
+    for _, v in ipairs(u.extra) do fields[#fields + 1] = v end
+  end
   local bits = user_bits(u, hnr_seed_ms, hnr_ratio)
   local ver = 0
   if bits ~= u.bits then
@@ -243,6 +254,85 @@ local function user_feed(u, user, dirty)
   return 0
 end
 
+-- watch_read reads the ledger's and the cheat signals' settings, one
+-- ARGV of the announcing scripts: "" when all are off, else "<ledger
+-- entries> <signal period ms> <no-leecher 0|1> <upload rate ceiling,
+-- bytes/s, 0: off> <download factor, 0: off>". Returns a table or nil.
+local function watch_read(text)
+  if text == '' then return nil end
+  local n, period, ghost, ceiling, factor = string.match(text, '^(%d+) (%d+) (%d) (%d+) ([%d.]+)$')
+  if not n then return error('watch settings ' .. text .. ': want 5 numbers') end
+  return {ledger = tonumber(n), period = tonumber(period), ghost = ghost == '1', ceiling = tonumber(ceiling),
+    factor = tonumber(factor)}
+end
+
+-- The user record's fields stamping when each cheat signal last fired on
+-- it (ms), by the signal's code (R.CHEAT_*), so a signal fires once per
+-- user, torrent and period.
+local cheat_fields = {'cheat_no_leecher', 'cheat_upload_rate', 'cheat_over_download'}
+
+-- user_watch appends one announce with transfer to the record's ledger
+-- (newest first, w.ledger entries kept: "time,raw up,raw down,credited
+-- up,credited down,ms since the peer's previous announce", entries split
+-- by ";") and checks the per-torrent cheat signals; both are written with
+-- the record by user_write (u.extra), so they cost one HMGET, and only
+-- for announces with a delta. a carries, besides user_announce's fields:
+-- gap (ms since the peer's previous announce, 0: unknown), others (the
+-- swarm's leechers now, this peer not counted), leecher_left (the
+-- torrent's stamp of its last leecher's departure, ms, 0: never) and size
+-- (the torrent's size from the site, 0: unknown). The signals:
+--   no leecher: upload reported while no other peer leeched at any time
+--     since the peer's previous announce (none now, and the last one
+--     left before it): figures upload delta, previous announce, the last
+--     leecher's departure;
+--   upload rate: upload delta / gap (at least a second, so two
+--     announces close together do not make a burst a rate) above
+--     w.ceiling (bytes/s): figures upload delta, gap (ms), ceiling;
+--   over download: the record's raw download above size x w.factor:
+--     figures downloaded, size, download delta.
+-- Returns a flat list of fired signals, four numbers each (code, three
+-- figures), each at most once per w.period per user and torrent.
+local function user_watch(key, u, a, c_up, c_down, now, w)
+  local hits = {}
+  if w.ghost and a.d_up > 0 and a.gap > 0 and a.others == 0 and a.leecher_left < now - a.gap then
+    hits[#hits + 1] = {R.CHEAT_NO_LEECHER, a.d_up, now - a.gap, a.leecher_left}
+  end
+  if w.ceiling > 0 and a.gap > 0 and a.d_up * 1000 > w.ceiling * math.max(a.gap, 1000) then
+    hits[#hits + 1] = {R.CHEAT_UPLOAD_RATE, a.d_up, a.gap, w.ceiling}
+  end
+  if w.factor > 0 and a.size > 0 and a.d_down > 0 and u.downloaded > a.size * w.factor then
+    hits[#hits + 1] = {R.CHEAT_OVER_DOWNLOAD, u.downloaded, a.size, a.d_down}
+  end
+  local fired = {}
+  if w.ledger == 0 and #hits == 0 then return fired end
+  local v = redis.call('HMGET', key, 'ledger', unpack(cheat_fields))
+  local extra = {}
+  if w.ledger > 0 then
+    local text = int(now) .. ',' .. int(a.d_up) .. ',' .. int(a.d_down) .. ',' .. int(c_up) .. ',' .. int(c_down)
+      .. ',' .. int(a.gap)
+    if v[1] and v[1] ~= '' then
+      text = text .. ';' .. v[1]
+      local pos = 0
+      for _ = 1, w.ledger do
+        pos = string.find(text, ';', pos + 1, true)
+        if not pos then break end
+      end
+      if pos then text = string.sub(text, 1, pos - 1) end
+    end
+    extra[1], extra[2] = 'ledger', text
+  end
+  for _, hit in ipairs(hits) do
+    local last = tonumber(v[1 + hit[1]])
+    if not last or now - last >= w.period then
+      extra[#extra + 1] = cheat_fields[hit[1]]
+      extra[#extra + 1] = int(now)
+      for _, x in ipairs(hit) do fired[#fired + 1] = x end
+    end
+  end
+  u.extra = extra
+  return fired
+end
+
 -- user_announce applies one announce of user's peer to the user's record
 -- on the torrent (key; users is the torrent's set of users with a record):
 -- transfer, raw and credited, seed and leech time, active peers, complete
@@ -253,16 +343,23 @@ end
 -- the multipliers in force (credit_rates), nil when accounting is off. It
 -- is the one place an announce's transfer reaches the user's record,
 -- whichever script applies the announce. dirty is the torrent's feed
--- dirty set (user_feed), nil: no feed. Returns what user_write returns,
--- then the credited deltas, the token event (user_credit), the token's
--- first use (ms as text, or false) and user_feed's mark.
-local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hnr_ratio, rates, dirty)
+-- dirty set (user_feed), nil: no feed. w is the ledger's and signals'
+-- settings (watch_read), used only with accounting on (rates), nil: off;
+-- then a carries user_watch's fields too. Returns what user_write
+-- returns, then the credited deltas, the token event (user_credit), the
+-- token's first use (ms as text, or false), user_feed's mark and the
+-- cheat signals fired (user_watch; an empty list when none).
+local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hnr_ratio, rates, dirty, w)
   local u = user_read(key)
   u.uploaded = u.uploaded + a.d_up
   u.downloaded = u.downloaded + a.d_down
   local c_up, c_down, token_event = 0, 0, 0
+  local fired = {}
   if rates then
     c_up, c_down, token_event = user_credit(u, a.d_up, a.d_down, rates, now)
+    if w and (a.d_up > 0 or a.d_down > 0) then
+      fired = user_watch(key, u, a, c_up, c_down, now, w)
+    end
   end
   if a.was_seeder then
     u.seed_ms = u.seed_ms + a.elapsed
@@ -287,7 +384,7 @@ local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hn
   local mark = 0
   if dirty then mark = user_feed(u, user, dirty) end
   local bits, ver = user_write(key, u, now, hnr_seed_ms, hnr_ratio)
-  return bits, ver, c_up, c_down, token_event, u.token_used or false, mark
+  return bits, ver, c_up, c_down, token_event, u.token_used or false, mark, fired
 end
 
 -- reaper_claim records that user reseeded the torrent in the reaper's

@@ -20,7 +20,8 @@
 -- applied, with counters that include this one's, so nothing is written.
 --
 -- KEYS[1] torrent    HASH  announces, last_action; read: id, snatches,
---                          seeders, leechers
+--                          seeders, leechers, credit_up, credit_down,
+--                          size, leecher_left
 -- KEYS[2] seeders    HASH  peer id -> entry (read: the view's sample)
 -- KEYS[3] leechers   HASH  peer id -> entry (read: the view's sample)
 -- KEYS[4] deadlines  ZSET  peer id .. user id -> deadline (ms)
@@ -42,7 +43,9 @@
 -- ARGV[6] "1": the torrent must be registered (private mode)
 -- ARGV[7] "1": accounting on (credit the transfer and mark the record for
 --         the feed, as announce.lua does: prelude's user_announce)
--- then per peer i, ARGV[8+11i .. 18+11i]: peer id (20 bytes), user id (""
+-- ARGV[8] the ledger's and cheat signals' settings (prelude's watch_read;
+--         "": off), used with accounting on
+-- then per peer i, ARGV[9+11i .. 19+11i]: peer id (20 bytes), user id (""
 -- in open mode), compact address (the entry's tail), uploaded,
 -- downloaded, left (as reported, decimal), the announce's time (ms), its
 -- deadline (time + timeout, ms), what is left of its timeout now (ms,
@@ -55,7 +58,7 @@
 --   {R.REFRESHED, seeders, leechers, snatches, torrent id, seeder entries,
 --    leecher entries, then per peer: status, user bits, user version,
 --    d_uploaded, d_downloaded, c_uploaded, c_downloaded, token event,
---    token used, feed mark (as announce.lua returns them)}
+--    token used, feed mark, cheats (as announce.lua returns them)}
 --      seeders, leechers and snatches are the torrent record's; the
 --      entries are "" unless ARGV[5] asked for them, concatenated as
 --      announce.lua returns peers; status is R.REFRESHED, R.STALE or
@@ -69,11 +72,12 @@ local sample = tonumber(ARGV[5])
 local k_torrent, k_seeders, k_leechers, k_deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local k_reaper, k_claims, k_users, k_dirty = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local accounting = ARGV[7] == '1'
+local watch = accounting and watch_read(ARGV[8]) or nil
 
 -- The record's counts are the role hashes' lengths, written wherever a
 -- peer joins or leaves (announce.lua, expire.lua); a refresh moves none.
 local t = redis.call('HMGET', k_torrent, 'id', 'snatches', 'seeders', 'leechers', 'announces',
-  'credit_up', 'credit_down')
+  'credit_up', 'credit_down', 'size', 'leecher_left')
 if ARGV[6] == '1' and not t[1] then
   return {R.UNREGISTERED}
 end
@@ -84,9 +88,10 @@ local zadd = {}
 local applied = 0
 local latest, latest_text = 0, nil
 local reseeders = {}
-local peers = (#ARGV - 7) / 11
+local leechers = tonumber(t[4]) or 0
+local peers = (#ARGV - 8) / 11
 for i = 0, peers - 1 do
-  local a, k = 8 + 11 * i, 9 + 3 * i
+  local a, k = 9 + 11 * i, 9 + 3 * i
   local peer_id, user, addr = ARGV[a], ARGV[a + 1], ARGV[a + 2]
   local left_text, at_text = ARGV[a + 5], ARGV[a + 6]
   local at = tonumber(at_text)
@@ -95,7 +100,7 @@ for i = 0, peers - 1 do
     'active', 'left', 'addr', 'total_time')
   local last = tonumber(p[4])
   local status, bits, ver, d_up, d_down = R.DROPPED, -1, 0, 0, 0
-  local c_up, c_down, token_event, token_used, feed_mark = 0, 0, 0, false, 0
+  local c_up, c_down, token_event, token_used, feed_mark, cheats = 0, 0, 0, false, 0, {}
   if p[5] == '1' and p[1] == user and p[7] == addr and last and (tonumber(p[6]) == 0) == seeding then
     if last >= at then
       status = R.STALE
@@ -115,10 +120,13 @@ for i = 0, peers - 1 do
       zadd[#zadd + 1] = peer_id .. user
       if user ~= '' then
         local rates = accounting and credit_rates(t[6], t[7], tonumber(ARGV[a + 9]), tonumber(ARGV[a + 10]))
-        bits, ver, c_up, c_down, token_event, token_used, feed_mark = user_announce(KEYS[k + 2], k_users, user,
-          {d_up = d_up, d_down = d_down, elapsed = elapsed, was_seeder = seeding, was_active = true,
-          leaving = false, seeding = seeding, snatched = 0}, at, at_text, hnr_seed_ms, hnr_ratio, rates or nil,
-          rates and k_dirty or nil)
+        local others = leechers
+        if not seeding then others = others - 1 end
+        bits, ver, c_up, c_down, token_event, token_used, feed_mark, cheats = user_announce(KEYS[k + 2], k_users,
+          user, {d_up = d_up, d_down = d_down, elapsed = elapsed, was_seeder = seeding, was_active = true,
+          leaving = false, seeding = seeding, snatched = 0, gap = at - last, others = others,
+          leecher_left = tonumber(t[9]) or 0, size = tonumber(t[8]) or 0}, at, at_text, hnr_seed_ms, hnr_ratio,
+          rates or nil, rates and k_dirty or nil, watch)
       end
       applied = applied + 1
       if at > latest then latest, latest_text = at, at_text end
@@ -129,6 +137,7 @@ for i = 0, peers - 1 do
   out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = status, bits, ver, d_up, d_down
   out[n + 6], out[n + 7], out[n + 8], out[n + 9], out[n + 10] = int(c_up), int(c_down), token_event,
     token_used or '', feed_mark
+  out[n + 11] = cheats
 end
 
 if applied > 0 then
@@ -146,7 +155,7 @@ if #reseeders > 0 then
   for _, i in ipairs(reseeders) do
     local r = redis.call('HMGET', k_reaper, 'state', 'claim_until')
     if not (r[1] or r[2]) then break end
-    local a = 8 + 11 * i
+    local a = 9 + 11 * i
     reaper_reseed(k_torrent, k_reaper, k_claims, ARGV[a + 1], tonumber(ARGV[a + 6]), r[1], tonumber(r[2]),
       tonumber(ARGV[4]))
   end
