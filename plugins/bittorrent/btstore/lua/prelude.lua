@@ -321,8 +321,7 @@ local function user_watch(u, a, c_up, c_down, now, w)
   local v = u.watched -- read with the record (user_read)
   local extra = {}
   if w.ledger > 0 then
-    local text = int(now) .. ',' .. int(a.d_up) .. ',' .. int(a.d_down) .. ',' .. int(c_up) .. ',' .. int(c_down)
-      .. ',' .. int(a.gap)
+    local text = string.format('%.0f,%.0f,%.0f,%.0f,%.0f,%.0f', now, a.d_up, a.d_down, c_up, c_down, a.gap)
     if v[1] and v[1] ~= '' then
       text = text .. ';' .. v[1]
       local pos = 0
