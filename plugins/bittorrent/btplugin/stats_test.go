@@ -53,7 +53,7 @@ func TestStatsExportGlobalCounters(t *testing.T) {
 				// every frontend's, read from Redis.
 				want := plugins.Gauge
 				switch m.Name {
-				case "peer_limit_refused_total", "flood_refused_total", "flood_reported_total", "denied_total":
+				case "peer_limit_refused_total", "flood_refused_total", "flood_reported_total", "denied_total", "cheats_fired_total":
 					want = plugins.Counter
 				}
 				require.Equal(t, want, m.Kind, m.Name)
@@ -64,6 +64,7 @@ func TestStatsExportGlobalCounters(t *testing.T) {
 			"seeders": 1, "leechers": 1, "snatches": 0,
 			"swarm_announces": 2, "swarm_scrapes": 1, "swarm_requests": 4,
 			"peer_limit_refused_total": 0, "flood_refused_total": 0, "flood_reported_total": 0, "denied_total": 0,
+			"cheats_fired_total": 0,
 		}, global)
 	})
 }

@@ -334,31 +334,26 @@ func (s *Store) UserOnTorrent(ctx context.Context, hash bittorrent.InfoHash, use
 	if !validName(userID) {
 		return UserTorrent{}, fmt.Errorf("swarm: user id %q: %w", userID, ErrInvalid)
 	}
-	v, err := s.rdb.HMGet(ctx, btstore.UserTorrentKey(hash, userID), "uploaded", "downloaded", "up_credit", "down_credit",
-		"seed_ms", "leech_ms", "token", "token_used", "token_ended", "first_announce", "last_announce", "seq", "ledger").Result()
+	fields, err := s.rdb.HGetAll(ctx, btstore.UserTorrentKey(hash, userID)).Result()
 	if err != nil {
 		return UserTorrent{}, fmt.Errorf("swarm.UserOnTorrent: %w", err)
 	}
-	empty := true
-	for _, x := range v {
-		if x != nil {
-			empty = false
-		}
-	}
-	if empty {
+	if len(fields) == 0 {
 		return UserTorrent{}, fmt.Errorf("swarm: user %q has no record on %s: %w", userID, btstore.HexInfoHash(hash), ErrNotFound)
 	}
-	at := func(x any) time.Time {
-		if ms := replyInt(x); ms > 0 {
+	num := func(name string) int64 { n, _ := strconv.ParseInt(fields[name], 10, 64); return n }
+	at := func(name string) time.Time {
+		if ms := num(name); ms > 0 {
 			return time.UnixMilli(ms).UTC()
 		}
 		return time.Time{}
 	}
+	_, token := fields["token"]
 	return UserTorrent{
-		Uploaded: replyInt(v[0]), Downloaded: replyInt(v[1]), UpCredited: replyInt(v[2]), DownCredited: replyInt(v[3]),
-		SeedTime: time.Duration(replyInt(v[4])) * time.Millisecond, LeechTime: time.Duration(replyInt(v[5])) * time.Millisecond,
-		Token: v[6] != nil, TokenUntil: at(v[6]), TokenUsed: at(v[7]), TokenEnded: at(v[8]),
-		FirstAnnounce: at(v[9]), LastAnnounce: at(v[10]), Seq: replyInt(v[11]), Ledger: parseLedger(replyString(v[12])),
+		Uploaded: num("uploaded"), Downloaded: num("downloaded"), UpCredited: num("up_credit"), DownCredited: num("down_credit"),
+		SeedTime: time.Duration(num("seed_ms")) * time.Millisecond, LeechTime: time.Duration(num("leech_ms")) * time.Millisecond,
+		Token: token, TokenUntil: at("token"), TokenUsed: at("token_used"), TokenEnded: at("token_ended"),
+		FirstAnnounce: at("first_announce"), LastAnnounce: at("last_announce"), Seq: num("seq"), Ledger: ledgerOf(fields),
 	}, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -286,19 +287,28 @@ type LedgerEntry struct {
 	UploadRate, DownloadRate float64       // bytes/s
 }
 
-// parseLedger reads a record's ledger field (prelude's user_watch),
-// newest first. An entry that does not parse is skipped: the field is
-// written only by the scripts.
-func parseLedger(text string) []LedgerEntry {
-	if text == "" {
-		return nil
-	}
-	parts := strings.Split(text, ";")
-	entries := make([]LedgerEntry, 0, len(parts))
-	for _, part := range parts {
-		f := strings.Split(part, ",")
+// ledgerOf reads a record's ledger (prelude's user_watch: fields "l0",
+// "l1", ..., each "time,up,down,credited up,credited down,elapsed ms",
+// a credited figure empty when it equals the raw one), newest first. An
+// entry that does not parse is skipped: only the scripts write them.
+func ledgerOf(fields map[string]string) []LedgerEntry {
+	var entries []LedgerEntry
+	for name, text := range fields {
+		if len(name) < 2 || name[0] != 'l' || name[1] < '0' || name[1] > '9' {
+			continue
+		}
+		if _, err := strconv.Atoi(name[1:]); err != nil {
+			continue
+		}
+		f := strings.Split(text, ",")
 		if len(f) != 6 {
 			continue
+		}
+		if f[3] == "" {
+			f[3] = f[1]
+		}
+		if f[4] == "" {
+			f[4] = f[2]
 		}
 		var n [6]int64
 		ok := true
@@ -321,5 +331,6 @@ func parseLedger(text string) []LedgerEntry {
 		}
 		entries = append(entries, e)
 	}
+	sort.SliceStable(entries, func(i, j int) bool { return entries[i].At.After(entries[j].At) })
 	return entries
 }

@@ -84,6 +84,8 @@ func TestLedgerKeepsTheLastAnnouncesWithTransfer(t *testing.T) {
 			require.InDelta(t, float64(1000*i)/float64(60*i), e.DownloadRate, 0.001)
 		}
 		require.True(t, ledger[0].At.After(ledger[1].At), "newest first")
+		require.Equal(t, "listpack", b.Client.ObjectEncoding(ctx, btstore.UserTorrentKey(hash, "alice")).Val(),
+			"one short field per entry keeps the record compact")
 
 		// accounting off: no ledger
 		g, _ := privateFixture(t, b, swarm.Config{WriteBehind: -1, NoAccounting: true, Watch: swarm.WatchConfig{LedgerEntries: 3}})
@@ -93,7 +95,7 @@ func TestLedgerKeepsTheLastAnnouncesWithTransfer(t *testing.T) {
 		g.clock.Advance(time.Minute)
 		g.announce(other, me, 1, passkey("passkeyA"), transfer(10, 10))
 		require.Empty(t, g.onTorrent(other, "alice").Ledger)
-		require.False(t, b.Client.HExists(ctx, btstore.UserTorrentKey(other, "alice"), "ledger").Val())
+		require.False(t, b.Client.HExists(ctx, btstore.UserTorrentKey(other, "alice"), "l0").Val())
 	})
 }
 

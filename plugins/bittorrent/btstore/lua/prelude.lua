@@ -97,17 +97,17 @@ local user_fields = {'peers', 'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'do
 -- user, torrent and period.
 local cheat_fields = {'cheat_no_leecher', 'cheat_upload_rate', 'cheat_over_download'}
 
--- user_fields, then the ledger (user_watch) and cheat_fields: what
--- user_read reads for an announce user_watch sees.
+-- user_fields, then the ledger ring's next entry (user_watch) and
+-- cheat_fields: what user_read reads for an announce user_watch sees.
 local user_watched_fields = {unpack(user_fields)}
-user_watched_fields[#user_watched_fields + 1] = 'ledger'
+user_watched_fields[#user_watched_fields + 1] = 'ledger_next'
 for _, name in ipairs(cheat_fields) do user_watched_fields[#user_watched_fields + 1] = name end
 
 -- A user's record on one torrent, read with one HMGET. u.was keeps the
 -- values read, so user_write writes only what changed. watched (true:
 -- user_watch will run) reads the ledger and the cheat stamps in the same
--- HMGET, into u.watched (ledger first, then cheat_fields' order), so the
--- ledger costs no command of its own. token is the
+-- HMGET, into u.watched (ledger_next first, then cheat_fields' order), so
+-- the ledger costs no command of its own. token is the
 -- personal freeleech token's end (ms, 0: it never ends; nil: no token),
 -- token_used and token_ended when it was first used and seen ended (ms).
 local function user_read(key, watched)
@@ -284,12 +284,16 @@ local function watch_read(text)
 end
 
 -- user_watch appends one announce with transfer to the record's ledger
--- (newest first, w.ledger entries kept: "time,raw up,raw down,credited
--- up,credited down,ms since the peer's previous announce", entries split
--- by ";") and checks the per-torrent cheat signals; both are read with
--- the record by user_read (u.watched) and written with it by user_write
+-- and checks the per-torrent cheat signals; both are read with the
+-- record by user_read (u.watched) and written with it by user_write
 -- (u.extra), so they cost no command of their own, and only announces
--- with a delta read them. a carries, besides user_announce's fields:
+-- with a delta read them. The ledger is a ring of w.ledger fields in the
+-- record, "l0", "l1", ..., the next to write in ledger_next, each entry
+-- "time,raw up,raw down,credited up,credited down,ms since the peer's
+-- previous announce" with a credited figure left empty when it equals
+-- the raw one: one short field each, so the record stays a listpack
+-- (values up to 64 bytes) and an announce writes one entry, never the
+-- whole history. a carries, besides user_announce's fields:
 -- gap (ms since the peer's previous announce, 0: unknown), others (the
 -- swarm's leechers now, this peer not counted), leecher_left (the
 -- torrent's stamp of its last leecher's departure, ms, 0: never) and size
@@ -321,17 +325,14 @@ local function user_watch(u, a, c_up, c_down, now, w)
   local v = u.watched -- read with the record (user_read)
   local extra = {}
   if w.ledger > 0 then
-    local text = string.format('%.0f,%.0f,%.0f,%.0f,%.0f,%.0f', now, a.d_up, a.d_down, c_up, c_down, a.gap)
-    if v[1] and v[1] ~= '' then
-      text = text .. ';' .. v[1]
-      local pos = 0
-      for _ = 1, w.ledger do
-        pos = string.find(text, ';', pos + 1, true)
-        if not pos then break end
-      end
-      if pos then text = string.sub(text, 1, pos - 1) end
-    end
-    extra[1], extra[2] = 'ledger', text
+    local next_entry = tonumber(v[1]) or 0
+    local up_credit, down_credit = '', ''
+    if c_up ~= a.d_up then up_credit = int(c_up) end
+    if c_down ~= a.d_down then down_credit = int(c_down) end
+    extra[1] = 'l' .. int(next_entry % w.ledger)
+    extra[2] = string.format('%.0f,%.0f,%.0f,', now, a.d_up, a.d_down) .. up_credit .. ',' .. down_credit
+      .. ',' .. int(a.gap)
+    extra[3], extra[4] = 'ledger_next', int(next_entry + 1)
   end
   for _, hit in ipairs(hits) do
     local last = tonumber(v[1 + hit[1]])
