@@ -197,18 +197,36 @@ func (s *Store) CheatsFired() int64 { return s.counters.cheats.Load() }
 // costs one call more.
 type addressSeen struct {
 	mu   sync.Mutex
-	sent map[string]int64
+	sent map[userAddress]int64
 }
 
-// addressOf is what the many-addresses signal counts: an IPv4 address,
-// or an IPv6 address's /64 (privacy addresses change within one).
-func addressOf(addr netip.Addr) string {
+// userAddress keys addressSeen without building a string per announce:
+// the text is made only for the announces that call cheat_addrs.lua.
+type userAddress struct {
+	user string
+	addr netip.Addr // counted (addressCounted)
+}
+
+// addressCounted is what the many-addresses signal counts: an IPv4
+// address, or an IPv6 address's /64 (privacy addresses change within
+// one), as its first address.
+func addressCounted(addr netip.Addr) netip.Addr {
 	addr = addr.Unmap()
 	if addr.Is4() {
-		return addr.String()
+		return addr
 	}
 	p, _ := addr.Prefix(64)
-	return p.String()
+	return p.Addr()
+}
+
+// addressOf is the counted address as cheat_addrs.lua stores it: an IPv4
+// address, or an IPv6 /64 prefix.
+func addressOf(addr netip.Addr) string {
+	counted := addressCounted(addr)
+	if counted.Is4() {
+		return counted.String()
+	}
+	return netip.PrefixFrom(counted, 64).String()
 }
 
 // watchAddress sends the user's address to cheat_addrs.lua unless this
@@ -220,11 +238,10 @@ func (s *Store) watchAddress(ctx context.Context, userID string, addr netip.Addr
 	if w.MaxAddresses == 0 || !s.accounting(userID) {
 		return
 	}
-	address := addressOf(addr)
-	pair := userID + "\x00" + address
+	pair := userAddress{user: userID, addr: addressCounted(addr)}
 	s.addresses.mu.Lock()
 	if s.addresses.sent == nil || len(s.addresses.sent) >= maxAddressesCached {
-		s.addresses.sent = make(map[string]int64)
+		s.addresses.sent = make(map[userAddress]int64)
 	}
 	last, ok := s.addresses.sent[pair]
 	fresh := ok && now-last < w.AddressWindow.Milliseconds()/4 && now >= last
@@ -235,6 +252,7 @@ func (s *Store) watchAddress(ctx context.Context, userID string, addr netip.Addr
 	if fresh {
 		return
 	}
+	address := addressOf(addr)
 	reply, err := s.runScriptList(ctx, "swarm: cheat_addrs.lua", cheatAddrsScript, btstore.CheatAddrsKeys(userID),
 		now, w.AddressWindow.Milliseconds(), w.MaxAddresses, w.SignalPeriod.Milliseconds(), maxAddressesKept, address, now)
 	if err != nil {

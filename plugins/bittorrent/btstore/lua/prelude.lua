@@ -92,16 +92,33 @@ local user_fields = {'peers', 'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'do
   'up_credit', 'down_credit', 'seq', 'complete', 'bits', 'ver', 'first_announce', 'token', 'token_used',
   'token_ended', 'fed_seq'}
 
+-- The user record's fields stamping when each cheat signal last fired on
+-- it (ms), by the signal's code (R.CHEAT_*), so a signal fires once per
+-- user, torrent and period.
+local cheat_fields = {'cheat_no_leecher', 'cheat_upload_rate', 'cheat_over_download'}
+
+-- user_fields, then the ledger ring's next entry (user_watch) and
+-- cheat_fields: what user_read reads for an announce user_watch sees.
+local user_watched_fields = {unpack(user_fields)}
+user_watched_fields[#user_watched_fields + 1] = 'ledger_next'
+for _, name in ipairs(cheat_fields) do user_watched_fields[#user_watched_fields + 1] = name end
+
 -- A user's record on one torrent, read with one HMGET. u.was keeps the
--- values read, so user_write writes only what changed. token is the
+-- values read, so user_write writes only what changed. watched (true:
+-- user_watch will run) reads the ledger and the cheat stamps in the same
+-- HMGET, into u.watched (ledger_next first, then cheat_fields' order), so
+-- the ledger costs no command of its own. token is the
 -- personal freeleech token's end (ms, 0: it never ends; nil: no token),
 -- token_used and token_ended when it was first used and seen ended (ms).
-local function user_read(key)
-  local v = redis.call('HMGET', key, unpack(user_fields))
+local function user_read(key, watched)
+  local v = redis.call('HMGET', key, unpack(watched and user_watched_fields or user_fields))
   local n = #user_numbers
   local u = {was = {}, complete = v[n + 1] == '1', bits = tonumber(v[n + 2]) or -1,
     ver = tonumber(v[n + 3]) or 0, first = v[n + 4], token = tonumber(v[n + 5]),
     token_used = v[n + 6], token_ended = v[n + 7], fed_seq = tonumber(v[n + 8]) or 0}
+  if watched then
+    u.watched = {unpack(v, #user_fields + 1)}
+  end
   for i, name in ipairs(user_numbers) do
     u[name] = tonumber(v[i]) or 0
     u.was[name] = u[name]
@@ -266,15 +283,11 @@ local function watch_read(text)
     factor = tonumber(factor)}
 end
 
--- The user record's fields stamping when each cheat signal last fired on
--- it (ms), by the signal's code (R.CHEAT_*), so a signal fires once per
--- user, torrent and period.
-local cheat_fields = {'cheat_no_leecher', 'cheat_upload_rate', 'cheat_over_download'}
-
 -- user_watch appends one announce with transfer to the record's ledger
--- and checks the per-torrent cheat signals; both are written with the
--- record by user_write (u.extra), so they cost one HMGET, and only for
--- announces with a delta. The ledger is a ring of w.ledger fields in the
+-- and checks the per-torrent cheat signals; both are read with the
+-- record by user_read (u.watched) and written with it by user_write
+-- (u.extra), so they cost no command of their own, and only announces
+-- with a delta read them. The ledger is a ring of w.ledger fields in the
 -- record, "l0", "l1", ..., the next to write in ledger_next, each entry
 -- "time,raw up,raw down,credited up,credited down,ms since the peer's
 -- previous announce" with a credited figure left empty when it equals
@@ -296,7 +309,7 @@ local cheat_fields = {'cheat_no_leecher', 'cheat_upload_rate', 'cheat_over_downl
 --     figures downloaded, size, download delta.
 -- Returns a flat list of fired signals, four numbers each (code, three
 -- figures), each at most once per w.period per user and torrent.
-local function user_watch(key, u, a, c_up, c_down, now, w)
+local function user_watch(u, a, c_up, c_down, now, w)
   local hits = {}
   if w.ghost and a.d_up > 0 and a.gap > 0 and a.others == 0 and a.leecher_left < now - a.gap then
     hits[#hits + 1] = {R.CHEAT_NO_LEECHER, a.d_up, now - a.gap, a.leecher_left}
@@ -309,7 +322,7 @@ local function user_watch(key, u, a, c_up, c_down, now, w)
   end
   local fired = {}
   if w.ledger == 0 and #hits == 0 then return fired end
-  local v = redis.call('HMGET', key, 'ledger_next', unpack(cheat_fields))
+  local v = u.watched -- read with the record (user_read)
   local extra = {}
   if w.ledger > 0 then
     local next_entry = tonumber(v[1]) or 0
@@ -317,7 +330,7 @@ local function user_watch(key, u, a, c_up, c_down, now, w)
     if c_up ~= a.d_up then up_credit = int(c_up) end
     if c_down ~= a.d_down then down_credit = int(c_down) end
     extra[1] = 'l' .. int(next_entry % w.ledger)
-    extra[2] = int(now) .. ',' .. int(a.d_up) .. ',' .. int(a.d_down) .. ',' .. up_credit .. ',' .. down_credit
+    extra[2] = string.format('%.0f,%.0f,%.0f,', now, a.d_up, a.d_down) .. up_credit .. ',' .. down_credit
       .. ',' .. int(a.gap)
     extra[3], extra[4] = 'ledger_next', int(next_entry + 1)
   end
@@ -350,15 +363,16 @@ end
 -- token's first use (ms as text, or false), user_feed's mark and the
 -- cheat signals fired (user_watch; an empty list when none).
 local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hnr_ratio, rates, dirty, w)
-  local u = user_read(key)
+  local watched = rates and w and (a.d_up > 0 or a.d_down > 0)
+  local u = user_read(key, watched)
   u.uploaded = u.uploaded + a.d_up
   u.downloaded = u.downloaded + a.d_down
   local c_up, c_down, token_event = 0, 0, 0
   local fired = {}
   if rates then
     c_up, c_down, token_event = user_credit(u, a.d_up, a.d_down, rates, now)
-    if w and (a.d_up > 0 or a.d_down > 0) then
-      fired = user_watch(key, u, a, c_up, c_down, now, w)
+    if watched then
+      fired = user_watch(u, a, c_up, c_down, now, w)
     end
   end
   if a.was_seeder then
