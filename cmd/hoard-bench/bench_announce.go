@@ -140,21 +140,30 @@ func (o *announceBenchOptions) validate() error {
 	case o.concurrency < 1 || o.concurrency > maxBenchConcurrency:
 		return fmt.Errorf("--concurrency must be between 1 and %d", maxBenchConcurrency)
 	}
-	if len(o.modes) == 0 {
-		return errors.New("--modes names no mode")
-	}
-	for _, m := range o.modes {
-		switch btloadgen.Mode(m) {
-		case btloadgen.ModeHTTPKeepAlive, btloadgen.ModeHTTPClose, btloadgen.ModeUDP:
-		default:
-			return fmt.Errorf("--modes: unknown mode %q (want %s, %s or %s)", m, btloadgen.ModeHTTPKeepAlive, btloadgen.ModeHTTPClose, btloadgen.ModeUDP)
-		}
+	if err := checkAnnounceModes(o.modes); err != nil {
+		return err
 	}
 	if o.cpuProfile != "" && o.plugin != "" {
 		return errors.New(`--cpuprofile profiles this process: run the tracker in it with --plugin ""`)
 	}
 	if o.warmup == 0 {
 		o.warmup = o.announces
+	}
+	return nil
+}
+
+// checkAnnounceModes refuses an empty or unknown --modes (both announce
+// benches take the same modes).
+func checkAnnounceModes(modes []string) error {
+	if len(modes) == 0 {
+		return errors.New("--modes names no mode")
+	}
+	for _, m := range modes {
+		switch btloadgen.Mode(m) {
+		case btloadgen.ModeHTTPKeepAlive, btloadgen.ModeHTTPClose, btloadgen.ModeUDP:
+		default:
+			return fmt.Errorf("--modes: unknown mode %q (want %s, %s or %s)", m, btloadgen.ModeHTTPKeepAlive, btloadgen.ModeHTTPClose, btloadgen.ModeUDP)
+		}
 	}
 	return nil
 }

@@ -108,15 +108,8 @@ func (o *privateBenchOptions) validate() error {
 	case o.concurrency < 1 || o.concurrency > maxBenchConcurrency:
 		return fmt.Errorf("--concurrency must be between 1 and %d", maxBenchConcurrency)
 	}
-	if len(o.modes) == 0 {
-		return errors.New("--modes names no mode")
-	}
-	for _, m := range o.modes {
-		switch btloadgen.Mode(m) {
-		case btloadgen.ModeHTTPKeepAlive, btloadgen.ModeHTTPClose, btloadgen.ModeUDP:
-		default:
-			return fmt.Errorf("--modes: unknown mode %q", m)
-		}
+	if err := checkAnnounceModes(o.modes); err != nil {
+		return err
 	}
 	if o.warmup == 0 {
 		o.warmup = o.announces
