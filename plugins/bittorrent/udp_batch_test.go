@@ -65,15 +65,7 @@ func TestUDPBatchesReadsAndAnswersConcurrently(t *testing.T) {
 	c := dialUDPClient(t, "udp4", "", srv.Addr4())
 	c.connect()
 
-	send := func(req wire.UDPRequest) uint32 {
-		c.tx++
-		req.TransactionID = c.tx
-		if req.Action != wire.ActionConnect {
-			req.ConnectionID = c.connID
-		}
-		c.send(wire.AppendUDPRequest(nil, &req))
-		return c.tx
-	}
+	send := c.sendNext
 	blocker := send(udpAnnounce("", nil))
 	<-gate.entered // the reader is inside the store with the first announce
 	want := map[uint32]wire.Action{}
@@ -174,15 +166,7 @@ func TestUDPAnswersAReadsAnnouncesInOneStoreCall(t *testing.T) {
 	c := dialUDPClient(t, "udp4", "", srv.Addr4())
 	c.connect()
 
-	send := func(req wire.UDPRequest) uint32 {
-		c.tx++
-		req.TransactionID = c.tx
-		if req.Action != wire.ActionConnect {
-			req.ConnectionID = c.connID
-		}
-		c.send(wire.AppendUDPRequest(nil, &req))
-		return c.tx
-	}
+	send := c.sendNext
 	blocker := send(udpAnnounce("", nil))
 	<-store.entered // the reader is inside the store with the first announce
 	want := map[uint32]wire.Action{}
@@ -222,4 +206,16 @@ func TestUDPAnswersAReadsAnnouncesInOneStoreCall(t *testing.T) {
 	require.Equal(t, 1+announces-1, fake.swarmSize(testHash))
 	require.Equal(t, uint64(3), srv.reads.Load(), "the connect, the first announce, then the queued packets in one read")
 	require.Equal(t, uint64(announces), srv.Stats().Announces, "every announce but the refused one")
+}
+
+// sendNext sends req under the client's next transaction ID (and its
+// connection ID, but for a connect) and returns that ID.
+func (c *udpClient) sendNext(req wire.UDPRequest) uint32 {
+	c.tx++
+	req.TransactionID = c.tx
+	if req.Action != wire.ActionConnect {
+		req.ConnectionID = c.connID
+	}
+	c.send(wire.AppendUDPRequest(nil, &req))
+	return c.tx
 }
