@@ -171,22 +171,11 @@ func TestCreditCombinesTorrentAndWindows(t *testing.T) {
 }
 
 // tokenLog collects the token events a store reports.
-type tokenLog struct {
-	mu     sync.Mutex
-	events []swarm.TokenEvent
-}
+type tokenLog = eventLog[swarm.TokenEvent]
 
-func (l *tokenLog) add(_ context.Context, e swarm.TokenEvent) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.events = append(l.events, e)
-}
-
-func (l *tokenLog) kinds() []swarm.TokenEventKind {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+func tokenKinds(events []swarm.TokenEvent) []swarm.TokenEventKind {
 	var kinds []swarm.TokenEventKind
-	for _, e := range l.events {
+	for _, e := range events {
 		kinds = append(kinds, e.Kind)
 	}
 	return kinds
@@ -210,18 +199,18 @@ func TestPersonalToken(t *testing.T) {
 		f.announce(hash, alice, 1, passkey("passkeyA"), event(bittorrent.EventStarted))
 		f.announce(hash, bob, 2, passkey("passkeyB"), event(bittorrent.EventStarted))
 		f.announce(hash, alice, 1, passkey("passkeyA"), transfer(0, 0))
-		require.Empty(t, log.kinds(), "a token is used by a download, not by an announce")
+		require.Empty(t, tokenKinds(log.all()), "a token is used by a download, not by an announce")
 		f.announce(hash, alice, 1, passkey("passkeyA"), transfer(100, 1000))
 		f.announce(hash, bob, 2, passkey("passkeyB"), transfer(100, 1000))
 		f.announce(hash, alice, 1, passkey("passkeyA"), transfer(200, 2000))
-		require.Equal(t, []swarm.TokenEventKind{swarm.TokenUsed}, log.kinds())
+		require.Equal(t, []swarm.TokenEventKind{swarm.TokenUsed}, tokenKinds(log.all()))
 		f.clock.Advance(time.Hour) // it ends
 		f.announce(hash, alice, 1, passkey("passkeyA"), transfer(300, 3000))
 		f.announce(hash, alice, 1, passkey("passkeyA"), transfer(400, 4000))
-		require.Equal(t, []swarm.TokenEventKind{swarm.TokenUsed, swarm.TokenEnded}, log.kinds())
-		require.Equal(t, "alice", log.events[1].UserID)
-		require.Equal(t, "t1", log.events[1].TorrentID)
-		require.True(t, log.events[0].Used.Equal(log.events[1].Used), "both events name the grant by its first use")
+		require.Equal(t, []swarm.TokenEventKind{swarm.TokenUsed, swarm.TokenEnded}, tokenKinds(log.all()))
+		require.Equal(t, "alice", log.all()[1].UserID)
+		require.Equal(t, "t1", log.all()[1].TorrentID)
+		require.True(t, log.all()[0].Used.Equal(log.all()[1].Used), "both events name the grant by its first use")
 
 		got = f.onTorrent(hash, "alice")
 		require.Equal(t, int64(2000), got.DownCredited, "free until the end, then counted")

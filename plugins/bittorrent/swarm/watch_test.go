@@ -15,26 +15,37 @@ import (
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )
 
-// cheatLog collects the cheat signals a store fires.
-type cheatLog struct {
-	mu      sync.Mutex
-	signals []swarm.CheatSignal
+// eventLog collects what a store reports through a callback (OnCheat,
+// OnToken).
+type eventLog[T any] struct {
+	mu    sync.Mutex
+	items []T
 }
 
-func (l *cheatLog) add(_ context.Context, s swarm.CheatSignal) {
+func (l *eventLog[T]) add(_ context.Context, e T) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.signals = append(l.signals, s)
+	l.items = append(l.items, e)
 }
 
-// take returns the signals fired since the last take.
-func (l *cheatLog) take() []swarm.CheatSignal {
+// take returns what was reported since the last take.
+func (l *eventLog[T]) take() []T {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := l.signals
-	l.signals = nil
+	out := l.items
+	l.items = nil
 	return out
 }
+
+// all returns everything reported, kept.
+func (l *eventLog[T]) all() []T {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]T(nil), l.items...)
+}
+
+// cheatLog collects the cheat signals a store fires.
+type cheatLog = eventLog[swarm.CheatSignal]
 
 func kinds(signals []swarm.CheatSignal) []swarm.CheatSignalKind {
 	var out []swarm.CheatSignalKind
