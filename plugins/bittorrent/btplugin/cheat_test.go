@@ -3,7 +3,6 @@ package btplugin_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -69,19 +68,10 @@ func TestCheatSignalsBesideAnHonestAria2Swarm(t *testing.T) {
 		require.NoError(t, store.AddClient(ctx, "-qB", "qBittorrent"))
 
 		dir := t.TempDir()
-		seedDir, leechDir := filepath.Join(dir, "seed"), filepath.Join(dir, "leech")
-		require.NoError(t, os.MkdirAll(seedDir, 0o755))
-		payload := make([]byte, 1<<20+777)
-		_, _ = rand.Read(payload)
-		require.NoError(t, os.WriteFile(filepath.Join(seedDir, "payload.bin"), payload, 0o644))
-		torrentFor := func(passkey string) string {
-			path := filepath.Join(dir, passkey[:1]+".torrent")
-			out, err := exec.Command("mktorrent", "-a", base+"/"+passkey+"/announce", "-l", "16",
-				"-o", path, filepath.Join(seedDir, "payload.bin")).CombinedOutput()
-			require.NoError(t, err, string(out))
-			return path
-		}
-		seedTorrent, leechTorrent := torrentFor(seedKey), torrentFor(leechKey)
+		leechDir := filepath.Join(dir, "leech")
+		seedDir, payload := writeSeedPayload(t, dir, 1<<20+777)
+		seedTorrent := passkeyTorrent(t, dir, seedDir, base, seedKey)
+		leechTorrent := passkeyTorrent(t, dir, seedDir, base, leechKey)
 		honest := infoHashOf(t, seedTorrent)
 		size := int64(len(payload))
 		require.NoError(t, store.Register(ctx, honest, swarm.Registration{ID: "honest", Size: size}))

@@ -3,7 +3,6 @@ package btplugin_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,19 +56,10 @@ func TestAria2TransferIsCreditedOnceUnderEachStatus(t *testing.T) {
 			t.Run(c.name, func(t *testing.T) {
 				t.Parallel()
 				dir := t.TempDir()
-				seedDir, leechDir := filepath.Join(dir, "seed"), filepath.Join(dir, "leech")
-				require.NoError(t, os.MkdirAll(seedDir, 0o755))
-				payload := make([]byte, 1<<20+int(i)*4099)
-				_, _ = rand.Read(payload)
-				require.NoError(t, os.WriteFile(filepath.Join(seedDir, "payload.bin"), payload, 0o644))
-				torrentFor := func(passkey string) string {
-					path := filepath.Join(dir, passkey[:1]+".torrent")
-					out, err := exec.Command("mktorrent", "-a", proxy+"/"+passkey+"/announce", "-l", "16",
-						"-o", path, filepath.Join(seedDir, "payload.bin")).CombinedOutput()
-					require.NoError(t, err, string(out))
-					return path
-				}
-				seedTorrent, leechTorrent := torrentFor(seedKey), torrentFor(leechKey)
+				leechDir := filepath.Join(dir, "leech")
+				seedDir, payload := writeSeedPayload(t, dir, 1<<20+int(i)*4099)
+				seedTorrent := passkeyTorrent(t, dir, seedDir, proxy, seedKey)
+				leechTorrent := passkeyTorrent(t, dir, seedDir, proxy, leechKey)
 				hash := infoHashOf(t, seedTorrent)
 				require.Equal(t, hash, infoHashOf(t, leechTorrent))
 				require.NoError(t, store.RegisterTorrent(ctx, hash, "t"+c.name))

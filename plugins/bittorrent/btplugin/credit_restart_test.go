@@ -160,22 +160,37 @@ func newCreditRig(t *testing.T, b redistest.Backend, size int) *creditRig {
 	require.NoError(t, r.store.AddUser(ctx, r.seedKey, "seeder"))
 	require.NoError(t, r.store.AddUser(ctx, r.leechKey, "leecher"))
 	require.NoError(t, r.store.AddClient(ctx, "A2-", "aria2"))
-	r.seedDir, r.leechDir = filepath.Join(r.dir, "seed"), filepath.Join(r.dir, "leech")
-	require.NoError(t, os.MkdirAll(r.seedDir, 0o755))
-	r.payload = make([]byte, size)
-	_, _ = rand.Read(r.payload)
-	require.NoError(t, os.WriteFile(filepath.Join(r.seedDir, "payload.bin"), r.payload, 0o644))
-	torrentFor := func(passkey string) string {
-		path := filepath.Join(r.dir, passkey[:1]+".torrent")
-		out, err := exec.Command("mktorrent", "-a", proxy+"/"+passkey+"/announce", "-l", "16",
-			"-o", path, filepath.Join(r.seedDir, "payload.bin")).CombinedOutput()
-		require.NoError(t, err, string(out))
-		return path
-	}
-	r.seedTorrent, r.leechTorrent = torrentFor(r.seedKey), torrentFor(r.leechKey)
+	r.leechDir = filepath.Join(r.dir, "leech")
+	r.seedDir, r.payload = writeSeedPayload(t, r.dir, size)
+	r.seedTorrent = passkeyTorrent(t, r.dir, r.seedDir, proxy, r.seedKey)
+	r.leechTorrent = passkeyTorrent(t, r.dir, r.seedDir, proxy, r.leechKey)
 	r.hash = infoHashOf(t, r.seedTorrent)
 	require.NoError(t, r.store.RegisterTorrent(ctx, r.hash, "31"))
 	return r
+}
+
+// writeSeedPayload writes size random bytes to dir/seed/payload.bin, the
+// file a seeder shares, and returns the seed directory and the bytes.
+func writeSeedPayload(t *testing.T, dir string, size int) (string, []byte) {
+	t.Helper()
+	seedDir := filepath.Join(dir, "seed")
+	require.NoError(t, os.MkdirAll(seedDir, 0o755))
+	payload := make([]byte, size)
+	_, _ = rand.Read(payload)
+	require.NoError(t, os.WriteFile(filepath.Join(seedDir, "payload.bin"), payload, 0o644))
+	return seedDir, payload
+}
+
+// passkeyTorrent makes dir/<passkey's first letter>.torrent of
+// seedDir/payload.bin, announcing to base/<passkey>/announce: one user's
+// copy of the torrent (the info-hash is the same for every passkey).
+func passkeyTorrent(t *testing.T, dir, seedDir, base, passkey string) string {
+	t.Helper()
+	path := filepath.Join(dir, passkey[:1]+".torrent")
+	out, err := exec.Command("mktorrent", "-a", base+"/"+passkey+"/announce", "-l", "16",
+		"-o", path, filepath.Join(seedDir, "payload.bin")).CombinedOutput()
+	require.NoError(t, err, string(out))
+	return path
 }
 
 // startSeeder runs an aria2c seeder whose upload is capped, so the
