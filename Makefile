@@ -125,7 +125,7 @@ unit: check-go
 	set -o pipefail; $(GO) test -json -short -count=1 -timeout 5m $(PKGS) | bin/testsummary
 
 # The long, sample-sized runs too (HOARD_TEST_LONG=1): the Bloom filter's
-# false-positive rate on 1M items at 1e-6 and 100 orphan-cleanup races per
+# false-positive rate on 1M items at 1e-6 and 40 segment-cleanup races per
 # backend. CI runs these.
 test-long:
 	HOARD_TEST_LONG=1 $(MAKE) test

@@ -248,23 +248,20 @@ func TestOrphanCleanupKeepsReferencedAndFreshFiles(t *testing.T) {
 	})
 }
 
-// TestOrphanCleanupRacesOffloadAndRefill runs cleanup in a loop with an
-// orphan protection window of a millisecond beside offload, refill and
-// claims on two frontends' offloaders sharing one directory, while stale
-// junk files appear under the names the next segments will take (a crash's
-// leftovers), and checks that every item is still handed out exactly once.
-// Staged segments get a long window of their own, so none is put back
-// mid-write: every segment is live while cleanup runs, and the test
-// requires that segments were committed and refilled during the race.
 // TestOrphanCleanupRacesOffloadAndRefill runs orphan cleanup as fast as it
 // can beside two offloaders, refills, claims and a writer of leftovers
 // named like the next segment. One race by default; HOARD_TEST_LONG=1 (make
-// test-long, CI) runs 100 per backend: thousands of segment commits under
-// cleanup.
+// test-long, CI) runs 40 per backend: each race commits 15-20 segments
+// under cleanup, so about 1,400 in all. (It was 100 per backend, about
+// 2.5 s each under -race: 500 s, most of CI's longest package.)
+// Staged segments get a long window of their own, so none is put back
+// mid-write: every segment is live while cleanup runs, and each race
+// requires that segments were committed and refilled, and that every item
+// was handed out exactly once.
 func TestOrphanCleanupRacesOffloadAndRefill(t *testing.T) {
 	races := 1
 	if os.Getenv("HOARD_TEST_LONG") != "" {
-		races = 100
+		races = 40
 	}
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		for race := range races {
