@@ -193,11 +193,16 @@ func TestAOFIsRewrittenByReplayTime(t *testing.T) {
 	client := clientFor(t, server)
 	require.NoError(t, client.ConfigSet(ctx, "auto-aof-rewrite-percentage", "0").Err(), "Redis's own trigger off")
 	fillAOF(ctx, t, client, 20<<20)
+	// On a loaded machine the fill is slow enough that a check can land
+	// mid-fill: that rewrite comes first and the fill grows the AOF past
+	// the floor again, so the next check rewrites it once more. What must
+	// hold is that a rewrite ends with the AOF the small dataset, not that
+	// exactly one happened.
 	require.Eventually(t, func() bool {
 		info, err := client.Info(ctx, "persistence").Result()
-		return err == nil && strings.Contains(info, "aof_rewrites:1") && strings.Contains(info, "aof_rewrite_in_progress:0")
-	}, 15*time.Second, 50*time.Millisecond, "a rewrite within a few checks")
-	require.Less(t, aofSize(ctx, t, client), int64(1<<20), "the rewritten AOF is the small dataset")
+		return err == nil && !strings.Contains(info, "aof_rewrites:0") &&
+			strings.Contains(info, "aof_rewrite_in_progress:0") && aofSize(ctx, t, client) < 1<<20
+	}, 15*time.Second, 50*time.Millisecond, "a rewrite within a few checks leaves the AOF the small dataset")
 	require.True(t, logged(recorder, "rewriting the AOF: its incremental part would take longer than the replay target to replay"))
 }
 
