@@ -88,7 +88,7 @@ func TestWebAdminInChromium(t *testing.T) {
 		require.NoError(t, os.MkdirAll(dir, 0o755))
 	}
 	raw, _ := json.Marshal(tokens)
-	line, runErr := runNodeScript(t, ctx, node, "admin.mjs", 300*time.Second, []string{"ADMIN_TOKENS=" + string(raw)}, "http://"+srv.Addr(), dir)
+	line, runErr := runNodeScript(t, ctx, node, "admin.mjs", nodeScriptBound, []string{"ADMIN_TOKENS=" + string(raw)}, "http://"+srv.Addr(), dir)
 	var res adminBrowserResult
 	require.NoError(t, json.Unmarshal([]byte(line), &res), line)
 	for _, s := range res.Steps {

@@ -92,7 +92,7 @@ func TestWebAdminPluginPagesInChromium(t *testing.T) {
 	}
 	hash := strings.Repeat("ab", 20)
 	raw, _ := json.Marshal(tokens)
-	line, runErr := runNodeScript(t, ctx, node, "adminplugins.mjs", 120*time.Second, []string{"ADMIN_TOKENS=" + string(raw), "HASH=" + hash}, "http://"+srv.Addr(), dir)
+	line, runErr := runNodeScript(t, ctx, node, "adminplugins.mjs", nodeScriptBound, []string{"ADMIN_TOKENS=" + string(raw), "HASH=" + hash}, "http://"+srv.Addr(), dir)
 	var res adminBrowserResult
 	require.NoError(t, json.Unmarshal([]byte(line), &res), line)
 	for _, s := range res.Steps {

@@ -1,12 +1,10 @@
 package server_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -118,22 +116,14 @@ func TestTrackerPageInChromium(t *testing.T) {
 	dir, err := filepath.Abs(dir)
 	require.NoError(t, err)
 	require.NoError(t, os.MkdirAll(dir, 0o755))
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, filepath.Join(e2eDir, "tracker.mjs"), f.url+"/tracker/", filepath.Join(dir, "tracker.png"))
-	cmd.WaitDelay = 5 * time.Second
-	out, runErr := cmd.Output()
-	line := strings.TrimSpace(string(out))
-	if i := strings.LastIndex(line, "\n{"); i >= 0 {
-		line = line[i+1:]
-	}
+	line, runErr := runNodeScript(t, t.Context(), node, "tracker.mjs", nodeScriptBound, nil, f.url+"/tracker/", filepath.Join(dir, "tracker.png"))
 	var res struct {
 		OK     bool                  `json:"ok"`
 		Tables map[string][][]string `json:"tables"`
 		Totals map[string]string     `json:"totals"`
 		Errors []string              `json:"errors"`
 	}
-	require.NoError(t, json.Unmarshal([]byte(line), &res), "tracker.mjs printed: %s (exit %v)", out, runErr)
+	require.NoError(t, json.Unmarshal([]byte(line), &res), "tracker.mjs printed: %s (exit %v)", line, runErr)
 	t.Logf("tracker.mjs: %s", line)
 	require.Empty(t, res.Errors)
 	require.True(t, res.OK, line)

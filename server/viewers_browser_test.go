@@ -128,7 +128,7 @@ func TestRatesAndETAInChromium(t *testing.T) {
 	dir, err = filepath.Abs(dir)
 	require.NoError(t, err)
 	require.NoError(t, os.MkdirAll(dir, 0o755))
-	line, runErr := runNodeScript(t, ctx, node, "rates.mjs", 90*time.Second, nil, dir, base+"/downloaders/alice/",
+	line, runErr := runNodeScript(t, ctx, node, "rates.mjs", nodeScriptBound, nil, dir, base+"/downloaders/alice/",
 		"young="+base+"/young/", "veteran="+base+"/veteran/")
 	t.Logf("rates.mjs: %s", line)
 	var res struct {
