@@ -64,11 +64,11 @@ const (
 )
 
 // FeedRound delivers the waiting rows of up to feedRoundLimit indexed
-// torrents per shard, one FeedBatch per torrent, and returns how many
-// rows it delivered. A batch deliver refuses stays waiting and is offered
-// again next round; the round goes on with the others and returns the
-// first error.
-func (s *Store) FeedRound(ctx context.Context, deliver func(context.Context, FeedBatch) error) (int, error) {
+// torrents per shard, one FeedBatch per torrent and one deliver call per
+// shard, and returns how many rows it delivered. The batches of a call
+// deliver refuses stay waiting and are offered again next round; the
+// round goes on with the other shards and returns the first error.
+func (s *Store) FeedRound(ctx context.Context, deliver func(context.Context, []FeedBatch) error) (int, error) {
 	rows := 0
 	var firstErr error
 	for shard := range btstore.FeedShards {
@@ -90,12 +90,13 @@ type feedTorrent struct {
 }
 
 // feedShard runs a round over one shard of the index. Each step is one
-// pipeline for all the shard's torrents taken (reading the rows and
-// counters, settling, taking torrents with no rows left off the index),
-// so a round costs Redis a few round trips per shard, not per torrent;
-// only the deliveries go one torrent at a time, each settled only after
-// its own delivery succeeded.
-func (s *Store) feedShard(ctx context.Context, shard int, deliver func(context.Context, FeedBatch) error) (int, error) {
+// call for all the shard's torrents taken: reading the rows and counters
+// (a pipeline), delivering (the plugin appends every batch to the outbox
+// in one script call), settling (a pipeline) and taking torrents with no
+// rows left off the index. So a round costs Redis a few round trips per
+// shard, not per torrent, and the rows are settled only once the
+// delivery of all of them succeeded.
+func (s *Store) feedShard(ctx context.Context, shard int, deliver func(context.Context, []FeedBatch) error) (int, error) {
 	index := btstore.FeedIndexKey(shard)
 	entries, err := s.rdb.ZRangeWithScores(ctx, index, 0, feedRoundLimit-1).Result()
 	if err != nil {
@@ -126,6 +127,7 @@ func (s *Store) feedShard(ctx context.Context, shard int, deliver func(context.C
 	_, _ = pipe.Exec(ctx) // errors are read per command
 
 	delivered := 0
+	var batches []FeedBatch
 	var settles []scriptCall
 	var settling []int // torrents' indexes, in settles' order
 	var emptied []any  // index members and scores of torrents with no rows left
@@ -141,17 +143,21 @@ func (s *Store) feedShard(ctx context.Context, shard int, deliver func(context.C
 		}
 		batch, settle := s.feedBatch(t.hash, t.rows.Val(), t.counter.Val())
 		if len(batch.Rows) > 0 {
-			if err := deliver(ctx, batch); err != nil {
-				firstErr = firstError(firstErr, fmt.Errorf("swarm.FeedRound: delivering %s: %w", t.member, err))
-				continue
-			}
+			batches = append(batches, batch)
+			delivered += len(batch.Rows)
 		}
-		if s.feedHook != nil {
-			s.feedHook(batch)
-		}
-		delivered += len(batch.Rows)
 		settles = append(settles, scriptCall{keys: []string{btstore.FeedRowsKey(t.hash)}, args: settle})
 		settling = append(settling, i)
+	}
+	if len(batches) > 0 {
+		if err := deliver(ctx, batches); err != nil {
+			return 0, firstError(firstErr, fmt.Errorf("swarm.FeedRound: delivering shard %d: %w", shard, err))
+		}
+	}
+	if s.feedHook != nil {
+		for _, batch := range batches {
+			s.feedHook(batch)
+		}
 	}
 	for j, cmd := range s.runScriptsPipelined(ctx, feedSettleScript, settles) {
 		left, err := cmd.Int64()

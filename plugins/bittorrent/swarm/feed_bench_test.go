@@ -61,7 +61,7 @@ func BenchmarkFeed(b *testing.B) {
 			}
 			rows := 0
 			round := func() {
-				n, err := store.FeedRound(ctx, func(context.Context, swarm.FeedBatch) error { return nil })
+				n, err := store.FeedRound(ctx, func(context.Context, []swarm.FeedBatch) error { return nil })
 				if err != nil {
 					b.Fatal(err)
 				}
