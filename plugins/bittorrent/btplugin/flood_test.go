@@ -31,7 +31,7 @@ import (
 // every refusal is answered with a failure reason and counted.
 
 // eachMaster runs fn on the backend's one server or on every master.
-func eachMaster(t *testing.T, b redistest.Backend, fn func(c *redis.Client)) {
+func eachMaster(t testing.TB, b redistest.Backend, fn func(c *redis.Client)) {
 	t.Helper()
 	switch c := b.Client.(type) {
 	case *redis.ClusterClient:
