@@ -230,6 +230,9 @@ type announceRun struct {
 	// scriptTime is the time Redis spent inside EVAL/EVALSHA (its
 	// commandstats), a part of redisCPU.
 	scriptTime time.Duration
+	// settled is how long after the run its CPU was still counted
+	// (announce-private: until the run's work was done)
+	settled time.Duration
 }
 
 func benchAnnounce(ctx context.Context, o announceBenchOptions) error {
