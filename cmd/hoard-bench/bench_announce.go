@@ -230,6 +230,9 @@ type announceRun struct {
 	// scriptTime is the time Redis spent inside EVAL/EVALSHA (its
 	// commandstats), a part of redisCPU.
 	scriptTime time.Duration
+	// settled is how long after the run its CPU was still counted
+	// (announce-private: until the run's work was done)
+	settled time.Duration
 }
 
 func benchAnnounce(ctx context.Context, o announceBenchOptions) error {
@@ -654,27 +657,11 @@ func redisCPU(ctx context.Context, rdb *redis.Client) (time.Duration, error) {
 // redisScriptTime is the time Redis has spent inside EVAL and EVALSHA
 // (INFO commandstats; the commands a script calls are inside it too).
 func redisScriptTime(ctx context.Context, rdb *redis.Client) (time.Duration, error) {
-	info, err := rdb.Info(ctx, "commandstats").Result()
+	stats, err := redisCommandStats(ctx, rdb)
 	if err != nil {
-		return 0, fmt.Errorf("redis INFO commandstats: %w", err)
+		return 0, err
 	}
-	var usec int64
-	for _, line := range strings.Split(info, "\n") {
-		name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
-			continue
-		}
-		for _, field := range strings.Split(stats, ",") {
-			if value, ok := strings.CutPrefix(field, "usec="); ok {
-				n, err := strconv.ParseInt(value, 10, 64)
-				if err != nil {
-					return 0, fmt.Errorf("redis INFO commandstats %s: %w", name, err)
-				}
-				usec += n
-			}
-		}
-	}
-	return time.Duration(usec) * time.Microsecond, nil
+	return time.Duration(stats["evalsha"].usec+stats["eval"].usec) * time.Microsecond, nil
 }
 
 // reportAnnounceProfile merges the per-run profiles into path and prints

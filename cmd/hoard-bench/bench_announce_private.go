@@ -19,14 +19,24 @@ import (
 	"github.com/hoardproject/hoard/plugins"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
 	"github.com/hoardproject/hoard/plugins/bittorrent/btplugin"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
 )
 
 // The private announce benchmark (issue 28): hoard's tracker in private
 // mode, registered torrents and users whose passkeys are in the announce
 // URLs, every announce reporting transfer, once with accounting on (credited
-// transfer, the feed's dirty marks) and once with accounting.off, in turn.
-// Each configuration has its own redis-server, so neither sees the other's
-// records and each one's Redis CPU is its own.
+// transfer, the ledger, the feed to the site) and once with accounting.off,
+// in turn. Each configuration has its own redis-server, so neither sees the
+// other's records and each one's Redis CPU is its own.
+//
+// Each peer stays on one torrent (btloadgen's Sticky) and the warm-up
+// announces every peer about twice, so the measured announces are
+// re-announces with a delta to credit, as a tracker's steady state is. The
+// feed runs (both trackers have an outbox the site would poll) every
+// --feed-interval, 1s by default: shorter than the time between a peer's
+// announces here, as a real feed's 10s is against a client's 30 min, so a
+// record is clean again by its next announce and each announce pays the
+// feed's mark and its share of a round, in every measured run.
 
 type privateBenchOptions struct {
 	modes       []string
@@ -42,6 +52,10 @@ type privateBenchOptions struct {
 	seed        uint64
 	pipelines   int
 	plugin      string
+	feed        time.Duration
+	// onAccounting is JSON merged into the accounting-on tracker's
+	// "accounting" settings, to tell its parts' costs apart
+	onAccounting string
 }
 
 // privateBenchClient is the peer_id prefix btloadgen's peers send; private
@@ -61,7 +75,9 @@ URL data over UDP) and whitelisted client. Every announce reports uploaded
 and downloaded counters that grow, so accounting credits each one. Per mode,
 both are warmed up and then measured in turn, on, off, on, off, … (--runs
 each). It prints medians, the plugin's and Redis's CPU per announce, and the
-ratio on/off.`,
+ratio on/off. The CPU of a run counts until its work is done: 2 s after it
+for both, and with accounting on until the feed has delivered every row the
+run made.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return benchAnnouncePrivate(cmd.Context(), o)
@@ -72,7 +88,7 @@ ratio on/off.`,
 		"modes to run: http-keepalive, http-close, udp")
 	f.IntVar(&o.runs, "runs", 3, "measured runs per configuration and mode; medians are reported")
 	f.IntVar(&o.announces, "announces", 10_000, "announces per measured run")
-	f.IntVar(&o.warmup, "warmup", 0, "announces per configuration and mode before measuring (0: as many as --announces)")
+	f.IntVar(&o.warmup, "warmup", 0, "announces per configuration and mode before measuring (0: twice the peers, at least --announces)")
 	f.IntVar(&o.torrents, "torrents", 2_000, "registered torrents the announces spread over")
 	f.IntVar(&o.peers, "peers", 0, "simulated peers (0: 10 x --torrents)")
 	f.IntVar(&o.users, "users", 500, "registered users; peer p announces with user p mod --users's passkey")
@@ -82,6 +98,8 @@ ratio on/off.`,
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the torrents and peers")
 	f.IntVar(&o.pipelines, "announce-pipelines", 0, "hoard's shared announce pipelines (0: its default)")
 	f.StringVar(&o.plugin, "plugin", defaultPluginBinary(), `hoard-bittorrent binary the trackers run as ("": in this process; the plugin column is then "-")`)
+	f.DurationVar(&o.feed, "feed-interval", time.Second, "accounting.feed_interval of both trackers, each with an outbox (0: no outbox, so no feed)")
+	f.StringVar(&o.onAccounting, "on-accounting", "", `JSON object merged into the accounting-on tracker's "accounting" settings, e.g. {"ledger_entries":0} to measure without the ledger`)
 	return cmd
 }
 
@@ -107,12 +125,23 @@ func (o *privateBenchOptions) validate() error {
 		return errors.New("--announce-pipelines must be between -1 and 64")
 	case o.concurrency < 1 || o.concurrency > maxBenchConcurrency:
 		return fmt.Errorf("--concurrency must be between 1 and %d", maxBenchConcurrency)
+	case o.feed < 0 || (o.feed > 0 && o.feed < 100*time.Millisecond) || o.feed > time.Hour:
+		return errors.New("--feed-interval must be 0 (no feed) or between 100ms and 1h")
 	}
 	if err := checkAnnounceModes(o.modes); err != nil {
 		return err
 	}
+	if o.onAccounting != "" {
+		var extra map[string]any
+		if err := json.Unmarshal([]byte(o.onAccounting), &extra); err != nil {
+			return fmt.Errorf("--on-accounting: want a JSON object of accounting settings: %w", err)
+		}
+	}
+	if o.peers == 0 {
+		o.peers = 10 * o.torrents
+	}
 	if o.warmup == 0 {
-		o.warmup = o.announces
+		o.warmup = min(max(o.announces, 2*o.peers), maxBenchAnnounces)
 	}
 	return nil
 }
@@ -130,11 +159,23 @@ func privatePasskey(i int) string { return fmt.Sprintf("benchpasskey%020d", i) }
 
 func privateUserID(i int) string { return fmt.Sprintf("u%d", i) }
 
+// settings are a configuration's plugin settings. With the feed, both
+// have an outbox (no webhook: a site would poll it), so the only
+// difference is accounting.
 func (o *privateBenchOptions) settings(accounting bool) json.RawMessage {
+	acct := map[string]any{}
+	if accounting && o.onAccounting != "" {
+		_ = json.Unmarshal([]byte(o.onAccounting), &acct) // checked by validate
+	}
+	acct["off"] = !accounting
 	raw := map[string]any{"mode": "private", "http": "127.0.0.1:0", "udp4": "127.0.0.1:0", "udp6": "",
 		"announce_pipelines": o.pipelines,
 		"limits":             map[string]any{"announce_rate": -1, "max_peers_per_torrent": -1},
-		"accounting":         map[string]any{"off": !accounting}}
+		"accounting":         acct}
+	if o.feed > 0 {
+		acct["feed_interval"] = o.feed.String()
+		raw["outbox"] = map[string]any{}
+	}
 	out, _ := json.Marshal(raw)
 	return out
 }
@@ -186,7 +227,7 @@ func (o *privateBenchOptions) loadConfig(mode btloadgen.Mode, target string, ann
 	return btloadgen.Config{
 		Mode: mode, Target: target, Torrents: o.torrents, Peers: o.peers, Seed: o.seed,
 		NumWant: o.numWant, SeederFraction: seeders, Concurrency: o.concurrency, Announces: announces,
-		Paths: paths, Transfer: true,
+		Paths: paths, Transfer: true, Sticky: true,
 	}
 }
 
@@ -232,22 +273,30 @@ func benchAnnouncePrivate(ctx context.Context, o privateBenchOptions) error {
 	if o.plugin != "" {
 		where = "each a process " + o.plugin
 	}
-	peers := o.peers
-	if peers == 0 {
-		peers = 10 * o.torrents
-	}
 	fmt.Printf("bench announce-private: trackers %s; GOMAXPROCS=%d; load average %s\n", where, runtime.GOMAXPROCS(0), loadAverage())
-	fmt.Printf("load: %d torrents, %d peers over %d users' passkeys, every announce reports transfer, numwant %d, %.0f%% seeders, %d in flight; per configuration and mode %d warm-up announces, then %d runs of %d (on, off, on, off, ...)\n",
-		o.torrents, peers, o.users, o.numWant, 100*o.seeders, o.concurrency, o.warmup, o.runs, o.announces)
+	fmt.Printf("load: %d torrents, %d peers (each on one torrent) over %d users' passkeys, every announce reports transfer, numwant %d, %.0f%% seeders, %d in flight; per configuration and mode %d warm-up announces, then %d runs of %d (on, off, on, off, ...)\n",
+		o.torrents, o.peers, o.users, o.numWant, 100*o.seeders, o.concurrency, o.warmup, o.runs, o.announces)
+	if o.feed > 0 {
+		fmt.Printf("feed: both trackers have an outbox; accounting.feed_interval %s\n", o.feed)
+	} else {
+		fmt.Println("feed: off (no outbox)")
+	}
+	if o.onAccounting != "" {
+		fmt.Printf("accounting-on's accounting settings also: %s\n", o.onAccounting)
+	}
 
 	type modeFigures struct {
 		mode btloadgen.Mode
 		runs [][]announceRun
+		// commands per target: INFO commandstats over the measured runs
+		commands  []commandStats
+		announces []int64
 	}
 	var all []modeFigures
 	for _, m := range o.modes {
 		mode := btloadgen.Mode(m)
-		fig := modeFigures{mode: mode, runs: make([][]announceRun, len(targets))}
+		fig := modeFigures{mode: mode, runs: make([][]announceRun, len(targets)),
+			commands: []commandStats{{}, {}}, announces: make([]int64, len(targets))}
 		for _, t := range targets {
 			res, err := btloadgen.Run(ctx, o.loadConfig(mode, t.addr(mode), o.warmup))
 			if err != nil {
@@ -256,15 +305,31 @@ func benchAnnouncePrivate(ctx context.Context, o privateBenchOptions) error {
 			if res.Announces == 0 {
 				return fmt.Errorf("%s %s warm-up: no announce succeeded (%s)", t.name, mode, res.FirstError)
 			}
+			if err := o.settle(ctx, t, &announceRun{}); err != nil {
+				return fmt.Errorf("%s %s warm-up: %w", t.name, mode, err)
+			}
 			fmt.Printf("  warm-up %-14s %-14s %s\n", mode, t.name, res)
 		}
 		for run := range o.runs {
 			for i, t := range targets {
+				before, err := redisCommandStats(ctx, t.redis)
+				if err != nil {
+					return err
+				}
 				r, err := measureAnnounceRun(ctx, o.loadConfig(mode, t.addr(mode), o.announces), t.announceTarget, t.redis, "")
 				if err != nil {
 					return fmt.Errorf("%s %s run %d: %w", t.name, mode, run+1, err)
 				}
-				fmt.Printf("  run %d   %-14s %-14s %s\n", run+1, mode, t.name, r.res)
+				if err := o.settle(ctx, t, &r); err != nil {
+					return fmt.Errorf("%s %s run %d: %w", t.name, mode, run+1, err)
+				}
+				after, err := redisCommandStats(ctx, t.redis)
+				if err != nil {
+					return err
+				}
+				fig.commands[i].add(before, after)
+				fig.announces[i] += r.res.Announces
+				fmt.Printf("  run %d   %-14s %-14s %s; done %s after\n", run+1, mode, t.name, r.res, r.settled.Round(time.Millisecond))
 				fig.runs[i] = append(fig.runs[i], r)
 			}
 		}
@@ -290,6 +355,13 @@ func benchAnnouncePrivate(ctx context.Context, o privateBenchOptions) error {
 		}
 		fmt.Printf("%-15s %-15s %10.2f\n", fig.mode, "on/off", rates[0]/rates[1])
 	}
+	fmt.Println("\nRedis commands per announce over the measured runs (INFO commandstats; a script's commands count on their own lines and inside evalsha's time), the 10 whose time differs most:")
+	fmt.Printf("%-15s %-22s %9s %9s %9s %9s\n", "mode", "command", "on calls", "off calls", "on us", "off us")
+	for _, fig := range all {
+		for _, d := range compareCommands(fig.commands[0], fig.announces[0], fig.commands[1], fig.announces[1], 10) {
+			fmt.Printf("%-15s %-22s %9.3f %9.3f %9.2f %9.2f\n", fig.mode, d.name, d.callsA, d.callsB, d.microsA, d.microsB)
+		}
+	}
 	// The configurations did what they say: user 0's totals, read once
 	// the trackers have flushed them (each flushes within a second).
 	for _, t := range targets {
@@ -301,6 +373,71 @@ func benchAnnouncePrivate(ctx context.Context, o privateBenchOptions) error {
 	return nil
 }
 
+// settleTime is how long the bench waits after a run, on both trackers,
+// so the run's written-behind announces (500 ms) and its flush (1 s) are
+// done and counted in the run's CPU.
+const settleTime = 2 * time.Second
+
+// settle waits until what run r left to do is done, and adds the CPU it
+// took to r: settleTime for both trackers, and with the feed, until the
+// feed's index is empty (every row the run made delivered), at most a
+// minute. Without it, a feed that falls behind the load would look cheap:
+// its work would land after the run (or in the other tracker's run).
+func (o *privateBenchOptions) settle(ctx context.Context, t *privateTarget, r *announceRun) error {
+	redisBefore, err := redisCPU(ctx, t.redis)
+	if err != nil {
+		return err
+	}
+	scriptBefore, err := redisScriptTime(ctx, t.redis)
+	if err != nil {
+		return err
+	}
+	var pluginBefore time.Duration
+	if t.processCPU != nil {
+		if pluginBefore, err = t.processCPU(); err != nil {
+			return err
+		}
+	}
+	start := time.Now()
+	time.Sleep(settleTime)
+	for o.feed > 0 && t.accounting {
+		waiting := int64(0)
+		for shard := range btstore.FeedShards {
+			n, err := t.redis.ZCard(ctx, btstore.FeedIndexKey(shard)).Result()
+			if err != nil {
+				return err
+			}
+			waiting += n
+		}
+		if waiting == 0 {
+			break
+		}
+		if time.Since(start) > time.Minute {
+			return fmt.Errorf("the feed still had %d torrents indexed a minute after the run", waiting)
+		}
+		time.Sleep(100 * time.Millisecond) // the feed runs on its own interval
+	}
+	r.settled = time.Since(start)
+	redisAfter, err := redisCPU(ctx, t.redis)
+	if err != nil {
+		return err
+	}
+	r.redisCPU += redisAfter - redisBefore
+	scriptAfter, err := redisScriptTime(ctx, t.redis)
+	if err != nil {
+		return err
+	}
+	r.scriptTime += scriptAfter - scriptBefore
+	if t.processCPU != nil {
+		pluginAfter, err := t.processCPU()
+		if err != nil {
+			return err
+		}
+		r.peerCPU += pluginAfter - pluginBefore
+	}
+	return nil
+}
+
 // reportCredit prints user 0's raw and credited totals on t's Redis, and
 // fails when they contradict the configuration (on: credited as raw, every
 // torrent being normal; off: nothing credited).
@@ -308,21 +445,28 @@ func (o *privateBenchOptions) reportCredit(ctx context.Context, t *privateTarget
 	user := privateUserID(0)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		var u struct{ up, down, upCredited, downCredited int64 }
+		var u struct{ up, down, upCredited, downCredited, fed int64 }
 		err := withPrivateStore(ctx, t.redisURL, o.settings(t.accounting), func(tr *btplugin.Tracker) error {
 			s, err := tr.Store().User(ctx, user)
 			u.up, u.down, u.upCredited, u.downCredited = s.Uploaded, s.Downloaded, s.UpCredited, s.DownCredited
+			if err != nil || tr.Outbox() == nil {
+				return err
+			}
+			c, err := tr.Outbox().Counts(ctx)
+			u.fed = c.Appended
 			return err
 		})
 		if err != nil {
 			return err
 		}
-		ok := u.up > 0 && (t.accounting == (u.upCredited > 0))
+		// The feed appends only with accounting on.
+		feedOK := o.feed == 0 || t.accounting == (u.fed > 0)
+		ok := u.up > 0 && (t.accounting == (u.upCredited > 0)) && feedOK
 		if ok || time.Now().After(deadline) {
-			fmt.Printf("%s: user %s uploaded %d, downloaded %d bytes; credited %d up, %d down\n",
-				t.name, user, u.up, u.down, u.upCredited, u.downCredited)
+			fmt.Printf("%s: user %s uploaded %d, downloaded %d bytes; credited %d up, %d down; outbox events appended %d\n",
+				t.name, user, u.up, u.down, u.upCredited, u.downCredited, u.fed)
 			if !ok {
-				return fmt.Errorf("%s: user %s's totals do not show the configuration", t.name, user)
+				return fmt.Errorf("%s: user %s's totals or the outbox do not show the configuration", t.name, user)
 			}
 			return nil
 		}

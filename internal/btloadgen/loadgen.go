@@ -62,6 +62,14 @@ type Config struct {
 	// bytes per second, so each re-announce of a peer has a positive
 	// delta to credit, across runs too (the counters never go back).
 	Transfer bool
+	// Sticky keeps each peer on one torrent (peer p always on the same
+	// one, spread at random), as a client re-announces the torrents it
+	// has, so every announce after a peer's first is a re-announce with
+	// the transfer since (with Transfer). Without it the torrent is drawn
+	// apart from the peer, so a (peer, torrent) pair almost never
+	// repeats: nearly every announce is that peer's first on the torrent,
+	// with no delta to credit.
+	Sticky bool
 	// Torrents is how many info-hashes to spread announces over (default
 	// 10000); they are InfoHashes(Seed, Torrents).
 	Torrents int
@@ -364,6 +372,9 @@ var transferEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 func (r *run) pick(rng *rand.Rand) announce {
 	t := rng.IntN(len(r.hashes))
 	p := uint64(rng.IntN(r.cfg.Peers))
+	if r.cfg.Sticky {
+		t = stickyTorrent(p, len(r.hashes))
+	}
 	a := announce{infoHash: r.hashes[t], key: uint32(p), path: r.cfg.Path}
 	if n := len(r.cfg.Paths); n > 0 {
 		a.path = r.cfg.Paths[p%uint64(n)]
@@ -389,6 +400,17 @@ func (r *run) pick(rng *rand.Rand) announce {
 		}
 	}
 	return a
+}
+
+// stickyTorrent is the torrent a Sticky peer announces on: its index
+// mixed (splitmix64's finaliser), so the peers of one torrent are not
+// also the peers of one passkey (Paths go by p mod len) or all seeders.
+func stickyTorrent(p uint64, torrents int) int {
+	x := p + 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	x ^= x >> 31
+	return int(x % uint64(torrents))
 }
 
 // workerStats is one worker's tally; merged after the run, so no locks.

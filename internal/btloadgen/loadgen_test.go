@@ -190,6 +190,38 @@ func TestRunSpreadsPathsAndReportsTransfer(t *testing.T) {
 	require.ErrorContains(t, err, "must start with /")
 }
 
+func TestRunStickyKeepsEachPeerOnOneTorrent(t *testing.T) {
+	torrentsPerPeer := func(sticky bool) (most int, announces map[bittorrent.PeerID]int) {
+		swarms := &countingSwarms{}
+		_, udpAddr := startTrackers(t, swarms)
+		res, err := Run(context.Background(), Config{Mode: ModeUDP, Target: udpAddr, Sticky: sticky, Transfer: true,
+			Announces: 300, Concurrency: 2, Torrents: 5, Peers: 20})
+		require.NoError(t, err)
+		require.Equal(t, int64(300), res.Announces, res.String())
+		on := map[bittorrent.PeerID]map[bittorrent.InfoHash]bool{}
+		announces = map[bittorrent.PeerID]int{}
+		for _, a := range swarms.seen() {
+			if on[a.PeerID] == nil {
+				on[a.PeerID] = map[bittorrent.InfoHash]bool{}
+			}
+			on[a.PeerID][a.InfoHash] = true
+			announces[a.PeerID]++
+		}
+		for _, hashes := range on {
+			most = max(most, len(hashes))
+		}
+		return most, announces
+	}
+	most, announces := torrentsPerPeer(true)
+	require.Equal(t, 1, most, "a sticky peer announces on one torrent")
+	require.Len(t, announces, 20, "every peer announced")
+	for id, n := range announces {
+		require.Greater(t, n, 1, "peer %x re-announced", id)
+	}
+	most, _ = torrentsPerPeer(false)
+	require.Greater(t, most, 1, "without Sticky a peer's torrent is drawn each time")
+}
+
 func TestRunCountsFailureReasons(t *testing.T) {
 	swarms := &countingSwarms{refuse: "Requested download is not authorized for use with this tracker."}
 	httpAddr, udpAddr := startTrackers(t, swarms)

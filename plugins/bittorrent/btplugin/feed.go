@@ -64,13 +64,27 @@ type SnatchEvent struct {
 // outbox.MaxBodyBytes (a row is at most about 350 bytes).
 const transferRowsPerEvent = 100
 
-// feedDeliverer appends a feed batch to the outbox: transfer events of at
-// most transferRowsPerEvent rows, ordered by user, each keyed by its
-// torrent and a digest of its rows' keys (the same rows make the same
-// key), and a snatch event per snatched row.
+// feedDeliverer appends feed batches to the outbox, all in one append
+// (one script call for a round's shard, not one per torrent): per batch,
+// transfer events of at most transferRowsPerEvent rows, ordered by user,
+// each keyed by its torrent and a digest of its rows' keys (the same rows
+// make the same key), and a snatch event per snatched row.
 type feedDeliverer struct{ ob *outbox.Outbox }
 
-func (d feedDeliverer) deliver(ctx context.Context, b swarm.FeedBatch) error {
+func (d feedDeliverer) deliver(ctx context.Context, batches []swarm.FeedBatch) error {
+	var events []outbox.Event
+	for _, b := range batches {
+		var err error
+		if events, err = appendFeedEvents(events, b); err != nil {
+			return err
+		}
+	}
+	// One append: the events are stored together or not at all.
+	return d.ob.Append(ctx, events)
+}
+
+// appendFeedEvents appends one batch's events to events.
+func appendFeedEvents(events []outbox.Event, b swarm.FeedBatch) ([]outbox.Event, error) {
 	hash := btstore.HexInfoHash(b.InfoHash)
 	at := func(ms int64) *time.Time {
 		if ms <= 0 {
@@ -80,7 +94,6 @@ func (d feedDeliverer) deliver(ctx context.Context, b swarm.FeedBatch) error {
 		return &t
 	}
 	rows := make([]TransferRow, 0, len(b.Rows))
-	var events []outbox.Event
 	for _, r := range b.Rows {
 		rows = append(rows, TransferRow{Key: swarm.FeedKey(r.UserID, b.InfoHash, r.Seq), UserID: r.UserID, Seq: r.Seq,
 			Uploaded: r.Uploaded, Downloaded: r.Downloaded, UpCredited: r.UpCredited, DownCredited: r.DownCredited,
@@ -88,7 +101,7 @@ func (d feedDeliverer) deliver(ctx context.Context, b swarm.FeedBatch) error {
 		if r.Snatched > 0 {
 			body, err := json.Marshal(SnatchEvent{UserID: r.UserID, InfoHash: hash, TorrentID: b.TorrentID, At: *at(r.Snatched)})
 			if err != nil {
-				return err
+				return nil, err
 			}
 			events = append(events, outbox.Event{Key: "snatch:" + r.UserID + ":" + hash, Kind: SnatchEventKind, Body: body})
 		}
@@ -103,13 +116,12 @@ func (d feedDeliverer) deliver(ctx context.Context, b swarm.FeedBatch) error {
 		body, err := json.Marshal(TransferEvent{InfoHash: hash, TorrentID: b.TorrentID, Seeders: b.Seeders, Leechers: b.Leechers,
 			Snatches: b.Snatches, LastSeeded: at(b.LastAction), LastActivity: at(b.Announced), Rows: chunk})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		events = append(events, outbox.Event{
 			Key:  "transfer:" + hash + ":" + strconv.Itoa(len(chunk)) + ":" + hex.EncodeToString(digest.Sum(nil)[:8]),
 			Kind: TransferEventKind, Body: body,
 		})
 	}
-	// One append: the events of a batch are stored together or not at all.
-	return d.ob.Append(ctx, events)
+	return events, nil
 }

@@ -50,7 +50,7 @@ func runFeedChild(redisURL string) int {
 		return 2
 	}
 	deliver := btplugin.FeedDeliverer(ob)
-	_, err = store.FeedRound(context.Background(), func(ctx context.Context, b swarm.FeedBatch) error {
+	_, err = store.FeedRound(context.Background(), func(ctx context.Context, b []swarm.FeedBatch) error {
 		if err := deliver(ctx, b); err != nil {
 			return err
 		}

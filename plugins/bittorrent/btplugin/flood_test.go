@@ -31,7 +31,7 @@ import (
 // every refusal is answered with a failure reason and counted.
 
 // eachMaster runs fn on the backend's one server or on every master.
-func eachMaster(t *testing.T, b redistest.Backend, fn func(c *redis.Client)) {
+func eachMaster(t testing.TB, b redistest.Backend, fn func(c *redis.Client)) {
 	t.Helper()
 	switch c := b.Client.(type) {
 	case *redis.ClusterClient:
@@ -380,9 +380,9 @@ func TestPrivateModePasskeyGuessingIsBounded(t *testing.T) {
 		require.LessOrEqual(t, gets, int64(misses+10), "only the misses before the block were looked up")
 		require.NoError(t, store.Flush(ctx))
 		// The honest user's re-announces (not the guesses) mark its record
-		// for the feed to the site: the torrent's dirty set and its feed
+		// for the feed to the site: the torrent's feed rows and its feed
 		// index entry may be new. Everything else must be as it was.
-		require.NoError(t, b.Client.Del(ctx, btstore.FeedDirtyKey(hash)).Err())
+		require.NoError(t, b.Client.Del(ctx, btstore.FeedRowsKey(hash)).Err())
 		require.NoError(t, b.Client.Del(ctx, btstore.FeedIndexKey(btstore.FeedShard(hash))).Err())
 		require.Equal(t, keysBefore, dbSize(t, b), "guessing writes nothing")
 		grown := infoSum(t, b, "memory", usedMemoryRE) - memBefore

@@ -105,7 +105,7 @@ const (
 	sufScoreTrackersAt = "score:trackers_at"
 	sufScoreHistory    = "score:history"
 	sufDeleted         = "deleted"
-	sufFeedDirty       = "feed:dirty"
+	sufFeedRows        = "feed:rows"
 	// families: the prefix is followed by a peer id, a user id, a source
 	// id or the unique-IP metric's rest
 	sufPeer         = "peer:"
@@ -122,18 +122,21 @@ func AnnounceKeys(hash bittorrent.InfoHash, peer bittorrent.PeerID, userID strin
 	return []string{k.Torrent, k.Seeders, k.Leechers, k.Deadlines,
 		k.Peer(peer[:]), k.Timeout(peer[:], userID), k.User(userID), k.prefix + sufReaper,
 		k.prefix + sufSnatchers, k.prefix + sufReaperClaims, k.prefix + sufUsers, k.prefix + sufOwners,
-		k.prefix + sufDeleted, k.prefix + sufFeedDirty}
+		k.prefix + sufDeleted, k.prefix + sufFeedRows}
 }
 
-// FeedDirtyKey lists the users whose record on the torrent has figures
-// not yet fed to the site (SET of user ids): announce.lua adds a user
-// when its record changes while clean (prelude's user_feed), and
-// feed_settle.lua removes it once the feed delivered the record's seq.
-func FeedDirtyKey(hash bittorrent.InfoHash) string { return torrentPrefix(hash) + sufFeedDirty }
+// FeedRowsKey holds the torrent's feed rows not yet fed to the site
+// (HASH user id -> "seq,uploaded,downloaded,up_credit,down_credit,
+// seed_ms,leech_ms,snatched,last_announce"): the user's record on the
+// torrent at its newest seq. The script that changes a record's fed
+// figures writes its row here in the same call (prelude's user_feed), so
+// the feed reads rows without reading records, and feed_settle.lua
+// deletes a row once the feed delivered its seq.
+func FeedRowsKey(hash bittorrent.InfoHash) string { return torrentPrefix(hash) + sufFeedRows }
 
-// FeedDirtyPattern matches every torrent's dirty set: the feed's backstop
-// scans for it, to index a torrent whose mark in FeedIndexKey was lost.
-const FeedDirtyPattern = Prefix + "{*}:" + sufFeedDirty
+// FeedRowsPattern matches every torrent's feed rows: the feed's backstop
+// scans for them, to index a torrent whose mark in FeedIndexKey was lost.
+const FeedRowsPattern = Prefix + "{*}:" + sufFeedRows
 
 // FeedShards is how many shards the feed's index has. It is fixed:
 // changing it would strand the entries of the shards that went away.
@@ -145,30 +148,18 @@ func FeedShard(hash bittorrent.InfoHash) int { return int(hash[0]) % FeedShards 
 // FeedIndexKey is one shard of the feed's index (ZSET hex info-hash ->
 // ms it was marked): the torrents whose dirty set may have members. A
 // hint, written by the frontends' batched flush after announce.lua
-// reported a mark; the dirty sets are the truth (FeedDirtyPattern).
+// reported a mark; the rows are the truth (FeedRowsPattern).
 func FeedIndexKey(shard int) string { return Prefix + "{feed:" + strconv.Itoa(shard) + "}" }
 
-// FeedSettleKeys are feed_settle.lua's KEYS: the dirty set, then the
-// records of users.
-func FeedSettleKeys(hash bittorrent.InfoHash, users []string) []string {
-	k := KeysOf(hash)
-	keys := make([]string, 0, 1+len(users))
-	keys = append(keys, k.prefix+sufFeedDirty)
-	for _, user := range users {
-		keys = append(keys, k.User(user))
-	}
-	return keys
-}
-
 // RefreshKeys are refresh.lua's KEYS for the given peers, in order, with
-// their users ("" in open mode): the torrent's keys (the feed's dirty
-// set among them), then per peer its
+// their users ("" in open mode): the torrent's keys (the feed's rows
+// among them), then per peer its
 // record, its timeout key and its user's record.
 func RefreshKeys(hash bittorrent.InfoHash, peers []bittorrent.PeerID, users []string) []string {
 	k := KeysOf(hash)
 	keys := make([]string, 0, 8+3*len(peers))
 	keys = append(keys, k.Torrent, k.Seeders, k.Leechers, k.Deadlines,
-		k.prefix+sufReaper, k.prefix+sufReaperClaims, k.prefix+sufUsers, k.prefix+sufFeedDirty)
+		k.prefix+sufReaper, k.prefix+sufReaperClaims, k.prefix+sufUsers, k.prefix+sufFeedRows)
 	for i := range peers {
 		keys = append(keys, k.Peer(peers[i][:]), k.Timeout(peers[i][:], users[i]), k.User(users[i]))
 	}
@@ -317,8 +308,8 @@ func ParseTimeoutKey(key string, validUser func(string) bool) (hash bittorrent.I
 // event), first_announce, last_announce, bits and ver (the state last
 // copied to the user's sets), up_credit and down_credit (the credited
 // transfer), token, token_used and token_ended (the user's personal
-// freeleech token on the torrent: see token_set.lua), seq and fed_seq (the
-// feed's numbering of the fed figures, and the last seq delivered).
+// freeleech token on the torrent: see token_set.lua) and seq (the feed's
+// numbering of the fed figures; FeedRowsKey).
 // Private mode only; it is the hit-and-run truth, so it has no TTL.
 func UserTorrentKey(hash bittorrent.InfoHash, userID string) string {
 	return KeysOf(hash).User(userID)

@@ -33,7 +33,7 @@ const (
 	KindPending         Kind = "pending"
 	KindIPM             Kind = "ipm"
 	KindDeleted         Kind = "deleted"
-	KindFeedDirty       Kind = "feed_dirty"
+	KindFeedRows        Kind = "feed_rows"
 )
 
 // Record describes one kind of record a torrent owns: the suffix after
@@ -80,7 +80,7 @@ var torrentRecords = []Record{
 	// cleanup passes it by
 	{Kind: KindDeleted, Suffix: sufDeleted, Owner: "swarm"},
 	// the users whose figures the feed has not delivered yet
-	{Kind: KindFeedDirty, Suffix: sufFeedDirty, Owner: "swarm"},
+	{Kind: KindFeedRows, Suffix: sufFeedRows, Owner: "swarm"},
 }
 
 // orphanFixedKinds is how many rows of torrentRecords are

@@ -66,7 +66,7 @@ func (c *Cleaner) torrentPage(ctx context.Context, src source, cursor uint64, re
 		case btstore.KindScore, btstore.KindScoreHistory, btstore.KindScoreTrackers, btstore.KindScoreTrackersAt:
 			// fixed KEYS of every call: the group is all it needs, so a
 			// torrent of which only scoring's keys are left is looked at
-		case btstore.KindSnatchers, btstore.KindClaims, btstore.KindFeedDirty:
+		case btstore.KindSnatchers, btstore.KindClaims, btstore.KindFeedRows:
 			// the finishing call deletes these by name
 			g.later = append(g.later, key)
 			g.laterKinds = append(g.laterKinds, string(kind))
@@ -196,8 +196,8 @@ func (c *Cleaner) finishCall(hash bittorrent.InfoHash, users, extra []string) ev
 			keys, kinds = append(keys, key), append(kinds, string(btstore.KindUser))
 		}
 	}
-	// the feed's marks of the records that go (no walk need find them)
-	keys, kinds = append(keys, btstore.FeedDirtyKey(hash)), append(kinds, string(btstore.KindFeedDirty))
+	// the feed's rows of the records that go (no walk need find them)
+	keys, kinds = append(keys, btstore.FeedRowsKey(hash)), append(kinds, string(btstore.KindFeedRows))
 	return c.torrentCall(hash, keys, kinds, true)
 }
 

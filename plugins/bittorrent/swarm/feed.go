@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -15,20 +16,22 @@ import (
 
 // The feed to the site (docs/bittorrent-site.md, "The feed"). Each user's
 // record on a torrent numbers every change of its fed figures (seq), and
-// a record that changes while clean joins the torrent's dirty set, in the
-// same script (prelude's user_feed); the frontend then indexes the
-// torrent (btstore.FeedIndexKey) in its batched flush. A feed round reads
-// the indexed torrents' dirty records, hands them to the deliverer (the
-// plugin appends them to the outbox) and only then marks what it
-// delivered fed (feed_settle.lua), unless the record moved on meanwhile.
+// the same script puts the record's row at that seq in the torrent's
+// feed rows (btstore.FeedRowsKey; prelude's user_feed), replacing the
+// user's row not yet fed. A row new there is a mark: the frontend then
+// indexes the torrent (btstore.FeedIndexKey) in its batched flush. A feed
+// round reads the indexed torrents' rows (never the records), hands them
+// to the deliverer (the plugin appends them to the outbox) and only then
+// deletes what it delivered (feed_settle.lua), unless a row moved on
+// meanwhile.
 //
 // So every row is a record's cumulative figures at one seq: delivering a
 // row twice (a crash between delivery and settling, two frontends in the
 // same round) sends the same row with the same key, which the outbox and
-// the site drop; no change is ever left out, because a record leaves the
-// dirty set only when the seq delivered is its newest. A mark lost to a
-// kill -9 before the flush leaves a dirty set that no index names: the
-// backstop (FeedBackstop) scans for dirty sets and indexes them again.
+// the site drop; no change is ever left out, because a row goes only when
+// the seq delivered is its newest. A mark lost to a kill -9 before the
+// flush leaves rows that no index names: the backstop (FeedBackstop)
+// scans for rows and indexes their torrents again.
 
 // FeedRow is one user's cumulative figures on one torrent at Seq.
 type FeedRow struct {
@@ -40,7 +43,7 @@ type FeedRow struct {
 	Snatched                 int64 // ms of the user's snatch, 0 when none
 }
 
-// FeedBatch is one torrent's dirty records with its counters as read.
+// FeedBatch is one torrent's waiting rows with its counters as read.
 type FeedBatch struct {
 	InfoHash   bittorrent.InfoHash
 	TorrentID  string
@@ -53,116 +56,189 @@ type FeedBatch struct {
 }
 
 // feedRoundLimit bounds the torrents one round takes from each shard, and
-// feedRowsLimit the records it reads from one torrent, so a round is
+// feedRowsLimit the rows it reads from one torrent, so a round is
 // short; what is left waits for the next.
 const (
 	feedRoundLimit = 100
 	feedRowsLimit  = 500
 )
 
-// FeedRound delivers the dirty records of up to feedRoundLimit indexed
-// torrents per shard, one FeedBatch per torrent, and returns how many
-// rows it delivered. A batch deliver refuses stays dirty and is offered
-// again next round; the round goes on with the others and returns the
-// first error.
-func (s *Store) FeedRound(ctx context.Context, deliver func(context.Context, FeedBatch) error) (int, error) {
+// FeedRound delivers the waiting rows of up to feedRoundLimit indexed
+// torrents per shard, one FeedBatch per torrent and one deliver call per
+// shard, and returns how many rows it delivered. The batches of a call
+// deliver refuses stay waiting and are offered again next round; the
+// round goes on with the other shards and returns the first error.
+func (s *Store) FeedRound(ctx context.Context, deliver func(context.Context, []FeedBatch) error) (int, error) {
 	rows := 0
 	var firstErr error
 	for shard := range btstore.FeedShards {
-		index := btstore.FeedIndexKey(shard)
-		entries, err := s.rdb.ZRangeWithScores(ctx, index, 0, feedRoundLimit-1).Result()
-		if err != nil {
-			return rows, fmt.Errorf("swarm.FeedRound: %w", err)
-		}
-		for _, entry := range entries {
-			member, _ := entry.Member.(string)
-			hash, ok := btstore.ParseHexInfoHash(member)
-			if !ok {
-				_ = s.rdb.ZRem(ctx, index, member).Err()
-				continue
-			}
-			n, left, err := s.feedTorrent(ctx, hash, deliver)
-			rows += n
-			if err != nil {
-				firstErr = firstError(firstErr, err)
-				continue
-			}
-			if left == 0 {
-				// Gone from the index only if no flush marked it since
-				// the read; a mark after this is a new ZADD.
-				if err := zremUnchangedScript.Run(ctx, s.rdb, []string{index}, member, entry.Score).Err(); err != nil {
-					firstErr = firstError(firstErr, err)
-				}
-			}
-		}
+		n, err := s.feedShard(ctx, shard, deliver)
+		rows += n
+		firstErr = firstError(firstErr, err)
 	}
 	return rows, firstErr
 }
 
-// feedTorrent delivers one torrent's dirty records and settles them; it
-// returns the rows delivered and how many users are still dirty.
-func (s *Store) feedTorrent(ctx context.Context, hash bittorrent.InfoHash, deliver func(context.Context, FeedBatch) error) (int, int64, error) {
-	users, err := s.rdb.SRandMemberN(ctx, btstore.FeedDirtyKey(hash), feedRowsLimit).Result()
+// feedTorrent is one indexed torrent in a round: its index entry as read,
+// then its rows and counters.
+type feedTorrent struct {
+	hash    bittorrent.InfoHash
+	member  string
+	score   float64
+	rows    *redis.KeyValueSliceCmd
+	counter *redis.SliceCmd
+}
+
+// feedShard runs a round over one shard of the index. Each step is one
+// call for all the shard's torrents taken: reading the rows and counters
+// (a pipeline), delivering (the plugin appends every batch to the outbox
+// in one script call), settling (a pipeline) and taking torrents with no
+// rows left off the index. So a round costs Redis a few round trips per
+// shard, not per torrent, and the rows are settled only once the
+// delivery of all of them succeeded.
+func (s *Store) feedShard(ctx context.Context, shard int, deliver func(context.Context, []FeedBatch) error) (int, error) {
+	index := btstore.FeedIndexKey(shard)
+	entries, err := s.rdb.ZRangeWithScores(ctx, index, 0, feedRoundLimit-1).Result()
 	if err != nil {
-		return 0, 0, fmt.Errorf("swarm.FeedRound: %w", err)
+		return 0, fmt.Errorf("swarm.FeedRound: %w", err)
 	}
-	if len(users) == 0 {
-		return 0, 0, nil
-	}
-	pipe := s.rdb.Pipeline()
-	torrent := pipe.HMGet(ctx, btstore.TorrentKey(hash), "id", "seeders", "leechers", "snatches", "last_action")
-	records := make([]*redis.SliceCmd, len(users))
-	for i, user := range users {
-		records[i] = pipe.HMGet(ctx, btstore.UserTorrentKey(hash, user), "seq", "uploaded", "downloaded", "up_credit",
-			"down_credit", "seed_ms", "leech_ms", "snatched", "last_announce")
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return 0, 0, fmt.Errorf("swarm.FeedRound: %w", err)
-	}
-	t := torrent.Val()
-	batch := FeedBatch{InfoHash: hash, TorrentID: replyString(t[0]), Seeders: replyInt(t[1]), Leechers: replyInt(t[2]),
-		Snatches: replyInt(t[3]), LastAction: replyInt(t[4])}
-	seqs := make([]any, 0, 2*len(users))
-	for i, user := range users {
-		v := records[i].Val()
-		seqs = append(seqs, replyString(v[0])) // nil (a record gone) settles as gone
-		if v[0] == nil {
+	torrents := make([]feedTorrent, 0, len(entries))
+	var firstErr error
+	for _, entry := range entries {
+		member, _ := entry.Member.(string)
+		hash, ok := btstore.ParseHexInfoHash(member)
+		if !ok {
+			if err := s.rdb.ZRem(ctx, index, member).Err(); err != nil {
+				firstErr = firstError(firstErr, fmt.Errorf("swarm.FeedRound: %w", err))
+			}
 			continue
 		}
-		batch.Rows = append(batch.Rows, FeedRow{UserID: user, Seq: replyInt(v[0]), Uploaded: replyInt(v[1]),
-			Downloaded: replyInt(v[2]), UpCredited: replyInt(v[3]), DownCredited: replyInt(v[4]),
-			SeedMillis: replyInt(v[5]), LeechMillis: replyInt(v[6]), Snatched: replyInt(v[7])})
-		batch.Announced = max(batch.Announced, replyInt(v[8]))
+		torrents = append(torrents, feedTorrent{hash: hash, member: member, score: entry.Score})
 	}
-	if len(batch.Rows) > 0 {
-		if err := deliver(ctx, batch); err != nil {
-			return 0, 0, fmt.Errorf("swarm.FeedRound: delivering %s: %w", btstore.HexInfoHash(hash), err)
+	if len(torrents) == 0 {
+		return 0, firstErr
+	}
+	pipe := s.rdb.Pipeline()
+	for i := range torrents {
+		t := &torrents[i]
+		t.rows = pipe.HRandFieldWithValues(ctx, btstore.FeedRowsKey(t.hash), feedRowsLimit)
+		t.counter = pipe.HMGet(ctx, btstore.TorrentKey(t.hash), "id", "seeders", "leechers", "snatches", "last_action")
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command
+
+	delivered := 0
+	var batches []FeedBatch
+	var settles []scriptCall
+	var settling []int // torrents' indexes, in settles' order
+	var emptied []any  // index members and scores of torrents with no rows left
+	for i := range torrents {
+		t := &torrents[i]
+		if err := firstError(t.rows.Err(), t.counter.Err()); err != nil && !errors.Is(err, redis.Nil) {
+			firstErr = firstError(firstErr, fmt.Errorf("swarm.FeedRound: %w", err))
+			continue
+		}
+		if len(t.rows.Val()) == 0 {
+			emptied = append(emptied, t.member, t.score)
+			continue
+		}
+		batch, settle := s.feedBatch(t.hash, t.rows.Val(), t.counter.Val())
+		if len(batch.Rows) > 0 {
+			batches = append(batches, batch)
+			delivered += len(batch.Rows)
+		}
+		settles = append(settles, scriptCall{keys: []string{btstore.FeedRowsKey(t.hash)}, args: settle})
+		settling = append(settling, i)
+	}
+	if len(batches) > 0 {
+		if err := deliver(ctx, batches); err != nil {
+			return 0, firstError(firstErr, fmt.Errorf("swarm.FeedRound: delivering shard %d: %w", shard, err))
 		}
 	}
 	if s.feedHook != nil {
-		s.feedHook(batch)
+		for _, batch := range batches {
+			s.feedHook(batch)
+		}
 	}
-	for _, user := range users {
-		seqs = append(seqs, user)
+	for j, cmd := range s.runScriptsPipelined(ctx, feedSettleScript, settles) {
+		left, err := cmd.Int64()
+		if err != nil {
+			firstErr = firstError(firstErr, fmt.Errorf("swarm.FeedRound: settling: %w", err))
+			continue
+		}
+		if left == 0 {
+			t := torrents[settling[j]]
+			emptied = append(emptied, t.member, t.score)
+		}
 	}
-	left, err := s.runScriptInt(ctx, "swarm.FeedRound", feedSettleScript, btstore.FeedSettleKeys(hash, users), seqs...)
-	if err != nil {
-		return len(batch.Rows), 0, err
+	if len(emptied) > 0 {
+		// Gone from the index only if no flush marked them since the
+		// read; a mark after it is a new ZADD, with a new score.
+		if err := zremUnchangedScript.Run(ctx, s.rdb, []string{index}, emptied...).Err(); err != nil {
+			firstErr = firstError(firstErr, fmt.Errorf("swarm.FeedRound: %w", err))
+		}
 	}
-	return len(batch.Rows), left, nil
+	return delivered, firstErr
 }
 
-// FeedBackstop indexes every torrent with a dirty set that the index
-// lacks (its mark was lost: a frontend killed before its flush), scanning
+// feedBatch is a torrent's batch from its waiting rows and its record's
+// counters (id, seeders, leechers, snatches, last_action), and
+// feed_settle.lua's ARGV for the rows in it.
+func (s *Store) feedBatch(hash bittorrent.InfoHash, waiting []redis.KeyValue, counters []any) (FeedBatch, []any) {
+	batch := FeedBatch{InfoHash: hash, TorrentID: replyString(counters[0]), Seeders: replyInt(counters[1]),
+		Leechers: replyInt(counters[2]), Snatches: replyInt(counters[3]), LastAction: replyInt(counters[4])}
+	settle := make([]any, 0, 2*len(waiting))
+	for _, kv := range waiting {
+		row, ok := parseFeedRow(kv.Key, kv.Value)
+		if !ok {
+			// Only user_feed writes rows: one that does not parse is
+			// never fed wrong; it stays, logged, for an operator.
+			s.logger.Warn("swarm: a feed row does not parse; it stays unfed", "torrent", btstore.HexInfoHash(hash), "user", kv.Key)
+			continue
+		}
+		batch.Rows = append(batch.Rows, row.FeedRow)
+		batch.Announced = max(batch.Announced, row.announced)
+		settle = append(settle, kv.Key, strconv.FormatInt(row.Seq, 10))
+	}
+	return batch, settle
+}
+
+// storedFeedRow is a row as user_feed stores it: the FeedRow and the
+// announce that wrote it (ms).
+type storedFeedRow struct {
+	FeedRow
+	announced int64
+}
+
+// parseFeedRow reads user's row "seq,uploaded,downloaded,up_credit,
+// down_credit,seed_ms,leech_ms,snatched,last_announce" (btstore.FeedRowsKey).
+func parseFeedRow(user, text string) (storedFeedRow, bool) {
+	var n [9]int64
+	for i := range n {
+		field, rest, found := strings.Cut(text, ",")
+		if found == (i == len(n)-1) {
+			return storedFeedRow{}, false // too few or too many fields
+		}
+		v, err := strconv.ParseInt(field, 10, 64)
+		if err != nil || v < 0 {
+			return storedFeedRow{}, false
+		}
+		n[i], text = v, rest
+	}
+	return storedFeedRow{FeedRow: FeedRow{UserID: user, Seq: n[0], Uploaded: n[1], Downloaded: n[2], UpCredited: n[3],
+		DownCredited: n[4], SeedMillis: n[5], LeechMillis: n[6], Snatched: n[7]}, announced: n[8]}, true
+}
+
+// FeedBackstop indexes every torrent with feed rows that the index lacks
+// (its mark was lost: a frontend killed before its flush), scanning
 // every master; it returns how many it indexed. It costs a scan of the
 // keyspace, so it runs rarely (the plugin's feed backstop period).
 func (s *Store) FeedBackstop(ctx context.Context) (int, error) {
 	indexed := 0
 	now := float64(s.nowMillis())
-	err := s.scanKeys(ctx, btstore.FeedDirtyPattern, func(keys []string) error {
+	err := s.scanKeys(ctx, btstore.FeedRowsPattern, func(keys []string) error {
 		for _, key := range keys {
 			hash, ok := btstore.HashFromKey(key)
-			if !ok || key != btstore.FeedDirtyKey(hash) {
+			if !ok || key != btstore.FeedRowsKey(hash) {
 				continue
 			}
 			n, err := s.rdb.ZAddNX(ctx, btstore.FeedIndexKey(btstore.FeedShard(hash)),
@@ -195,7 +271,7 @@ func (s *Store) feedLoop(ctx context.Context) {
 			return
 		case <-rounds.C:
 			if _, err := s.FeedRound(ctx, s.cfg.OnFeed); err != nil && ctx.Err() == nil {
-				s.logger.Warn("swarm: a feed round failed; its rows stay dirty for the next", "error", err)
+				s.logger.Warn("swarm: a feed round failed; its rows wait for the next", "error", err)
 			}
 		case <-backstop.C:
 			if n, err := s.FeedBackstop(ctx); err != nil && ctx.Err() == nil {

@@ -25,19 +25,21 @@ type ledger struct {
 
 func newLedger() *ledger { return &ledger{seen: map[string]bool{}, newest: map[string]swarm.FeedRow{}} }
 
-func (l *ledger) deliver(_ context.Context, b swarm.FeedBatch) error {
+func (l *ledger) deliver(_ context.Context, batches []swarm.FeedBatch) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, row := range b.Rows {
-		key := swarm.FeedKey(row.UserID, b.InfoHash, row.Seq)
-		if l.seen[key] {
-			l.copies++
-			continue
-		}
-		l.seen[key] = true
-		at := row.UserID + ":" + btstore.HexInfoHash(b.InfoHash)
-		if old, ok := l.newest[at]; !ok || row.Seq > old.Seq {
-			l.newest[at] = row
+	for _, b := range batches {
+		for _, row := range b.Rows {
+			key := swarm.FeedKey(row.UserID, b.InfoHash, row.Seq)
+			if l.seen[key] {
+				l.copies++
+				continue
+			}
+			l.seen[key] = true
+			at := row.UserID + ":" + btstore.HexInfoHash(b.InfoHash)
+			if old, ok := l.newest[at]; !ok || row.Seq > old.Seq {
+				l.newest[at] = row
+			}
 		}
 	}
 	return nil

@@ -70,8 +70,8 @@ type pending struct {
 	index  map[bittorrent.InfoHash]*indexDelta
 	users  map[userTorrent]userUpdate
 	totals map[string]*transfer
-	// feed: torrents announce.lua reported a feed mark for (a user's
-	// record joined its dirty set), to index in btstore.FeedIndexKey
+	// feed: torrents a script reported a feed mark for (a user's row is
+	// new in its feed rows), to index in btstore.FeedIndexKey
 	feed map[bittorrent.InfoHash]struct{}
 }
 
@@ -282,15 +282,29 @@ func (s *Store) flushLocked(ctx context.Context) error {
 			})
 		}
 	}
-	now := s.nowMillis()
+	// One ZADD per shard of the feed's index, every torrent marked since
+	// the last flush in it. A plain ZADD: the score moves to now, so a
+	// feed round that read the old score and found no rows left leaves
+	// the entry (zrem_unchanged.lua).
+	now := float64(s.nowMillis())
+	var marked [btstore.FeedShards][]bittorrent.InfoHash
 	for hash := range work.feed {
-		// A plain ZADD: the score moves to now, so a feed round that read
-		// the old score and found the dirty set empty leaves this entry
-		// (zrem_unchanged.lua).
-		queue(pipe.ZAdd(ctx, btstore.FeedIndexKey(btstore.FeedShard(hash)),
-			redis.Z{Score: float64(now), Member: btstore.HexInfoHash(hash)}), func() {
+		shard := btstore.FeedShard(hash)
+		marked[shard] = append(marked[shard], hash)
+	}
+	for shard, hashes := range marked {
+		if len(hashes) == 0 {
+			continue
+		}
+		members := make([]redis.Z, len(hashes))
+		for i, hash := range hashes {
+			members[i] = redis.Z{Score: now, Member: btstore.HexInfoHash(hash)}
+		}
+		queue(pipe.ZAdd(ctx, btstore.FeedIndexKey(shard), members...), func() {
 			s.pending.mu.Lock()
-			s.pending.feed[hash] = struct{}{}
+			for _, hash := range hashes {
+				s.pending.feed[hash] = struct{}{}
+			}
 			s.pending.mu.Unlock()
 		})
 	}

@@ -103,7 +103,7 @@ type Config struct {
 	// them to the outbox); set, Start runs a feed round every
 	// FeedInterval (10s) and the backstop for lost marks every
 	// FeedBackstopInterval (10m). See feed.go.
-	OnFeed               func(context.Context, FeedBatch) error
+	OnFeed               func(context.Context, []FeedBatch) error
 	FeedInterval         time.Duration
 	FeedBackstopInterval time.Duration
 	// CacheTTL is how long passkey lookups and the client whitelist are

@@ -29,8 +29,8 @@
 --                          owner's peers in the swarm, for ARGV[19]
 -- KEYS[13] deleted   STRING the site's reason for removing the torrent,
 --                          read only when refusing an unregistered one
--- KEYS[14] dirty     SET   user ids whose record has figures not yet fed
---                          to the site (prelude's user_feed)
+-- KEYS[14] feed rows HASH  user id -> the user's record as a row not
+--                          yet fed to the site (prelude's user_feed)
 --
 -- ARGV[1]  now (ms)
 -- ARGV[2]  peer id (20 bytes)
@@ -93,7 +93,7 @@
 --      c_uploaded/c_downloaded: the credited deltas; token event: 0, or 1
 --      the user's token was first used, 2 it ended (user_credit); token
 --      used: when it was first used (ms), "" when never; feed mark: 1
---      when the user's record joined KEYS[14] (the caller indexes the
+--      when the user's row is new in KEYS[14] (the caller indexes the
 --      torrent for the feed); cheats: the cheat signals this announce
 --      fired, four numbers each (prelude's user_watch)
 --  {R.UNREGISTERED [, reason]}  the torrent is not registered (private

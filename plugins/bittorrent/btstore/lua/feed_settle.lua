@@ -1,25 +1,23 @@
--- feed_settle.lua: after the feed delivered a torrent's dirty records to
--- the outbox, marks each delivered one fed, unless it changed since it
--- was read: a record whose seq is still the one delivered gets fed_seq =
--- seq and leaves the dirty set; one that moved on stays for the next
--- round. A crash before this script leaves every record dirty, so the
--- next round delivers the same rows again (the same keys: the outbox and
--- the site drop the copies).
+-- feed_settle.lua: after the feed delivered a torrent's rows to the
+-- outbox, deletes each delivered row unless it changed since it was
+-- read: a row whose seq is still the one delivered goes; one that moved
+-- on (a newer announce replaced it) stays for the next round. A crash
+-- before this script leaves every row, so the next round delivers the
+-- same rows again (the same keys: the outbox and the site drop the
+-- copies).
 --
--- KEYS[1] dirty  SET   the torrent's dirty user ids
--- KEYS[2..n+1]   HASH  the delivered users' records on the torrent
+-- KEYS[1] rows  HASH  the torrent's feed rows: user id -> row, the row
+--                     beginning with its seq and a comma (prelude's
+--                     user_feed)
 --
--- ARGV[1..n] the seq delivered for each record, in KEYS' order
--- ARGV[n+1..2n] the user ids, in KEYS' order
+-- ARGV pairs: a delivered user id, the seq delivered for it
 --
--- Returns how many users are still dirty.
+-- Returns how many rows are left.
 
-local n = #KEYS - 1
-for i = 1, n do
-  local seq = redis.call('HGET', KEYS[i + 1], 'seq')
-  if seq == ARGV[i] or not seq then
-    if seq then redis.call('HSET', KEYS[i + 1], 'fed_seq', seq) end
-    redis.call('SREM', KEYS[1], ARGV[n + i])
+for i = 1, #ARGV, 2 do
+  local row = redis.call('HGET', KEYS[1], ARGV[i])
+  if row and string.match(row, '^%d+') == ARGV[i + 1] then
+    redis.call('HDEL', KEYS[1], ARGV[i])
   end
 end
-return redis.call('SCARD', KEYS[1])
+return redis.call('HLEN', KEYS[1])

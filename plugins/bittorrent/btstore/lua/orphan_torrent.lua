@@ -39,8 +39,8 @@
 --         score:seen:<id>), "pending" (a worker's staged IPs,
 --         score:pending:<id>), "ipm" (unique-IP metrics of the torrent:
 --         ipm:n, ipm:n:<month> counters and ipm:m:<ip> markers; they go
---         with the torrent, page by page like peer records), "feed_dirty"
---         (the feed's dirty set: only finishing, or with the record gone)
+--         with the torrent, page by page like peer records), "feed_rows"
+--         (the feed's rows: only finishing, or with the record gone)
 --
 -- Scoring's keys of a gone torrent (KEYS[9..12] and the source_seen and
 -- pending ones) go in any call but a finishing one, record here or not:
@@ -117,7 +117,7 @@ end
 for i = 13, #KEYS do
   local key, kind = KEYS[i], ARGV[i - 7]
   local delete = false
-  if (kind == 'user' or kind == 'snatchers' or kind == 'claims' or kind == 'feed_dirty') and record_here and ARGV[5] ~= '1' then
+  if (kind == 'user' or kind == 'snatchers' or kind == 'claims' or kind == 'feed_rows') and record_here and ARGV[5] ~= '1' then
     -- deferred to the call that finishes the torrent
   elseif kind == 'user' then
     local u = redis.call('HMGET', key, 'peers', 'last_announce', 'first_announce')
@@ -140,8 +140,8 @@ for i = 13, #KEYS do
     if stale(newest(r)) then out[5] = out[5] + redis.call('DEL', key) end
   elseif kind == 'snatchers' or kind == 'claims' then
     out[5] = out[5] + redis.call('DEL', key)
-  elseif kind == 'feed_dirty' then
-    -- the feed's marks of records that go with the torrent (not counted)
+  elseif kind == 'feed_rows' then
+    -- the feed's rows of records that go with the torrent (not counted)
     redis.call('DEL', key)
   elseif kind == 'source_seen' then
     -- by its newest IP, like the own swarm's seen set

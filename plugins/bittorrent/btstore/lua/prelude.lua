@@ -90,7 +90,7 @@ local user_numbers = {'peers', 'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'd
   'up_credit', 'down_credit', 'seq'}
 local user_fields = {'peers', 'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'downloaded',
   'up_credit', 'down_credit', 'seq', 'complete', 'bits', 'ver', 'first_announce', 'token', 'token_used',
-  'token_ended', 'fed_seq'}
+  'token_ended'}
 
 -- The user record's fields stamping when each cheat signal last fired on
 -- it (ms), by the signal's code (R.CHEAT_*), so a signal fires once per
@@ -115,7 +115,7 @@ local function user_read(key, watched)
   local n = #user_numbers
   local u = {was = {}, complete = v[n + 1] == '1', bits = tonumber(v[n + 2]) or -1,
     ver = tonumber(v[n + 3]) or 0, first = v[n + 4], token = tonumber(v[n + 5]),
-    token_used = v[n + 6], token_ended = v[n + 7], fed_seq = tonumber(v[n + 8]) or 0}
+    token_used = v[n + 6], token_ended = v[n + 7]}
   if watched then
     u.watched = {unpack(v, #user_fields + 1)}
   end
@@ -251,21 +251,21 @@ end
 -- The figures the feed to the site carries (user_feed).
 local fed_numbers = {'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'downloaded', 'up_credit', 'down_credit'}
 
--- user_feed numbers a change of the record's fed figures: seq grows by
--- one, and a record that was clean (everything up to its seq fed:
--- fed_seq, set by feed_settle.lua) joins the torrent's dirty set (dirty),
--- where the feed finds it. Returns 1 when it joined (the caller marks the
--- torrent in the feed's index), else 0. Checked here, where the figures
--- change, so a clean record costs no write.
-local function user_feed(u, user, dirty)
+-- user_feed numbers a change of the record's fed figures (seq grows by
+-- one) and puts the record's row at that seq in the torrent's feed rows
+-- (rows: HASH user id -> "seq,uploaded,downloaded,up_credit,down_credit,
+-- seed_ms,leech_ms,snatched,last_announce", bytes and ms), replacing the
+-- user's row not yet fed, if any. The feed reads the rows alone, never
+-- the records, and feed_settle.lua deletes a row once its seq was
+-- delivered. Returns 1 when the user's row is new there (the caller marks
+-- the torrent in the feed's index), else 0: a row already waiting marked
+-- it. A record whose fed figures did not change costs no write.
+local function user_feed(u, user, rows, now)
   for _, name in ipairs(fed_numbers) do
     if u[name] ~= u.was[name] then
       u.seq = u.seq + 1
-      if u.was.seq == u.fed_seq then
-        redis.call('SADD', dirty, user)
-        return 1
-      end
-      return 0
+      return redis.call('HSET', rows, user, string.format('%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f', u.seq,
+        u.uploaded, u.downloaded, u.up_credit, u.down_credit, u.seed_ms, u.leech_ms, u.snatched, now))
     end
   end
   return 0
@@ -355,14 +355,14 @@ end
 -- seeding and snatched (1 when this announce counted a snatch). rates are
 -- the multipliers in force (credit_rates), nil when accounting is off. It
 -- is the one place an announce's transfer reaches the user's record,
--- whichever script applies the announce. dirty is the torrent's feed
--- dirty set (user_feed), nil: no feed. w is the ledger's and signals'
+-- whichever script applies the announce. rows is the torrent's feed rows
+-- (user_feed), nil: no feed. w is the ledger's and signals'
 -- settings (watch_read), used only with accounting on (rates), nil: off;
 -- then a carries user_watch's fields too. Returns what user_write
 -- returns, then the credited deltas, the token event (user_credit), the
 -- token's first use (ms as text, or false), user_feed's mark and the
 -- cheat signals fired (user_watch; an empty list when none).
-local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hnr_ratio, rates, dirty, w)
+local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hnr_ratio, rates, rows, w)
   local watched = rates and w and (a.d_up > 0 or a.d_down > 0)
   local u = user_read(key, watched)
   u.uploaded = u.uploaded + a.d_up
@@ -396,7 +396,7 @@ local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hn
     redis.call('SADD', users, user) -- a new record: once per user and torrent
   end
   local mark = 0
-  if dirty then mark = user_feed(u, user, dirty) end
+  if rows then mark = user_feed(u, user, rows, now) end
   local bits, ver = user_write(key, u, now, hnr_seed_ms, hnr_ratio)
   return bits, ver, c_up, c_down, token_event, u.token_used or false, mark, fired
 end

@@ -28,8 +28,8 @@
 -- KEYS[5] reaper     HASH  the unseeded reaper's state (a seeder ends it)
 -- KEYS[6] claims     HASH  reseed claims (package reaper)
 -- KEYS[7] users      SET   user ids with a record on the torrent
--- KEYS[8] dirty      SET   user ids whose record has figures not yet fed
---                          to the site (prelude's user_feed)
+-- KEYS[8] feed rows  HASH  user id -> the user's record as a row not yet
+--                          fed to the site (prelude's user_feed)
 -- then per peer i (from 0), KEYS[9+3i] its record (HASH), KEYS[10+3i] its
 -- timeout key (STRING), KEYS[11+3i] its user's record (HASH; unused in
 -- open mode)
@@ -70,7 +70,7 @@ local timeout_ms = tonumber(ARGV[1])
 local hnr_seed_ms, hnr_ratio = tonumber(ARGV[2]), tonumber(ARGV[3])
 local sample = tonumber(ARGV[5])
 local k_torrent, k_seeders, k_leechers, k_deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local k_reaper, k_claims, k_users, k_dirty = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local k_reaper, k_claims, k_users, k_rows = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local accounting = ARGV[7] == '1'
 local watch = accounting and watch_read(ARGV[8]) or nil
 
@@ -126,7 +126,7 @@ for i = 0, peers - 1 do
           user, {d_up = d_up, d_down = d_down, elapsed = elapsed, was_seeder = seeding, was_active = true,
           leaving = false, seeding = seeding, snatched = 0, gap = at - last, others = others,
           leecher_left = tonumber(t[9]) or 0, size = tonumber(t[8]) or 0}, at, at_text, hnr_seed_ms, hnr_ratio,
-          rates or nil, rates and k_dirty or nil, watch)
+          rates or nil, rates and k_rows or nil, watch)
       end
       applied = applied + 1
       if at > latest then latest, latest_text = at, at_text end
