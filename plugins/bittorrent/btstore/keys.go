@@ -116,13 +116,19 @@ const (
 	sufIPM          = "ipm:"
 )
 
-// AnnounceKeys are announce.lua's KEYS.
+// AnnounceKeys are announce.lua's KEYS: for an open-mode announce (no
+// user) only the first nine, since the script touches the rest for a
+// user only and every key is a string Redis reads into the script's KEYS.
 func AnnounceKeys(hash bittorrent.InfoHash, peer bittorrent.PeerID, userID string) []string {
 	k := KeysOf(hash)
-	return []string{k.Torrent, k.Seeders, k.Leechers, k.Deadlines,
-		k.Peer(peer[:]), k.Timeout(peer[:], userID), k.User(userID), k.prefix + sufReaper,
-		k.prefix + sufSnatchers, k.prefix + sufReaperClaims, k.prefix + sufUsers, k.prefix + sufOwners,
-		k.prefix + sufDeleted, k.prefix + sufFeedDirty}
+	keys := []string{k.Torrent, k.Seeders, k.Leechers, k.Deadlines,
+		k.Peer(peer[:]), k.Timeout(peer[:], userID), k.prefix + sufReaper, k.prefix + sufReaperClaims,
+		k.prefix + sufOwners}
+	if userID == "" {
+		return keys
+	}
+	return append(keys, k.User(userID), k.prefix+sufSnatchers, k.prefix+sufUsers, k.prefix+sufDeleted,
+		k.prefix+sufFeedDirty)
 }
 
 // FeedDirtyKey lists the users whose record on the torrent has figures
