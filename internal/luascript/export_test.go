@@ -1,8 +1,4 @@
 package luascript
 
 // Queued is how many calls wait for a batch, for tests that hold one.
-func (b *Batcher) Queued() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return len(b.queue)
-}
+func (b *Batcher) Queued() int { return b.batches.Waiting() }

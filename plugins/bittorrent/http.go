@@ -51,6 +51,9 @@ type HTTPServer struct {
 	proxyHeader string // canonical form of cfg.ProxyHeader
 	stats       listenerCounters
 	full        *fullScrape // nil: full scrapes are refused
+	// batch joins concurrent announces into one store call when the
+	// store batches (BatchAnnouncer); nil: each goes to Announce.
+	batch *httpBatcher
 
 	mu       sync.Mutex
 	srv      *http.Server
@@ -89,8 +92,12 @@ func NewHTTPServer(cfg HTTPConfig) (*HTTPServer, error) {
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = 60 * time.Second
 	}
-	return &HTTPServer{cfg: cfg, proxyHeader: textproto.CanonicalMIMEHeaderKey(cfg.ProxyHeader),
-		full: newFullScrape(cfg.FullScrape)}, nil
+	s := &HTTPServer{cfg: cfg, proxyHeader: textproto.CanonicalMIMEHeaderKey(cfg.ProxyHeader),
+		full: newFullScrape(cfg.FullScrape)}
+	if b, ok := cfg.Swarms.(BatchAnnouncer); ok {
+		s.batch = newHTTPBatcher(b, httpBatchLeaders, httpBatchMax)
+	}
+	return s, nil
 }
 
 // Start listens and serves in the background; it returns once the listener
@@ -298,7 +305,12 @@ func (s *HTTPServer) announce(r *http.Request, pathPasskey string, buf []byte) [
 		Passkey:    passkey,
 		Key:        q.Key,
 	}
-	resp, err := s.cfg.Swarms.Announce(r.Context(), req)
+	var resp *AnnounceResponse
+	if s.batch != nil {
+		resp, err = s.batch.announce(r.Context(), req)
+	} else {
+		resp, err = s.cfg.Swarms.Announce(r.Context(), req)
+	}
 	if err != nil {
 		return wire.AppendFailure(buf, s.stats.countRefusal(r.Context(), s.cfg.Logger, "announce", err, s.cfg.Guard, guardIP, passkey))
 	}

@@ -116,13 +116,19 @@ const (
 	sufIPM          = "ipm:"
 )
 
-// AnnounceKeys are announce.lua's KEYS.
+// AnnounceKeys are announce.lua's KEYS: for an open-mode announce (no
+// user) only the first nine, since the script touches the rest for a
+// user only and every key is a string Redis reads into the script's KEYS.
 func AnnounceKeys(hash bittorrent.InfoHash, peer bittorrent.PeerID, userID string) []string {
 	k := KeysOf(hash)
-	return []string{k.Torrent, k.Seeders, k.Leechers, k.Deadlines,
-		k.Peer(peer[:]), k.Timeout(peer[:], userID), k.User(userID), k.prefix + sufReaper,
-		k.prefix + sufSnatchers, k.prefix + sufReaperClaims, k.prefix + sufUsers, k.prefix + sufOwners,
-		k.prefix + sufDeleted, k.prefix + sufFeedRows}
+	keys := []string{k.Torrent, k.Seeders, k.Leechers, k.Deadlines,
+		k.Peer(peer[:]), k.Timeout(peer[:], userID), k.prefix + sufReaper, k.prefix + sufReaperClaims,
+		k.prefix + sufOwners}
+	if userID == "" {
+		return keys
+	}
+	return append(keys, k.User(userID), k.prefix+sufSnatchers, k.prefix+sufUsers, k.prefix+sufDeleted,
+		k.prefix+sufFeedRows)
 }
 
 // FeedRowsKey holds the torrent's feed rows not yet fed to the site
@@ -146,7 +152,7 @@ const FeedShards = 16
 func FeedShard(hash bittorrent.InfoHash) int { return int(hash[0]) % FeedShards }
 
 // FeedIndexKey is one shard of the feed's index (ZSET hex info-hash ->
-// ms it was marked): the torrents whose dirty set may have members. A
+// ms it was marked): the torrents whose feed rows may have entries. A
 // hint, written by the frontends' batched flush after announce.lua
 // reported a mark; the rows are the truth (FeedRowsPattern).
 func FeedIndexKey(shard int) string { return Prefix + "{feed:" + strconv.Itoa(shard) + "}" }

@@ -47,6 +47,7 @@ func TestEveryTorrentKeySharesTheHashTag(t *testing.T) {
 	var peer bittorrent.PeerID
 	tag := "{" + HexInfoHash(hash) + "}"
 	keys := append(AnnounceKeys(hash, peer, "bob"), ExpireKeys(hash, []string{string(peer[:]) + "bob"})...)
+	keys = append(keys, AnnounceKeys(hash, peer, "")...)
 	keys = append(keys, RefreshKeys(hash, []bittorrent.PeerID{peer, peer}, []string{"bob", ""})...)
 	for _, key := range keys {
 		require.Contains(t, key, tag)

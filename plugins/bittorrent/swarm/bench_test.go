@@ -139,6 +139,74 @@ func BenchmarkAnnounce(b *testing.B) {
 	}
 }
 
+// BenchmarkAnnounceJoins measures what hoard-bench announce's uniform
+// load costs: there every announce picks a torrent and a peer at random
+// (10,000 torrents, 100,000 peers), so nearly every one is a new peer
+// joining a small swarm, and nothing is written behind. Here: open mode,
+// 2,000 torrents of 10 peers to start, every announce a new peer (a
+// quarter seeding), numwant 50, on each backend.
+func BenchmarkAnnounceJoins(b *testing.B) {
+	const torrents, startPeers = 2000, 10
+	for _, backend := range redistest.Backends() {
+		ctx := context.Background()
+		if err := redistest.Flush(ctx, backend); err != nil {
+			b.Fatal(err)
+		}
+		store, err := swarm.New(backend.Client, swarm.Config{Logger: quietLogger, MaxPeersPerOwner: -1, WriteBehind: -1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		hashes := make([]bittorrent.InfoHash, torrents)
+		for i := range hashes {
+			hashes[i] = infoHash(fmt.Sprint("joins-", i))
+		}
+		var next atomic.Int64
+		join := func(torrent int) *bittorrent.AnnounceRequest {
+			peer := int(next.Add(1))
+			req := request(hashes[torrent], peerID("-JN", peer), peer, numWant(benchNumWant))
+			if peer%4 == 0 {
+				req.Left = 0
+			}
+			return req
+		}
+		for t := range torrents {
+			for range startPeers {
+				if _, err := store.Announce(ctx, join(t)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		if err := store.Start(ctx); err != nil {
+			b.Fatal(err)
+		}
+		b.Run(backend.Name, func(b *testing.B) {
+			b.SetParallelism(benchParallelism)
+			b.ReportAllocs()
+			resetStats(b, backend.Client)
+			cpuBefore := redisCPUSeconds(b, backend.Client)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				rng := rand.New(rand.NewPCG(rand.Uint64(), 0))
+				for pb.Next() {
+					if _, err := store.Announce(ctx, join(rng.IntN(torrents))); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			if err := store.Flush(ctx); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			b.ReportMetric((redisCPUSeconds(b, backend.Client)-cpuBefore)*1e6/float64(b.N), "redis-µs/announce")
+			b.ReportMetric(redisMicrosPerCall(b, backend.Client), "redis-µs/script")
+		})
+		if err := store.Stop(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkEvalshaTrivial is the floor BenchmarkAnnounce compares with:
 // a bare EVALSHA of a one-line script, with the same parallelism, on the
 // same backends, in the same run.

@@ -529,6 +529,11 @@ func (s *Store) announceCall(ctx context.Context, req *bittorrent.AnnounceReques
 		compactLen(req.PeerFamily), s.cfg.ReaperClaimWindow.Milliseconds(), max(s.cfg.MaxPeersPerOwner, 0),
 		s.cfg.FloodInterval.Milliseconds(), s.cfg.FloodWindow.Milliseconds(), max(s.cfg.FloodReportAfter, 0),
 		s.lastAcceptedHere(req, userID), accounting, windowUp, windowDown, s.watchArg}
+	if userID == "" {
+		// Open mode: announce.lua reads its last four arguments for a
+		// user only; each is a string Redis reads into the script's ARGV.
+		a.call.args = a.call.args[:23]
+	}
 	return nil
 }
 

@@ -14,21 +14,23 @@
 -- KEYS[4] deadlines  ZSET  peer id .. user id -> deadline (ms)
 -- KEYS[5] peer       HASH  this peer's record
 -- KEYS[6] timeout    STRING this peer's timeout key, expires at its deadline
--- KEYS[7] user       HASH  this user's record on the torrent (untouched
---                          when ARGV[10] is "")
--- KEYS[8] reaper     HASH  the torrent's unseeded-reaper state (package
+-- KEYS[7] reaper     HASH  the torrent's unseeded-reaper state (package
 --                          reaper); a seeder's announce ends the spell
--- KEYS[9] snatchers  SET   users who snatched the torrent (private mode)
--- KEYS[10] claims    HASH  reseed invitations and claims (package reaper),
+-- KEYS[8] claims     HASH  reseed invitations and claims (package reaper),
 --                          touched only when the reaper state exists
--- KEYS[11] users     SET   user ids with a record on the torrent (KEYS[7]
+-- KEYS[9] owners     HASH  open mode: owner (see peer_owner) -> the
+--                          owner's peers in the swarm, for ARGV[19]
+-- Open mode (no user, ARGV[10] "", and ARGV[9] "0") passes only
+-- KEYS[1..9]: the rest are read or written for a user only.
+-- KEYS[10] user      HASH  this user's record on the torrent
+-- KEYS[11] snatchers SET   users who snatched the torrent (private mode)
+-- KEYS[12] users     SET   user ids with a record on the torrent (KEYS[10]
 --                          of each), added when the record is created, so
 --                          orphan cleanup can delete a removed torrent's
 --                          records together with it
--- KEYS[12] owners    HASH  open mode: owner (see peer_owner) -> the
---                          owner's peers in the swarm, for ARGV[19]
 -- KEYS[13] deleted   STRING the site's reason for removing the torrent,
 --                          read only when refusing an unregistered one
+--                          (private mode)
 -- KEYS[14] feed rows HASH  user id -> the user's record as a row not
 --                          yet fed to the site (prelude's user_feed)
 --
@@ -72,6 +74,7 @@
 --          accepted, 0 when none: plain re-announces are written behind
 --          (refresh.lua), so the record's last_announce may lag it; flood
 --          control counts from the later of the two
+-- Open mode passes only ARGV[1..23]: the rest are read for a user only.
 -- ARGV[24] "1": accounting on (credit the transfer, prelude's user_credit,
 --          and mark the record for the feed, user_feed)
 -- ARGV[25] the site-wide windows' upload rate now (percent; 100: none open)
@@ -128,13 +131,19 @@ local only_len = tonumber(ARGV[17])
 if only_len == 0 then only_len = nil end
 
 local k_torrent, k_seeders, k_leechers, k_deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local k_peer, k_timeout, k_user, k_reaper = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local k_snatchers, k_claims = KEYS[9], KEYS[10]
-local k_users, k_owners = KEYS[11], KEYS[12]
+local k_peer, k_timeout, k_reaper, k_claims, k_owners = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local k_user, k_snatchers, k_users = KEYS[10], KEYS[11], KEYS[12]
 local max_owned = tonumber(ARGV[19])
 
-local t = redis.call('HMGET', k_torrent, 'id', 'created', 'announces', 'snatches', 'registered',
-  'credit_up', 'credit_down', 'size', 'leecher_left')
+-- Fields 6-9 matter for a user's record only: an open-mode announce
+-- does not read them.
+local t
+if user ~= '' then
+  t = redis.call('HMGET', k_torrent, 'id', 'created', 'announces', 'snatches', 'registered',
+    'credit_up', 'credit_down', 'size', 'leecher_left')
+else
+  t = redis.call('HMGET', k_torrent, 'id', 'created', 'announces', 'snatches', 'registered')
+end
 if ARGV[9] == '1' and not t[1] then
   local reason = redis.call('GET', KEYS[13])
   if reason then return {R.UNREGISTERED, reason} end
@@ -166,6 +175,7 @@ if known and p[8] ~= '1' and (not t[2] or (tonumber(t[5]) or 0) > (tonumber(p[4]
 end
 
 local member = peer_id .. user
+local addr = string.sub(entry, 22) -- the compact address
 local leaving = event == '3'
 local seeding = left == 0
 
@@ -196,7 +206,7 @@ if max_owned > 0 and not leaving and not (known and p[8] == '1') then
   if user ~= '' then
     owned = tonumber(redis.call('HGET', k_user, 'peers'))
   else
-    local owner = peer_owner(string.sub(entry, 22))
+    local owner = peer_owner(addr)
     owned = owner and tonumber(redis.call('HGET', k_owners, owner))
   end
   if (owned or 0) >= max_owned then
@@ -230,7 +240,7 @@ local was_active = was_seeder or was_leecher
 -- from the old owner (its record's addr, what was counted) to the new.
 if user == '' then
   local old = was_active and p[7] and peer_owner(p[7])
-  local new = not leaving and peer_owner(string.sub(entry, 22))
+  local new = not leaving and peer_owner(addr)
   if old ~= new then
     if old then owner_drop(k_owners, old) end
     if new then redis.call('HINCRBY', k_owners, new, 1) end
@@ -276,7 +286,6 @@ if known or not leaving then
     fields[n + 3], fields[n + 4] = 'first_announce', ARGV[1]
     fields[n + 5], fields[n + 6] = 'total_time', '0'
   end
-  local addr = string.sub(entry, 22)
   if addr ~= p[7] or not known then
     fields[#fields + 1] = 'addr'
     fields[#fields + 1] = addr
@@ -301,10 +310,50 @@ if known or not leaving then
   end
 end
 
+-- Up to n random peers of one role hash, skipping the requester. When one
+-- family is wanted, twice as many are sampled (still O(numwant)), so a
+-- family that is a minority in the swarm is not crowded out by the other.
+-- Returns how many it picked, and the hash's size when the sample was the
+-- whole hash (HRANDFIELD returns min(count, size) distinct fields), else
+-- nil. The peers are picked here, once the role hashes are as this
+-- announce leaves them: nothing below changes them.
+local packed = {}
+local function pick(key, n, skip)
+  local want = n
+  if only_len then want = 2 * n end
+  if skip then want = want + 1 end
+  local picked = redis.call('HRANDFIELD', key, want, 'WITHVALUES')
+  local got = 0
+  for i = 1, #picked, 2 do
+    if got >= n then break end
+    if picked[i] ~= skip and (not only_len or string.byte(picked[i + 1], 1) == only_len) then
+      got = got + 1
+      packed[#packed + 1] = picked[i + 1]
+    end
+  end
+  local size = #picked / 2
+  if size < want then return got, size end
+  return got, nil
+end
+
 -- The swarm's counts after this announce (the user's record changes no
--- role hash).
-local seeders = redis.call('HLEN', k_seeders)
-local leechers = redis.call('HLEN', k_leechers)
+-- role hash): a role whose sample was the whole hash has its size
+-- already, which most swarms, smaller than numwant, give for free; HLEN
+-- counts the others.
+local seeders, leechers, _
+if not leaving and numwant > 0 then
+  if seeding then
+    _, leechers = pick(k_leechers, numwant, nil)
+  else
+    local got
+    got, seeders = pick(k_seeders, numwant, nil)
+    if got < numwant then
+      _, leechers = pick(k_leechers, numwant - got, peer_id)
+    end
+  end
+end
+seeders = seeders or redis.call('HLEN', k_seeders)
+leechers = leechers or redis.call('HLEN', k_leechers)
 
 -- The user's record on this torrent (prelude's user_announce).
 local user_state, user_ver, c_up, c_down, token_event, token_used, feed_mark = -1, 0, 0, 0, 0, false, 0
@@ -364,37 +413,13 @@ local born = 0
 if was_empty and seeders + leechers > 0 then born = 1 end
 torrent_retention(k_torrent, t[1] ~= false, seeders + leechers == 0, born == 1, tonumber(ARGV[13]))
 
--- Up to n random peers of one role hash, skipping the requester. When one
--- family is wanted, twice as many are sampled (still O(numwant)), so a
--- family that is a minority in the swarm is not crowded out by the other.
-local packed = {}
-local function pick(key, n, skip)
-  local want = n
-  if only_len then want = 2 * n end
-  if skip then want = want + 1 end
-  local picked = redis.call('HRANDFIELD', key, want, 'WITHVALUES')
-  local got = 0
-  for i = 1, #picked, 2 do
-    if got >= n then break end
-    if picked[i] ~= skip and (not only_len or string.byte(picked[i + 1], 1) == only_len) then
-      got = got + 1
-      packed[#packed + 1] = picked[i + 1]
-    end
-  end
-  return got
+-- Whole numbers go back as integer replies, which cost no string.format;
+-- one past 2^53 (a client may report counters up to 2^64) goes back as
+-- text, as before, since Redis would wrap it converting it to an integer.
+local function whole(n)
+  if n < 9007199254740992 then return n end
+  return int(n)
 end
-
-if not leaving and numwant > 0 then
-  if seeding then
-    pick(k_leechers, numwant, nil)
-  else
-    local got = pick(k_seeders, numwant, nil)
-    if got < numwant then
-      pick(k_leechers, numwant - got, peer_id)
-    end
-  end
-end
-
 return {1, seeders, leechers, snatches, born, d_seeders, d_leechers, snatched, torrent_id,
-  user_state, int(user_ver), int(d_up), int(d_down), table.concat(packed),
-  int(c_up), int(c_down), token_event, token_used or '', feed_mark, cheats}
+  user_state, whole(user_ver), whole(d_up), whole(d_down), table.concat(packed),
+  whole(c_up), whole(c_down), token_event, token_used or '', feed_mark, cheats}

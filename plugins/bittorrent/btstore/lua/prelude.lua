@@ -99,9 +99,9 @@ local cheat_fields = {'cheat_no_leecher', 'cheat_upload_rate', 'cheat_over_downl
 
 -- user_fields, then the ledger ring's next entry (user_watch) and
 -- cheat_fields: what user_read reads for an announce user_watch sees.
-local user_watched_fields = {unpack(user_fields)}
-user_watched_fields[#user_watched_fields + 1] = 'ledger_next'
-for _, name in ipairs(cheat_fields) do user_watched_fields[#user_watched_fields + 1] = name end
+-- Built by user_read when a call first needs it, not here: the prelude
+-- runs on every call of every script, most of which never watch.
+local user_watched_fields
 
 -- A user's record on one torrent, read with one HMGET. u.was keeps the
 -- values read, so user_write writes only what changed. watched (true:
@@ -111,7 +111,16 @@ for _, name in ipairs(cheat_fields) do user_watched_fields[#user_watched_fields 
 -- personal freeleech token's end (ms, 0: it never ends; nil: no token),
 -- token_used and token_ended when it was first used and seen ended (ms).
 local function user_read(key, watched)
-  local v = redis.call('HMGET', key, unpack(watched and user_watched_fields or user_fields))
+  local names = user_fields
+  if watched then
+    if not user_watched_fields then
+      user_watched_fields = {unpack(user_fields)}
+      user_watched_fields[#user_watched_fields + 1] = 'ledger_next'
+      for _, name in ipairs(cheat_fields) do user_watched_fields[#user_watched_fields + 1] = name end
+    end
+    names = user_watched_fields
+  end
+  local v = redis.call('HMGET', key, unpack(names))
   local n = #user_numbers
   local u = {was = {}, complete = v[n + 1] == '1', bits = tonumber(v[n + 2]) or -1,
     ver = tonumber(v[n + 3]) or 0, first = v[n + 4], token = tonumber(v[n + 5]),

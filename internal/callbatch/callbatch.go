@@ -1,0 +1,119 @@
+// Package callbatch runs calls that many goroutines make at once in
+// batches led by the callers themselves: the calls waiting when a batch
+// starts go in it, so a busy path pays per batch what it would pay per
+// call (a round trip, a wake-up), and an idle one sends a call at once,
+// alone. There is no timer and no goroutine of its own.
+//
+// A caller leads: it runs the waiting calls (its own among them) and hands
+// the others their results. At most leaders batches are in flight; a call
+// arriving while all are busy waits, and the leader that finishes hands
+// its role to the oldest waiting call. The Redis script batcher
+// (internal/luascript) and the BitTorrent HTTP listener's announce batches
+// share it.
+package callbatch
+
+import "sync"
+
+// Batches runs calls of type T through run, in batches of at most
+// maxBatch, at most leaders at a time.
+type Batches[T any] struct {
+	run               func(batch []*T)
+	leaders, maxBatch int
+
+	mu      sync.Mutex
+	queue   []*waiting[T]
+	leading int
+}
+
+// waiting is one call waiting for its batch or to be made leader.
+type waiting[T any] struct {
+	call *T
+	// wake gets true when the call is made leader and false when its
+	// batch has run; room for both, so no leader ever blocks on it.
+	wake chan bool
+	// Under the Batches' mu: leader, the call's goroutine leads; taken, a
+	// leader has taken it into a batch.
+	leader, taken bool
+}
+
+// New returns Batches that run each batch with run, which must fill in
+// every call's result before it returns.
+func New[T any](leaders, maxBatch int, run func(batch []*T)) *Batches[T] {
+	return &Batches[T]{run: run, leaders: max(leaders, 1), maxBatch: max(maxBatch, 1)}
+}
+
+// Do returns once call has been run, in a batch.
+func (b *Batches[T]) Do(call *T) {
+	w := &waiting[T]{call: call, wake: make(chan bool, 2)}
+	b.mu.Lock()
+	b.queue = append(b.queue, w)
+	lead := b.leading < b.leaders
+	if lead {
+		b.leading++
+		w.leader = true
+	}
+	b.mu.Unlock()
+	if lead || <-w.wake {
+		b.lead(w)
+	}
+}
+
+// Waiting is how many calls wait for a batch, for tests that hold one.
+func (b *Batches[T]) Waiting() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.queue)
+}
+
+// lead runs batches from the head of the queue until self has been taken
+// into one (its own or another leader's), then hands the leader's role on
+// and, if another leader took self, waits for its result.
+func (b *Batches[T]) lead(self *waiting[T]) {
+	for {
+		b.mu.Lock()
+		if self.taken {
+			b.handOffLocked()
+			b.mu.Unlock()
+			<-self.wake
+			return
+		}
+		n := min(len(b.queue), b.maxBatch)
+		batch := make([]*waiting[T], n)
+		copy(batch, b.queue)
+		b.queue = append(b.queue[:0], b.queue[n:]...)
+		calls := make([]*T, n)
+		for i, w := range batch {
+			w.taken = true
+			calls[i] = w.call
+		}
+		b.mu.Unlock()
+		b.run(calls)
+		mine := false
+		for _, w := range batch {
+			if w == self {
+				mine = true
+			} else {
+				w.wake <- false
+			}
+		}
+		if mine {
+			b.mu.Lock()
+			b.handOffLocked()
+			b.mu.Unlock()
+			return
+		}
+	}
+}
+
+// handOffLocked gives a finishing leader's role to the oldest waiting
+// call that does not lead already, or frees it.
+func (b *Batches[T]) handOffLocked() {
+	for _, w := range b.queue {
+		if !w.leader {
+			w.leader = true
+			w.wake <- true
+			return
+		}
+	}
+	b.leading--
+}

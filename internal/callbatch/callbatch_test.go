@@ -1,0 +1,64 @@
+package callbatch_test
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/internal/callbatch"
+)
+
+type call struct {
+	n      int
+	result int
+	runs   atomic.Int32
+}
+
+// Many goroutines at once: every call runs once, in its own slot, no batch
+// exceeds its bound and no more batches run at once than leaders.
+func TestEveryCallRunsOnceWithinTheBounds(t *testing.T) {
+	const leaders, maxBatch, calls = 3, 5, 500
+	var inFlight, mostInFlight atomic.Int32
+	var mu sync.Mutex
+	var sizes []int
+	b := callbatch.New(leaders, maxBatch, func(batch []*call) {
+		now := inFlight.Add(1)
+		for {
+			most := mostInFlight.Load()
+			if now <= most || mostInFlight.CompareAndSwap(most, now) {
+				break
+			}
+		}
+		mu.Lock()
+		sizes = append(sizes, len(batch))
+		mu.Unlock()
+		for _, c := range batch {
+			c.runs.Add(1)
+			c.result = c.n * 2
+		}
+		inFlight.Add(-1)
+	})
+	all := make([]*call, calls)
+	var wg sync.WaitGroup
+	for i := range calls {
+		all[i] = &call{n: i}
+		wg.Go(func() {
+			b.Do(all[i])
+			require.Equal(t, 2*i, all[i].result, "the call's own result, in when Do returns")
+		})
+	}
+	wg.Wait()
+	for i, c := range all {
+		require.Equal(t, int32(1), c.runs.Load(), "call %d", i)
+	}
+	total := 0
+	for _, n := range sizes {
+		require.LessOrEqual(t, n, maxBatch)
+		total += n
+	}
+	require.Equal(t, calls, total)
+	require.LessOrEqual(t, mostInFlight.Load(), int32(leaders))
+	require.Zero(t, b.Waiting())
+}
