@@ -1168,6 +1168,37 @@ func TestConcurrentSettingChangesKeepEachOther(t *testing.T) {
 	})
 }
 
+// TestConfigIsAHashTable: claim.lua and done.lua read the config on every
+// call, and as a hash table each field is one look-up, not a scan. A new
+// project's config is a table from its creation; one written by a build
+// from before (a listpack) becomes one at its next settings change, with
+// its settings as they were.
+func TestConfigIsAHashTable(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{Title: ptr("before")})
+		key := queues.ConfigKey(tb.slug)
+		require.Equal(t, "hashtable", tb.rdb.ObjectEncoding(tb.ctx, key).Val())
+
+		// The previous build's config: the same fields, no long one.
+		fields, err := tb.rdb.HGetAll(tb.ctx, key).Result()
+		require.NoError(t, err)
+		delete(fields, "encoding")
+		require.NoError(t, tb.rdb.Del(tb.ctx, key).Err())
+		require.NoError(t, tb.rdb.HSet(tb.ctx, key, fields).Err())
+		require.Equal(t, "listpack", tb.rdb.ObjectEncoding(tb.ctx, key).Val())
+		tb.enqueue(t, todo, "a")
+		require.Equal(t, []string{"a"}, tb.claim(t, "alice", 1), "an old config serves as before")
+
+		_, err = tb.engine.UpdateProject(tb.ctx, tb.slug, queues.SettingsPatch{ClaimsLimit: ptr(5)})
+		require.NoError(t, err)
+		require.Equal(t, "hashtable", tb.rdb.ObjectEncoding(tb.ctx, key).Val())
+		p, err := tb.engine.Project(tb.ctx, tb.slug)
+		require.NoError(t, err)
+		require.Equal(t, "before", p.Title)
+		require.Equal(t, 5, p.ClaimsLimit)
+	})
+}
+
 // TestReservedSetShrinksWhenAQueueEmpties: Counts reads one length per
 // downloader in the reserved set, so the set must not keep every nick that
 // ever had a reservation.
