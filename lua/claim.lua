@@ -8,8 +8,11 @@
 -- KEYS[4]  backfeed   LIST  todo:backfeed
 -- KEYS[5]  secondary  LIST  todo:secondary
 -- KEYS[6]  redo       LIST  todo:redo
--- KEYS[7]  out        ZSET  item -> claimed at (ms)
--- KEYS[8]  deadlines  ZSET  item -> reclaim deadline (ms)
+-- KEYS[7]  out        ZSET  item -> claimed at (ms): written only by builds
+--                          from before out and deadlines were one set; merged
+--                          into deadlines a slice per call (see the note)
+-- KEYS[8]  deadlines  ZSET  item -> reclaim deadline (ms): every claim out
+--                          (its claim time is in its claim record)
 -- KEYS[9]  claims     HASH  item -> claim record
 -- KEYS[10] done       SET
 -- KEYS[11] budget     HASH  downloader -> items out, kept only while the
@@ -98,9 +101,19 @@
 -- R.CORRUPT naming the key. A due claim whose record
 -- is missing or unreadable is skipped and counted (claims_unreadable).
 --
+-- Note: deadlines is the one sorted set of claims: a claim writes its
+-- record and its deadline, and a done removes both. A project written by a
+-- build from before that also has out (item -> claimed at). Its claims are
+-- in deadlines too, except claims imported with no reclaim TTL, so out is
+-- merged on first touch: while it exists (found by the EXISTS over the
+-- usually absent keys, no extra command otherwise) each call moves up to
+-- 100 of its items, giving a claim with no deadline one from its record,
+-- and removes them from out, until out is gone. An old frontend still
+-- writing out during a rolling upgrade is merged the same way.
+--
 -- Note: max_claims (0 = off) is checked where a due claim would be handed
 -- out again, and only there: a first claim never reads it. An item claimed
--- max_claims times whose claim is due leaves claims, out and deadlines for
+-- max_claims times whose claim is due leaves claims and deadlines for
 -- failed, with its history (counted in stats.items_failed), and the call
 -- looks further for items to hand out.
 --
@@ -147,9 +160,9 @@ local has_extras = cfg[20]
 local pop_check = cfg[21] ~= '0'
 local any_optional
 if has_extras then
-  any_optional = redis.call('EXISTS', KEYS[14], KEYS[2], KEYS[23], KEYS[16], KEYS[20], KEYS[25]) > 0
+  any_optional = redis.call('EXISTS', KEYS[14], KEYS[2], KEYS[23], KEYS[16], KEYS[20], KEYS[25], KEYS[7]) > 0
 else
-  any_optional = redis.call('EXISTS', KEYS[14], KEYS[2], KEYS[23], KEYS[16], KEYS[20], KEYS[25], KEYS[12]) > 0
+  any_optional = redis.call('EXISTS', KEYS[14], KEYS[2], KEYS[23], KEYS[16], KEYS[20], KEYS[25], KEYS[7], KEYS[12]) > 0
 end
 local present_cache = {}
 local function present(k)
@@ -283,9 +296,7 @@ if events_max then
   expired_to = tonumber(redis.call('GET', KEYS[22]) or '0') or 0
 end
 local max_claims = tonumber(cfg[19] or '0') or 0
-local ttl = tonumber(cfg[9] or '0') or 0
-if ttl <= 0 then ttl = 21600000 end
-local now_text = int(now)
+local ttl = reclaim_ttl(cfg[9])
 
 -- Limit groups: how many items each may hand out now (GCRA tokens).
 local group_tokens, group_tat, group_period = {}, {}, {}
@@ -355,7 +366,6 @@ local function take_reclaims(want)
       -- Claimed max_claims times without a done: failed, not out again.
       if budget_on then budget_decrement(KEYS[11], previous) end
       redis.call('HDEL', KEYS[9], item)
-      redis.call('ZREM', KEYS[7], item)
       redis.call('ZREM', KEYS[8], item)
       history_push(history_key, item, previous, claimed_at, 'expired')
       fail_item(failed_key, history_key, item, count, now, 'max_claims', '')
@@ -377,7 +387,6 @@ local function take_reclaims(want)
     -- cannot see the item as due again.
     history_push(history_key, item, previous, claimed_at, 'expired')
     redis.call('HSET', KEYS[9], item, format_claim(count, now, downloader, ip, push_claimant(previous, earlier, 4), group))
-    redis.call('ZADD', KEYS[7], int(now), item)
     redis.call('ZADD', KEYS[8], int(now + ttl * count), item)
     taken[#taken + 1] = item
     reclaims = reclaims + 1
@@ -434,7 +443,6 @@ end
 local function undo_batch(key, scored, batch, scores, written)
   if #written > 0 then
     redis.pcall('HDEL', KEYS[9], unpack(written))
-    redis.pcall('ZREM', KEYS[7], unpack(written))
     redis.pcall('ZREM', KEYS[8], unpack(written))
   end
   if scored then
@@ -477,7 +485,7 @@ local function pop_fresh(key, want, group, scored, redo)
         in_done = checked('SMISMEMBER', KEYS[10], unpack(batch))
         if present(20) then in_recent = checked('ZMSCORE', KEYS[20], unpack(batch)) end
       end
-      local out_args, deadline_args, claim_args = {}, {}, {}
+      local deadline_args, claim_args = {}, {}
       local first_record, first_deadline
       for i, item in ipairs(batch) do
         if redo and present(25) and checked('HDEL', KEYS[25], item) == 1 then
@@ -499,8 +507,6 @@ local function pop_fresh(key, want, group, scored, redo)
               checked('HDEL', KEYS[16], item)
             end
           end
-          out_args[#out_args + 1] = now_text
-          out_args[#out_args + 1] = item
           if count == 1 and earlier == '-' then
             -- A first claim (nearly every one): the record and deadline are
             -- the same for the whole batch, formatted once.
@@ -525,7 +531,6 @@ local function pop_fresh(key, want, group, scored, redo)
       if #written > 0 then
         -- The claim record first: it is what done.lua and reclaims go by.
         checked_chunked('HSET', KEYS[9], claim_args)
-        checked_chunked('ZADD', KEYS[7], out_args)
         checked_chunked('ZADD', KEYS[8], deadline_args)
         if budget_on then checked('HINCRBY', KEYS[11], downloader, #written) end
       end
@@ -545,6 +550,34 @@ local function pop_fresh(key, want, group, scored, redo)
   end
 end
 
+-- The previous build's out, merged into deadlines a slice at a time (see
+-- the note): before any pop, so a key of the wrong type refuses the claim
+-- with nothing popped. Writing a slice again is harmless.
+if present(7) then
+  local merged, failure = pcall(function()
+    local items = checked('ZRANGE', KEYS[7], 0, 99)
+    if #items == 0 then return end
+    local records = checked('HMGET', KEYS[9], unpack(items))
+    local have = checked('ZMSCORE', KEYS[8], unpack(items))
+    local missing = {}
+    for i, item in ipairs(items) do
+      if records[i] and not have[i] then
+        -- An unreadable record is made due now: a reclaim finds it and
+        -- counts it (claims_unreadable) for an operator.
+        local count, at = parse_claim(records[i])
+        missing[#missing + 1] = count and int(at + ttl * count) or int(now)
+        missing[#missing + 1] = item
+      end
+    end
+    if #missing > 0 then checked('ZADD', KEYS[8], unpack(missing)) end
+    checked('ZREM', KEYS[7], unpack(items))
+  end)
+  if not merged then
+    if type(failure) == 'table' and failure.corrupt then return {R.CORRUPT, failure.corrupt} end
+    error(failure, 0)
+  end
+end
+
 -- Priority (seed 004): reclaims first when the claims limit or a limit
 -- group's limit is hit, then the downloader's reserved queue, then the
 -- scored queue (highest score first), then todo,
@@ -553,7 +586,7 @@ end
 local fresh_room = wanted
 local claims_limit_hit = false
 if claims_limit > 0 then
-  fresh_room = math.max(0, claims_limit - redis.call('ZCARD', KEYS[7]))
+  fresh_room = math.max(0, claims_limit - redis.call('ZCARD', KEYS[8]))
   claims_limit_hit = fresh_room == 0
 end
 if claims_limit_hit or (reclaim_enabled and group_limit_hit()) then

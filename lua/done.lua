@@ -4,25 +4,26 @@
 -- than fail, so the script cannot stop halfway.
 --
 -- KEYS[1]  config             HASH
--- KEYS[2]  out                ZSET item -> claimed at (ms)
--- KEYS[3]  deadlines          ZSET item -> reclaim deadline (ms)
--- KEYS[4]  claims             HASH item -> claim record
--- KEYS[5]  done               SET
--- KEYS[6]  budget             HASH downloader -> items out (kept only while
+-- KEYS[2]  deadlines          ZSET item -> reclaim deadline (ms): every claim
+--                                   out (claim.lua merges a previous build's
+--                                   out into it)
+-- KEYS[3]  claims             HASH item -> claim record
+-- KEYS[4]  done               SET
+-- KEYS[5]  budget             HASH downloader -> items out (kept only while
 --                                   the project has a budget limit)
--- KEYS[7]  extras             HASH item -> JSON
--- KEYS[8]  stats              HASH counters (only the rare ones here)
--- KEYS[9]  released           HASH item -> released record
--- KEYS[10] recent_done        ZSET item -> done at (ms): the latest completions,
+-- KEYS[6]  extras             HASH item -> JSON
+-- KEYS[7]  stats              HASH counters (only the rare ones here)
+-- KEYS[8]  released           HASH item -> released record
+-- KEYS[9]  recent_done        ZSET item -> done at (ms): the latest completions,
 --                                   kept when done_mode is count or archive
--- KEYS[11] done_archive       LIST completions waiting for the archive file
--- KEYS[12] events             STREAM the project's event log (written when the
+-- KEYS[10] done_archive       LIST completions waiting for the archive file
+-- KEYS[11] events             STREAM the project's event log (written when the
 --                                   config's event_log is above 0): one "done"
 --                                   entry per accepted call with new items
--- KEYS[13] redo_cancelled     HASH items done while a released copy waits in
+-- KEYS[12] redo_cancelled     HASH items done while a released copy waits in
 --                                   todo:redo or a group's redo sub-queue;
 --                                   claim.lua drops that copy when it pops it
--- KEYS[14] history            HASH item -> its ended claims: a completed item
+-- KEYS[13] history            HASH item -> its ended claims: a completed item
 --                                   claimed more than once (or released)
 --                                   leaves it
 -- (The counters, the recent-completions log and the live hints are not
@@ -71,7 +72,7 @@
 -- nothing if one fails (Redis keeps a script's writes before an error):
 -- the event entry (its key's type is checked when the log is on), then
 -- where the items go (done set, recent_done: a failure there is answered
--- R.CORRUPT with nothing changed), then their removal from claims, out and
+-- R.CORRUPT with nothing changed), then their removal from claims and
 -- deadlines; the budget last, where a field that is not an integer is
 -- dropped. Types are checked where keys are set, and by `hoard doctor`.
 --
@@ -99,9 +100,9 @@ if not cfg[1] then
 end
 local events_max = event_log_max(cfg[5])
 if events_max then
-  local have = redis.call('TYPE', KEYS[12])['ok']
+  local have = redis.call('TYPE', KEYS[11])['ok']
   if have ~= 'none' and have ~= 'stream' then
-    return {R.CORRUPT, KEYS[12] .. ' is a ' .. have .. ', not a stream'}
+    return {R.CORRUPT, KEYS[11] .. ' is a ' .. have .. ', not a stream'}
   end
 end
 local log_length = tonumber(cfg[2] or '1000') or 1000
@@ -119,7 +120,7 @@ for i = first_item, #ARGV do
     unique[#unique + 1] = item
   end
 end
-local records = call_chunked_list('HMGET', KEYS[4], unique)
+local records = call_chunked_list('HMGET', KEYS[3], unique)
 local claimed, claimed_at, claimed_by, released_items, unknown, strangers = {}, {}, {}, {}, {}, {}
 -- Items claimed more than once: only they can have a claim history.
 local retried = {}
@@ -142,14 +143,14 @@ for i, item in ipairs(unique) do
   end
 end
 if #rest > 0 then
-  local any_released = redis.call('EXISTS', KEYS[9]) == 1
-  local any_recent = redis.call('EXISTS', KEYS[10]) == 1
+  local any_released = redis.call('EXISTS', KEYS[8]) == 1
+  local any_recent = redis.call('EXISTS', KEYS[9]) == 1
   for _, item in ipairs(rest) do
-    if redis.call('SISMEMBER', KEYS[5], item) == 1
-        or (any_recent and redis.call('ZSCORE', KEYS[10], item)) then
+    if redis.call('SISMEMBER', KEYS[4], item) == 1
+        or (any_recent and redis.call('ZSCORE', KEYS[9], item)) then
       duplicates = duplicates + 1
     else
-      local released = any_released and redis.call('HGET', KEYS[9], item)
+      local released = any_released and redis.call('HGET', KEYS[8], item)
       if released then
         local _, _, claimants = parse_released(released)
         if in_list(downloader, claimants) then
@@ -165,7 +166,7 @@ if #rest > 0 then
 end
 
 local function refuse(code, items)
-  redis.call('HINCRBY', KEYS[8], 'dones_refused', 1)
+  redis.call('HINCRBY', KEYS[7], 'dones_refused', 1)
   local reply = {code}
   for _, item in ipairs(items) do reply[#reply + 1] = item end
   return reply
@@ -184,23 +185,23 @@ for _, item in ipairs(released_items) do fresh[#fresh + 1] = item end
 -- Writes.
 if #fresh > 0 then
   -- Where the items go comes first: if it fails, nothing has changed.
-  local ok, err = pcall(keep_completions, done_mode, fresh, now, KEYS[5], KEYS[10], recent_max, KEYS[8], KEYS[11])
+  local ok, err = pcall(keep_completions, done_mode, fresh, now, KEYS[4], KEYS[9], recent_max, KEYS[7], KEYS[10])
   if not ok then
     return {R.CORRUPT, 'completions could not be kept: ' .. tostring(type(err) == 'table' and err.err or err)}
   end
 end
 if duplicates > 0 then
-  redis.call('HINCRBY', KEYS[8], 'dones_duplicate', duplicates)
+  redis.call('HINCRBY', KEYS[7], 'dones_duplicate', duplicates)
 end
 if stale > 0 then
-  redis.call('HINCRBY', KEYS[8], 'dones_stale', stale)
+  redis.call('HINCRBY', KEYS[7], 'dones_stale', stale)
   duplicates = duplicates + stale
 end
 if #fresh == 0 then
   return {1, 0, duplicates, 0, 0, ''}
 end
 if events_max then
-  log_event(KEYS[12], events_max, 'done', fresh, downloader, now, result)
+  log_event(KEYS[11], events_max, 'done', fresh, downloader, now, result)
 end
 local rtt_sum = 0
 local by_claimant = {}
@@ -209,36 +210,35 @@ for i = 1, #claimed do
   by_claimant[claimed_by[i]] = (by_claimant[claimed_by[i]] or 0) + 1
 end
 if #claimed > 0 then
-  call_chunked('HDEL', KEYS[4], claimed)
+  call_chunked('HDEL', KEYS[3], claimed)
   call_chunked('ZREM', KEYS[2], claimed)
-  call_chunked('ZREM', KEYS[3], claimed)
 end
 for _, item in ipairs(released_items) do retried[#retried + 1] = item end
 if #retried > 0 then
-  call_chunked('HDEL', KEYS[14], retried)
+  call_chunked('HDEL', KEYS[13], retried)
 end
 for _, item in ipairs(released_items) do
   -- Its copy in redo (or a group's redo sub-queue, after a re-route) is
   -- marked, not searched for: an LREM would scan the whole list per item.
-  redis.call('HSET', KEYS[13], item, 1)
-  redis.call('HDEL', KEYS[9], item)
+  redis.call('HSET', KEYS[12], item, 1)
+  redis.call('HDEL', KEYS[8], item)
 end
 if #released_items > 0 then
-  redis.call('HINCRBY', KEYS[8], 'dones_after_release', #released_items)
+  redis.call('HINCRBY', KEYS[7], 'dones_after_release', #released_items)
 end
 -- has_extras is set where extras are written (enqueue.lua): "0" on a
 -- project that never had any, so the common done asks nothing; a project
 -- from before the flag (no field: false) is probed.
-if cfg[6] == '1' or (not cfg[6] and redis.call('EXISTS', KEYS[7]) == 1) then
-  call_chunked('HDEL', KEYS[7], fresh)
+if cfg[6] == '1' or (not cfg[6] and redis.call('EXISTS', KEYS[6]) == 1) then
+  call_chunked('HDEL', KEYS[6], fresh)
 end
 -- One fewer item out per item for each claimant; a field reaching zero
 -- goes, so the hash stays as small as the set of active downloaders. A
 -- field that is not an integer is dropped rather than failing here.
 for claimant, n in pairs(budget_kept(cfg[7]) and by_claimant or {}) do
-  local left = redis.pcall('HINCRBY', KEYS[6], claimant, -n)
+  local left = redis.pcall('HINCRBY', KEYS[5], claimant, -n)
   if type(left) ~= 'number' or left <= 0 then
-    redis.call('HDEL', KEYS[6], claimant)
+    redis.call('HDEL', KEYS[5], claimant)
   end
 end
 

@@ -5,16 +5,15 @@
 -- nothing changes: every check runs before the first write.
 --
 -- KEYS[1]  config     HASH
--- KEYS[2]  out        ZSET item -> claimed at (ms)
--- KEYS[3]  deadlines  ZSET item -> reclaim deadline (ms)
--- KEYS[4]  claims     HASH item -> claim record
--- KEYS[5]  budget     HASH downloader -> items out (while a budget limit is set)
--- KEYS[6]  stats      HASH counters
--- KEYS[7]  failed     HASH item -> failed record
--- KEYS[8]  history    HASH item -> its ended claims
--- KEYS[9]  released   HASH item -> released record (items sent to redo)
--- KEYS[10] redo       LIST todo:redo
--- KEYS[11..#KEYS-1]   the sub-queues of todo:redo of each limit group (LIST)
+-- KEYS[2]  deadlines  ZSET item -> reclaim deadline (ms): every claim out
+-- KEYS[3]  claims     HASH item -> claim record
+-- KEYS[4]  budget     HASH downloader -> items out (while a budget limit is set)
+-- KEYS[5]  stats      HASH counters
+-- KEYS[6]  failed     HASH item -> failed record
+-- KEYS[7]  history    HASH item -> its ended claims
+-- KEYS[8]  released   HASH item -> released record (items sent to redo)
+-- KEYS[9]  redo       LIST todo:redo
+-- KEYS[10..#KEYS-1]   the sub-queues of todo:redo of each limit group (LIST)
 -- KEYS[#KEYS] queued  SET the items waiting in the list queues
 --
 -- ARGV[1] now (ms)
@@ -22,7 +21,7 @@
 -- ARGV[3] the limit_groups_version the caller routed by
 -- ARGV[4] the reason (checked by the caller: printable, bounded)
 -- ARGV[5..] (item, d) pairs: d = 0 routes a redo to todo:redo, d >= 1 to
---         KEYS[10 + d], its limit group's redo sub-queue
+--         KEYS[9 + d], its limit group's redo sub-queue
 --
 -- Returns
 --   {n, "failed" | "redo", to_failed}  accepted: n items left out;
@@ -53,7 +52,7 @@ local budget_on = budget_kept(cfg[5])
 local records, unknown, strangers = {}, {}, {}
 for i = 5, #ARGV, 2 do
   local item = ARGV[i]
-  local record = redis.call('HGET', KEYS[4], item)
+  local record = redis.call('HGET', KEYS[3], item)
   if not record then
     unknown[#unknown + 1] = item
   else
@@ -78,17 +77,16 @@ local to_failed = 0
 local to = {}
 for _, r in ipairs(records) do
   local item = r.item
-  if budget_on then budget_decrement(KEYS[5], downloader) end
-  redis.call('HDEL', KEYS[4], item)
+  if budget_on then budget_decrement(KEYS[4], downloader) end
+  redis.call('HDEL', KEYS[3], item)
   redis.call('ZREM', KEYS[2], item)
-  redis.call('ZREM', KEYS[3], item)
-  history_push(KEYS[8], item, downloader, r.at, 'reported', reason)
+  history_push(KEYS[7], item, downloader, r.at, 'reported', reason)
   if not to_redo or (max_claims > 0 and r.count >= max_claims) then
-    fail_item(KEYS[7], KEYS[8], item, r.count, now, 'reported', reason)
+    fail_item(KEYS[6], KEYS[7], item, r.count, now, 'reported', reason)
     to_failed = to_failed + 1
   else
-    redis.call('HSET', KEYS[9], item, string.format('%d %.0f %s', r.count, now, push_claimant(downloader, r.earlier, 5)))
-    local key = r.d > 0 and KEYS[10 + r.d] or KEYS[10]
+    redis.call('HSET', KEYS[8], item, string.format('%d %.0f %s', r.count, now, push_claimant(downloader, r.earlier, 5)))
+    local key = r.d > 0 and KEYS[9 + r.d] or KEYS[9]
     to[key] = to[key] or {}
     table.insert(to[key], item)
   end
@@ -97,8 +95,8 @@ for key, items in pairs(to) do
   call_chunked('RPUSH', key, items)
   call_chunked('SADD', KEYS[#KEYS], items)
 end
-redis.call('HINCRBY', KEYS[6], 'items_fail_reported', #records)
+redis.call('HINCRBY', KEYS[5], 'items_fail_reported', #records)
 if to_failed > 0 then
-  redis.call('HINCRBY', KEYS[6], 'items_failed', to_failed)
+  redis.call('HINCRBY', KEYS[5], 'items_failed', to_failed)
 end
 return {#records, to_redo and 'redo' or 'failed', to_failed}

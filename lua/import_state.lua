@@ -5,15 +5,14 @@
 -- requeues it.
 --
 -- KEYS[1] config       HASH (done_mode, recent_done, reclaim_ttl_ms)
--- KEYS[2] out          ZSET item -> claimed at (ms)
--- KEYS[3] deadlines    ZSET item -> reclaim deadline (ms)
--- KEYS[4] claims       HASH item -> claim record
--- KEYS[5] done         SET
--- KEYS[6] recent_done  ZSET item -> done at (ms)
--- KEYS[7] budget       HASH downloader -> items out (while a budget limit is set)
--- KEYS[8] stats        HASH counters
--- KEYS[9] failed       HASH item -> failed record
--- KEYS[10] queued      SET  the items waiting in the list queues: an item
+-- KEYS[2] deadlines    ZSET item -> reclaim deadline (ms)
+-- KEYS[3] claims       HASH item -> claim record
+-- KEYS[4] done         SET
+-- KEYS[5] recent_done  ZSET item -> done at (ms)
+-- KEYS[6] budget       HASH downloader -> items out (while a budget limit is set)
+-- KEYS[7] stats        HASH counters
+-- KEYS[8] failed       HASH item -> failed record
+-- KEYS[9] queued       SET  the items waiting in the list queues: an item
 --                      imported while a copy waits there sets the config's
 --                      pop_check to "1" (claim.lua then drops that copy
 --                      when it pops it, as it did before pop_check)
@@ -30,7 +29,7 @@ local cfg = redis.call('HMGET', KEYS[1], 'created_at', 'done_mode', 'recent_done
 if not cfg[1] then
   return {R.NO_PROJECT}
 end
-local expected = {[2] = 'zset', [3] = 'zset', [4] = 'hash', [5] = 'set', [6] = 'zset', [7] = 'hash', [8] = 'hash', [9] = 'hash'}
+local expected = {[2] = 'zset', [3] = 'hash', [4] = 'set', [5] = 'zset', [6] = 'hash', [7] = 'hash', [8] = 'hash'}
 for i, want in pairs(expected) do
   local have = redis.call('TYPE', KEYS[i])['ok']
   if have ~= 'none' and have ~= want then
@@ -40,11 +39,11 @@ end
 local now = tonumber(ARGV[1])
 local done_mode = cfg[2] or 'keep'
 local recent_max = tonumber(cfg[3] or '1000000') or 1000000
-local ttl = tonumber(cfg[4] or '0') or 0
+local ttl = reclaim_ttl(cfg[4])
 
 local function known(item)
-  return redis.call('HEXISTS', KEYS[4], item) == 1 or redis.call('SISMEMBER', KEYS[5], item) == 1
-    or redis.call('ZSCORE', KEYS[6], item) ~= false or redis.call('HEXISTS', KEYS[9], item) == 1
+  return redis.call('HEXISTS', KEYS[3], item) == 1 or redis.call('SISMEMBER', KEYS[4], item) == 1
+    or redis.call('ZSCORE', KEYS[5], item) ~= false or redis.call('HEXISTS', KEYS[8], item) == 1
 end
 
 local imported, skipped = 0, 0
@@ -64,9 +63,9 @@ if ARGV[2] == 'done' then
   if #fresh > 0 then
     -- Imported completions were archived (or not) by the old tracker:
     -- none is queued for this project's archive file.
-    keep_completions(done_mode, fresh, now, KEYS[5], KEYS[6], recent_max, KEYS[8], nil)
-    hincr_capped(KEYS[8], 'items_done', #fresh)
-    hincr_capped(KEYS[8], 'items_imported_done', #fresh)
+    keep_completions(done_mode, fresh, now, KEYS[4], KEYS[5], recent_max, KEYS[7], nil)
+    hincr_capped(KEYS[7], 'items_done', #fresh)
+    hincr_capped(KEYS[7], 'items_imported_done', #fresh)
     imported = #fresh
     for _, item in ipairs(fresh) do landed[#landed + 1] = item end
   end
@@ -76,22 +75,20 @@ else
     if known(item) then
       skipped = skipped + 1
     else
-      redis.call('ZADD', KEYS[2], int(at), item)
-      redis.call('HSET', KEYS[4], item, format_claim(1, at, downloader, ip, '-', '-'))
-      if ttl > 0 then
-        redis.call('ZADD', KEYS[3], int(at + ttl), item)
-      end
-      if budget_kept(cfg[5]) then redis.call('HINCRBY', KEYS[7], downloader, 1) end
+      -- The record keeps the claim time; every claim has a deadline.
+      redis.call('HSET', KEYS[3], item, format_claim(1, at, downloader, ip, '-', '-'))
+      redis.call('ZADD', KEYS[2], int(at + ttl), item)
+      if budget_kept(cfg[5]) then redis.call('HINCRBY', KEYS[6], downloader, 1) end
       imported = imported + 1
       landed[#landed + 1] = item
     end
   end
-  if imported > 0 then hincr_capped(KEYS[8], 'claims_imported', imported) end
+  if imported > 0 then hincr_capped(KEYS[7], 'claims_imported', imported) end
 end
 -- A copy still waiting in a list would be handed out again by a claim that
 -- does not look for duplicates: such a project goes back to looking.
 if cfg[6] == '0' and #landed > 0 then
-  for _, waiting in ipairs(call_chunked_list('SMISMEMBER', KEYS[10], landed)) do
+  for _, waiting in ipairs(call_chunked_list('SMISMEMBER', KEYS[9], landed)) do
     if waiting == 1 then
       redis.call('HSET', KEYS[1], 'pop_check', '1')
       break

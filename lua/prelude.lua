@@ -45,6 +45,15 @@ local function int(n)
   return string.format('%.0f', n)
 end
 
+-- A claim's reclaim TTL in ms, from the config's reclaim_ttl_ms: 6 hours
+-- when it is unset or not positive (queues.DefaultReclaimTTL), so every
+-- claim has a deadline.
+local function reclaim_ttl(value)
+  local ttl = tonumber(value or '0') or 0
+  if ttl <= 0 then return 21600000 end
+  return ttl
+end
+
 -- The budget hash (downloader -> items out) is kept only while the
 -- project has a budget limit (the config's downloader_budget above 0):
 -- config_write.lua rebuilds it from the claims when a limit is set and

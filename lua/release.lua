@@ -4,16 +4,15 @@
 --
 -- KEYS[1] config     HASH
 -- KEYS[2] redo       LIST todo:redo (released items go to its tail)
--- KEYS[3] out        ZSET item -> claimed at (ms)
--- KEYS[4] deadlines  ZSET item -> reclaim deadline (ms)
--- KEYS[5] claims     HASH item -> claim record
--- KEYS[6] budget     HASH downloader -> items out (while a budget limit is set)
--- KEYS[7] stats      HASH counters
--- KEYS[8] released   HASH item -> released record
--- KEYS[9] failed     HASH item -> failed record: a released item claimed
+-- KEYS[3] deadlines  ZSET item -> reclaim deadline (ms): every claim out
+-- KEYS[4] claims     HASH item -> claim record
+-- KEYS[5] budget     HASH downloader -> items out (while a budget limit is set)
+-- KEYS[6] stats      HASH counters
+-- KEYS[7] released   HASH item -> released record
+-- KEYS[8] failed     HASH item -> failed record: a released item claimed
 --                    max_claims times goes here, not to redo
--- KEYS[10] history   HASH item -> its ended claims (a release adds one)
--- KEYS[11..#KEYS-1] the sub-queues of todo:redo of each limit group (LIST)
+-- KEYS[9] history    HASH item -> its ended claims (a release adds one)
+-- KEYS[10..#KEYS-1] the sub-queues of todo:redo of each limit group (LIST)
 -- KEYS[#KEYS] queued SET the items waiting in the list queues: released
 --           items join it
 --
@@ -22,7 +21,7 @@
 -- ARGV[3] only items claimed at or before this time in ms ("" = any time)
 -- ARGV[4] the limit_groups_version the caller routed by
 -- ARGV[5..] (item, d) pairs: d = 0 sends the item to todo:redo, d >= 1 to
---         KEYS[10 + d], the sub-queue of its limit group (so a release never
+--         KEYS[9 + d], the sub-queue of its limit group (so a release never
 --         lets an item skip its group's limit)
 --
 -- Returns {released, not_out, filtered, failed}
@@ -56,7 +55,7 @@ local to = {}
 for i = 5, #ARGV, 2 do
   local item = ARGV[i]
   local d = tonumber(ARGV[i + 1])
-  local record = redis.call('HGET', KEYS[5], item)
+  local record = redis.call('HGET', KEYS[4], item)
   if not record then
     not_out = not_out + 1
   else
@@ -64,17 +63,16 @@ for i = 5, #ARGV, 2 do
     if (only_downloader ~= '' and claimant ~= only_downloader) or (cutoff and claimed_at > cutoff) then
       filtered = filtered + 1
     else
-      if budget_on then budget_decrement(KEYS[6], claimant) end
-      redis.call('HDEL', KEYS[5], item)
+      if budget_on then budget_decrement(KEYS[5], claimant) end
+      redis.call('HDEL', KEYS[4], item)
       redis.call('ZREM', KEYS[3], item)
-      redis.call('ZREM', KEYS[4], item)
-      history_push(KEYS[10], item, claimant, claimed_at, 'released')
+      history_push(KEYS[9], item, claimant, claimed_at, 'released')
       if max_claims > 0 and count >= max_claims then
-        fail_item(KEYS[9], KEYS[10], item, count, now, 'max_claims', '')
+        fail_item(KEYS[8], KEYS[9], item, count, now, 'max_claims', '')
         failed = failed + 1
       else
-        redis.call('HSET', KEYS[8], item, string.format('%d %.0f %s', count, now, push_claimant(claimant, earlier, 5)))
-        local key = d > 0 and KEYS[10 + d] or KEYS[2]
+        redis.call('HSET', KEYS[7], item, string.format('%d %.0f %s', count, now, push_claimant(claimant, earlier, 5)))
+        local key = d > 0 and KEYS[9 + d] or KEYS[2]
         to[key] = to[key] or {}
         table.insert(to[key], item)
       end
@@ -87,9 +85,9 @@ for key, items in pairs(to) do
   call_chunked('SADD', KEYS[#KEYS], items)
 end
 if released > 0 then
-  redis.call('HINCRBY', KEYS[7], 'items_released', released)
+  redis.call('HINCRBY', KEYS[6], 'items_released', released)
 end
 if failed > 0 then
-  redis.call('HINCRBY', KEYS[7], 'items_failed', failed)
+  redis.call('HINCRBY', KEYS[6], 'items_failed', failed)
 end
 return {released, not_out, filtered, failed}

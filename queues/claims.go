@@ -19,8 +19,8 @@ type Claim struct {
 	ClaimedAt  time.Time `json:"claimed_at"`
 	// TimesClaimed counts every hand-out of the item, reclaims included.
 	TimesClaimed int `json:"times_claimed"`
-	// Deadline is when the item may be reclaimed (zero when the deadline
-	// index has no entry, e.g. a claim made with reclaiming off).
+	// Deadline is when the item may be reclaimed (while reclaiming is on):
+	// its score in the deadline index, which every claim has.
 	Deadline time.Time `json:"deadline,omitzero"`
 	// Earlier are the item's earlier claimants, newest first; they may
 	// still complete it.
@@ -62,8 +62,8 @@ type ClaimFilter struct {
 }
 
 // ClaimCursor is where a claims listing continues: after the item Item
-// claimed at AfterMillis (out orders equal claim times by item name).
-// The zero cursor starts at the oldest claim.
+// whose reclaim deadline is AfterMillis (deadlines orders equal deadlines
+// by item name). The zero cursor starts at the earliest deadline.
 type ClaimCursor struct {
 	AfterMillis int64
 	Item        string
@@ -93,13 +93,15 @@ func ParseClaimCursor(s string) (ClaimCursor, error) {
 // MaxClaimsPage caps a page of Claims.
 const MaxClaimsPage = 10000
 
-// claimsReadPage is how many members of out one read takes.
+// claimsReadPage is how many members of deadlines one read takes.
 const claimsReadPage = 1000
 
-// Claims lists up to limit claims the filter selects, oldest claim first,
-// starting after cursor, and the cursor of the next page (zero when there
-// is none). It reads out by claim time a page at a time, so a project with
-// millions of items out is never loaded whole.
+// Claims lists up to limit claims the filter selects, earliest reclaim
+// deadline first (for claims made under one TTL, oldest first), starting
+// after cursor, and the cursor of the next page (zero when there is none).
+// It reads the deadlines a page at a time, so a project with millions of
+// items out is never loaded whole; an age filter reads every page, since
+// a claim's age is in its record, not in the order.
 func (e *Engine) Claims(ctx context.Context, slug string, filter ClaimFilter, cursor ClaimCursor, limit int) ([]Claim, ClaimCursor, error) {
 	const op = "queues.Claims"
 	if limit < 1 || limit > MaxClaimsPage {
@@ -117,11 +119,11 @@ func (e *Engine) Claims(ctx context.Context, slug string, filter ClaimFilter, cu
 		return page, ClaimCursor{}, nil
 	}
 	last := page[len(page)-1]
-	return page, ClaimCursor{AfterMillis: last.ClaimedAt.UnixMilli(), Item: last.Item}, nil
+	return page, ClaimCursor{AfterMillis: last.Deadline.UnixMilli(), Item: last.Item}, nil
 }
 
-// EachClaim calls fn for every claim the filter selects, oldest first,
-// reading out a page at a time; fn returning false stops it.
+// EachClaim calls fn for every claim the filter selects, earliest deadline
+// first, reading a page at a time; fn returning false stops it.
 func (e *Engine) EachClaim(ctx context.Context, slug string, filter ClaimFilter, fn func(Claim) bool) error {
 	return e.eachClaim(ctx, "queues.EachClaim", slug, filter, ClaimCursor{}, fn)
 }
@@ -139,10 +141,32 @@ func (e *Engine) eachClaim(ctx context.Context, op, slug string, filter ClaimFil
 		return err
 	}
 	// The cutoff is fixed when the listing starts, like ReleaseClaims'.
-	max := "+inf"
-	if filter.OlderThan > 0 {
-		max = strconv.FormatInt(e.clock.Now().Add(-filter.OlderThan).UnixMilli(), 10)
-	}
+	cutoff := claimCutoff(e.clock.Now(), filter.OlderThan)
+	return e.claimPages(ctx, op, slug, cursor, func(page []Claim) bool {
+		for _, c := range page {
+			if c.ClaimedAt.UnixMilli() > cutoff || (filter.Downloader != "" && c.Downloader != filter.Downloader) {
+				continue
+			}
+			if !fn(c) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// claimCutoff is the latest claim time (ms) a filter of claims made at
+// least olderThan ago selects; with olderThan 0, every claim made so far.
+func claimCutoff(now time.Time, olderThan time.Duration) int64 {
+	return now.Add(-olderThan).UnixMilli()
+}
+
+// claimPages calls fn with the claims out after cursor, a page at a time
+// in deadline order; fn returning false stops it. A claim completed or
+// released since its page was read is left out. Claims that change while
+// it pages may be seen again later in the order (a reclaim moves its
+// deadline) or not at all (completed): callers filter by claim time.
+func (e *Engine) claimPages(ctx context.Context, op, slug string, cursor ClaimCursor, fn func([]Claim) bool) error {
 	min := "-inf"
 	if cursor.Item != "" {
 		min = strconv.FormatInt(cursor.AfterMillis, 10)
@@ -153,13 +177,13 @@ func (e *Engine) eachClaim(ctx context.Context, op, slug string, filter ClaimFil
 			return err
 		}
 		members, err := e.rdb.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
-			Key: OutKey(slug), Start: min, Stop: max, ByScore: true, Count: read,
+			Key: DeadlinesKey(slug), Start: min, Stop: "+inf", ByScore: true, Count: read,
 		}).Result()
 		if err != nil {
 			return unavailable(op, err)
 		}
-		// Members claimed in the cursor's millisecond sort by name: skip
-		// those up to and including the cursor's item.
+		// Members with the cursor's deadline sort by name: skip those up
+		// to and including the cursor's item.
 		fresh := members[:0:0]
 		for _, m := range members {
 			item, _ := m.Member.(string)
@@ -172,7 +196,7 @@ func (e *Engine) eachClaim(ctx context.Context, op, slug string, filter ClaimFil
 			if int64(len(members)) < read {
 				return nil
 			}
-			// A full page of claims made in one millisecond, all seen:
+			// A full page of claims due in one millisecond, all seen:
 			// read more of that millisecond.
 			read *= 2
 			continue
@@ -182,21 +206,20 @@ func (e *Engine) eachClaim(ctx context.Context, op, slug string, filter ClaimFil
 		for i, m := range fresh {
 			items[i], _ = m.Member.(string)
 		}
-		claims, err := e.claimRecords(ctx, op, slug, items)
+		records, err := e.claimRecords(ctx, op, slug, items)
 		if err != nil {
 			return err
 		}
+		page := make([]Claim, 0, len(items))
 		for i, item := range items {
 			cursor = ClaimCursor{AfterMillis: int64(fresh[i].Score), Item: item}
-			c, ok := claims[item]
-			if !ok || (filter.Downloader != "" && c.Downloader != filter.Downloader) {
-				// Completed or released since the page was read, or
-				// someone else's.
-				continue
+			if c, ok := records[item]; ok {
+				c.Deadline = time.UnixMilli(cursor.AfterMillis).UTC()
+				page = append(page, c)
 			}
-			if !fn(c) {
-				return nil
-			}
+		}
+		if !fn(page) {
+			return nil
 		}
 		min = strconv.FormatInt(cursor.AfterMillis, 10)
 		if int64(len(members)) < read {
@@ -205,18 +228,15 @@ func (e *Engine) eachClaim(ctx context.Context, op, slug string, filter ClaimFil
 	}
 }
 
-// claimRecords reads and parses the claim records and deadlines of items
-// in one round trip; an item with no (or an unreadable) record is absent.
+// claimRecords reads and parses the claim records of items in one round
+// trip; an item with no (or an unreadable) record is absent.
 func (e *Engine) claimRecords(ctx context.Context, op, slug string, items []string) (map[string]Claim, error) {
-	pipe := e.rdb.Pipeline()
-	records := pipe.HMGet(ctx, ClaimsKey(slug), items...)
-	deadlines := pipe.ZMScore(ctx, DeadlinesKey(slug), items...)
-	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+	records, err := e.rdb.HMGet(ctx, ClaimsKey(slug), items...).Result()
+	if err != nil && err != redis.Nil {
 		return nil, unavailable(op, err)
 	}
-	scores := deadlines.Val()
 	out := make(map[string]Claim, len(items))
-	for i, v := range records.Val() {
+	for i, v := range records {
 		record, ok := v.(string)
 		if !ok {
 			continue
@@ -225,9 +245,6 @@ func (e *Engine) claimRecords(ctx context.Context, op, slug string, items []stri
 		if !ok {
 			e.logger.WarnContext(ctx, "unreadable claim record", "project", slug, "item", truncate(items[i], 200))
 			continue
-		}
-		if i < len(scores) && scores[i] > 0 {
-			c.Deadline = time.UnixMilli(int64(scores[i])).UTC()
 		}
 		out[items[i]] = c
 	}

@@ -38,7 +38,7 @@ func (e *Engine) Doctor(ctx context.Context, slug string) (DoctorReport, error) 
 		return DoctorReport{}, err
 	}
 	want := map[string]string{
-		OutKey(slug): "zset", DeadlinesKey(slug): "zset", ClaimsKey(slug): "hash", DoneKey(slug): "set",
+		LegacyOutKey(slug): "zset", DeadlinesKey(slug): "zset", ClaimsKey(slug): "hash", DoneKey(slug): "set",
 		BudgetKey(slug): "hash", ExtrasKey(slug): "hash", StatsKey(slug): "hash", BlockedKey(slug): "hash",
 		ReleasedKey(slug): "hash", RecentDoneKey(slug): "zset", EventsKey(slug): "stream",
 		QueueKey(slug, QueueScored): "zset", ReservedSetKey(slug): "set", RedoCancelledKey(slug): "hash",

@@ -570,7 +570,7 @@ func (e *Engine) release(ctx context.Context, slug string, items []string, onlyD
 	code, rest, err := e.runWithGroups(ctx, op, slug, releaseScript, func(state *groupState) ([]string, []any) {
 		// Released items go back to redo, into their limit group's
 		// sub-queue, so a release never lets an item skip its limit.
-		keys := []string{ConfigKey(slug), QueueKey(slug, QueueRedo), OutKey(slug), DeadlinesKey(slug),
+		keys := []string{ConfigKey(slug), QueueKey(slug, QueueRedo), DeadlinesKey(slug),
 			ClaimsKey(slug), BudgetKey(slug), StatsKey(slug), ReleasedKey(slug), FailedKey(slug), HistoryKey(slug)}
 		for _, g := range state.groups {
 			keys = append(keys, GroupQueueKey(slug, QueueRedo, g.Name))
@@ -604,9 +604,10 @@ type ReleaseFilter struct {
 }
 
 // ReleaseClaims releases the claims the filter selects, back to todo:redo.
-// It pages through out by claim time (never loading all of it), and each
-// page is released by one script that re-checks the filter, so a claim
-// that changes meanwhile is never released by mistake.
+// It pages through the claims in deadline order (never loading all of
+// them), and each page's claims made before the cutoff are released by one
+// script that re-checks the filter, so a claim that changes meanwhile is
+// never released by mistake.
 func (e *Engine) ReleaseClaims(ctx context.Context, slug string, filter ReleaseFilter) (ReleaseResult, error) {
 	const op = "queues.ReleaseClaims"
 	if err := ValidateSlug(slug); err != nil {
@@ -624,37 +625,33 @@ func (e *Engine) ReleaseClaims(ctx context.Context, slug string, filter ReleaseF
 		return ReleaseResult{}, err
 	}
 	// The cutoff is fixed when the release starts, so claims made while it
-	// pages (items it released being claimed again) are left alone.
-	cutoff := e.clock.Now().Add(-filter.OlderThan).UnixMilli()
-	max := strconv.FormatInt(cutoff, 10)
+	// pages (items it released being claimed again, further on in the
+	// deadline order) are left alone.
+	cutoff := claimCutoff(e.clock.Now(), filter.OlderThan)
 	var total ReleaseResult
-	// Released claims leave out, so the next page starts where the
-	// filtered (kept) claims end.
-	offset := int64(0)
-	for {
-		if err := ctx.Err(); err != nil {
-			return total, err
+	var failure error
+	err := e.claimPages(ctx, op, slug, ClaimCursor{}, func(page []Claim) bool {
+		items := make([]string, 0, len(page))
+		for _, c := range page {
+			if c.ClaimedAt.UnixMilli() <= cutoff {
+				items = append(items, c.Item)
+			}
 		}
-		page, err := e.rdb.ZRangeArgs(ctx, redis.ZRangeArgs{
-			Key: OutKey(slug), Start: "-inf", Stop: max, ByScore: true, Offset: offset, Count: 1000,
-		}).Result()
+		if len(items) == 0 {
+			return true
+		}
+		r, err := e.release(ctx, slug, items, filter.Downloader, cutoff)
 		if err != nil {
-			return total, unavailable(op, err)
-		}
-		if len(page) == 0 {
-			return total, nil
-		}
-		r, err := e.release(ctx, slug, page, filter.Downloader, cutoff)
-		if err != nil {
-			return total, err
+			failure = err
+			return false
 		}
 		total.add(ReleaseResult{Released: r.Released, Filtered: r.Filtered, Failed: r.Failed})
-		offset += int64(r.Filtered)
-		if r.Released == 0 && r.Filtered == 0 {
-			// Everything on the page vanished meanwhile; read it again.
-			continue
-		}
+		return true
+	})
+	if failure != nil {
+		return total, failure
 	}
+	return total, err
 }
 
 // QueueItem is an item to queue, with optional extra keys.
@@ -835,10 +832,14 @@ type Counts struct {
 	Offloaded int64 `json:"offloaded"`
 	// Reclaimable is how many claims are past their reclaim deadline.
 	Reclaimable int64 `json:"reclaimable"`
-	// OldestClaimAgeSeconds is how long the oldest claim still out has been out
-	// (0 with none): a claim older than the reclaim TTL while reclaiming
-	// is off is work nobody will bring back. Read from the lowest score of
-	// out, O(log n).
+	// OldestClaimAgeSeconds is how long the claim with the earliest reclaim
+	// deadline has been out (0 with none): a claim older than the reclaim
+	// TTL while reclaiming is off is work nobody will bring back. It is the
+	// oldest claim when the claims out were made under one TTL and each
+	// for the first time; an item claimed again (a reclaim, a released
+	// item) has its deadline TTL x times claimed after its claim, so an
+	// older one of those may wait behind it. Read from the head of the
+	// deadlines and its claim record, O(log n).
 	OldestClaimAgeSeconds float64 `json:"oldest_claim_age_seconds"`
 
 	// offloadedIn splits Offloaded by shared queue, in SharedQueues order.
@@ -892,13 +893,13 @@ func (e *Engine) Counts(ctx context.Context, slug string) (Counts, error) {
 	}
 	scored := pipe.ZCard(ctx, QueueKey(slug, QueueScored))
 	cancelled := pipe.HLen(ctx, RedoCancelledKey(slug))
-	out := pipe.ZCard(ctx, OutKey(slug))
+	out := pipe.ZCard(ctx, DeadlinesKey(slug))
 	done := pipe.SCard(ctx, DoneKey(slug))
 	failed := pipe.HLen(ctx, FailedKey(slug))
 	discarded := pipe.HGet(ctx, StatsKey(slug), "done_discarded")
 	offloaded := pipe.HGetAll(ctx, OffloadKey(slug))
 	due := pipe.ZCount(ctx, DeadlinesKey(slug), "-inf", strconv.FormatInt(e.nowMillis(), 10))
-	oldest := pipe.ZRangeWithScores(ctx, OutKey(slug), 0, 0)
+	first := pipe.ZRange(ctx, DeadlinesKey(slug), 0, 0)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return Counts{}, unavailable(op, err)
 	}
@@ -918,9 +919,9 @@ func (e *Engine) Counts(ctx context.Context, slug string) (Counts, error) {
 	}
 	// Copies of released items completed since wait in redo until popped.
 	c.Redo = max(0, c.Redo-cancelled.Val())
-	if first := oldest.Val(); len(first) == 1 {
-		if age := e.nowMillis() - int64(first[0].Score); age > 0 {
-			c.OldestClaimAgeSeconds = float64(age) / 1000
+	if len(first.Val()) == 1 {
+		if c.OldestClaimAgeSeconds, err = e.firstDueClaimAge(ctx, slug, first.Val()[0]); err != nil {
+			return Counts{}, unavailable(op, err)
 		}
 	}
 	// Offloaded items still wait in their queue.
@@ -943,6 +944,27 @@ func (e *Engine) Counts(ctx context.Context, slug string) (Counts, error) {
 		c.Reserved += l.Val()
 	}
 	return c, nil
+}
+
+// firstDueClaimAge is how long item, the head of the deadlines, has been
+// out, in seconds, from its claim record (0 if it is gone, unreadable or
+// claimed in the future of this frontend's clock).
+func (e *Engine) firstDueClaimAge(ctx context.Context, slug, item string) (float64, error) {
+	record, err := e.rdb.HGet(ctx, ClaimsKey(slug), item).Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	c, ok := parseClaimRecord(item, record)
+	if !ok {
+		return 0, nil
+	}
+	if age := e.nowMillis() - c.ClaimedAt.UnixMilli(); age > 0 {
+		return float64(age) / 1000, nil
+	}
+	return 0, nil
 }
 
 // BlockEntry records why and by whom a nickname or IP was blocked.

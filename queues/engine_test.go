@@ -848,7 +848,7 @@ func placesOf(t *testing.T, tb bundle) map[string][]string {
 		require.NoError(t, err)
 		add("todo:d:"+d, items)
 	}
-	out, err := tb.rdb.ZRange(tb.ctx, queues.OutKey(tb.slug), 0, -1).Result()
+	out, err := tb.rdb.ZRange(tb.ctx, queues.DeadlinesKey(tb.slug), 0, -1).Result()
 	require.NoError(t, err)
 	add("out", out)
 	done, err := tb.rdb.SMembers(tb.ctx, queues.DoneKey(tb.slug)).Result()
@@ -869,18 +869,17 @@ func assertPlaces(t *testing.T, tb bundle, want map[string]string) {
 	}
 }
 
-// checkIndexesAgree: out, deadlines and claims name the same items, and the
-// budget hash counts exactly the claims each downloader holds while the
-// project has a budget limit (it is kept only then) and is absent otherwise.
+// checkIndexesAgree: deadlines and claims name the same items, no out of a
+// previous build is left, and the budget hash counts exactly the claims
+// each downloader holds while the project has a budget limit (it is kept
+// only then) and is absent otherwise.
 func checkIndexesAgree(t *testing.T, tb bundle) {
 	t.Helper()
-	out, err := tb.rdb.ZRange(tb.ctx, queues.OutKey(tb.slug), 0, -1).Result()
-	require.NoError(t, err)
 	deadlines, err := tb.rdb.ZRange(tb.ctx, queues.DeadlinesKey(tb.slug), 0, -1).Result()
 	require.NoError(t, err)
+	require.Zero(t, tb.rdb.Exists(tb.ctx, queues.LegacyOutKey(tb.slug)).Val(), "no out is written")
 	claims, err := tb.rdb.HGetAll(tb.ctx, queues.ClaimsKey(tb.slug)).Result()
 	require.NoError(t, err)
-	sort.Strings(out)
 	sort.Strings(deadlines)
 	claimed := make([]string, 0, len(claims))
 	perDownloader := map[string]string{}
@@ -892,8 +891,7 @@ func checkIndexesAgree(t *testing.T, tb bundle) {
 		counts[fields[2]]++
 	}
 	sort.Strings(claimed)
-	require.Equal(t, out, deadlines)
-	require.Equal(t, out, claimed)
+	require.Equal(t, claimed, deadlines)
 	for d, n := range counts {
 		perDownloader[d] = fmt.Sprint(n)
 	}
@@ -957,7 +955,7 @@ func queuedIndex(t *testing.T, tb bundle) []string {
 func dumpProject(t *testing.T, tb bundle) map[string]string {
 	t.Helper()
 	dump := map[string]string{}
-	keys := []string{queues.ConfigKey(tb.slug), queues.OutKey(tb.slug), queues.DeadlinesKey(tb.slug), queues.ClaimsKey(tb.slug),
+	keys := []string{queues.ConfigKey(tb.slug), queues.DeadlinesKey(tb.slug), queues.ClaimsKey(tb.slug),
 		queues.DoneKey(tb.slug), queues.BudgetKey(tb.slug), queues.StatsKey(tb.slug), queues.LogKey(tb.slug), queues.ExtrasKey(tb.slug),
 		queues.DownloaderBytesKey(tb.slug), queues.DownloaderItemsKey(tb.slug)}
 	for _, q := range queues.SharedQueues {
@@ -1167,6 +1165,37 @@ func TestConcurrentSettingChangesKeepEachOther(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "title", p.Title)
 		require.GreaterOrEqual(t, p.ClaimsLimit, 1000, "no PATCH of the title undid a claims limit")
+	})
+}
+
+// TestConfigIsAHashTable: claim.lua and done.lua read the config on every
+// call, and as a hash table each field is one look-up, not a scan. A new
+// project's config is a table from its creation; one written by a build
+// from before (a listpack) becomes one at its next settings change, with
+// its settings as they were.
+func TestConfigIsAHashTable(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{Title: ptr("before")})
+		key := queues.ConfigKey(tb.slug)
+		require.Equal(t, "hashtable", tb.rdb.ObjectEncoding(tb.ctx, key).Val())
+
+		// The previous build's config: the same fields, no long one.
+		fields, err := tb.rdb.HGetAll(tb.ctx, key).Result()
+		require.NoError(t, err)
+		delete(fields, "encoding")
+		require.NoError(t, tb.rdb.Del(tb.ctx, key).Err())
+		require.NoError(t, tb.rdb.HSet(tb.ctx, key, fields).Err())
+		require.Equal(t, "listpack", tb.rdb.ObjectEncoding(tb.ctx, key).Val())
+		tb.enqueue(t, todo, "a")
+		require.Equal(t, []string{"a"}, tb.claim(t, "alice", 1), "an old config serves as before")
+
+		_, err = tb.engine.UpdateProject(tb.ctx, tb.slug, queues.SettingsPatch{ClaimsLimit: ptr(5)})
+		require.NoError(t, err)
+		require.Equal(t, "hashtable", tb.rdb.ObjectEncoding(tb.ctx, key).Val())
+		p, err := tb.engine.Project(tb.ctx, tb.slug)
+		require.NoError(t, err)
+		require.Equal(t, "before", p.Title)
+		require.Equal(t, 5, p.ClaimsLimit)
 	})
 }
 

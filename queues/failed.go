@@ -295,7 +295,7 @@ func (e *Engine) ReportFailure(ctx context.Context, req FailRequest) (FailResult
 	}
 	slug := req.Project
 	code, rest, err := e.runWithGroups(ctx, op, slug, failScript, func(state *groupState) ([]string, []any) {
-		keys := []string{ConfigKey(slug), OutKey(slug), DeadlinesKey(slug), ClaimsKey(slug), BudgetKey(slug),
+		keys := []string{ConfigKey(slug), DeadlinesKey(slug), ClaimsKey(slug), BudgetKey(slug),
 			StatsKey(slug), FailedKey(slug), HistoryKey(slug), ReleasedKey(slug), QueueKey(slug, QueueRedo)}
 		for _, g := range state.groups {
 			keys = append(keys, GroupQueueKey(slug, QueueRedo, g.Name))

@@ -45,7 +45,7 @@ type ImportResult struct {
 var importStateScript = loadScript("import_state.lua")
 
 func importKeys(slug string) []string {
-	return []string{ConfigKey(slug), OutKey(slug), DeadlinesKey(slug), ClaimsKey(slug), DoneKey(slug),
+	return []string{ConfigKey(slug), DeadlinesKey(slug), ClaimsKey(slug), DoneKey(slug),
 		RecentDoneKey(slug), BudgetKey(slug), StatsKey(slug), FailedKey(slug), QueuedKey(slug)}
 }
 

@@ -31,12 +31,17 @@ func ReservedQueueKey(slug, downloader string) string {
 // counts never need SCAN.
 func ReservedSetKey(slug string) string { return projectPrefix(slug) + "reserved" }
 
-// OutKey scores every claimed item by its claim time in ms (ZSET).
-func OutKey(slug string) string { return projectPrefix(slug) + "out" }
+// LegacyOutKey is where builds before out and deadlines were one set
+// scored every claimed item by its claim time (ZSET). Nothing writes it
+// now but a frontend of such a build during a rolling upgrade; claim.lua
+// merges it into DeadlinesKey a slice per call and so drops it.
+func LegacyOutKey(slug string) string { return projectPrefix(slug) + "out" }
 
 // DeadlinesKey scores every claimed item by the time it may be reclaimed,
-// claim time + TTL x times claimed, in ms (ZSET). Due reclaims are a range
-// query on it, never a scan of out.
+// claim time + TTL x times claimed, in ms (ZSET). It is the one index of
+// the items out: due reclaims are a range query on it, its size is the
+// count of items out, and listings page through it (the claim time is in
+// the claim record, ClaimsKey).
 func DeadlinesKey(slug string) string { return projectPrefix(slug) + "deadlines" }
 
 // ClaimsKey maps a claimed item to its claim record
@@ -255,7 +260,7 @@ func claimProjectKeys(slug string) []string {
 	return []string{
 		ConfigKey(slug), "",
 		QueueKey(slug, QueueTodo), QueueKey(slug, QueueBackfeed), QueueKey(slug, QueueSecondary), QueueKey(slug, QueueRedo),
-		OutKey(slug), DeadlinesKey(slug), ClaimsKey(slug), DoneKey(slug), BudgetKey(slug),
+		LegacyOutKey(slug), DeadlinesKey(slug), ClaimsKey(slug), DoneKey(slug), BudgetKey(slug),
 		ExtrasKey(slug), StatsKey(slug), BlockedKey(slug), RateKey(slug), ReleasedKey(slug),
 		"", "", "", RecentDoneKey(slug),
 		EventsKey(slug), ExpiryCursorKey(slug), QueueKey(slug, QueueScored), ReservedSetKey(slug), RedoCancelledKey(slug),
@@ -270,7 +275,7 @@ func claimTailKeys(slug string) []string {
 // doneKeys is done.lua's KEYS.
 func doneKeys(slug string) []string {
 	return []string{
-		ConfigKey(slug), OutKey(slug), DeadlinesKey(slug), ClaimsKey(slug), DoneKey(slug), BudgetKey(slug),
+		ConfigKey(slug), DeadlinesKey(slug), ClaimsKey(slug), DoneKey(slug), BudgetKey(slug),
 		ExtrasKey(slug), StatsKey(slug), ReleasedKey(slug), RecentDoneKey(slug), DoneArchiveKey(slug),
 		EventsKey(slug), RedoCancelledKey(slug), HistoryKey(slug),
 	}

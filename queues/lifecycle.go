@@ -50,7 +50,7 @@ func (e *Engine) DeleteProject(ctx context.Context, slug string, force bool) (De
 		if exists == 0 && !listed {
 			return errorf(op, CodeProjectNotFound, "no project %q", slug)
 		}
-		if result.ClaimsOut, err = tx.ZCard(ctx, OutKey(slug)).Result(); err != nil {
+		if result.ClaimsOut, err = tx.ZCard(ctx, DeadlinesKey(slug)).Result(); err != nil {
 			return err
 		}
 		if result.ClaimsOut > 0 && !force {
@@ -61,7 +61,7 @@ func (e *Engine) DeleteProject(ctx context.Context, slug string, force bool) (De
 			return nil
 		})
 		return err
-	}, ConfigKey(slug), OutKey(slug))
+	}, ConfigKey(slug), DeadlinesKey(slug))
 	switch {
 	case errors.Is(err, errClaimsOut):
 		return result, errorf(op, CodeClaimsOut,

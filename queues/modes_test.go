@@ -181,7 +181,7 @@ func TestClaimScriptFailureLosesNoItem(t *testing.T) {
 		}
 	}
 	cases := []corruption{
-		{"out", wrongTypeList(queues.OutKey), "out"},
+		{"out of a previous build", wrongTypeList(queues.LegacyOutKey), "out"},
 		{"deadlines", wrongTypeList(queues.DeadlinesKey), "deadlines"},
 		{"claims", wrongTypeList(queues.ClaimsKey), "claims"},
 		// A claim reads done and recent_done only where it looks for

@@ -21,7 +21,7 @@ func TestClaimKeysInTheScriptsOrder(t *testing.T) {
 		want := []string{
 			ConfigKey("p"), ReservedQueueKey("p", who.downloader),
 			QueueKey("p", QueueTodo), QueueKey("p", QueueBackfeed), QueueKey("p", QueueSecondary), QueueKey("p", QueueRedo),
-			OutKey("p"), DeadlinesKey("p"), ClaimsKey("p"), DoneKey("p"), BudgetKey("p"),
+			LegacyOutKey("p"), DeadlinesKey("p"), ClaimsKey("p"), DoneKey("p"), BudgetKey("p"),
 			ExtrasKey("p"), StatsKey("p"), BlockedKey("p"), RateKey("p"), ReleasedKey("p"),
 			DownloaderRateKey("p", who.downloader), IPRateKey("p", who.ip), HourlyKey("p", now), RecentDoneKey("p"),
 			EventsKey("p"), ExpiryCursorKey("p"), QueueKey("p", QueueScored), ReservedSetKey("p"), RedoCancelledKey("p"),
@@ -36,7 +36,7 @@ func TestClaimKeysInTheScriptsOrder(t *testing.T) {
 		require.Equal(t, want, keys, who.downloader)
 		require.Equal(t, []any{"", "3", "60", 2, "big", "-1", 1, "old"}, args)
 	}
-	require.Equal(t, []string{ConfigKey("q"), OutKey("q"), DeadlinesKey("q"), ClaimsKey("q"), DoneKey("q"), BudgetKey("q"),
+	require.Equal(t, []string{ConfigKey("q"), DeadlinesKey("q"), ClaimsKey("q"), DoneKey("q"), BudgetKey("q"),
 		ExtrasKey("q"), StatsKey("q"), ReleasedKey("q"), RecentDoneKey("q"), DoneArchiveKey("q"),
 		EventsKey("q"), RedoCancelledKey("q"), HistoryKey("q")}, cache.get("q").done)
 }

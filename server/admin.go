@@ -656,7 +656,8 @@ type ClaimsPage struct {
 const DefaultClaimsPage = 1000
 
 // listClaims serves GET /projects/:slug/claims[?downloader=&older_than=
-// &limit=&cursor=]: who holds which items, oldest claim first.
+// &limit=&cursor=]: who holds which items, earliest reclaim deadline first
+// (oldest claim first for claims made under one TTL).
 func (a *AdminAPI) listClaims(c *gin.Context) {
 	filter, err := claimFilter(c)
 	if err != nil {
@@ -688,8 +689,8 @@ func (a *AdminAPI) listClaims(c *gin.Context) {
 
 // exportClaims serves GET /projects/:slug/claims/export[?downloader=
 // &older_than=]: every claim the filters select as text lines "item TAB
-// downloader TAB claimed-at (RFC 3339, ms, UTC)", oldest first, streamed a
-// page of out at a time, with the line count in the export trailer.
+// downloader TAB claimed-at (RFC 3339, ms, UTC)", earliest deadline first,
+// streamed a page of the deadlines at a time, with the line count in the export trailer.
 func (a *AdminAPI) exportClaims(c *gin.Context) {
 	filter, err := claimFilter(c)
 	if err != nil {

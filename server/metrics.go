@@ -248,7 +248,7 @@ func newProjectCollector(stats ProjectStats, logger *slog.Logger) *projectCollec
 		reclaimRate:      desc("hoard_project_reclaim_rate", "Share of handed-out items reclaimed at least once."),
 		reclaimServeRate: desc("hoard_project_reclaim_serve_rate", "Share of served requests given a reclaim."),
 		rtt:              desc("hoard_project_rtt_seconds", "Mean time from claim to done."),
-		oldestClaim:      desc("hoard_project_oldest_claim_age_seconds", "Age of the oldest claim still out (0 with none); past the reclaim TTL with reclaiming off, it is work nobody will bring back."),
+		oldestClaim:      desc("hoard_project_oldest_claim_age_seconds", "Age of the claim with the earliest reclaim deadline, the oldest claim under one TTL (0 with none); past the reclaim TTL with reclaiming off, it is work nobody will bring back."),
 		itemsFailed:      desc("hoard_project_items_failed_total", "Items sent to failed (claimed max_claims times without a done, or reported failed), requeued ones included."),
 		itemFailRate:     desc("hoard_project_item_fail_rate", "Share of finished items that failed: items failed over items failed plus done."),
 		itemsFiltered:    desc("hoard_project_items_filtered_total", "Items the project's filters dropped on the ways in (admin add, backfeed, import)."),

@@ -38,11 +38,11 @@ func claimsCommand() *cobra.Command {
 	return cmd
 }
 
-// claimsExportCommand writes the out set as lines, with the list's filters.
+// claimsExportCommand writes the claims out as lines, with the list's filters.
 func claimsExportCommand() *cobra.Command {
 	var downloader, olderThan string
 	export := exportCommand("export <slug> [--downloader NICK] [--older-than DURATION]",
-		"Write every item out as lines: item TAB downloader TAB claimed-at (UTC), oldest first",
+		"Write every item out as lines: item TAB downloader TAB claimed-at (UTC), earliest reclaim deadline first",
 		func(args []string) string {
 			query := url.Values{}
 			if downloader != "" {

@@ -64,7 +64,7 @@ func readPlacement(ctx context.Context, rdb redis.UniversalClient, slug string) 
 	}
 	add(string(queues.QueueScored), scored)
 	p.todo += len(scored)
-	out, err := rdb.ZRange(ctx, queues.OutKey(slug), 0, -1).Result()
+	out, err := rdb.ZRange(ctx, queues.DeadlinesKey(slug), 0, -1).Result()
 	if err != nil {
 		return p, err
 	}
