@@ -38,10 +38,16 @@ import (
 // stopped at the end.
 
 type announceBenchOptions struct {
-	modes       []string
-	runs        int
-	announces   int
-	warmup      int
+	modes     []string
+	runs      int
+	announces int
+	warmup    int
+	// sticky keeps each peer on one torrent (btloadgen's Sticky), as a
+	// client re-announces the torrents it has; firstWarmup is the first
+	// mode's warm-up per target then, enough draws that most peers have
+	// joined before anything is measured.
+	sticky      bool
+	firstWarmup int
 	torrents    int
 	peers       int
 	numWant     int
@@ -101,7 +107,8 @@ both, and --cpuprofile can profile it.`,
 		"modes to run: http-keepalive, http-close, udp")
 	f.IntVar(&o.runs, "runs", 3, "measured runs per target and mode; medians are reported")
 	f.IntVar(&o.announces, "announces", 20_000, "announces per measured run")
-	f.IntVar(&o.warmup, "warmup", 0, "announces per target and mode before measuring, not counted (0: as many as --announces, so every measured announce re-announces a known peer)")
+	f.IntVar(&o.warmup, "warmup", 0, "announces per target and mode before measuring, not counted (0: as many as --announces; with --sticky the first mode's is twice the peers, so about 86% of peers have joined before a run)")
+	f.BoolVar(&o.sticky, "sticky", true, "each peer stays on one torrent and re-announces it, as clients do; false: each announce draws its torrent apart from its peer, so nearly every announce is a new peer joining (the bench's load before 29 November 2026)")
 	f.IntVar(&o.torrents, "torrents", btloadgen.DefaultTorrents, "torrents the announces spread over")
 	f.IntVar(&o.peers, "peers", 0, "simulated peers (0: 10 x --torrents)")
 	f.IntVar(&o.numWant, "numwant", btloadgen.DefaultNumWant, "numwant of every announce")
@@ -148,6 +155,13 @@ func (o *announceBenchOptions) validate() error {
 	}
 	if o.warmup == 0 {
 		o.warmup = o.announces
+		if o.sticky {
+			peers := o.peers
+			if peers == 0 {
+				peers = 10 * o.torrents
+			}
+			o.firstWarmup = min(max(o.announces, 2*peers), maxBenchAnnounces)
+		}
 	}
 	return nil
 }
@@ -177,6 +191,7 @@ func (o *announceBenchOptions) loadConfig(mode btloadgen.Mode, target string, an
 	return btloadgen.Config{
 		Mode: mode, Target: target, Torrents: o.torrents, Peers: o.peers, Seed: o.seed,
 		NumWant: o.numWant, SeederFraction: seeders, Concurrency: o.concurrency, Announces: announces,
+		Sticky: o.sticky,
 		// Every target gets the same header; hoard trusts it from
 		// loopback, so its metrics see one IP per simulated peer.
 		// opentracker ignores it.
@@ -299,8 +314,16 @@ func benchAnnounce(ctx context.Context, o announceBenchOptions) error {
 	if peers == 0 {
 		peers = 10 * o.torrents
 	}
-	fmt.Printf("load: %d torrents, %d peers, numwant %d, %.0f%% seeders, %d in flight; per target and mode %d warm-up announces, then %d runs of %d (hoard, then opentracker, in turn)\n",
-		o.torrents, peers, o.numWant, 100*o.seeders, o.concurrency, o.warmup, o.runs, o.announces)
+	placement := "each announce on a torrent drawn apart from its peer (nearly every announce a join)"
+	warmups := fmt.Sprintf("%d warm-up announces", o.warmup)
+	if o.sticky {
+		placement = "each peer on one torrent, re-announcing it"
+		if o.firstWarmup > 0 {
+			warmups = fmt.Sprintf("%d warm-up announces (%d in the first mode)", o.warmup, o.firstWarmup)
+		}
+	}
+	fmt.Printf("load: %d torrents, %d peers, %s, numwant %d, %.0f%% seeders, %d in flight; per target and mode %s, then %d runs of %d (hoard, then opentracker, in turn)\n",
+		o.torrents, peers, placement, o.numWant, 100*o.seeders, o.concurrency, warmups, o.runs, o.announces)
 
 	targets = append(targets, ot)
 	type modeFigures struct {
@@ -309,11 +332,15 @@ func benchAnnounce(ctx context.Context, o announceBenchOptions) error {
 	}
 	var all []modeFigures
 	var profileParts []string
-	for _, m := range o.modes {
+	for mi, m := range o.modes {
 		mode := btloadgen.Mode(m)
 		fig := modeFigures{mode: mode, runs: make([][]announceRun, len(targets))}
+		warmup := o.warmup
+		if mi == 0 && o.firstWarmup > 0 {
+			warmup = o.firstWarmup // later modes find the peers there
+		}
 		for _, t := range targets {
-			res, err := btloadgen.Run(ctx, o.loadConfig(mode, t.addr(mode), o.warmup))
+			res, err := btloadgen.Run(ctx, o.loadConfig(mode, t.addr(mode), warmup))
 			if err != nil {
 				return err
 			}
