@@ -107,30 +107,9 @@ func BenchmarkAnnounce(b *testing.B) {
 			}
 
 			b.Run(backend.Name+"/"+mode, func(b *testing.B) {
-				var peersSeen atomic.Int64
-				b.SetParallelism(benchParallelism)
-				b.ReportAllocs()
-				resetStats(b, backend.Client)
-				cpuBefore := redisCPUSeconds(b, backend.Client)
-				b.ResetTimer()
-				b.RunParallel(func(pb *testing.PB) {
-					rng := rand.New(rand.NewPCG(rand.Uint64(), 0))
-					for pb.Next() {
-						resp, err := store.Announce(ctx, benchRequest(rng.IntN(benchTorrents), rng.IntN(benchSeeders+benchLeechers)))
-						if err != nil {
-							b.Error(err)
-							return
-						}
-						peersSeen.Add(int64(len(resp.Peers)))
-					}
+				measureAnnounces(b, backend, store, func(rng *rand.Rand) *bittorrent.AnnounceRequest {
+					return benchRequest(rng.IntN(benchTorrents), rng.IntN(benchSeeders+benchLeechers))
 				})
-				if err := store.Flush(ctx); err != nil {
-					b.Fatal(err)
-				}
-				b.StopTimer()
-				b.ReportMetric((redisCPUSeconds(b, backend.Client)-cpuBefore)*1e6/float64(b.N), "redis-µs/announce")
-				b.ReportMetric(float64(peersSeen.Load())/float64(b.N), "peers/op")
-				b.ReportMetric(redisMicrosPerCall(b, backend.Client), "redis-µs/script")
 			})
 			if err := store.Stop(); err != nil {
 				b.Fatal(err)
@@ -180,31 +159,45 @@ func BenchmarkAnnounceJoins(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Run(backend.Name, func(b *testing.B) {
-			b.SetParallelism(benchParallelism)
-			b.ReportAllocs()
-			resetStats(b, backend.Client)
-			cpuBefore := redisCPUSeconds(b, backend.Client)
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				rng := rand.New(rand.NewPCG(rand.Uint64(), 0))
-				for pb.Next() {
-					if _, err := store.Announce(ctx, join(rng.IntN(torrents))); err != nil {
-						b.Error(err)
-						return
-					}
-				}
+			measureAnnounces(b, backend, store, func(rng *rand.Rand) *bittorrent.AnnounceRequest {
+				return join(rng.IntN(torrents))
 			})
-			if err := store.Flush(ctx); err != nil {
-				b.Fatal(err)
-			}
-			b.StopTimer()
-			b.ReportMetric((redisCPUSeconds(b, backend.Client)-cpuBefore)*1e6/float64(b.N), "redis-µs/announce")
-			b.ReportMetric(redisMicrosPerCall(b, backend.Client), "redis-µs/script")
 		})
 		if err := store.Stop(); err != nil {
 			b.Fatal(err)
 		}
 	}
+}
+
+// measureAnnounces announces b.N requests from benchParallelism
+// goroutines per CPU, flushes, and reports redis-server's CPU per
+// announce, the peers each answer carried and the script's µs per call.
+func measureAnnounces(b *testing.B, backend redistest.Backend, store *swarm.Store, request func(rng *rand.Rand) *bittorrent.AnnounceRequest) {
+	ctx := context.Background()
+	var peersSeen atomic.Int64
+	b.SetParallelism(benchParallelism)
+	b.ReportAllocs()
+	resetStats(b, backend.Client)
+	cpuBefore := redisCPUSeconds(b, backend.Client)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		rng := rand.New(rand.NewPCG(rand.Uint64(), 0))
+		for pb.Next() {
+			resp, err := store.Announce(ctx, request(rng))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			peersSeen.Add(int64(len(resp.Peers)))
+		}
+	})
+	if err := store.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	b.ReportMetric((redisCPUSeconds(b, backend.Client)-cpuBefore)*1e6/float64(b.N), "redis-µs/announce")
+	b.ReportMetric(float64(peersSeen.Load())/float64(b.N), "peers/op")
+	b.ReportMetric(redisMicrosPerCall(b, backend.Client), "redis-µs/script")
 }
 
 // BenchmarkEvalshaTrivial is the floor BenchmarkAnnounce compares with:
