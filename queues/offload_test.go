@@ -252,8 +252,8 @@ func TestOrphanCleanupKeepsReferencedAndFreshFiles(t *testing.T) {
 // can beside two offloaders, refills, claims and a writer of leftovers
 // named like the next segment. One race by default; HOARD_TEST_LONG=1 (make
 // test-long, CI) runs 40 per backend: each race commits 15-20 segments
-// under cleanup, so about 1,400 in all. (It was 100 per backend, about
-// 2.5 s each under -race: 500 s, most of CI's longest package.)
+// under cleanup, so about 1,400 in all. (It was 100 per backend, 4.6 s
+// each under -race at load 15: most of CI's longest package.)
 // Staged segments get a long window of their own, so none is put back
 // mid-write: every segment is live while cleanup runs, and each race
 // requires that segments were committed and refilled, and that every item
