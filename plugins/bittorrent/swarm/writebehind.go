@@ -278,6 +278,10 @@ type writeBehind struct {
 	reads *coalescer
 
 	answered, dropped atomic.Int64
+	// where plain re-announces went: view reads (refresh.lua with the
+	// announce, answered from its reply), cold ones (announce.lua), and
+	// the drain's refresh.lua calls and the peers they wrote
+	viewReads, cold, drainCalls, drainPeers atomic.Int64
 }
 
 func newWriteBehind(s *Store) *writeBehind {
@@ -301,6 +305,8 @@ func (w *writeBehind) answer(ctx context.Context, req *bittorrent.AnnounceReques
 	if err != nil {
 		if err != errColdTorrent {
 			w.s.logger.Debug("swarm: no swarm view; announcing in full", "error", err)
+		} else {
+			w.cold.Add(1)
 		}
 		return nil, false
 	}
@@ -422,6 +428,7 @@ func (w *writeBehind) answerOrRead(ctx context.Context, req *bittorrent.Announce
 	}
 	v.mu.Unlock()
 	if !hot {
+		w.cold.Add(1)
 		return nil, nil, false
 	}
 	rd := &viewRead{p: p, v: v,
@@ -475,6 +482,7 @@ func (w *writeBehind) finishRead(rd *viewRead, cmd *redis.Cmd, numWant int, now 
 	if err != nil {
 		return nil, false
 	}
+	w.viewReads.Add(1)
 	return w.respond(rd.p, view, written, numWant, now)
 }
 
@@ -558,6 +566,7 @@ func (w *writeBehind) view(ctx context.Context, hash bittorrent.InfoHash, now in
 	if err != nil {
 		return viewCopy{}, false, err
 	}
+	w.viewReads.Add(1)
 	return w.takeReadLocked(v, &call, reply, now)
 }
 
@@ -742,6 +751,10 @@ func (w *writeBehind) write(ctx context.Context, calls []refreshCall, now int64)
 		scripts[i] = scriptCall{keys: btstore.RefreshKeys(c.hash, c.ids, users),
 			args: w.appendRefreshArgs(make([]any, 0, 8+11*len(c.peers)), sample, private, c.peers, c.ids)}
 	}
+	w.drainCalls.Add(int64(len(calls)))
+	for i := range calls {
+		w.drainPeers.Add(int64(len(calls[i].peers)))
+	}
 	failed := 0
 	var firstErr error
 	for i, cmd := range w.s.runScriptsPipelined(ctx, refreshScript, scripts) {
@@ -842,9 +855,13 @@ func (s *Store) dropView(hash bittorrent.InfoHash) {
 
 // WriteBehindStats counts this Store's plain re-announces.
 type WriteBehindStats struct {
-	Answered int64 // answered from a view, refresh written behind
-	Dropped  int64 // refreshes refresh.lua dropped (the peer had changed elsewhere)
-	Queued   int   // refreshes waiting now
+	Answered   int64 // answered from a view (ViewReads included), refresh written behind unless read with it
+	ViewReads  int64 // answered from a refresh.lua call that wrote the announce and read the view
+	Cold       int64 // sent to announce.lua: the torrent is announced to too rarely for a view
+	DrainCalls int64 // refresh.lua calls that wrote queued refreshes
+	DrainPeers int64 // queued refreshes those calls carried
+	Dropped    int64 // refreshes refresh.lua dropped (the peer had changed elsewhere)
+	Queued     int   // refreshes waiting now
 }
 
 // WriteBehindStats returns the store's write-behind counters (zero when
@@ -853,6 +870,7 @@ func (s *Store) WriteBehindStats() WriteBehindStats {
 	if s.writeBehind == nil {
 		return WriteBehindStats{}
 	}
-	return WriteBehindStats{Answered: s.writeBehind.answered.Load(), Dropped: s.writeBehind.dropped.Load(),
-		Queued: s.writeBehind.queue.len()}
+	w := s.writeBehind
+	return WriteBehindStats{Answered: w.answered.Load(), ViewReads: w.viewReads.Load(), Cold: w.cold.Load(),
+		DrainCalls: w.drainCalls.Load(), DrainPeers: w.drainPeers.Load(), Dropped: w.dropped.Load(), Queued: w.queue.len()}
 }
