@@ -598,18 +598,17 @@ func (t *announceTarget) writeBehindStats() swarm.WriteBehindStats {
 }
 
 // printAnnouncePaths says how a run's announces went to Redis: answered
-// from a view and written behind, answered with a view read (refresh.lua),
-// or through announce.lua (the rest: events, new or changed peers, and
-// plain re-announces of torrents too cold for a view).
+// from a view and written behind, answered with a view read (refresh.lua
+// writing the announce), or through announce.lua (events, new or changed
+// peers).
 func printAnnouncePaths(before, after swarm.WriteBehindStats, announces int64) {
 	n := float64(announces)
 	reads := after.ViewReads - before.ViewReads
 	fromView := after.Answered - before.Answered - reads
-	full := announces - fromView - reads
 	calls, peers := after.DrainCalls-before.DrainCalls, after.DrainPeers-before.DrainPeers
-	fmt.Printf("          paths: announce.lua %.3f (cold plain re-announces %.3f), refresh.lua with a view read %.3f, "+
-		"from a view %.3f; written behind: %.3f refresh.lua calls per announce, %.2f peers per call\n",
-		float64(full)/n, float64(after.Cold-before.Cold)/n, float64(reads)/n, float64(fromView)/n, float64(calls)/n,
+	fmt.Printf("          paths: announce.lua %.3f, refresh.lua with a view read %.3f, from a view %.3f; "+
+		"written behind: %.3f refresh.lua calls per announce, %.2f peers per call\n",
+		float64(announces-fromView-reads)/n, float64(reads)/n, float64(fromView)/n, float64(calls)/n,
 		float64(peers)/float64(max(calls, 1)))
 }
 
