@@ -346,6 +346,66 @@ local reclaims = 0
 local fresh = 0
 local unreadable = 0
 
+-- The plain claim: a project with none of the optional keys (no reserved
+-- queue, scored queue, released items, ...), no limit groups, claims limit
+-- or budget, no duplicate look-up and no extras pops its items from todo
+-- here, before the general path's functions exist: a Lua closure costs an
+-- allocation and a walk of the open upvalues on every call, and the general
+-- path makes about a dozen (docs/warrior-path.md). Same order of writes and
+-- the same undo: what fails after the pop puts the items back at the head
+-- of todo, in order, and in the queued index, with nothing written. When
+-- todo gives fewer than wanted, its items are claimed here and the general
+-- path serves the rest (their batch is handed to it, for its undo).
+local plain_batch, todo_dry = nil, false
+if not any_optional and ngroups == 0 and claims_limit == 0 and not budget_on and not pop_check
+    and has_extras ~= '1' then
+  local batch = redis.pcall('LPOP', KEYS[3], wanted)
+  if type(batch) == 'table' and batch.err then
+    return {R.CORRUPT, KEYS[3] .. ': ' .. batch.err}
+  end
+  if not batch then
+    todo_dry = true
+  else
+    local record, deadline = format_claim(1, now, downloader, ip, '-', '-'), int(now + ttl)
+    local claim_args, deadline_args = {}, {}
+    for i = 1, #batch do
+      claim_args[2 * i - 1], claim_args[2 * i] = batch[i], record
+      deadline_args[2 * i - 1], deadline_args[2 * i] = deadline, batch[i]
+    end
+    -- The index first, then the claim record (what done.lua and reclaims go
+    -- by), then the deadline; each in slices of 1000 arguments.
+    local failure
+    for _, write in ipairs({{'SREM', index, batch}, {'HSET', KEYS[9], claim_args}, {'ZADD', KEYS[8], deadline_args}}) do
+      local args = write[3]
+      for i = 1, #args, 1000 do
+        local reply = redis.pcall(write[1], write[2], unpack(args, i, math.min(i + 999, #args)))
+        if type(reply) == 'table' and reply.err then
+          failure = write[2] .. ': ' .. reply.err
+          break
+        end
+      end
+      if failure then break end
+    end
+    if failure then
+      redis.pcall('HDEL', KEYS[9], unpack(batch))
+      redis.pcall('ZREM', KEYS[8], unpack(batch))
+      local reversed = {}
+      for i = #batch, 1, -1 do reversed[#reversed + 1] = batch[i] end
+      redis.pcall('LPUSH', KEYS[3], unpack(reversed))
+      redis.pcall('SADD', index, unpack(batch))
+      return {R.CORRUPT, failure}
+    end
+    if #batch == wanted then
+      local reply = {1, 0, cfg[11] or '{}'}
+      for i = 1, #batch do
+        reply[2 * i + 2], reply[2 * i + 3] = batch[i], ''
+      end
+      return reply
+    end
+    plain_batch, todo_dry = batch, true
+  end
+end
+
 -- Due claims of a limit group with no tokens left are skipped (they stay
 -- due); the window looks past a few of them so they cannot starve others.
 local function take_reclaims(want)
@@ -404,6 +464,15 @@ local dropped = 0
 local picked = {}
 local extras_of = {} -- popped items' extra keys, read in their batch
 local batches = {} -- the batches popped so far, to undo if a later one fails
+if plain_batch then
+  -- Claimed by the plain path above; todo ran dry there.
+  batches[1] = {key = KEYS[3], scored = false, batch = plain_batch, written = plain_batch}
+  for _, item in ipairs(plain_batch) do
+    picked[item] = true
+    taken[#taken + 1] = item
+  end
+  fresh = #plain_batch
+end
 -- A command that fails after a pop must not lose the popped items: calls
 -- in the guarded part of a batch go through checked(), which raises an
 -- error naming the key (and field), for undo_batch to catch.
@@ -616,7 +685,7 @@ local function serve()
         charge_group(g, #taken - before)
       end
     end
-    if room() > 0 then
+    if room() > 0 and not (q == 0 and todo_dry) then
       pop_fresh(KEYS[3 + q], room(), '-', false, q == 3)
     end
   end
