@@ -190,45 +190,46 @@ if block then
   return {R.BLOCKED, block}
 end
 
--- Versions compare as versions: runs of digits numerically (any length),
--- runs of letters as text, separators ignored, missing parts as zero.
-local function version_tokens(v)
-  local tokens = {}
-  for run in string.gmatch(v, '%w+') do
-    local pos = 1
-    while pos <= #run do
-      local s, e = string.find(run, '^%d+', pos)
-      if not s then s, e = string.find(run, '^%a+', pos) end
-      tokens[#tokens + 1] = string.sub(run, s, e)
-      pos = e + 1
-    end
-  end
-  return tokens
-end
-local function compare_tokens(a, b)
-  local a_num, b_num = string.find(a, '^%d') ~= nil, string.find(b, '^%d') ~= nil
-  if a_num and b_num then
-    a = string.gsub(a, '^0+', '')
-    b = string.gsub(b, '^0+', '')
-    if #a ~= #b then return #a < #b and -1 or 1 end
-  elseif a_num ~= b_num then
-    return a_num and 1 or -1 -- "1.0.1" is newer than "1.0.beta"
-  end
-  if a == b then return 0 end
-  return a < b and -1 or 1
-end
-local function version_less(a, b)
-  local ta, tb = version_tokens(a), version_tokens(b)
-  for i = 1, math.max(#ta, #tb) do
-    local c = compare_tokens(ta[i] or '0', tb[i] or '0')
-    if c ~= 0 then return c < 0 end
-  end
-  return false
-end
-
 local min_version = cfg[3]
-if min_version and min_version ~= '' and (version == '' or version_less(version, min_version)) then
-  return {R.TOO_OLD, min_version}
+if min_version and min_version ~= '' then
+  -- Versions compare as versions: runs of digits numerically (any length),
+  -- runs of letters as text, separators ignored, missing parts as zero.
+  local function version_tokens(v)
+    local tokens = {}
+    for run in string.gmatch(v, '%w+') do
+      local pos = 1
+      while pos <= #run do
+        local s, e = string.find(run, '^%d+', pos)
+        if not s then s, e = string.find(run, '^%a+', pos) end
+        tokens[#tokens + 1] = string.sub(run, s, e)
+        pos = e + 1
+      end
+    end
+    return tokens
+  end
+  local function compare_tokens(a, b)
+    local a_num, b_num = string.find(a, '^%d') ~= nil, string.find(b, '^%d') ~= nil
+    if a_num and b_num then
+      a = string.gsub(a, '^0+', '')
+      b = string.gsub(b, '^0+', '')
+      if #a ~= #b then return #a < #b and -1 or 1 end
+    elseif a_num ~= b_num then
+      return a_num and 1 or -1 -- "1.0.1" is newer than "1.0.beta"
+    end
+    if a == b then return 0 end
+    return a < b and -1 or 1
+  end
+  local function version_less(a, b)
+    local ta, tb = version_tokens(a), version_tokens(b)
+    for i = 1, math.max(#ta, #tb) do
+      local c = compare_tokens(ta[i] or '0', tb[i] or '0')
+      if c ~= 0 then return c < 0 end
+    end
+    return false
+  end
+  if version == '' or version_less(version, min_version) then
+    return {R.TOO_OLD, min_version}
+  end
 end
 
 -- GCRA: requests are spaced by period ms with a burst allowance, so there
@@ -241,32 +242,36 @@ end
 -- caller whose clock runs behind Redis's (tests with an injected clock on
 -- a loaded machine, where a 1 s slack expired keys that still limited).
 local rate_key_slack = 60000
-local function gcra_check(key, rate_text, burst_text)
-  local rate = tonumber(rate_text or '0') or 0
-  if rate <= 0 then return 0, nil end
-  local period = 60000 / rate
-  local burst = math.max(1, tonumber(burst_text or '1') or 1)
-  local tat = tonumber(redis.call('GET', key) or '0') or 0
-  if tat < now then tat = now end
-  local wait = tat + period - burst * period - now
-  if wait > 0.001 then return wait, nil end
-  return 0, {key, tat + period}
-end
-local function gcra_charge(charge)
-  if charge then
-    redis.call('SET', charge[1], string.format('%.4f', charge[2]), 'PX', int(math.ceil(charge[2] - now) + rate_key_slack))
+-- A project with no rate set (each reads "0" or is absent) skips the
+-- limiter and its functions.
+if (cfg[4] or '0') ~= '0' or (cfg[13] or '0') ~= '0' or (cfg[15] or '0') ~= '0' then
+  local function gcra_check(key, rate_text, burst_text)
+    local rate = tonumber(rate_text or '0') or 0
+    if rate <= 0 then return 0, nil end
+    local period = 60000 / rate
+    local burst = math.max(1, tonumber(burst_text or '1') or 1)
+    local tat = tonumber(redis.call('GET', key) or '0') or 0
+    if tat < now then tat = now end
+    local wait = tat + period - burst * period - now
+    if wait > 0.001 then return wait, nil end
+    return 0, {key, tat + period}
   end
+  local function gcra_charge(charge)
+    if charge then
+      redis.call('SET', charge[1], string.format('%.4f', charge[2]), 'PX', int(math.ceil(charge[2] - now) + rate_key_slack))
+    end
+  end
+  local wait_project, charge_project = gcra_check(KEYS[15], cfg[4], cfg[5])
+  local wait_downloader, charge_downloader = gcra_check(KEYS[17], cfg[13], cfg[14])
+  local wait_ip, charge_ip = gcra_check(KEYS[18], cfg[15], cfg[16])
+  local wait = math.max(wait_project, wait_downloader, wait_ip)
+  if wait > 0 then
+    return {R.RATE_LIMITED, int(math.ceil(wait))}
+  end
+  gcra_charge(charge_project)
+  gcra_charge(charge_downloader)
+  gcra_charge(charge_ip)
 end
-local wait_project, charge_project = gcra_check(KEYS[15], cfg[4], cfg[5])
-local wait_downloader, charge_downloader = gcra_check(KEYS[17], cfg[13], cfg[14])
-local wait_ip, charge_ip = gcra_check(KEYS[18], cfg[15], cfg[16])
-local wait = math.max(wait_project, wait_downloader, wait_ip)
-if wait > 0 then
-  return {R.RATE_LIMITED, int(math.ceil(wait))}
-end
-gcra_charge(charge_project)
-gcra_charge(charge_downloader)
-gcra_charge(charge_ip)
 
 local max_multi = tonumber(cfg[10] or '0') or 0
 if max_multi > 0 then wanted = math.min(wanted, max_multi) end
@@ -297,54 +302,6 @@ if events_max then
 end
 local max_claims = tonumber(cfg[19] or '0') or 0
 local ttl = reclaim_ttl(cfg[9])
-
--- Limit groups: how many items each may hand out now (GCRA tokens).
-local group_tokens, group_tat, group_period = {}, {}, {}
-local unlimited = 1000000000
-for g = 0, ngroups - 1 do
-  local rate = tonumber(ARGV[8 + 3 * g]) or 0
-  local burst = math.max(1, tonumber(ARGV[9 + 3 * g]) or 1)
-  local tokens = 0
-  if rate < 0 then
-    tokens = unlimited
-  elseif rate > 0 then
-    local period = 60000 / rate
-    local tat = tonumber(redis.call('GET', KEYS[30 + 5 * g]) or '0') or 0
-    if tat < now then tat = now end
-    tokens = math.max(0, math.floor((now - tat) / period + burst + 0.000001))
-    group_tat[g], group_period[g] = tat, period
-  end
-  group_tokens[g] = tokens
-end
--- Whether a group is holding back items it has waiting ("limit hit").
--- Only reclaim priority and the final reason need it, so it is computed
--- when those ask, not on every request.
--- Spends n of group g's tokens (items handed out under its limit).
-local function charge_group(g, n)
-  if n <= 0 or group_tokens[g] >= unlimited then return end
-  group_tokens[g] = group_tokens[g] - n
-  group_tat[g] = group_tat[g] + n * group_period[g]
-  redis.call('SET', KEYS[30 + 5 * g], string.format('%.4f', group_tat[g]),
-    'PX', int(math.ceil(group_tat[g] - now) + rate_key_slack))
-end
-
-local function group_limit_hit()
-  for g = 0, ngroups - 1 do
-    if group_tokens[g] == 0 then
-      for q = 0, 3 do
-        if redis.call('EXISTS', KEYS[26 + 5 * g + q]) == 1 then
-          return true
-        end
-      end
-    end
-  end
-  return false
-end
-
-local taken = {}
-local reclaims = 0
-local fresh = 0
-local unreadable = 0
 
 -- The plain claim: a project with none of the optional keys (no reserved
 -- queue, scored queue, released items, ...), no limit groups, claims limit
@@ -405,6 +362,55 @@ if not any_optional and ngroups == 0 and claims_limit == 0 and not budget_on and
     plain_batch, todo_dry = batch, true
   end
 end
+
+-- Limit groups: how many items each may hand out now (GCRA tokens).
+local group_tokens, group_tat, group_period = {}, {}, {}
+local unlimited = 1000000000
+for g = 0, ngroups - 1 do
+  local rate = tonumber(ARGV[8 + 3 * g]) or 0
+  local burst = math.max(1, tonumber(ARGV[9 + 3 * g]) or 1)
+  local tokens = 0
+  if rate < 0 then
+    tokens = unlimited
+  elseif rate > 0 then
+    local period = 60000 / rate
+    local tat = tonumber(redis.call('GET', KEYS[30 + 5 * g]) or '0') or 0
+    if tat < now then tat = now end
+    tokens = math.max(0, math.floor((now - tat) / period + burst + 0.000001))
+    group_tat[g], group_period[g] = tat, period
+  end
+  group_tokens[g] = tokens
+end
+-- Whether a group is holding back items it has waiting ("limit hit").
+-- Only reclaim priority and the final reason need it, so it is computed
+-- when those ask, not on every request.
+-- Spends n of group g's tokens (items handed out under its limit).
+local function charge_group(g, n)
+  if n <= 0 or group_tokens[g] >= unlimited then return end
+  group_tokens[g] = group_tokens[g] - n
+  group_tat[g] = group_tat[g] + n * group_period[g]
+  redis.call('SET', KEYS[30 + 5 * g], string.format('%.4f', group_tat[g]),
+    'PX', int(math.ceil(group_tat[g] - now) + rate_key_slack))
+end
+
+local function group_limit_hit()
+  for g = 0, ngroups - 1 do
+    if group_tokens[g] == 0 then
+      for q = 0, 3 do
+        if redis.call('EXISTS', KEYS[26 + 5 * g + q]) == 1 then
+          return true
+        end
+      end
+    end
+  end
+  return false
+end
+
+local taken = {}
+local reclaims = 0
+local fresh = 0
+local unreadable = 0
+
 
 -- Due claims of a limit group with no tokens left are skipped (they stay
 -- due); the window looks past a few of them so they cannot starve others.
