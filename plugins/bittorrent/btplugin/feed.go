@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
@@ -87,16 +88,65 @@ const transfersBodyBudget = 32 << 10
 // events of at most transfersBodyBudget bytes, the torrents in info-hash
 // order and each torrent's rows in user order, each keyed by a digest of
 // its rows' keys (the same rows make the same key), and a snatch event
-// per snatched row.
-type feedDeliverer struct{ ob *outbox.Outbox }
+// per snatched row that this frontend has not appended yet.
+type feedDeliverer struct {
+	ob       *outbox.Outbox
+	snatches *appendedKeys
+}
+
+func newFeedDeliverer(ob *outbox.Outbox) feedDeliverer {
+	return feedDeliverer{ob: ob, snatches: &appendedKeys{keys: make(map[string]struct{})}}
+}
 
 func (d feedDeliverer) deliver(ctx context.Context, batches []swarm.FeedBatch) error {
-	events, err := feedEvents(batches)
+	events, err := feedEvents(batches, d.snatches.has)
 	if err != nil {
 		return err
 	}
 	// One append: the events are stored together or not at all.
-	return d.ob.Append(ctx, events)
+	if err := d.ob.Append(ctx, events); err != nil {
+		return err
+	}
+	for _, e := range events {
+		if e.Kind == SnatchEventKind {
+			d.snatches.add(e.Key)
+		}
+	}
+	return nil
+}
+
+// appendedKeys remembers snatch events this frontend appended. A row
+// carries its user's snatch time in every round after the snatch (most
+// seeders' rows), and each copy of the event cost the outbox a dedup
+// look-up to drop it; a key remembered here was appended once, durably,
+// so leaving its copies out changes nothing the site receives. Bounded:
+// past maxAppendedKeys an arbitrary key is forgotten, and its next copy
+// goes to the outbox, which drops it, as before. Another frontend, or
+// this one after a restart, sends a copy once.
+type appendedKeys struct {
+	mu   sync.Mutex
+	keys map[string]struct{}
+}
+
+const maxAppendedKeys = 1 << 16
+
+func (a *appendedKeys) has(key string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, ok := a.keys[key]
+	return ok
+}
+
+func (a *appendedKeys) add(key string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.keys[key]; !ok && len(a.keys) >= maxAppendedKeys {
+		for old := range a.keys { // map order: an arbitrary key goes
+			delete(a.keys, old)
+			break
+		}
+	}
+	a.keys[key] = struct{}{}
 }
 
 // transferPiece is a TransferEvent whose rows are marshalled already, so
@@ -187,8 +237,8 @@ func transfersKey(rowKeys []string) string {
 }
 
 // feedEvents is a round's events for batches: the transfers events,
-// then a snatch event per snatched row.
-func feedEvents(batches []swarm.FeedBatch) ([]outbox.Event, error) {
+// then a snatch event per snatched row whose key appended does not have.
+func feedEvents(batches []swarm.FeedBatch, appended func(key string) bool) ([]outbox.Event, error) {
 	at := func(ms int64) *time.Time {
 		if ms <= 0 {
 			return nil
@@ -215,12 +265,15 @@ func feedEvents(batches []swarm.FeedBatch) ([]outbox.Event, error) {
 			if err != nil {
 				return nil, err
 			}
-			if r.Snatched > 0 {
+			if r.Snatched == 0 {
+				continue
+			}
+			if key := "snatch:" + r.UserID + ":" + hash; !appended(key) {
 				body, err := json.Marshal(SnatchEvent{UserID: r.UserID, InfoHash: hash, TorrentID: b.TorrentID, At: *at(r.Snatched)})
 				if err != nil {
 					return nil, err
 				}
-				snatches = append(snatches, outbox.Event{Key: "snatch:" + r.UserID + ":" + hash, Kind: SnatchEventKind, Body: body})
+				snatches = append(snatches, outbox.Event{Key: key, Kind: SnatchEventKind, Body: body})
 			}
 		}
 		if err := builder.closeTorrent(); err != nil {

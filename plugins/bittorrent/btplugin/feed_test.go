@@ -336,3 +336,43 @@ func TestTransfersEventsCarryManyTorrents(t *testing.T) {
 		require.Equal(t, int64(len(events)), counts.Duplicates, "the same rows made the same events")
 	})
 }
+
+// A snatched user's row carries the snatch in every round after it; the
+// snatch event goes to the outbox once per frontend, not with each row
+// (each copy cost the outbox a dedup look-up to drop it), and the site
+// gets it once either way.
+func TestSnatchEventIsAppendedOncePerFrontend(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		ob := outbox.New(b.Client, outbox.Config{Policy: outbox.DefaultPolicy(), Logger: quiet})
+		hash := bittorrent.InfoHash(sha1.Sum([]byte("snatch-once")))
+		round := func(deliver func(context.Context, []swarm.FeedBatch) error, seq int64) {
+			require.NoError(t, deliver(ctx, []swarm.FeedBatch{{InfoHash: hash, TorrentID: "5", Snatches: 1,
+				Rows: []swarm.FeedRow{{UserID: "7", Seq: seq, Uploaded: seq * 100, Snatched: 1_800_000_000_000}}}}))
+		}
+		first := btplugin.FeedDeliverer(ob)
+		round(first, 1)
+		round(first, 2)
+		counts, err := ob.Counts(ctx)
+		require.NoError(t, err)
+		require.Equal(t, int64(3), counts.Appended, "two transfers events and one snatch")
+		require.Zero(t, counts.Duplicates, "the second round left the snatch's copy out")
+
+		round(btplugin.FeedDeliverer(ob), 3) // another frontend sends its copy once
+		counts, err = ob.Counts(ctx)
+		require.NoError(t, err)
+		require.Equal(t, int64(4), counts.Appended)
+		require.Equal(t, int64(1), counts.Duplicates, "the outbox dropped the other frontend's copy")
+
+		events, _, err := ob.Pending(ctx, 0, outbox.MaxListLimit)
+		require.NoError(t, err)
+		snatches := 0
+		for _, e := range events {
+			if e.Kind == btplugin.SnatchEventKind {
+				snatches++
+				require.Equal(t, "snatch:7:"+btstore.HexInfoHash(hash), e.Key)
+			}
+		}
+		require.Equal(t, 1, snatches)
+	})
+}
