@@ -190,45 +190,46 @@ if block then
   return {R.BLOCKED, block}
 end
 
--- Versions compare as versions: runs of digits numerically (any length),
--- runs of letters as text, separators ignored, missing parts as zero.
-local function version_tokens(v)
-  local tokens = {}
-  for run in string.gmatch(v, '%w+') do
-    local pos = 1
-    while pos <= #run do
-      local s, e = string.find(run, '^%d+', pos)
-      if not s then s, e = string.find(run, '^%a+', pos) end
-      tokens[#tokens + 1] = string.sub(run, s, e)
-      pos = e + 1
-    end
-  end
-  return tokens
-end
-local function compare_tokens(a, b)
-  local a_num, b_num = string.find(a, '^%d') ~= nil, string.find(b, '^%d') ~= nil
-  if a_num and b_num then
-    a = string.gsub(a, '^0+', '')
-    b = string.gsub(b, '^0+', '')
-    if #a ~= #b then return #a < #b and -1 or 1 end
-  elseif a_num ~= b_num then
-    return a_num and 1 or -1 -- "1.0.1" is newer than "1.0.beta"
-  end
-  if a == b then return 0 end
-  return a < b and -1 or 1
-end
-local function version_less(a, b)
-  local ta, tb = version_tokens(a), version_tokens(b)
-  for i = 1, math.max(#ta, #tb) do
-    local c = compare_tokens(ta[i] or '0', tb[i] or '0')
-    if c ~= 0 then return c < 0 end
-  end
-  return false
-end
-
 local min_version = cfg[3]
-if min_version and min_version ~= '' and (version == '' or version_less(version, min_version)) then
-  return {R.TOO_OLD, min_version}
+if min_version and min_version ~= '' then
+  -- Versions compare as versions: runs of digits numerically (any length),
+  -- runs of letters as text, separators ignored, missing parts as zero.
+  local function version_tokens(v)
+    local tokens = {}
+    for run in string.gmatch(v, '%w+') do
+      local pos = 1
+      while pos <= #run do
+        local s, e = string.find(run, '^%d+', pos)
+        if not s then s, e = string.find(run, '^%a+', pos) end
+        tokens[#tokens + 1] = string.sub(run, s, e)
+        pos = e + 1
+      end
+    end
+    return tokens
+  end
+  local function compare_tokens(a, b)
+    local a_num, b_num = string.find(a, '^%d') ~= nil, string.find(b, '^%d') ~= nil
+    if a_num and b_num then
+      a = string.gsub(a, '^0+', '')
+      b = string.gsub(b, '^0+', '')
+      if #a ~= #b then return #a < #b and -1 or 1 end
+    elseif a_num ~= b_num then
+      return a_num and 1 or -1 -- "1.0.1" is newer than "1.0.beta"
+    end
+    if a == b then return 0 end
+    return a < b and -1 or 1
+  end
+  local function version_less(a, b)
+    local ta, tb = version_tokens(a), version_tokens(b)
+    for i = 1, math.max(#ta, #tb) do
+      local c = compare_tokens(ta[i] or '0', tb[i] or '0')
+      if c ~= 0 then return c < 0 end
+    end
+    return false
+  end
+  if version == '' or version_less(version, min_version) then
+    return {R.TOO_OLD, min_version}
+  end
 end
 
 -- GCRA: requests are spaced by period ms with a burst allowance, so there
@@ -241,32 +242,36 @@ end
 -- caller whose clock runs behind Redis's (tests with an injected clock on
 -- a loaded machine, where a 1 s slack expired keys that still limited).
 local rate_key_slack = 60000
-local function gcra_check(key, rate_text, burst_text)
-  local rate = tonumber(rate_text or '0') or 0
-  if rate <= 0 then return 0, nil end
-  local period = 60000 / rate
-  local burst = math.max(1, tonumber(burst_text or '1') or 1)
-  local tat = tonumber(redis.call('GET', key) or '0') or 0
-  if tat < now then tat = now end
-  local wait = tat + period - burst * period - now
-  if wait > 0.001 then return wait, nil end
-  return 0, {key, tat + period}
-end
-local function gcra_charge(charge)
-  if charge then
-    redis.call('SET', charge[1], string.format('%.4f', charge[2]), 'PX', int(math.ceil(charge[2] - now) + rate_key_slack))
+-- A project with no rate set (each reads "0" or is absent) skips the
+-- limiter and its functions.
+if (cfg[4] or '0') ~= '0' or (cfg[13] or '0') ~= '0' or (cfg[15] or '0') ~= '0' then
+  local function gcra_check(key, rate_text, burst_text)
+    local rate = tonumber(rate_text or '0') or 0
+    if rate <= 0 then return 0, nil end
+    local period = 60000 / rate
+    local burst = math.max(1, tonumber(burst_text or '1') or 1)
+    local tat = tonumber(redis.call('GET', key) or '0') or 0
+    if tat < now then tat = now end
+    local wait = tat + period - burst * period - now
+    if wait > 0.001 then return wait, nil end
+    return 0, {key, tat + period}
   end
+  local function gcra_charge(charge)
+    if charge then
+      redis.call('SET', charge[1], string.format('%.4f', charge[2]), 'PX', int(math.ceil(charge[2] - now) + rate_key_slack))
+    end
+  end
+  local wait_project, charge_project = gcra_check(KEYS[15], cfg[4], cfg[5])
+  local wait_downloader, charge_downloader = gcra_check(KEYS[17], cfg[13], cfg[14])
+  local wait_ip, charge_ip = gcra_check(KEYS[18], cfg[15], cfg[16])
+  local wait = math.max(wait_project, wait_downloader, wait_ip)
+  if wait > 0 then
+    return {R.RATE_LIMITED, int(math.ceil(wait))}
+  end
+  gcra_charge(charge_project)
+  gcra_charge(charge_downloader)
+  gcra_charge(charge_ip)
 end
-local wait_project, charge_project = gcra_check(KEYS[15], cfg[4], cfg[5])
-local wait_downloader, charge_downloader = gcra_check(KEYS[17], cfg[13], cfg[14])
-local wait_ip, charge_ip = gcra_check(KEYS[18], cfg[15], cfg[16])
-local wait = math.max(wait_project, wait_downloader, wait_ip)
-if wait > 0 then
-  return {R.RATE_LIMITED, int(math.ceil(wait))}
-end
-gcra_charge(charge_project)
-gcra_charge(charge_downloader)
-gcra_charge(charge_ip)
 
 local max_multi = tonumber(cfg[10] or '0') or 0
 if max_multi > 0 then wanted = math.min(wanted, max_multi) end
@@ -297,6 +302,66 @@ if events_max then
 end
 local max_claims = tonumber(cfg[19] or '0') or 0
 local ttl = reclaim_ttl(cfg[9])
+
+-- The plain claim: a project with none of the optional keys (no reserved
+-- queue, scored queue, released items, ...), no limit groups, claims limit
+-- or budget, no duplicate look-up and no extras pops its items from todo
+-- here, before the general path's functions exist: a Lua closure costs an
+-- allocation and a walk of the open upvalues on every call, and the general
+-- path makes about a dozen (docs/warrior-path.md). Same order of writes and
+-- the same undo: what fails after the pop puts the items back at the head
+-- of todo, in order, and in the queued index, with nothing written. When
+-- todo gives fewer than wanted, its items are claimed here and the general
+-- path serves the rest (their batch is handed to it, for its undo).
+local plain_batch, todo_dry = nil, false
+if not any_optional and ngroups == 0 and claims_limit == 0 and not budget_on and not pop_check
+    and has_extras ~= '1' then
+  local batch = redis.pcall('LPOP', KEYS[3], wanted)
+  if type(batch) == 'table' and batch.err then
+    return {R.CORRUPT, KEYS[3] .. ': ' .. batch.err}
+  end
+  if not batch then
+    todo_dry = true
+  else
+    local record, deadline = format_claim(1, now, downloader, ip, '-', '-'), int(now + ttl)
+    local claim_args, deadline_args = {}, {}
+    for i = 1, #batch do
+      claim_args[2 * i - 1], claim_args[2 * i] = batch[i], record
+      deadline_args[2 * i - 1], deadline_args[2 * i] = deadline, batch[i]
+    end
+    -- The index first, then the claim record (what done.lua and reclaims go
+    -- by), then the deadline; each in slices of 1000 arguments.
+    local failure
+    for _, write in ipairs({{'SREM', index, batch}, {'HSET', KEYS[9], claim_args}, {'ZADD', KEYS[8], deadline_args}}) do
+      local args = write[3]
+      for i = 1, #args, 1000 do
+        local reply = redis.pcall(write[1], write[2], unpack(args, i, math.min(i + 999, #args)))
+        if type(reply) == 'table' and reply.err then
+          failure = write[2] .. ': ' .. reply.err
+          break
+        end
+      end
+      if failure then break end
+    end
+    if failure then
+      redis.pcall('HDEL', KEYS[9], unpack(batch))
+      redis.pcall('ZREM', KEYS[8], unpack(batch))
+      local reversed = {}
+      for i = #batch, 1, -1 do reversed[#reversed + 1] = batch[i] end
+      redis.pcall('LPUSH', KEYS[3], unpack(reversed))
+      redis.pcall('SADD', index, unpack(batch))
+      return {R.CORRUPT, failure}
+    end
+    if #batch == wanted then
+      local reply = {1, 0, cfg[11] or '{}'}
+      for i = 1, #batch do
+        reply[2 * i + 2], reply[2 * i + 3] = batch[i], ''
+      end
+      return reply
+    end
+    plain_batch, todo_dry = batch, true
+  end
+end
 
 -- Limit groups: how many items each may hand out now (GCRA tokens).
 local group_tokens, group_tat, group_period = {}, {}, {}
@@ -345,6 +410,7 @@ local taken = {}
 local reclaims = 0
 local fresh = 0
 local unreadable = 0
+
 
 -- Due claims of a limit group with no tokens left are skipped (they stay
 -- due); the window looks past a few of them so they cannot starve others.
@@ -404,6 +470,15 @@ local dropped = 0
 local picked = {}
 local extras_of = {} -- popped items' extra keys, read in their batch
 local batches = {} -- the batches popped so far, to undo if a later one fails
+if plain_batch then
+  -- Claimed by the plain path above; todo ran dry there.
+  batches[1] = {key = KEYS[3], scored = false, batch = plain_batch, written = plain_batch}
+  for _, item in ipairs(plain_batch) do
+    picked[item] = true
+    taken[#taken + 1] = item
+  end
+  fresh = #plain_batch
+end
 -- A command that fails after a pop must not lose the popped items: calls
 -- in the guarded part of a batch go through checked(), which raises an
 -- error naming the key (and field), for undo_batch to catch.
@@ -616,7 +691,7 @@ local function serve()
         charge_group(g, #taken - before)
       end
     end
-    if room() > 0 then
+    if room() > 0 and not (q == 0 and todo_dry) then
       pop_fresh(KEYS[3 + q], room(), '-', false, q == 3)
     end
   end

@@ -229,6 +229,74 @@ func TestClaimScriptFailureLosesNoItem(t *testing.T) {
 	})
 }
 
+// TestPlainClaimFailureLosesNoItem is the same for the plain claim (no
+// budget, limits, groups or optional keys), which claim.lua pops from todo
+// before its general path: a failure after its pop puts the items back, in
+// order. Asking for more than todo holds also hands its batch to the
+// general path, whose failure on the backfeed queue must undo it too.
+func TestPlainClaimFailureLosesNoItem(t *testing.T) {
+	wrongType := func(key func(string) string) func(tb bundle) error {
+		return func(tb bundle) error {
+			k := key(tb.slug)
+			if err := tb.rdb.Del(tb.ctx, k).Err(); err != nil {
+				return err
+			}
+			return tb.rdb.RPush(tb.ctx, k, "junk").Err()
+		}
+	}
+	cases := []struct {
+		name   string
+		apply  func(tb bundle) error
+		detail string
+		want   int
+	}{
+		{"queued index", wrongType(queues.QueuedKey), "queued", 3},
+		{"claims", wrongType(queues.ClaimsKey), "claims", 3},
+		{"deadlines", wrongType(queues.DeadlinesKey), "deadlines", 5},
+		{"backfeed after todo ran dry", func(tb bundle) error {
+			k := queues.QueueKey(tb.slug, queues.QueueBackfeed)
+			if err := tb.rdb.Del(tb.ctx, k).Err(); err != nil {
+				return err
+			}
+			return tb.rdb.SAdd(tb.ctx, k, "junk").Err()
+		}, "backfeed", 10},
+	}
+	forEachMode(t, queues.SettingsPatch{}, func(t *testing.T, tb bundle, mode string) {
+		for i, c := range cases {
+			slug := "plain-corrupt-" + mode + "-" + string(rune('a'+i))
+			_, err := tb.engine.CreateProject(tb.ctx, slug, queues.SettingsPatch{DoneMode: ptr(mode)})
+			require.NoError(t, err)
+			pb := tb
+			pb.slug = slug
+			items := names("p:", 5)
+			pb.enqueue(t, todo, items...)
+			require.NoError(t, c.apply(pb), c.name)
+
+			err = pb.claimErr("alice", c.want)
+			require.Error(t, err, c.name)
+			require.Contains(t, err.Error(), c.detail, c.name)
+			queued, err := pb.rdb.LRange(pb.ctx, queues.QueueKey(slug, queues.QueueTodo), 0, -1).Result()
+			require.NoError(t, err)
+			require.Equal(t, items, queued, "%s: every item is still queued, in order", c.name)
+			if c.name != "queued index" {
+				index, err := pb.rdb.SMembers(pb.ctx, queues.QueuedKey(slug)).Result()
+				require.NoError(t, err)
+				require.ElementsMatch(t, items, index, "%s: every item is back in the queued index", c.name)
+			}
+			claims, err := pb.rdb.Exists(pb.ctx, queues.DeadlinesKey(slug)).Result()
+			require.NoError(t, err)
+			if c.name != "deadlines" {
+				require.Zero(t, claims, "%s: no deadline is left", c.name)
+			}
+			out, err := pb.rdb.HLen(pb.ctx, queues.ClaimsKey(slug)).Result()
+			if c.name != "claims" {
+				require.NoError(t, err)
+				require.Zero(t, out, "%s: no claim record is left", c.name)
+			}
+		}
+	})
+}
+
 // The request counters are counted by the frontend and flushed by
 // counters_flush.lua, which claims never wait on: a counter that is not an
 // integer stops no claim, and the flush replaces it with what it adds.
@@ -256,5 +324,29 @@ func TestUnreadableDueClaimIsSkippedAndCounted(t *testing.T) {
 		stats, err := tb.engine.Stats(tb.ctx, tb.slug)
 		require.NoError(t, err)
 		require.EqualValues(t, 1, stats.Counters["claims_unreadable"])
+	})
+}
+
+// TestDoneIntoAWrongTypedDoneSetChangesNothing: done.lua writes where the
+// items go first, so a done set of the wrong type refuses the done with
+// the items still out, on the plain path (every item the reporter's first
+// claim) and on the general one (an item reported twice).
+func TestDoneIntoAWrongTypedDoneSetChangesNothing(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{})
+		tb.enqueue(t, todo, "a", "b")
+		require.Equal(t, []string{"a", "b"}, tb.claim(t, "alice", 2))
+		require.NoError(t, tb.rdb.RPush(tb.ctx, queues.DoneKey(tb.slug), "junk").Err())
+		for _, items := range [][]string{{"a"}, {"b", "b"}} {
+			_, err := tb.done("alice", items...)
+			require.Error(t, err, "%v", items)
+			require.Contains(t, err.Error(), "completions could not be kept", "%v", items)
+			out, err := tb.rdb.HLen(tb.ctx, queues.ClaimsKey(tb.slug)).Result()
+			require.NoError(t, err)
+			require.EqualValues(t, 2, out, "%v: both claims are still out", items)
+			deadlines, err := tb.rdb.ZCard(tb.ctx, queues.DeadlinesKey(tb.slug)).Result()
+			require.NoError(t, err)
+			require.EqualValues(t, 2, deadlines, "%v: both deadlines are kept", items)
+		}
 	})
 }

@@ -61,6 +61,16 @@ func decodeJSON(body []byte, dst any) error { return decodeBody(body, dst, false
 func decodeStrictJSON(body []byte, dst any) error { return decodeBody(body, dst, true) }
 
 func decodeBody(body []byte, dst any, strict bool) error {
+	// The warrior bodies' everyday shape, read without reflection
+	// (warriorbody.go); the rest, and every error, are json's.
+	if fast, ok := dst.(fastDecoder); ok && !strict && fast.decodeFast(body) {
+		return nil
+	}
+	return decodeWithJSON(body, dst, strict)
+}
+
+// decodeWithJSON is decodeBody by encoding/json alone.
+func decodeWithJSON(body []byte, dst any, strict bool) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return badRequest("empty request body; want a JSON object")
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -64,6 +65,40 @@ type Metrics struct {
 	registry *prometheus.Registry
 	duration *prometheus.HistogramVec
 	requests *prometheus.CounterVec
+
+	// series holds each (route, status)'s two series once looked up, so a
+	// request pays one map read instead of two label look-ups (hashing
+	// and comparing the label values) and formatting the status. Bounded:
+	// routes are a fixed set and statuses three digits.
+	mu     sync.RWMutex
+	series map[routeStatus]requestSeries
+}
+
+type routeStatus struct {
+	route  string
+	status int
+}
+
+type requestSeries struct {
+	duration prometheus.Observer
+	requests prometheus.Counter
+}
+
+// seriesFor returns the route and status's series, looking them up once.
+func (m *Metrics) seriesFor(route string, status int) requestSeries {
+	key := routeStatus{route, status}
+	m.mu.RLock()
+	s, ok := m.series[key]
+	m.mu.RUnlock()
+	if ok {
+		return s
+	}
+	code := strconv.Itoa(status)
+	s = requestSeries{duration: m.duration.WithLabelValues(route, code), requests: m.requests.WithLabelValues(route, code)}
+	m.mu.Lock()
+	m.series[key] = s
+	m.mu.Unlock()
+	return s
 }
 
 // Register adds collectors to the registry.
@@ -90,6 +125,7 @@ func NewMetrics(stats ProjectStats, logger *slog.Logger) *Metrics {
 			Name: "hoard_http_requests_total",
 			Help: "HTTP requests served, by route and status code.",
 		}, []string{"route", "code"}),
+		series: map[routeStatus]requestSeries{},
 	}
 	m.registry.MustRegister(
 		collectors.NewGoCollector(),
@@ -107,9 +143,9 @@ func (m *Metrics) Middleware() gin.HandlerFunc {
 	return func(c *gin.Context) {
 		start := time.Now()
 		c.Next()
-		route, code := routeLabel(c), strconv.Itoa(c.Writer.Status())
-		m.duration.WithLabelValues(route, code).Observe(time.Since(start).Seconds())
-		m.requests.WithLabelValues(route, code).Inc()
+		series := m.seriesFor(routeLabel(c), c.Writer.Status())
+		series.duration.Observe(time.Since(start).Seconds())
+		series.requests.Inc()
 	}
 }
 

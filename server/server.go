@@ -217,7 +217,14 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := s.hub.Start(ctx); err != nil {
 		return fmt.Errorf("leaderboard hub: %w", err)
 	}
-	var lc net.ListenConfig
+	// No TCP keep-alive probes on accepted connections: every connection
+	// is bounded by the server's own timeouts (a request by ReadTimeout and
+	// WriteTimeout, an idle keep-alive connection by IdleTimeout, a
+	// websocket by the hub's pings), so the probes would find nothing those
+	// do not, and turning them on costs four setsockopt calls per accepted
+	// connection: a quarter of accepting one, and seesaw opens one per
+	// request (docs/warrior-path.md).
+	lc := net.ListenConfig{KeepAlive: -1}
 	ln, err := lc.Listen(ctx, "tcp", s.cfg.Listen)
 	if err != nil {
 		_ = s.hub.Stop()

@@ -178,7 +178,7 @@ func (w *WarriorAPI) request(c *gin.Context, route warriorRoute) {
 	joined := strings.Join(names, "\x00")
 	if req.APIVersion != "2" {
 		// universal-tracker's api_version 1: the bare name as text.
-		c.Data(http.StatusOK, "text/plain; charset=utf-8", []byte(joined))
+		writeReply(c, contentTypeText, []byte(joined))
 		return
 	}
 	reply, err := itemReply(joined, result)
@@ -186,7 +186,7 @@ func (w *WarriorAPI) request(c *gin.Context, route warriorRoute) {
 		_ = c.Error(err)
 		return
 	}
-	c.Data(http.StatusOK, "application/json", reply)
+	writeReply(c, contentTypeJSON, reply)
 }
 
 // itemReply builds {"item_name": ..., extra keys...}. Seesaw copies every
@@ -244,7 +244,24 @@ func (w *WarriorAPI) done(c *gin.Context, route warriorRoute) {
 		return
 	}
 	// Seesaw's SendDoneToTracker succeeds only on a body that strips to "OK".
-	c.Data(http.StatusOK, "text/plain; charset=utf-8", []byte("OK\n"))
+	writeReply(c, contentTypeText, doneReply)
+}
+
+// The warrior replies' content types and done's body, made once: every
+// round trip sends them. Header values are only ever replaced, never
+// changed in place, so responses can share them.
+var (
+	contentTypeText = []string{"text/plain; charset=utf-8"}
+	contentTypeJSON = []string{"application/json"}
+	doneReply       = []byte("OK\n")
+)
+
+// writeReply answers 200 with body: c.Data without building a header
+// value and a renderer per reply.
+func writeReply(c *gin.Context, contentType []string, body []byte) {
+	c.Writer.Header()["Content-Type"] = contentType
+	c.Writer.WriteHeader(http.StatusOK)
+	_, _ = c.Writer.Write(body)
 }
 
 // splitItems splits NUL-joined items; one trailing NUL is tolerated.

@@ -572,7 +572,7 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 		storeCfg.OnToken = tokenReporter{ob: ob, logger: t.logger.With("component", "credit")}.report
 		storeCfg.OnCheat = cheatReporter{ob: ob, logger: t.logger.With("component", "cheat")}.report
 		if storeCfg.Private && !storeCfg.NoAccounting {
-			storeCfg.OnFeed = feedDeliverer{ob}.deliver
+			storeCfg.OnFeed = newFeedDeliverer(ob).deliver
 		}
 	}
 	storeCfg.Logger = t.logger.With("component", "swarm")

@@ -15,5 +15,5 @@ func TokenReporter(ob *outbox.Outbox, logger *slog.Logger) func(context.Context,
 
 // FeedDeliverer is what the plugin hands the store as Config.OnFeed.
 func FeedDeliverer(ob *outbox.Outbox) func(context.Context, []swarm.FeedBatch) error {
-	return feedDeliverer{ob}.deliver
+	return newFeedDeliverer(ob).deliver
 }

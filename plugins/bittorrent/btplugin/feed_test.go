@@ -70,6 +70,7 @@ type siteLedger struct {
 	seen     map[string]bool
 	newest   map[string]btplugin.TransferRow
 	copies   int
+	events   int // transfers events received
 	torrents map[string]btplugin.TransferEvent
 }
 
@@ -90,24 +91,31 @@ func (l *siteLedger) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, e := range body.Events {
-		if e.Kind != btplugin.TransferEventKind {
+		if e.Kind != btplugin.TransfersEventKind {
 			continue
 		}
-		var ev btplugin.TransferEvent
-		if err := json.Unmarshal(e.Body, &ev); err != nil {
+		var batch btplugin.TransfersEvent
+		if err := json.Unmarshal(e.Body, &batch); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		l.torrents[ev.InfoHash] = ev
-		for _, row := range ev.Rows {
-			if l.seen[row.Key] {
-				l.copies++
-				continue
-			}
-			l.seen[row.Key] = true
-			at := row.UserID + ":" + ev.InfoHash
-			if old, ok := l.newest[at]; !ok || row.Seq > old.Seq {
-				l.newest[at] = row
+		if batch.Version != btplugin.TransfersVersion {
+			http.Error(w, fmt.Sprintf("transfers version %d", batch.Version), http.StatusBadRequest)
+			return
+		}
+		l.events++
+		for _, ev := range batch.Torrents {
+			l.torrents[ev.InfoHash] = ev
+			for _, row := range ev.Rows {
+				if l.seen[row.Key] {
+					l.copies++
+					continue
+				}
+				l.seen[row.Key] = true
+				at := row.UserID + ":" + ev.InfoHash
+				if old, ok := l.newest[at]; !ok || row.Seq > old.Seq {
+					l.newest[at] = row
+				}
 			}
 		}
 	}
@@ -247,20 +255,124 @@ func TestFeedSurvivesKilledFrontends(t *testing.T) {
 	})
 }
 
-func TestTheDocumentedTransferEventIsOneThePluginSends(t *testing.T) {
+func TestTheDocumentedTransfersEventIsOneThePluginSends(t *testing.T) {
 	ev := documentedEvent(t, "**What is sent.**")
-	require.Equal(t, btplugin.TransferEventKind, ev.Kind)
-	var body btplugin.TransferEvent
+	require.Equal(t, btplugin.TransfersEventKind, ev.Kind)
+	var body btplugin.TransfersEvent
 	dec := json.NewDecoder(bytes.NewReader(ev.Body))
 	dec.DisallowUnknownFields()
 	require.NoError(t, dec.Decode(&body))
+	require.Equal(t, btplugin.TransfersVersion, body.Version)
+	require.Len(t, body.Torrents, 2, "the example shows two torrents in one event")
 	digest := sha1.New()
-	for _, row := range body.Rows {
-		require.Equal(t, row.UserID+":"+body.InfoHash+":"+strconv.FormatInt(row.Seq, 10), row.Key)
-		digest.Write([]byte(row.Key + "\n"))
+	rows := 0
+	for _, torrent := range body.Torrents {
+		for _, row := range torrent.Rows {
+			require.Equal(t, row.UserID+":"+torrent.InfoHash+":"+strconv.FormatInt(row.Seq, 10), row.Key)
+			digest.Write([]byte(row.Key + "\n"))
+			rows++
+		}
 	}
-	require.Equal(t, "transfer:"+body.InfoHash+":"+strconv.Itoa(len(body.Rows))+":"+hex.EncodeToString(digest.Sum(nil)[:8]), ev.Key)
+	require.Equal(t, "transfers:"+strconv.Itoa(rows)+":"+hex.EncodeToString(digest.Sum(nil)[:8]), ev.Key)
 	again, err := json.Marshal(body)
 	require.NoError(t, err)
 	require.JSONEq(t, string(ev.Body), string(again), "the plugin marshals the same body")
+}
+
+// A round's rows go in few transfers events, each under the outbox's
+// body bound, every row exactly once; the same rows offered again in
+// another order make the same events, which the outbox drops.
+func TestTransfersEventsCarryManyTorrents(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		ob := outbox.New(b.Client, outbox.Config{Policy: outbox.DefaultPolicy(), Logger: quiet})
+		deliver := btplugin.FeedDeliverer(ob)
+		var batches []swarm.FeedBatch
+		want := map[string]int64{} // row key -> uploaded
+		for i := range 300 {
+			hash := bittorrent.InfoHash(sha1.Sum([]byte(fmt.Sprintf("transfers-%d", i))))
+			batch := swarm.FeedBatch{InfoHash: hash, TorrentID: strconv.Itoa(i), Seeders: int64(i % 7), Announced: 1_800_000_000_000}
+			users := 1 + i%3
+			if i == 0 {
+				users = 250 // more rows than one event holds
+			}
+			for u := range users {
+				row := swarm.FeedRow{UserID: strconv.Itoa(1000 + u), Seq: int64(i + u + 1), Uploaded: int64(i*1000 + u), Downloaded: int64(u)}
+				batch.Rows = append(batch.Rows, row)
+				want[swarm.FeedKey(row.UserID, hash, row.Seq)] = row.Uploaded
+			}
+			batches = append(batches, batch)
+		}
+		require.NoError(t, deliver(ctx, batches))
+
+		events, _, err := ob.Pending(ctx, 0, outbox.MaxListLimit)
+		require.NoError(t, err)
+		got := map[string]int64{}
+		for _, e := range events {
+			require.Equal(t, btplugin.TransfersEventKind, e.Kind)
+			require.LessOrEqual(t, len(e.Body), outbox.MaxBodyBytes)
+			var body btplugin.TransfersEvent
+			require.NoError(t, json.Unmarshal(e.Body, &body))
+			require.Equal(t, btplugin.TransfersVersion, body.Version)
+			for _, torrent := range body.Torrents {
+				require.NotEmpty(t, torrent.Rows)
+				for _, row := range torrent.Rows {
+					_, dup := got[row.Key]
+					require.False(t, dup, row.Key)
+					got[row.Key] = row.Uploaded
+				}
+			}
+		}
+		require.Equal(t, want, got, "every row once, with its figures")
+		require.Less(t, len(events), 30, "%d rows of 300 torrents in %d events", len(want), len(events))
+
+		reversed := make([]swarm.FeedBatch, len(batches))
+		for i, batch := range batches {
+			reversed[len(batches)-1-i] = batch
+		}
+		require.NoError(t, deliver(ctx, reversed))
+		counts, err := ob.Counts(ctx)
+		require.NoError(t, err)
+		require.Equal(t, int64(len(events)), counts.Duplicates, "the same rows made the same events")
+	})
+}
+
+// A snatched user's row carries the snatch in every round after it; the
+// snatch event goes to the outbox once per frontend, not with each row
+// (each copy cost the outbox a dedup look-up to drop it), and the site
+// gets it once either way.
+func TestSnatchEventIsAppendedOncePerFrontend(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		ob := outbox.New(b.Client, outbox.Config{Policy: outbox.DefaultPolicy(), Logger: quiet})
+		hash := bittorrent.InfoHash(sha1.Sum([]byte("snatch-once")))
+		round := func(deliver func(context.Context, []swarm.FeedBatch) error, seq int64) {
+			require.NoError(t, deliver(ctx, []swarm.FeedBatch{{InfoHash: hash, TorrentID: "5", Snatches: 1,
+				Rows: []swarm.FeedRow{{UserID: "7", Seq: seq, Uploaded: seq * 100, Snatched: 1_800_000_000_000}}}}))
+		}
+		first := btplugin.FeedDeliverer(ob)
+		round(first, 1)
+		round(first, 2)
+		counts, err := ob.Counts(ctx)
+		require.NoError(t, err)
+		require.Equal(t, int64(3), counts.Appended, "two transfers events and one snatch")
+		require.Zero(t, counts.Duplicates, "the second round left the snatch's copy out")
+
+		round(btplugin.FeedDeliverer(ob), 3) // another frontend sends its copy once
+		counts, err = ob.Counts(ctx)
+		require.NoError(t, err)
+		require.Equal(t, int64(4), counts.Appended)
+		require.Equal(t, int64(1), counts.Duplicates, "the outbox dropped the other frontend's copy")
+
+		events, _, err := ob.Pending(ctx, 0, outbox.MaxListLimit)
+		require.NoError(t, err)
+		snatches := 0
+		for _, e := range events {
+			if e.Kind == btplugin.SnatchEventKind {
+				snatches++
+				require.Equal(t, "snatch:7:"+btstore.HexInfoHash(hash), e.Key)
+			}
+		}
+		require.Equal(t, 1, snatches)
+	})
 }

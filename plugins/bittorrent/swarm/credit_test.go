@@ -298,3 +298,41 @@ func TestWrittenBehindReannouncesAreCredited(t *testing.T) {
 		require.Equal(t, int64(2000), user.DownCredited)
 	})
 }
+
+// Issue 28's bound: accounting sends no plain re-announce through
+// announce.lua that the write-behind would answer without it (the
+// credited transfer rides the written-behind refresh, from the cumulative
+// counters). The same announces at the same times are answered from the
+// view as often with accounting on as off, and the credit is all there.
+func TestAccountingWritesBehindWhatNoAccountingDoes(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		answered := map[bool]int64{}
+		for _, off := range []bool{false, true} {
+			f, hash := privateFixture(t, b, swarm.Config{NoAccounting: off})
+			keys := []string{"passkeyA", "passkeyB"}
+			for i := range 10 {
+				f.announce(hash, peerID("-TR", i), i, passkey(keys[i%2]), event(bittorrent.EventStarted), transfer(0, 0))
+			}
+			for step := 1; step <= 200; step++ {
+				f.clock.Advance(97 * time.Millisecond) // ten peers each every ~1 s: a hot torrent
+				i := step * 7 % 10
+				f.announce(hash, peerID("-TR", i), i, passkey(keys[i%2]), transfer(uint64(step*1000), uint64(step*500)))
+				if step%20 == 0 {
+					f.flush()
+				}
+			}
+			f.flush()
+			answered[off] = f.store.WriteBehindStats().Answered
+			alice := f.user("alice")
+			if off {
+				require.Zero(t, alice.UpCredited)
+			} else {
+				require.Positive(t, alice.UpCredited)
+				require.Equal(t, alice.Uploaded, alice.UpCredited, "no multiplier: credited is raw, written behind or not")
+			}
+			require.NoError(t, redistest.Flush(context.Background(), b))
+		}
+		require.Greater(t, answered[false], int64(100), "most re-announces of a hot torrent are written behind")
+		require.Equal(t, answered[true], answered[false], "accounting on answers from the view as often as off")
+	})
+}
