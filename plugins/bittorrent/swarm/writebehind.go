@@ -32,6 +32,9 @@ import (
 // re-announcing every few seconds) reads the view in one refresh.lua call
 // that also writes the announce: the same one script call as announce.lua,
 // but about a tenth fewer Redis commands and none of its joining logic.
+// In an HTTP batch (answerOrRead) a torrent must be hot first (hotLocked):
+// without that rule, HTTP keep-alive cost more Redis CPU in 6 of 7 A/B
+// pairs (docs/bittorrent-storage.md), while UDP cost less; not understood.
 
 // maxViewAge bounds how old the view a plain re-announce is answered from
 // may be, leaving room below the one second the tracker promises for the
@@ -140,6 +143,7 @@ func (k *knownPeers) forget(key peerKey, notAfter int64) {
 type swarmView struct {
 	mu         sync.Mutex    // held while the view is read from Redis
 	at         int64         // ms when read; 0: no copy
+	coldAt     int64         // ms of the last cold plain re-announce of an HTTP batch
 	readingAt  int64         // ms a batch's read of the view was taken (0: none in flight)
 	readDone   chan struct{} // closed when that read is in
 	seeders    int64
@@ -423,8 +427,14 @@ func (w *writeBehind) answerOrRead(ctx context.Context, req *bittorrent.Announce
 		v.mu.Unlock()
 		return nil, &viewRead{p: p, v: v, follower: true, done: done}, true
 	}
-	v.readingAt, v.readDone = now, make(chan struct{})
+	hot := v.hotLocked(now)
+	if hot {
+		v.readingAt, v.readDone = now, make(chan struct{})
+	}
 	v.mu.Unlock()
+	if !hot {
+		return nil, nil, false
+	}
 	rd := &viewRead{p: p, v: v,
 		call: refreshCall{hash: req.InfoHash, ids: []bittorrent.PeerID{req.PeerID}, peers: []queuedRefresh{p.refresh}, withView: true}}
 	rd.sc = scriptCall{script: refreshScript, keys: btstore.RefreshKeys(req.InfoHash, rd.call.ids, []string{userID}),
@@ -564,6 +574,17 @@ func (w *writeBehind) view(ctx context.Context, hash bittorrent.InfoHash, now in
 // staleLocked says whether the view is too old to answer from.
 func (v *swarmView) staleLocked(now int64) bool {
 	return v.at == 0 || now-v.at >= maxViewAge.Milliseconds() || now < v.at
+}
+
+// hotLocked says whether a stale view is worth reading in an HTTP batch:
+// the second plain re-announce within maxViewAge makes a torrent hot; a
+// cold one goes through announce.lua in the batch.
+func (v *swarmView) hotLocked(now int64) bool {
+	if v.coldAt == 0 || now-v.coldAt >= maxViewAge.Milliseconds() || now < v.coldAt {
+		v.coldAt = now
+		return false
+	}
+	return true
 }
 
 func (v *swarmView) copyLocked() viewCopy {
