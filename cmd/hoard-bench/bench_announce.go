@@ -28,6 +28,7 @@ import (
 	"github.com/hoardproject/hoard/plugins"
 	"github.com/hoardproject/hoard/plugins/bittorrent/btplugin"
 	"github.com/hoardproject/hoard/plugins/bittorrent/ipmetrics"
+	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )
 
 // The announce benchmark: the same announce load against hoard's
@@ -361,11 +362,15 @@ func benchAnnounce(ctx context.Context, o announceBenchOptions) error {
 					profile = fmt.Sprintf("%s.run%d", o.cpuProfile, run+1)
 					profileParts = append(profileParts, profile)
 				}
+				paths := t.writeBehindStats()
 				r, err := measureAnnounceRun(ctx, o.loadConfig(mode, t.addr(mode), o.announces), t, infoClient, profile)
 				if err != nil {
 					return fmt.Errorf("%s %s run %d: %w", t.name, mode, run+1, err)
 				}
 				fmt.Printf("  run %d   %-14s %-11s %s\n", run+1, mode, t.name, r.res)
+				if t.tracker != nil {
+					printAnnouncePaths(paths, t.writeBehindStats(), r.res.Announces)
+				}
 				fig.runs[i] = append(fig.runs[i], r)
 			}
 		}
@@ -581,6 +586,30 @@ func startBenchTracker(ctx context.Context, name string, o announceBenchOptions,
 		return nil, nil, err
 	}
 	return t, stop, nil
+}
+
+// writeBehindStats is the in-process tracker's write-behind counters
+// (zero for a tracker in its own process or not hoard's).
+func (t *announceTarget) writeBehindStats() swarm.WriteBehindStats {
+	if t.tracker == nil || t.tracker.Store() == nil {
+		return swarm.WriteBehindStats{}
+	}
+	return t.tracker.Store().WriteBehindStats()
+}
+
+// printAnnouncePaths says how a run's announces went to Redis: answered
+// from a view and written behind, answered with a view read (refresh.lua
+// writing the announce), or through announce.lua (events, new or changed
+// peers).
+func printAnnouncePaths(before, after swarm.WriteBehindStats, announces int64) {
+	n := float64(announces)
+	reads := after.ViewReads - before.ViewReads
+	fromView := after.Answered - before.Answered - reads
+	calls, peers := after.DrainCalls-before.DrainCalls, after.DrainPeers-before.DrainPeers
+	fmt.Printf("          paths: announce.lua %.3f, refresh.lua with a view read %.3f, from a view %.3f; "+
+		"written behind: %.3f refresh.lua calls per announce, %.2f peers per call\n",
+		float64(announces-fromView-reads)/n, float64(reads)/n, float64(fromView)/n, float64(calls)/n,
+		float64(peers)/float64(max(calls, 1)))
 }
 
 // metrics is the target's unique-IP metrics recorder, nil when off or

@@ -234,28 +234,54 @@ func BenchmarkEvalshaTrivial(b *testing.B) {
 // the last CONFIG RESETSTAT, summed over a cluster's masters.
 func redisMicrosPerCall(b *testing.B, client redis.UniversalClient) float64 {
 	b.Helper()
+	calls, usec := evalshaStats(b, client)
+	if calls == 0 {
+		return 0
+	}
+	return usec / calls
+}
+
+// evalshaStats sums EVALSHA's calls and µs since the last CONFIG
+// RESETSTAT over a cluster's masters.
+func evalshaStats(b *testing.B, client redis.UniversalClient) (calls, usec float64) {
+	b.Helper()
+	stats := commandStats(b, client)
+	return stats["evalsha"].calls, stats["evalsha"].usec
+}
+
+// commandStat is one command's calls and µs in INFO commandstats.
+type commandStat struct{ calls, usec float64 }
+
+// commandStats reads INFO commandstats (since the last CONFIG RESETSTAT),
+// summed over a cluster's masters: a script's commands count on their own
+// lines as well as inside EVALSHA's.
+func commandStats(b *testing.B, client redis.UniversalClient) map[string]commandStat {
+	b.Helper()
 	ctx := context.Background()
-	var calls, usec float64
+	stats := map[string]commandStat{}
 	read := func(ctx context.Context, c *redis.Client) error {
 		info, err := c.Info(ctx, "commandstats").Result()
 		if err != nil {
 			return err
 		}
 		for _, line := range strings.Split(info, "\n") {
-			rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:")
+			rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")
 			if !ok {
 				continue
 			}
-			for _, field := range strings.Split(rest, ",") {
+			command, fields, _ := strings.Cut(rest, ":")
+			st := stats[command]
+			for _, field := range strings.Split(fields, ",") {
 				name, value, _ := strings.Cut(field, "=")
 				n, _ := strconv.ParseFloat(value, 64)
 				switch name {
 				case "calls":
-					calls += n
+					st.calls += n
 				case "usec":
-					usec += n
+					st.usec += n
 				}
 			}
+			stats[command] = st
 		}
 		return nil
 	}
@@ -270,10 +296,10 @@ func redisMicrosPerCall(b *testing.B, client redis.UniversalClient) float64 {
 	} else {
 		err = read(ctx, client.(*redis.Client))
 	}
-	if err != nil || calls == 0 {
-		return 0
+	if err != nil {
+		b.Fatal(err)
 	}
-	return usec / calls
+	return stats
 }
 
 // redisCPUSeconds is redis-server's used_cpu_sys + used_cpu_user, summed

@@ -1,0 +1,109 @@
+package swarm_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
+)
+
+// BenchmarkAnnounceSticky is hoard-bench announce's load in the swarm
+// alone, on an injected clock: 2,000 torrents of 10 peers each (a quarter
+// seeding), every announce a plain re-announce of a random peer on its
+// own torrent, numwant 50, each torrent announced to 1.5 times a second
+// (the bench's 10,000 torrents at 15,000 announces/s), the write-behind
+// queue written every 500 ms of that clock. "/direct" sends every
+// announce through announce.lua. One caller, so redis-µs/announce is
+// redis-server's CPU per announce with no pipeline sharing it; script-µs
+// is its time inside EVALSHA per announce, scripts/announce how many
+// script calls each announce cost and commands/announce how many Redis
+// commands (inside scripts or not): the last two do not swing with the
+// machine's load.
+func BenchmarkAnnounceSticky(b *testing.B) {
+	const torrents, peersEach = 2000, 10
+	perTorrentPerSecond := 1.5
+	step := time.Duration(float64(time.Second) / perTorrentPerSecond / torrents)
+	for _, backend := range redistest.Backends() {
+		for _, variant := range []string{"write-behind", "direct"} {
+			ctx := context.Background()
+			if err := redistest.Flush(ctx, backend); err != nil {
+				b.Fatal(err)
+			}
+			clock := swarm.NewFakeClock(epoch)
+			cfg := swarm.Config{Logger: quietLogger, Clock: clock, MaxPeersPerOwner: -1}
+			if variant == "direct" {
+				cfg.WriteBehind = -1
+			}
+			store, err := swarm.New(backend.Client, cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			hashes := make([]bittorrent.InfoHash, torrents)
+			for i := range hashes {
+				hashes[i] = infoHash(fmt.Sprint("sticky-", i))
+			}
+			moved := uint64(0)
+			announce := func(torrent, peer int) {
+				moved += 1000
+				req := request(hashes[torrent], peerID("-ST", torrent*peersEach+peer), torrent*peersEach+peer,
+					numWant(benchNumWant), transfer(moved, moved))
+				if peer < peersEach/4 {
+					req.Left = 0
+				}
+				if _, err := store.Announce(ctx, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for t := range torrents {
+				for p := range peersEach {
+					announce(t, p)
+				}
+			}
+			clock.Advance(time.Second)
+			b.Run(backend.Name+"/"+variant, func(b *testing.B) {
+				rng := rand.New(rand.NewPCG(1, 2))
+				if err := store.Flush(ctx); err != nil {
+					b.Fatal(err)
+				}
+				resetStats(b, backend.Client)
+				cpuBefore := redisCPUSeconds(b, backend.Client)
+				b.ReportAllocs()
+				b.ResetTimer()
+				var sinceWrite time.Duration
+				for range b.N {
+					announce(rng.IntN(torrents), rng.IntN(peersEach))
+					clock.Advance(step)
+					if sinceWrite += step; sinceWrite >= 500*time.Millisecond {
+						sinceWrite = 0
+						if err := store.Flush(ctx); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				if err := store.Flush(ctx); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				stats := commandStats(b, backend.Client)
+				commands := 0.0 // what the scripts ran, and any command sent alone
+				for name, st := range stats {
+					if name != "evalsha" && name != "info" && name != "config|resetstat" {
+						commands += st.calls
+					}
+				}
+				b.ReportMetric((redisCPUSeconds(b, backend.Client)-cpuBefore)*1e6/float64(b.N), "redis-µs/announce")
+				b.ReportMetric(stats["evalsha"].usec/float64(b.N), "script-µs/announce")
+				b.ReportMetric(stats["evalsha"].calls/float64(b.N), "scripts/announce")
+				b.ReportMetric(commands/float64(b.N), "commands/announce")
+			})
+			if err := store.Stop(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
