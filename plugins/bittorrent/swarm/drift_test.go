@@ -65,8 +65,8 @@ func TestNothingDriftsUnderMixedLoad(t *testing.T) {
 	const users, workers = 40, 4
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		// maxStepMs bounds the time between steps, small enough that
-		// torrents get plain re-announces within a view's age, so both
-		// view reads and answers from a view are exercised.
+		// torrents get plain re-announces within a view's age (hot), so
+		// write-behind is exercised.
 		torrents, peers, steps, maxStepMs := 12, 1_500, 12_000, 40
 		long := os.Getenv("HOARD_TEST_LONG") != "" && b.Name != "cluster"
 		if long {

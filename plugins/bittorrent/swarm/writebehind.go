@@ -26,15 +26,6 @@ import (
 // counters are cumulative, so nothing is lost or counted twice) and
 // written every Config.WriteBehind by refresh.lua, one call per torrent,
 // in shared pipelines. Everything else goes through announce.lua at once.
-//
-// A plain re-announce whose view is stale (most, where torrents are
-// announced to about as often as a view lasts: a swarm of ten peers
-// re-announcing every few seconds) reads the view in one refresh.lua call
-// that also writes the announce: the same one script call as announce.lua,
-// but about a tenth fewer Redis commands and none of its joining logic.
-// In an HTTP batch (answerOrRead) a torrent must be hot first (hotLocked):
-// without that rule, HTTP keep-alive cost more Redis CPU in 6 of 7 A/B
-// pairs (docs/bittorrent-storage.md), while UDP cost less; not understood.
 
 // maxViewAge bounds how old the view a plain re-announce is answered from
 // may be, leaving room below the one second the tracker promises for the
@@ -143,7 +134,7 @@ func (k *knownPeers) forget(key peerKey, notAfter int64) {
 type swarmView struct {
 	mu         sync.Mutex    // held while the view is read from Redis
 	at         int64         // ms when read; 0: no copy
-	coldAt     int64         // ms of the last cold plain re-announce of an HTTP batch
+	coldAt     int64         // ms of the last plain re-announce sent to announce.lua for want of a view
 	readingAt  int64         // ms a batch's read of the view was taken (0: none in flight)
 	readDone   chan struct{} // closed when that read is in
 	seeders    int64
@@ -288,9 +279,9 @@ type writeBehind struct {
 
 	answered, dropped atomic.Int64
 	// where plain re-announces went: view reads (refresh.lua with the
-	// announce, answered from its reply), and the drain's refresh.lua
-	// calls and the peers they wrote
-	viewReads, drainCalls, drainPeers atomic.Int64
+	// announce, answered from its reply), cold ones (announce.lua), and
+	// the drain's refresh.lua calls and the peers they wrote
+	viewReads, cold, drainCalls, drainPeers atomic.Int64
 }
 
 func newWriteBehind(s *Store) *writeBehind {
@@ -312,7 +303,11 @@ func (w *writeBehind) answer(ctx context.Context, req *bittorrent.AnnounceReques
 	}
 	view, written, err := w.view(ctx, req.InfoHash, now, req.PeerID, p.refresh)
 	if err != nil {
-		w.s.logger.Debug("swarm: no swarm view; announcing in full", "error", err)
+		if err != errColdTorrent {
+			w.s.logger.Debug("swarm: no swarm view; announcing in full", "error", err)
+		} else {
+			w.cold.Add(1)
+		}
 		return nil, false
 	}
 	return w.respond(p, view, written, numWant, now)
@@ -392,7 +387,7 @@ func (w *writeBehind) respond(p plainAnswer, view viewCopy, written bool, numWan
 // pipeline of the batch it came in (Store.AnnounceBatch): its refresh.lua
 // call writes the announce and reads the view. A follower waits for a
 // read already taken (by its batch or another) and is answered from the
-// view it installs, so a busy torrent's view is read once, not once per
+// view it installs, so a hot torrent's view is read once, not once per
 // announce.
 type viewRead struct {
 	p        plainAnswer
@@ -433,6 +428,7 @@ func (w *writeBehind) answerOrRead(ctx context.Context, req *bittorrent.Announce
 	}
 	v.mu.Unlock()
 	if !hot {
+		w.cold.Add(1)
 		return nil, nil, false
 	}
 	rd := &viewRead{p: p, v: v,
@@ -549,7 +545,7 @@ type viewCopy struct {
 // view returns the torrent's view. When it is older than maxViewAge it
 // is read again, in one refresh.lua call with the announce's refresh
 // (written: true), so a torrent announced to less often than the view
-// lasts costs one script per announce, as announce.lua would, but a
+// lasts costs one script per announce, as announce.lua does, but a
 // leaner one. Concurrent callers wait for that one read. An error, or a
 // refresh refresh.lua dropped (the peer changed elsewhere), sends the
 // announce through announce.lua.
@@ -560,6 +556,9 @@ func (w *writeBehind) view(ctx context.Context, hash bittorrent.InfoHash, now in
 	defer v.mu.Unlock()
 	if !v.staleLocked(now) {
 		return v.copyLocked(), false, nil
+	}
+	if !v.hotLocked(now) {
+		return viewCopy{}, false, errColdTorrent
 	}
 	call := refreshCall{hash: hash, ids: []bittorrent.PeerID{id}, peers: []queuedRefresh{r}, withView: true}
 	reply, err := w.readView(ctx, btstore.RefreshKeys(hash, call.ids, []string{r.user}),
@@ -576,9 +575,11 @@ func (v *swarmView) staleLocked(now int64) bool {
 	return v.at == 0 || now-v.at >= maxViewAge.Milliseconds() || now < v.at
 }
 
-// hotLocked says whether a stale view is worth reading in an HTTP batch:
-// the second plain re-announce within maxViewAge makes a torrent hot; a
-// cold one goes through announce.lua in the batch.
+// hotLocked says whether a stale view is worth reading: a torrent
+// announced to less often than a view lasts gains nothing from one (its
+// announces run announce.lua, as cheap as a view read); the second plain
+// re-announce within maxViewAge makes it hot. A cold answer marks the
+// time.
 func (v *swarmView) hotLocked(now int64) bool {
 	if v.coldAt == 0 || now-v.coldAt >= maxViewAge.Milliseconds() || now < v.coldAt {
 		v.coldAt = now
@@ -629,6 +630,8 @@ func (w *writeBehind) readView(ctx context.Context, keys []string, args []any) (
 	}
 	return reply, nil
 }
+
+var errColdTorrent = errors.New("the torrent is announced to too rarely for a view")
 
 var errPeerChanged = errors.New("the peer changed since this frontend accepted it")
 
@@ -854,6 +857,7 @@ func (s *Store) dropView(hash bittorrent.InfoHash) {
 type WriteBehindStats struct {
 	Answered   int64 // answered from a view (ViewReads included), refresh written behind unless read with it
 	ViewReads  int64 // answered from a refresh.lua call that wrote the announce and read the view
+	Cold       int64 // sent to announce.lua: the torrent is announced to too rarely for a view
 	DrainCalls int64 // refresh.lua calls that wrote queued refreshes
 	DrainPeers int64 // queued refreshes those calls carried
 	Dropped    int64 // refreshes refresh.lua dropped (the peer had changed elsewhere)
@@ -867,6 +871,6 @@ func (s *Store) WriteBehindStats() WriteBehindStats {
 		return WriteBehindStats{}
 	}
 	w := s.writeBehind
-	return WriteBehindStats{Answered: w.answered.Load(), ViewReads: w.viewReads.Load(),
+	return WriteBehindStats{Answered: w.answered.Load(), ViewReads: w.viewReads.Load(), Cold: w.cold.Load(),
 		DrainCalls: w.drainCalls.Load(), DrainPeers: w.drainPeers.Load(), Dropped: w.dropped.Load(), Queued: w.queue.len()}
 }
