@@ -63,11 +63,12 @@ func (d *doneBody) decodeFast(body []byte) bool {
 	var seen uint8
 	ok := scanObject(body, func(key, value []byte) bool {
 		var bit uint8
+		var text *looseString // the field a plain string value goes to
 		switch string(key) {
 		case "downloader":
-			bit = 1
+			bit, text = 1, &got.Downloader
 		case "version":
-			bit = 2
+			bit, text = 2, &got.Version
 		case "item":
 			bit = 4
 		case "bytes":
@@ -81,32 +82,22 @@ func (d *doneBody) decodeFast(body []byte) bool {
 			return false
 		}
 		seen |= bit
-		switch string(key) {
-		case "downloader", "version", "item":
-			s, plain := plainJSONString(value)
-			if !plain {
-				return false
-			}
-			switch string(key) {
-			case "downloader":
-				got.Downloader = looseString(s)
-			case "version":
-				got.Version = looseString(s)
-			default:
-				got.Item = &s
-			}
-			return true
-		case "bytes":
+		switch bit {
+		case 8:
 			counts, ok := plainByteCounts(value)
 			got.Bytes = counts
 			return ok
-		default:
-			if !json.Valid(value) {
-				return false
-			}
+		case 16:
 			got.ID = append(json.RawMessage(nil), value...)
-			return true
+			return json.Valid(value)
 		}
+		s, plain := plainJSONString(value)
+		if text != nil {
+			*text = looseString(s)
+		} else {
+			got.Item = &s
+		}
+		return plain
 	})
 	if ok {
 		*d = got
