@@ -2,6 +2,7 @@ package localredis_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"regexp"
@@ -22,16 +23,29 @@ import (
 // MULTI/EXEC, as Redis logs a script's effects (four SETs per script, 40
 // bytes each, to 2,000 keys that are overwritten again and again: the AOF
 // grows, the dataset does not).
-func fillAOF(ctx context.Context, t *testing.T, client *redis.Client, size int64) {
+//
+// A redis-server that dies during the fill (CI once saw LOADING mid-fill:
+// it had died and been restarted) fails the test with what killed it: the
+// supervisor's log and Redis's last lines, and the data dir's free space
+// (appendfsync always makes Redis exit on a failed AOF write, such as a
+// full disk).
+func fillAOF(ctx context.Context, t *testing.T, client *redis.Client, recorder *recordingHandler, dataDir string, size int64) {
 	t.Helper()
+	// The AOF, the replays' copies and what else the suite writes beside
+	// it: a disk without room for them fails the fill as above (as CI's
+	// once did) and says nothing about hoard.
+	if free, ok := freeBytes(dataDir); ok && free < 4*size {
+		t.Skipf("skipped: a %d MB AOF needs %d MB free beside it; %s", size>>20, 4*size>>20, freeSpace(dataDir))
+	}
 	value := strings.Repeat("f", 40)
 	for round := 0; ; round++ {
 		pipe := client.Pipeline()
 		for i := range 1000 {
 			pipe.Eval(ctx, "for i = 1, 4 do redis.call('SET', 'throwaway:' .. ARGV[2] .. ':' .. i, ARGV[1]) end return 1", nil, value, i%500)
 		}
-		_, err := pipe.Exec(ctx)
-		require.NoError(t, err)
+		if _, err := pipe.Exec(ctx); err != nil {
+			t.Fatalf("filling the AOF (round %d): %v\n%s, %s", round, err, freeSpace(dataDir), logTail(recorder, 30))
+		}
 		if round%20 == 0 && aofSize(ctx, t, client) >= size {
 			return
 		}
@@ -74,14 +88,15 @@ func TestKilledRedisServesAgainWithinItsReplayTime(t *testing.T) {
 	}
 	ctx := t.Context()
 	recorder := &recordingHandler{}
-	server := startServer(t, localredis.Config{DataDir: t.TempDir(), AppendOnly: true, AppendFsync: localredis.FsyncAlways,
+	dataDir := t.TempDir()
+	server := startServer(t, localredis.Config{DataDir: dataDir, AppendOnly: true, AppendFsync: localredis.FsyncAlways,
 		// Neither hoard nor Redis may rewrite the AOF while it is filled:
 		// the point is a large one.
 		AOFReplayTarget: -1, Logger: slog.New(recorder)})
 	client := clientFor(t, server)
 	require.NoError(t, client.ConfigSet(ctx, "auto-aof-rewrite-percentage", "0").Err())
 	began := time.Now()
-	fillAOF(ctx, t, client, size)
+	fillAOF(ctx, t, client, recorder, dataDir, size)
 	filled := aofSize(ctx, t, client)
 	t.Logf("AOF filled to %d MB in %s", filled>>20, time.Since(began).Round(time.Millisecond))
 
@@ -181,6 +196,41 @@ func reportedReplay(t *testing.T, recorder *recordingHandler) time.Duration {
 	return replay
 }
 
+// logTail renders the last n records, Redis's own lines included, for a
+// failure message.
+func logTail(recorder *recordingHandler, n int) string {
+	records := recorder.snapshot()
+	records = records[max(0, len(records)-n):]
+	var b strings.Builder
+	fmt.Fprintf(&b, "the last %d log records:", len(records))
+	for _, r := range records {
+		fmt.Fprintf(&b, "\n  %s %s", r.Level, r.Message)
+		r.Attrs(func(a slog.Attr) bool {
+			fmt.Fprintf(&b, " %s=%q", a.Key, a.Value.String())
+			return true
+		})
+	}
+	return b.String()
+}
+
+// freeBytes is the space an unprivileged writer has left on dir's filesystem.
+func freeBytes(dir string) (int64, bool) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, false
+	}
+	return int64(st.Bavail) * st.Bsize, true
+}
+
+// freeSpace names the free space on dir's filesystem.
+func freeSpace(dir string) string {
+	free, ok := freeBytes(dir)
+	if !ok {
+		return "free space unknown"
+	}
+	return fmt.Sprintf("%d MB free on the data dir's filesystem", free>>20)
+}
+
 func logged(recorder *recordingHandler, message string) bool {
 	for _, r := range recorder.snapshot() {
 		if r.Message == message {
@@ -198,11 +248,12 @@ func TestAOFIsRewrittenByReplayTime(t *testing.T) {
 	requireRedisServer(t)
 	ctx := t.Context()
 	recorder := &recordingHandler{}
-	server := startServer(t, localredis.Config{DataDir: t.TempDir(), AppendOnly: true,
+	dataDir := t.TempDir()
+	server := startServer(t, localredis.Config{DataDir: dataDir, AppendOnly: true,
 		AOFReplayTarget: 100 * time.Millisecond, Logger: slog.New(recorder)})
 	client := clientFor(t, server)
 	require.NoError(t, client.ConfigSet(ctx, "auto-aof-rewrite-percentage", "0").Err(), "Redis's own trigger off")
-	fillAOF(ctx, t, client, 20<<20)
+	fillAOF(ctx, t, client, recorder, dataDir, 20<<20)
 	// On a loaded machine the fill is slow enough that a check can land
 	// mid-fill: that rewrite comes first and the fill grows the AOF past
 	// the floor again, so the next check rewrites it once more. What must
@@ -281,10 +332,11 @@ func TestSlowLoadIsWaitedFor(t *testing.T) {
 	requireRedisServer(t)
 	ctx := t.Context()
 	recorder := &recordingHandler{}
-	server := startServer(t, localredis.Config{DataDir: t.TempDir(), AppendOnly: true, AOFReplayTarget: -1, Logger: slog.New(recorder)})
+	dataDir := t.TempDir()
+	server := startServer(t, localredis.Config{DataDir: dataDir, AppendOnly: true, AOFReplayTarget: -1, Logger: slog.New(recorder)})
 	client := clientFor(t, server)
 	require.NoError(t, client.ConfigSet(ctx, "auto-aof-rewrite-percentage", "0").Err())
-	fillAOF(ctx, t, client, 50<<20)
+	fillAOF(ctx, t, client, recorder, dataDir, 50<<20)
 
 	killed := server.PID()
 	require.NoError(t, syscall.Kill(killed, syscall.SIGKILL))
