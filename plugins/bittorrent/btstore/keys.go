@@ -132,12 +132,14 @@ func AnnounceKeys(hash bittorrent.InfoHash, peer bittorrent.PeerID, userID strin
 }
 
 // FeedRowsKey holds the torrent's feed rows not yet fed to the site
-// (HASH user id -> "seq,uploaded,downloaded,up_credit,down_credit,
-// seed_ms,leech_ms,snatched,last_announce"): the user's record on the
-// torrent at its newest seq. The script that changes a record's fed
-// figures writes its row here in the same call (prelude's user_feed), so
-// the feed reads rows without reading records, and feed_settle.lua
-// deletes a row once the feed delivered its seq.
+// (HASH "<user id>:<seq>" -> "seq,uploaded,downloaded,up_credit,
+// down_credit,seed_ms,leech_ms,snatched,last_announce"): the user's record
+// on the torrent at its newest seq. The script that changes a record's
+// fed figures writes its row here in the same call, deleting the user's
+// row at the previous seq (prelude's user_feed), so the feed reads rows
+// without reading records, and deletes the fields it delivered with a
+// plain HDEL: a newer row is another field. Rows an earlier build wrote
+// are under the user id alone; feed_settle.lua deletes those.
 func FeedRowsKey(hash bittorrent.InfoHash) string { return torrentPrefix(hash) + sufFeedRows }
 
 // FeedRowsPattern matches every torrent's feed rows: the feed's backstop

@@ -22,8 +22,9 @@ import (
 // indexes the torrent (btstore.FeedIndexKey) in its batched flush. A feed
 // round reads the indexed torrents' rows (never the records), hands them
 // to the deliverer (the plugin appends them to the outbox) and only then
-// deletes what it delivered (feed_settle.lua), unless a row moved on
-// meanwhile.
+// deletes what it delivered. A row's field names its user and seq, so
+// that delete is a plain HDEL per torrent (no script): a row that moved
+// on meanwhile is another field, which stays for the next round.
 //
 // So every row is a record's cumulative figures at one seq: delivering a
 // row twice (a crash between delivery and settling, two frontends in the
@@ -128,9 +129,8 @@ func (s *Store) feedShard(ctx context.Context, shard int, deliver func(context.C
 
 	delivered := 0
 	var batches []FeedBatch
-	var settles []scriptCall
-	var settling []int // torrents' indexes, in settles' order
-	var emptied []any  // index members and scores of torrents with no rows left
+	var settles []feedSettle
+	var emptied []any // index members and scores of torrents with no rows left
 	for i := range torrents {
 		t := &torrents[i]
 		if err := firstError(t.rows.Err(), t.counter.Err()); err != nil && !errors.Is(err, redis.Nil) {
@@ -146,8 +146,8 @@ func (s *Store) feedShard(ctx context.Context, shard int, deliver func(context.C
 			batches = append(batches, batch)
 			delivered += len(batch.Rows)
 		}
-		settles = append(settles, scriptCall{keys: []string{btstore.FeedRowsKey(t.hash)}, args: settle})
-		settling = append(settling, i)
+		settle.torrent = i
+		settles = append(settles, settle)
 	}
 	if len(batches) > 0 {
 		if err := deliver(ctx, batches); err != nil {
@@ -159,14 +159,13 @@ func (s *Store) feedShard(ctx context.Context, shard int, deliver func(context.C
 			s.feedHook(batch)
 		}
 	}
-	for j, cmd := range s.runScriptsPipelined(ctx, feedSettleScript, settles) {
-		left, err := cmd.Int64()
-		if err != nil {
-			firstErr = firstError(firstErr, fmt.Errorf("swarm.FeedRound: settling: %w", err))
+	for j, left := range s.settleFeed(ctx, torrents, settles) {
+		if left.err != nil {
+			firstErr = firstError(firstErr, fmt.Errorf("swarm.FeedRound: settling: %w", left.err))
 			continue
 		}
-		if left == 0 {
-			t := torrents[settling[j]]
+		if left.n == 0 {
+			t := torrents[settles[j].torrent]
 			emptied = append(emptied, t.member, t.score)
 		}
 	}
@@ -180,24 +179,93 @@ func (s *Store) feedShard(ctx context.Context, shard int, deliver func(context.C
 	return delivered, firstErr
 }
 
+// feedSettle is what a round deletes of one torrent's rows once they
+// were delivered: the fields of rows named by their seq ("<user>:<seq>"),
+// which a plain HDEL deletes safely (a newer row of the user is another
+// field), and feed_settle.lua's ARGV for rows an earlier build wrote under
+// the user id alone, which it deletes only while their seq is still the
+// one delivered.
+type feedSettle struct {
+	torrent int   // index in the round's torrents
+	fields  []any // the seq-named fields
+	named   []any // the same as feed_settle.lua's pairs: field, seq delivered
+	legacy  []any // pairs: field, seq delivered
+}
+
+// feedLeft is how many rows a settled torrent has left, or why that is
+// unknown.
+type feedLeft struct {
+	n   int64
+	err error
+}
+
+// settleFeed deletes the delivered rows, one pipeline for the shard: per
+// torrent an HDEL of its seq-named rows and an HLEN, or, for a torrent
+// with rows an earlier build wrote, feed_settle.lua, which returns the
+// count itself. Returns the rows left per settle, in order.
+func (s *Store) settleFeed(ctx context.Context, torrents []feedTorrent, settles []feedSettle) []feedLeft {
+	left := make([]feedLeft, len(settles))
+	pipe := s.rdb.Pipeline()
+	lens := make([]*redis.IntCmd, len(settles))
+	var legacy []scriptCall
+	var legacyAt []int
+	for j, st := range settles {
+		key := btstore.FeedRowsKey(torrents[st.torrent].hash)
+		if len(st.legacy) > 0 {
+			legacy = append(legacy, scriptCall{keys: []string{key}, args: append(st.legacy, st.named...)})
+			legacyAt = append(legacyAt, j)
+			continue
+		}
+		if len(st.fields) > 0 {
+			pipe.HDel(ctx, key, fieldNames(st.fields)...)
+		}
+		lens[j] = pipe.HLen(ctx, key)
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command: an HDEL that failed leaves rows, which HLEN counts
+	for j, cmd := range lens {
+		if cmd != nil {
+			left[j] = feedLeft{n: cmd.Val(), err: cmd.Err()}
+		}
+	}
+	for i, cmd := range s.runScriptsPipelined(ctx, feedSettleScript, legacy) {
+		n, err := cmd.Int64()
+		left[legacyAt[i]] = feedLeft{n: n, err: err}
+	}
+	return left
+}
+
+func fieldNames(fields []any) []string {
+	names := make([]string, len(fields))
+	for i, f := range fields {
+		names[i], _ = f.(string)
+	}
+	return names
+}
+
 // feedBatch is a torrent's batch from its waiting rows and its record's
-// counters (id, seeders, leechers, snatches, last_action), and
-// feed_settle.lua's ARGV for the rows in it.
-func (s *Store) feedBatch(hash bittorrent.InfoHash, waiting []redis.KeyValue, counters []any) (FeedBatch, []any) {
+// counters (id, seeders, leechers, snatches, last_action), and what
+// settling it deletes.
+func (s *Store) feedBatch(hash bittorrent.InfoHash, waiting []redis.KeyValue, counters []any) (FeedBatch, feedSettle) {
 	batch := FeedBatch{InfoHash: hash, TorrentID: replyString(counters[0]), Seeders: replyInt(counters[1]),
 		Leechers: replyInt(counters[2]), Snatches: replyInt(counters[3]), LastAction: replyInt(counters[4])}
-	settle := make([]any, 0, 2*len(waiting))
+	var settle feedSettle
 	for _, kv := range waiting {
-		row, ok := parseFeedRow(kv.Key, kv.Value)
+		row, legacy, ok := parseFeedRow(kv.Key, kv.Value)
 		if !ok {
 			// Only user_feed writes rows: one that does not parse is
 			// never fed wrong; it stays, logged, for an operator.
-			s.logger.Warn("swarm: a feed row does not parse; it stays unfed", "torrent", btstore.HexInfoHash(hash), "user", kv.Key)
+			s.logger.Warn("swarm: a feed row does not parse; it stays unfed", "torrent", btstore.HexInfoHash(hash), "field", kv.Key)
 			continue
 		}
 		batch.Rows = append(batch.Rows, row.FeedRow)
 		batch.Announced = max(batch.Announced, row.announced)
-		settle = append(settle, kv.Key, strconv.FormatInt(row.Seq, 10))
+		seq := strconv.FormatInt(row.Seq, 10)
+		if legacy {
+			settle.legacy = append(settle.legacy, kv.Key, seq)
+		} else {
+			settle.fields = append(settle.fields, kv.Key)
+			settle.named = append(settle.named, kv.Key, seq)
+		}
 	}
 	return batch, settle
 }
@@ -209,23 +277,30 @@ type storedFeedRow struct {
 	announced int64
 }
 
-// parseFeedRow reads user's row "seq,uploaded,downloaded,up_credit,
-// down_credit,seed_ms,leech_ms,snatched,last_announce" (btstore.FeedRowsKey).
-func parseFeedRow(user, text string) (storedFeedRow, bool) {
+// parseFeedRow reads the row in field "<user>:<seq>" (or, written by an
+// earlier build, "<user>"), "seq,uploaded,downloaded,up_credit,
+// down_credit,seed_ms,leech_ms,snatched,last_announce"
+// (btstore.FeedRowsKey). legacy: the field is the user id alone. A field's
+// seq must be its row's.
+func parseFeedRow(field, text string) (row storedFeedRow, legacy bool, ok bool) {
 	var n [9]int64
 	for i := range n {
-		field, rest, found := strings.Cut(text, ",")
+		value, rest, found := strings.Cut(text, ",")
 		if found == (i == len(n)-1) {
-			return storedFeedRow{}, false // too few or too many fields
+			return storedFeedRow{}, false, false // too few or too many fields
 		}
-		v, err := strconv.ParseInt(field, 10, 64)
+		v, err := strconv.ParseInt(value, 10, 64)
 		if err != nil || v < 0 {
-			return storedFeedRow{}, false
+			return storedFeedRow{}, false, false
 		}
 		n[i], text = v, rest
 	}
+	user, seq, named := strings.Cut(field, ":")
+	if named && seq != strconv.FormatInt(n[0], 10) {
+		return storedFeedRow{}, false, false
+	}
 	return storedFeedRow{FeedRow: FeedRow{UserID: user, Seq: n[0], Uploaded: n[1], Downloaded: n[2], UpCredited: n[3],
-		DownCredited: n[4], SeedMillis: n[5], LeechMillis: n[6], Snatched: n[7]}, announced: n[8]}, true
+		DownCredited: n[4], SeedMillis: n[5], LeechMillis: n[6], Snatched: n[7]}, announced: n[8]}, !named, true
 }
 
 // FeedBackstop indexes every torrent with feed rows that the index lacks

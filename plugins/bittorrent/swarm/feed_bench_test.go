@@ -3,7 +3,9 @@ package swarm_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
@@ -87,5 +89,131 @@ func BenchmarkFeed(b *testing.B) {
 			b.ReportMetric(announceCPU*1e6/float64(b.N*feedBenchTorrents), "redis-µs/announce")
 			b.ReportMetric(roundCPU*1e6/float64(rows), "redis-µs/row")
 		})
+	}
+}
+
+// BenchmarkFeedSticky is hoard-bench announce-private's load in the swarm
+// alone, on an injected clock, with accounting on ("acct": the ledger and
+// the signals at the plugin's defaults) and off ("noacct"): 2,000
+// registered torrents of 10 peers each (a quarter seeding) over 500
+// users, every announce a plain re-announce of a random peer with its
+// counters grown, each torrent announced to 1.5 times a second, the
+// write-behind queue written every 500 ms and a feed round (delivering to
+// nothing: the outbox has its own benchmark) every second of that clock.
+// scripts/announce and commands/announce do not swing with the machine's
+// load; redis-µs/announce is redis-server's CPU per announce, the feed's
+// rounds included. Run redis-server under callgrind
+// (HOARD_TEST_REDIS_URL) for instructions per announce
+// (docs/bittorrent-site.md).
+func BenchmarkFeedSticky(b *testing.B) {
+	const torrents, peersEach, users = 2000, 10, 500
+	step := time.Second * 2 / 3 / torrents
+	for _, backend := range redistest.Backends() {
+		for _, variant := range []string{"acct", "noacct"} {
+			ctx := context.Background()
+			if err := redistest.Flush(ctx, backend); err != nil {
+				b.Fatal(err)
+			}
+			clock := swarm.NewFakeClock(epoch)
+			cfg := swarm.Config{Private: true, Logger: quietLogger, Clock: clock, MaxPeersPerOwner: -1,
+				NoAccounting: variant == "noacct"}
+			if variant == "acct" {
+				cfg.Watch = swarm.WatchConfig{LedgerEntries: 20, NoLeecher: true, MaxUploadRate: 1 << 30, DownloadFactor: 3,
+					MaxAddresses: 5}
+			}
+			store, err := swarm.New(backend.Client, cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := store.AddClient(ctx, "-ST", "sticky"); err != nil {
+				b.Fatal(err)
+			}
+			for u := range users {
+				if err := store.AddUser(ctx, pk(fmt.Sprint("sticky", u)), fmt.Sprint("u", u)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			hashes := make([]bittorrent.InfoHash, torrents)
+			for i := range hashes {
+				hashes[i] = infoHash(fmt.Sprint("sticky-", i))
+				if err := store.RegisterTorrent(ctx, hashes[i], fmt.Sprint(i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			moved := uint64(0)
+			announce := func(torrent, peer int) {
+				moved += 1000
+				n := torrent*peersEach + peer
+				req := request(hashes[torrent], peerID("-ST", n), n, numWant(50), transfer(moved, moved))
+				req.Passkey = pk(fmt.Sprint("sticky", n%users))
+				if peer < peersEach/4 {
+					req.Left = 0
+				}
+				if _, err := store.Announce(ctx, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+			rows := 0
+			round := func() {
+				n, err := store.FeedRound(ctx, func(context.Context, []swarm.FeedBatch) error { return nil })
+				if err != nil {
+					b.Fatal(err)
+				}
+				rows += n
+			}
+			for t := range torrents {
+				for p := range peersEach {
+					announce(t, p)
+				}
+			}
+			clock.Advance(time.Second)
+			if err := store.Flush(ctx); err != nil {
+				b.Fatal(err)
+			}
+			round()
+			b.Run(backend.Name+"/"+variant, func(b *testing.B) {
+				rng := rand.New(rand.NewPCG(1, 2))
+				rows = 0
+				resetStats(b, backend.Client)
+				cpuBefore := redisCPUSeconds(b, backend.Client)
+				b.ReportAllocs()
+				b.ResetTimer()
+				var sinceWrite, sinceRound time.Duration
+				for range b.N {
+					announce(rng.IntN(torrents), rng.IntN(peersEach))
+					clock.Advance(step)
+					if sinceWrite += step; sinceWrite >= 500*time.Millisecond {
+						sinceWrite = 0
+						if err := store.Flush(ctx); err != nil {
+							b.Fatal(err)
+						}
+					}
+					if sinceRound += step; sinceRound >= time.Second {
+						sinceRound = 0
+						round()
+					}
+				}
+				if err := store.Flush(ctx); err != nil {
+					b.Fatal(err)
+				}
+				round()
+				b.StopTimer()
+				stats := commandStats(b, backend.Client)
+				commands := 0.0
+				for name, st := range stats {
+					if name != "evalsha" && name != "info" && name != "config|resetstat" {
+						commands += st.calls
+					}
+				}
+				b.ReportMetric((redisCPUSeconds(b, backend.Client)-cpuBefore)*1e6/float64(b.N), "redis-µs/announce")
+				b.ReportMetric(stats["evalsha"].usec/float64(b.N), "script-µs/announce")
+				b.ReportMetric(stats["evalsha"].calls/float64(b.N), "scripts/announce")
+				b.ReportMetric(commands/float64(b.N), "commands/announce")
+				b.ReportMetric(float64(rows)/float64(b.N), "rows/announce")
+			})
+			if err := store.Stop(); err != nil {
+				b.Fatal(err)
+			}
+		}
 	}
 }

@@ -157,3 +157,73 @@ func TestFeedReachesTheLedgerExactlyOnce(t *testing.T) {
 		require.Greater(t, l.newest["alice:"+btstore.HexInfoHash(hashes[0])].Uploaded, int64(90000))
 	})
 }
+
+// Rows an earlier build wrote, under the user id alone, are delivered
+// and settled as before (feed_settle.lua), beside the seq-named rows this
+// build writes for the same user.
+func TestFeedDeliversRowsAnEarlierBuildWrote(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f, _ := privateFixture(t, b, swarm.Config{})
+		ctx := context.Background()
+		hash := infoHash("feed-legacy")
+		require.NoError(t, f.store.RegisterTorrent(ctx, hash, "fl"))
+		rowsKey := btstore.FeedRowsKey(hash)
+		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), event(bittorrent.EventStarted), transfer(0, 0))
+		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), transfer(500, 700))
+		f.flush()
+		// As the earlier build left it: the row at seq 1 under "alice".
+		row, err := b.Client.HGet(ctx, rowsKey, "alice:1").Result()
+		require.NoError(t, err)
+		require.NoError(t, b.Client.HDel(ctx, rowsKey, "alice:1").Err())
+		require.NoError(t, b.Client.HSet(ctx, rowsKey, "alice", row).Err())
+		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), transfer(900, 1700))
+		f.flush()
+		fields, err := b.Client.HKeys(ctx, rowsKey).Result()
+		require.NoError(t, err)
+		require.ElementsMatch(t, []string{"alice", "alice:2"}, fields)
+
+		l := newLedger()
+		rows, err := f.store.FeedRound(ctx, l.deliver)
+		require.NoError(t, err)
+		require.Equal(t, 2, rows)
+		require.Zero(t, b.Client.Exists(ctx, rowsKey).Val(), "both rows settled")
+		got := l.newest["alice:"+btstore.HexInfoHash(hash)]
+		want := f.onTorrent(hash, "alice")
+		require.Equal(t, want.Seq, got.Seq)
+		require.Equal(t, int64(900), got.Uploaded)
+		require.Equal(t, want.Downloaded, got.Downloaded)
+		require.True(t, l.seen[swarm.FeedKey("alice", hash, 1)], "the earlier build's row was delivered")
+	})
+}
+
+// A row that a newer announce replaces while its round delivers it stays
+// for the next round: the round deletes the fields it delivered, and the
+// newer row is another field.
+func TestFeedRoundKeepsARowReplacedWhileDelivering(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f, _ := privateFixture(t, b, swarm.Config{})
+		ctx := context.Background()
+		hash := infoHash("feed-replaced")
+		require.NoError(t, f.store.RegisterTorrent(ctx, hash, "fr"))
+		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), event(bittorrent.EventStarted), transfer(0, 0))
+		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), transfer(500, 700))
+		f.flush()
+		l := newLedger()
+		swarm.SetFeedHook(f.store, func(swarm.FeedBatch) {
+			f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), transfer(800, 900))
+		})
+		rows, err := f.store.FeedRound(ctx, l.deliver)
+		swarm.SetFeedHook(f.store, nil)
+		require.NoError(t, err)
+		require.Equal(t, 1, rows)
+		require.Equal(t, int64(500), l.newest["alice:"+btstore.HexInfoHash(hash)].Uploaded)
+		f.flush()
+		rows, err = f.store.FeedRound(ctx, l.deliver)
+		require.NoError(t, err)
+		require.Equal(t, 1, rows, "the newer row waited for this round")
+		got := l.newest["alice:"+btstore.HexInfoHash(hash)]
+		require.Equal(t, int64(800), got.Uploaded)
+		require.Equal(t, f.onTorrent(hash, "alice").Seq, got.Seq)
+		require.Zero(t, b.Client.Exists(ctx, btstore.FeedRowsKey(hash)).Val())
+	})
+}

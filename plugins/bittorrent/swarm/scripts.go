@@ -20,7 +20,7 @@ var (
 	expireScript        = loadScript("expire.lua")
 	dueSettleScript     = loadScript("due_settle.lua")
 	userSetsScript      = loadScript("user_sets.lua")
-	zremUnchangedScript = loadScript("zrem_unchanged.lua")
+	zremUnchangedScript = btstore.Script("zrem_unchanged.lua") // no prelude: the feed runs it every round
 
 	// a user's passkeys and its purge (users.go)
 	userAddScript         = loadScript("user_add.lua")
@@ -34,7 +34,10 @@ var (
 	// credited transfer (credit.go)
 	creditTorrentScript = loadScript("credit_torrent.lua")
 	tokenSetScript      = loadScript("token_set.lua")
-	feedSettleScript    = loadScript("feed_settle.lua")
+	// No prelude: it uses none of it, and the feed runs it once per
+	// torrent per round, so the prelude's closures and tables would be
+	// built on every call for nothing.
+	feedSettleScript = btstore.Script("feed_settle.lua")
 
 	// the many-addresses cheat signal (watch.go)
 	cheatAddrsScript = loadScript("cheat_addrs.lua")

@@ -262,19 +262,25 @@ local fed_numbers = {'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'downloaded'
 
 -- user_feed numbers a change of the record's fed figures (seq grows by
 -- one) and puts the record's row at that seq in the torrent's feed rows
--- (rows: HASH user id -> "seq,uploaded,downloaded,up_credit,down_credit,
--- seed_ms,leech_ms,snatched,last_announce", bytes and ms), replacing the
--- user's row not yet fed, if any. The feed reads the rows alone, never
--- the records, and feed_settle.lua deletes a row once its seq was
--- delivered. Returns 1 when the user's row is new there (the caller marks
--- the torrent in the feed's index), else 0: a row already waiting marked
--- it. A record whose fed figures did not change costs no write.
+-- (rows: HASH "<user id>:<seq>" -> "seq,uploaded,downloaded,up_credit,
+-- down_credit,seed_ms,leech_ms,snatched,last_announce", bytes and ms),
+-- deleting the user's row at the previous seq if it was not fed yet: the
+-- new row's cumulative figures include it. The feed reads the rows alone,
+-- never the records, and deletes the rows it delivered with a plain HDEL
+-- of their fields: a field names one seq, so a delete can never take a
+-- newer row with it (swarm.FeedRound). Returns 1 when the user had no row
+-- waiting (the caller marks the torrent in the feed's index), else 0: the
+-- row waiting marked it. A record whose fed figures did not change costs
+-- no write.
 local function user_feed(u, user, rows, now)
   for _, name in ipairs(fed_numbers) do
     if u[name] ~= u.was[name] then
+      local waiting = 0
+      if u.seq > 0 then waiting = redis.call('HDEL', rows, user .. ':' .. int(u.seq)) end
       u.seq = u.seq + 1
-      return redis.call('HSET', rows, user, string.format('%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f', u.seq,
-        u.uploaded, u.downloaded, u.up_credit, u.down_credit, u.seed_ms, u.leech_ms, u.snatched, now))
+      redis.call('HSET', rows, user .. ':' .. int(u.seq), string.format('%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f',
+        u.seq, u.uploaded, u.downloaded, u.up_credit, u.down_credit, u.seed_ms, u.leech_ms, u.snatched, now))
+      return 1 - waiting
     end
   end
   return 0
