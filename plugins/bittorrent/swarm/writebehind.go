@@ -434,7 +434,7 @@ func (w *writeBehind) answerOrRead(ctx context.Context, req *bittorrent.Announce
 	rd := &viewRead{p: p, v: v,
 		call: refreshCall{hash: req.InfoHash, ids: []bittorrent.PeerID{req.PeerID}, peers: []queuedRefresh{p.refresh}, withView: true}}
 	rd.sc = scriptCall{script: refreshScript, keys: btstore.RefreshKeys(req.InfoHash, rd.call.ids, []string{userID}),
-		args: w.appendRefreshArgs(make([]any, 0, 19), w.s.cfg.MaxNumWant, w.privateArg(), rd.call.peers, rd.call.ids)}
+		args: w.appendRefreshArgs(make([]any, 0, 18), w.s.cfg.MaxNumWant, w.privateArg(), rd.call.peers, rd.call.ids)}
 	return nil, rd, true
 }
 
@@ -562,7 +562,7 @@ func (w *writeBehind) view(ctx context.Context, hash bittorrent.InfoHash, now in
 	}
 	call := refreshCall{hash: hash, ids: []bittorrent.PeerID{id}, peers: []queuedRefresh{r}, withView: true}
 	reply, err := w.readView(ctx, btstore.RefreshKeys(hash, call.ids, []string{r.user}),
-		w.appendRefreshArgs(make([]any, 0, 19), w.s.cfg.MaxNumWant, w.privateArg(), call.peers, call.ids))
+		w.appendRefreshArgs(make([]any, 0, 18), w.s.cfg.MaxNumWant, w.privateArg(), call.peers, call.ids))
 	if err != nil {
 		return viewCopy{}, false, err
 	}
@@ -665,7 +665,6 @@ func (w *writeBehind) privateArg() string {
 // is peers[i]'s id) and view sample size.
 func (w *writeBehind) appendRefreshArgs(args []any, sample int, private string, peers []queuedRefresh, ids []bittorrent.PeerID) []any {
 	timeout := w.s.cfg.PeerTimeout.Milliseconds()
-	now := w.s.nowMillis()
 	accounting := "0"
 	if !w.s.cfg.NoAccounting {
 		accounting = "1"
@@ -675,8 +674,7 @@ func (w *writeBehind) appendRefreshArgs(args []any, sample int, private string, 
 	for i, r := range peers {
 		args = append(args, ids[i][:], r.user, r.addr, strconv.FormatUint(r.uploaded, 10),
 			strconv.FormatUint(r.downloaded, 10), strconv.FormatUint(r.left, 10),
-			strconv.FormatInt(r.at, 10), strconv.FormatInt(r.at+timeout, 10), strconv.FormatInt(max(1, r.at+timeout-now), 10),
-			r.windowUp, r.windowDown)
+			strconv.FormatInt(r.at, 10), strconv.FormatInt(r.at+timeout, 10), r.windowUp, r.windowDown)
 	}
 	return args
 }
@@ -749,7 +747,7 @@ func (w *writeBehind) write(ctx context.Context, calls []refreshCall, now int64)
 			users[j] = c.peers[j].user
 		}
 		scripts[i] = scriptCall{keys: btstore.RefreshKeys(c.hash, c.ids, users),
-			args: w.appendRefreshArgs(make([]any, 0, 8+11*len(c.peers)), sample, private, c.peers, c.ids)}
+			args: w.appendRefreshArgs(make([]any, 0, 8+10*len(c.peers)), sample, private, c.peers, c.ids)}
 	}
 	w.drainCalls.Add(int64(len(calls)))
 	for i := range calls {

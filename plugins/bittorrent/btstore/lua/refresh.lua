@@ -3,8 +3,7 @@
 -- of its swarm for the frontend's view of it. A plain re-announce has no
 -- event, keeps its role, address and user, and its peer was in the swarm
 -- when the frontend answered it; so it moves no peer between role hashes
--- and changes no count: it refreshes the peer's deadline, timeout key and
--- record, and applies its transfer and time to the user's record through
+-- and changes no count: it refreshes the peer's deadline and record, and applies its transfer and time to the user's record through
 -- prelude's user_announce, as announce.lua would.
 --
 -- Each peer is rechecked here against its record, which announce.lua and
@@ -30,9 +29,8 @@
 -- KEYS[7] users      SET   user ids with a record on the torrent
 -- KEYS[8] feed rows  HASH  user id -> the user's record as a row not yet
 --                          fed to the site (prelude's user_feed)
--- then per peer i (from 0), KEYS[9+3i] its record (HASH), KEYS[10+3i] its
--- timeout key (STRING), KEYS[11+3i] its user's record (HASH; unused in
--- open mode)
+-- then per peer i (from 0), KEYS[9+2i] its record (HASH), KEYS[10+2i] its
+-- user's record (HASH; unused in open mode)
 --
 -- ARGV[1] peer timeout (ms): the most time one announce can credit
 -- ARGV[2] hit-and-run minimum seed time (ms), 0: none
@@ -45,14 +43,12 @@
 --         the feed, as announce.lua does: prelude's user_announce)
 -- ARGV[8] the ledger's and cheat signals' settings (prelude's watch_read;
 --         "": off), used with accounting on
--- then per peer i, ARGV[9+11i .. 19+11i]: peer id (20 bytes), user id (""
+-- then per peer i, ARGV[9+10i .. 18+10i]: peer id (20 bytes), user id (""
 -- in open mode), compact address (the entry's tail), uploaded,
 -- downloaded, left (as reported, decimal), the announce's time (ms), its
--- deadline (time + timeout, ms), what is left of its timeout now (ms,
--- at least 1: the timeout key's TTL, relative like announce.lua's, so a
--- frontend's clock never sets an absolute expiry on the server's), and
--- the site-wide windows' upload and download rates (percent) at the
--- announce's time, so it is credited as when it was answered
+-- deadline (time + timeout, ms), and the site-wide windows' upload and
+-- download rates (percent) at the announce's time, so it is credited as
+-- when it was answered
 --
 -- Returns
 --   {R.REFRESHED, seeders, leechers, snatches, torrent id, seeder entries,
@@ -89,9 +85,9 @@ local applied = 0
 local latest, latest_text = 0, nil
 local reseeders = {}
 local leechers = tonumber(t[4]) or 0
-local peers = (#ARGV - 8) / 11
+local peers = (#ARGV - 8) / 10
 for i = 0, peers - 1 do
-  local a, k = 9 + 11 * i, 9 + 3 * i
+  local a, k = 9 + 10 * i, 9 + 2 * i
   local peer_id, user, addr = ARGV[a], ARGV[a + 1], ARGV[a + 2]
   local left_text, at_text = ARGV[a + 5], ARGV[a + 6]
   local at = tonumber(at_text)
@@ -115,14 +111,13 @@ for i = 0, peers - 1 do
         'speed_up', string.format('%.2f', d_up * 1000 / elapsed),
         'speed_down', string.format('%.2f', d_down * 1000 / elapsed)}
       redis.call('HSET', KEYS[k], unpack(fields))
-      redis.call('SET', KEYS[k + 1], '1', 'PX', ARGV[a + 8])
       zadd[#zadd + 1] = ARGV[a + 7]
       zadd[#zadd + 1] = peer_id .. user
       if user ~= '' then
-        local rates = accounting and credit_rates(t[6], t[7], tonumber(ARGV[a + 9]), tonumber(ARGV[a + 10]))
+        local rates = accounting and credit_rates(t[6], t[7], tonumber(ARGV[a + 8]), tonumber(ARGV[a + 9]))
         local others = leechers
         if not seeding then others = others - 1 end
-        bits, ver, c_up, c_down, token_event, token_used, feed_mark, cheats = user_announce(KEYS[k + 2], k_users,
+        bits, ver, c_up, c_down, token_event, token_used, feed_mark, cheats = user_announce(KEYS[k + 1], k_users,
           user, {d_up = d_up, d_down = d_down, elapsed = elapsed, was_seeder = seeding, was_active = true,
           leaving = false, seeding = seeding, snatched = 0, gap = at - last, others = others,
           leecher_left = tonumber(t[9]) or 0, size = tonumber(t[8]) or 0}, at, at_text, hnr_seed_ms, hnr_ratio,
@@ -155,7 +150,7 @@ if #reseeders > 0 then
   for _, i in ipairs(reseeders) do
     local r = redis.call('HMGET', k_reaper, 'state', 'claim_until')
     if not (r[1] or r[2]) then break end
-    local a = 9 + 11 * i
+    local a = 9 + 10 * i
     reaper_reseed(k_torrent, k_reaper, k_claims, ARGV[a + 1], tonumber(ARGV[a + 6]), r[1], tonumber(r[2]),
       tonumber(ARGV[4]))
   end
