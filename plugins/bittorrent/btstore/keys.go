@@ -157,10 +157,19 @@ func FeedShard(hash bittorrent.InfoHash) int { return int(hash[0]) % FeedShards 
 func FeedIndexKey(shard int) string { return Prefix + "{feed:" + strconv.Itoa(shard) + "}" }
 
 // RefreshKeys are refresh.lua's KEYS for the given peers, in order, with
-// their users ("" in open mode): the torrent's keys (the feed's rows
-// among them), then per peer its record and its user's record.
+// their users (users nil: open mode): the torrent's keys (in private
+// mode the users set and the feed's rows among them), then per peer its
+// record and, in private mode, its user's record.
 func RefreshKeys(hash bittorrent.InfoHash, peers []bittorrent.PeerID, users []string) []string {
 	k := KeysOf(hash)
+	if users == nil {
+		keys := make([]string, 0, 6+len(peers))
+		keys = append(keys, k.Torrent, k.Seeders, k.Leechers, k.Deadlines, k.prefix+sufReaper, k.prefix+sufReaperClaims)
+		for i := range peers {
+			keys = append(keys, k.Peer(peers[i][:]))
+		}
+		return keys
+	}
 	keys := make([]string, 0, 8+2*len(peers))
 	keys = append(keys, k.Torrent, k.Seeders, k.Leechers, k.Deadlines,
 		k.prefix+sufReaper, k.prefix+sufReaperClaims, k.prefix+sufUsers, k.prefix+sufFeedRows)
