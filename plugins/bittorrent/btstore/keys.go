@@ -117,13 +117,12 @@ const (
 )
 
 // AnnounceKeys are announce.lua's KEYS: for an open-mode announce (no
-// user) only the first nine, since the script touches the rest for a
+// user) only the first eight, since the script touches the rest for a
 // user only and every key is a string Redis reads into the script's KEYS.
 func AnnounceKeys(hash bittorrent.InfoHash, peer bittorrent.PeerID, userID string) []string {
 	k := KeysOf(hash)
 	keys := []string{k.Torrent, k.Seeders, k.Leechers, k.Deadlines,
-		k.Peer(peer[:]), k.Timeout(peer[:], userID), k.prefix + sufReaper, k.prefix + sufReaperClaims,
-		k.prefix + sufOwners}
+		k.Peer(peer[:]), k.prefix + sufReaper, k.prefix + sufReaperClaims, k.prefix + sufOwners}
 	if userID == "" {
 		return keys
 	}
@@ -160,16 +159,24 @@ func FeedShard(hash bittorrent.InfoHash) int { return int(hash[0]) % FeedShards 
 func FeedIndexKey(shard int) string { return Prefix + "{feed:" + strconv.Itoa(shard) + "}" }
 
 // RefreshKeys are refresh.lua's KEYS for the given peers, in order, with
-// their users ("" in open mode): the torrent's keys (the feed's rows
-// among them), then per peer its
-// record, its timeout key and its user's record.
+// their users (users nil: open mode): the torrent's keys (in private
+// mode the users set and the feed's rows among them), then per peer its
+// record and, in private mode, its user's record.
 func RefreshKeys(hash bittorrent.InfoHash, peers []bittorrent.PeerID, users []string) []string {
 	k := KeysOf(hash)
-	keys := make([]string, 0, 8+3*len(peers))
+	if users == nil {
+		keys := make([]string, 0, 6+len(peers))
+		keys = append(keys, k.Torrent, k.Seeders, k.Leechers, k.Deadlines, k.prefix+sufReaper, k.prefix+sufReaperClaims)
+		for i := range peers {
+			keys = append(keys, k.Peer(peers[i][:]))
+		}
+		return keys
+	}
+	keys := make([]string, 0, 8+2*len(peers))
 	keys = append(keys, k.Torrent, k.Seeders, k.Leechers, k.Deadlines,
 		k.prefix+sufReaper, k.prefix+sufReaperClaims, k.prefix+sufUsers, k.prefix+sufFeedRows)
 	for i := range peers {
-		keys = append(keys, k.Peer(peers[i][:]), k.Timeout(peers[i][:], users[i]), k.User(users[i]))
+		keys = append(keys, k.Peer(peers[i][:]), k.User(users[i]))
 	}
 	return keys
 }
@@ -186,11 +193,10 @@ func DeletedKey(hash bittorrent.InfoHash) string { return torrentPrefix(hash) + 
 // (20-byte peer id followed by the user id).
 func ExpireKeys(hash bittorrent.InfoHash, members []string) []string {
 	k := KeysOf(hash)
-	keys := make([]string, 0, 5+3*len(members))
+	keys := make([]string, 0, 5+2*len(members))
 	keys = append(keys, k.Torrent, k.Seeders, k.Leechers, k.Deadlines, k.prefix+sufOwners)
 	for _, member := range members {
-		peer, userID := []byte(member[:20]), member[20:]
-		keys = append(keys, k.Peer(peer), k.Timeout(peer, userID), k.User(userID))
+		keys = append(keys, k.Peer([]byte(member[:20])), k.User(member[20:]))
 	}
 	return keys
 }
@@ -268,9 +274,14 @@ func PeerKey(hash bittorrent.InfoHash, peer bittorrent.PeerID) string {
 	return KeysOf(hash).Peer(peer[:])
 }
 
-// TimeoutKey expires at the peer's deadline (STRING, PX); its expiry
-// event is what removes the peer promptly. The user id is part of the
-// name so the event alone says which keys the removal touches.
+// TimeoutKey is the peer's timeout key (STRING, PX) as builds before
+// issue 27's cut wrote it beside the deadline index, for its expiry event
+// to remove the peer promptly; no script writes it now (the sweep of the
+// deadline index expires peers), and one left by an older build expires
+// by its TTL. The user id is part of the name so the event alone says
+// which keys the removal touches: the expiry listener still acts on
+// such events during a rolling upgrade, and orphan cleanup still knows
+// the kind.
 func TimeoutKey(hash bittorrent.InfoHash, peer bittorrent.PeerID, userID string) string {
 	return KeysOf(hash).Timeout(peer[:], userID)
 }

@@ -6,7 +6,7 @@
 // # Where things live, and why
 //
 // Everything about one torrent (its record, its seeders and leechers, the
-// peers' deadlines, records and timeout keys, and each user's record on
+// peers' deadlines and records, and each user's record on
 // it) shares the torrent's hash tag, so one Lua script per announce
 // (announce.lua) writes the peer and the torrent's counters atomically,
 // picks the reply's peers, and returns in one round trip.
@@ -27,15 +27,20 @@
 // # Expiry
 //
 // Each peer has a deadline, Config.PeerTimeout (two announce intervals)
-// after its last announce, kept in three places: its timeout key expires
-// then, the swarm's deadline index scores it, and the swarm's entry in the
-// sharded due index is scored at or before the earliest deadline of the
-// swarm. Keyspace expiry events of timeout keys (subscribed on every
-// master: they are node-local on a cluster) remove a peer within moments;
-// the sweep reads the due index for swarms with passed deadlines and
-// removes their peers, because events are lost while nobody listens. Both
-// run expire.lua, which rechecks the deadline, so they never remove a peer
-// that has announced since.
+// after its last announce, kept in two places: the swarm's deadline index
+// scores it, and the swarm's entry in the sharded due index is scored at
+// or before the earliest deadline of the swarm. The sweep (every
+// Config.SweepInterval, 15 s) reads the due index for swarms with passed
+// deadlines and removes their peers with expire.lua, which rechecks the
+// deadline, so it never removes a peer that has announced since. A peer
+// thus leaves up to one sweep interval after its deadline (15 s on a
+// default timeout of an hour). Builds before issue 27's cut also wrote a timeout key per
+// peer, expiring at its deadline, whose keyspace expiry event removed the
+// peer within moments: a 22k-instruction SET per announce and a key per
+// peer, for seconds on an hour. The listener for those events stays while
+// a rolling upgrade may leave such keys (they expire by their TTL, within
+// one PeerTimeout of the last older frontend); its event runs the same
+// expire.lua for the one peer.
 //
 // # Plain re-announces, written behind
 //

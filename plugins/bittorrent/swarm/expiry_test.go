@@ -142,6 +142,11 @@ func disableNotifications(t *testing.T, b redistest.Backend) {
 	require.NoError(t, off(ctx, b.Client.(*redis.Client)))
 }
 
+// TestKeyspaceEventExpiresPeers: builds before issue 27's cut wrote a
+// timeout key per peer, expiring at its deadline; this one writes none
+// (the sweep expires peers), but during a rolling upgrade an older
+// frontend still writes them, and their expiry events still remove the
+// peer promptly. The keys are written here by hand, as that build did.
 func TestKeyspaceEventExpiresPeers(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		disableNotifications(t, b)
@@ -163,13 +168,15 @@ func TestKeyspaceEventExpiresPeers(t *testing.T) {
 		survivor := hashes[0]
 		f.clock.Advance(61 * time.Minute)
 		f.announce(survivor, peerID("-TR", 0), 0, passkey("passkeyA"), seeding)
-		// The deadline has passed by the store's clock; make Redis agree.
+		// The deadline has passed by the store's clock; the older build's
+		// timeout keys expire now.
 		var timeoutKeys []string
 		for i, hash := range hashes {
 			key := btstore.TimeoutKey(hash, peerID("-TR", i), "alice")
-			set, err := b.Client.PExpire(ctx, key, time.Millisecond).Result()
+			n, err := b.Client.Exists(ctx, key).Result()
 			require.NoError(t, err)
-			require.True(t, set, "peer %d has its timeout key", i)
+			require.Zero(t, n, "this build writes no timeout key (peer %d)", i)
+			require.NoError(t, b.Client.Set(ctx, key, "1", time.Millisecond).Err())
 			timeoutKeys = append(timeoutKeys, key)
 		}
 		// Touch the keys until Redis has deleted them: a read of an expired
@@ -336,5 +343,71 @@ func TestRebornSwarmReplacesItsStaleDueEntry(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, removed)
 		require.Equal(t, map[string]float64{member: fresh}, dueEntries(t, b))
+	})
+}
+
+// TestPeersOfTheOldLayoutCountAnswerAndExpire: builds before issue 27's
+// cut also wrote a timeout key per peer (STRING, PX at its deadline); the
+// rest of a peer (record, role entry, deadline, due index) is written as
+// before. Peers an older frontend wrote, timeout key included, are counted
+// and handed out, refreshed, and expired by the sweep at their deadline as
+// this build's are, and a stale timeout key of a refreshed peer removes
+// nothing when it expires.
+func TestPeersOfTheOldLayoutCountAnswerAndExpire(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, swarm.Config{SweepInterval: time.Hour})
+		ctx := context.Background()
+		hash := infoHash("old-layout")
+		var keys []string
+		for i := range 4 {
+			opts := []announceOpt{}
+			if i == 0 {
+				opts = append(opts, seeding)
+			}
+			f.announce(hash, peerID("-OL", i), i, opts...)
+			key := btstore.TimeoutKey(hash, peerID("-OL", i), "")
+			require.NoError(t, b.Client.Set(ctx, key, "1", time.Hour).Err(), "the older build's timeout key")
+			keys = append(keys, key)
+		}
+		info := f.torrent(hash)
+		require.Equal(t, int64(1), info.Seeders)
+		require.Equal(t, int64(3), info.Leechers)
+
+		// A new peer is handed every old-layout peer.
+		resp := f.announce(hash, peerID("-OL", 9), 9)
+		require.ElementsMatch(t, []bittorrent.PeerID{peerID("-OL", 0), peerID("-OL", 1), peerID("-OL", 2), peerID("-OL", 3)},
+			peerIDs(resp.Peers))
+
+		// Peer 1 re-announces half a timeout later: its deadline moves, its
+		// old timeout key does not (nothing writes it now).
+		f.clock.Advance(30 * time.Minute)
+		f.announce(hash, peerID("-OL", 1), 1, transfer(500, 500))
+		f.flush()
+		rec := b.Client.HMGet(ctx, btstore.PeerKey(hash, peerID("-OL", 1)), "uploaded", "last_announce").Val()
+		require.Equal(t, []any{"500", fmt.Sprint(epoch.Add(30 * time.Minute).UnixMilli())}, rec)
+
+		// The older build's key of the refreshed peer expires: its event
+		// path (expire.lua for that member) removes nothing.
+		removed, err := swarm.ExpireMember(ctx, f.store, hash, peerID("-OL", 1), "")
+		require.NoError(t, err)
+		require.Zero(t, removed, "a refreshed peer survives its old timeout key")
+
+		// Past the first deadlines the sweep removes peers 0, 2, 3 and 9,
+		// old layout or not, and keeps peer 1.
+		f.clock.Advance(31 * time.Minute)
+		swept, err := f.store.Sweep(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 4, swept)
+		f.flush()
+		info = f.torrent(hash)
+		require.Equal(t, int64(0), info.Seeders)
+		require.Equal(t, int64(1), info.Leechers)
+		resp = f.announce(hash, peerID("-OL", 8), 8)
+		require.Equal(t, []bittorrent.PeerID{peerID("-OL", 1)}, peerIDs(resp.Peers))
+		for _, key := range keys {
+			ttl, err := b.Client.PTTL(ctx, key).Result()
+			require.NoError(t, err)
+			require.Positive(t, ttl, "an old timeout key is left to its TTL: %s", key)
+		}
 	})
 }

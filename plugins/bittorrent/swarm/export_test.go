@@ -1,5 +1,11 @@
 package swarm
 
+import (
+	"context"
+
+	"github.com/hoardproject/hoard/plugins/bittorrent"
+)
+
 // SetPruneHook makes Repair's index prune call fn between its read of the
 // torrents and the removal of their entries, so a test can race it.
 func SetPruneHook(s *Store, fn func()) { s.pruneHook = fn }
@@ -16,3 +22,10 @@ func PasskeyCacheSizes(s *Store) (known, misses int) { return s.passkeys.sizes()
 // SetFeedHook makes the feed call fn between a batch's delivery and its
 // settling, so a test can crash it there.
 func SetFeedHook(s *Store, fn func(FeedBatch)) { s.feedHook = fn }
+
+// ExpireMember runs what the expiry listener runs on a peer's timeout-key
+// event: expire.lua for that one deadline member.
+func ExpireMember(ctx context.Context, s *Store, hash bittorrent.InfoHash, peer bittorrent.PeerID, userID string) (int64, error) {
+	removed, _, err := s.expireMembers(ctx, hash, []string{string(peer[:]) + userID})
+	return removed, err
+}

@@ -433,8 +433,8 @@ func (w *writeBehind) answerOrRead(ctx context.Context, req *bittorrent.Announce
 	}
 	rd := &viewRead{p: p, v: v,
 		call: refreshCall{hash: req.InfoHash, ids: []bittorrent.PeerID{req.PeerID}, peers: []queuedRefresh{p.refresh}, withView: true}}
-	rd.sc = scriptCall{script: refreshScript, keys: btstore.RefreshKeys(req.InfoHash, rd.call.ids, []string{userID}),
-		args: w.appendRefreshArgs(make([]any, 0, 19), w.s.cfg.MaxNumWant, w.privateArg(), rd.call.peers, rd.call.ids)}
+	keys, args := w.refreshKeysArgs(req.InfoHash, w.s.cfg.MaxNumWant, rd.call.peers, rd.call.ids)
+	rd.sc = scriptCall{script: refreshScript, keys: keys, args: args}
 	return nil, rd, true
 }
 
@@ -561,8 +561,8 @@ func (w *writeBehind) view(ctx context.Context, hash bittorrent.InfoHash, now in
 		return viewCopy{}, false, errColdTorrent
 	}
 	call := refreshCall{hash: hash, ids: []bittorrent.PeerID{id}, peers: []queuedRefresh{r}, withView: true}
-	reply, err := w.readView(ctx, btstore.RefreshKeys(hash, call.ids, []string{r.user}),
-		w.appendRefreshArgs(make([]any, 0, 19), w.s.cfg.MaxNumWant, w.privateArg(), call.peers, call.ids))
+	keys, args := w.refreshKeysArgs(hash, w.s.cfg.MaxNumWant, call.peers, call.ids)
+	reply, err := w.readView(ctx, keys, args)
 	if err != nil {
 		return viewCopy{}, false, err
 	}
@@ -653,32 +653,40 @@ func (v *swarmView) installLocked(reply []any, at int64) error {
 	return nil
 }
 
-// privateArg is refresh.lua's ARGV[6].
-func (w *writeBehind) privateArg() string {
-	if w.s.cfg.Private {
-		return "1"
-	}
-	return "0"
-}
-
-// appendRefreshArgs appends refresh.lua's ARGV for the given peers (ids[i]
-// is peers[i]'s id) and view sample size.
-func (w *writeBehind) appendRefreshArgs(args []any, sample int, private string, peers []queuedRefresh, ids []bittorrent.PeerID) []any {
+// refreshKeysArgs builds refresh.lua's KEYS and ARGV for the given peers
+// (ids[i] is peers[i]'s id) and view sample size. Open mode sends none of
+// the keys and arguments only a user's record needs: each string costs
+// Redis and Lua.
+func (w *writeBehind) refreshKeysArgs(hash bittorrent.InfoHash, sample int, peers []queuedRefresh, ids []bittorrent.PeerID) ([]string, []any) {
 	timeout := w.s.cfg.PeerTimeout.Milliseconds()
-	now := w.s.nowMillis()
+	claimWindow := w.s.cfg.ReaperClaimWindow.Milliseconds()
+	if !w.s.cfg.Private {
+		args := make([]any, 0, 4+7*len(peers))
+		args = append(args, timeout, claimWindow, sample, "0")
+		for i, r := range peers {
+			args = appendRefreshPeer(args, ids[i], r, timeout)
+		}
+		return btstore.RefreshKeys(hash, ids, nil), args
+	}
 	accounting := "0"
 	if !w.s.cfg.NoAccounting {
 		accounting = "1"
 	}
-	args = append(args, timeout, w.s.cfg.HnR.MinSeedTime.Milliseconds(), w.s.cfg.HnR.MinRatio,
-		w.s.cfg.ReaperClaimWindow.Milliseconds(), sample, private, accounting, w.s.watchArg)
+	args := make([]any, 0, 8+10*len(peers))
+	args = append(args, timeout, claimWindow, sample, "1", w.s.cfg.HnR.MinSeedTime.Milliseconds(), w.s.cfg.HnR.MinRatio,
+		accounting, w.s.watchArg)
+	users := make([]string, len(peers))
 	for i, r := range peers {
-		args = append(args, ids[i][:], r.user, r.addr, strconv.FormatUint(r.uploaded, 10),
-			strconv.FormatUint(r.downloaded, 10), strconv.FormatUint(r.left, 10),
-			strconv.FormatInt(r.at, 10), strconv.FormatInt(r.at+timeout, 10), strconv.FormatInt(max(1, r.at+timeout-now), 10),
-			r.windowUp, r.windowDown)
+		users[i] = r.user
+		args = append(appendRefreshPeer(args, ids[i], r, timeout), r.user, r.windowUp, r.windowDown)
 	}
-	return args
+	return btstore.RefreshKeys(hash, ids, users), args
+}
+
+// appendRefreshPeer appends the ARGV every mode sends for one peer.
+func appendRefreshPeer(args []any, id bittorrent.PeerID, r queuedRefresh, timeout int64) []any {
+	return append(args, id[:], r.addr, strconv.FormatUint(r.uploaded, 10), strconv.FormatUint(r.downloaded, 10),
+		strconv.FormatUint(r.left, 10), strconv.FormatInt(r.at, 10), strconv.FormatInt(r.at+timeout, 10))
 }
 
 // refreshCall is one refresh.lua call of a drain, and what it carries.
@@ -731,7 +739,6 @@ func (w *writeBehind) drain(ctx context.Context) error {
 
 // write sends one pipeline of refresh calls and applies the replies.
 func (w *writeBehind) write(ctx context.Context, calls []refreshCall, now int64) (int, error) {
-	private := w.privateArg()
 	scripts := make([]scriptCall, len(calls))
 	for i := range calls {
 		c := &calls[i]
@@ -744,12 +751,8 @@ func (w *writeBehind) write(ctx context.Context, calls []refreshCall, now int64)
 		if c.withView {
 			sample = w.s.cfg.MaxNumWant
 		}
-		users := make([]string, len(c.peers))
-		for j := range c.peers {
-			users[j] = c.peers[j].user
-		}
-		scripts[i] = scriptCall{keys: btstore.RefreshKeys(c.hash, c.ids, users),
-			args: w.appendRefreshArgs(make([]any, 0, 8+11*len(c.peers)), sample, private, c.peers, c.ids)}
+		keys, args := w.refreshKeysArgs(c.hash, sample, c.peers, c.ids)
+		scripts[i] = scriptCall{keys: keys, args: args}
 	}
 	w.drainCalls.Add(int64(len(calls)))
 	for i := range calls {

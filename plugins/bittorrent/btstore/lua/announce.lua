@@ -1,6 +1,6 @@
 -- announce.lua: one announce, atomically: checks the torrent is registered
--- (private mode), writes the peer into its role hash, deadline index and
--- timeout key, updates the peer record, the user-torrent record and the
+-- (private mode), writes the peer into its role hash and deadline index
+-- (the sweep expires it from there), updates the peer record, the user-torrent record and the
 -- torrent's counters, and picks random peers for the reply. Everything a
 -- listener needs comes back in this one round trip.
 --
@@ -13,25 +13,24 @@
 -- KEYS[3] leechers   HASH  peer id (20 bytes) -> peer entry
 -- KEYS[4] deadlines  ZSET  peer id .. user id -> deadline (ms)
 -- KEYS[5] peer       HASH  this peer's record
--- KEYS[6] timeout    STRING this peer's timeout key, expires at its deadline
--- KEYS[7] reaper     HASH  the torrent's unseeded-reaper state (package
+-- KEYS[6] reaper     HASH  the torrent's unseeded-reaper state (package
 --                          reaper); a seeder's announce ends the spell
--- KEYS[8] claims     HASH  reseed invitations and claims (package reaper),
+-- KEYS[7] claims     HASH  reseed invitations and claims (package reaper),
 --                          touched only when the reaper state exists
--- KEYS[9] owners     HASH  open mode: owner (see peer_owner) -> the
+-- KEYS[8] owners     HASH  open mode: owner (see peer_owner) -> the
 --                          owner's peers in the swarm, for ARGV[19]
 -- Open mode (no user, ARGV[10] "", and ARGV[9] "0") passes only
--- KEYS[1..9]: the rest are read or written for a user only.
--- KEYS[10] user      HASH  this user's record on the torrent
--- KEYS[11] snatchers SET   users who snatched the torrent (private mode)
--- KEYS[12] users     SET   user ids with a record on the torrent (KEYS[10]
+-- KEYS[1..8]: the rest are read or written for a user only.
+-- KEYS[9] user       HASH  this user's record on the torrent
+-- KEYS[10] snatchers SET   users who snatched the torrent (private mode)
+-- KEYS[11] users     SET   user ids with a record on the torrent (KEYS[9]
 --                          of each), added when the record is created, so
 --                          orphan cleanup can delete a removed torrent's
 --                          records together with it
--- KEYS[13] deleted   STRING the site's reason for removing the torrent,
+-- KEYS[12] deleted   STRING the site's reason for removing the torrent,
 --                          read only when refusing an unregistered one
 --                          (private mode)
--- KEYS[14] feed rows HASH  user id -> the user's record as a row not
+-- KEYS[13] feed rows HASH  user id -> the user's record as a row not
 --                          yet fed to the site (prelude's user_feed)
 --
 -- ARGV[1]  now (ms)
@@ -59,7 +58,7 @@
 --          within it also win the claim
 -- ARGV[19] how many peers one owner may have in the swarm: a user (its
 --          record's peers) in private mode, an address in open mode
---          (KEYS[12]); 0: no limit. Checked only when a peer joins, so a
+--          (KEYS[11]); 0: no limit. Checked only when a peer joins, so a
 --          peer already in the swarm is never refused by it.
 -- ARGV[20] flood control: the least time (ms) between two announces of
 --          one peer without an event; 0: off. Checked against the peer
@@ -96,11 +95,11 @@
 --      c_uploaded/c_downloaded: the credited deltas; token event: 0, or 1
 --      the user's token was first used, 2 it ended (user_credit); token
 --      used: when it was first used (ms), "" when never; feed mark: 1
---      when the user's row is new in KEYS[14] (the caller indexes the
+--      when the user's row is new in KEYS[13] (the caller indexes the
 --      torrent for the feed); cheats: the cheat signals this announce
 --      fired, four numbers each (prelude's user_watch)
 --  {R.UNREGISTERED [, reason]}  the torrent is not registered (private
---      mode); reason: KEYS[13], the site's reason while it lasts
+--      mode); reason: KEYS[12], the site's reason while it lasts
 --  {R.PEER_TAKEN}  the peer id is active in this swarm under another user
 --  {R.PEER_LIMIT}  the peer would join, and its owner has ARGV[19] peers
 --  {R.FLOOD, refusals, report, since, torrent id}  the peer announced
@@ -131,8 +130,8 @@ local only_len = tonumber(ARGV[17])
 if only_len == 0 then only_len = nil end
 
 local k_torrent, k_seeders, k_leechers, k_deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local k_peer, k_timeout, k_reaper, k_claims, k_owners = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
-local k_user, k_snatchers, k_users = KEYS[10], KEYS[11], KEYS[12]
+local k_peer, k_reaper, k_claims, k_owners = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local k_user, k_snatchers, k_users = KEYS[9], KEYS[10], KEYS[11]
 local max_owned = tonumber(ARGV[19])
 
 -- Fields 6-9 matter for a user's record only: an open-mode announce
@@ -145,7 +144,7 @@ else
   t = redis.call('HMGET', k_torrent, 'id', 'created', 'announces', 'snatches', 'registered')
 end
 if ARGV[9] == '1' and not t[1] then
-  local reason = redis.call('GET', KEYS[13])
+  local reason = redis.call('GET', KEYS[12])
   if reason then return {R.UNREGISTERED, reason} end
   return {R.UNREGISTERED}
 end
@@ -219,7 +218,7 @@ end
 -- a peer that keeps its role skips the other hash.
 local was_seeder, was_leecher = false, false
 if leaving then
-  local was = peer_leave(k_seeders, k_leechers, k_deadlines, k_timeout, peer_id, member)
+  local was = peer_leave(k_seeders, k_leechers, k_deadlines, peer_id, member)
   was_seeder, was_leecher = was == 1, was == 0
 else
   local same_role = known and p[8] == '1' and (tonumber(p[9]) == 0) == seeding
@@ -231,7 +230,6 @@ else
     was_leecher = redis.call('HSET', k_leechers, peer_id, entry) == 0
   end
   redis.call('ZADD', k_deadlines, ARGV[16], member)
-  redis.call('SET', k_timeout, '1', 'PX', ARGV[11])
 end
 local was_active = was_seeder or was_leecher
 
@@ -368,7 +366,7 @@ if user ~= '' and (known or not leaving) then
     {d_up = d_up, d_down = d_down, elapsed = elapsed, was_seeder = was_seeder, was_active = was_active,
     leaving = leaving, seeding = seeding, snatched = snatched, gap = gap, others = others,
     leecher_left = tonumber(t[9]) or 0, size = tonumber(t[8]) or 0}, now, ARGV[1], hnr_seed_ms, hnr_ratio,
-    rates or nil, rates and KEYS[14] or nil, rates and watch_read(ARGV[27]) or nil)
+    rates or nil, rates and KEYS[13] or nil, rates and watch_read(ARGV[27]) or nil)
 end
 
 if snatched == 1 and user ~= '' then

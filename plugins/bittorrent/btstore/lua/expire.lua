@@ -1,7 +1,8 @@
 -- expire.lua: removes peers whose deadline has passed from one swarm, the
 -- way a stopped event would, except that no time is credited after a
--- peer's last announce (its last sign of life). Both expiry paths run it:
--- the keyspace-event listener for one peer, the sweep for a batch. A peer
+-- peer's last announce (its last sign of life). The sweep runs it for a
+-- batch; the keyspace-event listener for one peer whose timeout key (an
+-- older build's, written no more) expired. A peer
 -- that announced again since it was found due is left alone.
 --
 -- KEYS[1] torrent    HASH
@@ -11,9 +12,8 @@
 -- KEYS[5] owners     HASH  open mode: owner -> peers in the swarm (see
 --                          announce.lua)
 -- then for each peer i = 0, 1, ...:
--- KEYS[6+3i] peer     HASH   the peer's record
--- KEYS[7+3i] timeout  STRING the peer's timeout key
--- KEYS[8+3i] user     HASH   the user's record on the torrent (unused in
+-- KEYS[6+2i] peer     HASH   the peer's record
+-- KEYS[7+2i] user     HASH   the user's record on the torrent (unused in
 --                            open mode, where the user id is "")
 --
 -- ARGV[1] now (ms)
@@ -41,12 +41,12 @@ local users = {}
 
 for i = 0, #ARGV - 6 do
   local member = ARGV[6 + i]
-  local k_peer, k_timeout, k_user = KEYS[6 + 3 * i], KEYS[7 + 3 * i], KEYS[8 + 3 * i]
+  local k_peer, k_user = KEYS[6 + 2 * i], KEYS[7 + 2 * i]
   local deadline = tonumber(redis.call('ZSCORE', k_deadlines, member) or '-1')
   if deadline >= 0 and deadline <= now then
     local peer_id = string.sub(member, 1, 20)
     local user = string.sub(member, 21)
-    local was = peer_leave(k_seeders, k_leechers, k_deadlines, k_timeout, peer_id, member)
+    local was = peer_leave(k_seeders, k_leechers, k_deadlines, peer_id, member)
     if was >= 0 then
       removed = removed + 1
       if was == 1 then d_seeders = d_seeders - 1 else d_leechers = d_leechers - 1 end

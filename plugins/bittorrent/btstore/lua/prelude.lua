@@ -13,16 +13,16 @@ local function int(n)
 end
 
 -- peer_leave takes one peer out of its swarm: the role hashes (whose
--- lengths are the seeder and leecher counts), the deadline index and the
--- timeout key. Its record stays (marked inactive by the caller) until its
+-- lengths are the seeder and leecher counts) and the deadline index. A
+-- timeout key an older build wrote for it is left to its own TTL: its
+-- expiry event finds no deadline and removes nothing. Its record stays (marked inactive by the caller) until its
 -- own TTL, for accounting. Returns 1 when the peer was a seeder, 0 a
 -- leecher, -1 when it was not in the swarm.
-local function peer_leave(k_seeders, k_leechers, k_deadlines, k_timeout, peer_id, member)
+local function peer_leave(k_seeders, k_leechers, k_deadlines, peer_id, member)
   local was = -1
   if redis.call('HDEL', k_seeders, peer_id) == 1 then was = 1 end
   if redis.call('HDEL', k_leechers, peer_id) == 1 and was < 0 then was = 0 end
   redis.call('ZREM', k_deadlines, member)
-  redis.call('DEL', k_timeout)
   return was
 end
 

@@ -3,8 +3,7 @@
 -- of its swarm for the frontend's view of it. A plain re-announce has no
 -- event, keeps its role, address and user, and its peer was in the swarm
 -- when the frontend answered it; so it moves no peer between role hashes
--- and changes no count: it refreshes the peer's deadline, timeout key and
--- record, and applies its transfer and time to the user's record through
+-- and changes no count: it refreshes the peer's deadline and record, and applies its transfer and time to the user's record through
 -- prelude's user_announce, as announce.lua would.
 --
 -- Each peer is rechecked here against its record, which announce.lua and
@@ -19,40 +18,42 @@
 -- a newer (or the same) last_announce is STALE: a later announce was
 -- applied, with counters that include this one's, so nothing is written.
 --
+-- Open mode (ARGV[4] "0": no users) passes only what it reads: the
+-- KEYS, ARGV and torrent fields marked "private mode" are left off, as
+-- announce.lua leaves them off, since each string costs Redis and Lua.
+--
 -- KEYS[1] torrent    HASH  announces, last_action; read: id, snatches,
---                          seeders, leechers, credit_up, credit_down,
---                          size, leecher_left
+--                          seeders, leechers; private mode: credit_up,
+--                          credit_down, size, leecher_left
 -- KEYS[2] seeders    HASH  peer id -> entry (read: the view's sample)
 -- KEYS[3] leechers   HASH  peer id -> entry (read: the view's sample)
 -- KEYS[4] deadlines  ZSET  peer id .. user id -> deadline (ms)
 -- KEYS[5] reaper     HASH  the unseeded reaper's state (a seeder ends it)
 -- KEYS[6] claims     HASH  reseed claims (package reaper)
--- KEYS[7] users      SET   user ids with a record on the torrent
--- KEYS[8] feed rows  HASH  user id -> the user's record as a row not yet
---                          fed to the site (prelude's user_feed)
--- then per peer i (from 0), KEYS[9+3i] its record (HASH), KEYS[10+3i] its
--- timeout key (STRING), KEYS[11+3i] its user's record (HASH; unused in
--- open mode)
+-- private mode: KEYS[7] users SET user ids with a record on the torrent,
+-- KEYS[8] feed rows HASH user id -> the user's record as a row not yet fed
+-- to the site (prelude's user_feed)
+-- then per peer i (from 0) its record (HASH) and, in private mode, its
+-- user's record (HASH): open mode KEYS[7+i], private KEYS[9+2i], KEYS[10+2i]
 --
 -- ARGV[1] peer timeout (ms): the most time one announce can credit
--- ARGV[2] hit-and-run minimum seed time (ms), 0: none
--- ARGV[3] hit-and-run minimum ratio, 0: none
--- ARGV[4] the reaper's claim window (ms)
--- ARGV[5] view sample: how many entries of each role hash to return (0:
+-- ARGV[2] the reaper's claim window (ms)
+-- ARGV[3] view sample: how many entries of each role hash to return (0:
 --         none)
--- ARGV[6] "1": the torrent must be registered (private mode)
+-- ARGV[4] "1": private mode (the torrent must be registered; users)
+-- private mode:
+-- ARGV[5] hit-and-run minimum seed time (ms), 0: none
+-- ARGV[6] hit-and-run minimum ratio, 0: none
 -- ARGV[7] "1": accounting on (credit the transfer and mark the record for
 --         the feed, as announce.lua does: prelude's user_announce)
 -- ARGV[8] the ledger's and cheat signals' settings (prelude's watch_read;
 --         "": off), used with accounting on
--- then per peer i, ARGV[9+11i .. 19+11i]: peer id (20 bytes), user id (""
--- in open mode), compact address (the entry's tail), uploaded,
--- downloaded, left (as reported, decimal), the announce's time (ms), its
--- deadline (time + timeout, ms), what is left of its timeout now (ms,
--- at least 1: the timeout key's TTL, relative like announce.lua's, so a
--- frontend's clock never sets an absolute expiry on the server's), and
--- the site-wide windows' upload and download rates (percent) at the
--- announce's time, so it is credited as when it was answered
+-- then per peer i: peer id (20 bytes), compact address (the entry's
+-- tail), uploaded, downloaded, left (as reported, decimal), the
+-- announce's time (ms), its deadline (time + timeout, ms), and in private
+-- mode its user id and the site-wide windows' upload and download rates
+-- (percent) at the announce's time, so it is credited as when it was
+-- answered: open mode ARGV[5+7i .. 11+7i], private ARGV[9+10i .. 18+10i]
 --
 -- Returns
 --   {R.REFRESHED, seeders, leechers, snatches, torrent id, seeder entries,
@@ -60,26 +61,35 @@
 --    d_uploaded, d_downloaded, c_uploaded, c_downloaded, token event,
 --    token used, feed mark, cheats (as announce.lua returns them)}
 --      seeders, leechers and snatches are the torrent record's; the
---      entries are "" unless ARGV[5] asked for them, concatenated as
+--      entries are "" unless ARGV[3] asked for them, concatenated as
 --      announce.lua returns peers; status is R.REFRESHED, R.STALE or
 --      R.DROPPED; user bits -1 when the user's state did not change
 --   {R.UNREGISTERED}  private mode and the torrent is not registered:
 --      nothing was written
 
 local timeout_ms = tonumber(ARGV[1])
-local hnr_seed_ms, hnr_ratio = tonumber(ARGV[2]), tonumber(ARGV[3])
-local sample = tonumber(ARGV[5])
+local sample = tonumber(ARGV[3])
+local private = ARGV[4] == '1'
 local k_torrent, k_seeders, k_leechers, k_deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local k_reaper, k_claims, k_users, k_rows = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local accounting = ARGV[7] == '1'
+-- where the peers start in KEYS and ARGV, and how many each peer has
+local key0, arg0, key_step, arg_step = 7, 5, 1, 7
+if private then key0, arg0, key_step, arg_step = 9, 9, 2, 10 end
+local hnr_seed_ms, hnr_ratio = tonumber(ARGV[5]), tonumber(ARGV[6])
+local accounting = private and ARGV[7] == '1'
 local watch = accounting and watch_read(ARGV[8]) or nil
 
 -- The record's counts are the role hashes' lengths, written wherever a
 -- peer joins or leaves (announce.lua, expire.lua); a refresh moves none.
-local t = redis.call('HMGET', k_torrent, 'id', 'snatches', 'seeders', 'leechers', 'announces',
-  'credit_up', 'credit_down', 'size', 'leecher_left')
-if ARGV[6] == '1' and not t[1] then
-  return {R.UNREGISTERED}
+local t
+if private then
+  t = redis.call('HMGET', k_torrent, 'id', 'snatches', 'seeders', 'leechers', 'announces',
+    'credit_up', 'credit_down', 'size', 'leecher_left')
+  if not t[1] then
+    return {R.UNREGISTERED}
+  end
+else
+  t = redis.call('HMGET', k_torrent, 'id', 'snatches', 'seeders', 'leechers', 'announces')
 end
 local seeders = tonumber(t[3]) or 0
 
@@ -89,11 +99,12 @@ local applied = 0
 local latest, latest_text = 0, nil
 local reseeders = {}
 local leechers = tonumber(t[4]) or 0
-local peers = (#ARGV - 8) / 11
+local peers = (#ARGV - arg0 + 1) / arg_step
 for i = 0, peers - 1 do
-  local a, k = 9 + 11 * i, 9 + 3 * i
-  local peer_id, user, addr = ARGV[a], ARGV[a + 1], ARGV[a + 2]
-  local left_text, at_text = ARGV[a + 5], ARGV[a + 6]
+  local a, k = arg0 + arg_step * i, key0 + key_step * i
+  local peer_id, addr, user = ARGV[a], ARGV[a + 1], ''
+  if private then user = ARGV[a + 7] end
+  local left_text, at_text = ARGV[a + 4], ARGV[a + 5]
   local at = tonumber(at_text)
   local seeding = left_text == '0'
   local p = redis.call('HMGET', KEYS[k], 'user', 'uploaded', 'downloaded', 'last_announce',
@@ -107,22 +118,21 @@ for i = 0, peers - 1 do
     else
       status = R.REFRESHED
       local elapsed = math.min(at - last, timeout_ms)
-      d_up = math.max(0, tonumber(ARGV[a + 3]) - (tonumber(p[2]) or 0))
-      d_down = math.max(0, tonumber(ARGV[a + 4]) - (tonumber(p[3]) or 0))
-      local fields = {'uploaded', ARGV[a + 3], 'downloaded', ARGV[a + 4], 'left', left_text,
+      d_up = math.max(0, tonumber(ARGV[a + 2]) - (tonumber(p[2]) or 0))
+      d_down = math.max(0, tonumber(ARGV[a + 3]) - (tonumber(p[3]) or 0))
+      local fields = {'uploaded', ARGV[a + 2], 'downloaded', ARGV[a + 3], 'left', left_text,
         'last_announce', at_text, 'up_delta', int(d_up), 'down_delta', int(d_down),
         'total_time', int((tonumber(p[8]) or 0) + elapsed),
         'speed_up', string.format('%.2f', d_up * 1000 / elapsed),
         'speed_down', string.format('%.2f', d_down * 1000 / elapsed)}
       redis.call('HSET', KEYS[k], unpack(fields))
-      redis.call('SET', KEYS[k + 1], '1', 'PX', ARGV[a + 8])
-      zadd[#zadd + 1] = ARGV[a + 7]
+      zadd[#zadd + 1] = ARGV[a + 6]
       zadd[#zadd + 1] = peer_id .. user
       if user ~= '' then
-        local rates = accounting and credit_rates(t[6], t[7], tonumber(ARGV[a + 9]), tonumber(ARGV[a + 10]))
+        local rates = accounting and credit_rates(t[6], t[7], tonumber(ARGV[a + 8]), tonumber(ARGV[a + 9]))
         local others = leechers
         if not seeding then others = others - 1 end
-        bits, ver, c_up, c_down, token_event, token_used, feed_mark, cheats = user_announce(KEYS[k + 2], k_users,
+        bits, ver, c_up, c_down, token_event, token_used, feed_mark, cheats = user_announce(KEYS[k + 1], k_users,
           user, {d_up = d_up, d_down = d_down, elapsed = elapsed, was_seeder = seeding, was_active = true,
           leaving = false, seeding = seeding, snatched = 0, gap = at - last, others = others,
           leecher_left = tonumber(t[9]) or 0, size = tonumber(t[8]) or 0}, at, at_text, hnr_seed_ms, hnr_ratio,
@@ -130,7 +140,7 @@ for i = 0, peers - 1 do
       end
       applied = applied + 1
       if at > latest then latest, latest_text = at, at_text end
-      if seeding then reseeders[#reseeders + 1] = i end
+      if seeding then reseeders[#reseeders + 1] = {user, at} end
     end
   end
   local n = #out
@@ -152,12 +162,10 @@ end
 
 -- A seeder's announce ends the unseeded reaper's spell (announce.lua).
 if #reseeders > 0 then
-  for _, i in ipairs(reseeders) do
+  for _, s in ipairs(reseeders) do
     local r = redis.call('HMGET', k_reaper, 'state', 'claim_until')
     if not (r[1] or r[2]) then break end
-    local a = 9 + 11 * i
-    reaper_reseed(k_torrent, k_reaper, k_claims, ARGV[a + 1], tonumber(ARGV[a + 6]), r[1], tonumber(r[2]),
-      tonumber(ARGV[4]))
+    reaper_reseed(k_torrent, k_reaper, k_claims, s[1], s[2], r[1], tonumber(r[2]), tonumber(ARGV[2]))
   end
 end
 
