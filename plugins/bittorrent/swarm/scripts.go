@@ -13,34 +13,35 @@ import (
 	"github.com/hoardproject/hoard/internal/luascript"
 )
 
-// Every script, loaded from package btstore with the shared prelude
-// prepended.
+// Every script, loaded from package btstore. Only the scripts that call
+// the prelude's rules (announce.lua, expire.lua, refresh.lua) have it
+// prepended: Redis runs a script's whole body on every call, so the
+// prelude's closures and tables would otherwise be built for nothing on
+// each call (user_sets.lua runs on every flush, feed_settle.lua and
+// zrem_unchanged.lua once per torrent per round).
 var (
 	announceScript      = btstore.Script("announce.lua", btstore.LuaCodes(announceCodes), prelude)
-	expireScript        = loadScript("expire.lua")
-	dueSettleScript     = loadScript("due_settle.lua")
-	userSetsScript      = loadScript("user_sets.lua")
-	zremUnchangedScript = btstore.Script("zrem_unchanged.lua") // no prelude: the feed runs it every round
+	expireScript        = btstore.Script("expire.lua", prelude)
+	dueSettleScript     = btstore.Script("due_settle.lua")
+	userSetsScript      = btstore.Script("user_sets.lua")
+	zremUnchangedScript = btstore.Script("zrem_unchanged.lua")
 
 	// a user's passkeys and its purge (users.go)
-	userAddScript         = loadScript("user_add.lua")
-	userRemoveScript      = loadScript("user_remove.lua")
-	userListScript        = loadScript("user_list.lua")
-	userPurgeStartScript  = loadScript("user_purge_start.lua")
-	userPurgeRecordScript = loadScript("user_purge_record.lua")
-	userPurgeDropScript   = loadScript("user_purge_drop.lua")
-	passkeyDropScript     = loadScript("passkey_drop.lua")
+	userAddScript         = btstore.Script("user_add.lua")
+	userRemoveScript      = btstore.Script("user_remove.lua")
+	userListScript        = btstore.Script("user_list.lua")
+	userPurgeStartScript  = btstore.Script("user_purge_start.lua")
+	userPurgeRecordScript = btstore.Script("user_purge_record.lua")
+	userPurgeDropScript   = btstore.Script("user_purge_drop.lua")
+	passkeyDropScript     = btstore.Script("passkey_drop.lua")
 
 	// credited transfer (credit.go)
-	creditTorrentScript = loadScript("credit_torrent.lua")
-	tokenSetScript      = loadScript("token_set.lua")
-	// No prelude: it uses none of it, and the feed runs it once per
-	// torrent per round, so the prelude's closures and tables would be
-	// built on every call for nothing.
-	feedSettleScript = btstore.Script("feed_settle.lua")
+	creditTorrentScript = btstore.Script("credit_torrent.lua")
+	tokenSetScript      = btstore.Script("token_set.lua")
+	feedSettleScript    = btstore.Script("feed_settle.lua")
 
 	// the many-addresses cheat signal (watch.go)
-	cheatAddrsScript = loadScript("cheat_addrs.lua")
+	cheatAddrsScript = btstore.Script("cheat_addrs.lua")
 )
 
 var prelude = btstore.Prelude()
@@ -65,10 +66,6 @@ var announceCodes = map[string]int64{
 	"UNREGISTERED": codeUnregistered, "PEER_TAKEN": codePeerTaken, "PEER_LIMIT": codePeerLimit, "FLOOD": codeFlood,
 	"TOKEN_USED": tokenUsed, "TOKEN_ENDED": tokenEnded,
 	"CHEAT_NO_LEECHER": cheatNoLeecher, "CHEAT_UPLOAD_RATE": cheatUploadRate, "CHEAT_OVER_DOWNLOAD": cheatOverDownload,
-}
-
-func loadScript(name string) *redis.Script {
-	return btstore.Script(name, prelude)
 }
 
 // runScriptList runs a script that returns an array, with EVALSHA (EVAL

@@ -1,7 +1,7 @@
--- prelude.lua: helpers prepended to every BitTorrent script by
--- swarm.loadScript, so the rules shared by announce.lua and expire.lua
--- (leaving a swarm, the torrent's counters, a user's state on a torrent)
--- live in one place. It defines functions only; it reads no KEYS or ARGV
+-- prelude.lua: helpers prepended to the BitTorrent scripts that use them
+-- (announce.lua, expire.lua, refresh.lua; swarm/scripts.go), so the rules
+-- they share (leaving a swarm, the torrent's counters, a user's state on a
+-- torrent) live in one place. It defines functions only; it reads no KEYS or ARGV
 -- and returns nothing.
 --
 -- Performance note: every redis.call costs about a microsecond, so the
