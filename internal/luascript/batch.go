@@ -74,7 +74,7 @@ func (b *Batcher) send(batch []*batchCall) {
 	ctx := context.WithoutCancel(live[0].ctx)
 	_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, c := range live {
-			c.cmd = c.script.EvalSha(ctx, p, c.keys, c.args...)
+			c.cmd = c.script.EvalSha(ctx, onceScripter{p}, c.keys, c.args...)
 		}
 		return nil
 	})
@@ -89,7 +89,7 @@ func (b *Batcher) send(batch []*batchCall) {
 	}
 	_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, c := range missing {
-			c.cmd = c.script.Eval(ctx, p, c.keys, c.args...)
+			c.cmd = c.script.Eval(ctx, onceScripter{p}, c.keys, c.args...)
 		}
 		return nil
 	})
