@@ -66,12 +66,29 @@ func (o onceScripter) ScriptLoad(ctx context.Context, _ string) *redis.StringCmd
 	return redis.NewStringResult("", errNotUsed)
 }
 
-// send builds the command as go-redis's own Eval and EvalSha do (name,
-// script, key count, keys, then the arguments, a lone slice argument
-// spread out) with KEYS[1] as its cluster routing key, and sends it once.
+// send sends a call built by scriptCmd once.
 func (o onceScripter) send(ctx context.Context, name, script string, keys []string, args []any) *redis.Cmd {
+	cmd := scriptCmd(ctx, name, script, keys, args)
+	_ = o.rdb.Process(ctx, sentOnce{cmd})
+	return cmd
+}
+
+// The command names, boxed once: a name boxed per call is an allocation.
+var (
+	evalName    any = "eval"
+	evalShaName any = "evalsha"
+)
+
+// scriptCmd builds a script call as go-redis's own Eval and EvalSha do
+// (name, script or its hash, key count, keys, then the arguments, a lone
+// slice argument spread out) with KEYS[1] as its cluster routing key.
+func scriptCmd(ctx context.Context, name, script string, keys []string, args []any) *redis.Cmd {
 	cmdArgs := make([]any, 3+len(keys), 3+len(keys)+len(args))
-	cmdArgs[0], cmdArgs[1], cmdArgs[2] = name, script, len(keys)
+	cmdArgs[0] = evalName
+	if name == "evalsha" {
+		cmdArgs[0] = evalShaName
+	}
+	cmdArgs[1], cmdArgs[2] = script, len(keys)
 	for i, key := range keys {
 		cmdArgs[3+i] = key
 	}
@@ -80,7 +97,6 @@ func (o onceScripter) send(ctx context.Context, name, script string, keys []stri
 	if len(keys) > 0 {
 		cmd.SetFirstKeyPos(3)
 	}
-	_ = o.rdb.Process(ctx, sentOnce{cmd})
 	return cmd
 }
 
