@@ -232,7 +232,8 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	s.listener = ln
 	s.http = &http.Server{
-		Handler:           s.handler,
+		Handler:           withGrownStack(s.handler),
+		ConnContext:       noteConnStack,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       60 * time.Second,
 		WriteTimeout:      60 * time.Second,

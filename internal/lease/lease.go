@@ -22,7 +22,7 @@ var script = luascript.Load(lua.Files, "lease.lua")
 
 // Take takes the lease key for owner for ttl, or renews it when owner
 // holds it already, and reports whether owner holds it now.
-func Take(ctx context.Context, rdb redis.Scripter, key, owner string, ttl time.Duration) (bool, error) {
+func Take(ctx context.Context, rdb redis.UniversalClient, key, owner string, ttl time.Duration) (bool, error) {
 	ms := max(ttl.Milliseconds(), 1)
 	reply, err := luascript.Run(ctx, rdb, script, []string{key}, owner, ms)
 	if err != nil {

@@ -74,7 +74,8 @@ func (b *Batcher) send(batch []*batchCall) {
 	ctx := context.WithoutCancel(live[0].ctx)
 	_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, c := range live {
-			c.cmd = c.script.EvalSha(ctx, p, c.keys, c.args...)
+			c.cmd = scriptCmd(ctx, "evalsha", c.script.Hash(), c.keys, c.args)
+			_ = p.Process(ctx, sentOnce{c.cmd})
 		}
 		return nil
 	})
@@ -88,8 +89,9 @@ func (b *Batcher) send(batch []*batchCall) {
 		return
 	}
 	_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		var once redis.Scripter = onceScripter{p}
 		for _, c := range missing {
-			c.cmd = c.script.Eval(ctx, p, c.keys, c.args...)
+			c.cmd = c.script.Eval(ctx, once, c.keys, c.args...)
 		}
 		return nil
 	})

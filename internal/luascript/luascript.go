@@ -36,11 +36,12 @@ func Prelude(files fs.FS, name string) string {
 	return string(body)
 }
 
-// Run runs the script. On a cluster go-redis routes it by KEYS[1]; all
-// KEYS of a hoard script share one hash tag, so one slot. A nil reply is
-// not an error.
-func Run(ctx context.Context, rdb redis.Scripter, script *redis.Script, keys []string, args ...any) (any, error) {
-	reply, err := script.Run(ctx, rdb, keys, args...).Result()
+// Run runs the script, sent once (see sentOnce): a timeout or a broken
+// connection is the caller's error, never a second run. On a cluster
+// go-redis routes it by KEYS[1]; all KEYS of a hoard script share one hash
+// tag, so one slot. A nil reply is not an error.
+func Run(ctx context.Context, rdb processor, script *redis.Script, keys []string, args ...any) (any, error) {
+	reply, err := script.Run(ctx, onceScripter{rdb}, keys, args...).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err
 	}
@@ -48,7 +49,7 @@ func Run(ctx context.Context, rdb redis.Scripter, script *redis.Script, keys []s
 }
 
 // RunList runs a script that returns a non-empty array.
-func RunList(ctx context.Context, rdb redis.Scripter, script *redis.Script, keys []string, args ...any) ([]any, error) {
+func RunList(ctx context.Context, rdb processor, script *redis.Script, keys []string, args ...any) ([]any, error) {
 	reply, err := Run(ctx, rdb, script, keys, args...)
 	if err != nil {
 		return nil, err
