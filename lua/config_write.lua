@@ -79,6 +79,9 @@ if ARGV[1] == 'create' then
   -- claim.lua need not look for duplicates when it pops (pop_check).
   redis.call('HSET', KEYS[1], 'has_extras', '0', 'pop_check', '0')
 end
+-- Every write moves config_version: frontends keep a copy of the settings
+-- for the plain claim (claim_plain.lua), which compares it with this.
+redis.call('HINCRBY', KEYS[1], 'config_version', 1)
 if ARGV[1] == 'groups' then
   redis.call('HINCRBY', KEYS[1], 'limit_groups_version', 1)
 elseif ARGV[1] == 'filters' then

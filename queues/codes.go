@@ -25,6 +25,8 @@ const (
 	codeMoved        = -11 // refill: the segment moved to another queue
 	codeBadSecret    = -12 // backfeed: wrong secret, or backfeed is off
 	codeStaleFilter  = -13 // backfeed: the Bloom generations changed: re-read them
+	codeStaleConfig  = -14 // claim_plain: the cached settings are stale; nothing changed
+	codeNotPlain     = -15 // claim_plain, done_plain: not a plain call; run the general script
 )
 
 // scriptCodes names the codes for Lua.
@@ -42,6 +44,8 @@ var scriptCodes = map[string]int64{
 	"MOVED":          codeMoved,
 	"BAD_SECRET":     codeBadSecret,
 	"STALE_FILTER":   codeStaleFilter,
+	"STALE_CONFIG":   codeStaleConfig,
+	"NOT_PLAIN":      codeNotPlain,
 }
 
 // luaCodes is the Lua line that defines R, prepended to every script.
