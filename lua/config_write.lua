@@ -80,8 +80,16 @@ if ARGV[1] == 'create' then
   redis.call('HSET', KEYS[1], 'has_extras', '0', 'pop_check', '0')
 end
 -- Every write moves config_version: frontends keep a copy of the settings
--- for the plain claim (claim_plain.lua), which compares it with this.
-redis.call('HINCRBY', KEYS[1], 'config_version', 1)
+-- for the plain claim (claim_plain.lua), which compares it with this. A
+-- project starts at Redis's clock in microseconds, not at 1, so a project
+-- deleted and created again under its slug never matches a copy of the
+-- one before.
+if ARGV[1] == 'create' then
+  local t = redis.call('TIME')
+  redis.call('HSET', KEYS[1], 'config_version', string.format('%d%06d', tonumber(t[1]), tonumber(t[2])))
+else
+  redis.call('HINCRBY', KEYS[1], 'config_version', 1)
+end
 if ARGV[1] == 'groups' then
   redis.call('HINCRBY', KEYS[1], 'limit_groups_version', 1)
 elseif ARGV[1] == 'filters' then

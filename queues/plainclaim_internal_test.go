@@ -246,3 +246,24 @@ func TestPlainClaimOfMoreThanTodoHoldsChangesNothingAndClaimLuaServes(t *testing
 		require.True(t, claimPlain)
 	})
 }
+
+// TestProjectCreatedAgainIsNotServedFromTheCopyBefore: a project deleted
+// and created again under its slug (settings paused this time) is not
+// served from a frontend's copy of the one before.
+func TestProjectCreatedAgainIsNotServedFromTheCopyBefore(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		pb := newPlainBundle(t, b, "again")
+		pb.enqueue(t, pb.a, "a")
+		got, err := pb.claim(pb.a, "alice", 1)
+		require.NoError(t, err)
+		require.Equal(t, []string{"a"}, got)
+		_, err = pb.b.DeleteProject(pb.ctx, pb.slug, true)
+		require.NoError(t, err)
+		_, err = pb.b.CreateProject(pb.ctx, pb.slug, SettingsPatch{Paused: ptrTo(true)})
+		require.NoError(t, err)
+		pb.enqueue(t, pb.b, "b")
+		_, err = pb.claim(pb.a, "alice", 1)
+		require.Error(t, err)
+		require.Contains(t, err.Error(), "paused")
+	})
+}
