@@ -48,11 +48,20 @@ var scriptCodes = map[string]int64{
 	"NOT_PLAIN":      codeNotPlain,
 }
 
-// luaCodes is the Lua line that defines R, prepended to every script.
-func luaCodes() string {
-	names := make([]string, 0, len(scriptCodes))
-	for name := range scriptCodes {
-		names = append(names, name)
+// luaCodes is the Lua line that defines R, prepended to every script:
+// every code, or only the named ones (a table is built on every call, so
+// the plain paths' scripts name the few they return).
+func luaCodes(only ...string) string {
+	names := only
+	if len(names) == 0 {
+		for name := range scriptCodes {
+			names = append(names, name)
+		}
+	}
+	for _, name := range names {
+		if _, ok := scriptCodes[name]; !ok {
+			panic("no script code " + name)
+		}
 	}
 	sort.Strings(names)
 	fields := make([]string, len(names))

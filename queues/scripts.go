@@ -19,8 +19,8 @@ var (
 	doneScript  = loadScript("done.lua")
 	// The plain paths' scripts carry no prelude: each of its functions is a
 	// closure made on every call, and these scripts need none of them.
-	claimPlainScript  = luascript.Load(lua.Files, "claim_plain.lua", luaCodes())
-	donePlainScript   = luascript.Load(lua.Files, "done_plain.lua", luaCodes())
+	claimPlainScript  = luascript.Load(lua.Files, "claim_plain.lua", luaCodes(plainScriptCodes["claim_plain.lua"]...))
+	donePlainScript   = luascript.Load(lua.Files, "done_plain.lua", luaCodes(plainScriptCodes["done_plain.lua"]...))
 	releaseScript     = loadScript("release.lua")
 	enqueueScript     = loadScript("enqueue.lua")
 	configWriteScript = loadScript("config_write.lua")
@@ -43,6 +43,13 @@ var (
 	countersFlushScript = loadScript("counters_flush.lua")
 	blockWriteScript    = loadScript("block_write.lua")
 )
+
+// plainScriptCodes are the result codes the plain paths' scripts return:
+// R holds only these there (TestPlainScriptsNameOnlyTheirCodes).
+var plainScriptCodes = map[string][]string{
+	"claim_plain.lua": {"STALE_CONFIG", "NOT_PLAIN", "CORRUPT"},
+	"done_plain.lua":  {"NOT_PLAIN", "CORRUPT"},
+}
 
 // warriorPathScripts are run through the engine's Batcher: the
 // warrior path's many small concurrent calls gain from sharing a batch. The
