@@ -2,9 +2,9 @@
 -- project, atomically, with only the keys and commands such a claim needs.
 -- The frontend decides from its cached copy of the project's settings
 -- (queues/plainclaim.go) that the project is plain: no pause, minimum
--- version, rate, budget, claims limit, limit groups, blocks of this
--- downloader or its IP, reservation for it, scored queue, released items,
--- extras or duplicate look-up. This script checks that the copy is current
+-- version above the client's, rate, budget, claims limit, limit groups,
+-- blocks of this downloader or its IP, reservation for it, scored queue,
+-- released items, extras or duplicate look-up. This script checks that the copy is current
 -- (one HMGET) and pops; anything it cannot do it answers with a code and
 -- changes nothing, and the frontend runs claim.lua, the general claim.
 --

@@ -260,7 +260,7 @@ func (e *Engine) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, erro
 	if err != nil {
 		return ClaimResult{}, err
 	}
-	if cfg := e.plainConfigs.get(ctx, e, slug); cfg != nil && cfg.serves(req.Downloader, ip, globalBlock) {
+	if cfg := e.plainConfigs.get(ctx, e, slug); cfg != nil && cfg.serves(req.Downloader, ip, globalBlock, req.Version) {
 		now := e.clock.Now()
 		result, code, detail, handled, err := e.claimPlain(ctx, slug, req, ip, cfg, now)
 		if err != nil {

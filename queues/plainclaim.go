@@ -45,6 +45,7 @@ type plainConfig struct {
 	ttlMS       float64
 	extra       string
 	ignoreBlock bool                // ignore_global_blocks
+	minVersion  string              // min_version, "" for none
 	blocked     map[string]struct{} // the project's block targets
 	reserved    map[string]struct{} // downloaders with a reserved queue
 	loadedAt    time.Time
@@ -144,7 +145,8 @@ func loadPlainConfig(ctx context.Context, rdb redis.UniversalClient, slug string
 	hasExtras, _ := field(9)
 	popCheck, _ := field(10)
 	groups, _ := field(11)
-	cfg.plain = exists && paused != "1" && minVersion == "" &&
+	cfg.minVersion = minVersion
+	cfg.plain = exists && paused != "1" &&
 		luaNumber(field(4)) == 0 && luaNumber(field(5)) == 0 && luaNumber(field(6)) == 0 &&
 		luaNumber(field(7)) <= 0 && luaNumber(field(8)) == 0 &&
 		hasExtras == "0" && popCheck == "0" && len(decodeGroups(groups)) == 0 &&
@@ -187,12 +189,18 @@ func luaNumber(s string, ok bool) float64 {
 	return n
 }
 
-// serves reports whether this request can be plain: claim.lua would block
-// it (a project block, or a global one the project does not ignore) or
-// serve it a reserved queue first.
-func (p *plainConfig) serves(downloader, ip, globalBlock string) bool {
+// serves reports whether this request can be plain: not if claim.lua
+// would block it (a project block, or a global one the project does not
+// ignore), refuse its version (or only claim.lua can tell: versionServed)
+// or serve it a reserved queue first.
+func (p *plainConfig) serves(downloader, ip, globalBlock, version string) bool {
 	if !p.plain || (globalBlock != "" && !p.ignoreBlock) {
 		return false
+	}
+	if p.minVersion != "" {
+		if served, sure := versionServed(version, p.minVersion); !served || !sure {
+			return false
+		}
 	}
 	if _, ok := p.reserved[downloader]; ok {
 		return false

@@ -267,3 +267,59 @@ func TestProjectCreatedAgainIsNotServedFromTheCopyBefore(t *testing.T) {
 		require.Contains(t, err.Error(), "paused")
 	})
 }
+
+// TestVersionGateInGoIsClaimLuas: where versionServed is sure, it says
+// what claim.lua says (asked on a project with a claims limit, which only
+// claim.lua serves); where claim.lua refuses, the plain path never serves.
+func TestVersionGateInGoIsClaimLuas(t *testing.T) {
+	minimums := []string{"20240101.10", "1.0.beta", "2.0", "v3-rc1", "0010.2", "1.0a", "abc"}
+	versions := []string{"", "20240101.9", "20240101.09", "20240101.10", "20240101.010", "20240101.10.1",
+		"20240102", "120240101", "1.0", "1.0.1", "1.0.beta", "1.0.alpha", "1.0.gamma", "2", "2.0.0", "1.99",
+		"v3-rc1", "v3-rc2", "v3", "v4", "V3-RC1", "10.2", "0010.02", "1.0a", "1.0b", "1.0A", "abc", "abd", "ABC", "zz", "...", "9"}
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		pb := newPlainBundle(t, b, "versions")
+		items := make([]string, len(minimums)*len(versions))
+		for i := range items {
+			items[i] = "v" + string(rune('a'+i%26)) + string(rune('a'+i/26%26)) + string(rune('a'+i/676))
+		}
+		pb.enqueue(t, pb.a, items...)
+		sure := 0
+		for _, minimum := range minimums {
+			_, err := pb.a.UpdateProject(pb.ctx, pb.slug, SettingsPatch{MinVersion: ptrTo(minimum), ClaimsLimit: ptrTo(1_000_000)})
+			require.NoError(t, err)
+			for _, version := range versions {
+				_, err := pb.a.Claim(pb.ctx, ClaimRequest{Project: pb.slug, Downloader: "alice", Version: version, Count: 1})
+				luaServed := err == nil
+				if !luaServed {
+					require.Equal(t, CodeVersionTooOld, CodeOf(err), "%q under %q: %v", version, minimum, err)
+				}
+				served, ok := versionServed(version, minimum)
+				if ok {
+					sure++
+					require.Equal(t, luaServed, served, "%q under %q", version, minimum)
+				}
+			}
+		}
+		require.Greater(t, sure, len(minimums)*len(versions)*3/4, "most pairs are decided in Go")
+	})
+}
+
+// TestPlainClaimKeepsTheVersionGate: a project with a minimum version is
+// served plain to clients at or above it, and a client below it is
+// refused (by claim.lua).
+func TestPlainClaimKeepsTheVersionGate(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		pb := newPlainBundle(t, b, "gate")
+		_, err := pb.a.UpdateProject(pb.ctx, pb.slug, SettingsPatch{MinVersion: ptrTo("20240101.10")})
+		require.NoError(t, err)
+		pb.enqueue(t, pb.a, "a", "b")
+		pb.flushScripts(t)
+		_, err = pb.a.Claim(pb.ctx, ClaimRequest{Project: pb.slug, Downloader: "alice", Version: "20240101.11", Count: 1})
+		require.NoError(t, err)
+		claim, claimPlain, _, _ := pb.script()
+		require.False(t, claim)
+		require.True(t, claimPlain)
+		_, err = pb.a.Claim(pb.ctx, ClaimRequest{Project: pb.slug, Downloader: "alice", Version: "20240101.9", Count: 1})
+		require.Equal(t, CodeVersionTooOld, CodeOf(err), "%v", err)
+	})
+}
