@@ -5,7 +5,8 @@
 -- KEYS[1] config    HASH (has_extras is set to 1 when extras are written)
 -- KEYS[2] extras    HASH item -> JSON object of extra keys
 -- KEYS[3] stats     HASH counters
--- KEYS[4] reserved  SET  downloaders with a reserved queue
+-- KEYS[4] reserved  SET  downloaders with a reserved queue (a new one moves
+--                   the config's config_version)
 -- KEYS[5] claims    HASH item -> claim record
 -- KEYS[6] done      SET
 -- KEYS[7] recent_done ZSET the latest completions (done_mode count or
@@ -99,8 +100,10 @@ if #extras > 0 then
 end
 if queued > 0 then
   redis.call('HINCRBY', KEYS[3], 'items_queued', queued)
-  if ARGV[1] ~= '' then
-    redis.call('SADD', KEYS[4], ARGV[1])
+  -- A new reservation moves config_version: frontends serve a downloader
+  -- with one through claim.lua, which serves its reserved queue first.
+  if ARGV[1] ~= '' and redis.call('SADD', KEYS[4], ARGV[1]) == 1 then
+    redis.call('HINCRBY', KEYS[1], 'config_version', 1)
   end
 end
 return {queued, skipped, length, already}

@@ -75,6 +75,9 @@ end
 
 local to_failed = 0
 local to = {}
+-- The first released record moves config_version: frontends serve no
+-- plain claim (claim_plain.lua) while released items exist.
+local released_before = redis.call('EXISTS', KEYS[8]) == 1
 for _, r in ipairs(records) do
   local item = r.item
   if budget_on then budget_decrement(KEYS[4], downloader) end
@@ -96,6 +99,9 @@ for key, items in pairs(to) do
   call_chunked('SADD', KEYS[#KEYS], items)
 end
 redis.call('HINCRBY', KEYS[5], 'items_fail_reported', #records)
+if not released_before and redis.call('EXISTS', KEYS[8]) == 1 then
+  redis.call('HINCRBY', KEYS[1], 'config_version', 1)
+end
 if to_failed > 0 then
   redis.call('HINCRBY', KEYS[5], 'items_failed', to_failed)
 end

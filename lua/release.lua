@@ -52,6 +52,9 @@ local cutoff = tonumber(ARGV[3])
 
 local released, not_out, filtered, failed = 0, 0, 0, 0
 local to = {}
+-- The first released record moves config_version: frontends serve no
+-- plain claim (claim_plain.lua) while released items exist.
+local released_before = redis.call('EXISTS', KEYS[7]) == 1
 for i = 5, #ARGV, 2 do
   local item = ARGV[i]
   local d = tonumber(ARGV[i + 1])
@@ -86,6 +89,9 @@ for key, items in pairs(to) do
 end
 if released > 0 then
   redis.call('HINCRBY', KEYS[6], 'items_released', released)
+end
+if not released_before and redis.call('EXISTS', KEYS[7]) == 1 then
+  redis.call('HINCRBY', KEYS[1], 'config_version', 1)
 end
 if failed > 0 then
   redis.call('HINCRBY', KEYS[6], 'items_failed', failed)

@@ -160,6 +160,11 @@ func TestOutOfThePreviousBuildIsMergedIntoDeadlines(t *testing.T) {
 		require.NoError(t, tb.rdb.ZAdd(tb.ctx, out, legacy...).Err())
 		require.EqualValues(t, 3, tb.counts(t).Out, "the imported claim has no deadline yet")
 
+		// Claimed through a frontend that read the settings after out
+		// appeared: a frontend's copy for the plain claim is at most
+		// plainConfigRefresh (1 s) old, and one that finds out claims
+		// with claim.lua, which merges it.
+		tb.engine = queues.NewEngine(tb.rdb, queues.Options{Clock: tb.clock, Logger: quietLogger})
 		require.Len(t, tb.claim(t, "bob_1", 1), 1)
 		require.EqualValues(t, 54, tb.rdb.ZCard(tb.ctx, out).Val(), "one claim merges 100")
 		require.Len(t, tb.claim(t, "bob_1", 1), 1)

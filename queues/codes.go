@@ -25,6 +25,8 @@ const (
 	codeMoved        = -11 // refill: the segment moved to another queue
 	codeBadSecret    = -12 // backfeed: wrong secret, or backfeed is off
 	codeStaleFilter  = -13 // backfeed: the Bloom generations changed: re-read them
+	codeStaleConfig  = -14 // claim_plain: the cached settings are stale; nothing changed
+	codeNotPlain     = -15 // claim_plain, done_plain: not a plain call; run the general script
 )
 
 // scriptCodes names the codes for Lua.
@@ -42,13 +44,24 @@ var scriptCodes = map[string]int64{
 	"MOVED":          codeMoved,
 	"BAD_SECRET":     codeBadSecret,
 	"STALE_FILTER":   codeStaleFilter,
+	"STALE_CONFIG":   codeStaleConfig,
+	"NOT_PLAIN":      codeNotPlain,
 }
 
-// luaCodes is the Lua line that defines R, prepended to every script.
-func luaCodes() string {
-	names := make([]string, 0, len(scriptCodes))
-	for name := range scriptCodes {
-		names = append(names, name)
+// luaCodes is the Lua line that defines R, prepended to every script:
+// every code, or only the named ones (a table is built on every call, so
+// the plain paths' scripts name the few they return).
+func luaCodes(only ...string) string {
+	names := only
+	if len(names) == 0 {
+		for name := range scriptCodes {
+			names = append(names, name)
+		}
+	}
+	for _, name := range names {
+		if _, ok := scriptCodes[name]; !ok {
+			panic("no script code " + name)
+		}
 	}
 	sort.Strings(names)
 	fields := make([]string, len(names))

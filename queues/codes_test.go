@@ -34,3 +34,16 @@ func TestScriptCodesAreDistinctNegativeAndNamedInEveryScript(t *testing.T) {
 		}
 	}
 }
+
+func TestPlainScriptsNameOnlyTheirCodes(t *testing.T) {
+	used := regexp.MustCompile(`R\.([A-Z_]+)`)
+	for name, codes := range plainScriptCodes {
+		body, err := fs.ReadFile(lua.Files, name)
+		require.NoError(t, err)
+		found := used.FindAllStringSubmatch(string(body), -1)
+		require.NotEmpty(t, found, name)
+		for _, m := range found {
+			require.Contains(t, codes, m[1], "%s returns R.%s, which its R does not hold", name, m[1])
+		}
+	}
+}

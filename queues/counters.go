@@ -236,7 +236,7 @@ const (
 // countClaim counts a claim script's outcome: every request that got past
 // the block and version checks counts in requests (rate-limited ones too),
 // as claim.lua counted them.
-func (e *Engine) countClaim(ctx context.Context, slug string, now time.Time, code int64, rest []any) {
+func (e *Engine) countClaim(ctx context.Context, slug string, now time.Time, code int64, detail string, items, reclaims int64) {
 	hourly := HourlyKey(slug, now)
 	stats := StatsKey(slug)
 	e.count(ctx, slug, func(c counts) {
@@ -258,12 +258,10 @@ func (e *Engine) countClaim(ctx context.Context, slug string, now time.Time, cod
 			c.add(stats, counterAdd, 0, "requests_rate_limited", 1)
 		case 0:
 			c.add(stats, counterAdd, 0, "requests_empty", 1)
-			if len(rest) > 0 && replyString(rest[0]) == "group_limit" {
+			if detail == "group_limit" {
 				c.add(stats, counterAdd, 0, "requests_group_limited", 1)
 			}
 		case 1:
-			items := int64((len(rest) - 2) / 2)
-			reclaims := replyInt(rest[0])
 			c.add(stats, counterAdd, 0, "requests_served", 1)
 			c.add(stats, counterAdd, 0, "items_served", items)
 			c.add(hourly, counterAdd, HourlyRetention, "requests_served", 1)

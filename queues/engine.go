@@ -36,6 +36,9 @@ type Engine struct {
 	logger       *slog.Logger
 	groupCache   groupCache
 	globalBlocks globalBlockCache
+	// plainConfigs holds what the plain claim needs of each project's
+	// settings (plainclaim.go).
+	plainConfigs plainConfigCache
 	// warriorKeys holds claim.lua's and done.lua's per-project key names
 	// (warriorkeys.go).
 	warriorKeys warriorKeyCache
@@ -257,6 +260,22 @@ func (e *Engine) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, erro
 	if err != nil {
 		return ClaimResult{}, err
 	}
+	if cfg := e.plainConfigs.get(ctx, e, slug); cfg != nil && cfg.serves(req.Downloader, ip, globalBlock, req.Version) {
+		now := e.clock.Now()
+		result, code, detail, handled, err := e.claimPlain(ctx, slug, req, ip, cfg, now)
+		if err != nil {
+			return ClaimResult{}, err
+		}
+		if handled {
+			if code == 1 {
+				e.countClaim(ctx, slug, now, code, "", int64(len(result.Items)), 0)
+				return result, nil
+			}
+			// Nothing was popped or written (claim_plain.lua undid it).
+			e.logger.Error("claim refused: corrupt project state", "project", slug, "detail", detail)
+			return ClaimResult{}, unavailable(op, errors.New("project state is corrupt ("+detail+"); nothing was handed out"))
+		}
+	}
 	var now time.Time
 	code, rest, err := e.runWithGroups(ctx, op, slug, claimScript, func(state *groupState) ([]string, []any) {
 		now = e.clock.Now()
@@ -266,10 +285,14 @@ func (e *Engine) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, erro
 	if err != nil {
 		return ClaimResult{}, err
 	}
-	e.countClaim(ctx, slug, now, code, rest)
 	detail := ""
 	if len(rest) > 0 {
 		detail = replyString(rest[0])
+	}
+	if code == 1 {
+		e.countClaim(ctx, slug, now, code, detail, int64((len(rest)-2)/2), replyInt(rest[0]))
+	} else {
+		e.countClaim(ctx, slug, now, code, detail, 0, 0)
 	}
 	switch code {
 	case 1:
@@ -418,13 +441,23 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 	}
 	slug := req.Project
 	now := e.clock.Now()
-	keys := e.warriorKeys.get(slug).done
+	projectKeys := e.warriorKeys.get(slug)
 	args := make([]any, 0, 6+len(req.Items))
 	args = append(args, now.UnixMilli(), req.Downloader, req.Version, total, tail, result)
 	for _, item := range req.Items {
 		args = append(args, item)
 	}
-	code, rest, err := e.runScriptList(ctx, op, doneScript, keys, args...)
+	// done_plain.lua's ARGV are now, the downloader and the items: the
+	// same values, without the log entry's parts (the frontend builds the
+	// entry) and the event log's result (a project with an event log is
+	// not plain).
+	plainArgs := make([]any, 0, 2+len(req.Items))
+	plainArgs = append(plainArgs, args[0], args[1])
+	plainArgs = append(plainArgs, args[6:]...)
+	code, rest, err := e.runScriptList(ctx, op, donePlainScript, projectKeys.donePlain, plainArgs...)
+	if err == nil && code == codeNotPlain {
+		code, rest, err = e.runScriptList(ctx, op, doneScript, projectKeys.done, args...)
+	}
 	if err != nil {
 		return DoneResult{}, err
 	}
@@ -988,10 +1021,10 @@ func (e *Engine) Block(ctx context.Context, slug, who string, entry BlockEntry) 
 		entry.At = e.clock.Now().UTC()
 	}
 	raw, _ := json.Marshal(entry)
-	if err := e.rdb.HSet(ctx, BlockedKey(slug), blockKey(who), raw).Err(); err != nil {
-		return unavailable(op, err)
-	}
-	return nil
+	// config_version moves with the block list: every frontend's copy of
+	// it (the plain claim's, plainclaim.go) is then found stale.
+	_, err = e.runScriptInt(ctx, op, blockWriteScript, []string{ConfigKey(slug), BlockedKey(slug)}, "set", blockKey(who), string(raw))
+	return err
 }
 
 // Unblock lifts a block; it reports whether there was one.
@@ -1000,9 +1033,13 @@ func (e *Engine) Unblock(ctx context.Context, slug, who string) (bool, error) {
 		return false, err
 	}
 	// The exact spelling too: entries stored before blocks ignored case.
-	n, err := e.rdb.HDel(ctx, BlockedKey(slug), blockFields(who)...).Result()
+	args := []any{"del"}
+	for _, field := range blockFields(who) {
+		args = append(args, field)
+	}
+	n, err := e.runScriptInt(ctx, "queues.Unblock", blockWriteScript, []string{ConfigKey(slug), BlockedKey(slug)}, args...)
 	if err != nil {
-		return false, unavailable("queues.Unblock", err)
+		return false, err
 	}
 	return n > 0, nil
 }

@@ -280,3 +280,13 @@ func doneKeys(slug string) []string {
 		EventsKey(slug), RedoCancelledKey(slug), HistoryKey(slug),
 	}
 }
+
+// claimPlainKeys is claim_plain.lua's KEYS.
+func claimPlainKeys(slug string) []string {
+	return []string{ConfigKey(slug), QueueKey(slug, QueueTodo), QueuedKey(slug), ClaimsKey(slug), DeadlinesKey(slug)}
+}
+
+// donePlainKeys is done_plain.lua's KEYS.
+func donePlainKeys(slug string) []string {
+	return []string{ConfigKey(slug), ClaimsKey(slug), DoneKey(slug), DeadlinesKey(slug)}
+}

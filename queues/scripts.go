@@ -15,8 +15,12 @@ import (
 
 // Every script, loaded from lua/ with the shared prelude prepended.
 var (
-	claimScript       = loadScript("claim.lua")
-	doneScript        = loadScript("done.lua")
+	claimScript = loadScript("claim.lua")
+	doneScript  = loadScript("done.lua")
+	// The plain paths' scripts carry no prelude: each of its functions is a
+	// closure made on every call, and these scripts need none of them.
+	claimPlainScript  = luascript.Load(lua.Files, "claim_plain.lua", luaCodes(plainScriptCodes["claim_plain.lua"]...))
+	donePlainScript   = luascript.Load(lua.Files, "done_plain.lua", luaCodes(plainScriptCodes["done_plain.lua"]...))
 	releaseScript     = loadScript("release.lua")
 	enqueueScript     = loadScript("enqueue.lua")
 	configWriteScript = loadScript("config_write.lua")
@@ -37,13 +41,21 @@ var (
 	doneDrainScript     = loadScript("done_drain.lua")
 	archiveFinishScript = loadScript("archive_finish.lua")
 	countersFlushScript = loadScript("counters_flush.lua")
+	blockWriteScript    = loadScript("block_write.lua")
 )
+
+// plainScriptCodes are the result codes the plain paths' scripts return:
+// R holds only these there (TestPlainScriptsNameOnlyTheirCodes).
+var plainScriptCodes = map[string][]string{
+	"claim_plain.lua": {"STALE_CONFIG", "NOT_PLAIN", "CORRUPT"},
+	"done_plain.lua":  {"NOT_PLAIN", "CORRUPT"},
+}
 
 // warriorPathScripts are run through the engine's Batcher: the
 // warrior path's many small concurrent calls gain from sharing a batch. The
 // other scripts are rare, or long enough that a batch would only hold
 // claims behind them.
-var warriorPathScripts = map[*redis.Script]bool{claimScript: true, doneScript: true}
+var warriorPathScripts = map[*redis.Script]bool{claimScript: true, doneScript: true, claimPlainScript: true, donePlainScript: true}
 
 var prelude = luascript.Prelude(lua.Files, "prelude.lua")
 

@@ -22,6 +22,8 @@ type warriorKeys struct {
 	claim     []string // claimProjectKeys
 	claimTail []string // claimTailKeys
 	done      []string // doneKeys
+	plain     []string // claimPlainKeys
+	donePlain []string // donePlainKeys
 }
 
 func (c *warriorKeyCache) get(slug string) *warriorKeys {
@@ -33,7 +35,8 @@ func (c *warriorKeyCache) get(slug string) *warriorKeys {
 	if c.entries == nil || len(c.entries) >= warriorKeyCacheMax {
 		c.entries = make(map[string]*warriorKeys)
 	}
-	k := &warriorKeys{claim: claimProjectKeys(slug), claimTail: claimTailKeys(slug), done: doneKeys(slug)}
+	k := &warriorKeys{claim: claimProjectKeys(slug), claimTail: claimTailKeys(slug), done: doneKeys(slug),
+		plain: claimPlainKeys(slug), donePlain: donePlainKeys(slug)}
 	c.entries[slug] = k
 	return k
 }

@@ -1,0 +1,101 @@
+-- claim_plain.lua: hand out items from todo to one downloader of a plain
+-- project, atomically, with only the keys and commands such a claim needs.
+-- The frontend decides from its cached copy of the project's settings
+-- (queues/plainclaim.go) that the project is plain: no pause, minimum
+-- version above the client's, rate, budget, claims limit, limit groups,
+-- blocks of this downloader or its IP, reservation for it, scored queue,
+-- released items, extras or duplicate look-up. This script checks that the copy is current
+-- (one HMGET) and pops; anything it cannot do it answers with a code and
+-- changes nothing, and the frontend runs claim.lua, the general claim.
+--
+-- KEYS[1] config     HASH  project settings: config_version, has_extras and
+--                          pop_check are read
+-- KEYS[2] todo       LIST
+-- KEYS[3] queued     SET   the items waiting in the list queues: a popped
+--                          item leaves it
+-- KEYS[4] claims     HASH  item -> claim record
+-- KEYS[5] deadlines  ZSET  item -> reclaim deadline (ms)
+--
+-- ARGV[1] the config_version the frontend's copy was read at ("0" when the
+--         config had none)
+-- ARGV[2] items wanted (1..1000; the caller caps it by max_multi)
+-- ARGV[3] the claim record of a first claim, "1 <now> <downloader> <ip> - -"
+--         (the prelude's format_claim, built by the caller)
+-- ARGV[4] the reclaim deadline of a first claim (ms): now + the reclaim TTL
+--
+-- Returns
+--   {1, item1, item2, ...}  exactly ARGV[2] items claimed from todo's head
+--   {R.STALE_CONFIG}        the settings changed since the caller's copy
+--                           (config_version), or the project went (no
+--                           has_extras), or has_extras or pop_check are no
+--                           longer "0" (a frontend of the build before sets
+--                           them without moving config_version): nothing
+--                           changed; re-read the settings, claim with claim.lua
+--   {R.NOT_PLAIN}           todo holds fewer than ARGV[2] items (the general
+--                           claim serves the other queues and reclaims):
+--                           nothing changed
+--   {R.CORRUPT, why}        a key has the wrong type: nothing changed (items
+--                           popped are back at todo's head, in order, and in
+--                           the queued index)
+--
+-- Note: the same writes in the same order as claim.lua's plain path: pop,
+-- the queued index, the claim record (what done.lua and reclaims go by),
+-- the deadline; what fails after the pop undoes the writes before it and
+-- pushes the items back. No counters are written here: the frontend counts
+-- the request from the reply (queues/counters.go). The prelude is not
+-- prepended (its functions would be closures made on every call).
+
+local cfg = redis.call('HMGET', KEYS[1], 'config_version', 'has_extras', 'pop_check')
+if (cfg[1] or '0') ~= ARGV[1] or cfg[2] ~= '0' or cfg[3] ~= '0' then
+  return {R.STALE_CONFIG}
+end
+local wanted = tonumber(ARGV[2])
+local batch = redis.pcall('LPOP', KEYS[2], wanted)
+if type(batch) == 'table' and batch.err then
+  return {R.CORRUPT, KEYS[2] .. ': ' .. batch.err}
+end
+if not batch then
+  return {R.NOT_PLAIN}
+end
+local n = #batch
+if n < wanted then
+  -- Put back as they were: the general claim takes them with the rest.
+  local reversed = {}
+  for i = n, 1, -1 do reversed[n - i + 1] = batch[i] end
+  redis.call('LPUSH', KEYS[2], unpack(reversed))
+  return {R.NOT_PLAIN}
+end
+local record, deadline = ARGV[3], ARGV[4]
+local claim_args, deadline_args = {}, {}
+for i = 1, n do
+  claim_args[2 * i - 1], claim_args[2 * i] = batch[i], record
+  deadline_args[2 * i - 1], deadline_args[2 * i] = deadline, batch[i]
+end
+-- A command that fails writes nothing, so each write is undone only if it
+-- was made. (Replies are integers; an error is a table.)
+local failed_at, why
+local reply = redis.pcall('SREM', KEYS[3], unpack(batch))
+if type(reply) == 'table' then
+  failed_at, why = KEYS[3], reply.err
+else
+  reply = redis.pcall('HSET', KEYS[4], unpack(claim_args))
+  if type(reply) == 'table' then
+    failed_at, why = KEYS[4], reply.err
+    redis.pcall('SADD', KEYS[3], unpack(batch))
+  else
+    reply = redis.pcall('ZADD', KEYS[5], unpack(deadline_args))
+    if type(reply) == 'table' then
+      failed_at, why = KEYS[5], reply.err
+      redis.pcall('HDEL', KEYS[4], unpack(batch))
+      redis.pcall('SADD', KEYS[3], unpack(batch))
+    end
+  end
+end
+if failed_at then
+  local reversed = {}
+  for i = n, 1, -1 do reversed[n - i + 1] = batch[i] end
+  redis.pcall('LPUSH', KEYS[2], unpack(reversed))
+  return {R.CORRUPT, failed_at .. ': ' .. tostring(why)}
+end
+table.insert(batch, 1, 1)
+return batch
