@@ -294,8 +294,6 @@ func TestWrittenBehindReannounceFiresTheSignals(t *testing.T) {
 		f.announce(hash, other, 2, passkey("passkeyB"), seeding, event(bittorrent.EventStarted))
 		f.announce(hash, me, 1, passkey("passkeyA"), seeding, event(bittorrent.EventStarted))
 		f.clock.Advance(time.Minute)
-		f.announce(hash, other, 2, passkey("passkeyB"), seeding) // announce.lua: the torrent was cold
-		f.clock.Advance(100 * time.Millisecond)
 		f.announce(hash, me, 1, passkey("passkeyA"), seeding) // the view read, with its refresh
 		require.Empty(t, log.take())
 		f.clock.Advance(100 * time.Millisecond)

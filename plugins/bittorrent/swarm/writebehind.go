@@ -134,7 +134,6 @@ func (k *knownPeers) forget(key peerKey, notAfter int64) {
 type swarmView struct {
 	mu         sync.Mutex    // held while the view is read from Redis
 	at         int64         // ms when read; 0: no copy
-	coldAt     int64         // ms of the last plain re-announce sent to announce.lua for want of a view
 	readingAt  int64         // ms a batch's read of the view was taken (0: none in flight)
 	readDone   chan struct{} // closed when that read is in
 	seeders    int64
@@ -279,9 +278,9 @@ type writeBehind struct {
 
 	answered, dropped atomic.Int64
 	// where plain re-announces went: view reads (refresh.lua with the
-	// announce, answered from its reply), cold ones (announce.lua), and
-	// the drain's refresh.lua calls and the peers they wrote
-	viewReads, cold, drainCalls, drainPeers atomic.Int64
+	// announce, answered from its reply) and the drain's refresh.lua
+	// calls and the peers they wrote
+	viewReads, drainCalls, drainPeers atomic.Int64
 }
 
 func newWriteBehind(s *Store) *writeBehind {
@@ -303,11 +302,7 @@ func (w *writeBehind) answer(ctx context.Context, req *bittorrent.AnnounceReques
 	}
 	view, written, err := w.view(ctx, req.InfoHash, now, req.PeerID, p.refresh)
 	if err != nil {
-		if err != errColdTorrent {
-			w.s.logger.Debug("swarm: no swarm view; announcing in full", "error", err)
-		} else {
-			w.cold.Add(1)
-		}
+		w.s.logger.Debug("swarm: no swarm view; announcing in full", "error", err)
 		return nil, false
 	}
 	return w.respond(p, view, written, numWant, now)
@@ -422,15 +417,8 @@ func (w *writeBehind) answerOrRead(ctx context.Context, req *bittorrent.Announce
 		v.mu.Unlock()
 		return nil, &viewRead{p: p, v: v, follower: true, done: done}, true
 	}
-	hot := v.hotLocked(now)
-	if hot {
-		v.readingAt, v.readDone = now, make(chan struct{})
-	}
+	v.readingAt, v.readDone = now, make(chan struct{})
 	v.mu.Unlock()
-	if !hot {
-		w.cold.Add(1)
-		return nil, nil, false
-	}
 	rd := &viewRead{p: p, v: v,
 		call: refreshCall{hash: req.InfoHash, ids: []bittorrent.PeerID{req.PeerID}, peers: []queuedRefresh{p.refresh}, withView: true}}
 	keys, args := w.refreshKeysArgs(req.InfoHash, w.s.cfg.MaxNumWant, rd.call.peers, rd.call.ids)
@@ -557,9 +545,6 @@ func (w *writeBehind) view(ctx context.Context, hash bittorrent.InfoHash, now in
 	if !v.staleLocked(now) {
 		return v.copyLocked(), false, nil
 	}
-	if !v.hotLocked(now) {
-		return viewCopy{}, false, errColdTorrent
-	}
 	call := refreshCall{hash: hash, ids: []bittorrent.PeerID{id}, peers: []queuedRefresh{r}, withView: true}
 	keys, args := w.refreshKeysArgs(hash, w.s.cfg.MaxNumWant, call.peers, call.ids)
 	reply, err := w.readView(ctx, keys, args)
@@ -573,19 +558,6 @@ func (w *writeBehind) view(ctx context.Context, hash bittorrent.InfoHash, now in
 // staleLocked says whether the view is too old to answer from.
 func (v *swarmView) staleLocked(now int64) bool {
 	return v.at == 0 || now-v.at >= maxViewAge.Milliseconds() || now < v.at
-}
-
-// hotLocked says whether a stale view is worth reading: a torrent
-// announced to less often than a view lasts gains nothing from one (its
-// announces run announce.lua, as cheap as a view read); the second plain
-// re-announce within maxViewAge makes it hot. A cold answer marks the
-// time.
-func (v *swarmView) hotLocked(now int64) bool {
-	if v.coldAt == 0 || now-v.coldAt >= maxViewAge.Milliseconds() || now < v.coldAt {
-		v.coldAt = now
-		return false
-	}
-	return true
 }
 
 func (v *swarmView) copyLocked() viewCopy {
@@ -630,8 +602,6 @@ func (w *writeBehind) readView(ctx context.Context, keys []string, args []any) (
 	}
 	return reply, nil
 }
-
-var errColdTorrent = errors.New("the torrent is announced to too rarely for a view")
 
 var errPeerChanged = errors.New("the peer changed since this frontend accepted it")
 
@@ -860,7 +830,6 @@ func (s *Store) dropView(hash bittorrent.InfoHash) {
 type WriteBehindStats struct {
 	Answered   int64 // answered from a view (ViewReads included), refresh written behind unless read with it
 	ViewReads  int64 // answered from a refresh.lua call that wrote the announce and read the view
-	Cold       int64 // sent to announce.lua: the torrent is announced to too rarely for a view
 	DrainCalls int64 // refresh.lua calls that wrote queued refreshes
 	DrainPeers int64 // queued refreshes those calls carried
 	Dropped    int64 // refreshes refresh.lua dropped (the peer had changed elsewhere)
@@ -874,6 +843,6 @@ func (s *Store) WriteBehindStats() WriteBehindStats {
 		return WriteBehindStats{}
 	}
 	w := s.writeBehind
-	return WriteBehindStats{Answered: w.answered.Load(), ViewReads: w.viewReads.Load(), Cold: w.cold.Load(),
+	return WriteBehindStats{Answered: w.answered.Load(), ViewReads: w.viewReads.Load(),
 		DrainCalls: w.drainCalls.Load(), DrainPeers: w.drainPeers.Load(), Dropped: w.dropped.Load(), Queued: w.queue.len()}
 }
