@@ -352,3 +352,22 @@ func resetStats(b *testing.B, client redis.UniversalClient) {
 		b.Fatal(err)
 	}
 }
+
+// reportAnnounceCosts reports Redis's cost per announce since cpuBefore
+// (the benchmark's timed part): its CPU, the scripts' calls and time, and
+// the commands the scripts ran or were sent alone (INFO and the stats
+// reset left out).
+func reportAnnounceCosts(b *testing.B, client redis.UniversalClient, cpuBefore float64) {
+	b.Helper()
+	stats := commandStats(b, client)
+	commands := 0.0
+	for name, st := range stats {
+		if name != "evalsha" && name != "info" && name != "config|resetstat" {
+			commands += st.calls
+		}
+	}
+	b.ReportMetric((redisCPUSeconds(b, client)-cpuBefore)*1e6/float64(b.N), "redis-µs/announce")
+	b.ReportMetric(stats["evalsha"].usec/float64(b.N), "script-µs/announce")
+	b.ReportMetric(stats["evalsha"].calls/float64(b.N), "scripts/announce")
+	b.ReportMetric(commands/float64(b.N), "commands/announce")
+}

@@ -198,17 +198,7 @@ func BenchmarkFeedSticky(b *testing.B) {
 				}
 				round()
 				b.StopTimer()
-				stats := commandStats(b, backend.Client)
-				commands := 0.0
-				for name, st := range stats {
-					if name != "evalsha" && name != "info" && name != "config|resetstat" {
-						commands += st.calls
-					}
-				}
-				b.ReportMetric((redisCPUSeconds(b, backend.Client)-cpuBefore)*1e6/float64(b.N), "redis-µs/announce")
-				b.ReportMetric(stats["evalsha"].usec/float64(b.N), "script-µs/announce")
-				b.ReportMetric(stats["evalsha"].calls/float64(b.N), "scripts/announce")
-				b.ReportMetric(commands/float64(b.N), "commands/announce")
+				reportAnnounceCosts(b, backend.Client, cpuBefore)
 				b.ReportMetric(float64(rows)/float64(b.N), "rows/announce")
 			})
 			if err := store.Stop(); err != nil {

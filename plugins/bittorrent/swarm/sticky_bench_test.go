@@ -89,17 +89,7 @@ func BenchmarkAnnounceSticky(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.StopTimer()
-				stats := commandStats(b, backend.Client)
-				commands := 0.0 // what the scripts ran, and any command sent alone
-				for name, st := range stats {
-					if name != "evalsha" && name != "info" && name != "config|resetstat" {
-						commands += st.calls
-					}
-				}
-				b.ReportMetric((redisCPUSeconds(b, backend.Client)-cpuBefore)*1e6/float64(b.N), "redis-µs/announce")
-				b.ReportMetric(stats["evalsha"].usec/float64(b.N), "script-µs/announce")
-				b.ReportMetric(stats["evalsha"].calls/float64(b.N), "scripts/announce")
-				b.ReportMetric(commands/float64(b.N), "commands/announce")
+				reportAnnounceCosts(b, backend.Client, cpuBefore)
 			})
 			if err := store.Stop(); err != nil {
 				b.Fatal(err)
