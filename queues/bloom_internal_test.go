@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hoardproject/hoard/internal/luascript"
 	"github.com/hoardproject/hoard/internal/redistest"
 )
 
@@ -94,7 +95,7 @@ func slowlogScripts(ctx context.Context, tb testing.TB, rdb redis.UniversalClien
 }
 
 // loadOnEveryNode loads script into every master's script cache.
-func loadOnEveryNode(ctx context.Context, tb testing.TB, rdb redis.UniversalClient, script *redis.Script) {
+func loadOnEveryNode(ctx context.Context, tb testing.TB, rdb redis.UniversalClient, script *luascript.Script) {
 	if cluster, ok := rdb.(*redis.ClusterClient); ok {
 		require.NoError(tb, cluster.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
 			return script.Load(ctx, node).Err()

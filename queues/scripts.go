@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/hoardproject/hoard/lua"
 
 	"github.com/hoardproject/hoard/internal/luascript"
@@ -55,20 +53,20 @@ var plainScriptCodes = map[string][]string{
 // warrior path's many small concurrent calls gain from sharing a batch. The
 // other scripts are rare, or long enough that a batch would only hold
 // claims behind them.
-var warriorPathScripts = map[*redis.Script]bool{claimScript: true, doneScript: true, claimPlainScript: true, donePlainScript: true}
+var warriorPathScripts = map[*luascript.Script]bool{claimScript: true, doneScript: true, claimPlainScript: true, donePlainScript: true}
 
 var prelude = luascript.Prelude(lua.Files, "prelude.lua")
 
 // loadScript loads a queue script with the named result codes (R) and the
 // shared prelude prepended.
-func loadScript(name string) *redis.Script {
+func loadScript(name string) *luascript.Script {
 	return luascript.Load(lua.Files, name, luaCodes(), prelude)
 }
 
 // runScript runs a script with EVALSHA (EVAL once after a NOSCRIPT) and
 // wraps failures as CodeUnavailable errors of op. On a cluster go-redis
 // routes it by KEYS[1]; all KEYS share one hash tag, so one slot.
-func (e *Engine) runScript(ctx context.Context, op string, script *redis.Script, keys []string, args ...any) (any, error) {
+func (e *Engine) runScript(ctx context.Context, op string, script *luascript.Script, keys []string, args ...any) (any, error) {
 	var reply any
 	var err error
 	if warriorPathScripts[script] {
@@ -83,7 +81,7 @@ func (e *Engine) runScript(ctx context.Context, op string, script *redis.Script,
 }
 
 // runScriptInt runs a script that returns one integer.
-func (e *Engine) runScriptInt(ctx context.Context, op string, script *redis.Script, keys []string, args ...any) (int64, error) {
+func (e *Engine) runScriptInt(ctx context.Context, op string, script *luascript.Script, keys []string, args ...any) (int64, error) {
 	reply, err := e.runScript(ctx, op, script, keys, args...)
 	if err != nil {
 		return 0, err
@@ -97,7 +95,7 @@ func (e *Engine) runScriptInt(ctx context.Context, op string, script *redis.Scri
 
 // runScriptList runs a script that returns an array whose first element is
 // an integer status code.
-func (e *Engine) runScriptList(ctx context.Context, op string, script *redis.Script, keys []string, args ...any) (int64, []any, error) {
+func (e *Engine) runScriptList(ctx context.Context, op string, script *luascript.Script, keys []string, args ...any) (int64, []any, error) {
 	reply, err := e.runScript(ctx, op, script, keys, args...)
 	if err != nil {
 		return 0, nil, err
@@ -141,7 +139,7 @@ func replyInt(v any) int64 {
 // script answers codeStaleGroups (another frontend changed them in
 // between), the groups are read again and the script runs again, three
 // times in all before giving up.
-func (e *Engine) runWithGroups(ctx context.Context, op, slug string, script *redis.Script,
+func (e *Engine) runWithGroups(ctx context.Context, op, slug string, script *luascript.Script,
 	build func(state *groupState) (keys []string, args []any)) (int64, []any, error) {
 	state, err := e.limitGroups(ctx, slug, false)
 	if err != nil {
@@ -167,7 +165,7 @@ func (e *Engine) runWithGroups(ctx context.Context, op, slug string, script *red
 // stale: the decisions were made with groups or filters that changed
 // meanwhile (nothing was popped; decide the page again); empty: the source
 // is empty.
-func (e *Engine) applySiftPage(ctx context.Context, op, slug string, script *redis.Script, keys []string, args []any, result *SiftResult) (stale, empty bool, err error) {
+func (e *Engine) applySiftPage(ctx context.Context, op, slug string, script *luascript.Script, keys []string, args []any, result *SiftResult) (stale, empty bool, err error) {
 	code, rest, err := e.runScriptList(ctx, op, script, keys, args...)
 	if err != nil {
 		return false, false, err

@@ -365,7 +365,7 @@ func post(ctx context.Context, client *http.Client, url string, body []byte) ([]
 
 // ceilingScript is the cheapest script that still touches a key in the
 // project's slot: Redis's own EVALSHA ceiling on this machine.
-var ceilingScript = redis.NewScript(`return redis.call('EXISTS', KEYS[1])`)
+var ceilingScript = luascript.FromSource(`return redis.call('EXISTS', KEYS[1])`)
 
 func benchScript(ctx context.Context, env *benchEnv, o benchOptions) error {
 	fmt.Printf("\nclaim.lua and done.lua vs Redis's EVALSHA ceiling (a one-key script), all three batched as the engine batches them, after an AOF rewrite of the fill, %d callers, %d runs of %s; %s\n", o.warriors, o.runs, o.duration, machineLine())

@@ -8,8 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/hoardproject/hoard/internal/luascript"
 	"github.com/hoardproject/hoard/queues"
 )
 
@@ -201,7 +200,7 @@ func limitRunHoard(ctx context.Context, env *benchEnv, o benchOptions, run int) 
 // randomFilterScript is the claim-N-random-then-filter method: SPOP N
 // random items, keep those the pattern limit allows (a GCRA per minute for
 // the limited pattern), put the rest back, and record the claims.
-var randomFilterScript = redis.NewScript(`
+var randomFilterScript = luascript.FromSource(`
 local now, n, period = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local picked = redis.call('SPOP', KEYS[1], n)
 local out, back = {}, {}

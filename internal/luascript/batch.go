@@ -26,7 +26,7 @@ type Batcher struct {
 // batchCall is one Run and, once its batch is sent, its reply.
 type batchCall struct {
 	ctx    context.Context
-	script *redis.Script
+	script *Script
 	keys   []string
 	args   []any
 	cmd    *redis.Cmd
@@ -44,7 +44,7 @@ func NewBatcher(rdb redis.Cmdable, leaders, maxBatch int) *Batcher {
 // is done before its batch is sent is not sent; once sent, it runs to its
 // reply (bounded by the client's timeouts), as a lone EVALSHA would once
 // written.
-func (b *Batcher) Run(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+func (b *Batcher) Run(ctx context.Context, script *Script, keys []string, args ...any) (any, error) {
 	c := &batchCall{ctx: ctx, script: script, keys: keys, args: args}
 	b.batches.Do(c)
 	reply, err := c.cmd.Result()
@@ -89,9 +89,8 @@ func (b *Batcher) send(batch []*batchCall) {
 		return
 	}
 	_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		var once redis.Scripter = onceScripter{p}
 		for _, c := range missing {
-			c.cmd = c.script.Eval(ctx, once, c.keys, c.args...)
+			c.cmd = c.script.Eval(ctx, p, c.keys, c.args...)
 		}
 		return nil
 	})

@@ -26,16 +26,16 @@ type sentOnce struct{ *redis.Cmd }
 // hand this command's error back instead of sending it again.
 func (sentOnce) NoRetry() bool { return true }
 
-// processor sends a command: a *redis.Client, a *redis.ClusterClient, a
+// Processor sends a command: a *redis.Client, a *redis.ClusterClient, a
 // redis.UniversalClient or a redis.Pipeliner (which queues it).
-type processor interface {
+type Processor interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
 }
 
 // onceScripter is the redis.Scripter that redis.Script's Run and Eval call
 // back (EVALSHA, then EVAL with the script's source after a NOSCRIPT): it
 // builds each call as go-redis does and sends it as sentOnce.
-type onceScripter struct{ rdb processor }
+type onceScripter struct{ rdb Processor }
 
 func (o onceScripter) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
 	return o.send(ctx, "evalsha", sha1, keys, args)

@@ -20,17 +20,25 @@ import (
 // slowScript counts its runs in KEYS[1], then keeps Redis busy for ARGV[1]
 // microseconds by Redis's own clock, longer than the client waits for a
 // reply.
-var slowScript = luascript.Load(fstest.MapFS{"slow.lua": {Data: []byte(`
+const slowSource = `
 redis.call('INCR', KEYS[1])
 local t = redis.call('TIME')
 local start = t[1] * 1000000 + t[2]
 repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - start >= tonumber(ARGV[1])
-return 1`)}}, "slow.lua")
+return 1`
+
+var (
+	slowScript = luascript.Load(fstest.MapFS{"slow.lua": {Data: []byte(slowSource)}}, "slow.lua")
+	// goRedisSlow is the same script as go-redis's own Script: the control.
+	goRedisSlow = redis.NewScript(slowSource)
+)
 
 // A script call whose reply comes after the client's read timeout has run:
 // go-redis's own Script.Run sends it again (a Client's MaxRetries, a
 // ClusterClient's redirect loop), so it runs twice or more. luascript's Run
-// and Batcher send it once, and the caller gets the timeout.
+// and Batcher, and a Script's Run and EvalSha (alone or in a pipeline, as
+// the swarm store sends its announces), send it once, and the caller gets
+// the timeout.
 func TestAScriptCallIsSentOnceAfterAReadTimeout(t *testing.T) {
 	const busyMicros = 400_000 // 8 times the read timeout below
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
@@ -45,7 +53,7 @@ func TestAScriptCallIsSentOnceAfterAReadTimeout(t *testing.T) {
 			return n
 		}
 
-		err := slowScript.Run(ctx, client(), []string{"resent{x}"}, busyMicros).Err()
+		err := goRedisSlow.Run(ctx, client(), []string{"resent{x}"}, busyMicros).Err()
 		requireTimeout(t, err)
 		require.Greater(t, runs("resent{x}"), int64(1),
 			"go-redis's defaults send a timed-out script again (the control: without it this test shows nothing)")
@@ -58,6 +66,19 @@ func TestAScriptCallIsSentOnceAfterAReadTimeout(t *testing.T) {
 		_, err = batcher.Run(ctx, slowScript, []string{"batched{x}"}, busyMicros)
 		requireTimeout(t, err)
 		require.Equal(t, int64(1), runs("batched{x}"), "Batcher sent the script more than once")
+
+		err = slowScript.Run(ctx, client(), []string{"method{x}"}, busyMicros).Err()
+		requireTimeout(t, err)
+		require.Equal(t, int64(1), runs("method{x}"), "Script.Run sent the script more than once")
+
+		// EVALSHA needs the script loaded: on a cluster, on every master.
+		require.NoError(t, slowScript.Load(ctx, b.Client).Err())
+		_, err = client().Pipelined(ctx, func(p redis.Pipeliner) error {
+			slowScript.EvalSha(ctx, p, []string{"piped{x}"}, busyMicros)
+			return nil
+		})
+		requireTimeout(t, err)
+		require.Equal(t, int64(1), runs("piped{x}"), "Script.EvalSha in a pipeline was sent more than once")
 	})
 }
 
@@ -78,7 +99,7 @@ func TestRedisURLsSingleServerClientSendsACommandOnce(t *testing.T) {
 		t.Cleanup(func() { _ = client.Close() })
 		require.NoError(t, warmPool(ctx, client.(*redis.Client)))
 
-		err = slowScript.Run(ctx, client, []string{"dialled{x}"}, 400_000).Err()
+		err = goRedisSlow.Run(ctx, client, []string{"dialled{x}"}, 400_000).Err()
 		requireTimeout(t, err)
 		n, err := b.Client.Get(ctx, "dialled{x}").Int64()
 		require.NoError(t, err)

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/hoardproject/hoard/internal/luascript"
 )
 
 // Orphan cleanup's compare-and-delete calls (package orphans decides
@@ -22,7 +22,7 @@ var (
 // torrents maps) of the torrent ids in pairs (torrent id, version read),
 // each only if its version is still the one read (orphan_user.lua). It
 // returns how many went.
-func DropUserEntries(ctx context.Context, rdb redis.Scripter, userID string, pairs []any) (int, error) {
+func DropUserEntries(ctx context.Context, rdb luascript.Processor, userID string, pairs []any) (int, error) {
 	n, err := orphanUserScript.Run(ctx, rdb, UserStateKeys(userID), pairs...).Int()
 	if err != nil {
 		return 0, fmt.Errorf("btstore.DropUserEntries: %w", err)
@@ -33,7 +33,7 @@ func DropUserEntries(ctx context.Context, rdb redis.Scripter, userID string, pai
 // DropRegistryEntries removes registry entries of pairs (hex info-hash,
 // id read), each only if it still names that id (orphan_registry.lua),
 // and returns the hashes whose entries went.
-func DropRegistryEntries(ctx context.Context, rdb redis.Scripter, pairs []any) ([]string, error) {
+func DropRegistryEntries(ctx context.Context, rdb luascript.Processor, pairs []any) ([]string, error) {
 	deleted, err := orphanRegistryScript.Run(ctx, rdb, []string{RegistryKey}, pairs...).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("btstore.DropRegistryEntries: %w", err)
@@ -45,7 +45,7 @@ func DropRegistryEntries(ctx context.Context, rdb redis.Scripter, pairs []any) (
 // (hex info-hash, revision read), with their index entries, each only if
 // the revision is still the one read (orphan_revs.lua), and returns how
 // many went.
-func DropScoreRevisions(ctx context.Context, rdb redis.Scripter, shard int, pairs []any) (int, error) {
+func DropScoreRevisions(ctx context.Context, rdb luascript.Processor, shard int, pairs []any) (int, error) {
 	n, err := orphanRevsScript.Run(ctx, rdb, []string{ScoreIndexKey(shard), ScoreIndexRevsKey(shard)}, pairs...).Int()
 	if err != nil {
 		return 0, fmt.Errorf("btstore.DropScoreRevisions: %w", err)

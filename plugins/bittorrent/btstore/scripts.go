@@ -3,8 +3,6 @@ package btstore
 import (
 	"embed"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/hoardproject/hoard/internal/luascript"
 )
 
@@ -20,7 +18,7 @@ var files embed.FS
 // Script loads lua/<name> with parts (a generated table of result codes,
 // the prelude) prepended. A missing script is a build mistake: it
 // panics, at package init of the caller.
-func Script(name string, parts ...string) *redis.Script {
+func Script(name string, parts ...string) *luascript.Script {
 	return luascript.Load(files, "lua/"+name, parts...)
 }
 

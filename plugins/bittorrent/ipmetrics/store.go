@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hoardproject/hoard/internal/clock"
+	"github.com/hoardproject/hoard/internal/luascript"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
 	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
 )
@@ -176,7 +177,7 @@ func (s *Store) Register(ctx context.Context, regs []Registration) (int, error) 
 // runPipelined runs calls of one script in a pipeline with EVALSHA; when
 // some fail with NOSCRIPT (a node restarted or was flushed), it loads the
 // script on every node and runs those once more.
-func runPipelined(ctx context.Context, rdb redis.UniversalClient, script *redis.Script, calls []call) []*redis.Cmd {
+func runPipelined(ctx context.Context, rdb redis.UniversalClient, script *luascript.Script, calls []call) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
 	_, _ = rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for i, c := range calls {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hoardproject/hoard/internal/luascript"
 	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )
@@ -391,7 +392,7 @@ type evalCall struct {
 
 // runPipelined runs many invocations of one script in one pipeline
 // (split by node on a cluster), loading the script where a node lacks it.
-func (c *Cleaner) runPipelined(ctx context.Context, script *redis.Script, calls []evalCall) []*redis.Cmd {
+func (c *Cleaner) runPipelined(ctx context.Context, script *luascript.Script, calls []evalCall) []*redis.Cmd {
 	if len(calls) == 0 {
 		return nil
 	}

@@ -393,14 +393,16 @@ func writesRemovedEntry(user string) func(redis.Cmder) bool {
 }
 
 // purgeStartReply is the state user_purge_start.lua replied for user
-// ("live", "waiting", "purging"), or "" when cmd is another command.
+// ("live", "waiting", "purging"), or "" when cmd is another command. A
+// script call reaches the hook wrapped as luascript sends it (sent once),
+// so its reply is read through Val, not by its type.
 func purgeStartReply(cmd redis.Cmder, user string) string {
-	c, ok := cmd.(*redis.Cmd)
-	if !ok || c.Err() != nil || (c.Name() != "evalsha" && c.Name() != "eval") {
+	c, ok := cmd.(interface{ Val() any })
+	if !ok || cmd.Err() != nil || (cmd.Name() != "evalsha" && cmd.Name() != "eval") {
 		return ""
 	}
 	reply, ok := c.Val().([]any)
-	if !ok || len(reply) != 3 || !slices.Contains(c.Args(), any(btstore.UserGoneKey(user))) {
+	if !ok || len(reply) != 3 || !slices.Contains(cmd.Args(), any(btstore.UserGoneKey(user))) {
 		return ""
 	}
 	state, _ := reply[0].(string)

@@ -1,8 +1,7 @@
 package outbox
 
 import (
-	"github.com/redis/go-redis/v9"
-
+	"github.com/hoardproject/hoard/internal/luascript"
 	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
 )
 
@@ -17,7 +16,7 @@ const (
 
 var scriptCodes = map[string]int64{"FULL": codeFull, "UNKNOWN": codeUnknown, "DEAD": codeDead}
 
-func loadScript(name string) *redis.Script {
+func loadScript(name string) *luascript.Script {
 	return btstore.Script(name, btstore.LuaCodes(scriptCodes))
 }
 

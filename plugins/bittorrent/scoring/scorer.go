@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hoardproject/hoard/internal/luascript"
 	"github.com/hoardproject/hoard/plugins"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
 	"github.com/hoardproject/hoard/plugins/bittorrent/announcer"
@@ -30,7 +31,7 @@ var (
 	cycleScript = loadScript("score_cycle.lua")
 )
 
-func loadScript(name string) *redis.Script { return btstore.Script(name) }
+func loadScript(name string) *luascript.Script { return btstore.Script(name) }
 
 // ItemPrefix starts every score item's name: "score:<hex info-hash>:<round>".
 const ItemPrefix = "score:"

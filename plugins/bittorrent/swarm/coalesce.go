@@ -5,6 +5,8 @@ import (
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hoardproject/hoard/internal/luascript"
 )
 
 // maxCoalescedCalls caps one shared pipeline, so one slow batch never holds
@@ -22,7 +24,7 @@ const maxCoalescedCalls = 64
 // splits a batch by node on a cluster.
 type coalescer struct {
 	store   *Store
-	script  *redis.Script
+	script  *luascript.Script
 	workers int
 
 	mu      sync.RWMutex // guards closed against sends on calls
@@ -39,7 +41,7 @@ type coalescedCall struct {
 	done chan struct{}
 }
 
-func newCoalescer(store *Store, script *redis.Script, workers int) *coalescer {
+func newCoalescer(store *Store, script *luascript.Script, workers int) *coalescer {
 	return &coalescer{store: store, script: script, workers: workers,
 		calls: make(chan *coalescedCall, workers*maxCoalescedCalls)}
 }

@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/hoardproject/hoard/internal/luascript"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
 	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
@@ -358,7 +356,7 @@ func (s *Store) UserOnTorrent(ctx context.Context, hash bittorrent.InfoHash, use
 }
 
 // runScriptInt runs a script that returns an integer.
-func (s *Store) runScriptInt(ctx context.Context, op string, script *redis.Script, keys []string, args ...any) (int64, error) {
+func (s *Store) runScriptInt(ctx context.Context, op string, script *luascript.Script, keys []string, args ...any) (int64, error) {
 	reply, err := luascript.Run(ctx, s.rdb, script, keys, args...)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)

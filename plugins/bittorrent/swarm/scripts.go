@@ -71,7 +71,7 @@ var announceCodes = map[string]int64{
 // runScriptList runs a script that returns an array, with EVALSHA (EVAL
 // once after a NOSCRIPT). On a cluster go-redis routes it by KEYS[1]; all
 // KEYS share one hash tag, so one slot.
-func (s *Store) runScriptList(ctx context.Context, op string, script *redis.Script, keys []string, args ...any) ([]any, error) {
+func (s *Store) runScriptList(ctx context.Context, op string, script *luascript.Script, keys []string, args ...any) ([]any, error) {
 	list, err := luascript.RunList(ctx, s.rdb, script, keys, args...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
@@ -84,10 +84,10 @@ func (s *Store) runScriptList(ctx context.Context, op string, script *redis.Scri
 type scriptCall struct {
 	keys   []string
 	args   []any
-	script *redis.Script
+	script *luascript.Script
 }
 
-func (c *scriptCall) scriptOr(batch *redis.Script) *redis.Script {
+func (c *scriptCall) scriptOr(batch *luascript.Script) *luascript.Script {
 	if c.script != nil {
 		return c.script
 	}
@@ -100,7 +100,7 @@ func (c *scriptCall) scriptOr(batch *redis.Script) *redis.Script {
 // restarted or was added since the script was loaded), the script is
 // loaded on every node and those calls are sent again in one more
 // pipeline, so a restart costs one extra round trip, not one per call.
-func (s *Store) runScriptsPipelined(ctx context.Context, script *redis.Script, calls []scriptCall) []*redis.Cmd {
+func (s *Store) runScriptsPipelined(ctx context.Context, script *luascript.Script, calls []scriptCall) []*redis.Cmd {
 	if len(calls) == 0 {
 		return nil
 	}
@@ -119,7 +119,7 @@ func (s *Store) runScriptsPipelined(ctx context.Context, script *redis.Script, c
 	if len(missing) == 0 {
 		return cmds
 	}
-	loaded := map[*redis.Script]bool{}
+	loaded := map[*luascript.Script]bool{}
 	for _, i := range missing {
 		sc := calls[i].scriptOr(script)
 		if _, tried := loaded[sc]; !tried {
