@@ -195,6 +195,13 @@ func (s *HTTPServer) forget(c *httpConn) {
 	s.wg.Done()
 }
 
+// openConnections counts the connections being served.
+func (s *HTTPServer) openConnections() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
 // Addr is the bound address after Start, e.g. "127.0.0.1:41234".
 func (s *HTTPServer) Addr() string {
 	s.mu.Lock()

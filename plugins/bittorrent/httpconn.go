@@ -74,8 +74,7 @@ func (c *httpConn) serve() {
 			c.refuse(herr)
 			return
 		}
-		keep := !c.head.close && !c.srv.closing.Load()
-		if !c.answer(keep) || !keep {
+		if keep := c.answer(); !keep {
 			return
 		}
 	}
@@ -165,9 +164,10 @@ func (c *httpConn) tooLarge() error {
 }
 
 // answer routes the parsed request and writes the response with one
-// write. keep says whether the connection stays open after it; it returns
-// false when the write failed.
-func (c *httpConn) answer(keep bool) bool {
+// write. It returns whether the connection stays open: the client wants
+// it, the server is not stopping (checked once the answer is ready, so a
+// request Stop waited for closes its connection) and the write went.
+func (c *httpConn) answer() bool {
 	h := &c.head
 	req := trackerRequest{method: h.method, path: h.path, rawQuery: h.rawQuery, remote: c.remote,
 		proxy: h.proxy, proxies: h.proxies, ctx: c.srv.baseCtx}
@@ -179,6 +179,7 @@ func (c *httpConn) answer(keep bool) bool {
 			httpBufPool.Put(bufp)
 		}
 	}()
+	keep := !h.close && !c.srv.closing.Load()
 	_ = c.nc.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteTimeout))
 	if ans.full != nil {
 		return c.writeFullScrape(ans.full, keep)
@@ -196,7 +197,7 @@ func (c *httpConn) answer(keep bool) bool {
 		c.out = append(c.out, ans.body...)
 	}
 	_, err := c.nc.Write(c.out)
-	return err == nil
+	return err == nil && keep
 }
 
 // appendTail ends a response head: the body's length and whether the
@@ -231,7 +232,7 @@ func (c *httpConn) writeFullScrape(body []byte, keep bool) bool {
 			bufs = append(bufs, body)
 		}
 		_, err := bufs.WriteTo(c.nc)
-		return err == nil
+		return err == nil && keep
 	}
 	c.out = c.appendTail(c.out, -1, false)
 	if _, err := c.nc.Write(c.out); err != nil || head {
