@@ -169,3 +169,19 @@ func (c *scriptedConn) SetReadDeadline(time.Time) error  { return nil }
 func (c *scriptedConn) SetWriteDeadline(time.Time) error { return nil }
 
 var _ net.Conn = (*scriptedConn)(nil)
+
+// TestParseRequestHeadAllocatesNothing: a typical announce's head (origin
+// form, no percent-encoding in the path) is read without allocating.
+func TestParseRequestHeadAllocatesNothing(t *testing.T) {
+	head := []byte(headSeeds[0])
+	var h requestHead
+	allocs := testing.AllocsPerRun(100, func() {
+		if err := parseRequestHead(head, "X-Forwarded-For", &h); err != nil {
+			t.Fatal(err)
+		}
+	})
+	require.Zero(t, allocs)
+	require.Equal(t, "/announce", h.path)
+	require.True(t, h.close)
+	require.True(t, h.acceptGzip)
+}
