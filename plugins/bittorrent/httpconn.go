@@ -125,11 +125,10 @@ func (c *httpConn) readHead() (int, error) {
 		n, err := c.nc.Read(c.in[c.w:])
 		c.w += n
 		if n > 0 && c.state.Load() == connIdle {
+			// A request began. Its header deadline is set only if this
+			// read did not bring the whole head, as it nearly always does:
+			// a deadline is a timer update per call.
 			c.state.Store(connActive)
-			if !waited {
-				waited = true
-				_ = c.nc.SetReadDeadline(now.Add(c.srv.cfg.ReadHeaderTimeout))
-			}
 		}
 		if err != nil && n == 0 {
 			return 0, err

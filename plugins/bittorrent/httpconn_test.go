@@ -242,14 +242,19 @@ func TestHTTPHeaderLimitsAreTheHeads(t *testing.T) {
 // ReadHeaderTimeout, a kept connection after IdleTimeout, each by closing.
 func TestHTTPTimeouts(t *testing.T) {
 	fake := newFakeSwarms()
+	// Each timeout alone is short, so the other cannot be what closes.
 	srv, _ := startHTTP(t, fake, func(c *HTTPConfig) {
 		c.ReadHeaderTimeout = 50 * time.Millisecond
-		c.IdleTimeout = 50 * time.Millisecond
+		c.IdleTimeout = time.Hour
 	})
 	c := dialWire(t, srv.Addr())
 	c.send("GET /announce HTTP/1.1\r\nHost: a\r\n")
 	c.closed()
 
+	srv, _ = startHTTP(t, fake, func(c *HTTPConfig) {
+		c.ReadHeaderTimeout = time.Hour
+		c.IdleTimeout = 50 * time.Millisecond
+	})
 	c = dialWire(t, srv.Addr())
 	c.send(announceLine("HTTP/1.1", "Host: a\r\n"))
 	resp, _ := c.read(http.MethodGet)
