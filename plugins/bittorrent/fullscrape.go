@@ -4,12 +4,9 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"net/netip"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -187,51 +184,21 @@ func (f *fullScrape) build(ctx context.Context) ([]byte, error) {
 	return out.Bytes(), nil
 }
 
-// serve writes body: as it is to a client that accepts gzip, else
-// decompressed on the way (never held whole).
-func (f *fullScrape) serve(w http.ResponseWriter, r *http.Request, body []byte) {
-	h := w.Header()
-	h["Content-Type"] = headerTextPlain
-	h["Vary"] = []string{"Accept-Encoding"}
-	if acceptsGzip(r.Header.Values("Accept-Encoding")) {
-		h["Content-Encoding"] = []string{"gzip"}
-		h["Content-Length"] = []string{strconv.Itoa(len(body))}
-		w.WriteHeader(http.StatusOK)
-		if r.Method != http.MethodHead {
-			_, _ = w.Write(body)
+// acceptsGzip reads an Accept-Encoding value loosely: "gzip" listed
+// with any quality but 0.
+func acceptsGzip(value string) bool {
+	for value != "" {
+		var part string
+		part, value, _ = strings.Cut(value, ",")
+		name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+		if !strings.EqualFold(strings.TrimSpace(name), "gzip") {
+			continue
 		}
-		return
-	}
-	w.WriteHeader(http.StatusOK)
-	if r.Method == http.MethodHead {
-		return
-	}
-	zr, err := gzip.NewReader(bytes.NewReader(body))
-	if err == nil {
-		_, err = io.Copy(w, zr)
-	}
-	if err != nil && !errors.Is(err, io.EOF) {
-		// A body this process built: it cannot be corrupt short of a bug,
-		// and the status is sent already.
-		panic(http.ErrAbortHandler)
-	}
-}
-
-// acceptsGzip reads Accept-Encoding loosely: "gzip" listed with any
-// quality but 0.
-func acceptsGzip(values []string) bool {
-	for _, v := range values {
-		for _, part := range strings.Split(v, ",") {
-			name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
-			if !strings.EqualFold(strings.TrimSpace(name), "gzip") {
-				continue
-			}
-			q := strings.ReplaceAll(strings.TrimSpace(params), " ", "")
-			if q == "q=0" || q == "q=0.0" || q == "q=0.00" || q == "q=0.000" {
-				continue
-			}
-			return true
+		q := strings.ReplaceAll(strings.TrimSpace(params), " ", "")
+		if q == "q=0" || q == "q=0.0" || q == "q=0.00" || q == "q=0.000" {
+			continue
 		}
+		return true
 	}
 	return false
 }

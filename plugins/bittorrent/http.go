@@ -8,10 +8,9 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"net/textproto"
-	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hoardproject/hoard/plugins/bittorrent/wire"
@@ -45,21 +44,27 @@ type HTTPConfig struct {
 // HTTPServer answers HTTP announces and scrapes (BEP 3, 7, 23, 48) under
 // /announce, /<passkey>/announce, /announce/<passkey> and
 // /announce?passkey=…, and the same for scrape. Start it with Start and
-// stop it with Stop.
+// stop it with Stop. It speaks HTTP/1.0 and 1.1 itself (httpconn.go).
 type HTTPServer struct {
 	cfg         HTTPConfig
-	proxyHeader string // canonical form of cfg.ProxyHeader
+	proxyHeader string // cfg.ProxyHeader, matched ignoring case
 	stats       listenerCounters
 	full        *fullScrape // nil: full scrapes are refused
 	// batch joins concurrent announces into one store call when the
 	// store batches (BatchAnnouncer); nil: each goes to Announce.
 	batch *httpBatcher
 
+	// baseCtx is every request's context: cancelled when Stop gives up
+	// waiting for the requests in flight.
+	baseCtx context.Context
+	cancel  context.CancelFunc
+	closing atomic.Bool
+	wg      sync.WaitGroup // the accept loop and the connections
+
 	mu       sync.Mutex
-	srv      *http.Server
 	listener net.Listener
+	conns    map[*httpConn]struct{}
 	stopped  bool
-	done     chan struct{}
 }
 
 // NewHTTPServer checks cfg and fills in its defaults.
@@ -72,6 +77,9 @@ func NewHTTPServer(cfg HTTPConfig) (*HTTPServer, error) {
 	}
 	if cfg.ProxyHeader != "" && len(cfg.TrustedProxies) == 0 {
 		return nil, errors.New("bittorrent http: ProxyHeader needs TrustedProxies, or any client could spoof its address")
+	}
+	if cfg.ProxyHeader != "" && !validHeaderName(cfg.ProxyHeader) {
+		return nil, fmt.Errorf("bittorrent http: ProxyHeader %q is not a header name", cfg.ProxyHeader)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -92,12 +100,22 @@ func NewHTTPServer(cfg HTTPConfig) (*HTTPServer, error) {
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = 60 * time.Second
 	}
-	s := &HTTPServer{cfg: cfg, proxyHeader: textproto.CanonicalMIMEHeaderKey(cfg.ProxyHeader),
-		full: newFullScrape(cfg.FullScrape)}
+	s := &HTTPServer{cfg: cfg, proxyHeader: cfg.ProxyHeader, full: newFullScrape(cfg.FullScrape),
+		conns: map[*httpConn]struct{}{}}
+	s.baseCtx, s.cancel = context.WithCancel(context.Background())
 	if b, ok := cfg.Swarms.(BatchAnnouncer); ok {
 		s.batch = newHTTPBatcher(b, httpBatchLeaders, httpBatchMax)
 	}
 	return s, nil
+}
+
+func validHeaderName(name string) bool {
+	for i := 0; i < len(name); i++ {
+		if !tokenByte(name[i]) {
+			return false
+		}
+	}
+	return name != ""
 }
 
 // Start listens and serves in the background; it returns once the listener
@@ -106,7 +124,7 @@ func NewHTTPServer(cfg HTTPConfig) (*HTTPServer, error) {
 func (s *HTTPServer) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.srv != nil || s.stopped {
+	if s.listener != nil || s.stopped {
 		return errors.New("bittorrent http: already started")
 	}
 	// No TCP keep-alive probes: IdleTimeout already reaps idle
@@ -118,25 +136,70 @@ func (s *HTTPServer) Start(ctx context.Context) error {
 		return fmt.Errorf("bittorrent http: listen on %s: %w", s.cfg.Addr, err)
 	}
 	s.listener = ln
-	s.srv = &http.Server{
-		Handler:           s,
-		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
-		WriteTimeout:      s.cfg.WriteTimeout,
-		IdleTimeout:       s.cfg.IdleTimeout,
-		MaxHeaderBytes:    16 << 10, // announce URLs are a few hundred bytes
-		ErrorLog:          slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelDebug),
-	}
-	s.done = make(chan struct{})
-	srv := s.srv
-	go func() {
-		defer close(s.done)
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.cfg.Logger.Error("bittorrent http listener stopped", "err", err)
-		}
-	}()
+	s.wg.Add(1)
+	go s.acceptLoop(ln)
 	s.cfg.Logger.InfoContext(ctx, "bittorrent http listening", "addr", ln.Addr().String(),
 		"private", s.cfg.RequirePasskey)
 	return nil
+}
+
+// acceptLoop hands each connection its goroutine until the listener
+// closes. Other accept errors (out of file descriptors) back off as
+// net/http's did, from 5 ms to 1 s, and are logged.
+func (s *HTTPServer) acceptLoop(ln net.Listener) {
+	defer s.wg.Done()
+	var backoff time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if s.closing.Load() || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.cfg.Logger.Warn("bittorrent http: accept failed, retrying", "err", err, "retry_in", backoff)
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		c := &httpConn{srv: s, nc: nc}
+		if tcp, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
+			c.remote = tcp.AddrPort()
+		}
+		if !s.track(c) {
+			_ = nc.Close()
+			continue
+		}
+		c.inp = connBufPool.Get().(*[]byte)
+		c.in = *c.inp
+		go c.serve()
+	}
+}
+
+// track registers a new connection, unless the server is stopping.
+func (s *HTTPServer) track(c *httpConn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	s.wg.Add(1)
+	return true
+}
+
+// forget removes a closed connection.
+func (s *HTTPServer) forget(c *httpConn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	s.wg.Done()
+}
+
+// openConnections counts the connections being served.
+func (s *HTTPServer) openConnections() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
 }
 
 // Addr is the bound address after Start, e.g. "127.0.0.1:41234".
@@ -149,23 +212,46 @@ func (s *HTTPServer) Addr() string {
 	return s.listener.Addr().String()
 }
 
-// Stop lets in-flight requests finish for up to 5 s, then closes. Calling
-// it twice, or before Start, is safe.
+// stopGrace is how long Stop waits for the requests in flight.
+const stopGrace = 5 * time.Second
+
+// Stop closes the listener and the idle connections, lets the requests
+// in flight finish for up to stopGrace (their connections close after
+// the answer), then closes what is left. Calling it twice, or before
+// Start, is safe.
 func (s *HTTPServer) Stop() error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopped || s.srv == nil {
+	if s.stopped || s.listener == nil {
 		s.stopped = true
+		s.mu.Unlock()
 		return nil
 	}
 	s.stopped = true
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	err := s.srv.Shutdown(ctx)
-	if err != nil {
-		err = s.srv.Close()
+	s.closing.Store(true)
+	err := s.listener.Close()
+	for c := range s.conns {
+		if c.state.Load() == connIdle {
+			_ = c.nc.Close()
+		}
 	}
-	<-s.done
+	s.mu.Unlock()
+
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	timer := time.NewTimer(stopGrace)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		s.cancel()
+		s.mu.Lock()
+		for c := range s.conns {
+			_ = c.nc.Close()
+		}
+		s.mu.Unlock()
+		<-done
+	}
+	s.cancel()
 	return err
 }
 
@@ -176,61 +262,59 @@ func (s *HTTPServer) Stats() ListenerStats { return s.stats.snapshot() }
 // peers is about 400 bytes, a non-compact one about 4 KB.
 var httpBufPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
-var headerTextPlain = []string{"text/plain; charset=utf-8"}
+// trackerRequest is what the handlers read of a request. Its strings may
+// be views into the connection's buffer: what outlives the request is
+// copied (strings.Clone) before it leaves.
+type trackerRequest struct {
+	method   string
+	path     string // percent-decoded
+	rawQuery string
+	remote   netip.AddrPort
+	proxy    string // the proxy header's last line
+	proxies  int    // its lines; 0: absent
+	ctx      context.Context
+}
 
-// ServeHTTP routes on the raw path; there are few enough shapes that a
+// httpAnswer is a routed request's response.
+type httpAnswer struct {
+	status int
+	body   []byte // the bencoded answer, or 404's text
+	full   []byte // non-nil: the gzipped full scrape, sent instead of body
+}
+
+// notFoundBody is what net/http's NotFound said, kept for tools that
+// probe the tracker's address.
+const notFoundBody = "404 page not found\n"
+
+// route answers on the raw path; there are few enough shapes that a
 // router would only add allocations. A path that names announce or scrape
 // but does not parse, or a method other than GET and HEAD on one, gets a
 // bencoded failure reason, since that is all a torrent client shows its
 // user; anything else is a plain 404. HEAD gets the headers of a GET
 // without touching the swarms, so it is not recorded as an announce.
-func (s *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	ep, pathPasskey := wire.ParsePath(r.URL.Path)
-	if ep == wire.EndpointUnknown && !trackerLikePath(r.URL.Path) {
-		http.NotFound(w, r)
-		return
+// Failures are 200 too: clients only read a bencoded body on 200.
+func (s *HTTPServer) route(r *trackerRequest, buf []byte) httpAnswer {
+	ep, pathPasskey := wire.ParsePath(r.path)
+	if ep == wire.EndpointUnknown && !trackerLikePath(r.path) {
+		return httpAnswer{status: http.StatusNotFound, body: append(buf, notFoundBody...)}
 	}
-	bufp := httpBufPool.Get().(*[]byte)
-	buf := (*bufp)[:0]
-	// Failures are 200 too: clients only read a bencoded body on 200.
-	status := http.StatusOK
-	h := w.Header()
 	switch {
-	case r.Method != http.MethodGet && r.Method != http.MethodHead:
+	case r.method != http.MethodGet && r.method != http.MethodHead:
 		// No client announces with another method, so this answers HTTP
 		// tools: keep the status they understand, with a readable body.
-		status = http.StatusMethodNotAllowed
-		h["Allow"] = headerAllow
 		s.stats.malformed.Add(1)
-		buf = wire.AppendFailure(buf, failureMethod)
+		return httpAnswer{status: http.StatusMethodNotAllowed, body: wire.AppendFailure(buf, failureMethod)}
 	case ep == wire.EndpointUnknown:
 		s.stats.malformed.Add(1)
-		buf = wire.AppendFailure(buf, pathFailure(r.URL.Path))
-	case r.Method == http.MethodHead:
+		return httpAnswer{status: http.StatusOK, body: wire.AppendFailure(buf, pathFailure(r.path))}
+	case r.method == http.MethodHead:
+		return httpAnswer{status: http.StatusOK, body: buf}
 	case ep == wire.EndpointAnnounce:
-		buf = s.announce(r, pathPasskey, buf)
-	default:
-		var full []byte
-		if buf, full = s.scrape(r, pathPasskey, buf); full != nil {
-			*bufp = buf[:0]
-			httpBufPool.Put(bufp)
-			s.full.serve(w, r, full)
-			return
-		}
+		return httpAnswer{status: http.StatusOK, body: s.announce(r, pathPasskey, buf)}
 	}
-	h["Content-Type"] = headerTextPlain
-	if len(buf) > 0 {
-		h["Content-Length"] = []string{strconv.Itoa(len(buf))}
-	}
-	w.WriteHeader(status)
-	_, _ = w.Write(buf)
-	if cap(buf) <= 64<<10 { // don't let one huge response pin memory
-		*bufp = buf
-		httpBufPool.Put(bufp)
-	}
+	body, full := s.scrape(r, pathPasskey, buf)
+	return httpAnswer{status: http.StatusOK, body: body, full: full}
 }
-
-var headerAllow = []string{"GET, HEAD"}
 
 // Failure reasons for requests that never reach the parser.
 const (
@@ -267,9 +351,9 @@ func pathFailure(path string) string {
 }
 
 // announce renders the announce response, or a failure, into buf.
-func (s *HTTPServer) announce(r *http.Request, pathPasskey string, buf []byte) []byte {
+func (s *HTTPServer) announce(r *trackerRequest, pathPasskey string, buf []byte) []byte {
 	var q wire.AnnounceQuery
-	if err := wire.ParseAnnounceQuery(r.URL.RawQuery, &q); err != nil {
+	if err := wire.ParseAnnounceQuery(r.rawQuery, &q); err != nil {
 		s.stats.malformed.Add(1)
 		return wire.AppendFailure(buf, err.Error())
 	}
@@ -281,8 +365,8 @@ func (s *HTTPServer) announce(r *http.Request, pathPasskey string, buf []byte) [
 	ip, err := s.clientIP(r)
 	if err != nil {
 		s.stats.internalErrors.Add(1)
-		s.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn, "cannot tell the client's address",
-			slog.String("remote", r.RemoteAddr), slog.Any("err", err))
+		s.cfg.Logger.LogAttrs(r.ctx, slog.LevelWarn, "cannot tell the client's address",
+			slog.Any("remote", r.remote), slog.Any("err", err))
 		return wire.AppendFailure(buf, internalFailure)
 	}
 	if refused := s.stats.admit(s.cfg.Guard, ip, true, passkey); refused != nil {
@@ -303,16 +387,16 @@ func (s *HTTPServer) announce(r *http.Request, pathPasskey string, buf []byte) [
 		Event:      event,
 		NumWant:    s.cfg.numWant(q.NumWant, event),
 		Passkey:    passkey,
-		Key:        q.Key,
+		Key:        strings.Clone(q.Key), // a view, as the passkey
 	}
 	var resp *AnnounceResponse
 	if s.batch != nil {
-		resp, err = s.batch.announce(r.Context(), req)
+		resp, err = s.batch.announce(r.ctx, req)
 	} else {
-		resp, err = s.cfg.Swarms.Announce(r.Context(), req)
+		resp, err = s.cfg.Swarms.Announce(r.ctx, req)
 	}
 	if err != nil {
-		return wire.AppendFailure(buf, s.stats.countRefusal(r.Context(), s.cfg.Logger, "announce", err, s.cfg.Guard, guardIP, passkey))
+		return wire.AppendFailure(buf, s.stats.countRefusal(r.ctx, s.cfg.Logger, "announce", err, s.cfg.Guard, guardIP, passkey))
 	}
 	s.stats.announces.Add(1)
 	reply := s.cfg.reply(resp)
@@ -323,9 +407,9 @@ func (s *HTTPServer) announce(r *http.Request, pathPasskey string, buf []byte) [
 // Repeated hashes are answered once: they are dictionary keys. A scrape
 // with no info_hash is a full scrape: when they are served, full is the
 // gzipped body to send instead of buf.
-func (s *HTTPServer) scrape(r *http.Request, pathPasskey string, buf []byte) (_ []byte, full []byte) {
+func (s *HTTPServer) scrape(r *trackerRequest, pathPasskey string, buf []byte) (_ []byte, full []byte) {
 	var stack [8][20]byte
-	hashes, queryPasskey, err := wire.ParseScrapeQuery(r.URL.RawQuery, stack[:0], s.cfg.MaxScrapeHashes)
+	hashes, queryPasskey, err := wire.ParseScrapeQuery(r.rawQuery, stack[:0], s.cfg.MaxScrapeHashes)
 	if err != nil {
 		s.stats.malformed.Add(1)
 		return wire.AppendFailure(buf, err.Error()), nil
@@ -343,8 +427,8 @@ func (s *HTTPServer) scrape(r *http.Request, pathPasskey string, buf []byte) (_ 
 	if (passkey != "" && s.cfg.Guard != nil) || len(hashes) == 0 {
 		if ip, err = s.clientIP(r); err != nil {
 			s.stats.internalErrors.Add(1)
-			s.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn, "cannot tell the client's address",
-				slog.String("remote", r.RemoteAddr), slog.Any("err", err))
+			s.cfg.Logger.LogAttrs(r.ctx, slog.LevelWarn, "cannot tell the client's address",
+				slog.Any("remote", r.remote), slog.Any("err", err))
 			return wire.AppendFailure(buf, internalFailure), nil
 		}
 		if refused := s.stats.admit(s.cfg.Guard, ip, false, passkey); refused != nil {
@@ -359,12 +443,12 @@ func (s *HTTPServer) scrape(r *http.Request, pathPasskey string, buf []byte) (_ 
 	for i := range hashes {
 		infoHashes[i] = InfoHash(hashes[i])
 	}
-	entries, err := s.cfg.Swarms.Scrape(r.Context(), passkey, infoHashes)
+	entries, err := s.cfg.Swarms.Scrape(r.ctx, passkey, infoHashes)
 	if err == nil && len(entries) != len(infoHashes) {
 		err = fmt.Errorf("swarms returned %d scrape entries for %d hashes", len(entries), len(infoHashes))
 	}
 	if err != nil {
-		return wire.AppendFailure(buf, s.stats.countRefusal(r.Context(), s.cfg.Logger, "scrape", err, s.cfg.Guard, ip, passkey)), nil
+		return wire.AppendFailure(buf, s.stats.countRefusal(r.ctx, s.cfg.Logger, "scrape", err, s.cfg.Guard, ip, passkey)), nil
 	}
 	s.stats.scrapes.Add(1)
 	var countStack [8]wire.ScrapeCounts
@@ -378,17 +462,17 @@ func (s *HTTPServer) scrape(r *http.Request, pathPasskey string, buf []byte) (_ 
 // fullScrape checks a full scrape (the address's allowance, then the
 // passkey through the Swarms, which refuses an unknown one in private
 // mode) and returns the shared body.
-func (s *HTTPServer) fullScrape(r *http.Request, ip netip.Addr, passkey string, buf []byte) ([]byte, []byte) {
+func (s *HTTPServer) fullScrape(r *trackerRequest, ip netip.Addr, passkey string, buf []byte) ([]byte, []byte) {
 	if !s.full.allow(ip) {
 		s.stats.rateLimited.Add(1)
 		return wire.AppendFailure(buf, fmt.Sprintf(errFullScrapeRate, int64(s.full.cfg.PerAddress/time.Second))), nil
 	}
-	if _, err := s.cfg.Swarms.Scrape(r.Context(), passkey, nil); err != nil {
-		return wire.AppendFailure(buf, s.stats.countRefusal(r.Context(), s.cfg.Logger, "scrape", err, s.cfg.Guard, ip, passkey)), nil
+	if _, err := s.cfg.Swarms.Scrape(r.ctx, passkey, nil); err != nil {
+		return wire.AppendFailure(buf, s.stats.countRefusal(r.ctx, s.cfg.Logger, "scrape", err, s.cfg.Guard, ip, passkey)), nil
 	}
-	body, err := s.full.get(r.Context())
+	body, err := s.full.get(r.ctx)
 	if err != nil {
-		return wire.AppendFailure(buf, s.stats.countRefusal(r.Context(), s.cfg.Logger, "full_scrape", err, nil, ip, passkey)), nil
+		return wire.AppendFailure(buf, s.stats.countRefusal(r.ctx, s.cfg.Logger, "full_scrape", err, nil, ip, passkey)), nil
 	}
 	s.stats.scrapes.Add(1)
 	s.stats.fullScrapes.Add(1)
@@ -408,24 +492,24 @@ func (s *HTTPServer) passkey(fromPath, fromQuery string) (string, error) {
 	if passkey == "" && s.cfg.RequirePasskey {
 		return "", errPasskeyRequired
 	}
-	return passkey, nil
+	// The Swarms and the guard may keep it; the request's strings are
+	// views into the connection's buffer.
+	return strings.Clone(passkey), nil
 }
 
 // clientIP is the socket's address, or the trusted proxy header's.
-func (s *HTTPServer) clientIP(r *http.Request) (netip.Addr, error) {
-	remote, err := netip.ParseAddrPort(r.RemoteAddr)
-	if err != nil {
-		return netip.Addr{}, fmt.Errorf("remote address %q: %w", r.RemoteAddr, err)
+func (s *HTTPServer) clientIP(r *trackerRequest) (netip.Addr, error) {
+	if !r.remote.IsValid() {
+		return netip.Addr{}, errors.New("the connection has no TCP remote address")
 	}
-	ip := remote.Addr().Unmap().WithZone("")
+	ip := r.remote.Addr().Unmap().WithZone("")
 	if s.proxyHeader == "" || !s.trustedProxy(ip) {
 		return ip, nil
 	}
-	values := r.Header[s.proxyHeader]
-	if len(values) == 0 {
+	if r.proxies == 0 {
 		return netip.Addr{}, fmt.Errorf("trusted proxy sent no %s header", s.proxyHeader)
 	}
-	last := values[len(values)-1]
+	last := r.proxy
 	if i := strings.LastIndexByte(last, ','); i >= 0 {
 		last = last[i+1:]
 	}
