@@ -120,11 +120,16 @@ for i = 0, peers - 1 do
       local elapsed = math.min(at - last, timeout_ms)
       d_up = math.max(0, tonumber(ARGV[a + 2]) - (tonumber(p[2]) or 0))
       d_down = math.max(0, tonumber(ARGV[a + 3]) - (tonumber(p[3]) or 0))
-      local fields = {'uploaded', ARGV[a + 2], 'downloaded', ARGV[a + 3], 'left', left_text,
-        'last_announce', at_text, 'up_delta', int(d_up), 'down_delta', int(d_down),
-        'total_time', int((tonumber(p[8]) or 0) + elapsed),
+      -- Only what changed is written (a seeder's left and downloaded
+      -- rarely move, a leecher's uploaded often not), and whole numbers
+      -- go as Lua numbers: Redis formats them, and Lua interns no string.
+      local fields = {'last_announce', at_text, 'up_delta', whole(d_up), 'down_delta', whole(d_down),
+        'total_time', whole((tonumber(p[8]) or 0) + elapsed),
         'speed_up', string.format('%.2f', d_up * 1000 / elapsed),
         'speed_down', string.format('%.2f', d_down * 1000 / elapsed)}
+      if ARGV[a + 2] ~= p[2] then fields[#fields + 1], fields[#fields + 2] = 'uploaded', ARGV[a + 2] end
+      if ARGV[a + 3] ~= p[3] then fields[#fields + 1], fields[#fields + 2] = 'downloaded', ARGV[a + 3] end
+      if left_text ~= p[6] then fields[#fields + 1], fields[#fields + 2] = 'left', left_text end
       redis.call('HSET', KEYS[k], unpack(fields))
       zadd[#zadd + 1] = ARGV[a + 6]
       zadd[#zadd + 1] = peer_id .. user
@@ -153,7 +158,7 @@ end
 if applied > 0 then
   redis.call('ZADD', k_deadlines, unpack(zadd))
   -- last_action moves while the torrent has seeders, as in announce.lua.
-  local fields = {'announces', int((tonumber(t[5]) or 0) + applied)}
+  local fields = {'announces', whole((tonumber(t[5]) or 0) + applied)}
   if seeders > 0 then
     fields[3], fields[4] = 'last_action', latest_text
   end
@@ -169,10 +174,20 @@ if #reseeders > 0 then
   end
 end
 
--- The view: a sample of each role hash, entries concatenated.
+-- The view: a sample of each role hash, entries concatenated. A role no
+-- larger than the sample (by the record's count, which is the hash's
+-- length) is read whole with HVALS: HRANDFIELD would return the whole
+-- hash too, in the same order, but with every field name, each one more
+-- string into Lua. The count is checked against what came back, so a
+-- hash larger than its count still gives at most a sample.
 if sample > 0 then
   for j, key in ipairs({k_seeders, k_leechers}) do
-    if out[1 + j] > 0 then
+    local count = out[1 + j]
+    if count > 0 and count <= sample then
+      local entries = redis.call('HVALS', key)
+      if #entries > sample then entries = {unpack(entries, 1, sample)} end
+      out[5 + j] = table.concat(entries)
+    elseif count > 0 then
       local picked = redis.call('HRANDFIELD', key, sample, 'WITHVALUES')
       local entries = {}
       for x = 2, #picked, 2 do entries[#entries + 1] = picked[x] end
