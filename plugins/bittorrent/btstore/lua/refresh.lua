@@ -60,7 +60,8 @@
 --    leecher entries, then per peer: status, user bits, user version,
 --    d_uploaded, d_downloaded, c_uploaded, c_downloaded, token event,
 --    token used, feed mark, cheats (as announce.lua returns them)}
---      seeders, leechers and snatches are the torrent record's; the
+--      seeders, leechers and snatches are the torrent record's (snatches
+--      as the stored text, or 0); the
 --      entries are "" unless ARGV[3] asked for them, concatenated as
 --      announce.lua returns peers; status is R.REFRESHED, R.STALE or
 --      R.DROPPED; user bits -1 when the user's state did not change
@@ -91,14 +92,16 @@ if private then
 else
   t = redis.call('HMGET', k_torrent, 'id', 'snatches', 'seeders', 'leechers', 'announces')
 end
-local seeders = tonumber(t[3]) or 0
+-- Each tonumber is a strtod: a field only passed back (snatches) goes
+-- back as the stored text, and the left field is compared as text (it is
+-- stored as the frontend formats it, "0" for a seeder).
+local seeders, leechers = tonumber(t[3]) or 0, tonumber(t[4]) or 0
 
-local out = {R.REFRESHED, seeders, tonumber(t[4]) or 0, tonumber(t[2]) or 0, t[1] or '', '', ''}
+local out = {R.REFRESHED, seeders, leechers, t[2] or 0, t[1] or '', '', ''}
 local zadd = {}
 local applied = 0
 local latest, latest_text = 0, nil
 local reseeders = {}
-local leechers = tonumber(t[4]) or 0
 local peers = (#ARGV - arg0 + 1) / arg_step
 for i = 0, peers - 1 do
   local a, k = arg0 + arg_step * i, key0 + key_step * i
@@ -112,7 +115,7 @@ for i = 0, peers - 1 do
   local last = tonumber(p[4])
   local status, bits, ver, d_up, d_down = R.DROPPED, -1, 0, 0, 0
   local c_up, c_down, token_event, token_used, feed_mark, cheats = 0, 0, 0, false, 0, {}
-  if p[5] == '1' and p[1] == user and p[7] == addr and last and (tonumber(p[6]) == 0) == seeding then
+  if p[5] == '1' and p[1] == user and p[7] == addr and last and (p[6] == '0') == seeding then
     if last >= at then
       status = R.STALE
     else
