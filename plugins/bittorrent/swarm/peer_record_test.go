@@ -153,3 +153,86 @@ func TestUserTorrentRecordFields(t *testing.T) {
 		require.Equal(t, time.Duration(-1), ttl, "the hit-and-run truth has no TTL")
 	})
 }
+
+// A plain re-announce written by refresh.lua (read with the view, or
+// from the queue) leaves the record as announce.lua would: refresh.lua
+// writes only the fields that changed, so a seeder's downloaded and left
+// stay as they were, and a counter past 2^53 is stored as reported with
+// its delta as text, as before.
+func TestRefreshedRecordHasTheReannounce(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, swarm.Config{})
+		hash, peer := infoHash("refreshed-record"), peerID("-TR", 1)
+		key := btstore.PeerKey(hash, peer)
+		f.announce(hash, peer, 1, seeding, event(bittorrent.EventStarted), transfer(100, 50))
+
+		// Past the view's age: the re-announce reads the view and is
+		// written in that refresh.lua call.
+		f.clock.Advance(10 * time.Second)
+		at := epoch.Add(10 * time.Second)
+		f.announce(hash, peer, 1, seeding, transfer(4100, 50))
+		require.Equal(t, int64(1), f.store.WriteBehindStats().ViewReads)
+		rec := f.hash(key)
+		require.Equal(t, "4100", rec["uploaded"])
+		require.Equal(t, "50", rec["downloaded"], "unchanged, not rewritten")
+		require.Equal(t, "0", rec["left"])
+		require.Equal(t, "4000", rec["up_delta"])
+		require.Equal(t, "0", rec["down_delta"])
+		require.Equal(t, "10000", rec["total_time"])
+		require.Equal(t, speed(4000, 10000), rec["speed_up"])
+		require.Equal(t, "0.00", rec["speed_down"])
+		require.Equal(t, millis(at), rec["last_announce"])
+
+		// Within the view's age: queued, written by the flush.
+		const huge = uint64(1) << 60
+		f.clock.Advance(500 * time.Millisecond)
+		at = at.Add(500 * time.Millisecond)
+		f.announce(hash, peer, 1, seeding, transfer(huge, 50))
+		require.Equal(t, 1, f.store.WriteBehindStats().Queued)
+		f.flush()
+		rec = f.hash(key)
+		require.Equal(t, strconv.FormatUint(huge, 10), rec["uploaded"])
+		require.Equal(t, strconv.FormatFloat(float64(huge)-4100, 'f', 0, 64), rec["up_delta"],
+			"a delta past 2^53 as text, as Lua's double has it")
+		require.Equal(t, "0", rec["down_delta"])
+		require.Equal(t, "10500", rec["total_time"])
+		require.Equal(t, millis(at), rec["last_announce"])
+		require.Equal(t, "50", rec["downloaded"])
+		require.Equal(t, "0", rec["left"])
+		require.Equal(t, "3", f.hash(btstore.TorrentKey(hash))["announces"])
+	})
+}
+
+// A view of a swarm larger than the sample (Config.MaxNumWant) is a
+// random sample of it (HRANDFIELD); of a smaller one, the whole role
+// hash (HVALS): both answer distinct peers of the swarm and its counts.
+func TestViewSamplesLargeSwarmsAndReadsSmallOnesWhole(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, swarm.Config{MaxNumWant: 3})
+		for _, seeders := range []int{2, 5} {
+			hash := infoHash(fmt.Sprint("view-sample-", seeders))
+			in := map[bittorrent.PeerID]bool{}
+			for i := range seeders {
+				id := peerID("-SD", 10+i)
+				in[id] = true
+				f.announce(hash, id, 10+i, seeding, event(bittorrent.EventStarted))
+			}
+			me := peerID("-ME", 1)
+			f.announce(hash, me, 1, event(bittorrent.EventStarted))
+			reads := f.store.WriteBehindStats().ViewReads
+			f.clock.Advance(10 * time.Second)
+			resp := f.announce(hash, me, 1)
+			require.Equal(t, reads+1, f.store.WriteBehindStats().ViewReads, "read with the view")
+			require.Equal(t, int64(seeders), resp.Complete)
+			require.Equal(t, int64(1), resp.Incomplete)
+			got := peerIDs(resp.Peers)
+			require.Len(t, got, min(seeders, 3))
+			seen := map[bittorrent.PeerID]bool{}
+			for _, id := range got {
+				require.True(t, in[id], "a seeder of the swarm")
+				require.False(t, seen[id], "each once")
+				seen[id] = true
+			}
+		}
+	})
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -72,6 +74,8 @@ func BenchmarkAnnounceSticky(b *testing.B) {
 				}
 				resetStats(b, backend.Client)
 				cpuBefore := redisCPUSeconds(b, backend.Client)
+				stopCount := countRedisInstructions(b)
+				paths := store.WriteBehindStats()
 				b.ReportAllocs()
 				b.ResetTimer()
 				var sinceWrite time.Duration
@@ -89,11 +93,52 @@ func BenchmarkAnnounceSticky(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.StopTimer()
+				stopCount()
 				reportAnnounceCosts(b, backend.Client, cpuBefore)
+				reportWriteBehindPaths(b, paths, store.WriteBehindStats())
 			})
 			if err := store.Stop(); err != nil {
 				b.Fatal(err)
 			}
 		}
 	}
+}
+
+// countRedisInstructions brackets a benchmark's timed part for callgrind:
+// with HOARD_BENCH_CALLGRIND_PID naming a redis-server started under
+// `valgrind --tool=callgrind --instr-atstart=no` (and HOARD_TEST_REDIS_URL
+// pointing at it), it turns instrumentation on and zeroes the counters
+// now, and the returned func dumps them and reports the part's wall time
+// (wall-s), by which Redis's idle timers are subtracted. Instruction
+// counts do not move with the machine's load, as CPU time does (method:
+// docs/bittorrent-storage.md). Without the variable it does nothing.
+func countRedisInstructions(b *testing.B) func() {
+	pid := os.Getenv("HOARD_BENCH_CALLGRIND_PID")
+	if pid == "" {
+		return func() {}
+	}
+	control := func(args ...string) {
+		if out, err := exec.Command("callgrind_control", append(args, pid)...).CombinedOutput(); err != nil {
+			b.Fatalf("callgrind_control %v: %v: %s", args, err, out)
+		}
+	}
+	control("-i", "on")
+	control("-z")
+	start := time.Now()
+	return func() {
+		control("-d")
+		control("-i", "off")
+		b.ReportMetric(time.Since(start).Seconds(), "wall-s")
+	}
+}
+
+// reportWriteBehindPaths reports where the timed part's plain
+// re-announces went, per announce: view reads (refresh.lua writing the
+// announce and reading the view), the queue's refresh.lua calls and the
+// peers they wrote; what is left was answered from a view alone.
+func reportWriteBehindPaths(b *testing.B, before, after swarm.WriteBehindStats) {
+	n := float64(b.N)
+	b.ReportMetric(float64(after.ViewReads-before.ViewReads)/n, "view-reads/announce")
+	b.ReportMetric(float64(after.DrainCalls-before.DrainCalls)/n, "drain-calls/announce")
+	b.ReportMetric(float64(after.DrainPeers-before.DrainPeers)/n, "drain-peers/announce")
 }

@@ -420,7 +420,7 @@ func (w *writeBehind) answerOrRead(ctx context.Context, req *bittorrent.Announce
 	v.readingAt, v.readDone = now, make(chan struct{})
 	v.mu.Unlock()
 	rd := &viewRead{p: p, v: v,
-		call: refreshCall{hash: req.InfoHash, ids: []bittorrent.PeerID{req.PeerID}, peers: []queuedRefresh{p.refresh}, withView: true}}
+		call: refreshCall{hash: req.InfoHash, ids: []bittorrent.PeerID{req.PeerID}, peers: []queuedRefresh{p.refresh}}}
 	keys, args := w.refreshKeysArgs(req.InfoHash, w.s.cfg.MaxNumWant, rd.call.peers, rd.call.ids)
 	rd.sc = scriptCall{script: refreshScript, keys: keys, args: args}
 	return nil, rd, true
@@ -545,7 +545,7 @@ func (w *writeBehind) view(ctx context.Context, hash bittorrent.InfoHash, now in
 	if !v.staleLocked(now) {
 		return v.copyLocked(), false, nil
 	}
-	call := refreshCall{hash: hash, ids: []bittorrent.PeerID{id}, peers: []queuedRefresh{r}, withView: true}
+	call := refreshCall{hash: hash, ids: []bittorrent.PeerID{id}, peers: []queuedRefresh{r}}
 	keys, args := w.refreshKeysArgs(hash, w.s.cfg.MaxNumWant, call.peers, call.ids)
 	reply, err := w.readView(ctx, keys, args)
 	if err != nil {
@@ -661,16 +661,17 @@ func appendRefreshPeer(args []any, id bittorrent.PeerID, r queuedRefresh, timeou
 
 // refreshCall is one refresh.lua call of a drain, and what it carries.
 type refreshCall struct {
-	hash     bittorrent.InfoHash
-	ids      []bittorrent.PeerID
-	peers    []queuedRefresh
-	withView bool
+	hash  bittorrent.InfoHash
+	ids   []bittorrent.PeerID
+	peers []queuedRefresh
 }
 
 // drain writes every queued refresh: one refresh.lua call per torrent
-// (per maxRefreshPeersPerCall of its peers), in pipelines. A torrent this
-// frontend answers from a view gets the view back on the way, when it is
-// older than a third of maxViewAge. Failed writes are queued again.
+// (per maxRefreshPeersPerCall of its peers), in pipelines. It reads no
+// view: a view read on the way cost the sticky load more Redis
+// instructions (the entries of every drained torrent, into Lua and back)
+// than the reads it saved the announces (docs/bittorrent-storage.md).
+// Failed writes are queued again.
 func (w *writeBehind) drain(ctx context.Context) error {
 	w.drainMu.Lock()
 	defer w.drainMu.Unlock()
@@ -678,7 +679,6 @@ func (w *writeBehind) drain(ctx context.Context) error {
 	if len(taken) == 0 {
 		return nil
 	}
-	now := w.s.nowMillis()
 	calls := make([]refreshCall, 0, len(taken))
 	for hash, peers := range taken {
 		call := refreshCall{hash: hash}
@@ -696,7 +696,7 @@ func (w *writeBehind) drain(ctx context.Context) error {
 	var firstErr error
 	for start := 0; start < len(calls); start += maxRefreshCallsPerPipe {
 		chunk := calls[start:min(start+maxRefreshCallsPerPipe, len(calls))]
-		n, err := w.write(ctx, chunk, now)
+		n, err := w.write(ctx, chunk)
 		failed += n
 		firstErr = firstError(firstErr, err)
 	}
@@ -708,20 +708,11 @@ func (w *writeBehind) drain(ctx context.Context) error {
 }
 
 // write sends one pipeline of refresh calls and applies the replies.
-func (w *writeBehind) write(ctx context.Context, calls []refreshCall, now int64) (int, error) {
+func (w *writeBehind) write(ctx context.Context, calls []refreshCall) (int, error) {
 	scripts := make([]scriptCall, len(calls))
 	for i := range calls {
 		c := &calls[i]
-		sample := 0
-		if v := w.views.of(c.hash, false); v != nil {
-			v.mu.Lock()
-			c.withView = now-v.at >= maxViewAge.Milliseconds()/3
-			v.mu.Unlock()
-		}
-		if c.withView {
-			sample = w.s.cfg.MaxNumWant
-		}
-		keys, args := w.refreshKeysArgs(c.hash, sample, c.peers, c.ids)
+		keys, args := w.refreshKeysArgs(c.hash, 0, c.peers, c.ids)
 		scripts[i] = scriptCall{keys: keys, args: args}
 	}
 	w.drainCalls.Add(int64(len(calls)))
@@ -734,7 +725,7 @@ func (w *writeBehind) write(ctx context.Context, calls []refreshCall, now int64)
 		c := &calls[i]
 		reply, err := cmdList(cmd)
 		if err == nil {
-			err = w.apply(c, reply, now)
+			err = w.apply(c, reply)
 		}
 		if err != nil {
 			failed++
@@ -748,8 +739,8 @@ func (w *writeBehind) write(ctx context.Context, calls []refreshCall, now int64)
 }
 
 // apply takes one refresh.lua reply of the queue's: the peers' effects
-// (applyPeers), and the view when it came back.
-func (w *writeBehind) apply(c *refreshCall, reply []any, now int64) error {
+// (applyPeers).
+func (w *writeBehind) apply(c *refreshCall, reply []any) error {
 	if replyInt(reply[0]) == codeUnregistered {
 		for _, id := range c.ids {
 			w.peers.forget(peerKey{hash: c.hash, peer: id}, 0)
@@ -757,19 +748,7 @@ func (w *writeBehind) apply(c *refreshCall, reply []any, now int64) error {
 		w.views.invalidate(c.hash)
 		return nil
 	}
-	if err := w.applyPeers(c, reply); err != nil {
-		return err
-	}
-	if c.withView {
-		if v := w.views.of(c.hash, false); v != nil {
-			v.mu.Lock()
-			defer v.mu.Unlock()
-			if now > v.at {
-				return v.installLocked(reply, now)
-			}
-		}
-	}
-	return nil
+	return w.applyPeers(c, reply)
 }
 
 // applyPeers takes the per-peer results of a refresh.lua reply: the

@@ -411,13 +411,9 @@ local born = 0
 if was_empty and seeders + leechers > 0 then born = 1 end
 torrent_retention(k_torrent, t[1] ~= false, seeders + leechers == 0, born == 1, tonumber(ARGV[13]))
 
--- Whole numbers go back as integer replies, which cost no string.format;
--- one past 2^53 (a client may report counters up to 2^64) goes back as
--- text, as before, since Redis would wrap it converting it to an integer.
-local function whole(n)
-  if n < 9007199254740992 then return n end
-  return int(n)
-end
+-- Whole numbers go back as integer replies (prelude's whole), which cost
+-- no string.format; one past 2^53 goes back as text, as before, since
+-- Redis would wrap it converting it to an integer.
 return {1, seeders, leechers, snatches, born, d_seeders, d_leechers, snatched, torrent_id,
   user_state, whole(user_ver), whole(d_up), whole(d_down), table.concat(packed),
   whole(c_up), whole(c_down), token_event, token_used or '', feed_mark, cheats}

@@ -12,6 +12,15 @@ local function int(n)
   return string.format('%.0f', n)
 end
 
+-- A whole number as a Lua number for redis.call's arguments or a reply
+-- (Redis formats an argument with %.17g, exact below 2^53, and Lua
+-- interns no string), as text from int past 2^53: a client may report
+-- counters up to 2^64.
+local function whole(n)
+  if n < 9007199254740992 then return n end
+  return int(n)
+end
+
 -- peer_leave takes one peer out of its swarm: the role hashes (whose
 -- lengths are the seeder and leecher counts) and the deadline index. A
 -- timeout key an older build wrote for it is left to its own TTL: its

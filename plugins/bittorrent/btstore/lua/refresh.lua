@@ -60,7 +60,8 @@
 --    leecher entries, then per peer: status, user bits, user version,
 --    d_uploaded, d_downloaded, c_uploaded, c_downloaded, token event,
 --    token used, feed mark, cheats (as announce.lua returns them)}
---      seeders, leechers and snatches are the torrent record's; the
+--      seeders, leechers and snatches are the torrent record's (snatches
+--      as the stored text, or 0); the
 --      entries are "" unless ARGV[3] asked for them, concatenated as
 --      announce.lua returns peers; status is R.REFRESHED, R.STALE or
 --      R.DROPPED; user bits -1 when the user's state did not change
@@ -91,14 +92,16 @@ if private then
 else
   t = redis.call('HMGET', k_torrent, 'id', 'snatches', 'seeders', 'leechers', 'announces')
 end
-local seeders = tonumber(t[3]) or 0
+-- Each tonumber is a strtod: a field only passed back (snatches) goes
+-- back as the stored text, and the left field is compared as text (it is
+-- stored as the frontend formats it, "0" for a seeder).
+local seeders, leechers = tonumber(t[3]) or 0, tonumber(t[4]) or 0
 
-local out = {R.REFRESHED, seeders, tonumber(t[4]) or 0, tonumber(t[2]) or 0, t[1] or '', '', ''}
+local out = {R.REFRESHED, seeders, leechers, t[2] or 0, t[1] or '', '', ''}
 local zadd = {}
 local applied = 0
 local latest, latest_text = 0, nil
 local reseeders = {}
-local leechers = tonumber(t[4]) or 0
 local peers = (#ARGV - arg0 + 1) / arg_step
 for i = 0, peers - 1 do
   local a, k = arg0 + arg_step * i, key0 + key_step * i
@@ -112,7 +115,7 @@ for i = 0, peers - 1 do
   local last = tonumber(p[4])
   local status, bits, ver, d_up, d_down = R.DROPPED, -1, 0, 0, 0
   local c_up, c_down, token_event, token_used, feed_mark, cheats = 0, 0, 0, false, 0, {}
-  if p[5] == '1' and p[1] == user and p[7] == addr and last and (tonumber(p[6]) == 0) == seeding then
+  if p[5] == '1' and p[1] == user and p[7] == addr and last and (p[6] == '0') == seeding then
     if last >= at then
       status = R.STALE
     else
@@ -120,11 +123,16 @@ for i = 0, peers - 1 do
       local elapsed = math.min(at - last, timeout_ms)
       d_up = math.max(0, tonumber(ARGV[a + 2]) - (tonumber(p[2]) or 0))
       d_down = math.max(0, tonumber(ARGV[a + 3]) - (tonumber(p[3]) or 0))
-      local fields = {'uploaded', ARGV[a + 2], 'downloaded', ARGV[a + 3], 'left', left_text,
-        'last_announce', at_text, 'up_delta', int(d_up), 'down_delta', int(d_down),
-        'total_time', int((tonumber(p[8]) or 0) + elapsed),
+      -- Only what changed is written (a seeder's left and downloaded
+      -- rarely move, a leecher's uploaded often not), and whole numbers
+      -- go as Lua numbers: Redis formats them, and Lua interns no string.
+      local fields = {'last_announce', at_text, 'up_delta', whole(d_up), 'down_delta', whole(d_down),
+        'total_time', whole((tonumber(p[8]) or 0) + elapsed),
         'speed_up', string.format('%.2f', d_up * 1000 / elapsed),
         'speed_down', string.format('%.2f', d_down * 1000 / elapsed)}
+      if ARGV[a + 2] ~= p[2] then fields[#fields + 1], fields[#fields + 2] = 'uploaded', ARGV[a + 2] end
+      if ARGV[a + 3] ~= p[3] then fields[#fields + 1], fields[#fields + 2] = 'downloaded', ARGV[a + 3] end
+      if left_text ~= p[6] then fields[#fields + 1], fields[#fields + 2] = 'left', left_text end
       redis.call('HSET', KEYS[k], unpack(fields))
       zadd[#zadd + 1] = ARGV[a + 6]
       zadd[#zadd + 1] = peer_id .. user
@@ -153,7 +161,7 @@ end
 if applied > 0 then
   redis.call('ZADD', k_deadlines, unpack(zadd))
   -- last_action moves while the torrent has seeders, as in announce.lua.
-  local fields = {'announces', int((tonumber(t[5]) or 0) + applied)}
+  local fields = {'announces', whole((tonumber(t[5]) or 0) + applied)}
   if seeders > 0 then
     fields[3], fields[4] = 'last_action', latest_text
   end
@@ -169,10 +177,20 @@ if #reseeders > 0 then
   end
 end
 
--- The view: a sample of each role hash, entries concatenated.
+-- The view: a sample of each role hash, entries concatenated. A role no
+-- larger than the sample (by the record's count, which is the hash's
+-- length) is read whole with HVALS: HRANDFIELD would return the whole
+-- hash too, in the same order, but with every field name, each one more
+-- string into Lua. The count is checked against what came back, so a
+-- hash larger than its count still gives at most a sample.
 if sample > 0 then
   for j, key in ipairs({k_seeders, k_leechers}) do
-    if out[1 + j] > 0 then
+    local count = out[1 + j]
+    if count > 0 and count <= sample then
+      local entries = redis.call('HVALS', key)
+      if #entries > sample then entries = {unpack(entries, 1, sample)} end
+      out[5 + j] = table.concat(entries)
+    elseif count > 0 then
       local picked = redis.call('HRANDFIELD', key, sample, 'WITHVALUES')
       local entries = {}
       for x = 2, #picked, 2 do entries[#entries + 1] = picked[x] end
