@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -56,6 +58,10 @@ type privateBenchOptions struct {
 	// onAccounting is JSON merged into the accounting-on tracker's
 	// "accounting" settings, to tell its parts' costs apart
 	onAccounting string
+	// cpuProfile names the CPU profile of the measured runs in
+	// profileMode, both trackers in this process, each labelled
+	cpuProfile  string
+	profileMode string
 }
 
 // privateBenchClient is the peer_id prefix btloadgen's peers send; private
@@ -77,7 +83,9 @@ both are warmed up and then measured in turn, on, off, on, off, … (--runs
 each). It prints medians, the plugin's and Redis's CPU per announce, and the
 ratio on/off. The CPU of a run counts until its work is done: 2 s after it
 for both, and with accounting on until the feed has delivered every row the
-run made.`,
+run made. --cpuprofile (with --plugin "") profiles the measured runs of
+--cpuprofile-mode and their settling; each tracker's goroutines carry the
+label tracker=accounting-on or tracker=accounting-off.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return benchAnnouncePrivate(cmd.Context(), o)
@@ -100,6 +108,8 @@ run made.`,
 	f.StringVar(&o.plugin, "plugin", defaultPluginBinary(), `hoard-bittorrent binary the trackers run as ("": in this process; the plugin column is then "-")`)
 	f.DurationVar(&o.feed, "feed-interval", time.Second, "accounting.feed_interval of both trackers, each with an outbox (0: no outbox, so no feed)")
 	f.StringVar(&o.onAccounting, "on-accounting", "", `JSON object merged into the accounting-on tracker's "accounting" settings, e.g. {"ledger_entries":0} to measure without the ledger`)
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", `write a CPU profile of the measured runs in --cpuprofile-mode to this file and print each tracker's top functions (needs --plugin "")`)
+	f.StringVar(&o.profileMode, "cpuprofile-mode", string(btloadgen.ModeUDP), "the mode --cpuprofile profiles")
 	return cmd
 }
 
@@ -127,6 +137,10 @@ func (o *privateBenchOptions) validate() error {
 		return fmt.Errorf("--concurrency must be between 1 and %d", maxBenchConcurrency)
 	case o.feed < 0 || (o.feed > 0 && o.feed < 100*time.Millisecond) || o.feed > time.Hour:
 		return errors.New("--feed-interval must be 0 (no feed) or between 100ms and 1h")
+	case o.cpuProfile != "" && o.plugin != "":
+		return errors.New(`--cpuprofile profiles this process: run the trackers in it with --plugin ""`)
+	case o.cpuProfile != "" && !slices.Contains(o.modes, o.profileMode):
+		return fmt.Errorf("--cpuprofile-mode %q is not among --modes", o.profileMode)
 	}
 	if err := checkAnnounceModes(o.modes); err != nil {
 		return err
@@ -293,6 +307,7 @@ func benchAnnouncePrivate(ctx context.Context, o privateBenchOptions) error {
 		announces []int64
 	}
 	var all []modeFigures
+	var profileParts []string
 	for _, m := range o.modes {
 		mode := btloadgen.Mode(m)
 		fig := modeFigures{mode: mode, runs: make([][]announceRun, len(targets)),
@@ -316,11 +331,22 @@ func benchAnnouncePrivate(ctx context.Context, o privateBenchOptions) error {
 				if err != nil {
 					return err
 				}
-				r, err := measureAnnounceRun(ctx, o.loadConfig(mode, t.addr(mode), o.announces), t.announceTarget, t.redis, "")
-				if err != nil {
-					return fmt.Errorf("%s %s run %d: %w", t.name, mode, run+1, err)
+				var stopProfile func()
+				if o.cpuProfile != "" && string(mode) == o.profileMode {
+					part := fmt.Sprintf("%s.%s.run%d", o.cpuProfile, t.name, run+1)
+					if stopProfile, err = startCPUProfile(part); err != nil {
+						return err
+					}
+					profileParts = append(profileParts, part)
 				}
-				if err := o.settle(ctx, t, &r); err != nil {
+				r, err := measureAnnounceRun(ctx, o.loadConfig(mode, t.addr(mode), o.announces), t.announceTarget, t.redis, "")
+				if err == nil {
+					err = o.settle(ctx, t, &r)
+				}
+				if stopProfile != nil {
+					stopProfile()
+				}
+				if err != nil {
 					return fmt.Errorf("%s %s run %d: %w", t.name, mode, run+1, err)
 				}
 				after, err := redisCommandStats(ctx, t.redis)
@@ -370,7 +396,31 @@ func benchAnnouncePrivate(ctx context.Context, o privateBenchOptions) error {
 		}
 	}
 	fmt.Printf("load average at the end: %s\n", loadAverage())
+	if len(profileParts) > 0 {
+		fmt.Printf("note: the %s runs ran under the CPU profiler, which slows them\n", o.profileMode)
+		views := []profileView{{"where the samples went, by tracker (no label: runtime, GC, netpoll) and side (loadgen: the generator)", []string{"-tags"}}}
+		for _, t := range targets {
+			views = append(views,
+				profileView{t.name + "'s goroutines, flat", []string{"-top", "-nodecount=30", "-tagfocus=tracker=" + t.name}},
+				profileView{t.name + "'s goroutines, cumulative", []string{"-top", "-cum", "-nodecount=50", "-tagfocus=tracker=" + t.name}})
+		}
+		reportProfile(ctx, o.cpuProfile, profileParts, "the "+o.profileMode+" runs and their settling (this process: both trackers and the load generator)", views)
+	}
 	return nil
+}
+
+// startCPUProfile profiles this process into path until the returned
+// stop is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	file, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(file); err != nil {
+		_ = file.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); _ = file.Close() }, nil
 }
 
 // settleTime is how long the bench waits after a run, on both trackers,
@@ -486,7 +536,12 @@ func (o *privateBenchOptions) startTracker(ctx context.Context, name, redisURL s
 	}
 	tr := p.(*btplugin.Tracker)
 	stop := func() { _ = tr.Close(context.Background()) }
-	if err := tr.Configure(ctx, plugins.Config{Name: "bittorrent", RedisURL: redisURL, Settings: settings}); err != nil {
+	// The label passes to every goroutine the tracker starts, so a
+	// profile tells the two trackers apart (--cpuprofile).
+	pprof.Do(ctx, pprof.Labels("tracker", name), func(ctx context.Context) {
+		err = tr.Configure(ctx, plugins.Config{Name: "bittorrent", RedisURL: redisURL, Settings: settings})
+	})
+	if err != nil {
 		stop()
 		return nil, nil, fmt.Errorf("hoard tracker: %w", err)
 	}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"testing"
@@ -46,4 +48,25 @@ func TestBenchAnnouncePrivateComparesAccountingOnAndOff(t *testing.T) {
 
 	_, err = runBench(t, "announce-private", "--users", "0")
 	require.ErrorContains(t, err, "--users")
+	_, err = runBench(t, "announce-private", "--cpuprofile", filepath.Join(t.TempDir(), "p"), "--plugin", "bin/hoard-bittorrent")
+	require.ErrorContains(t, err, `--plugin ""`)
+	_, err = runBench(t, "announce-private", "--cpuprofile", filepath.Join(t.TempDir(), "p"), "--plugin", "", "--modes", "udp", "--cpuprofile-mode", "http-keepalive")
+	require.ErrorContains(t, err, "--cpuprofile-mode")
+}
+
+// TestBenchAnnouncePrivateProfilesEachTracker: --cpuprofile writes one
+// profile of the measured runs in which each tracker's samples carry its
+// own label, and prints each one's top functions.
+func TestBenchAnnouncePrivateProfilesEachTracker(t *testing.T) {
+	unittier.Skip(t, "it runs two redis-servers and two trackers")
+	path := filepath.Join(t.TempDir(), "private.pprof")
+	printed, err := runBench(t, "announce-private", "--plugin", "", "--modes", "udp", "--runs", "1",
+		"--announces", "3000", "--torrents", "20", "--users", "3", "--concurrency", "4", "--cpuprofile", path)
+	require.NoError(t, err, printed)
+	require.FileExists(t, path)
+	if _, err := exec.LookPath("go"); err == nil {
+		require.Regexp(t, `(?m)^ +tracker: Total`, printed, "the samples split by tracker")
+		require.Contains(t, printed, "accounting-on's goroutines, flat")
+		require.Contains(t, printed, "accounting-off's goroutines, flat")
+	}
 }
