@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -64,6 +65,18 @@ type privateBenchOptions struct {
 	profileMode string
 }
 
+// The measured runs: 5 of each configuration, in turn, of 40,000
+// announces: 1.6 s over UDP and 3 s over HTTP at the quiet machine's
+// rates (docs/figures.md), against 0.4 s for the first builds' 10,000,
+// whose three runs of one configuration spread 23.8k-29.7k/s, so a 10%
+// difference was below the noise. Each on run is paired with the off run
+// right after it, which shares its moment's load; the median of those
+// ratios is printed beside the ratio of the medians.
+const (
+	defaultPrivateRuns      = 5
+	defaultPrivateAnnounces = 40_000
+)
+
 // privateBenchClient is the peer_id prefix btloadgen's peers send; private
 // mode admits only whitelisted clients.
 const privateBenchClient = "-HL0001-"
@@ -94,8 +107,8 @@ label tracker=accounting-on or tracker=accounting-off.`,
 	f := cmd.Flags()
 	f.StringSliceVar(&o.modes, "modes", []string{string(btloadgen.ModeHTTPKeepAlive), string(btloadgen.ModeUDP)},
 		"modes to run: http-keepalive, http-close, udp")
-	f.IntVar(&o.runs, "runs", 3, "measured runs per configuration and mode; medians are reported")
-	f.IntVar(&o.announces, "announces", 10_000, "announces per measured run")
+	f.IntVar(&o.runs, "runs", defaultPrivateRuns, "measured runs per configuration and mode; medians are reported")
+	f.IntVar(&o.announces, "announces", defaultPrivateAnnounces, "announces per measured run")
 	f.IntVar(&o.warmup, "warmup", 0, "announces per configuration and mode before measuring (0: twice the peers, at least --announces)")
 	f.IntVar(&o.torrents, "torrents", 2_000, "registered torrents the announces spread over")
 	f.IntVar(&o.peers, "peers", 0, "simulated peers (0: 10 x --torrents)")
@@ -364,7 +377,7 @@ func benchAnnouncePrivate(ctx context.Context, o privateBenchOptions) error {
 
 	fmt.Printf("\nmedians of %d runs of %d announces (%d in flight). CPU columns are microseconds per answered announce:\n", o.runs, o.announces, o.concurrency)
 	fmt.Println("loadgen = this process, plugin = the tracker's hoard-bittorrent process, redis = its redis-server (script = inside EVALSHA)")
-	fmt.Printf("%-15s %-15s %10s %-22s %8s %8s %6s %7s %7s %7s %7s\n",
+	fmt.Printf("%-15s %-15s %10s %-36s %8s %8s %6s %7s %7s %7s %7s\n",
 		"mode", "accounting", "announce/s", "(runs)", "p50", "p99", "errors", "loadgen", "plugin", "redis", "script")
 	for _, fig := range all {
 		var rates [2]float64
@@ -375,11 +388,13 @@ func benchAnnouncePrivate(ctx context.Context, o privateBenchOptions) error {
 			if t.processCPU != nil {
 				pluginCPU = fmt.Sprintf("%.1f", s.peerCPU)
 			}
-			fmt.Printf("%-15s %-15s %10.0f %-22s %8s %8s %6d %7.1f %7s %7.1f %7.1f\n",
+			fmt.Printf("%-15s %-15s %10.0f %-36s %8s %8s %6d %7.1f %7s %7.1f %7.1f\n",
 				fig.mode, t.name, s.rate, "("+s.rates+")", millis(s.p50), millis(s.p99), s.errors,
 				s.selfCPU, pluginCPU, s.redisCPU, s.scriptTime)
 		}
 		fmt.Printf("%-15s %-15s %10.2f\n", fig.mode, "on/off", rates[0]/rates[1])
+		ratio, each := pairedRatios(fig.runs[0], fig.runs[1])
+		fmt.Printf("%-15s %-15s %10.2f (%s)\n", fig.mode, "on/off paired", ratio, each)
 	}
 	fmt.Println("\nRedis commands per announce over the measured runs (INFO commandstats; a script's commands count on their own lines and inside evalsha's time), the 10 whose time differs most:")
 	fmt.Printf("%-15s %-22s %9s %9s %9s %9s\n", "mode", "command", "on calls", "off calls", "on us", "off us")
@@ -421,6 +436,22 @@ func startCPUProfile(path string) (stop func(), err error) {
 		return nil, err
 	}
 	return func() { pprof.StopCPUProfile(); _ = file.Close() }, nil
+}
+
+// pairedRatios is the median of the rate ratios of each on run and the
+// off run after it, and the ratios as text.
+func pairedRatios(on, off []announceRun) (float64, string) {
+	ratios := make([]float64, 0, len(on))
+	texts := make([]string, 0, len(on))
+	for i := range min(len(on), len(off)) {
+		r := on[i].res.AnnouncesPerSec / off[i].res.AnnouncesPerSec
+		ratios = append(ratios, r)
+		texts = append(texts, fmt.Sprintf("%.2f", r))
+	}
+	if len(ratios) == 0 {
+		return 0, ""
+	}
+	return medianOf(ratios), strings.Join(texts, " ")
 }
 
 // settleTime is how long the bench waits after a run, on both trackers,

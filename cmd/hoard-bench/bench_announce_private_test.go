@@ -38,6 +38,17 @@ func TestBenchAnnouncePrivateComparesAccountingOnAndOff(t *testing.T) {
 		got, err := strconv.ParseFloat(ratio[1], 64)
 		require.NoError(t, err)
 		require.InDelta(t, rates[0]/rates[1], got, 0.01, printed)
+		// each on run is paired with the off run after it
+		paired := regexp.MustCompile(`(?m)^` + mode + ` +on/off paired +(\d+\.\d\d) \((\d+\.\d\d) (\d+\.\d\d)\)$`).FindStringSubmatch(printed)
+		require.NotNil(t, paired, printed)
+		var pairs []float64
+		for _, text := range paired[2:] {
+			r, err := strconv.ParseFloat(text, 64)
+			require.NoError(t, err)
+			require.Positive(t, r)
+			pairs = append(pairs, r)
+		}
+		require.Equal(t, paired[1], strconv.FormatFloat(max(pairs[0], pairs[1]), 'f', 2, 64), "the median of two is the upper: %s", printed)
 	}
 	on := regexp.MustCompile(`accounting-on: user u0 uploaded (\d+), downloaded (\d+) bytes; credited (\d+) up, (\d+) down`).FindStringSubmatch(printed)
 	require.NotNil(t, on, printed)
