@@ -723,10 +723,27 @@ func redisScriptTime(ctx context.Context, rdb *redis.Client) (time.Duration, err
 // reportAnnounceProfile merges the per-run profiles into path and prints
 // the top of the tracker's samples, when the go tool is at hand.
 func reportAnnounceProfile(ctx context.Context, path string, parts []string) {
+	reportProfile(ctx, path, parts, "the hoard http-close runs (this process: tracker and load generator)", []profileView{
+		{"where the samples went, by side (side=hoard: the tracker's goroutines; side=loadgen: the generator's; no label: runtime, GC, netpoll)",
+			[]string{"-tags"}},
+		{"top functions of the tracker's goroutines (side=hoard), flat", []string{"-top", "-nodecount=30", "-tagfocus=side=hoard"}},
+		{"top of the tracker's goroutines (side=hoard), cumulative", []string{"-top", "-cum", "-nodecount=40", "-tagfocus=side=hoard"}},
+		{"top functions of the whole process, flat", []string{"-top", "-nodecount=25"}},
+	})
+}
+
+// profileView is one `go tool pprof` report of a profile.
+type profileView struct {
+	title string
+	args  []string
+}
+
+// reportProfile merges the per-run CPU profiles parts (of what) into
+// path and prints views of it, when the go tool is at hand.
+func reportProfile(ctx context.Context, path string, parts []string, what string, views []profileView) {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
-		fmt.Printf("\nCPU profiles of the hoard http-close runs: %s (merge and read them with `go tool pprof -top -tagfocus=side=hoard %s`)\n",
-			strings.Join(parts, " "), strings.Join(parts, " "))
+		fmt.Printf("\nCPU profiles of %s: %s (merge and read them with `go tool pprof -top`)\n", what, strings.Join(parts, " "))
 		return
 	}
 	merge := exec.CommandContext(ctx, goTool, append([]string{"tool", "pprof", "-proto", "-output", path}, parts...)...)
@@ -737,17 +754,7 @@ func reportAnnounceProfile(ctx context.Context, path string, parts []string) {
 	for _, p := range parts {
 		_ = os.Remove(p)
 	}
-	fmt.Printf("\nCPU profile of the hoard http-close runs (this process: tracker and load generator): %s\n", path)
-	views := []struct {
-		title string
-		args  []string
-	}{
-		{"where the samples went, by side (side=hoard: the tracker's goroutines; side=loadgen: the generator's; no label: runtime, GC, netpoll)",
-			[]string{"-tags"}},
-		{"top functions of the tracker's goroutines (side=hoard), flat", []string{"-top", "-nodecount=30", "-tagfocus=side=hoard"}},
-		{"top of the tracker's goroutines (side=hoard), cumulative", []string{"-top", "-cum", "-nodecount=40", "-tagfocus=side=hoard"}},
-		{"top functions of the whole process, flat", []string{"-top", "-nodecount=25"}},
-	}
+	fmt.Printf("\nCPU profile of %s: %s\n", what, path)
 	for _, v := range views {
 		args := append(append([]string{"tool", "pprof"}, v.args...), path)
 		out, err := exec.CommandContext(ctx, goTool, args...).CombinedOutput()

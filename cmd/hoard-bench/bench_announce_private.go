@@ -10,6 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -56,7 +59,23 @@ type privateBenchOptions struct {
 	// onAccounting is JSON merged into the accounting-on tracker's
 	// "accounting" settings, to tell its parts' costs apart
 	onAccounting string
+	// cpuProfile names the CPU profile of the measured runs in
+	// profileMode, both trackers in this process, each labelled
+	cpuProfile  string
+	profileMode string
 }
+
+// The measured runs: 5 of each configuration, in turn, of 40,000
+// announces: 1.6 s over UDP and 3 s over HTTP at the quiet machine's
+// rates (docs/figures.md), against 0.4 s for the first builds' 10,000,
+// whose three runs of one configuration spread 23.8k-29.7k/s, so a 10%
+// difference was below the noise. Each on run is paired with the off run
+// right after it, which shares its moment's load; the median of those
+// ratios is printed beside the ratio of the medians.
+const (
+	defaultPrivateRuns      = 5
+	defaultPrivateAnnounces = 40_000
+)
 
 // privateBenchClient is the peer_id prefix btloadgen's peers send; private
 // mode admits only whitelisted clients.
@@ -77,7 +96,9 @@ both are warmed up and then measured in turn, on, off, on, off, … (--runs
 each). It prints medians, the plugin's and Redis's CPU per announce, and the
 ratio on/off. The CPU of a run counts until its work is done: 2 s after it
 for both, and with accounting on until the feed has delivered every row the
-run made.`,
+run made. --cpuprofile (with --plugin "") profiles the measured runs of
+--cpuprofile-mode and their settling; each tracker's goroutines carry the
+label tracker=accounting-on or tracker=accounting-off.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return benchAnnouncePrivate(cmd.Context(), o)
@@ -86,8 +107,8 @@ run made.`,
 	f := cmd.Flags()
 	f.StringSliceVar(&o.modes, "modes", []string{string(btloadgen.ModeHTTPKeepAlive), string(btloadgen.ModeUDP)},
 		"modes to run: http-keepalive, http-close, udp")
-	f.IntVar(&o.runs, "runs", 3, "measured runs per configuration and mode; medians are reported")
-	f.IntVar(&o.announces, "announces", 10_000, "announces per measured run")
+	f.IntVar(&o.runs, "runs", defaultPrivateRuns, "measured runs per configuration and mode; medians are reported")
+	f.IntVar(&o.announces, "announces", defaultPrivateAnnounces, "announces per measured run")
 	f.IntVar(&o.warmup, "warmup", 0, "announces per configuration and mode before measuring (0: twice the peers, at least --announces)")
 	f.IntVar(&o.torrents, "torrents", 2_000, "registered torrents the announces spread over")
 	f.IntVar(&o.peers, "peers", 0, "simulated peers (0: 10 x --torrents)")
@@ -100,6 +121,8 @@ run made.`,
 	f.StringVar(&o.plugin, "plugin", defaultPluginBinary(), `hoard-bittorrent binary the trackers run as ("": in this process; the plugin column is then "-")`)
 	f.DurationVar(&o.feed, "feed-interval", time.Second, "accounting.feed_interval of both trackers, each with an outbox (0: no outbox, so no feed)")
 	f.StringVar(&o.onAccounting, "on-accounting", "", `JSON object merged into the accounting-on tracker's "accounting" settings, e.g. {"ledger_entries":0} to measure without the ledger`)
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", `write a CPU profile of the measured runs in --cpuprofile-mode to this file and print each tracker's top functions (needs --plugin "")`)
+	f.StringVar(&o.profileMode, "cpuprofile-mode", string(btloadgen.ModeUDP), "the mode --cpuprofile profiles")
 	return cmd
 }
 
@@ -127,6 +150,10 @@ func (o *privateBenchOptions) validate() error {
 		return fmt.Errorf("--concurrency must be between 1 and %d", maxBenchConcurrency)
 	case o.feed < 0 || (o.feed > 0 && o.feed < 100*time.Millisecond) || o.feed > time.Hour:
 		return errors.New("--feed-interval must be 0 (no feed) or between 100ms and 1h")
+	case o.cpuProfile != "" && o.plugin != "":
+		return errors.New(`--cpuprofile profiles this process: run the trackers in it with --plugin ""`)
+	case o.cpuProfile != "" && !slices.Contains(o.modes, o.profileMode):
+		return fmt.Errorf("--cpuprofile-mode %q is not among --modes", o.profileMode)
 	}
 	if err := checkAnnounceModes(o.modes); err != nil {
 		return err
@@ -293,6 +320,7 @@ func benchAnnouncePrivate(ctx context.Context, o privateBenchOptions) error {
 		announces []int64
 	}
 	var all []modeFigures
+	var profileParts []string
 	for _, m := range o.modes {
 		mode := btloadgen.Mode(m)
 		fig := modeFigures{mode: mode, runs: make([][]announceRun, len(targets)),
@@ -316,11 +344,22 @@ func benchAnnouncePrivate(ctx context.Context, o privateBenchOptions) error {
 				if err != nil {
 					return err
 				}
-				r, err := measureAnnounceRun(ctx, o.loadConfig(mode, t.addr(mode), o.announces), t.announceTarget, t.redis, "")
-				if err != nil {
-					return fmt.Errorf("%s %s run %d: %w", t.name, mode, run+1, err)
+				var stopProfile func()
+				if o.cpuProfile != "" && string(mode) == o.profileMode {
+					part := fmt.Sprintf("%s.%s.run%d", o.cpuProfile, t.name, run+1)
+					if stopProfile, err = startCPUProfile(part); err != nil {
+						return err
+					}
+					profileParts = append(profileParts, part)
 				}
-				if err := o.settle(ctx, t, &r); err != nil {
+				r, err := measureAnnounceRun(ctx, o.loadConfig(mode, t.addr(mode), o.announces), t.announceTarget, t.redis, "")
+				if err == nil {
+					err = o.settle(ctx, t, &r)
+				}
+				if stopProfile != nil {
+					stopProfile()
+				}
+				if err != nil {
 					return fmt.Errorf("%s %s run %d: %w", t.name, mode, run+1, err)
 				}
 				after, err := redisCommandStats(ctx, t.redis)
@@ -338,7 +377,7 @@ func benchAnnouncePrivate(ctx context.Context, o privateBenchOptions) error {
 
 	fmt.Printf("\nmedians of %d runs of %d announces (%d in flight). CPU columns are microseconds per answered announce:\n", o.runs, o.announces, o.concurrency)
 	fmt.Println("loadgen = this process, plugin = the tracker's hoard-bittorrent process, redis = its redis-server (script = inside EVALSHA)")
-	fmt.Printf("%-15s %-15s %10s %-22s %8s %8s %6s %7s %7s %7s %7s\n",
+	fmt.Printf("%-15s %-15s %10s %-36s %8s %8s %6s %7s %7s %7s %7s\n",
 		"mode", "accounting", "announce/s", "(runs)", "p50", "p99", "errors", "loadgen", "plugin", "redis", "script")
 	for _, fig := range all {
 		var rates [2]float64
@@ -349,11 +388,13 @@ func benchAnnouncePrivate(ctx context.Context, o privateBenchOptions) error {
 			if t.processCPU != nil {
 				pluginCPU = fmt.Sprintf("%.1f", s.peerCPU)
 			}
-			fmt.Printf("%-15s %-15s %10.0f %-22s %8s %8s %6d %7.1f %7s %7.1f %7.1f\n",
+			fmt.Printf("%-15s %-15s %10.0f %-36s %8s %8s %6d %7.1f %7s %7.1f %7.1f\n",
 				fig.mode, t.name, s.rate, "("+s.rates+")", millis(s.p50), millis(s.p99), s.errors,
 				s.selfCPU, pluginCPU, s.redisCPU, s.scriptTime)
 		}
 		fmt.Printf("%-15s %-15s %10.2f\n", fig.mode, "on/off", rates[0]/rates[1])
+		ratio, each := pairedRatios(fig.runs[0], fig.runs[1])
+		fmt.Printf("%-15s %-15s %10.2f (%s)\n", fig.mode, "on/off paired", ratio, each)
 	}
 	fmt.Println("\nRedis commands per announce over the measured runs (INFO commandstats; a script's commands count on their own lines and inside evalsha's time), the 10 whose time differs most:")
 	fmt.Printf("%-15s %-22s %9s %9s %9s %9s\n", "mode", "command", "on calls", "off calls", "on us", "off us")
@@ -370,7 +411,47 @@ func benchAnnouncePrivate(ctx context.Context, o privateBenchOptions) error {
 		}
 	}
 	fmt.Printf("load average at the end: %s\n", loadAverage())
+	if len(profileParts) > 0 {
+		fmt.Printf("note: the %s runs ran under the CPU profiler, which slows them\n", o.profileMode)
+		views := []profileView{{"where the samples went, by tracker (no label: runtime, GC, netpoll) and side (loadgen: the generator)", []string{"-tags"}}}
+		for _, t := range targets {
+			views = append(views,
+				profileView{t.name + "'s goroutines, flat", []string{"-top", "-nodecount=30", "-tagfocus=tracker=" + t.name}},
+				profileView{t.name + "'s goroutines, cumulative", []string{"-top", "-cum", "-nodecount=50", "-tagfocus=tracker=" + t.name}})
+		}
+		reportProfile(ctx, o.cpuProfile, profileParts, "the "+o.profileMode+" runs and their settling (this process: both trackers and the load generator)", views)
+	}
 	return nil
+}
+
+// startCPUProfile profiles this process into path until the returned
+// stop is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	file, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(file); err != nil {
+		_ = file.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); _ = file.Close() }, nil
+}
+
+// pairedRatios is the median of the rate ratios of each on run and the
+// off run after it, and the ratios as text.
+func pairedRatios(on, off []announceRun) (float64, string) {
+	ratios := make([]float64, 0, len(on))
+	texts := make([]string, 0, len(on))
+	for i := range min(len(on), len(off)) {
+		r := on[i].res.AnnouncesPerSec / off[i].res.AnnouncesPerSec
+		ratios = append(ratios, r)
+		texts = append(texts, fmt.Sprintf("%.2f", r))
+	}
+	if len(ratios) == 0 {
+		return 0, ""
+	}
+	return medianOf(ratios), strings.Join(texts, " ")
 }
 
 // settleTime is how long the bench waits after a run, on both trackers,
@@ -486,7 +567,12 @@ func (o *privateBenchOptions) startTracker(ctx context.Context, name, redisURL s
 	}
 	tr := p.(*btplugin.Tracker)
 	stop := func() { _ = tr.Close(context.Background()) }
-	if err := tr.Configure(ctx, plugins.Config{Name: "bittorrent", RedisURL: redisURL, Settings: settings}); err != nil {
+	// The label passes to every goroutine the tracker starts, so a
+	// profile tells the two trackers apart (--cpuprofile).
+	pprof.Do(ctx, pprof.Labels("tracker", name), func(ctx context.Context) {
+		err = tr.Configure(ctx, plugins.Config{Name: "bittorrent", RedisURL: redisURL, Settings: settings})
+	})
+	if err != nil {
 		stop()
 		return nil, nil, fmt.Errorf("hoard tracker: %w", err)
 	}

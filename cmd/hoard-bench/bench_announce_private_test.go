@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"testing"
@@ -36,6 +38,17 @@ func TestBenchAnnouncePrivateComparesAccountingOnAndOff(t *testing.T) {
 		got, err := strconv.ParseFloat(ratio[1], 64)
 		require.NoError(t, err)
 		require.InDelta(t, rates[0]/rates[1], got, 0.01, printed)
+		// each on run is paired with the off run after it
+		paired := regexp.MustCompile(`(?m)^` + mode + ` +on/off paired +(\d+\.\d\d) \((\d+\.\d\d) (\d+\.\d\d)\)$`).FindStringSubmatch(printed)
+		require.NotNil(t, paired, printed)
+		var pairs []float64
+		for _, text := range paired[2:] {
+			r, err := strconv.ParseFloat(text, 64)
+			require.NoError(t, err)
+			require.Positive(t, r)
+			pairs = append(pairs, r)
+		}
+		require.Equal(t, paired[1], strconv.FormatFloat(max(pairs[0], pairs[1]), 'f', 2, 64), "the median of two is the upper: %s", printed)
 	}
 	on := regexp.MustCompile(`accounting-on: user u0 uploaded (\d+), downloaded (\d+) bytes; credited (\d+) up, (\d+) down`).FindStringSubmatch(printed)
 	require.NotNil(t, on, printed)
@@ -46,4 +59,25 @@ func TestBenchAnnouncePrivateComparesAccountingOnAndOff(t *testing.T) {
 
 	_, err = runBench(t, "announce-private", "--users", "0")
 	require.ErrorContains(t, err, "--users")
+	_, err = runBench(t, "announce-private", "--cpuprofile", filepath.Join(t.TempDir(), "p"), "--plugin", "bin/hoard-bittorrent")
+	require.ErrorContains(t, err, `--plugin ""`)
+	_, err = runBench(t, "announce-private", "--cpuprofile", filepath.Join(t.TempDir(), "p"), "--plugin", "", "--modes", "udp", "--cpuprofile-mode", "http-keepalive")
+	require.ErrorContains(t, err, "--cpuprofile-mode")
+}
+
+// TestBenchAnnouncePrivateProfilesEachTracker: --cpuprofile writes one
+// profile of the measured runs in which each tracker's samples carry its
+// own label, and prints each one's top functions.
+func TestBenchAnnouncePrivateProfilesEachTracker(t *testing.T) {
+	unittier.Skip(t, "it runs two redis-servers and two trackers")
+	path := filepath.Join(t.TempDir(), "private.pprof")
+	printed, err := runBench(t, "announce-private", "--plugin", "", "--modes", "udp", "--runs", "1",
+		"--announces", "3000", "--torrents", "20", "--users", "3", "--concurrency", "4", "--cpuprofile", path)
+	require.NoError(t, err, printed)
+	require.FileExists(t, path)
+	if _, err := exec.LookPath("go"); err == nil {
+		require.Regexp(t, `(?m)^ +tracker: Total`, printed, "the samples split by tracker")
+		require.Contains(t, printed, "accounting-on's goroutines, flat")
+		require.Contains(t, printed, "accounting-off's goroutines, flat")
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"encoding/json"
+	"hash"
 	"sort"
 	"strconv"
 	"sync"
@@ -66,6 +67,9 @@ type TransferRow struct {
 	SeedSeconds  int64      `json:"seed_seconds"`
 	LeechSeconds int64      `json:"leech_seconds"`
 	Snatched     *time.Time `json:"snatched,omitempty"`
+	// infoHash is the torrent's, in hex: with UserID and Seq it makes Key,
+	// which the feed's builder writes itself
+	infoHash string
 }
 
 // SnatchEvent is a "snatch" event's body: the user's first completion of
@@ -149,91 +153,195 @@ func (a *appendedKeys) add(key string) {
 	a.keys[key] = struct{}{}
 }
 
-// transferPiece is a TransferEvent whose rows are marshalled already, so
-// an event's size is known as it is filled.
-type transferPiece struct {
-	TransferEvent
-	Rows []json.RawMessage `json:"rows"`
-}
-
-// transfersBuilder fills transfers events up to transfersBodyBudget.
+// transfersBuilder fills transfers events up to transfersBodyBudget,
+// writing each event's body as encoding/json would marshal its
+// TransfersEvent (feed_encoding_test.go checks it byte for byte), once:
+// a row is written straight into the body and its key into the event's
+// digest, with no reflection and no re-scan of marshalled parts. A feed
+// round writes about one row per crediting announce, so this is per
+// announce work (docs/bittorrent-site.md, "The plugin's CPU").
 type transfersBuilder struct {
-	events  []outbox.Event
-	torrent TransferEvent     // the torrent being added (its rows unused)
-	pieces  []json.RawMessage // the event's finished torrents
-	rows    []json.RawMessage // the torrent's rows in this event
-	keys    []string          // the event's row keys
-	size    int               // the event's body size so far, about
+	events []outbox.Event
+	body   []byte // the event being filled, from `{"version":2,"torrents":[`
+	// head is the current torrent's piece up to its rows, `{…,"rows":[`,
+	// which opens the torrent in each event it has rows in
+	head    []byte
+	pieces  int       // the event's torrents so far
+	rows    int       // the current torrent's rows in this event
+	keys    int       // the event's rows
+	digest  hash.Hash // SHA-1 of the event's row keys, each followed by a newline
+	size    int       // the event's body size so far, about (the split rule of the first builds)
+	row     []byte    // scratch: the row being written
+	key     []byte    // scratch: the row's key
+	scratch []byte    // scratch: a time's text
 }
 
 // the body's fixed part, `{"version":2,"torrents":[]}`, and the commas
 const transfersFrame = 32
 
-func (t *transfersBuilder) addRow(row TransferRow) error {
-	text, err := json.Marshal(row)
-	if err != nil {
-		return err
-	}
-	if len(t.keys) > 0 && t.size+len(text)+1 > transfersBodyBudget {
-		if err := t.closeEvent(); err != nil {
+const transfersBodyStart = `{"version":` + "2" + `,"torrents":[`
+
+func newTransfersBuilder() *transfersBuilder {
+	return &transfersBuilder{size: transfersFrame, digest: sha1.New()}
+}
+
+// startTorrent begins a torrent: its piece's head, written into the body
+// with its first row in each event.
+func (t *transfersBuilder) startTorrent(e *TransferEvent) error {
+	h := append(t.head[:0], `{"info_hash":`...)
+	h = appendJSONString(h, e.InfoHash)
+	h = append(h, `,"torrent_id":`...)
+	h = appendJSONString(h, e.TorrentID)
+	h = append(h, `,"seeders":`...)
+	h = strconv.AppendInt(h, e.Seeders, 10)
+	h = append(h, `,"leechers":`...)
+	h = strconv.AppendInt(h, e.Leechers, 10)
+	h = append(h, `,"snatches":`...)
+	h = strconv.AppendInt(h, e.Snatches, 10)
+	var err error
+	if e.LastSeeded != nil {
+		h = append(h, `,"last_seeded":`...)
+		if h, err = appendJSONTime(h, *e.LastSeeded); err != nil {
 			return err
 		}
 	}
-	if len(t.rows) == 0 {
-		head, err := json.Marshal(transferPiece{TransferEvent: t.torrent})
-		if err != nil {
+	if e.LastActivity != nil {
+		h = append(h, `,"last_activity":`...)
+		if h, err = appendJSONTime(h, *e.LastActivity); err != nil {
 			return err
 		}
-		t.size += len(head) + 1
 	}
-	t.rows = append(t.rows, text)
-	t.keys = append(t.keys, row.Key)
-	t.size += len(text) + 1
+	t.head, t.rows = append(h, `,"rows":[`...), 0
+	return nil
+}
+
+func (t *transfersBuilder) addRow(row *TransferRow) error {
+	k := append(t.key[:0], row.UserID...)
+	k = append(k, ':')
+	k = append(k, row.infoHash...)
+	k = append(k, ':')
+	k = strconv.AppendInt(k, row.Seq, 10)
+	t.key = k
+	r := append(t.row[:0], `{"key":`...)
+	r = appendJSONBytes(r, k)
+	r = append(r, `,"user_id":`...)
+	r = appendJSONString(r, row.UserID)
+	for _, f := range [...]struct {
+		name string
+		n    int64
+	}{{`,"seq":`, row.Seq}, {`,"uploaded":`, row.Uploaded}, {`,"downloaded":`, row.Downloaded},
+		{`,"up_credited":`, row.UpCredited}, {`,"down_credited":`, row.DownCredited},
+		{`,"seed_seconds":`, row.SeedSeconds}, {`,"leech_seconds":`, row.LeechSeconds}} {
+		r = append(r, f.name...)
+		r = strconv.AppendInt(r, f.n, 10)
+	}
+	if row.Snatched != nil {
+		r = append(r, `,"snatched":`...)
+		var err error
+		if r, err = appendJSONTime(r, *row.Snatched); err != nil {
+			return err
+		}
+	}
+	r = append(r, '}')
+	t.row = r
+
+	if t.keys > 0 && t.size+len(r)+1 > transfersBodyBudget {
+		t.closeEvent()
+	}
+	if t.body == nil {
+		t.body = append(make([]byte, 0, transfersBodyBudget+len(r)+len(t.head)+8), transfersBodyStart...)
+	}
+	if t.rows == 0 {
+		if t.pieces > 0 {
+			t.body = append(t.body, ',')
+		}
+		t.body = append(t.body, t.head...)
+		// the first builds counted the head as marshalled without rows,
+		// `…,"rows":null}`, and its comma
+		t.size += len(t.head) - 1 + len("null}") + 1
+	} else {
+		t.body = append(t.body, ',')
+	}
+	t.body = append(t.body, r...)
+	t.digest.Write(k)
+	t.digest.Write([]byte{'\n'})
+	t.rows++
+	t.keys++
+	t.size += len(r) + 1
 	return nil
 }
 
 // closeTorrent ends the current torrent's piece of the event.
-func (t *transfersBuilder) closeTorrent() error {
-	if len(t.rows) == 0 {
-		return nil
+func (t *transfersBuilder) closeTorrent() {
+	if t.rows == 0 {
+		return
 	}
-	piece, err := json.Marshal(transferPiece{TransferEvent: t.torrent, Rows: t.rows})
-	if err != nil {
-		return err
-	}
-	t.pieces, t.rows = append(t.pieces, piece), nil
-	return nil
+	t.body = append(t.body, ']', '}')
+	t.pieces++
+	t.rows = 0
 }
 
 // closeEvent ends the event; the current torrent goes on in the next.
-func (t *transfersBuilder) closeEvent() error {
-	if err := t.closeTorrent(); err != nil {
-		return err
+func (t *transfersBuilder) closeEvent() {
+	t.closeTorrent()
+	if t.pieces == 0 {
+		return
 	}
-	if len(t.pieces) == 0 {
-		return nil
-	}
-	body, err := json.Marshal(struct {
-		Version  int               `json:"version"`
-		Torrents []json.RawMessage `json:"torrents"`
-	}{TransfersVersion, t.pieces})
-	if err != nil {
-		return err
-	}
-	t.events = append(t.events, outbox.Event{Key: transfersKey(t.keys), Kind: TransfersEventKind, Body: body})
-	t.pieces, t.keys, t.size = nil, nil, transfersFrame
-	return nil
+	t.body = append(t.body, ']', '}')
+	t.events = append(t.events, outbox.Event{Key: transfersKey(t.keys, t.digest.Sum(nil)), Kind: TransfersEventKind, Body: t.body})
+	t.body, t.pieces, t.keys, t.size = nil, 0, 0, transfersFrame
+	t.digest.Reset()
 }
 
 // transfersKey is a transfers event's idempotency key:
 // "transfers:<rows>:<the first 8 bytes of the SHA-1 of the row keys, each
 // followed by a newline, in the event's order>".
-func transfersKey(rowKeys []string) string {
-	digest := sha1.New()
-	for _, k := range rowKeys {
-		digest.Write([]byte(k + "\n"))
+func transfersKey(rows int, digest []byte) string {
+	return "transfers:" + strconv.Itoa(rows) + ":" + hex.EncodeToString(digest[:8])
+}
+
+// appendJSONString appends s as encoding/json writes a string: bytes
+// that need no escape (every id and key the feed writes) as they are,
+// anything else through encoding/json itself.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if !jsonPlain(s[i]) {
+			quoted, _ := json.Marshal(s) // a string always marshals
+			return append(b, quoted...)
+		}
 	}
-	return "transfers:" + strconv.Itoa(len(rowKeys)) + ":" + hex.EncodeToString(digest.Sum(nil)[:8])
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+func appendJSONBytes(b []byte, s []byte) []byte {
+	for _, c := range s {
+		if !jsonPlain(c) {
+			return appendJSONString(b, string(s))
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+// jsonPlain: encoding/json writes c unescaped in a string (printable
+// ASCII but the quote, the backslash and its HTML escapes < > &).
+func jsonPlain(c byte) bool {
+	return c >= 0x20 && c < 0x7f && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+}
+
+// appendJSONTime appends t as time.Time's MarshalJSON does (RFC 3339
+// with nanoseconds), which refuses years outside 0-9999.
+func appendJSONTime(b []byte, t time.Time) ([]byte, error) {
+	if y := t.Year(); y < 0 || y > 9999 {
+		text, err := t.MarshalJSON()
+		return append(b, text...), err
+	}
+	b = append(b, '"')
+	b = t.AppendFormat(b, time.RFC3339Nano)
+	return append(b, '"'), nil
 }
 
 // feedEvents is a round's events for batches: the transfers events,
@@ -249,17 +357,19 @@ func feedEvents(batches []swarm.FeedBatch, appended func(key string) bool) ([]ou
 	sorted := make([]swarm.FeedBatch, len(batches))
 	copy(sorted, batches)
 	sort.Slice(sorted, func(i, j int) bool { return string(sorted[i].InfoHash[:]) < string(sorted[j].InfoHash[:]) })
-	builder := transfersBuilder{size: transfersFrame}
+	builder := newTransfersBuilder()
 	var snatches []outbox.Event
 	for _, b := range sorted {
 		hash := btstore.HexInfoHash(b.InfoHash)
-		builder.torrent = TransferEvent{InfoHash: hash, TorrentID: b.TorrentID, Seeders: b.Seeders, Leechers: b.Leechers,
-			Snatches: b.Snatches, LastSeeded: at(b.LastAction), LastActivity: at(b.Announced)}
+		if err := builder.startTorrent(&TransferEvent{InfoHash: hash, TorrentID: b.TorrentID, Seeders: b.Seeders, Leechers: b.Leechers,
+			Snatches: b.Snatches, LastSeeded: at(b.LastAction), LastActivity: at(b.Announced)}); err != nil {
+			return nil, err
+		}
 		rows := make([]swarm.FeedRow, len(b.Rows))
 		copy(rows, b.Rows)
 		sort.Slice(rows, func(i, j int) bool { return rows[i].UserID < rows[j].UserID })
 		for _, r := range rows {
-			err := builder.addRow(TransferRow{Key: swarm.FeedKey(r.UserID, b.InfoHash, r.Seq), UserID: r.UserID, Seq: r.Seq,
+			err := builder.addRow(&TransferRow{infoHash: hash, UserID: r.UserID, Seq: r.Seq,
 				Uploaded: r.Uploaded, Downloaded: r.Downloaded, UpCredited: r.UpCredited, DownCredited: r.DownCredited,
 				SeedSeconds: r.SeedMillis / 1000, LeechSeconds: r.LeechMillis / 1000, Snatched: at(r.Snatched)})
 			if err != nil {
@@ -276,12 +386,8 @@ func feedEvents(batches []swarm.FeedBatch, appended func(key string) bool) ([]ou
 				snatches = append(snatches, outbox.Event{Key: key, Kind: SnatchEventKind, Body: body})
 			}
 		}
-		if err := builder.closeTorrent(); err != nil {
-			return nil, err
-		}
+		builder.closeTorrent()
 	}
-	if err := builder.closeEvent(); err != nil {
-		return nil, err
-	}
+	builder.closeEvent()
 	return append(builder.events, snatches...), nil
 }

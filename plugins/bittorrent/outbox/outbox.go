@@ -3,6 +3,7 @@ package outbox
 import (
 	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
 
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -175,18 +176,69 @@ func (o *Outbox) SaveConfig(ctx context.Context) error {
 // Validate checks events as Append does.
 func Validate(events []Event) error {
 	for i, e := range events {
-		switch {
-		case e.Key == "" || len(e.Key) > MaxKeyBytes || !utf8.ValidString(e.Key):
-			return fmt.Errorf("%w: event %d: the idempotency key must be 1-%d bytes of UTF-8", ErrInvalid, i, MaxKeyBytes)
-		case e.Kind == "" || len(e.Kind) > MaxKindBytes || !utf8.ValidString(e.Kind):
-			return fmt.Errorf("%w: event %d (%s): the kind must be 1-%d bytes of UTF-8", ErrInvalid, i, e.Key, MaxKindBytes)
-		case len(e.Body) > MaxBodyBytes:
-			return fmt.Errorf("%w: event %d (%s): the body is over %d bytes", ErrInvalid, i, e.Key, MaxBodyBytes)
-		case len(e.Body) > 0 && !json.Valid(e.Body):
-			return fmt.Errorf("%w: event %d (%s): the body is not JSON", ErrInvalid, i, e.Key)
+		if err := validateFrame(i, e); err != nil {
+			return err
+		}
+		if len(e.Body) > 0 && !json.Valid(e.Body) {
+			return errNotJSON(i, e)
 		}
 	}
 	return nil
+}
+
+// validateFrame checks all of event i but whether its body is JSON.
+func validateFrame(i int, e Event) error {
+	switch {
+	case e.Key == "" || len(e.Key) > MaxKeyBytes || !utf8.ValidString(e.Key):
+		return fmt.Errorf("%w: event %d: the idempotency key must be 1-%d bytes of UTF-8", ErrInvalid, i, MaxKeyBytes)
+	case e.Kind == "" || len(e.Kind) > MaxKindBytes || !utf8.ValidString(e.Kind):
+		return fmt.Errorf("%w: event %d (%s): the kind must be 1-%d bytes of UTF-8", ErrInvalid, i, e.Key, MaxKindBytes)
+	case len(e.Body) > MaxBodyBytes:
+		return fmt.Errorf("%w: event %d (%s): the body is over %d bytes", ErrInvalid, i, e.Key, MaxBodyBytes)
+	}
+	return nil
+}
+
+func errNotJSON(i int, e Event) error {
+	return fmt.Errorf("%w: event %d (%s): the body is not JSON", ErrInvalid, i, e.Key)
+}
+
+// appendRecord appends event i as stored, the text json.Marshal writes for
+// its record at at, checking the event as Validate does. The body is read
+// once (json.Compact checks it while it compacts), not once by Validate and
+// again by json.Marshal: a feed round's transfers events are tens of
+// kilobytes (docs/bittorrent-site.md, "The plugin's CPU").
+func appendRecord(b []byte, i int, e Event, at time.Time) ([]byte, error) {
+	if err := validateFrame(i, e); err != nil {
+		return b, err
+	}
+	key, _ := json.Marshal(e.Key) // a string always marshals
+	kind, _ := json.Marshal(e.Kind)
+	b = append(append(append(b, `{"key":`...), key...), `,"kind":`...)
+	b = append(append(b, kind...), `,"body":`...)
+	if len(e.Body) == 0 {
+		b = append(b, "null"...)
+	} else {
+		buf := bytes.NewBuffer(b)
+		if err := json.Compact(buf, e.Body); err != nil {
+			return b, errNotJSON(i, e)
+		}
+		body := buf.Bytes()[len(b):]
+		if bytes.ContainsAny(body, "<>&\u2028\u2029") {
+			// json.Marshal escapes these in a raw message too
+			var escaped bytes.Buffer
+			json.HTMLEscape(&escaped, body)
+			b = append(b, escaped.Bytes()...)
+		} else {
+			b = buf.Bytes()
+		}
+	}
+	text, err := at.MarshalJSON()
+	if err != nil {
+		return b, fmt.Errorf("%w: %s: %v", ErrInvalid, e.Key, err)
+	}
+	b = append(append(append(b, `,"at":`...), text...), '}')
+	return b, nil
 }
 
 // Append stores a batch of events, all or none (one script): an event
@@ -204,19 +256,13 @@ func (o *Outbox) AppendIDs(ctx context.Context, events []Event) ([]uint64, error
 	if len(events) == 0 {
 		return nil, nil
 	}
-	if err := Validate(events); err != nil {
-		return nil, err
-	}
 	now := o.clock.Now()
 	args := []any{ms(now), o.policy.DedupWindow.Milliseconds(), o.policy.DedupMax, o.policy.MaxPending}
-	for _, e := range events {
-		body := e.Body
-		if len(body) == 0 {
-			body = json.RawMessage("null")
-		}
-		rec, err := json.Marshal(record{Key: e.Key, Kind: e.Kind, Body: body, At: now.UTC()})
-		if err != nil {
-			return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, e.Key, err)
+	var rec []byte
+	for i, e := range events {
+		var err error
+		if rec, err = appendRecord(rec[:0], i, e, now.UTC()); err != nil {
+			return nil, err
 		}
 		args = append(args, e.Key, string(rec))
 	}
