@@ -237,8 +237,8 @@ const (
 // the block and version checks counts in requests (rate-limited ones too),
 // as claim.lua counted them.
 func (e *Engine) countClaim(ctx context.Context, slug string, now time.Time, code int64, detail string, items, reclaims int64) {
-	hourly := HourlyKey(slug, now)
-	stats := StatsKey(slug)
+	keys := e.warriorKeys.get(slug)
+	hourly, stats := keys.minuteKeys(slug, now).hourly, keys.stats
 	e.count(ctx, slug, func(c counts) {
 		switch code {
 		case codeBlocked:
@@ -280,9 +280,9 @@ func (e *Engine) countClaim(ctx context.Context, slug string, now time.Time, cod
 // of the claimed ones.
 func (e *Engine) countDone(ctx context.Context, req DoneRequest, now time.Time, total int64, groups []string, fresh int, rttSum, rttCount int64) {
 	slug := req.Project
-	utc := now.UTC()
-	stats, hourly := StatsKey(slug), HourlyKey(slug, now)
-	minute, hour := utc.Format("1504"), utc.Format("010215")
+	keys := e.warriorKeys.get(slug)
+	t := keys.minuteKeys(slug, now)
+	stats, hourly := keys.stats, t.hourly
 	e.count(ctx, slug, func(c counts) {
 		n := int64(fresh)
 		c.add(stats, counterAdd, 0, "items_done", n)
@@ -293,23 +293,20 @@ func (e *Engine) countDone(ctx context.Context, req DoneRequest, now time.Time, 
 		}
 		c.add(hourly, counterAdd, HourlyRetention, "items_done", n)
 		c.add(hourly, counterAdd, HourlyRetention, "bytes_done", total)
-		c.add(DownloaderBytesKey(slug), counterAdd, 0, req.Downloader, total)
-		c.add(DownloaderItemsKey(slug), counterAdd, 0, req.Downloader, n)
+		c.add(keys.downloaderBytes, counterAdd, 0, req.Downloader, total)
+		c.add(keys.downloaderItems, counterAdd, 0, req.Downloader, n)
 		if req.Version != "" {
-			c.set(DownloaderVersionKey(slug), 0, req.Downloader, req.Version)
+			c.set(keys.downloaderVersion, 0, req.Downloader, req.Version)
 		}
 		for _, g := range groups {
-			c.add(DomainBytesKey(slug), counterDomain, 0, g, req.Bytes[g])
+			c.add(keys.domainBytes, counterDomain, 0, g, req.Bytes[g])
 		}
-		m := SeriesMinuteKey(slug, now)
-		c.add(m, counterAdd, seriesMinuteTTL, minute, n)
-		c.add(m, counterAdd, seriesMinuteTTL, minute+"b", total)
-		h := SeriesHourKey(slug, now)
-		c.add(h, counterAdd, seriesHourTTL, hour, n)
-		c.add(h, counterAdd, seriesHourTTL, hour+"b", total)
-		c.add(SeriesDownloaderKey(slug, now), counterAdd, seriesDownloaderTTL, hour[4:6]+" "+req.Downloader, total)
-		recent := RecentDownloadersKey(slug, now)
-		c.add(recent, counterAdd, RecentBucketTTL, "i "+req.Downloader, n)
-		c.add(recent, counterAdd, RecentBucketTTL, "b "+req.Downloader, total)
+		c.add(t.seriesMinute, counterAdd, seriesMinuteTTL, t.minuteField, n)
+		c.add(t.seriesMinute, counterAdd, seriesMinuteTTL, t.minuteBytes, total)
+		c.add(t.seriesHour, counterAdd, seriesHourTTL, t.hourField, n)
+		c.add(t.seriesHour, counterAdd, seriesHourTTL, t.hourBytes, total)
+		c.add(t.seriesDownloader, counterAdd, seriesDownloaderTTL, t.hourOfDay+req.Downloader, total)
+		c.add(t.recent, counterAdd, RecentBucketTTL, "i "+req.Downloader, n)
+		c.add(t.recent, counterAdd, RecentBucketTTL, "b "+req.Downloader, total)
 	})
 }

@@ -1,6 +1,10 @@
 package queues
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
 
 // warriorKeyCache keeps, per project, the key names of claim.lua and
 // done.lua that depend only on the project. A warrior round trip built
@@ -24,6 +28,46 @@ type warriorKeys struct {
 	done      []string // doneKeys
 	plain     []string // claimPlainKeys
 	donePlain []string // donePlainKeys
+
+	// The hashes countClaim and countDone add to that depend only on
+	// the project.
+	stats, downloaderBytes, downloaderItems, downloaderVersion, domainBytes string
+	// minute is the keys and fields of the latest minute counted in
+	// (counterMinute): a done formatted seven dates and built a dozen
+	// strings, the same all minute long.
+	minute atomic.Pointer[counterMinute]
+}
+
+// counterMinute is what countClaim and countDone name by the time, for
+// one UTC minute: every name here is the same for any time inside it
+// (RecentBucket is whole minutes).
+type counterMinute struct {
+	unixMinute                                                 int64
+	hourly, seriesMinute, seriesHour, seriesDownloader, recent string
+	// The series' fields: the minute ("1504") and its bytes ("1504b"), the
+	// hour ("010215") and its bytes, and the hour of the day ("15 ").
+	minuteField, minuteBytes, hourField, hourBytes, hourOfDay string
+}
+
+// minuteKeys returns the names for now's UTC minute, built at most once a
+// minute per project (two frontends' goroutines may both build one at a
+// minute's turn; either is right).
+func (k *warriorKeys) minuteKeys(slug string, now time.Time) *counterMinute {
+	unixMinute := now.Unix() / 60
+	if now.Unix() < 0 && now.Unix()%60 != 0 {
+		unixMinute-- // floor, for a clock before 1970
+	}
+	if m := k.minute.Load(); m != nil && m.unixMinute == unixMinute {
+		return m
+	}
+	utc := now.UTC()
+	minute, hour := utc.Format("1504"), utc.Format("010215")
+	m := &counterMinute{unixMinute: unixMinute,
+		hourly: HourlyKey(slug, now), seriesMinute: SeriesMinuteKey(slug, now), seriesHour: SeriesHourKey(slug, now),
+		seriesDownloader: SeriesDownloaderKey(slug, now), recent: RecentDownloadersKey(slug, now),
+		minuteField: minute, minuteBytes: minute + "b", hourField: hour, hourBytes: hour + "b", hourOfDay: hour[4:6] + " "}
+	k.minute.Store(m)
+	return m
 }
 
 func (c *warriorKeyCache) get(slug string) *warriorKeys {
@@ -36,7 +80,9 @@ func (c *warriorKeyCache) get(slug string) *warriorKeys {
 		c.entries = make(map[string]*warriorKeys)
 	}
 	k := &warriorKeys{claim: claimProjectKeys(slug), claimTail: claimTailKeys(slug), done: doneKeys(slug),
-		plain: claimPlainKeys(slug), donePlain: donePlainKeys(slug)}
+		plain: claimPlainKeys(slug), donePlain: donePlainKeys(slug),
+		stats: StatsKey(slug), downloaderBytes: DownloaderBytesKey(slug), downloaderItems: DownloaderItemsKey(slug),
+		downloaderVersion: DownloaderVersionKey(slug), domainBytes: DomainBytesKey(slug)}
 	c.entries[slug] = k
 	return k
 }

@@ -51,3 +51,41 @@ func TestWarriorKeyCacheIsBounded(t *testing.T) {
 	}
 	require.Equal(t, ConfigKey("p5"), cache.get("p5").claim[0])
 }
+
+// TestCounterMinuteKeysAreTheBuilders: the names countClaim and countDone
+// take from the per-minute cache are the key builders' and the formats'
+// for every time, across a minute, a recent-bucket, an hour, a day's and a
+// year's turn, with the clock going back, and before 1970; and one minute's
+// names are built once.
+func TestCounterMinuteKeysAreTheBuilders(t *testing.T) {
+	var cache warriorKeyCache
+	keys := cache.get("p")
+	require.Equal(t, StatsKey("p"), keys.stats)
+	require.Equal(t, []string{DownloaderBytesKey("p"), DownloaderItemsKey("p"), DownloaderVersionKey("p"), DomainBytesKey("p")},
+		[]string{keys.downloaderBytes, keys.downloaderItems, keys.downloaderVersion, keys.domainBytes})
+	var times []time.Time
+	for _, base := range []time.Time{
+		time.Date(2026, 12, 31, 23, 58, 0, 0, time.UTC), // day, hour, year and bucket turns
+		time.Date(2026, 11, 29, 12, 4, 0, 0, time.UTC),  // a recent bucket's turn (5 min)
+		time.Date(1969, 12, 31, 23, 59, 0, 0, time.UTC), // before the epoch
+	} {
+		for _, d := range []time.Duration{0, 59*time.Second + 999*time.Millisecond, time.Minute, 90 * time.Second, 2 * time.Minute, time.Second} {
+			times = append(times, base.Add(d))
+		}
+	}
+	times = append(times, time.Date(2026, 11, 29, 12, 4, 30, 0, time.FixedZone("x", 5*3600+1800)))
+	for _, now := range times {
+		m := keys.minuteKeys("p", now)
+		utc := now.UTC()
+		require.Equal(t, HourlyKey("p", now), m.hourly, now)
+		require.Equal(t, SeriesMinuteKey("p", now), m.seriesMinute, now)
+		require.Equal(t, SeriesHourKey("p", now), m.seriesHour, now)
+		require.Equal(t, SeriesDownloaderKey("p", now), m.seriesDownloader, now)
+		require.Equal(t, RecentDownloadersKey("p", now), m.recent, now)
+		require.Equal(t, []string{utc.Format("1504"), utc.Format("1504") + "b", utc.Format("010215"), utc.Format("010215") + "b", utc.Format("010215")[4:6] + " "},
+			[]string{m.minuteField, m.minuteBytes, m.hourField, m.hourBytes, m.hourOfDay}, now)
+	}
+	first := keys.minuteKeys("p", time.Date(2026, 11, 29, 12, 4, 1, 0, time.UTC))
+	require.Same(t, first, keys.minuteKeys("p", time.Date(2026, 11, 29, 12, 4, 59, 0, time.UTC)))
+	require.NotSame(t, first, keys.minuteKeys("p", time.Date(2026, 11, 29, 12, 5, 0, 0, time.UTC)))
+}

@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -243,6 +244,15 @@ func (env *benchEnv) fill(ctx context.Context, slug string, n int) error {
 type runFigure struct {
 	roundTrips, items float64 // per second
 	calls             float64 // in all
+	// commands is INFO commandstats over the run, when measured.
+	commands commandStats
+	// forks is how many times Redis forked (an AOF rewrite) during the
+	// run: a fork makes the next write to each shared page fault.
+	forks int64
+	// selfMicros is this process's CPU per call (the load generator and,
+	// in `bench`, the engine), when measured: a rate this process's CPU
+	// bounds is not Redis's.
+	selfMicros float64
 }
 
 func benchWarriors(ctx context.Context, env *benchEnv, o benchOptions) error {
@@ -368,7 +378,7 @@ func post(ctx context.Context, client *http.Client, url string, body []byte) ([]
 var ceilingScript = luascript.FromSource(`return redis.call('EXISTS', KEYS[1])`)
 
 func benchScript(ctx context.Context, env *benchEnv, o benchOptions) error {
-	fmt.Printf("\nclaim.lua and done.lua vs Redis's EVALSHA ceiling (a one-key script), all three batched as the engine batches them, after an AOF rewrite of the fill, %d callers, %d runs of %s; %s\n", o.warriors, o.runs, o.duration, machineLine())
+	fmt.Printf("\nclaim.lua and done.lua vs Redis's EVALSHA ceiling (a one-key script), all three batched as the engine batches them, after an AOF rewrite of the fill and %d claims unmeasured, and another before the dones, %d callers, %d runs of %s; %s\n", warmUpClaims, o.warriors, o.runs, o.duration, machineLine())
 	var claims, dones, ceiling []runFigure
 	for run := 0; run < o.runs; run++ {
 		slug := fmt.Sprintf("bench-script-r%d", run)
@@ -376,6 +386,9 @@ func benchScript(ctx context.Context, env *benchEnv, o benchOptions) error {
 			return err
 		}
 		if err := env.rewriteAOF(ctx); err != nil {
+			return err
+		}
+		if err := warmAfterRewrite(ctx, env, slug, o.warriors); err != nil {
 			return err
 		}
 		// Each caller keeps what it claimed, for the done calls after.
@@ -388,6 +401,12 @@ func benchScript(ctx context.Context, env *benchEnv, o benchOptions) error {
 			return err
 		})
 		if err != nil {
+			return err
+		}
+		// The claims' AOF would make Redis (or hoard's replay-time watcher)
+		// rewrite it during the done phase, which then pays the fork:
+		// rewrite it now, before the phase.
+		if err := env.rewriteAOF(ctx); err != nil {
 			return err
 		}
 		done, err := redisCPURate(ctx, env, o, func(ctx context.Context, w int) error {
@@ -422,7 +441,43 @@ func benchScript(ctx context.Context, env *benchEnv, o benchOptions) error {
 	fmt.Printf("  claim.lua (multi=1)   %9.0f calls/s   (runs: %s)   ratio %.2f   Redis CPU %.1f us/call\n", mc.roundTrips, describeRuns(claims), mc.roundTrips/mx.roundTrips, mc.items)
 	fmt.Printf("  done.lua (1 item)     %9.0f calls/s   (runs: %s)   ratio %.2f   Redis CPU %.1f us/call\n", md.roundTrips, describeRuns(dones), md.roundTrips/mx.roundTrips, md.items)
 	fmt.Printf("  EVALSHA ceiling       %9.0f calls/s   (runs: %s)               Redis CPU %.1f us/call\n", mx.roundTrips, describeRuns(ceiling), mx.items)
+	for _, phase := range []struct {
+		name string
+		fig  runFigure
+	}{{"claim", mc}, {"done", md}, {"ceiling", mx}} {
+		fmt.Printf("  %-8s per call (median run): this process's CPU %.1f us; Redis forks during it %d; INFO commandstats: %s\n", phase.name, phase.fig.selfMicros, phase.fig.forks, describeCommandsPerCall(phase.fig))
+	}
 	return nil
+}
+
+// describeCommandsPerCall names the commands of a phase by the Redis time
+// they took per call of the phase (a command a script calls counts on its
+// own line and inside evalsha's), with their calls per call, so a phase
+// whose scripts fell back to the general script (evalsha above 1 per call)
+// or whose time went outside its script (the log's lpush, the counters'
+// flush) shows it.
+func describeCommandsPerCall(fig runFigure) string {
+	calls := max(fig.calls, 1)
+	names := make([]string, 0, len(fig.commands))
+	for name := range fig.commands {
+		if name == "info" || strings.HasPrefix(name, "config") {
+			continue
+		}
+		names = append(names, name)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		a, b := fig.commands[names[i]], fig.commands[names[j]]
+		if a.usec != b.usec {
+			return a.usec > b.usec
+		}
+		return names[i] < names[j]
+	})
+	parts := make([]string, 0, 8)
+	for _, name := range names[:min(len(names), 8)] {
+		c := fig.commands[name]
+		parts = append(parts, fmt.Sprintf("%s %.2f us (%.3f calls)", name, float64(c.usec)/calls, float64(c.calls)/calls))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // rewriteAOF rewrites the AOF now, if it is on, and waits for the rewrite
@@ -459,6 +514,39 @@ func (env *benchEnv) rewriteAOF(ctx context.Context) error {
 	}
 }
 
+// warmUpClaims is how many claims run, unmeasured, between the fill's AOF
+// rewrite and the claim phase: enough that nearly every page of the queued
+// index's bucket table (2^21 slots, 4,096 pages, for the fill's 1.5M
+// items) is written once.
+const warmUpClaims = 32_000
+
+// warmAfterRewrite claims warmUpClaims items of slug and leaves them out
+// (reporting them done too wrote enough AOF that a rewrite landed in the
+// claim phase).
+// A rewrite forks: after its child exits, the parent's first write to each
+// page it shared still takes a page fault. Only claims write at random
+// into the fill's large structures (SREM from the queued index, a 1.5M
+// member hash table), so a claim phase right after the rewrite paid about
+// one fault per claim: redis-server alone, 20,000 SREMs of a 1.5M member
+// set right after a BGREWRITEAOF took 18,799 minor faults and 42 us of CPU
+// each, the next 20,000 2,409 faults and 10 us (load 18). That cost is the
+// rewrite's, paid once per page per rewrite, not each claim's.
+func warmAfterRewrite(ctx context.Context, env *benchEnv, slug string, callers int) error {
+	var wg sync.WaitGroup
+	errs := make([]error, callers)
+	for w := 0; w < callers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < warmUpClaims && errs[w] == nil; i += callers {
+				_, errs[w] = env.engine.Claim(ctx, queues.ClaimRequest{Project: slug, Downloader: fmt.Sprintf("warmup%03d", w), IP: "127.0.0.1", Count: 1})
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
 // redisCPURate is callRate with Redis's CPU per call (in the figure's
 // items field, which a call rate does not need).
 func redisCPURate(ctx context.Context, env *benchEnv, o benchOptions, fn func(ctx context.Context, worker int) error) (runFigure, error) {
@@ -466,20 +554,55 @@ func redisCPURate(ctx context.Context, env *benchEnv, o benchOptions, fn func(ct
 	if !ok {
 		return callRate(ctx, o, fn)
 	}
+	statsBefore, err := redisCommandStats(ctx, client)
+	if err != nil {
+		return runFigure{}, err
+	}
 	before, err := redisCPU(ctx, client)
 	if err != nil {
 		return runFigure{}, err
 	}
+	forksBefore, err := redisForks(ctx, client)
+	if err != nil {
+		return runFigure{}, err
+	}
+	self := selfCPU()
 	fig, err := callRate(ctx, o, fn)
 	if err != nil {
 		return fig, err
 	}
+	fig.selfMicros = float64((selfCPU() - self).Microseconds()) / max(fig.calls, 1)
 	after, err := redisCPU(ctx, client)
 	if err != nil {
 		return fig, err
 	}
+	statsAfter, err := redisCommandStats(ctx, client)
+	if err != nil {
+		return fig, err
+	}
+	forksAfter, err := redisForks(ctx, client)
+	if err != nil {
+		return fig, err
+	}
+	fig.forks = forksAfter - forksBefore
 	fig.items = float64((after - before).Microseconds()) / max(fig.calls, 1)
+	fig.commands = commandStats{}
+	fig.commands.add(statsBefore, statsAfter)
 	return fig, nil
+}
+
+// redisForks is INFO stats' total_forks.
+func redisForks(ctx context.Context, rdb *redis.Client) (int64, error) {
+	info, err := rdb.Info(ctx, "stats").Result()
+	if err != nil {
+		return 0, fmt.Errorf("redis INFO stats: %w", err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if value, ok := strings.CutPrefix(strings.TrimSpace(line), "total_forks:"); ok {
+			return strconv.ParseInt(value, 10, 64)
+		}
+	}
+	return 0, errors.New("redis INFO stats: no total_forks")
 }
 
 // errCallerDone ends one caller of callRate without an error: it has
