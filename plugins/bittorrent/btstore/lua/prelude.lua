@@ -88,45 +88,51 @@ end
 -- seq numbers the record's fed figures (user_feed).
 local user_numbers = {'peers', 'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'downloaded',
   'up_credit', 'down_credit', 'seq'}
+-- token_used and token_ended are read only for a record with a token
+-- (user_read): a field a record lacks costs HMGET a walk of the whole
+-- record, and most records have no token.
 local user_fields = {'peers', 'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'downloaded',
-  'up_credit', 'down_credit', 'seq', 'complete', 'bits', 'ver', 'first_announce', 'token', 'token_used',
-  'token_ended'}
+  'up_credit', 'down_credit', 'seq', 'complete', 'bits', 'ver', 'first_announce', 'token'}
 
 -- The user record's fields stamping when each cheat signal last fired on
 -- it (ms), by the signal's code (R.CHEAT_*), so a signal fires once per
--- user, torrent and period.
+-- user, torrent and period. Read only when a signal's figures cross its
+-- threshold (user_watch): an honest record has none of them, and each
+-- field a record lacks costs HMGET a walk of the whole record.
 local cheat_fields = {'cheat_no_leecher', 'cheat_upload_rate', 'cheat_over_download'}
 
--- user_fields, then the ledger ring's next entry (user_watch) and
--- cheat_fields: what user_read reads for an announce user_watch sees.
--- Built by user_read when a call first needs it, not here: the prelude
--- runs on every call of every script, most of which never watch.
+-- user_fields, then the ledger ring's next entry (user_watch): what
+-- user_read reads for an announce user_watch sees. Built by user_read
+-- when a call first needs it, not here: the prelude runs on every call
+-- of every script, most of which never watch.
 local user_watched_fields
 
 -- A user's record on one torrent, read with one HMGET. u.was keeps the
 -- values read, so user_write writes only what changed. watched (true:
--- user_watch will run) reads the ledger and the cheat stamps in the same
--- HMGET, into u.watched (ledger_next first, then cheat_fields' order), so
--- the ledger costs no command of its own. token is the
--- personal freeleech token's end (ms, 0: it never ends; nil: no token),
--- token_used and token_ended when it was first used and seen ended (ms).
+-- user_watch will run) reads the ledger's next entry in the same HMGET,
+-- into u.ledger_next, so the ledger costs no command of its own. token
+-- is the personal freeleech token's end (ms, 0: it never ends; nil: no
+-- token), token_used and token_ended when it was first used and seen
+-- ended (ms), read by a second HMGET only when there is a token.
 local function user_read(key, watched)
   local names = user_fields
   if watched then
     if not user_watched_fields then
       user_watched_fields = {unpack(user_fields)}
       user_watched_fields[#user_watched_fields + 1] = 'ledger_next'
-      for _, name in ipairs(cheat_fields) do user_watched_fields[#user_watched_fields + 1] = name end
     end
     names = user_watched_fields
   end
   local v = redis.call('HMGET', key, unpack(names))
   local n = #user_numbers
-  local u = {was = {}, complete = v[n + 1] == '1', bits = tonumber(v[n + 2]) or -1,
-    ver = tonumber(v[n + 3]) or 0, first = v[n + 4], token = tonumber(v[n + 5]),
-    token_used = v[n + 6], token_ended = v[n + 7]}
+  local u = {key = key, was = {}, complete = v[n + 1] == '1', bits = tonumber(v[n + 2]) or -1,
+    ver = tonumber(v[n + 3]) or 0, first = v[n + 4], token = tonumber(v[n + 5])}
+  if u.token then
+    local used = redis.call('HMGET', key, 'token_used', 'token_ended')
+    u.token_used, u.token_ended = used[1], used[2]
+  end
   if watched then
-    u.watched = {unpack(v, #user_fields + 1)}
+    u.ledger_next = tonumber(v[#user_fields + 1]) or 0
   end
   for i, name in ipairs(user_numbers) do
     u[name] = tonumber(v[i]) or 0
@@ -299,10 +305,11 @@ local function watch_read(text)
 end
 
 -- user_watch appends one announce with transfer to the record's ledger
--- and checks the per-torrent cheat signals; both are read with the
--- record by user_read (u.watched) and written with it by user_write
--- (u.extra), so they cost no command of their own, and only announces
--- with a delta read them. The ledger is a ring of w.ledger fields in the
+-- and checks the per-torrent cheat signals. The ledger's next entry is
+-- read with the record by user_read (u.ledger_next) and both are written
+-- with it by user_write (u.extra), so the ledger costs no command of its
+-- own, and only announces with a delta read it; the signals' stamps are
+-- read (one HMGET) only when a signal's figures cross its threshold. The ledger is a ring of w.ledger fields in the
 -- record, "l0", "l1", ..., the next to write in ledger_next, each entry
 -- "time,raw up,raw down,credited up,credited down,ms since the peer's
 -- previous announce" with a credited figure left empty when it equals
@@ -337,10 +344,9 @@ local function user_watch(u, a, c_up, c_down, now, w)
   end
   local fired = {}
   if w.ledger == 0 and #hits == 0 then return fired end
-  local v = u.watched -- read with the record (user_read)
   local extra = {}
   if w.ledger > 0 then
-    local next_entry = tonumber(v[1]) or 0
+    local next_entry = u.ledger_next -- read with the record (user_read)
     local up_credit, down_credit = '', ''
     if c_up ~= a.d_up then up_credit = int(c_up) end
     if c_down ~= a.d_down then down_credit = int(c_down) end
@@ -349,8 +355,12 @@ local function user_watch(u, a, c_up, c_down, now, w)
       .. ',' .. int(a.gap)
     extra[3], extra[4] = 'ledger_next', int(next_entry + 1)
   end
+  local stamps = {}
+  if #hits > 0 then
+    stamps = redis.call('HMGET', u.key, unpack(cheat_fields))
+  end
   for _, hit in ipairs(hits) do
-    local last = tonumber(v[1 + hit[1]])
+    local last = tonumber(stamps[hit[1]])
     if not last or now - last >= w.period then
       extra[#extra + 1] = cheat_fields[hit[1]]
       extra[#extra + 1] = int(now)
