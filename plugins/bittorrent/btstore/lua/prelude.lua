@@ -134,9 +134,11 @@ local function user_read(key, watched)
   if watched then
     u.ledger_next = tonumber(v[#user_fields + 1]) or 0
   end
+  u.text, u.fmt, u.fmt_of = {}, {}, {}
   for i, name in ipairs(user_numbers) do
     u[name] = tonumber(v[i]) or 0
     u.was[name] = u[name]
+    u.text[name] = v[i]
   end
   u.was.complete = u.complete
   return u
@@ -159,6 +161,20 @@ local function user_bits(u, hnr_seed_ms, hnr_ratio)
   return bits
 end
 
+-- user_text is the record's number name as text: the text read while it
+-- is unchanged, else formatted once per value however many writes carry
+-- it (the record's HSET, the feed row, the ledger). Each string.format of
+-- a number is a C sprintf of a double, and with accounting on the same
+-- few numbers went into three writes.
+local function user_text(u, name)
+  local n = u[name]
+  if n == u.was[name] and u.text[name] then return u.text[name] end
+  if u.fmt_of[name] ~= n then
+    u.fmt[name], u.fmt_of[name] = int(n), n
+  end
+  return u.fmt[name]
+end
+
 -- user_write stores what the caller changed in a record read by user_read
 -- (u.last, when set, is the new last_announce as text; u.token_mark, when
 -- set, the token stamp to set to now) with one HSET.
@@ -172,7 +188,7 @@ local function user_write(key, u, now, hnr_seed_ms, hnr_ratio)
   for _, name in ipairs(user_numbers) do
     if u[name] ~= u.was[name] then
       fields[#fields + 1] = name
-      fields[#fields + 1] = int(u[name])
+      fields[#fields + 1] = user_text(u, name)
     end
   end
   if u.complete ~= u.was.complete then
@@ -278,14 +294,16 @@ local fed_numbers = {'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'downloaded'
 -- waiting (the caller marks the torrent in the feed's index), else 0: the
 -- row waiting marked it. A record whose fed figures did not change costs
 -- no write.
-local function user_feed(u, user, rows, now)
+local function user_feed(u, user, rows, now_text)
   for _, name in ipairs(fed_numbers) do
     if u[name] ~= u.was[name] then
       local waiting = 0
-      if u.seq > 0 then waiting = redis.call('HDEL', rows, user .. ':' .. int(u.seq)) end
+      if u.seq > 0 then waiting = redis.call('HDEL', rows, user .. ':' .. user_text(u, 'seq')) end
       u.seq = u.seq + 1
-      redis.call('HSET', rows, user .. ':' .. int(u.seq), string.format('%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f',
-        u.seq, u.uploaded, u.downloaded, u.up_credit, u.down_credit, u.seed_ms, u.leech_ms, u.snatched, now))
+      local seq = user_text(u, 'seq')
+      redis.call('HSET', rows, user .. ':' .. seq, table.concat({seq, user_text(u, 'uploaded'),
+        user_text(u, 'downloaded'), user_text(u, 'up_credit'), user_text(u, 'down_credit'), user_text(u, 'seed_ms'),
+        user_text(u, 'leech_ms'), user_text(u, 'snatched'), now_text}, ','))
       return 1 - waiting
     end
   end
@@ -315,7 +333,8 @@ end
 -- previous announce" with a credited figure left empty when it equals
 -- the raw one: one short field each, so the record stays a listpack
 -- (values up to 64 bytes) and an announce writes one entry, never the
--- whole history. a carries, besides user_announce's fields:
+-- whole history. a carries, besides user_announce's fields (and now_text,
+-- now as text, which user_announce adds):
 -- gap (ms since the peer's previous announce, 0: unknown), others (the
 -- swarm's leechers now, this peer not counted), leecher_left (the
 -- torrent's stamp of its last leecher's departure, ms, 0: never) and size
@@ -351,8 +370,7 @@ local function user_watch(u, a, c_up, c_down, now, w)
     if c_up ~= a.d_up then up_credit = int(c_up) end
     if c_down ~= a.d_down then down_credit = int(c_down) end
     extra[1] = 'l' .. int(next_entry % w.ledger)
-    extra[2] = string.format('%.0f,%.0f,%.0f,', now, a.d_up, a.d_down) .. up_credit .. ',' .. down_credit
-      .. ',' .. int(a.gap)
+    extra[2] = table.concat({a.now_text, int(a.d_up), int(a.d_down), up_credit, down_credit, int(a.gap)}, ',')
     extra[3], extra[4] = 'ledger_next', int(next_entry + 1)
   end
   local stamps = {}
@@ -390,6 +408,7 @@ end
 local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hnr_ratio, rates, rows, w)
   local watched = rates and w and (a.d_up > 0 or a.d_down > 0)
   local u = user_read(key, watched)
+  a.now_text = now_text
   u.uploaded = u.uploaded + a.d_up
   u.downloaded = u.downloaded + a.d_down
   local c_up, c_down, token_event = 0, 0, 0
@@ -421,7 +440,7 @@ local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hn
     redis.call('SADD', users, user) -- a new record: once per user and torrent
   end
   local mark = 0
-  if rows then mark = user_feed(u, user, rows, now) end
+  if rows then mark = user_feed(u, user, rows, now_text) end
   local bits, ver = user_write(key, u, now, hnr_seed_ms, hnr_ratio)
   return bits, ver, c_up, c_down, token_event, u.token_used or false, mark, fired
 end
