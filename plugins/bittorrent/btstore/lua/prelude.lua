@@ -12,9 +12,12 @@
 -- exactly: it costs about half of '%.0f' (by callgrind, 2.4k against 5.0k
 -- instructions for a 12-digit number), and every announce formats several.
 -- Anything else (a fraction, 2^53 and above: counters a client reports
--- may reach 2^64) keeps '%.0f'.
+-- may reach 2^64) keeps '%.0f', and so does everything where Lua's '%d'
+-- is narrower than 53 bits (a C long of 32 bits), checked once per call.
+local wide_d
 local function int(n)
-  if n % 1 == 0 and n < 9007199254740992 and n > -9007199254740992 then
+  if wide_d == nil then wide_d = string.format('%d', 2 ^ 52) == '4503599627370496' end
+  if wide_d and n % 1 == 0 and n < 9007199254740992 and n > -9007199254740992 then
     return string.format('%d', n)
   end
   return string.format('%.0f', n)
