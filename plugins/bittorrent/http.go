@@ -161,16 +161,11 @@ func (s *HTTPServer) acceptLoop(ln net.Listener) {
 			continue
 		}
 		backoff = 0
-		c := &httpConn{srv: s, nc: nc}
-		if tcp, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
-			c.remote = tcp.AddrPort()
-		}
+		c := newHTTPConn(s, nc)
 		if !s.track(c) {
 			_ = nc.Close()
 			continue
 		}
-		c.inp = connBufPool.Get().(*[]byte)
-		c.in = *c.inp
 		go c.serve()
 	}
 }

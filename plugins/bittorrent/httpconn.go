@@ -39,7 +39,24 @@ const (
 	connIdle
 )
 
-var connBufPool = sync.Pool{New: func() any { b := make([]byte, connInitialBuffer); return &b }}
+// connPool keeps closed connections' structs with their buffers: a
+// client opening a connection per announce would otherwise allocate the
+// struct, its input buffer and its response buffer (grown append by
+// append) for every announce.
+var connPool = sync.Pool{New: func() any { return &httpConn{base: make([]byte, connInitialBuffer)} }}
+
+// maxPooledOut bounds the response buffer a pooled connection keeps.
+const maxPooledOut = 64 << 10
+
+// newHTTPConn is a connection's struct, from the pool.
+func newHTTPConn(s *HTTPServer, nc net.Conn) *httpConn {
+	c := connPool.Get().(*httpConn)
+	c.srv, c.nc, c.in = s, nc, c.base
+	if tcp, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
+		c.remote = tcp.AddrPort()
+	}
+	return c
+}
 
 // httpConn is one client connection.
 type httpConn struct {
@@ -48,10 +65,10 @@ type httpConn struct {
 	remote netip.AddrPort
 	state  atomic.Int32
 
-	inp  *[]byte // pooled input buffer
-	in   []byte  // *inp, or a larger one for this connection
-	r, w int     // unread input is in[r:w]
-	out  []byte  // the response being written
+	base []byte // the input buffer kept in the pool
+	in   []byte // base, or a larger one for this connection
+	r, w int    // unread input is in[r:w]
+	out  []byte // the response being written
 	head requestHead
 }
 
@@ -276,14 +293,17 @@ func (c *httpConn) refuse(e *headError) {
 // before closing.
 const refuseLinger = 500 * time.Millisecond
 
+// close closes the connection and returns its struct to the pool: once
+// forgotten, nothing else holds it.
 func (c *httpConn) close() {
 	_ = c.nc.Close()
 	c.srv.forget(c)
-	if cap(c.in) == connInitialBuffer {
-		*c.inp = c.in[:connInitialBuffer]
-		connBufPool.Put(c.inp)
+	out := c.out[:0]
+	if cap(out) > maxPooledOut {
+		out = nil
 	}
-	c.in, c.inp = nil, nil
+	*c = httpConn{base: c.base, out: out}
+	connPool.Put(c)
 }
 
 // appendStatusLine writes "HTTP/1.1 <code> <text>\r\n".

@@ -374,3 +374,40 @@ func TestHTTPFullScrapeServed(t *testing.T) {
 	check(body)
 	require.Equal(t, uint64(2), srv.Stats().FullScrapes)
 }
+
+// TestHTTPConnReturnsToThePoolEmpty: a closed connection's struct keeps
+// only its buffers for the next connection: nothing of its server, socket,
+// last head or unread input, its grown input buffer dropped for the
+// initial one, and a response buffer past maxPooledOut not kept.
+func TestHTTPConnReturnsToThePoolEmpty(t *testing.T) {
+	srv, err := NewHTTPServer(HTTPConfig{Addr: "127.0.0.1:0", Swarms: newFixedSwarms(), Logger: quietLogger()})
+	require.NoError(t, err)
+	for _, outBytes := range []int{600, maxPooledOut + 1} {
+		c := newHTTPConn(srv, &scriptedConn{})
+		require.True(t, srv.track(c))
+		require.Len(t, c.in, connInitialBuffer)
+		base := &c.in[0]
+		c.in = make([]byte, 2*connInitialBuffer) // a head made it grow
+		c.r, c.w = 3, 9
+		c.head = requestHead{method: "GET", close: true, proxies: 1}
+		c.state.Store(connIdle)
+		c.out = append(c.out[:0], make([]byte, outBytes)...)
+		c.close()
+
+		require.Zero(t, srv.openConnections())
+		require.Nil(t, c.srv)
+		require.Nil(t, c.nc)
+		require.Equal(t, requestHead{}, c.head)
+		require.Equal(t, connActive, c.state.Load())
+		require.Zero(t, c.r+c.w)
+		require.Nil(t, c.in, "the grown input buffer is dropped")
+		require.Len(t, c.base, connInitialBuffer)
+		require.Same(t, base, &c.base[0], "the pooled input buffer is kept")
+		require.Empty(t, c.out)
+		if outBytes > maxPooledOut {
+			require.Nil(t, c.out, "a huge response buffer is not kept")
+		} else {
+			require.GreaterOrEqual(t, cap(c.out), outBytes, "the response buffer is kept")
+		}
+	}
+}

@@ -115,10 +115,8 @@ func FuzzHTTPConn(f *testing.F) {
 	require.NoError(f, err)
 	f.Fuzz(func(t *testing.T, data []byte, piece uint8) {
 		nc := &scriptedConn{in: data, piece: max(int(piece), 1)}
-		c := &httpConn{srv: srv, nc: nc}
+		c := newHTTPConn(srv, nc)
 		require.True(t, srv.track(c))
-		c.inp = connBufPool.Get().(*[]byte)
-		c.in = *c.inp
 		done := make(chan struct{})
 		go func() { c.serve(); close(done) }()
 		select {
