@@ -120,14 +120,95 @@ const (
 // user) only the first eight, since the script touches the rest for a
 // user only and every key is a string Redis reads into the script's KEYS.
 func AnnounceKeys(hash bittorrent.InfoHash, peer bittorrent.PeerID, userID string) []string {
-	k := KeysOf(hash)
-	keys := []string{k.Torrent, k.Seeders, k.Leechers, k.Deadlines,
-		k.Peer(peer[:]), k.prefix + sufReaper, k.prefix + sufReaperClaims, k.prefix + sufOwners}
+	const open = len(sufTorrent+sufSeeders+sufLeechers+sufDeadlines+sufPeer+sufReaper+sufReaperClaims+sufOwners) + 2*len(peer)
+	var k keyRun
 	if userID == "" {
-		return keys
+		k.start(hash, 8, open)
+	} else {
+		k.start(hash, 13, open+len(sufUser+sufSnatchers+sufUsers+sufDeleted+sufFeedRows)+len(userID))
 	}
-	return append(keys, k.User(userID), k.prefix+sufSnatchers, k.prefix+sufUsers, k.prefix+sufDeleted,
-		k.prefix+sufFeedRows)
+	k.add(sufTorrent, "")
+	k.add(sufSeeders, "")
+	k.add(sufLeechers, "")
+	k.add(sufDeadlines, "")
+	k.addHex(sufPeer, peer[:])
+	k.add(sufReaper, "")
+	k.add(sufReaperClaims, "")
+	k.add(sufOwners, "")
+	if userID != "" {
+		k.add(sufUser, userID)
+		k.add(sufSnatchers, "")
+		k.add(sufUsers, "")
+		k.add(sufDeleted, "")
+		k.add(sufFeedRows, "")
+	}
+	return k.names()
+}
+
+// keyRun lays one script call's key names, all of one torrent, end to end
+// in a single string and slices each name out of it: announce.lua's keys
+// cost two allocations this way (the string and the slice) where building
+// each name alone cost one or two (the hex included), 14 per announce.
+type keyRun struct {
+	prefix [len(Prefix) + 2*len(bittorrent.InfoHash{}) + len("{}:")]byte // "<Prefix>{<hex>}:"
+	b      *strings.Builder                                              // apart, so that its self-pointer leaves the rest on the stack
+	ends   [16]int                                                       // where each name ends, the first 16 (announce.lua has 13 keys)
+	more   []int                                                         // and the rest's (a refresh of many peers)
+	count  int
+}
+
+// start begins the names of hash's keys: count of them, their suffixes
+// suffixBytes long in all.
+func (k *keyRun) start(hash bittorrent.InfoHash, count, suffixBytes int) {
+	p := append(k.prefix[:0], Prefix+"{"...)
+	p = hex.AppendEncode(p, hash[:])
+	_ = append(p, "}:"...)
+	k.b = new(strings.Builder)
+	k.b.Grow(count*len(k.prefix) + suffixBytes)
+}
+
+// add appends the name prefix+suffix+tail.
+func (k *keyRun) add(suffix, tail string) {
+	k.b.Write(k.prefix[:])
+	k.b.WriteString(suffix)
+	k.b.WriteString(tail)
+	k.ended()
+}
+
+// addHex appends the name prefix+suffix+<id in lower-case hex>.
+func (k *keyRun) addHex(suffix string, id []byte) {
+	var hexID [2 * len(bittorrent.PeerID{})]byte
+	k.b.Write(k.prefix[:])
+	k.b.WriteString(suffix)
+	k.b.Write(hex.AppendEncode(hexID[:0], id))
+	k.ended()
+}
+
+// ended records that a name ends here.
+func (k *keyRun) ended() {
+	if k.count < len(k.ends) {
+		k.ends[k.count] = k.b.Len()
+	} else {
+		k.more = append(k.more, k.b.Len())
+	}
+	k.count++
+}
+
+// names returns the names in the order added.
+func (k *keyRun) names() []string {
+	all, start := k.b.String(), 0
+	names := make([]string, k.count)
+	for i := range names {
+		end := 0
+		if i < len(k.ends) {
+			end = k.ends[i]
+		} else {
+			end = k.more[i-len(k.ends)]
+		}
+		names[i] = all[start:end]
+		start = end
+	}
+	return names
 }
 
 // FeedRowsKey holds the torrent's feed rows not yet fed to the site
@@ -163,22 +244,37 @@ func FeedIndexKey(shard int) string { return Prefix + "{feed:" + strconv.Itoa(sh
 // mode the users set and the feed's rows among them), then per peer its
 // record and, in private mode, its user's record.
 func RefreshKeys(hash bittorrent.InfoHash, peers []bittorrent.PeerID, users []string) []string {
-	k := KeysOf(hash)
+	const fixed = len(sufTorrent + sufSeeders + sufLeechers + sufDeadlines + sufReaper + sufReaperClaims)
+	const peerName = len(sufPeer) + 2*len(bittorrent.PeerID{})
+	var k keyRun
 	if users == nil {
-		keys := make([]string, 0, 6+len(peers))
-		keys = append(keys, k.Torrent, k.Seeders, k.Leechers, k.Deadlines, k.prefix+sufReaper, k.prefix+sufReaperClaims)
-		for i := range peers {
-			keys = append(keys, k.Peer(peers[i][:]))
+		k.start(hash, 6+len(peers), fixed+len(peers)*peerName)
+	} else {
+		suffixes := fixed + len(sufUsers+sufFeedRows) + len(peers)*(peerName+len(sufUser))
+		for _, user := range users {
+			suffixes += len(user)
 		}
-		return keys
+		k.start(hash, 8+2*len(peers), suffixes)
 	}
-	keys := make([]string, 0, 8+2*len(peers))
-	keys = append(keys, k.Torrent, k.Seeders, k.Leechers, k.Deadlines,
-		k.prefix+sufReaper, k.prefix+sufReaperClaims, k.prefix+sufUsers, k.prefix+sufFeedRows)
+	k.add(sufTorrent, "")
+	k.add(sufSeeders, "")
+	k.add(sufLeechers, "")
+	k.add(sufDeadlines, "")
+	k.add(sufReaper, "")
+	k.add(sufReaperClaims, "")
+	if users == nil {
+		for i := range peers {
+			k.addHex(sufPeer, peers[i][:])
+		}
+		return k.names()
+	}
+	k.add(sufUsers, "")
+	k.add(sufFeedRows, "")
 	for i := range peers {
-		keys = append(keys, k.Peer(peers[i][:]), k.User(users[i]))
+		k.addHex(sufPeer, peers[i][:])
+		k.add(sufUser, users[i])
 	}
-	return keys
+	return k.names()
 }
 
 // DeletedKey holds the reason the site gave when it removed the torrent

@@ -2,6 +2,7 @@ package btstore
 
 import (
 	"crypto/sha1"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -54,5 +55,44 @@ func TestEveryTorrentKeySharesTheHashTag(t *testing.T) {
 		got, ok := HashFromKey(key)
 		require.True(t, ok)
 		require.Equal(t, hash, got)
+	}
+}
+
+// The names AnnounceKeys and RefreshKeys lay out in one string are the
+// ones the per-name builders spell, in announce.lua's and refresh.lua's
+// KEYS order.
+func TestCallKeysMatchTheNameBuilders(t *testing.T) {
+	hash := bittorrent.InfoHash(sha1.Sum([]byte("z")))
+	a, b := bittorrent.PeerID([]byte("-AB1234-abcdefghijkl")), bittorrent.PeerID([]byte("-CD5678-\x00\xff\x10mnopqrstu"))
+	k := KeysOf(hash)
+	p := torrentPrefix(hash)
+	open := []string{k.Torrent, k.Seeders, k.Leechers, k.Deadlines, k.Peer(a[:]), p + sufReaper, p + sufReaperClaims, p + sufOwners}
+	require.Equal(t, open, AnnounceKeys(hash, a, ""))
+	require.Equal(t, append(open, k.User("42"), p+sufSnatchers, p+sufUsers, p+sufDeleted, p+sufFeedRows),
+		AnnounceKeys(hash, a, "42"))
+	fixed := []string{k.Torrent, k.Seeders, k.Leechers, k.Deadlines, p + sufReaper, p + sufReaperClaims}
+	require.Equal(t, append(append([]string{}, fixed...), k.Peer(a[:]), k.Peer(b[:])),
+		RefreshKeys(hash, []bittorrent.PeerID{a, b}, nil))
+	require.Equal(t, append(append([]string{}, fixed...), p+sufUsers, p+sufFeedRows, k.Peer(a[:]), k.User("7"), k.Peer(b[:]), k.User("a-much-longer-user-id")),
+		RefreshKeys(hash, []bittorrent.PeerID{a, b}, []string{"7", "a-much-longer-user-id"}))
+	require.Equal(t, fixed, RefreshKeys(hash, nil, nil))
+	// More names than keyRun holds inline.
+	many, users := make([]bittorrent.PeerID, 12), make([]string, 12)
+	want := append(append([]string{}, fixed...), p+sufUsers, p+sufFeedRows)
+	for i := range many {
+		many[i][0], users[i] = byte(i), fmt.Sprint("user-", i)
+		want = append(want, k.Peer(many[i][:]), k.User(users[i]))
+	}
+	require.Equal(t, want, RefreshKeys(hash, many, users))
+}
+
+func BenchmarkAnnounceKeys(b *testing.B) {
+	hash := bittorrent.InfoHash(sha1.Sum([]byte("z")))
+	peer := bittorrent.PeerID([]byte("-AB1234-abcdefghijkl"))
+	b.ReportAllocs()
+	for b.Loop() {
+		if len(AnnounceKeys(hash, peer, "")) != 8 {
+			b.Fatal("short")
+		}
 	}
 }
