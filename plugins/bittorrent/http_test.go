@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/anacrolix/torrent/bencode"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/plugins/bittorrent/wire"
@@ -69,9 +68,7 @@ func get(t *testing.T, url string, headers ...string) map[string]any {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
 	require.Equal(t, "text/plain; charset=utf-8", resp.Header.Get("Content-Type"))
-	var out map[string]any
-	require.NoError(t, bencode.Unmarshal(body, &out), "%q", body)
-	return out
+	return decode(t, body)
 }
 
 func failure(t *testing.T, url string) string {
@@ -349,9 +346,7 @@ func TestHTTPRouting(t *testing.T) {
 		status, header, body := fetch(t, http.MethodPost, base+path+q)
 		require.Equal(t, http.StatusMethodNotAllowed, status, path)
 		require.Equal(t, "GET, HEAD", header.Get("Allow"))
-		var out map[string]any
-		require.NoError(t, bencode.Unmarshal(body, &out), "%q", body)
-		require.Equal(t, map[string]any{"failure reason": failureMethod}, out)
+		require.Equal(t, map[string]any{"failure reason": failureMethod}, decode(t, body))
 	}
 	require.Empty(t, fake.announces, "nothing reached the swarms")
 	require.Equal(t, uint64(11+3), srv.Stats().Malformed)
