@@ -388,7 +388,7 @@ type viewRead struct {
 	p        plainAnswer
 	v        *swarmView
 	follower bool
-	done     chan struct{} // the read a follower waits for
+	done     chan struct{} // the read a follower waits for; a leader's own, closed by finishRead
 	call     refreshCall
 	sc       scriptCall
 }
@@ -417,9 +417,14 @@ func (w *writeBehind) answerOrRead(ctx context.Context, req *bittorrent.Announce
 		v.mu.Unlock()
 		return nil, &viewRead{p: p, v: v, follower: true, done: done}, true
 	}
-	v.readingAt, v.readDone = now, make(chan struct{})
+	// A read older than maxViewAge (or from before a clock step back) is
+	// taken over: this one gets a channel of its own, and each leader
+	// closes only its own, so the older read coming in late neither wakes
+	// this one's followers early nor closes a channel twice.
+	done := make(chan struct{})
+	v.readingAt, v.readDone = now, done
 	v.mu.Unlock()
-	rd := &viewRead{p: p, v: v,
+	rd := &viewRead{p: p, v: v, done: done,
 		call: refreshCall{hash: req.InfoHash, ids: []bittorrent.PeerID{req.PeerID}, peers: []queuedRefresh{p.refresh}}}
 	keys, args := w.refreshKeysArgs(req.InfoHash, w.s.cfg.MaxNumWant, rd.call.peers, rd.call.ids)
 	rd.sc = scriptCall{script: refreshScript, keys: keys, args: args}
@@ -458,9 +463,10 @@ func (w *writeBehind) finishRead(rd *viewRead, cmd *redis.Cmd, numWant int, now 
 	defer w.stopMu.RUnlock()
 	reply, err := cmdList(cmd)
 	rd.v.mu.Lock()
-	rd.v.readingAt = 0
-	close(rd.v.readDone)
-	rd.v.readDone = nil
+	close(rd.done)
+	if rd.v.readDone == rd.done { // not taken over by a later read
+		rd.v.readingAt, rd.v.readDone = 0, nil
+	}
 	var view viewCopy
 	var written bool
 	if err == nil {
