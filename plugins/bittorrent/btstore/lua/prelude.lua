@@ -215,43 +215,51 @@ end
 -- the versions let that copy ignore stale, reordered writes. Returns bits
 -- and version, or -1 and 0 when the state did not change.
 local function user_write(key, u, now, hnr_seed_ms, hnr_ratio)
-  local fields = {}
+  -- fields is sized once by its constructor for the most an announce
+  -- with accounting writes (every number, the stamps, the ledger entry:
+  -- 24 slots) and filled to n; grown one pair at a time it was
+  -- reallocated five or six times per announce. A rare longer list (a
+  -- cheat stamp besides) grows past it as any table does.
+  local fields = {false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false}
+  local n = 0
   for _, name in ipairs(user_numbers) do
     if u[name] ~= u.was[name] then
-      fields[#fields + 1] = name
-      fields[#fields + 1] = user_text(u, name)
+      fields[n + 1], fields[n + 2] = name, user_text(u, name)
+      n = n + 2
     end
   end
   if u.complete ~= u.was.complete then
-    fields[#fields + 1] = 'complete'
-    fields[#fields + 1] = '1'
+    fields[n + 1], fields[n + 2] = 'complete', '1'
+    n = n + 2
   end
   if not u.first then
-    fields[#fields + 1] = 'first_announce'
-    fields[#fields + 1] = u.last or int(now)
+    fields[n + 1], fields[n + 2] = 'first_announce', u.last or int(now)
+    n = n + 2
   end
   if u.last then
-    fields[#fields + 1] = 'last_announce'
-    fields[#fields + 1] = u.last
+    fields[n + 1], fields[n + 2] = 'last_announce', u.last
+    n = n + 2
   end
   if u.token_mark then
-    fields[#fields + 1] = u.token_mark
-    fields[#fields + 1] = int(now)
+    fields[n + 1], fields[n + 2] = u.token_mark, int(now)
+    n = n + 2
   end
   if u.extra then
-    for _, v in ipairs(u.extra) do fields[#fields + 1] = v end
+    for _, v in ipairs(u.extra) do
+      n = n + 1
+      fields[n] = v
+    end
   end
   local bits = user_bits(u, hnr_seed_ms, hnr_ratio)
   local ver = 0
   if bits ~= u.bits then
     ver = math.max(u.ver + 1, now)
-    fields[#fields + 1] = 'bits'
-    fields[#fields + 1] = bits
-    fields[#fields + 1] = 'ver'
-    fields[#fields + 1] = int(ver)
+    fields[n + 1], fields[n + 2], fields[n + 3], fields[n + 4] = 'bits', bits, 'ver', int(ver)
+    n = n + 4
   end
-  if #fields > 0 then
-    redis.call('HSET', key, unpack(fields))
+  if n > 0 then
+    redis.call('HSET', key, unpack(fields, 1, n))
   end
   if bits == u.bits then
     return -1, 0
