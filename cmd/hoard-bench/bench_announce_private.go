@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -69,8 +70,9 @@ type privateBenchOptions struct {
 // announces: 1.6 s over UDP and 3 s over HTTP at the quiet machine's
 // rates (docs/figures.md), against 0.4 s for the first builds' 10,000,
 // whose three runs of one configuration spread 23.8k-29.7k/s, so a 10%
-// difference was below the noise. Each on run is paired with the off run
-// right after it, which shares its moment's load; the median of those
+// difference was below the noise. The order alternates, on off off on on
+// off ... (runOrder), and each on run is paired with the off run beside
+// it, which shares its moment's load; the median of those
 // ratios is printed beside the ratio of the medians.
 const (
 	defaultPrivateRuns      = 5
@@ -92,11 +94,12 @@ UDP on 127.0.0.1, each a hoard-bittorrent process under a plugin host,
 the same registered torrents, users (passkeys in the announce URL path, BEP 41
 URL data over UDP) and whitelisted client. Every announce reports uploaded
 and downloaded counters that grow, so accounting credits each one. Per mode,
-both are warmed up and then measured in turn, on, off, on, off, … (--runs
+both are warmed up and then measured in turn, on, off, off, on, … (--runs
 each). It prints medians, the plugin's and Redis's CPU per announce, and the
-ratio on/off. The CPU of a run counts until its work is done: 2 s after it
-for both, and with accounting on until the feed has delivered every row the
-run made. --cpuprofile (with --plugin "") profiles the measured runs of
+ratio on/off. The CPU of a run counts until its work is done: until no
+write has reached its Redis for 1.2 s (longer than the trackers' flush), and
+with accounting on the feed has delivered every row the run made. Each
+run's line shows its CPU per announce and Redis's forks (AOF rewrites). --cpuprofile (with --plugin "") profiles the measured runs of
 --cpuprofile-mode and their settling; each tracker's goroutines carry the
 label tracker=accounting-on or tracker=accounting-off.`,
 		Args: cobra.NoArgs,
@@ -301,7 +304,7 @@ func benchAnnouncePrivate(ctx context.Context, o privateBenchOptions) error {
 		where = "each a process " + o.plugin
 	}
 	fmt.Printf("bench announce-private: trackers %s; GOMAXPROCS=%d; load average %s\n", where, runtime.GOMAXPROCS(0), loadAverage())
-	fmt.Printf("load: %d torrents, %d peers (each on one torrent) over %d users' passkeys, every announce reports transfer, numwant %d, %.0f%% seeders, %d in flight; per configuration and mode %d warm-up announces, then %d runs of %d (on, off, on, off, ...)\n",
+	fmt.Printf("load: %d torrents, %d peers (each on one torrent) over %d users' passkeys, every announce reports transfer, numwant %d, %.0f%% seeders, %d in flight; per configuration and mode %d warm-up announces, then %d runs of %d (on, off, off, on, ...)\n",
 		o.torrents, o.peers, o.users, o.numWant, 100*o.seeders, o.concurrency, o.warmup, o.runs, o.announces)
 	if o.feed > 0 {
 		fmt.Printf("feed: both trackers have an outbox; accounting.feed_interval %s\n", o.feed)
@@ -339,8 +342,13 @@ func benchAnnouncePrivate(ctx context.Context, o privateBenchOptions) error {
 			fmt.Printf("  warm-up %-14s %-14s %s\n", mode, t.name, res)
 		}
 		for run := range o.runs {
-			for i, t := range targets {
+			for _, i := range runOrder(run, len(targets)) {
+				t := targets[i]
 				before, err := redisCommandStats(ctx, t.redis)
+				if err != nil {
+					return err
+				}
+				forksBefore, err := redisForks(ctx, t.redis)
 				if err != nil {
 					return err
 				}
@@ -366,9 +374,16 @@ func benchAnnouncePrivate(ctx context.Context, o privateBenchOptions) error {
 				if err != nil {
 					return err
 				}
+				forksAfter, err := redisForks(ctx, t.redis)
+				if err != nil {
+					return err
+				}
 				fig.commands[i].add(before, after)
 				fig.announces[i] += r.res.Announces
-				fmt.Printf("  run %d   %-14s %-14s %s; done %s after\n", run+1, mode, t.name, r.res, r.settled.Round(time.Millisecond))
+				n := float64(max(r.res.Announces, 1))
+				fmt.Printf("  run %d   %-14s %-14s %s; done %s after; per announce plugin %.1f us, redis %.1f us; redis forks %d\n",
+					run+1, mode, t.name, r.res, r.settled.Round(time.Millisecond),
+					float64(r.peerCPU.Microseconds())/n, float64(r.redisCPU.Microseconds())/n, forksAfter-forksBefore)
 				fig.runs[i] = append(fig.runs[i], r)
 			}
 		}
@@ -454,16 +469,24 @@ func pairedRatios(on, off []announceRun) (float64, string) {
 	return medianOf(ratios), strings.Join(texts, " ")
 }
 
-// settleTime is how long the bench waits after a run, on both trackers,
-// so the run's written-behind announces (500 ms) and its flush (1 s) are
-// done and counted in the run's CPU.
-const settleTime = 2 * time.Second
+// quietWindow is how long a tracker's Redis must take no write for the
+// run's work to count as done: longer than the trackers' flush interval
+// (1 s) and the write-behind queue's (500 ms), so a flush or a drain
+// still to come would have written within it.
+const quietWindow = 1200 * time.Millisecond
+
+// settleLimit bounds the wait for a run's work to be done.
+const settleLimit = time.Minute
 
 // settle waits until what run r left to do is done, and adds the CPU it
-// took to r: settleTime for both trackers, and with the feed, until the
-// feed's index is empty (every row the run made delivered), at most a
-// minute. Without it, a feed that falls behind the load would look cheap:
-// its work would land after the run (or in the other tracker's run).
+// took to r. Done is observed, not assumed: no write reached the
+// tracker's Redis for quietWindow (INFO persistence's
+// rdb_changes_since_last_save stood still: the write-behind queue, the
+// flush and the feed round had nothing left to write), and with the feed,
+// its index is empty (every row the run made delivered). A fixed sleep
+// either cut a slow tracker's work short (it then landed in the next run,
+// its own or the other tracker's) or padded a fast one's. At most
+// settleLimit.
 func (o *privateBenchOptions) settle(ctx context.Context, t *privateTarget, r *announceRun) error {
 	redisBefore, err := redisCPU(ctx, t.redis)
 	if err != nil {
@@ -480,25 +503,38 @@ func (o *privateBenchOptions) settle(ctx context.Context, t *privateTarget, r *a
 		}
 	}
 	start := time.Now()
-	time.Sleep(settleTime)
-	for o.feed > 0 && t.accounting {
+	changes, err := redisChanges(ctx, t.redis)
+	if err != nil {
+		return err
+	}
+	quietSince := time.Now()
+	for {
+		// Polled: the trackers run their flushes on their own wall-clock
+		// intervals, and Redis says nothing when they are done.
+		time.Sleep(100 * time.Millisecond)
+		now, err := redisChanges(ctx, t.redis)
+		if err != nil {
+			return err
+		}
+		if now != changes {
+			changes, quietSince = now, time.Now()
+		}
 		waiting := int64(0)
-		for shard := range btstore.FeedShards {
-			n, err := t.redis.ZCard(ctx, btstore.FeedIndexKey(shard)).Result()
-			if err != nil {
+		if o.feed > 0 && t.accounting {
+			if waiting, err = feedIndexed(ctx, t.redis); err != nil {
 				return err
 			}
-			waiting += n
 		}
-		if waiting == 0 {
+		if waiting == 0 && time.Since(quietSince) >= quietWindow {
 			break
 		}
-		if time.Since(start) > time.Minute {
-			return fmt.Errorf("the feed still had %d torrents indexed a minute after the run", waiting)
+		if time.Since(start) > settleLimit {
+			return fmt.Errorf("not settled %s after the run: %d torrents still in the feed's index, last write %s ago",
+				settleLimit, waiting, time.Since(quietSince).Round(time.Millisecond))
 		}
-		time.Sleep(100 * time.Millisecond) // the feed runs on its own interval
 	}
-	r.settled = time.Since(start)
+	// The quiet window itself is idle time, not the run's work.
+	r.settled = quietSince.Sub(start)
 	redisAfter, err := redisCPU(ctx, t.redis)
 	if err != nil {
 		return err
@@ -517,6 +553,50 @@ func (o *privateBenchOptions) settle(ctx context.Context, t *privateTarget, r *a
 		r.peerCPU += pluginAfter - pluginBefore
 	}
 	return nil
+}
+
+// runOrder is the order the configurations run in for measured run
+// number run: on first in even runs, off first in odd ones (A B B A A B
+// ...), so a drift across the invocation (the machine's load, the
+// records still growing) weighs on both alike instead of always on the
+// one that runs second.
+func runOrder(run, n int) []int {
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+		if run%2 == 1 {
+			order[i] = n - 1 - i
+		}
+	}
+	return order
+}
+
+// redisChanges is INFO persistence's rdb_changes_since_last_save: it
+// grows with every write Redis applies.
+func redisChanges(ctx context.Context, rdb *redis.Client) (int64, error) {
+	info, err := rdb.Info(ctx, "persistence").Result()
+	if err != nil {
+		return 0, fmt.Errorf("redis INFO persistence: %w", err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if value, ok := strings.CutPrefix(strings.TrimSpace(line), "rdb_changes_since_last_save:"); ok {
+			return strconv.ParseInt(value, 10, 64)
+		}
+	}
+	return 0, errors.New("redis INFO persistence: no rdb_changes_since_last_save")
+}
+
+// feedIndexed is how many torrents the feed's index shards hold.
+func feedIndexed(ctx context.Context, rdb *redis.Client) (int64, error) {
+	waiting := int64(0)
+	for shard := range btstore.FeedShards {
+		n, err := rdb.ZCard(ctx, btstore.FeedIndexKey(shard)).Result()
+		if err != nil {
+			return 0, err
+		}
+		waiting += n
+	}
+	return waiting, nil
 }
 
 // reportCredit prints user 0's raw and credited totals on t's Redis, and

@@ -178,6 +178,7 @@ func BenchmarkFeedSticky(b *testing.B) {
 				cpuBefore := redisCPUSeconds(b, backend.Client)
 				b.ReportAllocs()
 				b.ResetTimer()
+				stopCount := countRedisInstructions(b)
 				var sinceWrite, sinceRound time.Duration
 				for range b.N {
 					announce(rng.IntN(torrents), rng.IntN(peersEach))
@@ -198,6 +199,7 @@ func BenchmarkFeedSticky(b *testing.B) {
 				}
 				round()
 				b.StopTimer()
+				stopCount()
 				reportAnnounceCosts(b, backend.Client, cpuBefore)
 				b.ReportMetric(float64(rows)/float64(b.N), "rows/announce")
 			})

@@ -144,9 +144,27 @@ local function user_read(key, watched)
     names = user_watched_fields
   end
   local v = redis.call('HMGET', key, unpack(names))
-  local n = #user_numbers
-  local u = {key = key, was = {}, complete = v[n + 1] == '1', bits = tonumber(v[n + 2]) or -1,
-    ver = tonumber(v[n + 3]) or 0, first = v[n + 4], token = tonumber(v[n + 5])}
+  -- Each table is built by a constructor that names every field it will
+  -- hold (v's positions are user_fields'), so Lua sizes it once: filled
+  -- one field at a time, a table is reallocated and rehashed each time it
+  -- doubles, four or five times for each of these, on every announce of
+  -- a user. A field set to false here is one the caller sets later.
+  local was = {peers = tonumber(v[1]) or 0, snatched = tonumber(v[2]) or 0, seed_ms = tonumber(v[3]) or 0,
+    leech_ms = tonumber(v[4]) or 0, uploaded = tonumber(v[5]) or 0, downloaded = tonumber(v[6]) or 0,
+    up_credit = tonumber(v[7]) or 0, down_credit = tonumber(v[8]) or 0, seq = tonumber(v[9]) or 0,
+    complete = v[10] == '1'}
+  local u = {key = key, was = was, complete = was.complete, bits = tonumber(v[11]) or -1,
+    ver = tonumber(v[12]) or 0, first = v[13], token = tonumber(v[14]),
+    peers = was.peers, snatched = was.snatched, seed_ms = was.seed_ms, leech_ms = was.leech_ms,
+    uploaded = was.uploaded, downloaded = was.downloaded, up_credit = was.up_credit,
+    down_credit = was.down_credit, seq = was.seq,
+    text = {peers = v[1], snatched = v[2], seed_ms = v[3], leech_ms = v[4], uploaded = v[5], downloaded = v[6],
+      up_credit = v[7], down_credit = v[8], seq = v[9]},
+    fmt = {uploaded = false, downloaded = false, up_credit = false, down_credit = false, seq = false,
+      seed_ms = false, leech_ms = false, peers = false, snatched = false},
+    fmt_of = {uploaded = false, downloaded = false, up_credit = false, down_credit = false, seq = false,
+      seed_ms = false, leech_ms = false, peers = false, snatched = false},
+    ledger_next = 0, token_used = false, token_ended = false, token_mark = false, last = false, extra = false}
   if u.token then
     local used = redis.call('HMGET', key, 'token_used', 'token_ended')
     u.token_used, u.token_ended = used[1], used[2]
@@ -154,13 +172,6 @@ local function user_read(key, watched)
   if watched then
     u.ledger_next = tonumber(v[#user_fields + 1]) or 0
   end
-  u.text, u.fmt, u.fmt_of = {}, {}, {}
-  for i, name in ipairs(user_numbers) do
-    u[name] = tonumber(v[i]) or 0
-    u.was[name] = u[name]
-    u.text[name] = v[i]
-  end
-  u.was.complete = u.complete
   return u
 end
 
@@ -204,43 +215,51 @@ end
 -- the versions let that copy ignore stale, reordered writes. Returns bits
 -- and version, or -1 and 0 when the state did not change.
 local function user_write(key, u, now, hnr_seed_ms, hnr_ratio)
-  local fields = {}
+  -- fields is sized once by its constructor for the most an announce
+  -- with accounting writes (every number, the stamps, the ledger entry:
+  -- 24 slots) and filled to n; grown one pair at a time it was
+  -- reallocated five or six times per announce. A rare longer list (a
+  -- cheat stamp besides) grows past it as any table does.
+  local fields = {false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false}
+  local n = 0
   for _, name in ipairs(user_numbers) do
     if u[name] ~= u.was[name] then
-      fields[#fields + 1] = name
-      fields[#fields + 1] = user_text(u, name)
+      fields[n + 1], fields[n + 2] = name, user_text(u, name)
+      n = n + 2
     end
   end
   if u.complete ~= u.was.complete then
-    fields[#fields + 1] = 'complete'
-    fields[#fields + 1] = '1'
+    fields[n + 1], fields[n + 2] = 'complete', '1'
+    n = n + 2
   end
   if not u.first then
-    fields[#fields + 1] = 'first_announce'
-    fields[#fields + 1] = u.last or int(now)
+    fields[n + 1], fields[n + 2] = 'first_announce', u.last or int(now)
+    n = n + 2
   end
   if u.last then
-    fields[#fields + 1] = 'last_announce'
-    fields[#fields + 1] = u.last
+    fields[n + 1], fields[n + 2] = 'last_announce', u.last
+    n = n + 2
   end
   if u.token_mark then
-    fields[#fields + 1] = u.token_mark
-    fields[#fields + 1] = int(now)
+    fields[n + 1], fields[n + 2] = u.token_mark, int(now)
+    n = n + 2
   end
   if u.extra then
-    for _, v in ipairs(u.extra) do fields[#fields + 1] = v end
+    for _, v in ipairs(u.extra) do
+      n = n + 1
+      fields[n] = v
+    end
   end
   local bits = user_bits(u, hnr_seed_ms, hnr_ratio)
   local ver = 0
   if bits ~= u.bits then
     ver = math.max(u.ver + 1, now)
-    fields[#fields + 1] = 'bits'
-    fields[#fields + 1] = bits
-    fields[#fields + 1] = 'ver'
-    fields[#fields + 1] = int(ver)
+    fields[n + 1], fields[n + 2], fields[n + 3], fields[n + 4] = 'bits', bits, 'ver', int(ver)
+    n = n + 4
   end
-  if #fields > 0 then
-    redis.call('HSET', key, unpack(fields))
+  if n > 0 then
+    redis.call('HSET', key, unpack(fields, 1, n))
   end
   if bits == u.bits then
     return -1, 0
@@ -321,9 +340,10 @@ local function user_feed(u, user, rows, now_text)
       if u.seq > 0 then waiting = redis.call('HDEL', rows, user .. ':' .. user_text(u, 'seq')) end
       u.seq = u.seq + 1
       local seq = user_text(u, 'seq')
-      redis.call('HSET', rows, user .. ':' .. seq, table.concat({seq, user_text(u, 'uploaded'),
-        user_text(u, 'downloaded'), user_text(u, 'up_credit'), user_text(u, 'down_credit'), user_text(u, 'seed_ms'),
-        user_text(u, 'leech_ms'), user_text(u, 'snatched'), now_text}, ','))
+      redis.call('HSET', rows, user .. ':' .. seq, seq .. ',' .. user_text(u, 'uploaded') .. ','
+        .. user_text(u, 'downloaded') .. ',' .. user_text(u, 'up_credit') .. ',' .. user_text(u, 'down_credit') .. ','
+        .. user_text(u, 'seed_ms') .. ',' .. user_text(u, 'leech_ms') .. ',' .. user_text(u, 'snatched') .. ','
+        .. now_text)
       return 1 - waiting
     end
   end
@@ -371,38 +391,44 @@ end
 -- Returns a flat list of fired signals, four numbers each (code, three
 -- figures), each at most once per w.period per user and torrent.
 local function user_watch(u, a, c_up, c_down, now, w)
-  local hits = {}
+  -- hits stays nil on an honest announce: a table is an allocation, and
+  -- this runs on every announce with transfer.
+  local hits
   if w.ghost and a.d_up > 0 and a.gap > 0 and a.others == 0 and a.leecher_left < now - a.gap then
-    hits[#hits + 1] = {R.CHEAT_NO_LEECHER, a.d_up, now - a.gap, a.leecher_left}
+    hits = {{R.CHEAT_NO_LEECHER, a.d_up, now - a.gap, a.leecher_left}}
   end
   if w.ceiling > 0 and a.gap > 0 and a.d_up * 1000 > w.ceiling * math.max(a.gap, 1000) then
+    hits = hits or {}
     hits[#hits + 1] = {R.CHEAT_UPLOAD_RATE, a.d_up, a.gap, w.ceiling}
   end
   if w.factor > 0 and a.size > 0 and a.d_down > 0 and u.downloaded > a.size * w.factor then
+    hits = hits or {}
     hits[#hits + 1] = {R.CHEAT_OVER_DOWNLOAD, u.downloaded, a.size, a.d_down}
   end
   local fired = {}
-  if w.ledger == 0 and #hits == 0 then return fired end
+  if w.ledger == 0 and not hits then return fired end
   local extra = {}
   if w.ledger > 0 then
     local next_entry = u.ledger_next -- read with the record (user_read)
     local up_credit, down_credit = '', ''
     if c_up ~= a.d_up then up_credit = int(c_up) end
     if c_down ~= a.d_down then down_credit = int(c_down) end
-    extra[1] = 'l' .. int(next_entry % w.ledger)
-    extra[2] = table.concat({a.now_text, int(a.d_up), int(a.d_down), up_credit, down_credit, int(a.gap)}, ',')
-    extra[3], extra[4] = 'ledger_next', int(next_entry + 1)
+    -- One concatenation of all the pieces builds one string, with no
+    -- table for table.concat.
+    extra = {'l' .. int(next_entry % w.ledger),
+      a.now_text .. ',' .. int(a.d_up) .. ',' .. int(a.d_down) .. ',' .. up_credit .. ',' .. down_credit .. ','
+        .. int(a.gap),
+      'ledger_next', int(next_entry + 1)}
   end
-  local stamps = {}
-  if #hits > 0 then
-    stamps = redis.call('HMGET', u.key, unpack(cheat_fields))
-  end
-  for _, hit in ipairs(hits) do
-    local last = tonumber(stamps[hit[1]])
-    if not last or now - last >= w.period then
-      extra[#extra + 1] = cheat_fields[hit[1]]
-      extra[#extra + 1] = int(now)
-      for _, x in ipairs(hit) do fired[#fired + 1] = x end
+  if hits then
+    local stamps = redis.call('HMGET', u.key, unpack(cheat_fields))
+    for _, hit in ipairs(hits) do
+      local last = tonumber(stamps[hit[1]])
+      if not last or now - last >= w.period then
+        extra[#extra + 1] = cheat_fields[hit[1]]
+        extra[#extra + 1] = int(now)
+        for _, x in ipairs(hit) do fired[#fired + 1] = x end
+      end
     end
   end
   u.extra = extra
