@@ -3,7 +3,9 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -98,6 +100,25 @@ func BenchmarkDecodeWarriorBodies(b *testing.B) {
 		var d doneBody
 		if decodeJSON(request, &req) != nil || decodeJSON(done, &d) != nil {
 			b.Fatal("a seesaw body was refused")
+		}
+	}
+}
+
+// BenchmarkDecodeMultiDoneBody: a multi=100 done body, its 100 items
+// NUL-joined (\u0000 in JSON), as the load generator and seesaw send it.
+func BenchmarkDecodeMultiDoneBody(b *testing.B) {
+	names := make([]string, 100)
+	for i := range names {
+		names[i] = fmt.Sprintf("bench/item/%09d", i)
+	}
+	body, err := json.Marshal(map[string]any{"downloader": "tester1", "version": "20240101.01", "item": strings.Join(names, "\x00"),
+		"bytes": map[string]int{"data": 1000}, "id": map[string]string{"pipeline_hash": "bench"}})
+	require.NoError(b, err)
+	b.ReportAllocs()
+	for b.Loop() {
+		var d doneBody
+		if decodeJSON(body, &d) != nil || strings.Count(*d.Item, "\x00") != 99 {
+			b.Fatal("the body was refused or misread")
 		}
 	}
 }
