@@ -2,8 +2,9 @@
 -- the keys and commands such a done needs: a project that keeps a done set,
 -- with no event log, extras or budget, whose items are each the reporter's
 -- first claim (nearly every done). Anything else (a repeat, a reclaimed or
--- released item, a stranger's, an item listed twice, another setting) is
--- answered R.NOT_PLAIN with nothing changed, and the frontend runs done.lua.
+-- released item, a stranger's, another setting) is answered R.NOT_PLAIN
+-- with nothing changed, and the frontend runs done.lua; a list naming an
+-- item twice the frontend sends to done.lua without asking this script.
 -- The settings are read here, not cached: a frontend of the build before
 -- changing them cannot leave this script acting on a stale copy.
 --
@@ -15,7 +16,9 @@
 --
 -- ARGV[1] now (ms)
 -- ARGV[2] downloader who reports the items
--- ARGV[3..] the items (at most 1000)
+-- ARGV[3..] the items (at most 1000), each once: the caller sends a list
+--            that names an item twice to done.lua (done.lua counts it once;
+--            this script would count it twice)
 --
 -- Returns
 --   {1, new, 0, rtt_ms_sum, claimed, "", log_length}  as done.lua's
@@ -35,19 +38,20 @@ local now, downloader = tonumber(ARGV[1]), ARGV[2]
 local records = redis.call('HMGET', KEYS[2], unpack(ARGV, 3))
 local n = #ARGV - 2
 local rtt_sum = 0
-local seen = n > 1 and {} or nil
+-- A multi=N claim gave its N items one record, and Lua keeps one copy of
+-- equal strings, so a record equal to the one before is the same string:
+-- each distinct record is matched and converted once, not once per item.
+local last, last_rtt
 for i = 1, n do
   local record = records[i]
-  if not record then return {R.NOT_PLAIN} end
-  local at, claimant = string.match(record, '^1 (%d+) (%S+) ')
-  if claimant ~= downloader then return {R.NOT_PLAIN} end
-  if seen then
-    local item = ARGV[i + 2]
-    if seen[item] then return {R.NOT_PLAIN} end
-    seen[item] = true
+  if record ~= last then
+    if not record then return {R.NOT_PLAIN} end
+    local at, claimant = string.match(record, '^1 (%d+) (%S+) ')
+    if claimant ~= downloader then return {R.NOT_PLAIN} end
+    last, last_rtt = record, now - tonumber(at)
+    if last_rtt < 0 then last_rtt = 0 end
   end
-  local rtt = now - tonumber(at)
-  if rtt > 0 then rtt_sum = rtt_sum + rtt end
+  rtt_sum = rtt_sum + last_rtt
 end
 local added = redis.pcall('SADD', KEYS[3], unpack(ARGV, 3))
 if type(added) == 'table' then

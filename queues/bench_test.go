@@ -3,6 +3,8 @@ package queues_test
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -111,4 +113,113 @@ func BenchmarkItemStatusOffloaded(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkMultiClaimDone measures seesaw's multi=N round trip through
+// the engine: 32 callers each claim N items, then report those N done, as
+// `hoard-bench warrior-path`'s multi100 scenario does over HTTP (and
+// keepalive with N=1). It reports the process's allocations and bytes per
+// item (-benchmem's are per round trip). With HOARD_BENCH_CALLGRIND_PID
+// naming a redis-server under `valgrind --tool=callgrind
+// --instr-atstart=no` (and HOARD_TEST_REDIS_URL pointing at it,
+// HOARD_TEST_CLUSTER=0), the claims and the dones are dumped as two parts
+// (docs/warrior-path.md).
+func BenchmarkMultiClaimDone(b *testing.B) {
+	const callers = 32
+	for _, backend := range redistest.Backends() {
+		for _, multi := range []int{1, 100} {
+			b.Run(fmt.Sprintf("%s/multi=%d", backend.Name, multi), func(b *testing.B) { benchMultiClaimDone(b, backend, multi, callers) })
+		}
+	}
+}
+
+func benchMultiClaimDone(b *testing.B, backend redistest.Backend, multi, callers int) {
+	ctx := context.Background()
+	if err := redistest.Flush(ctx, backend); err != nil {
+		b.Fatal(err)
+	}
+	engine := queues.NewEngine(backend.Client, queues.Options{Logger: quietLogger})
+	maxMulti := queues.MaxMulti
+	if _, err := engine.CreateProject(ctx, "bench", queues.SettingsPatch{MaxMulti: &maxMulti}); err != nil {
+		b.Fatal(err)
+	}
+	rounds := (b.N + callers - 1) / callers
+	items := make([]queues.QueueItem, 0, 10000)
+	for i := 0; i < rounds*callers*multi+multi; i++ {
+		items = append(items, queues.QueueItem{Name: fmt.Sprintf("bench/item/%09d", i)})
+		if len(items) == cap(items) {
+			if _, err := engine.Enqueue(ctx, "bench", queues.Target{Queue: queues.QueueTodo}, items); err != nil {
+				b.Fatal(err)
+			}
+			items = items[:0]
+		}
+	}
+	if _, err := engine.Enqueue(ctx, "bench", queues.Target{Queue: queues.QueueTodo}, items); err != nil {
+		b.Fatal(err)
+	}
+	// Each caller claims its rounds, then reports them done: the
+	// two parts can be counted apart (callgrind) and the claims
+	// hash holds what 32 warriors' round trips leave out.
+	claimed := make([][][]string, callers)
+	each := func(part func(w int, downloader string) error) {
+		var wg sync.WaitGroup
+		errs := make(chan error, callers)
+		for w := range callers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := part(w, fmt.Sprintf("bench%03d", w)); err != nil {
+					errs <- err
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		if err := <-errs; err != nil {
+			b.Fatal(err)
+		}
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	b.ResetTimer()
+	dump := redistest.CountRedisInstructions(b)
+	each(func(w int, downloader string) error {
+		for range rounds {
+			res, err := engine.Claim(ctx, queues.ClaimRequest{Project: "bench", Downloader: downloader, IP: "127.0.0.1", Count: multi})
+			if err != nil {
+				return err
+			}
+			if len(res.Items) != multi {
+				return fmt.Errorf("claimed %d items, want %d", len(res.Items), multi)
+			}
+			names := make([]string, multi)
+			for i, item := range res.Items {
+				names[i] = item.Name
+			}
+			claimed[w] = append(claimed[w], names)
+		}
+		return nil
+	})
+	dump()
+	dump = redistest.CountRedisInstructions(b)
+	each(func(w int, downloader string) error {
+		for _, names := range claimed[w] {
+			res, err := engine.Done(ctx, queues.DoneRequest{Project: "bench", Downloader: downloader,
+				Items: names, Bytes: map[string]int64{"data": 1000}})
+			if err != nil {
+				return err
+			}
+			if res.New != multi {
+				return fmt.Errorf("done: %d new, want %d", res.New, multi)
+			}
+		}
+		return nil
+	})
+	dump()
+	b.StopTimer()
+	runtime.ReadMemStats(&after)
+	n := float64(rounds * callers * multi)
+	b.ReportMetric(float64(after.Mallocs-before.Mallocs)/n, "allocs/item")
+	b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/n, "B/item")
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/n, "us/item")
 }

@@ -454,7 +454,13 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 	plainArgs := make([]any, 0, 2+len(req.Items))
 	plainArgs = append(plainArgs, args[0], args[1])
 	plainArgs = append(plainArgs, args[6:]...)
-	code, rest, err := e.runScriptList(ctx, op, donePlainScript, projectKeys.donePlain, plainArgs...)
+	// done_plain.lua counts every item it is given, so a list that names
+	// an item twice goes to done.lua, which counts it once.
+	distinct := len(req.Items) == 1 || itemsDistinct(req.Items)
+	code, rest, err := int64(codeNotPlain), []any(nil), error(nil)
+	if distinct {
+		code, rest, err = e.runScriptList(ctx, op, donePlainScript, projectKeys.donePlain, plainArgs...)
+	}
 	if err == nil && code == codeNotPlain {
 		code, rest, err = e.runScriptList(ctx, op, doneScript, projectKeys.done, args...)
 	}
@@ -468,7 +474,7 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 			e.countDone(ctx, req, now, total, groups, result.New, replyInt(rest[2]), replyInt(rest[3]))
 			entry := replyString(rest[4])
 			if entry == "" {
-				entry = doneLogEntry(req, now, total, tail)
+				entry = doneLogEntry(req, now, total, tail, distinct)
 			}
 			logLength := DefaultLogLength
 			if len(rest) > 5 {
@@ -497,18 +503,36 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 	return DoneResult{}, unavailable(op, errors.New("done script returned an unknown code"))
 }
 
+// itemsDistinct reports whether no item is named twice.
+func itemsDistinct(items []string) bool {
+	seen := make(map[string]struct{}, len(items))
+	for _, item := range items {
+		if _, ok := seen[item]; ok {
+			return false
+		}
+		seen[item] = struct{}{}
+	}
+	return true
+}
+
 // doneLogEntry builds a done's log entry for the common case, every item
 // completed now (each once, in order), so the script formats no JSON.
-func doneLogEntry(req DoneRequest, now time.Time, total int64, tail string) string {
-	seen := make(map[string]bool, len(req.Items))
+// distinct says the items are known to be named once each.
+func doneLogEntry(req DoneRequest, now time.Time, total int64, tail string, distinct bool) string {
+	var seen map[string]bool
+	if !distinct {
+		seen = make(map[string]bool, len(req.Items))
+	}
 	b := make([]byte, 0, 128+len(tail)+32*len(req.Items))
 	b = append(b, `{"items":[`...)
 	first := true
 	for _, item := range req.Items {
-		if seen[item] {
-			continue
+		if seen != nil {
+			if seen[item] {
+				continue
+			}
+			seen[item] = true
 		}
-		seen[item] = true
 		if !first {
 			b = append(b, ',')
 		}
@@ -531,10 +555,20 @@ func doneLogEntry(req DoneRequest, now time.Time, total int64, tail string) stri
 	return string(b)
 }
 
-// appendJSONString appends s as a JSON string.
+// appendJSONString appends s as a JSON string, as json.Marshal writes it.
+// A string of printable ASCII that json.Marshal copies as it is (no quote,
+// backslash or HTML character to escape), as item names usually are, is
+// copied here without an allocation.
 func appendJSONString(b []byte, s string) []byte {
-	quoted, _ := json.Marshal(s)
-	return append(b, quoted...)
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			quoted, _ := json.Marshal(s)
+			return append(b, quoted...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 // logTail builds the log entry members the Go side knows: user agent and id.

@@ -2,6 +2,7 @@ package queues
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"testing"
@@ -321,5 +322,72 @@ func TestPlainClaimKeepsTheVersionGate(t *testing.T) {
 		require.True(t, claimPlain)
 		_, err = pb.a.Claim(pb.ctx, ClaimRequest{Project: pb.slug, Downloader: "alice", Version: "20240101.9", Count: 1})
 		require.Equal(t, CodeVersionTooOld, CodeOf(err), "%v", err)
+	})
+}
+
+// TestPlainDoneSumsEachItemsClaimTime: done_plain.lua reads a record once
+// for the run of items that share it (a multi claim's), and still adds
+// every item's claim-to-done time: two claims a second apart, reported in
+// one done with their items interleaved.
+func TestPlainDoneSumsEachItemsClaimTime(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		pb := newPlainBundle(t, b, "rtt")
+		pb.enqueue(t, pb.a, "a", "b", "c", "d", "e")
+		first, err := pb.claim(pb.a, "alice", 3)
+		require.NoError(t, err)
+		pb.clock.Advance(time.Second)
+		second, err := pb.claim(pb.a, "alice", 2)
+		require.NoError(t, err)
+		pb.clock.Advance(2 * time.Second)
+		pb.flushScripts(t)
+		items := []string{first[0], first[1], second[0], first[2], second[1]}
+		res, err := pb.a.Done(pb.ctx, DoneRequest{Project: pb.slug, Downloader: "alice", Items: items})
+		require.NoError(t, err)
+		require.Equal(t, DoneResult{New: 5}, res)
+		_, _, done, donePlain := pb.script()
+		require.False(t, done, "done.lua did not run")
+		require.True(t, donePlain, "done_plain.lua ran")
+		stats, err := pb.a.Stats(pb.ctx, pb.slug)
+		require.NoError(t, err)
+		require.EqualValues(t, 5, stats.Counters["rtt_count"])
+		require.EqualValues(t, 3*3000+2*2000, stats.Counters["rtt_ms_sum"])
+	})
+}
+
+// TestDoneNamingAnItemTwiceCountsItOnce: the frontend sends such a list to
+// done.lua (done_plain.lua would count the item twice).
+func TestDoneNamingAnItemTwiceCountsItOnce(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		pb := newPlainBundle(t, b, "twice")
+		pb.enqueue(t, pb.a, "a", "b", "c")
+		_, err := pb.claim(pb.a, "alice", 3)
+		require.NoError(t, err)
+		pb.flushScripts(t)
+		res, err := pb.a.Done(pb.ctx, DoneRequest{Project: pb.slug, Downloader: "alice", Items: []string{"a", "b", "a"}})
+		require.NoError(t, err)
+		require.Equal(t, 2, res.New)
+		_, _, done, donePlain := pb.script()
+		require.True(t, done, "done.lua ran")
+		require.False(t, donePlain, "done_plain.lua did not run")
+		stats, err := pb.a.Stats(pb.ctx, pb.slug)
+		require.NoError(t, err)
+		require.EqualValues(t, 2, stats.Counters["items_done"])
+		counts, err := pb.a.Counts(pb.ctx, pb.slug)
+		require.NoError(t, err)
+		require.EqualValues(t, 2, counts.Done)
+		require.EqualValues(t, 1, counts.Out)
+	})
+}
+
+// FuzzAppendJSONStringIsJSONMarshal: the copy without json.Marshal writes
+// what json.Marshal writes, for any string.
+func FuzzAppendJSONStringIsJSONMarshal(f *testing.F) {
+	for _, s := range []string{"", "bench/item/000000001", "url:https://example.org/?a=1&b=<2>", "quote\"back\\slash", "ünïcödé", "\x00\x1f\x7f", "\xff", "\u2028"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		want, err := json.Marshal(s)
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(appendJSONString([]byte("x"), s)[1:]))
 	})
 }

@@ -1,9 +1,11 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Warrior bodies are decoded by hand when they have seesaw's everyday
@@ -14,7 +16,8 @@ import (
 // would: one object; keys without escapes, in ASCII, each at most once,
 // named exactly as the struct's tags (json also matches "Downloader", so a
 // key that matches a field only ignoring case goes to json); string values
-// with no escapes (plainJSONString); byte counts as plain non-negative
+// with no escapes (plainJSONString), but for a done's item, whose only
+// escape may be \u0000 (nulJoinedString); byte counts as plain non-negative
 // integers; nothing but white space after the object. Anything else, and
 // every error, is left to encoding/json (decodeBody), so the errors and
 // the odd cases (escaped names, numbers as strings, duplicate keys) are
@@ -91,12 +94,13 @@ func (d *doneBody) decodeFast(body []byte) bool {
 			got.ID = append(json.RawMessage(nil), value...)
 			return json.Valid(value)
 		}
-		s, plain := plainJSONString(value)
 		if text != nil {
+			s, plain := plainJSONString(value)
 			*text = looseString(s)
-		} else {
-			got.Item = &s
+			return plain
 		}
+		s, plain := nulJoinedString(value)
+		got.Item = &s
 		return plain
 	})
 	if ok {
@@ -257,3 +261,37 @@ func skipSpace(data []byte, i int) int {
 	}
 	return i
 }
+
+// nulJoinedString is plainJSONString for a done's item, which may also
+// hold \u0000: a multi claim's items come back NUL-joined, and JSON writes
+// NUL as that escape. Any other escape is json's to read.
+func nulJoinedString(b []byte) (string, bool) {
+	if len(b) < 2 || b[0] != '"' || b[len(b)-1] != '"' {
+		return "", false
+	}
+	inner := b[1 : len(b)-1]
+	if bytes.IndexByte(inner, '\\') < 0 {
+		return plainJSONString(b)
+	}
+	text := make([]byte, 0, len(inner))
+	for i := 0; i < len(inner); i++ {
+		switch c := inner[i]; {
+		case c == '\\':
+			if !bytes.HasPrefix(inner[i:], nulEscape) {
+				return "", false
+			}
+			text = append(text, 0)
+			i += len(nulEscape) - 1
+		case c < 0x20 || c == '"':
+			return "", false
+		default:
+			text = append(text, c)
+		}
+	}
+	if !utf8.Valid(text) {
+		return "", false
+	}
+	return string(text), true
+}
+
+var nulEscape = []byte(`\u0000`)

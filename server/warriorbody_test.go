@@ -3,7 +3,9 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -20,6 +22,7 @@ var fastBodySeeds = []string{
 	`{"downloader": 5, "api_version": 2}`, `{"bytes": {"data": 1.5}}`, `{"bytes": {"data": -1}}`, `{"bytes": {"data": 01}}`,
 	`{"bytes": {"data": 99999999999999999999}}`, `{"bytes": {"a": 1, "a": 2}}`, `{"bytes": {}}`, `{"bytes": null}`,
 	`{} {}`, `{}}`, `{}]`, `[`, ``, ` `, "\v{}", `{}`, ` { } `, `{"Downloader": "x"}`, `{"downloader": "x", "downloader": "y"}`,
+	`{"item": "a\u0000\u0000b\u0000"}`, `{"item": "\u0000"}`, `{"item": "a\u000"}`, `{"item": "a\u00000"}`, `{"item": "\u0000\u00e9"}`, "{\"item\": \"\xff\\u0000\"}",
 	`{"item": null}`, `{"id": null}`, `{"id": [1, "]", {"a": "}"}]}`, `{"id": {"a": "\"}"}}`, `{"other": {"x": [1,2]}, "item": "z"}`,
 	`{"other": tru, "item": "z"}`, `{"downloader": "t\u00e9"}`, "{\"downloader\": \"t\xe9\"}", `{"downloader": "é"}`,
 	`{"\u0064ownloader": "x"}`, `{"item": "a", "id": 1e5}`, `{"item": "a",}`, `{"item" "a"}`, `{"item": "a" "b"}`,
@@ -74,10 +77,16 @@ func TestSeesawBodiesTakeTheHandPath(t *testing.T) {
 	// The ID is a copy: the request's buffer may be reused.
 	copy(body[bytes.Index(body, []byte("abc")):], "xyz")
 	require.Equal(t, json.RawMessage(`{"pipeline_hash": "abc"}`), done.ID)
-	// What the hand path leaves to json still decodes, as json decodes it.
+	// A multi done's items, NUL-joined, are read by hand too.
 	var multi doneBody
-	require.NoError(t, decodeJSON([]byte(`{"item": "a\u0000b"}`), &multi))
-	require.Equal(t, "a\x00b", *multi.Item)
+	multiBody := []byte(`{"downloader": "tester1", "item": "a\u0000b\u0000c", "bytes": {"data": 1}}`)
+	require.True(t, multi.decodeFast(multiBody))
+	require.Equal(t, "a\x00b\x00c", *multi.Item)
+	// What the hand path leaves to json still decodes, as json decodes it.
+	var escaped doneBody
+	require.False(t, escaped.decodeFast([]byte(`{"item": "a\u0001b"}`)))
+	require.NoError(t, decodeJSON([]byte(`{"item": "a\u0001b\u0000"}`), &escaped))
+	require.Equal(t, "a\x01b\x00", *escaped.Item)
 }
 
 // BenchmarkDecodeWarriorBodies: decoding seesaw's request and done bodies,
@@ -91,6 +100,25 @@ func BenchmarkDecodeWarriorBodies(b *testing.B) {
 		var d doneBody
 		if decodeJSON(request, &req) != nil || decodeJSON(done, &d) != nil {
 			b.Fatal("a seesaw body was refused")
+		}
+	}
+}
+
+// BenchmarkDecodeMultiDoneBody: a multi=100 done body, its 100 items
+// NUL-joined (\u0000 in JSON), as the load generator and seesaw send it.
+func BenchmarkDecodeMultiDoneBody(b *testing.B) {
+	names := make([]string, 100)
+	for i := range names {
+		names[i] = fmt.Sprintf("bench/item/%09d", i)
+	}
+	body, err := json.Marshal(map[string]any{"downloader": "tester1", "version": "20240101.01", "item": strings.Join(names, "\x00"),
+		"bytes": map[string]int{"data": 1000}, "id": map[string]string{"pipeline_hash": "bench"}})
+	require.NoError(b, err)
+	b.ReportAllocs()
+	for b.Loop() {
+		var d doneBody
+		if decodeJSON(body, &d) != nil || strings.Count(*d.Item, "\x00") != 99 {
+			b.Fatal("the body was refused or misread")
 		}
 	}
 }

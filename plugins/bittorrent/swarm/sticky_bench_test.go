@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -113,22 +111,11 @@ func BenchmarkAnnounceSticky(b *testing.B) {
 // counts do not move with the machine's load, as CPU time does (method:
 // docs/bittorrent-storage.md). Without the variable it does nothing.
 func countRedisInstructions(b *testing.B) func() {
-	pid := os.Getenv("HOARD_BENCH_CALLGRIND_PID")
-	if pid == "" {
-		return func() {}
-	}
-	control := func(args ...string) {
-		if out, err := exec.Command("callgrind_control", append(args, pid)...).CombinedOutput(); err != nil {
-			b.Fatalf("callgrind_control %v: %v: %s", args, err, out)
-		}
-	}
-	control("-i", "on")
-	control("-z")
-	start := time.Now()
+	dump := redistest.CountRedisInstructions(b)
 	return func() {
-		control("-d")
-		control("-i", "off")
-		b.ReportMetric(time.Since(start).Seconds(), "wall-s")
+		if wall := dump(); wall > 0 {
+			b.ReportMetric(wall.Seconds(), "wall-s")
+		}
 	}
 }
 
