@@ -103,9 +103,12 @@ func TestBloomSettingsChangeShapesOnlyNewGenerations(t *testing.T) {
 
 		meta, err := tb.rdb.HGetAll(tb.ctx, queues.BloomMetaKey(tb.slug)).Result()
 		require.NoError(t, err)
-		m1, k1 := queues.BloomParameters(1000, 1e-6)
-		m3, k3 := queues.BloomParameters(50_000, 1e-4)
-		require.Equal(t, fmt.Sprintf("%d:%d:1000,%d:%d:1000,%d:%d:50000", m1, k1, m1, k1, m3, k3), meta["shapes"])
+		first, err := queues.BloomShape(1000, 1e-6)
+		require.NoError(t, err)
+		third, err := queues.BloomShape(50_000, 1e-4)
+		require.NoError(t, err)
+		require.Regexp(t, `^\d+:\d+:1000:w\d$`, first, "new generations are blocked")
+		require.Equal(t, first+","+first+","+third, meta["shapes"])
 		require.Equal(t, "3", meta["gens"])
 	})
 }
