@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -90,4 +91,33 @@ func TestBlockedShapeMeetsItsRate(t *testing.T) {
 		require.LessOrEqual(t, rate, max(1.5*c.fp, 10*c.fp*(1-c.low)), "configured %g", c.fp)
 		require.GreaterOrEqual(t, rate, c.low*c.fp, "the model is not that pessimistic at %g", c.fp)
 	}
+}
+
+// FuzzParseBloomShapes: meta's shapes list is read by every frontend; a
+// list it accepts must be one it would write (each shape's String), and
+// anything else an error, never a panic.
+func FuzzParseBloomShapes(f *testing.F) {
+	f.Add("1000:20:1000")
+	f.Add("1000:20:1000,423000000:4:10000000:w3")
+	f.Add("64:4:10:w0")
+	f.Add("96:40:10:w2,")
+	f.Fuzz(func(t *testing.T, text string) {
+		shapes, err := parseBloomShapes(text)
+		if err != nil {
+			return
+		}
+		parts := make([]string, len(shapes))
+		for i, shape := range shapes {
+			require.NotZero(t, shape.m)
+			require.NotZero(t, shape.k)
+			if shape.words > 0 {
+				require.Zero(t, shape.m%blockedWordBits)
+				require.LessOrEqual(t, shape.k, uint(blockedWordBits))
+			}
+			parts[i] = shape.String()
+		}
+		again, err := parseBloomShapes(strings.Join(parts, ","))
+		require.NoError(t, err)
+		require.Equal(t, shapes, again)
+	})
 }
