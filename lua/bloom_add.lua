@@ -3,25 +3,32 @@
 -- atomically, so two frontends receiving the same item at once queue it
 -- once. Backfeed uses it, and so does `queue add --register`.
 --
--- Every generation keeps the shape it was created with (m bits, k hashes,
--- capacity), recorded in meta's `shapes`. Changing bloom_capacity or
--- bloom_fp_rate therefore shapes only generations started afterwards; the
--- bits already set stay valid.
+-- Every generation keeps the shape it was created with, recorded in meta's
+-- `shapes`: "m:k:cap" for a classic generation (k bits anywhere in m), as
+-- every generation before blocked ones was, or "m:k:cap:wW" for a blocked
+-- one (k bits in each of W 32-bit words; queues/bloomblocked.go). New
+-- generations are blocked. Changing bloom_capacity or bloom_fp_rate shapes
+-- only generations started afterwards; the bits already set stay valid.
 --
 -- Redis runs nothing else while a script runs, so the caller sizes each
--- batch by its cost (queues.bloomBatchSize: items x the k bits of every
--- generation) to keep one call within a few milliseconds. Measured on
--- redis-server 7.0, a bit costs 0.7-1 us whichever command touches it, most
--- of it in passing arguments from Lua; so the script spends calls where
--- they count: one HMGET/SMISMEMBER/ZMSCORE per place checks every item of
--- the batch, a new item's bits are set with one BITFIELD (a quarter cheaper
--- than k SETBITs), and reads stop at the first zero bit (a bulk
--- BITFIELD_RO of every bit costs more: it reads all k where GETBIT reads
--- one or two).
+-- batch by its cost (queues.bloomBatchSize) to keep one call short. What an
+-- item costs is mostly the arguments passed from Lua to Redis commands, so
+-- the script spends calls where they count:
+-- - a blocked generation's words are read with one BITFIELD_RO for the
+--   whole batch and each word this batch changed is written once, with one
+--   BITFIELD for the batch: a few operations per item;
+-- - a classic generation is read with GETBIT, stopping at the first zero
+--   bit, and a new item's k bits are set with one BITFIELD;
+-- - only the items the filter has not seen are looked up in the places an
+--   item can be without having passed the filter (out, done, released,
+--   recently done, failed, queued): one bulk HMGET/SMISMEMBER/ZMSCORE per
+--   place for the batch, skipped where the key does not exist.
+-- Writes come last, pushes before bits, so a failing command (a wrongly
+-- typed key) leaves no item in the filter that is queued nowhere.
 --
 -- KEYS[1] config   HASH (backfeed_secret is checked here)
 -- KEYS[2] meta     HASH bloom: gens, count (items in the newest generation),
---                  shapes ("m:k:cap,m:k:cap,..." one per generation)
+--                  shapes ("m:k:cap[:wW],..." one per generation)
 -- KEYS[3] stats    HASH counters
 -- KEYS[4] claims   HASH (an item out is not queued again)
 -- KEYS[5] done     SET  (nor an item done)
@@ -36,24 +43,28 @@
 -- KEYS[#KEYS]      queued SET the items waiting in the list queues (nor an
 --                  item waiting already; the queued items join it)
 --
--- ARGV[1] a salt, fresh for each request ("" = no check: an admin call)
+-- ARGV[1] a salt, fresh for each request ("" = no check: an admin call,
+--         which also looks up the places of items the filter knows)
 -- ARGV[2] sha1hex(salt .. the backfeed secret offered): the secret itself
 --         is never an argument, so SLOWLOG and MONITOR never show it
 -- ARGV[3] G, the number of generations the caller saw
 -- ARGV[4] the shapes of generations 1..G the caller saw ("" when G = 0)
--- ARGV[5] "m:k:cap", the shape generation G+1 takes if this batch starts it,
---         or "" when the caller judged the batch cannot start it (the
---         newest generation has room for every item): then no item carries
---         G+1's locations, and a batch that could start it is refused
---         with R.STALE_FILTER before any write
+-- ARGV[5] the shape generation G+1 takes if this batch starts it, or ""
+--         when the caller judged the batch cannot start it (the newest
+--         generation has room for every item): then no item carries G+1's
+--         locations, and a batch that could start it is refused with
+--         R.STALE_FILTER before any write
 -- ARGV[6] the limit_groups_version the items were routed by
 -- ARGV[7] the filters_version the caller dropped filtered items by
 -- ARGV[8] how many items of this batch the caller dropped by the filters
 --         (counted in stats.items_filtered when the batch is accepted)
 -- ARGV[9..] per item: the item, its target (1-based, among the target
 --         queues), then for each generation 1..G (and G+1 when ARGV[5]
---         names its shape) its k bit locations, already reduced mod that
---         generation's m
+--         names its shape) its locations: for a classic generation its k
+--         bit locations, already reduced mod m; for a blocked one, for
+--         each of its W words, the word's BITFIELD offset ("#<word>", i32
+--         units) and the mask of the item's bits in it (a signed 32-bit
+--         integer, as BITFIELD i32 and Lua's bit library read words)
 --
 -- Returns {new, duplicates, G', placed, waiting, count} where G' is the
 --   generation count now, of the duplicates, placed were out, done,
@@ -64,8 +75,9 @@
 --   (re-read it); {R.STALE_GROUPS} limit groups or filters changed.
 --
 -- Note: an item is a duplicate when ANY generation has all its bits set, or
--- when it is out, done (in the done set or recent_done), released or
--- waiting in a queue.
+-- when it is out, done (in the done set or recent_done), released, failed
+-- or waiting in a queue. Runs without the prelude: R holds only the codes
+-- above.
 
 if redis.call('EXISTS', KEYS[1]) == 0 then return {R.NO_PROJECT} end
 if ARGV[1] ~= '' then
@@ -81,7 +93,7 @@ if not shapes and meta[4] then
   -- A filter from before shapes were recorded: every generation has the one
   -- m and k, and the capacity the caller also assumes for it.
   -- (ARGV[4] carries it too, built the same way, when ARGV[5] is "".)
-  local cap = string.match(ARGV[5] ~= '' and ARGV[5] or ARGV[4], ':(%d+)$')
+  local cap = string.match(ARGV[5] ~= '' and ARGV[5] or ARGV[4], '^%d+:%d+:(%d+)')
   local one = meta[4] .. ':' .. meta[5] .. ':' .. cap
   local list = {}
   for _ = 1, tonumber(meta[1]) do table.insert(list, one) end
@@ -98,11 +110,19 @@ if (versions[1] or '0') ~= ARGV[6] or (versions[2] or '0') ~= ARGV[7] then
 end
 local filtered = tonumber(ARGV[8])
 
-local ks, caps = {}, {}
+-- Each generation's shape: a classic one ("m:k:cap") carries an item's k
+-- bit locations; a blocked one ("m:k:cap:wW") an offset and a mask for each
+-- of its W words.
+local ks, caps, words, widths = {}, {}, {}, {}
 local function add_shape(text)
-  local m, k, cap = string.match(text, '^(%d+):(%d+):(%d+)$')
-  table.insert(ks, tonumber(k))
-  table.insert(caps, tonumber(cap))
+  local _, k, cap, w = string.match(text, '^(%d+):(%d+):(%d+):w(%d+)$')
+  if not k then
+    _, k, cap = string.match(text, '^(%d+):(%d+):(%d+)$')
+  end
+  local g = #ks + 1
+  ks[g], caps[g] = tonumber(k), tonumber(cap)
+  words[g] = tonumber(w) or 0
+  widths[g] = words[g] > 0 and 2 * words[g] or ks[g]
 end
 if gens > 0 then
   for text in string.gmatch(ARGV[4], '[^,]+') do add_shape(text) end
@@ -113,7 +133,7 @@ if with_next then add_shape(ARGV[5]) end
 local offsets, stride = {}, 2
 for g = 1, #ks do
   offsets[g] = stride
-  stride = stride + ks[g]
+  stride = stride + widths[g]
 end
 local first_item = 9
 local n = math.floor((#ARGV - first_item + 1) / stride)
@@ -127,78 +147,131 @@ if not with_next and (gens == 0 or count + n > caps[gens]) then
   -- left out: nothing is written; it re-reads the count and retries.
   return {R.STALE_FILTER}
 end
--- Accepted from here on: the filtered items are counted once.
-if filtered > 0 then redis.call('HINCRBY', KEYS[3], 'items_filtered', filtered) end
 
 -- One command over many arguments, in slices: unpack() of a table longer
 -- than Lua's C stack (8,000) fails. Returns the replies concatenated.
-local function call_sliced(command, key, args)
-  local step = 6000
+local function call_sliced(command, key, args, step)
   if #args <= step then return redis.call(command, key, unpack(args)) end
   local out = {}
   for i = 1, #args, step do
     local reply = redis.call(command, key, unpack(args, i, math.min(i + step - 1, #args)))
-    for _, v in ipairs(reply) do out[#out + 1] = v end
+    if type(reply) == 'table' then
+      for _, v in ipairs(reply) do out[#out + 1] = v end
+    end
   end
   return out
 end
 
--- Where each item already is: out, done, released, recently done or failed. These
--- places don't change during the script, so one bulk look-up per place
--- answers for the whole batch.
-local items = {}
-for i = 1, n do items[i] = ARGV[first_item + (i - 1) * stride] end
-local placed = {}
-local function mark(reply, is_member)
-  for i, v in ipairs(reply) do
-    if is_member(v) then placed[i] = true end
+-- A blocked generation's words, read once for the whole batch:
+-- cache[g][offset] is the word's value (as BITFIELD i32 reads it), kept up
+-- to date as this batch sets bits, so an item is decided after the ones
+-- before it. A generation that does not exist yet reads as zeros.
+local cache = {}
+for g = 1, #ks do
+  if words[g] > 0 then
+    local known, ops = {}, {}
+    if g <= gens or redis.call('EXISTS', KEYS[7 + g]) == 1 then
+      local offsets_read = {}
+      for i = 1, n do
+        local base = first_item + (i - 1) * stride + offsets[g]
+        for w = 0, words[g] - 1 do
+          local offset = ARGV[base + 2 * w]
+          if known[offset] == nil then
+            known[offset] = 0
+            ops[#ops + 1] = 'GET'
+            ops[#ops + 1] = 'i32'
+            ops[#ops + 1] = offset
+            offsets_read[#offsets_read + 1] = offset
+          end
+        end
+      end
+      for i, v in ipairs(call_sliced('BITFIELD_RO', KEYS[7 + g], ops, 6000)) do
+        known[offsets_read[i]] = v
+      end
+    end
+    cache[g] = known
   end
 end
-local function present(v) return v ~= false end
-local function one(v) return v == 1 end
-mark(call_sliced('HMGET', KEYS[4], items), present)
-mark(call_sliced('SMISMEMBER', KEYS[5], items), one)
-mark(call_sliced('HMGET', KEYS[6], items), present)
-if redis.call('EXISTS', KEYS[7]) == 1 then
-  mark(call_sliced('ZMSCORE', KEYS[7], items), present)
+
+local band, bor = bit.band, bit.bor
+-- Whether generation g holds all the item's bits (at = the item's first
+-- argument).
+local function in_generation(g, at)
+  local base = at + offsets[g]
+  if words[g] > 0 then
+    local known = cache[g]
+    for w = 0, words[g] - 1 do
+      local mask = tonumber(ARGV[base + 2 * w + 1])
+      if band(known[ARGV[base + 2 * w]] or 0, mask) ~= mask then return false end
+    end
+    return true
+  end
+  -- Classic: GETBIT, stopping at the first zero bit (usually the first
+  -- or second), reads fewer bits than a bulk read of all k.
+  for j = 0, ks[g] - 1 do
+    if redis.call('GETBIT', KEYS[7 + g], ARGV[base + j]) == 0 then return false end
+  end
+  return true
 end
-if redis.call('EXISTS', KEYS[#KEYS - 1]) == 1 then
-  mark(call_sliced('HMGET', KEYS[#KEYS - 1], items), present)
+
+-- First the filter as it was before this batch: most duplicates of a
+-- backfeed end here, without the look-ups below. An admin call (no salt)
+-- looks every item up, to report where the known ones are.
+local in_filter, candidates, candidate_at = {}, {}, {}
+local admin = ARGV[1] == ''
+for i = 1, n do
+  local at = first_item + (i - 1) * stride
+  for g = 1, gens do
+    if in_generation(g, at) then in_filter[i] = true break end
+  end
+  if admin or not in_filter[i] then
+    candidates[#candidates + 1] = ARGV[at]
+    candidate_at[#candidates] = i
+  end
 end
-local placed_count = 0
-for _ in pairs(placed) do placed_count = placed_count + 1 end
-local index = KEYS[#KEYS]
-local waiting = {}
-for i, v in ipairs(call_sliced('SMISMEMBER', index, items)) do
-  if v == 1 and not placed[i] then waiting[i] = true end
-end
-local waiting_count = 0
-for i in pairs(waiting) do
-  placed[i] = true
-  waiting_count = waiting_count + 1
+
+-- Where each item the filter has not seen already is: out, done, released,
+-- recently done, failed, or waiting in a queue (queued or registered by a
+-- path that does not go through the filter). These places don't change
+-- during the script, so one bulk look-up per place answers for the batch.
+local placed, waiting = {}, {}
+local placed_count, waiting_count = 0, 0
+if #candidates > 0 then
+  local function mark(command, key, absent)
+    for j, v in ipairs(call_sliced(command, key, candidates, 6000)) do
+      if v ~= absent and v ~= false then placed[candidate_at[j]] = true end
+    end
+  end
+  -- HMGET answers false for a missing field; SMISMEMBER 0 for a non-member.
+  mark('HMGET', KEYS[4])
+  mark('SMISMEMBER', KEYS[5], 0)
+  if redis.call('EXISTS', KEYS[6]) == 1 then mark('HMGET', KEYS[6]) end
+  if redis.call('EXISTS', KEYS[7]) == 1 then mark('ZMSCORE', KEYS[7]) end
+  if redis.call('EXISTS', KEYS[#KEYS - 1]) == 1 then mark('HMGET', KEYS[#KEYS - 1]) end
+  for _ in pairs(placed) do placed_count = placed_count + 1 end
+  for j, v in ipairs(call_sliced('SMISMEMBER', KEYS[#KEYS], candidates, 6000)) do
+    local i = candidate_at[j]
+    if v == 1 and not placed[i] then
+      waiting[i] = true
+      waiting_count = waiting_count + 1
+    end
+  end
 end
 
 local first_target = 9 + gens
 local current = gens -- the generation new items go into (KEYS[7 + current])
 local fresh, duplicates = 0, 0
 local to = {}
+local dirty = {} -- dirty[g][offset]: a blocked word this batch changed
+local set_ops = {} -- a classic generation's BITFIELD SET u1 operations
 for i = 1, n do
   local at = first_item + (i - 1) * stride
-  local item, target = ARGV[at], tonumber(ARGV[at + 1])
-  local seen = placed[i] == true
-  if not seen then
-    -- A new item's first zero bit usually comes within a read or two,
-    -- so GETBIT with an early exit reads fewer bits than a bulk read.
-    for g = 1, current do
-      local all = true
-      local base = at + offsets[g]
-      for j = 0, ks[g] - 1 do
-        if redis.call('GETBIT', KEYS[7 + g], ARGV[base + j]) == 0 then
-          all = false
-          break
-        end
-      end
-      if all then seen = true break end
+  local seen = in_filter[i] or placed[i] or waiting[i]
+  if not seen and fresh > 0 then
+    -- An item of this batch may have set its bits already: the
+    -- generations written so far say so.
+    for g = math.max(gens, 1), current do
+      if in_generation(g, at) then seen = true break end
     end
   end
   if seen then
@@ -209,26 +282,50 @@ for i = 1, n do
       current = gens + 1
       count = 0
     end
-    -- All k bits in one BITFIELD: a quarter cheaper than k SETBITs.
     local base = at + offsets[current]
-    local ops = {}
-    for j = 0, ks[current] - 1 do
-      ops[#ops + 1] = 'SET'
-      ops[#ops + 1] = 'u1'
-      ops[#ops + 1] = ARGV[base + j]
-      ops[#ops + 1] = '1'
+    if words[current] > 0 then
+      local known = cache[current]
+      dirty[current] = dirty[current] or {}
+      for w = 0, words[current] - 1 do
+        local offset = ARGV[base + 2 * w]
+        known[offset] = bor(known[offset] or 0, tonumber(ARGV[base + 2 * w + 1]))
+        dirty[current][offset] = true
+      end
+    else
+      -- Classic: all k bits in one BITFIELD, now, since the next items
+      -- test them with GETBIT.
+      local ops = {}
+      for j = 0, ks[current] - 1 do
+        ops[#ops + 1] = 'SET'
+        ops[#ops + 1] = 'u1'
+        ops[#ops + 1] = ARGV[base + j]
+        ops[#ops + 1] = '1'
+      end
+      redis.call('BITFIELD', KEYS[7 + current], unpack(ops))
     end
-    redis.call('BITFIELD', KEYS[7 + current], unpack(ops))
     count = count + 1
-    local key = KEYS[first_target + target - 1]
+    local key = KEYS[first_target + tonumber(ARGV[at + 1]) - 1]
     to[key] = to[key] or {}
-    table.insert(to[key], item)
+    table.insert(to[key], ARGV[at])
     fresh = fresh + 1
   end
 end
+-- The pushes before the blocked words: a push that fails (a wrongly typed
+-- queue) leaves no item in the filter that is queued nowhere.
 for key, list in pairs(to) do
-  call_chunked('RPUSH', key, list)
-  call_chunked('SADD', index, list)
+  call_sliced('RPUSH', key, list, 1000)
+  call_sliced('SADD', KEYS[#KEYS], list, 1000)
+end
+for g, offsets_set in pairs(dirty) do
+  local ops = {}
+  local known = cache[g]
+  for offset in pairs(offsets_set) do
+    ops[#ops + 1] = 'SET'
+    ops[#ops + 1] = 'i32'
+    ops[#ops + 1] = offset
+    ops[#ops + 1] = known[offset]
+  end
+  call_sliced('BITFIELD', KEYS[7 + g], ops, 6000)
 end
 if current > gens then
   if gens > 0 then shapes = ARGV[4] .. ',' .. ARGV[5] else shapes = ARGV[5] end
@@ -236,6 +333,7 @@ if current > gens then
 elseif fresh > 0 then
   redis.call('HSET', KEYS[2], 'count', count)
 end
+if filtered > 0 then redis.call('HINCRBY', KEYS[3], 'items_filtered', filtered) end
 if fresh > 0 then redis.call('HINCRBY', KEYS[3], 'items_queued', fresh) end
 if duplicates > 0 then redis.call('HINCRBY', KEYS[3], 'bloom_duplicates', duplicates) end
 return {fresh, duplicates, current, placed_count, waiting_count, count}

@@ -38,8 +38,10 @@ type BackfeedResult struct {
 	New       int `json:"new"`
 	Duplicate int `json:"duplicate"`
 	Rejected  int `json:"rejected"`
-	// Of the duplicates: out, done or released (Placed), waiting in a
-	// queue already (Waiting); the rest were in the filter. Not on the
+	// Of the duplicates: out, done, released or failed (Placed), waiting
+	// in a queue already (Waiting); the rest were in the filter. A backfeed
+	// looks up the places only for items the filter has not seen (so
+	// counts those alone), EnqueueRegistered for every item. Not on the
 	// backfeed wire, whose reply format is fixed.
 	Placed  int `json:"-"`
 	Waiting int `json:"-"`
@@ -135,29 +137,89 @@ func (e *Engine) EnqueueRegistered(ctx context.Context, slug string, q Queue, it
 }
 
 // bloomShape is one filter generation's shape: m bits, k hashes, and the
-// items it takes before the next generation starts.
+// items it takes before the next generation starts. A classic generation
+// (words 0) sets k bits anywhere in its m; a blocked one (bloomblocked.go)
+// sets k bits in each of `words` 32-bit words. Generations created before
+// blocked ones existed are classic, and stay so.
 type bloomShape struct {
 	m, k     uint
 	capacity int
+	words    uint
 }
 
+// String is the shape as meta's `shapes` records it: "m:k:cap" for a
+// classic generation, "m:k:cap:w<words>" for a blocked one (which a build
+// from before blocked generations refuses to parse, so it writes nothing).
 func (s bloomShape) String() string {
-	return strconv.FormatUint(uint64(s.m), 10) + ":" + strconv.FormatUint(uint64(s.k), 10) + ":" + strconv.Itoa(s.capacity)
+	text := strconv.FormatUint(uint64(s.m), 10) + ":" + strconv.FormatUint(uint64(s.k), 10) + ":" + strconv.Itoa(s.capacity)
+	if s.words > 0 {
+		text += ":w" + strconv.FormatUint(uint64(s.words), 10)
+	}
+	return text
+}
+
+// cost is what an item costs bloom_add.lua in this generation, in the units
+// of bloomScriptBudget: a classic generation's k bits, a blocked one's
+// words at blockedWordCost each.
+func (s bloomShape) cost() int {
+	if s.words > 0 {
+		return int(s.words) * blockedWordCost
+	}
+	return int(s.k)
+}
+
+// blockedWordCost is a blocked word's cost in bloomScriptBudget's units:
+// a word costs less than that inside Redis (its read and write are 7
+// arguments of batch-wide BITFIELDs; a new item in the default 3-word shape
+// took 7.6 µs of EVALSHA against a classic 20-bit item's 28.5, side by side
+// at load 25), but a call of 128 such items, 1 ms at that load, is as long
+// as a warrior should wait behind one (a quarter of the classic calls'
+// 4.2 ms), and the call's fixed part is small beside 128 items.
+const blockedWordCost = 8
+
+// argsPerItem is how many script arguments an item carries for this
+// generation: its k bit locations, or an offset and a mask per word.
+func (s bloomShape) argsPerItem() int {
+	if s.words > 0 {
+		return 2 * int(s.words)
+	}
+	return int(s.k)
+}
+
+// appendLocations appends item's locations in this generation to args.
+func (s bloomShape) appendLocations(args []any, item string) []any {
+	if s.words > 0 {
+		return blockedLocations(args, item, s)
+	}
+	for _, loc := range bloomLocations(item, s.m, s.k) {
+		args = append(args, loc)
+	}
+	return args
 }
 
 // MaxBloomGenerationBits is the largest generation: a Redis string holds at
 // most 2^32 bits (512 MiB), and SETBIT refuses offsets beyond it.
 const MaxBloomGenerationBits = 1 << 32
 
-// newBloomShape sizes a generation for capacity items at false-positive
-// rate fp, refusing one Redis cannot hold.
+// newBloomShape sizes a new generation (blocked) for capacity items at
+// false-positive rate fp, refusing one Redis cannot hold.
 func newBloomShape(capacity int, fp float64) (bloomShape, error) {
-	m, k := BloomParameters(capacity, fp)
-	if uint64(m) > MaxBloomGenerationBits {
+	shape := newBlockedShape(capacity, fp)
+	if shape.m == 0 || uint64(shape.m) > MaxBloomGenerationBits {
 		return bloomShape{}, fmt.Errorf("a generation of %d items at false-positive rate %g needs %d MiB of bits, above Redis's 512 MiB string limit; lower bloom_capacity (full generations chain)",
-			capacity, fp, (uint64(m)+(8<<20)-1)/(8<<20))
+			capacity, fp, (uint64(shape.m)+(8<<20)-1)/(8<<20))
 	}
-	return bloomShape{m: m, k: k, capacity: capacity}, nil
+	return shape, nil
+}
+
+// BloomShape describes the generation a project's settings start now, as
+// meta's `shapes` records it (see bloomShape.String), or why there is none.
+func BloomShape(capacity int, fp float64) (string, error) {
+	shape, err := newBloomShape(capacity, fp)
+	if err != nil {
+		return "", err
+	}
+	return shape.String(), nil
 }
 
 // parseBloomShapes reads meta's "m:k:cap,..." list.
@@ -168,16 +230,25 @@ func parseBloomShapes(text string) ([]bloomShape, error) {
 	var shapes []bloomShape
 	for _, part := range strings.Split(text, ",") {
 		fields := strings.Split(part, ":")
+		var words uint64
+		if len(fields) == 4 && strings.HasPrefix(fields[3], "w") {
+			var err error
+			if words, err = strconv.ParseUint(fields[3][1:], 10, 8); err != nil || words == 0 || words > 8 {
+				return nil, fmt.Errorf("bad generation shape %q", part)
+			}
+			fields = fields[:3]
+		}
 		if len(fields) != 3 {
 			return nil, fmt.Errorf("bad generation shape %q", part)
 		}
 		m, errM := strconv.ParseUint(fields[0], 10, 64)
 		k, errK := strconv.ParseUint(fields[1], 10, 32)
 		capacity, errC := strconv.Atoi(fields[2])
-		if errM != nil || errK != nil || errC != nil || m == 0 || m > MaxBloomGenerationBits || k == 0 || k > 64 || capacity <= 0 {
+		if errM != nil || errK != nil || errC != nil || m == 0 || m > MaxBloomGenerationBits || k == 0 || k > 64 || capacity <= 0 ||
+			(words > 0 && (m%blockedWordBits != 0 || k > blockedWordBits)) {
 			return nil, fmt.Errorf("bad generation shape %q", part)
 		}
-		shapes = append(shapes, bloomShape{m: uint(m), k: uint(k), capacity: capacity})
+		shapes = append(shapes, bloomShape{m: uint(m), k: uint(k), capacity: capacity, words: uint(words)})
 	}
 	return shapes, nil
 }
@@ -254,15 +325,15 @@ func (e *Engine) bloomAdd(ctx context.Context, slug, secret string, q Queue, ite
 		// fill up): otherwise they would be half of every item's arguments,
 		// unused. The script refuses a batch that needs them and lacks
 		// them (the count moved on in another frontend): re-read, retry.
-		bits := 0
+		cost := 0
 		for _, shape := range shapes {
-			bits += int(shape.k)
+			cost += shape.cost()
 		}
-		batch := valid[start:min(start+bloomBatchSize(bits), len(valid))]
+		batch := valid[start:min(start+bloomBatchSize(cost), len(valid))]
 		passed := shapes
 		if gens == 0 || count+len(batch) > shapes[gens-1].capacity {
 			passed = append(slices.Clip(shapes), next)
-			batch = valid[start:min(start+bloomBatchSize(bits+int(next.k)), len(valid))]
+			batch = valid[start:min(start+bloomBatchSize(cost+next.cost()), len(valid))]
 		}
 		withNext := len(passed) > gens
 		// Filtered items are dropped here, against this frontend's copy of
@@ -289,7 +360,7 @@ func (e *Engine) bloomAdd(ctx context.Context, slug, secret string, q Queue, ite
 			if g < gens {
 				known[g] = shape.String()
 			}
-			perItem += int(shape.k)
+			perItem += shape.argsPerItem()
 		}
 		nextText := ""
 		if withNext {
@@ -300,9 +371,7 @@ func (e *Engine) bloomAdd(ctx context.Context, slug, secret string, q Queue, ite
 		for _, item := range kept {
 			args = append(args, item, groupFor(state.groups, item)+2)
 			for _, shape := range passed {
-				for _, loc := range bloomLocations(item, shape.m, shape.k) {
-					args = append(args, loc)
-				}
+				args = shape.appendLocations(args, item)
 			}
 		}
 		code, rest, err := e.runScriptList(ctx, op, bloomAddScript, keys, args...)

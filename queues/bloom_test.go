@@ -5,6 +5,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/bits-and-blooms/bloom/v3"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/internal/redistest"
@@ -103,9 +104,12 @@ func TestBloomSettingsChangeShapesOnlyNewGenerations(t *testing.T) {
 
 		meta, err := tb.rdb.HGetAll(tb.ctx, queues.BloomMetaKey(tb.slug)).Result()
 		require.NoError(t, err)
-		m1, k1 := queues.BloomParameters(1000, 1e-6)
-		m3, k3 := queues.BloomParameters(50_000, 1e-4)
-		require.Equal(t, fmt.Sprintf("%d:%d:1000,%d:%d:1000,%d:%d:50000", m1, k1, m1, k1, m3, k3), meta["shapes"])
+		first, err := queues.BloomShape(1000, 1e-6)
+		require.NoError(t, err)
+		third, err := queues.BloomShape(50_000, 1e-4)
+		require.NoError(t, err)
+		require.Regexp(t, `^\d+:\d+:1000:w\d$`, first, "new generations are blocked")
+		require.Equal(t, first+","+first+","+third, meta["shapes"])
 		require.Equal(t, "3", meta["gens"])
 	})
 }
@@ -170,5 +174,51 @@ func TestRecentlyDoneItemsAreNotQueuedAgainWithoutADoneSet(t *testing.T) {
 		c := tb.counts(t)
 		require.EqualValues(t, 1, c.Backfeed)
 		require.EqualValues(t, 1, c.Todo)
+	})
+}
+
+// TestClassicGenerationOfTheBuildBeforeKeepsWorking: a filter written by the
+// build before blocked generations (a classic generation with room left)
+// is filled as it is, then a blocked generation starts; every item of both
+// stays known, and the classic generation's bits are where that build put
+// them.
+func TestClassicGenerationOfTheBuildBeforeKeepsWorking(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{BackfeedSecret: ptr("secret_123"), BloomCapacity: ptr(1000)})
+		m, k := queues.BloomParameters(1000, 1e-6)
+		classic := fmt.Sprintf("%d:%d:1000", m, k)
+		// What the build before leaves after its first 200 items.
+		before := names("before-", 200)
+		require.NoError(t, tb.rdb.HSet(tb.ctx, queues.BloomMetaKey(tb.slug), "gens", 1, "count", 200, "shapes", classic).Err())
+		for _, item := range before {
+			for _, loc := range bloom.Locations([]byte(item), k) {
+				require.NoError(t, tb.rdb.SetBit(tb.ctx, queues.BloomKey(tb.slug, 1), int64(loc%uint64(m)), 1).Err())
+			}
+		}
+
+		res, err := tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", before)
+		require.NoError(t, err)
+		require.Equal(t, 200, res.Duplicate, "the build before's items are known")
+		after := names("after-", 1300)
+		res, err = tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", after)
+		require.NoError(t, err)
+		require.Equal(t, 1300, res.New)
+		blocked, err := queues.BloomShape(1000, 1e-6)
+		require.NoError(t, err)
+		meta, err := tb.rdb.HGetAll(tb.ctx, queues.BloomMetaKey(tb.slug)).Result()
+		require.NoError(t, err)
+		require.Equal(t, classic+","+blocked, meta["shapes"], "generation 1 stays classic, generation 2 is blocked")
+		require.Equal(t, "500", meta["count"], "800 filled generation 1, 500 went into generation 2")
+		// The classic generation's new items have their k bits where the
+		// build before looks.
+		for _, loc := range bloom.Locations([]byte(after[0]), k) {
+			bit, err := tb.rdb.GetBit(tb.ctx, queues.BloomKey(tb.slug, 1), int64(loc%uint64(m))).Result()
+			require.NoError(t, err)
+			require.EqualValues(t, 1, bit)
+		}
+		res, err = tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", append(append([]string{}, before...), after...))
+		require.NoError(t, err)
+		require.Equal(t, 1500, res.Duplicate, "every item of both generations is known")
+		require.EqualValues(t, 1300, tb.counts(t).Backfeed)
 	})
 }

@@ -27,7 +27,9 @@ var (
 	filterSiftScript  = loadScript("filter_sift.lua")
 	scoredSiftScript  = loadScript("filter_sift_scored.lua")
 	forgetGroupScript = loadScript("forget_group.lua")
-	bloomAddScript    = loadScript("bloom_add.lua")
+	// bloom_add.lua carries no prelude either: it runs once per ~100
+	// items, and defines the one helper it needs.
+	bloomAddScript = luascript.Load(lua.Files, "bloom_add.lua", luaCodes(plainScriptCodes["bloom_add.lua"]...))
 
 	offloadTakeScript   = loadScript("offload_take.lua")
 	offloadCommitScript = loadScript("offload_commit.lua")
@@ -42,11 +44,12 @@ var (
 	blockWriteScript    = loadScript("block_write.lua")
 )
 
-// plainScriptCodes are the result codes the plain paths' scripts return:
-// R holds only these there (TestPlainScriptsNameOnlyTheirCodes).
+// plainScriptCodes are the result codes the scripts without the prelude
+// return: R holds only these there (TestPlainScriptsNameOnlyTheirCodes).
 var plainScriptCodes = map[string][]string{
 	"claim_plain.lua": {"STALE_CONFIG", "NOT_PLAIN", "CORRUPT"},
 	"done_plain.lua":  {"NOT_PLAIN", "CORRUPT"},
+	"bloom_add.lua":   {"NO_PROJECT", "BAD_SECRET", "STALE_FILTER", "STALE_GROUPS"},
 }
 
 // warriorPathScripts are run through the engine's Batcher: the
