@@ -59,7 +59,13 @@ type HTTPServer struct {
 	baseCtx context.Context
 	cancel  context.CancelFunc
 	closing atomic.Bool
-	wg      sync.WaitGroup // the accept loop and the connections
+	wg      sync.WaitGroup // the accept loop, the connections and the workers
+	// handoff gives an accepted connection to a worker waiting for one
+	// (unbuffered: a send succeeds only if one waits); idleWorkers counts
+	// those waiting, and quit, closed by Stop, ends them.
+	handoff     chan *httpConn
+	idleWorkers atomic.Int32
+	quit        chan struct{}
 
 	mu       sync.Mutex
 	listener net.Listener
@@ -101,7 +107,7 @@ func NewHTTPServer(cfg HTTPConfig) (*HTTPServer, error) {
 		cfg.IdleTimeout = 60 * time.Second
 	}
 	s := &HTTPServer{cfg: cfg, proxyHeader: cfg.ProxyHeader, full: newFullScrape(cfg.FullScrape),
-		conns: map[*httpConn]struct{}{}}
+		conns: map[*httpConn]struct{}{}, handoff: make(chan *httpConn), quit: make(chan struct{})}
 	s.baseCtx, s.cancel = context.WithCancel(context.Background())
 	if b, ok := cfg.Swarms.(BatchAnnouncer); ok {
 		s.batch = newHTTPBatcher(b, httpBatchLeaders, httpBatchMax)
@@ -143,7 +149,7 @@ func (s *HTTPServer) Start(ctx context.Context) error {
 	return nil
 }
 
-// acceptLoop hands each connection its goroutine until the listener
+// acceptLoop hands each connection to a worker until the listener
 // closes. Other accept errors (out of file descriptors) back off as
 // net/http's did, from 5 ms to 1 s, and are logged.
 func (s *HTTPServer) acceptLoop(ln net.Listener) {
@@ -166,7 +172,46 @@ func (s *HTTPServer) acceptLoop(ln net.Listener) {
 			_ = nc.Close()
 			continue
 		}
-		go c.serve()
+		s.dispatch(c)
+	}
+}
+
+// maxIdleWorkers bounds the goroutines kept waiting for a connection
+// after serving one: enough for the connections a busy listener accepts
+// while its workers finish their last, few enough that a burst of
+// connections leaves no crowd of idle goroutines behind.
+const maxIdleWorkers = 64
+
+// dispatch gives c to a worker that waits for one, or starts one. A
+// worker serves connection after connection, so a client opening a
+// connection per announce does not pay a goroutine's start and its
+// stack's growth (the announce path's depth) per announce.
+func (s *HTTPServer) dispatch(c *httpConn) {
+	select {
+	case s.handoff <- c:
+	default:
+		s.wg.Add(1)
+		go s.worker(c)
+	}
+}
+
+// worker serves c, then waits for the next connection unless
+// maxIdleWorkers already wait or the server stops.
+func (s *HTTPServer) worker(c *httpConn) {
+	defer s.wg.Done()
+	for {
+		c.serve()
+		if s.idleWorkers.Add(1) > maxIdleWorkers {
+			s.idleWorkers.Add(-1)
+			return
+		}
+		select {
+		case c = <-s.handoff:
+			s.idleWorkers.Add(-1)
+		case <-s.quit:
+			s.idleWorkers.Add(-1)
+			return
+		}
 	}
 }
 
@@ -223,6 +268,7 @@ func (s *HTTPServer) Stop() error {
 	}
 	s.stopped = true
 	s.closing.Store(true)
+	close(s.quit)
 	err := s.listener.Close()
 	for c := range s.conns {
 		if c.state.Load() == connIdle {

@@ -6,10 +6,14 @@ import (
 	"github.com/hoardproject/hoard/internal/callbatch"
 )
 
-// Bounds of the HTTP announce batches: as many batches in flight as the
-// store has shared pipelines by default, each as large as a UDP read.
+// Bounds of the HTTP announce batches: two in flight, as a UDP socket has
+// two readers, each as large as a UDP read. With four (the store's shared
+// pipelines), under a client opening a connection per announce, Redis
+// read 3.7-3.9 scripts per read; with two, 6.2, and the plugin's pipeline work per announce fell by a
+// third (docs/bittorrent.md, "A connection per announce"). A request
+// waits at most for the batch in flight: a Redis round trip.
 const (
-	httpBatchLeaders = 4
+	httpBatchLeaders = 2
 	httpBatchMax     = udpBatch
 )
 

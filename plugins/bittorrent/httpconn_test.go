@@ -411,3 +411,45 @@ func TestHTTPConnReturnsToThePoolEmpty(t *testing.T) {
 		}
 	}
 }
+
+// TestHTTPWorkersServeConnectionAfterConnection: a connection per
+// announce is served by the worker that served the last one, not a new
+// goroutine each; the workers kept waiting are bounded by maxIdleWorkers
+// after a burst; Stop ends them.
+func TestHTTPWorkersServeConnectionAfterConnection(t *testing.T) {
+	fake := newFakeSwarms()
+	srv, err := NewHTTPServer(HTTPConfig{Addr: "127.0.0.1:0", Swarms: fake, Logger: quietLogger()})
+	require.NoError(t, err)
+	require.NoError(t, srv.Start(context.Background()))
+	idle := func() int { return int(srv.idleWorkers.Load()) }
+	for i := range 5 {
+		c := dialWire(t, srv.Addr())
+		c.send(announceLine("HTTP/1.1", "Host: a\r\n", "Connection: close\r\n"))
+		resp, _ := c.read(http.MethodGet)
+		require.True(t, resp.Close)
+		c.closed()
+		require.Eventually(t, func() bool { return idle() == 1 }, 5*time.Second, time.Millisecond,
+			"after connection %d one worker waits, the one that served them all", i+1)
+	}
+	require.Equal(t, 5, fake.announceCount())
+
+	// A burst of connections open at once needs a worker each; once they
+	// close, at most maxIdleWorkers of those wait for more.
+	burst := make([]*wireConn, maxIdleWorkers+6)
+	for i := range burst {
+		burst[i] = dialWire(t, srv.Addr())
+		burst[i].send("GET /nothing HTTP/1.1\r\nHost: a\r\n\r\n")
+		burst[i].read(http.MethodGet)
+	}
+	require.Equal(t, len(burst), srv.openConnections())
+	for _, c := range burst {
+		_ = c.nc.Close()
+	}
+	require.Eventually(t, func() bool { return srv.openConnections() == 0 && idle() == maxIdleWorkers },
+		5*time.Second, time.Millisecond, "%d workers wait", idle())
+	require.Equal(t, maxIdleWorkers, idle(), "the workers past the bound ended")
+
+	require.NoError(t, srv.Stop())
+	require.Zero(t, idle(), "Stop ends the waiting workers")
+	require.NoError(t, srv.Stop(), "twice")
+}
