@@ -143,10 +143,16 @@ func (m *Metrics) Middleware() gin.HandlerFunc {
 	return func(c *gin.Context) {
 		start := time.Now()
 		c.Next()
-		series := m.seriesFor(routeLabel(c), c.Writer.Status())
-		series.duration.Observe(time.Since(start).Seconds())
-		series.requests.Inc()
+		m.observe(routeLabel(c), c.Writer.Status(), time.Since(start))
 	}
+}
+
+// observe records one request served: the middleware's for gin's, the
+// warrior listener's for its own.
+func (m *Metrics) observe(route string, status int, took time.Duration) {
+	series := m.seriesFor(route, status)
+	series.duration.Observe(took.Seconds())
+	series.requests.Inc()
 }
 
 // routeLabel is the route a handler named with c.Set(routeKey, …), or

@@ -355,7 +355,7 @@ func AcceptsGzip(value string) bool {
 	return false
 }
 
-// AppendStatusLine writes "HTTP/1.1 <code> <text>\r\n".
+// AppendStatusLine writes "HTTP/1.1 <code> <text>\r\n", as net/http does.
 func AppendStatusLine(b []byte, status int) []byte {
 	if status == http.StatusOK {
 		return append(b, "HTTP/1.1 200 OK\r\n"...)
@@ -363,6 +363,12 @@ func AppendStatusLine(b []byte, status int) []byte {
 	b = append(b, "HTTP/1.1 "...)
 	b = strconv.AppendInt(b, int64(status), 10)
 	b = append(b, ' ')
-	b = append(b, http.StatusText(status)...)
+	if text := http.StatusText(status); text != "" {
+		b = append(b, text...)
+	} else {
+		// net/http's words for a code it has no text for (seesaw's 455).
+		b = append(b, "status code "...)
+		b = strconv.AppendInt(b, int64(status), 10)
+	}
 	return append(b, "\r\n"...)
 }

@@ -1,0 +1,202 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/queues"
+)
+
+var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// workAccess is a PluginAccess owning project "plug", open to the
+// bearer "worker".
+type workAccess struct{}
+
+func (workAccess) WarriorAccess(project, bearer string) (string, bool, bool) {
+	return "scoring", project == "plug", bearer == "worker"
+}
+func (workAccess) PrivateProject(string) bool { return false }
+
+// conversation is raw requests sent on one connection; pipelined ones are
+// written at once before any answer is read.
+type conversation struct {
+	name      string
+	requests  []string
+	pipelined bool
+}
+
+func rawPost(path, body string, headers ...string) string {
+	return "POST " + path + " HTTP/1.1\r\nHost: hoard.test\r\nUser-Agent: ArchiveTeam Warrior/0.10.3 Standalone\r\n" +
+		"Content-Type: application/json\r\nAccept-Encoding: gzip\r\n" + strings.Join(headers, "") +
+		"Content-Length: " + itoa(len(body)) + "\r\n\r\n" + body
+}
+
+func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+// warriorConversations cover what seesaw and grab scripts send to the
+// warrior calls, their refusals, and what the warrior listener hands on.
+func warriorConversations() []conversation {
+	v2 := `{"downloader": "tester1", "api_version": "2", "version": "20240101.11"}`
+	return []conversation{
+		{name: "keep-alive round trips and refusals", requests: []string{
+			rawPost("/open/request", v2),
+			rawPost("/open/request", `{"downloader":"tester1"}`),
+			rawPost("/open/multi=2//request", v2),
+			rawPost("/open/done", `{"downloader": "tester1", "version": "20240101.11", "item": "a", "bytes": {"data": 1234}, "id": {"pipeline_hash": "abc"}}`),
+			rawPost("/open/done", `{"downloader":"tester2","item":"b","bytes":{"data":1}}`),
+			rawPost("/open/done", `{"downloader":"tester1","item":"b\u0000zz","bytes":{"data":1}}`),
+			rawPost("/open/done", `{"downloader":"tester1","bytes":{"data":1}}`),
+			rawPost("/open/done", `{"downloader":"tester1","item":"b","bytes":{"data":-1}}`),
+			rawPost("/open/done", `{"downloader": "tester1"`),
+			rawPost("/open/done", ``),
+			rawPost("/open/fail", `{"downloader":"tester1","item":"c","reason":"HTTP 451"}`),
+			rawPost("/open/fail", `{"downloader":"tester1","item":"nope","reason":"x"}`),
+			rawPost("/nosuch/request", v2),
+			rawPost("/empty/request", v2),
+			rawPost("/slow/request", v2),
+			rawPost("/slow/request", v2),
+			rawPost("/versioned/request", `{"downloader":"tester1","api_version":"2","version":"20240101.9"}`),
+			rawPost("/guarded/request", `{"downloader":"mallory","api_version":"2"}`),
+			rawPost("/open/request", `{"downloader":"bad nick!"}`),
+			rawPost("/plug/request", v2),
+			rawPost("/plug/request", v2, "Authorization: Bearer worker\r\n"),
+			// Handed on: the rest of the connection is net/http's.
+			"GET /now HTTP/1.1\r\nHost: hoard.test\r\n\r\n",
+			rawPost("/open/request", v2),
+		}},
+		{name: "pipelined", pipelined: true, requests: []string{
+			rawPost("/open/request", v2), rawPost("/open/request", v2, "Connection: close\r\n"),
+		}},
+		{name: "connection close", requests: []string{rawPost("/open/request", v2, "Connection: close\r\n")}},
+		{name: "HTTP/1.0", requests: []string{strings.Replace(rawPost("/open/request", v2), "HTTP/1.1", "HTTP/1.0", 1)}},
+		{name: "Expect", requests: []string{rawPost("/open/request", v2, "Expect: 100-continue\r\n")}},
+		{name: "body past the limit", requests: []string{rawPost("/open/request", `{"downloader":"tester1","pad":"`+strings.Repeat("x", 5000)+`"}`)}},
+		{name: "bad multi", requests: []string{rawPost("/open/multi=0//request", v2)}},
+		{name: "GET of a warrior path", requests: []string{"GET /open/request HTTP/1.1\r\nHost: hoard.test\r\n\r\n"}},
+		{name: "upload, a page, 404", requests: []string{
+			rawPost("/open/upload", `{"downloader":"tester1"}`),
+			"GET /open/stats.json HTTP/1.1\r\nHost: hoard.test\r\n\r\n",
+			rawPost("/open/nothing", `{}`),
+		}},
+		{name: "no Host", requests: []string{strings.Replace(rawPost("/open/request", v2), "Host: hoard.test\r\n", "", 1)}},
+	}
+}
+
+// transcript runs the conversations against a server on a fresh backend
+// and returns, per conversation, every byte the server sent (Date masked).
+func transcript(t *testing.T, b redistest.Backend, netHTTPOnly bool) ([]string, *Server) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, redistest.Flush(ctx, b))
+	clock := queues.NewFakeClock(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
+	engine := queues.NewEngine(b.Client, queues.Options{Clock: clock, Logger: quietLog})
+	srv, err := New(Config{Listen: "127.0.0.1:0", Logger: quietLog, WarriorBodyBytes: 4096,
+		PluginAccess: workAccess{}, NetHTTPOnly: netHTTPOnly, ProjectsFile: filepath.Join(t.TempDir(), "projects.json")}, engine)
+	require.NoError(t, err)
+	require.NoError(t, srv.Start(ctx))
+	t.Cleanup(func() { _ = srv.Stop() })
+
+	project := func(slug string, patch queues.SettingsPatch, items ...string) {
+		_, err := engine.CreateProject(ctx, slug, patch)
+		require.NoError(t, err)
+		q := make([]queues.QueueItem, len(items))
+		for i, it := range items {
+			q[i] = queues.QueueItem{Name: it}
+		}
+		if len(q) > 0 {
+			_, err = engine.Enqueue(ctx, slug, queues.Target{Queue: queues.QueueTodo}, q)
+			require.NoError(t, err)
+		}
+	}
+	items := make([]string, 30)
+	for i := range items {
+		items[i] = string(rune('a' + i%26))
+		if i >= 26 {
+			items[i] += "2"
+		}
+	}
+	project("open", queues.SettingsPatch{UploadTargets: &[]string{"rsync://up/:downloader/"}}, items...)
+	project("empty", queues.SettingsPatch{})
+	rate := 1.0
+	project("slow", queues.SettingsPatch{RatePerMinute: &rate}, "s1", "s2")
+	minVersion := "20240101.10"
+	project("versioned", queues.SettingsPatch{MinVersion: &minVersion}, "v1")
+	project("guarded", queues.SettingsPatch{}, "g1")
+	require.NoError(t, engine.Block(ctx, "guarded", "mallory", queues.BlockEntry{Reason: "scraping junk"}))
+	project("plug", queues.SettingsPatch{}, "p1")
+
+	date := regexp.MustCompile(`(?m)^Date: [^\r]*\r$`)
+	var out []string
+	for _, conv := range warriorConversations() {
+		nc, err := net.Dial("tcp", srv.Addr())
+		require.NoError(t, err)
+		require.NoError(t, nc.SetDeadline(time.Now().Add(20*time.Second)))
+		var got bytes.Buffer
+		br := bufio.NewReader(io.TeeReader(nc, &got))
+		if conv.pipelined {
+			_, err := io.WriteString(nc, strings.Join(conv.requests, ""))
+			require.NoError(t, err)
+		}
+		for _, raw := range conv.requests {
+			if !conv.pipelined {
+				_, err := io.WriteString(nc, raw)
+				require.NoError(t, err)
+			}
+			req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(raw)))
+			method := http.MethodPost
+			if err == nil {
+				method = req.Method
+			}
+			resp, err := http.ReadResponse(br, &http.Request{Method: method})
+			require.NoError(t, err, "%s: %q", conv.name, raw)
+			_, err = io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			_ = resp.Body.Close()
+			if resp.Close {
+				break
+			}
+		}
+		require.NoError(t, nc.Close())
+		out = append(out, date.ReplaceAllString(got.String(), "Date: <date>\r"))
+	}
+	return out, srv
+}
+
+// TestWarriorListenerAnswersAsNetHTTP: every conversation gets the same
+// bytes from the warrior listener as from net/http and gin alone (status,
+// headers in order, bodies, Connection), the Date aside; the listener
+// answered the warrior calls itself and handed the rest on.
+func TestWarriorListenerAnswersAsNetHTTP(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		want, _ := transcript(t, b, true)
+		got, srv := transcript(t, b, false)
+		convs := warriorConversations()
+		for i := range convs {
+			require.Equal(t, want[i], got[i], convs[i].name)
+		}
+		require.Contains(t, got[0], "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json; charset=utf-8\r\nRetry-After: 60\r\n")
+		require.Contains(t, got[0], `{"code":"plugin_work"`)
+		require.Contains(t, got[1], "Connection: close\r\n")
+		// The first conversation's 21 calls before GET /now, the
+		// pipelined two, the closing one, the missing Host's nothing.
+		require.Equal(t, int64(21+2+1), srv.warriors.answered.Load())
+		// GET /now, HTTP/1.0, Expect, the large body, bad multi, GET,
+		// upload, no Host.
+		require.Equal(t, int64(8), srv.warriors.handedOff.Load())
+	})
+}
