@@ -246,6 +246,9 @@ type warriorConn struct {
 	out  []byte
 	head http1.RequestHead
 
+	// The deadlines set on nc (setReadDeadline, write).
+	readDeadline, writeDeadline time.Time
+
 	// Copies of the last call's strings that outlive a call (the engine
 	// may keep them), reused while the next call's are the same: a
 	// warrior's connection calls one project with one user agent.
@@ -315,14 +318,14 @@ func (c *warriorConn) readHead() (int, error) {
 			if c.l.closing.Load() {
 				return 0, net.ErrClosed
 			}
-			timeout := idleTimeout
 			if c.served == 0 {
-				timeout = readHeaderTimeout // net/http: no idle wait before the first
+				c.setReadDeadline(now, readHeaderTimeout) // net/http: no idle wait before the first
+			} else {
+				c.setReadDeadline(now, idleTimeout)
 			}
-			_ = c.nc.SetReadDeadline(now.Add(timeout))
 		} else if !waited {
 			waited = true
-			_ = c.nc.SetReadDeadline(now.Add(readHeaderTimeout))
+			c.setReadDeadline(now, readHeaderTimeout)
 		}
 		c.makeRoom(warriorMaxHead)
 		n, err := c.nc.Read(c.in[c.w:])
@@ -417,7 +420,7 @@ func (c *warriorConn) readBody(headLen int) bool {
 			return false
 		}
 	}
-	_ = c.nc.SetReadDeadline(time.Now().Add(readTimeout))
+	c.setReadDeadline(time.Now(), readTimeout)
 	for c.w-c.r < need {
 		n, err := c.nc.Read(c.in[c.w:])
 		c.w += n
@@ -536,9 +539,30 @@ func (c *warriorConn) appendHead(b []byte, status int, contentType, retryAfter s
 
 // write sends c.out; false when it did not go.
 func (c *warriorConn) write() bool {
-	_ = c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if d := time.Now().Add(writeTimeout); d.Sub(c.writeDeadline) > deadlineSlack {
+		c.writeDeadline = d
+		_ = c.nc.SetWriteDeadline(d)
+	}
 	_, err := c.nc.Write(c.out)
 	return err == nil
+}
+
+// deadlineSlack: a deadline is moved only when it would move by more
+// than this. Moving one is a timer update, twice per call on a kept-alive
+// connection; so an idle connection may be closed up to this much before
+// idleTimeout, a write given up up to this much before writeTimeout.
+const deadlineSlack = time.Second
+
+// setReadDeadline makes the read deadline now+timeout, unless the one set
+// is within deadlineSlack after it. A shorter timeout than the one set
+// (the header's after the idle one) always moves it.
+func (c *warriorConn) setReadDeadline(now time.Time, timeout time.Duration) {
+	d := now.Add(timeout)
+	if diff := d.Sub(c.readDeadline); diff >= 0 && diff <= deadlineSlack {
+		return
+	}
+	c.readDeadline = d
+	_ = c.nc.SetReadDeadline(d)
 }
 
 // handOff gives the connection, with the bytes read and not answered, to

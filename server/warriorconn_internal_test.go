@@ -17,6 +17,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/hoardproject/hoard/internal/http1"
+	"github.com/hoardproject/hoard/internal/ratelog"
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/queues"
 )
@@ -198,5 +200,105 @@ func TestWarriorListenerAnswersAsNetHTTP(t *testing.T) {
 		// GET /now, HTTP/1.0, Expect, the large body, bad multi, GET,
 		// upload, no Host.
 		require.Equal(t, int64(8), srv.warriors.handedOff.Load())
+	})
+}
+
+// stubEngine answers every warrior call at once, without Redis, so the
+// fuzz test below drives the connection loop alone.
+type stubEngine struct{ WarriorEngine }
+
+func (stubEngine) Claim(context.Context, queues.ClaimRequest) (queues.ClaimResult, error) {
+	return queues.ClaimResult{Items: []queues.ClaimedItem{{Name: "item-1"}}}, nil
+}
+func (stubEngine) Done(context.Context, queues.DoneRequest) (queues.DoneResult, error) {
+	return queues.DoneResult{}, nil
+}
+func (stubEngine) ReportFailure(context.Context, queues.FailRequest) (queues.FailResult, error) {
+	return queues.FailResult{Items: 1, To: "failed"}, nil
+}
+
+// pieceConn is a net.Conn reading its input in pieces of at most piece
+// bytes, then EOF, and keeping what is written.
+type pieceConn struct {
+	in     []byte
+	piece  int
+	writes [][]byte
+}
+
+func (c *pieceConn) Read(b []byte) (int, error) {
+	if len(c.in) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(b, c.in[:min(len(c.in), c.piece)])
+	c.in = c.in[n:]
+	return n, nil
+}
+func (c *pieceConn) Write(b []byte) (int, error) {
+	c.writes = append(c.writes, bytes.Clone(b))
+	return len(b), nil
+}
+func (c *pieceConn) Close() error                     { return nil }
+func (c *pieceConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
+func (c *pieceConn) RemoteAddr() net.Addr             { return &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 4000} }
+func (c *pieceConn) SetDeadline(time.Time) error      { return nil }
+func (c *pieceConn) SetReadDeadline(time.Time) error  { return nil }
+func (c *pieceConn) SetWriteDeadline(time.Time) error { return nil }
+
+// FuzzWarriorConn feeds bytes, in pieces the fuzzer chooses, through a
+// warrior connection's loop: it ends without panics; each write is one
+// well-formed response with its whole body; and a connection handed to
+// net/http carries exactly the input not yet answered (what net/http
+// then reads is a suffix of what was sent: nothing lost, nothing read
+// twice), or the loop answered or dropped all of it.
+func FuzzWarriorConn(f *testing.F) {
+	for _, s := range http1.SampleHeads {
+		f.Add([]byte(s), uint8(7))
+	}
+	v2 := `{"downloader": "tester1", "api_version": "2"}`
+	f.Add([]byte(rawPost("/p/request", v2)+rawPost("/p/done", `{"downloader":"tester1","item":"item-1"}`)+"GET /now HTTP/1.1\r\nHost: h\r\n\r\n"), uint8(40))
+	f.Add([]byte(rawPost("/p/fail", `{"downloader":"tester1","item":"x"}`)+rawPost("/p/multi=3//request", v2, "Connection: close\r\n")), uint8(255))
+	f.Add([]byte(rawPost("/p/request", v2, "X-Forwarded-For: 1.2.3.4\r\n", "Authorization: Bearer worker\r\n")), uint8(3))
+	metrics := NewMetrics(nil, quietLog)
+	api := &WarriorAPI{Engine: stubEngine{}, MaxBodyBytes: 1 << 10, Access: workAccess{}}
+	f.Fuzz(func(t *testing.T, data []byte, piece uint8) {
+		l := newWarriorListener(api, metrics, ratelog.New(ratelog.Config{Logger: quietLog}), quietLog, nil)
+		l.handoff = newHandoffListener(&net.TCPAddr{})
+		handed := make(chan []byte, 1)
+		go func() {
+			nc, err := l.handoff.Accept()
+			if err != nil {
+				handed <- nil
+				return
+			}
+			rest, _ := io.ReadAll(nc)
+			handed <- rest
+		}()
+		nc := &pieceConn{in: data, piece: max(int(piece), 1)}
+		c := newWarriorConn(l, nc)
+		require.True(t, l.track(c))
+		done := make(chan struct{})
+		go func() { c.serve(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second): // far beyond any input's work
+			t.Fatalf("the loop hangs on %q in pieces of %d", data, piece)
+		}
+		for _, w := range nc.writes {
+			br := bufio.NewReader(bytes.NewReader(w))
+			resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodPost})
+			require.NoError(t, err, "%q", w)
+			body, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			require.Equal(t, resp.ContentLength, int64(len(body)), "%q", w)
+			require.Zero(t, br.Buffered(), "one write is one response: %q", w)
+		}
+		l.handoff.closeWith(net.ErrClosed)
+		if rest := <-handed; rest != nil {
+			require.True(t, bytes.HasSuffix(data, rest), "handed on %q of %q", rest, data)
+			require.NotEmpty(t, rest)
+		}
+		l.mu.Lock()
+		require.Empty(t, l.conns)
+		l.mu.Unlock()
 	})
 }
