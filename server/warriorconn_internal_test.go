@@ -237,9 +237,11 @@ func (c *pieceConn) Write(b []byte) (int, error) {
 	c.writes = append(c.writes, bytes.Clone(b))
 	return len(b), nil
 }
-func (c *pieceConn) Close() error                     { return nil }
-func (c *pieceConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
-func (c *pieceConn) RemoteAddr() net.Addr             { return &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 4000} }
+func (c *pieceConn) Close() error        { return nil }
+func (c *pieceConn) LocalAddr() net.Addr { return &net.TCPAddr{} }
+func (c *pieceConn) RemoteAddr() net.Addr {
+	return &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 4000}
+}
 func (c *pieceConn) SetDeadline(time.Time) error      { return nil }
 func (c *pieceConn) SetReadDeadline(time.Time) error  { return nil }
 func (c *pieceConn) SetWriteDeadline(time.Time) error { return nil }
