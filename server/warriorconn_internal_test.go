@@ -304,3 +304,72 @@ func FuzzWarriorConn(f *testing.F) {
 		l.mu.Unlock()
 	})
 }
+
+// blockingEngine's claims wait for release: a call in flight.
+type blockingEngine struct {
+	stubEngine
+	entered, release chan struct{}
+}
+
+func (e blockingEngine) Claim(ctx context.Context, req queues.ClaimRequest) (queues.ClaimResult, error) {
+	e.entered <- struct{}{}
+	<-e.release
+	return e.stubEngine.Claim(ctx, req)
+}
+
+// TestWarriorListenerStopWaitsForCallsInFlight: stopping closes the
+// listener and the idle connections at once, lets a call in flight finish
+// (its answer says Connection: close), then returns; twice is safe.
+func TestWarriorListenerStopWaitsForCallsInFlight(t *testing.T) {
+	engine := blockingEngine{entered: make(chan struct{}), release: make(chan struct{})}
+	api := &WarriorAPI{Engine: engine, MaxBodyBytes: 1 << 10}
+	l := newWarriorListener(api, NewMetrics(nil, quietLog), ratelog.New(ratelog.Config{Logger: quietLog}), quietLog, nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	l.start(ln, newHandoffListener(ln.Addr()))
+
+	idle, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer idle.Close()
+	_, err = io.WriteString(idle, rawPost("/p/done", `{"downloader":"tester1","item":"x"}`))
+	require.NoError(t, err)
+	idleReader := bufio.NewReader(idle)
+	resp, err := http.ReadResponse(idleReader, nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	_, _ = io.ReadAll(resp.Body)
+
+	busy, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer busy.Close()
+	_, err = io.WriteString(busy, rawPost("/p/request", `{"downloader":"tester1","api_version":"2"}`))
+	require.NoError(t, err)
+	<-engine.entered
+
+	l.close()
+	l.close()
+	_, err = net.Dial("tcp", ln.Addr().String())
+	require.Error(t, err, "the listener is closed")
+	require.NoError(t, idle.SetReadDeadline(time.Now().Add(10*time.Second)))
+	_, err = idleReader.ReadByte()
+	require.ErrorIs(t, err, io.EOF, "the idle connection is closed at once")
+
+	waited := make(chan struct{})
+	go func() { l.wait(context.Background()); close(waited) }()
+	select {
+	case <-waited:
+		t.Fatal("wait returned with a call in flight")
+	default:
+	}
+	close(engine.release)
+	require.NoError(t, busy.SetReadDeadline(time.Now().Add(10*time.Second)))
+	resp, err = http.ReadResponse(bufio.NewReader(busy), nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.True(t, resp.Close, "the answer during Stop closes its connection")
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"item_name":"item-1"}`, string(body))
+	<-waited
+	l.wait(context.Background()) // again: returns at once
+}
