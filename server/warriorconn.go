@@ -263,6 +263,10 @@ type warriorConn struct {
 // server stops, or a request goes to net/http.
 func (c *warriorConn) serve() {
 	defer c.close()
+	// A new goroutine's stack is small; grown here, it is copied with one
+	// frame on it instead of deep in the first call (stack.go): seesaw
+	// opens a connection per call.
+	growStack(len(c.in))
 	for {
 		headLen, err := c.readHead()
 		if err == nil {
