@@ -331,7 +331,7 @@ func (c *warriorConn) readHead() (int, error) {
 			waited = true
 			c.setReadDeadline(now, readHeaderTimeout)
 		}
-		c.makeRoom(warriorMaxHead)
+		c.makeRoom(c.w - c.r + 1)
 		n, err := c.nc.Read(c.in[c.w:])
 		c.w += n
 		if n > 0 && c.state.Load() == warriorConnIdle {

@@ -373,3 +373,27 @@ func TestWarriorListenerStopWaitsForCallsInFlight(t *testing.T) {
 	<-waited
 	l.wait(context.Background()) // again: returns at once
 }
+
+// TestWarriorConnReadsAHeadInItsPooledBuffer: a call's head is read into
+// the pooled buffer, not a grown one (a new connection per call would
+// otherwise allocate a buffer per call); a head too long for it grows it
+// up to warriorMaxHead, and one longer goes to net/http.
+func TestWarriorConnReadsAHeadInItsPooledBuffer(t *testing.T) {
+	l := newWarriorListener(&WarriorAPI{}, nil, nil, quietLog, nil)
+	for _, tc := range []struct {
+		pad       int
+		wantLen   int
+		handedOff bool
+	}{{0, warriorInitialBuffer, false}, {warriorInitialBuffer, warriorMaxHead, false}, {warriorMaxHead, 0, true}} {
+		raw := rawPost("/p/request", `{}`, "X-Pad: "+strings.Repeat("p", tc.pad)+"\r\n")
+		c := newWarriorConn(l, &pieceConn{in: []byte(raw), piece: 1000})
+		n, err := c.readHead()
+		if tc.handedOff {
+			require.ErrorIs(t, err, errHandOff)
+			continue
+		}
+		require.NoError(t, err)
+		require.Equal(t, len(raw)-len(`{}`), n)
+		require.Len(t, c.in, tc.wantLen)
+	}
+}
