@@ -189,12 +189,26 @@ func routeLabel(c *gin.Context) string {
 }
 
 // warriorRouteLabel labels a parsed warrior path; a path with a multi=N
-// segment is a multi_request.
+// segment is a multi_request. Labels are constants, never the path's
+// bytes: the warrior listener's paths are views into a reused buffer, and
+// a label is kept (seriesFor).
 func warriorRouteLabel(route warriorRoute, path string) string {
-	if route.Action == "request" && strings.Count(strings.TrimPrefix(path, "/"), "/") > 1 {
-		return routeMultiRequest
+	switch route.Action {
+	case "request":
+		if strings.Count(strings.TrimPrefix(path, "/"), "/") > 1 {
+			return routeMultiRequest
+		}
+		return routeRequest
+	case "done":
+		return routeDone
+	case "upload":
+		return routeUpload
+	case "release":
+		return routeRelease
+	case "fail":
+		return routeFail
 	}
-	return route.Action
+	return routeOther
 }
 
 // Serve answers GET /metrics in the Prometheus text format. A non-empty

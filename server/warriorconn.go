@@ -444,16 +444,20 @@ func (c *warriorConn) answer(route warriorRoute, headLen int) (keep bool) {
 	start := time.Now()
 	bodyLen := int(h.ContentLength)
 	status := http.StatusOK
+	// The call is recorded before its answer is written, as net/http's
+	// buffered answer left gin's metrics middleware: a client that has
+	// its answer finds the call in /metrics.
+	observe := func() { c.l.metrics.observe(warriorRouteLabel(route, h.Path), status, time.Since(start)) }
 	defer func() {
 		if p := recover(); p != nil {
 			// gin.Recovery's answer: 500 with no body, the panic logged.
 			c.l.logger.Error("panic serving a warrior call", "path", h.Path, "panic", p, "stack", string(debug.Stack()))
 			status = http.StatusInternalServerError
+			observe()
 			keep = !h.Close && !c.l.closing.Load()
 			c.out = c.appendHead(c.out[:0], status, "", "", 0, keep)
 			keep = c.write() && keep
 		}
-		c.l.metrics.observe(warriorRouteLabel(route, h.Path), status, time.Since(start))
 		c.r += headLen + bodyLen
 		c.served++
 	}()
@@ -486,6 +490,7 @@ func (c *warriorConn) answer(route warriorRoute, headLen int) (keep bool) {
 		c.out = c.appendHead(c.out[:0], status, reply.contentType[0], "", len(reply.body), keep)
 		c.out = append(c.out, reply.body...)
 	}
+	observe()
 	return c.write() && keep
 }
 
