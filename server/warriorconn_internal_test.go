@@ -166,6 +166,10 @@ func transcript(t *testing.T, b redistest.Backend, netHTTPOnly bool) ([]string, 
 			}
 			resp, err := http.ReadResponse(br, &http.Request{Method: method})
 			require.NoError(t, err, "%s: %q", conv.name, raw)
+			for resp.StatusCode < 200 { // net/http's 100 Continue: the answer follows
+				resp, err = http.ReadResponse(br, &http.Request{Method: method})
+				require.NoError(t, err, "%s: %q", conv.name, raw)
+			}
 			_, err = io.ReadAll(resp.Body)
 			require.NoError(t, err)
 			_ = resp.Body.Close()
