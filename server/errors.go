@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -68,29 +69,53 @@ func renderErrors(refusals *ratelog.Log) gin.HandlerFunc {
 			return
 		}
 		err := c.Errors.Last().Err
-		status, code, message := http.StatusInternalServerError, "internal", "internal error"
-		var qe *queues.Error
-		var he *httpError
-		switch {
-		case errors.As(err, &he):
-			status, code, message = he.Status, he.Code, he.Message
-		case errors.As(err, &qe):
-			status, code, message = statusOf(qe.Code), qe.Code.String(), qe.Message
-			if qe.Code == queues.CodeRateLimited && qe.RetryAfter > 0 {
-				c.Header("Retry-After", strconv.Itoa(int(math.Ceil(qe.RetryAfter.Seconds()))))
-			}
+		a := answerError(err)
+		if a.retryAfter != "" {
+			c.Header("Retry-After", a.retryAfter)
 		}
-		if kind := code + "/" + strconv.Itoa(status); status >= 500 {
-			refusals.Log(c.Request.Context(), slog.LevelError, kind, "request failed", "method", c.Request.Method,
-				"path", loggablePath(c), "status", status, "err", err)
-		} else {
-			refusals.Count(kind)
+		a.note(c.Request.Context(), refusals, c.Request.Method, loggablePath(c), err)
+		c.JSON(a.status, a.body)
+	}
+}
+
+// errorAnswer is how an error is answered: renderErrors writes it through
+// gin, the warrior listener (warriorconn.go) by hand, the same bytes.
+type errorAnswer struct {
+	status     int
+	code       string
+	retryAfter string // seconds, for a rate limit; "" for none
+	body       gin.H  // {"error": message, "code": name[, "items": …]}
+}
+
+// answerError maps err to its answer.
+func answerError(err error) errorAnswer {
+	status, code, message := http.StatusInternalServerError, "internal", "internal error"
+	var qe *queues.Error
+	var he *httpError
+	retryAfter := ""
+	switch {
+	case errors.As(err, &he):
+		status, code, message = he.Status, he.Code, he.Message
+	case errors.As(err, &qe):
+		status, code, message = statusOf(qe.Code), qe.Code.String(), qe.Message
+		if qe.Code == queues.CodeRateLimited && qe.RetryAfter > 0 {
+			retryAfter = strconv.Itoa(int(math.Ceil(qe.RetryAfter.Seconds())))
 		}
-		body := gin.H{"error": message, "code": code}
-		if qe != nil && len(qe.Items) > 0 {
-			body["items"] = qe.Items
-		}
-		c.JSON(status, body)
+	}
+	body := gin.H{"error": message, "code": code}
+	if qe != nil && len(qe.Items) > 0 {
+		body["items"] = qe.Items
+	}
+	return errorAnswer{status: status, code: code, retryAfter: retryAfter, body: body}
+}
+
+// note counts the answer by kind, and logs a 5xx (rate-limited per kind).
+func (a errorAnswer) note(ctx context.Context, refusals *ratelog.Log, method, path string, err error) {
+	if kind := a.code + "/" + strconv.Itoa(a.status); a.status >= 500 {
+		refusals.Log(ctx, slog.LevelError, kind, "request failed", "method", method,
+			"path", path, "status", a.status, "err", err)
+	} else {
+		refusals.Count(kind)
 	}
 }
 

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"net/http"
 	"strings"
 
@@ -51,21 +52,24 @@ type failBody struct {
 // fail serves POST /<slug>/fail {"downloader", "item", "reason"}: the
 // item's claimant says it cannot do it (items may be NUL-joined, as in a
 // done). Anyone else is refused with 409 and nothing changes.
-func (w *WarriorAPI) fail(c *gin.Context, route warriorRoute) {
+func (w *WarriorAPI) fail(call *warriorCall) (warriorReply, error) {
 	var req failBody
-	if !bindJSON(c, w.MaxBodyBytes, &req) {
-		return
+	if err := decodeJSON(call.body, &req); err != nil {
+		return warriorReply{}, err
 	}
 	if req.Item == nil {
-		_ = c.Error(badRequest("missing \"item\""))
-		return
+		return warriorReply{}, badRequest("missing \"item\"")
 	}
-	result, err := w.Engine.ReportFailure(c.Request.Context(), queues.FailRequest{
-		Project: route.Slug, Downloader: string(req.Downloader), Items: splitItems(*req.Item), Reason: req.Reason,
+	result, err := w.Engine.ReportFailure(call.ctx, queues.FailRequest{
+		Project: call.route.Slug, Downloader: string(req.Downloader), Items: splitItems(*req.Item), Reason: req.Reason,
 	})
 	if err != nil {
-		_ = c.Error(err)
-		return
+		return warriorReply{}, err
 	}
-	c.JSON(http.StatusOK, result)
+	// c.JSON's bytes: json.Marshal's.
+	body, err := json.Marshal(result)
+	if err != nil {
+		return warriorReply{}, err
+	}
+	return warriorReply{contentTypeJSONUTF8, body}, nil
 }

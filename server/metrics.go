@@ -143,10 +143,16 @@ func (m *Metrics) Middleware() gin.HandlerFunc {
 	return func(c *gin.Context) {
 		start := time.Now()
 		c.Next()
-		series := m.seriesFor(routeLabel(c), c.Writer.Status())
-		series.duration.Observe(time.Since(start).Seconds())
-		series.requests.Inc()
+		m.observe(routeLabel(c), c.Writer.Status(), time.Since(start))
 	}
+}
+
+// observe records one request served: the middleware's for gin's, the
+// warrior listener's for its own.
+func (m *Metrics) observe(route string, status int, took time.Duration) {
+	series := m.seriesFor(route, status)
+	series.duration.Observe(took.Seconds())
+	series.requests.Inc()
 }
 
 // routeLabel is the route a handler named with c.Set(routeKey, …), or
@@ -183,12 +189,26 @@ func routeLabel(c *gin.Context) string {
 }
 
 // warriorRouteLabel labels a parsed warrior path; a path with a multi=N
-// segment is a multi_request.
+// segment is a multi_request. Labels are constants, never the path's
+// bytes: the warrior listener's paths are views into a reused buffer, and
+// a label is kept (seriesFor).
 func warriorRouteLabel(route warriorRoute, path string) string {
-	if route.Action == "request" && strings.Count(strings.TrimPrefix(path, "/"), "/") > 1 {
-		return routeMultiRequest
+	switch route.Action {
+	case "request":
+		if strings.Count(strings.TrimPrefix(path, "/"), "/") > 1 {
+			return routeMultiRequest
+		}
+		return routeRequest
+	case "done":
+		return routeDone
+	case "upload":
+		return routeUpload
+	case "release":
+		return routeRelease
+	case "fail":
+		return routeFail
 	}
-	return route.Action
+	return routeOther
 }
 
 // Serve answers GET /metrics in the Prometheus text format. A non-empty

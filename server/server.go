@@ -81,6 +81,11 @@ type Config struct {
 	MaxViewers           int
 	MaxViewersPerAddress int
 	ViewerIdleTimeout    time.Duration
+	// NetHTTPOnly serves the warrior calls through net/http and gin as
+	// every other request, instead of the warrior listener
+	// (warriorconn.go): for comparing the two, and a way back should a
+	// client need net/http's reading.
+	NetHTTPOnly bool
 }
 
 // Defaults for Config.
@@ -99,6 +104,10 @@ type Server struct {
 	health  *Health
 	// projects serves projects.json; a reload may point it elsewhere.
 	projects *ProjectsFile
+
+	// warriors answers the warrior calls on the main port and hands
+	// every other connection to http; nil with Config.NetHTTPOnly.
+	warriors *warriorListener
 
 	mu       sync.Mutex
 	http     *http.Server
@@ -199,7 +208,15 @@ func New(cfg Config, engine *queues.Engine) (*Server, error) {
 	// gin's tree cannot express "/<slug>/multi=N//request".
 	router.NoRoute(warrior.Dispatch)
 
-	return &Server{cfg: cfg, engine: engine, hub: hub, handler: router, logger: cfg.Logger, health: health, projects: projects}, nil
+	srv := &Server{cfg: cfg, engine: engine, hub: hub, handler: router, logger: cfg.Logger, health: health, projects: projects}
+	if !cfg.NetHTTPOnly {
+		trusted, err := parseTrustedProxies(cfg.TrustedProxies)
+		if err != nil {
+			return nil, fmt.Errorf("trusted proxies: %w", err)
+		}
+		srv.warriors = newWarriorListener(warrior, metrics, refusals, cfg.Logger, trusted)
+	}
+	return srv, nil
 }
 
 // Handler returns the server's routes, for tests and embedding.
@@ -234,11 +251,11 @@ func (s *Server) Start(ctx context.Context) error {
 	s.http = &http.Server{
 		Handler:           withGrownStack(s.handler),
 		ConnContext:       noteConnStack,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       60 * time.Second,
-		WriteTimeout:      60 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    64 << 10,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
 	}
 	// The warrior path's counters are buffered in the engine and flushed
@@ -250,8 +267,14 @@ func (s *Server) Start(ctx context.Context) error {
 		s.engine.RunCounterFlusher(flushCtx)
 	}()
 	s.serveErr = make(chan error, 1)
+	served := ln
+	if s.warriors != nil {
+		handoff := newHandoffListener(ln.Addr())
+		s.warriors.start(ln, handoff)
+		served = handoff
+	}
 	go func() {
-		err := s.http.Serve(ln)
+		err := s.http.Serve(served)
 		if errors.Is(err, http.ErrServerClosed) {
 			err = nil
 		}
@@ -303,9 +326,17 @@ func (s *Server) Stop() error {
 	s.stopped = true
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	if s.warriors != nil {
+		// No new connections; idle ones closed. A connection handed to
+		// net/http from here is closed (the handoff listener is).
+		s.warriors.close()
+	}
 	err := s.http.Shutdown(ctx)
 	if err != nil {
 		err = s.http.Close()
+	}
+	if s.warriors != nil {
+		s.warriors.wait(ctx)
 	}
 	// Shutdown leaves hijacked (websocket) connections alone; the hub
 	// closes them.

@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,16 +43,22 @@ func newFixture(t *testing.T, b redistest.Backend, cfg server.Config) *fixture {
 	if cfg.ProjectsFile == "" {
 		cfg.ProjectsFile = filepath.Join(t.TempDir(), "projects.json")
 	}
+	// The server as hoard serve runs it: the warrior listener on its port
+	// answering the warrior calls, net/http the rest (Config.NetHTTPOnly
+	// for net/http alone).
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:0"
+	}
 	srv, err := server.New(cfg, engine)
 	require.NoError(t, err)
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(ts.Close)
+	require.NoError(t, srv.Start(context.Background()))
+	t.Cleanup(func() { require.NoError(t, srv.Stop()) })
 	client := &http.Client{
 		Timeout: 10 * time.Second,
 		// A redirect would cost real warriors a round trip; fail on one.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	return &fixture{t: t, ctx: context.Background(), engine: engine, clock: clock, url: ts.URL, client: client}
+	return &fixture{t: t, ctx: context.Background(), engine: engine, clock: clock, url: "http://" + srv.Addr(), client: client}
 }
 
 func (f *fixture) project(slug string, patch queues.SettingsPatch, items ...string) {

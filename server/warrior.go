@@ -122,34 +122,95 @@ func (w *WarriorAPI) Dispatch(c *gin.Context) {
 		return
 	}
 	switch route.Action {
-	case "request":
-		w.request(c, route)
-	case "done":
-		w.done(c, route)
+	case "request", "done", "fail":
+		w.answerGin(c, route)
 	case "upload":
 		w.upload(c, route)
 	case "release":
 		w.release(c, route)
-	case "fail":
-		w.fail(c, route)
 	}
 }
 
-// mayWork refuses a plugin's project to a caller who may not work it: its
-// items are the plugin's steps (scoring rounds, reaper notices), and a
-// stranger's claim or done would make the plugin skip one.
+// mayWork refuses a plugin's project to a caller who may not work it
+// (workRefusal).
 func (w *WarriorAPI) mayWork(c *gin.Context, slug string) bool {
-	if w.Access == nil {
-		return true
+	if err := w.workRefusal(slug, c.GetHeader("Authorization")); err != nil {
+		_ = c.Error(err)
+		return false
 	}
-	bearer, _ := strings.CutPrefix(c.GetHeader("Authorization"), "Bearer ")
+	return true
+}
+
+// workRefusal refuses a plugin's project to a caller who may not work it:
+// its items are the plugin's steps (scoring rounds, reaper notices), and a
+// stranger's claim or done would make the plugin skip one. authorization
+// is the request's Authorization header.
+func (w *WarriorAPI) workRefusal(slug, authorization string) error {
+	if w.Access == nil {
+		return nil
+	}
+	bearer, _ := strings.CutPrefix(authorization, "Bearer ")
 	plugin, owned, allowed := w.Access.WarriorAccess(slug, bearer)
 	if !owned || allowed {
-		return true
+		return nil
 	}
-	_ = c.Error(&httpError{Status: http.StatusForbidden, Code: "plugin_work", Message: "project " + slug + " holds the " + plugin +
-		" plugin's work, which is not public: the plugin's own workers do it, and an outside worker needs a worker token for its item types"})
-	return false
+	return &httpError{Status: http.StatusForbidden, Code: "plugin_work", Message: "project " + slug + " holds the " + plugin +
+		" plugin's work, which is not public: the plugin's own workers do it, and an outside worker needs a worker token for its item types"}
+}
+
+// warriorCall is one request, done or fail as a listener read it: gin
+// (answerGin) or the warrior listener (warriorconn.go), which answer it
+// with the same code.
+type warriorCall struct {
+	ctx       context.Context
+	route     warriorRoute
+	body      []byte
+	clientIP  string // gin's ClientIP; only request reads it
+	userAgent string
+}
+
+// warriorReply is a call's 200 answer.
+type warriorReply struct {
+	contentType []string
+	body        []byte
+}
+
+// answeredByCall reports whether answer serves action (the rest are gin's
+// handlers alone: rare calls, not worth a second listener's code).
+func answeredByCall(action string) bool {
+	return action == "request" || action == "done" || action == "fail"
+}
+
+// answerGin serves a request, done or fail through gin.
+func (w *WarriorAPI) answerGin(c *gin.Context, route warriorRoute) {
+	body, err := readBody(c, w.MaxBodyBytes)
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	call := warriorCall{ctx: c.Request.Context(), route: route, body: body, userAgent: c.Request.UserAgent()}
+	if route.Action == "request" {
+		call.clientIP = c.ClientIP()
+	}
+	reply, err := w.answer(&call)
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	writeReply(c, reply.contentType, reply.body)
+}
+
+// answer serves a request, done or fail.
+func (w *WarriorAPI) answer(call *warriorCall) (warriorReply, error) {
+	switch call.route.Action {
+	case "request":
+		return w.request(call)
+	case "done":
+		return w.done(call)
+	case "fail":
+		return w.fail(call)
+	}
+	return warriorReply{}, &httpError{Status: http.StatusNotFound, Code: "no_route", Message: "no such endpoint"}
 }
 
 type requestBody struct {
@@ -158,18 +219,17 @@ type requestBody struct {
 	Version    looseString `json:"version"`
 }
 
-func (w *WarriorAPI) request(c *gin.Context, route warriorRoute) {
+func (w *WarriorAPI) request(call *warriorCall) (warriorReply, error) {
 	var req requestBody
-	if !bindJSON(c, w.MaxBodyBytes, &req) {
-		return
+	if err := decodeJSON(call.body, &req); err != nil {
+		return warriorReply{}, err
 	}
-	result, err := w.Engine.Claim(c.Request.Context(), queues.ClaimRequest{
-		Project: route.Slug, Downloader: string(req.Downloader), IP: c.ClientIP(),
-		Version: string(req.Version), Count: route.Multi,
+	result, err := w.Engine.Claim(call.ctx, queues.ClaimRequest{
+		Project: call.route.Slug, Downloader: string(req.Downloader), IP: call.clientIP,
+		Version: string(req.Version), Count: call.route.Multi,
 	})
 	if err != nil {
-		_ = c.Error(err)
-		return
+		return warriorReply{}, err
 	}
 	names := make([]string, len(result.Items))
 	for i, item := range result.Items {
@@ -178,15 +238,13 @@ func (w *WarriorAPI) request(c *gin.Context, route warriorRoute) {
 	joined := strings.Join(names, "\x00")
 	if req.APIVersion != "2" {
 		// universal-tracker's api_version 1: the bare name as text.
-		writeReply(c, contentTypeText, []byte(joined))
-		return
+		return warriorReply{contentTypeText, []byte(joined)}, nil
 	}
 	reply, err := itemReply(joined, result)
 	if err != nil {
-		_ = c.Error(err)
-		return
+		return warriorReply{}, err
 	}
-	writeReply(c, contentTypeJSON, reply)
+	return warriorReply{contentTypeJSON, reply}, nil
 }
 
 // itemReply builds {"item_name": ..., extra keys...}. Seesaw copies every
@@ -222,29 +280,27 @@ type doneBody struct {
 	ID         json.RawMessage      `json:"id"`
 }
 
-func (w *WarriorAPI) done(c *gin.Context, route warriorRoute) {
+func (w *WarriorAPI) done(call *warriorCall) (warriorReply, error) {
 	var req doneBody
-	if !bindJSON(c, w.MaxBodyBytes, &req) {
-		return
+	if err := decodeJSON(call.body, &req); err != nil {
+		return warriorReply{}, err
 	}
 	if req.Item == nil {
-		_ = c.Error(badRequest("missing \"item\""))
-		return
+		return warriorReply{}, badRequest("missing \"item\"")
 	}
 	byteMap := make(map[string]int64, len(req.Bytes))
 	for k, v := range req.Bytes {
 		byteMap[k] = int64(v)
 	}
-	_, err := w.Engine.Done(c.Request.Context(), queues.DoneRequest{
-		Project: route.Slug, Downloader: string(req.Downloader), Version: string(req.Version),
-		UserAgent: c.Request.UserAgent(), Items: splitItems(*req.Item), Bytes: byteMap, ID: req.ID,
+	_, err := w.Engine.Done(call.ctx, queues.DoneRequest{
+		Project: call.route.Slug, Downloader: string(req.Downloader), Version: string(req.Version),
+		UserAgent: call.userAgent, Items: splitItems(*req.Item), Bytes: byteMap, ID: req.ID,
 	})
 	if err != nil {
-		_ = c.Error(err)
-		return
+		return warriorReply{}, err
 	}
 	// Seesaw's SendDoneToTracker succeeds only on a body that strips to "OK".
-	writeReply(c, contentTypeText, doneReply)
+	return warriorReply{contentTypeText, doneReply}, nil
 }
 
 // The warrior replies' content types and done's body, made once: every
@@ -253,7 +309,9 @@ func (w *WarriorAPI) done(c *gin.Context, route warriorRoute) {
 var (
 	contentTypeText = []string{"text/plain; charset=utf-8"}
 	contentTypeJSON = []string{"application/json"}
-	doneReply       = []byte("OK\n")
+	// gin's c.JSON's, for the replies that were c.JSON's.
+	contentTypeJSONUTF8 = []string{"application/json; charset=utf-8"}
+	doneReply           = []byte("OK\n")
 )
 
 // writeReply answers 200 with body: c.Data without building a header

@@ -44,7 +44,7 @@ func BenchmarkHTTPAnnounceHandler(b *testing.B) {
 		if err := parseRequestHead(head, "", &h); err != nil {
 			b.Fatal(err)
 		}
-		req := trackerRequest{method: h.method, path: h.path, rawQuery: h.rawQuery, remote: remote, ctx: context.Background()}
+		req := trackerRequest{method: h.Method, path: h.Path, rawQuery: h.RawQuery, remote: remote, ctx: context.Background()}
 		if ans := srv.route(&req, buf[:0]); len(ans.body) < 100 {
 			b.Fatalf("short answer %q", ans.body)
 		}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"strings"
 	"sync"
 	"time"
 
@@ -182,23 +181,4 @@ func (f *fullScrape) build(ctx context.Context) ([]byte, error) {
 		return nil, err
 	}
 	return out.Bytes(), nil
-}
-
-// acceptsGzip reads an Accept-Encoding value loosely: "gzip" listed
-// with any quality but 0.
-func acceptsGzip(value string) bool {
-	for value != "" {
-		var part string
-		part, value, _ = strings.Cut(value, ",")
-		name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
-		if !strings.EqualFold(strings.TrimSpace(name), "gzip") {
-			continue
-		}
-		q := strings.ReplaceAll(strings.TrimSpace(params), " ", "")
-		if q == "q=0" || q == "q=0.0" || q == "q=0.00" || q == "q=0.000" {
-			continue
-		}
-		return true
-	}
-	return false
 }

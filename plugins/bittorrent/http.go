@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hoardproject/hoard/internal/http1"
 	"github.com/hoardproject/hoard/plugins/bittorrent/wire"
 )
 
@@ -117,7 +118,7 @@ func NewHTTPServer(cfg HTTPConfig) (*HTTPServer, error) {
 
 func validHeaderName(name string) bool {
 	for i := 0; i < len(name); i++ {
-		if !tokenByte(name[i]) {
+		if !http1.TokenByte(name[i]) {
 			return false
 		}
 	}

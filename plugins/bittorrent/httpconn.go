@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/hoardproject/hoard/internal/http1"
 )
 
 // The listener speaks HTTP/1.x itself instead of through net/http's
@@ -111,7 +113,7 @@ func (c *httpConn) readHead() (int, error) {
 			c.r, c.w = 0, 0
 		}
 		if c.r < c.w {
-			end, resume := headEnd(c.in[c.r:c.w], scanned)
+			end, resume := http1.HeadEnd(c.in[c.r:c.w], scanned)
 			if end > 0 {
 				if end > maxHeadBytes {
 					return 0, c.tooLarge()
@@ -174,9 +176,9 @@ func (c *httpConn) makeRoom() {
 // headers (431).
 func (c *httpConn) tooLarge() error {
 	if bytes.IndexByte(c.in[c.r:min(c.w, c.r+maxHeadBytes)], '\n') < 0 {
-		return errHeadTargetTooLong
+		return http1.ErrTargetTooLong
 	}
-	return errHeadTooLarge
+	return http1.ErrTooLarge
 }
 
 // answer routes the parsed request and writes the response with one
@@ -185,8 +187,8 @@ func (c *httpConn) tooLarge() error {
 // request Stop waited for closes its connection) and the write went.
 func (c *httpConn) answer() bool {
 	h := &c.head
-	req := trackerRequest{method: h.method, path: h.path, rawQuery: h.rawQuery, remote: c.remote,
-		proxy: h.proxy, proxies: h.proxies, ctx: c.srv.baseCtx}
+	req := trackerRequest{method: h.Method, path: h.Path, rawQuery: h.RawQuery, remote: c.remote,
+		proxy: h.Fields[0].Last, proxies: h.Fields[0].Lines, ctx: c.srv.baseCtx}
 	bufp := httpBufPool.Get().(*[]byte)
 	ans := c.srv.route(&req, (*bufp)[:0])
 	defer func() {
@@ -195,12 +197,12 @@ func (c *httpConn) answer() bool {
 			httpBufPool.Put(bufp)
 		}
 	}()
-	keep := !h.close && !c.srv.closing.Load()
+	keep := !h.Close && !c.srv.closing.Load()
 	_ = c.nc.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteTimeout))
 	if ans.full != nil {
 		return c.writeFullScrape(ans.full, keep)
 	}
-	c.out = appendStatusLine(c.out[:0], ans.status)
+	c.out = http1.AppendStatusLine(c.out[:0], ans.status)
 	c.out = append(c.out, "Content-Type: text/plain; charset=utf-8\r\n"...)
 	switch ans.status {
 	case http.StatusNotFound:
@@ -209,7 +211,7 @@ func (c *httpConn) answer() bool {
 		c.out = append(c.out, "Allow: GET, HEAD\r\n"...)
 	}
 	c.out = c.appendTail(c.out, len(ans.body), keep)
-	if h.method != http.MethodHead {
+	if h.Method != http.MethodHead {
 		c.out = append(c.out, ans.body...)
 	}
 	_, err := c.nc.Write(c.out)
@@ -227,7 +229,7 @@ func (c *httpConn) appendTail(b []byte, contentLength int, keep bool) []byte {
 	switch {
 	case !keep:
 		b = append(b, "Connection: close\r\n"...)
-	case c.head.minor == 0:
+	case c.head.Minor == 0:
 		b = append(b, "Connection: keep-alive\r\n"...)
 	}
 	return append(b, "\r\n"...)
@@ -237,10 +239,10 @@ func (c *httpConn) appendTail(b []byte, contentLength int, keep bool) []byte {
 // client that accepts gzip, else decompressed on the way (never held
 // whole), its end marked by closing the connection.
 func (c *httpConn) writeFullScrape(body []byte, keep bool) bool {
-	c.out = appendStatusLine(c.out[:0], http.StatusOK)
+	c.out = http1.AppendStatusLine(c.out[:0], http.StatusOK)
 	c.out = append(c.out, "Content-Type: text/plain; charset=utf-8\r\nVary: Accept-Encoding\r\n"...)
-	head := c.head.method == http.MethodHead
-	if c.head.acceptGzip {
+	head := c.head.Method == http.MethodHead
+	if c.head.AcceptGzip {
 		c.out = append(c.out, "Content-Encoding: gzip\r\n"...)
 		c.out = c.appendTail(c.out, len(body), keep)
 		bufs := net.Buffers{c.out}
@@ -271,9 +273,9 @@ func (c *httpConn) writeFullScrape(body []byte, keep bool) bool {
 // read the answer.
 func (c *httpConn) refuse(e *headError) {
 	c.srv.cfg.Logger.LogAttrs(c.srv.baseCtx, slog.LevelDebug, "bittorrent http: request refused",
-		slog.Int("status", e.status), slog.String("reason", e.reason), slog.Any("remote", c.remote))
-	text := strconv.Itoa(e.status) + " " + http.StatusText(e.status) + ": " + e.reason
-	c.out = appendStatusLine(c.out[:0], e.status)
+		slog.Int("status", e.Status), slog.String("reason", e.Reason), slog.Any("remote", c.remote))
+	text := e.Text()
+	c.out = http1.AppendStatusLine(c.out[:0], e.Status)
 	c.out = append(c.out, "Content-Type: text/plain; charset=utf-8\r\n"...)
 	c.out = c.appendTail(c.out, len(text), false)
 	c.out = append(c.out, text...)
@@ -304,16 +306,4 @@ func (c *httpConn) close() {
 	}
 	*c = httpConn{base: c.base, out: out}
 	connPool.Put(c)
-}
-
-// appendStatusLine writes "HTTP/1.1 <code> <text>\r\n".
-func appendStatusLine(b []byte, status int) []byte {
-	if status == http.StatusOK {
-		return append(b, "HTTP/1.1 200 OK\r\n"...)
-	}
-	b = append(b, "HTTP/1.1 "...)
-	b = strconv.AppendInt(b, int64(status), 10)
-	b = append(b, ' ')
-	b = append(b, http.StatusText(status)...)
-	return append(b, "\r\n"...)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/anacrolix/torrent/bencode"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hoardproject/hoard/internal/http1"
 	"github.com/hoardproject/hoard/plugins/bittorrent/wire"
 )
 
@@ -178,24 +179,24 @@ func TestHTTPRefusals(t *testing.T) {
 		status int
 		reason string
 	}{
-		"no Host in 1.1":    {"GET " + q + " HTTP/1.1\r\n\r\n", 400, errHeadNoHost.reason},
-		"two Hosts":         {"GET " + q + " HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400, errHeadHosts.reason},
-		"bad Host":          {"GET " + q + " HTTP/1.1\r\nHost: a b\r\n\r\n", 400, errHeadBadHost.reason},
-		"HTTP/2.0":          {"GET " + q + " HTTP/2.0\r\n\r\n", 505, errHeadVersionUnknown.reason},
-		"garbage version":   {"GET " + q + " HTTX/1.1\r\n\r\n", 400, errHeadVersion.reason},
-		"no version":        {"GET " + q + "\r\n\r\n", 400, errHeadRequestLine.reason},
-		"header sans colon": {"GET " + q + " HTTP/1.1\r\nHost: a\r\nnonsense\r\n\r\n", 400, errHeadLine.reason},
-		"space in name":     {"GET " + q + " HTTP/1.1\r\nHost : a\r\n\r\n", 400, errHeadLine.reason},
-		"folded header":     {"GET " + q + " HTTP/1.1\r\nHost: a\r\nX: b\r\n c\r\n\r\n", 400, errHeadFolding.reason},
-		"control in value":  {"GET " + q + " HTTP/1.1\r\nHost: a\r\nX: b\x01\r\n\r\n", 400, errHeadLine.reason},
-		"bad escape":        {"GET /announce%zz HTTP/1.1\r\nHost: a\r\n\r\n", 400, errHeadTarget.reason},
-		"body":              {"GET " + q + " HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello", 413, errHeadBody.reason},
-		"bad length":        {"GET " + q + " HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n", 400, errHeadContentLength.reason},
-		"two lengths":       {"GET " + q + " HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\nContent-Length: 1\r\n\r\n", 400, errHeadContentLength.reason},
-		"chunked":           {"POST /announce HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 501, errHeadChunked.reason},
-		"CONNECT":           {"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com\r\n\r\n", 405, errHeadConnect.reason},
-		"target too long":   {"GET /" + long + " HTTP/1.1\r\nHost: a\r\n\r\n", 414, errHeadTargetTooLong.reason},
-		"headers too large": {"GET " + q + " HTTP/1.1\r\nHost: a\r\nX: " + long + "\r\n\r\n", 431, errHeadTooLarge.reason},
+		"no Host in 1.1":    {"GET " + q + " HTTP/1.1\r\n\r\n", 400, http1.ErrNoHost.Reason},
+		"two Hosts":         {"GET " + q + " HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400, http1.ErrHosts.Reason},
+		"bad Host":          {"GET " + q + " HTTP/1.1\r\nHost: a b\r\n\r\n", 400, http1.ErrBadHost.Reason},
+		"HTTP/2.0":          {"GET " + q + " HTTP/2.0\r\n\r\n", 505, http1.ErrVersionUnknown.Reason},
+		"garbage version":   {"GET " + q + " HTTX/1.1\r\n\r\n", 400, http1.ErrVersion.Reason},
+		"no version":        {"GET " + q + "\r\n\r\n", 400, http1.ErrRequestLine.Reason},
+		"header sans colon": {"GET " + q + " HTTP/1.1\r\nHost: a\r\nnonsense\r\n\r\n", 400, http1.ErrLine.Reason},
+		"space in name":     {"GET " + q + " HTTP/1.1\r\nHost : a\r\n\r\n", 400, http1.ErrLine.Reason},
+		"folded header":     {"GET " + q + " HTTP/1.1\r\nHost: a\r\nX: b\r\n c\r\n\r\n", 400, http1.ErrFolding.Reason},
+		"control in value":  {"GET " + q + " HTTP/1.1\r\nHost: a\r\nX: b\x01\r\n\r\n", 400, http1.ErrLine.Reason},
+		"bad escape":        {"GET /announce%zz HTTP/1.1\r\nHost: a\r\n\r\n", 400, http1.ErrTarget.Reason},
+		"body":              {"GET " + q + " HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello", 413, errHeadBody.Reason},
+		"bad length":        {"GET " + q + " HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n", 400, http1.ErrContentLength.Reason},
+		"two lengths":       {"GET " + q + " HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\nContent-Length: 1\r\n\r\n", 400, http1.ErrContentLength.Reason},
+		"chunked":           {"POST /announce HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 501, errHeadChunked.Reason},
+		"CONNECT":           {"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com\r\n\r\n", 405, http1.ErrConnect.Reason},
+		"target too long":   {"GET /" + long + " HTTP/1.1\r\nHost: a\r\n\r\n", 414, http1.ErrTargetTooLong.Reason},
+		"headers too large": {"GET " + q + " HTTP/1.1\r\nHost: a\r\nX: " + long + "\r\n\r\n", 431, http1.ErrTooLarge.Reason},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := dialWire(t, srv.Addr())
@@ -389,7 +390,7 @@ func TestHTTPConnReturnsToThePoolEmpty(t *testing.T) {
 		base := &c.in[0]
 		c.in = make([]byte, 2*connInitialBuffer) // a head made it grow
 		c.r, c.w = 3, 9
-		c.head = requestHead{method: "GET", close: true, proxies: 1}
+		c.head = requestHead{Method: "GET", Close: true, Fields: [http1.MaxFields]http1.Field{{Lines: 1}}}
 		c.state.Store(connIdle)
 		c.out = append(c.out[:0], make([]byte, outBytes)...)
 		c.close()
