@@ -72,6 +72,10 @@ type httpConn struct {
 	r, w int    // unread input is in[r:w]
 	out  []byte // the response being written
 	head requestHead
+	// answered is how many requests this connection has had answered: the
+	// first request's head must come within ReadHeaderTimeout of the
+	// accept, as net/http has it, not after an idle wait.
+	answered int
 }
 
 // serve answers requests until the client closes, a timeout passes, a
@@ -93,7 +97,9 @@ func (c *httpConn) serve() {
 			c.refuse(herr)
 			return
 		}
-		if keep := c.answer(); !keep {
+		keep := c.answer()
+		c.answered++
+		if !keep {
 			return
 		}
 	}
@@ -135,7 +141,17 @@ func (c *httpConn) readHead() (int, error) {
 			if c.srv.closing.Load() {
 				return 0, net.ErrClosed
 			}
-			_ = c.nc.SetReadDeadline(now.Add(c.srv.cfg.IdleTimeout))
+			if c.answered == 0 {
+				// A new connection: no idle wait before its first
+				// request, so a client that connects and sends nothing
+				// holds a worker for ReadHeaderTimeout, not IdleTimeout.
+				if !waited {
+					waited = true
+					_ = c.nc.SetReadDeadline(now.Add(c.srv.cfg.ReadHeaderTimeout))
+				}
+			} else {
+				_ = c.nc.SetReadDeadline(now.Add(c.srv.cfg.IdleTimeout))
+			}
 		} else if !waited {
 			waited = true
 			_ = c.nc.SetReadDeadline(now.Add(c.srv.cfg.ReadHeaderTimeout))

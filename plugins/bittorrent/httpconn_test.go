@@ -251,6 +251,13 @@ func TestHTTPTimeouts(t *testing.T) {
 	c := dialWire(t, srv.Addr())
 	c.send("GET /announce HTTP/1.1\r\nHost: a\r\n")
 	c.closed()
+	// A new connection that sends nothing has ReadHeaderTimeout for its
+	// first request, as with net/http, not the idle wait.
+	c = dialWire(t, srv.Addr())
+	c.closed()
+	c = dialWire(t, srv.Addr())
+	c.send("\r\n") // blank lines before a request do not restart it
+	c.closed()
 
 	srv, _ = startHTTP(t, fake, func(c *HTTPConfig) {
 		c.ReadHeaderTimeout = time.Hour
