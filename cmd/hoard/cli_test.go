@@ -195,7 +195,10 @@ func TestCLIQueueAddRegister(t *testing.T) {
 		require.Contains(t, out, "queued 2 items")
 		res, err := engine.Backfeed(ctx, "reg", secret, []string{"user:a", "user:b", "user:c"})
 		require.NoError(t, err)
-		require.Equal(t, queues.BackfeedResult{Received: 3, New: 1, Duplicate: 2, Waiting: 2}, res)
+		// The registered two are in the filter: a backfeed counts them as
+		// duplicates without looking them up in the queues (s38-backfeed),
+		// so Waiting, which only the admin call reports, stays 0 here.
+		require.Equal(t, queues.BackfeedResult{Received: 3, New: 1, Duplicate: 2}, res)
 	})
 }
 
