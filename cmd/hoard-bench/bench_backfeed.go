@@ -92,6 +92,21 @@ func benchBackfeed(ctx context.Context, env *benchEnv, o benchOptions) error {
 	}
 	med := medianFigure(figures)
 	fmt.Printf("  ingest %9.0f new items/s   (runs: %s)\n", med.items, describeRuns(figures))
-	fmt.Printf("  todo:backfeed costs %.1f bytes of Redis per queued item (~36-char URLs; MEMORY USAGE / LLEN, last run), plus the filter's bits (about 3.6 bytes per item of capacity at 1e-6)\n", perItem[len(perItem)-1])
+	fmt.Printf("  todo:backfeed costs %.1f bytes of Redis per queued item (~36-char URLs; MEMORY USAGE / LLEN, last run), plus the filter's bits (%s)\n",
+		perItem[len(perItem)-1], filterBytesPerItem(queues.DefaultBloomCapacity, queues.DefaultBloomFPRate))
 	return nil
+}
+
+// filterBytesPerItem is what a generation the defaults start now costs per
+// item of its capacity, from the shape the frontend would record.
+func filterBytesPerItem(capacity int, fp float64) string {
+	shape, err := queues.BloomShape(capacity, fp)
+	if err != nil {
+		return err.Error()
+	}
+	var m, k, capacityRecorded uint64
+	if _, err := fmt.Sscanf(shape, "%d:%d:%d", &m, &k, &capacityRecorded); err != nil || capacityRecorded == 0 {
+		return "shape " + shape
+	}
+	return fmt.Sprintf("%.1f bytes per item of capacity at %g, shape %s", float64(m)/8/float64(capacityRecorded), fp, shape)
 }
