@@ -36,15 +36,7 @@ func BenchmarkWarriorRoundTrip(b *testing.B) {
 	handler := srv.Handler()
 	_, err = engine.CreateProject(ctx, "bench", queues.SettingsPatch{})
 	require.NoError(b, err)
-	batch := make([]queues.QueueItem, 0, 10_000)
-	for i := range b.N {
-		batch = append(batch, queues.QueueItem{Name: fmt.Sprintf("bench/item/%09d", i)})
-		if len(batch) == cap(batch) || i == b.N-1 {
-			_, err := engine.Enqueue(ctx, "bench", queues.Target{Queue: queues.QueueTodo}, batch)
-			require.NoError(b, err)
-			batch = batch[:0]
-		}
-	}
+	fillBenchQueue(ctx, b, engine, b.N)
 	requestBody := []byte(`{"downloader": "bencher", "api_version": "2", "version": "20260101.01"}`)
 	post := func(path string, body []byte) *httptest.ResponseRecorder {
 		req := httptest.NewRequestWithContext(ctx, http.MethodPost, path, bytes.NewReader(body))
@@ -110,15 +102,7 @@ func BenchmarkWarriorRoundTripOverTCP(b *testing.B) {
 			b.Cleanup(func() { _ = srv.Stop() })
 			_, err = engine.CreateProject(ctx, "bench", queues.SettingsPatch{})
 			require.NoError(b, err)
-			batch := make([]queues.QueueItem, 0, 10_000)
-			for i := range b.N {
-				batch = append(batch, queues.QueueItem{Name: fmt.Sprintf("bench/item/%09d", i)})
-				if len(batch) == cap(batch) || i == b.N-1 {
-					_, err := engine.Enqueue(ctx, "bench", queues.Target{Queue: queues.QueueTodo}, batch)
-					require.NoError(b, err)
-					batch = batch[:0]
-				}
-			}
+			fillBenchQueue(ctx, b, engine, b.N)
 			conn, err := net.Dial("tcp", srv.Addr())
 			require.NoError(b, err)
 			defer conn.Close()
@@ -195,5 +179,19 @@ func (c *rawClient) post(path string, body []byte) (int, []byte) {
 			return 0, nil
 		}
 		c.n += m
+	}
+}
+
+// fillBenchQueue queues n items in project "bench", 10,000 per call.
+func fillBenchQueue(ctx context.Context, b *testing.B, engine *queues.Engine, n int) {
+	b.Helper()
+	batch := make([]queues.QueueItem, 0, 10_000)
+	for i := range n {
+		batch = append(batch, queues.QueueItem{Name: fmt.Sprintf("bench/item/%09d", i)})
+		if len(batch) == cap(batch) || i == n-1 {
+			_, err := engine.Enqueue(ctx, "bench", queues.Target{Queue: queues.QueueTodo}, batch)
+			require.NoError(b, err)
+			batch = batch[:0]
+		}
 	}
 }
