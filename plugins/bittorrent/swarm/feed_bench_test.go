@@ -109,7 +109,7 @@ func BenchmarkFeedSticky(b *testing.B) {
 	const torrents, peersEach, users = 2000, 10, 500
 	step := time.Second * 2 / 3 / torrents
 	for _, backend := range redistest.Backends() {
-		for _, variant := range []string{"acct", "noacct"} {
+		for _, variant := range []string{"acct", "acct-noledger", "noacct"} {
 			ctx := context.Background()
 			if err := redistest.Flush(ctx, backend); err != nil {
 				b.Fatal(err)
@@ -117,9 +117,12 @@ func BenchmarkFeedSticky(b *testing.B) {
 			clock := swarm.NewFakeClock(epoch)
 			cfg := swarm.Config{Private: true, Logger: quietLogger, Clock: clock, MaxPeersPerOwner: -1,
 				NoAccounting: variant == "noacct"}
-			if variant == "acct" {
+			if variant != "noacct" {
 				cfg.Watch = swarm.WatchConfig{LedgerEntries: 20, NoLeecher: true, MaxUploadRate: 1 << 30, DownloadFactor: 3,
 					MaxAddresses: 5}
+			}
+			if variant == "acct-noledger" {
+				cfg.Watch.LedgerEntries = 0 // what the ledger costs: acct less this
 			}
 			store, err := swarm.New(backend.Client, cfg)
 			if err != nil {
