@@ -94,10 +94,12 @@ func BenchmarkFeed(b *testing.B) {
 
 // BenchmarkFeedSticky is hoard-bench announce-private's load in the swarm
 // alone, on an injected clock, with accounting on ("acct": the ledger and
-// the signals at the plugin's defaults) and off ("noacct"): 2,000
-// registered torrents of 10 peers each (a quarter seeding) over 500
-// users, every announce a plain re-announce of a random peer with its
-// counters grown, each torrent announced to 1.5 times a second, the
+// the signals at the plugin's defaults; "acct-noledger": the same without
+// the ledger, so the ledger's share reads off as the difference) and off
+// ("noacct"): 2,000 registered torrents of 10 peers each (a quarter
+// seeding) over 500 users, every announce a plain re-announce of a
+// random peer with its counters grown, each torrent announced to 1.5
+// times a second, the
 // write-behind queue written every 500 ms and a feed round (delivering to
 // nothing: the outbox has its own benchmark) every second of that clock.
 // scripts/announce and commands/announce do not swing with the machine's
