@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"testing"
@@ -37,5 +38,19 @@ func TestAppendRecordIsWhatJSONMarshalWrites(t *testing.T) {
 		_, err := appendRecord(nil, 0, e, at)
 		require.True(t, errors.Is(err, ErrInvalid), "%v", err)
 		require.Equal(t, Validate([]Event{e}).Error(), err.Error())
+	}
+}
+
+// TestHTMLEscapedIsContainsAny: htmlEscaped answers what bytes.ContainsAny
+// with json.Marshal's escaped characters answers, on bodies with each of
+// them, with the bytes around U+2028 and U+2029 that are not they (U+2027,
+// U+202A, a cut rune at the end, invalid UTF-8) and without any.
+func TestHTMLEscapedIsContainsAny(t *testing.T) {
+	bodies := []string{"", `{}`, `{"a":"<"}`, `{"a":">"}`, `&`, "x\u2028", "\u2029y", "a\u2027b", "a\u202ab",
+		"\xe2", "\xe2\x80", "\xe2\x80\xa8", "\xe2\x80\xa9", "\xe2\x80\xaa", "\xe2\x81\xa8", "\xff\xe2\x80\xa8",
+		`{"k":"caf` + "\u00e9" + `"}`, `{"transfers":[{"u":"1","s":2}]}`}
+	for _, body := range bodies {
+		want := bytes.ContainsAny([]byte(body), "<>&\u2028\u2029")
+		require.Equal(t, want, htmlEscaped([]byte(body)), "%q", body)
 	}
 }

@@ -94,10 +94,12 @@ func BenchmarkFeed(b *testing.B) {
 
 // BenchmarkFeedSticky is hoard-bench announce-private's load in the swarm
 // alone, on an injected clock, with accounting on ("acct": the ledger and
-// the signals at the plugin's defaults) and off ("noacct"): 2,000
-// registered torrents of 10 peers each (a quarter seeding) over 500
-// users, every announce a plain re-announce of a random peer with its
-// counters grown, each torrent announced to 1.5 times a second, the
+// the signals at the plugin's defaults; "acct-noledger": the same without
+// the ledger, so the ledger's share reads off as the difference) and off
+// ("noacct"): 2,000 registered torrents of 10 peers each (a quarter
+// seeding) over 500 users, every announce a plain re-announce of a
+// random peer with its counters grown, each torrent announced to 1.5
+// times a second, the
 // write-behind queue written every 500 ms and a feed round (delivering to
 // nothing: the outbox has its own benchmark) every second of that clock.
 // scripts/announce and commands/announce do not swing with the machine's
@@ -109,7 +111,7 @@ func BenchmarkFeedSticky(b *testing.B) {
 	const torrents, peersEach, users = 2000, 10, 500
 	step := time.Second * 2 / 3 / torrents
 	for _, backend := range redistest.Backends() {
-		for _, variant := range []string{"acct", "noacct"} {
+		for _, variant := range []string{"acct", "acct-noledger", "noacct"} {
 			ctx := context.Background()
 			if err := redistest.Flush(ctx, backend); err != nil {
 				b.Fatal(err)
@@ -117,9 +119,12 @@ func BenchmarkFeedSticky(b *testing.B) {
 			clock := swarm.NewFakeClock(epoch)
 			cfg := swarm.Config{Private: true, Logger: quietLogger, Clock: clock, MaxPeersPerOwner: -1,
 				NoAccounting: variant == "noacct"}
-			if variant == "acct" {
+			if variant != "noacct" {
 				cfg.Watch = swarm.WatchConfig{LedgerEntries: 20, NoLeecher: true, MaxUploadRate: 1 << 30, DownloadFactor: 3,
 					MaxAddresses: 5}
+			}
+			if variant == "acct-noledger" {
+				cfg.Watch.LedgerEntries = 0 // what the ledger costs: acct less this
 			}
 			store, err := swarm.New(backend.Client, cfg)
 			if err != nil {

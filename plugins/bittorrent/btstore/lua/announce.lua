@@ -273,11 +273,15 @@ if finished and not (known and p[5] == '1') then
 end
 
 -- The peer record. A stopped event from a peer never seen leaves none.
+-- The deltas' texts are kept for the user's ledger entry (user_watch),
+-- so each is formatted once.
+local d_up_text, d_down_text
 if known or not leaving then
   local active = '1'
   if leaving then active = '0' end
+  d_up_text, d_down_text = int(d_up), int(d_down)
   local fields = {'uploaded', ARGV[4], 'downloaded', ARGV[5], 'left', ARGV[6],
-    'last_announce', ARGV[1], 'active', active, 'up_delta', int(d_up), 'down_delta', int(d_down)}
+    'last_announce', ARGV[1], 'active', active, 'up_delta', d_up_text, 'down_delta', d_down_text}
   if not known then
     local n = #fields
     fields[n + 1], fields[n + 2] = 'user', user
@@ -355,9 +359,9 @@ leechers = leechers or redis.call('HLEN', k_leechers)
 
 -- The user's record on this torrent (prelude's user_announce).
 local user_state, user_ver, c_up, c_down, token_event, token_used, feed_mark = -1, 0, 0, 0, 0, false, 0
-local cheats = {}
+local cheats
 if user ~= '' and (known or not leaving) then
-  local rates = ARGV[24] == '1' and credit_rates(t[6], t[7], tonumber(ARGV[25]), tonumber(ARGV[26]))
+  local rates = ARGV[24] == '1' and credit_rates(t[6], t[7], ARGV[25], ARGV[26])
   local gap = 0
   if known and p[4] then gap = math.max(0, now - tonumber(p[4])) end
   local others = leechers
@@ -365,7 +369,8 @@ if user ~= '' and (known or not leaving) then
   user_state, user_ver, c_up, c_down, token_event, token_used, feed_mark, cheats = user_announce(k_user, k_users, user,
     {d_up = d_up, d_down = d_down, elapsed = elapsed, was_seeder = was_seeder, was_active = was_active,
     leaving = leaving, seeding = seeding, snatched = snatched, gap = gap, others = others,
-    leecher_left = tonumber(t[9]) or 0, size = tonumber(t[8]) or 0}, now, ARGV[1], hnr_seed_ms, hnr_ratio,
+    leecher_left = tonumber(t[9]) or 0, size = tonumber(t[8]) or 0, d_up_text = d_up_text, d_down_text = d_down_text},
+    now, ARGV[1], hnr_seed_ms, hnr_ratio,
     rates or nil, rates and KEYS[13] or nil, rates and watch_read(ARGV[27]) or nil)
 end
 
@@ -416,4 +421,4 @@ torrent_retention(k_torrent, t[1] ~= false, seeders + leechers == 0, born == 1, 
 -- Redis would wrap it converting it to an integer.
 return {1, seeders, leechers, snatches, born, d_seeders, d_leechers, snatched, torrent_id,
   user_state, whole(user_ver), whole(d_up), whole(d_down), table.concat(packed),
-  whole(c_up), whole(c_down), token_event, token_used or '', feed_mark, cheats}
+  whole(c_up), whole(c_down), token_event, token_used or '', feed_mark, cheats or no_signals()}

@@ -114,7 +114,7 @@ for i = 0, peers - 1 do
     'active', 'left', 'addr', 'total_time')
   local last = tonumber(p[4])
   local status, bits, ver, d_up, d_down = R.DROPPED, -1, 0, 0, 0
-  local c_up, c_down, token_event, token_used, feed_mark, cheats = 0, 0, 0, false, 0, {}
+  local c_up, c_down, token_event, token_used, feed_mark, cheats = 0, 0, 0, false, 0, no_signals()
   if p[5] == '1' and p[1] == user and p[7] == addr and last and (p[6] == '0') == seeding then
     if last >= at then
       status = R.STALE
@@ -137,7 +137,7 @@ for i = 0, peers - 1 do
       zadd[#zadd + 1] = ARGV[a + 6]
       zadd[#zadd + 1] = peer_id .. user
       if user ~= '' then
-        local rates = accounting and credit_rates(t[6], t[7], tonumber(ARGV[a + 8]), tonumber(ARGV[a + 9]))
+        local rates = accounting and credit_rates(t[6], t[7], ARGV[a + 8], ARGV[a + 9])
         local others = leechers
         if not seeding then others = others - 1 end
         bits, ver, c_up, c_down, token_event, token_used, feed_mark, cheats = user_announce(KEYS[k + 1], k_users,
