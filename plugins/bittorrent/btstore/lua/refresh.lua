@@ -126,10 +126,17 @@ for i = 0, peers - 1 do
       -- Only what changed is written (a seeder's left and downloaded
       -- rarely move, a leecher's uploaded often not), and whole numbers
       -- go as Lua numbers: Redis formats them, and Lua interns no string.
-      local fields = {'last_announce', at_text, 'up_delta', whole(d_up), 'down_delta', whole(d_down),
-        'total_time', whole((tonumber(p[8]) or 0) + elapsed),
-        'speed_up', string.format('%.2f', d_up * 1000 / elapsed),
-        'speed_down', string.format('%.2f', d_down * 1000 / elapsed)}
+      -- A direction with no transfer (a seeder's download, an idle
+      -- peer's upload) writes the constants string.format and Redis
+      -- would make of it, with neither formatting anything.
+      local fields = {'last_announce', at_text, 'up_delta', '0', 'down_delta', '0',
+        'total_time', whole((tonumber(p[8]) or 0) + elapsed), 'speed_up', '0.00', 'speed_down', '0.00'}
+      if d_up ~= 0 then
+        fields[4], fields[10] = whole(d_up), string.format('%.2f', d_up * 1000 / elapsed)
+      end
+      if d_down ~= 0 then
+        fields[6], fields[12] = whole(d_down), string.format('%.2f', d_down * 1000 / elapsed)
+      end
       if ARGV[a + 2] ~= p[2] then fields[#fields + 1], fields[#fields + 2] = 'uploaded', ARGV[a + 2] end
       if ARGV[a + 3] ~= p[3] then fields[#fields + 1], fields[#fields + 2] = 'downloaded', ARGV[a + 3] end
       if left_text ~= p[6] then fields[#fields + 1], fields[#fields + 2] = 'left', left_text end
