@@ -395,6 +395,13 @@ func (w *writeBehind) respond(p plainAnswer, view viewCopy, written bool, numWan
 	}
 	only := compactLen(req.PeerFamily)
 	if numWant > 0 {
+		// Sized once: appending from nil grew it 1, 2, 4, 8, ... (an
+		// allocation and a copy each) on every answer.
+		have := len(view.leechs)
+		if req.Left != 0 {
+			have += len(view.seeds)
+		}
+		resp.Peers = make([]bittorrent.Peer, 0, min(numWant, have))
 		if req.Left == 0 {
 			resp.Peers = pickEntries(resp.Peers, view.leechs, numWant, nil, only)
 		} else {
