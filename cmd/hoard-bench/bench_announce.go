@@ -95,7 +95,10 @@ mode, HTTP and UDP on 127.0.0.1) and opentracker (whitelisting the load's
 torrents) on 127.0.0.1, then for each mode runs the same announce load
 against each in turn, --runs times, and prints medians. Each target is
 warmed up first with the same reproducible announces, so the measured runs
-are the steady state of peers re-announcing into populated swarms.
+are the steady state of peers re-announcing into populated swarms; each
+measured run follows an unmeasured lead-in (--lead-in), so it starts with
+hoard's views of the swarms as continuous load keeps them, and a hoard
+run's CPU is counted until its Redis is quiet (what it wrote behind).
 
 hoard's tracker runs as operators run it, a hoard-bittorrent process under
 a plugin host (--plugin; by default the one beside this binary), so the
