@@ -58,8 +58,13 @@ var refreshCodes = map[string]int64{
 	"CHEAT_NO_LEECHER": cheatNoLeecher, "CHEAT_UPLOAD_RATE": cheatUploadRate, "CHEAT_OVER_DOWNLOAD": cheatOverDownload,
 }
 
-// refreshPeerReply is how many elements refresh.lua answers per peer.
-const refreshPeerReply = 11
+// refreshPeerReply is how many elements refresh.lua answers per peer in
+// private mode; open mode, with no user to credit, answers its status
+// alone (refreshOpenPeerReply).
+const (
+	refreshPeerReply     = 11
+	refreshOpenPeerReply = 1
+)
 
 var refreshScript = btstore.Script("refresh.lua", btstore.LuaCodes(refreshCodes), prelude)
 
@@ -830,17 +835,24 @@ func (w *writeBehind) apply(c *refreshCall, reply []any) error {
 // user-side effects go into the batch the flush writes, and dropped
 // peers are forgotten, so their next announce runs announce.lua.
 func (w *writeBehind) applyPeers(c *refreshCall, reply []any) error {
-	if len(reply) != 7+refreshPeerReply*len(c.peers) {
+	stride := refreshPeerReply
+	if !w.s.cfg.Private {
+		stride = refreshOpenPeerReply
+	}
+	if len(reply) != 7+stride*len(c.peers) {
 		return fmt.Errorf("refresh.lua: %w (%d elements for %d peers)", errBadReply, len(reply), len(c.peers))
 	}
 	torrentID := replyString(reply[4])
 	for j, r := range c.peers {
-		res := reply[7+refreshPeerReply*j : 7+refreshPeerReply*(j+1)]
+		res := reply[7+stride*j : 7+stride*(j+1)]
 		switch replyInt(res[0]) {
 		case codeDropped:
 			w.dropped.Add(1)
 			w.peers.forget(peerKey{hash: c.hash, peer: c.ids[j]}, r.at)
 		case codeRefreshed:
+			if stride == refreshOpenPeerReply {
+				continue // no user: no credit, totals, token, feed or cheat
+			}
 			var update *userUpdate
 			if bits := replyInt(res[1]); r.user != "" && bits >= 0 {
 				update = &userUpdate{key: userTorrent{user: r.user, torrent: torrentID}, hash: c.hash,

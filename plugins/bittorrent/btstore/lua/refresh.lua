@@ -59,7 +59,10 @@
 --   {R.REFRESHED, seeders, leechers, snatches, torrent id, seeder entries,
 --    leecher entries, then per peer: status, user bits, user version,
 --    d_uploaded, d_downloaded, c_uploaded, c_downloaded, token event,
---    token used, feed mark, cheats (as announce.lua returns them)}
+--    token used, feed mark, cheats (as announce.lua returns them)}; open
+--    mode, which has no user to credit, answers per peer its status
+--    alone (the rest is for the user's record and totals: each element
+--    is one more Redis converts out of Lua and the frontend reads)
 --      seeders, leechers and snatches are the torrent record's (snatches
 --      as the stored text, or 0); the
 --      entries are "" unless ARGV[3] asked for them, concatenated as
@@ -159,10 +162,14 @@ for i = 0, peers - 1 do
     end
   end
   local n = #out
-  out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = status, bits, ver, d_up, d_down
-  out[n + 6], out[n + 7], out[n + 8], out[n + 9], out[n + 10] = int(c_up), int(c_down), token_event,
-    token_used or '', feed_mark
-  out[n + 11] = cheats
+  if private then
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = status, bits, ver, d_up, d_down
+    out[n + 6], out[n + 7], out[n + 8], out[n + 9], out[n + 10] = int(c_up), int(c_down), token_event,
+      token_used or '', feed_mark
+    out[n + 11] = cheats
+  else
+    out[n + 1] = status
+  end
 end
 
 if applied > 0 then
