@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -729,10 +728,11 @@ func (w *writeBehind) refreshKeysArgs(hash bittorrent.InfoHash, sample int, peer
 	return btstore.RefreshKeys(hash, ids, users), args
 }
 
-// appendRefreshPeer appends the ARGV every mode sends for one peer.
+// appendRefreshPeer appends the ARGV every mode sends for one peer. The
+// numbers go as numbers: go-redis writes them in decimal into its buffer,
+// the same text refresh.lua compares, without a string made for each.
 func appendRefreshPeer(args []any, id bittorrent.PeerID, r queuedRefresh, timeout int64) []any {
-	return append(args, id[:], r.addr, strconv.FormatUint(r.uploaded, 10), strconv.FormatUint(r.downloaded, 10),
-		strconv.FormatUint(r.left, 10), strconv.FormatInt(r.at, 10), strconv.FormatInt(r.at+timeout, 10))
+	return append(args, id[:], r.addr, r.uploaded, r.downloaded, r.left, r.at, r.at+timeout)
 }
 
 // refreshCall is one refresh.lua call of a drain or a view read, and
