@@ -49,6 +49,11 @@ type announceBenchOptions struct {
 	// joined before anything is measured.
 	sticky      bool
 	firstWarmup int
+	// leadIn is the unmeasured announces each target gets right before
+	// each measured run (0: as many as --torrents; negative: none), so a
+	// run starts where continuous load would be, not after the other
+	// targets' runs left every view of hoard's stale.
+	leadIn      int
 	torrents    int
 	peers       int
 	numWant     int
@@ -90,7 +95,10 @@ mode, HTTP and UDP on 127.0.0.1) and opentracker (whitelisting the load's
 torrents) on 127.0.0.1, then for each mode runs the same announce load
 against each in turn, --runs times, and prints medians. Each target is
 warmed up first with the same reproducible announces, so the measured runs
-are the steady state of peers re-announcing into populated swarms.
+are the steady state of peers re-announcing into populated swarms; each
+measured run follows an unmeasured lead-in (--lead-in), so it starts with
+hoard's views of the swarms as continuous load keeps them, and a hoard
+run's CPU is counted until its Redis is quiet (what it wrote behind).
 
 hoard's tracker runs as operators run it, a hoard-bittorrent process under
 a plugin host (--plugin; by default the one beside this binary), so the
@@ -109,6 +117,7 @@ both, and --cpuprofile can profile it.`,
 	f.IntVar(&o.runs, "runs", 3, "measured runs per target and mode; medians are reported")
 	f.IntVar(&o.announces, "announces", 20_000, "announces per measured run")
 	f.IntVar(&o.warmup, "warmup", 0, "announces per target and mode before measuring, not counted (0: as many as --announces; with --sticky the first mode's is twice the peers, so about 86% of peers have joined before a run)")
+	f.IntVar(&o.leadIn, "lead-in", 0, "unmeasured announces right before each measured run (0: as many as --torrents, about one per torrent; negative: none): hoard's views of the swarms are as continuous load keeps them, not all stale from the pause while the other targets ran")
 	f.BoolVar(&o.sticky, "sticky", true, "each peer stays on one torrent and re-announces it, as clients do; false: each announce draws its torrent apart from its peer, so nearly every announce is a new peer joining (the bench's load before 29 November 2026)")
 	f.IntVar(&o.torrents, "torrents", btloadgen.DefaultTorrents, "torrents the announces spread over")
 	f.IntVar(&o.peers, "peers", 0, "simulated peers (0: 10 x --torrents)")
@@ -135,6 +144,8 @@ func (o *announceBenchOptions) validate() error {
 		return fmt.Errorf("--announces must be between 1 and %d", maxBenchAnnounces)
 	case o.warmup < 0 || o.warmup > maxBenchAnnounces:
 		return fmt.Errorf("--warmup must be between 0 and %d", maxBenchAnnounces)
+	case o.leadIn > maxBenchAnnounces:
+		return fmt.Errorf("--lead-in must be at most %d", maxBenchAnnounces)
 	case o.torrents < 1 || o.torrents > maxBenchTorrents:
 		return fmt.Errorf("--torrents must be between 1 and %d", maxBenchTorrents)
 	case o.peers < 0 || o.peers > 100*maxBenchTorrents:
@@ -153,6 +164,9 @@ func (o *announceBenchOptions) validate() error {
 	}
 	if o.cpuProfile != "" && o.plugin != "" {
 		return errors.New(`--cpuprofile profiles this process: run the tracker in it with --plugin ""`)
+	}
+	if o.leadIn == 0 {
+		o.leadIn = o.torrents
 	}
 	if o.warmup == 0 {
 		o.warmup = o.announces
@@ -323,8 +337,12 @@ func benchAnnounce(ctx context.Context, o announceBenchOptions) error {
 			warmups = fmt.Sprintf("%d warm-up announces (%d in the first mode)", o.warmup, o.firstWarmup)
 		}
 	}
-	fmt.Printf("load: %d torrents, %d peers, %s, numwant %d, %.0f%% seeders, %d in flight; per target and mode %s, then %d runs of %d (hoard, then opentracker, in turn)\n",
-		o.torrents, peers, placement, o.numWant, 100*o.seeders, o.concurrency, warmups, o.runs, o.announces)
+	leadIn := "no lead-in"
+	if o.leadIn > 0 {
+		leadIn = fmt.Sprintf("each after a lead-in of %d", o.leadIn)
+	}
+	fmt.Printf("load: %d torrents, %d peers, %s, numwant %d, %.0f%% seeders, %d in flight; per target and mode %s, then %d runs of %d, %s (hoard, then opentracker, in turn); hoard's CPU counted until its Redis is quiet after each\n",
+		o.torrents, peers, placement, o.numWant, 100*o.seeders, o.concurrency, warmups, o.runs, o.announces, leadIn)
 
 	targets = append(targets, ot)
 	type modeFigures struct {
@@ -362,12 +380,27 @@ func benchAnnounce(ctx context.Context, o announceBenchOptions) error {
 					profile = fmt.Sprintf("%s.run%d", o.cpuProfile, run+1)
 					profileParts = append(profileParts, profile)
 				}
+				if o.leadIn > 0 {
+					if _, err := btloadgen.Run(ctx, o.loadConfig(mode, t.addr(mode), o.leadIn)); err != nil {
+						return fmt.Errorf("%s %s run %d lead-in: %w", t.name, mode, run+1, err)
+					}
+				}
 				paths := t.writeBehindStats()
 				r, err := measureAnnounceRun(ctx, o.loadConfig(mode, t.addr(mode), o.announces), t, infoClient, profile)
+				if err == nil && t.hoard {
+					// What the run queued (hoard's write-behind, its
+					// flush) is written after it: counted here, not in
+					// the next run's Redis, which may be opentracker's.
+					err = settleRun(ctx, infoClient, t.processCPU, nil, &r)
+				}
 				if err != nil {
 					return fmt.Errorf("%s %s run %d: %w", t.name, mode, run+1, err)
 				}
-				fmt.Printf("  run %d   %-14s %-11s %s\n", run+1, mode, t.name, r.res)
+				settled := ""
+				if t.hoard {
+					settled = fmt.Sprintf("; written %s after", r.settled.Round(time.Millisecond))
+				}
+				fmt.Printf("  run %d   %-14s %-11s %s%s\n", run+1, mode, t.name, r.res, settled)
 				if t.tracker != nil {
 					printAnnouncePaths(paths, t.writeBehindStats(), r.res.Announces)
 				}
@@ -607,9 +640,9 @@ func printAnnouncePaths(before, after swarm.WriteBehindStats, announces int64) {
 	fromView := after.Answered - before.Answered - reads
 	calls, peers := after.DrainCalls-before.DrainCalls, after.DrainPeers-before.DrainPeers
 	fmt.Printf("          paths: announce.lua %.3f, refresh.lua with a view read %.3f, from a view %.3f; "+
-		"written behind: %.3f refresh.lua calls per announce, %.2f peers per call\n",
+		"written behind: %.3f refresh.lua calls per announce, %.2f peers per call, %.3f per announce along with view reads\n",
 		float64(announces-fromView-reads)/n, float64(reads)/n, float64(fromView)/n, float64(calls)/n,
-		float64(peers)/float64(max(calls, 1)))
+		float64(peers)/float64(max(calls, 1)), float64(after.AlongPeers-before.AlongPeers)/n)
 }
 
 // metrics is the target's unique-IP metrics recorder, nil when off or

@@ -471,7 +471,7 @@ func pairedRatios(on, off []announceRun) (float64, string) {
 
 // quietWindow is how long a tracker's Redis must take no write for the
 // run's work to count as done: longer than the trackers' flush interval
-// (1 s) and the write-behind queue's (500 ms), so a flush or a drain
+// (1 s) and the write-behind queue's (swarm.DefaultWriteBehind, 1 s), so a flush or a drain
 // still to come would have written within it.
 const quietWindow = 1200 * time.Millisecond
 
@@ -488,22 +488,33 @@ const settleLimit = time.Minute
 // its own or the other tracker's) or padded a fast one's. At most
 // settleLimit.
 func (o *privateBenchOptions) settle(ctx context.Context, t *privateTarget, r *announceRun) error {
-	redisBefore, err := redisCPU(ctx, t.redis)
+	var waiting func(context.Context) (int64, error)
+	if o.feed > 0 && t.accounting {
+		waiting = func(ctx context.Context) (int64, error) { return feedIndexed(ctx, t.redis) }
+	}
+	return settleRun(ctx, t.redis, t.processCPU, waiting, r)
+}
+
+// settleRun is settle for any tracker on rdb: waiting, when not nil,
+// counts work still queued that Redis's writes do not show.
+func settleRun(ctx context.Context, rdb *redis.Client, processCPU func() (time.Duration, error),
+	waiting func(context.Context) (int64, error), r *announceRun) error {
+	redisBefore, err := redisCPU(ctx, rdb)
 	if err != nil {
 		return err
 	}
-	scriptBefore, err := redisScriptTime(ctx, t.redis)
+	scriptBefore, err := redisScriptTime(ctx, rdb)
 	if err != nil {
 		return err
 	}
 	var pluginBefore time.Duration
-	if t.processCPU != nil {
-		if pluginBefore, err = t.processCPU(); err != nil {
+	if processCPU != nil {
+		if pluginBefore, err = processCPU(); err != nil {
 			return err
 		}
 	}
 	start := time.Now()
-	changes, err := redisChanges(ctx, t.redis)
+	changes, err := redisChanges(ctx, rdb)
 	if err != nil {
 		return err
 	}
@@ -512,41 +523,41 @@ func (o *privateBenchOptions) settle(ctx context.Context, t *privateTarget, r *a
 		// Polled: the trackers run their flushes on their own wall-clock
 		// intervals, and Redis says nothing when they are done.
 		time.Sleep(100 * time.Millisecond)
-		now, err := redisChanges(ctx, t.redis)
+		now, err := redisChanges(ctx, rdb)
 		if err != nil {
 			return err
 		}
 		if now != changes {
 			changes, quietSince = now, time.Now()
 		}
-		waiting := int64(0)
-		if o.feed > 0 && t.accounting {
-			if waiting, err = feedIndexed(ctx, t.redis); err != nil {
+		queued := int64(0)
+		if waiting != nil {
+			if queued, err = waiting(ctx); err != nil {
 				return err
 			}
 		}
-		if waiting == 0 && time.Since(quietSince) >= quietWindow {
+		if queued == 0 && time.Since(quietSince) >= quietWindow {
 			break
 		}
 		if time.Since(start) > settleLimit {
-			return fmt.Errorf("not settled %s after the run: %d torrents still in the feed's index, last write %s ago",
-				settleLimit, waiting, time.Since(quietSince).Round(time.Millisecond))
+			return fmt.Errorf("not settled %s after the run: %d still waiting (the feed's index), last write %s ago",
+				settleLimit, queued, time.Since(quietSince).Round(time.Millisecond))
 		}
 	}
 	// The quiet window itself is idle time, not the run's work.
 	r.settled = quietSince.Sub(start)
-	redisAfter, err := redisCPU(ctx, t.redis)
+	redisAfter, err := redisCPU(ctx, rdb)
 	if err != nil {
 		return err
 	}
 	r.redisCPU += redisAfter - redisBefore
-	scriptAfter, err := redisScriptTime(ctx, t.redis)
+	scriptAfter, err := redisScriptTime(ctx, rdb)
 	if err != nil {
 		return err
 	}
 	r.scriptTime += scriptAfter - scriptBefore
-	if t.processCPU != nil {
-		pluginAfter, err := t.processCPU()
+	if processCPU != nil {
+		pluginAfter, err := processCPU()
 		if err != nil {
 			return err
 		}

@@ -38,6 +38,10 @@ func TestBenchAnnounceSplitsTheCPUWithThePluginOutOfProcess(t *testing.T) {
 	_, err = strconv.ParseFloat(row[3], 64)
 	require.NoError(t, err, "the tracker column is the plugin process's CPU: %s", printed)
 	require.Regexp(t, `(?m)^udp +opentracker +\d+ .* \d+\.\d +\d+\.\d +\d+\.\d +-$`, printed)
+	// Each run starts after a lead-in (one announce per torrent), and
+	// hoard's is counted until what it wrote behind is written.
+	require.Contains(t, printed, "each after a lead-in of 20", printed)
+	require.Regexp(t, `(?m)^  run 1 +udp +hoard +udp: 300 announces .*; written \S+ after$`, printed)
 
 	printed, err = runBench(t, append(args, "--plugin", "")...)
 	require.NoError(t, err, printed)

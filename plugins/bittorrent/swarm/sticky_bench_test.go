@@ -17,7 +17,7 @@ import (
 // seeding), every announce a plain re-announce of a random peer on its
 // own torrent, numwant 50, each torrent announced to 1.5 times a second
 // (the bench's 10,000 torrents at 15,000 announces/s), the write-behind
-// queue written every 500 ms of that clock. "/direct" sends every
+// queue written every DefaultWriteBehind of that clock. "/direct" sends every
 // announce through announce.lua. One caller, so redis-µs/announce is
 // redis-server's CPU per announce with no pipeline sharing it; script-µs
 // is its time inside EVALSHA per announce, scripts/announce how many
@@ -80,7 +80,7 @@ func BenchmarkAnnounceSticky(b *testing.B) {
 				for range b.N {
 					announce(rng.IntN(torrents), rng.IntN(peersEach))
 					clock.Advance(step)
-					if sinceWrite += step; sinceWrite >= 500*time.Millisecond {
+					if sinceWrite += step; sinceWrite >= swarm.DefaultWriteBehind {
 						sinceWrite = 0
 						if err := store.Flush(ctx); err != nil {
 							b.Fatal(err)
@@ -126,6 +126,7 @@ func countRedisInstructions(b *testing.B) func() {
 func reportWriteBehindPaths(b *testing.B, before, after swarm.WriteBehindStats) {
 	n := float64(b.N)
 	b.ReportMetric(float64(after.ViewReads-before.ViewReads)/n, "view-reads/announce")
+	b.ReportMetric(float64(after.AlongPeers-before.AlongPeers)/n, "along-peers/announce")
 	b.ReportMetric(float64(after.DrainCalls-before.DrainCalls)/n, "drain-calls/announce")
 	b.ReportMetric(float64(after.DrainPeers-before.DrainPeers)/n, "drain-peers/announce")
 }

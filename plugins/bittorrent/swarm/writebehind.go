@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,8 +57,13 @@ var refreshCodes = map[string]int64{
 	"CHEAT_NO_LEECHER": cheatNoLeecher, "CHEAT_UPLOAD_RATE": cheatUploadRate, "CHEAT_OVER_DOWNLOAD": cheatOverDownload,
 }
 
-// refreshPeerReply is how many elements refresh.lua answers per peer.
-const refreshPeerReply = 11
+// refreshPeerReply is how many elements refresh.lua answers per peer in
+// private mode; open mode, with no user to credit, answers its status
+// alone (refreshOpenPeerReply).
+const (
+	refreshPeerReply     = 11
+	refreshOpenPeerReply = 1
+)
 
 var refreshScript = btstore.Script("refresh.lua", btstore.LuaCodes(refreshCodes), prelude)
 
@@ -246,6 +250,32 @@ func (q *refreshQueue) putBack(hash bittorrent.InfoHash, peer bittorrent.PeerID,
 	}
 }
 
+// takeTorrent moves up to limit of the torrent's queued refreshes into
+// call, leaving out peer skip's: its refresh, if queued, is taken too
+// (call.replaced), since the refresh call carries a newer one of it.
+func (q *refreshQueue) takeTorrent(call *refreshCall, skip bittorrent.PeerID, limit int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	queued := q.torrents[call.hash]
+	if r, ok := queued[skip]; ok {
+		call.replaced = &r
+		delete(queued, skip)
+		q.size--
+	}
+	for id, r := range queued {
+		if len(call.ids) >= limit {
+			break
+		}
+		call.ids = append(call.ids, id)
+		call.peers = append(call.peers, r)
+		delete(queued, id)
+		q.size--
+	}
+	if queued != nil && len(queued) == 0 {
+		delete(q.torrents, call.hash)
+	}
+}
+
 func (q *refreshQueue) take() map[bittorrent.InfoHash]map[bittorrent.PeerID]queuedRefresh {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -278,9 +308,10 @@ type writeBehind struct {
 
 	answered, dropped atomic.Int64
 	// where plain re-announces went: view reads (refresh.lua with the
-	// announce, answered from its reply) and the drain's refresh.lua
-	// calls and the peers they wrote
-	viewReads, drainCalls, drainPeers atomic.Int64
+	// announce, answered from its reply), the queued refreshes those
+	// reads took along, and the drain's refresh.lua calls and the peers
+	// they wrote
+	viewReads, alongPeers, drainCalls, drainPeers atomic.Int64
 }
 
 func newWriteBehind(s *Store) *writeBehind {
@@ -368,6 +399,13 @@ func (w *writeBehind) respond(p plainAnswer, view viewCopy, written bool, numWan
 	}
 	only := compactLen(req.PeerFamily)
 	if numWant > 0 {
+		// Sized once: appending from nil grew it 1, 2, 4, 8, ... (an
+		// allocation and a copy each) on every answer.
+		have := len(view.leechs)
+		if req.Left != 0 {
+			have += len(view.seeds)
+		}
+		resp.Peers = make([]bittorrent.Peer, 0, min(numWant, have))
 		if req.Left == 0 {
 			resp.Peers = pickEntries(resp.Peers, view.leechs, numWant, nil, only)
 		} else {
@@ -424,8 +462,7 @@ func (w *writeBehind) answerOrRead(ctx context.Context, req *bittorrent.Announce
 	done := make(chan struct{})
 	v.readingAt, v.readDone = now, done
 	v.mu.Unlock()
-	rd := &viewRead{p: p, v: v, done: done,
-		call: refreshCall{hash: req.InfoHash, ids: []bittorrent.PeerID{req.PeerID}, peers: []queuedRefresh{p.refresh}}}
+	rd := &viewRead{p: p, v: v, done: done, call: w.readCall(req.InfoHash, req.PeerID, p.refresh)}
 	keys, args := w.refreshKeysArgs(req.InfoHash, w.s.cfg.MaxNumWant, rd.call.peers, rd.call.ids)
 	rd.sc = scriptCall{script: refreshScript, keys: keys, args: args}
 	return nil, rd, true
@@ -462,6 +499,9 @@ func (w *writeBehind) finishRead(rd *viewRead, cmd *redis.Cmd, numWant int, now 
 	w.stopMu.RLock()
 	defer w.stopMu.RUnlock()
 	reply, err := cmdList(cmd)
+	if err != nil {
+		w.putBackAlong(&rd.call)
+	}
 	rd.v.mu.Lock()
 	close(rd.done)
 	if rd.v.readDone == rd.done { // not taken over by a later read
@@ -551,14 +591,38 @@ func (w *writeBehind) view(ctx context.Context, hash bittorrent.InfoHash, now in
 	if !v.staleLocked(now) {
 		return v.copyLocked(), false, nil
 	}
-	call := refreshCall{hash: hash, ids: []bittorrent.PeerID{id}, peers: []queuedRefresh{r}}
+	call := w.readCall(hash, id, r)
 	keys, args := w.refreshKeysArgs(hash, w.s.cfg.MaxNumWant, call.peers, call.ids)
 	reply, err := w.readView(ctx, keys, args)
 	if err != nil {
+		w.putBackAlong(&call)
 		return viewCopy{}, false, err
 	}
 	w.viewReads.Add(1)
 	return w.takeReadLocked(v, &call, reply, now)
+}
+
+// readCall is a view read's refresh call: the announce's refresh first
+// (its status is the one takeReadLocked checks), then its torrent's
+// queued refreshes, taken along so they need no drain call of their own.
+// The torrent's call would come anyway, so each refresh taken along is a
+// peer more in it, not a call more.
+func (w *writeBehind) readCall(hash bittorrent.InfoHash, id bittorrent.PeerID, r queuedRefresh) refreshCall {
+	call := refreshCall{hash: hash, ids: []bittorrent.PeerID{id}, peers: []queuedRefresh{r}}
+	w.queue.takeTorrent(&call, id, maxRefreshPeersPerCall)
+	return call
+}
+
+// putBackAlong queues again what a view read took along when its call
+// came back with no reply to apply; refresh.lua finds any it did write
+// STALE the second time.
+func (w *writeBehind) putBackAlong(call *refreshCall) {
+	if call.replaced != nil {
+		w.queue.putBack(call.hash, call.ids[0], *call.replaced)
+	}
+	for j := 1; j < len(call.ids); j++ {
+		w.queue.putBack(call.hash, call.ids[j], call.peers[j])
+	}
 }
 
 // staleLocked says whether the view is too old to answer from.
@@ -578,11 +642,16 @@ func (v *swarmView) copyLocked() viewCopy {
 func (w *writeBehind) takeReadLocked(v *swarmView, call *refreshCall, reply []any, now int64) (viewCopy, bool, error) {
 	if replyInt(reply[0]) == codeUnregistered {
 		v.at, v.registered, v.seeds, v.leechs = now, false, nil, nil
+		for _, id := range call.ids[1:] { // as apply forgets the queue's
+			w.peers.forget(peerKey{hash: call.hash, peer: id}, 0)
+		}
 		return viewCopy{}, false, nil
 	}
 	if err := w.applyPeers(call, reply); err != nil {
+		w.putBackAlong(call)
 		return viewCopy{}, false, err
 	}
+	w.alongPeers.Add(int64(len(call.ids) - 1))
 	if replyInt(reply[7]) == codeDropped {
 		return viewCopy{}, false, errPeerChanged
 	}
@@ -659,17 +728,22 @@ func (w *writeBehind) refreshKeysArgs(hash bittorrent.InfoHash, sample int, peer
 	return btstore.RefreshKeys(hash, ids, users), args
 }
 
-// appendRefreshPeer appends the ARGV every mode sends for one peer.
+// appendRefreshPeer appends the ARGV every mode sends for one peer. The
+// numbers go as numbers: go-redis writes them in decimal into its buffer,
+// the same text refresh.lua compares, without a string made for each.
 func appendRefreshPeer(args []any, id bittorrent.PeerID, r queuedRefresh, timeout int64) []any {
-	return append(args, id[:], r.addr, strconv.FormatUint(r.uploaded, 10), strconv.FormatUint(r.downloaded, 10),
-		strconv.FormatUint(r.left, 10), strconv.FormatInt(r.at, 10), strconv.FormatInt(r.at+timeout, 10))
+	return append(args, id[:], r.addr, r.uploaded, r.downloaded, r.left, r.at, r.at+timeout)
 }
 
-// refreshCall is one refresh.lua call of a drain, and what it carries.
+// refreshCall is one refresh.lua call of a drain or a view read, and
+// what it carries.
 type refreshCall struct {
 	hash  bittorrent.InfoHash
 	ids   []bittorrent.PeerID
 	peers []queuedRefresh
+	// replaced is the queued refresh of a view read's own peer (ids[0]),
+	// which its newer one replaces; nil: none was queued
+	replaced *queuedRefresh
 }
 
 // drain writes every queued refresh: one refresh.lua call per torrent
@@ -761,17 +835,24 @@ func (w *writeBehind) apply(c *refreshCall, reply []any) error {
 // user-side effects go into the batch the flush writes, and dropped
 // peers are forgotten, so their next announce runs announce.lua.
 func (w *writeBehind) applyPeers(c *refreshCall, reply []any) error {
-	if len(reply) != 7+refreshPeerReply*len(c.peers) {
+	stride := refreshPeerReply
+	if !w.s.cfg.Private {
+		stride = refreshOpenPeerReply
+	}
+	if len(reply) != 7+stride*len(c.peers) {
 		return fmt.Errorf("refresh.lua: %w (%d elements for %d peers)", errBadReply, len(reply), len(c.peers))
 	}
 	torrentID := replyString(reply[4])
 	for j, r := range c.peers {
-		res := reply[7+refreshPeerReply*j : 7+refreshPeerReply*(j+1)]
+		res := reply[7+stride*j : 7+stride*(j+1)]
 		switch replyInt(res[0]) {
 		case codeDropped:
 			w.dropped.Add(1)
 			w.peers.forget(peerKey{hash: c.hash, peer: c.ids[j]}, r.at)
 		case codeRefreshed:
+			if stride == refreshOpenPeerReply {
+				continue // no user: no credit, totals, token, feed or cheat
+			}
 			var update *userUpdate
 			if bits := replyInt(res[1]); r.user != "" && bits >= 0 {
 				update = &userUpdate{key: userTorrent{user: r.user, torrent: torrentID}, hash: c.hash,
@@ -815,6 +896,7 @@ func (s *Store) dropView(hash bittorrent.InfoHash) {
 type WriteBehindStats struct {
 	Answered   int64 // answered from a view (ViewReads included), refresh written behind unless read with it
 	ViewReads  int64 // answered from a refresh.lua call that wrote the announce and read the view
+	AlongPeers int64 // queued refreshes those calls wrote along with their announce's
 	DrainCalls int64 // refresh.lua calls that wrote queued refreshes
 	DrainPeers int64 // queued refreshes those calls carried
 	Dropped    int64 // refreshes refresh.lua dropped (the peer had changed elsewhere)
@@ -828,6 +910,6 @@ func (s *Store) WriteBehindStats() WriteBehindStats {
 		return WriteBehindStats{}
 	}
 	w := s.writeBehind
-	return WriteBehindStats{Answered: w.answered.Load(), ViewReads: w.viewReads.Load(),
+	return WriteBehindStats{Answered: w.answered.Load(), ViewReads: w.viewReads.Load(), AlongPeers: w.alongPeers.Load(),
 		DrainCalls: w.drainCalls.Load(), DrainPeers: w.drainPeers.Load(), Dropped: w.dropped.Load(), Queued: w.queue.len()}
 }

@@ -130,3 +130,47 @@ func TestFloodControlCountsPlainReannouncesNotYetWritten(t *testing.T) {
 		require.Equal(t, int64(1), f.store.FloodRefused())
 	})
 }
+
+// A view read takes its torrent's queued refreshes along in its
+// refresh.lua call, so they need no drain call of their own; the reading
+// peer's own queued refresh is replaced by the newer one it carries.
+func TestViewReadWritesItsTorrentsQueuedRefreshes(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, swarm.Config{})
+		ctx := context.Background()
+		hash, elsewhere := infoHash("along"), infoHash("along-elsewhere")
+		a, c, d := peerID("-TR", 1), peerID("-TR", 2), peerID("-TR", 3)
+		f.announce(hash, a, 1, event(bittorrent.EventStarted))
+		f.announce(hash, c, 2, event(bittorrent.EventStarted))
+		f.announce(hash, d, 3, event(bittorrent.EventStarted))
+		f.announce(elsewhere, a, 1, event(bittorrent.EventStarted))
+		f.clock.Advance(time.Minute)
+		f.announce(hash, c, 2)      // reads the view
+		f.announce(elsewhere, a, 1) // another torrent's view
+		f.clock.Advance(100 * time.Millisecond)
+		f.announce(hash, a, 1, transfer(100, 200)) // queued
+		f.announce(elsewhere, a, 1)                // queued, another torrent
+		f.clock.Advance(100 * time.Millisecond)
+		f.announce(hash, d, 3, transfer(300, 400)) // queued
+		require.Equal(t, 3, f.store.WriteBehindStats().Queued)
+		before := f.store.WriteBehindStats()
+
+		f.clock.Advance(time.Second) // the view is stale: the next announce reads it
+		f.announce(hash, a, 1, transfer(500, 600))
+		after := f.store.WriteBehindStats()
+		require.Equal(t, int64(1), after.ViewReads-before.ViewReads)
+		require.Equal(t, int64(1), after.AlongPeers-before.AlongPeers, "d's refresh rode along; a's was replaced")
+		require.Equal(t, 1, after.Queued, "only the other torrent's refresh waits")
+		at := func(d time.Duration) string { return strconv.FormatInt(epoch.Add(d).UnixMilli(), 10) }
+		require.Equal(t, []any{"500", "600", at(time.Minute + 1200*time.Millisecond)},
+			b.Client.HMGet(ctx, btstore.PeerKey(hash, a), "uploaded", "downloaded", "last_announce").Val())
+		require.Equal(t, []any{"300", "400", at(time.Minute + 200*time.Millisecond)},
+			b.Client.HMGet(ctx, btstore.PeerKey(hash, d), "uploaded", "downloaded", "last_announce").Val())
+
+		f.flush()
+		require.Zero(t, f.store.WriteBehindStats().Queued)
+		require.Equal(t, int64(1), f.store.WriteBehindStats().DrainCalls-before.DrainCalls, "the other torrent's call alone")
+		require.Equal(t, at(time.Minute+100*time.Millisecond),
+			b.Client.HGet(ctx, btstore.PeerKey(elsewhere, a), "last_announce").Val())
+	})
+}

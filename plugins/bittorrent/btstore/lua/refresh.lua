@@ -59,7 +59,10 @@
 --   {R.REFRESHED, seeders, leechers, snatches, torrent id, seeder entries,
 --    leecher entries, then per peer: status, user bits, user version,
 --    d_uploaded, d_downloaded, c_uploaded, c_downloaded, token event,
---    token used, feed mark, cheats (as announce.lua returns them)}
+--    token used, feed mark, cheats (as announce.lua returns them)}; open
+--    mode, which has no user to credit, answers per peer its status
+--    alone (the rest is for the user's record and totals: each element
+--    is one more Redis converts out of Lua and the frontend reads)
 --      seeders, leechers and snatches are the torrent record's (snatches
 --      as the stored text, or 0); the
 --      entries are "" unless ARGV[3] asked for them, concatenated as
@@ -126,10 +129,17 @@ for i = 0, peers - 1 do
       -- Only what changed is written (a seeder's left and downloaded
       -- rarely move, a leecher's uploaded often not), and whole numbers
       -- go as Lua numbers: Redis formats them, and Lua interns no string.
-      local fields = {'last_announce', at_text, 'up_delta', whole(d_up), 'down_delta', whole(d_down),
-        'total_time', whole((tonumber(p[8]) or 0) + elapsed),
-        'speed_up', string.format('%.2f', d_up * 1000 / elapsed),
-        'speed_down', string.format('%.2f', d_down * 1000 / elapsed)}
+      -- A direction with no transfer (a seeder's download, an idle
+      -- peer's upload) writes the constants string.format and Redis
+      -- would make of it, with neither formatting anything.
+      local fields = {'last_announce', at_text, 'up_delta', '0', 'down_delta', '0',
+        'total_time', whole((tonumber(p[8]) or 0) + elapsed), 'speed_up', '0.00', 'speed_down', '0.00'}
+      if d_up ~= 0 then
+        fields[4], fields[10] = whole(d_up), string.format('%.2f', d_up * 1000 / elapsed)
+      end
+      if d_down ~= 0 then
+        fields[6], fields[12] = whole(d_down), string.format('%.2f', d_down * 1000 / elapsed)
+      end
       if ARGV[a + 2] ~= p[2] then fields[#fields + 1], fields[#fields + 2] = 'uploaded', ARGV[a + 2] end
       if ARGV[a + 3] ~= p[3] then fields[#fields + 1], fields[#fields + 2] = 'downloaded', ARGV[a + 3] end
       if left_text ~= p[6] then fields[#fields + 1], fields[#fields + 2] = 'left', left_text end
@@ -152,10 +162,14 @@ for i = 0, peers - 1 do
     end
   end
   local n = #out
-  out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = status, bits, ver, d_up, d_down
-  out[n + 6], out[n + 7], out[n + 8], out[n + 9], out[n + 10] = int(c_up), int(c_down), token_event,
-    token_used or '', feed_mark
-  out[n + 11] = cheats
+  if private then
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = status, bits, ver, d_up, d_down
+    out[n + 6], out[n + 7], out[n + 8], out[n + 9], out[n + 10] = int(c_up), int(c_down), token_event,
+      token_used or '', feed_mark
+    out[n + 11] = cheats
+  else
+    out[n + 1] = status
+  end
 end
 
 if applied > 0 then
