@@ -256,7 +256,7 @@ func (l *warriorListener) answer(c *warriorConn, route warriorRoute, headLen int
 		c.Out = append(c.Out, reply.body...)
 	}
 	observe()
-	return c.Write(c.Out) == nil && keep
+	return c.Answer(c.Out, headLen, keep)
 }
 
 // own returns s, a view into the input buffer, as a string of its own:

@@ -326,6 +326,12 @@ type Conn[S any] struct {
 
 	// The deadlines set on nc.
 	readDeadline, writeDeadline time.Time
+
+	// writeFinal's answer being sent, its error, and its callback (bound
+	// once per pooled Conn, so sending allocates no closure).
+	pending    []byte
+	pendingErr error
+	sendMore   func(fd uintptr) bool
 }
 
 // NetConn is the connection's socket. Writing to it directly skips the
@@ -494,6 +500,24 @@ func (c *Conn[S]) Write(b []byte) error {
 	return err
 }
 
+// Answer sends b, the whole answer to the request whose head is headLen
+// bytes (and whose body ReadBody read), under WriteTimeout, and returns
+// whether the connection stays open: keep, and the write went. When it
+// closes and no byte past this request was read, the answer goes out with
+// the close's FIN (writeFinal): one segment instead of two. Bytes already
+// read past it (a pipelined request after a closing one) take a plain
+// write, since closing with input unread resets the connection and a
+// reset would drop an answer still held.
+func (c *Conn[S]) Answer(b []byte, headLen int, keep bool) bool {
+	if !keep && c.w-c.r == headLen+c.body {
+		c.ArmWrite()
+		if ok, _ := c.writeFinal(b); ok {
+			return false
+		}
+	}
+	return c.Write(b) == nil && keep
+}
+
 // ArmWrite sets the write deadline for an answer written to NetConn.
 func (c *Conn[S]) ArmWrite() {
 	timeout := c.srv.cfg.WriteTimeout
@@ -573,6 +597,6 @@ func (c *Conn[S]) close() {
 		out = nil
 	}
 	srv := c.srv
-	*c = Conn[S]{base: c.base, Out: out}
+	*c = Conn[S]{base: c.base, Out: out, sendMore: c.sendMore}
 	srv.pool.Put(c)
 }

@@ -1,10 +1,12 @@
 package http1
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"io"
 	"net"
+	"net/http"
 	"runtime"
 	"strconv"
 	"strings"
@@ -49,6 +51,7 @@ type echoHandler struct {
 	requests [][]byte
 	tooLarge []*HeadError
 	maxBody  int
+	pad      int // bytes of 'x' after the echo
 }
 
 func (h *echoHandler) ServeRequest(c *Conn[int], headLen int) bool {
@@ -66,9 +69,10 @@ func (h *echoHandler) ServeRequest(c *Conn[int], headLen int) bool {
 	req := c.Input(headLen + n)
 	h.requests = append(h.requests, bytes.Clone(req))
 	c.Out = AppendStatusLine(c.Out[:0], 200)
-	c.Out = append(c.Out, "Content-Length: "+strconv.Itoa(len(req))+"\r\n\r\n"...)
+	c.Out = append(c.Out, "Content-Length: "+strconv.Itoa(len(req)+h.pad)+"\r\n\r\n"...)
 	c.Out = append(c.Out, req...)
-	return c.Write(c.Out) == nil && !c.Head.Close
+	c.Out = append(c.Out, bytes.Repeat([]byte{'x'}, h.pad)...)
+	return c.Answer(c.Out, headLen, !c.Head.Close)
 }
 
 func (h *echoHandler) HeadTooLarge(c *Conn[int], err *HeadError) {
@@ -221,4 +225,57 @@ func TestListenAcceptsOnceARequestCame(t *testing.T) {
 	require.NoError(t, err, "the silent client is accepted in the end")
 	defer second.Close()
 	require.Equal(t, silent.LocalAddr().String(), second.RemoteAddr().String())
+}
+
+// TestAnswerGoesWithTheClose: over TCP, a closing connection's last
+// answer (sent with MSG_MORE on Linux, flushed by the close) arrives
+// whole, then the end of the stream: for an answer of a few bytes, one
+// far larger than the socket's buffers (the send waits for the client to
+// read, under the write deadline), and after kept-alive answers. A
+// request pipelined after the closing one is not answered, and the
+// closing answer still arrives whole.
+func TestAnswerGoesWithTheClose(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pad  int
+		send string
+		want int // answers
+	}{
+		{"small", 0, "GET /a HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n", 1},
+		{"large", 32 << 20, "GET /a HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n", 1},
+		{"after keep-alive", 100, "GET /a HTTP/1.1\r\nHost: h\r\n\r\nGET /b HTTP/1.0\r\n\r\n", 2},
+		{"pipelined after close", 100, "GET /a HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\nGET /b HTTP/1.1\r\nHost: h\r\n\r\n", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &echoHandler{pad: tc.pad}
+			cfg := testConfig()
+			cfg.WriteTimeout = 10 * time.Second
+			s := NewServer[int](cfg, h)
+			ln, err := Listen(context.Background(), "127.0.0.1:0")
+			require.NoError(t, err)
+			s.Start(ln)
+			defer func() {
+				require.NoError(t, s.Close())
+				s.Wait(context.Background())
+			}()
+			nc, err := net.Dial("tcp", ln.Addr().String())
+			require.NoError(t, err)
+			defer nc.Close()
+			require.NoError(t, nc.SetDeadline(time.Now().Add(10*time.Second)))
+			_, err = io.WriteString(nc, tc.send)
+			require.NoError(t, err)
+			got, err := io.ReadAll(nc)
+			require.NoError(t, err, "the stream ends cleanly, not with a reset")
+			br := bufio.NewReader(bytes.NewReader(got))
+			for i := range tc.want {
+				resp, err := http.ReadResponse(br, nil)
+				require.NoError(t, err, "answer %d", i+1)
+				body, err := io.ReadAll(resp.Body)
+				require.NoError(t, err)
+				require.Equal(t, resp.ContentLength, int64(len(body)))
+				require.Equal(t, tc.pad, bytes.Count(body, []byte{'x'}))
+			}
+			require.Zero(t, br.Buffered(), "nothing after the last answer")
+		})
+	}
 }

@@ -45,7 +45,7 @@ func (h httpHandler) ServeRequest(c *httpConn, headLen int) bool {
 		h.refuse(c, herr)
 		return false
 	}
-	return h.s.answer(c)
+	return h.s.answer(c, headLen)
 }
 
 // HeadTooLarge refuses a head past maxHeadBytes (414 or 431).
@@ -67,7 +67,7 @@ func readRemote(c *httpConn) {
 // write. It returns whether the connection stays open: the client wants
 // it, the server is not stopping (checked once the answer is ready, so a
 // request Stop waited for closes its connection) and the write went.
-func (s *HTTPServer) answer(c *httpConn) bool {
+func (s *HTTPServer) answer(c *httpConn, headLen int) bool {
 	h := &c.Head
 	req := trackerRequest{method: h.Method, path: h.Path, rawQuery: h.RawQuery, remote: c.S.remote,
 		proxy: h.Fields[0].Last, proxies: h.Fields[0].Lines, ctx: c.Context()}
@@ -95,7 +95,7 @@ func (s *HTTPServer) answer(c *httpConn) bool {
 	if h.Method != http.MethodHead {
 		c.Out = append(c.Out, ans.body...)
 	}
-	return c.Write(c.Out) == nil && keep
+	return c.Answer(c.Out, headLen, keep)
 }
 
 // appendTail ends a response head: the body's length and whether the
