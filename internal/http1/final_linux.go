@@ -38,7 +38,8 @@ func (c *Conn[S]) writeFinal(b []byte) (ok bool, err error) {
 
 // sendPendingMore is writeFinal's RawConn.Write callback: it sends
 // c.pending with MSG_MORE, and asks to wait for the socket to drain
-// (under the write deadline) when the kernel takes only part of it.
+// (under the write deadline, set then) when the kernel takes only part
+// of it.
 func (c *Conn[S]) sendPendingMore(fd uintptr) bool {
 	for len(c.pending) > 0 {
 		n, err := syscall.SendmsgN(int(fd), c.pending, nil, nil, syscall.MSG_MORE|syscall.MSG_NOSIGNAL)
@@ -49,6 +50,9 @@ func (c *Conn[S]) sendPendingMore(fd uintptr) bool {
 		case nil:
 		case syscall.EINTR:
 		case syscall.EAGAIN:
+			// The socket is full: RawConn.Write waits for it to drain,
+			// under the write deadline, set now and not before.
+			c.ArmWrite()
 			return false
 		default:
 			c.pendingErr = err

@@ -507,10 +507,11 @@ func (c *Conn[S]) Write(b []byte) error {
 // the close's FIN (writeFinal): one segment instead of two. Bytes already
 // read past it (a pipelined request after a closing one) take a plain
 // write, since closing with input unread resets the connection and a
-// reset would drop an answer still held.
+// reset would drop an answer still held. writeFinal sets the write
+// deadline only if the kernel does not take the answer at once, which on
+// a new connection it always does: no timer for it.
 func (c *Conn[S]) Answer(b []byte, headLen int, keep bool) bool {
 	if !keep && c.w-c.r == headLen+c.body {
-		c.ArmWrite()
 		if ok, _ := c.writeFinal(b); ok {
 			return false
 		}

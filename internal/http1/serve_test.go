@@ -242,7 +242,7 @@ func TestAnswerGoesWithTheClose(t *testing.T) {
 		want int // answers
 	}{
 		{"small", 0, "GET /a HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n", 1},
-		{"large", 32 << 20, "GET /a HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n", 1},
+		{"large", 16 << 20, "GET /a HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n", 1},
 		{"after keep-alive", 100, "GET /a HTTP/1.1\r\nHost: h\r\n\r\nGET /b HTTP/1.0\r\n\r\n", 2},
 		{"pipelined after close", 100, "GET /a HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\nGET /b HTTP/1.1\r\nHost: h\r\n\r\n", 1},
 	} {
@@ -278,4 +278,34 @@ func TestAnswerGoesWithTheClose(t *testing.T) {
 			require.Zero(t, br.Buffered(), "nothing after the last answer")
 		})
 	}
+}
+
+// TestFinalAnswerIsBoundedByWriteTimeout: a closing answer larger than
+// the socket takes, to a client that does not read, is given up after
+// WriteTimeout (the deadline set once the kernel stops taking it), and
+// the connection closed.
+func TestFinalAnswerIsBoundedByWriteTimeout(t *testing.T) {
+	cfg := testConfig()
+	cfg.WriteTimeout = 50 * time.Millisecond
+	s := NewServer[int](cfg, &echoHandler{pad: 64 << 20})
+	ln, err := Listen(context.Background(), "127.0.0.1:0")
+	require.NoError(t, err)
+	s.Start(ln)
+	defer func() {
+		require.NoError(t, s.Close())
+		s.Wait(context.Background())
+	}()
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer nc.Close()
+	_, err = io.WriteString(nc, "GET /a HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return s.OpenConnections() == 1 }, 10*time.Second, time.Millisecond, "accepted")
+	require.Eventually(t, func() bool { return s.OpenConnections() == 0 }, 10*time.Second, time.Millisecond,
+		"the write was not given up")
+	// What arrived is a part of the answer: the client never read, so
+	// the kernel's buffers hold less than it.
+	require.NoError(t, nc.SetReadDeadline(time.Now().Add(10*time.Second)))
+	n, _ := io.Copy(io.Discard, nc)
+	require.Less(t, n, int64(64<<20))
 }
