@@ -31,12 +31,13 @@ func ginClientIP(t *testing.T, trusted []string, remoteAddr string, header http.
 func warriorClientIP(t *testing.T, trusted []string, remoteAddr string, header http.Header) string {
 	nets, err := parseTrustedProxies(trusted)
 	require.NoError(t, err)
-	c := &warriorConn{l: &warriorListener{trusted: nets}, nc: &pieceConn{}}
-	c.remoteRead = true
-	_, c.remoteTrusted, c.remoteIP = nets.remote(remoteAddr)
-	c.head.Fields[fieldForwardedFor] = fieldOf(header.Values("X-Forwarded-For"))
-	c.head.Fields[fieldRealIP] = fieldOf(header.Values("X-Real-IP"))
-	return c.clientIP()
+	l := &warriorListener{trusted: nets}
+	c := &warriorConn{}
+	c.S.remoteRead = true
+	_, c.S.remoteTrusted, c.S.remoteIP = nets.remote(remoteAddr)
+	c.Head.Fields[fieldForwardedFor] = fieldOf(header.Values("X-Forwarded-For"))
+	c.Head.Fields[fieldRealIP] = fieldOf(header.Values("X-Real-IP"))
+	return l.clientIP(c)
 }
 
 func fieldOf(values []string) (f http1.Field) {

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hoardproject/hoard/accounts"
+	"github.com/hoardproject/hoard/internal/http1"
 	"github.com/hoardproject/hoard/internal/ratelog"
 	"github.com/hoardproject/hoard/leaderboard"
 	"github.com/hoardproject/hoard/queues"
@@ -234,15 +235,11 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := s.hub.Start(ctx); err != nil {
 		return fmt.Errorf("leaderboard hub: %w", err)
 	}
-	// No TCP keep-alive probes on accepted connections: every connection
-	// is bounded by the server's own timeouts (a request by ReadTimeout and
-	// WriteTimeout, an idle keep-alive connection by IdleTimeout, a
-	// websocket by the hub's pings), so the probes would find nothing those
-	// do not, and turning them on costs four setsockopt calls per accepted
-	// connection: a quarter of accepting one, and seesaw opens one per
-	// request (docs/warrior-path.md).
-	lc := net.ListenConfig{KeepAlive: -1}
-	ln, err := lc.Listen(ctx, "tcp", s.cfg.Listen)
+	// http1.Listen: no TCP keep-alive probes (every connection is
+	// bounded by the server's own timeouts, a websocket by the hub's
+	// pings) and, on Linux, no accept before a request's first bytes.
+	// Seesaw opens a connection per request (docs/warrior-path.md).
+	ln, err := http1.Listen(ctx, s.cfg.Listen)
 	if err != nil {
 		_ = s.hub.Stop()
 		return fmt.Errorf("listen on %s: %w", s.cfg.Listen, err)

@@ -280,10 +280,9 @@ func FuzzWarriorConn(f *testing.F) {
 			handed <- rest
 		}()
 		nc := &pieceConn{in: data, piece: max(int(piece), 1)}
-		c := newWarriorConn(l, nc)
-		require.True(t, l.track(c))
+		c := l.conns.NewConn(nc)
 		done := make(chan struct{})
-		go func() { c.serve(); close(done) }()
+		go func() { l.conns.ServeConn(c); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(5 * time.Second): // far beyond any input's work
@@ -303,9 +302,7 @@ func FuzzWarriorConn(f *testing.F) {
 			require.True(t, bytes.HasSuffix(data, rest), "handed on %q of %q", rest, data)
 			require.NotEmpty(t, rest)
 		}
-		l.mu.Lock()
-		require.Empty(t, l.conns)
-		l.mu.Unlock()
+		require.Zero(t, l.conns.OpenConnections())
 	})
 }
 
@@ -378,26 +375,39 @@ func TestWarriorListenerStopWaitsForCallsInFlight(t *testing.T) {
 	l.wait(context.Background()) // again: returns at once
 }
 
-// TestWarriorConnReadsAHeadInItsPooledBuffer: a call's head is read into
-// the pooled buffer, not a grown one (a new connection per call would
-// otherwise allocate a buffer per call); a head too long for it grows it
-// up to warriorMaxHead, and one longer goes to net/http.
-func TestWarriorConnReadsAHeadInItsPooledBuffer(t *testing.T) {
-	l := newWarriorListener(&WarriorAPI{}, nil, nil, quietLog, nil)
+// TestWarriorHeadPastTheLimitGoesToNetHTTP: a call whose head is at most
+// warriorMaxHead is answered here; a longer one is handed to net/http
+// with every byte read, and nothing is answered here.
+func TestWarriorHeadPastTheLimitGoesToNetHTTP(t *testing.T) {
+	api := &WarriorAPI{Engine: stubEngine{}, MaxBodyBytes: 1 << 10, Access: workAccess{}}
 	for _, tc := range []struct {
 		pad       int
-		wantLen   int
 		handedOff bool
-	}{{0, warriorInitialBuffer, false}, {warriorInitialBuffer, warriorMaxHead, false}, {warriorMaxHead, 0, true}} {
-		raw := rawPost("/p/request", `{}`, "X-Pad: "+strings.Repeat("p", tc.pad)+"\r\n")
-		c := newWarriorConn(l, &pieceConn{in: []byte(raw), piece: 1000})
-		n, err := c.readHead()
+	}{{0, false}, {warriorMaxHead / 2, false}, {warriorMaxHead, true}} {
+		l := newWarriorListener(api, NewMetrics(nil, quietLog), ratelog.New(ratelog.Config{Logger: quietLog}), quietLog, nil)
+		l.handoff = newHandoffListener(&net.TCPAddr{})
+		handed := make(chan []byte, 1)
+		go func() {
+			nc, err := l.handoff.Accept()
+			if err != nil {
+				handed <- nil
+				return
+			}
+			rest, _ := io.ReadAll(nc)
+			handed <- rest
+		}()
+		raw := rawPost("/p/done", `{"downloader":"tester1","item":"x"}`, "X-Pad: "+strings.Repeat("p", tc.pad)+"\r\n")
+		nc := &pieceConn{in: []byte(raw), piece: 1000}
+		l.conns.ServeConn(l.conns.NewConn(nc))
+		l.handoff.closeWith(net.ErrClosed)
+		rest := <-handed
 		if tc.handedOff {
-			require.ErrorIs(t, err, errHandOff)
+			require.Equal(t, raw, string(rest), "net/http reads the whole request")
+			require.Empty(t, nc.writes)
 			continue
 		}
-		require.NoError(t, err)
-		require.Equal(t, len(raw)-len(`{}`), n)
-		require.Len(t, c.in, tc.wantLen)
+		require.Nil(t, rest)
+		require.Len(t, nc.writes, 1)
+		require.True(t, strings.HasPrefix(string(nc.writes[0]), "HTTP/1.1 200 OK\r\n"), "%q", nc.writes[0])
 	}
 }

@@ -65,7 +65,10 @@ type announceBenchOptions struct {
 	profileMode string
 	// plugin is the hoard-bittorrent binary the tracker runs as, out of
 	// this process; "" runs it in this process.
-	plugin    string
+	plugin string
+	// vs is a second hoard-bittorrent binary (B, e.g. the build before a
+	// change), measured as another target in turn with the others.
+	vs        string
 	pipelines int
 	// floodInterval is hoard's limits.flood_interval ("" off): with a
 	// short one ("1ms") every re-announce runs flood control's check and
@@ -131,6 +134,7 @@ both, and --cpuprofile can profile it.`,
 	f.BoolVar(&o.metrics, "metrics", true, "also run hoard with the unique-IP metrics on (hoard+ipm) and on without their cache (hoard+ipm-nc), side by side, and print the ratio to metrics off")
 	f.StringSliceVar(&o.geoipDB, "geoip-db", nil, "city database(s) (.mmdb) for the metrics runs (default: DB-IP's from make deps, when installed; else every IP is unknown)")
 	f.StringVar(&o.plugin, "plugin", defaultPluginBinary(), `hoard-bittorrent binary the tracker runs as, in its own process ("": in this process)`)
+	f.StringVar(&o.vs, "vs", "", `a second hoard-bittorrent binary (B, e.g. the build before a change), run as the target "hoard-vs" in turn with the others, on the same redis-server`)
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", `write a CPU profile of hoard's runs in --cpuprofile-mode to this file and print its top functions (needs --plugin "")`)
 	f.StringVar(&o.profileMode, "cpuprofile-mode", string(btloadgen.ModeHTTPClose), "the mode --cpuprofile profiles")
 	return cmd
@@ -167,6 +171,11 @@ func (o *announceBenchOptions) validate() error {
 	}
 	if o.leadIn == 0 {
 		o.leadIn = o.torrents
+	}
+	if o.vs != "" {
+		if _, err := os.Stat(o.vs); err != nil {
+			return fmt.Errorf("--vs: %w", err)
+		}
 	}
 	if o.warmup == 0 {
 		o.warmup = o.announces
@@ -293,6 +302,16 @@ func benchAnnounce(ctx context.Context, o announceBenchOptions) error {
 	}
 	defer stopHoard()
 	targets := []*announceTarget{hoard}
+	if o.vs != "" {
+		b := o
+		b.plugin = o.vs
+		vs, stop, err := startBenchTracker(ctx, "hoard-vs", b, rs.URL(), nil, quiet)
+		if err != nil {
+			return fmt.Errorf("--vs: %w", err)
+		}
+		defer stop()
+		targets = append(targets, vs)
+	}
 	if o.metrics {
 		geo := o.geoipDB
 		if len(geo) == 0 {
@@ -322,6 +341,9 @@ func benchAnnounce(ctx context.Context, o announceBenchOptions) error {
 	where := "in this process"
 	if o.plugin != "" {
 		where = "process " + o.plugin
+	}
+	if o.vs != "" {
+		where += "; hoard-vs: process " + o.vs
 	}
 	fmt.Printf("bench announce: redis-server %s; hoard http %s udp %s (%s); opentracker %s (whitelist of %d torrents); GOMAXPROCS=%d; load average %s\n",
 		rs.URL(), hoard.http, hoard.udp, where, ot.http, o.torrents, runtime.GOMAXPROCS(0), loadAverage())
@@ -436,6 +458,9 @@ func benchAnnounce(ctx context.Context, o announceBenchOptions) error {
 		}
 		fmt.Printf("%-15s %-12s %10.2f\n", fig.mode, "hoard/ot", medians[0]/medians[len(targets)-1])
 		for i, t := range targets[1 : len(targets)-1] {
+			if t.name == "hoard-vs" {
+				fmt.Printf("%-15s %-12s %10.2f\n", fig.mode, "hoard-vs/ot", medians[i+1]/medians[len(targets)-1])
+			}
 			fmt.Printf("%-15s %-12s %10.2f\n", fig.mode, t.name+"/hoard", medians[i+1]/medians[0])
 		}
 	}

@@ -50,4 +50,15 @@ func TestBenchAnnounceSplitsTheCPUWithThePluginOutOfProcess(t *testing.T) {
 
 	_, err = runBench(t, "announce", "--plugin", bin, "--cpuprofile", filepath.Join(t.TempDir(), "p"))
 	require.ErrorContains(t, err, `--plugin ""`)
+
+	// --vs: a second plugin binary is one more target, its own row, its
+	// CPU its process's, and its ratios to opentracker and to hoard.
+	printed, err = runBench(t, append(args, "--plugin", bin, "--vs", bin)...)
+	require.NoError(t, err, printed)
+	require.Contains(t, printed, "hoard-vs: process "+bin)
+	require.Regexp(t, `(?m)^udp +hoard-vs +[1-9]\d* .* \d+\.\d +\d+\.\d +\d+\.\d +\d+\.\d$`, printed)
+	require.Regexp(t, `(?m)^udp +hoard-vs/ot +\d+\.\d\d$`, printed)
+	require.Regexp(t, `(?m)^udp +hoard-vs/hoard +\d+\.\d\d$`, printed)
+	_, err = runBench(t, append(args, "--plugin", bin, "--vs", filepath.Join(t.TempDir(), "missing"))...)
+	require.ErrorContains(t, err, "--vs")
 }

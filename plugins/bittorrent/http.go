@@ -10,7 +10,6 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hoardproject/hoard/internal/http1"
@@ -45,7 +44,9 @@ type HTTPConfig struct {
 // HTTPServer answers HTTP announces and scrapes (BEP 3, 7, 23, 48) under
 // /announce, /<passkey>/announce, /announce/<passkey> and
 // /announce?passkey=…, and the same for scrape. Start it with Start and
-// stop it with Stop. It speaks HTTP/1.0 and 1.1 itself (httpconn.go).
+// stop it with Stop. It speaks HTTP/1.0 and 1.1 itself, on the
+// connection loop hoard's warrior listener shares (http1.Server,
+// httpconn.go).
 type HTTPServer struct {
 	cfg         HTTPConfig
 	proxyHeader string // cfg.ProxyHeader, matched ignoring case
@@ -54,23 +55,11 @@ type HTTPServer struct {
 	// batch joins concurrent announces into one store call when the
 	// store batches (BatchAnnouncer); nil: each goes to Announce.
 	batch *httpBatcher
-
-	// baseCtx is every request's context: cancelled when Stop gives up
-	// waiting for the requests in flight.
-	baseCtx context.Context
-	cancel  context.CancelFunc
-	closing atomic.Bool
-	wg      sync.WaitGroup // the accept loop, the connections and the workers
-	// handoff gives an accepted connection to a worker waiting for one
-	// (unbuffered: a send succeeds only if one waits); idleWorkers counts
-	// those waiting, and quit, closed by Stop, ends them.
-	handoff     chan *httpConn
-	idleWorkers atomic.Int32
-	quit        chan struct{}
+	// conns accepts and serves the connections (httpconn.go).
+	conns *http1.Server[connState]
 
 	mu       sync.Mutex
 	listener net.Listener
-	conns    map[*httpConn]struct{}
 	stopped  bool
 }
 
@@ -107,9 +96,19 @@ func NewHTTPServer(cfg HTTPConfig) (*HTTPServer, error) {
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = 60 * time.Second
 	}
-	s := &HTTPServer{cfg: cfg, proxyHeader: cfg.ProxyHeader, full: newFullScrape(cfg.FullScrape),
-		conns: map[*httpConn]struct{}{}, handoff: make(chan *httpConn), quit: make(chan struct{})}
-	s.baseCtx, s.cancel = context.WithCancel(context.Background())
+	s := &HTTPServer{cfg: cfg, proxyHeader: cfg.ProxyHeader, full: newFullScrape(cfg.FullScrape)}
+	s.conns = http1.NewServer(http1.ServerConfig{
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		ReadTimeout:       cfg.ReadHeaderTimeout, // no bodies are read
+		WriteTimeout:      cfg.WriteTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		MaxHead:           maxHeadBytes,
+		Logger:            cfg.Logger,
+		Name:              "bittorrent http",
+		AcceptEnded: func(err error) {
+			cfg.Logger.Error("bittorrent http: accept failed for good; no more connections are served", "err", err)
+		},
+	}, httpHandler{s})
 	if b, ok := cfg.Swarms.(BatchAnnouncer); ok {
 		s.batch = newHTTPBatcher(b, httpBatchLeaders, httpBatchMax)
 	}
@@ -134,114 +133,19 @@ func (s *HTTPServer) Start(ctx context.Context) error {
 	if s.listener != nil || s.stopped {
 		return errors.New("bittorrent http: already started")
 	}
-	// No TCP keep-alive probes: IdleTimeout already reaps idle
-	// connections, and the probes' setsockopt calls cost about a tenth of
-	// the CPU of a connection-per-announce client.
-	lc := net.ListenConfig{KeepAlive: -1}
-	ln, err := lc.Listen(ctx, "tcp", s.cfg.Addr)
+	ln, err := http1.Listen(ctx, s.cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("bittorrent http: listen on %s: %w", s.cfg.Addr, err)
 	}
 	s.listener = ln
-	s.wg.Add(1)
-	go s.acceptLoop(ln)
+	s.conns.Start(ln)
 	s.cfg.Logger.InfoContext(ctx, "bittorrent http listening", "addr", ln.Addr().String(),
 		"private", s.cfg.RequirePasskey)
 	return nil
 }
 
-// acceptLoop hands each connection to a worker until the listener
-// closes. Other accept errors (out of file descriptors) back off as
-// net/http's did, from 5 ms to 1 s, and are logged.
-func (s *HTTPServer) acceptLoop(ln net.Listener) {
-	defer s.wg.Done()
-	var backoff time.Duration
-	for {
-		nc, err := ln.Accept()
-		if err != nil {
-			if s.closing.Load() || errors.Is(err, net.ErrClosed) {
-				return
-			}
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			s.cfg.Logger.Warn("bittorrent http: accept failed, retrying", "err", err, "retry_in", backoff)
-			time.Sleep(backoff)
-			continue
-		}
-		backoff = 0
-		c := newHTTPConn(s, nc)
-		if !s.track(c) {
-			_ = nc.Close()
-			continue
-		}
-		s.dispatch(c)
-	}
-}
-
-// maxIdleWorkers bounds the goroutines kept waiting for a connection
-// after serving one: enough for the connections a busy listener accepts
-// while its workers finish their last, few enough that a burst of
-// connections leaves no crowd of idle goroutines behind.
-const maxIdleWorkers = 64
-
-// dispatch gives c to a worker that waits for one, or starts one. A
-// worker serves connection after connection, so a client opening a
-// connection per announce does not pay a goroutine's start and its
-// stack's growth (the announce path's depth) per announce.
-func (s *HTTPServer) dispatch(c *httpConn) {
-	select {
-	case s.handoff <- c:
-	default:
-		s.wg.Add(1)
-		go s.worker(c)
-	}
-}
-
-// worker serves c, then waits for the next connection unless
-// maxIdleWorkers already wait or the server stops.
-func (s *HTTPServer) worker(c *httpConn) {
-	defer s.wg.Done()
-	for {
-		c.serve()
-		if s.idleWorkers.Add(1) > maxIdleWorkers {
-			s.idleWorkers.Add(-1)
-			return
-		}
-		select {
-		case c = <-s.handoff:
-			s.idleWorkers.Add(-1)
-		case <-s.quit:
-			s.idleWorkers.Add(-1)
-			return
-		}
-	}
-}
-
-// track registers a new connection, unless the server is stopping.
-func (s *HTTPServer) track(c *httpConn) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopped {
-		return false
-	}
-	s.conns[c] = struct{}{}
-	s.wg.Add(1)
-	return true
-}
-
-// forget removes a closed connection.
-func (s *HTTPServer) forget(c *httpConn) {
-	s.mu.Lock()
-	delete(s.conns, c)
-	s.mu.Unlock()
-	s.wg.Done()
-}
-
 // openConnections counts the connections being served.
-func (s *HTTPServer) openConnections() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.conns)
-}
+func (s *HTTPServer) openConnections() int { return s.conns.OpenConnections() }
 
 // Addr is the bound address after Start, e.g. "127.0.0.1:41234".
 func (s *HTTPServer) Addr() string {
@@ -268,32 +172,11 @@ func (s *HTTPServer) Stop() error {
 		return nil
 	}
 	s.stopped = true
-	s.closing.Store(true)
-	close(s.quit)
-	err := s.listener.Close()
-	for c := range s.conns {
-		if c.state.Load() == connIdle {
-			_ = c.nc.Close()
-		}
-	}
 	s.mu.Unlock()
-
-	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
-	timer := time.NewTimer(stopGrace)
-	defer timer.Stop()
-	select {
-	case <-done:
-	case <-timer.C:
-		s.cancel()
-		s.mu.Lock()
-		for c := range s.conns {
-			_ = c.nc.Close()
-		}
-		s.mu.Unlock()
-		<-done
-	}
-	s.cancel()
+	err := s.conns.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), stopGrace)
+	defer cancel()
+	s.conns.Wait(ctx)
 	return err
 }
 

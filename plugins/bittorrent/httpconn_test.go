@@ -383,53 +383,16 @@ func TestHTTPFullScrapeServed(t *testing.T) {
 	require.Equal(t, uint64(2), srv.Stats().FullScrapes)
 }
 
-// TestHTTPConnReturnsToThePoolEmpty: a closed connection's struct keeps
-// only its buffers for the next connection: nothing of its server, socket,
-// last head or unread input, its grown input buffer dropped for the
-// initial one, and a response buffer past maxPooledOut not kept.
-func TestHTTPConnReturnsToThePoolEmpty(t *testing.T) {
-	srv, err := NewHTTPServer(HTTPConfig{Addr: "127.0.0.1:0", Swarms: newFixedSwarms(), Logger: quietLogger()})
-	require.NoError(t, err)
-	for _, outBytes := range []int{600, maxPooledOut + 1} {
-		c := newHTTPConn(srv, &scriptedConn{})
-		require.True(t, srv.track(c))
-		require.Len(t, c.in, connInitialBuffer)
-		base := &c.in[0]
-		c.in = make([]byte, 2*connInitialBuffer) // a head made it grow
-		c.r, c.w = 3, 9
-		c.head = requestHead{Method: "GET", Close: true, Fields: [http1.MaxFields]http1.Field{{Lines: 1}}}
-		c.state.Store(connIdle)
-		c.out = append(c.out[:0], make([]byte, outBytes)...)
-		c.close()
-
-		require.Zero(t, srv.openConnections())
-		require.Nil(t, c.srv)
-		require.Nil(t, c.nc)
-		require.Equal(t, requestHead{}, c.head)
-		require.Equal(t, connActive, c.state.Load())
-		require.Zero(t, c.r+c.w)
-		require.Nil(t, c.in, "the grown input buffer is dropped")
-		require.Len(t, c.base, connInitialBuffer)
-		require.Same(t, base, &c.base[0], "the pooled input buffer is kept")
-		require.Empty(t, c.out)
-		if outBytes > maxPooledOut {
-			require.Nil(t, c.out, "a huge response buffer is not kept")
-		} else {
-			require.GreaterOrEqual(t, cap(c.out), outBytes, "the response buffer is kept")
-		}
-	}
-}
-
 // TestHTTPWorkersServeConnectionAfterConnection: a connection per
 // announce is served by the worker that served the last one, not a new
-// goroutine each; the workers kept waiting are bounded by maxIdleWorkers
+// goroutine each; the workers kept waiting are bounded by http1.MaxIdleWorkers
 // after a burst; Stop ends them.
 func TestHTTPWorkersServeConnectionAfterConnection(t *testing.T) {
 	fake := newFakeSwarms()
 	srv, err := NewHTTPServer(HTTPConfig{Addr: "127.0.0.1:0", Swarms: fake, Logger: quietLogger()})
 	require.NoError(t, err)
 	require.NoError(t, srv.Start(context.Background()))
-	idle := func() int { return int(srv.idleWorkers.Load()) }
+	idle := func() int { return srv.conns.IdleWorkers() }
 	for i := range 5 {
 		c := dialWire(t, srv.Addr())
 		c.send(announceLine("HTTP/1.1", "Host: a\r\n", "Connection: close\r\n"))
@@ -442,8 +405,8 @@ func TestHTTPWorkersServeConnectionAfterConnection(t *testing.T) {
 	require.Equal(t, 5, fake.announceCount())
 
 	// A burst of connections open at once needs a worker each; once they
-	// close, at most maxIdleWorkers of those wait for more.
-	burst := make([]*wireConn, maxIdleWorkers+6)
+	// close, at most http1.MaxIdleWorkers of those wait for more.
+	burst := make([]*wireConn, http1.MaxIdleWorkers+6)
 	for i := range burst {
 		burst[i] = dialWire(t, srv.Addr())
 		burst[i].send("GET /nothing HTTP/1.1\r\nHost: a\r\n\r\n")
@@ -453,9 +416,9 @@ func TestHTTPWorkersServeConnectionAfterConnection(t *testing.T) {
 	for _, c := range burst {
 		_ = c.nc.Close()
 	}
-	require.Eventually(t, func() bool { return srv.openConnections() == 0 && idle() == maxIdleWorkers },
+	require.Eventually(t, func() bool { return srv.openConnections() == 0 && idle() == http1.MaxIdleWorkers },
 		5*time.Second, time.Millisecond, "%d workers wait", idle())
-	require.Equal(t, maxIdleWorkers, idle(), "the workers past the bound ended")
+	require.Equal(t, http1.MaxIdleWorkers, idle(), "the workers past the bound ended")
 
 	require.NoError(t, srv.Stop())
 	require.Zero(t, idle(), "Stop ends the waiting workers")

@@ -31,10 +31,9 @@ func FuzzHTTPConn(f *testing.F) {
 	require.NoError(f, err)
 	f.Fuzz(func(t *testing.T, data []byte, piece uint8) {
 		nc := &scriptedConn{in: data, piece: max(int(piece), 1)}
-		c := newHTTPConn(srv, nc)
-		require.True(t, srv.track(c))
+		c := srv.conns.NewConn(nc)
 		done := make(chan struct{})
-		go func() { c.serve(); close(done) }()
+		go func() { srv.conns.ServeConn(c); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(5 * time.Second): // far beyond any input's work
