@@ -23,6 +23,8 @@
 -- Returns
 --   {1, new, 0, rtt_ms_sum, claimed, "", log_length}  as done.lua's
 --                      accepted reply: every item completed now
+--                      (rtt_ms_sum an integer; log_length the config's
+--                      text, "" when unset: the caller reads both)
 --   {R.NOT_PLAIN}      nothing changed; run done.lua
 --   {R.CORRUPT, why}   the done set has the wrong type: nothing changed
 --
@@ -59,4 +61,7 @@ if type(added) == 'table' then
 end
 redis.call('HDEL', KEYS[2], unpack(ARGV, 3))
 redis.call('ZREM', KEYS[4], unpack(ARGV, 3))
-return {1, n, 0, string.format('%.0f', rtt_sum), n, '', tonumber(cfg[5] or '1000') or 1000}
+-- rtt_sum is a whole number of ms (a sum of differences of whole ms), so
+-- it goes back as an integer reply, and log_length as the text stored:
+-- string.format and tonumber cost a printf and a strtod on every call.
+return {1, n, 0, rtt_sum, n, '', cfg[5] or ''}

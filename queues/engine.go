@@ -15,6 +15,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -478,7 +479,7 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 			}
 			logLength := DefaultLogLength
 			if len(rest) > 5 {
-				logLength = int(replyInt(rest[5]))
+				logLength = replyLogLength(rest[5])
 			}
 			e.publishLater(ctx, slug, entry, logLength)
 		}
@@ -501,6 +502,21 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 		return DoneResult{}, unavailable(op, errors.New("project state is corrupt ("+replyString(rest[0])+"); nothing was marked done"))
 	}
 	return DoneResult{}, unavailable(op, errors.New("done script returned an unknown code"))
+}
+
+// replyLogLength reads a done reply's log_length: done.lua's number, or
+// done_plain.lua's config text, read as done.lua's `tonumber(text or
+// '1000') or 1000` reads it ("" is unset).
+func replyLogLength(v any) int {
+	switch v := v.(type) {
+	case int64:
+		return int(v)
+	case string:
+		if n, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+			return int(n)
+		}
+	}
+	return DefaultLogLength
 }
 
 // itemsDistinct reports whether no item is named twice.

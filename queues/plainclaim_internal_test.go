@@ -391,3 +391,17 @@ func FuzzAppendJSONStringIsJSONMarshal(f *testing.F) {
 		require.Equal(t, string(want), string(appendJSONString([]byte("x"), s)[1:]))
 	})
 }
+
+// TestReplyLogLength: done_plain.lua answers log_length as the config's
+// text ("" when unset) and done.lua as a number; both read as done.lua's
+// `tonumber(text or '1000') or 1000`.
+func TestReplyLogLength(t *testing.T) {
+	for _, c := range []struct {
+		reply any
+		want  int
+	}{
+		{int64(3), 3}, {"3", 3}, {" 7 ", 7}, {"0", 0}, {"", DefaultLogLength}, {"x", DefaultLogLength}, {nil, DefaultLogLength},
+	} {
+		require.Equal(t, c.want, replyLogLength(c.reply), "%#v", c.reply)
+	}
+}
