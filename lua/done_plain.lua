@@ -14,49 +14,60 @@
 -- KEYS[3] done       SET
 -- KEYS[4] deadlines  ZSET  item -> reclaim deadline (ms)
 --
--- ARGV[1] now (ms)
--- ARGV[2] downloader who reports the items
--- ARGV[3..] the items (at most 1000), each once: the caller sends a list
+-- ARGV[1] downloader who reports the items
+-- ARGV[2..] the items (at most 1000), each once: the caller sends a list
 --            that names an item twice to done.lua (done.lua counts it once;
 --            this script would count it twice)
 --
 -- Returns
---   {1, new, 0, rtt_ms_sum, claimed, "", log_length}  as done.lua's
---                      accepted reply: every item completed now
+--   {1, new, 0, claim_times, claimed, "", log_length}  as done.lua's
+--                      accepted reply (every item completed now), but
+--                      where done.lua has rtt_ms_sum, claim_times: for
+--                      each run of items sharing a claim record, its claim
+--                      time (ms, text) and the run's length, {at1, n1, at2,
+--                      n2, ...}; the caller sums now - at over the items.
+--                      log_length is the config's text, "" when unset.
 --   {R.NOT_PLAIN}      nothing changed; run done.lua
 --   {R.CORRUPT, why}   the done set has the wrong type: nothing changed
 --
 -- Note: where the items go is written first (if that fails nothing has
 -- changed), then their claims and deadlines are removed: the order of
 -- done.lua's plain path.
+--
+-- Note: nothing is formatted or converted to a number here (a printf or a
+-- strtod per call, which the claim-to-done sum and log_length cost when
+-- the script computed them): the caller does it from the text.
 
 local cfg = redis.call('HMGET', KEYS[1], 'event_log', 'done_mode', 'has_extras', 'downloader_budget', 'log_length')
 if cfg[1] ~= '0' or cfg[2] ~= 'keep' or cfg[3] ~= '0' or cfg[4] ~= '0' then
   return {R.NOT_PLAIN}
 end
-local now, downloader = tonumber(ARGV[1]), ARGV[2]
-local records = redis.call('HMGET', KEYS[2], unpack(ARGV, 3))
-local n = #ARGV - 2
-local rtt_sum = 0
+local downloader = ARGV[1]
+local records = redis.call('HMGET', KEYS[2], unpack(ARGV, 2))
+local n = #ARGV - 1
 -- A multi=N claim gave its N items one record, and Lua keeps one copy of
 -- equal strings, so a record equal to the one before is the same string:
--- each distinct record is matched and converted once, not once per item.
-local last, last_rtt
+-- each run of items sharing a record is matched once, not once per item.
+local times, runs = {}, 0
+local last, run = nil, 0
 for i = 1, n do
   local record = records[i]
   if record ~= last then
     if not record then return {R.NOT_PLAIN} end
     local at, claimant = string.match(record, '^1 (%d+) (%S+) ')
     if claimant ~= downloader then return {R.NOT_PLAIN} end
-    last, last_rtt = record, now - tonumber(at)
-    if last_rtt < 0 then last_rtt = 0 end
+    if runs > 0 then times[2 * runs] = run end
+    runs = runs + 1
+    times[2 * runs - 1] = at
+    last, run = record, 0
   end
-  rtt_sum = rtt_sum + last_rtt
+  run = run + 1
 end
-local added = redis.pcall('SADD', KEYS[3], unpack(ARGV, 3))
+times[2 * runs] = run
+local added = redis.pcall('SADD', KEYS[3], unpack(ARGV, 2))
 if type(added) == 'table' then
   return {R.CORRUPT, 'completions could not be kept: ' .. tostring(added.err)}
 end
-redis.call('HDEL', KEYS[2], unpack(ARGV, 3))
-redis.call('ZREM', KEYS[4], unpack(ARGV, 3))
-return {1, n, 0, string.format('%.0f', rtt_sum), n, '', tonumber(cfg[5] or '1000') or 1000}
+redis.call('HDEL', KEYS[2], unpack(ARGV, 2))
+redis.call('ZREM', KEYS[4], unpack(ARGV, 2))
+return {1, n, 0, times, n, '', cfg[5] or ''}

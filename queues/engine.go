@@ -15,6 +15,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -447,12 +448,13 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 	for _, item := range req.Items {
 		args = append(args, item)
 	}
-	// done_plain.lua's ARGV are now, the downloader and the items: the
-	// same values, without the log entry's parts (the frontend builds the
-	// entry) and the event log's result (a project with an event log is
-	// not plain).
-	plainArgs := make([]any, 0, 2+len(req.Items))
-	plainArgs = append(plainArgs, args[0], args[1])
+	// done_plain.lua's ARGV are the downloader and the items: the same
+	// values, without now (the frontend sums the claim-to-done times from
+	// the claim times it answers), the log entry's parts (the frontend
+	// builds the entry) and the event log's result (a project with an
+	// event log is not plain).
+	plainArgs := make([]any, 0, 1+len(req.Items))
+	plainArgs = append(plainArgs, args[1])
 	plainArgs = append(plainArgs, args[6:]...)
 	// done_plain.lua counts every item it is given, so a list that names
 	// an item twice goes to done.lua, which counts it once.
@@ -471,14 +473,14 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 	case 1:
 		result := DoneResult{New: int(replyInt(rest[0])), Duplicates: int(replyInt(rest[1]))}
 		if result.New > 0 {
-			e.countDone(ctx, req, now, total, groups, result.New, replyInt(rest[2]), replyInt(rest[3]))
+			e.countDone(ctx, req, now, total, groups, result.New, replyRTTSum(rest[2], now.UnixMilli()), replyInt(rest[3]))
 			entry := replyString(rest[4])
 			if entry == "" {
 				entry = doneLogEntry(req, now, total, tail, distinct)
 			}
 			logLength := DefaultLogLength
 			if len(rest) > 5 {
-				logLength = int(replyInt(rest[5]))
+				logLength = replyLogLength(rest[5])
 			}
 			e.publishLater(ctx, slug, entry, logLength)
 		}
@@ -501,6 +503,46 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 		return DoneResult{}, unavailable(op, errors.New("project state is corrupt ("+replyString(rest[0])+"); nothing was marked done"))
 	}
 	return DoneResult{}, unavailable(op, errors.New("done script returned an unknown code"))
+}
+
+// replyRTTSum reads a done reply's claim-to-done sum (ms): done.lua's
+// number, or done_plain.lua's claim times {at1, n1, at2, n2, ...}, each
+// run of n items claimed at `at` adding n × (now - at), a negative
+// difference (a claim time ahead of this frontend's clock) as 0, as
+// done.lua counts it.
+func replyRTTSum(v any, nowMS int64) int64 {
+	times, ok := v.([]any)
+	if !ok {
+		return replyInt(v)
+	}
+	var sum int64
+	for i := 0; i+1 < len(times); i += 2 {
+		at, err := strconv.ParseInt(replyString(times[i]), 10, 64)
+		if err != nil {
+			// done_plain.lua matched %d+: only digits past int64 get
+			// here, a time so far ahead that done.lua counts 0.
+			continue
+		}
+		if rtt := nowMS - at; rtt > 0 {
+			sum += rtt * replyInt(times[i+1])
+		}
+	}
+	return sum
+}
+
+// replyLogLength reads a done reply's log_length: done.lua's number, or
+// done_plain.lua's config text, read as done.lua's `tonumber(text or
+// '1000') or 1000` reads it ("" is unset).
+func replyLogLength(v any) int {
+	switch v := v.(type) {
+	case int64:
+		return int(v)
+	case string:
+		if n, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+			return int(n)
+		}
+	}
+	return DefaultLogLength
 }
 
 // itemsDistinct reports whether no item is named twice.

@@ -391,3 +391,30 @@ func FuzzAppendJSONStringIsJSONMarshal(f *testing.F) {
 		require.Equal(t, string(want), string(appendJSONString([]byte("x"), s)[1:]))
 	})
 }
+
+// TestReplyLogLength: done_plain.lua answers log_length as the config's
+// text ("" when unset) and done.lua as a number; both read as done.lua's
+// `tonumber(text or '1000') or 1000`.
+func TestReplyLogLength(t *testing.T) {
+	for _, c := range []struct {
+		reply any
+		want  int
+	}{
+		{int64(3), 3}, {"3", 3}, {" 7 ", 7}, {"0", 0}, {"", DefaultLogLength}, {"x", DefaultLogLength}, {nil, DefaultLogLength},
+	} {
+		require.Equal(t, c.want, replyLogLength(c.reply), "%#v", c.reply)
+	}
+}
+
+// TestReplyRTTSum: done_plain.lua answers the claim times of each run of
+// items sharing a record, done.lua the sum; a claim time ahead of now
+// counts 0, as done.lua counts it.
+func TestReplyRTTSum(t *testing.T) {
+	const now = 10_000
+	require.EqualValues(t, 42, replyRTTSum(int64(42), now))
+	require.EqualValues(t, 42, replyRTTSum("42", now))
+	require.EqualValues(t, 3*1000+2*4000, replyRTTSum([]any{"9000", int64(3), "6000", int64(2)}, now))
+	require.EqualValues(t, 1000, replyRTTSum([]any{"12000", int64(5), "9000", int64(1)}, now), "a claim time ahead counts 0")
+	require.EqualValues(t, 0, replyRTTSum([]any{"99999999999999999999", int64(1)}, now))
+	require.EqualValues(t, 0, replyRTTSum([]any{}, now))
+}
