@@ -172,7 +172,9 @@ func BenchmarkAnnounceJoins(b *testing.B) {
 
 // measureAnnounces announces b.N requests from benchParallelism
 // goroutines per CPU, flushes, and reports redis-server's CPU per
-// announce, the peers each answer carried and the script's µs per call.
+// announce, the peers each answer carried and the script's µs per call;
+// the announces and the flush are one callgrind part
+// (countRedisInstructions).
 func measureAnnounces(b *testing.B, backend redistest.Backend, store *swarm.Store, request func(rng *rand.Rand) *bittorrent.AnnounceRequest) {
 	ctx := context.Background()
 	var peersSeen atomic.Int64
@@ -181,6 +183,7 @@ func measureAnnounces(b *testing.B, backend redistest.Backend, store *swarm.Stor
 	resetStats(b, backend.Client)
 	cpuBefore := redisCPUSeconds(b, backend.Client)
 	b.ResetTimer()
+	stopCount := countRedisInstructions(b)
 	b.RunParallel(func(pb *testing.PB) {
 		rng := rand.New(rand.NewPCG(rand.Uint64(), 0))
 		for pb.Next() {
@@ -196,6 +199,7 @@ func measureAnnounces(b *testing.B, backend redistest.Backend, store *swarm.Stor
 		b.Fatal(err)
 	}
 	b.StopTimer()
+	stopCount()
 	b.ReportMetric((redisCPUSeconds(b, backend.Client)-cpuBefore)*1e6/float64(b.N), "redis-µs/announce")
 	b.ReportMetric(float64(peersSeen.Load())/float64(b.N), "peers/op")
 	b.ReportMetric(redisMicrosPerCall(b, backend.Client), "redis-µs/script")
