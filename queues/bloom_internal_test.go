@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -81,28 +80,22 @@ func BenchmarkBloomAddScript(b *testing.B) {
 }
 
 // slowlogScripts runs fn with SLOWLOG logging every command (on every
-// master of a cluster), and returns how long each EVALSHA/EVAL took inside
+// master of a cluster), and returns how long each script call took inside
 // Redis. Redis 7 logs the commands a script calls too, so fn must stay well
 // under slowlog-max-len of them.
 func slowlogScripts(ctx context.Context, tb testing.TB, rdb redis.UniversalClient, fn func()) []time.Duration {
 	var took []time.Duration
 	for _, entry := range slowlogEntries(ctx, tb, rdb, fn) {
-		if len(entry.Args) > 0 && strings.HasPrefix(strings.ToUpper(entry.Args[0]), "EVAL") {
+		if len(entry.Args) > 0 && luascript.IsScriptCall(entry.Args[0]) {
 			took = append(took, entry.Duration)
 		}
 	}
 	return took
 }
 
-// loadOnEveryNode loads script into every master's script cache.
+// loadOnEveryNode loads script's function on every master.
 func loadOnEveryNode(ctx context.Context, tb testing.TB, rdb redis.UniversalClient, script *luascript.Script) {
-	if cluster, ok := rdb.(*redis.ClusterClient); ok {
-		require.NoError(tb, cluster.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-			return script.Load(ctx, node).Err()
-		}))
-		return
-	}
-	require.NoError(tb, script.Load(ctx, rdb).Err())
+	require.NoError(tb, script.Load(ctx, rdb))
 }
 
 // slowlogEntries runs fn with SLOWLOG logging every command, and returns
@@ -161,7 +154,7 @@ func TestBackfeedSecretIsNeverACommandArgument(t *testing.T) {
 		require.Equal(t, 2, res.New)
 		scripts := 0
 		for _, entry := range entries {
-			if strings.EqualFold(entry.Args[0], "evalsha") || strings.EqualFold(entry.Args[0], "eval") {
+			if luascript.IsScriptCall(entry.Args[0]) {
 				scripts++
 			}
 			for _, arg := range entry.Args {
@@ -195,8 +188,8 @@ func TestBackfeedScriptsStayWithinTheBudget(t *testing.T) {
 		for i := range items {
 			items[i] = fmt.Sprintf("url:https://example.org/%04d", i)
 		}
-		// Loaded first: otherwise the first call's EVALSHA answered NOSCRIPT
-		// and its EVAL would be counted as two scripts when this test runs
+		// Loaded first: otherwise the first call's FCALL answered "Function
+		// not found" and its second FCALL would be counted as two scripts when this test runs
 		// before any other has loaded bloom_add.lua on this server.
 		loadOnEveryNode(ctx, t, b.Client, bloomAddScript)
 		var res BackfeedResult

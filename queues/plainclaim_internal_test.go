@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hoardproject/hoard/internal/luascript"
 	"github.com/hoardproject/hoard/internal/redistest"
 )
 
@@ -35,9 +36,9 @@ func newPlainBundle(t *testing.T, b redistest.Backend, slug string) plainBundle 
 		b: NewEngine(b.Client, Options{Clock: clock, Logger: quiet})}
 	_, err := pb.a.CreateProject(ctx, slug, SettingsPatch{})
 	require.NoError(t, err)
-	// Which scripts ran since the last flush: Redis caches a script once
-	// it ran (EVALSHA's NOSCRIPT falls back to EVAL), on the node of the
-	// project's slot.
+	// Which scripts ran since the last flush: a script's function is
+	// loaded once a call found it missing (FCALL's "Function not found"
+	// loads it), on the node of the project's slot among others.
 	pb.node = b.Client
 	if cluster, ok := b.Client.(*redis.ClusterClient); ok {
 		node, err := cluster.MasterForKey(ctx, ConfigKey(slug))
@@ -45,9 +46,12 @@ func newPlainBundle(t *testing.T, b redistest.Backend, slug string) plainBundle 
 		pb.node = node
 	}
 	pb.script = func() (bool, bool, bool, bool) {
-		have, err := pb.node.ScriptExists(ctx, claimScript.Hash(), claimPlainScript.Hash(), doneScript.Hash(), donePlainScript.Hash()).Result()
-		require.NoError(t, err)
-		return have[0], have[1], have[2], have[3]
+		have := func(s *luascript.Script) bool {
+			libs, err := pb.node.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: s.Name()}).Result()
+			require.NoError(t, err)
+			return len(libs) == 1
+		}
+		return have(claimScript), have(claimPlainScript), have(doneScript), have(donePlainScript)
 	}
 	return pb
 }
@@ -73,7 +77,7 @@ func (pb plainBundle) claim(e *Engine, downloader string, n int) ([]string, erro
 
 func (pb plainBundle) flushScripts(t *testing.T) {
 	t.Helper()
-	require.NoError(t, pb.node.ScriptFlush(pb.ctx).Err())
+	require.NoError(t, pb.node.FunctionFlush(pb.ctx).Err())
 }
 
 // TestPlainProjectIsServedByThePlainScripts: a new project's claims and

@@ -266,7 +266,7 @@ func (t *announceTarget) addr(mode btloadgen.Mode) string {
 type announceRun struct {
 	res                        btloadgen.Result
 	selfCPU, redisCPU, peerCPU time.Duration
-	// scriptTime is the time Redis spent inside EVAL/EVALSHA (its
+	// scriptTime is the time Redis spent inside FCALL/EVALSHA (its
 	// commandstats), a part of redisCPU.
 	scriptTime time.Duration
 	// settled is how long after the run its CPU was still counted
@@ -434,9 +434,9 @@ func benchAnnounce(ctx context.Context, o announceBenchOptions) error {
 
 	fmt.Printf("\nmedians of %d runs of %d announces (%d in flight). CPU columns are microseconds per answered announce:\n", o.runs, o.announces, o.concurrency)
 	if o.plugin != "" {
-		fmt.Printf("loadgen = this process (the load generator), tracker = hoard's plugin process or opentracker, redis = redis-server (script = inside EVALSHA)\n")
+		fmt.Printf("loadgen = this process (the load generator), tracker = hoard's plugin process or opentracker, redis = redis-server (script = inside FCALL)\n")
 	} else {
-		fmt.Printf("loadgen = this process (the load generator, plus hoard's tracker on hoard rows), tracker = opentracker, redis = redis-server (script = inside EVALSHA)\n")
+		fmt.Printf("loadgen = this process (the load generator, plus hoard's tracker on hoard rows), tracker = opentracker, redis = redis-server (script = inside FCALL)\n")
 	}
 	fmt.Printf("%-15s %-12s %10s %-22s %8s %8s %6s %6s %7s %7s %7s %7s\n",
 		"mode", "target", "announce/s", "(runs)", "p50", "p99", "errors", "peers", "loadgen", "tracker", "redis", "script")
@@ -768,14 +768,15 @@ func redisCPU(ctx context.Context, rdb *redis.Client) (time.Duration, error) {
 	return time.Duration(total * float64(time.Second)), nil
 }
 
-// redisScriptTime is the time Redis has spent inside EVAL and EVALSHA
-// (INFO commandstats; the commands a script calls are inside it too).
+// redisScriptTime is the time Redis has spent inside script calls (FCALL,
+// or EVALSHA and EVAL without functions; INFO commandstats: the commands a
+// script calls are inside it too).
 func redisScriptTime(ctx context.Context, rdb *redis.Client) (time.Duration, error) {
 	stats, err := redisCommandStats(ctx, rdb)
 	if err != nil {
 		return 0, err
 	}
-	return time.Duration(stats["evalsha"].usec+stats["eval"].usec) * time.Microsecond, nil
+	return time.Duration(stats.scripts().usec) * time.Microsecond, nil
 }
 
 // reportAnnounceProfile merges the per-run profiles into path and prints

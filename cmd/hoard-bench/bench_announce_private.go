@@ -391,7 +391,7 @@ func benchAnnouncePrivate(ctx context.Context, o privateBenchOptions) error {
 	}
 
 	fmt.Printf("\nmedians of %d runs of %d announces (%d in flight). CPU columns are microseconds per answered announce:\n", o.runs, o.announces, o.concurrency)
-	fmt.Println("loadgen = this process, plugin = the tracker's hoard-bittorrent process, redis = its redis-server (script = inside EVALSHA)")
+	fmt.Println("loadgen = this process, plugin = the tracker's hoard-bittorrent process, redis = its redis-server (script = inside FCALL)")
 	fmt.Printf("%-15s %-15s %10s %-36s %8s %8s %6s %7s %7s %7s %7s\n",
 		"mode", "accounting", "announce/s", "(runs)", "p50", "p99", "errors", "loadgen", "plugin", "redis", "script")
 	for _, fig := range all {
@@ -411,7 +411,7 @@ func benchAnnouncePrivate(ctx context.Context, o privateBenchOptions) error {
 		ratio, each := pairedRatios(fig.runs[0], fig.runs[1])
 		fmt.Printf("%-15s %-15s %10.2f (%s)\n", fig.mode, "on/off paired", ratio, each)
 	}
-	fmt.Println("\nRedis commands per announce over the measured runs (INFO commandstats; a script's commands count on their own lines and inside evalsha's time), the 10 whose time differs most:")
+	fmt.Println("\nRedis commands per announce over the measured runs (INFO commandstats; a script's commands count on their own lines and inside fcall's time), the 10 whose time differs most:")
 	fmt.Printf("%-15s %-22s %9s %9s %9s %9s\n", "mode", "command", "on calls", "off calls", "on us", "off us")
 	for _, fig := range all {
 		for _, d := range compareCommands(fig.commands[0], fig.announces[0], fig.commands[1], fig.announces[1], 10) {

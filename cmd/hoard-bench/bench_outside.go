@@ -23,6 +23,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hoardproject/hoard/internal/localredis"
+	"github.com/hoardproject/hoard/internal/luascript"
 	"github.com/hoardproject/hoard/queues"
 )
 
@@ -524,7 +525,7 @@ func redisCommandCount(ctx context.Context, rdb *redis.Client) (int64, string, e
 	}
 	var all []cs
 	var total int64
-	evalshaMicros := "?"
+	var scriptCalls, scriptMicros int64
 	sc := bufio.NewScanner(strings.NewReader(info))
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
@@ -533,10 +534,12 @@ func redisCommandCount(ctx context.Context, rdb *redis.Client) (int64, string, e
 			continue
 		}
 		calls, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
-		if name == "evalsha" {
+		if luascript.IsScriptCall(name) {
 			// The time inside the scripts, without the network's share.
-			if _, per, ok := strings.Cut(rest, "usec_per_call="); ok {
-				evalshaMicros = strings.SplitN(per, ",", 2)[0]
+			if _, usec, ok := strings.Cut(rest, "usec="); ok {
+				n, _ := strconv.ParseInt(strings.SplitN(usec, ",", 2)[0], 10, 64)
+				scriptCalls += calls
+				scriptMicros += n
 			}
 		}
 		if name == "info" || strings.HasPrefix(name, "config") {
@@ -550,5 +553,9 @@ func redisCommandCount(ctx context.Context, rdb *redis.Client) (int64, string, e
 	for i := 0; i < len(all) && i < 6; i++ {
 		top = append(top, fmt.Sprintf("%s %d", all[i].name, all[i].calls))
 	}
-	return total, strings.Join(top, ", ") + "; evalsha " + evalshaMicros + " us per call inside Redis", nil
+	perCall := "?"
+	if scriptCalls > 0 {
+		perCall = fmt.Sprintf("%.2f", float64(scriptMicros)/float64(scriptCalls))
+	}
+	return total, strings.Join(top, ", ") + "; scripts (fcall/evalsha) " + perCall + " us per call inside Redis", nil
 }

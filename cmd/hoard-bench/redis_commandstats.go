@@ -8,15 +8,32 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hoardproject/hoard/internal/luascript"
 )
 
 // commandStat is one command's line of INFO commandstats: its calls and
 // the microseconds Redis spent in them. A command a script calls counts
-// on its own line, and its time is inside evalsha's too.
+// on its own line, and its time is inside fcall's (evalsha's on a server
+// without functions) too.
 type commandStat struct{ calls, usec int64 }
 
-// commandStats is INFO commandstats by command name ("evalsha", "hset").
+// commandStats is INFO commandstats by command name ("fcall", "hset").
 type commandStats map[string]commandStat
+
+// scripts sums the script calls' lines: FCALL, and EVALSHA and EVAL where
+// a server has no functions (luascript.IsScriptCall), so a figure of
+// "time inside scripts" reads the same on either.
+func (c commandStats) scripts() commandStat {
+	var sum commandStat
+	for name, s := range c {
+		if luascript.IsScriptCall(name) {
+			sum.calls += s.calls
+			sum.usec += s.usec
+		}
+	}
+	return sum
+}
 
 // redisCommandStats reads INFO commandstats.
 func redisCommandStats(ctx context.Context, rdb *redis.Client) (commandStats, error) {

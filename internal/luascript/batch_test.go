@@ -24,8 +24,9 @@ var record = luascript.Load(fstest.MapFS{"record.lua": {Data: []byte(
 func TestBatcherRunsEveryCallOnceWithItsOwnReply(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		ctx := t.Context()
-		// Not loaded: the first batch is answered NOSCRIPT and sent again as EVAL.
-		require.NoError(t, b.Client.ScriptFlush(ctx).Err())
+		// Not loaded: the first batch is answered "Function not found" and
+		// sent again after FUNCTION LOAD.
+		require.NoError(t, flushFunctions(ctx, b.Client))
 		batcher := luascript.NewBatcher(b.Client, 2, 8)
 		const calls = 200
 		replies := make([][]any, calls)
@@ -76,7 +77,7 @@ func (h *holdFirstPipeline) ProcessHook(next redis.ProcessHook) redis.ProcessHoo
 }
 func (h *holdFirstPipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if !h.armed.Load() || cmds[0].Name() != "evalsha" {
+		if !h.armed.Load() || cmds[0].Name() != "fcall" {
 			return next(ctx, cmds) // a new connection's handshake
 		}
 		h.mu.Lock()
@@ -106,7 +107,7 @@ func TestBatcherSendsTheCallsThatWaitedInOneBatch(t *testing.T) {
 	hold := &holdFirstPipeline{entered: make(chan struct{}), release: make(chan struct{})}
 	client.AddHook(hold)
 	ctx := t.Context()
-	require.NoError(t, record.Load(ctx, client).Err())
+	require.NoError(t, record.Load(ctx, client))
 	hold.armed.Store(true)
 	batcher := luascript.NewBatcher(client, 1, 64)
 

@@ -2,7 +2,9 @@ package luascript
 
 import (
 	"context"
-	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -17,7 +19,9 @@ import (
 // go-redis still follows a cluster's MOVED and ASK (the script did not run
 // there) and replays a command it closed the connection under before
 // writing, and otherwise hands the first error to the caller, who knows
-// whether the call may be repeated.
+// whether the call may be repeated. The one call this package repeats
+// itself is one Redis answered without running it: the function or script
+// not loaded, or FCALL unknown to the server.
 
 // sentOnce is a script call go-redis must not send a second time.
 type sentOnce struct{ *redis.Cmd }
@@ -32,44 +36,11 @@ type Processor interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
 }
 
-// onceScripter is the redis.Scripter that redis.Script's Run and Eval call
-// back (EVALSHA, then EVAL with the script's source after a NOSCRIPT): it
-// builds each call as go-redis does and sends it as sentOnce.
-type onceScripter struct{ rdb Processor }
-
-func (o onceScripter) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	return o.send(ctx, "evalsha", sha1, keys, args)
-}
-
-func (o onceScripter) Eval(ctx context.Context, src string, keys []string, args ...any) *redis.Cmd {
-	return o.send(ctx, "eval", src, keys, args)
-}
-
-// errNotUsed answers the parts of redis.Scripter that redis.Script's Run
-// and Eval never call for a script made by Load (NewScript: its hash is
-// computed, not loaded).
-var errNotUsed = errors.New("luascript: not used by Run")
-
-func (o onceScripter) EvalRO(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
-	return redis.NewCmdResult(nil, errNotUsed)
-}
-
-func (o onceScripter) EvalShaRO(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
-	return redis.NewCmdResult(nil, errNotUsed)
-}
-
-func (o onceScripter) ScriptExists(ctx context.Context, _ ...string) *redis.BoolSliceCmd {
-	return redis.NewBoolSliceResult(nil, errNotUsed)
-}
-
-func (o onceScripter) ScriptLoad(ctx context.Context, _ string) *redis.StringCmd {
-	return redis.NewStringResult("", errNotUsed)
-}
-
-// send sends a call built by scriptCmd once.
-func (o onceScripter) send(ctx context.Context, name, script string, keys []string, args []any) *redis.Cmd {
+// send sends (or, on a pipeline, queues) one script call built by
+// scriptCmd, once.
+func send(ctx context.Context, rdb Processor, name any, script string, keys []string, args []any) *redis.Cmd {
 	cmd := scriptCmd(ctx, name, script, keys, args)
-	_ = o.rdb.Process(ctx, sentOnce{cmd})
+	_ = rdb.Process(ctx, sentOnce{cmd})
 	return cmd
 }
 
@@ -77,18 +48,16 @@ func (o onceScripter) send(ctx context.Context, name, script string, keys []stri
 var (
 	evalName    any = "eval"
 	evalShaName any = "evalsha"
+	fcallName   any = "fcall"
 )
 
-// scriptCmd builds a script call as go-redis's own Eval and EvalSha do
-// (name, script or its hash, key count, keys, then the arguments, a lone
-// slice argument spread out) with KEYS[1] as its cluster routing key.
-func scriptCmd(ctx context.Context, name, script string, keys []string, args []any) *redis.Cmd {
+// scriptCmd builds a script call as go-redis's own Eval, EvalSha and FCall
+// do (name, script, its hash or its function's name, key count, keys, then
+// the arguments, a lone slice argument spread out) with KEYS[1] as its
+// cluster routing key.
+func scriptCmd(ctx context.Context, name any, script string, keys []string, args []any) *redis.Cmd {
 	cmdArgs := make([]any, 3+len(keys), 3+len(keys)+len(args))
-	cmdArgs[0] = evalName
-	if name == "evalsha" {
-		cmdArgs[0] = evalShaName
-	}
-	cmdArgs[1], cmdArgs[2] = script, len(keys)
+	cmdArgs[0], cmdArgs[1], cmdArgs[2] = name, script, len(keys)
 	for i, key := range keys {
 		cmdArgs[3+i] = key
 	}
@@ -117,4 +86,52 @@ func appendArgs(dst, args []any) []any {
 		}
 	}
 	return append(dst, args...)
+}
+
+// The replies that say a call did not run, so it may be sent again.
+
+// functionMissing: the server has functions but not this one (restarted
+// without persistence, FUNCTION FLUSH, a new node, or never loaded).
+func functionMissing(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "ERR Function not found")
+}
+
+// noScript: EVALSHA of a script not in the server's cache.
+func noScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
+
+// noFunctions: the server has no FCALL or FUNCTION (Redis before 7.0, a
+// server that renamed them away), or the client's ACL user may not run
+// them.
+func noFunctions(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := strings.ToLower(err.Error())
+	return (strings.HasPrefix(msg, "err unknown command") || strings.HasPrefix(msg, "noperm")) &&
+		(strings.Contains(msg, "'fcall'") || strings.Contains(msg, "'function"))
+}
+
+// Which clients talk to a server without functions: learnt from the first
+// call that Redis answered so (it did not run), then used for every later
+// call of that client, so the check is made once per client, not per
+// call. Keyed by the client (go-redis's clients are pointers); a cluster's
+// node clients, which orphan cleanup uses, are keyed on their own. Only
+// such clients are kept, and anyEvalOnly spares every call the map
+// look-up until there is one.
+var (
+	evalOnlyClients sync.Map // Processor → struct{}
+	anyEvalOnly     atomic.Bool
+)
+
+func evalOnly(rdb Processor) bool {
+	if !anyEvalOnly.Load() {
+		return false
+	}
+	_, ok := evalOnlyClients.Load(rdb)
+	return ok
+}
+
+func markEvalOnly(rdb Processor) {
+	evalOnlyClients.Store(rdb, struct{}{})
+	anyEvalOnly.Store(true)
 }

@@ -174,36 +174,15 @@ func (s *Store) Register(ctx context.Context, regs []Registration) (int, error) 
 	return added, nil
 }
 
-// runPipelined runs calls of one script in a pipeline with EVALSHA; when
-// some fail with NOSCRIPT (a node restarted or was flushed), it loads the
-// script on every node and runs those once more.
+// runPipelined runs calls of one script in one pipeline; calls a node
+// answered without running (its functions lost to a restart or a flush)
+// are loaded and sent again once (luascript.RunPipelined).
 func runPipelined(ctx context.Context, rdb redis.UniversalClient, script *luascript.Script, calls []call) []*redis.Cmd {
-	cmds := make([]*redis.Cmd, len(calls))
-	_, _ = rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for i, c := range calls {
-			cmds[i] = script.EvalSha(ctx, pipe, c.keys, c.args...)
-		}
-		return nil
-	})
-	var retry []int
-	for i, cmd := range cmds {
-		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			retry = append(retry, i)
-		}
+	run := make([]luascript.Call, len(calls))
+	for i, c := range calls {
+		run[i] = luascript.Call{Script: script, Keys: c.keys, Args: c.args}
 	}
-	if len(retry) == 0 {
-		return cmds
-	}
-	if err := script.Load(ctx, rdb).Err(); err != nil {
-		return cmds
-	}
-	_, _ = rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for _, i := range retry {
-			cmds[i] = script.EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
-		}
-		return nil
-	})
-	return cmds
+	return luascript.RunPipelined(ctx, rdb, run)
 }
 
 // Window is how long an IP stays counted in a metric.

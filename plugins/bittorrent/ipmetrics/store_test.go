@@ -3,12 +3,15 @@ package ipmetrics_test
 import (
 	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
 
+	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/internal/redistest"
@@ -195,15 +198,22 @@ func TestReportRanksPlaces(t *testing.T) {
 	})
 }
 
-// TestRegisterAfterScriptFlush: a node that lost its scripts (restarted,
-// SCRIPT FLUSH) answers NOSCRIPT inside the pipeline; the script is loaded
-// and those registrations run again, once.
+// TestRegisterAfterScriptFlush: a node that lost its functions (restarted,
+// FUNCTION FLUSH) answers "Function not found" inside the pipeline; the
+// script is loaded and those registrations run again, once.
 func TestRegisterAfterScriptFlush(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		f := newFixture(t, b)
 		h := infoHash("flush")
 		require.Equal(t, 8, f.register(addr("10.3.0.1"), h, london))
-		require.NoError(t, b.Client.ScriptFlush(t.Context()).Err())
+		flush := func(ctx context.Context, node *redis.Client) error {
+			return errors.Join(node.ScriptFlush(ctx).Err(), node.FunctionFlush(ctx).Err())
+		}
+		if cluster, ok := b.Client.(*redis.ClusterClient); ok {
+			require.NoError(t, cluster.ForEachMaster(t.Context(), flush))
+		} else {
+			require.NoError(t, flush(t.Context(), b.Client.(*redis.Client)))
+		}
 		var regs []ipmetrics.Registration
 		for i := range 50 {
 			regs = append(regs, ipmetrics.Registration{IP: netip.AddrFrom4([4]byte{10, 3, 1, byte(i)}), Hash: h, Loc: london,

@@ -396,16 +396,9 @@ func (c *Cleaner) runPipelined(ctx context.Context, script *luascript.Script, ca
 	if len(calls) == 0 {
 		return nil
 	}
-	cmds := make([]*redis.Cmd, len(calls))
-	pipe := c.rdb.Pipeline()
+	run := make([]luascript.Call, len(calls))
 	for i, call := range calls {
-		cmds[i] = script.EvalSha(ctx, pipe, call.keys, call.args...)
+		run[i] = luascript.Call{Script: script, Keys: call.keys, Args: call.args}
 	}
-	_, _ = pipe.Exec(ctx) // errors are read per command
-	for i, cmd := range cmds {
-		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			cmds[i] = script.Run(ctx, c.rdb, calls[i].keys, calls[i].args...)
-		}
-	}
-	return cmds
+	return luascript.RunPipelined(ctx, c.rdb, run)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hoardproject/hoard/internal/luascript"
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/internal/redisurl"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
@@ -398,7 +399,7 @@ func writesRemovedEntry(user string) func(redis.Cmder) bool {
 // so its reply is read through Val, not by its type.
 func purgeStartReply(cmd redis.Cmder, user string) string {
 	c, ok := cmd.(interface{ Val() any })
-	if !ok || cmd.Err() != nil || (cmd.Name() != "evalsha" && cmd.Name() != "eval") {
+	if !ok || cmd.Err() != nil || !luascript.IsScriptCall(cmd.Name()) {
 		return ""
 	}
 	reply, ok := c.Val().([]any)

@@ -4,6 +4,7 @@ import (
 	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
 
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -230,15 +231,17 @@ func TestScriptsReloadAfterScriptFlush(t *testing.T) {
 		flushScripts := func() {
 			if cluster, ok := b.Client.(*redis.ClusterClient); ok {
 				require.NoError(t, cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-					return c.ScriptFlush(ctx).Err()
+					return errors.Join(c.ScriptFlush(ctx).Err(), c.FunctionFlush(ctx).Err())
 				}))
 				return
 			}
 			require.NoError(t, b.Client.ScriptFlush(ctx).Err())
+			require.NoError(t, b.Client.FunctionFlush(ctx).Err())
 		}
 		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"))
 		f.flush()
-		// A restarted Redis has no scripts: announces, flushes (user sets)
+		// A restarted Redis (without persistence) has no scripts and no
+		// functions: announces, flushes (user sets)
 		// and sweeps (expire, due_settle) load theirs again.
 		flushScripts()
 		for i := range 5 {

@@ -18,10 +18,13 @@ import (
 // prepended: Redis runs a script's whole body on every call, so the
 // prelude's closures and tables would otherwise be built for nothing on
 // each call (user_sets.lua runs on every flush, feed_settle.lua and
-// zrem_unchanged.lua once per torrent per round).
+// zrem_unchanged.lua once per torrent per round). expire.lua has the
+// codes too: it calls none of the prelude's functions that name them, but
+// a function library may not name a global it lacks (luascript's
+// TestNoScriptUsesAGlobal).
 var (
 	announceScript      = btstore.Script("announce.lua", btstore.LuaCodes(announceCodes), prelude)
-	expireScript        = btstore.Script("expire.lua", prelude)
+	expireScript        = btstore.Script("expire.lua", btstore.LuaCodes(announceCodes), prelude)
 	dueSettleScript     = btstore.Script("due_settle.lua")
 	userSetsScript      = btstore.Script("user_sets.lua")
 	zremUnchangedScript = btstore.Script("zrem_unchanged.lua")
@@ -68,8 +71,8 @@ var announceCodes = map[string]int64{
 	"CHEAT_NO_LEECHER": cheatNoLeecher, "CHEAT_UPLOAD_RATE": cheatUploadRate, "CHEAT_OVER_DOWNLOAD": cheatOverDownload,
 }
 
-// runScriptList runs a script that returns an array, with EVALSHA (EVAL
-// once after a NOSCRIPT). On a cluster go-redis routes it by KEYS[1]; all
+// runScriptList runs a script that returns an array (luascript.Run: FCALL,
+// loading its function if missing). On a cluster go-redis routes it by KEYS[1]; all
 // KEYS share one hash tag, so one slot.
 func (s *Store) runScriptList(ctx context.Context, op string, script *luascript.Script, keys []string, args ...any) ([]any, error) {
 	list, err := luascript.RunList(ctx, s.rdb, script, keys, args...)
@@ -96,47 +99,19 @@ func (c *scriptCall) scriptOr(batch *luascript.Script) *luascript.Script {
 
 // runScriptsPipelined runs many invocations of one script in a single
 // pipeline (go-redis splits it by node on a cluster) and returns one
-// command per call, in order. When calls fail with NOSCRIPT (a node
-// restarted or was added since the script was loaded), the script is
-// loaded on every node and those calls are sent again in one more
-// pipeline, so a restart costs one extra round trip, not one per call.
+// command per call, in order. Calls a node answered without running (its
+// functions lost to a restart or a flush) are loaded and sent again in one
+// more pipeline (luascript.RunPipelined), so a restart costs one extra
+// round trip, not one per call.
 func (s *Store) runScriptsPipelined(ctx context.Context, script *luascript.Script, calls []scriptCall) []*redis.Cmd {
 	if len(calls) == 0 {
 		return nil
 	}
-	cmds := make([]*redis.Cmd, len(calls))
-	pipe := s.rdb.Pipeline()
+	run := make([]luascript.Call, len(calls))
 	for i := range calls {
-		cmds[i] = calls[i].scriptOr(script).EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
+		run[i] = luascript.Call{Script: calls[i].scriptOr(script), Keys: calls[i].keys, Args: calls[i].args}
 	}
-	_, _ = pipe.Exec(ctx) // errors are read per command
-	var missing []int
-	for i, cmd := range cmds {
-		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			missing = append(missing, i)
-		}
-	}
-	if len(missing) == 0 {
-		return cmds
-	}
-	loaded := map[*luascript.Script]bool{}
-	for _, i := range missing {
-		sc := calls[i].scriptOr(script)
-		if _, tried := loaded[sc]; !tried {
-			loaded[sc] = sc.Load(ctx, s.rdb).Err() == nil
-		}
-	}
-	pipe = s.rdb.Pipeline()
-	for _, i := range missing {
-		sc := calls[i].scriptOr(script)
-		if !loaded[sc] {
-			cmds[i] = sc.Run(ctx, s.rdb, calls[i].keys, calls[i].args...)
-			continue
-		}
-		cmds[i] = sc.EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
-	}
-	_, _ = pipe.Exec(ctx)
-	return cmds
+	return luascript.RunPipelined(ctx, s.rdb, run)
 }
 
 // cmdList reads a pipelined script reply that should be an array.

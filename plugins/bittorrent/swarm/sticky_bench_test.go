@@ -20,7 +20,7 @@ import (
 // queue written every DefaultWriteBehind of that clock. "/direct" sends every
 // announce through announce.lua. One caller, so redis-µs/announce is
 // redis-server's CPU per announce with no pipeline sharing it; script-µs
-// is its time inside EVALSHA per announce, scripts/announce how many
+// is its time inside FCALL per announce, scripts/announce how many
 // script calls each announce cost and commands/announce how many Redis
 // commands (inside scripts or not): the last two do not swing with the
 // machine's load.
