@@ -269,16 +269,7 @@ func FuzzWarriorConn(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte, piece uint8) {
 		l := newWarriorListener(api, metrics, ratelog.New(ratelog.Config{Logger: quietLog}), quietLog, nil)
 		l.handoff = newHandoffListener(&net.TCPAddr{})
-		handed := make(chan []byte, 1)
-		go func() {
-			nc, err := l.handoff.Accept()
-			if err != nil {
-				handed <- nil
-				return
-			}
-			rest, _ := io.ReadAll(nc)
-			handed <- rest
-		}()
+		handed := readHandedOff(l.handoff)
 		nc := &pieceConn{in: data, piece: max(int(piece), 1)}
 		c := l.conns.NewConn(nc)
 		done := make(chan struct{})
@@ -386,16 +377,7 @@ func TestWarriorHeadPastTheLimitGoesToNetHTTP(t *testing.T) {
 	}{{0, false}, {warriorMaxHead / 2, false}, {warriorMaxHead, true}} {
 		l := newWarriorListener(api, NewMetrics(nil, quietLog), ratelog.New(ratelog.Config{Logger: quietLog}), quietLog, nil)
 		l.handoff = newHandoffListener(&net.TCPAddr{})
-		handed := make(chan []byte, 1)
-		go func() {
-			nc, err := l.handoff.Accept()
-			if err != nil {
-				handed <- nil
-				return
-			}
-			rest, _ := io.ReadAll(nc)
-			handed <- rest
-		}()
+		handed := readHandedOff(l.handoff)
 		raw := rawPost("/p/done", `{"downloader":"tester1","item":"x"}`, "X-Pad: "+strings.Repeat("p", tc.pad)+"\r\n")
 		nc := &pieceConn{in: []byte(raw), piece: 1000}
 		l.conns.ServeConn(l.conns.NewConn(nc))
@@ -410,4 +392,21 @@ func TestWarriorHeadPastTheLimitGoesToNetHTTP(t *testing.T) {
 		require.Len(t, nc.writes, 1)
 		require.True(t, strings.HasPrefix(string(nc.writes[0]), "HTTP/1.1 200 OK\r\n"), "%q", nc.writes[0])
 	}
+}
+
+// readHandedOff reads what the handoff listener's first connection
+// carries: the bytes the warrior listener handed on to net/http, or nil
+// when the listener closed with nothing handed.
+func readHandedOff(h *handoffListener) <-chan []byte {
+	handed := make(chan []byte, 1)
+	go func() {
+		nc, err := h.Accept()
+		if err != nil {
+			handed <- nil
+			return
+		}
+		rest, _ := io.ReadAll(nc)
+		handed <- rest
+	}()
+	return handed
 }
