@@ -250,15 +250,8 @@ func TestAnswerGoesWithTheClose(t *testing.T) {
 			h := &echoHandler{pad: tc.pad}
 			cfg := testConfig()
 			cfg.WriteTimeout = 10 * time.Second
-			s := NewServer[int](cfg, h)
-			ln, err := Listen(context.Background(), "127.0.0.1:0")
-			require.NoError(t, err)
-			s.Start(ln)
-			defer func() {
-				require.NoError(t, s.Close())
-				s.Wait(context.Background())
-			}()
-			nc, err := net.Dial("tcp", ln.Addr().String())
+			_, addr := startTestServer(t, cfg, h)
+			nc, err := net.Dial("tcp", addr)
 			require.NoError(t, err)
 			defer nc.Close()
 			require.NoError(t, nc.SetDeadline(time.Now().Add(10*time.Second)))
@@ -287,15 +280,8 @@ func TestAnswerGoesWithTheClose(t *testing.T) {
 func TestFinalAnswerIsBoundedByWriteTimeout(t *testing.T) {
 	cfg := testConfig()
 	cfg.WriteTimeout = 50 * time.Millisecond
-	s := NewServer[int](cfg, &echoHandler{pad: 64 << 20})
-	ln, err := Listen(context.Background(), "127.0.0.1:0")
-	require.NoError(t, err)
-	s.Start(ln)
-	defer func() {
-		require.NoError(t, s.Close())
-		s.Wait(context.Background())
-	}()
-	nc, err := net.Dial("tcp", ln.Addr().String())
+	s, addr := startTestServer(t, cfg, &echoHandler{pad: 64 << 20})
+	nc, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
 	defer nc.Close()
 	_, err = io.WriteString(nc, "GET /a HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
@@ -308,4 +294,19 @@ func TestFinalAnswerIsBoundedByWriteTimeout(t *testing.T) {
 	require.NoError(t, nc.SetReadDeadline(time.Now().Add(10*time.Second)))
 	n, _ := io.Copy(io.Discard, nc)
 	require.Less(t, n, int64(64<<20))
+}
+
+// startTestServer serves h on a loopback port from Listen until the test
+// ends, and returns the server and its address.
+func startTestServer(t *testing.T, cfg ServerConfig, h *echoHandler) (*Server[int], string) {
+	t.Helper()
+	s := NewServer[int](cfg, h)
+	ln, err := Listen(context.Background(), "127.0.0.1:0")
+	require.NoError(t, err)
+	s.Start(ln)
+	t.Cleanup(func() {
+		require.NoError(t, s.Close())
+		s.Wait(context.Background())
+	})
+	return s, ln.Addr().String()
 }
