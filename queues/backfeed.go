@@ -178,21 +178,43 @@ func (s bloomShape) cost() int {
 const blockedWordCost = 8
 
 // argsPerItem is how many script arguments an item carries for this
-// generation: its k bit locations, or an offset and a mask per word.
+// generation: its k bit locations, or one string naming its words
+// (blockedBatch.item).
 func (s bloomShape) argsPerItem() int {
 	if s.words > 0 {
-		return 2 * int(s.words)
+		return 1
 	}
 	return int(s.k)
 }
 
-// appendLocations appends item's locations in this generation to args.
-func (s bloomShape) appendLocations(args []any, item string) []any {
-	if s.words > 0 {
-		return blockedLocations(args, item, s)
+// appendBloomBatch appends a batch to bloom_add.lua's arguments: the item
+// count; per item its name, its target (1-based) and, for each generation
+// of shapes, its locations (a classic generation's k bit locations, a
+// blocked one's word references); then each blocked generation's words.
+func appendBloomBatch(args []any, shapes []bloomShape, items []string, target func(item string) int) []any {
+	blocked := make([]*blockedBatch, len(shapes))
+	for g, shape := range shapes {
+		if shape.words > 0 {
+			blocked[g] = newBlockedBatch(shape, len(items))
+		}
 	}
-	for _, loc := range bloomLocations(item, s.m, s.k) {
-		args = append(args, loc)
+	args = append(args, len(items))
+	for _, item := range items {
+		args = append(args, item, target(item))
+		for g, shape := range shapes {
+			if blocked[g] != nil {
+				args = append(args, blocked[g].item(item))
+				continue
+			}
+			for _, loc := range bloomLocations(item, shape.m, shape.k) {
+				args = append(args, loc)
+			}
+		}
+	}
+	for _, batch := range blocked {
+		if batch != nil {
+			args = batch.appendWords(args)
+		}
 	}
 	return args
 }
@@ -366,14 +388,9 @@ func (e *Engine) bloomAdd(ctx context.Context, slug, secret string, q Queue, ite
 		if withNext {
 			nextText = next.String()
 		}
-		args := make([]any, 0, 8+len(kept)*perItem)
+		args := make([]any, 0, 9+len(kept)*perItem+len(kept)*3*8)
 		args = append(args, salt, digest, gens, strings.Join(known, ","), nextText, state.version, state.filtersVersion, filtered)
-		for _, item := range kept {
-			args = append(args, item, groupFor(state.groups, item)+2)
-			for _, shape := range passed {
-				args = shape.appendLocations(args, item)
-			}
-		}
+		args = appendBloomBatch(args, passed, kept, func(item string) int { return groupFor(state.groups, item) + 2 })
 		code, rest, err := e.runScriptList(ctx, op, bloomAddScript, keys, args...)
 		if err != nil {
 			return result, err

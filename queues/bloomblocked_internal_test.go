@@ -3,7 +3,6 @@ package queues
 import (
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -51,36 +50,19 @@ func TestBlockedShapeMeetsItsRate(t *testing.T) {
 	}{{n, 1e-4, 0.5}, {n, 1e-6, 0}} {
 		shape := newBlockedShape(c.capacity, c.fp)
 		words := make([]uint32, shape.m/blockedWordBits)
-		var args []any
-		locate := func(item string) []any {
-			args = blockedLocations(args[:0], item, shape)
-			return args
-		}
-		word := func(offset any) *uint32 {
-			index, err := strconv.Atoi(offset.(string)[1:])
-			require.NoError(t, err)
-			return &words[index]
-		}
-		mask := func(text any) uint32 {
-			v, err := strconv.ParseInt(text.(string), 10, 32)
-			require.NoError(t, err)
-			return uint32(int32(v))
-		}
 		for i := range c.capacity {
-			loc := locate(fmt.Sprintf("https://example.org/in/%d", i))
-			for w := 0; w < len(loc); w += 2 {
-				*word(loc[w]) |= mask(loc[w+1])
-			}
+			blockedWords(fmt.Sprintf("https://example.org/in/%d", i), shape, func(word uint64, mask uint32) {
+				words[word] |= mask
+			})
 		}
 		positives := 0
 		for i := range c.capacity {
-			loc := locate(fmt.Sprintf("https://example.org/out/%d", i))
 			all := true
-			for w := 0; w < len(loc); w += 2 {
-				if m := mask(loc[w+1]); *word(loc[w])&m != m {
+			blockedWords(fmt.Sprintf("https://example.org/out/%d", i), shape, func(word uint64, mask uint32) {
+				if words[word]&mask != mask {
 					all = false
 				}
-			}
+			})
 			if all {
 				positives++
 			}
