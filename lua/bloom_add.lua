@@ -17,8 +17,7 @@
 -- - a blocked generation's words are read with one BITFIELD_RO for the
 --   whole batch and each word this batch changed is written once, with one
 --   BITFIELD for the batch: a few operations per item. The caller lists the
---   batch's distinct words once (the BITFIELD_RO's arguments, ready to
---   unpack), and an item names its words by their place in that list and
+--   batch's distinct words once, and an item names its words by their place in that list and
 --   its masks as bytes: Lua neither hashes offset strings nor parses
 --   numbers per item (tonumber is two strtod calls), which was a third of
 --   the script's cost (callgrind, docs/warrior-api.md "Backfeed");
@@ -65,15 +64,16 @@
 --         (counted in stats.items_filtered when the batch is accepted)
 -- ARGV[9] n, the number of items
 -- ARGV[10..] per item: the item, its target (1-based, among the target
---         queues), then for each generation 1..G (and G+1 when ARGV[5]
+--         queues; only when there are several: with one, every item goes
+--         to it), then for each generation 1..G (and G+1 when ARGV[5]
 --         names its shape) its locations: for a classic generation its k
 --         bit locations, already reduced mod m; for a blocked one a string
 --         of 6 bytes per word (queues.blockedBatch): the word's 1-based
 --         place in that generation's word list (2 bytes, big-endian) and
 --         the mask of the item's bits in it (4 bytes, big-endian)
 --         then, for each blocked generation among them in order, its word
---         list: the count U, then U triples "GET" "i32" "#<word>" (the
---         word's BITFIELD offset in i32 units), each word once
+--         list: the count U, then U BITFIELD offsets "#<word>" (i32 units),
+--         each word once
 --
 -- Returns {new, duplicates, G', placed, waiting, count} where G' is the
 --   generation count now, of the duplicates, placed were out, done,
@@ -142,7 +142,10 @@ end
 local with_next = ARGV[5] ~= ''
 if with_next then add_shape(ARGV[5]) end
 -- offsets[g]: where generation g's locations start within an item's block.
-local offsets, stride = {}, 2
+-- An item carries its target only when there are several.
+local first_target = 9 + gens
+local targeted = #KEYS - 2 > first_target
+local offsets, stride = {}, targeted and 2 or 1
 for g = 1, #ks do
   offsets[g] = stride
   stride = stride + widths[g]
@@ -177,7 +180,7 @@ end
 -- A blocked generation's words, read once for the whole batch: cache[g][p]
 -- is the value of the p-th word of its list (as BITFIELD i32 reads it),
 -- kept up to date as this batch sets bits. listed[g] is where the list's
--- first triple is in ARGV. A generation that does not exist yet reads as
+-- first offset is in ARGV. A generation that does not exist yet reads as
 -- zeros.
 local cache, listed = {}, {}
 local at_list = first_item + n * stride
@@ -187,10 +190,15 @@ for g = 1, #ks do
     listed[g] = at_list + 1
     local known = {}
     if u > 0 and (g <= gens or redis.call('EXISTS', KEYS[7 + g]) == 1) then
-      known = call_sliced('BITFIELD_RO', KEYS[7 + g], ARGV, at_list + 1, at_list + 3 * u, 6000)
+      local ops, c = {}, 0
+      for j = at_list + 1, at_list + u do
+        ops[c + 1], ops[c + 2], ops[c + 3] = 'GET', 'i32', ARGV[j]
+        c = c + 3
+      end
+      known = call_sliced('BITFIELD_RO', KEYS[7 + g], ops, 1, c, 6000)
     end
     cache[g] = known
-    at_list = at_list + 1 + 3 * u
+    at_list = at_list + 1 + u
   end
 end
 
@@ -260,7 +268,6 @@ if #candidates > 0 then
   end
 end
 
-local first_target = 9 + gens
 local current = gens -- the generation new items go into (KEYS[7 + current])
 local fresh, duplicates = 0, 0
 local to, all = {}, {}
@@ -303,7 +310,7 @@ for i = 1, n do
       redis.call('BITFIELD', KEYS[7 + current], unpack(ops))
     end
     count = count + 1
-    local target = ARGV[at + 1]
+    local target = targeted and ARGV[at + 1] or '1'
     local key = target_key[target]
     if not key then
       key = KEYS[first_target + tonumber(target) - 1]
@@ -327,17 +334,15 @@ end
 if #all > 0 then call_sliced('SADD', KEYS[#KEYS], all, 1, #all, 1000) end
 local format = string.format
 for g, changed in pairs(dirty) do
-  local ops = {}
-  local known, list = cache[g], listed[g]
+  local ops, c = {}, 0
+  local known, list = cache[g], listed[g] - 1
   for p in pairs(changed) do
     -- '%d': a number argument would be formatted with '%.17g', a
     -- floating-point conversion that cost more than the BITFIELD itself.
-    ops[#ops + 1] = 'SET'
-    ops[#ops + 1] = 'i32'
-    ops[#ops + 1] = ARGV[list + 3 * (p - 1) + 2]
-    ops[#ops + 1] = format('%d', known[p])
+    ops[c + 1], ops[c + 2], ops[c + 3], ops[c + 4] = 'SET', 'i32', ARGV[list + p], format('%d', known[p])
+    c = c + 4
   end
-  call_sliced('BITFIELD', KEYS[7 + g], ops, 1, #ops, 6000)
+  call_sliced('BITFIELD', KEYS[7 + g], ops, 1, c, 6000)
 end
 if current > gens then
   if gens > 0 then shapes = ARGV[4] .. ',' .. ARGV[5] else shapes = ARGV[5] end

@@ -188,9 +188,10 @@ func (s bloomShape) argsPerItem() int {
 }
 
 // appendBloomBatch appends a batch to bloom_add.lua's arguments: the item
-// count; per item its name, its target (1-based) and, for each generation
-// of shapes, its locations (a classic generation's k bit locations, a
-// blocked one's word references); then each blocked generation's words.
+// count; per item its name, its target (1-based; only when there are
+// several targets, target non-nil) and, for each generation of shapes, its
+// locations (a classic generation's k bit locations, a blocked one's word
+// references); then each blocked generation's words.
 func appendBloomBatch(args []any, shapes []bloomShape, items []string, target func(item string) int) []any {
 	blocked := make([]*blockedBatch, len(shapes))
 	for g, shape := range shapes {
@@ -200,7 +201,10 @@ func appendBloomBatch(args []any, shapes []bloomShape, items []string, target fu
 	}
 	args = append(args, len(items))
 	for _, item := range items {
-		args = append(args, item, target(item))
+		args = append(args, item)
+		if target != nil {
+			args = append(args, target(item))
+		}
 		for g, shape := range shapes {
 			if blocked[g] != nil {
 				args = append(args, blocked[g].item(item))
@@ -390,7 +394,11 @@ func (e *Engine) bloomAdd(ctx context.Context, slug, secret string, q Queue, ite
 		}
 		args := make([]any, 0, 9+len(kept)*perItem+len(kept)*3*8)
 		args = append(args, salt, digest, gens, strings.Join(known, ","), nextText, state.version, state.filtersVersion, filtered)
-		args = appendBloomBatch(args, passed, kept, func(item string) int { return groupFor(state.groups, item) + 2 })
+		var target func(string) int
+		if len(state.groups) > 0 {
+			target = func(item string) int { return groupFor(state.groups, item) + 2 }
+		}
+		args = appendBloomBatch(args, passed, kept, target)
 		code, rest, err := e.runScriptList(ctx, op, bloomAddScript, keys, args...)
 		if err != nil {
 			return result, err

@@ -229,11 +229,13 @@ func (b *blockedBatch) item(item string) string {
 }
 
 // appendWords appends the batch's word list as bloom_add.lua reads it: the
-// count, then a BITFIELD GET per word.
+// count, then each word's BITFIELD offset. (The script adds each GET's
+// "GET" and "i32": an argument costs Redis ~900 instructions to parse and
+// hand to Lua, a table entry built in Lua a tenth of that.)
 func (b *blockedBatch) appendWords(args []any) []any {
 	args = append(args, len(b.words))
 	for _, word := range b.words {
-		args = append(args, "GET", "i32", "#"+strconv.FormatUint(word, 10))
+		args = append(args, "#"+strconv.FormatUint(word, 10))
 	}
 	return args
 }
