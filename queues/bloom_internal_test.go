@@ -275,3 +275,42 @@ func TestBloomBatchWithoutNextGenerationIsRefusedWhenItCouldStartOne(t *testing.
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// TestBackfeedScriptsTakeTurns: an engine runs bloom_add.lua
+// bloomScriptsInFlight calls at a time, so a warrior's script waits behind
+// that many, not one per concurrent backfeed. A backfeed whose turn does
+// not come before its context ends fails, having queued nothing; once the
+// turn is free it runs.
+func TestBackfeedScriptsTakeTurns(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := t.Context()
+		e := NewEngine(b.Client, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		secret := "secret_123"
+		_, err := e.CreateProject(ctx, "turns", SettingsPatch{BackfeedSecret: &secret})
+		require.NoError(t, err)
+		for range bloomScriptsInFlight {
+			e.bloomTurns <- struct{}{}
+		}
+		waiting, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			_, err := e.Backfeed(waiting, "turns", secret, []string{"url:a", "url:b"})
+			done <- err
+		}()
+		cancel()
+		err = <-done
+		require.Equal(t, CodeUnavailable, CodeOf(err))
+		require.ErrorIs(t, err, context.Canceled)
+		length, err := b.Client.LLen(ctx, QueueKey("turns", QueueBackfeed)).Result()
+		require.NoError(t, err)
+		require.Zero(t, length, "a backfeed that never had its turn queued nothing")
+
+		for range bloomScriptsInFlight {
+			<-e.bloomTurns
+		}
+		res, err := e.Backfeed(ctx, "turns", secret, []string{"url:a", "url:b"})
+		require.NoError(t, err)
+		require.Equal(t, 2, res.New)
+		require.Empty(t, e.bloomTurns, "every turn is given back")
+	})
+}
