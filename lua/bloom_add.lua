@@ -171,7 +171,8 @@ local function call_sliced(command, key, args, first, last, step)
   for i = first, last, step do
     local reply = redis.call(command, key, unpack(args, i, math.min(i + step - 1, last)))
     if type(reply) == 'table' then
-      for _, v in ipairs(reply) do out[#out + 1] = v end
+      local c = #out
+      for j = 1, #reply do out[c + j] = reply[j] end
     end
   end
   return out
@@ -227,7 +228,7 @@ end
 -- First the filter as it was before this batch: most duplicates of a
 -- backfeed end here, without the look-ups below. An admin call (no salt)
 -- looks every item up, to report where the known ones are.
-local in_filter, candidates, candidate_at = {}, {}, {}
+local in_filter, candidates, candidate_at, c = {}, {}, {}, 0
 local admin = ARGV[1] == ''
 for i = 1, n do
   local at = first_item + (i - 1) * stride
@@ -235,8 +236,9 @@ for i = 1, n do
     if in_generation(g, at) then in_filter[i] = true break end
   end
   if admin or not in_filter[i] then
-    candidates[#candidates + 1] = ARGV[at]
-    candidate_at[#candidates] = i
+    c = c + 1
+    candidates[c] = ARGV[at]
+    candidate_at[c] = i
   end
 end
 
@@ -246,10 +248,19 @@ end
 -- during the script, so one bulk look-up per place answers for the batch.
 local placed, waiting = {}, {}
 local placed_count, waiting_count = 0, 0
-if #candidates > 0 then
+if c > 0 then
+  -- Numeric loops: ipairs calls its iterator once per element.
   local function mark(command, key, absent)
-    for j, v in ipairs(call_sliced(command, key, candidates, 1, #candidates, 6000)) do
-      if v ~= absent and v ~= false then placed[candidate_at[j]] = true end
+    local reply = call_sliced(command, key, candidates, 1, c, 6000)
+    for j = 1, c do
+      local v = reply[j]
+      if v ~= absent and v ~= false then
+        local i = candidate_at[j]
+        if not placed[i] then
+          placed[i] = true
+          placed_count = placed_count + 1
+        end
+      end
     end
   end
   -- HMGET answers false for a missing field; SMISMEMBER 0 for a non-member.
@@ -258,10 +269,10 @@ if #candidates > 0 then
   if redis.call('EXISTS', KEYS[6]) == 1 then mark('HMGET', KEYS[6]) end
   if redis.call('EXISTS', KEYS[7]) == 1 then mark('ZMSCORE', KEYS[7]) end
   if redis.call('EXISTS', KEYS[#KEYS - 1]) == 1 then mark('HMGET', KEYS[#KEYS - 1]) end
-  for _ in pairs(placed) do placed_count = placed_count + 1 end
-  for j, v in ipairs(call_sliced('SMISMEMBER', KEYS[#KEYS], candidates, 1, #candidates, 6000)) do
+  local queued = call_sliced('SMISMEMBER', KEYS[#KEYS], candidates, 1, c, 6000)
+  for j = 1, c do
     local i = candidate_at[j]
-    if v == 1 and not placed[i] then
+    if queued[j] == 1 and not placed[i] then
       waiting[i] = true
       waiting_count = waiting_count + 1
     end

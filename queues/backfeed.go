@@ -61,10 +61,14 @@ const MaxBloomBatch = 1000
 // generations and sets k in the newest (or in G+1 when it starts), so it
 // costs the sum of k over generations 1..G+1, plus bloomItemOverhead.
 // Measured on redis-server 7.0 (BenchmarkBloomAddScript,
-// docs/warrior-api.md, "Backfeed"), a new item costs about 19 us with the default filter (k =
-// 20), so 4,096 bits, 85 items with one generation, keep a call near
-// 1.4 ms; one 1,000-item call took 31-64 ms.
-var bloomScriptBudget = 4096
+// docs/warrior-api.md, "Backfeed"), a new item costs about 19 us with the
+// default classic filter (k = 20); one 1,000-item call took 31-64 ms. With
+// two calls in flight (bloomScriptsInFlight) a warrior waits behind up to
+// two, so each is half what one could be: 2,048 is 64 items of the
+// default blocked shape (73 of a classic one), and beat 4,096 with one
+// call in flight both for new items/s and for the warriors beside them
+// (docs/warrior-api.md, "Backfeed").
+var bloomScriptBudget = 2048
 
 // bloomItemOverhead is an item's cost besides its bits, in bits: its share
 // of the four bulk look-ups (out, done, released, recently done), its push,
@@ -83,9 +87,10 @@ func bloomBatchSize(bitsPerItem int) int {
 // clients in turn: when every backfeed request had its script in flight, a
 // warrior's claim or done queued behind one script per concurrent request
 // (8 senders: warrior p99 65.8 ms beside them against 8.6 quiet, in `make
-// bench`). Taking turns, it waits behind at most this many per frontend,
-// and the next call's arguments are built while one runs.
-const bloomScriptsInFlight = 1
+// bench`). Taking turns, it waits behind at most this many per frontend.
+// Two, not one: while one runs the next is already waiting in Redis, so
+// Redis does not idle for a frontend's round trip between calls.
+const bloomScriptsInFlight = 2
 
 // bloomTurn waits for a turn to run bloom_add.lua, or for ctx; release
 // gives the turn back.
