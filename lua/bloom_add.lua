@@ -123,8 +123,8 @@ end
 local filtered = tonumber(ARGV[8])
 
 -- Each generation's shape: a classic one ("m:k:cap") carries an item's k
--- bit locations; a blocked one ("m:k:cap:wW") an offset and a mask for each
--- of its W words.
+-- bit locations; a blocked one ("m:k:cap:wW") one string naming its W words
+-- (their places in the generation's word list) and its masks in them.
 local ks, caps, words, widths = {}, {}, {}, {}
 local function add_shape(text)
   local _, k, cap, w = string.match(text, '^(%d+):(%d+):(%d+):w(%d+)$')

@@ -197,9 +197,10 @@ func (s bloomShape) cost() int {
 // a word costs less than that inside Redis (its read and write are 7
 // arguments of batch-wide BITFIELDs; a new item in the default 3-word shape
 // took 7.6 µs of EVALSHA against a classic 20-bit item's 28.5, side by side
-// at load 25), but a call of 128 such items, 1 ms at that load, is as long
-// as a warrior should wait behind one (a quarter of the classic calls'
-// 4.2 ms), and the call's fixed part is small beside 128 items.
+// at load 25), but at 8 a call takes 64 items of the default shape, as
+// many as two calls in flight (bloomScriptsInFlight) should hold a warrior
+// behind them, and the call's fixed part is small beside 64 items (~2k of
+// the ~85k Redis instructions per new item, callgrind).
 const blockedWordCost = 8
 
 // argsPerItem is how many script arguments an item carries for this

@@ -207,7 +207,7 @@ func TestBackfeedScriptsStayWithinTheBudget(t *testing.T) {
 		res, err = e.Backfeed(ctx, "split", secret, items)
 		require.NoError(t, err)
 		require.Equal(t, 1000, res.Duplicate, "every item is in the filter")
-		// Within one script, an item is decided after the ones before it.
+		// Within one script, an item twice is queued once.
 		res, err = e.Backfeed(ctx, "split", secret, []string{"url:twice", "url:once", "url:twice"})
 		require.NoError(t, err)
 		require.Equal(t, BackfeedResult{Received: 3, New: 2, Duplicate: 1}, res)
