@@ -16,7 +16,11 @@
 -- the script spends calls where they count:
 -- - a blocked generation's words are read with one BITFIELD_RO for the
 --   whole batch and each word this batch changed is written once, with one
---   BITFIELD for the batch: a few operations per item;
+--   BITFIELD for the batch: a few operations per item. The caller lists the
+--   batch's distinct words once, and an item names its words by their place in that list and
+--   its masks as bytes: Lua neither hashes offset strings nor parses
+--   numbers per item (tonumber is two strtod calls), which was a third of
+--   the script's cost (callgrind, docs/warrior-api.md "Backfeed");
 -- - a classic generation is read with GETBIT, stopping at the first zero
 --   bit, and a new item's k bits are set with one BITFIELD;
 -- - only the items the filter has not seen are looked up in the places an
@@ -58,13 +62,18 @@
 -- ARGV[7] the filters_version the caller dropped filtered items by
 -- ARGV[8] how many items of this batch the caller dropped by the filters
 --         (counted in stats.items_filtered when the batch is accepted)
--- ARGV[9..] per item: the item, its target (1-based, among the target
---         queues), then for each generation 1..G (and G+1 when ARGV[5]
+-- ARGV[9] n, the number of items
+-- ARGV[10..] per item: the item, its target (1-based, among the target
+--         queues; only when there are several: with one, every item goes
+--         to it), then for each generation 1..G (and G+1 when ARGV[5]
 --         names its shape) its locations: for a classic generation its k
---         bit locations, already reduced mod m; for a blocked one, for
---         each of its W words, the word's BITFIELD offset ("#<word>", i32
---         units) and the mask of the item's bits in it (a signed 32-bit
---         integer, as BITFIELD i32 and Lua's bit library read words)
+--         bit locations, already reduced mod m; for a blocked one a string
+--         of 6 bytes per word (queues.blockedBatch): the word's 1-based
+--         place in that generation's word list (2 bytes, big-endian) and
+--         the mask of the item's bits in it (4 bytes, big-endian)
+--         then, for each blocked generation among them in order, its word
+--         list: the count U, then U BITFIELD offsets "#<word>" (i32 units),
+--         each word once
 --
 -- Returns {new, duplicates, G', placed, waiting, count} where G' is the
 --   generation count now, of the duplicates, placed were out, done,
@@ -74,9 +83,12 @@
 --   disabled; {R.STALE_FILTER} the caller's generations differ from meta
 --   (re-read it); {R.STALE_GROUPS} limit groups or filters changed.
 --
--- Note: an item is a duplicate when ANY generation has all its bits set, or
--- when it is out, done (in the done set or recent_done), released, failed
--- or waiting in a queue. Runs without the prelude: R holds only the codes
+-- Note: an item is a duplicate when ANY generation had all its bits set
+-- before this batch, or when it is out, done (in the done set or
+-- recent_done), released, failed or waiting in a queue, or came earlier in
+-- this batch (the same string; the bits earlier items of the batch set are
+-- not tested again, so an item they cover by chance is queued, not lost as
+-- a false positive). Runs without the prelude: R holds only the codes
 -- above.
 
 if redis.call('EXISTS', KEYS[1]) == 0 then return {R.NO_PROJECT} end
@@ -111,8 +123,8 @@ end
 local filtered = tonumber(ARGV[8])
 
 -- Each generation's shape: a classic one ("m:k:cap") carries an item's k
--- bit locations; a blocked one ("m:k:cap:wW") an offset and a mask for each
--- of its W words.
+-- bit locations; a blocked one ("m:k:cap:wW") one string naming its W words
+-- (their places in the generation's word list) and its masks in them.
 local ks, caps, words, widths = {}, {}, {}, {}
 local function add_shape(text)
   local _, k, cap, w = string.match(text, '^(%d+):(%d+):(%d+):w(%d+)$')
@@ -122,7 +134,7 @@ local function add_shape(text)
   local g = #ks + 1
   ks[g], caps[g] = tonumber(k), tonumber(cap)
   words[g] = tonumber(w) or 0
-  widths[g] = words[g] > 0 and 2 * words[g] or ks[g]
+  widths[g] = words[g] > 0 and 1 or ks[g]
 end
 if gens > 0 then
   for text in string.gmatch(ARGV[4], '[^,]+') do add_shape(text) end
@@ -130,13 +142,16 @@ end
 local with_next = ARGV[5] ~= ''
 if with_next then add_shape(ARGV[5]) end
 -- offsets[g]: where generation g's locations start within an item's block.
-local offsets, stride = {}, 2
+-- An item carries its target only when there are several.
+local first_target = 9 + gens
+local targeted = #KEYS - 2 > first_target
+local offsets, stride = {}, targeted and 2 or 1
 for g = 1, #ks do
   offsets[g] = stride
   stride = stride + widths[g]
 end
-local first_item = 9
-local n = math.floor((#ARGV - first_item + 1) / stride)
+local first_item = 10
+local n = tonumber(ARGV[9])
 if n == 0 then
   if filtered > 0 then redis.call('HINCRBY', KEYS[3], 'items_filtered', filtered) end
   return {0, 0, gens}
@@ -150,59 +165,55 @@ end
 
 -- One command over many arguments, in slices: unpack() of a table longer
 -- than Lua's C stack (8,000) fails. Returns the replies concatenated.
-local function call_sliced(command, key, args, step)
-  if #args <= step then return redis.call(command, key, unpack(args)) end
+local function call_sliced(command, key, args, first, last, step)
+  if last - first < step then return redis.call(command, key, unpack(args, first, last)) end
   local out = {}
-  for i = 1, #args, step do
-    local reply = redis.call(command, key, unpack(args, i, math.min(i + step - 1, #args)))
+  for i = first, last, step do
+    local reply = redis.call(command, key, unpack(args, i, math.min(i + step - 1, last)))
     if type(reply) == 'table' then
-      for _, v in ipairs(reply) do out[#out + 1] = v end
+      local c = #out
+      for j = 1, #reply do out[c + j] = reply[j] end
     end
   end
   return out
 end
 
--- A blocked generation's words, read once for the whole batch:
--- cache[g][offset] is the word's value (as BITFIELD i32 reads it), kept up
--- to date as this batch sets bits, so an item is decided after the ones
--- before it. A generation that does not exist yet reads as zeros.
-local cache = {}
+-- A blocked generation's words, read once for the whole batch: cache[g][p]
+-- is the value of the p-th word of its list (as BITFIELD i32 reads it),
+-- kept up to date as this batch sets bits. listed[g] is where the list's
+-- first offset is in ARGV. A generation that does not exist yet reads as
+-- zeros.
+local cache, listed = {}, {}
+local at_list = first_item + n * stride
 for g = 1, #ks do
   if words[g] > 0 then
-    local known, ops = {}, {}
-    if g <= gens or redis.call('EXISTS', KEYS[7 + g]) == 1 then
-      local offsets_read = {}
-      for i = 1, n do
-        local base = first_item + (i - 1) * stride + offsets[g]
-        for w = 0, words[g] - 1 do
-          local offset = ARGV[base + 2 * w]
-          if known[offset] == nil then
-            known[offset] = 0
-            ops[#ops + 1] = 'GET'
-            ops[#ops + 1] = 'i32'
-            ops[#ops + 1] = offset
-            offsets_read[#offsets_read + 1] = offset
-          end
-        end
+    local u = tonumber(ARGV[at_list])
+    listed[g] = at_list + 1
+    local known = {}
+    if u > 0 and (g <= gens or redis.call('EXISTS', KEYS[7 + g]) == 1) then
+      local ops, c = {}, 0
+      for j = at_list + 1, at_list + u do
+        ops[c + 1], ops[c + 2], ops[c + 3] = 'GET', 'i32', ARGV[j]
+        c = c + 3
       end
-      for i, v in ipairs(call_sliced('BITFIELD_RO', KEYS[7 + g], ops, 6000)) do
-        known[offsets_read[i]] = v
-      end
+      known = call_sliced('BITFIELD_RO', KEYS[7 + g], ops, 1, c, 6000)
     end
     cache[g] = known
+    at_list = at_list + 1 + u
   end
 end
 
-local band, bor = bit.band, bit.bor
+local band, bor, tobit, byte = bit.band, bit.bor, bit.tobit, string.byte
 -- Whether generation g holds all the item's bits (at = the item's first
 -- argument).
 local function in_generation(g, at)
   local base = at + offsets[g]
   if words[g] > 0 then
-    local known = cache[g]
-    for w = 0, words[g] - 1 do
-      local mask = tonumber(ARGV[base + 2 * w + 1])
-      if band(known[ARGV[base + 2 * w]] or 0, mask) ~= mask then return false end
+    local known, ref = cache[g], ARGV[base]
+    for w = 0, 6 * (words[g] - 1), 6 do
+      local p1, p2, m1, m2, m3, m4 = byte(ref, w + 1, w + 6)
+      local mask = tobit(((m1 * 256 + m2) * 256 + m3) * 256 + m4)
+      if band(known[p1 * 256 + p2] or 0, mask) ~= mask then return false end
     end
     return true
   end
@@ -217,7 +228,7 @@ end
 -- First the filter as it was before this batch: most duplicates of a
 -- backfeed end here, without the look-ups below. An admin call (no salt)
 -- looks every item up, to report where the known ones are.
-local in_filter, candidates, candidate_at = {}, {}, {}
+local in_filter, candidates, candidate_at, c = {}, {}, {}, 0
 local admin = ARGV[1] == ''
 for i = 1, n do
   local at = first_item + (i - 1) * stride
@@ -225,8 +236,9 @@ for i = 1, n do
     if in_generation(g, at) then in_filter[i] = true break end
   end
   if admin or not in_filter[i] then
-    candidates[#candidates + 1] = ARGV[at]
-    candidate_at[#candidates] = i
+    c = c + 1
+    candidates[c] = ARGV[at]
+    candidate_at[c] = i
   end
 end
 
@@ -236,10 +248,19 @@ end
 -- during the script, so one bulk look-up per place answers for the batch.
 local placed, waiting = {}, {}
 local placed_count, waiting_count = 0, 0
-if #candidates > 0 then
+if c > 0 then
+  -- Numeric loops: ipairs calls its iterator once per element.
   local function mark(command, key, absent)
-    for j, v in ipairs(call_sliced(command, key, candidates, 6000)) do
-      if v ~= absent and v ~= false then placed[candidate_at[j]] = true end
+    local reply = call_sliced(command, key, candidates, 1, c, 6000)
+    for j = 1, c do
+      local v = reply[j]
+      if v ~= absent and v ~= false then
+        local i = candidate_at[j]
+        if not placed[i] then
+          placed[i] = true
+          placed_count = placed_count + 1
+        end
+      end
     end
   end
   -- HMGET answers false for a missing field; SMISMEMBER 0 for a non-member.
@@ -248,35 +269,29 @@ if #candidates > 0 then
   if redis.call('EXISTS', KEYS[6]) == 1 then mark('HMGET', KEYS[6]) end
   if redis.call('EXISTS', KEYS[7]) == 1 then mark('ZMSCORE', KEYS[7]) end
   if redis.call('EXISTS', KEYS[#KEYS - 1]) == 1 then mark('HMGET', KEYS[#KEYS - 1]) end
-  for _ in pairs(placed) do placed_count = placed_count + 1 end
-  for j, v in ipairs(call_sliced('SMISMEMBER', KEYS[#KEYS], candidates, 6000)) do
+  local queued = call_sliced('SMISMEMBER', KEYS[#KEYS], candidates, 1, c, 6000)
+  for j = 1, c do
     local i = candidate_at[j]
-    if v == 1 and not placed[i] then
+    if queued[j] == 1 and not placed[i] then
       waiting[i] = true
       waiting_count = waiting_count + 1
     end
   end
 end
 
-local first_target = 9 + gens
 local current = gens -- the generation new items go into (KEYS[7 + current])
 local fresh, duplicates = 0, 0
-local to = {}
-local dirty = {} -- dirty[g][offset]: a blocked word this batch changed
-local set_ops = {} -- a classic generation's BITFIELD SET u1 operations
+local to, all = {}, {}
+local batch = {} -- batch[item]: queued by this batch already
+local target_key = {} -- an item's target argument -> its queue's key
+local dirty = {} -- dirty[g][p]: a blocked word this batch changed
 for i = 1, n do
   local at = first_item + (i - 1) * stride
-  local seen = in_filter[i] or placed[i] or waiting[i]
-  if not seen and fresh > 0 then
-    -- An item of this batch may have set its bits already: the
-    -- generations written so far say so.
-    for g = math.max(gens, 1), current do
-      if in_generation(g, at) then seen = true break end
-    end
-  end
-  if seen then
+  local item = ARGV[at]
+  if in_filter[i] or placed[i] or waiting[i] or batch[item] then
     duplicates = duplicates + 1
   else
+    batch[item] = true
     if current == gens and (gens == 0 or count >= caps[gens]) then
       -- No generation yet, or the newest is full: start the next one.
       current = gens + 1
@@ -284,12 +299,14 @@ for i = 1, n do
     end
     local base = at + offsets[current]
     if words[current] > 0 then
-      local known = cache[current]
-      dirty[current] = dirty[current] or {}
-      for w = 0, words[current] - 1 do
-        local offset = ARGV[base + 2 * w]
-        known[offset] = bor(known[offset] or 0, tonumber(ARGV[base + 2 * w + 1]))
-        dirty[current][offset] = true
+      local known, ref = cache[current], ARGV[base]
+      local changed = dirty[current] or {}
+      dirty[current] = changed
+      for w = 0, 6 * (words[current] - 1), 6 do
+        local p1, p2, m1, m2, m3, m4 = byte(ref, w + 1, w + 6)
+        local p = p1 * 256 + p2
+        known[p] = bor(known[p] or 0, ((m1 * 256 + m2) * 256 + m3) * 256 + m4)
+        changed[p] = true
       end
     else
       -- Classic: all k bits in one BITFIELD, now, since the next items
@@ -304,28 +321,39 @@ for i = 1, n do
       redis.call('BITFIELD', KEYS[7 + current], unpack(ops))
     end
     count = count + 1
-    local key = KEYS[first_target + tonumber(ARGV[at + 1]) - 1]
-    to[key] = to[key] or {}
-    table.insert(to[key], ARGV[at])
+    local target = targeted and ARGV[at + 1] or '1'
+    local key = target_key[target]
+    if not key then
+      key = KEYS[first_target + tonumber(target) - 1]
+      target_key[target] = key
+    end
+    local list = to[key]
+    if not list then
+      list = {}
+      to[key] = list
+    end
+    list[#list + 1] = item
+    all[#all + 1] = item
     fresh = fresh + 1
   end
 end
 -- The pushes before the blocked words: a push that fails (a wrongly typed
 -- queue) leaves no item in the filter that is queued nowhere.
 for key, list in pairs(to) do
-  call_sliced('RPUSH', key, list, 1000)
-  call_sliced('SADD', KEYS[#KEYS], list, 1000)
+  call_sliced('RPUSH', key, list, 1, #list, 1000)
 end
-for g, offsets_set in pairs(dirty) do
-  local ops = {}
-  local known = cache[g]
-  for offset in pairs(offsets_set) do
-    ops[#ops + 1] = 'SET'
-    ops[#ops + 1] = 'i32'
-    ops[#ops + 1] = offset
-    ops[#ops + 1] = known[offset]
+if #all > 0 then call_sliced('SADD', KEYS[#KEYS], all, 1, #all, 1000) end
+local format = string.format
+for g, changed in pairs(dirty) do
+  local ops, c = {}, 0
+  local known, list = cache[g], listed[g] - 1
+  for p in pairs(changed) do
+    -- '%d': a number argument would be formatted with '%.17g', a
+    -- floating-point conversion that cost more than the BITFIELD itself.
+    ops[c + 1], ops[c + 2], ops[c + 3], ops[c + 4] = 'SET', 'i32', ARGV[list + p], format('%d', known[p])
+    c = c + 4
   end
-  call_sliced('BITFIELD', KEYS[7 + g], ops, 6000)
+  call_sliced('BITFIELD', KEYS[7 + g], ops, 1, c, 6000)
 end
 if current > gens then
   if gens > 0 then shapes = ARGV[4] .. ',' .. ARGV[5] else shapes = ARGV[5] end

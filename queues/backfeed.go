@@ -61,10 +61,14 @@ const MaxBloomBatch = 1000
 // generations and sets k in the newest (or in G+1 when it starts), so it
 // costs the sum of k over generations 1..G+1, plus bloomItemOverhead.
 // Measured on redis-server 7.0 (BenchmarkBloomAddScript,
-// docs/warrior-api.md, "Backfeed"), a new item costs about 19 us with the default filter (k =
-// 20), so 4,096 bits, 85 items with one generation, keep a call near
-// 1.4 ms; one 1,000-item call took 31-64 ms.
-var bloomScriptBudget = 4096
+// docs/warrior-api.md, "Backfeed"), a new item costs about 19 us with the
+// default classic filter (k = 20); one 1,000-item call took 31-64 ms. With
+// two calls in flight (bloomScriptsInFlight) a warrior waits behind up to
+// two, so each is half what one could be: 2,048 is 64 items of the
+// default blocked shape (73 of a classic one), and beat 4,096 with one
+// call in flight both for new items/s and for the warriors beside them
+// (docs/warrior-api.md, "Backfeed").
+var bloomScriptBudget = 2048
 
 // bloomItemOverhead is an item's cost besides its bits, in bits: its share
 // of the four bulk look-ups (out, done, released, recently done), its push,
@@ -76,6 +80,27 @@ const bloomItemOverhead = 8
 // MaxBloomBatch.
 func bloomBatchSize(bitsPerItem int) int {
 	return max(1, min(MaxBloomBatch, bloomScriptBudget/(bitsPerItem+bloomItemOverhead)))
+}
+
+// bloomScriptsInFlight is how many bloom_add.lua calls one engine (one
+// frontend) has in Redis at once. Redis runs one command at a time, taking
+// clients in turn: when every backfeed request had its script in flight, a
+// warrior's claim or done queued behind one script per concurrent request
+// (8 senders: warrior p99 65.8 ms beside them against 8.6 quiet, in `make
+// bench`). Taking turns, it waits behind at most this many per frontend.
+// Two, not one: while one runs the next is already waiting in Redis, so
+// Redis does not idle for a frontend's round trip between calls.
+const bloomScriptsInFlight = 2
+
+// bloomTurn waits for a turn to run bloom_add.lua, or for ctx; release
+// gives the turn back.
+func (e *Engine) bloomTurn(ctx context.Context, op string) (release func(), err error) {
+	select {
+	case e.bloomTurns <- struct{}{}:
+		return func() { <-e.bloomTurns }, nil
+	case <-ctx.Done():
+		return nil, unavailable(op, fmt.Errorf("waiting for a turn to run the Bloom filter's script: %w", context.Cause(ctx)))
+	}
 }
 
 // ErrBadSecret is the cause of a refused backfeed.
@@ -172,27 +197,54 @@ func (s bloomShape) cost() int {
 // a word costs less than that inside Redis (its read and write are 7
 // arguments of batch-wide BITFIELDs; a new item in the default 3-word shape
 // took 7.6 µs of EVALSHA against a classic 20-bit item's 28.5, side by side
-// at load 25), but a call of 128 such items, 1 ms at that load, is as long
-// as a warrior should wait behind one (a quarter of the classic calls'
-// 4.2 ms), and the call's fixed part is small beside 128 items.
+// at load 25), but at 8 a call takes 64 items of the default shape, as
+// many as two calls in flight (bloomScriptsInFlight) should hold a warrior
+// behind them, and the call's fixed part is small beside 64 items (~2k of
+// the ~85k Redis instructions per new item, callgrind).
 const blockedWordCost = 8
 
 // argsPerItem is how many script arguments an item carries for this
-// generation: its k bit locations, or an offset and a mask per word.
+// generation: its k bit locations, or one string naming its words
+// (blockedBatch.item).
 func (s bloomShape) argsPerItem() int {
 	if s.words > 0 {
-		return 2 * int(s.words)
+		return 1
 	}
 	return int(s.k)
 }
 
-// appendLocations appends item's locations in this generation to args.
-func (s bloomShape) appendLocations(args []any, item string) []any {
-	if s.words > 0 {
-		return blockedLocations(args, item, s)
+// appendBloomBatch appends a batch to bloom_add.lua's arguments: the item
+// count; per item its name, its target (1-based; only when there are
+// several targets, target non-nil) and, for each generation of shapes, its
+// locations (a classic generation's k bit locations, a blocked one's word
+// references); then each blocked generation's words.
+func appendBloomBatch(args []any, shapes []bloomShape, items []string, target func(item string) int) []any {
+	blocked := make([]*blockedBatch, len(shapes))
+	for g, shape := range shapes {
+		if shape.words > 0 {
+			blocked[g] = newBlockedBatch(shape, len(items))
+		}
 	}
-	for _, loc := range bloomLocations(item, s.m, s.k) {
-		args = append(args, loc)
+	args = append(args, len(items))
+	for _, item := range items {
+		args = append(args, item)
+		if target != nil {
+			args = append(args, target(item))
+		}
+		for g, shape := range shapes {
+			if blocked[g] != nil {
+				args = append(args, blocked[g].item(item))
+				continue
+			}
+			for _, loc := range bloomLocations(item, shape.m, shape.k) {
+				args = append(args, loc)
+			}
+		}
+	}
+	for _, batch := range blocked {
+		if batch != nil {
+			args = batch.appendWords(args)
+		}
 	}
 	return args
 }
@@ -366,15 +418,19 @@ func (e *Engine) bloomAdd(ctx context.Context, slug, secret string, q Queue, ite
 		if withNext {
 			nextText = next.String()
 		}
-		args := make([]any, 0, 8+len(kept)*perItem)
+		args := make([]any, 0, 9+len(kept)*perItem+len(kept)*3*8)
 		args = append(args, salt, digest, gens, strings.Join(known, ","), nextText, state.version, state.filtersVersion, filtered)
-		for _, item := range kept {
-			args = append(args, item, groupFor(state.groups, item)+2)
-			for _, shape := range passed {
-				args = shape.appendLocations(args, item)
-			}
+		var target func(string) int
+		if len(state.groups) > 0 {
+			target = func(item string) int { return groupFor(state.groups, item) + 2 }
+		}
+		args = appendBloomBatch(args, passed, kept, target)
+		release, err := e.bloomTurn(ctx, op)
+		if err != nil {
+			return result, err
 		}
 		code, rest, err := e.runScriptList(ctx, op, bloomAddScript, keys, args...)
+		release()
 		if err != nil {
 			return result, err
 		}

@@ -228,3 +228,54 @@ func benchMultiClaimDone(b *testing.B, backend redistest.Backend, multi, callers
 	b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/n, "B/item")
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/n, "us/item")
 }
+
+// BenchmarkBackfeedNew backfeeds batches of 1,000 new items (as the
+// warrior-path backfeed scenario's senders post them) through the engine,
+// one batch per b.N, and reports the cost per new item. With
+// HOARD_BENCH_CALLGRIND_PID naming a redis-server under `valgrind
+// --tool=callgrind --instr-atstart=no` (HOARD_TEST_REDIS_URL pointing at
+// it, HOARD_TEST_CLUSTER=0), the timed part is dumped as one callgrind part,
+// whose instructions divided by b.N*1000 are Redis's per new item.
+func BenchmarkBackfeedNew(b *testing.B) {
+	for _, backend := range redistest.Backends() {
+		b.Run(backend.Name, func(b *testing.B) {
+			ctx := context.Background()
+			if err := redistest.Flush(ctx, backend); err != nil {
+				b.Fatal(err)
+			}
+			engine := queues.NewEngine(backend.Client, queues.Options{Logger: quietLogger})
+			secret := "bench_secret"
+			if _, err := engine.CreateProject(ctx, "bench", queues.SettingsPatch{BackfeedSecret: &secret}); err != nil {
+				b.Fatal(err)
+			}
+			// The first item creates the filter's generation; keep it out.
+			if _, err := engine.Backfeed(ctx, "bench", secret, []string{"warm-up"}); err != nil {
+				b.Fatal(err)
+			}
+			batches := make([][]string, b.N)
+			for i := range batches {
+				batches[i] = make([]string, 1000)
+				for j := range batches[i] {
+					batches[i][j] = fmt.Sprintf("url:https://example.org/b%06d/i%06d", i, j)
+				}
+			}
+			b.ResetTimer()
+			dump := redistest.CountRedisInstructions(b)
+			for _, batch := range batches {
+				res, err := engine.Backfeed(ctx, "bench", secret, batch)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if res.New != len(batch) {
+					b.Fatalf("%d new of %d", res.New, len(batch))
+				}
+			}
+			wall := dump()
+			b.StopTimer()
+			if wall > 0 {
+				b.ReportMetric(wall.Seconds(), "wall-s")
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*1000), "us/item")
+		})
+	}
+}

@@ -207,7 +207,7 @@ func TestBackfeedScriptsStayWithinTheBudget(t *testing.T) {
 		res, err = e.Backfeed(ctx, "split", secret, items)
 		require.NoError(t, err)
 		require.Equal(t, 1000, res.Duplicate, "every item is in the filter")
-		// Within one script, an item is decided after the ones before it.
+		// Within one script, an item twice is queued once.
 		res, err = e.Backfeed(ctx, "split", secret, []string{"url:twice", "url:once", "url:twice"})
 		require.NoError(t, err)
 		require.Equal(t, BackfeedResult{Received: 3, New: 2, Duplicate: 1}, res)
@@ -246,10 +246,7 @@ func TestBloomBatchWithoutNextGenerationIsRefusedWhenItCouldStartOne(t *testing.
 			BloomKey(slug, 1), BloomKey(slug, 2), QueueKey(slug, QueueBackfeed), QueuedKey(slug)}
 		// It also says 3 items were filtered: a refused batch counts none.
 		args := []any{"", "", 1, shapes[0].String(), "", state.version, state.filtersVersion, 3}
-		for _, item := range items {
-			args = append(args, item, 1)
-			args = shapes[0].appendLocations(args, item)
-		}
+		args = appendBloomBatch(args, shapes[:1], items, nil)
 		code, _, err := e.runScriptList(ctx, "test", bloomAddScript, keys, args...)
 		require.NoError(t, err)
 		require.EqualValues(t, codeStaleFilter, code)
@@ -278,3 +275,42 @@ func TestBloomBatchWithoutNextGenerationIsRefusedWhenItCouldStartOne(t *testing.
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// TestBackfeedScriptsTakeTurns: an engine runs bloom_add.lua
+// bloomScriptsInFlight calls at a time, so a warrior's script waits behind
+// that many, not one per concurrent backfeed. A backfeed whose turn does
+// not come before its context ends fails, having queued nothing; once the
+// turn is free it runs.
+func TestBackfeedScriptsTakeTurns(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := t.Context()
+		e := NewEngine(b.Client, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		secret := "secret_123"
+		_, err := e.CreateProject(ctx, "turns", SettingsPatch{BackfeedSecret: &secret})
+		require.NoError(t, err)
+		for range bloomScriptsInFlight {
+			e.bloomTurns <- struct{}{}
+		}
+		waiting, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			_, err := e.Backfeed(waiting, "turns", secret, []string{"url:a", "url:b"})
+			done <- err
+		}()
+		cancel()
+		err = <-done
+		require.Equal(t, CodeUnavailable, CodeOf(err))
+		require.ErrorIs(t, err, context.Canceled)
+		length, err := b.Client.LLen(ctx, QueueKey("turns", QueueBackfeed)).Result()
+		require.NoError(t, err)
+		require.Zero(t, length, "a backfeed that never had its turn queued nothing")
+
+		for range bloomScriptsInFlight {
+			<-e.bloomTurns
+		}
+		res, err := e.Backfeed(ctx, "turns", secret, []string{"url:a", "url:b"})
+		require.NoError(t, err)
+		require.Equal(t, 2, res.New)
+		require.Empty(t, e.bloomTurns, "every turn is given back")
+	})
+}

@@ -157,13 +157,12 @@ func newBlockedShape(capacity int, fp float64) bloomShape {
 	return chosen
 }
 
-// blockedLocations appends an item's words in a blocked generation to args:
-// for each word, its BITFIELD offset ("#<word>", in units of i32) and the
-// mask of its k bits as a signed 32-bit integer (BITFIELD i32 and Lua's bit
-// library both read words as signed). The words and bits come from a
-// splitmix64 stream seeded by the item's 128-bit murmur3 hash
-// (bits-and-blooms/bloom/v3), so every frontend computes the same.
-func blockedLocations(args []any, item string, s bloomShape) []any {
+// blockedWords calls fn with each of an item's words in a blocked
+// generation: the word's index (in units of i32) and the mask of its k bits.
+// The words and bits come from a splitmix64 stream seeded by the item's
+// 128-bit murmur3 hash (bits-and-blooms/bloom/v3), so every frontend
+// computes the same.
+func blockedWords(item string, s bloomShape, fn func(word uint64, mask uint32)) {
 	h := bloom.Locations([]byte(item), 2)
 	state := h[0] ^ bits.RotateLeft64(h[1], 31)
 	next := func() uint64 {
@@ -188,7 +187,55 @@ func blockedLocations(args []any, item string, s bloomShape) []any {
 				}
 			}
 		}
-		args = append(args, "#"+strconv.FormatUint(word, 10), strconv.FormatInt(int64(int32(mask)), 10))
+		fn(word, mask)
+	}
+}
+
+// blockedBatch collects one blocked generation's words for a batch: each
+// distinct word once, in first-seen order, so bloom_add.lua reads them with
+// one BITFIELD_RO whose reply it indexes directly, and an item names its
+// words by their place in that list instead of by offset strings Lua
+// would hash, and its masks as bytes instead of decimal text Lua would
+// parse (tonumber costs two strtod calls; string.byte none).
+type blockedBatch struct {
+	shape bloomShape
+	index map[uint64]int
+	words []uint64
+}
+
+func newBlockedBatch(shape bloomShape, items int) *blockedBatch {
+	return &blockedBatch{shape: shape, index: make(map[uint64]int, items*int(shape.words)), words: make([]uint64, 0, items*int(shape.words))}
+}
+
+// blockedWordRef is the size of an item's reference to one word in
+// bloom_add.lua's argument: the word's 1-based place in the batch's list
+// (2 bytes, big-endian: a batch has at most MaxBloomBatch items of at most
+// 8 words), then its mask (4 bytes, big-endian).
+const blockedWordRef = 6
+
+// item returns an item's argument: blockedWordRef bytes for each of its words.
+func (b *blockedBatch) item(item string) string {
+	ref := make([]byte, 0, blockedWordRef*int(b.shape.words))
+	blockedWords(item, b.shape, func(word uint64, mask uint32) {
+		place, ok := b.index[word]
+		if !ok {
+			b.words = append(b.words, word)
+			place = len(b.words)
+			b.index[word] = place
+		}
+		ref = append(ref, byte(place>>8), byte(place), byte(mask>>24), byte(mask>>16), byte(mask>>8), byte(mask))
+	})
+	return string(ref)
+}
+
+// appendWords appends the batch's word list as bloom_add.lua reads it: the
+// count, then each word's BITFIELD offset. (The script adds each GET's
+// "GET" and "i32": an argument costs Redis ~900 instructions to parse and
+// hand to Lua, a table entry built in Lua a tenth of that.)
+func (b *blockedBatch) appendWords(args []any) []any {
+	args = append(args, len(b.words))
+	for _, word := range b.words {
+		args = append(args, "#"+strconv.FormatUint(word, 10))
 	}
 	return args
 }

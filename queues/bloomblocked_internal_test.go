@@ -51,36 +51,19 @@ func TestBlockedShapeMeetsItsRate(t *testing.T) {
 	}{{n, 1e-4, 0.5}, {n, 1e-6, 0}} {
 		shape := newBlockedShape(c.capacity, c.fp)
 		words := make([]uint32, shape.m/blockedWordBits)
-		var args []any
-		locate := func(item string) []any {
-			args = blockedLocations(args[:0], item, shape)
-			return args
-		}
-		word := func(offset any) *uint32 {
-			index, err := strconv.Atoi(offset.(string)[1:])
-			require.NoError(t, err)
-			return &words[index]
-		}
-		mask := func(text any) uint32 {
-			v, err := strconv.ParseInt(text.(string), 10, 32)
-			require.NoError(t, err)
-			return uint32(int32(v))
-		}
 		for i := range c.capacity {
-			loc := locate(fmt.Sprintf("https://example.org/in/%d", i))
-			for w := 0; w < len(loc); w += 2 {
-				*word(loc[w]) |= mask(loc[w+1])
-			}
+			blockedWords(fmt.Sprintf("https://example.org/in/%d", i), shape, func(word uint64, mask uint32) {
+				words[word] |= mask
+			})
 		}
 		positives := 0
 		for i := range c.capacity {
-			loc := locate(fmt.Sprintf("https://example.org/out/%d", i))
 			all := true
-			for w := 0; w < len(loc); w += 2 {
-				if m := mask(loc[w+1]); *word(loc[w])&m != m {
+			blockedWords(fmt.Sprintf("https://example.org/out/%d", i), shape, func(word uint64, mask uint32) {
+				if words[word]&mask != mask {
 					all = false
 				}
-			}
+			})
 			if all {
 				positives++
 			}
@@ -120,4 +103,41 @@ func FuzzParseBloomShapes(f *testing.F) {
 		require.NoError(t, err)
 		require.Equal(t, shapes, again)
 	})
+}
+
+// TestBlockedBatchNamesEachWordOnce: bloom_add.lua reads a batch's word
+// list with one BITFIELD_RO and finds an item's words by their places in
+// it, so the list must hold each word once, and each item's reference must
+// decode to exactly the words and masks blockedWords gives it.
+func TestBlockedBatchNamesEachWordOnce(t *testing.T) {
+	shape := newBlockedShape(1000, 1e-6) // few words: items share some
+	batch := newBlockedBatch(shape, 0)
+	refs := map[string]string{}
+	items := make([]string, 500)
+	for i := range items {
+		items[i] = fmt.Sprintf("url:https://example.org/%d", i)
+		refs[items[i]] = batch.item(items[i])
+	}
+	require.Equal(t, refs[items[7]], batch.item(items[7]), "an item twice names the same places")
+	seen := map[uint64]bool{}
+	for _, word := range batch.words {
+		require.False(t, seen[word], "word %d listed twice", word)
+		seen[word] = true
+	}
+	require.Less(t, len(batch.words), len(items)*int(shape.words), "items of this small shape share words, listed once")
+	for _, item := range items {
+		ref := []byte(refs[item])
+		require.Len(t, ref, blockedWordRef*int(shape.words))
+		w := 0
+		blockedWords(item, shape, func(word uint64, mask uint32) {
+			at := ref[w*blockedWordRef:]
+			place := int(at[0])<<8 | int(at[1])
+			require.Equal(t, word, batch.words[place-1], "item %s word %d", item, w)
+			require.Equal(t, mask, uint32(at[2])<<24|uint32(at[3])<<16|uint32(at[4])<<8|uint32(at[5]))
+			w++
+		})
+	}
+	args := batch.appendWords(nil)
+	require.Equal(t, len(batch.words), args[0])
+	require.Equal(t, "#"+strconv.FormatUint(batch.words[0], 10), args[1])
 }

@@ -47,6 +47,9 @@ type Engine struct {
 	counters counterBuffer
 	// published holds completions' log entries for live viewers (publish.go).
 	published publishBuffer
+	// bloomTurns admits bloom_add.lua calls to Redis, bloomScriptsInFlight
+	// at a time (backfeed.go).
+	bloomTurns chan struct{}
 }
 
 // Options configure an Engine. Zero values take defaults.
@@ -64,7 +67,7 @@ func NewEngine(rdb redis.UniversalClient, opts Options) *Engine {
 		opts.Logger = slog.Default()
 	}
 	return &Engine{rdb: rdb, warriorPath: luascript.NewBatcher(rdb, WarriorPathLeaders, WarriorPathBatch),
-		clock: opts.Clock, logger: opts.Logger}
+		clock: opts.Clock, logger: opts.Logger, bloomTurns: make(chan struct{}, bloomScriptsInFlight)}
 }
 
 // At most WarriorPathLeaders batches of the warrior path's scripts are in
