@@ -50,9 +50,11 @@
 // view of the swarm (at most 750ms old; a stale view is read in the same
 // refresh.lua call that writes the announce, for a torrent with another
 // plain re-announce here within 750ms; a rarer one runs announce.lua, as
-// cheap as that read) and its refresh is queued,
-// coalesced per torrent, and written every Config.WriteBehind by
-// refresh.lua, which rechecks each peer against its record and drops one
+// cheap as that read) and its refresh is queued, coalesced per torrent,
+// and written within Config.WriteBehind by refresh.lua: a view read of
+// the torrent takes its queue along, else the call that writes it when
+// it is due (nine tenths of WriteBehind after its oldest) reads the view
+// too. refresh.lua rechecks each peer against its record and drops one
 // that changed elsewhere (its next announce runs announce.lua). Stop
 // writes the queue; a SIGKILL loses at most one WriteBehind of plain
 // re-announces, which the peers' next announces make up, because transfer
