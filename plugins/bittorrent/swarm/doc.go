@@ -47,9 +47,9 @@
 // An announce with no event, from a peer this frontend accepted within its
 // timeout, in the same role, at the same address, for the same user (a
 // plain re-announce) changes no swarm. It is answered from this frontend's
-// view of the swarm (at most 750ms old; a stale view is read in the same
+// view of the swarm (at most 950ms old; a stale view is read in the same
 // refresh.lua call that writes the announce, for a torrent with another
-// plain re-announce here within 750ms; a rarer one runs announce.lua, as
+// plain re-announce here within 950ms; a rarer one runs announce.lua, as
 // cheap as that read) and its refresh is queued, coalesced per torrent,
 // and written within Config.WriteBehind by refresh.lua: a view read of
 // the torrent takes its queue along, else the call that writes it when

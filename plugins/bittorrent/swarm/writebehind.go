@@ -27,9 +27,13 @@ import (
 // in shared pipelines. Everything else goes through announce.lua at once.
 
 // maxViewAge bounds how old the view a plain re-announce is answered from
-// may be, leaving room below the one second the tracker promises for the
-// read itself.
-const maxViewAge = 750 * time.Millisecond
+// may be. A view is stamped with the time taken before its read was sent,
+// so what it holds is Redis's state at that time or later, and a change
+// another frontend made is missing from this frontend's answers for less
+// than maxViewAge: within the one second the tracker promises, with 50 ms
+// to spare for millisecond rounding. (It was 750 ms, which counted the
+// read's own time on top of the age; the stamp already covers it.)
+const maxViewAge = 950 * time.Millisecond
 
 // Bounds of the write-behind state, so memory stays bounded whatever the
 // load: past them a frontend forgets peers or views at random (each is
