@@ -220,3 +220,35 @@ func TestADueTorrentsWriteReadsItsView(t *testing.T) {
 		require.ElementsMatch(t, []bittorrent.PeerID{me, newcomer}, peerIDs(resp.Peers))
 	})
 }
+
+// The flush loop writes the batch alone: a queued refresh waits for the
+// write-behind loop, which writes it when it is due, within WriteBehind.
+// (The flush loop's Flush wrote the whole queue too, in calls of its own,
+// just before a view read could take it along.)
+func TestTheFlushLoopLeavesTheQueueToTheWriteBehindLoop(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, swarm.Config{FlushInterval: 10 * time.Millisecond, WriteBehind: time.Second})
+		ctx := context.Background()
+		hash := infoHash("flush-loop")
+		me, neighbour := peerID("-TR", 1), peerID("-TR", 2)
+		f.announce(hash, me, 1, event(bittorrent.EventStarted))
+		f.announce(hash, neighbour, 2, event(bittorrent.EventStarted))
+		f.clock.Advance(time.Minute)
+		f.announce(hash, neighbour, 2) // reads the view
+		f.clock.Advance(100 * time.Millisecond)
+		f.announce(hash, me, 1, transfer(10, 20)) // queued
+		require.Equal(t, 1, f.store.WriteBehindStats().Queued)
+
+		queuedAt := time.Now()
+		require.NoError(t, f.store.Start(ctx))
+		require.Eventually(t, func() bool {
+			return b.Client.HGet(ctx, btstore.StatsKey, "announces").Val() == "4"
+		}, 5*time.Second, 5*time.Millisecond, "the flush loop writes the batch")
+		if time.Since(queuedAt) < 700*time.Millisecond { // not yet due; a loaded machine may be slower than that
+			require.Equal(t, 1, f.store.WriteBehindStats().Queued, "the batch's flush left the queue")
+		}
+		require.Eventually(t, func() bool { return f.store.WriteBehindStats().Queued == 0 }, 5*time.Second,
+			5*time.Millisecond, "the write-behind loop writes it when due")
+		require.Equal(t, []any{"10", "20"}, b.Client.HMGet(ctx, btstore.PeerKey(hash, me), "uploaded", "downloaded").Val())
+	})
+}
