@@ -665,9 +665,10 @@ func printAnnouncePaths(before, after swarm.WriteBehindStats, announces int64) {
 	fromView := after.Answered - before.Answered - reads
 	calls, peers := after.DrainCalls-before.DrainCalls, after.DrainPeers-before.DrainPeers
 	fmt.Printf("          paths: announce.lua %.3f, refresh.lua with a view read %.3f, from a view %.3f; "+
-		"written behind: %.3f refresh.lua calls per announce, %.2f peers per call, %.3f per announce along with view reads\n",
+		"written behind: %.3f refresh.lua calls per announce (%.3f reading the view), %.2f peers per call, %.3f per announce along with view reads\n",
 		float64(announces-fromView-reads)/n, float64(reads)/n, float64(fromView)/n, float64(calls)/n,
-		float64(peers)/float64(max(calls, 1)), float64(after.AlongPeers-before.AlongPeers)/n)
+		float64(after.DrainReads-before.DrainReads)/n, float64(peers)/float64(max(calls, 1)),
+		float64(after.AlongPeers-before.AlongPeers)/n)
 }
 
 // metrics is the target's unique-IP metrics recorder, nil when off or

@@ -47,12 +47,14 @@
 // An announce with no event, from a peer this frontend accepted within its
 // timeout, in the same role, at the same address, for the same user (a
 // plain re-announce) changes no swarm. It is answered from this frontend's
-// view of the swarm (at most 750ms old; a stale view is read in the same
+// view of the swarm (at most 950ms old; a stale view is read in the same
 // refresh.lua call that writes the announce, for a torrent with another
-// plain re-announce here within 750ms; a rarer one runs announce.lua, as
-// cheap as that read) and its refresh is queued,
-// coalesced per torrent, and written every Config.WriteBehind by
-// refresh.lua, which rechecks each peer against its record and drops one
+// plain re-announce here within 950ms; a rarer one runs announce.lua, as
+// cheap as that read) and its refresh is queued, coalesced per torrent,
+// and written within Config.WriteBehind by refresh.lua: a view read of
+// the torrent takes its queue along, else the call that writes it when
+// it is due (nine tenths of WriteBehind after its oldest) reads the view
+// too. refresh.lua rechecks each peer against its record and drops one
 // that changed elsewhere (its next announce runs announce.lua). Stop
 // writes the queue; a SIGKILL loses at most one WriteBehind of plain
 // re-announces, which the peers' next announces make up, because transfer

@@ -29,3 +29,19 @@ func ExpireMember(ctx context.Context, s *Store, hash bittorrent.InfoHash, peer 
 	removed, _, err := s.expireMembers(ctx, hash, []string{string(peer[:]) + userID})
 	return removed, err
 }
+
+// DrainDue runs one tick of the write-behind loop: the torrents due are
+// written, reading their views (a store without write-behind: nothing).
+func DrainDue(ctx context.Context, s *Store) error {
+	if s.writeBehind == nil {
+		return nil
+	}
+	return s.writeBehind.drainDue(ctx)
+}
+
+// FlushBatch runs the flush loop's tick: the batched global effects,
+// not the write-behind queue.
+func FlushBatch(ctx context.Context, s *Store) error { return s.flushBatch(ctx) }
+
+// DrainTicks is how many write-behind loop ticks make one WriteBehind.
+const DrainTicks = drainTicks

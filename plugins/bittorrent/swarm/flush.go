@@ -212,6 +212,14 @@ func (s *Store) Flush(ctx context.Context) error {
 	return errors.Join(drainErr, s.flushLocked(ctx))
 }
 
+// flushBatch writes the batched global effects, waiting for a flush
+// that is running.
+func (s *Store) flushBatch(ctx context.Context) error {
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
+	return s.flushLocked(ctx)
+}
+
 // flushIfIdle flushes unless a flush is already running (which will
 // empty the batch anyway).
 func (s *Store) flushIfIdle(ctx context.Context) {
@@ -373,7 +381,11 @@ func (s *Store) flushLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
-			if err := s.Flush(ctx); err != nil && ctx.Err() == nil {
+			// The batch alone: the write-behind queue has its own loop,
+			// which writes each torrent when it is due (writeBehind.drainDue);
+			// draining it all here too would write refreshes a view read
+			// was about to take along, in calls of their own.
+			if err := s.flushBatch(ctx); err != nil && ctx.Err() == nil {
 				s.logger.Warn("swarm: flush failed", "error", err)
 			}
 		}

@@ -129,10 +129,10 @@ type Config struct {
 	// go out together in the next free one (see coalescer). Negative
 	// sends every announce in its own round trip.
 	AnnouncePipelines int
-	// WriteBehind is how often the refreshes of plain re-announces are
-	// written (DefaultWriteBehind): an announce with no event from a peer this frontend
+	// WriteBehind is how long the refreshes of plain re-announces may
+	// wait to be written (DefaultWriteBehind): an announce with no event from a peer this frontend
 	// accepted, in the same role, at the same address, is answered from
-	// this frontend's view of the swarm (at most 750ms old) and its
+	// this frontend's view of the swarm (at most 950ms old) and its
 	// refresh is queued, coalesced per torrent, and written behind. It may
 	// not exceed 1s: a frontend killed with SIGKILL loses at most that
 	// much of plain re-announces. Negative: every announce runs

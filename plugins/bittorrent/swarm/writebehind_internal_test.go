@@ -88,3 +88,51 @@ func testViewReadTakenOver(t *testing.T, b redistest.Backend) {
 	require.Zero(t, v.readingAt, "no read is in flight")
 	require.Nil(t, v.readDone)
 }
+
+// A due write's view read is installed only if this frontend changed
+// nothing of the torrent since the call was made: its own event may have
+// landed after the read, and the invalidated view must be read again.
+func TestADueWritesViewIsNotInstalledOverAnInvalidation(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		clock := NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+		s, err := New(b.Client, Config{Clock: clock, Logger: slog.New(slog.DiscardHandler), Interval: 30 * time.Minute})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Stop() })
+		hash := bittorrent.InfoHash(sha1.Sum([]byte("due-invalidated")))
+		var id bittorrent.PeerID
+		copy(id[:], "-AA000000000000000-1")
+		addr := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 0, 1}), 6881)
+		_, err = s.Announce(ctx, &bittorrent.AnnounceRequest{InfoHash: hash, PeerID: id, Event: bittorrent.EventStarted,
+			Left: 1000, NumWant: 50, Addr: addr})
+		require.NoError(t, err)
+		w := s.writeBehind
+		w.views.of(hash, true)
+
+		for _, invalidated := range []bool{true, false} {
+			clock.Advance(time.Second)
+			now := s.nowMillis()
+			view, gen := w.views.generation(hash)
+			require.NotNil(t, view)
+			if invalidated {
+				w.views.invalidate(hash)
+			}
+			call := refreshCall{hash: hash, ids: []bittorrent.PeerID{id}, view: view, gen: gen,
+				peers: []queuedRefresh{{addr: string(compactAddr(addr)), left: 1000, at: now, windowUp: 100, windowDown: 100}}}
+			failed, err := w.write(ctx, []refreshCall{call}, now)
+			require.NoError(t, err)
+			require.Zero(t, failed)
+			view.mu.Lock()
+			at, leechers := view.at, view.leechers
+			view.mu.Unlock()
+			if invalidated {
+				require.Zero(t, at, "not installed over the invalidation")
+				require.Zero(t, w.drainReads.Load())
+			} else {
+				require.Equal(t, now, at)
+				require.Equal(t, int64(1), leechers)
+				require.Equal(t, int64(1), w.drainReads.Load())
+			}
+		}
+	})
+}

@@ -174,3 +174,81 @@ func TestViewReadWritesItsTorrentsQueuedRefreshes(t *testing.T) {
 			b.Client.HGet(ctx, btstore.PeerKey(elsewhere, a), "last_announce").Val())
 	})
 }
+
+// The loop writes a torrent's queued refreshes only when the oldest is
+// due (drainAfterTicks of its DrainTicks ticks per WriteBehind after it
+// was queued), not at the first tick, and that call reads the torrent's
+// view too: the next plain re-announce is answered from it, with what
+// another frontend changed before it, where the older view is stale.
+func TestADueTorrentsWriteReadsItsView(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, swarm.Config{})
+		ctx := context.Background()
+		other, err := swarm.New(b.Client, swarm.Config{Clock: f.clock, Logger: quietLogger})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = other.Stop() })
+		hash := infoHash("due")
+		me, neighbour, newcomer := peerID("-TR", 1), peerID("-TR", 2), peerID("-TR", 3)
+		f.announce(hash, me, 1, event(bittorrent.EventStarted))
+		f.announce(hash, neighbour, 2, event(bittorrent.EventStarted))
+
+		f.clock.Advance(time.Minute)
+		f.announce(hash, neighbour, 2) // reads the view, written with it
+		f.clock.Advance(100 * time.Millisecond)
+		f.announce(hash, me, 1, transfer(10, 20)) // from the view, queued
+		require.Equal(t, int64(1), f.store.WriteBehindStats().ViewReads)
+		require.Equal(t, 1, f.store.WriteBehindStats().Queued)
+		for tick := 1; tick < swarm.DrainTicks-1; tick++ {
+			require.NoError(t, swarm.DrainDue(ctx, f.store))
+			require.Equal(t, 1, f.store.WriteBehindStats().Queued, "not due at tick %d", tick)
+		}
+		_, err = other.Announce(ctx, request(hash, newcomer, 3, event(bittorrent.EventStarted)))
+		require.NoError(t, err)
+		f.clock.Advance(600 * time.Millisecond)
+		require.NoError(t, swarm.DrainDue(ctx, f.store))
+		stats := f.store.WriteBehindStats()
+		require.Zero(t, stats.Queued, "due at tick %d", swarm.DrainTicks-1)
+		require.Equal(t, int64(1), stats.DrainReads)
+		require.Equal(t, []any{"10", "20"}, b.Client.HMGet(ctx, btstore.PeerKey(hash, me), "uploaded", "downloaded").Val())
+
+		// 800 ms after the first read its view would be stale; the one the
+		// write read 100 ms ago answers, with the newcomer in it.
+		f.clock.Advance(100 * time.Millisecond)
+		resp := f.announce(hash, neighbour, 2)
+		require.Equal(t, int64(1), f.store.WriteBehindStats().ViewReads, "answered from the write's view")
+		require.Equal(t, int64(3), resp.Incomplete)
+		require.ElementsMatch(t, []bittorrent.PeerID{me, newcomer}, peerIDs(resp.Peers))
+	})
+}
+
+// The flush loop writes the batch alone: a queued refresh waits for the
+// write-behind loop, which writes it when it is due, within WriteBehind.
+// (The flush loop's Flush wrote the whole queue too, in calls of its own,
+// just before a view read could take it along.)
+func TestTheFlushLoopLeavesTheQueueToTheWriteBehindLoop(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, swarm.Config{FlushInterval: 10 * time.Millisecond, WriteBehind: time.Second})
+		ctx := context.Background()
+		hash := infoHash("flush-loop")
+		me, neighbour := peerID("-TR", 1), peerID("-TR", 2)
+		f.announce(hash, me, 1, event(bittorrent.EventStarted))
+		f.announce(hash, neighbour, 2, event(bittorrent.EventStarted))
+		f.clock.Advance(time.Minute)
+		f.announce(hash, neighbour, 2) // reads the view
+		f.clock.Advance(100 * time.Millisecond)
+		f.announce(hash, me, 1, transfer(10, 20)) // queued
+		require.Equal(t, 1, f.store.WriteBehindStats().Queued)
+
+		queuedAt := time.Now()
+		require.NoError(t, f.store.Start(ctx))
+		require.Eventually(t, func() bool {
+			return b.Client.HGet(ctx, btstore.StatsKey, "announces").Val() == "4"
+		}, 5*time.Second, 5*time.Millisecond, "the flush loop writes the batch")
+		if time.Since(queuedAt) < 700*time.Millisecond { // not yet due; a loaded machine may be slower than that
+			require.Equal(t, 1, f.store.WriteBehindStats().Queued, "the batch's flush left the queue")
+		}
+		require.Eventually(t, func() bool { return f.store.WriteBehindStats().Queued == 0 }, 5*time.Second,
+			5*time.Millisecond, "the write-behind loop writes it when due")
+		require.Equal(t, []any{"10", "20"}, b.Client.HMGet(ctx, btstore.PeerKey(hash, me), "uploaded", "downloaded").Val())
+	})
+}

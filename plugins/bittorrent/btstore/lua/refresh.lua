@@ -124,8 +124,10 @@ for i = 0, peers - 1 do
     else
       status = R.REFRESHED
       local elapsed = math.min(at - last, timeout_ms)
-      d_up = math.max(0, tonumber(ARGV[a + 2]) - (tonumber(p[2]) or 0))
-      d_down = math.max(0, tonumber(ARGV[a + 3]) - (tonumber(p[3]) or 0))
+      -- A counter whose text is the record's moved nothing (an idle
+      -- peer's upload, a seeder's download): no strtod for either.
+      if ARGV[a + 2] ~= p[2] then d_up = math.max(0, tonumber(ARGV[a + 2]) - (tonumber(p[2]) or 0)) end
+      if ARGV[a + 3] ~= p[3] then d_down = math.max(0, tonumber(ARGV[a + 3]) - (tonumber(p[3]) or 0)) end
       -- Only what changed is written (a seeder's left and downloaded
       -- rarely move, a leecher's uploaded often not), and whole numbers
       -- go as Lua numbers: Redis formats them, and Lua interns no string.
