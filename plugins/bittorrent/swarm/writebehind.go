@@ -1014,13 +1014,24 @@ func (w *writeBehind) loop(ctx context.Context) {
 	defer w.s.wg.Done()
 	ticker := time.NewTicker(max(w.s.cfg.WriteBehind/drainTicks, time.Millisecond))
 	defer ticker.Stop()
+	// A failed write is retried at the next tick; during a Redis outage
+	// that is drainTicks failures per WriteBehind, so they are logged once
+	// per WriteBehind with how many there were, not one line each.
+	var failures int
+	var lastWarned time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-ticker.C:
-			if err := w.drainDue(ctx); err != nil && ctx.Err() == nil {
-				w.s.logger.Warn("swarm: writing plain re-announces failed", "error", err)
+		case now := <-ticker.C:
+			err := w.drainDue(ctx)
+			if err == nil || ctx.Err() != nil {
+				continue
+			}
+			failures++
+			if now.Sub(lastWarned) >= w.s.cfg.WriteBehind {
+				w.s.logger.Warn("swarm: writing plain re-announces failed", "error", err, "failures", failures)
+				failures, lastWarned = 0, now
 			}
 		}
 	}
