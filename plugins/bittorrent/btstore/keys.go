@@ -211,17 +211,15 @@ func (k *keyRun) names() []string {
 	return names
 }
 
-// FeedRowsKey holds what the feed has not yet delivered of the torrent's
-// user records (HASH). Mostly marks, "<user id>" -> the seq of the
-// user's record when its fed figures last changed: the script that
-// changes them writes the mark in the same call (prelude's user_feed),
-// and a feed round reads the marked records and deletes a mark only while
-// it holds the seq delivered (feed_settle.lua). Also rows, "<user id>:
-// <seq>" -> "seq,uploaded,downloaded,up_credit,down_credit,seed_ms,
-// leech_ms,snatched,last_announce": a record parked by a user's purge
-// before it deletes it (user_purge_record.lua), or written on every
-// announce by builds before s40 (under the user id alone before s36);
-// the round delivers those as they are.
+// FeedRowsKey holds the torrent's feed rows not yet fed to the site
+// (HASH "<user id>:<seq>" -> "seq,uploaded,downloaded,up_credit,
+// down_credit,seed_ms,leech_ms,snatched,last_announce"): the user's record
+// on the torrent at its newest seq. The script that changes a record's
+// fed figures writes its row here in the same call, deleting the user's
+// row at the previous seq (prelude's user_feed), so the feed reads rows
+// without reading records, and deletes the fields it delivered with a
+// plain HDEL: a newer row is another field. Rows an earlier build wrote
+// are under the user id alone; feed_settle.lua deletes those.
 func FeedRowsKey(hash bittorrent.InfoHash) string { return torrentPrefix(hash) + sufFeedRows }
 
 // FeedRowsPattern matches every torrent's feed rows: the feed's backstop

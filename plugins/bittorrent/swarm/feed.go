@@ -16,30 +16,23 @@ import (
 
 // The feed to the site (docs/bittorrent-site.md, "The feed"). Each user's
 // record on a torrent numbers every change of its fed figures (seq), and
-// the same script marks the user pending in the torrent's feed rows
-// (btstore.FeedRowsKey; prelude's user_feed): field "<user>" -> the seq.
-// A mark new there makes the frontend index the torrent
-// (btstore.FeedIndexKey) in its batched flush. A feed round reads the
-// indexed torrents' marks, then the marked users' records (their
-// cumulative figures at their current seq), hands the rows to the
-// deliverer (the plugin appends them to the outbox) and only then deletes
-// each mark that still holds the seq it delivered (feed_settle.lua): a
-// change after the read leaves a newer seq in the mark, which stays for
-// the next round.
+// the same script puts the record's row at that seq in the torrent's
+// feed rows (btstore.FeedRowsKey; prelude's user_feed), replacing the
+// user's row not yet fed. A row new there is a mark: the frontend then
+// indexes the torrent (btstore.FeedIndexKey) in its batched flush. A feed
+// round reads the indexed torrents' rows (never the records), hands them
+// to the deliverer (the plugin appends them to the outbox) and only then
+// deletes what it delivered. A row's field names its user and seq, so
+// that delete is a plain HDEL per torrent (no script): a row that moved
+// on meanwhile is another field, which stays for the next round.
 //
 // So every row is a record's cumulative figures at one seq: delivering a
 // row twice (a crash between delivery and settling, two frontends in the
 // same round) sends the same row with the same key, which the outbox and
-// the site drop; no change is ever left out, because a mark goes only when
-// the seq delivered is the record's newest. A mark lost to a kill -9
-// before the flush leaves marks that no index names: the backstop
-// (FeedBackstop) scans for feed rows and indexes their torrents again.
-//
-// The feed rows may also hold whole rows: "<user>:<seq>" -> row, which a
-// user's purge parks there before it deletes a pending record
-// (user_purge_record.lua), and which builds before s40 wrote on every
-// announce (also under "<user>" alone before s36). A round delivers those
-// as they are and deletes them as before.
+// the site drop; no change is ever left out, because a row goes only when
+// the seq delivered is its newest. A mark lost to a kill -9 before the
+// flush leaves rows that no index names: the backstop (FeedBackstop)
+// scans for rows and indexes their torrents again.
 
 // FeedRow is one user's cumulative figures on one torrent at Seq.
 type FeedRow struct {
@@ -95,20 +88,7 @@ type feedTorrent struct {
 	score   float64
 	rows    *redis.KeyValueSliceCmd
 	counter *redis.SliceCmd
-	marks   []feedMark // the pending users' marks among rows, with their records
 }
-
-// feedMark is one pending user's mark as read (its field, the seq it
-// held) and the read of the user's record.
-type feedMark struct {
-	user, seq string
-	record    *redis.SliceCmd
-}
-
-// feedRecordFields are what a round reads of a pending user's record, in
-// the order of a row (parseFeedRow).
-var feedRecordFields = []string{"seq", "uploaded", "downloaded", "up_credit", "down_credit", "seed_ms", "leech_ms",
-	"snatched", "last_announce"}
 
 // feedShard runs a round over one shard of the index. Each step is one
 // call for all the shard's torrents taken: reading the rows and counters
@@ -147,28 +127,6 @@ func (s *Store) feedShard(ctx context.Context, shard int, deliver func(context.C
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command
 
-	// The marked users' records, one pipeline for the shard: a mark holds
-	// only a seq, the record every figure at its newest.
-	pipe = s.rdb.Pipeline()
-	reads := 0
-	for i := range torrents {
-		t := &torrents[i]
-		if t.rows.Err() != nil {
-			continue
-		}
-		for _, kv := range t.rows.Val() {
-			if !isFeedMark(kv.Key, kv.Value) {
-				continue
-			}
-			t.marks = append(t.marks, feedMark{user: kv.Key, seq: kv.Value,
-				record: pipe.HMGet(ctx, btstore.UserTorrentKey(t.hash, kv.Key), feedRecordFields...)})
-			reads++
-		}
-	}
-	if reads > 0 {
-		_, _ = pipe.Exec(ctx) // errors are read per command
-	}
-
 	delivered := 0
 	var batches []FeedBatch
 	var settles []feedSettle
@@ -183,7 +141,7 @@ func (s *Store) feedShard(ctx context.Context, shard int, deliver func(context.C
 			emptied = append(emptied, t.member, t.score)
 			continue
 		}
-		batch, settle := s.feedBatch(t.hash, t.rows.Val(), t.marks, t.counter.Val())
+		batch, settle := s.feedBatch(t.hash, t.rows.Val(), t.counter.Val())
 		if len(batch.Rows) > 0 {
 			batches = append(batches, batch)
 			delivered += len(batch.Rows)
@@ -284,29 +242,23 @@ func fieldNames(fields []any) []string {
 	return names
 }
 
-// feedBatch is a torrent's batch from its waiting rows, its pending
-// users' records (marks) and its record's counters (id, seeders,
-// leechers, snatches, last_action), and what settling it deletes.
-func (s *Store) feedBatch(hash bittorrent.InfoHash, waiting []redis.KeyValue, marks []feedMark, counters []any) (FeedBatch, feedSettle) {
+// feedBatch is a torrent's batch from its waiting rows and its record's
+// counters (id, seeders, leechers, snatches, last_action), and what
+// settling it deletes.
+func (s *Store) feedBatch(hash bittorrent.InfoHash, waiting []redis.KeyValue, counters []any) (FeedBatch, feedSettle) {
 	batch := FeedBatch{InfoHash: hash, TorrentID: replyString(counters[0]), Seeders: replyInt(counters[1]),
 		Leechers: replyInt(counters[2]), Snatches: replyInt(counters[3]), LastAction: replyInt(counters[4])}
 	var settle feedSettle
-	add := func(row storedFeedRow) {
-		batch.Rows = append(batch.Rows, row.FeedRow)
-		batch.Announced = max(batch.Announced, row.announced)
-	}
 	for _, kv := range waiting {
-		if isFeedMark(kv.Key, kv.Value) {
-			continue // read with its record below
-		}
 		row, legacy, ok := parseFeedRow(kv.Key, kv.Value)
 		if !ok {
-			// Only user_feed and a purge write rows: one that does not
-			// parse is never fed wrong; it stays, logged, for an operator.
+			// Only user_feed writes rows: one that does not parse is
+			// never fed wrong; it stays, logged, for an operator.
 			s.logger.Warn("swarm: a feed row does not parse; it stays unfed", "torrent", btstore.HexInfoHash(hash), "field", kv.Key)
 			continue
 		}
-		add(row)
+		batch.Rows = append(batch.Rows, row.FeedRow)
+		batch.Announced = max(batch.Announced, row.announced)
 		seq := strconv.FormatInt(row.Seq, 10)
 		if legacy {
 			settle.legacy = append(settle.legacy, kv.Key, seq)
@@ -315,63 +267,7 @@ func (s *Store) feedBatch(hash bittorrent.InfoHash, waiting []redis.KeyValue, ma
 			settle.named = append(settle.named, kv.Key, seq)
 		}
 	}
-	for _, m := range marks {
-		row, ok := recordFeedRow(m)
-		if !ok {
-			// No record, or one that does not parse: nothing to feed from
-			// it. A record goes only with its torrent (orphan cleanup,
-			// which deletes the feed rows too) or parked by a purge, so
-			// the mark is stale; it goes while it holds the seq read.
-			if m.record.Err() != nil && !errors.Is(m.record.Err(), redis.Nil) {
-				continue // unknown: it stays for the next round
-			}
-			s.logger.Debug("swarm: a feed mark without a readable record is dropped", "torrent", btstore.HexInfoHash(hash), "user", m.user)
-			settle.legacy = append(settle.legacy, m.user, m.seq)
-			continue
-		}
-		add(row)
-		// Deleted while it holds the seq delivered: the record's seq read
-		// after the mark is at least the mark's, and a change since then
-		// wrote a newer one into the mark.
-		settle.legacy = append(settle.legacy, m.user, strconv.FormatInt(row.Seq, 10))
-	}
 	return batch, settle
-}
-
-// isFeedMark says whether a feed rows field is a pending user's mark
-// ("<user>" -> seq) rather than a row.
-func isFeedMark(field, value string) bool {
-	if value == "" || strings.IndexByte(value, ',') >= 0 || strings.IndexByte(field, ':') >= 0 {
-		return false
-	}
-	_, err := strconv.ParseUint(value, 10, 63)
-	return err == nil
-}
-
-// recordFeedRow is a pending user's row from the record read for its
-// mark (feedRecordFields).
-func recordFeedRow(m feedMark) (storedFeedRow, bool) {
-	vals, err := m.record.Result()
-	if err != nil || len(vals) != len(feedRecordFields) {
-		return storedFeedRow{}, false
-	}
-	var n [9]int64
-	for i, v := range vals {
-		text, _ := v.(string)
-		if text == "" {
-			if i == 0 {
-				return storedFeedRow{}, false // no seq: no record, or one never fed
-			}
-			continue // a figure never written is 0
-		}
-		x, err := strconv.ParseInt(text, 10, 64)
-		if err != nil || x < 0 {
-			return storedFeedRow{}, false
-		}
-		n[i] = x
-	}
-	return storedFeedRow{FeedRow: FeedRow{UserID: m.user, Seq: n[0], Uploaded: n[1], Downloaded: n[2], UpCredited: n[3],
-		DownCredited: n[4], SeedMillis: n[5], LeechMillis: n[6], Snatched: n[7]}, announced: n[8]}, true
 }
 
 // storedFeedRow is a row as user_feed stores it: the FeedRow and the

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -159,10 +158,9 @@ func TestFeedReachesTheLedgerExactlyOnce(t *testing.T) {
 	})
 }
 
-// Rows earlier builds wrote, named by their seq (s36 to s39) or under the
-// user id alone (before s36), are delivered as they are and settled,
-// beside this build's marks, and a mark replaces a row under the user id:
-// the record's figures include it.
+// Rows an earlier build wrote, under the user id alone, are delivered
+// and settled as before (feed_settle.lua), beside the seq-named rows this
+// build writes for the same user.
 func TestFeedDeliversRowsAnEarlierBuildWrote(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		f, _ := privateFixture(t, b, swarm.Config{})
@@ -173,47 +171,28 @@ func TestFeedDeliversRowsAnEarlierBuildWrote(t *testing.T) {
 		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), event(bittorrent.EventStarted), transfer(0, 0))
 		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), transfer(500, 700))
 		f.flush()
-		mark, err := b.Client.HGet(ctx, rowsKey, "alice").Result()
+		// As the earlier build left it: the row at seq 1 under "alice".
+		row, err := b.Client.HGet(ctx, rowsKey, "alice:1").Result()
 		require.NoError(t, err)
-		require.Equal(t, "1", mark, "the announce wrote a mark, not a row")
-		// As earlier builds left them, for users with no record here.
-		require.NoError(t, b.Client.HSet(ctx, rowsKey, "bob:3", "3,10,20,10,0,0,5000,0,1000",
-			"carol", "4,30,40,60,40,7000,0,900,2000").Err())
+		require.NoError(t, b.Client.HDel(ctx, rowsKey, "alice:1").Err())
+		require.NoError(t, b.Client.HSet(ctx, rowsKey, "alice", row).Err())
+		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), transfer(900, 1700))
+		f.flush()
+		fields, err := b.Client.HKeys(ctx, rowsKey).Result()
+		require.NoError(t, err)
+		require.ElementsMatch(t, []string{"alice", "alice:2"}, fields)
 
 		l := newLedger()
 		rows, err := f.store.FeedRound(ctx, l.deliver)
 		require.NoError(t, err)
-		require.Equal(t, 3, rows)
-		require.Zero(t, b.Client.Exists(ctx, rowsKey).Val(), "every row and mark settled")
+		require.Equal(t, 2, rows)
+		require.Zero(t, b.Client.Exists(ctx, rowsKey).Val(), "both rows settled")
 		got := l.newest["alice:"+btstore.HexInfoHash(hash)]
 		want := f.onTorrent(hash, "alice")
 		require.Equal(t, want.Seq, got.Seq)
-		require.Equal(t, int64(500), got.Uploaded)
+		require.Equal(t, int64(900), got.Uploaded)
 		require.Equal(t, want.Downloaded, got.Downloaded)
-		require.Equal(t, swarm.FeedRow{UserID: "bob", Seq: 3, Uploaded: 10, Downloaded: 20, UpCredited: 10, LeechMillis: 5000},
-			l.newest["bob:"+btstore.HexInfoHash(hash)])
-		require.Equal(t, swarm.FeedRow{UserID: "carol", Seq: 4, Uploaded: 30, Downloaded: 40, UpCredited: 60, DownCredited: 40,
-			SeedMillis: 7000, Snatched: 900}, l.newest["carol:"+btstore.HexInfoHash(hash)])
-
-		// A row under the user id that a new announce finds is replaced by
-		// the mark: the record it reads holds every figure.
-		require.NoError(t, b.Client.HSet(ctx, rowsKey, "alice", "1,500,700,500,700,0,0,0,1000").Err())
-		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), transfer(900, 1700))
-		f.flush()
-		fields, err := b.Client.HGetAll(ctx, rowsKey).Result()
-		require.NoError(t, err)
-		require.Equal(t, map[string]string{"alice": "2"}, fields)
-		// The mark found the user waiting, so it indexed nothing: an
-		// earlier build's row is indexed by that build's mark, here by
-		// the backstop.
-		indexed, err := f.store.FeedBackstop(ctx)
-		require.NoError(t, err)
-		require.Equal(t, 1, indexed)
-		rows, err = f.store.FeedRound(ctx, l.deliver)
-		require.NoError(t, err)
-		require.Equal(t, 1, rows)
-		require.Equal(t, int64(900), l.newest["alice:"+btstore.HexInfoHash(hash)].Uploaded)
-		require.Zero(t, b.Client.Exists(ctx, rowsKey).Val())
+		require.True(t, l.seen[swarm.FeedKey("alice", hash, 1)], "the earlier build's row was delivered")
 	})
 }
 
@@ -245,51 +224,6 @@ func TestFeedRoundKeepsARowReplacedWhileDelivering(t *testing.T) {
 		got := l.newest["alice:"+btstore.HexInfoHash(hash)]
 		require.Equal(t, int64(800), got.Uploaded)
 		require.Equal(t, f.onTorrent(hash, "alice").Seq, got.Seq)
-		require.Zero(t, b.Client.Exists(ctx, btstore.FeedRowsKey(hash)).Val())
-	})
-}
-
-// A user purged while pending in the feed loses nothing the site has not
-// received: the purge parks the record as a row before it deletes it
-// (user_purge_record.lua), and the round delivers that row, the record's
-// figures at its newest seq.
-func TestFeedDeliversARecordPurgedWhilePending(t *testing.T) {
-	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		f, _ := privateFixture(t, b, swarm.Config{})
-		ctx := context.Background()
-		hash := infoHash("feed-purged")
-		require.NoError(t, f.store.RegisterTorrent(ctx, hash, "fp"))
-		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), event(bittorrent.EventStarted), transfer(0, 0))
-		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), transfer(500, 700))
-		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), event(bittorrent.EventStopped), transfer(600, 900))
-		f.flush()
-		want := f.onTorrent(hash, "alice")
-		require.Equal(t, int64(600), want.Uploaded)
-
-		require.NoError(t, f.store.RemoveUser(ctx, pk("passkeyA")))
-		const window = time.Hour
-		f.clock.Advance(window + time.Second)
-		now := f.clock.Now().UnixMilli()
-		state, err := f.store.StartUserPurge(ctx, "alice", now, window.Milliseconds(), now-1)
-		require.NoError(t, err)
-		require.Equal(t, "purging", state.State)
-		progress, err := f.store.PurgeUserStep(ctx, "alice", state.PurgeBefore)
-		require.NoError(t, err)
-		require.Equal(t, 1, progress.Records)
-		require.Zero(t, b.Client.Exists(ctx, btstore.UserTorrentKey(hash, "alice")).Val(), "the record went")
-		fields, err := b.Client.HKeys(ctx, btstore.FeedRowsKey(hash)).Result()
-		require.NoError(t, err)
-		require.Equal(t, []string{fmt.Sprintf("alice:%d", want.Seq)}, fields, "parked as a row at its seq")
-
-		l := newLedger()
-		rows, err := f.store.FeedRound(ctx, l.deliver)
-		require.NoError(t, err)
-		require.Equal(t, 1, rows)
-		got := l.newest["alice:"+btstore.HexInfoHash(hash)]
-		require.Equal(t, want.Seq, got.Seq)
-		require.Equal(t, want.Uploaded, got.Uploaded)
-		require.Equal(t, want.Downloaded, got.Downloaded)
-		require.Equal(t, want.LeechTime.Milliseconds(), got.LeechMillis)
 		require.Zero(t, b.Client.Exists(ctx, btstore.FeedRowsKey(hash)).Val())
 	})
 }

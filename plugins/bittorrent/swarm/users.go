@@ -214,7 +214,7 @@ func (s *Store) PurgeUserStep(ctx context.Context, userID string, purgeBefore in
 			continue // not a torrent: only its entry goes
 		}
 		calls = append(calls, scriptCall{
-			keys: []string{btstore.UserTorrentKey(hash, userID), btstore.TorrentUsersKey(hash), btstore.FeedRowsKey(hash)},
+			keys: []string{btstore.UserTorrentKey(hash, userID), btstore.TorrentUsersKey(hash)},
 			args: []any{userID, purgeBefore},
 		})
 	}

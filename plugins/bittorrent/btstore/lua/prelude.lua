@@ -295,24 +295,29 @@ end
 local fed_numbers = {'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'downloaded', 'up_credit', 'down_credit'}
 
 -- user_feed numbers a change of the record's fed figures (seq grows by
--- one) and marks the user pending in the torrent's feed rows (rows: HASH
--- field "<user id>" -> the seq as text). The mark is all the announce
--- writes for the feed: the round reads the pending users' records (they
--- hold every fed figure and last_announce) and deletes a mark only while
--- it still holds the seq it delivered (feed_settle.lua), so a change
--- after the read stays marked. One HSET of a short value, no row to
--- format and no HDEL: the row per announce, its HDEL and the round's
--- reads of it were most of accounting's Redis cost (docs/bittorrent-
--- site.md, "What the 10% bound needs"). A mark replaces a row an earlier
--- build wrote under the user id: the record's figures include it.
--- Returns 1 when the user was not pending (HSET added the field: the
--- caller marks the torrent in the feed's index), else 0. A record whose
--- fed figures did not change costs no write.
-local function user_feed(u, user, rows)
+-- one) and puts the record's row at that seq in the torrent's feed rows
+-- (rows: HASH "<user id>:<seq>" -> "seq,uploaded,downloaded,up_credit,
+-- down_credit,seed_ms,leech_ms,snatched,last_announce", bytes and ms),
+-- deleting the user's row at the previous seq if it was not fed yet: the
+-- new row's cumulative figures include it. The feed reads the rows alone,
+-- never the records, and deletes the rows it delivered with a plain HDEL
+-- of their fields: a field names one seq, so a delete can never take a
+-- newer row with it (swarm.FeedRound). Returns 1 when the user had no row
+-- waiting (the caller marks the torrent in the feed's index), else 0: the
+-- row waiting marked it. A record whose fed figures did not change costs
+-- no write.
+local function user_feed(u, user, rows, now_text)
   for _, name in ipairs(fed_numbers) do
     if u[name] ~= u.was[name] then
+      local waiting = 0
+      if u.seq > 0 then waiting = redis.call('HDEL', rows, user .. ':' .. user_text(u, 'seq')) end
       u.seq = u.seq + 1
-      return redis.call('HSET', rows, user, user_text(u, 'seq'))
+      local seq = user_text(u, 'seq')
+      redis.call('HSET', rows, user .. ':' .. seq, seq .. ',' .. user_text(u, 'uploaded') .. ','
+        .. user_text(u, 'downloaded') .. ',' .. user_text(u, 'up_credit') .. ',' .. user_text(u, 'down_credit') .. ','
+        .. user_text(u, 'seed_ms') .. ',' .. user_text(u, 'leech_ms') .. ',' .. user_text(u, 'snatched') .. ','
+        .. now_text)
+      return 1 - waiting
     end
   end
   return 0
@@ -385,7 +390,7 @@ local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hn
     redis.call('SADD', users, user) -- a new record: once per user and torrent
   end
   local mark = 0
-  if rows then mark = user_feed(u, user, rows) end
+  if rows then mark = user_feed(u, user, rows, now_text) end
   local bits, ver = user_write(key, u, now, hnr_seed_ms, hnr_ratio)
   local watch
   if rates and (a.d_up > 0 or a.d_down > 0) then

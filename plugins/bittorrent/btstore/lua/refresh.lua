@@ -31,8 +31,8 @@
 -- KEYS[5] reaper     HASH  the unseeded reaper's state (a seeder ends it)
 -- KEYS[6] claims     HASH  reseed claims (package reaper)
 -- private mode: KEYS[7] users SET user ids with a record on the torrent,
--- KEYS[8] feed rows HASH user id -> the seq of the user's record not yet
--- fed to the site (prelude's user_feed)
+-- KEYS[8] feed rows HASH user id -> the user's record as a row not yet fed
+-- to the site (prelude's user_feed)
 -- then per peer i (from 0) its record (HASH) and, in private mode, its
 -- user's record (HASH): open mode KEYS[7+i], private KEYS[9+2i], KEYS[10+2i]
 --

@@ -4,18 +4,8 @@
 -- purge began). A record with a peer counted stays (the caller drops its
 -- entry all the same, and says so: the record goes with its torrent).
 --
--- The feed reads a pending user's record (prelude's user_feed marks the
--- user in the torrent's feed rows with the record's seq), so a record
--- whose user is pending is first parked as a row of its figures, as the
--- feed rows held them before s40: field "<user>:<seq>", value "seq,
--- uploaded,downloaded,up_credit,down_credit,seed_ms,leech_ms,snatched,
--- last_announce". The round delivers that row as it is, so the purge
--- loses no change the site has not received.
---
 -- KEYS[1] user   HASH  the user-torrent record
 -- KEYS[2] users  SET   user ids with a record on the torrent
--- KEYS[3] rows   HASH  the torrent's feed rows: "<user>" -> seq (a pending
---                      mark), "<user>:<seq>" -> row
 --
 -- ARGV[1] user id
 -- ARGV[2] purge_before (ms)
@@ -31,16 +21,6 @@ local before = tonumber(ARGV[2])
 local touched = math.max(tonumber(u[2]) or 0, tonumber(u[3]) or 0)
 if (tonumber(u[1]) or 0) > 0 or touched >= before then
   return 0
-end
-local mark = redis.call('HGET', KEYS[3], ARGV[1])
-if mark and not string.find(mark, ',', 1, true) then
-  local r = redis.call('HMGET', KEYS[1], 'seq', 'uploaded', 'downloaded', 'up_credit', 'down_credit', 'seed_ms',
-    'leech_ms', 'snatched', 'last_announce')
-  if r[1] then
-    for i = 2, 9 do r[i] = r[i] or '0' end
-    redis.call('HSET', KEYS[3], ARGV[1] .. ':' .. r[1], table.concat(r, ','))
-  end
-  redis.call('HDEL', KEYS[3], ARGV[1])
 end
 redis.call('DEL', KEYS[1])
 redis.call('SREM', KEYS[2], ARGV[1])
