@@ -115,6 +115,9 @@ func TestCheatSignalsBesideAnHonestAria2Swarm(t *testing.T) {
 		cheaterAnnounce(t, c2, base, cheatKey, greedy, "-qB4630-greedyleech1", 0, uint64(10*size), uint64(size), wire.EventNone)
 		cheaterAnnounce(t, httpFrom(t, "127.0.0.3"), base, cheatKey, greedy, "-qB4630-greedyleech2", 0, 0, uint64(size), wire.EventStarted)
 		cheaterAnnounce(t, httpFrom(t, "127.0.0.4"), base, cheatKey, ghost, "-qB4630-ghostseeder2", 0, 0, 0, wire.EventStarted)
+		// The per-torrent signals are checked in the frontend's batched
+		// flush (the loop's, within FlushInterval; now here).
+		require.NoError(t, store.Flush(ctx))
 
 		events, _, err := tr.Outbox().Pending(ctx, 0, 100)
 		require.NoError(t, err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -224,6 +225,51 @@ func TestFeedRoundKeepsARowReplacedWhileDelivering(t *testing.T) {
 		got := l.newest["alice:"+btstore.HexInfoHash(hash)]
 		require.Equal(t, int64(800), got.Uploaded)
 		require.Equal(t, f.onTorrent(hash, "alice").Seq, got.Seq)
+		require.Zero(t, b.Client.Exists(ctx, btstore.FeedRowsKey(hash)).Val())
+	})
+}
+
+// A user purged while its row waits in the feed loses nothing the site
+// has not received: the row is the record's figures at its newest seq,
+// kept apart from the record, so the purge deletes the record and the
+// round still delivers the row.
+func TestFeedDeliversTheRowOfAPurgedRecord(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f, _ := privateFixture(t, b, swarm.Config{})
+		ctx := context.Background()
+		hash := infoHash("feed-purged")
+		require.NoError(t, f.store.RegisterTorrent(ctx, hash, "fp"))
+		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), event(bittorrent.EventStarted), transfer(0, 0))
+		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), transfer(500, 700))
+		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), event(bittorrent.EventStopped), transfer(600, 900))
+		f.flush()
+		want := f.onTorrent(hash, "alice")
+		require.Equal(t, int64(600), want.Uploaded)
+
+		require.NoError(t, f.store.RemoveUser(ctx, pk("passkeyA")))
+		const window = time.Hour
+		f.clock.Advance(window + time.Second)
+		now := f.clock.Now().UnixMilli()
+		state, err := f.store.StartUserPurge(ctx, "alice", now, window.Milliseconds(), now-1)
+		require.NoError(t, err)
+		require.Equal(t, "purging", state.State)
+		progress, err := f.store.PurgeUserStep(ctx, "alice", state.PurgeBefore)
+		require.NoError(t, err)
+		require.Equal(t, 1, progress.Records)
+		require.Zero(t, b.Client.Exists(ctx, btstore.UserTorrentKey(hash, "alice")).Val(), "the record went")
+		fields, err := b.Client.HKeys(ctx, btstore.FeedRowsKey(hash)).Result()
+		require.NoError(t, err)
+		require.Equal(t, []string{fmt.Sprintf("alice:%d", want.Seq)}, fields, "the row waits at its seq")
+
+		l := newLedger()
+		rows, err := f.store.FeedRound(ctx, l.deliver)
+		require.NoError(t, err)
+		require.Equal(t, 1, rows)
+		got := l.newest["alice:"+btstore.HexInfoHash(hash)]
+		require.Equal(t, want.Seq, got.Seq)
+		require.Equal(t, want.Uploaded, got.Uploaded)
+		require.Equal(t, want.Downloaded, got.Downloaded)
+		require.Equal(t, want.LeechTime.Milliseconds(), got.LeechMillis)
 		require.Zero(t, b.Client.Exists(ctx, btstore.FeedRowsKey(hash)).Val())
 	})
 }

@@ -73,6 +73,11 @@ type pending struct {
 	// feed: torrents a script reported a feed mark for (a user's row is
 	// new in its feed rows), to index in btstore.FeedIndexKey
 	feed map[bittorrent.InfoHash]struct{}
+	// ledger: user-torrent record -> its ledger entries since the last
+	// flush (HSET fields and values, in announce order); cheats: the
+	// announces whose figures crossed a signal's threshold (watch.go)
+	ledger map[string][]any
+	cheats []*cheatCheck
 }
 
 func (p *pending) reset() {
@@ -80,9 +85,27 @@ func (p *pending) reset() {
 	p.users = make(map[userTorrent]userUpdate)
 	p.totals = make(map[string]*transfer)
 	p.feed = make(map[bittorrent.InfoHash]struct{})
+	p.ledger = make(map[string][]any)
+	p.cheats = nil
 }
 
-func (p *pending) size() int { return len(p.index) + len(p.users) + len(p.totals) + len(p.feed) }
+func (p *pending) size() int {
+	return len(p.index) + len(p.users) + len(p.totals) + len(p.feed) + len(p.ledger) + len(p.cheats)
+}
+
+// addWatch records one announce's ledger entry (HSET field and value, nil:
+// none) and its signals to check (nil: none) for the user-torrent record
+// key (watchTransfer).
+func (p *pending) addWatch(key string, entry []any, check *cheatCheck) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if entry != nil {
+		p.ledger[key] = append(p.ledger[key], entry...)
+	}
+	if check != nil {
+		p.cheats = append(p.cheats, check)
+	}
+}
 
 func (p *pending) addStat(stat int, n int64) {
 	if n != 0 {
@@ -184,6 +207,8 @@ type batch struct {
 	users  map[userTorrent]userUpdate
 	totals map[string]*transfer
 	feed   map[bittorrent.InfoHash]struct{}
+	ledger map[string][]any
+	cheats []*cheatCheck
 }
 
 // take empties the pending writes and returns them.
@@ -194,7 +219,7 @@ func (p *pending) take() batch {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	b.index, b.users, b.totals, b.feed = p.index, p.users, p.totals, p.feed
+	b.index, b.users, b.totals, b.feed, b.ledger, b.cheats = p.index, p.users, p.totals, p.feed, p.ledger, p.cheats
 	p.reset()
 	return b
 }
@@ -316,6 +341,18 @@ func (s *Store) flushLocked(ctx context.Context) error {
 			s.pending.mu.Unlock()
 		})
 	}
+	// The ledger: one HSET per record of the entries since the last
+	// flush. A plain HSET would recreate a deleted record, but a record is
+	// deleted only a protection window after its last announce (orphan
+	// cleanup) or its user's removal (a purge), and these entries are a
+	// flush interval old.
+	for key, fields := range work.ledger {
+		queue(pipe.HSet(ctx, key, fields...), func() {
+			s.pending.mu.Lock()
+			s.pending.ledger[key] = append(fields, s.pending.ledger[key]...)
+			s.pending.mu.Unlock()
+		})
+	}
 	userCalls := make([]scriptCall, 0, len(work.users))
 	userUpdates := make([]userUpdate, 0, len(work.users))
 	for _, u := range work.users {
@@ -344,10 +381,13 @@ func (s *Store) flushLocked(ctx context.Context) error {
 			s.pending.mu.Unlock()
 		}
 	}
+	cheatsFailed, cheatsErr := s.writeCheatChecks(ctx, work.cheats)
+	failed += cheatsFailed
+	firstErr = firstError(firstErr, cheatsErr)
 	if failed > 0 {
 		s.counters.flushFailures.Add(int64(failed))
 		return fmt.Errorf("swarm.Flush: %d of %d writes failed, kept for the next flush: %w",
-			failed, len(cmds)+len(userCalls), firstErr)
+			failed, len(cmds)+len(userCalls)+len(work.cheats), firstErr)
 	}
 	return nil
 }

@@ -43,8 +43,9 @@ var (
 	tokenSetScript      = btstore.Script("token_set.lua")
 	feedSettleScript    = btstore.Script("feed_settle.lua")
 
-	// the many-addresses cheat signal (watch.go)
+	// the cheat signals (watch.go)
 	cheatAddrsScript = btstore.Script("cheat_addrs.lua")
+	cheatStampScript = btstore.Script("cheat_stamp.lua")
 )
 
 var prelude = btstore.Prelude()
@@ -68,7 +69,6 @@ const (
 var announceCodes = map[string]int64{
 	"UNREGISTERED": codeUnregistered, "PEER_TAKEN": codePeerTaken, "PEER_LIMIT": codePeerLimit, "FLOOD": codeFlood,
 	"TOKEN_USED": tokenUsed, "TOKEN_ENDED": tokenEnded,
-	"CHEAT_NO_LEECHER": cheatNoLeecher, "CHEAT_UPLOAD_RATE": cheatUploadRate, "CHEAT_OVER_DOWNLOAD": cheatOverDownload,
 }
 
 // runScriptList runs a script that returns an array (luascript.Run: FCALL,

@@ -289,9 +289,7 @@ type Store struct {
 	windows   windowCache
 	addresses addressSeen
 	pending   pending
-	// watchArg is the scripts' watch ARGV (WatchConfig.arg).
-	watchArg string
-	flushMu  sync.Mutex
+	flushMu   sync.Mutex
 
 	counters counters
 
@@ -331,7 +329,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Store{rdb: rdb, owner: lease.NewOwner(), cfg: cfg, clock: cfg.Clock, logger: cfg.Logger, watchArg: cfg.Watch.arg()}
+	s := &Store{rdb: rdb, owner: lease.NewOwner(), cfg: cfg, clock: cfg.Clock, logger: cfg.Logger}
 	s.passkeys = newPasskeyCache(maxCachedPasskeys, maxCachedMisses)
 	s.pending.reset()
 	if cfg.AnnouncePipelines > 0 {
@@ -536,9 +534,9 @@ func (s *Store) announceCall(ctx context.Context, req *bittorrent.AnnounceReques
 		s.openRetentionMillis(), s.cfg.HnR.MinSeedTime.Milliseconds(), s.cfg.HnR.MinRatio, now + timeout,
 		compactLen(req.PeerFamily), s.cfg.ReaperClaimWindow.Milliseconds(), max(s.cfg.MaxPeersPerOwner, 0),
 		s.cfg.FloodInterval.Milliseconds(), s.cfg.FloodWindow.Milliseconds(), max(s.cfg.FloodReportAfter, 0),
-		s.lastAcceptedHere(req, userID), accounting, windowUp, windowDown, s.watchArg}
+		s.lastAcceptedHere(req, userID), accounting, windowUp, windowDown}
 	if userID == "" {
-		// Open mode: announce.lua reads its last four arguments for a
+		// Open mode: announce.lua reads its last three arguments for a
 		// user only; each is a string Redis reads into the script's ARGV.
 		a.call.args = a.call.args[:23]
 	}
@@ -611,7 +609,7 @@ func (s *Store) finishAnnounce(ctx context.Context, a *pendingAnnounce, reply []
 		changed := replyInt(reply[5]) != 0 || replyInt(reply[6]) != 0 || replyInt(reply[7]) != 0
 		s.writeBehind.accepted(req, userID, now, changed)
 	}
-	s.recordAnnounce(ctx, req.InfoHash, userID, reply)
+	s.recordAnnounce(ctx, req.InfoHash, userID, now, reply)
 	return resp, nil
 }
 
@@ -633,7 +631,7 @@ func (s *Store) lastAcceptedHere(req *bittorrent.AnnounceRequest, userID string)
 }
 
 // recordAnnounce batches the global side effects of one announce.
-func (s *Store) recordAnnounce(ctx context.Context, hash bittorrent.InfoHash, userID string, reply []any) {
+func (s *Store) recordAnnounce(ctx context.Context, hash bittorrent.InfoHash, userID string, now int64, reply []any) {
 	dSeeders, dLeechers, snatched := replyInt(reply[5]), replyInt(reply[6]), replyInt(reply[7])
 	var update *userUpdate
 	if userID != "" {
@@ -653,7 +651,8 @@ func (s *Store) recordAnnounce(ctx context.Context, hash bittorrent.InfoHash, us
 		s.flushIfIdle(ctx)
 	}
 	s.reportToken(ctx, replyInt(reply[16]), hash, replyString(reply[8]), userID, replyInt(reply[17]))
-	s.reportCheats(ctx, reply[19], hash, replyString(reply[8]), userID)
+	s.watchTransfer(hash, replyString(reply[8]), userID, now,
+		transfer{replyInt(reply[11]), replyInt(reply[12]), replyInt(reply[14]), replyInt(reply[15])}, reply[19])
 	if replyInt(reply[1])+replyInt(reply[2]) == 0 && replyString(reply[8]) == "" {
 		// the last peer of an unregistered torrent stopped: it may be an
 		// orphan a window from now (a rare announce, so one more write)

@@ -47,6 +47,15 @@ func (l *eventLog[T]) all() []T {
 // cheatLog collects the cheat signals a store fires.
 type cheatLog = eventLog[swarm.CheatSignal]
 
+// signals flushes the store, which checks the per-torrent signals'
+// stamps and reports those that fire, and takes what log heard since
+// its last take.
+func (f *fixture) signals(log *cheatLog) []swarm.CheatSignal {
+	f.t.Helper()
+	f.flush()
+	return log.take()
+}
+
 func kinds(signals []swarm.CheatSignal) []swarm.CheatSignalKind {
 	var out []swarm.CheatSignalKind
 	for _, s := range signals {
@@ -83,6 +92,7 @@ func TestLedgerKeepsTheLastAnnouncesWithTransfer(t *testing.T) {
 		}
 		f.clock.Advance(time.Minute)
 		f.announce(hash, me, 1, passkey("passkeyA"), transfer(up, down)) // no transfer: no entry
+		f.flush()                                                        // the frontend writes the ledger in its batched flush
 		ledger := f.onTorrent(hash, "alice").Ledger
 		require.Len(t, ledger, 3)
 		for j, e := range ledger {
@@ -105,6 +115,7 @@ func TestLedgerKeepsTheLastAnnouncesWithTransfer(t *testing.T) {
 		g.announce(other, me, 1, passkey("passkeyA"), event(bittorrent.EventStarted))
 		g.clock.Advance(time.Minute)
 		g.announce(other, me, 1, passkey("passkeyA"), transfer(10, 10))
+		g.flush()
 		require.Empty(t, g.onTorrent(other, "alice").Ledger)
 		require.False(t, b.Client.HExists(ctx, btstore.UserTorrentKey(other, "alice"), "l0").Val())
 	})
@@ -133,12 +144,12 @@ func TestCheatSignalsFireOnTheirCaseOnly(t *testing.T) {
 		f.announce(hash, leecher, 2, passkey("passkeyB"), seeding, transfer(0, 10_000), event(bittorrent.EventStopped))
 		f.clock.Advance(time.Minute)
 		f.announce(hash, seeder, 1, passkey("passkeyA"), seeding, transfer(10_000, 0))
-		require.Empty(t, log.take(), "the honest swarm is quiet")
+		require.Empty(t, f.signals(&log), "the honest swarm is quiet")
 
 		// No leecher since alice's previous announce: upload is a ghost.
 		f.clock.Advance(10 * time.Minute)
 		f.announce(hash, seeder, 1, passkey("passkeyA"), seeding, transfer(12_000, 0))
-		got := log.take()
+		got := f.signals(&log)
 		require.Equal(t, []swarm.CheatSignalKind{swarm.SignalNoLeecher}, kinds(got))
 		require.Equal(t, "alice", got[0].UserID)
 		require.Equal(t, "t1", got[0].TorrentID)
@@ -148,10 +159,10 @@ func TestCheatSignalsFireOnTheirCaseOnly(t *testing.T) {
 		// again within the period: stamped, not fired
 		f.clock.Advance(10 * time.Minute)
 		f.announce(hash, seeder, 1, passkey("passkeyA"), seeding, transfer(14_000, 0))
-		require.Empty(t, log.take(), "once per period")
+		require.Empty(t, f.signals(&log), "once per period")
 		f.clock.Advance(time.Hour)
 		f.announce(hash, seeder, 1, passkey("passkeyA"), seeding, transfer(16_000, 0))
-		require.Equal(t, []swarm.CheatSignalKind{swarm.SignalNoLeecher}, kinds(log.take()), "a period later")
+		require.Equal(t, []swarm.CheatSignalKind{swarm.SignalNoLeecher}, kinds(f.signals(&log)), "a period later")
 
 		// carol leeches and reports 2,000,000 bytes up in 10 minutes
 		// (3,333 bytes/s over a ceiling of 1,000) and 30,000 down, over
@@ -162,7 +173,7 @@ func TestCheatSignalsFireOnTheirCaseOnly(t *testing.T) {
 		f.announce(hash, cheater, 3, passkey("passkeyC"), event(bittorrent.EventStarted))
 		f.clock.Advance(10 * time.Minute)
 		f.announce(hash, cheater, 3, passkey("passkeyC"), transfer(2_000_000, 30_000))
-		got = log.take()
+		got = f.signals(&log)
 		require.ElementsMatch(t, []swarm.CheatSignalKind{swarm.SignalUploadRate, swarm.SignalOverDownload}, kinds(got))
 		for _, s := range got {
 			require.Equal(t, "carol", s.UserID)
@@ -180,7 +191,7 @@ func TestCheatSignalsFireOnTheirCaseOnly(t *testing.T) {
 		}
 		// bob's honest download (under 2 x size) at an honest rate is quiet
 		f.announce(hash, leecher, 2, passkey("passkeyB"), transfer(0, 9_000))
-		require.Empty(t, log.take())
+		require.Empty(t, f.signals(&log))
 
 		// A torrent with no size is never checked for over-download.
 		unsized := infoHash("unsized")
@@ -189,7 +200,7 @@ func TestCheatSignalsFireOnTheirCaseOnly(t *testing.T) {
 		f.announce(unsized, leecher, 2, passkey("passkeyB"), event(bittorrent.EventStarted))
 		f.clock.Advance(time.Minute)
 		f.announce(unsized, cheater, 3, passkey("passkeyC"), transfer(0, 1<<40))
-		require.Empty(t, log.take())
+		require.Empty(t, f.signals(&log))
 		require.Equal(t, int64(4), f.store.CheatsFired(), "every fired signal counted")
 	})
 }
@@ -227,10 +238,10 @@ func TestManyAddressesSignal(t *testing.T) {
 		announceOn(f.store, hash, peerID("-TR", 1), "passkeyA", at("2001:db8:1:2::1", 6881))
 		announceOn(second, other, peerID("-TR", 2), "passkeyA", at("2001:db8:1:2::ffff", 6881))
 		announceOn(f.store, other, peerID("-TR", 3), "passkeyA", at("198.51.100.7", 6881))
-		require.Empty(t, log.take(), "two addresses are within the limit")
+		require.Empty(t, f.signals(&log), "two addresses are within the limit")
 		// a third, through the other frontend, on another torrent
 		announceOn(second, hash, peerID("-TR", 4), "passkeyA", at("203.0.113.5", 6881))
-		got := log.take()
+		got := f.signals(&log)
 		require.Len(t, got, 1)
 		require.Equal(t, swarm.SignalAddresses, got[0].Kind)
 		require.Equal(t, "alice", got[0].UserID)
@@ -238,13 +249,13 @@ func TestManyAddressesSignal(t *testing.T) {
 		require.ElementsMatch(t, []string{"2001:db8:1:2::/64", "198.51.100.7", "203.0.113.5"}, got[0].Addresses)
 		// a fourth within the period: not again
 		announceOn(f.store, hash, peerID("-TR", 5), "passkeyA", at("203.0.113.6", 6881))
-		require.Empty(t, log.take())
+		require.Empty(t, f.signals(&log))
 		// after the window the old addresses no longer count, and after the
 		// period two addresses are still within the limit
 		f.clock.Advance(2 * time.Hour)
 		announceOn(f.store, hash, peerID("-TR", 5), "passkeyA", at("203.0.113.6", 6881))
 		announceOn(second, hash, peerID("-TR", 6), "passkeyA", at("203.0.113.7", 6881))
-		require.Empty(t, log.take())
+		require.Empty(t, f.signals(&log))
 		n, err := b.Client.ZCard(ctx, btstore.UserAddressesKey("alice")).Result()
 		require.NoError(t, err)
 		require.Equal(t, int64(2), n)
@@ -271,10 +282,10 @@ func TestExpiredLeecherKeepsTheSeederQuiet(t *testing.T) {
 		require.Equal(t, 1, removed)
 		f.clock.Advance(9 * time.Minute)
 		f.announce(hash, seeder, 1, passkey("passkeyA"), seeding, transfer(3000, 0))
-		require.Empty(t, log.take(), "it uploaded while the leecher was there")
+		require.Empty(t, f.signals(&log), "it uploaded while the leecher was there")
 		f.clock.Advance(10 * time.Minute)
 		f.announce(hash, seeder, 1, passkey("passkeyA"), seeding, transfer(4000, 0))
-		got := log.take()
+		got := f.signals(&log)
 		require.Equal(t, []swarm.CheatSignalKind{swarm.SignalNoLeecher}, kinds(got))
 		require.Equal(t, epoch.Add(61*time.Minute), got[0].LastLeecherLeft)
 	})
@@ -295,7 +306,7 @@ func TestWrittenBehindReannounceFiresTheSignals(t *testing.T) {
 		f.announce(hash, me, 1, passkey("passkeyA"), seeding, event(bittorrent.EventStarted))
 		f.clock.Advance(time.Minute)
 		f.announce(hash, me, 1, passkey("passkeyA"), seeding) // the view read, with its refresh
-		require.Empty(t, log.take())
+		require.Empty(t, f.signals(&log))
 		f.clock.Advance(100 * time.Millisecond)
 		// two seeders, no leecher ever: alice's upload is a ghost, at
 		// 100,000 bytes/s over the 100ms since its previous announce
@@ -303,7 +314,7 @@ func TestWrittenBehindReannounceFiresTheSignals(t *testing.T) {
 		require.Equal(t, 1, f.store.WriteBehindStats().Queued, "answered from the view, queued")
 		require.Empty(t, log.take(), "nothing is written yet")
 		f.flush()
-		got := log.take()
+		got := f.signals(&log)
 		require.ElementsMatch(t, []swarm.CheatSignalKind{swarm.SignalNoLeecher, swarm.SignalUploadRate}, kinds(got))
 		for _, s := range got {
 			require.Equal(t, "alice", s.UserID)
@@ -337,5 +348,71 @@ func TestRegistrationSize(t *testing.T) {
 		require.ErrorIs(t, f.store.Register(ctx, hash, swarm.Registration{ID: "t1", Size: 1<<53 + 1}), swarm.ErrInvalid)
 		require.NoError(t, f.store.Register(ctx, hash, swarm.Registration{ID: "t1"}))
 		require.Equal(t, int64(4096), f.torrent(hash).Size, "0 keeps the stored size")
+	})
+}
+
+// A frontend killed before its flush (here: one whose batch is never
+// flushed) loses its ledger entries and signals, never credit: the
+// script credits the record from the cumulative counters, so another
+// frontend's announces carry on from there, and the ledger stays within
+// its bound.
+func TestAbandonedFlushCostsNoCreditAndTheLedgerStaysBounded(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		var logA, logB cheatLog
+		cfgA := allSignals(&logA)
+		cfgA.Watch.MaxUploadRate = 1 // every upload fires, once per period
+		cfgA.Watch.NoLeecher = false
+		a, hash := privateFixture(t, b, cfgA)
+		ctx := context.Background()
+		require.NoError(t, a.store.SetTorrentCredit(ctx, hash, swarm.Credit{Kind: swarm.CreditDoubleUpload}))
+		me := peerID("-TR", 1)
+		a.announce(hash, me, 1, passkey("passkeyA"), event(bittorrent.EventStarted))
+		for i := 1; i <= 4; i++ {
+			a.clock.Advance(time.Minute)
+			a.announce(hash, me, 1, passkey("passkeyA"), transfer(uint64(100*i), uint64(1000*i)))
+		}
+		// a is killed now: its batch (ledger entries, the signal) is lost.
+
+		cfgB := allSignals(&logB)
+		cfgB.Watch.MaxUploadRate, cfgB.Watch.NoLeecher = 1, false
+		cfgB.Private = true
+		bf := newFixture(t, b, cfgB)
+		bf.clock.Advance(5 * time.Minute)
+		bf.announce(hash, me, 1, passkey("passkeyA"), transfer(500, 5000))
+		bf.flush()
+		rec := bf.onTorrent(hash, "alice")
+		require.Equal(t, int64(500), rec.Uploaded, "every byte credited, the lost frontend's too")
+		require.Equal(t, int64(5000), rec.Downloaded)
+		require.Equal(t, int64(1000), rec.UpCredited, "double upload, from the counters")
+		require.Len(t, rec.Ledger, 1, "only the flushed frontend's entry")
+		require.Equal(t, int64(100), rec.Ledger[0].Uploaded)
+		require.Empty(t, logA.take(), "the lost frontend's signal is lost")
+		require.Equal(t, []swarm.CheatSignalKind{swarm.SignalUploadRate}, kinds(logB.take()))
+
+		for i := 6; i <= 20; i++ {
+			bf.clock.Advance(time.Minute)
+			bf.announce(hash, me, 1, passkey("passkeyA"), transfer(uint64(100*i), uint64(1000*i)))
+			if i%4 == 0 {
+				bf.flush()
+			}
+		}
+		bf.flush()
+		rec = bf.onTorrent(hash, "alice")
+		require.Equal(t, int64(2000), rec.Uploaded)
+		require.Equal(t, int64(4000), rec.UpCredited)
+		require.Len(t, rec.Ledger, 3, "the bound")
+		for j, e := range rec.Ledger {
+			require.Equal(t, int64(100), e.Uploaded, "entry %d", j)
+		}
+		require.Equal(t, epoch.Add(20*time.Minute), rec.Ledger[0].At)
+		fields, err := b.Client.HKeys(ctx, btstore.UserTorrentKey(hash, "alice")).Result()
+		require.NoError(t, err)
+		entries := 0
+		for _, name := range fields {
+			if len(name) > 1 && name[0] == 'l' && name[1] >= '0' && name[1] <= '9' {
+				entries++
+			}
+		}
+		require.Equal(t, 3, entries, "no more entry fields than the bound")
 	})
 }

@@ -812,7 +812,7 @@ func (w *writeBehind) refreshKeysArgs(hash bittorrent.InfoHash, sample int, peer
 	}
 	args := make([]any, 0, 8+10*len(peers))
 	args = append(args, timeout, claimWindow, sample, "1", w.s.cfg.HnR.MinSeedTime.Milliseconds(), w.s.cfg.HnR.MinRatio,
-		accounting, w.s.watchArg)
+		accounting, "") // ARGV[8]: unused since s40 (refresh.lua)
 	users := make([]string, len(peers))
 	for i, r := range peers {
 		users[i] = r.user
@@ -1001,7 +1001,8 @@ func (w *writeBehind) applyPeers(c *refreshCall, reply []any) error {
 			w.s.pending.addRefresh(c.hash, r.user, transfer{replyInt(res[3]), replyInt(res[4]), replyInt(res[5]),
 				replyInt(res[6])}, update, replyInt(res[9]) == 1)
 			w.s.reportToken(context.Background(), replyInt(res[7]), c.hash, torrentID, r.user, replyInt(res[8]))
-			w.s.reportCheats(context.Background(), res[10], c.hash, torrentID, r.user)
+			w.s.watchTransfer(c.hash, torrentID, r.user, r.at, transfer{replyInt(res[3]), replyInt(res[4]),
+				replyInt(res[5]), replyInt(res[6])}, res[10])
 		}
 	}
 	return nil

@@ -78,13 +78,11 @@
 --          and mark the record for the feed, user_feed)
 -- ARGV[25] the site-wide windows' upload rate now (percent; 100: none open)
 -- ARGV[26] the site-wide windows' download rate now (percent; 100: none open)
--- ARGV[27] the ledger's and cheat signals' settings (prelude's watch_read;
---          "": off), used with accounting on
 --
 -- Returns
 --   {1, seeders, leechers, snatches, born, d_seeders, d_leechers, snatched,
 --    torrent id, user bits, user version, d_uploaded, d_downloaded, peers,
---    c_uploaded, c_downloaded, token event, token used, feed mark, cheats}
+--    c_uploaded, c_downloaded, token event, token used, feed mark, watch}
 --      born: 1 when the swarm had no peer before this announce (the caller
 --      then indexes it for the expiry sweep); snatched: 1 when this
 --      announce counted a snatch; torrent id "" when not registered; user
@@ -96,8 +94,10 @@
 --      the user's token was first used, 2 it ended (user_credit); token
 --      used: when it was first used (ms), "" when never; feed mark: 1
 --      when the user's row is new in KEYS[13] (the caller indexes the
---      torrent for the feed); cheats: the cheat signals this announce
---      fired, four numbers each (prelude's user_watch)
+--      torrent for the feed); watch: with accounting on and transfer,
+--      {seq, gap, others, leecher_left, size, downloaded} for the
+--      frontend's ledger and cheat signals (prelude's user_announce), else
+--      an empty list
 --  {R.UNREGISTERED [, reason]}  the torrent is not registered (private
 --      mode); reason: KEYS[12], the site's reason while it lasts
 --  {R.PEER_TAKEN}  the peer id is active in this swarm under another user
@@ -273,15 +273,11 @@ if finished and not (known and p[5] == '1') then
 end
 
 -- The peer record. A stopped event from a peer never seen leaves none.
--- The deltas' texts are kept for the user's ledger entry (user_watch),
--- so each is formatted once.
-local d_up_text, d_down_text
 if known or not leaving then
   local active = '1'
   if leaving then active = '0' end
-  d_up_text, d_down_text = int(d_up), int(d_down)
   local fields = {'uploaded', ARGV[4], 'downloaded', ARGV[5], 'left', ARGV[6],
-    'last_announce', ARGV[1], 'active', active, 'up_delta', d_up_text, 'down_delta', d_down_text}
+    'last_announce', ARGV[1], 'active', active, 'up_delta', int(d_up), 'down_delta', int(d_down)}
   if not known then
     local n = #fields
     fields[n + 1], fields[n + 2] = 'user', user
@@ -359,19 +355,18 @@ leechers = leechers or redis.call('HLEN', k_leechers)
 
 -- The user's record on this torrent (prelude's user_announce).
 local user_state, user_ver, c_up, c_down, token_event, token_used, feed_mark = -1, 0, 0, 0, 0, false, 0
-local cheats
+local watch
 if user ~= '' and (known or not leaving) then
   local rates = ARGV[24] == '1' and credit_rates(t[6], t[7], ARGV[25], ARGV[26])
   local gap = 0
   if known and p[4] then gap = math.max(0, now - tonumber(p[4])) end
   local others = leechers
   if not leaving and not seeding then others = others - 1 end
-  user_state, user_ver, c_up, c_down, token_event, token_used, feed_mark, cheats = user_announce(k_user, k_users, user,
+  user_state, user_ver, c_up, c_down, token_event, token_used, feed_mark, watch = user_announce(k_user, k_users, user,
     {d_up = d_up, d_down = d_down, elapsed = elapsed, was_seeder = was_seeder, was_active = was_active,
     leaving = leaving, seeding = seeding, snatched = snatched, gap = gap, others = others,
-    leecher_left = tonumber(t[9]) or 0, size = tonumber(t[8]) or 0, d_up_text = d_up_text, d_down_text = d_down_text},
-    now, ARGV[1], hnr_seed_ms, hnr_ratio,
-    rates or nil, rates and KEYS[13] or nil, rates and watch_read(ARGV[27]) or nil)
+    leecher_left = t[9] or 0, size = t[8] or 0},
+    now, ARGV[1], hnr_seed_ms, hnr_ratio, rates or nil, rates and KEYS[13] or nil)
 end
 
 if snatched == 1 and user ~= '' then
@@ -421,4 +416,4 @@ torrent_retention(k_torrent, t[1] ~= false, seeders + leechers == 0, born == 1, 
 -- Redis would wrap it converting it to an integer.
 return {1, seeders, leechers, snatches, born, d_seeders, d_leechers, snatched, torrent_id,
   user_state, whole(user_ver), whole(d_up), whole(d_down), table.concat(packed),
-  whole(c_up), whole(c_down), token_event, token_used or '', feed_mark, cheats or no_signals()}
+  whole(c_up), whole(c_down), token_event, token_used or '', feed_mark, watch or no_watch()}

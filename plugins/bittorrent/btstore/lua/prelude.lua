@@ -73,7 +73,7 @@ end
 -- seeders or when seeded_now says a seeder was here until now (it just
 -- stopped). leecher_gone says a leecher left the leecher role now
 -- (stopped, finished or expired): leecher_left, when that last happened,
--- is what the no-leecher signal (user_watch) compares with a seeder's
+-- is what the no-leecher signal (swarm's watch.go) compares with a seeder's
 -- previous announce, so only departures are stamped, never a count.
 local function torrent_counts(fields, seeders, leechers, now_text, seeded_now, leecher_gone)
   local n = #fields
@@ -114,31 +114,13 @@ local user_numbers = {'peers', 'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'd
 local user_fields = {'peers', 'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'downloaded',
   'up_credit', 'down_credit', 'seq', 'complete', 'bits', 'ver', 'first_announce', 'token'}
 
--- The user record's fields stamping when each cheat signal last fired on
--- it (ms), by the signal's code (R.CHEAT_*), so a signal fires once per
--- user, torrent and period. Read only when a signal's figures cross its
--- threshold (user_watch): an honest record has none of them, and each
--- field a record lacks costs HMGET a walk of the whole record.
-local cheat_fields = {'cheat_no_leecher', 'cheat_upload_rate', 'cheat_over_download'}
-
 -- A user's record on one torrent, read with one HMGET. u.was keeps the
--- values read, so user_write writes only what changed. watched (true:
--- user_watch will run) reads the ledger's next entry in the same HMGET,
--- into u.ledger_next, so the ledger costs no command of its own. token
--- is the personal freeleech token's end (ms, 0: it never ends; nil: no
--- token), token_used and token_ended when it was first used and seen
--- ended (ms), read by a second HMGET only when there is a token.
-local function user_read(key, watched)
-  -- A watched read asks for ledger_next first, ahead of user_fields, so
-  -- no second list of names is built: copying user_fields into a new
-  -- table cost about 5k instructions per call (callgrind), as much as a
-  -- whole HMGET. o shifts the other values by one.
-  local v, o
-  if watched then
-    v, o = redis.call('HMGET', key, 'ledger_next', unpack(user_fields)), 1
-  else
-    v, o = redis.call('HMGET', key, unpack(user_fields)), 0
-  end
+-- values read, so user_write writes only what changed. token is the
+-- personal freeleech token's end (ms, 0: it never ends; nil: no token),
+-- token_used and token_ended when it was first used and seen ended (ms),
+-- read by a second HMGET only when there is a token.
+local function user_read(key)
+  local v, o = redis.call('HMGET', key, unpack(user_fields)), 0
   -- Each table is built by a constructor that names every field it will
   -- hold (v's positions are user_fields'), so Lua sizes it once: filled
   -- one field at a time, a table is reallocated and rehashed each time it
@@ -159,13 +141,10 @@ local function user_read(key, watched)
       seed_ms = false, leech_ms = false, peers = false, snatched = false},
     fmt_of = {uploaded = false, downloaded = false, up_credit = false, down_credit = false, seq = false,
       seed_ms = false, leech_ms = false, peers = false, snatched = false},
-    ledger_next = 0, token_used = false, token_ended = false, token_mark = false, last = false, extra = false}
+    token_used = false, token_ended = false, token_mark = false, last = false}
   if u.token then
     local used = redis.call('HMGET', key, 'token_used', 'token_ended')
     u.token_used, u.token_ended = used[1], used[2]
-  end
-  if watched then
-    u.ledger_next = tonumber(v[1]) or 0
   end
   return u
 end
@@ -211,10 +190,9 @@ end
 -- and version, or -1 and 0 when the state did not change.
 local function user_write(key, u, now, hnr_seed_ms, hnr_ratio)
   -- fields is sized once by its constructor for the most an announce
-  -- with accounting writes (every number, the stamps, the ledger entry:
-  -- 24 slots) and filled to n; grown one pair at a time it was
-  -- reallocated five or six times per announce. A rare longer list (a
-  -- cheat stamp besides) grows past it as any table does.
+  -- with accounting writes (every number and the stamps: 24 slots) and
+  -- filled to n; grown one pair at a time it was reallocated five or six
+  -- times per announce.
   local fields = {false, false, false, false, false, false, false, false, false, false, false, false,
     false, false, false, false, false, false, false, false, false, false, false, false}
   local n = 0
@@ -239,12 +217,6 @@ local function user_write(key, u, now, hnr_seed_ms, hnr_ratio)
   if u.token_mark then
     fields[n + 1], fields[n + 2] = u.token_mark, int(now)
     n = n + 2
-  end
-  if u.extra then
-    for _, v in ipairs(u.extra) do
-      n = n + 1
-      fields[n] = v
-    end
   end
   local bits = user_bits(u, hnr_seed_ms, hnr_ratio)
   local ver = 0
@@ -351,110 +323,14 @@ local function user_feed(u, user, rows, now_text)
   return 0
 end
 
--- watch_read reads the ledger's and the cheat signals' settings, one
--- ARGV of the announcing scripts: "" when all are off, else "<ledger
--- entries> <signal period ms> <no-leecher 0|1> <upload rate ceiling,
--- bytes/s, 0: off> <download factor, 0: off>". Returns a table or nil.
--- The period and the factor stay text (factor "0": off) until user_watch
--- needs them, which is seldom: a tonumber is a strtod, about 2k
--- instructions, and announce.lua reads these settings on every call.
-local function watch_read(text)
-  if text == '' then return nil end
-  local n, period, ghost, ceiling, factor = string.match(text, '^(%d+) (%d+) (%d) (%d+) ([%d.]+)$')
-  if not n then return error('watch settings ' .. text .. ': want 5 numbers') end
-  return {ledger = tonumber(n), period = period, ghost = ghost == '1', ceiling = tonumber(ceiling), factor = factor}
-end
-
--- user_watch appends one announce with transfer to the record's ledger
--- and checks the per-torrent cheat signals. The ledger's next entry is
--- read with the record by user_read (u.ledger_next) and both are written
--- with it by user_write (u.extra), so the ledger costs no command of its
--- own, and only announces with a delta read it; the signals' stamps are
--- read (one HMGET) only when a signal's figures cross its threshold. The ledger is a ring of w.ledger fields in the
--- record, "l0", "l1", ..., the next to write in ledger_next, each entry
--- "time,raw up,raw down,credited up,credited down,ms since the peer's
--- previous announce" with a credited figure left empty when it equals
--- the raw one: one short field each, so the record stays a listpack
--- (values up to 64 bytes) and an announce writes one entry, never the
--- whole history. a carries, besides user_announce's fields (and now_text,
--- now as text, which user_announce adds):
--- gap (ms since the peer's previous announce, 0: unknown), others (the
--- swarm's leechers now, this peer not counted), leecher_left (the
--- torrent's stamp of its last leecher's departure, ms, 0: never) and size
--- (the torrent's size from the site, 0: unknown), and may carry
--- d_up_text and d_down_text (the deltas as text, when the caller
--- formatted them already). The signals:
---   no leecher: upload reported while no other peer leeched at any time
---     since the peer's previous announce (none now, and the last one
---     left before it): figures upload delta, previous announce, the last
---     leecher's departure;
---   upload rate: upload delta / gap (at least a second, so two
---     announces close together do not make a burst a rate) above
---     w.ceiling (bytes/s): figures upload delta, gap (ms), ceiling;
---   over download: the record's raw download above size x w.factor:
---     figures downloaded, size, download delta.
--- Returns a flat list of fired signals, four numbers each (code, three
--- figures), each at most once per w.period per user and torrent, or nil
--- when none fired.
-local function user_watch(u, a, c_up, c_down, now, w)
-  -- hits stays nil on an honest announce: a table is an allocation, and
-  -- this runs on every announce with transfer.
-  local hits
-  if w.ghost and a.d_up > 0 and a.gap > 0 and a.others == 0 and a.leecher_left < now - a.gap then
-    hits = {{R.CHEAT_NO_LEECHER, a.d_up, now - a.gap, a.leecher_left}}
-  end
-  if w.ceiling > 0 and a.gap > 0 and a.d_up * 1000 > w.ceiling * math.max(a.gap, 1000) then
-    hits = hits or {}
-    hits[#hits + 1] = {R.CHEAT_UPLOAD_RATE, a.d_up, a.gap, w.ceiling}
-  end
-  if a.size > 0 and a.d_down > 0 and w.factor ~= '0' and u.downloaded > a.size * tonumber(w.factor) then
-    hits = hits or {}
-    hits[#hits + 1] = {R.CHEAT_OVER_DOWNLOAD, u.downloaded, a.size, a.d_down}
-  end
-  -- No table for what fired unless something may have: user_announce
-  -- answers nil with its call's one empty list (no_signals).
-  if w.ledger == 0 and not hits then return nil end
-  local extra = {}
-  if w.ledger > 0 then
-    local next_entry = u.ledger_next -- read with the record (user_read)
-    local up_credit, down_credit = '', ''
-    if c_up ~= a.d_up then up_credit = int(c_up) end
-    if c_down ~= a.d_down then down_credit = int(c_down) end
-    -- One concatenation of all the pieces builds one string, with no
-    -- table for table.concat.
-    -- announce.lua formatted the deltas already for the peer record
-    -- (a.d_up_text, a.d_down_text); refresh.lua passes them as numbers.
-    extra = {'l' .. int(next_entry % w.ledger),
-      a.now_text .. ',' .. (a.d_up_text or int(a.d_up)) .. ',' .. (a.d_down_text or int(a.d_down)) .. ','
-        .. up_credit .. ',' .. down_credit .. ',' .. int(a.gap),
-      'ledger_next', int(next_entry + 1)}
-  end
-  local fired
-  if hits then
-    fired = {}
-    local period = tonumber(w.period)
-    local stamps = redis.call('HMGET', u.key, unpack(cheat_fields))
-    for _, hit in ipairs(hits) do
-      local last = tonumber(stamps[hit[1]])
-      if not last or now - last >= period then
-        extra[#extra + 1] = cheat_fields[hit[1]]
-        extra[#extra + 1] = int(now)
-        for _, x in ipairs(hit) do fired[#fired + 1] = x end
-      end
-    end
-  end
-  u.extra = extra
-  return fired
-end
-
--- no_signals is the empty list of fired signals that every announce
--- firing none (nearly all) hands back: one table per call, made when
--- first needed (the prelude runs on every call of every script), not
--- one or two per announce. The replies only read it.
-local empty_signals
-local function no_signals()
-  if not empty_signals then empty_signals = {} end
-  return empty_signals
+-- no_watch is the empty list of watch figures (user_announce) that every
+-- announce without transfer, or with accounting off, hands back: one
+-- table made when first needed, not one per announce. The replies only
+-- read it.
+local empty_watch
+local function no_watch()
+  if not empty_watch then empty_watch = {} end
+  return empty_watch
 end
 
 -- user_announce applies one announce of user's peer to the user's record
@@ -463,29 +339,35 @@ end
 -- and snatched, and from them the user's state. a holds what the announce
 -- did: d_up and d_down (bytes since the peer's previous announce), elapsed
 -- (ms the peer was in the swarm since), was_seeder, was_active, leaving,
--- seeding and snatched (1 when this announce counted a snatch). rates are
--- the multipliers in force (credit_rates), nil when accounting is off. It
--- is the one place an announce's transfer reaches the user's record,
--- whichever script applies the announce. rows is the torrent's feed rows
--- (user_feed), nil: no feed. w is the ledger's and signals'
--- settings (watch_read), used only with accounting on (rates), nil: off;
--- then a carries user_watch's fields too. Returns what user_write
--- returns, then the credited deltas, the token event (user_credit), the
--- token's first use (ms as text, or false), user_feed's mark and the
--- cheat signals fired (user_watch; an empty list when none).
-local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hnr_ratio, rates, rows, w)
-  local watched = rates and w and (a.d_up > 0 or a.d_down > 0)
-  local u = user_read(key, watched)
-  a.now_text = now_text
+-- seeding and snatched (1 when this announce counted a snatch), and for
+-- the frontend's ledger and cheat signals gap (ms since the peer's
+-- previous announce, 0: unknown), others (the swarm's leechers now, this
+-- peer not counted), leecher_left (the torrent's stamp of its last
+-- leecher's departure, ms, as stored; 0: never) and size (the torrent's
+-- size from the site, as stored; 0: unknown). rates are the multipliers
+-- in force (credit_rates), nil when accounting is off. It is the one
+-- place an announce's transfer reaches the user's record, whichever
+-- script applies the announce. rows is the torrent's feed rows
+-- (user_feed), nil: no feed. Returns what user_write returns, then the
+-- credited deltas, the token event (user_credit), the token's first use
+-- (ms as text, or false), user_feed's mark and the watch figures.
+--
+-- The watch figures, with accounting on and transfer in the announce:
+-- {seq, gap, others, leecher_left, size, downloaded} (the record's seq
+-- after the announce, which numbers the ledger entry's slot, and its raw
+-- download on the torrent), else an empty list. The frontend writes the
+-- ledger entry and checks the signals from them in its batched flush
+-- (swarm's watch.go): the ledger's and the signals' bookkeeping here cost
+-- some 57k Redis instructions per announce, a third of accounting's. A
+-- frontend killed before its flush loses those entries and signals,
+-- never credit: crediting is here, from the cumulative counters.
+local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hnr_ratio, rates, rows)
+  local u = user_read(key)
   u.uploaded = u.uploaded + a.d_up
   u.downloaded = u.downloaded + a.d_down
   local c_up, c_down, token_event = 0, 0, 0
-  local fired
   if rates then
     c_up, c_down, token_event = user_credit(u, a.d_up, a.d_down, rates, now)
-    if watched then
-      fired = user_watch(u, a, c_up, c_down, now, w)
-    end
   end
   if a.was_seeder then
     u.seed_ms = u.seed_ms + a.elapsed
@@ -510,7 +392,11 @@ local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hn
   local mark = 0
   if rows then mark = user_feed(u, user, rows, now_text) end
   local bits, ver = user_write(key, u, now, hnr_seed_ms, hnr_ratio)
-  return bits, ver, c_up, c_down, token_event, u.token_used or false, mark, fired or no_signals()
+  local watch
+  if rates and (a.d_up > 0 or a.d_down > 0) then
+    watch = {whole(u.seq), a.gap, a.others, a.leecher_left, a.size, whole(u.downloaded)}
+  end
+  return bits, ver, c_up, c_down, token_event, u.token_used or false, mark, watch or no_watch()
 end
 
 -- reaper_claim records that user reseeded the torrent in the reaper's

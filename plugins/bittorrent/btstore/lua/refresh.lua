@@ -46,8 +46,9 @@
 -- ARGV[6] hit-and-run minimum ratio, 0: none
 -- ARGV[7] "1": accounting on (credit the transfer and mark the record for
 --         the feed, as announce.lua does: prelude's user_announce)
--- ARGV[8] the ledger's and cheat signals' settings (prelude's watch_read;
---         "": off), used with accounting on
+-- ARGV[8] unused (the ledger's and cheat signals' settings before s40,
+--         when this script kept them: the frontend does now), so the
+--         peers' ARGV stay where they were
 -- then per peer i: peer id (20 bytes), compact address (the entry's
 -- tail), uploaded, downloaded, left (as reported, decimal), the
 -- announce's time (ms), its deadline (time + timeout, ms), and in private
@@ -59,7 +60,7 @@
 --   {R.REFRESHED, seeders, leechers, snatches, torrent id, seeder entries,
 --    leecher entries, then per peer: status, user bits, user version,
 --    d_uploaded, d_downloaded, c_uploaded, c_downloaded, token event,
---    token used, feed mark, cheats (as announce.lua returns them)}; open
+--    token used, feed mark, watch (as announce.lua returns them)}; open
 --    mode, which has no user to credit, answers per peer its status
 --    alone (the rest is for the user's record and totals: each element
 --    is one more Redis converts out of Lua and the frontend reads)
@@ -81,7 +82,6 @@ local key0, arg0, key_step, arg_step = 7, 5, 1, 7
 if private then key0, arg0, key_step, arg_step = 9, 9, 2, 10 end
 local hnr_seed_ms, hnr_ratio = tonumber(ARGV[5]), tonumber(ARGV[6])
 local accounting = private and ARGV[7] == '1'
-local watch = accounting and watch_read(ARGV[8]) or nil
 
 -- The record's counts are the role hashes' lengths, written wherever a
 -- peer joins or leaves (announce.lua, expire.lua); a refresh moves none.
@@ -117,7 +117,7 @@ for i = 0, peers - 1 do
     'active', 'left', 'addr', 'total_time')
   local last = tonumber(p[4])
   local status, bits, ver, d_up, d_down = R.DROPPED, -1, 0, 0, 0
-  local c_up, c_down, token_event, token_used, feed_mark, cheats = 0, 0, 0, false, 0, no_signals()
+  local c_up, c_down, token_event, token_used, feed_mark, watch = 0, 0, 0, false, 0, no_watch()
   if p[5] == '1' and p[1] == user and p[7] == addr and last and (p[6] == '0') == seeding then
     if last >= at then
       status = R.STALE
@@ -152,11 +152,11 @@ for i = 0, peers - 1 do
         local rates = accounting and credit_rates(t[6], t[7], ARGV[a + 8], ARGV[a + 9])
         local others = leechers
         if not seeding then others = others - 1 end
-        bits, ver, c_up, c_down, token_event, token_used, feed_mark, cheats = user_announce(KEYS[k + 1], k_users,
+        bits, ver, c_up, c_down, token_event, token_used, feed_mark, watch = user_announce(KEYS[k + 1], k_users,
           user, {d_up = d_up, d_down = d_down, elapsed = elapsed, was_seeder = seeding, was_active = true,
           leaving = false, seeding = seeding, snatched = 0, gap = at - last, others = others,
-          leecher_left = tonumber(t[9]) or 0, size = tonumber(t[8]) or 0}, at, at_text, hnr_seed_ms, hnr_ratio,
-          rates or nil, rates and k_rows or nil, watch)
+          leecher_left = t[9] or 0, size = t[8] or 0}, at, at_text, hnr_seed_ms, hnr_ratio,
+          rates or nil, rates and k_rows or nil)
       end
       applied = applied + 1
       if at > latest then latest, latest_text = at, at_text end
@@ -168,7 +168,7 @@ for i = 0, peers - 1 do
     out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = status, bits, ver, d_up, d_down
     out[n + 6], out[n + 7], out[n + 8], out[n + 9], out[n + 10] = int(c_up), int(c_down), token_event,
       token_used or '', feed_mark
-    out[n + 11] = cheats
+    out[n + 11] = watch
   else
     out[n + 1] = status
   end
