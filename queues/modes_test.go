@@ -335,14 +335,15 @@ func TestUnreadableDueClaimIsSkippedAndCounted(t *testing.T) {
 // TestDoneIntoAWrongTypedDoneSetChangesNothing: done.lua writes where the
 // items go first, so a done set of the wrong type refuses the done with
 // the items still out, on the plain path (every item the reporter's first
-// claim) and on the general one (an item reported twice).
+// claim; one item, which done_plain.lua completes without tables, and two)
+// and on the general one (an item reported twice).
 func TestDoneIntoAWrongTypedDoneSetChangesNothing(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		tb := setup(t, b, queues.SettingsPatch{})
 		tb.enqueue(t, todo, "a", "b")
 		require.Equal(t, []string{"a", "b"}, tb.claim(t, "alice", 2))
 		require.NoError(t, tb.rdb.RPush(tb.ctx, queues.DoneKey(tb.slug), "junk").Err())
-		for _, items := range [][]string{{"a"}, {"b", "b"}} {
+		for _, items := range [][]string{{"a"}, {"a", "b"}, {"b", "b"}} {
 			_, err := tb.done("alice", items...)
 			require.Error(t, err, "%v", items)
 			require.Contains(t, err.Error(), "completions could not be kept", "%v", items)
