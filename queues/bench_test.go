@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/hoardproject/hoard/internal/luascript"
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/queues"
 )
@@ -276,6 +277,59 @@ func BenchmarkBackfeedNew(b *testing.B) {
 				b.ReportMetric(wall.Seconds(), "wall-s")
 			}
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*1000), "us/item")
+		})
+	}
+}
+
+// BenchmarkScriptCeiling is `hoard-bench script`'s ceiling in the harness
+// of BenchmarkMultiClaimDone: the cheapest script that touches a key of
+// the project's slot, from 32 callers through a batcher like the engine's.
+// With HOARD_BENCH_CALLGRIND_PID its calls are dumped as one part, so the
+// instructions per call of claim_plain.lua, done_plain.lua and the ceiling
+// come from one harness (docs/warrior-path.md).
+func BenchmarkScriptCeiling(b *testing.B) {
+	const callers = 32
+	ceiling := luascript.FromSource(`return redis.call('EXISTS', KEYS[1])`)
+	for _, backend := range redistest.Backends() {
+		b.Run(backend.Name, func(b *testing.B) {
+			ctx := context.Background()
+			if err := redistest.Flush(ctx, backend); err != nil {
+				b.Fatal(err)
+			}
+			batcher := luascript.NewBatcher(backend.Client, queues.WarriorPathLeaders, queues.WarriorPathBatch)
+			keys := []string{queues.ConfigKey("bench")}
+			// Loaded before the count, as the claims' scripts are by the
+			// fill's enqueues and the first claims.
+			if _, err := batcher.Run(ctx, ceiling, keys); err != nil {
+				b.Fatal(err)
+			}
+			rounds := (b.N + callers - 1) / callers
+			b.ResetTimer()
+			dump := redistest.CountRedisInstructions(b)
+			var wg sync.WaitGroup
+			errs := make(chan error, callers)
+			for range callers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range rounds {
+						if _, err := batcher.Run(ctx, ceiling, keys); err != nil {
+							errs <- err
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			wall := dump()
+			b.StopTimer()
+			close(errs)
+			if err := <-errs; err != nil {
+				b.Fatal(err)
+			}
+			if wall > 0 {
+				b.ReportMetric(wall.Seconds(), "calls-wall-s")
+			}
 		})
 	}
 }

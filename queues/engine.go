@@ -465,6 +465,17 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 	code, rest, err := int64(codeNotPlain), []any(nil), error(nil)
 	if distinct {
 		code, rest, err = e.runScriptList(ctx, op, donePlainScript, projectKeys.donePlain, plainArgs...)
+		if err == nil && code == 1 {
+			// {log_length, at1, n1, ...}: every item is new, and the
+			// reporter's first claim.
+			n := len(req.Items)
+			if len(rest) < 3 {
+				return DoneResult{}, unavailable(op, fmt.Errorf("plain done script replied %d elements, want at least 4", len(rest)+1))
+			}
+			e.countDone(ctx, req, now, total, groups, n, replyRTTSum(rest[1:], now.UnixMilli()), int64(n))
+			e.publishLater(ctx, slug, doneLogEntry(req, now, total, tail, distinct), replyLogLength(rest[0]))
+			return DoneResult{New: n}, nil
+		}
 	}
 	if err == nil && code == codeNotPlain {
 		code, rest, err = e.runScriptList(ctx, op, doneScript, projectKeys.done, args...)

@@ -227,7 +227,16 @@ func (e *Engine) claimPlain(ctx context.Context, slug string, req ClaimRequest, 
 	// format_claim(1, now, downloader, ip, '-', '-') of the prelude.
 	record := "1 " + strconv.FormatInt(ms, 10) + " " + req.Downloader + " " + ip + " - -"
 	deadline := strconv.FormatFloat(float64(ms)+cfg.ttlMS, 'f', 0, 64)
-	code, rest, err := e.runScriptList(ctx, op, claimPlainScript, e.warriorKeys.get(slug).plain, cfg.version, wanted, record, deadline)
+	reply, err := e.runScript(ctx, op, claimPlainScript, e.warriorKeys.get(slug).plain, cfg.version, wanted, record, deadline)
+	if err != nil {
+		return ClaimResult{}, 0, "", true, err
+	}
+	// One item claimed comes back as its name alone (claim_plain.lua);
+	// an answer that is a list starts with its code.
+	if name, ok := reply.(string); ok && wanted == 1 {
+		return ClaimResult{ProjectExtra: []byte(cfg.extra), Items: []ClaimedItem{{Name: name}}}, 1, "", true, nil
+	}
+	code, rest, err := scriptListReply(op, reply)
 	if err != nil {
 		return ClaimResult{}, 0, "", true, err
 	}

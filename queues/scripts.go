@@ -103,6 +103,12 @@ func (e *Engine) runScriptList(ctx context.Context, op string, script *luascript
 	if err != nil {
 		return 0, nil, err
 	}
+	return scriptListReply(op, reply)
+}
+
+// scriptListReply reads a script's reply that is an array whose first
+// element is an integer status code.
+func scriptListReply(op string, reply any) (int64, []any, error) {
 	list, ok := reply.([]any)
 	if !ok || len(list) == 0 {
 		return 0, nil, unavailable(op, fmt.Errorf("script replied %T, want an array", reply))

@@ -1,0 +1,128 @@
+package queues
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/hoardproject/hoard/internal/redistest"
+)
+
+// BenchmarkPlainScriptsDirect calls claim_plain.lua and done_plain.lua
+// directly, one item per call, from 32 callers through the engine's
+// batcher: the scripts alone, without the engine's counters and log,
+// whose flushes and pushes follow the part's wall time and so blur
+// BenchmarkMultiClaimDone's instructions per call. With
+// HOARD_BENCH_CALLGRIND_PID the claims and the dones are dumped as two
+// parts (docs/warrior-path.md). Both scripts' ARGV are those of the build
+// before these scripts answered one item as a string, so this file also
+// measures that build.
+func BenchmarkPlainScriptsDirect(b *testing.B) {
+	const callers = 32
+	for _, backend := range redistest.Backends() {
+		b.Run(backend.Name, func(b *testing.B) {
+			ctx := context.Background()
+			if err := redistest.Flush(ctx, backend); err != nil {
+				b.Fatal(err)
+			}
+			e := NewEngine(backend.Client, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			const slug = "bench"
+			if _, err := e.CreateProject(ctx, slug, SettingsPatch{}); err != nil {
+				b.Fatal(err)
+			}
+			rounds := (b.N + callers - 1) / callers
+			items := make([]QueueItem, 0, rounds*callers)
+			for i := range rounds * callers {
+				items = append(items, QueueItem{Name: fmt.Sprintf("bench/item/%09d", i)})
+			}
+			for len(items) > 0 {
+				batch := items[:min(len(items), 10_000)]
+				if _, err := e.Enqueue(ctx, slug, Target{Queue: QueueTodo}, batch); err != nil {
+					b.Fatal(err)
+				}
+				items = items[len(batch):]
+			}
+			cfg := e.plainConfigs.get(ctx, e, slug)
+			if cfg == nil || !cfg.plain {
+				b.Fatal("the project is not plain")
+			}
+			keys := e.warriorKeys.get(slug)
+			each := func(part func(downloader string, claimed *[]string) error, claimed [][]string) {
+				var wg sync.WaitGroup
+				errs := make(chan error, callers)
+				for w := range callers {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						if err := part(fmt.Sprintf("bench%03d", w), &claimed[w]); err != nil {
+							errs <- err
+						}
+					}()
+				}
+				wg.Wait()
+				close(errs)
+				if err := <-errs; err != nil {
+					b.Fatal(err)
+				}
+			}
+			claimed := make([][]string, callers)
+			const now = int64(1_800_000_000_000)
+			b.ResetTimer()
+			dump := redistest.CountRedisInstructions(b)
+			each(func(downloader string, mine *[]string) error {
+				record := "1 " + strconv.FormatInt(now, 10) + " " + downloader + " 127.0.0.1 - -"
+				deadline := strconv.FormatInt(now+21_600_000, 10)
+				for range rounds {
+					reply, err := e.runScript(ctx, "bench", claimPlainScript, keys.plain, cfg.version, 1, record, deadline)
+					if err != nil {
+						return err
+					}
+					// This build answers the item; the build before {1, item}.
+					switch r := reply.(type) {
+					case string:
+						*mine = append(*mine, r)
+					case []any:
+						if len(r) != 2 || r[0] != int64(1) {
+							return fmt.Errorf("claim_plain.lua answered %v", r)
+						}
+						*mine = append(*mine, replyString(r[1]))
+					default:
+						return fmt.Errorf("claim_plain.lua answered %T", reply)
+					}
+				}
+				return nil
+			}, claimed)
+			claimsWall := dump()
+			dump = redistest.CountRedisInstructions(b)
+			each(func(downloader string, mine *[]string) error {
+				for _, item := range *mine {
+					code, _, err := e.runScriptList(ctx, "bench", donePlainScript, keys.donePlain, downloader, item)
+					if err != nil {
+						return err
+					}
+					if code != 1 {
+						return fmt.Errorf("done_plain.lua answered code %d", code)
+					}
+				}
+				return nil
+			}, claimed)
+			donesWall := dump()
+			b.StopTimer()
+			if claimsWall > 0 {
+				b.ReportMetric(claimsWall.Seconds(), "claims-wall-s")
+				b.ReportMetric(donesWall.Seconds(), "dones-wall-s")
+			}
+			done, err := backend.Client.SCard(ctx, DoneKey(slug)).Result()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if done != int64(rounds*callers) {
+				b.Fatalf("%d items done, want %d", done, rounds*callers)
+			}
+		})
+	}
+}
