@@ -13,6 +13,9 @@
 -- KEYS[2] claims     HASH  item -> claim record
 -- KEYS[3] done       SET
 -- KEYS[4] deadlines  ZSET  item -> reclaim deadline (ms)
+-- KEYS[5] batches    HASH  claim batches (lua/prelude.lua): an item whose
+--                          record names a batch leaves it
+-- KEYS[6] batch_deadlines ZSET batch id -> reclaim deadline (ms)
 --
 -- ARGV[1] downloader who reports the items
 -- ARGV[2..] the items (at most 1000), each once: the caller sends a list
@@ -32,7 +35,9 @@
 --
 -- Note: where the items go is written first (if that fails nothing has
 -- changed), then their claims and deadlines are removed: the order of
--- done.lua's plain path.
+-- done.lua's plain path. An item of a claim batch (its record's seventh
+-- field, lua/prelude.lua) has no deadline of its own: its batch's count
+-- goes down per run of its items, and the batch goes with its last item.
 --
 -- Note: nothing is formatted or converted to a number here (a printf or a
 -- strtod per call, which the claim-to-done sum and log_length cost when
@@ -48,26 +53,50 @@ local n = #ARGV - 1
 -- A multi=N claim gave its N items one record, and Lua keeps one copy of
 -- equal strings, so a record equal to the one before is the same string:
 -- each run of items sharing a record is matched once, not once per item.
+-- A batched record (seven fields) gives its batch id; a record of one
+-- item's own deadline (six) gives "".
 local times, runs = {}, 0
 local last, run = nil, 0
+local batch, left, unbatched = nil, {}, false
 for i = 1, n do
   local record = records[i]
   if record ~= last then
     if not record then return {R.NOT_PLAIN} end
-    local at, claimant = string.match(record, '^1 (%d+) (%S+) ')
+    local at, claimant, id = string.match(record, '^1 (%d+) (%S+) %S+ %S+ %S+ ?(%d*)$')
     if claimant ~= downloader then return {R.NOT_PLAIN} end
     if runs > 0 then times[2 * runs] = run end
+    if batch then left[batch] = (left[batch] or 0) + run end
     runs = runs + 1
     times[2 * runs - 1] = at
     last, run = record, 0
+    if id == '' then
+      batch, unbatched = nil, true
+    else
+      batch = id
+    end
   end
   run = run + 1
 end
 times[2 * runs] = run
+if batch then left[batch] = (left[batch] or 0) + run end
 local added = redis.pcall('SADD', KEYS[3], unpack(ARGV, 2))
 if type(added) == 'table' then
   return {R.CORRUPT, 'completions could not be kept: ' .. tostring(added.err)}
 end
 redis.call('HDEL', KEYS[2], unpack(ARGV, 2))
-redis.call('ZREM', KEYS[4], unpack(ARGV, 2))
+if unbatched then
+  redis.call('ZREM', KEYS[4], unpack(ARGV, 2))
+end
+-- As the prelude's batch_leave (not prepended here).
+local batched = 0
+for id, k in pairs(left) do
+  batched = batched + k
+  if redis.call('HINCRBY', KEYS[5], 'n' .. id, -k) <= 0 then
+    redis.call('HDEL', KEYS[5], 'n' .. id, 'i' .. id)
+    redis.call('ZREM', KEYS[6], id)
+  end
+end
+if batched > 0 then
+  redis.call('HINCRBY', KEYS[5], 'out', -batched)
+end
 return {1, n, 0, times, n, '', cfg[5] or ''}

@@ -44,6 +44,20 @@ func LegacyOutKey(slug string) string { return projectPrefix(slug) + "out" }
 // the claim record, ClaimsKey).
 func DeadlinesKey(slug string) string { return projectPrefix(slug) + "deadlines" }
 
+// BatchesKey holds the project's claim batches (HASH): a claim of several
+// items by the plain path shares one reclaim deadline, written once (field
+// "i<id>": the batch's claim record and its items, "\n"-separated; "n<id>":
+// how many of them are still out in it; "seq": the last id; "out": the
+// items out in batches, which Counts adds to ZCARD of DeadlinesKey). An
+// item's claim record names its batch (lua/prelude.lua); a due batch is
+// moved to DeadlinesKey, item by item, before reclaims or the expiry log
+// read it.
+func BatchesKey(slug string) string { return projectPrefix(slug) + "batches" }
+
+// BatchDeadlinesKey scores each claim batch by its reclaim deadline in ms
+// (ZSET, batch id -> deadline).
+func BatchDeadlinesKey(slug string) string { return projectPrefix(slug) + "batch_deadlines" }
+
 // ClaimsKey maps a claimed item to its claim record
 // "<times claimed> <claimed at ms> <downloader> <ip>" (HASH).
 func ClaimsKey(slug string) string { return projectPrefix(slug) + "claims" }
@@ -267,9 +281,9 @@ func claimProjectKeys(slug string) []string {
 	}
 }
 
-// claimTailKeys is claim.lua's last three KEYS, after the groups'.
+// claimTailKeys is claim.lua's last five KEYS, after the groups'.
 func claimTailKeys(slug string) []string {
-	return []string{FailedKey(slug), HistoryKey(slug), QueuedKey(slug)}
+	return []string{FailedKey(slug), HistoryKey(slug), BatchesKey(slug), BatchDeadlinesKey(slug), QueuedKey(slug)}
 }
 
 // doneKeys is done.lua's KEYS.
@@ -277,16 +291,17 @@ func doneKeys(slug string) []string {
 	return []string{
 		ConfigKey(slug), DeadlinesKey(slug), ClaimsKey(slug), DoneKey(slug), BudgetKey(slug),
 		ExtrasKey(slug), StatsKey(slug), ReleasedKey(slug), RecentDoneKey(slug), DoneArchiveKey(slug),
-		EventsKey(slug), RedoCancelledKey(slug), HistoryKey(slug),
+		EventsKey(slug), RedoCancelledKey(slug), HistoryKey(slug), BatchesKey(slug), BatchDeadlinesKey(slug),
 	}
 }
 
 // claimPlainKeys is claim_plain.lua's KEYS.
 func claimPlainKeys(slug string) []string {
-	return []string{ConfigKey(slug), QueueKey(slug, QueueTodo), QueuedKey(slug), ClaimsKey(slug), DeadlinesKey(slug)}
+	return []string{ConfigKey(slug), QueueKey(slug, QueueTodo), QueuedKey(slug), ClaimsKey(slug), DeadlinesKey(slug),
+		BatchesKey(slug), BatchDeadlinesKey(slug)}
 }
 
 // donePlainKeys is done_plain.lua's KEYS.
 func donePlainKeys(slug string) []string {
-	return []string{ConfigKey(slug), ClaimsKey(slug), DoneKey(slug), DeadlinesKey(slug)}
+	return []string{ConfigKey(slug), ClaimsKey(slug), DoneKey(slug), DeadlinesKey(slug), BatchesKey(slug), BatchDeadlinesKey(slug)}
 }

@@ -32,13 +32,13 @@ func TestClaimKeysInTheScriptsOrder(t *testing.T) {
 			}
 			want = append(want, GroupRateKey("p", g))
 		}
-		want = append(want, FailedKey("p"), HistoryKey("p"), QueuedKey("p"))
+		want = append(want, FailedKey("p"), HistoryKey("p"), BatchesKey("p"), BatchDeadlinesKey("p"), QueuedKey("p"))
 		require.Equal(t, want, keys, who.downloader)
 		require.Equal(t, []any{"", "3", "60", 2, "big", "-1", 1, "old"}, args)
 	}
 	require.Equal(t, []string{ConfigKey("q"), DeadlinesKey("q"), ClaimsKey("q"), DoneKey("q"), BudgetKey("q"),
 		ExtrasKey("q"), StatsKey("q"), ReleasedKey("q"), RecentDoneKey("q"), DoneArchiveKey("q"),
-		EventsKey("q"), RedoCancelledKey("q"), HistoryKey("q")}, cache.get("q").done)
+		EventsKey("q"), RedoCancelledKey("q"), HistoryKey("q"), BatchesKey("q"), BatchDeadlinesKey("q")}, cache.get("q").done)
 }
 
 // TestWarriorKeyCacheIsBounded: requests name any slug, existing or not,
