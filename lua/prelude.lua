@@ -224,9 +224,13 @@ local function batch_explode(claims_key, deadlines_key, batches_key, batch_deadl
       call_chunked('HSET', claims_key, claim_args)
     end
   end
+  -- "out" loses what the batch counted (the moved items are counted in
+  -- deadlines now); a count left too high (an item completed by a build
+  -- from before batches, which does not count it down) is mended here.
+  local counted = tonumber(redis.call('HGET', batches_key, 'n' .. id) or '') or moved
   redis.call('HDEL', batches_key, 'n' .. id, 'i' .. id)
   redis.call('ZREM', batch_deadlines_key, id)
-  if moved > 0 then redis.call('HINCRBY', batches_key, 'out', -moved) end
+  if counted ~= 0 then redis.call('HINCRBY', batches_key, 'out', -counted) end
   return moved
 end
 

@@ -257,3 +257,81 @@ func TestDoctorChecksClaimBatchCounts(t *testing.T) {
 		require.True(t, strings.Contains(report.Problems[0].Problem, "n1"), report.Problems[0].Problem)
 	})
 }
+
+// The claims listing merges batched items with claims of their own in
+// deadline order, and its pages join without a gap or a repeat.
+func TestClaimsListingPagesThroughBatches(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{})
+		var want []string
+		for i := range 3 {
+			single, batch := fmt.Sprintf("p%d:single", i), names(fmt.Sprintf("p%d:batch:", i), 5)
+			tb.enqueue(t, todo, single)
+			require.Equal(t, []string{single}, tb.claim(t, "alice", 1))
+			tb.enqueue(t, todo, batch...)
+			require.Equal(t, batch, tb.claim(t, "bob", 5))
+			// One deadline: the batch's items sort after "p<i>:batch" < "p<i>:single".
+			want = append(want, batch...)
+			want = append(want, single)
+			tb.clock.Advance(time.Second)
+		}
+		_, err := tb.done("bob", "p1:batch:0002")
+		require.NoError(t, err)
+		want = slicesDelete(want, "p1:batch:0002")
+		for _, limit := range []int{1, 2, 4, 100} {
+			var got []string
+			cursor := queues.ClaimCursor{}
+			for pages := 0; ; pages++ {
+				require.Less(t, pages, 100)
+				page, next, err := tb.engine.Claims(tb.ctx, tb.slug, queues.ClaimFilter{}, cursor, limit)
+				require.NoError(t, err)
+				for _, c := range page {
+					got = append(got, c.Item)
+				}
+				if next == (queues.ClaimCursor{}) {
+					break
+				}
+				cursor = next
+			}
+			require.Equal(t, want, got, "limit %d", limit)
+		}
+		bobs, _, err := tb.engine.Claims(tb.ctx, tb.slug, queues.ClaimFilter{Downloader: "bob"}, queues.ClaimCursor{}, 100)
+		require.NoError(t, err)
+		require.Len(t, bobs, 14)
+	})
+}
+
+func slicesDelete(items []string, drop string) []string {
+	out := items[:0:0]
+	for _, it := range items {
+		if it != drop {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+// During a rolling upgrade a frontend of the build before batches completes
+// a batched item with its own done_plain.lua (SADD, HDEL, ZREM), which
+// does not count the batch down: "out" reads too high until the batch's
+// deadline, where moving the batch to deadlines mends it.
+func TestClaimBatchCountMendedAtItsDeadline(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{ReclaimEnabled: ptr(true), ReclaimTTL: ptr(queues.Duration(time.Hour))})
+		items := names("m:", 5)
+		tb.enqueue(t, todo, items...)
+		require.Equal(t, items, tb.claim(t, "alice", 5))
+		// The previous build's done_plain.lua's writes for items 0 and 1.
+		require.NoError(t, tb.rdb.SAdd(tb.ctx, queues.DoneKey(tb.slug), items[0], items[1]).Err())
+		require.NoError(t, tb.rdb.HDel(tb.ctx, queues.ClaimsKey(tb.slug), items[0], items[1]).Err())
+		require.NoError(t, tb.rdb.ZRem(tb.ctx, queues.DeadlinesKey(tb.slug), items[0], items[1]).Err())
+		require.EqualValues(t, 5, tb.counts(t).Out, "too high until the deadline")
+
+		tb.clock.Advance(time.Hour + time.Second)
+		require.Equal(t, items[2:3], tb.claim(t, "bob", 1))
+		c := tb.counts(t)
+		require.EqualValues(t, 3, c.Out)
+		require.EqualValues(t, 2, c.Reclaimable)
+		checkIndexesAgree(t, tb)
+	})
+}

@@ -38,10 +38,11 @@ func ReservedSetKey(slug string) string { return projectPrefix(slug) + "reserved
 func LegacyOutKey(slug string) string { return projectPrefix(slug) + "out" }
 
 // DeadlinesKey scores every claimed item by the time it may be reclaimed,
-// claim time + TTL x times claimed, in ms (ZSET). It is the one index of
-// the items out: due reclaims are a range query on it, its size is the
-// count of items out, and listings page through it (the claim time is in
-// the claim record, ClaimsKey).
+// claim time + TTL x times claimed, in ms (ZSET), except items out in a
+// claim batch (BatchesKey), which share their batch's. Due reclaims are a
+// range query on it (due batches are moved into it first), its size plus
+// the batches' "out" is the count of items out, and listings page through
+// it and the batches (the claim time is in the claim record, ClaimsKey).
 func DeadlinesKey(slug string) string { return projectPrefix(slug) + "deadlines" }
 
 // BatchesKey holds the project's claim batches (HASH): a claim of several
