@@ -19,6 +19,8 @@
 -- KEYS[6] batches    HASH  claim batches (lua/prelude.lua): a claim of
 --                          batch_min or more items writes one
 -- KEYS[7] batch_deadlines ZSET batch id -> reclaim deadline (ms)
+-- (KEYS[6] and KEYS[7] are given only with ARGV[2] of batch_min or more:
+-- queues.plainKeys; each key costs a call ~0.5k instructions.)
 --
 -- ARGV[1] the config_version the frontend's copy was read at ("0" when the
 --         config had none)
@@ -49,14 +51,15 @@
 -- the request from the reply (queues/counters.go). The prelude is not
 -- prepended (its functions would be closures made on every call).
 --
--- Note: batch_min or more items share one deadline, written once (a claim
--- batch, lua/prelude.lua): the pop, the queued index, the batch (its id,
--- record and items, count, deadline), then the claim records naming it;
--- what fails undoes the same way. The per-item ZADD here and ZREM at the
--- done were a quarter of Redis's instructions per item at multi=100. A
--- claim of fewer items keeps a deadline per item, which costs less than
--- the batch's four commands. The batch is written inline, not as a
--- function: a function would be a closure made on every call.
+-- Note: a claim of batch_min (queues.claimBatchMin, 4) or more items
+-- shares one deadline, written once (a claim batch, lua/prelude.lua): the
+-- pop, the queued index, the batch (its id, record and items, count,
+-- deadline), then the claim records naming it; what fails undoes the same
+-- way. The per-item ZADD here and ZREM at the done were a quarter of
+-- Redis's instructions per item at multi=100. A claim of fewer items keeps
+-- a deadline per item, which costs less than the batch's four commands.
+-- The batch is written inline, not as a function: a function would be a
+-- closure made on every call.
 
 local cfg = redis.call('HMGET', KEYS[1], 'config_version', 'has_extras', 'pop_check')
 if (cfg[1] or '0') ~= ARGV[1] or cfg[2] ~= '0' or cfg[3] ~= '0' then
@@ -79,9 +82,8 @@ if n < wanted then
   return {R.NOT_PLAIN}
 end
 local record, deadline = ARGV[3], ARGV[4]
-local batch_min = 4
 local failed_at, why
-if n >= batch_min then
+if #KEYS == 7 then
   -- HINCRBY proves the batches hash's type, so its HSET and HINCRBY
   -- cannot fail after it.
   local reply = redis.pcall('SREM', KEYS[3], unpack(batch))

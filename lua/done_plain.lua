@@ -16,6 +16,8 @@
 -- KEYS[5] batches    HASH  claim batches (lua/prelude.lua): an item whose
 --                          record names a batch leaves it
 -- KEYS[6] batch_deadlines ZSET batch id -> reclaim deadline (ms)
+-- (KEYS[5] and KEYS[6] are given only for batch_min or more items,
+-- queues.plainKeys: without them an item of a batch is R.NOT_PLAIN.)
 --
 -- ARGV[1] downloader who reports the items
 -- ARGV[2..] the items (at most 1000), each once: the caller sends a list
@@ -53,26 +55,33 @@ local n = #ARGV - 1
 -- A multi=N claim gave its N items one record, and Lua keeps one copy of
 -- equal strings, so a record equal to the one before is the same string:
 -- each run of items sharing a record is matched once, not once per item.
--- A batched record (seven fields) gives its batch id; a record of one
--- item's own deadline (six) gives "".
 local times, runs = {}, 0
 local last, run = nil, 0
-local batch, left, unbatched = nil, {}, false
+local batch, left, unbatched = nil, nil, false
 for i = 1, n do
   local record = records[i]
   if record ~= last then
     if not record then return {R.NOT_PLAIN} end
-    local at, claimant, id = string.match(record, '^1 (%d+) (%S+) %S+ %S+ %S+ ?(%d*)$')
+    local at, claimant = string.match(record, '^1 (%d+) (%S+) ')
     if claimant ~= downloader then return {R.NOT_PLAIN} end
     if runs > 0 then times[2 * runs] = run end
     if batch then left[batch] = (left[batch] or 0) + run end
     runs = runs + 1
     times[2 * runs - 1] = at
     last, run = record, 0
-    if id == '' then
-      batch, unbatched = nil, true
+    -- A claim batch's record ends in its id, a seventh field; a record of
+    -- six ends in its limit group, "-" unless the item has one, so only a
+    -- record ending in a digit is matched again.
+    batch = nil
+    local tail = string.byte(record, -1)
+    if tail >= 48 and tail <= 57 then
+      batch = string.match(record, '^%S+ %S+ %S+ %S+ %S+ %S+ (%d+)$')
+    end
+    if batch then
+      if #KEYS < 6 then return {R.NOT_PLAIN} end
+      left = left or {}
     else
-      batch = id
+      unbatched = true
     end
   end
   run = run + 1
@@ -87,16 +96,16 @@ redis.call('HDEL', KEYS[2], unpack(ARGV, 2))
 if unbatched then
   redis.call('ZREM', KEYS[4], unpack(ARGV, 2))
 end
--- As the prelude's batch_leave (not prepended here).
-local batched = 0
-for id, k in pairs(left) do
-  batched = batched + k
-  if redis.call('HINCRBY', KEYS[5], 'n' .. id, -k) <= 0 then
-    redis.call('HDEL', KEYS[5], 'n' .. id, 'i' .. id)
-    redis.call('ZREM', KEYS[6], id)
+if left then
+  -- As the prelude's batch_leave (not prepended here).
+  local batched = 0
+  for id, k in pairs(left) do
+    batched = batched + k
+    if redis.call('HINCRBY', KEYS[5], 'n' .. id, -k) <= 0 then
+      redis.call('HDEL', KEYS[5], 'n' .. id, 'i' .. id)
+      redis.call('ZREM', KEYS[6], id)
+    end
   end
-end
-if batched > 0 then
   redis.call('HINCRBY', KEYS[5], 'out', -batched)
 end
 return {1, n, 0, times, n, '', cfg[5] or ''}

@@ -461,7 +461,7 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 	distinct := len(req.Items) == 1 || itemsDistinct(req.Items)
 	code, rest, err := int64(codeNotPlain), []any(nil), error(nil)
 	if distinct {
-		code, rest, err = e.runScriptList(ctx, op, donePlainScript, projectKeys.donePlain, plainArgs...)
+		code, rest, err = e.runScriptList(ctx, op, donePlainScript, plainKeys(projectKeys.donePlain, len(req.Items)), plainArgs...)
 	}
 	if err == nil && code == codeNotPlain {
 		code, rest, err = e.runScriptList(ctx, op, doneScript, projectKeys.done, args...)

@@ -296,10 +296,30 @@ func doneKeys(slug string) []string {
 	}
 }
 
-// claimPlainKeys is claim_plain.lua's KEYS.
+// claimPlainKeys is claim_plain.lua's KEYS: with the claim batch's two
+// last only for a claim of claimBatchMin or more items.
 func claimPlainKeys(slug string) []string {
 	return []string{ConfigKey(slug), QueueKey(slug, QueueTodo), QueuedKey(slug), ClaimsKey(slug), DeadlinesKey(slug),
 		BatchesKey(slug), BatchDeadlinesKey(slug)}
+}
+
+// claimBatchMin is the fewest items a claim writes as one claim batch:
+// lua/prelude.lua's batch_min (a test holds them equal). A batch's four
+// commands (its id, record, count and deadline) and a done's two cost
+// more than a deadline per item for fewer; and the plain scripts are
+// given the batch keys only from here on, since each key costs a script
+// call ~0.5k Redis instructions (a Lua string made and freed), which a
+// multi=1 call would pay for nothing.
+const claimBatchMin = 4
+
+// plainKeys is the KEYS of claim_plain.lua (all) or done_plain.lua
+// (without the last two) for a call naming n items: the claim batch keys
+// only for claimBatchMin or more.
+func plainKeys(all []string, n int) []string {
+	if n < claimBatchMin {
+		return all[:len(all)-2]
+	}
+	return all
 }
 
 // donePlainKeys is done_plain.lua's KEYS.

@@ -2,10 +2,14 @@ package queues
 
 import (
 	"fmt"
+	"regexp"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/lua"
 )
 
 // TestClaimKeysInTheScriptsOrder builds claim.lua's KEYS from the cache and
@@ -88,4 +92,18 @@ func TestCounterMinuteKeysAreTheBuilders(t *testing.T) {
 	first := keys.minuteKeys("p", time.Date(2026, 11, 29, 12, 4, 1, 0, time.UTC))
 	require.Same(t, first, keys.minuteKeys("p", time.Date(2026, 11, 29, 12, 4, 59, 0, time.UTC)))
 	require.NotSame(t, first, keys.minuteKeys("p", time.Date(2026, 11, 29, 12, 5, 0, 0, time.UTC)))
+}
+
+// The frontend gives the plain scripts the claim batch keys from
+// claimBatchMin items on; claim.lua batches from the prelude's batch_min:
+// the two must agree.
+func TestClaimBatchMinIsThePreludes(t *testing.T) {
+	prelude, err := lua.Files.ReadFile("prelude.lua")
+	require.NoError(t, err)
+	m := regexp.MustCompile(`(?m)^local batch_min = (\d+)$`).FindSubmatch(prelude)
+	require.NotNil(t, m, "prelude.lua defines batch_min")
+	require.Equal(t, strconv.Itoa(claimBatchMin), string(m[1]))
+	all := claimPlainKeys("p")
+	require.Len(t, plainKeys(all, claimBatchMin-1), len(all)-2)
+	require.Equal(t, all, plainKeys(all, claimBatchMin))
 }
