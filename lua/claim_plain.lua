@@ -105,7 +105,7 @@ if #KEYS == 7 then
     if type(reply) == 'table' then
       failed_at, why = KEYS[7], reply.err
     else
-      local mine, claim_args = record .. ' ' .. id, {}
+      local mine, claim_args = 'b' .. id .. ' ' .. record, {}
       for i = 1, n do
         claim_args[2 * i - 1], claim_args[2 * i] = batch[i], mine
       end

@@ -129,17 +129,21 @@ if not events_max and done_mode == 'keep' and cfg[6] == '0' and not budget_kept(
   for i = 1, items_given do
     local item, record = ARGV[first_item + i - 1], records[i]
     local at, claimant, batch
-    if record then at, claimant, batch = string.match(record, '^1 (%d+) (%S+) %S+ %S+ %S+ ?(%d*)$') end
+    if record then
+      at, claimant = string.match(record, '^1 (%d+) (%S+) ')
+      -- A claim batch's item: its record starts with the batch id.
+      if not at then batch, at, claimant = string.match(record, '^b(%d+) 1 (%d+) (%S+) ') end
+    end
     if claimant ~= downloader or seen[item] then
       plain = false
       break
     end
     seen[item] = true
     rtt_sum = rtt_sum + math.max(0, now - tonumber(at))
-    if batch == '' then
-      unbatched = true
-    else
+    if batch then
       left[batch] = (left[batch] or 0) + 1
+    else
+      unbatched = true
     end
   end
   if plain then

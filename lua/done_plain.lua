@@ -37,8 +37,8 @@
 --
 -- Note: where the items go is written first (if that fails nothing has
 -- changed), then their claims and deadlines are removed: the order of
--- done.lua's plain path. An item of a claim batch (its record's seventh
--- field, lua/prelude.lua) has no deadline of its own: its batch's count
+-- done.lua's plain path. An item of a claim batch (its record starts with
+-- "b<id> ", lua/prelude.lua) has no deadline of its own: its batch's count
 -- goes down per run of its items, and the batch goes with its last item.
 --
 -- Note: nothing is formatted or converted to a number here (a printf or a
@@ -62,23 +62,20 @@ for i = 1, n do
   local record = records[i]
   if record ~= last then
     if not record then return {R.NOT_PLAIN} end
-    local at, claimant = string.match(record, '^1 (%d+) (%S+) ')
-    if claimant ~= downloader then return {R.NOT_PLAIN} end
     if runs > 0 then times[2 * runs] = run end
     if batch then left[batch] = (left[batch] or 0) + run end
+    local at, claimant = string.match(record, '^1 (%d+) (%S+) ')
+    batch = nil
+    if not at then
+      -- A claim batch's item: its record starts with the batch id.
+      batch, at, claimant = string.match(record, '^b(%d+) 1 (%d+) (%S+) ')
+      if batch and #KEYS < 6 then return {R.NOT_PLAIN} end
+    end
+    if claimant ~= downloader then return {R.NOT_PLAIN} end
     runs = runs + 1
     times[2 * runs - 1] = at
     last, run = record, 0
-    -- A claim batch's record ends in its id, a seventh field; a record of
-    -- six ends in its limit group, "-" unless the item has one, so only a
-    -- record ending in a digit is matched again.
-    batch = nil
-    local tail = string.byte(record, -1)
-    if tail >= 48 and tail <= 57 then
-      batch = string.match(record, '^%S+ %S+ %S+ %S+ %S+ %S+ (%d+)$')
-    end
     if batch then
-      if #KEYS < 6 then return {R.NOT_PLAIN} end
       left = left or {}
     else
       unbatched = true

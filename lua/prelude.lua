@@ -10,17 +10,19 @@
 -- or commas, so this is unambiguous and cheaper than cjson.
 --
 -- A claim of several items at once by claim_plain.lua (or claim.lua's
--- plain path) shares one deadline: the record has a seventh field, the
--- batch id, and the deadline is the batch's (see the batch functions
--- below), not the item's in deadlines. parse_claim returns the batch id
--- as a seventh value (nil for a record of one item's own deadline).
+-- plain path) shares one deadline: the record starts with "b<batch id> ",
+-- and the deadline is the batch's (see the batch functions below), not
+-- the item's in deadlines. parse_claim returns the batch id as a seventh
+-- value (nil for a record of one item's own deadline). The id goes first
+-- so that a reader matching a record of its own deadline (done_plain.lua,
+-- nearly every done at multi=1) pays nothing for it.
 local function parse_claim(record)
   local count, at, downloader, ip, earlier, group = string.match(record, '^(%d+) (%d+) (%S+) (%S+) (%S+) (%S+)$')
   if count then
     return tonumber(count), tonumber(at), downloader, ip, earlier, group, nil
   end
   local batch
-  count, at, downloader, ip, earlier, group, batch = string.match(record, '^(%d+) (%d+) (%S+) (%S+) (%S+) (%S+) (%d+)$')
+  batch, count, at, downloader, ip, earlier, group = string.match(record, '^b(%d+) (%d+) (%d+) (%S+) (%S+) (%S+) (%S+)$')
   return tonumber(count), tonumber(at), downloader, ip, earlier, group, batch
 end
 
@@ -153,7 +155,7 @@ local function batch_write(claims_key, batches_key, batch_deadlines_key, items, 
   if type(reply) == 'table' then
     failed_at = batch_deadlines_key
   else
-    local mine, claim_args = record .. ' ' .. id, {}
+    local mine, claim_args = 'b' .. id .. ' ' .. record, {}
     for i = 1, n do
       claim_args[2 * i - 1], claim_args[2 * i] = items[i], mine
     end
@@ -206,8 +208,7 @@ local function batch_explode(claims_key, deadlines_key, batches_key, batch_deadl
     for line in string.gmatch(value, '[^\n]+') do
       if record then items[#items + 1] = line else record = line end
     end
-    local suffix = ' ' .. id
-    local mine = record .. suffix
+    local mine = 'b' .. id .. ' ' .. record
     local records = #items > 0 and call_chunked_list('HMGET', claims_key, items) or {}
     local deadline_args, claim_args = {}, {}
     for i, item in ipairs(items) do

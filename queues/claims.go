@@ -42,12 +42,12 @@ func parseClaimRecord(item, record string) (Claim, bool) {
 	// Split on single spaces, as parse_claim's anchored pattern does.
 	f := strings.Split(record, " ")
 	var batch string
-	if len(f) == 7 {
-		// A claim batch's item: the seventh field names its batch.
-		if _, err := strconv.ParseUint(f[6], 10, 64); err != nil {
+	if len(f) == 7 && strings.HasPrefix(f[0], "b") {
+		// A claim batch's item: the record starts with its batch.
+		if _, err := strconv.ParseUint(f[0][1:], 10, 64); err != nil {
 			return Claim{}, false
 		}
-		batch, f = f[6], f[:6]
+		batch, f = f[0][1:], f[1:]
 	}
 	if len(f) != 6 || slices.Contains(f, "") {
 		return Claim{}, false

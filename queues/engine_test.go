@@ -887,7 +887,7 @@ func deadlineItems(t *testing.T, tb bundle) []string {
 		lines := strings.Split(value, "\n")
 		left := 0
 		for _, item := range lines[1:] {
-			if claims[item] == lines[0]+" "+id {
+			if claims[item] == "b"+id+" "+lines[0] {
 				items = append(items, item)
 				left++
 			}
@@ -928,7 +928,7 @@ func checkIndexesAgree(t *testing.T, tb bundle) {
 		claimed = append(claimed, item)
 		fields := strings.Fields(record)
 		if len(fields) == 7 {
-			fields = fields[:6] // the claim batch it is out in
+			fields = fields[1:] // the claim batch it is out in
 		}
 		require.Len(t, fields, 6, record)
 		counts[fields[2]]++
