@@ -105,7 +105,8 @@ if #KEYS == 7 then
     if type(reply) == 'table' then
       failed_at, why = KEYS[7], reply.err
     else
-      local mine, claim_args = 'b' .. id .. ' ' .. record, {}
+      -- ARGV[3] ends in "- -": the earlier claimants name the batch.
+      local mine, claim_args = string.sub(record, 1, -4) .. '#' .. id .. ' -', {}
       for i = 1, n do
         claim_args[2 * i - 1], claim_args[2 * i] = batch[i], mine
       end

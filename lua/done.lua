@@ -130,9 +130,10 @@ if not events_max and done_mode == 'keep' and cfg[6] == '0' and not budget_kept(
     local item, record = ARGV[first_item + i - 1], records[i]
     local at, claimant, batch
     if record then
-      at, claimant = string.match(record, '^1 (%d+) (%S+) ')
-      -- A claim batch's item: its record starts with the batch id.
-      if not at then batch, at, claimant = string.match(record, '^b(%d+) 1 (%d+) (%S+) ') end
+      local earlier
+      at, claimant, earlier = string.match(record, '^1 (%d+) (%S+) %S+ (%S+) ')
+      -- A claim batch's item: its earlier claimants are "#<batch id>".
+      if earlier ~= '-' then batch = earlier and string.match(earlier, '^#(%d+)$') end
     end
     if claimant ~= downloader or seen[item] then
       plain = false

@@ -37,8 +37,8 @@
 --
 -- Note: where the items go is written first (if that fails nothing has
 -- changed), then their claims and deadlines are removed: the order of
--- done.lua's plain path. An item of a claim batch (its record starts with
--- "b<id> ", lua/prelude.lua) has no deadline of its own: its batch's count
+-- done.lua's plain path. An item of a claim batch (its record's earlier
+-- claimants are "#<id>", lua/prelude.lua) has no deadline of its own: its batch's count
 -- goes down per run of its items, and the batch goes with its last item.
 --
 -- Note: nothing is formatted or converted to a number here (a printf or a
@@ -66,9 +66,11 @@ for i = 1, n do
     if batch then left[batch] = (left[batch] or 0) + run end
     local at, claimant = string.match(record, '^1 (%d+) (%S+) ')
     batch = nil
-    if not at then
-      -- A claim batch's item: its record starts with the batch id.
-      batch, at, claimant = string.match(record, '^b(%d+) 1 (%d+) (%S+) ')
+    -- A claim batch's item: its earlier claimants are "#<batch id>" (no
+    -- other field of a record holds a "#"; a plain find costs a multi=1
+    -- done less than matching the field).
+    if string.find(record, '#', 1, true) then
+      batch = string.match(record, '^%S+ %S+ %S+ %S+ #(%d+) %S+$')
       if batch and #KEYS < 6 then return {R.NOT_PLAIN} end
     end
     if claimant ~= downloader then return {R.NOT_PLAIN} end

@@ -10,19 +10,21 @@
 -- or commas, so this is unambiguous and cheaper than cjson.
 --
 -- A claim of several items at once by claim_plain.lua (or claim.lua's
--- plain path) shares one deadline: the record starts with "b<batch id> ",
--- and the deadline is the batch's (see the batch functions below), not
--- the item's in deadlines. parse_claim returns the batch id as a seventh
--- value (nil for a record of one item's own deadline). The id goes first
--- so that a reader matching a record of its own deadline (done_plain.lua,
--- nearly every done at multi=1) pays nothing for it.
+-- plain path) shares one deadline: the record's earlier claimants (none
+-- for a first claim) are "#<batch id>", and the deadline is the batch's
+-- (see the batch functions below), not the item's in deadlines.
+-- parse_claim returns the batch id as a seventh value (nil for a record
+-- of one item's own deadline) and "-" as the earlier claimants. In that
+-- field a build from before batches still reads the record (as no
+-- earlier claimant; "#" is no downloader's), so its done, fail or release
+-- of a batched item works; only the batch's count is then left high
+-- until its deadline (batch_explode).
 local function parse_claim(record)
   local count, at, downloader, ip, earlier, group = string.match(record, '^(%d+) (%d+) (%S+) (%S+) (%S+) (%S+)$')
-  if count then
-    return tonumber(count), tonumber(at), downloader, ip, earlier, group, nil
-  end
   local batch
-  batch, count, at, downloader, ip, earlier, group = string.match(record, '^b(%d+) (%d+) (%d+) (%S+) (%S+) (%S+) (%S+)$')
+  if earlier and string.byte(earlier) == 35 then -- "#<batch id>"
+    batch, earlier = string.sub(earlier, 2), '-'
+  end
   return tonumber(count), tonumber(at), downloader, ip, earlier, group, batch
 end
 
@@ -155,7 +157,8 @@ local function batch_write(claims_key, batches_key, batch_deadlines_key, items, 
   if type(reply) == 'table' then
     failed_at = batch_deadlines_key
   else
-    local mine, claim_args = 'b' .. id .. ' ' .. record, {}
+    -- record is a first claim's, "... - -": its earlier claimants name the batch.
+    local mine, claim_args = string.sub(record, 1, -4) .. '#' .. id .. ' -', {}
     for i = 1, n do
       claim_args[2 * i - 1], claim_args[2 * i] = items[i], mine
     end
@@ -208,7 +211,7 @@ local function batch_explode(claims_key, deadlines_key, batches_key, batch_deadl
     for line in string.gmatch(value, '[^\n]+') do
       if record then items[#items + 1] = line else record = line end
     end
-    local mine = 'b' .. id .. ' ' .. record
+    local mine = string.sub(record, 1, -4) .. '#' .. id .. ' -'
     local records = #items > 0 and call_chunked_list('HMGET', claims_key, items) or {}
     local deadline_args, claim_args = {}, {}
     for i, item in ipairs(items) do

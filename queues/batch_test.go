@@ -311,11 +311,11 @@ func slicesDelete(items []string, drop string) []string {
 	return out
 }
 
-// During a rolling upgrade a frontend of the build before batches may
-// remove a batched item's record (its release.lua: HDEL, ZREM) without
-// counting the batch down: "out" reads too high until the batch's
-// deadline, where moving the batch to deadlines mends it. (Here the
-// items' records go as a done would remove them.)
+// During a rolling upgrade a frontend of the build before batches reads a
+// batched record as a first claim and completes the item with its own
+// done_plain.lua (SADD, HDEL, ZREM), which does not count the batch down:
+// "out" reads too high until the batch's deadline, where moving the batch
+// to deadlines mends it.
 func TestClaimBatchCountMendedAtItsDeadline(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		tb := setup(t, b, queues.SettingsPatch{ReclaimEnabled: ptr(true), ReclaimTTL: ptr(queues.Duration(time.Hour))})

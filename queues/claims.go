@@ -41,16 +41,13 @@ type Claim struct {
 func parseClaimRecord(item, record string) (Claim, bool) {
 	// Split on single spaces, as parse_claim's anchored pattern does.
 	f := strings.Split(record, " ")
-	var batch string
-	if len(f) == 7 && strings.HasPrefix(f[0], "b") {
-		// A claim batch's item: the record starts with its batch.
-		if _, err := strconv.ParseUint(f[0][1:], 10, 64); err != nil {
-			return Claim{}, false
-		}
-		batch, f = f[0][1:], f[1:]
-	}
 	if len(f) != 6 || slices.Contains(f, "") {
 		return Claim{}, false
+	}
+	var batch string
+	if strings.HasPrefix(f[4], "#") {
+		// A claim batch's item: its earlier claimants name its batch.
+		batch, f[4] = f[4][1:], "-"
 	}
 	times, err1 := strconv.Atoi(f[0])
 	at, err2 := strconv.ParseInt(f[1], 10, 64)

@@ -887,7 +887,7 @@ func deadlineItems(t *testing.T, tb bundle) []string {
 		lines := strings.Split(value, "\n")
 		left := 0
 		for _, item := range lines[1:] {
-			if claims[item] == "b"+id+" "+lines[0] {
+			if claims[item] == strings.TrimSuffix(lines[0], "- -")+"#"+id+" -" {
 				items = append(items, item)
 				left++
 			}
@@ -927,9 +927,6 @@ func checkIndexesAgree(t *testing.T, tb bundle) {
 	for item, record := range claims {
 		claimed = append(claimed, item)
 		fields := strings.Fields(record)
-		if len(fields) == 7 {
-			fields = fields[1:] // the claim batch it is out in
-		}
 		require.Len(t, fields, 6, record)
 		counts[fields[2]]++
 	}

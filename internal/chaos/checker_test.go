@@ -86,7 +86,7 @@ func readPlacement(ctx context.Context, rdb redis.UniversalClient, slug string) 
 			}
 			lines := strings.Split(value, "\n")
 			for _, item := range lines[1:] {
-				if claims[item] == "b"+id+" "+lines[0] {
+				if claims[item] == strings.TrimSuffix(lines[0], "- -")+"#"+id+" -" {
 					out = append(out, item)
 				}
 			}
