@@ -43,10 +43,15 @@
 --                             todo:secondary and todo:redo
 -- KEYS[30+5g]           STRING the group's GCRA state
 -- and last:
--- KEYS[#KEYS-2] failed   HASH item -> failed record: a due claim whose item
+-- KEYS[#KEYS-4] failed   HASH item -> failed record: a due claim whose item
 --                          was claimed max_claims times goes here instead
 --                          of out again
--- KEYS[#KEYS-1] history  HASH item -> its ended claims (a reclaim adds one)
+-- KEYS[#KEYS-3] history  HASH item -> its ended claims (a reclaim adds one)
+-- KEYS[#KEYS-2] batches  HASH claim batches (lua/prelude.lua): the plain
+--                          path's claim of batch_min or more items writes
+--                          one; a due one is moved to deadlines before
+--                          reclaims are read
+-- KEYS[#KEYS-1] batch_deadlines ZSET batch id -> reclaim deadline (ms)
 -- KEYS[#KEYS]   queued   SET the items waiting in the list queues: a
 --                             popped item leaves it
 --
@@ -129,9 +134,10 @@ local wanted = tonumber(ARGV[4])
 local version = ARGV[5]
 local global_block = ARGV[6]
 local groups_version = ARGV[7]
-local ngroups = (#KEYS - 28) / 5
+local ngroups = (#KEYS - 30) / 5
 local index = KEYS[#KEYS]
-local failed_key, history_key = KEYS[#KEYS - 2], KEYS[#KEYS - 1]
+local failed_key, history_key = KEYS[#KEYS - 4], KEYS[#KEYS - 3]
+local batches_key, batch_deadlines_key = KEYS[#KEYS - 2], KEYS[#KEYS - 1]
 local group_index = {}
 for g = 0, ngroups - 1 do
   group_index[ARGV[10 + 3 * g]] = g
@@ -313,7 +319,7 @@ local ttl = reclaim_ttl(cfg[9])
 -- of todo, in order, and in the queued index, with nothing written. When
 -- todo gives fewer than wanted, its items are claimed here and the general
 -- path serves the rest (their batch is handed to it, for its undo).
-local plain_batch, todo_dry = nil, false
+local plain_batch, plain_batch_id, todo_dry = nil, nil, false
 if not any_optional and ngroups == 0 and claims_limit == 0 and not budget_on and not pop_check
     and has_extras ~= '1' then
   local batch = redis.pcall('LPOP', KEYS[3], wanted)
@@ -324,6 +330,33 @@ if not any_optional and ngroups == 0 and claims_limit == 0 and not budget_on and
     todo_dry = true
   else
     local record, deadline = format_claim(1, now, downloader, ip, '-', '-'), int(now + ttl)
+    local failure, batch_id
+    if #batch >= batch_min then
+      -- One deadline for the batch (lua/prelude.lua): the index first, then
+      -- the batch and the records naming it.
+      for i = 1, #batch, 1000 do
+        local reply = redis.pcall('SREM', index, unpack(batch, i, math.min(i + 999, #batch)))
+        if type(reply) == 'table' then
+          -- Only the first slice can fail (on the key's type).
+          failure = index .. ': ' .. reply.err
+          break
+        end
+      end
+      if not failure then
+        local key, why
+        batch_id, key, why = batch_write(KEYS[9], batches_key, batch_deadlines_key, batch, record, deadline)
+        if key then
+          failure = key .. ': ' .. tostring(why)
+          redis.pcall('SADD', index, unpack(batch))
+        end
+      end
+      if failure then
+        local reversed = {}
+        for i = #batch, 1, -1 do reversed[#reversed + 1] = batch[i] end
+        redis.pcall('LPUSH', KEYS[3], unpack(reversed))
+        return {R.CORRUPT, failure}
+      end
+    else
     local claim_args, deadline_args = {}, {}
     for i = 1, #batch do
       claim_args[2 * i - 1], claim_args[2 * i] = batch[i], record
@@ -331,7 +364,6 @@ if not any_optional and ngroups == 0 and claims_limit == 0 and not budget_on and
     end
     -- The index first, then the claim record (what done.lua and reclaims go
     -- by), then the deadline; each in slices of 1000 arguments.
-    local failure
     for _, write in ipairs({{'SREM', index, batch}, {'HSET', KEYS[9], claim_args}, {'ZADD', KEYS[8], deadline_args}}) do
       local args = write[3]
       for i = 1, #args, 1000 do
@@ -352,6 +384,7 @@ if not any_optional and ngroups == 0 and claims_limit == 0 and not budget_on and
       redis.pcall('SADD', index, unpack(batch))
       return {R.CORRUPT, failure}
     end
+    end
     if #batch == wanted then
       local reply = {1, 0, cfg[11] or '{}'}
       for i = 1, #batch do
@@ -359,7 +392,7 @@ if not any_optional and ngroups == 0 and claims_limit == 0 and not budget_on and
       end
       return reply
     end
-    plain_batch, todo_dry = batch, true
+    plain_batch, plain_batch_id, todo_dry = batch, batch_id, true
   end
 end
 
@@ -416,6 +449,9 @@ local unreadable = 0
 -- due); the window looks past a few of them so they cannot starve others.
 local function take_reclaims(want)
   if not reclaim_enabled or want <= 0 then return end
+  -- Due claim batches first become claims of their own (at the batch's
+  -- deadline), so the due claims are all in deadlines.
+  batches_explode_due(KEYS[9], KEYS[8], batches_key, batch_deadlines_key, now, math.min(want, 100))
   local due = redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', int(now), 'WITHSCORES', 'LIMIT', 0, want * 4 + 16)
   for d = 1, #due, 2 do
     local item, deadline = due[d], tonumber(due[d + 1])
@@ -472,7 +508,7 @@ local extras_of = {} -- popped items' extra keys, read in their batch
 local batches = {} -- the batches popped so far, to undo if a later one fails
 if plain_batch then
   -- Claimed by the plain path above; todo ran dry there.
-  batches[1] = {key = KEYS[3], scored = false, batch = plain_batch, written = plain_batch}
+  batches[1] = {key = KEYS[3], scored = false, batch = plain_batch, written = plain_batch, batch_id = plain_batch_id}
   for _, item in ipairs(plain_batch) do
     picked[item] = true
     taken[#taken + 1] = item
@@ -515,10 +551,15 @@ end
 -- Puts a failed batch back: its claim writes undone (each may fail too, on
 -- the key that broke the batch), its items back at the head of their queue
 -- in their order, and in the queued index.
-local function undo_batch(key, scored, batch, scores, written)
+local function undo_batch(key, scored, batch, scores, written, batch_id)
   if #written > 0 then
     redis.pcall('HDEL', KEYS[9], unpack(written))
-    redis.pcall('ZREM', KEYS[8], unpack(written))
+    if batch_id then
+      -- The plain path's claim batch: every item leaves it, so it goes.
+      pcall(batch_leave, batches_key, batch_deadlines_key, batch_id, #written)
+    else
+      redis.pcall('ZREM', KEYS[8], unpack(written))
+    end
   end
   if scored then
     for i, item in ipairs(batch) do redis.pcall('ZADD', key, scores[i], item) end
@@ -533,7 +574,7 @@ end
 local function undo_all()
   for b = #batches, 1, -1 do
     local done_batch = batches[b]
-    undo_batch(done_batch.key, done_batch.scored, done_batch.batch, done_batch.scores, done_batch.written)
+    undo_batch(done_batch.key, done_batch.scored, done_batch.batch, done_batch.scores, done_batch.written, done_batch.batch_id)
     if budget_on and #done_batch.written > 0 then
       redis.pcall('HINCRBY', KEYS[11], downloader, -#done_batch.written)
     end
@@ -636,7 +677,8 @@ if present(7) then
     local have = checked('ZMSCORE', KEYS[8], unpack(items))
     local missing = {}
     for i, item in ipairs(items) do
-      if records[i] and not have[i] then
+      -- (A record naming a claim batch has the batch's deadline.)
+      if records[i] and not have[i] and not select(7, parse_claim(records[i])) then
         -- An unreadable record is made due now: a reclaim finds it and
         -- counts it (claims_unreadable) for an operator.
         local count, at = parse_claim(records[i])
@@ -661,7 +703,8 @@ end
 local fresh_room = wanted
 local claims_limit_hit = false
 if claims_limit > 0 then
-  fresh_room = math.max(0, claims_limit - redis.call('ZCARD', KEYS[8]))
+  local out = redis.call('ZCARD', KEYS[8]) + (tonumber(redis.call('HGET', batches_key, 'out') or '0') or 0)
+  fresh_room = math.max(0, claims_limit - out)
   claims_limit_hit = fresh_room == 0
 end
 if claims_limit_hit or (reclaim_enabled and group_limit_hit()) then

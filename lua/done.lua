@@ -26,6 +26,9 @@
 -- KEYS[13] history            HASH item -> its ended claims: a completed item
 --                                   claimed more than once (or released)
 --                                   leaves it
+-- KEYS[14] batches            HASH claim batches (lua/prelude.lua): an item
+--                                   whose record names a batch leaves it
+-- KEYS[15] batch_deadlines    ZSET batch id -> reclaim deadline (ms)
 -- (The counters, the recent-completions log and the live hints are not
 -- written here: the frontend counts and pushes them from the reply,
 -- batched: queues/counters.go and queues/publish.go.)
@@ -122,16 +125,27 @@ if not events_max and done_mode == 'keep' and cfg[6] == '0' and not budget_kept(
     and items_given >= 1 and items_given <= 1000 then
   local records = redis.call('HMGET', KEYS[3], unpack(ARGV, first_item))
   local plain, seen, rtt_sum = true, {}, 0
+  local left, unbatched = {}, false
   for i = 1, items_given do
     local item, record = ARGV[first_item + i - 1], records[i]
-    local at, claimant
-    if record then at, claimant = string.match(record, '^1 (%d+) (%S+) ') end
+    local at, claimant, batch
+    if record then
+      local earlier
+      at, claimant, earlier = string.match(record, '^1 (%d+) (%S+) %S+ (%S+) ')
+      -- A claim batch's item: its earlier claimants are "#<batch id>".
+      if earlier ~= '-' then batch = earlier and string.match(earlier, '^#(%d+)$') end
+    end
     if claimant ~= downloader or seen[item] then
       plain = false
       break
     end
     seen[item] = true
     rtt_sum = rtt_sum + math.max(0, now - tonumber(at))
+    if batch then
+      left[batch] = (left[batch] or 0) + 1
+    else
+      unbatched = true
+    end
   end
   if plain then
     local added = redis.pcall('SADD', KEYS[4], unpack(ARGV, first_item))
@@ -139,7 +153,12 @@ if not events_max and done_mode == 'keep' and cfg[6] == '0' and not budget_kept(
       return {R.CORRUPT, 'completions could not be kept: ' .. added.err}
     end
     redis.call('HDEL', KEYS[3], unpack(ARGV, first_item))
-    redis.call('ZREM', KEYS[2], unpack(ARGV, first_item))
+    if unbatched then
+      redis.call('ZREM', KEYS[2], unpack(ARGV, first_item))
+    end
+    for batch, n in pairs(left) do
+      batch_leave(KEYS[14], KEYS[15], batch, n)
+    end
     return {1, items_given, 0, int(rtt_sum), items_given, '', log_length}
   end
   -- Kept for the general path: its list of unique items is ARGV's when
@@ -160,6 +179,9 @@ for i = first_item, #ARGV do
 end
 local records = (#unique == items_given and plain_records) or call_chunked_list('HMGET', KEYS[3], unique)
 local claimed, claimed_at, claimed_by, released_items, unknown, strangers = {}, {}, {}, {}, {}, {}
+-- Of the claimed items, those with a deadline of their own, and per claim
+-- batch how many of its items are claimed here (lua/prelude.lua).
+local unbatched, batch_left = {}, {}
 -- Items claimed more than once: only they can have a claim history.
 local retried = {}
 local duplicates = 0
@@ -167,11 +189,16 @@ local rest = {}
 for i, item in ipairs(unique) do
   local record = records[i]
   if record then
-    local count, at, claimant, _, earlier = parse_claim(record)
+    local count, at, claimant, _, earlier, _, batch = parse_claim(record)
     if claimant == downloader or in_list(downloader, earlier) then
       claimed[#claimed + 1] = item
       claimed_at[#claimed] = at
       claimed_by[#claimed] = claimant
+      if batch then
+        batch_left[batch] = (batch_left[batch] or 0) + 1
+      else
+        unbatched[#unbatched + 1] = item
+      end
       if count and count > 1 then retried[#retried + 1] = item end
     else
       strangers[#strangers + 1] = item
@@ -249,7 +276,10 @@ for i = 1, #claimed do
 end
 if #claimed > 0 then
   call_chunked('HDEL', KEYS[3], claimed)
-  call_chunked('ZREM', KEYS[2], claimed)
+  if #unbatched > 0 then call_chunked('ZREM', KEYS[2], unbatched) end
+  for batch, n in pairs(batch_left) do
+    batch_leave(KEYS[14], KEYS[15], batch, n)
+  end
 end
 for _, item in ipairs(released_items) do retried[#retried + 1] = item end
 if #retried > 0 then

@@ -13,6 +13,11 @@
 -- KEYS[2] claims     HASH  item -> claim record
 -- KEYS[3] done       SET
 -- KEYS[4] deadlines  ZSET  item -> reclaim deadline (ms)
+-- KEYS[5] batches    HASH  claim batches (lua/prelude.lua): an item whose
+--                          record names a batch leaves it
+-- KEYS[6] batch_deadlines ZSET batch id -> reclaim deadline (ms)
+-- (KEYS[5] and KEYS[6] are given only for batch_min or more items,
+-- queues.plainKeys: without them an item of a batch is R.NOT_PLAIN.)
 --
 -- ARGV[1] downloader who reports the items
 -- ARGV[2..] the items (at most 1000), each once: the caller sends a list
@@ -34,7 +39,9 @@
 --
 -- Note: where the items go is written first (if that fails nothing has
 -- changed), then their claims and deadlines are removed: the order of
--- done.lua's plain path.
+-- done.lua's plain path. An item of a claim batch (its record's earlier
+-- claimants are "#<id>", lua/prelude.lua) has no deadline of its own: its batch's count
+-- goes down per run of its items, and the batch goes with its last item.
 --
 -- Note: a done of one item (nearly every call at multi=1) runs its own copy
 -- of the checks and writes, in the same order, without the records' table,
@@ -59,6 +66,9 @@ if n == 1 then
   local item = ARGV[2]
   local record = redis.call('HGET', KEYS[2], item)
   if not record then return {R.NOT_PLAIN} end
+  -- An item of a claim batch: its batch's keys come only with
+  -- batch_min or more items, so done.lua counts its batch down.
+  if string.find(record, '#', 1, true) then return {R.NOT_PLAIN} end
   local at, claimant = string.match(record, '^1 (%d+) (%S+) ')
   if claimant ~= downloader then return {R.NOT_PLAIN} end
   local added = redis.pcall('SADD', KEYS[3], item)
@@ -75,24 +85,54 @@ local records = redis.call('HMGET', KEYS[2], unpack(ARGV, 2))
 -- each run of items sharing a record is matched once, not once per item.
 local reply, runs = {1, cfg[5] or ''}, 0
 local last, run = nil, 0
+local batch, left, unbatched = nil, nil, false
 for i = 1, n do
   local record = records[i]
   if record ~= last then
     if not record then return {R.NOT_PLAIN} end
-    local at, claimant = string.match(record, '^1 (%d+) (%S+) ')
-    if claimant ~= downloader then return {R.NOT_PLAIN} end
     if runs > 0 then reply[2 * runs + 2] = run end
+    if batch then left[batch] = (left[batch] or 0) + run end
+    local at, claimant = string.match(record, '^1 (%d+) (%S+) ')
+    batch = nil
+    -- A claim batch's item: its earlier claimants are "#<batch id>" (no
+    -- other field of a record holds a "#"; a plain find costs a multi=1
+    -- done less than matching the field).
+    if string.find(record, '#', 1, true) then
+      batch = string.match(record, '^%S+ %S+ %S+ %S+ #(%d+) %S+$')
+      if batch and #KEYS < 6 then return {R.NOT_PLAIN} end
+    end
+    if claimant ~= downloader then return {R.NOT_PLAIN} end
     runs = runs + 1
     reply[2 * runs + 1] = at
     last, run = record, 0
+    if batch then
+      left = left or {}
+    else
+      unbatched = true
+    end
   end
   run = run + 1
 end
 reply[2 * runs + 2] = run
+if batch then left[batch] = (left[batch] or 0) + run end
 local added = redis.pcall('SADD', KEYS[3], unpack(ARGV, 2))
 if type(added) == 'table' then
   return {R.CORRUPT, 'completions could not be kept: ' .. tostring(added.err)}
 end
 redis.call('HDEL', KEYS[2], unpack(ARGV, 2))
-redis.call('ZREM', KEYS[4], unpack(ARGV, 2))
+if unbatched then
+  redis.call('ZREM', KEYS[4], unpack(ARGV, 2))
+end
+if left then
+  -- As the prelude's batch_leave (not prepended here).
+  local batched = 0
+  for id, k in pairs(left) do
+    batched = batched + k
+    if redis.call('HINCRBY', KEYS[5], 'n' .. id, -k) <= 0 then
+      redis.call('HDEL', KEYS[5], 'n' .. id, 'i' .. id)
+      redis.call('ZREM', KEYS[6], id)
+    end
+  end
+  redis.call('HINCRBY', KEYS[5], 'out', -batched)
+end
 return reply

@@ -10,6 +10,10 @@
 -- KEYS[3] claims      HASH item -> claim record
 -- KEYS[4] events      STREAM the event log
 -- KEYS[5] expired_to  STRING the deadline (ms) logged up to
+-- KEYS[6] batches     HASH claim batches (lua/prelude.lua)
+-- KEYS[7] batch_deadlines ZSET batch id -> reclaim deadline (ms): a due
+--                          batch is moved to deadlines (per item, at the
+--                          batch's deadline) before the scan reads them
 --
 -- ARGV[1] now (ms)
 -- ARGV[2] the most expiries to log in this call (>= 1)
@@ -31,7 +35,7 @@ local events_max = event_log_max(cfg[2])
 if not events_max then
   return {0}
 end
-local expected = {[2] = 'zset', [3] = 'hash', [4] = 'stream', [5] = 'string'}
+local expected = {[2] = 'zset', [3] = 'hash', [4] = 'stream', [5] = 'string', [6] = 'hash', [7] = 'zset'}
 for i, want in pairs(expected) do
   local have = redis.call('TYPE', KEYS[i])['ok']
   if have ~= 'none' and have ~= want then
@@ -46,14 +50,29 @@ end
 if cursor >= now then
   return {1, 0, 0}
 end
+-- Due claim batches become claims of their own first, so the scan below
+-- sees every due claim. When a page of them was full, more may be due:
+-- this call logs only up to the last one moved (and the batches sharing
+-- its deadline, moved too), and says there is more.
+local batches_more = false
+local last_batch = batches_explode_due(KEYS[3], KEYS[2], KEYS[6], KEYS[7], now, limit)
+if last_batch then
+  batches_more = true
+  local same = redis.call('ZRANGEBYSCORE', KEYS[7], int(last_batch), int(last_batch), 'WITHSCORES')
+  for i = 1, #same, 2 do
+    batch_explode(KEYS[3], KEYS[2], KEYS[6], KEYS[7], same[i], same[i + 1])
+  end
+  -- (A batch rescored to before the cursor never moves it back.)
+  now = math.max(last_batch, cursor)
+end
 
 local page = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. int(cursor), int(now), 'WITHSCORES', 'LIMIT', 0, limit)
 local n = #page / 2
+local more = batches_more and 1 or 0
 if n == 0 then
   redis.call('SET', KEYS[5], int(now))
-  return {1, 0, 0}
+  return {1, 0, more}
 end
-local more = 0
 local last = tonumber(page[#page])
 local upto = n
 if n == limit then

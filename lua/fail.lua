@@ -13,7 +13,10 @@
 -- KEYS[7]  history    HASH item -> its ended claims
 -- KEYS[8]  released   HASH item -> released record (items sent to redo)
 -- KEYS[9]  redo       LIST todo:redo
--- KEYS[10..#KEYS-1]   the sub-queues of todo:redo of each limit group (LIST)
+-- KEYS[10..#KEYS-3]   the sub-queues of todo:redo of each limit group (LIST)
+-- KEYS[#KEYS-2] batches  HASH claim batches (lua/prelude.lua): an item whose
+--                     record names a batch leaves it
+-- KEYS[#KEYS-1] batch_deadlines ZSET batch id -> reclaim deadline (ms)
 -- KEYS[#KEYS] queued  SET the items waiting in the list queues
 --
 -- ARGV[1] now (ms)
@@ -56,11 +59,11 @@ for i = 5, #ARGV, 2 do
   if not record then
     unknown[#unknown + 1] = item
   else
-    local count, at, claimant, _, earlier = parse_claim(record)
+    local count, at, claimant, _, earlier, _, batch = parse_claim(record)
     if claimant ~= downloader then
       strangers[#strangers + 1] = item
     else
-      records[#records + 1] = {item = item, d = tonumber(ARGV[i + 1]), count = count or 1, at = at or now, earlier = earlier or '-'}
+      records[#records + 1] = {item = item, d = tonumber(ARGV[i + 1]), count = count or 1, at = at or now, earlier = earlier or '-', batch = batch}
     end
   end
 end
@@ -81,8 +84,7 @@ local released_before = redis.call('EXISTS', KEYS[8]) == 1
 for _, r in ipairs(records) do
   local item = r.item
   if budget_on then budget_decrement(KEYS[4], downloader) end
-  redis.call('HDEL', KEYS[3], item)
-  redis.call('ZREM', KEYS[2], item)
+  claim_remove(KEYS[3], KEYS[2], KEYS[#KEYS - 2], KEYS[#KEYS - 1], item, r.batch)
   history_push(KEYS[7], item, downloader, r.at, 'reported', reason)
   if not to_redo or (max_claims > 0 and r.count >= max_claims) then
     fail_item(KEYS[6], KEYS[7], item, r.count, now, 'reported', reason)

@@ -8,9 +8,24 @@
 -- "-" (a reclaim spends that group's rate). Downloaders match
 -- [-_a-zA-Z0-9]{3,30}, group names [-_a-z0-9]{1,32}, and IPs hold no spaces
 -- or commas, so this is unambiguous and cheaper than cjson.
+--
+-- A claim of several items at once by claim_plain.lua (or claim.lua's
+-- plain path) shares one deadline: the record's earlier claimants (none
+-- for a first claim) are "#<batch id>", and the deadline is the batch's
+-- (see the batch functions below), not the item's in deadlines.
+-- parse_claim returns the batch id as a seventh value (nil for a record
+-- of one item's own deadline) and "-" as the earlier claimants. In that
+-- field a build from before batches still reads the record (as no
+-- earlier claimant; "#" is no downloader's), so its done, fail or release
+-- of a batched item works; only the batch's count is then left high
+-- until its deadline (batch_explode).
 local function parse_claim(record)
   local count, at, downloader, ip, earlier, group = string.match(record, '^(%d+) (%d+) (%S+) (%S+) (%S+) (%S+)$')
-  return tonumber(count), tonumber(at), downloader, ip, earlier, group
+  local batch
+  if earlier and string.byte(earlier) == 35 then -- "#<batch id>"
+    batch, earlier = string.sub(earlier, 2), '-'
+  end
+  return tonumber(count), tonumber(at), downloader, ip, earlier, group, batch
 end
 
 local function format_claim(count, at, downloader, ip, earlier, group)
@@ -109,6 +124,130 @@ local function call_chunked_list(command, key, args)
     for j = 1, #part do out[i + j - 1] = part[j] end
   end
   return out
+end
+
+-- Claim batches (queues.BatchesKey, a HASH, and queues.BatchDeadlinesKey,
+-- a ZSET batch id -> reclaim deadline ms). A claim of several items writes
+-- one batch: field "i<id>" holds the batch's claim record (without the id)
+-- and its items, "\n"-separated (items hold no "\n"); "n<id>" how many of
+-- them are still out in it; "seq" the last id given; "out" how many items
+-- are out in batches (what the project's "out" adds to ZCARD deadlines).
+-- An item leaves its batch when its claim ends (done, fail, release);
+-- the batch goes with its last item. A due batch is moved to the per-item
+-- layout (batch_explode) before anything reclaims or logs its items, so
+-- reclaims and the expiry log only ever read deadlines.
+
+-- Writes items (a claim of batch_min or more, each a first claim) as one
+-- batch: the batch (its id, record and items, count, deadline), then the
+-- claim records naming it. A command that fails writes nothing, and what
+-- was written before it is undone; HINCRBY proves the batches hash's type,
+-- so its HSET and HINCRBY cannot fail after it. Returns the batch id, or
+-- nil, the key that failed and why. claim_plain.lua does the same inline;
+-- batch_leave of every item undoes it.
+local batch_min = 4
+local function batch_write(claims_key, batches_key, batch_deadlines_key, items, record, deadline)
+  local id = redis.pcall('HINCRBY', batches_key, 'seq', 1)
+  if type(id) == 'table' then return nil, batches_key, id.err end
+  id = tostring(id)
+  local n = #items
+  redis.call('HSET', batches_key, 'i' .. id, record .. '\n' .. table.concat(items, '\n'), 'n' .. id, n)
+  redis.call('HINCRBY', batches_key, 'out', n)
+  local failed_at, reply
+  reply = redis.pcall('ZADD', batch_deadlines_key, deadline, id)
+  if type(reply) == 'table' then
+    failed_at = batch_deadlines_key
+  else
+    -- record is a first claim's, "... - -": its earlier claimants name the batch.
+    local mine, claim_args = string.sub(record, 1, -4) .. '#' .. id .. ' -', {}
+    for i = 1, n do
+      claim_args[2 * i - 1], claim_args[2 * i] = items[i], mine
+    end
+    for i = 1, #claim_args, 1000 do
+      reply = redis.pcall('HSET', claims_key, unpack(claim_args, i, math.min(i + 999, #claim_args)))
+      if type(reply) == 'table' then break end
+    end
+    if type(reply) ~= 'table' then return id end
+    -- Only the first slice can fail (on the key's type): nothing to undo.
+    failed_at = claims_key
+    redis.call('ZREM', batch_deadlines_key, id)
+  end
+  redis.call('HDEL', batches_key, 'i' .. id, 'n' .. id)
+  redis.call('HINCRBY', batches_key, 'out', -n)
+  return nil, failed_at, reply.err
+end
+
+-- n items of batch id left it: its count goes down, and the batch goes
+-- (its deadline and its record) when none is left.
+local function batch_leave(batches_key, deadlines_key, id, n)
+  local left = redis.call('HINCRBY', batches_key, 'n' .. id, -n)
+  if left <= 0 then
+    redis.call('HDEL', batches_key, 'n' .. id, 'i' .. id)
+    redis.call('ZREM', deadlines_key, id)
+  end
+  redis.call('HINCRBY', batches_key, 'out', -n)
+end
+
+-- Ends one item's claim: its record goes, and its deadline (batch, the
+-- seventh value of parse_claim, nil) or its place in its batch.
+local function claim_remove(claims_key, deadlines_key, batches_key, batch_deadlines_key, item, batch)
+  redis.call('HDEL', claims_key, item)
+  if batch then
+    batch_leave(batches_key, batch_deadlines_key, batch, 1)
+  else
+    redis.call('ZREM', deadlines_key, item)
+  end
+end
+
+-- Moves the items still out in batch id to the per-item layout: each gets
+-- the batch's deadline in deadlines and the batch's record (without the
+-- id) as its own; then the batch goes. Returns how many moved. The
+-- deadlines are written before the records, so an item is never out
+-- without a deadline; HMGET has proved the claims hash's type before.
+local function batch_explode(claims_key, deadlines_key, batches_key, batch_deadlines_key, id, deadline)
+  local value = redis.call('HGET', batches_key, 'i' .. id)
+  local moved = 0
+  if value then
+    local record, items = nil, {}
+    for line in string.gmatch(value, '[^\n]+') do
+      if record then items[#items + 1] = line else record = line end
+    end
+    local mine = string.sub(record, 1, -4) .. '#' .. id .. ' -'
+    local records = #items > 0 and call_chunked_list('HMGET', claims_key, items) or {}
+    local deadline_args, claim_args = {}, {}
+    for i, item in ipairs(items) do
+      if records[i] == mine then
+        deadline_args[#deadline_args + 1] = deadline
+        deadline_args[#deadline_args + 1] = item
+        claim_args[#claim_args + 1] = item
+        claim_args[#claim_args + 1] = record
+      end
+    end
+    moved = #claim_args / 2
+    if moved > 0 then
+      call_chunked('ZADD', deadlines_key, deadline_args)
+      call_chunked('HSET', claims_key, claim_args)
+    end
+  end
+  -- "out" loses what the batch counted (the moved items are counted in
+  -- deadlines now); a count left too high (an item completed by a build
+  -- from before batches, which does not count it down) is mended here.
+  local counted = tonumber(redis.call('HGET', batches_key, 'n' .. id) or '') or moved
+  redis.call('HDEL', batches_key, 'n' .. id, 'i' .. id)
+  redis.call('ZREM', batch_deadlines_key, id)
+  if counted ~= 0 then redis.call('HINCRBY', batches_key, 'out', -counted) end
+  return moved
+end
+
+-- Moves up to limit batches due at now (ms) to the per-item layout (see
+-- batch_explode). Returns the deadline of the last one moved when limit
+-- were (more may be due), else nil.
+local function batches_explode_due(claims_key, deadlines_key, batches_key, batch_deadlines_key, now, limit)
+  local due = redis.call('ZRANGEBYSCORE', batch_deadlines_key, '-inf', int(now), 'WITHSCORES', 'LIMIT', 0, limit)
+  for i = 1, #due, 2 do
+    batch_explode(claims_key, deadlines_key, batches_key, batch_deadlines_key, due[i], due[i + 1])
+  end
+  if #due / 2 == limit then return tonumber(due[#due]) end
+  return nil
 end
 
 -- Appends one entry to a project's event log (a STREAM capped at about max

@@ -12,7 +12,10 @@
 -- KEYS[8] failed     HASH item -> failed record: a released item claimed
 --                    max_claims times goes here, not to redo
 -- KEYS[9] history    HASH item -> its ended claims (a release adds one)
--- KEYS[10..#KEYS-1] the sub-queues of todo:redo of each limit group (LIST)
+-- KEYS[10..#KEYS-3] the sub-queues of todo:redo of each limit group (LIST)
+-- KEYS[#KEYS-2] batches HASH claim batches (lua/prelude.lua): an item whose
+--                    record names a batch leaves it
+-- KEYS[#KEYS-1] batch_deadlines ZSET batch id -> reclaim deadline (ms)
 -- KEYS[#KEYS] queued SET the items waiting in the list queues: released
 --           items join it
 --
@@ -62,13 +65,12 @@ for i = 5, #ARGV, 2 do
   if not record then
     not_out = not_out + 1
   else
-    local count, claimed_at, claimant, _, earlier = parse_claim(record)
+    local count, claimed_at, claimant, _, earlier, _, batch = parse_claim(record)
     if (only_downloader ~= '' and claimant ~= only_downloader) or (cutoff and claimed_at > cutoff) then
       filtered = filtered + 1
     else
       if budget_on then budget_decrement(KEYS[5], claimant) end
-      redis.call('HDEL', KEYS[4], item)
-      redis.call('ZREM', KEYS[3], item)
+      claim_remove(KEYS[4], KEYS[3], KEYS[#KEYS - 2], KEYS[#KEYS - 1], item, batch)
       history_push(KEYS[9], item, claimant, claimed_at, 'released')
       if max_claims > 0 and count >= max_claims then
         fail_item(KEYS[8], KEYS[9], item, count, now, 'max_claims', '')

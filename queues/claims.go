@@ -1,7 +1,9 @@
 package queues
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,6 +29,10 @@ type Claim struct {
 	Earlier []string `json:"earlier,omitempty"`
 	// Group is the limit group the item was served under ("" = none).
 	Group string `json:"group,omitempty"`
+
+	// batch is the claim batch whose deadline the item has ("" = its own
+	// in deadlines).
+	batch string
 }
 
 // parseClaimRecord reads "<times> <claimed at ms> <downloader> <ip>
@@ -38,12 +44,17 @@ func parseClaimRecord(item, record string) (Claim, bool) {
 	if len(f) != 6 || slices.Contains(f, "") {
 		return Claim{}, false
 	}
+	var batch string
+	if strings.HasPrefix(f[4], "#") {
+		// A claim batch's item: its earlier claimants name its batch.
+		batch, f[4] = f[4][1:], "-"
+	}
 	times, err1 := strconv.Atoi(f[0])
 	at, err2 := strconv.ParseInt(f[1], 10, 64)
 	if err1 != nil || err2 != nil {
 		return Claim{}, false
 	}
-	c := Claim{Item: item, TimesClaimed: times, ClaimedAt: time.UnixMilli(at).UTC(), Downloader: f[2], IP: f[3]}
+	c := Claim{Item: item, TimesClaimed: times, ClaimedAt: time.UnixMilli(at).UTC(), Downloader: f[2], IP: f[3], batch: batch}
 	if f[4] != "-" {
 		c.Earlier = strings.Split(f[4], ",")
 	}
@@ -166,12 +177,21 @@ func claimCutoff(now time.Time, olderThan time.Duration) int64 {
 // released since its page was read is left out. Claims that change while
 // it pages may be seen again later in the order (a reclaim moves its
 // deadline) or not at all (completed): callers filter by claim time.
+//
+// The order merges deadlines with the claim batches (BatchesKey), each of
+// whose items has its batch's deadline: a page reads both sets from the
+// cursor, and only entries before the last deadline of a set that filled
+// its read are complete (more may share that deadline in the next read).
 func (e *Engine) claimPages(ctx context.Context, op, slug string, cursor ClaimCursor, fn func([]Claim) bool) error {
 	min := "-inf"
 	if cursor.Item != "" {
 		min = strconv.FormatInt(cursor.AfterMillis, 10)
 	}
 	read := int64(claimsReadPage)
+	type entry struct {
+		at          int64
+		item, batch string
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -182,39 +202,88 @@ func (e *Engine) claimPages(ctx context.Context, op, slug string, cursor ClaimCu
 		if err != nil {
 			return unavailable(op, err)
 		}
-		// Members with the cursor's deadline sort by name: skip those up
-		// to and including the cursor's item.
-		fresh := members[:0:0]
+		// A batch holds up to 1000 items: read fewer of them.
+		batchRead := max(1, read/claimsBatchesPerItems)
+		batches, err := e.rdb.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
+			Key: BatchDeadlinesKey(slug), Start: min, Stop: "+inf", ByScore: true, Count: batchRead,
+		}).Result()
+		if err != nil {
+			return unavailable(op, err)
+		}
+		bounded, bound := false, int64(0)
+		if int64(len(members)) == read {
+			bounded, bound = true, int64(members[len(members)-1].Score)
+		}
+		if int64(len(batches)) == batchRead {
+			if at := int64(batches[len(batches)-1].Score); !bounded || at < bound {
+				bounded, bound = true, at
+			}
+		}
+		fresh := make([]entry, 0, len(members))
+		keep := func(x entry) {
+			// Members with the cursor's deadline sort by name: skip those
+			// up to and including the cursor's item.
+			if bounded && x.at >= bound {
+				return
+			}
+			if x.at == cursor.AfterMillis && cursor.Item != "" && x.item <= cursor.Item {
+				return
+			}
+			fresh = append(fresh, x)
+		}
 		for _, m := range members {
 			item, _ := m.Member.(string)
-			if int64(m.Score) == cursor.AfterMillis && cursor.Item != "" && item <= cursor.Item {
-				continue
+			keep(entry{at: int64(m.Score), item: item})
+		}
+		if len(batches) > 0 {
+			fields := make([]string, len(batches))
+			for i, b := range batches {
+				id, _ := b.Member.(string)
+				fields[i] = "i" + id
 			}
-			fresh = append(fresh, m)
+			values, err := e.rdb.HMGet(ctx, BatchesKey(slug), fields...).Result()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return unavailable(op, err)
+			}
+			for i, v := range values {
+				value, _ := v.(string)
+				lines := strings.Split(value, "\n")
+				for _, item := range lines[1:] {
+					keep(entry{at: int64(batches[i].Score), item: item, batch: fields[i][1:]})
+				}
+			}
 		}
 		if len(fresh) == 0 {
-			if int64(len(members)) < read {
+			if !bounded {
 				return nil
 			}
-			// A full page of claims due in one millisecond, all seen:
+			// A full read of claims due in one millisecond, all seen:
 			// read more of that millisecond.
 			read *= 2
 			continue
 		}
 		read = claimsReadPage
+		slices.SortFunc(fresh, func(a, b entry) int {
+			if a.at != b.at {
+				return cmp.Compare(a.at, b.at)
+			}
+			return strings.Compare(a.item, b.item)
+		})
 		items := make([]string, len(fresh))
-		for i, m := range fresh {
-			items[i], _ = m.Member.(string)
+		for i, x := range fresh {
+			items[i] = x.item
 		}
 		records, err := e.claimRecords(ctx, op, slug, items)
 		if err != nil {
 			return err
 		}
 		page := make([]Claim, 0, len(items))
-		for i, item := range items {
-			cursor = ClaimCursor{AfterMillis: int64(fresh[i].Score), Item: item}
-			if c, ok := records[item]; ok {
-				c.Deadline = time.UnixMilli(cursor.AfterMillis).UTC()
+		for _, x := range fresh {
+			cursor = ClaimCursor{AfterMillis: x.at, Item: x.item}
+			// Each item is listed from where its record says its deadline
+			// is: its batch, or deadlines.
+			if c, ok := records[x.item]; ok && c.batch == x.batch {
+				c.Deadline = time.UnixMilli(x.at).UTC()
 				page = append(page, c)
 			}
 		}
@@ -222,11 +291,15 @@ func (e *Engine) claimPages(ctx context.Context, op, slug string, cursor ClaimCu
 			return nil
 		}
 		min = strconv.FormatInt(cursor.AfterMillis, 10)
-		if int64(len(members)) < read {
+		if !bounded {
 			return nil
 		}
 	}
 }
+
+// claimsBatchesPerItems is how many fewer claim batches than deadlines a
+// page of claims reads.
+const claimsBatchesPerItems = 10
 
 // claimRecords reads and parses the claim records of items in one round
 // trip; an item with no (or an unreadable) record is absent.

@@ -43,7 +43,7 @@ func (e *Engine) Doctor(ctx context.Context, slug string) (DoctorReport, error) 
 		ReleasedKey(slug): "hash", RecentDoneKey(slug): "zset", EventsKey(slug): "stream",
 		QueueKey(slug, QueueScored): "zset", ReservedSetKey(slug): "set", RedoCancelledKey(slug): "hash",
 		QueuedKey(slug): "set", LogKey(slug): "list", DoneArchiveKey(slug): "list",
-		FailedKey(slug): "hash", HistoryKey(slug): "hash",
+		FailedKey(slug): "hash", HistoryKey(slug): "hash", BatchesKey(slug): "hash", BatchDeadlinesKey(slug): "zset",
 		DownloaderBytesKey(slug): "hash", DownloaderItemsKey(slug): "hash", DownloaderVersionKey(slug): "hash",
 		DomainBytesKey(slug): "hash", RateKey(slug): "string", ExpiryCursorKey(slug): "string",
 		HourlyKey(slug, e.clock.Now()): "hash", SeriesMinuteKey(slug, e.clock.Now()): "hash",
@@ -101,6 +101,29 @@ func (e *Engine) Doctor(ctx context.Context, slug string) (DoctorReport, error) 
 			if _, err := strconv.ParseInt(v, 10, 64); err != nil {
 				report.Problems = append(report.Problems, KeyProblem{Key: BudgetKey(slug), Problem: "field " + downloader + " is not an integer"})
 			}
+		}
+	}
+	// The counts of the claim batches are HINCRBY'd after a done's first
+	// write: one that is not an integer would stop it there.
+	if types[slices.Index(keys, BatchesKey(slug))].Val() == "hash" {
+		var cursor uint64
+		for {
+			fields, next, err := e.rdb.HScan(ctx, BatchesKey(slug), cursor, "", 1000).Result()
+			if err != nil {
+				return DoctorReport{}, unavailable(op, err)
+			}
+			for i := 0; i+1 < len(fields); i += 2 {
+				if strings.HasPrefix(fields[i], "i") {
+					continue
+				}
+				if _, err := strconv.ParseInt(fields[i+1], 10, 64); err != nil {
+					report.Problems = append(report.Problems, KeyProblem{Key: BatchesKey(slug), Problem: "field " + fields[i] + " is not an integer"})
+				}
+			}
+			if next == 0 {
+				break
+			}
+			cursor = next
 		}
 	}
 	return report, nil

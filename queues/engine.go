@@ -172,7 +172,7 @@ func (e *Engine) rescoreDeadlines(ctx context.Context, slug string) error {
 		}
 		if len(items) > 0 {
 			if _, err := e.runScriptInt(ctx, op, rescoreScript,
-				[]string{ConfigKey(slug), DeadlinesKey(slug), ClaimsKey(slug)}, items...); err != nil {
+				[]string{ConfigKey(slug), DeadlinesKey(slug), ClaimsKey(slug), BatchDeadlinesKey(slug)}, items...); err != nil {
 				return err
 			}
 		}
@@ -464,7 +464,7 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 	distinct := len(req.Items) == 1 || itemsDistinct(req.Items)
 	code, rest, err := int64(codeNotPlain), []any(nil), error(nil)
 	if distinct {
-		code, rest, err = e.runScriptList(ctx, op, donePlainScript, projectKeys.donePlain, plainArgs...)
+		code, rest, err = e.runScriptList(ctx, op, donePlainScript, plainKeys(projectKeys.donePlain, len(req.Items)), plainArgs...)
 		if err == nil && code == 1 {
 			// {log_length, at1, n1, ...}: every item is new, and the
 			// reporter's first claim.
@@ -698,7 +698,7 @@ func (e *Engine) release(ctx context.Context, slug string, items []string, onlyD
 		for _, g := range state.groups {
 			keys = append(keys, GroupQueueKey(slug, QueueRedo, g.Name))
 		}
-		keys = append(keys, QueuedKey(slug))
+		keys = append(keys, BatchesKey(slug), BatchDeadlinesKey(slug), QueuedKey(slug))
 		args := make([]any, 0, 4+2*len(items))
 		args = append(args, e.nowMillis(), onlyDownloader, cutoff, state.version)
 		for _, item := range items {
@@ -1017,12 +1017,19 @@ func (e *Engine) Counts(ctx context.Context, slug string) (Counts, error) {
 	scored := pipe.ZCard(ctx, QueueKey(slug, QueueScored))
 	cancelled := pipe.HLen(ctx, RedoCancelledKey(slug))
 	out := pipe.ZCard(ctx, DeadlinesKey(slug))
+	// Items out in claim batches (BatchesKey) have no entry in deadlines.
+	batchedOut := pipe.HGet(ctx, BatchesKey(slug), "out")
 	done := pipe.SCard(ctx, DoneKey(slug))
 	failed := pipe.HLen(ctx, FailedKey(slug))
 	discarded := pipe.HGet(ctx, StatsKey(slug), "done_discarded")
 	offloaded := pipe.HGetAll(ctx, OffloadKey(slug))
-	due := pipe.ZCount(ctx, DeadlinesKey(slug), "-inf", strconv.FormatInt(e.nowMillis(), 10))
-	first := pipe.ZRange(ctx, DeadlinesKey(slug), 0, 0)
+	nowText := strconv.FormatInt(e.nowMillis(), 10)
+	due := pipe.ZCount(ctx, DeadlinesKey(slug), "-inf", nowText)
+	first := pipe.ZRangeWithScores(ctx, DeadlinesKey(slug), 0, 0)
+	// Due batches are moved to deadlines by the next reclaim or expiry
+	// scan; until then their items count here, read from their counts.
+	dueBatches := pipe.ZRangeByScore(ctx, BatchDeadlinesKey(slug), &redis.ZRangeBy{Min: "-inf", Max: nowText})
+	firstBatch := pipe.ZRangeWithScores(ctx, BatchDeadlinesKey(slug), 0, 0)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return Counts{}, unavailable(op, err)
 	}
@@ -1040,10 +1047,28 @@ func (e *Engine) Counts(ctx context.Context, slug string) (Counts, error) {
 	if n, err := strconv.ParseInt(discarded.Val(), 10, 64); err == nil {
 		c.Done += n
 	}
+	if n, err := strconv.ParseInt(batchedOut.Val(), 10, 64); err == nil {
+		c.Out += n
+	}
+	if ids := dueBatches.Val(); len(ids) > 0 {
+		n, err := e.batchesLeft(ctx, slug, ids)
+		if err != nil {
+			return Counts{}, unavailable(op, err)
+		}
+		c.Reclaimable += n
+	}
 	// Copies of released items completed since wait in redo until popped.
 	c.Redo = max(0, c.Redo-cancelled.Val())
-	if len(first.Val()) == 1 {
-		if c.OldestClaimAgeSeconds, err = e.firstDueClaimAge(ctx, slug, first.Val()[0]); err != nil {
+	// The earlier of the head of deadlines and the first claim batch.
+	switch heads, batches := first.Val(), firstBatch.Val(); {
+	case len(batches) == 1 && (len(heads) == 0 || batches[0].Score < heads[0].Score):
+		id, _ := batches[0].Member.(string)
+		if c.OldestClaimAgeSeconds, err = e.batchClaimAge(ctx, slug, id); err != nil {
+			return Counts{}, unavailable(op, err)
+		}
+	case len(heads) == 1:
+		item, _ := heads[0].Member.(string)
+		if c.OldestClaimAgeSeconds, err = e.firstDueClaimAge(ctx, slug, item); err != nil {
 			return Counts{}, unavailable(op, err)
 		}
 	}
@@ -1067,6 +1092,53 @@ func (e *Engine) Counts(ctx context.Context, slug string) (Counts, error) {
 		c.Reserved += l.Val()
 	}
 	return c, nil
+}
+
+// batchesLeft sums how many items of the claim batches ids are still out
+// in them, reading their counts in slices of 1000.
+func (e *Engine) batchesLeft(ctx context.Context, slug string, ids []string) (int64, error) {
+	var total int64
+	for start := 0; start < len(ids); start += 1000 {
+		part := ids[start:min(start+1000, len(ids))]
+		fields := make([]string, len(part))
+		for i, id := range part {
+			fields[i] = "n" + id
+		}
+		counts, err := e.rdb.HMGet(ctx, BatchesKey(slug), fields...).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return 0, err
+		}
+		for _, v := range counts {
+			if s, ok := v.(string); ok {
+				if n, err := strconv.ParseInt(s, 10, 64); err == nil && n > 0 {
+					total += n
+				}
+			}
+		}
+	}
+	return total, nil
+}
+
+// batchClaimAge is how long claim batch id has been out, in seconds, from
+// the claim record it keeps (0 if it is gone, unreadable or in the future
+// of this frontend's clock).
+func (e *Engine) batchClaimAge(ctx context.Context, slug, id string) (float64, error) {
+	value, err := e.rdb.HGet(ctx, BatchesKey(slug), "i"+id).Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	record, _, _ := strings.Cut(value, "\n")
+	c, ok := parseClaimRecord("", record)
+	if !ok {
+		return 0, nil
+	}
+	if age := e.nowMillis() - c.ClaimedAt.UnixMilli(); age > 0 {
+		return float64(age) / 1000, nil
+	}
+	return 0, nil
 }
 
 // firstDueClaimAge is how long item, the head of the deadlines, has been

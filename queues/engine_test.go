@@ -848,9 +848,7 @@ func placesOf(t *testing.T, tb bundle) map[string][]string {
 		require.NoError(t, err)
 		add("todo:d:"+d, items)
 	}
-	out, err := tb.rdb.ZRange(tb.ctx, queues.DeadlinesKey(tb.slug), 0, -1).Result()
-	require.NoError(t, err)
-	add("out", out)
+	add("out", deadlineItems(t, tb))
 	done, err := tb.rdb.SMembers(tb.ctx, queues.DoneKey(tb.slug)).Result()
 	require.NoError(t, err)
 	add("done", done)
@@ -859,6 +857,49 @@ func placesOf(t *testing.T, tb bundle) map[string][]string {
 	require.NoError(t, err)
 	add("done", recent)
 	return places
+}
+
+// deadlineItems is every item with a reclaim deadline: the members of
+// deadlines and the items of the claim batches whose records name their
+// batch. It checks the batches' bookkeeping on the way: every batch has its
+// record and at least one item still in it, its count is how many, and
+// "out" is their sum.
+func deadlineItems(t *testing.T, tb bundle) []string {
+	t.Helper()
+	items, err := tb.rdb.ZRange(tb.ctx, queues.DeadlinesKey(tb.slug), 0, -1).Result()
+	require.NoError(t, err)
+	ids, err := tb.rdb.ZRange(tb.ctx, queues.BatchDeadlinesKey(tb.slug), 0, -1).Result()
+	require.NoError(t, err)
+	batches, err := tb.rdb.HGetAll(tb.ctx, queues.BatchesKey(tb.slug)).Result()
+	require.NoError(t, err)
+	claims, err := tb.rdb.HGetAll(tb.ctx, queues.ClaimsKey(tb.slug)).Result()
+	require.NoError(t, err)
+	total, records := 0, 0
+	for field := range batches {
+		if strings.HasPrefix(field, "i") {
+			records++
+		}
+	}
+	require.Equal(t, len(ids), records, "every batch has a deadline and a record, and only they")
+	for _, id := range ids {
+		value, ok := batches["i"+id]
+		require.True(t, ok, "batch %s has its record", id)
+		lines := strings.Split(value, "\n")
+		left := 0
+		for _, item := range lines[1:] {
+			if claims[item] == strings.TrimSuffix(lines[0], "- -")+"#"+id+" -" {
+				items = append(items, item)
+				left++
+			}
+		}
+		require.NotZero(t, left, "batch %s goes with its last item", id)
+		require.Equal(t, fmt.Sprint(left), batches["n"+id], "batch %s counts its items out", id)
+		total += left
+	}
+	if out := batches["out"]; out != "" || total > 0 {
+		require.Equal(t, fmt.Sprint(total), out, "out in batches is the sum of their counts")
+	}
+	return items
 }
 
 func assertPlaces(t *testing.T, tb bundle, want map[string]string) {
@@ -875,8 +916,7 @@ func assertPlaces(t *testing.T, tb bundle, want map[string]string) {
 // only then) and is absent otherwise.
 func checkIndexesAgree(t *testing.T, tb bundle) {
 	t.Helper()
-	deadlines, err := tb.rdb.ZRange(tb.ctx, queues.DeadlinesKey(tb.slug), 0, -1).Result()
-	require.NoError(t, err)
+	deadlines := deadlineItems(t, tb)
 	require.Zero(t, tb.rdb.Exists(tb.ctx, queues.LegacyOutKey(tb.slug)).Val(), "no out is written")
 	claims, err := tb.rdb.HGetAll(tb.ctx, queues.ClaimsKey(tb.slug)).Result()
 	require.NoError(t, err)

@@ -219,7 +219,8 @@ func (e *Engine) ScanExpiredClaims(ctx context.Context, slug string, limit int) 
 	if limit < 1 {
 		limit = 1
 	}
-	keys := []string{ConfigKey(slug), DeadlinesKey(slug), ClaimsKey(slug), EventsKey(slug), ExpiryCursorKey(slug)}
+	keys := []string{ConfigKey(slug), DeadlinesKey(slug), ClaimsKey(slug), EventsKey(slug), ExpiryCursorKey(slug),
+		BatchesKey(slug), BatchDeadlinesKey(slug)}
 	code, rest, err := e.runScriptList(ctx, op, expireScanScript, keys, e.nowMillis(), limit)
 	if err != nil {
 		return 0, false, err

@@ -300,7 +300,7 @@ func (e *Engine) ReportFailure(ctx context.Context, req FailRequest) (FailResult
 		for _, g := range state.groups {
 			keys = append(keys, GroupQueueKey(slug, QueueRedo, g.Name))
 		}
-		keys = append(keys, QueuedKey(slug))
+		keys = append(keys, BatchesKey(slug), BatchDeadlinesKey(slug), QueuedKey(slug))
 		args := make([]any, 0, 4+2*len(req.Items))
 		args = append(args, e.nowMillis(), req.Downloader, state.version, req.Reason)
 		for _, item := range req.Items {

@@ -38,11 +38,26 @@ func ReservedSetKey(slug string) string { return projectPrefix(slug) + "reserved
 func LegacyOutKey(slug string) string { return projectPrefix(slug) + "out" }
 
 // DeadlinesKey scores every claimed item by the time it may be reclaimed,
-// claim time + TTL x times claimed, in ms (ZSET). It is the one index of
-// the items out: due reclaims are a range query on it, its size is the
-// count of items out, and listings page through it (the claim time is in
-// the claim record, ClaimsKey).
+// claim time + TTL x times claimed, in ms (ZSET), except items out in a
+// claim batch (BatchesKey), which share their batch's. Due reclaims are a
+// range query on it (due batches are moved into it first), its size plus
+// the batches' "out" is the count of items out, and listings page through
+// it and the batches (the claim time is in the claim record, ClaimsKey).
 func DeadlinesKey(slug string) string { return projectPrefix(slug) + "deadlines" }
+
+// BatchesKey holds the project's claim batches (HASH): a claim of several
+// items by the plain path shares one reclaim deadline, written once (field
+// "i<id>": the batch's claim record and its items, "\n"-separated; "n<id>":
+// how many of them are still out in it; "seq": the last id; "out": the
+// items out in batches, which Counts adds to ZCARD of DeadlinesKey). An
+// item's claim record names its batch (lua/prelude.lua); a due batch is
+// moved to DeadlinesKey, item by item, before reclaims or the expiry log
+// read it.
+func BatchesKey(slug string) string { return projectPrefix(slug) + "batches" }
+
+// BatchDeadlinesKey scores each claim batch by its reclaim deadline in ms
+// (ZSET, batch id -> deadline).
+func BatchDeadlinesKey(slug string) string { return projectPrefix(slug) + "batch_deadlines" }
 
 // ClaimsKey maps a claimed item to its claim record
 // "<times claimed> <claimed at ms> <downloader> <ip>" (HASH).
@@ -267,9 +282,9 @@ func claimProjectKeys(slug string) []string {
 	}
 }
 
-// claimTailKeys is claim.lua's last three KEYS, after the groups'.
+// claimTailKeys is claim.lua's last five KEYS, after the groups'.
 func claimTailKeys(slug string) []string {
-	return []string{FailedKey(slug), HistoryKey(slug), QueuedKey(slug)}
+	return []string{FailedKey(slug), HistoryKey(slug), BatchesKey(slug), BatchDeadlinesKey(slug), QueuedKey(slug)}
 }
 
 // doneKeys is done.lua's KEYS.
@@ -277,16 +292,37 @@ func doneKeys(slug string) []string {
 	return []string{
 		ConfigKey(slug), DeadlinesKey(slug), ClaimsKey(slug), DoneKey(slug), BudgetKey(slug),
 		ExtrasKey(slug), StatsKey(slug), ReleasedKey(slug), RecentDoneKey(slug), DoneArchiveKey(slug),
-		EventsKey(slug), RedoCancelledKey(slug), HistoryKey(slug),
+		EventsKey(slug), RedoCancelledKey(slug), HistoryKey(slug), BatchesKey(slug), BatchDeadlinesKey(slug),
 	}
 }
 
-// claimPlainKeys is claim_plain.lua's KEYS.
+// claimPlainKeys is claim_plain.lua's KEYS: with the claim batch's two
+// last only for a claim of claimBatchMin or more items.
 func claimPlainKeys(slug string) []string {
-	return []string{ConfigKey(slug), QueueKey(slug, QueueTodo), QueuedKey(slug), ClaimsKey(slug), DeadlinesKey(slug)}
+	return []string{ConfigKey(slug), QueueKey(slug, QueueTodo), QueuedKey(slug), ClaimsKey(slug), DeadlinesKey(slug),
+		BatchesKey(slug), BatchDeadlinesKey(slug)}
+}
+
+// claimBatchMin is the fewest items a claim writes as one claim batch:
+// lua/prelude.lua's batch_min (a test holds them equal). A batch's four
+// commands (its id, record, count and deadline) and a done's two cost
+// more than a deadline per item for fewer; and the plain scripts are
+// given the batch keys only from here on, since each key costs a script
+// call ~0.5k Redis instructions (a Lua string made and freed), which a
+// multi=1 call would pay for nothing.
+const claimBatchMin = 4
+
+// plainKeys is the KEYS of claim_plain.lua (all) or done_plain.lua
+// (without the last two) for a call naming n items: the claim batch keys
+// only for claimBatchMin or more.
+func plainKeys(all []string, n int) []string {
+	if n < claimBatchMin {
+		return all[:len(all)-2]
+	}
+	return all
 }
 
 // donePlainKeys is done_plain.lua's KEYS.
 func donePlainKeys(slug string) []string {
-	return []string{ConfigKey(slug), ClaimsKey(slug), DoneKey(slug), DeadlinesKey(slug)}
+	return []string{ConfigKey(slug), ClaimsKey(slug), DoneKey(slug), DeadlinesKey(slug), BatchesKey(slug), BatchDeadlinesKey(slug)}
 }

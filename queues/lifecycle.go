@@ -53,6 +53,12 @@ func (e *Engine) DeleteProject(ctx context.Context, slug string, force bool) (De
 		if result.ClaimsOut, err = tx.ZCard(ctx, DeadlinesKey(slug)).Result(); err != nil {
 			return err
 		}
+		// Items out in claim batches have no entry in deadlines.
+		batched, err := tx.HGet(ctx, BatchesKey(slug), "out").Int64()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+		result.ClaimsOut += batched
 		if result.ClaimsOut > 0 && !force {
 			return errClaimsOut
 		}
@@ -61,7 +67,7 @@ func (e *Engine) DeleteProject(ctx context.Context, slug string, force bool) (De
 			return nil
 		})
 		return err
-	}, ConfigKey(slug), DeadlinesKey(slug))
+	}, ConfigKey(slug), DeadlinesKey(slug), BatchesKey(slug))
 	switch {
 	case errors.Is(err, errClaimsOut):
 		return result, errorf(op, CodeClaimsOut,

@@ -252,7 +252,10 @@ func TestPlainClaimFailureLosesNoItem(t *testing.T) {
 	}{
 		{"queued index", wrongType(queues.QueuedKey), "queued", 3},
 		{"claims", wrongType(queues.ClaimsKey), "claims", 3},
-		{"deadlines", wrongType(queues.DeadlinesKey), "deadlines", 5},
+		{"deadlines", wrongType(queues.DeadlinesKey), "deadlines", 3},
+		// 4 or more items share one deadline, a claim batch's.
+		{"batches", wrongType(queues.BatchesKey), "batches", 5},
+		{"batch deadlines", wrongType(queues.BatchDeadlinesKey), "batch_deadlines", 5},
 		// A claim of one item runs claim_plain.lua's own copy of the
 		// writes and their undo.
 		{"queued index, one item", wrongType(queues.QueuedKey), "queued", 1},
@@ -297,6 +300,12 @@ func TestPlainClaimFailureLosesNoItem(t *testing.T) {
 			if !strings.HasPrefix(c.name, "claims") {
 				require.NoError(t, err)
 				require.Zero(t, out, "%s: no claim record is left", c.name)
+			}
+			if c.name != "batch deadlines" {
+				require.Zero(t, pb.rdb.ZCard(pb.ctx, queues.BatchDeadlinesKey(slug)).Val(), "%s: no claim batch is left", c.name)
+			}
+			if c.name != "batches" {
+				require.Contains(t, []string{"", "0"}, pb.rdb.HGet(pb.ctx, queues.BatchesKey(slug), "out").Val(), "%s: no item is out in a batch", c.name)
 			}
 		}
 	})

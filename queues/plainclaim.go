@@ -227,7 +227,7 @@ func (e *Engine) claimPlain(ctx context.Context, slug string, req ClaimRequest, 
 	// format_claim(1, now, downloader, ip, '-', '-') of the prelude.
 	record := "1 " + strconv.FormatInt(ms, 10) + " " + req.Downloader + " " + ip + " - -"
 	deadline := strconv.FormatFloat(float64(ms)+cfg.ttlMS, 'f', 0, 64)
-	reply, err := e.runScript(ctx, op, claimPlainScript, e.warriorKeys.get(slug).plain, cfg.version, wanted, record, deadline)
+	reply, err := e.runScript(ctx, op, claimPlainScript, plainKeys(e.warriorKeys.get(slug).plain, int(wanted)), cfg.version, wanted, record, deadline)
 	if err != nil {
 		return ClaimResult{}, 0, "", true, err
 	}

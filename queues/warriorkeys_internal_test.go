@@ -2,10 +2,14 @@ package queues
 
 import (
 	"fmt"
+	"regexp"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/lua"
 )
 
 // TestClaimKeysInTheScriptsOrder builds claim.lua's KEYS from the cache and
@@ -32,13 +36,13 @@ func TestClaimKeysInTheScriptsOrder(t *testing.T) {
 			}
 			want = append(want, GroupRateKey("p", g))
 		}
-		want = append(want, FailedKey("p"), HistoryKey("p"), QueuedKey("p"))
+		want = append(want, FailedKey("p"), HistoryKey("p"), BatchesKey("p"), BatchDeadlinesKey("p"), QueuedKey("p"))
 		require.Equal(t, want, keys, who.downloader)
 		require.Equal(t, []any{"", "3", "60", 2, "big", "-1", 1, "old"}, args)
 	}
 	require.Equal(t, []string{ConfigKey("q"), DeadlinesKey("q"), ClaimsKey("q"), DoneKey("q"), BudgetKey("q"),
 		ExtrasKey("q"), StatsKey("q"), ReleasedKey("q"), RecentDoneKey("q"), DoneArchiveKey("q"),
-		EventsKey("q"), RedoCancelledKey("q"), HistoryKey("q")}, cache.get("q").done)
+		EventsKey("q"), RedoCancelledKey("q"), HistoryKey("q"), BatchesKey("q"), BatchDeadlinesKey("q")}, cache.get("q").done)
 }
 
 // TestWarriorKeyCacheIsBounded: requests name any slug, existing or not,
@@ -88,4 +92,18 @@ func TestCounterMinuteKeysAreTheBuilders(t *testing.T) {
 	first := keys.minuteKeys("p", time.Date(2026, 11, 29, 12, 4, 1, 0, time.UTC))
 	require.Same(t, first, keys.minuteKeys("p", time.Date(2026, 11, 29, 12, 4, 59, 0, time.UTC)))
 	require.NotSame(t, first, keys.minuteKeys("p", time.Date(2026, 11, 29, 12, 5, 0, 0, time.UTC)))
+}
+
+// The frontend gives the plain scripts the claim batch keys from
+// claimBatchMin items on; claim.lua batches from the prelude's batch_min:
+// the two must agree.
+func TestClaimBatchMinIsThePreludes(t *testing.T) {
+	prelude, err := lua.Files.ReadFile("prelude.lua")
+	require.NoError(t, err)
+	m := regexp.MustCompile(`(?m)^local batch_min = (\d+)$`).FindSubmatch(prelude)
+	require.NotNil(t, m, "prelude.lua defines batch_min")
+	require.Equal(t, strconv.Itoa(claimBatchMin), string(m[1]))
+	all := claimPlainKeys("p")
+	require.Len(t, plainKeys(all, claimBatchMin-1), len(all)-2)
+	require.Equal(t, all, plainKeys(all, claimBatchMin))
 }

@@ -68,6 +68,30 @@ func readPlacement(ctx context.Context, rdb redis.UniversalClient, slug string) 
 	if err != nil {
 		return p, err
 	}
+	// Items out in a claim batch have their batch's deadline (its record
+	// names them; each item's claim record names its batch).
+	ids, err := rdb.ZRange(ctx, queues.BatchDeadlinesKey(slug), 0, -1).Result()
+	if err != nil {
+		return p, err
+	}
+	if len(ids) > 0 {
+		claims, err := rdb.HGetAll(ctx, queues.ClaimsKey(slug)).Result()
+		if err != nil {
+			return p, err
+		}
+		for _, id := range ids {
+			value, err := rdb.HGet(ctx, queues.BatchesKey(slug), "i"+id).Result()
+			if err != nil {
+				return p, fmt.Errorf("claim batch %s: %w", id, err)
+			}
+			lines := strings.Split(value, "\n")
+			for _, item := range lines[1:] {
+				if claims[item] == strings.TrimSuffix(lines[0], "- -")+"#"+id+" -" {
+					out = append(out, item)
+				}
+			}
+		}
+	}
 	add("out", out)
 	p.out = len(out)
 	done, err := rdb.SMembers(ctx, queues.DoneKey(slug)).Result()
