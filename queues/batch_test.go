@@ -115,6 +115,26 @@ func TestClaimBatchGoesWithItsLastItem(t *testing.T) {
 	})
 }
 
+// A done of one item of a batch (a warrior reporting its items one by one)
+// counts the batch down: done_plain.lua's one-item path is given no batch
+// keys, so it leaves such an item to done.lua.
+func TestClaimBatchCountsDownDonesOfOneItem(t *testing.T) {
+	forEachMode(t, queues.SettingsPatch{}, func(t *testing.T, tb bundle, mode string) {
+		items := names("o:", 5)
+		tb.enqueue(t, todo, items...)
+		require.Equal(t, items, tb.claim(t, "alice", 5))
+		require.Len(t, batchIDs(t, tb), 1)
+		for i, item := range items {
+			res, err := tb.done("alice", item)
+			require.NoError(t, err)
+			require.Equal(t, 1, res.New)
+			require.Equal(t, queues.Counts{Out: int64(len(items) - 1 - i), Done: int64(i + 1)}, tb.counts(t), "after %d dones", i+1)
+			checkIndexesAgree(t, tb)
+		}
+		require.Empty(t, batchIDs(t, tb), "the batch went with its last item")
+	})
+}
+
 // A batch's expiry is logged once per item, by the scan or by the claim
 // that reclaims it, and a scan that pages through due batches moves the
 // ones it passes.
