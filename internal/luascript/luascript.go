@@ -18,6 +18,19 @@
 // are both named hoard_<SHA-1 of the EVAL form>, so a changed script is a
 // new library and two hoard versions can share a Redis during a rolling
 // upgrade, each calling its own.
+//
+// A script that only reads says so in its header with the line
+//
+//	-- flags: no-writes
+//
+// and its function is registered with flags={'no-writes'}: Redis then
+// runs it when it is over maxmemory (a function without the flag counts as
+// a write and is refused with OOM, exactly when an operator most needs to
+// read), and refuses any write it tries, so a wrong flag fails at the
+// first call instead of writing. The EVAL form, for servers without
+// functions, stays plain (no #! line, which Redis before 7.0 cannot
+// parse): a plain EVAL is refused under OOM only at a write, so a script
+// that only reads answers there too.
 package luascript
 
 import (
@@ -49,6 +62,8 @@ type Script struct {
 	library string
 	// file is the file Load read, for messages.
 	file string
+	// readOnly: the header declares no-writes (see the package doc).
+	readOnly bool
 }
 
 // Load reads name from files and returns it as a script, with parts (a
@@ -104,6 +119,10 @@ func (s *Script) Library() string { return s.library }
 func FromSource(src string) *Script { return newScript(nil, src) }
 
 func newScript(parts []string, body string) *Script {
+	readOnly, err := headerFlags(body)
+	if err != nil {
+		panic(err.Error())
+	}
 	src := strings.Join(append(parts[:len(parts):len(parts)], body), "\n")
 	sum := sha1.Sum([]byte(src))
 	hash := hex.EncodeToString(sum[:])
@@ -117,11 +136,50 @@ func newScript(parts []string, body string) *Script {
 	// The body is the function's: its locals are per call, as a chunk's
 	// were; only the parts live across calls (hoard's parts are functions,
 	// constants and caches of constants, never a call's state).
-	library.WriteString("redis.register_function('" + name + "', function(KEYS, ARGV)\n")
+	library.WriteString("redis.register_function{function_name='" + name + "', callback=function(KEYS, ARGV)\n")
 	library.WriteString(body)
-	library.WriteString("\nend)\n")
-	return &Script{src: src, hash: hash, name: name, library: library.String()}
+	library.WriteString("\nend")
+	if readOnly {
+		library.WriteString(", flags={'no-writes'}")
+	}
+	library.WriteString("}\n")
+	return &Script{src: src, hash: hash, name: name, library: library.String(), readOnly: readOnly}
 }
+
+// flagsPrefix starts the header line that declares a script's function
+// flags.
+const flagsPrefix = "-- flags:"
+
+// headerFlags reads the flags line of a script's header (its leading
+// comment lines): no-writes is the one flag hoard declares. A line naming
+// another flag is a mistake in the file (a typo must not silently leave a
+// read-only script refused under OOM), reported at package init.
+func headerFlags(body string) (readOnly bool, err error) {
+	for line := range strings.Lines(body) {
+		line = strings.TrimSpace(line)
+		if !strings.HasPrefix(line, "--") {
+			if line == "" {
+				continue
+			}
+			break // the header ends at the first line of code
+		}
+		rest, ok := strings.CutPrefix(line, flagsPrefix)
+		if !ok {
+			continue
+		}
+		for _, flag := range strings.Fields(rest) {
+			if flag != "no-writes" {
+				return false, fmt.Errorf("lua script: header line %q: unknown flag %q (only no-writes is known)", line, flag)
+			}
+			readOnly = true
+		}
+	}
+	return readOnly, nil
+}
+
+// ReadOnly reports whether the script's header declares no-writes, so its
+// function runs when Redis is over maxmemory and may not write.
+func (s *Script) ReadOnly() bool { return s.readOnly }
 
 // Hash is the script's SHA-1, as EVALSHA and SCRIPT EXISTS name it.
 func (s *Script) Hash() string { return s.hash }
