@@ -230,19 +230,31 @@ func forEachMaster(ctx context.Context, rdb Processor, fn func(ctx context.Conte
 	return fn(ctx, rdb)
 }
 
+// maxLoads bounds how often one call loads its library and sends again:
+// a library can go between the load and the resend (Prune in another
+// process, a FUNCTION FLUSH), and the call did not run then either, so it
+// is sent again; the bound only keeps a server that loses every load from
+// holding the caller forever.
+const maxLoads = 3
+
 // Run sends the script once: FCALL, then FUNCTION LOAD and FCALL again if
-// Redis answered that the function is not loaded (it did not run then).
+// Redis answered that the function is not loaded (it did not run then;
+// at most maxLoads times).
 // Against a server without functions: EVALSHA, then EVAL with its source
 // after a NOSCRIPT. rdb is a client, not a pipeline (use RunPipelined).
 func (s *Script) Run(ctx context.Context, rdb Processor, keys []string, args ...any) *redis.Cmd {
 	if !evalOnly(rdb) {
 		cmd := send(ctx, rdb, fcallName, s.name, keys, args)
-		switch err := cmd.Err(); {
-		case functionMissing(err):
+		for range maxLoads {
+			if !functionMissing(cmd.Err()) {
+				break
+			}
 			if err := s.loadFunction(ctx, rdb); err != nil {
 				return redis.NewCmdResult(nil, fmt.Errorf("luascript: FUNCTION LOAD %s: %w", s.name, err))
 			}
-			return send(ctx, rdb, fcallName, s.name, keys, args)
+			cmd = send(ctx, rdb, fcallName, s.name, keys, args)
+		}
+		switch err := cmd.Err(); {
 		case noFunctions(err):
 			markEvalOnly(rdb) // the FCALL did not run: EVALSHA below
 		default:
