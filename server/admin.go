@@ -66,6 +66,8 @@ type AdminAPI struct {
 	MaxBodyBytes int64
 	// Offloader serves the segment and export calls; nil answers 503.
 	Offloader OffloadEngine
+	// Functions prunes stale function libraries; nil answers 503.
+	Functions FunctionPruner
 }
 
 // ActorHeader is the header older CLIs sent to name the operator. It is
@@ -98,6 +100,7 @@ func (a *AdminAPI) register(g *gin.RouterGroup) {
 	g.PUT("/blocks/:who", a.block)
 	g.DELETE("/blocks/:who", a.unblock)
 	g.GET("/log", a.changes)
+	g.POST("/functions/prune", a.pruneFunctions)
 	a.registerOffload(g)
 	a.registerFailed(g)
 	a.registerFilters(g)

@@ -116,6 +116,8 @@ var accessRules = map[string]access{
 	"PUT /blocks/:who":                         accessAdmin,
 	"DELETE /blocks/:who":                      accessAdmin,
 	"GET /log":                                 accessReadAll,
+	// Deletes function libraries every project's scripts share.
+	"POST /functions/prune": accessAdmin,
 	// Running a plugin's job now (the plugin boundary's route).
 	"POST /jobs/:plugin/:job/run": accessAdmin,
 	// The plugins' web admin pages; the handler lists only the sections

@@ -75,6 +75,7 @@ var routeNeeds = map[string]string{
 	"POST /projects/:slug/filters":             needWrite,
 	"DELETE /projects/:slug/filters/:name":     needWrite,
 	"POST /projects/:slug/filters/sift":        needWrite,
+	"POST /functions/prune":                    needAdmin,
 	"GET /blocks":                              needReadAll,
 	"PUT /blocks/:who":                         needAdmin,
 	"DELETE /blocks/:who":                      needAdmin,

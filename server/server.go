@@ -155,7 +155,8 @@ func New(cfg Config, engine *queues.Engine) (*Server, error) {
 	pages := &Pages{Engine: engine, Hub: hub, Clock: engine.Clock(), Plugins: cfg.Plugins, Access: cfg.PluginAccess}
 	stats := &StatsJSON{Engine: engine, Clock: engine.Clock()}
 	warrior := &WarriorAPI{Engine: engine, MaxBodyBytes: cfg.WarriorBodyBytes, StatsJSON: stats, Pages: pages, Access: cfg.PluginAccess}
-	admin := &AdminAPI{Engine: engine, Logger: cfg.Logger, MaxBodyBytes: cfg.AdminBodyBytes}
+	admin := &AdminAPI{Engine: engine, Logger: cfg.Logger, MaxBodyBytes: cfg.AdminBodyBytes,
+		Functions: processFunctions{rdb: engine.Redis()}}
 	if cfg.Offloader != nil {
 		admin.Offloader = cfg.Offloader
 	}

@@ -18,6 +18,19 @@
 // are both named hoard_<SHA-1 of the EVAL form>, so a changed script is a
 // new library and two hoard versions can share a Redis during a rolling
 // upgrade, each calling its own.
+//
+// A script that only reads says so in its header with the line
+//
+//	-- flags: no-writes
+//
+// and its function is registered with flags={'no-writes'}: Redis then
+// runs it when it is over maxmemory (a function without the flag counts as
+// a write and is refused with OOM, exactly when an operator most needs to
+// read), and refuses any write it tries, so a wrong flag fails at the
+// first call instead of writing. The EVAL form, for servers without
+// functions, stays plain (no #! line, which Redis before 7.0 cannot
+// parse): a plain EVAL is refused under OOM only at a write, so a script
+// that only reads answers there too.
 package luascript
 
 import (
@@ -49,6 +62,8 @@ type Script struct {
 	library string
 	// file is the file Load read, for messages.
 	file string
+	// readOnly: the header declares no-writes (see the package doc).
+	readOnly bool
 }
 
 // Load reads name from files and returns it as a script, with parts (a
@@ -104,6 +119,10 @@ func (s *Script) Library() string { return s.library }
 func FromSource(src string) *Script { return newScript(nil, src) }
 
 func newScript(parts []string, body string) *Script {
+	readOnly, err := headerFlags(body)
+	if err != nil {
+		panic(err.Error())
+	}
 	src := strings.Join(append(parts[:len(parts):len(parts)], body), "\n")
 	sum := sha1.Sum([]byte(src))
 	hash := hex.EncodeToString(sum[:])
@@ -117,11 +136,50 @@ func newScript(parts []string, body string) *Script {
 	// The body is the function's: its locals are per call, as a chunk's
 	// were; only the parts live across calls (hoard's parts are functions,
 	// constants and caches of constants, never a call's state).
-	library.WriteString("redis.register_function('" + name + "', function(KEYS, ARGV)\n")
+	library.WriteString("redis.register_function{function_name='" + name + "', callback=function(KEYS, ARGV)\n")
 	library.WriteString(body)
-	library.WriteString("\nend)\n")
-	return &Script{src: src, hash: hash, name: name, library: library.String()}
+	library.WriteString("\nend")
+	if readOnly {
+		library.WriteString(", flags={'no-writes'}")
+	}
+	library.WriteString("}\n")
+	return &Script{src: src, hash: hash, name: name, library: library.String(), readOnly: readOnly}
 }
+
+// flagsPrefix starts the header line that declares a script's function
+// flags.
+const flagsPrefix = "-- flags:"
+
+// headerFlags reads the flags line of a script's header (its leading
+// comment lines): no-writes is the one flag hoard declares. A line naming
+// another flag is a mistake in the file (a typo must not silently leave a
+// read-only script refused under OOM), reported at package init.
+func headerFlags(body string) (readOnly bool, err error) {
+	for line := range strings.Lines(body) {
+		line = strings.TrimSpace(line)
+		if !strings.HasPrefix(line, "--") {
+			if line == "" {
+				continue
+			}
+			break // the header ends at the first line of code
+		}
+		rest, ok := strings.CutPrefix(line, flagsPrefix)
+		if !ok {
+			continue
+		}
+		for _, flag := range strings.Fields(rest) {
+			if flag != "no-writes" {
+				return false, fmt.Errorf("lua script: header line %q: unknown flag %q (only no-writes is known)", line, flag)
+			}
+			readOnly = true
+		}
+	}
+	return readOnly, nil
+}
+
+// ReadOnly reports whether the script's header declares no-writes, so its
+// function runs when Redis is over maxmemory and may not write.
+func (s *Script) ReadOnly() bool { return s.readOnly }
 
 // Hash is the script's SHA-1, as EVALSHA and SCRIPT EXISTS name it.
 func (s *Script) Hash() string { return s.hash }
@@ -172,19 +230,31 @@ func forEachMaster(ctx context.Context, rdb Processor, fn func(ctx context.Conte
 	return fn(ctx, rdb)
 }
 
+// maxLoads bounds how often one call loads its library and sends again:
+// a library can go between the load and the resend (Prune in another
+// process, a FUNCTION FLUSH), and the call did not run then either, so it
+// is sent again; the bound only keeps a server that loses every load from
+// holding the caller forever.
+const maxLoads = 3
+
 // Run sends the script once: FCALL, then FUNCTION LOAD and FCALL again if
-// Redis answered that the function is not loaded (it did not run then).
+// Redis answered that the function is not loaded (it did not run then;
+// at most maxLoads times).
 // Against a server without functions: EVALSHA, then EVAL with its source
 // after a NOSCRIPT. rdb is a client, not a pipeline (use RunPipelined).
 func (s *Script) Run(ctx context.Context, rdb Processor, keys []string, args ...any) *redis.Cmd {
 	if !evalOnly(rdb) {
 		cmd := send(ctx, rdb, fcallName, s.name, keys, args)
-		switch err := cmd.Err(); {
-		case functionMissing(err):
+		for range maxLoads {
+			if !functionMissing(cmd.Err()) {
+				break
+			}
 			if err := s.loadFunction(ctx, rdb); err != nil {
 				return redis.NewCmdResult(nil, fmt.Errorf("luascript: FUNCTION LOAD %s: %w", s.name, err))
 			}
-			return send(ctx, rdb, fcallName, s.name, keys, args)
+			cmd = send(ctx, rdb, fcallName, s.name, keys, args)
+		}
+		switch err := cmd.Err(); {
 		case noFunctions(err):
 			markEvalOnly(rdb) // the FCALL did not run: EVALSHA below
 		default:

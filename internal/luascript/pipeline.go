@@ -53,9 +53,21 @@ func RunPipelined(ctx context.Context, rdb Pipeliner, calls []Call) []*redis.Cmd
 		markEvalOnly(rdb)
 		runEvalPipelined(ctx, rdb, calls, cmds, evalCalls)
 	}
-	if len(missing) == 0 {
-		return cmds
+	// A library can go again between its load and the resend (see
+	// maxLoads): those calls did not run either, and go once more.
+	for range maxLoads {
+		if len(missing) == 0 {
+			break
+		}
+		missing = loadAndResend(ctx, rdb, calls, cmds, missing)
 	}
+	return cmds
+}
+
+// loadAndResend loads the libraries of the calls at missing and sends
+// those calls again in one pipeline; it returns the calls Redis answered
+// "not found" again.
+func loadAndResend(ctx context.Context, rdb Pipeliner, calls []Call, cmds []*redis.Cmd, missing []int) []int {
 	loaded := map[*Script]error{}
 	again := missing[:0]
 	for _, i := range missing {
@@ -72,7 +84,13 @@ func RunPipelined(ctx context.Context, rdb Pipeliner, calls []Call) []*redis.Cmd
 		again = append(again, i)
 	}
 	pipeline(ctx, rdb, calls, cmds, again, fcallName)
-	return cmds
+	still := again[:0]
+	for _, i := range again {
+		if functionMissing(cmds[i].Err()) {
+			still = append(still, i)
+		}
+	}
+	return still
 }
 
 // runEvalPipelined sends the calls at which with EVALSHA, then with EVAL

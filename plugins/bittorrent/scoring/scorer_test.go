@@ -245,6 +245,30 @@ func TestNewPeersAreThoseNotSeenForThirtyDays(t *testing.T) {
 	})
 }
 
+// Counting only reads (score_count.lua declares no-writes), so a Redis
+// over its maxmemory still answers it, while the round's write is refused
+// with OOM and changes nothing.
+func TestCountingAnswersOverMaxmemory(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f := newFixture(t, b, false, "")
+		ctx := t.Context()
+		hash := f.tracked("full") // one peer
+		f.announce(hash, 1, 2)
+		want, err := f.scorer.Count(ctx, hash)
+		require.NoError(t, err)
+		require.Equal(t, int64(3), want.Peers)
+		before := f.record(hash)
+
+		redistest.OverMaxmemory(t, b.Client)
+		r, err := f.scorer.Count(ctx, hash)
+		require.NoError(t, err, "counting answers over maxmemory")
+		require.Equal(t, want, r)
+		_, err = f.scorer.Apply(ctx, f.item(hash, 1), r)
+		require.ErrorContains(t, err, "OOM", "the control: a writing script is refused")
+		require.Equal(t, before, f.record(hash), "the refused round changed nothing")
+	})
+}
+
 // TestRoundQueuesEveryScoredTorrentOnce: one item per indexed torrent,
 // named by its next round, with its score; the index spreads over shards.
 func TestRoundQueuesEveryScoredTorrentOnce(t *testing.T) {

@@ -3,6 +3,7 @@
 -- distinct IPs among them were not seen on this torrent within the window.
 -- It writes nothing, so a worker that dies after it leaves no trace: the
 -- IPs are marked seen by score_apply.lua when the round is applied.
+-- flags: no-writes
 --
 -- KEYS[1] seeders  HASH  peer id -> peer entry (one byte N, the 20-byte
 --                        peer id, then N bytes: address and port)
