@@ -2,9 +2,6 @@ package main
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
@@ -13,7 +10,6 @@ import (
 
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/queues"
-	"github.com/hoardproject/hoard/server"
 )
 
 // TestCLIAccountsAndTokens: the bootstrap admin adds an account and its
@@ -22,12 +18,7 @@ import (
 // its own tokens, and the admin log names the account.
 func TestCLIAccountsAndTokens(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-		engine := queues.NewEngine(b.Client, queues.Options{Logger: quiet})
-		srv, err := server.New(server.Config{AdminToken: "cli-token", Logger: quiet}, engine)
-		require.NoError(t, err)
-		ts := httptest.NewServer(srv.Handler())
-		defer ts.Close()
+		engine, ts := cliServer(t, b)
 		for _, slug := range []string{"shop", "news"} {
 			_, err := engine.CreateProject(context.Background(), slug, queues.SettingsPatch{})
 			require.NoError(t, err)

@@ -40,14 +40,22 @@ func runCLI(t *testing.T, url string, args ...string) (string, error) {
 	return out.String() + string(printed), runErr
 }
 
+// cliServer serves hoard's API over b's Redis with the CLI tests' admin
+// token ("cli-token"), closed when the test ends.
+func cliServer(t *testing.T, b redistest.Backend) (*queues.Engine, *httptest.Server) {
+	t.Helper()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	engine := queues.NewEngine(b.Client, queues.Options{Logger: quiet})
+	srv, err := server.New(server.Config{AdminToken: "cli-token", Logger: quiet}, engine)
+	require.NoError(t, err)
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(ts.Close)
+	return engine, ts
+}
+
 func TestCLIAgainstARealServer(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-		engine := queues.NewEngine(b.Client, queues.Options{Logger: quiet})
-		srv, err := server.New(server.Config{AdminToken: "cli-token", Logger: quiet}, engine)
-		require.NoError(t, err)
-		ts := httptest.NewServer(srv.Handler())
-		defer ts.Close()
+		engine, ts := cliServer(t, b)
 
 		out, err := runCLI(t, ts.URL, "project", "create", "cliproj", "--title", "CLI", "--claims-limit", "100000")
 		require.NoError(t, err, out)
@@ -177,15 +185,10 @@ func TestCLIOffloadExportAndReimport(t *testing.T) {
 // backfeed afterwards.
 func TestCLIQueueAddRegister(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-		engine := queues.NewEngine(b.Client, queues.Options{Logger: quiet})
-		srv, err := server.New(server.Config{AdminToken: "cli-token", Logger: quiet}, engine)
-		require.NoError(t, err)
-		ts := httptest.NewServer(srv.Handler())
-		defer ts.Close()
+		engine, ts := cliServer(t, b)
 		ctx := context.Background()
 		secret := "bf_secret_1"
-		_, err = engine.CreateProject(ctx, "reg", queues.SettingsPatch{BackfeedSecret: &secret})
+		_, err := engine.CreateProject(ctx, "reg", queues.SettingsPatch{BackfeedSecret: &secret})
 		require.NoError(t, err)
 
 		path := filepath.Join(t.TempDir(), "items.txt")

@@ -2,9 +2,6 @@ package main
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"net/http/httptest"
 	"sync"
 	"testing"
 
@@ -13,8 +10,6 @@ import (
 
 	"github.com/hoardproject/hoard/internal/luascript"
 	"github.com/hoardproject/hoard/internal/redistest"
-	"github.com/hoardproject/hoard/queues"
-	"github.com/hoardproject/hoard/server"
 )
 
 // libraryCount counts the libraries named name on every master.
@@ -41,12 +36,7 @@ func libraryCount(t *testing.T, rdb redis.UniversalClient, name string) int {
 // master and keeps the server's own.
 func TestCLIDoctorFunctions(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-		engine := queues.NewEngine(b.Client, queues.Options{Logger: quiet})
-		srv, err := server.New(server.Config{AdminToken: "cli-token", Logger: quiet}, engine)
-		require.NoError(t, err)
-		ts := httptest.NewServer(srv.Handler())
-		defer ts.Close()
+		_, ts := cliServer(t, b)
 
 		var own *luascript.Script
 		for _, s := range luascript.Loaded() {
@@ -62,7 +52,7 @@ func TestCLIDoctorFunctions(t *testing.T) {
 		require.Positive(t, masters)
 		require.Equal(t, masters, libraryCount(t, b.Client, stale.Name()), "the control: loaded on every master")
 
-		_, err = runCLI(t, ts.URL, "doctor", "--functions", "someproject")
+		_, err := runCLI(t, ts.URL, "doctor", "--functions", "someproject")
 		require.ErrorContains(t, err, "takes no project")
 		out, err := runCLI(t, ts.URL, "doctor", "--functions")
 		require.NoError(t, err, out)

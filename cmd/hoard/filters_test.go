@@ -2,9 +2,6 @@ package main
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -12,8 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/internal/redistest"
-	"github.com/hoardproject/hoard/queues"
-	"github.com/hoardproject/hoard/server"
 )
 
 // TestCLIFilters: hoard filters add, list and remove against a real
@@ -22,12 +17,7 @@ import (
 func TestCLIFilters(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
-		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-		engine := queues.NewEngine(b.Client, queues.Options{Logger: quiet})
-		srv, err := server.New(server.Config{AdminToken: "cli-token", Logger: quiet}, engine)
-		require.NoError(t, err)
-		ts := httptest.NewServer(srv.Handler())
-		defer ts.Close()
+		engine, ts := cliServer(t, b)
 
 		out, err := runCLI(t, ts.URL, "project", "create", "filterproj")
 		require.NoError(t, err, out)

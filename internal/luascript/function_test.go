@@ -137,23 +137,32 @@ func TestAScriptsErrorReachesItsCaller(t *testing.T) {
 	})
 }
 
-// On a redis-server without functions (FCALL and FUNCTION renamed away,
-// as a Redis before 7.0 lacks them) the scripts run with EVALSHA and EVAL,
-// as they did before functions: the client learns it from its first call,
-// which did not run, and sends no FCALL after it.
-func TestServersWithoutFunctionsRunScriptsWithEval(t *testing.T) {
+// serverWithoutFunctions starts a redis-server of its own with FCALL and
+// FUNCTION renamed away, as a Redis before 7.0 lacks them, stopped when the
+// test ends, and returns a client of it.
+func serverWithoutFunctions(t *testing.T) *redis.Client {
+	t.Helper()
 	redistest.Require(t)
-	ctx := t.Context()
 	port, err := localredis.FreeLoopbackPort()
 	require.NoError(t, err)
 	server := localredis.New(localredis.Config{DataDir: t.TempDir(), Port: port,
 		ExtraArgs: []string{"--rename-command", "FCALL", "", "--rename-command", "FUNCTION", ""}})
-	require.NoError(t, server.Start(ctx))
+	require.NoError(t, server.Start(t.Context()))
 	t.Cleanup(func() { _ = server.Stop() })
 	opts, err := redis.ParseURL(server.URL())
 	require.NoError(t, err)
 	client := redis.NewClient(opts)
 	t.Cleanup(func() { _ = client.Close() })
+	return client
+}
+
+// On a redis-server without functions (FCALL and FUNCTION renamed away,
+// as a Redis before 7.0 lacks them) the scripts run with EVALSHA and EVAL,
+// as they did before functions: the client learns it from its first call,
+// which did not run, and sends no FCALL after it.
+func TestServersWithoutFunctionsRunScriptsWithEval(t *testing.T) {
+	ctx := t.Context()
+	client := serverWithoutFunctions(t)
 	require.Error(t, client.Do(ctx, "fcall", "x", 0).Err(), "the control: this server has no FCALL")
 
 	reply, err := luascript.Run(ctx, client, counter, []string{"n{f}"})

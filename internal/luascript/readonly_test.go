@@ -4,10 +4,8 @@ import (
 	"testing"
 	"testing/fstest"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hoardproject/hoard/internal/localredis"
 	"github.com/hoardproject/hoard/internal/luascript"
 	"github.com/hoardproject/hoard/internal/redistest"
 )
@@ -63,20 +61,10 @@ func TestReadOnlyScriptsAnswerOverMaxmemory(t *testing.T) {
 // reading script still answers, as Redis refuses a plain EVAL only at a
 // write.
 func TestReadOnlyScriptsAnswerOverMaxmemoryWithEval(t *testing.T) {
-	redistest.Require(t)
 	ctx := t.Context()
-	port, err := localredis.FreeLoopbackPort()
-	require.NoError(t, err)
-	server := localredis.New(localredis.Config{DataDir: t.TempDir(), Port: port,
-		ExtraArgs: []string{"--rename-command", "FCALL", "", "--rename-command", "FUNCTION", ""}})
-	require.NoError(t, server.Start(ctx))
-	t.Cleanup(func() { _ = server.Stop() })
-	opts, err := redis.ParseURL(server.URL())
-	require.NoError(t, err)
-	client := redis.NewClient(opts)
-	t.Cleanup(func() { _ = client.Close() })
+	client := serverWithoutFunctions(t)
 
-	_, err = luascript.Run(ctx, client, writer, []string{"k{ro}"}, "before")
+	_, err := luascript.Run(ctx, client, writer, []string{"k{ro}"}, "before")
 	require.NoError(t, err)
 	redistest.OverMaxmemory(t, client)
 	_, err = luascript.Run(ctx, client, writer, []string{"k{ro}"}, "after")
