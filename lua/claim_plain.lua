@@ -167,30 +167,30 @@ if #KEYS == 7 then
   end
   if failed_at and failed_at ~= KEYS[3] then redis.pcall('SADD', KEYS[3], unpack(batch)) end
 else
-local claim_args, deadline_args = {}, {}
-for i = 1, n do
-  claim_args[2 * i - 1], claim_args[2 * i] = batch[i], record
-  deadline_args[2 * i - 1], deadline_args[2 * i] = deadline, batch[i]
-end
--- A command that fails writes nothing, so each write is undone only if it
--- was made. (Replies are integers; an error is a table.)
-local reply = redis.pcall('SREM', KEYS[3], unpack(batch))
-if type(reply) == 'table' then
-  failed_at, why = KEYS[3], reply.err
-else
-  reply = redis.pcall('HSET', KEYS[4], unpack(claim_args))
+  local claim_args, deadline_args = {}, {}
+  for i = 1, n do
+    claim_args[2 * i - 1], claim_args[2 * i] = batch[i], record
+    deadline_args[2 * i - 1], deadline_args[2 * i] = deadline, batch[i]
+  end
+  -- A command that fails writes nothing, so each write is undone only if it
+  -- was made. (Replies are integers; an error is a table.)
+  local reply = redis.pcall('SREM', KEYS[3], unpack(batch))
   if type(reply) == 'table' then
-    failed_at, why = KEYS[4], reply.err
-    redis.pcall('SADD', KEYS[3], unpack(batch))
+    failed_at, why = KEYS[3], reply.err
   else
-    reply = redis.pcall('ZADD', KEYS[5], unpack(deadline_args))
+    reply = redis.pcall('HSET', KEYS[4], unpack(claim_args))
     if type(reply) == 'table' then
-      failed_at, why = KEYS[5], reply.err
-      redis.pcall('HDEL', KEYS[4], unpack(batch))
+      failed_at, why = KEYS[4], reply.err
       redis.pcall('SADD', KEYS[3], unpack(batch))
+    else
+      reply = redis.pcall('ZADD', KEYS[5], unpack(deadline_args))
+      if type(reply) == 'table' then
+        failed_at, why = KEYS[5], reply.err
+        redis.pcall('HDEL', KEYS[4], unpack(batch))
+        redis.pcall('SADD', KEYS[3], unpack(batch))
+      end
     end
   end
-end
 end
 if failed_at then
   local reversed = {}
