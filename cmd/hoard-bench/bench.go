@@ -394,9 +394,18 @@ func benchScript(ctx context.Context, env *benchEnv, o benchOptions) error {
 			return err
 		}
 		// Each caller keeps what it claimed, for the done calls after.
+		// Its name and its done's bytes are made once, here, not on
+		// every call: a warrior's request arrives with them, so their
+		// making is the load generator's CPU, not the script's, and the
+		// ceiling's calls make nothing.
 		claimed := make([][]string, o.warriors)
+		names := make([]string, o.warriors)
+		for w := range names {
+			names[w] = fmt.Sprintf("caller%03d", w)
+		}
+		bytes := map[string]int64{"data": 1000}
 		claim, err := redisCPURate(ctx, env, o, func(ctx context.Context, w int) error {
-			r, err := env.engine.Claim(ctx, queues.ClaimRequest{Project: slug, Downloader: fmt.Sprintf("caller%03d", w), IP: "127.0.0.1", Count: 1})
+			r, err := env.engine.Claim(ctx, queues.ClaimRequest{Project: slug, Downloader: names[w], IP: "127.0.0.1", Count: 1})
 			for _, item := range r.Items {
 				claimed[w] = append(claimed[w], item.Name)
 			}
@@ -415,10 +424,9 @@ func benchScript(ctx context.Context, env *benchEnv, o benchOptions) error {
 			if len(claimed[w]) == 0 {
 				return errCallerDone
 			}
-			item := claimed[w][0]
+			_, err := env.engine.Done(ctx, queues.DoneRequest{Project: slug, Downloader: names[w], Version: "20260101.01",
+				UserAgent: "hoard-bench", Items: claimed[w][:1:1], Bytes: bytes})
 			claimed[w] = claimed[w][1:]
-			_, err := env.engine.Done(ctx, queues.DoneRequest{Project: slug, Downloader: fmt.Sprintf("caller%03d", w), Version: "20260101.01",
-				UserAgent: "hoard-bench", Items: []string{item}, Bytes: map[string]int64{"data": 1000}})
 			return err
 		})
 		if err != nil {
