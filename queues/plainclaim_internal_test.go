@@ -408,6 +408,43 @@ func TestPlainDoneOfOneItemAnswersAString(t *testing.T) {
 	})
 }
 
+// TestClaimOfTheBuildBeforeIsDoneByTheOneItemString: a claim written by
+// the build before (its record, deadline and queued index, as its
+// claim_plain.lua wrote them, by hand here) still out at the upgrade is
+// completed by this build's one-item done: done_plain.lua's string reply,
+// the item done once, its claim and deadline gone, its time counted.
+func TestClaimOfTheBuildBeforeIsDoneByTheOneItemString(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		pb := newPlainBundle(t, b, "upgrade")
+		pb.enqueue(t, pb.a, "a", "b")
+		claimedAt := pb.clock.Now().UnixMilli()
+		require.NoError(t, pb.rdb.LRem(pb.ctx, QueueKey(pb.slug, QueueTodo), 1, "a").Err())
+		require.NoError(t, pb.rdb.SRem(pb.ctx, QueuedKey(pb.slug), "a").Err())
+		require.NoError(t, pb.rdb.HSet(pb.ctx, ClaimsKey(pb.slug), "a", fmt.Sprintf("1 %d alice 127.0.0.1 - -", claimedAt)).Err())
+		require.NoError(t, pb.rdb.ZAdd(pb.ctx, DeadlinesKey(pb.slug), redis.Z{Score: float64(claimedAt + 21_600_000), Member: "a"}).Err())
+		pb.clock.Advance(2 * time.Second)
+		pb.flushScripts(t)
+		res, err := pb.a.Done(pb.ctx, DoneRequest{Project: pb.slug, Downloader: "alice", Items: []string{"a"}})
+		require.NoError(t, err)
+		require.Equal(t, DoneResult{New: 1}, res)
+		_, _, done, donePlain := pb.script()
+		require.False(t, done, "done.lua did not run")
+		require.True(t, donePlain, "done_plain.lua ran")
+		require.NoError(t, pb.a.FlushCounters(pb.ctx))
+		stats, err := pb.a.Stats(pb.ctx, pb.slug)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, stats.Counters["items_done"])
+		require.EqualValues(t, 2000, stats.Counters["rtt_ms_sum"])
+		counts, err := pb.a.Counts(pb.ctx, pb.slug)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, counts.Done)
+		require.EqualValues(t, 0, counts.Out)
+		require.EqualValues(t, 1, counts.Todo)
+		require.Zero(t, pb.rdb.ZCard(pb.ctx, DeadlinesKey(pb.slug)).Val())
+		require.Zero(t, pb.rdb.HLen(pb.ctx, ClaimsKey(pb.slug)).Val())
+	})
+}
+
 // TestDoneNamingAnItemTwiceCountsItOnce: the frontend sends such a list to
 // done.lua (done_plain.lua would count the item twice).
 func TestDoneNamingAnItemTwiceCountsItOnce(t *testing.T) {
