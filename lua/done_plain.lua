@@ -29,8 +29,9 @@
 --                      reporter's first claim): its claim time (ms, text),
 --                      a space, and the config's log_length text ("" when
 --                      unset), as one bulk string
---   {1, log_length, at1, n1, at2, n2, ...}  every item completed now (as
---                      many new as ARGV names items, none a duplicate):
+--   {1, log_length, at1, n1, at2, n2, ...}  ARGV names more items, every
+--                      one completed now (as many new as ARGV names, none
+--                      a duplicate):
 --                      log_length is the config's text, "" when unset;
 --                      then for each run of items sharing a claim record
 --                      its claim time (ms, text) and the run's length, from
