@@ -25,8 +25,13 @@
 --            this script would count it twice)
 --
 -- Returns
---   {1, log_length, at1, n1, at2, n2, ...}  every item completed now (as
---                      many new as ARGV names items, none a duplicate):
+--   "<at> <log_length>"  ARGV names one item, completed now (new, the
+--                      reporter's first claim): its claim time (ms, text),
+--                      a space, and the config's log_length text ("" when
+--                      unset), as one bulk string
+--   {1, log_length, at1, n1, at2, n2, ...}  ARGV names more items, every
+--                      one completed now (as many new as ARGV names, none
+--                      a duplicate):
 --                      log_length is the config's text, "" when unset;
 --                      then for each run of items sharing a claim record
 --                      its claim time (ms, text) and the run's length, from
@@ -46,7 +51,11 @@
 -- Note: a done of one item (nearly every call at multi=1) runs its own copy
 -- of the checks and writes, in the same order, without the records' table,
 -- the loop or unpack: about 5k of its ~63k Redis instructions inside FCALL
--- (docs/warrior-path.md).
+-- (docs/warrior-path.md). It answers one string, not a table: the table
+-- (made element by element in Lua, then walked by Redis for err, ok,
+-- double, map ... before its elements) and its garbage cost more than the
+-- concatenation, 88.1k -> 82.6k Redis instructions per call (callgrind,
+-- BenchmarkPlainScriptsDirect).
 --
 -- Note: nothing is formatted or converted to a number here (a printf or a
 -- strtod per call, which the claim-to-done sum and log_length cost when
@@ -77,7 +86,7 @@ if n == 1 then
   end
   redis.call('HDEL', KEYS[2], item)
   redis.call('ZREM', KEYS[4], item)
-  return {1, cfg[5] or '', at, 1}
+  return at .. ' ' .. (cfg[5] or '')
 end
 local records = redis.call('HMGET', KEYS[2], unpack(ARGV, 2))
 -- A multi=N claim gave its N items one record, and Lua keeps one copy of

@@ -464,7 +464,19 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 	distinct := len(req.Items) == 1 || itemsDistinct(req.Items)
 	code, rest, err := int64(codeNotPlain), []any(nil), error(nil)
 	if distinct {
-		code, rest, err = e.runScriptList(ctx, op, donePlainScript, plainKeys(projectKeys.donePlain, len(req.Items)), plainArgs...)
+		var reply any
+		reply, err = e.runScript(ctx, op, donePlainScript, plainKeys(projectKeys.donePlain, len(req.Items)), plainArgs...)
+		if one, ok := reply.(string); ok && err == nil && len(req.Items) == 1 {
+			// "<at> <log_length>": the one item is new, the reporter's
+			// first claim.
+			at, logLength, _ := strings.Cut(one, " ")
+			e.countDone(ctx, req, now, total, groups, 1, claimToDoneMS(at, now.UnixMilli()), 1)
+			e.publishLater(ctx, slug, doneLogEntry(req, now, total, tail, distinct), replyLogLength(logLength))
+			return DoneResult{New: 1}, nil
+		}
+		if err == nil {
+			code, rest, err = scriptListReply(op, reply)
+		}
 		if err == nil && code == 1 {
 			// {log_length, at1, n1, ...}: every item is new, and the
 			// reporter's first claim.
@@ -531,17 +543,22 @@ func replyRTTSum(v any, nowMS int64) int64 {
 	}
 	var sum int64
 	for i := 0; i+1 < len(times); i += 2 {
-		at, err := strconv.ParseInt(replyString(times[i]), 10, 64)
-		if err != nil {
-			// done_plain.lua matched %d+: only digits past int64 get
-			// here, a time so far ahead that done.lua counts 0.
-			continue
-		}
-		if rtt := nowMS - at; rtt > 0 {
-			sum += rtt * replyInt(times[i+1])
-		}
+		sum += claimToDoneMS(replyString(times[i]), nowMS) * replyInt(times[i+1])
 	}
 	return sum
+}
+
+// claimToDoneMS is now - at for a claim time done_plain.lua answers (ms,
+// text), a negative difference (a claim time ahead of this frontend's
+// clock) as 0, as done.lua counts it.
+func claimToDoneMS(at string, nowMS int64) int64 {
+	t, err := strconv.ParseInt(at, 10, 64)
+	if err != nil {
+		// done_plain.lua matched %d+: only digits past int64 get here, a
+		// time so far ahead that done.lua counts 0.
+		return 0
+	}
+	return max(nowMS-t, 0)
 }
 
 // replyLogLength reads a done reply's log_length: done.lua's number, or

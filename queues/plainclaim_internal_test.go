@@ -3,8 +3,10 @@ package queues
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"testing"
 	"time"
 
@@ -358,6 +360,91 @@ func TestPlainDoneSumsEachItemsClaimTime(t *testing.T) {
 	})
 }
 
+// TestPlainDoneOfOneItemAnswersAString: done_plain.lua answers a one-item
+// done as "<at> <log_length>", from which the frontend counts the item's
+// claim-to-done time and trims the recent-completions log to the
+// project's log_length, as from the table it answers for more items.
+func TestPlainDoneOfOneItemAnswersAString(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		pb := newPlainBundle(t, b, "one")
+		_, err := pb.a.UpdateProject(pb.ctx, pb.slug, SettingsPatch{LogLength: ptrTo(2)})
+		require.NoError(t, err)
+		pb.enqueue(t, pb.a, "a", "b", "c")
+		claimed, err := pb.claim(pb.a, "alice", 1)
+		require.NoError(t, err)
+		pb.clock.Advance(1500 * time.Millisecond)
+		pb.flushScripts(t)
+		res, err := pb.a.Done(pb.ctx, DoneRequest{Project: pb.slug, Downloader: "alice", Items: claimed})
+		require.NoError(t, err)
+		require.Equal(t, DoneResult{New: 1}, res)
+		_, _, done, donePlain := pb.script()
+		require.False(t, done, "done.lua did not run")
+		require.True(t, donePlain, "done_plain.lua ran")
+		reply, err := pb.a.runScript(pb.ctx, "test", donePlainScript, plainKeys(pb.a.warriorKeys.get(pb.slug).donePlain, 1), "alice", claimed[0])
+		require.NoError(t, err)
+		require.Equal(t, []any{int64(codeNotPlain)}, reply, "a done item is no longer the reporter's claim")
+		for range 2 {
+			more, err := pb.claim(pb.a, "alice", 1)
+			require.NoError(t, err)
+			reply, err := pb.a.runScript(pb.ctx, "test", donePlainScript, plainKeys(pb.a.warriorKeys.get(pb.slug).donePlain, 1), "alice", more[0])
+			require.NoError(t, err)
+			require.Equal(t, strconv.FormatInt(pb.clock.Now().UnixMilli(), 10)+" 2", reply)
+		}
+		stats, err := pb.a.Stats(pb.ctx, pb.slug)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, stats.Counters["rtt_count"])
+		require.EqualValues(t, 1500, stats.Counters["rtt_ms_sum"])
+		for range 3 {
+			more := fmt.Sprint("d", pb.clock.Now().UnixNano())
+			pb.enqueue(t, pb.a, more)
+			_, err := pb.claim(pb.a, "alice", 1)
+			require.NoError(t, err)
+			_, err = pb.a.Done(pb.ctx, DoneRequest{Project: pb.slug, Downloader: "alice", Items: []string{more}})
+			require.NoError(t, err)
+			pb.clock.Advance(time.Millisecond)
+		}
+		pb.a.PublishCompletions(pb.ctx)
+		require.EqualValues(t, 2, pb.rdb.LLen(pb.ctx, LogKey(pb.slug)).Val(), "the log is trimmed to log_length")
+	})
+}
+
+// TestClaimOfTheBuildBeforeIsDoneByTheOneItemString: a claim written by
+// the build before (its record, deadline and queued index, as its
+// claim_plain.lua wrote them, by hand here) still out at the upgrade is
+// completed by this build's one-item done: done_plain.lua's string reply,
+// the item done once, its claim and deadline gone, its time counted.
+func TestClaimOfTheBuildBeforeIsDoneByTheOneItemString(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		pb := newPlainBundle(t, b, "upgrade")
+		pb.enqueue(t, pb.a, "a", "b")
+		claimedAt := pb.clock.Now().UnixMilli()
+		require.NoError(t, pb.rdb.LRem(pb.ctx, QueueKey(pb.slug, QueueTodo), 1, "a").Err())
+		require.NoError(t, pb.rdb.SRem(pb.ctx, QueuedKey(pb.slug), "a").Err())
+		require.NoError(t, pb.rdb.HSet(pb.ctx, ClaimsKey(pb.slug), "a", fmt.Sprintf("1 %d alice 127.0.0.1 - -", claimedAt)).Err())
+		require.NoError(t, pb.rdb.ZAdd(pb.ctx, DeadlinesKey(pb.slug), redis.Z{Score: float64(claimedAt + 21_600_000), Member: "a"}).Err())
+		pb.clock.Advance(2 * time.Second)
+		pb.flushScripts(t)
+		res, err := pb.a.Done(pb.ctx, DoneRequest{Project: pb.slug, Downloader: "alice", Items: []string{"a"}})
+		require.NoError(t, err)
+		require.Equal(t, DoneResult{New: 1}, res)
+		_, _, done, donePlain := pb.script()
+		require.False(t, done, "done.lua did not run")
+		require.True(t, donePlain, "done_plain.lua ran")
+		require.NoError(t, pb.a.FlushCounters(pb.ctx))
+		stats, err := pb.a.Stats(pb.ctx, pb.slug)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, stats.Counters["items_done"])
+		require.EqualValues(t, 2000, stats.Counters["rtt_ms_sum"])
+		counts, err := pb.a.Counts(pb.ctx, pb.slug)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, counts.Done)
+		require.EqualValues(t, 0, counts.Out)
+		require.EqualValues(t, 1, counts.Todo)
+		require.Zero(t, pb.rdb.ZCard(pb.ctx, DeadlinesKey(pb.slug)).Val())
+		require.Zero(t, pb.rdb.HLen(pb.ctx, ClaimsKey(pb.slug)).Val())
+	})
+}
+
 // TestDoneNamingAnItemTwiceCountsItOnce: the frontend sends such a list to
 // done.lua (done_plain.lua would count the item twice).
 func TestDoneNamingAnItemTwiceCountsItOnce(t *testing.T) {
@@ -421,4 +508,7 @@ func TestReplyRTTSum(t *testing.T) {
 	require.EqualValues(t, 1000, replyRTTSum([]any{"12000", int64(5), "9000", int64(1)}, now), "a claim time ahead counts 0")
 	require.EqualValues(t, 0, replyRTTSum([]any{"99999999999999999999", int64(1)}, now))
 	require.EqualValues(t, 0, replyRTTSum([]any{}, now))
+	require.EqualValues(t, 4000, claimToDoneMS("6000", now))
+	require.EqualValues(t, 0, claimToDoneMS("12000", now), "a claim time ahead counts 0")
+	require.EqualValues(t, 0, claimToDoneMS("99999999999999999999", now))
 }

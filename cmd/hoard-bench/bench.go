@@ -394,9 +394,18 @@ func benchScript(ctx context.Context, env *benchEnv, o benchOptions) error {
 			return err
 		}
 		// Each caller keeps what it claimed, for the done calls after.
+		// Its name and its done's bytes are made once, here, not on
+		// every call: a warrior's request arrives with them, so their
+		// making is the load generator's CPU, not the script's, and the
+		// ceiling's calls make nothing.
 		claimed := make([][]string, o.warriors)
+		names := make([]string, o.warriors)
+		for w := range names {
+			names[w] = fmt.Sprintf("caller%03d", w)
+		}
+		bytes := map[string]int64{"data": 1000}
 		claim, err := redisCPURate(ctx, env, o, func(ctx context.Context, w int) error {
-			r, err := env.engine.Claim(ctx, queues.ClaimRequest{Project: slug, Downloader: fmt.Sprintf("caller%03d", w), IP: "127.0.0.1", Count: 1})
+			r, err := env.engine.Claim(ctx, queues.ClaimRequest{Project: slug, Downloader: names[w], IP: "127.0.0.1", Count: 1})
 			for _, item := range r.Items {
 				claimed[w] = append(claimed[w], item.Name)
 			}
@@ -415,10 +424,9 @@ func benchScript(ctx context.Context, env *benchEnv, o benchOptions) error {
 			if len(claimed[w]) == 0 {
 				return errCallerDone
 			}
-			item := claimed[w][0]
+			_, err := env.engine.Done(ctx, queues.DoneRequest{Project: slug, Downloader: names[w], Version: "20260101.01",
+				UserAgent: "hoard-bench", Items: claimed[w][:1:1], Bytes: bytes})
 			claimed[w] = claimed[w][1:]
-			_, err := env.engine.Done(ctx, queues.DoneRequest{Project: slug, Downloader: fmt.Sprintf("caller%03d", w), Version: "20260101.01",
-				UserAgent: "hoard-bench", Items: []string{item}, Bytes: map[string]int64{"data": 1000}})
 			return err
 		})
 		if err != nil {
@@ -443,6 +451,7 @@ func benchScript(ctx context.Context, env *benchEnv, o benchOptions) error {
 	fmt.Printf("  claim.lua (multi=1)   %9.0f calls/s   (runs: %s)   ratio %.2f   Redis CPU %.1f us/call\n", mc.roundTrips, describeRuns(claims), mc.roundTrips/mx.roundTrips, mc.items)
 	fmt.Printf("  done.lua (1 item)     %9.0f calls/s   (runs: %s)   ratio %.2f   Redis CPU %.1f us/call\n", md.roundTrips, describeRuns(dones), md.roundTrips/mx.roundTrips, md.items)
 	fmt.Printf("  FCALL ceiling         %9.0f calls/s   (runs: %s)               Redis CPU %.1f us/call\n", mx.roundTrips, describeRuns(ceiling), mx.items)
+	fmt.Printf("  %s\n", describeCPURatios(mc, md, mx))
 	for _, phase := range []struct {
 		name string
 		fig  runFigure
@@ -450,6 +459,25 @@ func benchScript(ctx context.Context, env *benchEnv, o benchOptions) error {
 		fmt.Printf("  %-8s per call (median run): this process's CPU %.1f us; Redis forks during it %d; INFO commandstats: %s\n", phase.name, phase.fig.selfMicros, phase.fig.forks, describeCommandsPerCall(phase.fig))
 	}
 	return nil
+}
+
+// describeCPURatios puts the printed ratios (calls/s) beside the ratios of
+// CPU per call, the ceiling's over the script's: by Redis's alone, and by
+// Redis's and this process's together. A phase whose Redis is busy nearly
+// all the time is bound by Redis; the ceiling, whose Redis CPU per call is
+// a fraction of this process's, is bound by this process (the engine and
+// go-redis), so its calls/s ratio reads near the second and above the
+// first (docs/warrior-path.md, "What each write of a plain call costs").
+func describeCPURatios(claim, done, ceiling runFigure) string {
+	ratio := func(ceil, script float64) string {
+		if ceil <= 0 || script <= 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f", ceil/script)
+	}
+	return fmt.Sprintf("CPU per call, the ceiling's over the script's: by Redis's claim %s, done %s; by Redis's and this process's claim %s, done %s",
+		ratio(ceiling.items, claim.items), ratio(ceiling.items, done.items),
+		ratio(ceiling.items+ceiling.selfMicros, claim.items+claim.selfMicros), ratio(ceiling.items+ceiling.selfMicros, done.items+done.selfMicros))
 }
 
 // describeCommandsPerCall names the commands of a phase by the Redis time

@@ -73,3 +73,16 @@ func TestBenchIPMetricsMemoryCountsEveryPair(t *testing.T) {
 	_, err = runBench(t, "ipmetrics-memory", "--ips", "10")
 	require.ErrorContains(t, err, "--ips must be between 1000")
 }
+
+// TestDescribeCPURatios: the ceiling's CPU per call over each script's, by
+// Redis's alone and with this process's, as the last quiet make bench
+// measured them (claim 18.9 + 11.2, done 23.9 + 17.8, ceiling 4.6 + 7.5
+// us); a figure of 0 (nothing measured) prints "-".
+func TestDescribeCPURatios(t *testing.T) {
+	claim := runFigure{items: 18.9, selfMicros: 11.2}
+	done := runFigure{items: 23.9, selfMicros: 17.8}
+	ceiling := runFigure{items: 4.6, selfMicros: 7.5}
+	require.Equal(t, "CPU per call, the ceiling's over the script's: by Redis's claim 0.24, done 0.19; by Redis's and this process's claim 0.40, done 0.29",
+		describeCPURatios(claim, done, ceiling))
+	require.Contains(t, describeCPURatios(runFigure{}, done, ceiling), "by Redis's claim -, done 0.19")
+}
