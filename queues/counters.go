@@ -283,6 +283,13 @@ func (e *Engine) countDone(ctx context.Context, req DoneRequest, now time.Time, 
 	keys := e.warriorKeys.get(slug)
 	t := keys.minuteKeys(slug, now)
 	stats, hourly := keys.stats, t.hourly
+	// The three per-downloader fields ("15 name", "i name", "b name") are
+	// cut from one string: one allocation per done instead of three.
+	d := req.Downloader
+	fields := t.hourOfDay + d + "i " + d + "b " + d
+	h := len(t.hourOfDay) + len(d)
+	i := h + len("i ") + len(d)
+	hourOfDayField, itemsField, bytesField := fields[:h], fields[h:i], fields[i:]
 	e.count(ctx, slug, func(c counts) {
 		n := int64(fresh)
 		c.add(stats, counterAdd, 0, "items_done", n)
@@ -305,8 +312,8 @@ func (e *Engine) countDone(ctx context.Context, req DoneRequest, now time.Time, 
 		c.add(t.seriesMinute, counterAdd, seriesMinuteTTL, t.minuteBytes, total)
 		c.add(t.seriesHour, counterAdd, seriesHourTTL, t.hourField, n)
 		c.add(t.seriesHour, counterAdd, seriesHourTTL, t.hourBytes, total)
-		c.add(t.seriesDownloader, counterAdd, seriesDownloaderTTL, t.hourOfDay+req.Downloader, total)
-		c.add(t.recent, counterAdd, RecentBucketTTL, "i "+req.Downloader, n)
-		c.add(t.recent, counterAdd, RecentBucketTTL, "b "+req.Downloader, total)
+		c.add(t.seriesDownloader, counterAdd, seriesDownloaderTTL, hourOfDayField, total)
+		c.add(t.recent, counterAdd, RecentBucketTTL, itemsField, n)
+		c.add(t.recent, counterAdd, RecentBucketTTL, bytesField, total)
 	})
 }
