@@ -50,8 +50,19 @@ type warriorRoute struct {
 // giving "/<slug>/multi=N//request". A redirect to a cleaned path would cost
 // every warrior a round trip (and turn into a GET on 302/303).
 func parseWarriorPath(path string) (warriorRoute, bool, error) {
-	parts := strings.Split(strings.TrimPrefix(path, "/"), "/")
+	// The path's segments, cut without a slice allocated per request:
+	// a warrior path has at most four.
+	var segments [4]string
+	parts, rest, ok := segments[:0], strings.TrimPrefix(path, "/"), true
+	for ok && len(parts) < len(segments) {
+		var part string
+		part, rest, ok = strings.Cut(rest, "/")
+		parts = append(parts, part)
+	}
 	route := warriorRoute{Multi: 1}
+	if ok { // more than four segments
+		return route, false, nil
+	}
 	switch {
 	case len(parts) == 2:
 	case len(parts) == 3 && strings.HasPrefix(parts[1], "multi="):
