@@ -446,19 +446,17 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 	slug := req.Project
 	now := e.clock.Now()
 	projectKeys := e.warriorKeys.get(slug)
-	args := make([]any, 0, 6+len(req.Items))
-	args = append(args, now.UnixMilli(), req.Downloader, req.Version, total, tail, result)
-	for _, item := range req.Items {
-		args = append(args, item)
-	}
-	// done_plain.lua's ARGV are the downloader and the items: the same
-	// values, without now (the frontend sums the claim-to-done times from
-	// the claim times it answers), the log entry's parts (the frontend
-	// builds the entry) and the event log's result (a project with an
-	// event log is not plain).
+	// done_plain.lua's ARGV are the downloader and the items: done.lua's
+	// without now (the frontend sums the claim-to-done times from the
+	// claim times it answers), the log entry's parts (the frontend builds
+	// the entry) and the event log's result (a project with an event log
+	// is not plain). done.lua's are built only when it runs: boxing them
+	// for every done was a third of a plain done's allocations.
 	plainArgs := make([]any, 0, 1+len(req.Items))
-	plainArgs = append(plainArgs, args[1])
-	plainArgs = append(plainArgs, args[6:]...)
+	plainArgs = append(plainArgs, req.Downloader)
+	for _, item := range req.Items {
+		plainArgs = append(plainArgs, item)
+	}
 	// done_plain.lua counts every item it is given, so a list that names
 	// an item twice goes to done.lua, which counts it once.
 	distinct := len(req.Items) == 1 || itemsDistinct(req.Items)
@@ -490,6 +488,9 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 		}
 	}
 	if err == nil && code == codeNotPlain {
+		args := make([]any, 0, 6+len(req.Items))
+		args = append(args, now.UnixMilli(), plainArgs[0], req.Version, total, tail, result)
+		args = append(args, plainArgs[1:]...)
 		code, rest, err = e.runScriptList(ctx, op, doneScript, projectKeys.done, args...)
 	}
 	if err != nil {
@@ -645,18 +646,21 @@ func appendJSONString(b []byte, s string) []byte {
 }
 
 // logTail builds the log entry members the Go side knows: user agent and id.
+// It is built in one buffer: five allocations per done were three
+// concatenations and their parts.
 func logTail(userAgent string, id json.RawMessage) (string, error) {
-	ua, _ := json.Marshal(truncate(userAgent, 200))
-	tail := `"ua":` + string(ua)
-	if len(id) > 0 {
-		if !json.Valid(id) {
-			return "", errors.New("invalid JSON")
-		}
-		var compact = make([]byte, 0, len(id))
-		buf := jsonCompact(compact, id)
-		tail += `,"id":` + string(buf)
+	if len(id) > 0 && !json.Valid(id) {
+		return "", errors.New("invalid JSON")
 	}
-	return tail, nil
+	ua := truncate(userAgent, 200)
+	b := make([]byte, 0, len(`"ua":"","id":`)+len(ua)+len(ua)/8+len(id))
+	b = append(b, `"ua":`...)
+	b = appendJSONString(b, ua)
+	if len(id) > 0 {
+		b = append(b, `,"id":`...)
+		b = jsonCompact(b, id)
+	}
+	return string(b), nil
 }
 
 // ReleaseResult counts what a release did.

@@ -1,12 +1,14 @@
 package queues
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -511,4 +513,31 @@ func TestReplyRTTSum(t *testing.T) {
 	require.EqualValues(t, 4000, claimToDoneMS("6000", now))
 	require.EqualValues(t, 0, claimToDoneMS("12000", now), "a claim time ahead counts 0")
 	require.EqualValues(t, 0, claimToDoneMS("99999999999999999999", now))
+}
+
+// FuzzLogTailIsTheConcatenation: logTail, built in one buffer, is the
+// user agent (cut at 200 bytes) as json.Marshal writes it and the id
+// compacted, as the concatenations it replaced built them; an id that is
+// not JSON is refused.
+func FuzzLogTailIsTheConcatenation(f *testing.F) {
+	f.Add("ArchiveTeam Warrior/0.10.3 Standalone", `{"pipeline_hash": "abc", "python_version": "3.9.2"}`)
+	f.Add(strings.Repeat("é", 150), "")
+	f.Add("<ua>", "[1, 2]")
+	f.Add("ua", "{")
+	f.Fuzz(func(t *testing.T, ua, id string) {
+		got, err := logTail(ua, json.RawMessage(id))
+		if id != "" && !json.Valid([]byte(id)) {
+			require.Error(t, err)
+			return
+		}
+		require.NoError(t, err)
+		quoted, _ := json.Marshal(truncate(ua, 200))
+		want := `"ua":` + string(quoted)
+		if id != "" {
+			var compact bytes.Buffer
+			require.NoError(t, json.Compact(&compact, []byte(id)))
+			want += `,"id":` + compact.String()
+		}
+		require.Equal(t, want, got)
+	})
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/hoardproject/hoard/queues"
 )
 
@@ -237,4 +239,54 @@ func FuzzParseDownloaderPath(f *testing.F) {
 			t.Fatalf("%q parsed as %+v", path, r)
 		}
 	})
+}
+
+// FuzzParseWarriorPathSplitsAsStringsSplit: the segments are cut by hand
+// (no allocation per request); the route, whether it is one and its error
+// are what splitting with strings.Split gave.
+func FuzzParseWarriorPathSplitsAsStringsSplit(f *testing.F) {
+	for _, seed := range []string{"/p/request", "/p/multi=100//request", "/p/multi=3/request", "/p/done", "/p/a/b/c/request",
+		"/p/multi=3//request/", "/p/multi=3///request", "p/request", "/", "", "//", "/p/multi=0//request", "/P/request"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, path string) {
+		route, ok, err := parseWarriorPath(path)
+		wantRoute, wantOK, wantErr := splitWarriorPath(path)
+		require.Equal(t, wantOK, ok)
+		require.Equal(t, wantErr, err)
+		if ok {
+			require.Equal(t, wantRoute, route)
+		}
+	})
+}
+
+// splitWarriorPath is parseWarriorPath as it was, with strings.Split.
+func splitWarriorPath(path string) (warriorRoute, bool, error) {
+	parts := strings.Split(strings.TrimPrefix(path, "/"), "/")
+	route := warriorRoute{Multi: 1}
+	switch {
+	case len(parts) == 2:
+	case len(parts) == 3 && strings.HasPrefix(parts[1], "multi="):
+	case len(parts) == 4 && strings.HasPrefix(parts[1], "multi=") && parts[2] == "":
+	default:
+		return route, false, nil
+	}
+	route.Slug, route.Action = parts[0], parts[len(parts)-1]
+	switch route.Action {
+	case "request", "done", "upload", "release", "fail":
+	default:
+		return route, false, nil
+	}
+	if len(parts) > 2 {
+		digits := strings.TrimPrefix(parts[1], "multi=")
+		n, err := strconv.Atoi(digits)
+		if err != nil || strings.Trim(digits, "0123456789") != "" || n < 1 || n > queues.MaxMulti {
+			return route, true, badRequest("multi=N needs N between 1 and %d", queues.MaxMulti)
+		}
+		route.Multi = n
+	}
+	if err := queues.ValidateSlug(route.Slug); err != nil {
+		return route, true, err
+	}
+	return route, true, nil
 }

@@ -50,8 +50,19 @@ type warriorRoute struct {
 // giving "/<slug>/multi=N//request". A redirect to a cleaned path would cost
 // every warrior a round trip (and turn into a GET on 302/303).
 func parseWarriorPath(path string) (warriorRoute, bool, error) {
-	parts := strings.Split(strings.TrimPrefix(path, "/"), "/")
+	// The path's segments, cut without a slice allocated per request:
+	// a warrior path has at most four.
+	var segments [4]string
+	parts, rest, ok := segments[:0], strings.TrimPrefix(path, "/"), true
+	for ok && len(parts) < len(segments) {
+		var part string
+		part, rest, ok = strings.Cut(rest, "/")
+		parts = append(parts, part)
+	}
 	route := warriorRoute{Multi: 1}
+	if ok { // more than four segments
+		return route, false, nil
+	}
 	switch {
 	case len(parts) == 2:
 	case len(parts) == 3 && strings.HasPrefix(parts[1], "multi="):
@@ -231,11 +242,16 @@ func (w *WarriorAPI) request(call *warriorCall) (warriorReply, error) {
 	if err != nil {
 		return warriorReply{}, err
 	}
-	names := make([]string, len(result.Items))
-	for i, item := range result.Items {
-		names[i] = item.Name
+	var joined string
+	if len(result.Items) == 1 {
+		joined = result.Items[0].Name // the everyday claim: no list to join
+	} else {
+		names := make([]string, len(result.Items))
+		for i, item := range result.Items {
+			names[i] = item.Name
+		}
+		joined = strings.Join(names, "\x00")
 	}
-	joined := strings.Join(names, "\x00")
 	if req.APIVersion != "2" {
 		// universal-tracker's api_version 1: the bare name as text.
 		return warriorReply{contentTypeText, []byte(joined)}, nil
@@ -251,12 +267,15 @@ func (w *WarriorAPI) request(call *warriorCall) (warriorReply, error) {
 // key onto the item. Project extras come first, then the item's own (for a
 // single item), and item_name always wins.
 func itemReply(joined string, result queues.ClaimResult) ([]byte, error) {
-	name, _ := json.Marshal(joined)
 	hasProjectExtra := len(result.ProjectExtra) > 0 && !bytes.Equal(result.ProjectExtra, []byte("{}"))
 	hasItemExtra := len(result.Items) == 1 && len(result.Items[0].Extras) > 0
 	if !hasProjectExtra && !hasItemExtra {
-		return append(append([]byte(`{"item_name":`), name...), '}'), nil
+		// One allocation: the reply itself.
+		reply := make([]byte, 0, len(`{"item_name":""}`)+len(joined)+len(joined)/8)
+		reply = append(reply, `{"item_name":`...)
+		return append(appendJSONString(reply, joined), '}'), nil
 	}
+	name, _ := json.Marshal(joined)
 	merged := map[string]json.RawMessage{}
 	if hasProjectExtra {
 		if err := json.Unmarshal(result.ProjectExtra, &merged); err != nil {
@@ -325,6 +344,22 @@ func writeReply(c *gin.Context, contentType []string, body []byte) {
 // splitItems splits NUL-joined items; one trailing NUL is tolerated.
 func splitItems(joined string) []string {
 	return strings.Split(strings.TrimSuffix(joined, "\x00"), "\x00")
+}
+
+// appendJSONString appends s as a JSON string, byte for byte as
+// json.Marshal writes it: a string of printable ASCII with nothing to
+// escape (no quote, backslash or HTML character), as item names usually
+// are, is copied as it is; any other goes through json.Marshal.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			quoted, _ := json.Marshal(s)
+			return append(b, quoted...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 type uploadBody struct {

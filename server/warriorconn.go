@@ -222,7 +222,7 @@ func (l *warriorListener) answer(c *warriorConn, route warriorRoute, headLen int
 			status = http.StatusInternalServerError
 			observe()
 			keep = !h.Close && !c.Closing()
-			c.Out = appendWarriorHead(c.Out[:0], status, "", "", 0, keep)
+			c.Out = appendWarriorHead(c.Out[:0], status, "", "", 0, keep, time.Now())
 			keep = c.Write(c.Out) == nil && keep
 		}
 	}()
@@ -249,10 +249,10 @@ func (l *warriorListener) answer(c *warriorConn, route warriorRoute, headLen int
 			panic(merr) // gin's c.JSON panics too; the deferred recover answers 500
 		}
 		status = a.status
-		c.Out = appendWarriorHead(c.Out[:0], status, contentTypeJSONUTF8[0], a.retryAfter, len(body), keep)
+		c.Out = appendWarriorHead(c.Out[:0], status, contentTypeJSONUTF8[0], a.retryAfter, len(body), keep, time.Now())
 		c.Out = append(c.Out, body...)
 	} else {
-		c.Out = appendWarriorHead(c.Out[:0], status, reply.contentType[0], "", len(reply.body), keep)
+		c.Out = appendWarriorHead(c.Out[:0], status, reply.contentType[0], "", len(reply.body), keep, time.Now())
 		c.Out = append(c.Out, reply.body...)
 	}
 	observe()
@@ -288,8 +288,8 @@ func (l *warriorListener) clientIP(c *warriorConn) string {
 
 // appendHead writes a response head as net/http writes it for gin's
 // answer: the status line, the handler's headers (sorted), then Date,
-// Content-Length and Connection.
-func appendWarriorHead(b []byte, status int, contentType, retryAfter string, contentLength int, keep bool) []byte {
+// Content-Length and Connection. now is the Date.
+func appendWarriorHead(b []byte, status int, contentType, retryAfter string, contentLength int, keep bool, now time.Time) []byte {
 	b = http1.AppendStatusLine(b, status)
 	if contentType != "" {
 		b = append(b, "Content-Type: "...)
@@ -302,7 +302,7 @@ func appendWarriorHead(b []byte, status int, contentType, retryAfter string, con
 		b = append(b, "\r\n"...)
 	}
 	b = append(b, "Date: "...)
-	b = time.Now().UTC().AppendFormat(b, http.TimeFormat)
+	b = http1.AppendDate(b, now)
 	b = append(b, "\r\nContent-Length: "...)
 	b = strconv.AppendInt(b, int64(contentLength), 10)
 	b = append(b, "\r\n"...)

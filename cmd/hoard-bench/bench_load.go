@@ -31,6 +31,9 @@ type loadReport struct {
 	// Drained: the queue ran dry before the duration was up; the rates
 	// cover the time until then.
 	Drained bool `json:"drained"`
+	// cpu is the load generator process's user + system CPU, read by
+	// warrior-path from its exit status: what the client side cost.
+	cpu time.Duration
 }
 
 type loadOptions struct {

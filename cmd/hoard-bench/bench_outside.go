@@ -112,6 +112,8 @@ type outsideFigure struct {
 	redisCommands float64    // per round trip (per item for backfeed)
 	redisMicros   float64    // Redis CPU per round trip (per item for backfeed)
 	hoardMicros   float64    // hoard CPU per round trip (per item for backfeed)
+	redisReads    float64    // Redis's reads of client input per round trip: how many writes (pipelines) reached it
+	loadMicros    float64    // the load generator's own CPU per round trip (per item for backfeed)
 	load1         string
 	topCommands   string
 }
@@ -193,6 +195,8 @@ func printOutside(o outsideOptions, scenario string, builds []string, figures []
 		{"Redis commands/rt", func(f outsideFigure) float64 { return f.redisCommands }, "%.1f"},
 		{"Redis CPU us/rt", func(f outsideFigure) float64 { return f.redisMicros }, "%.1f"},
 		{"hoard CPU us/rt", func(f outsideFigure) float64 { return f.hoardMicros }, "%.1f"},
+		{"Redis reads/rt", func(f outsideFigure) float64 { return f.redisReads }, "%.2f"},
+		{"load generator CPU us/rt", func(f outsideFigure) float64 { return f.loadMicros }, "%.1f"},
 	}
 	if scenario == "backfeed" {
 		stats = []stat{
@@ -406,6 +410,10 @@ func outsideRun(ctx context.Context, o outsideOptions, self, bin, scenario strin
 	if err != nil {
 		return fig, err
 	}
+	reads, err := redisReadsProcessed(ctx, rdb)
+	if err != nil {
+		return fig, err
+	}
 	per := float64(fig.report.RoundTrips)
 	if scenario == "backfeed" {
 		per = float64(fig.report.Items)
@@ -414,6 +422,8 @@ func outsideRun(ctx context.Context, o outsideOptions, self, bin, scenario strin
 	fig.redisCommands = float64(commands) / per
 	fig.redisMicros = float64((redisAfter - redisBefore).Microseconds()) / per
 	fig.hoardMicros = float64((hoardAfter - hoardBefore).Microseconds()) / per
+	fig.redisReads = float64(reads) / per
+	fig.loadMicros = float64(fig.report.cpu.Microseconds()) / per
 	fig.load1 = strings.Fields(loadAverage() + " ?")[0]
 	fig.topCommands = top
 	return fig, nil
@@ -459,7 +469,25 @@ func runLoad(ctx context.Context, self string, args []string) (loadReport, error
 	if err := json.Unmarshal(out, &r); err != nil {
 		return loadReport{}, fmt.Errorf("load report %q: %w", out, err)
 	}
+	r.cpu = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	return r, nil
+}
+
+// redisReadsProcessed is INFO stats' total_reads_processed since CONFIG
+// RESETSTAT: the reads of client input Redis's event loop made, so the
+// writes (pipelines, lone commands) that reached it, the bench's own few
+// included.
+func redisReadsProcessed(ctx context.Context, rdb *redis.Client) (int64, error) {
+	info, err := rdb.Info(ctx, "stats").Result()
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_reads_processed:"); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, errors.New("INFO stats has no total_reads_processed")
 }
 
 func fillProject(ctx context.Context, engine *queues.Engine, slug string, n int) error {

@@ -62,3 +62,25 @@ func TestEveryCallRunsOnceWithinTheBounds(t *testing.T) {
 	require.LessOrEqual(t, mostInFlight.Load(), int32(leaders))
 	require.Zero(t, b.Waiting())
 }
+
+// A call allocates nothing of its own once the pools are warm: its
+// waiting record, channel and the leader's batch slices are reused. Calls
+// from many goroutines still each get their own result (the test above).
+func TestACallAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's sync.Pool drops items")
+	}
+	b := callbatch.New(2, 4, func(batch []*call) {
+		for _, c := range batch {
+			c.result = c.n * 2
+		}
+	})
+	c := &call{n: 21}
+	allocs := testing.AllocsPerRun(1000, func() {
+		b.Do(c)
+		if c.result != 42 {
+			t.Fatalf("result %d", c.result)
+		}
+	})
+	require.Zero(t, allocs)
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package callbatch_test
+
+const raceEnabled = false
