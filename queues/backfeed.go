@@ -254,9 +254,10 @@ func appendBloomBatch(args []any, shapes []bloomShape, items []string, target fu
 const MaxBloomGenerationBits = 1 << 32
 
 // newBloomShape sizes a new generation (blocked) for capacity items at
-// false-positive rate fp, refusing one Redis cannot hold.
-func newBloomShape(capacity int, fp float64) (bloomShape, error) {
-	shape := newBlockedShape(capacity, fp)
+// false-positive rate fp with `words` words per item (0 = automatic),
+// refusing one Redis cannot hold.
+func newBloomShape(capacity int, fp float64, words int) (bloomShape, error) {
+	shape := newBlockedShape(capacity, fp, uint(words))
 	if shape.m == 0 || uint64(shape.m) > MaxBloomGenerationBits {
 		return bloomShape{}, fmt.Errorf("a generation of %d items at false-positive rate %g needs %d MiB of bits, above Redis's 512 MiB string limit; lower bloom_capacity (full generations chain)",
 			capacity, fp, (uint64(shape.m)+(8<<20)-1)/(8<<20))
@@ -265,9 +266,10 @@ func newBloomShape(capacity int, fp float64) (bloomShape, error) {
 }
 
 // BloomShape describes the generation a project's settings start now, as
-// meta's `shapes` records it (see bloomShape.String), or why there is none.
-func BloomShape(capacity int, fp float64) (string, error) {
-	shape, err := newBloomShape(capacity, fp)
+// meta's `shapes` records it (see bloomShape.String), or why there is none;
+// words is bloom_words (0 = automatic).
+func BloomShape(capacity int, fp float64, words int) (string, error) {
+	shape, err := newBloomShape(capacity, fp, words)
 	if err != nil {
 		return "", err
 	}
@@ -353,7 +355,7 @@ func (e *Engine) bloomAdd(ctx context.Context, slug, secret string, q Queue, ite
 		}
 		valid = append(valid, item)
 	}
-	next, err := newBloomShape(project.BloomCapacity, project.BloomFPRate)
+	next, err := newBloomShape(project.BloomCapacity, project.BloomFPRate, project.BloomWords)
 	if err != nil {
 		return result, errorf(op, CodeInvalid, "%v", err)
 	}

@@ -104,9 +104,9 @@ func TestBloomSettingsChangeShapesOnlyNewGenerations(t *testing.T) {
 
 		meta, err := tb.rdb.HGetAll(tb.ctx, queues.BloomMetaKey(tb.slug)).Result()
 		require.NoError(t, err)
-		first, err := queues.BloomShape(1000, 1e-6)
+		first, err := queues.BloomShape(1000, 1e-6, 0)
 		require.NoError(t, err)
-		third, err := queues.BloomShape(50_000, 1e-4)
+		third, err := queues.BloomShape(50_000, 1e-4, 0)
 		require.NoError(t, err)
 		require.Regexp(t, `^\d+:\d+:1000:w\d$`, first, "new generations are blocked")
 		require.Equal(t, first+","+first+","+third, meta["shapes"])
@@ -203,7 +203,7 @@ func TestClassicGenerationOfTheBuildBeforeKeepsWorking(t *testing.T) {
 		res, err = tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", after)
 		require.NoError(t, err)
 		require.Equal(t, 1300, res.New)
-		blocked, err := queues.BloomShape(1000, 1e-6)
+		blocked, err := queues.BloomShape(1000, 1e-6, 0)
 		require.NoError(t, err)
 		meta, err := tb.rdb.HGetAll(tb.ctx, queues.BloomMetaKey(tb.slug)).Result()
 		require.NoError(t, err)
@@ -220,5 +220,49 @@ func TestClassicGenerationOfTheBuildBeforeKeepsWorking(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 1500, res.Duplicate, "every item of both generations is known")
 		require.EqualValues(t, 1300, tb.counts(t).Backfeed)
+	})
+}
+
+// TestBloomWordsShapeOnlyNewGenerations: a generation of three words per
+// item (what the build before started at the default rate) keeps its shape
+// and its items when bloom_words changes, and the next generation takes the
+// new count; a bloom_words outside 0 or 2-4 is refused and changes nothing.
+func TestBloomWordsShapeOnlyNewGenerations(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{BackfeedSecret: ptr("secret_123"), BloomCapacity: ptr(1000), BloomWords: ptr(3)})
+		before := names("before-", 600)
+		res, err := tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", before)
+		require.NoError(t, err)
+		require.Equal(t, 600, res.New)
+		three, err := queues.BloomShape(1000, 1e-6, 3)
+		require.NoError(t, err)
+		require.Regexp(t, `:w3$`, three)
+
+		for _, words := range []int{1, 5, -1} {
+			_, err = tb.engine.UpdateProject(tb.ctx, tb.slug, queues.SettingsPatch{BloomWords: ptr(words)})
+			requireCode(t, err, queues.CodeInvalid)
+			require.Contains(t, err.Error(), "bloom_words")
+		}
+		project, err := tb.engine.Project(tb.ctx, tb.slug)
+		require.NoError(t, err)
+		require.Equal(t, 3, project.BloomWords, "a refused bloom_words changes nothing")
+
+		_, err = tb.engine.UpdateProject(tb.ctx, tb.slug, queues.SettingsPatch{BloomWords: ptr(0)})
+		require.NoError(t, err)
+		after := names("after-", 1000)
+		res, err = tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", after)
+		require.NoError(t, err)
+		require.Equal(t, 1000, res.New, "no new item is taken for a duplicate")
+		two, err := queues.BloomShape(1000, 1e-6, 0)
+		require.NoError(t, err)
+		require.Regexp(t, `:w2$`, two, "the automatic choice at 1e-6 is two words")
+		meta, err := tb.rdb.HGetAll(tb.ctx, queues.BloomMetaKey(tb.slug)).Result()
+		require.NoError(t, err)
+		require.Equal(t, three+","+two, meta["shapes"], "generation 1 keeps three words, generation 2 takes two")
+		require.Equal(t, "600", meta["count"], "400 filled generation 1, 600 went into generation 2")
+		res, err = tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", append(append([]string{}, before...), after...))
+		require.NoError(t, err)
+		require.Equal(t, 1600, res.Duplicate, "every item of both generations is known")
+		require.EqualValues(t, 1600, tb.counts(t).Backfeed)
 	})
 }
