@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/bits-and-blooms/bloom/v3"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/internal/redistest"
@@ -264,5 +265,81 @@ func TestBloomWordsShapeOnlyNewGenerations(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 1600, res.Duplicate, "every item of both generations is known")
 		require.EqualValues(t, 1600, tb.counts(t).Backfeed)
+	})
+}
+
+// TestBackfeedLooksUpOnlyItemsThatCouldHaveBypassedTheFilter: a project
+// starts with bloom_only set (every item it has entered through its Bloom
+// filter: none yet), so a backfeed does not look up the items the filter
+// has not seen in out, done, released, failed or the queues; the first
+// item let in any other way (enqueue, the scored queue, an import) clears
+// it, and from then on such an item is found where it is.
+func TestBackfeedLooksUpOnlyItemsThatCouldHaveBypassedTheFilter(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		for _, bypass := range []string{"enqueue", "scored", "import"} {
+			t.Run(bypass, func(t *testing.T) {
+				tb := setupProject(t, b, "proj-"+bypass, queues.SettingsPatch{BackfeedSecret: ptr("secret_123"), BloomCapacity: ptr(1000)})
+				bloomOnly := func() string {
+					t.Helper()
+					v, err := tb.rdb.HGet(tb.ctx, queues.ConfigKey(tb.slug), "bloom_only").Result()
+					if err != nil {
+						require.ErrorIs(t, err, redis.Nil)
+					}
+					return v
+				}
+				require.Equal(t, "1", bloomOnly(), "a new project starts with every item filtered")
+
+				res, err := tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", []string{"a", "b"})
+				require.NoError(t, err)
+				require.Equal(t, queues.BackfeedResult{Received: 2, New: 2}, res)
+				// Claimed and done, the backfed items stay known by the filter.
+				got := tb.claim(t, "alice", 2)
+				_, err = tb.done("alice", got...)
+				require.NoError(t, err)
+				res, err = tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", []string{"a", "b"})
+				require.NoError(t, err)
+				require.Equal(t, 2, res.Duplicate)
+				require.Equal(t, "1", bloomOnly(), "backfeed and claims keep it")
+
+				// An item done behind the filter's back (no script does
+				// this) shows the look-ups are skipped while bloom_only is set.
+				require.NoError(t, tb.rdb.SAdd(tb.ctx, queues.DoneKey(tb.slug), "ghost").Err())
+				res, err = tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", []string{"ghost"})
+				require.NoError(t, err)
+				require.Equal(t, 1, res.New, "not looked up")
+				require.NoError(t, tb.rdb.HDel(tb.ctx, queues.ConfigKey(tb.slug), "bloom_only").Err())
+				require.NoError(t, tb.rdb.SAdd(tb.ctx, queues.DoneKey(tb.slug), "ghost2").Err())
+				res, err = tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", []string{"ghost2"})
+				require.NoError(t, err)
+				require.Equal(t, queues.BackfeedResult{Received: 1, Duplicate: 1, Placed: 1}, res,
+					"without bloom_only (a project of the build before) every unseen item is looked up")
+				require.NoError(t, tb.rdb.HSet(tb.ctx, queues.ConfigKey(tb.slug), "bloom_only", "1").Err())
+
+				// An item let in without the filter clears it, in the same step.
+				switch bypass {
+				case "enqueue":
+					tb.enqueue(t, todo, "x")
+				case "scored":
+					_, err = tb.engine.EnqueueScored(tb.ctx, tb.slug, []queues.QueueItem{{Name: "x", Score: 1}})
+					require.NoError(t, err)
+					// Backfeed looks in the list queues' index, not the
+					// scored queue (claim.lua drops a popped copy of an
+					// item out): x is looked up once it is out.
+					require.Equal(t, []string{"x"}, tb.claim(t, "bob", 1))
+				case "import":
+					imp, err := tb.engine.ImportDone(tb.ctx, tb.slug, []string{"x"})
+					require.NoError(t, err)
+					require.Equal(t, 1, imp.Imported)
+				}
+				require.Empty(t, bloomOnly(), "%s lets an item in without the filter", bypass)
+				res, err = tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", []string{"x", "y"})
+				require.NoError(t, err)
+				require.Equal(t, 1, res.New, "y only: x is where %s put it", bypass)
+				require.Equal(t, 1, res.Duplicate)
+				res, err = tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", []string{"x"})
+				require.NoError(t, err)
+				require.Equal(t, 1, res.Duplicate)
+			})
+		}
 	})
 }
