@@ -66,11 +66,7 @@ if ARGV[1] == 'create' then
   -- No item has extras yet: enqueue.lua sets it to 1 when it writes some.
   -- Every copy in its lists will have gone through the queued index:
   -- claim.lua need not look for duplicates when it pops (pop_check).
-  -- No item has entered without the backfeed Bloom filter (bloom_only):
-  -- until enqueue.lua, enqueue_scored.lua or import_state.lua lets one in
-  -- and clears it, an item the filter has not seen is nowhere, and
-  -- bloom_add.lua need not look it up.
-  redis.call('HSET', KEYS[1], 'has_extras', '0', 'pop_check', '0', 'bloom_only', '1')
+  redis.call('HSET', KEYS[1], 'has_extras', '0', 'pop_check', '0')
 end
 -- Every write moves config_version: frontends keep a copy of the settings
 -- for the plain claim (claim_plain.lua), which compares it with this. A

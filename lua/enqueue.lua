@@ -102,9 +102,9 @@ end
 if queued > 0 then
   redis.call('HINCRBY', KEYS[3], 'items_queued', queued)
   -- Items that bypassed the Bloom filter are waiting now: bloom_add.lua
-  -- looks up the items its filter has not seen from here on
-  -- (config_write.lua sets bloom_only at creation). HDEL of a field that
-  -- is gone writes nothing, not even to the AOF.
+  -- looks up the items its filter has not seen from here on (it sets
+  -- bloom_only when it starts the filter of a project no item has entered
+  -- yet). HDEL of a field that is gone writes nothing, not even to the AOF.
   redis.call('HDEL', KEYS[1], 'bloom_only')
   -- A new reservation moves config_version: frontends serve a downloader
   -- with one through claim.lua, which serves its reserved queue first.

@@ -268,12 +268,13 @@ func TestBloomWordsShapeOnlyNewGenerations(t *testing.T) {
 	})
 }
 
-// TestBackfeedLooksUpOnlyItemsThatCouldHaveBypassedTheFilter: a project
-// starts with bloom_only set (every item it has entered through its Bloom
-// filter: none yet), so a backfeed does not look up the items the filter
-// has not seen in out, done, released, failed or the queues; the first
-// item let in any other way (enqueue, the scored queue, an import) clears
-// it, and from then on such an item is found where it is.
+// TestBackfeedLooksUpOnlyItemsThatCouldHaveBypassedTheFilter: the batch that
+// starts the Bloom filter of a project no item has entered sets bloom_only
+// (every item entered through the filter), so a backfeed does not look up
+// the items the filter has not seen in out, done, released, failed or the
+// queues; the first item let in any other way (enqueue, the scored queue,
+// an import) clears it, and from then on such an item is found where it
+// is. A filter started in a project with items never sets it.
 func TestBackfeedLooksUpOnlyItemsThatCouldHaveBypassedTheFilter(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		for _, bypass := range []string{"enqueue", "scored", "import"} {
@@ -287,11 +288,11 @@ func TestBackfeedLooksUpOnlyItemsThatCouldHaveBypassedTheFilter(t *testing.T) {
 					}
 					return v
 				}
-				require.Equal(t, "1", bloomOnly(), "a new project starts with every item filtered")
-
+				require.Empty(t, bloomOnly(), "no filter yet")
 				res, err := tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", []string{"a", "b"})
 				require.NoError(t, err)
 				require.Equal(t, queues.BackfeedResult{Received: 2, New: 2}, res)
+				require.Equal(t, "1", bloomOnly(), "the filter started in an empty project")
 				// Claimed and done, the backfed items stay known by the filter.
 				got := tb.claim(t, "alice", 2)
 				_, err = tb.done("alice", got...)
@@ -339,6 +340,41 @@ func TestBackfeedLooksUpOnlyItemsThatCouldHaveBypassedTheFilter(t *testing.T) {
 				res, err = tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", []string{"x"})
 				require.NoError(t, err)
 				require.Equal(t, 1, res.Duplicate)
+			})
+		}
+	})
+}
+
+// TestBloomOnlyIsNotSetWhenTheFilterStartsInAProjectWithItems: items
+// queued, claimed, done or failed before the first backfeed bypassed the
+// filter, so the batch that starts it does not set bloom_only, and such an
+// item is found where it is.
+func TestBloomOnlyIsNotSetWhenTheFilterStartsInAProjectWithItems(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		for _, before := range []string{"queued", "done", "imported"} {
+			t.Run(before, func(t *testing.T) {
+				tb := setupProject(t, b, "proj-"+before, queues.SettingsPatch{BackfeedSecret: ptr("secret_123"), BloomCapacity: ptr(1000)})
+				switch before {
+				case "queued":
+					tb.enqueue(t, todo, "x")
+				case "done":
+					tb.enqueue(t, todo, "x")
+					_, err := tb.done("alice", tb.claim(t, "alice", 1)...)
+					require.NoError(t, err)
+				case "imported":
+					_, err := tb.engine.ImportDone(tb.ctx, tb.slug, []string{"x"})
+					require.NoError(t, err)
+				}
+				res, err := tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", []string{"x", "y"})
+				require.NoError(t, err)
+				require.Equal(t, 1, res.New, "y only")
+				require.Equal(t, 1, res.Duplicate)
+				exists, err := tb.rdb.HExists(tb.ctx, queues.ConfigKey(tb.slug), "bloom_only").Result()
+				require.NoError(t, err)
+				require.False(t, exists, "the filter started after an item came in another way")
+				res, err = tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", []string{"x", "z"})
+				require.NoError(t, err)
+				require.Equal(t, 1, res.New, "z only")
 			})
 		}
 	})
