@@ -2,7 +2,8 @@
 -- item (to a todo queue, a limit group's sub-queue, or a reserved queue);
 -- this script appends each list of items to its key.
 --
--- KEYS[1] config    HASH (has_extras is set to 1 when extras are written)
+-- KEYS[1] config    HASH (has_extras is set to 1 when extras are written;
+--                   bloom_only is cleared when items are queued)
 -- KEYS[2] extras    HASH item -> JSON object of extra keys
 -- KEYS[3] stats     HASH counters
 -- KEYS[4] reserved  SET  downloaders with a reserved queue (a new one moves
@@ -100,6 +101,11 @@ if #extras > 0 then
 end
 if queued > 0 then
   redis.call('HINCRBY', KEYS[3], 'items_queued', queued)
+  -- Items that bypassed the Bloom filter are waiting now: bloom_add.lua
+  -- looks up the items its filter has not seen from here on (it sets
+  -- bloom_only when it starts the filter of a project no item has entered
+  -- yet). HDEL of a field that is gone writes nothing, not even to the AOF.
+  redis.call('HDEL', KEYS[1], 'bloom_only')
   -- A new reservation moves config_version: frontends serve a downloader
   -- with one through claim.lua, which serves its reserved queue first.
   if ARGV[1] ~= '' and redis.call('SADD', KEYS[4], ARGV[1]) == 1 then

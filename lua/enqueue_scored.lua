@@ -3,7 +3,7 @@
 -- item already waiting there gets its new score (a rescore); an item out,
 -- done or failed is skipped, as enqueue.lua does.
 --
--- KEYS[1] config      HASH
+-- KEYS[1] config      HASH (bloom_only is cleared when items are queued)
 -- KEYS[2] stats       HASH counters
 -- KEYS[3] claims      HASH item -> claim record
 -- KEYS[4] done        SET
@@ -64,5 +64,7 @@ if #rescore > 0 then call_chunked('ZADD', KEYS[6], rescore) end
 if #fresh > 0 then
   redis.call('HINCRBY', KEYS[2], 'items_queued', #fresh / 2)
   redis.call('HSET', KEYS[1], 'pop_check', '1')
+  -- Items that bypassed the Bloom filter: see enqueue.lua.
+  redis.call('HDEL', KEYS[1], 'bloom_only')
 end
 return {#fresh / 2, #rescore / 2, skipped, redis.call('ZCARD', KEYS[6])}

@@ -4,7 +4,8 @@
 -- again and a failed item stays in its one place until an operator
 -- requeues it.
 --
--- KEYS[1] config       HASH (done_mode, recent_done, reclaim_ttl_ms)
+-- KEYS[1] config       HASH (done_mode, recent_done, reclaim_ttl_ms;
+--                      bloom_only is cleared when items are imported)
 -- KEYS[2] deadlines    ZSET item -> reclaim deadline (ms)
 -- KEYS[3] claims       HASH item -> claim record
 -- KEYS[4] done         SET
@@ -85,6 +86,9 @@ else
   end
   if imported > 0 then hincr_capped(KEYS[7], 'claims_imported', imported) end
 end
+-- Imported items bypassed the Bloom filter: bloom_add.lua looks up the
+-- items its filter has not seen from here on (see enqueue.lua).
+if imported > 0 then redis.call('HDEL', KEYS[1], 'bloom_only') end
 -- A copy still waiting in a list would be handed out again by a claim that
 -- does not look for duplicates: such a project goes back to looking.
 if cfg[6] == '0' and #landed > 0 then

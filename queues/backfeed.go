@@ -64,8 +64,10 @@ const MaxBloomBatch = 1000
 // docs/warrior-api.md, "Backfeed"), a new item costs about 19 us with the
 // default classic filter (k = 20); one 1,000-item call took 31-64 ms. With
 // two calls in flight (bloomScriptsInFlight) a warrior waits behind up to
-// two, so each is half what one could be: 2,048 is 64 items of the
-// default blocked shape (73 of a classic one), and beat 4,096 with one
+// two, so each is half what one could be: 2,048 is 85 items of the
+// default two-word blocked shape (64 of the three-word one before it,
+// whose call took slightly longer: ~5.4M Redis instructions against ~4.9M,
+// callgrind; 73 of a classic one), and beat 4,096 with one
 // call in flight both for new items/s and for the warriors beside them
 // (docs/warrior-api.md, "Backfeed").
 var bloomScriptBudget = 2048
@@ -197,10 +199,11 @@ func (s bloomShape) cost() int {
 // a word costs less than that inside Redis (its read and write are 7
 // arguments of batch-wide BITFIELDs; a new item in the default 3-word shape
 // took 7.6 µs of EVALSHA against a classic 20-bit item's 28.5, side by side
-// at load 25), but at 8 a call takes 64 items of the default shape, as
-// many as two calls in flight (bloomScriptsInFlight) should hold a warrior
-// behind them, and the call's fixed part is small beside 64 items (~2k of
-// the ~85k Redis instructions per new item, callgrind).
+// at load 25), but at 8 a call takes 64 items of a 3-word shape (85 of
+// the default 2-word one), as many as two calls in flight
+// (bloomScriptsInFlight) should hold a warrior behind them, and the call's
+// fixed part is small beside them (~2k of the ~85k Redis instructions per
+// new item, callgrind).
 const blockedWordCost = 8
 
 // argsPerItem is how many script arguments an item carries for this
@@ -254,9 +257,10 @@ func appendBloomBatch(args []any, shapes []bloomShape, items []string, target fu
 const MaxBloomGenerationBits = 1 << 32
 
 // newBloomShape sizes a new generation (blocked) for capacity items at
-// false-positive rate fp, refusing one Redis cannot hold.
-func newBloomShape(capacity int, fp float64) (bloomShape, error) {
-	shape := newBlockedShape(capacity, fp)
+// false-positive rate fp with `words` words per item (0 = automatic),
+// refusing one Redis cannot hold.
+func newBloomShape(capacity int, fp float64, words int) (bloomShape, error) {
+	shape := newBlockedShape(capacity, fp, uint(words))
 	if shape.m == 0 || uint64(shape.m) > MaxBloomGenerationBits {
 		return bloomShape{}, fmt.Errorf("a generation of %d items at false-positive rate %g needs %d MiB of bits, above Redis's 512 MiB string limit; lower bloom_capacity (full generations chain)",
 			capacity, fp, (uint64(shape.m)+(8<<20)-1)/(8<<20))
@@ -265,9 +269,10 @@ func newBloomShape(capacity int, fp float64) (bloomShape, error) {
 }
 
 // BloomShape describes the generation a project's settings start now, as
-// meta's `shapes` records it (see bloomShape.String), or why there is none.
-func BloomShape(capacity int, fp float64) (string, error) {
-	shape, err := newBloomShape(capacity, fp)
+// meta's `shapes` records it (see bloomShape.String), or why there is none;
+// words is bloom_words (0 = automatic).
+func BloomShape(capacity int, fp float64, words int) (string, error) {
+	shape, err := newBloomShape(capacity, fp, words)
 	if err != nil {
 		return "", err
 	}
@@ -353,7 +358,7 @@ func (e *Engine) bloomAdd(ctx context.Context, slug, secret string, q Queue, ite
 		}
 		valid = append(valid, item)
 	}
-	next, err := newBloomShape(project.BloomCapacity, project.BloomFPRate)
+	next, err := newBloomShape(project.BloomCapacity, project.BloomFPRate, project.BloomWords)
 	if err != nil {
 		return result, errorf(op, CodeInvalid, "%v", err)
 	}

@@ -175,7 +175,7 @@ func TestBackfeedScriptsStayWithinTheBudget(t *testing.T) {
 		secret, capacity := "secret_123", 100_000
 		_, err := e.CreateProject(ctx, "split", SettingsPatch{BackfeedSecret: &secret, BloomCapacity: &capacity})
 		require.NoError(t, err)
-		shape, err := newBloomShape(capacity, DefaultBloomFPRate)
+		shape, err := newBloomShape(capacity, DefaultBloomFPRate, 0)
 		require.NoError(t, err)
 		// Every script's items carry one generation's locations: the first
 		// script starts generation 1, and the rest fit in it, so none

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/bits-and-blooms/bloom/v3"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/internal/redistest"
@@ -104,9 +105,9 @@ func TestBloomSettingsChangeShapesOnlyNewGenerations(t *testing.T) {
 
 		meta, err := tb.rdb.HGetAll(tb.ctx, queues.BloomMetaKey(tb.slug)).Result()
 		require.NoError(t, err)
-		first, err := queues.BloomShape(1000, 1e-6)
+		first, err := queues.BloomShape(1000, 1e-6, 0)
 		require.NoError(t, err)
-		third, err := queues.BloomShape(50_000, 1e-4)
+		third, err := queues.BloomShape(50_000, 1e-4, 0)
 		require.NoError(t, err)
 		require.Regexp(t, `^\d+:\d+:1000:w\d$`, first, "new generations are blocked")
 		require.Equal(t, first+","+first+","+third, meta["shapes"])
@@ -203,7 +204,7 @@ func TestClassicGenerationOfTheBuildBeforeKeepsWorking(t *testing.T) {
 		res, err = tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", after)
 		require.NoError(t, err)
 		require.Equal(t, 1300, res.New)
-		blocked, err := queues.BloomShape(1000, 1e-6)
+		blocked, err := queues.BloomShape(1000, 1e-6, 0)
 		require.NoError(t, err)
 		meta, err := tb.rdb.HGetAll(tb.ctx, queues.BloomMetaKey(tb.slug)).Result()
 		require.NoError(t, err)
@@ -220,5 +221,161 @@ func TestClassicGenerationOfTheBuildBeforeKeepsWorking(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 1500, res.Duplicate, "every item of both generations is known")
 		require.EqualValues(t, 1300, tb.counts(t).Backfeed)
+	})
+}
+
+// TestBloomWordsShapeOnlyNewGenerations: a generation of three words per
+// item (what the build before started at the default rate) keeps its shape
+// and its items when bloom_words changes, and the next generation takes the
+// new count; a bloom_words outside 0 or 2-4 is refused and changes nothing.
+func TestBloomWordsShapeOnlyNewGenerations(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{BackfeedSecret: ptr("secret_123"), BloomCapacity: ptr(1000), BloomWords: ptr(3)})
+		before := names("before-", 600)
+		res, err := tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", before)
+		require.NoError(t, err)
+		require.Equal(t, 600, res.New)
+		three, err := queues.BloomShape(1000, 1e-6, 3)
+		require.NoError(t, err)
+		require.Regexp(t, `:w3$`, three)
+
+		for _, words := range []int{1, 5, -1} {
+			_, err = tb.engine.UpdateProject(tb.ctx, tb.slug, queues.SettingsPatch{BloomWords: ptr(words)})
+			requireCode(t, err, queues.CodeInvalid)
+			require.Contains(t, err.Error(), "bloom_words")
+		}
+		project, err := tb.engine.Project(tb.ctx, tb.slug)
+		require.NoError(t, err)
+		require.Equal(t, 3, project.BloomWords, "a refused bloom_words changes nothing")
+
+		_, err = tb.engine.UpdateProject(tb.ctx, tb.slug, queues.SettingsPatch{BloomWords: ptr(0)})
+		require.NoError(t, err)
+		after := names("after-", 1000)
+		res, err = tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", after)
+		require.NoError(t, err)
+		require.Equal(t, 1000, res.New, "no new item is taken for a duplicate")
+		two, err := queues.BloomShape(1000, 1e-6, 0)
+		require.NoError(t, err)
+		require.Regexp(t, `:w2$`, two, "the automatic choice at 1e-6 is two words")
+		meta, err := tb.rdb.HGetAll(tb.ctx, queues.BloomMetaKey(tb.slug)).Result()
+		require.NoError(t, err)
+		require.Equal(t, three+","+two, meta["shapes"], "generation 1 keeps three words, generation 2 takes two")
+		require.Equal(t, "600", meta["count"], "400 filled generation 1, 600 went into generation 2")
+		res, err = tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", append(append([]string{}, before...), after...))
+		require.NoError(t, err)
+		require.Equal(t, 1600, res.Duplicate, "every item of both generations is known")
+		require.EqualValues(t, 1600, tb.counts(t).Backfeed)
+	})
+}
+
+// TestBackfeedLooksUpOnlyItemsThatCouldHaveBypassedTheFilter: the batch that
+// starts the Bloom filter of a project no item has entered sets bloom_only
+// (every item entered through the filter), so a backfeed does not look up
+// the items the filter has not seen in out, done, released, failed or the
+// queues; the first item let in any other way (enqueue, the scored queue,
+// an import) clears it, and from then on such an item is found where it
+// is. A filter started in a project with items never sets it.
+func TestBackfeedLooksUpOnlyItemsThatCouldHaveBypassedTheFilter(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		for _, bypass := range []string{"enqueue", "scored", "import"} {
+			t.Run(bypass, func(t *testing.T) {
+				tb := setupProject(t, b, "proj-"+bypass, queues.SettingsPatch{BackfeedSecret: ptr("secret_123"), BloomCapacity: ptr(1000)})
+				bloomOnly := func() string {
+					t.Helper()
+					v, err := tb.rdb.HGet(tb.ctx, queues.ConfigKey(tb.slug), "bloom_only").Result()
+					if err != nil {
+						require.ErrorIs(t, err, redis.Nil)
+					}
+					return v
+				}
+				require.Empty(t, bloomOnly(), "no filter yet")
+				res, err := tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", []string{"a", "b"})
+				require.NoError(t, err)
+				require.Equal(t, queues.BackfeedResult{Received: 2, New: 2}, res)
+				require.Equal(t, "1", bloomOnly(), "the filter started in an empty project")
+				// Claimed and done, the backfed items stay known by the filter.
+				got := tb.claim(t, "alice", 2)
+				_, err = tb.done("alice", got...)
+				require.NoError(t, err)
+				res, err = tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", []string{"a", "b"})
+				require.NoError(t, err)
+				require.Equal(t, 2, res.Duplicate)
+				require.Equal(t, "1", bloomOnly(), "backfeed and claims keep it")
+
+				// An item done behind the filter's back (no script does
+				// this) shows the look-ups are skipped while bloom_only is set.
+				require.NoError(t, tb.rdb.SAdd(tb.ctx, queues.DoneKey(tb.slug), "ghost").Err())
+				res, err = tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", []string{"ghost"})
+				require.NoError(t, err)
+				require.Equal(t, 1, res.New, "not looked up")
+				require.NoError(t, tb.rdb.HDel(tb.ctx, queues.ConfigKey(tb.slug), "bloom_only").Err())
+				require.NoError(t, tb.rdb.SAdd(tb.ctx, queues.DoneKey(tb.slug), "ghost2").Err())
+				res, err = tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", []string{"ghost2"})
+				require.NoError(t, err)
+				require.Equal(t, queues.BackfeedResult{Received: 1, Duplicate: 1, Placed: 1}, res,
+					"without bloom_only (a project of the build before) every unseen item is looked up")
+				require.NoError(t, tb.rdb.HSet(tb.ctx, queues.ConfigKey(tb.slug), "bloom_only", "1").Err())
+
+				// An item let in without the filter clears it, in the same step.
+				switch bypass {
+				case "enqueue":
+					tb.enqueue(t, todo, "x")
+				case "scored":
+					_, err = tb.engine.EnqueueScored(tb.ctx, tb.slug, []queues.QueueItem{{Name: "x", Score: 1}})
+					require.NoError(t, err)
+					// Backfeed looks in the list queues' index, not the
+					// scored queue (claim.lua drops a popped copy of an
+					// item out): x is looked up once it is out.
+					require.Equal(t, []string{"x"}, tb.claim(t, "bob", 1))
+				case "import":
+					imp, err := tb.engine.ImportDone(tb.ctx, tb.slug, []string{"x"})
+					require.NoError(t, err)
+					require.Equal(t, 1, imp.Imported)
+				}
+				require.Empty(t, bloomOnly(), "%s lets an item in without the filter", bypass)
+				res, err = tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", []string{"x", "y"})
+				require.NoError(t, err)
+				require.Equal(t, 1, res.New, "y only: x is where %s put it", bypass)
+				require.Equal(t, 1, res.Duplicate)
+				res, err = tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", []string{"x"})
+				require.NoError(t, err)
+				require.Equal(t, 1, res.Duplicate)
+			})
+		}
+	})
+}
+
+// TestBloomOnlyIsNotSetWhenTheFilterStartsInAProjectWithItems: items
+// queued, claimed, done or failed before the first backfeed bypassed the
+// filter, so the batch that starts it does not set bloom_only, and such an
+// item is found where it is.
+func TestBloomOnlyIsNotSetWhenTheFilterStartsInAProjectWithItems(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		for _, before := range []string{"queued", "done", "imported"} {
+			t.Run(before, func(t *testing.T) {
+				tb := setupProject(t, b, "proj-"+before, queues.SettingsPatch{BackfeedSecret: ptr("secret_123"), BloomCapacity: ptr(1000)})
+				switch before {
+				case "queued":
+					tb.enqueue(t, todo, "x")
+				case "done":
+					tb.enqueue(t, todo, "x")
+					_, err := tb.done("alice", tb.claim(t, "alice", 1)...)
+					require.NoError(t, err)
+				case "imported":
+					_, err := tb.engine.ImportDone(tb.ctx, tb.slug, []string{"x"})
+					require.NoError(t, err)
+				}
+				res, err := tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", []string{"x", "y"})
+				require.NoError(t, err)
+				require.Equal(t, 1, res.New, "y only")
+				require.Equal(t, 1, res.Duplicate)
+				exists, err := tb.rdb.HExists(tb.ctx, queues.ConfigKey(tb.slug), "bloom_only").Result()
+				require.NoError(t, err)
+				require.False(t, exists, "the filter started after an item came in another way")
+				res, err = tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", []string{"x", "z"})
+				require.NoError(t, err)
+				require.Equal(t, 1, res.New, "z only")
+			})
+		}
 	})
 }

@@ -27,13 +27,27 @@ import (
 const blockedWordBits = 32
 
 // blockedMaxMemory is how much more memory than a classic filter of the
-// same rate a blocked shape may take before it spends another word per item
-// (each word read and written costs Redis about a microsecond per item).
-const blockedMaxMemory = 1.5
+// same rate a blocked shape may take before it spends another word per item,
+// when the project leaves bloom_words automatic. A word costs Redis about 8k
+// instructions per new item (its read and write in the batch's BITFIELDs,
+// its reference, its AOF bytes: 86.6k per new item with 3 words, 69.6k
+// with 2, callgrind, docs/warrior-api.md), so at the default 1e-6 two
+// words (2.30x a classic filter's bits, 8.3 bytes per item) win over three
+// (1.47x, 5.3 bytes); at 1e-9 two words would take 5.6x and three (2.30x)
+// are chosen.
+const blockedMaxMemory = 2.5
 
 // blockedWordChoices are the words per item a blocked shape may use: fewer
-// cost less per item, more take less memory at a given rate.
+// cost less per item, more take less memory at a given rate. bloom_words
+// names one of them, or 0 for the automatic choice.
 var blockedWordChoices = []uint{2, 3, 4}
+
+// MinBloomWords and MaxBloomWords bound the bloom_words setting (0 =
+// automatic).
+const (
+	MinBloomWords = 2
+	MaxBloomWords = 4
+)
 
 // blockedFalsePositive is the false-positive rate of a blocked generation
 // of `total` words holding n items, each setting k distinct bits in each of
@@ -127,16 +141,23 @@ var blockedShapes sync.Map // blockedKey -> bloomShape
 type blockedKey struct {
 	capacity int
 	fp       float64
+	words    uint
 }
 
-// newBlockedShape sizes a blocked generation for capacity items at rate fp:
-// the fewest words per item whose memory is within blockedMaxMemory of a
-// classic filter's and whose string Redis can hold; failing that, the
-// smallest. Computed once per (capacity, fp).
-func newBlockedShape(capacity int, fp float64) bloomShape {
-	key := blockedKey{capacity, fp}
+// newBlockedShape sizes a blocked generation for capacity items at rate fp
+// with `words` words per item, or, with words 0, the fewest words per item
+// whose memory is within blockedMaxMemory of a classic filter's and whose
+// string Redis can hold; failing that, the smallest. Computed once per
+// (capacity, fp, words).
+func newBlockedShape(capacity int, fp float64, words uint) bloomShape {
+	key := blockedKey{capacity, fp, words}
 	if shape, ok := blockedShapes.Load(key); ok {
 		return shape.(bloomShape)
+	}
+	if words > 0 {
+		shape := blockedShapeFor(capacity, fp, words)
+		blockedShapes.Store(key, shape)
+		return shape
 	}
 	classic, _ := BloomParameters(capacity, fp)
 	var chosen bloomShape

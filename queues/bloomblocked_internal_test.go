@@ -13,7 +13,7 @@ import (
 func BenchmarkNewBlockedShape(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		blockedShapes.Clear()
-		newBlockedShape(DefaultBloomCapacity, DefaultBloomFPRate)
+		newBlockedShape(DefaultBloomCapacity, DefaultBloomFPRate, 0)
 	}
 }
 
@@ -23,8 +23,8 @@ func TestBlockedShapesAtTheDefaults(t *testing.T) {
 	for _, c := range []struct {
 		fp    float64
 		words uint
-	}{{1e-6, 3}, {1e-4, 2}, {1e-3, 2}, {0.1, 2}, {1e-9, 4}} {
-		shape := newBlockedShape(1_000_000, c.fp)
+	}{{1e-6, 2}, {1e-4, 2}, {1e-3, 2}, {0.1, 2}, {1e-9, 3}} {
+		shape := newBlockedShape(1_000_000, c.fp, 0)
 		classic, _ := BloomParameters(1_000_000, c.fp)
 		t.Logf("fp %g: %d words of k=%d, %.1f bits per item (classic %.1f)", c.fp, shape.words, shape.k, float64(shape.m)/1e6, float64(classic)/1e6)
 		require.Equal(t, c.words, shape.words, "fp %g", c.fp)
@@ -49,7 +49,7 @@ func TestBlockedShapeMeetsItsRate(t *testing.T) {
 		fp       float64
 		low      float64
 	}{{n, 1e-4, 0.5}, {n, 1e-6, 0}} {
-		shape := newBlockedShape(c.capacity, c.fp)
+		shape := newBlockedShape(c.capacity, c.fp, 0)
 		words := make([]uint32, shape.m/blockedWordBits)
 		for i := range c.capacity {
 			blockedWords(fmt.Sprintf("https://example.org/in/%d", i), shape, func(word uint64, mask uint32) {
@@ -110,7 +110,7 @@ func FuzzParseBloomShapes(f *testing.F) {
 // it, so the list must hold each word once, and each item's reference must
 // decode to exactly the words and masks blockedWords gives it.
 func TestBlockedBatchNamesEachWordOnce(t *testing.T) {
-	shape := newBlockedShape(1000, 1e-6) // few words: items share some
+	shape := newBlockedShape(1000, 1e-6, 0) // few words: items share some
 	batch := newBlockedBatch(shape, 0)
 	refs := map[string]string{}
 	items := make([]string, 500)

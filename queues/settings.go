@@ -137,6 +137,13 @@ type Settings struct {
 	// Bloom filter: a new generation starts after BloomCapacity items.
 	BloomCapacity int     `json:"bloom_capacity"`
 	BloomFPRate   float64 `json:"bloom_fp_rate"`
+	// BloomWords is how many 32-bit words of a new generation an item sets
+	// bits in (MinBloomWords to MaxBloomWords), or 0 to let hoard choose
+	// (2 at the default rate). Fewer words cost Redis less per backfed
+	// item and take more memory per item (docs/warrior-api.md, "Blocked
+	// generations"). Like capacity and rate, it shapes only generations
+	// started after it is set.
+	BloomWords int `json:"bloom_words"`
 	// OffloadAbove is the most items a shared queue (with its limit groups'
 	// sub-queues) keeps in Redis before its tail moves to segment files on
 	// disk (0 = never). Segments come back when fewer than a quarter of it
@@ -217,6 +224,7 @@ type SettingsPatch struct {
 	BackfeedSecret          *string                     `json:"backfeed_secret,omitempty"`
 	BloomCapacity           *int                        `json:"bloom_capacity,omitempty"`
 	BloomFPRate             *float64                    `json:"bloom_fp_rate,omitempty"`
+	BloomWords              *int                        `json:"bloom_words,omitempty"`
 	OffloadAbove            *int                        `json:"offload_above,omitempty"`
 	OffloadSegment          *int                        `json:"offload_segment,omitempty"`
 	DoneMode                *string                     `json:"done_mode,omitempty"`
@@ -291,6 +299,9 @@ func (p SettingsPatch) Apply(s Settings) (Settings, error) {
 	if p.BloomFPRate != nil {
 		s.BloomFPRate = *p.BloomFPRate
 	}
+	if p.BloomWords != nil {
+		s.BloomWords = *p.BloomWords
+	}
 	if p.OffloadAbove != nil {
 		s.OffloadAbove = *p.OffloadAbove
 	}
@@ -363,6 +374,8 @@ func (s Settings) Validate() error {
 		return bad("bloom_capacity", "must be between %d and 500000000", MaxBloomBatch)
 	case s.BloomFPRate <= 0 || s.BloomFPRate > 0.1:
 		return bad("bloom_fp_rate", "must be above 0 and at most 0.1")
+	case s.BloomWords != 0 && (s.BloomWords < MinBloomWords || s.BloomWords > MaxBloomWords):
+		return bad("bloom_words", "must be 0 (automatic) or between %d and %d", MinBloomWords, MaxBloomWords)
 	case len(s.UploadTargets) > 100:
 		return bad("upload_targets", "at most 100")
 	case s.OffloadSegment < 1000 || s.OffloadSegment > MaxOffloadSegment:
@@ -380,7 +393,7 @@ func (s Settings) Validate() error {
 	case s.FailReportTo != FailToFailed && s.FailReportTo != FailToRedo:
 		return bad("fail_report_to", "must be failed or redo")
 	}
-	if _, err := newBloomShape(s.BloomCapacity, s.BloomFPRate); err != nil {
+	if _, err := newBloomShape(s.BloomCapacity, s.BloomFPRate, s.BloomWords); err != nil {
 		return bad("bloom_capacity", "%v", err)
 	}
 	for _, target := range s.UploadTargets {
@@ -430,6 +443,7 @@ func (s Settings) fields() []any {
 		"backfeed_secret", s.BackfeedSecret,
 		"bloom_capacity", strconv.Itoa(s.BloomCapacity),
 		"bloom_fp_rate", strconv.FormatFloat(s.BloomFPRate, 'g', -1, 64),
+		"bloom_words", strconv.Itoa(s.BloomWords),
 		"offload_above", strconv.Itoa(s.OffloadAbove),
 		"offload_segment", strconv.Itoa(s.OffloadSegment),
 		"done_mode", s.DoneMode,
@@ -485,6 +499,7 @@ func (p SettingsPatch) fieldNames() []string {
 	add(p.BackfeedSecret != nil, "backfeed_secret")
 	add(p.BloomCapacity != nil, "bloom_capacity")
 	add(p.BloomFPRate != nil, "bloom_fp_rate")
+	add(p.BloomWords != nil, "bloom_words")
 	add(p.OffloadAbove != nil, "offload_above")
 	add(p.OffloadSegment != nil, "offload_segment")
 	add(p.DoneMode != nil, "done_mode")
@@ -518,6 +533,7 @@ func settingsFromHash(h map[string]string) Settings {
 	s.LimitGroups = decodeGroups(h["limit_groups"])
 	s.BackfeedSecret = h["backfeed_secret"]
 	intField(h, "bloom_capacity", &s.BloomCapacity)
+	intField(h, "bloom_words", &s.BloomWords)
 	intField(h, "offload_above", &s.OffloadAbove)
 	intField(h, "offload_segment", &s.OffloadSegment)
 	intField(h, "recent_done", &s.RecentDone)

@@ -100,7 +100,7 @@ func benchBackfeed(ctx context.Context, env *benchEnv, o benchOptions) error {
 // filterBytesPerItem is what a generation the defaults start now costs per
 // item of its capacity, from the shape the frontend would record.
 func filterBytesPerItem(capacity int, fp float64) string {
-	shape, err := queues.BloomShape(capacity, fp)
+	shape, err := queues.BloomShape(capacity, fp, 0)
 	if err != nil {
 		return err.Error()
 	}

@@ -46,6 +46,7 @@ func projectWriteCommand(verb string) *cobra.Command {
 		rateBurst, budget, claimLimit int
 		maxMulti, logLength           int
 		bloomCapacity, offloadAbove   int
+		bloomWords                    int
 		offloadSegment, recentDone    int
 		bloomFPRate                   float64
 		doneMode                      string
@@ -128,6 +129,9 @@ func projectWriteCommand(verb string) *cobra.Command {
 			if changed("bloom-fp-rate") {
 				p.BloomFPRate = &bloomFPRate
 			}
+			if changed("bloom-words") {
+				p.BloomWords = &bloomWords
+			}
 			if changed("offload-above") {
 				p.OffloadAbove = &offloadAbove
 			}
@@ -188,6 +192,7 @@ func projectWriteCommand(verb string) *cobra.Command {
 	f.StringArrayVar(&extras, "extra", nil, "key=<JSON> sent with every item; repeatable")
 	f.IntVar(&bloomCapacity, "bloom-capacity", queues.DefaultBloomCapacity, "items per backfeed Bloom filter generation")
 	f.Float64Var(&bloomFPRate, "bloom-fp-rate", queues.DefaultBloomFPRate, "false-positive rate of new Bloom filter generations")
+	f.IntVar(&bloomWords, "bloom-words", 0, "32-bit words per item in new Bloom filter generations, 2-4 (fewer: less Redis CPU per backfed item, more memory); 0 = automatic")
 	f.IntVar(&offloadAbove, "offload-above", 0, "items a queue keeps in Redis before its tail moves to segment files on disk; 0 = never")
 	f.IntVar(&offloadSegment, "offload-segment", queues.DefaultOffloadSegment, "items per offloaded segment file")
 	f.StringVar(&doneMode, "done-mode", queues.DoneKeep, "done items: keep (a set in Redis), count (and discard), or archive (to files on disk)")

@@ -197,6 +197,7 @@ const SETTINGS = [
   ['offload_segment', 'number', 'Items per offloaded segment file.'],
   ['bloom_capacity', 'number', 'Items per generation of the backfeed filter.'],
   ['bloom_fp_rate', 'number', 'False-positive rate of the backfeed filter.'],
+  ['bloom_words', 'number', 'Words per item in new filter generations, 2-4 (fewer: less Redis CPU, more memory); 0 = automatic.'],
   ['event_log', 'number', 'Entries of the event stream plugins read (0 = off).'],
   ['max_claims', 'number', 'Times an item may be claimed without a done before it goes to the failed items (0 = reclaimed forever).'],
   ['fail_report_to', 'text', 'Where an item its claimant reports failed goes: failed, or redo (served again until max_claims).'],
