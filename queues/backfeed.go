@@ -64,9 +64,9 @@ const MaxBloomBatch = 1000
 // docs/warrior-api.md, "Backfeed"), a new item costs about 19 us with the
 // default classic filter (k = 20); one 1,000-item call took 31-64 ms. With
 // two calls in flight (bloomScriptsInFlight) a warrior waits behind up to
-// two, so each is half what one could be: 2,048 is 85 items of the
-// default two-word blocked shape (64 of the three-word one before it,
-// whose call took slightly longer: ~5.4M Redis instructions against ~4.9M,
+// two, so each is half what one could be: 2,048 is 64 items of the
+// default three-word blocked shape (85 of a two-word one, bloom_words 2,
+// whose call takes slightly less: ~4.9M Redis instructions against ~5.4M,
 // callgrind; 73 of a classic one), and beat 4,096 with one
 // call in flight both for new items/s and for the warriors beside them
 // (docs/warrior-api.md, "Backfeed").
@@ -199,8 +199,8 @@ func (s bloomShape) cost() int {
 // a word costs less than that inside Redis (its read and write are 7
 // arguments of batch-wide BITFIELDs; a new item in the default 3-word shape
 // took 7.6 µs of EVALSHA against a classic 20-bit item's 28.5, side by side
-// at load 25), but at 8 a call takes 64 items of a 3-word shape (85 of
-// the default 2-word one), as many as two calls in flight
+// at load 25), but at 8 a call takes 64 items of the default 3-word
+// shape (85 of a 2-word one), as many as two calls in flight
 // (bloomScriptsInFlight) should hold a warrior behind them, and the call's
 // fixed part is small beside them (~2k of the ~85k Redis instructions per
 // new item, callgrind).

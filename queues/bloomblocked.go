@@ -30,12 +30,13 @@ const blockedWordBits = 32
 // same rate a blocked shape may take before it spends another word per item,
 // when the project leaves bloom_words automatic. A word costs Redis about 8k
 // instructions per new item (its read and write in the batch's BITFIELDs,
-// its reference, its AOF bytes: 86.6k per new item with 3 words, 69.6k
-// with 2, callgrind, docs/warrior-api.md), so at the default 1e-6 two
-// words (2.30x a classic filter's bits, 8.3 bytes per item) win over three
-// (1.47x, 5.3 bytes); at 1e-9 two words would take 5.6x and three (2.30x)
-// are chosen.
-const blockedMaxMemory = 2.5
+// its reference, its AOF bytes: 84.0k per new item with 3 words, 64.7k
+// with 2, callgrind, docs/warrior-api.md), but the filter stays after its
+// items are done, and Redis's memory is what a large project runs out of:
+// at the default 1e-6 the automatic choice stays three words (1.47x a
+// classic filter's bits, 5.3 bytes per item) over two (2.30x, 8.3 bytes);
+// a project that would rather pay memory than CPU sets bloom_words 2.
+const blockedMaxMemory = 1.5
 
 // blockedWordChoices are the words per item a blocked shape may use: fewer
 // cost less per item, more take less memory at a given rate. bloom_words
