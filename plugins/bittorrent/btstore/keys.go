@@ -214,12 +214,12 @@ func (k *keyRun) names() []string {
 // FeedRowsKey holds the torrent's feed rows not yet fed to the site
 // (HASH "<user id>:<seq>" -> "seq,uploaded,downloaded,up_credit,
 // down_credit,seed_ms,leech_ms,snatched,last_announce"): the user's record
-// on the torrent at a seq. The script that changes a record's fed
-// figures writes its row here in the same call (prelude's user_feed), so
-// the feed reads rows without reading records; a round delivers each
-// user's newest row and deletes the fields it read with a plain HDEL: a
-// newer row is another field. Rows an earlier build wrote are under the
-// user id alone; feed_settle.lua deletes those.
+// on the torrent at its newest seq. The script that changes a record's
+// fed figures writes its row here in the same call, deleting the user's
+// row at the previous seq (prelude's user_feed), so the feed reads rows
+// without reading records, and deletes the fields it delivered with a
+// plain HDEL: a newer row is another field. Rows an earlier build wrote
+// are under the user id alone; feed_settle.lua deletes those.
 func FeedRowsKey(hash bittorrent.InfoHash) string { return torrentPrefix(hash) + sufFeedRows }
 
 // FeedRowsPattern matches every torrent's feed rows: the feed's backstop

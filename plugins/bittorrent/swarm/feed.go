@@ -17,21 +17,20 @@ import (
 // The feed to the site (docs/bittorrent-site.md, "The feed"). Each user's
 // record on a torrent numbers every change of its fed figures (seq), and
 // the same script puts the record's row at that seq in the torrent's
-// feed rows (btstore.FeedRowsKey; prelude's user_feed). A row written is
-// a mark: the frontend then indexes the torrent (btstore.FeedIndexKey) in
-// its batched flush. A feed round reads the indexed torrents' rows (never
-// the records), hands each user's newest to the deliverer (the plugin
-// appends them to the outbox; a user's earlier row, which the script
-// leaves, is included in it) and only then deletes every row it read. A
-// row's field names its user and seq, so that delete is a plain HDEL per
-// torrent (no script): a row written meanwhile is another field, which
-// stays for the next round.
+// feed rows (btstore.FeedRowsKey; prelude's user_feed), replacing the
+// user's row not yet fed. A row new there is a mark: the frontend then
+// indexes the torrent (btstore.FeedIndexKey) in its batched flush. A feed
+// round reads the indexed torrents' rows (never the records), hands them
+// to the deliverer (the plugin appends them to the outbox) and only then
+// deletes what it delivered. A row's field names its user and seq, so
+// that delete is a plain HDEL per torrent (no script): a row that moved
+// on meanwhile is another field, which stays for the next round.
 //
 // So every row is a record's cumulative figures at one seq: delivering a
 // row twice (a crash between delivery and settling, two frontends in the
 // same round) sends the same row with the same key, which the outbox and
-// the site drop; no change is ever left out, because a row is deleted
-// only once it, or a newer row of its user, was delivered. A mark lost to a kill -9 before the
+// the site drop; no change is ever left out, because a row goes only when
+// the seq delivered is its newest. A mark lost to a kill -9 before the
 // flush leaves rows that no index names: the backstop (FeedBackstop)
 // scans for rows and indexes their torrents again.
 
@@ -249,14 +248,11 @@ func fieldNames(fields []any) []string {
 
 // feedBatch is a torrent's batch from its waiting rows and its record's
 // counters (id, seeders, leechers, snatches, last_action), and what
-// settling it deletes. A user with rows at several seqs (user_feed leaves
-// the earlier one to the round) gets the newest delivered, whose
-// cumulative figures include the others, and all of them settled.
+// settling it deletes.
 func (s *Store) feedBatch(hash bittorrent.InfoHash, waiting []redis.KeyValue, counters []any) (FeedBatch, feedSettle) {
 	batch := FeedBatch{InfoHash: hash, TorrentID: replyString(counters[0]), Seeders: replyInt(counters[1]),
 		Leechers: replyInt(counters[2]), Snatches: replyInt(counters[3]), LastAction: replyInt(counters[4])}
 	var settle feedSettle
-	newest := make(map[string]int, len(waiting)) // user id -> its row in batch.Rows
 	for _, kv := range waiting {
 		row, legacy, ok := parseFeedRow(kv.Key, kv.Value)
 		if !ok {
@@ -265,15 +261,8 @@ func (s *Store) feedBatch(hash bittorrent.InfoHash, waiting []redis.KeyValue, co
 			s.logger.Warn("swarm: a feed row does not parse; it stays unfed", "torrent", btstore.HexInfoHash(hash), "field", kv.Key)
 			continue
 		}
+		batch.Rows = append(batch.Rows, row.FeedRow)
 		batch.Announced = max(batch.Announced, row.announced)
-		if at, seen := newest[row.UserID]; seen {
-			if row.Seq > batch.Rows[at].Seq {
-				batch.Rows[at] = row.FeedRow
-			}
-		} else {
-			newest[row.UserID] = len(batch.Rows)
-			batch.Rows = append(batch.Rows, row.FeedRow)
-		}
 		seq := strconv.FormatInt(row.Seq, 10)
 		if legacy {
 			settle.legacy = append(settle.legacy, kv.Key, seq)

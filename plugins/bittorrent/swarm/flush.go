@@ -70,8 +70,8 @@ type pending struct {
 	index  map[bittorrent.InfoHash]*indexDelta
 	users  map[userTorrent]userUpdate
 	totals map[string]*transfer
-	// feed: torrents a script reported a feed mark for (it wrote a user's
-	// row in its feed rows), to index in btstore.FeedIndexKey
+	// feed: torrents a script reported a feed mark for (a user's row is
+	// new in its feed rows), to index in btstore.FeedIndexKey
 	feed map[bittorrent.InfoHash]struct{}
 	// ledger: user-torrent record -> its ledger entries since the last
 	// flush (HSET fields and values, in announce order); cheats: the

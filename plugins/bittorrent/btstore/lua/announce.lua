@@ -93,8 +93,8 @@
 --      c_uploaded/c_downloaded: the credited deltas; token event: 0, or 1
 --      the user's token was first used, 2 it ended (user_credit); token
 --      used: when it was first used (ms), "" when never; feed mark: 1
---      when the script wrote the user's row in KEYS[13] (the caller
---      indexes the torrent for the feed); watch: with accounting on and transfer,
+--      when the user's row is new in KEYS[13] (the caller indexes the
+--      torrent for the feed); watch: with accounting on and transfer,
 --      {seq, gap, others, leecher_left, size, downloaded} for the
 --      frontend's ledger and cheat signals (prelude's user_announce), else
 --      an empty list

@@ -297,27 +297,27 @@ local fed_numbers = {'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'downloaded'
 -- user_feed numbers a change of the record's fed figures (seq grows by
 -- one) and puts the record's row at that seq in the torrent's feed rows
 -- (rows: HASH "<user id>:<seq>" -> "seq,uploaded,downloaded,up_credit,
--- down_credit,seed_ms,leech_ms,snatched,last_announce", bytes and ms).
--- It leaves the user's row at an earlier seq, if one still waits, to the
--- feed round: the round delivers each user's newest row and deletes
--- every row it read (swarm.FeedRound). An HDEL of the previous row here
--- cost every announce a command (some 4k Redis instructions) for a row
--- that had nearly always been fed already. The feed reads the rows
--- alone, never the records, and deletes the rows it read with a plain
--- HDEL of their fields: a field names one seq, so a delete can never
--- take a newer row with it. Returns 1 when it wrote a row (the caller
--- marks the torrent in the feed's index), else 0: a record whose fed
--- figures did not change costs no write.
+-- down_credit,seed_ms,leech_ms,snatched,last_announce", bytes and ms),
+-- deleting the user's row at the previous seq if it was not fed yet: the
+-- new row's cumulative figures include it. The feed reads the rows alone,
+-- never the records, and deletes the rows it delivered with a plain HDEL
+-- of their fields: a field names one seq, so a delete can never take a
+-- newer row with it (swarm.FeedRound). Returns 1 when the user had no row
+-- waiting (the caller marks the torrent in the feed's index), else 0: the
+-- row waiting marked it. A record whose fed figures did not change costs
+-- no write.
 local function user_feed(u, user, rows, now_text)
   for _, name in ipairs(fed_numbers) do
     if u[name] ~= u.was[name] then
+      local waiting = 0
+      if u.seq > 0 then waiting = redis.call('HDEL', rows, user .. ':' .. user_text(u, 'seq')) end
       u.seq = u.seq + 1
       local seq = user_text(u, 'seq')
       redis.call('HSET', rows, user .. ':' .. seq, seq .. ',' .. user_text(u, 'uploaded') .. ','
         .. user_text(u, 'downloaded') .. ',' .. user_text(u, 'up_credit') .. ',' .. user_text(u, 'down_credit') .. ','
         .. user_text(u, 'seed_ms') .. ',' .. user_text(u, 'leech_ms') .. ',' .. user_text(u, 'snatched') .. ','
         .. now_text)
-      return 1
+      return 1 - waiting
     end
   end
   return 0
