@@ -320,8 +320,8 @@ func (s *Store) FeedBackstop(ctx context.Context) (int, error) {
 			if !ok || key != btstore.FeedRowsKey(hash) {
 				continue
 			}
-			// The keeper in the same call, first (FeedIndexKeeper), but
-			// counted apart: the answer counts torrents.
+			// The keeper too (btstore.FeedIndexKeeper), first, in a
+			// ZADD of its own: the answer counts torrents.
 			index := btstore.FeedIndexKey(btstore.FeedShard(hash))
 			pipe := s.rdb.Pipeline()
 			pipe.ZAddNX(ctx, index, redis.Z{Score: btstore.FeedIndexKeeperScore, Member: btstore.FeedIndexKeeper})

@@ -316,9 +316,9 @@ func (s *Store) flushLocked(ctx context.Context) error {
 		}
 	}
 	// One ZADD per shard of the feed's index, every torrent marked since
-	// the last flush in it and the shard's keeper. A plain ZADD: the score moves to now, so a
-	// feed round that read the old score and found no rows left leaves
-	// the entry (zrem_unchanged.lua).
+	// the last flush in it and the shard's keeper. A plain ZADD: the
+	// score moves to now, so a feed round that read the old score and
+	// found no rows left leaves the entry (zrem_unchanged.lua).
 	now := float64(s.nowMillis())
 	var marked [btstore.FeedShards][]bittorrent.InfoHash
 	for hash := range work.feed {
