@@ -597,11 +597,13 @@ func redisChanges(ctx context.Context, rdb *redis.Client) (int64, error) {
 	return 0, errors.New("redis INFO persistence: no rdb_changes_since_last_save")
 }
 
-// feedIndexed is how many torrents the feed's index shards hold.
+// feedIndexed is how many torrents the feed's index shards hold: the
+// members scored above the shards' keeper (btstore.FeedIndexKeeper).
 func feedIndexed(ctx context.Context, rdb *redis.Client) (int64, error) {
 	waiting := int64(0)
+	above := "(" + strconv.Itoa(btstore.FeedIndexKeeperScore)
 	for shard := range btstore.FeedShards {
-		n, err := rdb.ZCard(ctx, btstore.FeedIndexKey(shard)).Result()
+		n, err := rdb.ZCount(ctx, btstore.FeedIndexKey(shard), above, "+inf").Result()
 		if err != nil {
 			return 0, err
 		}

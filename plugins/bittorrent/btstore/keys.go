@@ -234,10 +234,28 @@ const FeedShards = 16
 func FeedShard(hash bittorrent.InfoHash) int { return int(hash[0]) % FeedShards }
 
 // FeedIndexKey is one shard of the feed's index (ZSET hex info-hash ->
-// ms it was marked): the torrents whose feed rows may have entries. A
-// hint, written by the frontends' batched flush after announce.lua
-// reported a mark; the rows are the truth (FeedRowsPattern).
+// ms it was marked, and FeedIndexKeeper at 0): the torrents whose feed
+// rows may have entries. A hint, written by the frontends' batched flush
+// after announce.lua reported a mark; the rows are the truth
+// (FeedRowsPattern).
 func FeedIndexKey(shard int) string { return Prefix + "{feed:" + strconv.Itoa(shard) + "}" }
+
+// FeedIndexKeeper is a member every write of a FeedIndexKey shard adds at
+// score 0 (FeedIndexKeeperScore), and nothing removes, so that the shard
+// is a skiplist, never a listpack. Redis keeps a sorted set of up to 128
+// members of up to 64 bytes (zset-max-listpack-*) as a listpack, which
+// every ZADD, ZSCORE and ZREM walks end to end; a shard holds about that
+// many torrents, and the walks cost some 20k Redis instructions per
+// private announce with accounting on (BenchmarkFeedSticky, by callgrind:
+// docs/bittorrent-site.md, "The feed's index as a skiplist"). A member
+// longer than zset-max-listpack-value converts the set, and Redis 7 never
+// converts one back while it has members; so the shard stays a skiplist
+// (a hash table and a skiplist: each of those O(1) or O(log n)). It is
+// no info-hash, so a feed round skips it, and its score 0 puts it first.
+const FeedIndexKeeper = "~keeper: a member longer than zset-max-listpack-value (64 bytes) keeps this index a skiplist~"
+
+// FeedIndexKeeperScore is FeedIndexKeeper's score: below every mark (ms).
+const FeedIndexKeeperScore = 0
 
 // RefreshKeys are refresh.lua's KEYS for the given peers, in order, with
 // their users (users nil: open mode): the torrent's keys (in private

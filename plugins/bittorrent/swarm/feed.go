@@ -99,7 +99,8 @@ type feedTorrent struct {
 // delivery of all of them succeeded.
 func (s *Store) feedShard(ctx context.Context, shard int, deliver func(context.Context, []FeedBatch) error) (int, error) {
 	index := btstore.FeedIndexKey(shard)
-	entries, err := s.rdb.ZRangeWithScores(ctx, index, 0, feedRoundLimit-1).Result()
+	// One more than the limit: the shard's keeper (score 0) comes first.
+	entries, err := s.rdb.ZRangeWithScores(ctx, index, 0, feedRoundLimit).Result()
 	if err != nil {
 		return 0, fmt.Errorf("swarm.FeedRound: %w", err)
 	}
@@ -107,6 +108,9 @@ func (s *Store) feedShard(ctx context.Context, shard int, deliver func(context.C
 	var firstErr error
 	for _, entry := range entries {
 		member, _ := entry.Member.(string)
+		if member == btstore.FeedIndexKeeper {
+			continue
+		}
 		hash, ok := btstore.ParseHexInfoHash(member)
 		if !ok {
 			if err := s.rdb.ZRem(ctx, index, member).Err(); err != nil {
@@ -316,12 +320,16 @@ func (s *Store) FeedBackstop(ctx context.Context) (int, error) {
 			if !ok || key != btstore.FeedRowsKey(hash) {
 				continue
 			}
-			n, err := s.rdb.ZAddNX(ctx, btstore.FeedIndexKey(btstore.FeedShard(hash)),
-				redis.Z{Score: now, Member: btstore.HexInfoHash(hash)}).Result()
-			if err != nil {
+			// The keeper too (btstore.FeedIndexKeeper), first, in a
+			// ZADD of its own: the answer counts torrents.
+			index := btstore.FeedIndexKey(btstore.FeedShard(hash))
+			pipe := s.rdb.Pipeline()
+			pipe.ZAddNX(ctx, index, redis.Z{Score: btstore.FeedIndexKeeperScore, Member: btstore.FeedIndexKeeper})
+			added := pipe.ZAddNX(ctx, index, redis.Z{Score: now, Member: btstore.HexInfoHash(hash)})
+			if _, err := pipe.Exec(ctx); err != nil {
 				return err
 			}
-			indexed += int(n)
+			indexed += int(added.Val())
 		}
 		return nil
 	})

@@ -3,10 +3,12 @@ package swarm_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/internal/redistest"
@@ -226,6 +228,54 @@ func TestFeedRoundKeepsARowReplacedWhileDelivering(t *testing.T) {
 		require.Equal(t, int64(800), got.Uploaded)
 		require.Equal(t, f.onTorrent(hash, "alice").Seq, got.Seq)
 		require.Zero(t, b.Client.Exists(ctx, btstore.FeedRowsKey(hash)).Val())
+	})
+}
+
+// The feed's index shards are skiplists, never listpacks (whose every
+// ZADD, ZSCORE and ZREM walks the whole set): the flush adds the shard's
+// keeper with its marks, a shard an earlier build left as a listpack is
+// converted by the next flush, rounds skip the keeper and never remove
+// it, and the backstop adds it too.
+func TestFeedIndexStaysASkiplist(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f, _ := privateFixture(t, b, swarm.Config{})
+		ctx := context.Background()
+		hash := infoHash("feed-skiplist")
+		require.NoError(t, f.store.RegisterTorrent(ctx, hash, "fs"))
+		index := btstore.FeedIndexKey(btstore.FeedShard(hash))
+		// As an earlier build left it: a listpack with one stale entry.
+		stale := strings.Repeat("ab", 20)
+		require.NoError(t, b.Client.ZAdd(ctx, index, redis.Z{Score: 1, Member: stale}).Err())
+		require.Equal(t, "listpack", b.Client.ObjectEncoding(ctx, index).Val())
+
+		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), event(bittorrent.EventStarted), transfer(0, 0))
+		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), transfer(500, 700))
+		f.flush()
+		require.Equal(t, "skiplist", b.Client.ObjectEncoding(ctx, index).Val())
+		require.Equal(t, float64(btstore.FeedIndexKeeperScore), b.Client.ZScore(ctx, index, btstore.FeedIndexKeeper).Val())
+
+		l := newLedger()
+		for range 2 {
+			_, err := f.store.FeedRound(ctx, l.deliver)
+			require.NoError(t, err)
+		}
+		require.Equal(t, f.onTorrent(hash, "alice").Seq, l.newest["alice:"+btstore.HexInfoHash(hash)].Seq)
+		require.Equal(t, []string{btstore.FeedIndexKeeper}, b.Client.ZRange(ctx, index, 0, -1).Val(),
+			"the delivered torrent and the stale entry left; the keeper stays")
+		require.Equal(t, "skiplist", b.Client.ObjectEncoding(ctx, index).Val())
+
+		// A lost mark: the backstop indexes the torrent, with the keeper.
+		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), transfer(900, 900))
+		f.flush()
+		require.NoError(t, b.Client.Del(ctx, index).Err())
+		indexed, err := f.store.FeedBackstop(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, indexed, "the keeper is not counted")
+		require.Equal(t, "skiplist", b.Client.ObjectEncoding(ctx, index).Val())
+		rows, err := f.store.FeedRound(ctx, l.deliver)
+		require.NoError(t, err)
+		require.Equal(t, 1, rows)
+		require.Equal(t, int64(900), l.newest["alice:"+btstore.HexInfoHash(hash)].Uploaded)
 	})
 }
 

@@ -316,9 +316,9 @@ func (s *Store) flushLocked(ctx context.Context) error {
 		}
 	}
 	// One ZADD per shard of the feed's index, every torrent marked since
-	// the last flush in it. A plain ZADD: the score moves to now, so a
-	// feed round that read the old score and found no rows left leaves
-	// the entry (zrem_unchanged.lua).
+	// the last flush in it and the shard's keeper. A plain ZADD: the
+	// score moves to now, so a feed round that read the old score and
+	// found no rows left leaves the entry (zrem_unchanged.lua).
 	now := float64(s.nowMillis())
 	var marked [btstore.FeedShards][]bittorrent.InfoHash
 	for hash := range work.feed {
@@ -329,9 +329,12 @@ func (s *Store) flushLocked(ctx context.Context) error {
 		if len(hashes) == 0 {
 			continue
 		}
-		members := make([]redis.Z, len(hashes))
+		// The keeper first: a shard this ZADD creates is then a skiplist
+		// from the start (btstore.FeedIndexKeeper says why).
+		members := make([]redis.Z, len(hashes)+1)
+		members[0] = redis.Z{Score: btstore.FeedIndexKeeperScore, Member: btstore.FeedIndexKeeper}
 		for i, hash := range hashes {
-			members[i] = redis.Z{Score: now, Member: btstore.HexInfoHash(hash)}
+			members[i+1] = redis.Z{Score: now, Member: btstore.HexInfoHash(hash)}
 		}
 		queue(pipe.ZAdd(ctx, btstore.FeedIndexKey(shard), members...), func() {
 			s.pending.mu.Lock()

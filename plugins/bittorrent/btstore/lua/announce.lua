@@ -30,8 +30,8 @@
 -- KEYS[12] deleted   STRING the site's reason for removing the torrent,
 --                          read only when refusing an unregistered one
 --                          (private mode)
--- KEYS[13] feed rows HASH  user id -> the user's record as a row not
---                          yet fed to the site (prelude's user_feed)
+-- KEYS[13] feed rows HASH  "<user id>:<seq>" -> the user's record as a
+--                          row not yet fed to the site (prelude's user_feed)
 --
 -- ARGV[1]  now (ms)
 -- ARGV[2]  peer id (20 bytes)

@@ -31,8 +31,8 @@
 -- KEYS[5] reaper     HASH  the unseeded reaper's state (a seeder ends it)
 -- KEYS[6] claims     HASH  reseed claims (package reaper)
 -- private mode: KEYS[7] users SET user ids with a record on the torrent,
--- KEYS[8] feed rows HASH user id -> the user's record as a row not yet fed
--- to the site (prelude's user_feed)
+-- KEYS[8] feed rows HASH "<user id>:<seq>" -> the user's record as a row
+-- not yet fed to the site (prelude's user_feed)
 -- then per peer i (from 0) its record (HASH) and, in private mode, its
 -- user's record (HASH): open mode KEYS[7+i], private KEYS[9+2i], KEYS[10+2i]
 --
@@ -166,7 +166,7 @@ for i = 0, peers - 1 do
   local n = #out
   if private then
     out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = status, bits, ver, d_up, d_down
-    out[n + 6], out[n + 7], out[n + 8], out[n + 9], out[n + 10] = int(c_up), int(c_down), token_event,
+    out[n + 6], out[n + 7], out[n + 8], out[n + 9], out[n + 10] = whole(c_up), whole(c_down), token_event,
       token_used or '', feed_mark
     out[n + 11] = watch
   else
