@@ -244,7 +244,11 @@ type refreshQueue struct {
 	mu       sync.Mutex
 	torrents map[bittorrent.InfoHash]*queuedTorrent
 	size     int
-	tick     int64 // the loop's ticks so far (takeDue)
+	// writing counts the refreshes take and takeDue handed to a drain
+	// that has not finished writing them (written): len counts them, so
+	// a length of 0 means written, not merely taken
+	writing int
+	tick    int64 // the loop's ticks so far (takeDue)
 	// due lists, per tick (modulo len), the torrents whose entry was made
 	// then: takeDue looks at one list, not the whole queue
 	due [drainAfterTicks + 1][]bittorrent.InfoHash
@@ -341,6 +345,7 @@ func (q *refreshQueue) take() map[bittorrent.InfoHash]*queuedTorrent {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	taken := q.torrents
+	q.writing += q.size
 	q.torrents, q.size = nil, 0
 	for i := range q.due {
 		q.due[i] = q.due[i][:0]
@@ -370,15 +375,25 @@ func (q *refreshQueue) takeDue() map[bittorrent.InfoHash]*queuedTorrent {
 		due[hash] = t
 		delete(q.torrents, hash)
 		q.size -= len(t.peers)
+		q.writing += len(t.peers)
 	}
 	*slot = (*slot)[:0]
 	return due
 }
 
+// written says a drain is done with n refreshes take or takeDue handed
+// it (each written or put back).
+func (q *refreshQueue) written(n int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.writing -= n
+}
+
+// len counts the refreshes waiting, those a drain is writing included.
 func (q *refreshQueue) len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.size
+	return q.size + q.writing
 }
 
 // writeBehind answers plain re-announces and writes their refreshes.
@@ -878,6 +893,11 @@ func (w *writeBehind) writeTaken(ctx context.Context, taken map[bittorrent.InfoH
 		return nil
 	}
 	calls := make([]refreshCall, 0, len(taken))
+	peers := 0
+	for _, t := range taken {
+		peers += len(t.peers)
+	}
+	defer w.queue.written(peers)
 	for hash, t := range taken {
 		call := refreshCall{hash: hash}
 		if readAt != 0 {
@@ -1055,7 +1075,7 @@ type WriteBehindStats struct {
 	DrainPeers int64 // queued refreshes those calls carried
 	DrainReads int64 // views those calls read and installed (the loop's, for torrents due)
 	Dropped    int64 // refreshes refresh.lua dropped (the peer had changed elsewhere)
-	Queued     int   // refreshes waiting now
+	Queued     int   // refreshes waiting now, those a drain is writing included
 }
 
 // WriteBehindStats returns the store's write-behind counters (zero when
