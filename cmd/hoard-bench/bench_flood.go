@@ -247,7 +247,7 @@ func floodOnce(ctx context.Context, env *benchEnv, o floodBenchOptions, warriorS
 	}
 	warriors := make(chan pairsResult, 1)
 	go func() {
-		r, err := claimDoneUntil(warriorCtx, env, warriorSlug, o.warriors)
+		r, err := claimDoneUntil(ctx, warriorCtx, env, warriorSlug, o.warriors)
 		warriors <- pairsResult{r, err}
 	}()
 

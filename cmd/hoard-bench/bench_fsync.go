@@ -135,14 +135,18 @@ func fsyncFigure(ctx context.Context, envs []*benchEnv, slug string, callers int
 // claimDoneRun claims one item and reports it done, from callers loops
 // for duration.
 func claimDoneRun(ctx context.Context, env *benchEnv, slug string, callers int, duration time.Duration) (fsyncRun, error) {
-	runCtx, cancel := context.WithTimeout(ctx, duration)
+	stop, cancel := context.WithTimeout(ctx, duration)
 	defer cancel()
-	return claimDoneUntil(runCtx, env, slug, callers)
+	return claimDoneUntil(ctx, stop, env, slug, callers)
 }
 
 // claimDoneUntil claims one item and reports it done, from callers loops,
-// until runCtx ends.
-func claimDoneUntil(runCtx context.Context, env *benchEnv, slug string, callers int) (fsyncRun, error) {
+// until stop ends. Every loop finishes the pair it is in and makes at least
+// one, under ctx, and the rate is over the time to the last: on a loaded
+// machine (or with appendfsync always on a busy disk) a pair can take longer
+// than a short run, and cutting it off made a figure of 0 pairs/s, which is
+// no measurement at all.
+func claimDoneUntil(ctx, stop context.Context, env *benchEnv, slug string, callers int) (fsyncRun, error) {
 	var pairs atomic.Int64
 	var firstErr error
 	var once sync.Once
@@ -154,17 +158,17 @@ func claimDoneUntil(runCtx context.Context, env *benchEnv, slug string, callers 
 		go func() {
 			defer wg.Done()
 			downloader := fmt.Sprintf("warrior%03d", w)
-			for runCtx.Err() == nil {
+			for {
 				began := time.Now()
-				err := claimDonePair(runCtx, env.engine, slug, downloader)
-				if err != nil {
-					if runCtx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
-						once.Do(func() { firstErr = err })
-					}
+				if err := claimDonePair(ctx, env.engine, slug, downloader); err != nil {
+					once.Do(func() { firstErr = err })
 					return
 				}
 				latencies[w] = append(latencies[w], time.Since(began))
 				pairs.Add(1)
+				if stop.Err() != nil {
+					return
+				}
 			}
 		}()
 	}

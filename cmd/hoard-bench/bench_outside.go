@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/hoardproject/hoard/internal/freeport"
 	"github.com/hoardproject/hoard/internal/localredis"
 	"github.com/hoardproject/hoard/internal/luascript"
 	"github.com/hoardproject/hoard/queues"
@@ -508,13 +509,13 @@ func fillProject(ctx context.Context, engine *queues.Engine, slug string, n int)
 	return nil
 }
 
+// freeAddr is a loopback address for the hoard child to listen on.
 func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Get(freeport.TCP)
 	if err != nil {
 		return "", err
 	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
 }
 
 func waitHealthy(ctx context.Context, url string) error {

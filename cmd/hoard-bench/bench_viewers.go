@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/hoardproject/hoard/internal/freeport"
 	"github.com/hoardproject/hoard/internal/localredis"
 	"github.com/hoardproject/hoard/queues"
 )
@@ -71,7 +72,7 @@ func benchViewers(ctx context.Context, o viewerBenchOptions) error {
 	}
 	defer os.RemoveAll(dir)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	port, err := localredis.FreeLoopbackPort()
+	port, err := freeport.Get(freeport.TCP)
 	if err != nil {
 		return err
 	}
@@ -99,7 +100,7 @@ func benchViewers(ctx context.Context, o viewerBenchOptions) error {
 	}
 
 	// hoard serve as a child, so its memory is measured alone.
-	httpPort, err := localredis.FreeLoopbackPort()
+	httpPort, err := freeport.Get(freeport.TCP)
 	if err != nil {
 		return err
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hoardproject/hoard/internal/localredis"
+	"github.com/hoardproject/hoard/internal/freeport"
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/queues"
 )
@@ -28,7 +28,7 @@ import (
 // its base URL once /readyz answers 200.
 func serveInProcess(t *testing.T, args ...string) string {
 	t.Helper()
-	port, err := localredis.FreeLoopbackPort()
+	port, err := freeport.Get(freeport.TCP)
 	require.NoError(t, err)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	runCtx, cancel := context.WithCancel(context.Background())
@@ -277,7 +277,7 @@ func TestSighupReconfiguresAPluginUnderWarriorLoad(t *testing.T) {
 	b := redistest.Require(t)[0]
 	seedWarriorProject(t, b, "hup")
 
-	trackerPort, err := localredis.FreeLoopbackPort()
+	trackerPort, err := freeport.Get(freeport.TCP)
 	require.NoError(t, err)
 	file := filepath.Join(t.TempDir(), "hoard.toml")
 	writeConfig := func(interval string) {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hoardproject/hoard/internal/localredis"
+	"github.com/hoardproject/hoard/internal/freeport"
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/queues"
 )
@@ -54,7 +54,7 @@ func TestGrafanaDashboardQueriesExposedSeries(t *testing.T) {
 	require.NoError(t, err)
 	_, err = engine.Enqueue(ctx, "graf", queues.Target{Queue: queues.QueueTodo}, []queues.QueueItem{{Name: "one"}, {Name: "two"}})
 	require.NoError(t, err)
-	trackerPort, err := localredis.FreeLoopbackPort()
+	trackerPort, err := freeport.Get(freeport.TCP)
 	require.NoError(t, err)
 	t.Setenv("HOARD_REDIS_URL", b.URL)
 	t.Setenv("HOARD_ADMIN_TOKEN", "")

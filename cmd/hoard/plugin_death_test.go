@@ -16,7 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hoardproject/hoard/internal/localredis"
+	"github.com/hoardproject/hoard/internal/freeport"
 	"github.com/hoardproject/hoard/internal/redistest"
 )
 
@@ -64,9 +64,9 @@ func TestKilledHoardTakesItsPluginAlong(t *testing.T) {
 	url := "redis://" + redistest.Parallel(t).Client.(*redis.Client).Options().Addr
 	hoard, plugin := buildBinaries(t)
 	dataDir := t.TempDir()
-	trackerPort, err := localredis.FreeLoopbackPort()
+	trackerPort, err := freeport.Get(freeport.TCP)
 	require.NoError(t, err)
-	listenPort, err := localredis.FreeLoopbackPort()
+	listenPort, err := freeport.Get(freeport.TCP)
 	require.NoError(t, err)
 	tracker := fmt.Sprintf("127.0.0.1:%d", trackerPort)
 	settings := fmt.Sprintf(`bittorrent={"mode":"open","http":%q,"udp4":"","udp6":""}`, tracker)

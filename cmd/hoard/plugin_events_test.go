@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hoardproject/hoard/internal/localredis"
+	"github.com/hoardproject/hoard/internal/freeport"
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/queues"
 )
@@ -51,7 +51,7 @@ func TestPluginEventsSurviveKilledFrontendsAndPlugins(t *testing.T) {
 	}
 	var fronts [2]*frontend
 	for i := range fronts {
-		port, err := localredis.FreeLoopbackPort()
+		port, err := freeport.Get(freeport.TCP)
 		require.NoError(t, err)
 		fronts[i] = &frontend{dataDir: t.TempDir(), port: port}
 		start(fronts[i])

@@ -14,7 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hoardproject/hoard/internal/localredis"
+	"github.com/hoardproject/hoard/internal/freeport"
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/queues"
 )
@@ -49,9 +49,9 @@ func emptySingleRedis(t *testing.T) *redis.Client {
 func killPluginWhileItWorks(t *testing.T, client *redis.Client, project string, items int, pluginSettings string, serveArgs ...string) func() queues.Counts {
 	t.Helper()
 	hoard, plugin := buildBinaries(t)
-	port, err := localredis.FreeLoopbackPort()
+	port, err := freeport.Get(freeport.TCP)
 	require.NoError(t, err)
-	trackerPort, err := localredis.FreeLoopbackPort()
+	trackerPort, err := freeport.Get(freeport.TCP)
 	require.NoError(t, err)
 	dataDir := t.TempDir()
 	settings := fmt.Sprintf(`bittorrent={"mode":"private","http":"127.0.0.1:%d","udp4":"","udp6":"",%s}`, trackerPort, pluginSettings)

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/accounts"
-	"github.com/hoardproject/hoard/internal/localredis"
+	"github.com/hoardproject/hoard/internal/freeport"
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/queues"
 )
@@ -36,9 +36,9 @@ func TestPluginScopedRoleThroughHoardServe(t *testing.T) {
 	site, _, err := store.CreateToken(ctx, "site", "web1", 0)
 	require.NoError(t, err)
 
-	port, err := localredis.FreeLoopbackPort()
+	port, err := freeport.Get(freeport.TCP)
 	require.NoError(t, err)
-	trackerPort, err := localredis.FreeLoopbackPort()
+	trackerPort, err := freeport.Get(freeport.TCP)
 	require.NoError(t, err)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	t.Setenv("HOARD_REDIS_URL", b.URL)

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hoardproject/hoard/internal/freeport"
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/internal/unittier"
 )
@@ -76,10 +77,9 @@ func TestRedisMemoryOfTheSupervisedRedis(t *testing.T) {
 // its /metrics once the memory figures are in.
 func serveMetrics(t *testing.T, args ...string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Get(freeport.TCP)
 	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	// The directories are made before the cleanup below is registered, so
 	// they are removed after hoard has stopped, not under its running
 	// redis-server (cleanups run last registered first).

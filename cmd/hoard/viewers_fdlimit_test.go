@@ -20,7 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hoardproject/hoard/internal/localredis"
+	"github.com/hoardproject/hoard/internal/freeport"
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/leaderboard"
 	"github.com/hoardproject/hoard/queues"
@@ -74,7 +74,7 @@ func TestViewersCannotStarveWarriorsUnderALowDescriptorLimit(t *testing.T) {
 	require.NoError(t, err)
 
 	hoard := builtBinary(t, ".")
-	port, err := localredis.FreeLoopbackPort()
+	port, err := freeport.Get(freeport.TCP)
 	require.NoError(t, err)
 	base := fmt.Sprintf("127.0.0.1:%d", port)
 	// ulimit -n sets the soft and the hard limit: hoard cannot raise it.

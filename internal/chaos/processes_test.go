@@ -21,7 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hoardproject/hoard/internal/childproc"
-	"github.com/hoardproject/hoard/internal/localredis"
+	"github.com/hoardproject/hoard/internal/freeport"
 	"github.com/hoardproject/hoard/internal/unittier"
 )
 
@@ -124,7 +124,7 @@ func newRedisServer(dir, name string, extra ...string) (*redisServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	port, err := localredis.FreeLoopbackPort()
+	port, err := freeport.Get(freeport.TCP)
 	if err != nil {
 		return nil, err
 	}
@@ -318,7 +318,7 @@ func startDeployment(ctx context.Context, dir string, cluster, supervised bool) 
 	}
 	busPorts := make([]int, 3)
 	for i := range 3 {
-		bus, err := localredis.FreeLoopbackPort()
+		bus, err := freeport.Get(freeport.TCP)
 		if err != nil {
 			return nil, err
 		}
@@ -423,7 +423,7 @@ const adminToken = "chaos-admin-token"
 // redis-server of its own (hoard's supervised one), and extra is added to
 // its command line.
 func newFrontend(dir string, index int, bins binaries, redisURL string, withPlugin bool, extra ...string) (*frontend, error) {
-	port, err := localredis.FreeLoopbackPort()
+	port, err := freeport.Get(freeport.TCP)
 	if err != nil {
 		return nil, err
 	}
@@ -436,7 +436,7 @@ func newFrontend(dir string, index int, bins binaries, redisURL string, withPlug
 		"--projects-file", filepath.Join(dir, "no-projects.json"), "--node", "chaos" + strconv.Itoa(index)}
 	f := &frontend{index: index, base: "http://" + listen, dataDir: dataDir}
 	if withPlugin {
-		trackerPort, err := localredis.FreeLoopbackPort()
+		trackerPort, err := freeport.Get(freeport.TCP)
 		if err != nil {
 			return nil, err
 		}

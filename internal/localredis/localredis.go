@@ -8,6 +8,7 @@ package localredis
 
 import (
 	"github.com/hoardproject/hoard/internal/childproc"
+	"github.com/hoardproject/hoard/internal/freeport"
 
 	"bufio"
 	"context"
@@ -552,7 +553,7 @@ func (s *Server) chooseListenAddress(dataDir string) error {
 		if len(socketPath) <= maxUnixSocketPathLen {
 			network, address = "unix", socketPath
 		} else {
-			port, err := FreeLoopbackPort()
+			port, err := freeport.Get(freeport.TCP)
 			if err != nil {
 				return fmt.Errorf("localredis: socket path %q is too long and no loopback port is free: %w", socketPath, err)
 			}
@@ -879,14 +880,10 @@ func (s *Server) supervise(sup *supervision, binary, dataDir string) {
 	}
 }
 
-// FreeLoopbackPort returns a TCP port on 127.0.0.1 that was free a moment
-// ago. Another process may grab it before it is used, so callers should be
-// prepared to retry.
+// FreeLoopbackPort returns a TCP port for a redis-server to bind.
+//
+// Deprecated: use freeport.Get(freeport.TCP), which this calls; it stays
+// only so branches written against it still build.
 func FreeLoopbackPort() (int, error) {
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer listener.Close()
-	return listener.Addr().(*net.TCPAddr).Port, nil
+	return freeport.Get(freeport.TCP)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hoardproject/hoard/internal/freeport"
 	"github.com/hoardproject/hoard/internal/localredis"
 	"github.com/hoardproject/hoard/internal/unittier"
 )
@@ -100,7 +101,7 @@ func TestServerCanBeRestartedAfterStop(t *testing.T) {
 
 func TestTCPPortListensOnLoopback(t *testing.T) {
 	requireRedisServer(t)
-	port, err := localredis.FreeLoopbackPort()
+	port, err := freeport.Get(freeport.TCP)
 	require.NoError(t, err)
 	server := startServer(t, localredis.Config{DataDir: t.TempDir(), Port: port})
 	require.Equal(t, "tcp", server.Network())

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hoardproject/hoard/internal/freeport"
 	"github.com/hoardproject/hoard/internal/localredis"
 	"github.com/hoardproject/hoard/internal/luascript"
 	"github.com/hoardproject/hoard/internal/redistest"
@@ -143,7 +144,7 @@ func TestAScriptsErrorReachesItsCaller(t *testing.T) {
 func serverWithoutFunctions(t *testing.T) *redis.Client {
 	t.Helper()
 	redistest.Require(t)
-	port, err := localredis.FreeLoopbackPort()
+	port, err := freeport.Get(freeport.TCP)
 	require.NoError(t, err)
 	server := localredis.New(localredis.Config{DataDir: t.TempDir(), Port: port,
 		ExtraArgs: []string{"--rename-command", "FCALL", "", "--rename-command", "FUNCTION", ""}})

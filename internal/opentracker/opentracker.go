@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hoardproject/hoard/internal/freeport"
 	"github.com/hoardproject/hoard/plugins/bittorrent/wire"
 )
 
@@ -74,7 +75,9 @@ func Start(ctx context.Context, binary, dir string, hashes [][20]byte) (*Process
 	}
 	var lastErr error
 	for range 5 {
-		port, err := freePort()
+		// opentracker binds TCP and UDP; a collision left by freeport is
+		// retried below on a fresh port.
+		port, err := freeport.Get(freeport.TCP | freeport.UDP)
 		if err != nil {
 			return nil, err
 		}
@@ -239,24 +242,6 @@ func (p *Process) Announce(hash [20]byte, peer netip.AddrPort, event wire.Event)
 	copy(req.PeerID[:], fmt.Sprintf("-FK0001-%012d", peer.Port()))
 	_, err = exchange(&req, wire.ActionAnnounce)
 	return err
-}
-
-// freePort is a port free for both TCP and UDP on 127.0.0.1 a moment ago.
-func freePort() (int, error) {
-	for range 20 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", l.Addr().String())
-		_ = l.Close()
-		if err == nil {
-			_ = u.Close()
-			return port, nil
-		}
-	}
-	return 0, errors.New("no port free for both TCP and UDP on 127.0.0.1")
 }
 
 // outputHead keeps the first few KB opentracker prints, for errors.

@@ -41,6 +41,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hoardproject/hoard/internal/freeport"
 	"github.com/hoardproject/hoard/internal/localredis"
 	"github.com/hoardproject/hoard/internal/unittier"
 )
@@ -350,11 +351,11 @@ func (f *fleet) startServer(ctx context.Context, name string, extraArgs func(dat
 	var lastErr error
 	for attempt := range attempts {
 		dataDir := fmt.Sprintf("%s/%s-%d", f.tempDir, name, attempt)
-		port, err := localredis.FreeLoopbackPort()
+		port, err := freeport.Get(freeport.TCP)
 		if err != nil {
 			return nil, err
 		}
-		busPort, err := localredis.FreeLoopbackPort()
+		busPort, err := freeport.Get(freeport.TCP)
 		if err != nil {
 			return nil, err
 		}

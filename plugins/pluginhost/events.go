@@ -3,6 +3,7 @@ package pluginhost
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sync"
 	"time"
 
@@ -252,7 +253,7 @@ func (s *supervisor) handleLogged(ctx context.Context, project, group string, ev
 			// event to its next instance now rather than after
 			// EventRetryAfter. Bounded, so an event that kills every
 			// instance is left to the retry limit.
-			for restarts := 0; err != nil && restarts < 3 && ctx.Err() == nil && (inst.exited() || s.running() != inst); restarts++ {
+			for restarts := 0; err != nil && restarts < 3 && ctx.Err() == nil && s.diedUnder(ctx, inst, err); restarts++ {
 				s.waitReplaced(ctx, inst)
 				if inst, desc, _ = s.waitRunning(ctx); inst == nil {
 					return
@@ -280,6 +281,23 @@ func (s *supervisor) handleLogged(ctx context.Context, project, group string, ev
 		// Unacknowledged entries are delivered again after EventRetryAfter.
 		s.logEventError("acknowledging plugin events failed; they will be delivered again", project, err)
 	}
+}
+
+// diedUnder reports whether inst died under a call that failed with err.
+// A killed plugin's connection breaks (ErrUnavailable) a moment before
+// go-plugin reaps the process and the supervisor notices, every
+// ExitPollInterval; answering from that moment's state sent the event to
+// wait EventRetryAfter (30 s) instead of to the next instance. So for that
+// error it waits, at most HookTimeout, for the supervisor to notice.
+func (s *supervisor) diedUnder(ctx context.Context, inst *instance, err error) bool {
+	gone := func() bool { return inst.exited() || s.running() != inst }
+	if gone() || !errors.Is(err, plugins.ErrUnavailable) {
+		return gone()
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.h.opts.HookTimeout)
+	defer cancel()
+	s.waitReplaced(ctx, inst)
+	return gone()
 }
 
 // waitReplaced waits until inst is no longer the running instance (the

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -27,6 +26,7 @@ import (
 	"github.com/anacrolix/torrent/types/infohash"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hoardproject/hoard/internal/freeport"
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/plugins"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
@@ -77,12 +77,14 @@ func requireCommand(t *testing.T, path, pkg string) {
 	}
 }
 
+// freePort is a port for a BitTorrent client child to listen on, TCP and
+// UDP (libtorrent binds both; aria2c binds 0.0.0.0), from below the
+// ephemeral range so no outgoing connection takes it first.
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Get(freeport.TCP | freeport.UDP)
 	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // infoHashOf hashes a .torrent file's info dictionary.
