@@ -23,7 +23,7 @@ func TestBlockedShapesAtTheDefaults(t *testing.T) {
 	for _, c := range []struct {
 		fp    float64
 		words uint
-	}{{1e-6, 2}, {1e-4, 2}, {1e-3, 2}, {0.1, 2}, {1e-9, 3}} {
+	}{{1e-6, 3}, {1e-4, 2}, {1e-3, 2}, {0.1, 2}, {1e-9, 4}} {
 		shape := newBlockedShape(1_000_000, c.fp, 0)
 		classic, _ := BloomParameters(1_000_000, c.fp)
 		t.Logf("fp %g: %d words of k=%d, %.1f bits per item (classic %.1f)", c.fp, shape.words, shape.k, float64(shape.m)/1e6, float64(classic)/1e6)
