@@ -20,6 +20,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hoardproject/hoard/internal/jsonstring"
 	"github.com/hoardproject/hoard/internal/luascript"
 )
 
@@ -611,38 +612,22 @@ func doneLogEntry(req DoneRequest, now time.Time, total int64, tail string, dist
 			b = append(b, ',')
 		}
 		first = false
-		b = appendJSONString(b, item)
+		b = jsonstring.Append(b, item)
 	}
 	b = append(b, `],"by":`...)
-	b = appendJSONString(b, req.Downloader)
+	b = jsonstring.Append(b, req.Downloader)
 	b = append(b, `,"at":`...)
 	b = strconv.AppendInt(b, now.UnixMilli(), 10)
 	b = append(b, `,"bytes":`...)
 	b = strconv.AppendInt(b, total, 10)
 	b = append(b, `,"version":`...)
-	b = appendJSONString(b, req.Version)
+	b = jsonstring.Append(b, req.Version)
 	if tail != "" {
 		b = append(b, ',')
 		b = append(b, tail...)
 	}
 	b = append(b, '}')
 	return string(b)
-}
-
-// appendJSONString appends s as a JSON string, as json.Marshal writes it.
-// A string of printable ASCII that json.Marshal copies as it is (no quote,
-// backslash or HTML character to escape), as item names usually are, is
-// copied here without an allocation.
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			quoted, _ := json.Marshal(s)
-			return append(b, quoted...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
 }
 
 // logTail builds the log entry members the Go side knows: user agent and id.
@@ -655,7 +640,7 @@ func logTail(userAgent string, id json.RawMessage) (string, error) {
 	ua := truncate(userAgent, 200)
 	b := make([]byte, 0, len(`"ua":"","id":`)+len(ua)+len(ua)/8+len(id))
 	b = append(b, `"ua":`...)
-	b = appendJSONString(b, ua)
+	b = jsonstring.Append(b, ua)
 	if len(id) > 0 {
 		b = append(b, `,"id":`...)
 		b = jsonCompact(b, id)

@@ -472,19 +472,6 @@ func TestDoneNamingAnItemTwiceCountsItOnce(t *testing.T) {
 	})
 }
 
-// FuzzAppendJSONStringIsJSONMarshal: the copy without json.Marshal writes
-// what json.Marshal writes, for any string.
-func FuzzAppendJSONStringIsJSONMarshal(f *testing.F) {
-	for _, s := range []string{"", "bench/item/000000001", "url:https://example.org/?a=1&b=<2>", "quote\"back\\slash", "ünïcödé", "\x00\x1f\x7f", "\xff", "\u2028"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		want, err := json.Marshal(s)
-		require.NoError(t, err)
-		require.Equal(t, string(want), string(appendJSONString([]byte("x"), s)[1:]))
-	})
-}
-
 // TestReplyLogLength: done_plain.lua answers log_length as the config's
 // text ("" when unset) and done.lua as a number; both read as done.lua's
 // `tonumber(text or '1000') or 1000`.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/hoardproject/hoard/internal/jsonstring"
 )
 
 // A done's log entry goes to two places, both from the frontend, batched
@@ -79,7 +81,7 @@ func (e *Engine) PublishCompletions(ctx context.Context) {
 		}
 		b := make([]byte, 0, 64+len(slug)+300*len(batch.entries))
 		b = append(b, `{"project":`...)
-		b = appendJSONString(b, slug)
+		b = jsonstring.Append(b, slug)
 		b = append(b, `,"entries":[`...)
 		for i, entry := range batch.entries {
 			if i > 0 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/hoardproject/hoard/internal/jsonstring"
 	"github.com/hoardproject/hoard/queues"
 )
 
@@ -273,7 +274,7 @@ func itemReply(joined string, result queues.ClaimResult) ([]byte, error) {
 		// One allocation: the reply itself.
 		reply := make([]byte, 0, len(`{"item_name":""}`)+len(joined)+len(joined)/8)
 		reply = append(reply, `{"item_name":`...)
-		return append(appendJSONString(reply, joined), '}'), nil
+		return append(jsonstring.Append(reply, joined), '}'), nil
 	}
 	name, _ := json.Marshal(joined)
 	merged := map[string]json.RawMessage{}
@@ -344,22 +345,6 @@ func writeReply(c *gin.Context, contentType []string, body []byte) {
 // splitItems splits NUL-joined items; one trailing NUL is tolerated.
 func splitItems(joined string) []string {
 	return strings.Split(strings.TrimSuffix(joined, "\x00"), "\x00")
-}
-
-// appendJSONString appends s as a JSON string, byte for byte as
-// json.Marshal writes it: a string of printable ASCII with nothing to
-// escape (no quote, backslash or HTML character), as item names usually
-// are, is copied as it is; any other goes through json.Marshal.
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			quoted, _ := json.Marshal(s)
-			return append(b, quoted...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
 }
 
 type uploadBody struct {

@@ -122,17 +122,3 @@ func BenchmarkDecodeMultiDoneBody(b *testing.B) {
 		}
 	}
 }
-
-// FuzzAppendJSONStringIsMarshals: a claim's reply names its item with
-// appendJSONString, byte for byte what json.Marshal writes for any string
-// (escapes, HTML characters, invalid UTF-8).
-func FuzzAppendJSONStringIsMarshals(f *testing.F) {
-	for _, s := range []string{"", "bench/item/000000001", "a\x00b", `q"uote`, `back\slash`, "<&>", "t\u00e9", "\xff", "\x7f", "\u2028", " ~"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		want, err := json.Marshal(s)
-		require.NoError(t, err)
-		require.Equal(t, string(want), string(appendJSONString([]byte("x"), s))[1:])
-	})
-}

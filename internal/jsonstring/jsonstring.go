@@ -1,0 +1,22 @@
+// Package jsonstring writes a Go string as a JSON string into a byte
+// slice, byte for byte as encoding/json writes it, without an allocation
+// for the strings the warrior path nearly always carries.
+package jsonstring
+
+import "encoding/json"
+
+// Append appends s as a JSON string, as json.Marshal writes it. A string
+// of printable ASCII that json.Marshal copies as it is (no quote,
+// backslash or HTML character to escape), as item names usually are, is
+// copied without an allocation; any other goes through json.Marshal.
+func Append(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			quoted, _ := json.Marshal(s)
+			return append(b, quoted...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
