@@ -66,10 +66,10 @@ func TestEveryCallRunsOnceWithinTheBounds(t *testing.T) {
 // A call allocates nothing of its own once the pools are warm: its
 // waiting record, channel and the leader's batch slices are reused. Calls
 // from many goroutines still each get their own result (the test above).
+// Under the race detector (as CI runs it) sync.Pool drops a quarter of
+// what it is given, so there a call allocates about one object, against
+// three unpooled under it: the bound is between.
 func TestACallAllocatesNothing(t *testing.T) {
-	if raceEnabled {
-		t.Skip("the race detector's sync.Pool drops items")
-	}
 	b := callbatch.New(2, 4, func(batch []*call) {
 		for _, c := range batch {
 			c.result = c.n * 2
@@ -82,5 +82,10 @@ func TestACallAllocatesNothing(t *testing.T) {
 			t.Fatalf("result %d", c.result)
 		}
 	})
+	t.Logf("%.2f allocations per call", allocs)
+	if raceEnabled {
+		require.Less(t, allocs, 2.5, "pooled, a call allocates only what the race detector dropped")
+		return
+	}
 	require.Zero(t, allocs)
 }
