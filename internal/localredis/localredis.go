@@ -879,11 +879,3 @@ func (s *Server) supervise(sup *supervision, binary, dataDir string) {
 		}
 	}
 }
-
-// FreeLoopbackPort returns a TCP port for a redis-server to bind.
-//
-// Deprecated: use freeport.Get(freeport.TCP), which this calls; it stays
-// only so branches written against it still build.
-func FreeLoopbackPort() (int, error) {
-	return freeport.Get(freeport.TCP)
-}
