@@ -1,8 +1,6 @@
 package swarm_test
 
 import (
-	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
-
 	"context"
 	"fmt"
 	"strconv"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )
 
@@ -234,5 +233,74 @@ func TestViewSamplesLargeSwarmsAndReadsSmallOnesWhole(t *testing.T) {
 				seen[id] = true
 			}
 		}
+	})
+}
+
+// TestPackedViewFollowsEveryChange: a role read whole is kept packed in
+// the torrent's record and served from there while its tag holds, and
+// every change of a role hash makes the next view read whole again: a
+// join (announce.lua), an expiry (expire.lua) and an announce counted by
+// a frontend that does not know the tag (an older build beside this one).
+// The packed entries are replaced by a wrong string between reads, so an
+// answer shows which one it came from.
+func TestPackedViewFollowsEveryChange(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		f := newFixture(t, b, swarm.Config{Interval: time.Minute})
+		hash := infoHash("packed-view")
+		key := btstore.TorrentKey(hash)
+		me := peerID("-ME", 1)
+		f.announce(hash, me, 1, event(bittorrent.EventStarted))
+		for i := range 2 {
+			f.announce(hash, peerID("-SD", 10+i), 10+i, seeding, event(bittorrent.EventStarted))
+		}
+		// view reads whole; only the first seeder's entry is left packed
+		// (the wrong string), so an answer from the packed view has one
+		// seeder and an answer read whole has them all.
+		seeders := func() []bittorrent.PeerID {
+			t.Helper()
+			f.clock.Advance(10 * time.Second)
+			reads := f.store.WriteBehindStats().ViewReads
+			resp := f.announce(hash, me, 1)
+			require.Equal(t, reads+1, f.store.WriteBehindStats().ViewReads, "read with the view")
+			return peerIDs(resp.Peers)
+		}
+		poison := func(n int) {
+			t.Helper()
+			packed, err := b.Client.HGet(ctx, key, "view_s").Result()
+			require.NoError(t, err)
+			require.NotEmpty(t, packed, "the seeders are packed")
+			require.Zero(t, len(packed)%n, "n entries of one length")
+			require.NoError(t, b.Client.HSet(ctx, key, "view_s", packed[:len(packed)/n]).Err())
+		}
+		require.Len(t, seeders(), 2, "read whole, then packed")
+		poison(2)
+		require.Len(t, seeders(), 1, "the packed view answers, and stays packed across the refreshes it writes")
+		require.Len(t, seeders(), 1)
+
+		// A join makes the next read whole.
+		f.announce(hash, peerID("-SD", 12), 12, seeding, event(bittorrent.EventStarted))
+		require.Len(t, seeders(), 3, "a join: read whole")
+		poison(3)
+		require.Len(t, seeders(), 1)
+
+		// An announce counted by a build that does not know the tag.
+		require.NoError(t, b.Client.HIncrBy(ctx, key, "announces", 1).Err())
+		require.Len(t, seeders(), 3, "announces moved without the tag: read whole")
+
+		// An expiry: everyone but the third seeder re-announces, and the
+		// third times out.
+		poison(3)
+		f.clock.Advance(50 * time.Second)
+		f.announce(hash, peerID("-SD", 10), 10, seeding)
+		f.announce(hash, peerID("-SD", 11), 11, seeding)
+		f.announce(hash, me, 1)
+		f.flush()
+		f.clock.Advance(60 * time.Second)
+		removed, err := f.store.Sweep(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, removed)
+		got := seeders()
+		require.ElementsMatch(t, []bittorrent.PeerID{peerID("-SD", 10), peerID("-SD", 11)}, got, "an expiry: read whole")
 	})
 }

@@ -22,9 +22,10 @@
 -- KEYS, ARGV and torrent fields marked "private mode" are left off, as
 -- announce.lua leaves them off, since each string costs Redis and Lua.
 --
--- KEYS[1] torrent    HASH  announces, last_action; read: id, snatches,
---                          seeders, leechers; private mode: credit_up,
---                          credit_down, size, leecher_left
+-- KEYS[1] torrent    HASH  announces, last_action, view_tag, view_s,
+--                          view_l; read: id, snatches, seeders, leechers;
+--                          private mode: credit_up, credit_down, size,
+--                          leecher_left
 -- KEYS[2] seeders    HASH  peer id -> entry (read: the view's sample)
 -- KEYS[3] leechers   HASH  peer id -> entry (read: the view's sample)
 -- KEYS[4] deadlines  ZSET  peer id .. user id -> deadline (ms)
@@ -85,15 +86,31 @@ local accounting = private and ARGV[7] == '1'
 
 -- The record's counts are the role hashes' lengths, written wherever a
 -- peer joins or leaves (announce.lua, expire.lua); a refresh moves none.
-local t
+-- The view's packed entries (view_s, view_l; see "The view" below) are
+-- read only by a call that reads the view; every call reads their tag,
+-- to keep it in step with the announces it counts. v0 is the tag's
+-- place in t.
+local t, v0
 if private then
-  t = redis.call('HMGET', k_torrent, 'id', 'snatches', 'seeders', 'leechers', 'announces',
-    'credit_up', 'credit_down', 'size', 'leecher_left')
+  v0 = 10
+  if sample > 0 then
+    t = redis.call('HMGET', k_torrent, 'id', 'snatches', 'seeders', 'leechers', 'announces',
+      'credit_up', 'credit_down', 'size', 'leecher_left', 'view_tag', 'view_s', 'view_l')
+  else
+    t = redis.call('HMGET', k_torrent, 'id', 'snatches', 'seeders', 'leechers', 'announces',
+      'credit_up', 'credit_down', 'size', 'leecher_left', 'view_tag')
+  end
   if not t[1] then
     return {R.UNREGISTERED}
   end
 else
-  t = redis.call('HMGET', k_torrent, 'id', 'snatches', 'seeders', 'leechers', 'announces')
+  v0 = 6
+  if sample > 0 then
+    t = redis.call('HMGET', k_torrent, 'id', 'snatches', 'seeders', 'leechers', 'announces',
+      'view_tag', 'view_s', 'view_l')
+  else
+    t = redis.call('HMGET', k_torrent, 'id', 'snatches', 'seeders', 'leechers', 'announces', 'view_tag')
+  end
 end
 -- Each tonumber is a strtod: a field only passed back (snatches) goes
 -- back as the stored text, and the left field is compared as text (it is
@@ -176,12 +193,6 @@ end
 
 if applied > 0 then
   redis.call('ZADD', k_deadlines, unpack(zadd))
-  -- last_action moves while the torrent has seeders, as in announce.lua.
-  local fields = {'announces', whole((tonumber(t[5]) or 0) + applied)}
-  if seeders > 0 then
-    fields[3], fields[4] = 'last_action', latest_text
-  end
-  redis.call('HSET', k_torrent, unpack(fields))
 end
 
 -- A seeder's announce ends the unseeded reaper's spell (announce.lua).
@@ -199,13 +210,36 @@ end
 -- hash too, in the same order, but with every field name, each one more
 -- string into Lua. The count is checked against what came back, so a
 -- hash larger than its count still gives at most a sample.
+--
+-- A role read whole is kept packed in the torrent's record (view_s,
+-- view_l: the string this call returns), so the next view read takes one
+-- string where HVALS gave one per peer, each pushed into Lua, gathered and
+-- concatenated again (about 43k instructions a read of ten peers). The
+-- packed entries hold while view_tag equals "announces:seeders:leechers"
+-- of the record: every call that changes a role hash changes one of those
+-- (announce.lua counts an announce on every call that moves a peer,
+-- expire.lua only removes peers and rewrites the counts), and announces
+-- only grows, so a tag never comes back for another state. This script
+-- changes no role hash, so it moves the tag along with the announces it
+-- counts while it holds; a build that does not know the tag (an older
+-- frontend beside this one) moves announces without it, which only makes
+-- the next read whole again. A role sampled (larger than the sample), or
+-- empty, is packed as "": it is read as before whenever it is asked for.
+local tag = t[v0] and (t[5] or '0') .. ':' .. (t[3] or '0') .. ':' .. (t[4] or '0')
+local packed_held = tag and t[v0] == tag
+local repack = false
 if sample > 0 then
   for j, key in ipairs({k_seeders, k_leechers}) do
     local count = out[1 + j]
     if count > 0 and count <= sample then
-      local entries = redis.call('HVALS', key)
-      if #entries > sample then entries = {unpack(entries, 1, sample)} end
-      out[5 + j] = table.concat(entries)
+      local packed = packed_held and t[v0 + j]
+      if not packed or packed == '' then
+        local entries = redis.call('HVALS', key)
+        if #entries > sample then entries = {unpack(entries, 1, sample)} end
+        packed = table.concat(entries)
+        repack = true
+      end
+      out[5 + j] = packed
     elseif count > 0 then
       local picked = redis.call('HRANDFIELD', key, sample, 'WITHVALUES')
       local entries = {}
@@ -213,5 +247,35 @@ if sample > 0 then
       out[5 + j] = table.concat(entries)
     end
   end
+end
+
+-- The torrent's record: the announces applied, and the packed view's tag
+-- moved along with them (or the view just read, packed).
+local fields = {}
+if applied > 0 then
+  local announces = (tonumber(t[5]) or 0) + applied
+  fields[1], fields[2] = 'announces', whole(announces)
+  -- last_action moves while the torrent has seeders, as in announce.lua.
+  if seeders > 0 then
+    fields[3], fields[4] = 'last_action', latest_text
+  end
+  if packed_held or repack then tag = announces .. ':' .. (t[3] or '0') .. ':' .. (t[4] or '0') end
+elseif repack and not tag then
+  tag = (t[5] or '0') .. ':' .. (t[3] or '0') .. ':' .. (t[4] or '0')
+end
+if repack then
+  local n = #fields
+  -- a sampled role's entries are a sample, not the role: packed as ""
+  local s, l = out[6], out[7]
+  if seeders > sample then s = '' end
+  if leechers > sample then l = '' end
+  fields[n + 1], fields[n + 2], fields[n + 3], fields[n + 4] = 'view_tag', tag, 'view_s', s
+  fields[n + 5], fields[n + 6] = 'view_l', l
+elseif packed_held and applied > 0 then
+  fields[#fields + 1] = 'view_tag'
+  fields[#fields + 1] = tag
+end
+if #fields > 0 then
+  redis.call('HSET', k_torrent, unpack(fields))
 end
 return out
