@@ -48,6 +48,9 @@ type Server[S any] struct {
 	handoff     chan *Conn[S]
 	idleWorkers atomic.Int32
 	quit        chan struct{}
+	// promotions counts the connections accepted raw that had to wait
+	// (raw_linux.go).
+	promotions atomic.Int64
 
 	mu      sync.Mutex
 	ln      net.Listener
@@ -237,6 +240,12 @@ func (s *Server[S]) worker(c *Conn[S]) {
 	}
 }
 
+// Promotions counts the connections accepted raw (on Linux) that were
+// promoted to a net.Conn to wait: a kept-alive connection once, one that
+// closes after its answer never, unless its request or answer did not
+// fit one call.
+func (s *Server[S]) Promotions() int64 { return s.promotions.Load() }
+
 // IdleWorkers counts the workers waiting for a connection.
 func (s *Server[S]) IdleWorkers() int { return int(s.idleWorkers.Load()) }
 
@@ -306,6 +315,7 @@ func (s *Server[S]) Close() error {
 // that Close and Wait see it, and closes it at once when Close would
 // have closed it (idle, the server stopping) or Wait has closed the rest.
 func (s *Server[S]) adopt(c *Conn[S], nc net.Conn) error {
+	s.promotions.Add(1)
 	s.mu.Lock()
 	c.nc = nc
 	closed := s.forced || (s.stopped && c.state.Load() == connIdle)
