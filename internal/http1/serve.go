@@ -410,7 +410,7 @@ type Conn[S any] struct {
 
 // NetConn is the connection's socket. Writing to it directly skips the
 // write deadline: call ArmWrite first. A raw connection is promoted to a
-// net.Conn for it (about eleven syscalls): for the peer's address, call
+// net.Conn for it (fifteen syscalls): for the peer's address, call
 // RemoteAddr instead.
 func (c *Conn[S]) NetConn() net.Conn {
 	if c.raw {
