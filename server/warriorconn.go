@@ -273,7 +273,9 @@ func (l *warriorListener) clientIP(c *warriorConn) string {
 	st := &c.S
 	if !st.remoteRead {
 		st.remoteRead = true
-		_, st.remoteTrusted, st.remoteIP = l.trusted.remote(c.NetConn().RemoteAddr().String())
+		// RemoteAddr, not NetConn().RemoteAddr(): NetConn promotes a
+		// connection accepted raw (internal/http1/raw_linux.go).
+		_, st.remoteTrusted, st.remoteIP = l.trusted.remote(c.RemoteAddr().String())
 	}
 	if !st.remoteTrusted {
 		return st.remoteIP

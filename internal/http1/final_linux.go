@@ -14,7 +14,18 @@ import (
 // it is a graceful close: the answer is sent whole before the FIN, as
 // with a plain write. ok is false when the socket does not allow it (not
 // a TCP socket): the caller then writes as usual.
+//
+// A raw connection (raw_linux.go) sends it without waiting; only what
+// the kernel does not take at once goes on through the promoted
+// connection, under the write deadline.
 func (c *Conn[S]) writeFinal(b []byte) (ok bool, err error) {
+	if c.raw {
+		n, err := c.rawSend(b, syscall.MSG_MORE)
+		if err != errWouldWait {
+			return true, err
+		}
+		b = b[n:]
+	}
 	sc, isSys := c.nc.(syscall.Conn)
 	if !isSys {
 		return false, nil

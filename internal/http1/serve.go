@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -47,11 +48,18 @@ type Server[S any] struct {
 	handoff     chan *Conn[S]
 	idleWorkers atomic.Int32
 	quit        chan struct{}
+	// promotions counts the connections accepted raw that had to wait
+	// (raw_linux.go).
+	promotions atomic.Int64
 
 	mu      sync.Mutex
 	ln      net.Listener
+	raw     *rawAccept // nil: connections are accepted by ln.Accept
 	conns   map[*Conn[S]]struct{}
 	stopped bool
+	// forced: Wait gave up on the connections and closed them; one
+	// promoted after (adopt) is closed at once.
+	forced bool
 }
 
 // ServerConfig is a Server's limits. Every timeout is required.
@@ -126,13 +134,16 @@ func NewServer[S any](cfg ServerConfig, handler Handler[S]) *Server[S] {
 	return s
 }
 
-// Start serves ln in the background until Close.
+// Start serves ln in the background until Close. ln is the server's from
+// here: Close closes it. (On Linux the loop accepts from a copy of ln's
+// socket, which Close closes too: closing ln alone does not stop it.)
 func (s *Server[S]) Start(ln net.Listener) {
+	raw := newRawAccept(ln)
 	s.mu.Lock()
-	s.ln = ln
+	s.ln, s.raw = ln, raw
 	s.mu.Unlock()
 	s.wg.Add(1)
-	go s.acceptLoop(ln)
+	go s.acceptLoop(ln, raw)
 }
 
 // Context is every request's context: cancelled when Wait gives up on
@@ -146,11 +157,25 @@ func (s *Server[S]) Closing() bool { return s.closing.Load() }
 // closes. A temporary accept error (out of file descriptors) backs off
 // from 5 ms to 1 s, as net/http's Serve does; any other ends the loop and
 // goes to AcceptEnded.
-func (s *Server[S]) acceptLoop(ln net.Listener) {
+//
+// On Linux a TCP listener's connections are accepted raw (raw_linux.go):
+// the socket and its peer's address, nothing of net's until the
+// connection would wait.
+func (s *Server[S]) acceptLoop(ln net.Listener, raw *rawAccept) {
 	defer s.wg.Done()
 	var backoff time.Duration
 	for {
-		nc, err := ln.Accept()
+		var (
+			nc     net.Conn
+			fd     int
+			remote netip.AddrPort
+			err    error
+		)
+		if raw != nil {
+			fd, remote, err = raw.next()
+		} else {
+			nc, err = ln.Accept()
+		}
 		if err != nil {
 			if s.closing.Load() {
 				return
@@ -168,7 +193,12 @@ func (s *Server[S]) acceptLoop(ln net.Listener) {
 			return
 		}
 		backoff = 0
-		c := s.newConn(nc)
+		var c *Conn[S]
+		if raw != nil {
+			c = s.newRawConn(fd, remote)
+		} else {
+			c = s.newConn(nc)
+		}
 		if !s.track(c) {
 			c.close()
 			continue
@@ -209,6 +239,12 @@ func (s *Server[S]) worker(c *Conn[S]) {
 		}
 	}
 }
+
+// Promotions counts the connections accepted raw (on Linux) that were
+// promoted to a net.Conn to wait: a kept-alive connection once, one that
+// closes after its answer never, unless its request or answer did not
+// fit one call.
+func (s *Server[S]) Promotions() int64 { return s.promotions.Load() }
 
 // IdleWorkers counts the workers waiting for a connection.
 func (s *Server[S]) IdleWorkers() int { return int(s.idleWorkers.Load()) }
@@ -261,12 +297,34 @@ func (s *Server[S]) Close() error {
 	if s.ln != nil {
 		err = s.ln.Close()
 	}
+	if s.raw != nil {
+		s.raw.close()
+	}
 	for c := range s.conns {
-		if c.state.Load() == connIdle {
+		// A raw connection (nc nil) never waits, so it is never closed
+		// under its reader: it sees closing before its next read, or is
+		// closed when promoted (adopt).
+		if c.state.Load() == connIdle && c.nc != nil {
 			_ = c.nc.Close()
 		}
 	}
 	return err
+}
+
+// adopt sets the net.Conn of a connection promoted from raw, under mu so
+// that Close and Wait see it, and closes it at once when Close would
+// have closed it (idle, the server stopping) or Wait has closed the rest.
+func (s *Server[S]) adopt(c *Conn[S], nc net.Conn) error {
+	s.promotions.Add(1)
+	s.mu.Lock()
+	c.nc = nc
+	closed := s.forced || (s.stopped && c.state.Load() == connIdle)
+	s.mu.Unlock()
+	if closed {
+		_ = nc.Close()
+		return net.ErrClosed
+	}
+	return nil
 }
 
 // Wait waits, after Close, for the connections being served until ctx
@@ -279,8 +337,11 @@ func (s *Server[S]) Wait(ctx context.Context) {
 	case <-ctx.Done():
 		s.cancel()
 		s.mu.Lock()
+		s.forced = true
 		for c := range s.conns {
-			_ = c.nc.Close()
+			if c.nc != nil {
+				_ = c.nc.Close()
+			}
 		}
 		s.mu.Unlock()
 		<-done
@@ -291,6 +352,13 @@ func (s *Server[S]) Wait(ctx context.Context) {
 func (s *Server[S]) newConn(nc net.Conn) *Conn[S] {
 	c := s.pool.Get().(*Conn[S])
 	c.srv, c.nc, c.in = s, nc, c.base
+	return c
+}
+
+// newRawConn is a connection over a socket accepted raw (raw_linux.go).
+func (s *Server[S]) newRawConn(fd int, remote netip.AddrPort) *Conn[S] {
+	c := s.pool.Get().(*Conn[S])
+	c.srv, c.raw, c.fd, c.remote, c.in = s, true, fd, remote, c.base
 	return c
 }
 
@@ -312,8 +380,14 @@ type Conn[S any] struct {
 	// Out is the handler's to build answers in (kept with the Conn).
 	Out []byte
 
-	srv      *Server[S]
+	srv *Server[S]
+	// nc is the connection, or nil while it is raw: then fd is its
+	// socket, read and written without waiting (raw_linux.go), until
+	// promote gives it an nc. nc is set under srv.mu (adopt), for Close.
 	nc       net.Conn
+	raw      bool
+	fd       int
+	remote   netip.AddrPort // the peer, of a connection accepted raw
 	state    atomic.Int32
 	tracked  bool // in srv.conns
 	detached bool // taken by the handler: no longer the loop's to close
@@ -335,8 +409,36 @@ type Conn[S any] struct {
 }
 
 // NetConn is the connection's socket. Writing to it directly skips the
-// write deadline: call ArmWrite first.
-func (c *Conn[S]) NetConn() net.Conn { return c.nc }
+// write deadline: call ArmWrite first. A raw connection is promoted to a
+// net.Conn for it (fifteen syscalls): for the peer's address, call
+// RemoteAddr instead.
+func (c *Conn[S]) NetConn() net.Conn {
+	if c.raw {
+		_ = c.promote()
+	}
+	return c.nc
+}
+
+// RemoteAddr is the peer's address (invalid when the connection is not a
+// TCP one), without promoting a raw connection.
+func (c *Conn[S]) RemoteAddr() netip.AddrPort {
+	if c.remote.IsValid() {
+		return c.remote
+	}
+	if tcp, ok := c.nc.RemoteAddr().(*net.TCPAddr); ok {
+		return tcp.AddrPort()
+	}
+	return netip.AddrPort{}
+}
+
+// read reads into b: without waiting while the connection is raw, which
+// returns errWouldWait once it has promoted it (then read again).
+func (c *Conn[S]) read(b []byte) (int, error) {
+	if c.raw {
+		return c.rawRead(b)
+	}
+	return c.nc.Read(b)
+}
 
 // Served counts the requests this connection answered before the
 // current one.
@@ -402,7 +504,6 @@ func (c *Conn[S]) readHead() (int, error) {
 			}
 			scanned = resume
 		}
-		now := time.Now()
 		if c.r == c.w {
 			// Between requests: Close may close an idle connection. It
 			// checks the state after setting closing, and this checks
@@ -411,6 +512,12 @@ func (c *Conn[S]) readHead() (int, error) {
 			if c.srv.closing.Load() {
 				return 0, net.ErrClosed
 			}
+		}
+		// A raw connection's read does not wait, so it needs no
+		// deadline: one is set once it is promoted to wait.
+		if c.raw {
+			// no deadline
+		} else if now := time.Now(); c.r == c.w {
 			if c.served == 0 {
 				// No idle wait before a connection's first request: a
 				// client that connects and sends nothing holds a worker
@@ -427,10 +534,13 @@ func (c *Conn[S]) readHead() (int, error) {
 			c.setReadDeadline(now, c.srv.cfg.ReadHeaderTimeout)
 		}
 		c.makeRoom(c.w - c.r + 1)
-		n, err := c.nc.Read(c.in[c.w:])
+		n, err := c.read(c.in[c.w:])
 		c.w += n
 		if n > 0 && c.state.Load() == connIdle {
 			c.state.Store(connBusy)
+		}
+		if err == errWouldWait {
+			continue
 		}
 		if err != nil && n == 0 {
 			return 0, err
@@ -482,10 +592,16 @@ func (c *Conn[S]) ReadBody(headLen, n int) (moved, ok bool) {
 		c.makeRoom(need)
 		moved = true
 	}
-	c.setReadDeadline(time.Now(), c.srv.cfg.ReadTimeout)
+	if !c.raw {
+		c.setReadDeadline(time.Now(), c.srv.cfg.ReadTimeout)
+	}
 	for c.w-c.r < need {
-		m, err := c.nc.Read(c.in[c.w:])
+		m, err := c.read(c.in[c.w:])
 		c.w += m
+		if err == errWouldWait {
+			c.setReadDeadline(time.Now(), c.srv.cfg.ReadTimeout)
+			continue
+		}
 		if err != nil && c.w-c.r < need {
 			return moved, false
 		}
@@ -495,6 +611,13 @@ func (c *Conn[S]) ReadBody(headLen, n int) (moved, ok bool) {
 
 // Write sends b, the whole answer, with one write under WriteTimeout.
 func (c *Conn[S]) Write(b []byte) error {
+	if c.raw {
+		n, err := c.rawSend(b, 0)
+		if err != errWouldWait {
+			return err
+		}
+		b = b[n:]
+	}
 	c.ArmWrite()
 	_, err := c.nc.Write(b)
 	return err
@@ -519,8 +642,12 @@ func (c *Conn[S]) Answer(b []byte, headLen int, keep bool) bool {
 	return c.Write(b) == nil && keep
 }
 
-// ArmWrite sets the write deadline for an answer written to NetConn.
+// ArmWrite sets the write deadline for an answer written to NetConn
+// (promoting a raw connection).
 func (c *Conn[S]) ArmWrite() {
+	if c.raw {
+		_ = c.promote()
+	}
 	timeout := c.srv.cfg.WriteTimeout
 	if d := time.Now().Add(timeout); d.Sub(c.writeDeadline) > slack(timeout) {
 		c.writeDeadline = d
@@ -553,6 +680,9 @@ func (c *Conn[S]) setReadDeadline(now time.Time, timeout time.Duration) {
 // yet answered (from the current head on): the caller owns and closes it
 // from here, its deadlines cleared.
 func (c *Conn[S]) Detach() (nc net.Conn, pending []byte) {
+	if c.raw {
+		_ = c.promote()
+	}
 	// Forgotten first: from here Close and Wait leave it alone.
 	c.srv.forget(c)
 	c.detached = true
@@ -575,7 +705,7 @@ func (c *Conn[S]) Refuse(e *HeadError) {
 	if err := c.Write(c.Out); err != nil {
 		return
 	}
-	if tc, ok := c.nc.(*net.TCPConn); ok {
+	if tc, ok := c.NetConn().(*net.TCPConn); ok {
 		_ = tc.CloseWrite()
 		_ = tc.SetReadDeadline(time.Now().Add(refuseLinger))
 		_, _ = io.CopyN(io.Discard, tc, int64(c.srv.cfg.MaxHead))
@@ -589,7 +719,11 @@ const refuseLinger = 500 * time.Millisecond
 // close closes the connection (unless detached) and returns its struct
 // to the pool: once forgotten, nothing else holds it.
 func (c *Conn[S]) close() {
-	if !c.detached {
+	switch {
+	case c.detached:
+	case c.raw:
+		c.closeRaw()
+	case c.nc != nil:
 		_ = c.nc.Close()
 	}
 	c.srv.forget(c)
@@ -601,3 +735,16 @@ func (c *Conn[S]) close() {
 	*c = Conn[S]{base: c.base, Out: out, sendMore: c.sendMore}
 	srv.pool.Put(c)
 }
+
+// failedConn stands for a raw connection whose promotion failed: every
+// call fails with the promotion's error.
+type failedConn struct{ err error }
+
+func (f failedConn) Read([]byte) (int, error)         { return 0, f.err }
+func (f failedConn) Write([]byte) (int, error)        { return 0, f.err }
+func (f failedConn) Close() error                     { return nil }
+func (f failedConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
+func (f failedConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
+func (f failedConn) SetDeadline(time.Time) error      { return f.err }
+func (f failedConn) SetReadDeadline(time.Time) error  { return f.err }
+func (f failedConn) SetWriteDeadline(time.Time) error { return f.err }

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -48,6 +49,8 @@ func (c *pieceConn) SetWriteDeadline(time.Time) error { return nil }
 // (head and body) as its body, and records them; a head past MaxHead is
 // refused. Its state per connection counts the requests.
 type echoHandler struct {
+	mu       sync.Mutex
+	remotes  []string // each request's RemoteAddr
 	requests [][]byte
 	tooLarge []*HeadError
 	maxBody  int
@@ -56,6 +59,9 @@ type echoHandler struct {
 
 func (h *echoHandler) ServeRequest(c *Conn[int], headLen int) bool {
 	c.S++
+	h.mu.Lock()
+	h.remotes = append(h.remotes, c.RemoteAddr().String())
+	h.mu.Unlock()
 	if ParseRequestHead(c.Input(headLen), nil, &c.Head) != nil {
 		return false
 	}
@@ -309,4 +315,100 @@ func startTestServer(t *testing.T, cfg ServerConfig, h *echoHandler) (*Server[in
 		s.Wait(context.Background())
 	})
 	return s, ln.Addr().String()
+}
+
+// TestRawConnectionsPromoteOnlyToWait: on Linux a connection is accepted
+// raw and served without net's per-connection work while it need not
+// wait: one request answered and closed is never promoted. One that
+// waits (its head comes in two pieces, or it is kept alive for a next
+// request) is promoted once and served as before. Every request sees the
+// client's address.
+func TestRawConnectionsPromoteOnlyToWait(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("connections are accepted raw on Linux only")
+	}
+	h := &echoHandler{}
+	s, addr := startTestServer(t, testConfig(), h)
+	exchange := func(nc net.Conn, want int) {
+		t.Helper()
+		got, err := io.ReadAll(nc)
+		require.NoError(t, err)
+		br := bufio.NewReader(bytes.NewReader(got))
+		for i := range want {
+			resp, err := http.ReadResponse(br, nil)
+			require.NoError(t, err, "answer %d", i+1)
+			_, err = io.Copy(io.Discard, resp.Body)
+			require.NoError(t, err)
+		}
+		require.Zero(t, br.Buffered())
+	}
+	dial := func() net.Conn {
+		nc, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = nc.Close() })
+		require.NoError(t, nc.SetDeadline(time.Now().Add(10*time.Second)))
+		return nc
+	}
+
+	closing := dial()
+	_, err := io.WriteString(closing, "GET /a HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+	require.NoError(t, err)
+	exchange(closing, 1)
+	require.Zero(t, s.Promotions(), "answered and closed without waiting")
+
+	split := dial()
+	_, err = io.WriteString(split, "GET /b HTTP/1.1\r\nHo")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return s.Promotions() == 1 }, 10*time.Second, time.Millisecond,
+		"promoted to wait for the rest of its head")
+	_, err = io.WriteString(split, "st: h\r\nConnection: close\r\n\r\n")
+	require.NoError(t, err)
+	exchange(split, 1)
+
+	kept := dial()
+	_, err = io.WriteString(kept, "GET /c HTTP/1.1\r\nHost: h\r\n\r\n")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return s.Promotions() == 2 }, 10*time.Second, time.Millisecond,
+		"promoted to wait for its next request")
+	_, err = io.WriteString(kept, "GET /d HTTP/1.1\r\nHost: h\r\n\r\n")
+	require.NoError(t, err)
+	_, err = io.WriteString(kept, "GET /e HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+	require.NoError(t, err)
+	exchange(kept, 3)
+	require.Equal(t, int64(2), s.Promotions(), "once per connection")
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	want := []string{closing.LocalAddr().String(), split.LocalAddr().String(),
+		kept.LocalAddr().String(), kept.LocalAddr().String(), kept.LocalAddr().String()}
+	require.Equal(t, want, h.remotes)
+}
+
+// TestCloseEndsAPromotedIdleConnection: Close closes a kept-alive
+// connection waiting for its next request at once, however its promotion
+// (to wait) and Close interleave: promoted before, Close closes it;
+// promoted after, adopt does.
+func TestCloseEndsAPromotedIdleConnection(t *testing.T) {
+	cfg := testConfig()
+	cfg.IdleTimeout = time.Hour
+	s := NewServer[int](cfg, &echoHandler{})
+	ln, err := Listen(context.Background(), "127.0.0.1:0")
+	require.NoError(t, err)
+	s.Start(ln)
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer nc.Close()
+	require.NoError(t, nc.SetDeadline(time.Now().Add(10*time.Second)))
+	_, err = io.WriteString(nc, "GET /a HTTP/1.1\r\nHost: h\r\n\r\n")
+	require.NoError(t, err)
+	resp, err := http.ReadResponse(bufio.NewReader(nc), nil)
+	require.NoError(t, err)
+	require.Equal(t, 200, resp.StatusCode)
+	require.Eventually(t, func() bool { return s.OpenConnections() == 1 }, 10*time.Second, time.Millisecond)
+	require.NoError(t, s.Close())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s.Wait(ctx)
+	require.NoError(t, ctx.Err(), "the idle connection was closed by Close, not by Wait giving up")
+	require.Zero(t, s.OpenConnections())
 }

@@ -54,12 +54,11 @@ func (h httpHandler) HeadTooLarge(c *httpConn, err *headError) {
 	h.refuse(c, err)
 }
 
-// readRemote reads the socket's peer once per connection.
+// readRemote reads the socket's peer once per connection (RemoteAddr:
+// NetConn would promote a connection accepted raw).
 func readRemote(c *httpConn) {
 	if c.Served() == 0 {
-		if tcp, ok := c.NetConn().RemoteAddr().(*net.TCPAddr); ok {
-			c.S.remote = tcp.AddrPort()
-		}
+		c.S.remote = c.RemoteAddr()
 	}
 }
 
