@@ -46,6 +46,7 @@ type loadOptions struct {
 	keepAlive bool
 	secret    string
 	tag       string
+	client    string
 }
 
 // benchLoadCommand is the load generator `hoard-bench warrior-path` starts
@@ -64,7 +65,14 @@ func benchLoadCommand() *cobra.Command {
 			var err error
 			switch o.mode {
 			case "warriors":
-				report, err = loadWarriors(cmd.Context(), o)
+				switch o.client {
+				case clientRaw:
+					report, err = loadWarriorsRaw(cmd.Context(), o)
+				case clientNetHTTP:
+					report, err = loadWarriors(cmd.Context(), o)
+				default:
+					return fmt.Errorf("--client %q: %s or %s", o.client, clientRaw, clientNetHTTP)
+				}
 			case "backfeed":
 				report, err = loadBackfeed(cmd.Context(), o)
 			default:
@@ -86,8 +94,15 @@ func benchLoadCommand() *cobra.Command {
 	f.BoolVar(&o.keepAlive, "keep-alive", false, "reuse connections (seesaw's Tornado client sends Connection: close)")
 	f.StringVar(&o.secret, "secret", "", "the project's backfeed secret (--mode backfeed)")
 	f.StringVar(&o.tag, "tag", "", "makes backfeed items distinct between runs on one project")
+	f.StringVar(&o.client, "client", clientRaw, "the warriors' HTTP client: "+clientRaw+" (seesaw's calls from prebuilt buffers over a plain connection, strict reply parsing) or "+clientNetHTTP+" (Go's client, encoding/json); backfeed always uses net/http")
 	return cmd
 }
+
+// The warrior clients `hoard-bench load --client` can use.
+const (
+	clientRaw     = "raw"
+	clientNetHTTP = "net/http"
+)
 
 // latencies collects per-call durations from many goroutines.
 type latencies struct {
@@ -141,7 +156,11 @@ func loadWarriors(ctx context.Context, o loadOptions) (loadReport, error) {
 			defer func() { lat.add(mine) }()
 			for runCtx.Err() == nil {
 				t0 := time.Now()
-				n, err := loadRoundTrip(runCtx, client, requestURL, doneURL, downloader, reqBody)
+				// The round trip in flight when the run ends (or another
+				// warrior finds the queue empty) is finished and counted,
+				// as the raw client's: cut off, its claim was made and its
+				// done maybe too, uncounted (TestBothClientsAgreeAgainstARealHoard).
+				n, err := loadRoundTrip(ctx, client, requestURL, doneURL, downloader, reqBody)
 				if errors.Is(err, errDrained) {
 					// The first warrior to find the queue empty ends the
 					// run for all: the rates cover the time until then.
