@@ -279,6 +279,9 @@ func outsideRun(ctx context.Context, o outsideOptions, self, bin, scenario strin
 	if err != nil {
 		return outsideFigure{}, err
 	}
+	// As startBenchEnv's: go-redis's 3 s read timeout failed a fill's
+	// Enqueue of 10,000 items at a 1-minute load of 22.
+	opts.ReadTimeout = 30 * time.Second
 	rdb := redis.NewClient(opts)
 	defer rdb.Close()
 	engine := queues.NewEngine(rdb, queues.Options{Logger: slog.New(slog.DiscardHandler)})

@@ -121,7 +121,9 @@ func (w *rawWarrior) roundTrip(ctx context.Context, now time.Time) (int, error) 
 // one; the connection is closed after it unless both ends keep it.
 func (w *rawWarrior) call(ctx context.Context, msg []byte, now time.Time) (rawResponse, error) {
 	if w.conn == nil {
-		d := net.Dialer{Timeout: rawTimeout}
+		// No TCP keep-alive probes: Tornado's sockets have none, and Go's
+		// default sets them with four setsockopt calls per connection.
+		d := net.Dialer{Timeout: rawTimeout, KeepAlive: -1}
 		conn, err := d.DialContext(ctx, "tcp", w.addr)
 		if err != nil {
 			return rawResponse{}, err
