@@ -84,3 +84,12 @@ func TestRawClientReportsAServersRefusal(t *testing.T) {
 	_, err = loadWarriorsRaw(ctx, loadOptions{url: "https://127.0.0.1:1", project: "p", warriors: 1, multi: 1, duration: time.Second})
 	require.ErrorContains(t, err, "plain http://")
 }
+
+// TestClientFlagIsChecked: an unknown --client is refused before anything
+// starts, by load and by warrior-path.
+func TestClientFlagIsChecked(t *testing.T) {
+	_, err := runBench(t, "load", "--url", "http://127.0.0.1:1", "--project", "p", "--client", "curl")
+	require.EqualError(t, err, `--client "curl": raw or net/http`)
+	_, err = runBench(t, "warrior-path", "--client", "curl")
+	require.EqualError(t, err, `--client "curl": raw or net/http`)
+}
