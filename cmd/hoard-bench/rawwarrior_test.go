@@ -1,8 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,4 +98,120 @@ func TestClientFlagIsChecked(t *testing.T) {
 	require.EqualError(t, err, `--client "curl": raw or net/http`)
 	_, err = runBench(t, "warrior-path", "--client", "curl")
 	require.EqualError(t, err, `--client "curl": raw or net/http`)
+}
+
+// scriptedServer accepts connections and answers each request read with
+// the next of answers (raw bytes), recording the requests; a connection
+// is closed after an answer holding "Connection: close".
+type scriptedServer struct {
+	addr     string
+	accepted chan int
+	requests chan *http.Request
+	bodies   chan string
+}
+
+func startScriptedServer(t *testing.T, answers ...string) *scriptedServer {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	s := &scriptedServer{addr: l.Addr().String(), accepted: make(chan int, 100),
+		requests: make(chan *http.Request, 100), bodies: make(chan string, 100)}
+	next := make(chan string, len(answers))
+	for _, a := range answers {
+		next <- a
+	}
+	close(next)
+	go func() {
+		for n := 1; ; n++ {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			s.accepted <- n
+			go func() {
+				defer conn.Close()
+				br := bufio.NewReader(conn)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					body, _ := io.ReadAll(req.Body)
+					s.requests <- req
+					s.bodies <- string(body)
+					answer, ok := <-next
+					if !ok {
+						return
+					}
+					if _, err := conn.Write([]byte(answer)); err != nil || strings.Contains(answer, "Connection: close") {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return s
+}
+
+// TestRawWarriorSpeaksSeesawAndHonoursConnectionClose: the calls are
+// seesaw's (paths, headers, bodies as Python writes them, the name's
+// escapes), a server's Connection: close makes the next call dial, and
+// bytes beyond an answer are an error.
+func TestRawWarriorSpeaksSeesawAndHonoursConnectionClose(t *testing.T) {
+	reply := `{"item_name":"a\u0000\u00e9\"","x":1}`
+	claim := fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(reply), reply)
+	doneOK := "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\nOK\n"
+	s := startScriptedServer(t, claim, doneOK, claim, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nOKHTTP/1.1 200 OK\r\n")
+	base, err := url.Parse("http://" + s.addr + "/prefix/")
+	require.NoError(t, err)
+	w := newRawWarrior(base, "proj", "warrior007", 3, true)
+	defer w.closeConn()
+	n, err := w.roundTrip(context.Background(), time.Now())
+	require.NoError(t, err)
+	require.Equal(t, 2, n, "two NUL-joined names")
+	req := <-s.requests
+	require.Equal(t, "/prefix/proj/multi=3//request", req.URL.Path)
+	require.Equal(t, s.addr, req.Host)
+	require.Equal(t, "ArchiveTeam Warrior/0.10.3 Standalone hoard-bench", req.UserAgent())
+	require.Equal(t, "application/json", req.Header.Get("Content-Type"))
+	require.Equal(t, "gzip", req.Header.Get("Accept-Encoding"))
+	require.False(t, req.Close)
+	require.Equal(t, `{"downloader": "warrior007", "api_version": "2", "version": "20260101.01"}`, <-s.bodies)
+	req = <-s.requests
+	require.Equal(t, "/prefix/proj/done", req.URL.Path)
+	require.Equal(t, `{"downloader": "warrior007", "version": "20260101.01", "item": "a\u0000\u00e9\"", "bytes": {"data": 1000}, "id": {"pipeline_hash": "bench"}}`, <-s.bodies)
+	require.Equal(t, 1, <-s.accepted)
+	require.Nil(t, w.conn, "closed after the server's Connection: close")
+
+	_, err = w.roundTrip(context.Background(), time.Now())
+	require.NoError(t, err)
+	require.Equal(t, 2, <-s.accepted, "the next call dialled")
+	// That done's answer came with bytes no request asked for: the next
+	// call finds them and stops.
+	_, err = w.roundTrip(context.Background(), time.Now())
+	require.ErrorContains(t, err, "bytes after the last response")
+	require.Nil(t, w.conn)
+}
+
+// TestRawWarriorWithoutKeepAliveSaysCloseAndDialsPerCall: seesaw's
+// Connection: close, one connection per call.
+func TestRawWarriorWithoutKeepAliveSaysCloseAndDialsPerCall(t *testing.T) {
+	s := startScriptedServer(t,
+		"HTTP/1.1 200 OK\r\nContent-Length: 17\r\n\r\n"+`{"item_name":"b"}`,
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nOK\r\n0\r\n\r\n")
+	base, err := url.Parse("http://" + s.addr)
+	require.NoError(t, err)
+	w := newRawWarrior(base, "proj", "warrior001", 1, false)
+	n, err := w.roundTrip(context.Background(), time.Now())
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	for _, path := range []string{"/proj/request", "/proj/done"} {
+		req := <-s.requests
+		require.Equal(t, path, req.URL.Path)
+		require.True(t, req.Close, path)
+	}
+	require.Equal(t, 1, <-s.accepted)
+	require.Equal(t, 2, <-s.accepted)
+	require.Nil(t, w.conn)
 }
