@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -47,6 +48,7 @@ type loadOptions struct {
 	secret    string
 	tag       string
 	client    string
+	profile   string
 }
 
 // benchLoadCommand is the load generator `hoard-bench warrior-path` starts
@@ -60,6 +62,17 @@ func benchLoadCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.url == "" || o.project == "" || o.warriors < 1 || o.multi < 1 || o.duration <= 0 {
 				return errors.New("--url, --project, and positive --warriors, --multi and --duration are needed")
+			}
+			if o.profile != "" {
+				file, err := os.Create(o.profile)
+				if err != nil {
+					return err
+				}
+				defer file.Close()
+				if err := pprof.StartCPUProfile(file); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
 			}
 			var report loadReport
 			var err error
@@ -94,6 +107,7 @@ func benchLoadCommand() *cobra.Command {
 	f.BoolVar(&o.keepAlive, "keep-alive", false, "reuse connections (seesaw's Tornado client sends Connection: close)")
 	f.StringVar(&o.secret, "secret", "", "the project's backfeed secret (--mode backfeed)")
 	f.StringVar(&o.tag, "tag", "", "makes backfeed items distinct between runs on one project")
+	f.StringVar(&o.profile, "cpuprofile", "", "write the load generator's own CPU profile to this file")
 	f.StringVar(&o.client, "client", clientRaw, "the warriors' HTTP client: "+clientRaw+" (seesaw's calls from prebuilt buffers over a plain connection, strict reply parsing) or "+clientNetHTTP+" (Go's client, encoding/json); backfeed always uses net/http")
 	return cmd
 }

@@ -80,7 +80,7 @@ func benchOutsideCommand() *cobra.Command {
 	f.StringVar(&o.fsync, "redis-fsync", string(localredis.DefaultFsyncPolicy), "the redis-server's appendfsync (hoard serve's default)")
 	f.StringVar(&o.dir, "dir", "", "where the runs' data directories go (default: the system's temp dir)")
 	f.StringVar(&o.client, "client", clientRaw, "the load generator's warrior client (hoard-bench load --client): "+clientRaw+" or "+clientNetHTTP+"; the same for A and B")
-	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write hoard serve's CPU profile of each measured run (from its admin-guarded /debug/pprof) to <this>-<scenario>-<A|B>-<run>.pprof")
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write hoard serve's CPU profile of each measured run (from its admin-guarded /debug/pprof) to <this>-<scenario>-<A|B>-<run>.pprof, and the load generator's to <this>-<scenario>-<A|B>-<run>-loadgen.pprof")
 	return cmd
 }
 
@@ -392,6 +392,10 @@ func outsideRun(ctx context.Context, o outsideOptions, self, bin, scenario strin
 			r, err := runLoad(ctx, self, beside)
 			besideDone <- result{r, err}
 		}()
+	}
+	if profile != "" {
+		// The load generator's own profile beside hoard's.
+		loadArgs = append(loadArgs, "--cpuprofile", strings.TrimSuffix(profile, ".pprof")+"-loadgen.pprof")
 	}
 	fig.report, err = runLoad(ctx, self, loadArgs)
 	if beside != nil {
