@@ -47,6 +47,7 @@ type outsideOptions struct {
 	fsync         string
 	dir           string
 	cpuProfile    string
+	client        string
 }
 
 func benchOutsideCommand() *cobra.Command {
@@ -58,6 +59,9 @@ func benchOutsideCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.runs < 1 || o.duration <= 0 || o.warriors < 1 {
 				return errors.New("--runs, --duration and --warriors must be positive")
+			}
+			if o.client != clientRaw && o.client != clientNetHTTP {
+				return fmt.Errorf("--client %q: %s or %s", o.client, clientRaw, clientNetHTTP)
 			}
 			return benchOutside(cmd.Context(), o)
 		},
@@ -75,7 +79,8 @@ func benchOutsideCommand() *cobra.Command {
 	f.IntVar(&o.backfeedSends, "backfeed-senders", 8, "concurrent backfeed senders (batches of 1,000 items)")
 	f.StringVar(&o.fsync, "redis-fsync", string(localredis.DefaultFsyncPolicy), "the redis-server's appendfsync (hoard serve's default)")
 	f.StringVar(&o.dir, "dir", "", "where the runs' data directories go (default: the system's temp dir)")
-	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write hoard serve's CPU profile of each measured run (from its admin-guarded /debug/pprof) to <this>-<scenario>-<A|B>-<run>.pprof")
+	f.StringVar(&o.client, "client", clientRaw, "the load generator's warrior client (hoard-bench load --client): "+clientRaw+" or "+clientNetHTTP+"; the same for A and B")
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write hoard serve's CPU profile of each measured run (from its admin-guarded /debug/pprof) to <this>-<scenario>-<A|B>-<run>.pprof, and the load generator's to <this>-<scenario>-<A|B>-<run>-loadgen.pprof")
 	return cmd
 }
 
@@ -147,8 +152,8 @@ func benchOutside(ctx context.Context, o outsideOptions) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("hoard serve --redis-url <a fresh redis-server, AOF on, appendfsync %s> per run; load from `hoard-bench load` in its own process; %d runs of %s per build; %d items queued per run (multi=100: %d); scenarios %s",
-		o.fsync, o.runs, o.duration, o.supply, o.multiSupply, strings.Join(o.scenarios, ", "))
+	fmt.Printf("hoard serve --redis-url <a fresh redis-server, AOF on, appendfsync %s> per run; load from `hoard-bench load --client %s` in its own process; %d runs of %s per build; %d items queued per run (multi=100: %d); scenarios %s",
+		o.fsync, o.client, o.runs, o.duration, o.supply, o.multiSupply, strings.Join(o.scenarios, ", "))
 	if o.vs != "" {
 		fmt.Printf(", alternating A=%s B=%s", o.hoard, o.vs)
 	}
@@ -274,6 +279,9 @@ func outsideRun(ctx context.Context, o outsideOptions, self, bin, scenario strin
 	if err != nil {
 		return outsideFigure{}, err
 	}
+	// As startBenchEnv's: go-redis's 3 s read timeout failed a fill's
+	// Enqueue of 10,000 items at a 1-minute load of 22.
+	opts.ReadTimeout = 30 * time.Second
 	rdb := redis.NewClient(opts)
 	defer rdb.Close()
 	engine := queues.NewEngine(rdb, queues.Options{Logger: slog.New(slog.DiscardHandler)})
@@ -319,7 +327,7 @@ func outsideRun(ctx context.Context, o outsideOptions, self, bin, scenario strin
 	}
 
 	slug := "bench"
-	loadArgs := []string{"load", "--url", url, "--project", slug, "--duration", o.duration.String(), "--warriors", strconv.Itoa(o.warriors)}
+	loadArgs := []string{"load", "--url", url, "--project", slug, "--duration", o.duration.String(), "--warriors", strconv.Itoa(o.warriors), "--client", o.client}
 	var beside []string
 	switch scenario {
 	case "keepalive", "close":
@@ -345,7 +353,7 @@ func outsideRun(ctx context.Context, o outsideOptions, self, bin, scenario strin
 		loadArgs = []string{"load", "--url", url, "--project", slug, "--mode", "backfeed", "--secret", secret,
 			"--multi", "1000", "--duration", o.duration.String(), "--warriors", strconv.Itoa(o.backfeedSends), "--tag", "r" + strconv.Itoa(run)}
 		beside = []string{"load", "--url", url, "--project", "warriors", "--duration", o.duration.String(),
-			"--warriors", strconv.Itoa(o.warriors), "--keep-alive"}
+			"--warriors", strconv.Itoa(o.warriors), "--keep-alive", "--client", o.client}
 	default:
 		return outsideFigure{}, fmt.Errorf("unknown scenario %q (keepalive, close, multi100, backfeed)", scenario)
 	}
@@ -384,6 +392,10 @@ func outsideRun(ctx context.Context, o outsideOptions, self, bin, scenario strin
 			r, err := runLoad(ctx, self, beside)
 			besideDone <- result{r, err}
 		}()
+	}
+	if profile != "" {
+		// The load generator's own profile beside hoard's.
+		loadArgs = append(loadArgs, "--cpuprofile", strings.TrimSuffix(profile, ".pprof")+"-loadgen.pprof")
 	}
 	fig.report, err = runLoad(ctx, self, loadArgs)
 	if beside != nil {
