@@ -85,6 +85,17 @@ type ServerConfig struct {
 	// AcceptEnded, if set, is told the error that ended the accept loop
 	// for good (not a Close, not a temporary one).
 	AcceptEnded func(error)
+	// AcceptRaw accepts a TCP listener's connections raw on Linux
+	// (raw_linux.go): a connection that is answered and closed without
+	// waiting skips net's per-connection work, and one that would wait
+	// is promoted to a net.Conn, which costs it about twelve syscalls
+	// more than net's accept. So it is for clients that send a request
+	// in one write (torrent clients' GET announces), not for clients
+	// that write a head and its body apart: seesaw's Tornado client
+	// sends a POST's head and body with two sends, and in a loopback
+	// probe 180 of its 400 requests found only the head and were
+	// promoted (docs/warrior-path.md).
+	AcceptRaw bool
 }
 
 // Handler answers a Server's requests.
@@ -135,10 +146,13 @@ func NewServer[S any](cfg ServerConfig, handler Handler[S]) *Server[S] {
 }
 
 // Start serves ln in the background until Close. ln is the server's from
-// here: Close closes it. (On Linux the loop accepts from a copy of ln's
+// here: Close closes it. (With AcceptRaw, on Linux the loop accepts from a copy of ln's
 // socket, which Close closes too: closing ln alone does not stop it.)
 func (s *Server[S]) Start(ln net.Listener) {
-	raw := newRawAccept(ln)
+	var raw *rawAccept
+	if s.cfg.AcceptRaw {
+		raw = newRawAccept(ln)
+	}
 	s.mu.Lock()
 	s.ln, s.raw = ln, raw
 	s.mu.Unlock()
@@ -158,7 +172,7 @@ func (s *Server[S]) Closing() bool { return s.closing.Load() }
 // from 5 ms to 1 s, as net/http's Serve does; any other ends the loop and
 // goes to AcceptEnded.
 //
-// On Linux a TCP listener's connections are accepted raw (raw_linux.go):
+// With AcceptRaw, on Linux a TCP listener's connections are accepted raw (raw_linux.go):
 // the socket and its peer's address, nothing of net's until the
 // connection would wait.
 func (s *Server[S]) acceptLoop(ln net.Listener, raw *rawAccept) {

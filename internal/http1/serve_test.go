@@ -86,9 +86,12 @@ func (h *echoHandler) HeadTooLarge(c *Conn[int], err *HeadError) {
 	c.Refuse(err)
 }
 
+// testConfig accepts raw, as the plugin's listener does: the tests run
+// the raw path and, wherever a connection waits, the promoted one
+// (TestNetAcceptNeverPromotes runs net's accept, the warrior listener's).
 func testConfig() ServerConfig {
 	return ServerConfig{ReadHeaderTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
-		IdleTimeout: time.Second, MaxHead: 1 << 10, Name: "test"}
+		IdleTimeout: time.Second, MaxHead: 1 << 10, Name: "test", AcceptRaw: true}
 }
 
 // FuzzServeConn feeds bytes, in pieces the fuzzer chooses, through the
@@ -388,6 +391,43 @@ func TestRawConnectionsPromoteOnlyToWait(t *testing.T) {
 // connection waiting for its next request at once, however its promotion
 // (to wait) and Close interleave: promoted before, Close closes it;
 // promoted after, adopt does.
+// TestNetAcceptNeverPromotes: without AcceptRaw (the warrior listener,
+// whose Tornado clients write a POST's head and body apart) connections
+// are net's from the accept: a head and body written apart, a kept-alive
+// connection and a closing one are answered, and nothing is promoted.
+func TestNetAcceptNeverPromotes(t *testing.T) {
+	h := &echoHandler{maxBody: 100}
+	cfg := testConfig()
+	cfg.AcceptRaw = false
+	s, addr := startTestServer(t, cfg, h)
+	nc, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer nc.Close()
+	require.NoError(t, nc.SetDeadline(time.Now().Add(10*time.Second)))
+	_, err = io.WriteString(nc, "POST /a HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\n")
+	require.NoError(t, err)
+	br := bufio.NewReader(nc)
+	_, err = io.WriteString(nc, "hello")
+	require.NoError(t, err)
+	resp, err := http.ReadResponse(br, nil)
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.True(t, bytes.HasSuffix(body, []byte("\r\n\r\nhello")), "the body read after its head: %q", body)
+	_, err = io.WriteString(nc, "GET /b HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+	require.NoError(t, err)
+	resp, err = http.ReadResponse(br, nil)
+	require.NoError(t, err)
+	_, err = io.Copy(io.Discard, resp.Body)
+	require.NoError(t, err)
+	_, err = br.ReadByte()
+	require.ErrorIs(t, err, io.EOF, "closed after the request that asked")
+	require.Zero(t, s.Promotions(), "net's connections are never promoted")
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	require.Equal(t, []string{nc.LocalAddr().String(), nc.LocalAddr().String()}, h.remotes)
+}
+
 func TestCloseEndsAPromotedIdleConnection(t *testing.T) {
 	cfg := testConfig()
 	cfg.IdleTimeout = time.Hour

@@ -105,6 +105,9 @@ func NewHTTPServer(cfg HTTPConfig) (*HTTPServer, error) {
 		MaxHead:           maxHeadBytes,
 		Logger:            cfg.Logger,
 		Name:              "bittorrent http",
+		// Announces and scrapes are GETs without a body, sent in one
+		// write: answered and closed without net's per-connection work.
+		AcceptRaw: true,
 		AcceptEnded: func(err error) {
 			cfg.Logger.Error("bittorrent http: accept failed for good; no more connections are served", "err", err)
 		},
