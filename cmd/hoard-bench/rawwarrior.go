@@ -142,9 +142,19 @@ func (w *rawWarrior) call(ctx context.Context, msg []byte, now time.Time) (rawRe
 			return rawResponse{}, err
 		}
 	}
-	if _, err := w.conn.Write(msg); err != nil {
-		w.closeConn()
-		return rawResponse{}, err
+	// Tornado's HTTP1Connection sends a request's head and its body with
+	// two sends, TCP_NODELAY on (as Go's connections have it), so the
+	// server may find the head without its body and read again: the
+	// calls are written the same way.
+	head := bytes.Index(msg, headEnd) + len(headEnd)
+	for _, part := range [2][]byte{msg[:head], msg[head:]} {
+		if len(part) == 0 {
+			continue
+		}
+		if _, err := w.conn.Write(part); err != nil {
+			w.closeConn()
+			return rawResponse{}, err
+		}
 	}
 	resp, body, err := readRawResponse(w.br, w.body)
 	w.body = body
@@ -153,6 +163,8 @@ func (w *rawWarrior) call(ctx context.Context, msg []byte, now time.Time) (rawRe
 	}
 	return resp, err
 }
+
+var headEnd = []byte("\r\n\r\n")
 
 func (w *rawWarrior) closeConn() {
 	if w.conn != nil {
