@@ -150,63 +150,15 @@ func loadWarriors(ctx context.Context, o loadOptions) (loadReport, error) {
 		requestURL = fmt.Sprintf("%s/%s/multi=%d//request", o.url, o.project, o.multi)
 	}
 	doneURL := o.url + "/" + o.project + "/done"
-	runCtx, cancel := context.WithTimeout(ctx, o.duration)
-	defer cancel()
-	var roundTrips, items atomic.Int64
-	var drained atomic.Bool
-	var lat latencies
-	var firstErr error
-	var errOnce sync.Once
-	var wg sync.WaitGroup
-	start := time.Now()
-	var end atomic.Int64
-	for w := 0; w < o.warriors; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			downloader := fmt.Sprintf("warrior%03d", w)
-			reqBody := []byte(`{"downloader":"` + downloader + `","api_version":"2","version":"20260101.01"}`)
-			var mine []time.Duration
-			defer func() { lat.add(mine) }()
-			for runCtx.Err() == nil {
-				t0 := time.Now()
-				// The round trip in flight when the run ends (or another
-				// warrior finds the queue empty) is finished and counted,
-				// as the raw client's: cut off, its claim was made and its
-				// done maybe too, uncounted (TestBothClientsAgreeAgainstARealHoard).
-				n, err := loadRoundTrip(ctx, client, requestURL, doneURL, downloader, reqBody)
-				if errors.Is(err, errDrained) {
-					// The first warrior to find the queue empty ends the
-					// run for all: the rates cover the time until then.
-					if drained.CompareAndSwap(false, true) {
-						end.Store(int64(time.Since(start)))
-					}
-					cancel()
-					return
-				}
-				if err != nil {
-					if runCtx.Err() == nil {
-						errOnce.Do(func() { firstErr = err })
-						cancel()
-					}
-					return
-				}
-				mine = append(mine, time.Since(t0))
-				roundTrips.Add(1)
-				items.Add(int64(n))
-			}
-		}()
+	calls := make([]roundTripFunc, o.warriors)
+	for w := range calls {
+		downloader := fmt.Sprintf("warrior%03d", w)
+		reqBody := []byte(`{"downloader":"` + downloader + `","api_version":"2","version":"20260101.01"}`)
+		calls[w] = func(ctx context.Context, _ time.Time) (int, error) {
+			return loadRoundTrip(ctx, client, requestURL, doneURL, downloader, reqBody)
+		}
 	}
-	wg.Wait()
-	if firstErr != nil {
-		return loadReport{}, firstErr
-	}
-	elapsed := time.Since(start)
-	if drained.Load() {
-		elapsed = time.Duration(end.Load())
-	}
-	return loadReport{RoundTrips: roundTrips.Load(), Items: items.Load(), Seconds: elapsed.Seconds(),
-		P50Millis: lat.quantile(0.5), P99Millis: lat.quantile(0.99), Drained: drained.Load()}, nil
+	return runWarriors(ctx, o.duration, calls)
 }
 
 func loadRoundTrip(ctx context.Context, client *http.Client, requestURL, doneURL, downloader string, reqBody []byte) (int, error) {

@@ -45,8 +45,6 @@ type rawWarrior struct {
 	donePrefix, doneSuffix []byte // the done body around the item name
 	out, body, name, enc   []byte // reused per call
 
-	roundTrips, items int64
-	latency           latencyHistogram
 }
 
 // newRawWarrior builds one warrior's calls. base is hoard's URL (http,
@@ -183,12 +181,31 @@ func loadWarriorsRaw(ctx context.Context, o loadOptions) (loadReport, error) {
 	if base.Scheme != "http" || base.Host == "" || base.RawQuery != "" || base.User != nil {
 		return loadReport{}, fmt.Errorf("--url %q: the raw client speaks plain http://host[:port][/path] only", o.url)
 	}
-	runCtx, cancel := context.WithTimeout(ctx, o.duration)
-	defer cancel()
-	warriors := make([]*rawWarrior, o.warriors)
-	for i := range warriors {
-		warriors[i] = newRawWarrior(base, o.project, fmt.Sprintf("warrior%03d", i), o.multi, o.keepAlive)
+	calls := make([]roundTripFunc, o.warriors)
+	for i := range calls {
+		w := newRawWarrior(base, o.project, fmt.Sprintf("warrior%03d", i), o.multi, o.keepAlive)
+		defer w.closeConn()
+		calls[i] = w.roundTrip
 	}
+	return runWarriors(ctx, o.duration, calls)
+}
+
+// roundTripFunc is one warrior's request and done, started at now: the
+// items it completed, or errDrained when the server had none left for it.
+type roundTripFunc func(ctx context.Context, now time.Time) (int, error)
+
+// runWarriors runs each warrior's round trips in a goroutine of its own
+// until duration is up, the first warrior finds the queue empty, or the
+// first error, and reports them: one run and one report whichever client
+// makes the calls.
+func runWarriors(ctx context.Context, duration time.Duration, warriors []roundTripFunc) (loadReport, error) {
+	runCtx, cancel := context.WithTimeout(ctx, duration)
+	defer cancel()
+	type tally struct {
+		roundTrips, items int64
+		latency           latencyHistogram
+	}
+	tallies := make([]tally, len(warriors))
 	var (
 		firstErr error
 		errOnce  sync.Once
@@ -198,17 +215,20 @@ func loadWarriorsRaw(ctx context.Context, o loadOptions) (loadReport, error) {
 		wg       sync.WaitGroup
 	)
 	start := time.Now()
-	for _, w := range warriors {
+	for i, roundTrip := range warriors {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer w.closeConn()
+			t := &tallies[i]
 			for runCtx.Err() == nil {
 				t0 := time.Now()
-				// The call in flight at the run's end is finished, not cut
-				// off (a dial under runCtx fails as a timeout just before
-				// runCtx reports its end): ctx, not runCtx.
-				n, err := w.roundTrip(ctx, t0)
+				// The call in flight at the run's end (or when another
+				// warrior finds the queue empty) is finished and counted,
+				// not cut off: its claim was made and its done maybe too
+				// (TestBothClientsAgreeAgainstARealHoard; a dial under
+				// runCtx fails as a timeout just before runCtx reports its
+				// end): ctx, not runCtx.
+				n, err := roundTrip(ctx, t0)
 				if errors.Is(err, errDrained) {
 					// The first warrior to find the queue empty ends the
 					// run for all: the rates cover the time until then.
@@ -227,9 +247,9 @@ func loadWarriorsRaw(ctx context.Context, o loadOptions) (loadReport, error) {
 					}
 					return
 				}
-				w.latency.add(time.Since(t0))
-				w.roundTrips++
-				w.items += int64(n)
+				t.latency.add(time.Since(t0))
+				t.roundTrips++
+				t.items += int64(n)
 			}
 		}()
 	}
@@ -243,10 +263,10 @@ func loadWarriorsRaw(ctx context.Context, o loadOptions) (loadReport, error) {
 	}
 	var lat latencyHistogram
 	report := loadReport{Seconds: elapsed.Seconds(), Drained: drained}
-	for _, w := range warriors {
-		report.RoundTrips += w.roundTrips
-		report.Items += w.items
-		lat.merge(&w.latency)
+	for i := range tallies {
+		report.RoundTrips += tallies[i].roundTrips
+		report.Items += tallies[i].items
+		lat.merge(&tallies[i].latency)
 	}
 	report.P50Millis, report.P99Millis = lat.quantile(0.5), lat.quantile(0.99)
 	return report, nil
