@@ -200,7 +200,7 @@ func printOutside(o outsideOptions, scenario string, builds []string, figures []
 	case "multi100":
 		fmt.Printf("\nwarrior round trips, multi=100, %d warriors, keep-alive\n", o.warriors)
 	case "backfeed":
-		fmt.Printf("\nbackfeed: %d senders POST batches of 1,000 new items (Connection: close, as LuaSocket), beside %d keep-alive warriors (multi=1); per-item figures are per new item\n", o.backfeedSends, o.warriors)
+		fmt.Printf("\nbackfeed: %d senders POST batches of 1,000 new items (Connection: close, as LuaSocket), beside %d keep-alive warriors (multi=1); per-item figures are per new item; the \"own\" ones charge the warriors beside at their quiet run's cost per round trip (an estimate: beside the backfeed a warrior costs hoard more)\n", o.backfeedSends, o.warriors)
 	}
 	type stat struct {
 		name string
@@ -228,8 +228,8 @@ func printOutside(o outsideOptions, scenario string, builds []string, figures []
 			{"Redis commands/item", func(f outsideFigure) float64 { return f.redisCommands }, "%.2f"},
 			{"Redis CPU us/item", func(f outsideFigure) float64 { return f.redisMicros }, "%.2f"},
 			{"hoard CPU us/item", func(f outsideFigure) float64 { return f.hoardMicros }, "%.2f"},
-			{"Redis CPU us/item, backfeed's", func(f outsideFigure) float64 { return f.redisMicros - f.warriorShare(f.quietRedisMicros) }, "%.2f"},
-			{"hoard CPU us/item, backfeed's", func(f outsideFigure) float64 { return f.hoardMicros - f.warriorShare(f.quietHoardMicros) }, "%.2f"},
+			{"Redis CPU us/item, own", func(f outsideFigure) float64 { return f.redisMicros - f.warriorShare(f.quietRedisMicros) }, "%.2f"},
+			{"hoard CPU us/item, own", func(f outsideFigure) float64 { return f.hoardMicros - f.warriorShare(f.quietHoardMicros) }, "%.2f"},
 			{"senders' CPU us/item", func(f outsideFigure) float64 { return f.loadMicros }, "%.2f"},
 		}
 	}
