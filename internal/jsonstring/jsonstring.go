@@ -10,13 +10,22 @@ import "encoding/json"
 // backslash or HTML character to escape), as item names usually are, is
 // copied without an allocation; any other goes through json.Marshal.
 func Append(b []byte, s string) []byte {
+	b = append(b, '"')
+	b = AppendContents(b, s)
+	return append(b, '"')
+}
+
+// AppendContents appends s as the inside of a JSON string, as json.Marshal
+// writes it, without the quotes: the parts of a longer string, such as
+// names joined by an escaped separator, each copied as Append copies a
+// whole string. json.Marshal escapes byte by byte (a character at a time),
+// so the parts' contents, joined, are the joined string's.
+func AppendContents(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
 			quoted, _ := json.Marshal(s)
-			return append(b, quoted...)
+			return append(b, quoted[1:len(quoted)-1]...)
 		}
 	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
+	return append(b, s...)
 }
