@@ -22,10 +22,21 @@ func Append(b []byte, s string) []byte {
 // so the parts' contents, joined, are the joined string's.
 func AppendContents(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+		if escaped[s[i]] {
 			quoted, _ := json.Marshal(s)
 			return append(b, quoted[1:len(quoted)-1]...)
 		}
 	}
 	return append(b, s...)
 }
+
+// escaped marks the bytes json.Marshal does not copy as they are: controls,
+// DEL and every non-ASCII byte (escaped, or checked as UTF-8), the quote,
+// the backslash and the HTML characters. One look-up per byte, where seven
+// comparisons were: a multi=100 round trip copies ~200 names.
+var escaped = func() (t [256]bool) {
+	for c := range t {
+		t[c] = c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&'
+	}
+	return t
+}()
