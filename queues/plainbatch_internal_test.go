@@ -353,11 +353,15 @@ func TestCoalescedDonesAnswerAsOneByOne(t *testing.T) {
 		}
 		oneByOne, countersA, doneA, claimsA := run("single", false)
 		together, countersB, doneB, claimsB := run("batch", true)
-		// The duplicate: in the batch the first report completes and the
-		// second is done.lua's duplicate answer, as one by one.
-		require.Equal(t, DoneResult{New: 1}, together[0].res)
-		require.Equal(t, DoneResult{Duplicates: 1}, together[2].res)
+		// The same item twice: whichever report queued first completes it
+		// and the other is done.lua's duplicate answer, as one by one.
+		require.ElementsMatch(t, []DoneResult{{New: 1}, {Duplicates: 1}}, []DoneResult{together[0].res, together[2].res})
+		require.NoError(t, together[0].err)
+		require.NoError(t, together[2].err)
 		for i := range reports {
+			if i == 0 || i == 2 {
+				continue
+			}
 			require.Equal(t, oneByOne[i].res, together[i].res, "report %d %v", i, reports[i])
 			require.Equal(t, CodeOf(oneByOne[i].err), CodeOf(together[i].err), "report %d %v: %v / %v", i, reports[i], oneByOne[i].err, together[i].err)
 		}
