@@ -32,12 +32,14 @@ import (
 
 // At most plainBatchLeaders batches are in flight, each of at most
 // plainBatchMax calls (claims and dones of any projects; one script call
-// per project and kind). Fewer leaders make larger batches (fewer script
-// calls) but leave Redis idle while a leader reads its replies and
-// writes the next batch; the figures behind these are in
-// docs/warrior-path.md.
+// per project and kind). Fewer leaders make larger batches, so fewer
+// script calls: with 32 concurrent callers (hoard-bench script, load 8-10)
+// one leader made 16 claims per call and two 10, and one leader did more
+// claims/s in each of two alternated pairs (docs/warrior-path.md,
+// "Coalesced one-item claims and dones (s43)"). One leader still sends a
+// lone call at once.
 const (
-	plainBatchLeaders = 2
+	plainBatchLeaders = 1
 	plainBatchMax     = 64
 )
 
