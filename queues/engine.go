@@ -34,7 +34,10 @@ type Engine struct {
 	// read per batch, on hoard's side and Redis's, instead of a write, a
 	// read and a pool health check each. Each is still one EVALSHA, atomic on
 	// its own; a batch only carries them.
-	warriorPath  *luascript.Batcher
+	warriorPath *luascript.Batcher
+	// plainBatches coalesces concurrent one-item plain claims and dones
+	// of a project into one script call (plainbatch.go).
+	plainBatches *plainBatcher
 	clock        Clock
 	logger       *slog.Logger
 	groupCache   groupCache
@@ -69,7 +72,8 @@ func NewEngine(rdb redis.UniversalClient, opts Options) *Engine {
 		opts.Logger = slog.Default()
 	}
 	return &Engine{rdb: rdb, warriorPath: luascript.NewBatcher(rdb, WarriorPathLeaders, WarriorPathBatch),
-		clock: opts.Clock, logger: opts.Logger, bloomTurns: make(chan struct{}, bloomScriptsInFlight)}
+		plainBatches: newPlainBatcher(rdb, plainBatchLeaders, plainBatchMax),
+		clock:        opts.Clock, logger: opts.Logger, bloomTurns: make(chan struct{}, bloomScriptsInFlight)}
 }
 
 // At most WarriorPathLeaders batches of the warrior path's scripts are in
@@ -470,7 +474,17 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 	code, rest, err := int64(codeNotPlain), []any(nil), error(nil)
 	if distinct {
 		var reply any
-		reply, err = e.runScript(ctx, op, donePlainScript, plainKeys(projectKeys.donePlain, len(req.Items)), plainArgs...)
+		if len(req.Items) == 1 {
+			// Coalesced with other one-item plain dones of the project
+			// that arrive together (plainbatch.go); alone, done_plain.lua.
+			reply, err = e.plainBatches.do(&plainCall{ctx: ctx, slug: slug, done: true,
+				downloader: req.Downloader, item: req.Items[0], keys: plainKeys(projectKeys.donePlain, 1)})
+			if err != nil {
+				err = unavailable(op, err)
+			}
+		} else {
+			reply, err = e.runScript(ctx, op, donePlainScript, plainKeys(projectKeys.donePlain, len(req.Items)), plainArgs...)
+		}
 		if one, ok := reply.(string); ok && err == nil && len(req.Items) == 1 {
 			// "<at> <log_length>": the one item is new, the reporter's
 			// first claim.

@@ -227,7 +227,18 @@ func (e *Engine) claimPlain(ctx context.Context, slug string, req ClaimRequest, 
 	// format_claim(1, now, downloader, ip, '-', '-') of the prelude.
 	record := "1 " + strconv.FormatInt(ms, 10) + " " + req.Downloader + " " + ip + " - -"
 	deadline := strconv.FormatFloat(float64(ms)+cfg.ttlMS, 'f', 0, 64)
-	reply, err := e.runScript(ctx, op, claimPlainScript, plainKeys(e.warriorKeys.get(slug).plain, int(wanted)), cfg.version, wanted, record, deadline)
+	keys := plainKeys(e.warriorKeys.get(slug).plain, int(wanted))
+	var reply any
+	if wanted == 1 {
+		// Coalesced with other one-item plain claims of the project that
+		// arrive together (plainbatch.go); alone, claim_plain.lua.
+		reply, err = e.plainBatches.do(&plainCall{ctx: ctx, slug: slug, cfg: cfg, record: record, deadline: deadline, keys: keys})
+		if err != nil {
+			err = unavailable(op, err)
+		}
+	} else {
+		reply, err = e.runScript(ctx, op, claimPlainScript, keys, cfg.version, wanted, record, deadline)
+	}
 	if err != nil {
 		return ClaimResult{}, 0, "", true, err
 	}

@@ -17,16 +17,20 @@ var (
 	doneScript  = loadScript("done.lua")
 	// The plain paths' scripts carry no prelude: each of its functions is a
 	// closure made on every call, and these scripts need none of them.
-	claimPlainScript  = luascript.Load(lua.Files, "claim_plain.lua", luaCodes(plainScriptCodes["claim_plain.lua"]...))
-	donePlainScript   = luascript.Load(lua.Files, "done_plain.lua", luaCodes(plainScriptCodes["done_plain.lua"]...))
-	releaseScript     = loadScript("release.lua")
-	enqueueScript     = loadScript("enqueue.lua")
-	configWriteScript = loadScript("config_write.lua")
-	rescoreScript     = loadScript("rescore.lua")
-	siftScript        = loadScript("sift.lua")
-	filterSiftScript  = loadScript("filter_sift.lua")
-	scoredSiftScript  = loadScript("filter_sift_scored.lua")
-	forgetGroupScript = loadScript("forget_group.lua")
+	claimPlainScript = luascript.Load(lua.Files, "claim_plain.lua", luaCodes(plainScriptCodes["claim_plain.lua"]...))
+	donePlainScript  = luascript.Load(lua.Files, "done_plain.lua", luaCodes(plainScriptCodes["done_plain.lua"]...))
+	// Concurrent one-item plain claims and dones of a project, coalesced
+	// into one call (plainbatch.go).
+	claimPlainManyScript = luascript.Load(lua.Files, "claim_plain_many.lua", luaCodes(plainScriptCodes["claim_plain_many.lua"]...))
+	donePlainManyScript  = luascript.Load(lua.Files, "done_plain_many.lua", luaCodes(plainScriptCodes["done_plain_many.lua"]...))
+	releaseScript        = loadScript("release.lua")
+	enqueueScript        = loadScript("enqueue.lua")
+	configWriteScript    = loadScript("config_write.lua")
+	rescoreScript        = loadScript("rescore.lua")
+	siftScript           = loadScript("sift.lua")
+	filterSiftScript     = loadScript("filter_sift.lua")
+	scoredSiftScript     = loadScript("filter_sift_scored.lua")
+	forgetGroupScript    = loadScript("forget_group.lua")
 	// bloom_add.lua carries no prelude either: it runs once per ~100
 	// items, and defines the one helper it needs.
 	bloomAddScript = luascript.Load(lua.Files, "bloom_add.lua", luaCodes(plainScriptCodes["bloom_add.lua"]...))
@@ -47,9 +51,11 @@ var (
 // plainScriptCodes are the result codes the scripts without the prelude
 // return: R holds only these there (TestPlainScriptsNameOnlyTheirCodes).
 var plainScriptCodes = map[string][]string{
-	"claim_plain.lua": {"STALE_CONFIG", "NOT_PLAIN", "CORRUPT"},
-	"done_plain.lua":  {"NOT_PLAIN", "CORRUPT"},
-	"bloom_add.lua":   {"NO_PROJECT", "BAD_SECRET", "STALE_FILTER", "STALE_GROUPS"},
+	"claim_plain.lua":      {"STALE_CONFIG", "NOT_PLAIN", "CORRUPT"},
+	"done_plain.lua":       {"NOT_PLAIN", "CORRUPT"},
+	"claim_plain_many.lua": {"STALE_CONFIG", "CORRUPT"},
+	"done_plain_many.lua":  {"NOT_PLAIN", "CORRUPT"},
+	"bloom_add.lua":        {"NO_PROJECT", "BAD_SECRET", "STALE_FILTER", "STALE_GROUPS"},
 }
 
 // warriorPathScripts are run through the engine's Batcher: the
