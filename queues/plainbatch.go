@@ -39,10 +39,10 @@ import (
 // whatever waited at once (often one call) halved the batches (16 -> 10
 // claims per call) and measured lower. Held to 16 waiting, the second
 // batch keeps Redis busy at ~15 per call: with 32 concurrent callers
-// (hoard-bench script) claims 0.54-0.55 and dones 0.52-0.54 of the FCALL
-// ceiling against one leader's 0.44-0.54 and 0.39-0.51 in two alternated
-// rounds (docs/warrior-path.md, "Coalesced one-item claims and dones
-// (s43)"). An idle path still sends a lone call at once.
+// (hoard-bench script) claims 0.54-0.57 and dones 0.46-0.54 of the FCALL
+// ceiling against one leader's 0.41-0.54 and 0.39-0.51 in three
+// alternated rounds (docs/warrior-path.md, "Coalesced one-item claims and
+// dones (s43)"). An idle path still sends a lone call at once.
 const (
 	plainBatchLeaders  = 2
 	plainBatchMax      = 64
