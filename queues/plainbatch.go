@@ -32,16 +32,24 @@ import (
 
 // At most plainBatchLeaders batches are in flight, each of at most
 // plainBatchMax calls (claims and dones of any projects; one script call
-// per project and kind). Fewer leaders make larger batches, so fewer
-// script calls: with 32 concurrent callers (hoard-bench script, load 8-10)
-// one leader made 16 claims per call and two 10, and one leader's claims
-// and dones came nearer the one-key ceiling measured in the same run in
-// both of two alternated pairs (docs/warrior-path.md, "Coalesced one-item
-// claims and dones (s43)"). One leader still sends a lone call at once.
+// per project and kind). A second batch goes out only once
+// plainBatchSecondAt calls wait while the first is in flight; fewer wait
+// for its leader to hand over. With one leader Redis idled while the leader
+// handed out replies and the callers came back; a second leader that sent
+// whatever waited at once (often one call) halved the batches (16 -> 10
+// claims per call) and measured lower. Held to 16 waiting, the second
+// batch keeps Redis busy at ~15 per call: with 32 concurrent callers
+// (hoard-bench script) claims 0.54-0.57 and dones 0.46-0.54 of the FCALL
+// ceiling against one leader's 0.41-0.54 and 0.39-0.51 in three
+// alternated rounds (docs/warrior-path.md, "Coalesced one-item claims and
+// dones (s43)"). An idle path still sends a lone call at once.
 const (
-	plainBatchLeaders = 1
-	plainBatchMax     = 64
+	plainBatchLeaders  = 2
+	plainBatchMax      = 64
+	plainBatchSecondAt = plainBatchMax / 4
 )
+
+var plainBatchOptions = callbatch.Options{MoreLeadersAt: plainBatchSecondAt}
 
 // plainCall is one one-item plain claim or done waiting for its batch, and
 // its reply once the batch has run: the reply claim_plain.lua or
@@ -71,7 +79,7 @@ type plainBatcher struct {
 
 func newPlainBatcher(rdb luascript.Pipeliner, leaders, maxBatch int) *plainBatcher {
 	p := &plainBatcher{rdb: rdb}
-	p.batches = callbatch.New(leaders, maxBatch, p.run)
+	p.batches = callbatch.NewWith(leaders, maxBatch, plainBatchOptions, p.run)
 	return p
 }
 
