@@ -12,10 +12,7 @@
 // share it.
 package callbatch
 
-import (
-	"slices"
-	"sync"
-)
+import "sync"
 
 // Batches runs calls of type T through run, in batches of at most
 // maxBatch, at most leaders at a time.
@@ -54,11 +51,6 @@ type waiting[T any] struct {
 
 // Options change when a batch goes out. The zero Options are New's.
 type Options struct {
-	// HandOffFirst: a leader whose own call was in its batch hands its
-	// role on as soon as the batch has run, before it hands the other
-	// calls their results, so that the next batch is formed and sent
-	// while this one's callers are being woken, not after.
-	HandOffFirst bool
 	// MoreLeadersAt: while a batch is in flight, a further one goes out
 	// only once at least this many calls wait (0 or 1: at once); fewer
 	// wait for a running leader to hand its role on. A second batch pays
@@ -137,16 +129,13 @@ func (b *Batches[T]) lead(self *waiting[T]) {
 		}
 		b.mu.Unlock()
 		b.run(calls)
-		mine := slices.Contains(batch, self)
-		if mine && b.opts.HandOffFirst {
-			b.mu.Lock()
-			b.handOffLocked()
-			b.mu.Unlock()
-		}
+		mine := false
 		for _, w := range batch {
 			// Once woken, w's caller may return it to the pool and reuse
 			// it: past the send, w is only compared.
-			if w != self {
+			if w == self {
+				mine = true
+			} else {
 				w.wake <- false
 			}
 		}
@@ -155,11 +144,9 @@ func (b *Batches[T]) lead(self *waiting[T]) {
 		s.waiting, s.calls = batch[:0], calls[:0]
 		b.slices.Put(s)
 		if mine {
-			if !b.opts.HandOffFirst {
-				b.mu.Lock()
-				b.handOffLocked()
-				b.mu.Unlock()
-			}
+			b.mu.Lock()
+			b.handOffLocked()
+			b.mu.Unlock()
 			return
 		}
 	}

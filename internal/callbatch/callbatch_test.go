@@ -23,9 +23,7 @@ type call struct {
 func TestEveryCallRunsOnceWithinTheBounds(t *testing.T) {
 	for name, opts := range map[string]callbatch.Options{
 		"default":       {},
-		"HandOffFirst":  {HandOffFirst: true},
 		"MoreLeadersAt": {MoreLeadersAt: 3},
-		"both":          {HandOffFirst: true, MoreLeadersAt: 3},
 	} {
 		t.Run(name, func(t *testing.T) { everyCallRunsOnceWithinTheBounds(t, opts) })
 	}
