@@ -26,31 +26,9 @@ func BenchmarkPlainScriptsDirect(b *testing.B) {
 	for _, backend := range redistest.Backends() {
 		b.Run(backend.Name, func(b *testing.B) {
 			ctx := context.Background()
-			if err := redistest.Flush(ctx, backend); err != nil {
-				b.Fatal(err)
-			}
-			e := NewEngine(backend.Client, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			const slug = "bench"
-			if _, err := e.CreateProject(ctx, slug, SettingsPatch{}); err != nil {
-				b.Fatal(err)
-			}
 			rounds := (b.N + callers - 1) / callers
-			items := make([]QueueItem, 0, rounds*callers)
-			for i := range rounds * callers {
-				items = append(items, QueueItem{Name: fmt.Sprintf("bench/item/%09d", i)})
-			}
-			for len(items) > 0 {
-				batch := items[:min(len(items), 10_000)]
-				if _, err := e.Enqueue(ctx, slug, Target{Queue: QueueTodo}, batch); err != nil {
-					b.Fatal(err)
-				}
-				items = items[len(batch):]
-			}
-			cfg := e.plainConfigs.get(ctx, e, slug)
-			if cfg == nil || !cfg.plain {
-				b.Fatal("the project is not plain")
-			}
-			keys := e.warriorKeys.get(slug)
+			e, cfg, keys := newPlainBenchProject(ctx, b, backend, slug, rounds*callers)
 			each := func(part func(downloader string, claimed *[]string) error, claimed [][]string) {
 				var wg sync.WaitGroup
 				errs := make(chan error, callers)
@@ -146,31 +124,9 @@ func BenchmarkCoalescedPlainScripts(b *testing.B) {
 		for _, k := range []int{1, 32} {
 			b.Run(fmt.Sprintf("%s/batch=%d", backend.Name, k), func(b *testing.B) {
 				ctx := context.Background()
-				if err := redistest.Flush(ctx, backend); err != nil {
-					b.Fatal(err)
-				}
-				e := NewEngine(backend.Client, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 				const slug = "bench"
-				if _, err := e.CreateProject(ctx, slug, SettingsPatch{}); err != nil {
-					b.Fatal(err)
-				}
 				rounds := (b.N + k - 1) / k
-				items := make([]QueueItem, 0, rounds*k)
-				for i := range rounds * k {
-					items = append(items, QueueItem{Name: fmt.Sprintf("bench/item/%09d", i)})
-				}
-				for len(items) > 0 {
-					batch := items[:min(len(items), 10_000)]
-					if _, err := e.Enqueue(ctx, slug, Target{Queue: QueueTodo}, batch); err != nil {
-						b.Fatal(err)
-					}
-					items = items[len(batch):]
-				}
-				cfg := e.plainConfigs.get(ctx, e, slug)
-				if cfg == nil || !cfg.plain {
-					b.Fatal("the project is not plain")
-				}
-				keys := e.warriorKeys.get(slug)
+				e, cfg, keys := newPlainBenchProject(ctx, b, backend, slug, rounds*k)
 				downloaders := make([]string, k)
 				for i := range downloaders {
 					downloaders[i] = fmt.Sprintf("bench%03d", i)
@@ -229,4 +185,34 @@ func BenchmarkCoalescedPlainScripts(b *testing.B) {
 			})
 		}
 	}
+}
+
+// newPlainBenchProject starts an engine on a flushed backend with a plain
+// project of n items in todo, and returns the engine, its copy of the
+// project's settings (checked plain) and the project's script keys.
+func newPlainBenchProject(ctx context.Context, b *testing.B, backend redistest.Backend, slug string, n int) (*Engine, *plainConfig, *warriorKeys) {
+	b.Helper()
+	if err := redistest.Flush(ctx, backend); err != nil {
+		b.Fatal(err)
+	}
+	e := NewEngine(backend.Client, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if _, err := e.CreateProject(ctx, slug, SettingsPatch{}); err != nil {
+		b.Fatal(err)
+	}
+	items := make([]QueueItem, 0, n)
+	for i := range n {
+		items = append(items, QueueItem{Name: fmt.Sprintf("bench/item/%09d", i)})
+	}
+	for len(items) > 0 {
+		batch := items[:min(len(items), 10_000)]
+		if _, err := e.Enqueue(ctx, slug, Target{Queue: QueueTodo}, batch); err != nil {
+			b.Fatal(err)
+		}
+		items = items[len(batch):]
+	}
+	cfg := e.plainConfigs.get(ctx, e, slug)
+	if cfg == nil || !cfg.plain {
+		b.Fatal("the project is not plain")
+	}
+	return e, cfg, e.warriorKeys.get(slug)
 }
