@@ -17,12 +17,12 @@ var (
 	doneScript  = loadScript("done.lua")
 	// The plain paths' scripts carry no prelude: each of its functions is a
 	// closure made on every call, and these scripts need none of them.
-	claimPlainScript = luascript.Load(lua.Files, "claim_plain.lua", luaCodes(plainScriptCodes["claim_plain.lua"]...))
-	donePlainScript  = luascript.Load(lua.Files, "done_plain.lua", luaCodes(plainScriptCodes["done_plain.lua"]...))
+	claimPlainScript = loadPlainScript("claim_plain.lua")
+	donePlainScript  = loadPlainScript("done_plain.lua")
 	// Concurrent one-item plain claims and dones of a project, coalesced
 	// into one call (plainbatch.go).
-	claimPlainManyScript = luascript.Load(lua.Files, "claim_plain_many.lua", luaCodes(plainScriptCodes["claim_plain_many.lua"]...))
-	donePlainManyScript  = luascript.Load(lua.Files, "done_plain_many.lua", luaCodes(plainScriptCodes["done_plain_many.lua"]...))
+	claimPlainManyScript = loadPlainScript("claim_plain_many.lua")
+	donePlainManyScript  = loadPlainScript("done_plain_many.lua")
 	releaseScript        = loadScript("release.lua")
 	enqueueScript        = loadScript("enqueue.lua")
 	configWriteScript    = loadScript("config_write.lua")
@@ -33,7 +33,7 @@ var (
 	forgetGroupScript    = loadScript("forget_group.lua")
 	// bloom_add.lua carries no prelude either: it runs once per ~100
 	// items, and defines the one helper it needs.
-	bloomAddScript = luascript.Load(lua.Files, "bloom_add.lua", luaCodes(plainScriptCodes["bloom_add.lua"]...))
+	bloomAddScript = loadPlainScript("bloom_add.lua")
 
 	offloadTakeScript   = loadScript("offload_take.lua")
 	offloadCommitScript = loadScript("offload_commit.lua")
@@ -70,6 +70,12 @@ var prelude = luascript.Prelude(lua.Files, "prelude.lua")
 // shared prelude prepended.
 func loadScript(name string) *luascript.Script {
 	return luascript.Load(lua.Files, name, luaCodes(), prelude)
+}
+
+// loadPlainScript loads a script without the prelude, its R holding only
+// the codes plainScriptCodes lists for it.
+func loadPlainScript(name string) *luascript.Script {
+	return luascript.Load(lua.Files, name, luaCodes(plainScriptCodes[name]...))
 }
 
 // runScript runs a script with EVALSHA (EVAL once after a NOSCRIPT) and
