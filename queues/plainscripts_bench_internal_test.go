@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/hoardproject/hoard/internal/redistest"
 )
@@ -95,17 +96,7 @@ func BenchmarkPlainScriptsDirect(b *testing.B) {
 			}, claimed)
 			donesWall := dump()
 			b.StopTimer()
-			if claimsWall > 0 {
-				b.ReportMetric(claimsWall.Seconds(), "claims-wall-s")
-				b.ReportMetric(donesWall.Seconds(), "dones-wall-s")
-			}
-			done, err := backend.Client.SCard(ctx, DoneKey(slug)).Result()
-			if err != nil {
-				b.Fatal(err)
-			}
-			if done != int64(rounds*callers) {
-				b.Fatalf("%d items done, want %d", done, rounds*callers)
-			}
+			endPlainBench(ctx, b, backend, slug, claimsWall, donesWall, rounds*callers)
 		})
 	}
 }
@@ -171,17 +162,7 @@ func BenchmarkCoalescedPlainScripts(b *testing.B) {
 				}
 				donesWall := dump()
 				b.StopTimer()
-				if claimsWall > 0 {
-					b.ReportMetric(claimsWall.Seconds(), "claims-wall-s")
-					b.ReportMetric(donesWall.Seconds(), "dones-wall-s")
-				}
-				done, err := backend.Client.SCard(ctx, DoneKey(slug)).Result()
-				if err != nil {
-					b.Fatal(err)
-				}
-				if done != int64(rounds*k) {
-					b.Fatalf("%d items done, want %d", done, rounds*k)
-				}
+				endPlainBench(ctx, b, backend, slug, claimsWall, donesWall, rounds*k)
 			})
 		}
 	}
@@ -215,4 +196,21 @@ func newPlainBenchProject(ctx context.Context, b *testing.B, backend redistest.B
 		b.Fatal("the project is not plain")
 	}
 	return e, cfg, e.warriorKeys.get(slug)
+}
+
+// endPlainBench reports the parts' wall times (dumped to callgrind, when
+// one was asked for) and checks that every item claimed was done.
+func endPlainBench(ctx context.Context, b *testing.B, backend redistest.Backend, slug string, claimsWall, donesWall time.Duration, want int) {
+	b.Helper()
+	if claimsWall > 0 {
+		b.ReportMetric(claimsWall.Seconds(), "claims-wall-s")
+		b.ReportMetric(donesWall.Seconds(), "dones-wall-s")
+	}
+	done, err := backend.Client.SCard(ctx, DoneKey(slug)).Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if done != int64(want) {
+		b.Fatalf("%d items done, want %d", done, want)
+	}
 }
