@@ -51,6 +51,9 @@ type serveOptions struct {
 	maxViewers           int
 	maxViewersPerAddress int
 	viewerIdleTimeout    time.Duration
+	// allFrontendsCountBatches: no frontend of a build from before claim
+	// batches runs on this Redis (queues.Options.PreBatchFrontends).
+	allFrontendsCountBatches bool
 	// configPath is the configuration file (empty: none), and
 	// commandLine the flags given, for a reload.
 	configPath  string
@@ -268,7 +271,10 @@ func runServe(ctx context.Context, o serveOptions) error {
 		return err
 	}
 
-	engine := queues.NewEngine(rdb, queues.Options{Logger: logger})
+	engine := queues.NewEngine(rdb, queues.Options{Logger: logger, PreBatchFrontends: !o.allFrontendsCountBatches})
+	if !o.allFrontendsCountBatches {
+		logger.Info("--all-frontends-count-batches=false: every multi done reads each item's claim record; set it true once no frontend of a build from before claim batches runs")
+	}
 	if o.createListed {
 		if err := createListedProjects(ctx, engine, o.projectsFile, logger); err != nil {
 			return err
