@@ -125,6 +125,14 @@ func splitList(s string) []string {
 	return out
 }
 
+// engineOptions are the queue engine's options from serve's.
+func engineOptions(o serveOptions, logger *slog.Logger) queues.Options {
+	if !o.allFrontendsCountBatches {
+		logger.Info("--all-frontends-count-batches=false: every multi done reads each item's claim record; set it true once no frontend of a build from before claim batches runs")
+	}
+	return queues.Options{Logger: logger, PreBatchFrontends: !o.allFrontendsCountBatches}
+}
+
 // viewerLimits checks the viewer options and resolves the total cap from
 // the descriptor limit: an explicit cap above what the limit allows is
 // lowered, with a warning.
@@ -271,10 +279,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 		return err
 	}
 
-	engine := queues.NewEngine(rdb, queues.Options{Logger: logger, PreBatchFrontends: !o.allFrontendsCountBatches})
-	if !o.allFrontendsCountBatches {
-		logger.Info("--all-frontends-count-batches=false: every multi done reads each item's claim record; set it true once no frontend of a build from before claim batches runs")
-	}
+	engine := queues.NewEngine(rdb, engineOptions(o, logger))
 	if o.createListed {
 		if err := createListedProjects(ctx, engine, o.projectsFile, logger); err != nil {
 			return err
