@@ -237,3 +237,31 @@ func TestDeleteProjectRemovesSetsBuckets(t *testing.T) {
 		require.Equal(t, 1500, res.New)
 	})
 }
+
+// TestBloomSetsFalsePositiveRate fills a sets generation of 50k items and
+// offers 50k other distinct items: at ~160 items a bucket a false
+// positive has a chance of ~3.7e-8 per item (f/2^32), so any at all would
+// say the fingerprints or buckets are wrong.
+func TestBloomSetsFalsePositiveRate(t *testing.T) {
+	b := redistest.Require(t)[0]
+	require.NoError(t, redistest.Flush(t.Context(), b))
+	const n = 50_000
+	tb := setup(t, b, queues.SettingsPatch{BackfeedSecret: ptr("secret_123"), BloomCapacity: ptr(100_000), BloomKind: ptr(queues.BloomKindSets)})
+	offer := func(prefix string) queues.BackfeedResult {
+		var total queues.BackfeedResult
+		for start := 0; start < n; start += 10_000 {
+			batch := make([]string, 10_000)
+			for i := range batch {
+				batch[i] = prefix + strconv.Itoa(start+i)
+			}
+			res, err := tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", batch)
+			require.NoError(t, err)
+			total.New += res.New
+			total.Duplicate += res.Duplicate
+		}
+		return total
+	}
+	require.Equal(t, queues.BackfeedResult{New: n}, offer("https://example.org/first/"))
+	require.Equal(t, queues.BackfeedResult{New: n}, offer("https://example.org/second/"))
+	require.Equal(t, n, offer("https://example.org/first/").Duplicate)
+}
