@@ -48,8 +48,8 @@ const setsMinFill = 32
 // setsGenerationCost is a sets generation's cost in bloomScriptBudget's
 // units: an item's SISMEMBER (or its SADD in the newest generation) costs
 // Redis ~5-8k instructions against a blocked word's ~10k at
-// blockedWordCost 8; a new item in one sets generation costs 27.6k in
-// all, against 81.6k for the default blocked shape (callgrind,
+// blockedWordCost 8; a new item in one sets generation costs 27.4k in
+// all, against 80.5k for the default blocked shape (callgrind,
 // docs/warrior-api.md "Backfeed (s44)"). 2 lets a call take 204 items of
 // a single sets generation, which held Redis 435 µs a call side by side
 // with the blocked shape's 376 µs for 64.
