@@ -265,3 +265,57 @@ func TestBloomSetsFalsePositiveRate(t *testing.T) {
 	require.Equal(t, queues.BackfeedResult{New: n}, offer("https://example.org/second/"))
 	require.Equal(t, n, offer("https://example.org/first/").Duplicate)
 }
+
+// TestBloomSetsFailedAddUndoesTheAdds: a wrongly typed bucket fails the
+// batch at its first item there, and the adds before it are taken out
+// again, so nothing of the batch is left in the filter or queued.
+func TestBloomSetsFailedAddUndoesTheAdds(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, queues.SettingsPatch{BackfeedSecret: ptr("secret_123"), BloomCapacity: ptr(1000), BloomKind: ptr(queues.BloomKindSets)})
+		res, err := tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", names("first-", 100))
+		require.NoError(t, err)
+		require.Equal(t, 100, res.New)
+		buckets := bucketsOf(t, bloomShapes(t, tb)[0])
+		// Which bucket the second batch's first item goes to, from a
+		// project of the same shape: another one breaks, so that item is
+		// added before the failure and must be taken out again.
+		probe := setupProject(t, b, "probe", queues.SettingsPatch{BackfeedSecret: ptr("secret_123"), BloomCapacity: ptr(1000), BloomKind: ptr(queues.BloomKindSets)})
+		second := names("second-", 100)
+		_, err = probe.engine.Backfeed(probe.ctx, probe.slug, "secret_123", second[:1])
+		require.NoError(t, err)
+		first := buckets
+		for bucket := range buckets {
+			if probe.rdb.SCard(probe.ctx, queues.BloomBucketKey(probe.slug, 1, bucket)).Val() == 1 {
+				first = bucket
+			}
+		}
+		require.Less(t, first, buckets)
+		broken := (first + 1) % buckets
+		key := queues.BloomBucketKey(tb.slug, 1, broken)
+		require.NoError(t, tb.rdb.Del(tb.ctx, key).Err())
+		require.NoError(t, tb.rdb.Set(tb.ctx, key, "not a set", 0).Err())
+		before := setsMembersBut(t, tb, 1, buckets, broken)
+
+		_, err = tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", second)
+		require.Error(t, err)
+		require.Equal(t, before, setsMembersBut(t, tb, 1, buckets, broken), "the adds before the failure were undone")
+		length, err := tb.rdb.LLen(tb.ctx, queues.QueueKey(tb.slug, queues.QueueBackfeed)).Result()
+		require.NoError(t, err)
+		require.EqualValues(t, 100, length, "nothing of the failed batch queued")
+	})
+}
+
+// setsMembersBut sums generation g's buckets but `broken`.
+func setsMembersBut(t *testing.T, tb bundle, g int, buckets, broken uint64) int64 {
+	t.Helper()
+	var total int64
+	for bucket := range buckets {
+		if bucket == broken {
+			continue
+		}
+		n, err := tb.rdb.SCard(tb.ctx, queues.BloomBucketKey(tb.slug, g, bucket)).Result()
+		require.NoError(t, err)
+		total += n
+	}
+	return total
+}
