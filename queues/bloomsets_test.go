@@ -87,6 +87,24 @@ func TestBloomSetsAnswerExactlyNew(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, queues.BackfeedResult{Received: 2500, Duplicate: 2500}, res)
 		require.EqualValues(t, 2500, tb.counts(t).Backfeed)
+
+		// `queue add --register` uses the same generations.
+		res, err = tb.engine.EnqueueRegistered(tb.ctx, tb.slug, queues.QueueBackfeed, []string{items[7], "registered:new"})
+		require.NoError(t, err)
+		require.Equal(t, 1, res.New)
+		require.Equal(t, 1, res.Duplicate)
+
+		// With limit groups, an item carries its target before its member.
+		_, err = tb.engine.SetLimitGroups(tb.ctx, tb.slug, []queues.LimitGroup{{Name: "users", Type: "user", RatePerMinute: 0}})
+		require.NoError(t, err)
+		res, err = tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", []string{"user:x", "post:y", "user:x", items[3]})
+		require.NoError(t, err)
+		require.Equal(t, 2, res.New)
+		require.Equal(t, 2, res.Duplicate)
+		assertPlaces(t, tb, map[string]string{"user:x": "todo:backfeed:g:users", "post:y": "todo:backfeed"})
+		res, err = tb.engine.Backfeed(tb.ctx, tb.slug, "secret_123", []string{"user:x", "post:y"})
+		require.NoError(t, err)
+		require.Equal(t, 2, res.Duplicate)
 	})
 }
 
