@@ -126,7 +126,12 @@ type minuteCounts struct {
 
 type downloaderCounts struct {
 	items, bytes int64
-	version      string // the latest non-empty one reported
+	// version is the latest non-empty one reported in the minute. The
+	// flush writes a project's minutes in order, so a later minute's
+	// wins over an earlier one's, even one counted late (a request that
+	// took its time across a minute's turn): the newest done by its own
+	// time, where the adds made it the last counted.
+	version string
 }
 
 // minute returns slug's counts for now's UTC minute, made if there are
