@@ -2,6 +2,7 @@ package queues
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -62,8 +63,8 @@ type counterBuffer struct {
 // projectCounts is one project's counts since its last flush.
 type projectCounts struct {
 	keys *warriorKeys
-	// minutes are the counts by UTC minute, in the order first counted
-	// in: nearly always one, two across a minute's turn.
+	// minutes are the counts by UTC minute, oldest first: nearly always
+	// one, two across a minute's turn.
 	minutes []*minuteCounts
 	// requeued is what a failed flush could not write; the next flush
 	// writes it with these counts (a version set since wins).
@@ -146,13 +147,17 @@ func (b *counterBuffer) minute(e *Engine, slug string, now time.Time) *minuteCou
 		b.projects[slug] = p
 	}
 	um := unixMinute(now)
-	for i := len(p.minutes) - 1; i >= 0; i-- {
-		if m := p.minutes[i]; m.names.unixMinute == um {
+	i := len(p.minutes)
+	for ; i > 0 && p.minutes[i-1].names.unixMinute >= um; i-- {
+		if m := p.minutes[i-1]; m.names.unixMinute == um {
 			return m
 		}
 	}
+	// Kept in minute order (a request late across a minute's turn may
+	// come after the next minute's), so the flush writes versions oldest
+	// first.
 	m := &minuteCounts{names: p.keys.minuteKeys(slug, now)}
-	p.minutes = append(p.minutes, m)
+	p.minutes = slices.Insert(p.minutes, i, m)
 	return m
 }
 

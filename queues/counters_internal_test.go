@@ -198,6 +198,29 @@ func TestCountersFlushWhatEachRequestAdds(t *testing.T) {
 	})
 }
 
+// TestCountersKeepTheVersionOfTheLatestMinute: a done counted late, after
+// one from the next minute, does not take the downloader's version back,
+// whatever the order the minutes were first counted in.
+func TestCountersKeepTheVersionOfTheLatestMinute(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		start := time.Date(2026, 12, 31, 23, 59, 58, 0, time.UTC)
+		e := NewEngine(b.Client, Options{Clock: NewFakeClock(start), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		done := func(version string, now time.Time) {
+			e.countDone(ctx, DoneRequest{Project: "cnt", Downloader: "alice", Version: version}, now, 1, nil, 1, 0, 0)
+		}
+		done("2", start.Add(3*time.Second)) // 00:00 first
+		done("1", start)                    // then 23:59, late
+		require.NoError(t, e.FlushCounters(ctx))
+		version, err := b.Client.HGet(ctx, DownloaderVersionKey("cnt"), "alice").Result()
+		require.NoError(t, err)
+		require.Equal(t, "2", version)
+		items, err := b.Client.HGet(ctx, DownloaderItemsKey("cnt"), "alice").Int64()
+		require.NoError(t, err)
+		require.EqualValues(t, 2, items)
+	})
+}
+
 // BenchmarkCountOneItem counts a one-item claim and its done (countClaim,
 // countDone) from parallel callers of 32 downloaders, as the engine does
 // after each script reply: the frontend's counting alone, with its flush
