@@ -497,7 +497,7 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 		if len(req.Items) == 1 {
 			// Coalesced with other one-item plain dones of the project
 			// that arrive together (plainbatch.go); alone, done_plain.lua.
-			reply, err = e.plainBatches.do(&plainCall{ctx: ctx, slug: slug, done: true,
+			reply, err = e.plainBatches.do(plainCall{ctx: ctx, slug: slug, done: true,
 				downloader: req.Downloader, item: req.Items[0], keys: plainKeys(projectKeys.donePlain, 1)})
 			if err != nil {
 				err = unavailable(op, err)
@@ -652,7 +652,13 @@ func doneLogEntry(req DoneRequest, now time.Time, total int64, tail string, dist
 	if !distinct {
 		seen = make(map[string]bool, len(req.Items))
 	}
-	b := make([]byte, 0, 128+len(tail)+32*len(req.Items))
+	// A one-item done's entry fits the stack buffer: one allocation
+	// (the string) instead of two.
+	var buf [256]byte
+	b := buf[:0]
+	if size := 128 + len(tail) + 32*len(req.Items); size > len(buf) {
+		b = make([]byte, 0, size)
+	}
 	b = append(b, `{"items":[`...)
 	first := true
 	for _, item := range req.Items {
