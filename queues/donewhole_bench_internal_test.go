@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/hoardproject/hoard/internal/luascript"
@@ -30,29 +29,11 @@ func BenchmarkMultiDoneScripts(b *testing.B) {
 				const slug = "bench"
 				rounds := (b.N + callers - 1) / callers
 				e, cfg, keys := newPlainBenchProject(ctx, b, backend, slug, rounds*callers*multi)
-				each := func(part func(downloader string, claimed *[][]any) error, claimed [][][]any) {
-					var wg sync.WaitGroup
-					errs := make(chan error, callers)
-					for w := range callers {
-						wg.Add(1)
-						go func() {
-							defer wg.Done()
-							if err := part(fmt.Sprintf("bench%03d", w), &claimed[w]); err != nil {
-								errs <- err
-							}
-						}()
-					}
-					wg.Wait()
-					close(errs)
-					if err := <-errs; err != nil {
-						b.Fatal(err)
-					}
-				}
 				claimed := make([][][]any, callers)
 				const now = int64(1_800_000_000_000)
 				b.ResetTimer()
 				dump := redistest.CountRedisInstructions(b)
-				each(func(downloader string, mine *[][]any) error {
+				eachBenchCaller(b, claimed, func(downloader string, mine *[][]any) error {
 					record := "1 " + strconv.FormatInt(now, 10) + " " + downloader + " 127.0.0.1 - -"
 					deadline := strconv.FormatInt(now+21_600_000, 10)
 					for range rounds {
@@ -71,10 +52,10 @@ func BenchmarkMultiDoneScripts(b *testing.B) {
 						*mine = append(*mine, args)
 					}
 					return nil
-				}, claimed)
+				})
 				claimsWall := dump()
 				dump = redistest.CountRedisInstructions(b)
-				each(func(downloader string, mine *[][]any) error {
+				eachBenchCaller(b, claimed, func(downloader string, mine *[][]any) error {
 					for _, args := range *mine {
 						reply, err := e.runScript(ctx, "bench", done, plainKeys(keys.donePlain, multi), args...)
 						if err != nil {
@@ -90,7 +71,7 @@ func BenchmarkMultiDoneScripts(b *testing.B) {
 						}
 					}
 					return nil
-				}, claimed)
+				})
 				donesWall := dump()
 				b.StopTimer()
 				endPlainBench(ctx, b, backend, slug, claimsWall, donesWall, rounds*callers*multi)
