@@ -236,25 +236,24 @@ func (s bloomShape) argsPerItem() int {
 // several targets, target non-nil), its sets member (only when a
 // generation of shapes is a sets one) and, for each other generation of
 // shapes, its locations (a classic generation's k bit locations, a blocked
-// one's word references); then each blocked generation's words.
-func appendBloomBatch(args []any, shapes []bloomShape, items []string, target func(item string) int) []any {
+// one's word references); then each blocked generation's words. members
+// holds each item's sets member (appendBucketKeys), nil without a sets
+// generation.
+func appendBloomBatch(args []any, shapes []bloomShape, items []string, members []string, target func(item string) int) []any {
 	blocked := make([]*blockedBatch, len(shapes))
-	sets := false
 	for g, shape := range shapes {
 		if shape.words > 0 {
 			blocked[g] = newBlockedBatch(shape, len(items))
 		}
-		sets = sets || shape.buckets > 0
 	}
 	args = append(args, len(items))
-	for _, item := range items {
+	for i, item := range items {
 		args = append(args, item)
 		if target != nil {
 			args = append(args, target(item))
 		}
-		if sets {
-			_, member := setsHash(item)
-			args = append(args, member)
+		if members != nil {
+			args = append(args, members[i])
 		}
 		for g, shape := range shapes {
 			if shape.buckets > 0 {
@@ -281,22 +280,24 @@ func appendBloomBatch(args []any, shapes []bloomShape, items []string, target fu
 // item, for each sets generation of shapes (generation g+1 for shapes[g]),
 // the bucket the item's fingerprint falls in. The script passes them to
 // SISMEMBER and SADD; Redis Cluster sees every key it touches, all in the
-// project's slot.
-func appendBucketKeys(keys []string, slug string, shapes []bloomShape, items []string) []string {
-	for _, item := range items {
-		high, hashed := uint64(0), false
+// project's slot. It also returns each item's sets member, from the same
+// hash (nil when no generation of shapes is a sets one), for
+// appendBloomBatch.
+func appendBucketKeys(keys []string, slug string, shapes []bloomShape, items []string) ([]string, []string) {
+	if !slices.ContainsFunc(shapes, func(s bloomShape) bool { return s.buckets > 0 }) {
+		return keys, nil
+	}
+	members := make([]string, len(items))
+	for i, item := range items {
+		high, member := setsHash(item)
+		members[i] = member
 		for g, shape := range shapes {
-			if shape.buckets == 0 {
-				continue
+			if shape.buckets > 0 {
+				keys = append(keys, BloomBucketKey(slug, g+1, setsBucket(high, shape.buckets)))
 			}
-			if !hashed {
-				high, _ = setsHash(item)
-				hashed = true
-			}
-			keys = append(keys, BloomBucketKey(slug, g+1, setsBucket(high, shape.buckets)))
 		}
 	}
-	return keys
+	return keys, members
 }
 
 // MaxBloomGenerationBits is the largest generation: a Redis string holds at
@@ -476,7 +477,7 @@ func (e *Engine) bloomAdd(ctx context.Context, slug, secret string, q Queue, ite
 		for g := 1; g <= gens+1; g++ {
 			keys = append(keys, BloomKey(slug, g))
 		}
-		keys = appendBucketKeys(keys, slug, passed, kept)
+		keys, members := appendBucketKeys(keys, slug, passed, kept)
 		keys = append(keys, QueueKey(slug, q))
 		for _, g := range state.groups {
 			keys = append(keys, GroupQueueKey(slug, q, g.Name))
@@ -500,7 +501,7 @@ func (e *Engine) bloomAdd(ctx context.Context, slug, secret string, q Queue, ite
 		if len(state.groups) > 0 {
 			target = func(item string) int { return groupFor(state.groups, item) + 2 }
 		}
-		args = appendBloomBatch(args, passed, kept, target)
+		args = appendBloomBatch(args, passed, kept, members, target)
 		release, err := e.bloomTurn(ctx, op)
 		if err != nil {
 			return result, err
