@@ -23,6 +23,9 @@ func PasskeyCacheSizes(s *Store) (known, misses int) { return s.passkeys.sizes()
 // settling, so a test can crash it there.
 func SetFeedHook(s *Store, fn func(FeedBatch)) { s.feedHook = fn }
 
+// FeedRoundLimit is how many torrents one step of a feed round takes from a shard.
+const FeedRoundLimit = feedRoundLimit
+
 // ExpireMember runs what the expiry listener runs on a peer's timeout-key
 // event: expire.lua for that one deadline member.
 func ExpireMember(ctx context.Context, s *Store, hash bittorrent.InfoHash, peer bittorrent.PeerID, userID string) (int64, error) {

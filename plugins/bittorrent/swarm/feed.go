@@ -56,28 +56,54 @@ type FeedBatch struct {
 	Rows       []FeedRow
 }
 
-// feedRoundLimit bounds the torrents one round takes from each shard, and
-// feedRowsLimit the rows it reads from one torrent, so a round is
-// short; what is left waits for the next.
+// feedRoundLimit bounds the torrents one step of a round takes from a
+// shard, and feedRowsLimit the rows it reads from one torrent, so each
+// step's pipelines stay short. A round takes steps until the shard has no
+// torrent left it has not taken, or its time is up (FeedRound).
 const (
 	feedRoundLimit = 100
 	feedRowsLimit  = 500
 )
 
-// FeedRound delivers the waiting rows of up to feedRoundLimit indexed
-// torrents per shard, one FeedBatch per torrent and one deliver call per
-// shard, and returns how many rows it delivered. The batches of a call
-// deliver refuses stay waiting and are offered again next round; the
-// round goes on with the other shards and returns the first error.
+// FeedRound delivers the waiting rows of the indexed torrents, shard by
+// shard in steps of feedRoundLimit torrents, one FeedBatch per torrent
+// and one deliver call per step, and returns how many rows it delivered.
+// A round goes on until every shard's index is taken or FeedInterval has
+// passed since it began (so rounds never pile up); what is left waits for
+// the next round. Until s45 a round took one step per shard, 1,600
+// torrents: a tracker whose announces touched more torrents than that per
+// feed interval (20,000 torrents at 12,000 announces/s; a site's default
+// 10 s interval made it 160 torrents a second) fell further behind every
+// round. The batches of a call deliver refuses stay waiting and are
+// offered again next round; the round goes on with the other shards and
+// returns the first error.
 func (s *Store) FeedRound(ctx context.Context, deliver func(context.Context, []FeedBatch) error) (int, error) {
 	rows := 0
 	var firstErr error
+	until := s.clock.Now().Add(s.cfg.FeedInterval)
 	for shard := range btstore.FeedShards {
-		n, err := s.feedShard(ctx, shard, deliver)
+		n, err := s.feedShard(ctx, shard, until, deliver)
 		rows += n
 		firstErr = firstError(firstErr, err)
 	}
 	return rows, firstErr
+}
+
+// feedShard takes one shard's indexed torrents step by step (feedStep),
+// from the oldest mark, until a step finds fewer than feedRoundLimit, one
+// fails, or the round's time is up. Torrents a step leaves in the index
+// (rows still waiting, or marked again meanwhile) are skipped by the
+// steps after it: offset counts them, in ranks (the keeper's among them).
+func (s *Store) feedShard(ctx context.Context, shard int, until time.Time, deliver func(context.Context, []FeedBatch) error) (int, error) {
+	rows, offset := 0, int64(0)
+	for {
+		n, read, removed, err := s.feedStep(ctx, shard, offset, deliver)
+		rows += n
+		if err != nil || read <= feedRoundLimit || ctx.Err() != nil || !s.clock.Now().Before(until) {
+			return rows, err
+		}
+		offset += int64(read - removed)
+	}
 }
 
 // feedTorrent is one indexed torrent in a round: its index entry as read,
@@ -90,22 +116,27 @@ type feedTorrent struct {
 	counter *redis.SliceCmd
 }
 
-// feedShard runs a round over one shard of the index. Each step is one
-// call for all the shard's torrents taken: reading the rows and counters
+// feedStep takes up to feedRoundLimit torrents of one shard of the index,
+// from rank offset past its keeper. Each part is one call for all the
+// torrents taken: reading the rows and counters
 // (a pipeline), delivering (the plugin appends every batch to the outbox
 // in one script call), settling (a pipeline) and taking torrents with no
 // rows left off the index. So a round costs Redis a few round trips per
 // shard, not per torrent, and the rows are settled only once the
-// delivery of all of them succeeded.
-func (s *Store) feedShard(ctx context.Context, shard int, deliver func(context.Context, []FeedBatch) error) (int, error) {
+// delivery of all of them succeeded. Returns the rows delivered, how
+// many index entries it read (feedRoundLimit + 1 at most, the keeper
+// included when it was in range) and how many of those it removed.
+func (s *Store) feedStep(ctx context.Context, shard int, offset int64, deliver func(context.Context, []FeedBatch) error) (
+	delivered, read, removed int, firstErr error) {
 	index := btstore.FeedIndexKey(shard)
-	// One more than the limit: the shard's keeper (score 0) comes first.
-	entries, err := s.rdb.ZRangeWithScores(ctx, index, 0, feedRoundLimit).Result()
+	// One more than the limit: the shard's keeper (score 0) comes first,
+	// in the first step's range.
+	entries, err := s.rdb.ZRangeWithScores(ctx, index, offset, offset+feedRoundLimit).Result()
 	if err != nil {
-		return 0, fmt.Errorf("swarm.FeedRound: %w", err)
+		return 0, 0, 0, fmt.Errorf("swarm.FeedRound: %w", err)
 	}
+	read = len(entries)
 	torrents := make([]feedTorrent, 0, len(entries))
-	var firstErr error
 	for _, entry := range entries {
 		member, _ := entry.Member.(string)
 		if member == btstore.FeedIndexKeeper {
@@ -113,15 +144,17 @@ func (s *Store) feedShard(ctx context.Context, shard int, deliver func(context.C
 		}
 		hash, ok := btstore.ParseHexInfoHash(member)
 		if !ok {
-			if err := s.rdb.ZRem(ctx, index, member).Err(); err != nil {
+			if n, err := s.rdb.ZRem(ctx, index, member).Result(); err != nil {
 				firstErr = firstError(firstErr, fmt.Errorf("swarm.FeedRound: %w", err))
+			} else {
+				removed += int(n)
 			}
 			continue
 		}
 		torrents = append(torrents, feedTorrent{hash: hash, member: member, score: entry.Score})
 	}
 	if len(torrents) == 0 {
-		return 0, firstErr
+		return 0, read, removed, firstErr
 	}
 	pipe := s.rdb.Pipeline()
 	for i := range torrents {
@@ -131,7 +164,6 @@ func (s *Store) feedShard(ctx context.Context, shard int, deliver func(context.C
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command
 
-	delivered := 0
 	var batches []FeedBatch
 	var settles []feedSettle
 	var emptied []any // index members and scores of torrents with no rows left
@@ -155,7 +187,7 @@ func (s *Store) feedShard(ctx context.Context, shard int, deliver func(context.C
 	}
 	if len(batches) > 0 {
 		if err := deliver(ctx, batches); err != nil {
-			return 0, firstError(firstErr, fmt.Errorf("swarm.FeedRound: delivering shard %d: %w", shard, err))
+			return 0, read, removed, firstError(firstErr, fmt.Errorf("swarm.FeedRound: delivering shard %d: %w", shard, err))
 		}
 	}
 	if s.feedHook != nil {
@@ -176,11 +208,13 @@ func (s *Store) feedShard(ctx context.Context, shard int, deliver func(context.C
 	if len(emptied) > 0 {
 		// Gone from the index only if no flush marked them since the
 		// read; a mark after it is a new ZADD, with a new score.
-		if err := zremUnchangedScript.Run(ctx, s.rdb, []string{index}, emptied...).Err(); err != nil {
+		n, err := zremUnchangedScript.Run(ctx, s.rdb, []string{index}, emptied...).Int()
+		if err != nil {
 			firstErr = firstError(firstErr, fmt.Errorf("swarm.FeedRound: %w", err))
 		}
+		removed += n
 	}
-	return delivered, firstErr
+	return delivered, read, removed, firstErr
 }
 
 // feedSettle is what a round deletes of one torrent's rows once they

@@ -231,6 +231,63 @@ func TestFeedRoundKeepsARowReplacedWhileDelivering(t *testing.T) {
 	})
 }
 
+// shardHash is a torrent whose feed index shard is 0, so a test can fill
+// one shard with more torrents than one step of a round takes.
+func shardHash(i int) bittorrent.InfoHash {
+	h := infoHash(fmt.Sprintf("feed-shard-%d", i))
+	h[0] = 0
+	return h
+}
+
+// A round takes every torrent its shard has indexed, step after step,
+// not one step's worth (until s45 it took 100 per shard, so a tracker
+// whose announces touched more torrents than 1,600 per feed interval fell
+// behind for good); and it stops when FeedInterval has passed since it
+// began, leaving the rest indexed for the next round.
+func TestFeedRoundTakesTheWholeShard(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f, _ := privateFixture(t, b, swarm.Config{FeedInterval: time.Second})
+		ctx := context.Background()
+		const torrents = 2*swarm.FeedRoundLimit + 30
+		for i := range torrents {
+			hash := shardHash(i)
+			require.Equal(t, 0, btstore.FeedShard(hash))
+			require.NoError(t, f.store.RegisterTorrent(ctx, hash, fmt.Sprintf("ws%d", i)))
+			f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), event(bittorrent.EventStarted), transfer(0, 0))
+			f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), transfer(uint64(100+i), 7))
+		}
+		f.flush()
+		l := newLedger()
+		rows, err := f.store.FeedRound(ctx, l.deliver)
+		require.NoError(t, err)
+		require.Equal(t, torrents, rows, "one round delivered every torrent's row")
+		require.Len(t, l.newest, torrents)
+		for i := range torrents {
+			require.Equal(t, int64(100+i), l.newest["alice:"+btstore.HexInfoHash(shardHash(i))].Uploaded)
+		}
+		require.Equal(t, []string{btstore.FeedIndexKeeper}, b.Client.ZRange(ctx, btstore.FeedIndexKey(0), 0, -1).Val(),
+			"only the keeper is left in the index")
+
+		// Out of time after its first step: the rest waits, indexed.
+		for i := range torrents {
+			f.announce(shardHash(i), peerID("-TR", 1), 1, passkey("passkeyA"), transfer(uint64(1000+i), 7))
+		}
+		f.flush()
+		swarm.SetFeedHook(f.store, func(swarm.FeedBatch) { f.clock.Advance(10 * time.Millisecond) })
+		rows, err = f.store.FeedRound(ctx, l.deliver)
+		swarm.SetFeedHook(f.store, nil)
+		require.NoError(t, err)
+		require.Equal(t, swarm.FeedRoundLimit, rows, "the first step's torrents; then the round's second was up")
+		require.Equal(t, int64(torrents-swarm.FeedRoundLimit+1), b.Client.ZCard(ctx, btstore.FeedIndexKey(0)).Val())
+		rows, err = f.store.FeedRound(ctx, l.deliver)
+		require.NoError(t, err)
+		require.Equal(t, torrents-swarm.FeedRoundLimit, rows, "the next round took the rest")
+		for i := range torrents {
+			require.Equal(t, int64(1000+i), l.newest["alice:"+btstore.HexInfoHash(shardHash(i))].Uploaded)
+		}
+	})
+}
+
 // The feed's index shards are skiplists, never listpacks (whose every
 // ZADD, ZSCORE and ZREM walks the whole set): the flush adds the shard's
 // keeper with its marks, a shard an earlier build left as a listpack is
