@@ -222,6 +222,39 @@ func TestRunStickyKeepsEachPeerOnOneTorrent(t *testing.T) {
 	require.Greater(t, most, 1, "without Sticky a peer's torrent is drawn each time")
 }
 
+// EachPeerOnce is the warm-up that leaves every peer known: each of the
+// pool's peers announces exactly once, over both protocols, and a run
+// that also asks for a count or a time is refused.
+func TestRunEachPeerOnceAnnouncesEveryPeerExactlyOnce(t *testing.T) {
+	swarms := &countingSwarms{}
+	httpAddr, udpAddr := startTrackers(t, swarms)
+	for _, mode := range []Mode{ModeUDP, ModeHTTPKeepAlive} {
+		target := udpAddr
+		if mode == ModeHTTPKeepAlive {
+			target = httpAddr
+		}
+		before := len(swarms.seen())
+		res, err := Run(context.Background(), Config{Mode: mode, Target: target, Sticky: true, Transfer: true,
+			EachPeerOnce: true, Concurrency: 4, Torrents: 7, Peers: 257})
+		require.NoError(t, err)
+		require.Equal(t, int64(257), res.Announces, res.String())
+		seen := swarms.seen()[before:]
+		require.Len(t, seen, 257)
+		announces := map[bittorrent.PeerID]int{}
+		for _, a := range seen {
+			announces[a.PeerID]++
+		}
+		require.Len(t, announces, 257, "%s: every peer announced", mode)
+		for id, n := range announces {
+			require.Equal(t, 1, n, "%s: peer %x announced once", mode, id)
+		}
+	}
+	_, err := Run(context.Background(), Config{Mode: ModeUDP, Target: udpAddr, EachPeerOnce: true, Announces: 10})
+	require.ErrorContains(t, err, "EachPeerOnce")
+	_, err = Run(context.Background(), Config{Mode: ModeUDP, Target: udpAddr, EachPeerOnce: true, Duration: time.Second})
+	require.ErrorContains(t, err, "EachPeerOnce")
+}
+
 func TestRunCountsFailureReasons(t *testing.T) {
 	swarms := &countingSwarms{refuse: "Requested download is not authorized for use with this tracker."}
 	httpAddr, udpAddr := startTrackers(t, swarms)
