@@ -439,8 +439,9 @@ func ParseTimeoutKey(key string, validUser func(string) bool) (hash bittorrent.I
 // downloaded (bytes, summed over the user's peers), seed_ms, leech_ms,
 // peers (active now), complete, snatched (ms of the first completed
 // event), first_announce, last_announce, bits and ver (the state last
-// copied to the user's sets), up_credit and down_credit (the credited
-// transfer), token, token_used and token_ended (the user's personal
+// copied to the user's sets), up_extra and down_extra (the credited
+// transfer less the raw one: credited = uploaded + up_extra; absent: 0),
+// token, token_used and token_ended (the user's personal
 // freeleech token on the torrent: see token_set.lua) and seq (the feed's
 // numbering of the fed figures; FeedRowsKey).
 // Private mode only; it is the hit-and-run truth, so it has no TTL.
@@ -503,6 +504,20 @@ const (
 // on a hint, and pass the rates of the windows open at each announce in
 // announce.lua's ARGV.
 const CreditWindowsKey = Prefix + "credit:windows"
+
+// CreditFormKey marks (STRING "extra") that every user-torrent record and
+// every user's totals store the credited transfer as its difference from
+// the raw one (up_extra, down_extra), not whole (up_credit, down_credit,
+// builds before s43). A frontend converts them (credit_convert.lua) before
+// it serves an announce, unless this is set; no script reads it.
+const CreditFormKey = Prefix + "credit:form"
+
+// CreditFormDone is CreditFormKey's value once the conversion is done.
+const CreditFormDone = "extra"
+
+// CreditConvertKeys are credit_convert.lua's KEYS: a user-torrent record
+// or a user's totals.
+func CreditConvertKeys(record string) []string { return []string{record} }
 
 // CreditTorrentKeys are credit_torrent.lua's KEYS.
 func CreditTorrentKeys(hash bittorrent.InfoHash) []string { return []string{TorrentKey(hash)} }
@@ -568,8 +583,8 @@ func UserVersionsKey(userID string) string { return userPrefix(userID) + sufUser
 func UserTorrentsKey(userID string) string { return userPrefix(userID) + "torrents" }
 
 // UserStatsKey holds the user's transfer totals over all torrents (HASH:
-// uploaded, downloaded, up_credit, down_credit), summed from announce
-// deltas by the flush.
+// uploaded, downloaded, up_extra, down_extra: the credited totals less
+// the raw ones), summed from announce deltas by the flush.
 func UserStatsKey(userID string) string { return userPrefix(userID) + "stats" }
 
 // UserPasskeysKey lists the passkeys that map to a user (HASH passkey ->
@@ -616,6 +631,7 @@ const (
 	UserTorrentPattern   = Prefix + "{*}:" + sufUser + "*"
 	TorrentKeyPattern    = Prefix + "{*}:*"
 	UserOwnKeyPattern    = Prefix + "user:{*}:*"
+	UserStatsPattern     = Prefix + "user:{*}:stats"
 )
 
 // HashFromKey reads the info-hash back from any torrent key.

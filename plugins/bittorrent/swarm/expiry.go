@@ -477,6 +477,9 @@ func (s *Store) Start(ctx context.Context) error {
 	if s.started {
 		return errAlreadyStarted
 	}
+	if err := s.convertCredit(ctx); err != nil {
+		return err
+	}
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	listener := newExpiryListener(s)
 	if err := listener.start(ctx, loopCtx); err != nil {

@@ -51,8 +51,16 @@ type userUpdate struct {
 // credited (bytes).
 type transfer [4]int64
 
-// The fields of btstore.UserStatsKey, in transfer's order.
-var transferFields = [4]string{"uploaded", "downloaded", "up_credit", "down_credit"}
+// The fields of btstore.UserStatsKey, in the order of transfer.stored.
+var transferFields = [4]string{"uploaded", "downloaded", "up_extra", "down_extra"}
+
+// stored is t as the totals keep it (btstore.UserStatsKey): the credited
+// figures as their difference from the raw ones, which no multiplier or
+// token makes nonzero on nearly every announce, so the flush skips their
+// HINCRBY (s43). Readers add the raw figure back (Store.User).
+func (t transfer) stored() transfer {
+	return transfer{t[0], t[1], t[2] - t[0], t[3] - t[1]}
+}
 
 // indexDelta is how one torrent's index scores changed.
 type indexDelta struct {
@@ -165,7 +173,7 @@ func (p *pending) addAnnounce(hash bittorrent.InfoHash, dSeeders, dLeechers, sna
 	defer p.mu.Unlock()
 	p.addIndexLocked(hash, dSeeders, dLeechers, snatched)
 	p.addUserLocked(update)
-	p.addTotalsLocked(userID, moved)
+	p.addTotalsLocked(userID, moved.stored())
 	if feedMark {
 		p.feed[hash] = struct{}{}
 	}
@@ -181,7 +189,7 @@ func (p *pending) addRefresh(hash bittorrent.InfoHash, userID string, moved tran
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.addUserLocked(update)
-	p.addTotalsLocked(userID, moved)
+	p.addTotalsLocked(userID, moved.stored())
 	if feedMark {
 		p.feed[hash] = struct{}{}
 	}

@@ -428,7 +428,10 @@ func (s *Store) User(ctx context.Context, userID string) (UserSummary, error) {
 	return UserSummary{
 		Active: members[0], Complete: members[1], Incomplete: members[2], HnR: members[3],
 		Uploaded: replyInt(totals.Val()[0]), Downloaded: replyInt(totals.Val()[1]),
-		UpCredited: replyInt(totals.Val()[2]), DownCredited: replyInt(totals.Val()[3]),
+		// The totals keep the credited figures as their difference from the
+		// raw ones (transferFields).
+		UpCredited:   s.creditOf(replyInt(totals.Val()[0]), replyInt(totals.Val()[2])),
+		DownCredited: s.creditOf(replyInt(totals.Val()[1]), replyInt(totals.Val()[3])),
 	}, nil
 }
 

@@ -40,6 +40,7 @@ var (
 
 	// credited transfer (credit.go)
 	creditTorrentScript = btstore.Script("credit_torrent.lua")
+	creditConvertScript = btstore.Script("credit_convert.lua")
 	tokenSetScript      = btstore.Script("token_set.lua")
 	feedSettleScript    = btstore.Script("feed_settle.lua")
 

@@ -102,17 +102,23 @@ local function torrent_retention(k_torrent, registered, empty, born, open_retent
   end
 end
 
--- The numeric fields of a user's record on one torrent. up_credit and
--- down_credit are the credited transfer (the raw one times the
--- multipliers in force at each announce; see credit_rates).
+-- The numeric fields of a user's record on one torrent. up_extra and
+-- down_extra are the credited transfer (the raw one times the
+-- multipliers in force at each announce; see credit_rates) less the raw
+-- one: stored as that difference, they stay unwritten on the announces no
+-- multiplier or token touches, nearly all of them (s43: one field write
+-- and one HINCRBY of the totals fewer per announce). Every reader adds the
+-- raw figure (swarm's creditOf); records of builds that stored the
+-- credited figure whole are converted once, before a frontend serves
+-- (swarm's convertCredit).
 -- seq numbers the record's fed figures (user_feed).
 local user_numbers = {'peers', 'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'downloaded',
-  'up_credit', 'down_credit', 'seq'}
+  'up_extra', 'down_extra', 'seq'}
 -- token_used and token_ended are read only for a record with a token
 -- (user_read): a field a record lacks costs HMGET a walk of the whole
 -- record, and most records have no token.
 local user_fields = {'peers', 'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'downloaded',
-  'up_credit', 'down_credit', 'seq', 'complete', 'bits', 'ver', 'first_announce', 'token'}
+  'up_extra', 'down_extra', 'seq', 'complete', 'bits', 'ver', 'first_announce', 'token'}
 
 -- A user's record on one torrent, read with one HMGET. u.was keeps the
 -- values read, so user_write writes only what changed. token is the
@@ -128,18 +134,18 @@ local function user_read(key)
   -- a user. A field set to false here is one the caller sets later.
   local was = {peers = tonumber(v[o + 1]) or 0, snatched = tonumber(v[o + 2]) or 0, seed_ms = tonumber(v[o + 3]) or 0,
     leech_ms = tonumber(v[o + 4]) or 0, uploaded = tonumber(v[o + 5]) or 0, downloaded = tonumber(v[o + 6]) or 0,
-    up_credit = tonumber(v[o + 7]) or 0, down_credit = tonumber(v[o + 8]) or 0, seq = tonumber(v[o + 9]) or 0,
+    up_extra = tonumber(v[o + 7]) or 0, down_extra = tonumber(v[o + 8]) or 0, seq = tonumber(v[o + 9]) or 0,
     complete = v[o + 10] == '1'}
   local u = {key = key, was = was, complete = was.complete, bits = tonumber(v[o + 11]) or -1,
     ver = tonumber(v[o + 12]) or 0, first = v[o + 13], token = tonumber(v[o + 14]),
     peers = was.peers, snatched = was.snatched, seed_ms = was.seed_ms, leech_ms = was.leech_ms,
-    uploaded = was.uploaded, downloaded = was.downloaded, up_credit = was.up_credit,
-    down_credit = was.down_credit, seq = was.seq,
+    uploaded = was.uploaded, downloaded = was.downloaded, up_extra = was.up_extra,
+    down_extra = was.down_extra, seq = was.seq,
     text = {peers = v[o + 1], snatched = v[o + 2], seed_ms = v[o + 3], leech_ms = v[o + 4], uploaded = v[o + 5],
-      downloaded = v[o + 6], up_credit = v[o + 7], down_credit = v[o + 8], seq = v[o + 9]},
-    fmt = {uploaded = false, downloaded = false, up_credit = false, down_credit = false, seq = false,
+      downloaded = v[o + 6], up_extra = v[o + 7], down_extra = v[o + 8], seq = v[o + 9]},
+    fmt = {uploaded = false, downloaded = false, up_extra = false, down_extra = false, seq = false,
       seed_ms = false, leech_ms = false, peers = false, snatched = false},
-    fmt_of = {uploaded = false, downloaded = false, up_credit = false, down_credit = false, seq = false,
+    fmt_of = {uploaded = false, downloaded = false, up_extra = false, down_extra = false, seq = false,
       seed_ms = false, leech_ms = false, peers = false, snatched = false},
     token_used = false, token_ended = false, token_mark = false, last = false}
   if u.token then
@@ -286,13 +292,24 @@ local function user_credit(u, d_up, d_down, rates, now)
   end
   local c_up = math.floor(d_up * rates.up / 100)
   local c_down = math.floor(d_down * down_rate / 100)
-  u.up_credit = u.up_credit + c_up
-  u.down_credit = u.down_credit + c_down
+  -- A multiplier of 100% and no token leave the difference as it was,
+  -- and user_write then writes neither field.
+  u.up_extra = u.up_extra + c_up - d_up
+  u.down_extra = u.down_extra + c_down - d_down
   return c_up, c_down, event
 end
 
 -- The figures the feed to the site carries (user_feed).
-local fed_numbers = {'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'downloaded', 'up_credit', 'down_credit'}
+-- (The credited figures change only with a raw one or the difference.)
+local fed_numbers = {'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'downloaded', 'up_extra', 'down_extra'}
+
+-- credited_text is a credited figure as text for the feed row: the raw
+-- one's text while the difference is 0 (no multiplier or token ever
+-- applied, most records), else their sum formatted.
+local function credited_text(u, raw, extra)
+  if u[extra] == 0 then return user_text(u, raw) end
+  return int(u[raw] + u[extra])
+end
 
 -- user_feed numbers a change of the record's fed figures (seq grows by
 -- one) and puts the record's row at that seq in the torrent's feed rows
@@ -314,7 +331,8 @@ local function user_feed(u, user, rows, now_text)
       u.seq = u.seq + 1
       local seq = user_text(u, 'seq')
       redis.call('HSET', rows, user .. ':' .. seq, seq .. ',' .. user_text(u, 'uploaded') .. ','
-        .. user_text(u, 'downloaded') .. ',' .. user_text(u, 'up_credit') .. ',' .. user_text(u, 'down_credit') .. ','
+        .. user_text(u, 'downloaded') .. ',' .. credited_text(u, 'uploaded', 'up_extra') .. ','
+        .. credited_text(u, 'downloaded', 'down_extra') .. ','
         .. user_text(u, 'seed_ms') .. ',' .. user_text(u, 'leech_ms') .. ',' .. user_text(u, 'snatched') .. ','
         .. now_text)
       return 1 - waiting
