@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -33,7 +34,10 @@ type Engine struct {
 	// read per batch, on hoard's side and Redis's, instead of a write, a
 	// read and a pool health check each. Each is still one EVALSHA, atomic on
 	// its own; a batch only carries them.
-	warriorPath  *luascript.Batcher
+	warriorPath *luascript.Batcher
+	// plainBatches coalesces concurrent one-item plain claims and dones
+	// of a project into one script call (plainbatch.go).
+	plainBatches *plainBatcher
 	clock        Clock
 	logger       *slog.Logger
 	groupCache   groupCache
@@ -68,7 +72,8 @@ func NewEngine(rdb redis.UniversalClient, opts Options) *Engine {
 		opts.Logger = slog.Default()
 	}
 	return &Engine{rdb: rdb, warriorPath: luascript.NewBatcher(rdb, WarriorPathLeaders, WarriorPathBatch),
-		clock: opts.Clock, logger: opts.Logger, bloomTurns: make(chan struct{}, bloomScriptsInFlight)}
+		plainBatches: newPlainBatcher(rdb, plainBatchLeaders, plainBatchMax),
+		clock:        opts.Clock, logger: opts.Logger, bloomTurns: make(chan struct{}, bloomScriptsInFlight)}
 }
 
 // At most WarriorPathLeaders batches of the warrior path's scripts are in
@@ -453,10 +458,15 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 	// the entry) and the event log's result (a project with an event log
 	// is not plain). done.lua's are built only when it runs: boxing them
 	// for every done was a third of a plain done's allocations.
+	// Each item goes as a pointer into req.Items (go-redis writes a
+	// *string as the string): a string put in an interface is a heap copy
+	// of its header, so boxing the names was one allocation per item, half
+	// of a multi=100 round trip's. (Keys stay strings: go-redis routes a
+	// cluster call by its first key's string.)
 	plainArgs := make([]any, 0, 1+len(req.Items))
 	plainArgs = append(plainArgs, req.Downloader)
-	for _, item := range req.Items {
-		plainArgs = append(plainArgs, item)
+	for i := range req.Items {
+		plainArgs = append(plainArgs, &req.Items[i])
 	}
 	// done_plain.lua counts every item it is given, so a list that names
 	// an item twice goes to done.lua, which counts it once.
@@ -464,7 +474,17 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 	code, rest, err := int64(codeNotPlain), []any(nil), error(nil)
 	if distinct {
 		var reply any
-		reply, err = e.runScript(ctx, op, donePlainScript, plainKeys(projectKeys.donePlain, len(req.Items)), plainArgs...)
+		if len(req.Items) == 1 {
+			// Coalesced with other one-item plain dones of the project
+			// that arrive together (plainbatch.go); alone, done_plain.lua.
+			reply, err = e.plainBatches.do(&plainCall{ctx: ctx, slug: slug, done: true,
+				downloader: req.Downloader, item: req.Items[0], keys: plainKeys(projectKeys.donePlain, 1)})
+			if err != nil {
+				err = unavailable(op, err)
+			}
+		} else {
+			reply, err = e.runScript(ctx, op, donePlainScript, plainKeys(projectKeys.donePlain, len(req.Items)), plainArgs...)
+		}
 		if one, ok := reply.(string); ok && err == nil && len(req.Items) == 1 {
 			// "<at> <log_length>": the one item is new, the reporter's
 			// first claim.
@@ -578,9 +598,17 @@ func replyLogLength(v any) int {
 	return DefaultLogLength
 }
 
+// seenItems holds itemsDistinct's sets between calls: a set made per
+// done was a multi=100 done's largest allocation (~3 kB).
+var seenItems = sync.Pool{New: func() any { return make(map[string]struct{}, 128) }}
+
 // itemsDistinct reports whether no item is named twice.
 func itemsDistinct(items []string) bool {
-	seen := make(map[string]struct{}, len(items))
+	seen := seenItems.Get().(map[string]struct{})
+	defer func() {
+		clear(seen)
+		seenItems.Put(seen)
+	}()
 	for _, item := range items {
 		if _, ok := seen[item]; ok {
 			return false

@@ -227,26 +227,39 @@ func (e *Engine) claimPlain(ctx context.Context, slug string, req ClaimRequest, 
 	// format_claim(1, now, downloader, ip, '-', '-') of the prelude.
 	record := "1 " + strconv.FormatInt(ms, 10) + " " + req.Downloader + " " + ip + " - -"
 	deadline := strconv.FormatFloat(float64(ms)+cfg.ttlMS, 'f', 0, 64)
-	reply, err := e.runScript(ctx, op, claimPlainScript, plainKeys(e.warriorKeys.get(slug).plain, int(wanted)), cfg.version, wanted, record, deadline)
+	keys := plainKeys(e.warriorKeys.get(slug).plain, int(wanted))
+	var reply any
+	if wanted == 1 {
+		// Coalesced with other one-item plain claims of the project that
+		// arrive together (plainbatch.go); alone, claim_plain.lua.
+		reply, err = e.plainBatches.do(&plainCall{ctx: ctx, slug: slug, cfg: cfg, record: record, deadline: deadline, keys: keys})
+		if err != nil {
+			err = unavailable(op, err)
+		}
+	} else {
+		reply, err = e.runScript(ctx, op, claimPlainScript, keys, cfg.version, wanted, record, deadline)
+	}
 	if err != nil {
 		return ClaimResult{}, 0, "", true, err
 	}
-	// One item claimed comes back as its name alone (claim_plain.lua);
-	// an answer that is a list starts with its code.
-	if name, ok := reply.(string); ok && wanted == 1 {
-		return ClaimResult{ProjectExtra: []byte(cfg.extra), Items: []ClaimedItem{{Name: name}}}, 1, "", true, nil
+	// Items claimed come back as one string, the names joined by "\n"
+	// (claim_plain.lua): one item as its name alone; an answer that is a
+	// list starts with its code.
+	if names, ok := reply.(string); ok {
+		if wanted == 1 {
+			return ClaimResult{ProjectExtra: []byte(cfg.extra), Items: []ClaimedItem{{Name: names}}}, 1, "", true, nil
+		}
+		items, err := splitClaimedNames(op, names, int(wanted))
+		if err != nil {
+			return ClaimResult{}, 0, "", true, err
+		}
+		return ClaimResult{ProjectExtra: []byte(cfg.extra), Items: items}, 1, "", true, nil
 	}
 	code, rest, err := scriptListReply(op, reply)
 	if err != nil {
 		return ClaimResult{}, 0, "", true, err
 	}
 	switch code {
-	case 1:
-		result = ClaimResult{ProjectExtra: []byte(cfg.extra), Items: make([]ClaimedItem, len(rest))}
-		for i, v := range rest {
-			result.Items[i] = ClaimedItem{Name: replyString(v)}
-		}
-		return result, code, "", true, nil
 	case codeStaleConfig:
 		e.plainConfigs.invalidate(slug, cfg)
 		return ClaimResult{}, code, "", false, nil
@@ -259,4 +272,26 @@ func (e *Engine) claimPlain(ctx context.Context, slug string, req ClaimRequest, 
 		return ClaimResult{}, code, detail, true, nil
 	}
 	return ClaimResult{}, code, "", true, unavailable(op, fmt.Errorf("plain claim script returned an unknown code %d", code))
+}
+
+// splitClaimedNames reads claim_plain.lua's answer for more than one item:
+// the names joined by "\n" (no name holds one: ValidateItem). The names
+// share the reply's bytes: one string read from Redis, not one per item.
+// An answer of another count is a script bug, reported as unavailable;
+// its items stay out and are reclaimed at their deadline.
+func splitClaimedNames(op, names string, wanted int) ([]ClaimedItem, error) {
+	items := make([]ClaimedItem, 0, wanted)
+	for len(items) < wanted-1 {
+		i := strings.IndexByte(names, '\n')
+		if i < 0 {
+			break
+		}
+		items = append(items, ClaimedItem{Name: names[:i]})
+		names = names[i+1:]
+	}
+	items = append(items, ClaimedItem{Name: names})
+	if len(items) != wanted || strings.IndexByte(names, '\n') >= 0 {
+		return nil, unavailable(op, fmt.Errorf("plain claim script answered %d or more names, want %d", len(items), wanted))
+	}
+	return items, nil
 }

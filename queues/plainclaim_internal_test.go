@@ -528,3 +528,17 @@ func FuzzLogTailIsTheConcatenation(f *testing.F) {
 		require.Equal(t, want, got)
 	})
 }
+
+// TestSplitClaimedNames: claim_plain.lua's answer for more than one item,
+// the names joined by "\n", read back in order; an answer of another
+// count than wanted is an error, never a short or merged list.
+func TestSplitClaimedNames(t *testing.T) {
+	items, err := splitClaimedNames("test", "a\nbb\nc c", 3)
+	require.NoError(t, err)
+	require.Equal(t, []ClaimedItem{{Name: "a"}, {Name: "bb"}, {Name: "c c"}}, items)
+	for _, bad := range []string{"a\nb", "a\nb\nc\nd", "a"} {
+		_, err := splitClaimedNames("test", bad, 3)
+		require.Error(t, err, bad)
+		require.Equal(t, CodeUnavailable, CodeOf(err), bad)
+	}
+}

@@ -17,19 +17,23 @@ var (
 	doneScript  = loadScript("done.lua")
 	// The plain paths' scripts carry no prelude: each of its functions is a
 	// closure made on every call, and these scripts need none of them.
-	claimPlainScript  = luascript.Load(lua.Files, "claim_plain.lua", luaCodes(plainScriptCodes["claim_plain.lua"]...))
-	donePlainScript   = luascript.Load(lua.Files, "done_plain.lua", luaCodes(plainScriptCodes["done_plain.lua"]...))
-	releaseScript     = loadScript("release.lua")
-	enqueueScript     = loadScript("enqueue.lua")
-	configWriteScript = loadScript("config_write.lua")
-	rescoreScript     = loadScript("rescore.lua")
-	siftScript        = loadScript("sift.lua")
-	filterSiftScript  = loadScript("filter_sift.lua")
-	scoredSiftScript  = loadScript("filter_sift_scored.lua")
-	forgetGroupScript = loadScript("forget_group.lua")
+	claimPlainScript = loadPlainScript("claim_plain.lua")
+	donePlainScript  = loadPlainScript("done_plain.lua")
+	// Concurrent one-item plain claims and dones of a project, coalesced
+	// into one call (plainbatch.go).
+	claimPlainManyScript = loadPlainScript("claim_plain_many.lua")
+	donePlainManyScript  = loadPlainScript("done_plain_many.lua")
+	releaseScript        = loadScript("release.lua")
+	enqueueScript        = loadScript("enqueue.lua")
+	configWriteScript    = loadScript("config_write.lua")
+	rescoreScript        = loadScript("rescore.lua")
+	siftScript           = loadScript("sift.lua")
+	filterSiftScript     = loadScript("filter_sift.lua")
+	scoredSiftScript     = loadScript("filter_sift_scored.lua")
+	forgetGroupScript    = loadScript("forget_group.lua")
 	// bloom_add.lua carries no prelude either: it runs once per ~100
 	// items, and defines the one helper it needs.
-	bloomAddScript = luascript.Load(lua.Files, "bloom_add.lua", luaCodes(plainScriptCodes["bloom_add.lua"]...))
+	bloomAddScript = loadPlainScript("bloom_add.lua")
 
 	offloadTakeScript   = loadScript("offload_take.lua")
 	offloadCommitScript = loadScript("offload_commit.lua")
@@ -47,9 +51,11 @@ var (
 // plainScriptCodes are the result codes the scripts without the prelude
 // return: R holds only these there (TestPlainScriptsNameOnlyTheirCodes).
 var plainScriptCodes = map[string][]string{
-	"claim_plain.lua": {"STALE_CONFIG", "NOT_PLAIN", "CORRUPT"},
-	"done_plain.lua":  {"NOT_PLAIN", "CORRUPT"},
-	"bloom_add.lua":   {"NO_PROJECT", "BAD_SECRET", "STALE_FILTER", "STALE_GROUPS"},
+	"claim_plain.lua":      {"STALE_CONFIG", "NOT_PLAIN", "CORRUPT"},
+	"done_plain.lua":       {"NOT_PLAIN", "CORRUPT"},
+	"claim_plain_many.lua": {"STALE_CONFIG", "CORRUPT"},
+	"done_plain_many.lua":  {"NOT_PLAIN", "CORRUPT"},
+	"bloom_add.lua":        {"NO_PROJECT", "BAD_SECRET", "STALE_FILTER", "STALE_GROUPS"},
 }
 
 // warriorPathScripts are run through the engine's Batcher: the
@@ -64,6 +70,12 @@ var prelude = luascript.Prelude(lua.Files, "prelude.lua")
 // shared prelude prepended.
 func loadScript(name string) *luascript.Script {
 	return luascript.Load(lua.Files, name, luaCodes(), prelude)
+}
+
+// loadPlainScript loads a script without the prelude, its R holding only
+// the codes plainScriptCodes lists for it.
+func loadPlainScript(name string) *luascript.Script {
+	return luascript.Load(lua.Files, name, luaCodes(plainScriptCodes[name]...))
 }
 
 // runScript runs a script with EVALSHA (EVAL once after a NOSCRIPT) and

@@ -243,6 +243,11 @@ func (w *WarriorAPI) request(call *warriorCall) (warriorReply, error) {
 	if err != nil {
 		return warriorReply{}, err
 	}
+	if len(result.Items) > 1 && req.APIVersion == "2" && !hasProjectExtra(result) {
+		// multi=N: the reply is written from the names, not from their
+		// join (which json.Marshal escaped whole, for its NULs).
+		return warriorReply{contentTypeJSON, multiItemReply(result.Items)}, nil
+	}
 	var joined string
 	if len(result.Items) == 1 {
 		joined = result.Items[0].Name // the everyday claim: no list to join
@@ -264,13 +269,40 @@ func (w *WarriorAPI) request(call *warriorCall) (warriorReply, error) {
 	return warriorReply{contentTypeJSON, reply}, nil
 }
 
+// hasProjectExtra: the project's extra keys go into every claim's reply.
+func hasProjectExtra(result queues.ClaimResult) bool {
+	return len(result.ProjectExtra) > 0 && !bytes.Equal(result.ProjectExtra, []byte("{}"))
+}
+
+// multiItemReply builds itemReply's answer for several items and no extra
+// keys, {"item_name": "<the names NUL-joined>"}, byte for byte as
+// itemReply writes it (TestMultiItemReplyIsItemReplys), in one allocation:
+// each name is copied as it is (or escaped alone) and the NULs written as
+// \u0000, where escaping the joined names sent them all through
+// json.Marshal.
+func multiItemReply(items []queues.ClaimedItem) []byte {
+	size := len(`{"item_name":""}`) + len(`\u0000`)*len(items)
+	for _, item := range items {
+		size += len(item.Name)
+	}
+	reply := make([]byte, 0, size)
+	reply = append(reply, `{"item_name":"`...)
+	for i, item := range items {
+		if i > 0 {
+			reply = append(reply, `\u0000`...)
+		}
+		reply = jsonstring.AppendContents(reply, item.Name)
+	}
+	return append(reply, `"}`...)
+}
+
 // itemReply builds {"item_name": ..., extra keys...}. Seesaw copies every
 // key onto the item. Project extras come first, then the item's own (for a
 // single item), and item_name always wins.
 func itemReply(joined string, result queues.ClaimResult) ([]byte, error) {
-	hasProjectExtra := len(result.ProjectExtra) > 0 && !bytes.Equal(result.ProjectExtra, []byte("{}"))
+	withProjectExtra := hasProjectExtra(result)
 	hasItemExtra := len(result.Items) == 1 && len(result.Items[0].Extras) > 0
-	if !hasProjectExtra && !hasItemExtra {
+	if !withProjectExtra && !hasItemExtra {
 		// One allocation: the reply itself.
 		reply := make([]byte, 0, len(`{"item_name":""}`)+len(joined)+len(joined)/8)
 		reply = append(reply, `{"item_name":`...)
@@ -278,7 +310,7 @@ func itemReply(joined string, result queues.ClaimResult) ([]byte, error) {
 	}
 	name, _ := json.Marshal(joined)
 	merged := map[string]json.RawMessage{}
-	if hasProjectExtra {
+	if withProjectExtra {
 		if err := json.Unmarshal(result.ProjectExtra, &merged); err != nil {
 			return nil, &queues.Error{Op: "server.itemReply", Code: queues.CodeUnavailable, Message: "project extra keys are corrupt", Err: err}
 		}

@@ -195,3 +195,53 @@ func fillBenchQueue(ctx context.Context, b *testing.B, engine *queues.Engine, n 
 		}
 	}
 }
+
+// BenchmarkWarriorMultiRoundTripOverTCP: seesaw's multi=100 round trip
+// (one request for 100 items, then one done naming them, NUL-joined) over
+// one kept-alive loopback connection to the warrior listener: hoard's CPU
+// per round trip of 100 items (cpu-us/op, this process's: the handlers,
+// the engine and go-redis, plus the few lines of the raw client) and its
+// allocations, without the load generator's or other warriors' CPU that
+// `hoard-bench warrior-path`'s multi100 figure shares the cores with.
+func BenchmarkWarriorMultiRoundTripOverTCP(b *testing.B) {
+	const multi = 100
+	backend := redistest.Require(b)[0]
+	ctx := context.Background()
+	require.NoError(b, redistest.Flush(ctx, backend))
+	engine := queues.NewEngine(backend.Client, queues.Options{Logger: quiet})
+	srv, err := server.New(server.Config{Listen: "127.0.0.1:0", Logger: quiet,
+		ProjectsFile: filepath.Join(b.TempDir(), "projects.json")}, engine)
+	require.NoError(b, err)
+	require.NoError(b, srv.Start(ctx))
+	b.Cleanup(func() { _ = srv.Stop() })
+	maxMulti := multi
+	_, err = engine.CreateProject(ctx, "bench", queues.SettingsPatch{MaxMulti: &maxMulti})
+	require.NoError(b, err)
+	fillBenchQueue(ctx, b, engine, b.N*multi)
+	conn, err := net.Dial("tcp", srv.Addr())
+	require.NoError(b, err)
+	defer conn.Close()
+	client := &rawClient{conn: conn, in: make([]byte, 16384), out: make([]byte, 0, 8192)}
+	requestBody := []byte(`{"downloader": "bencher", "api_version": "2", "version": "20260101.01"}`)
+	doneBody := make([]byte, 0, 8192)
+	b.ReportAllocs()
+	cpuBefore := processCPU(b)
+	b.ResetTimer()
+	for range b.N {
+		status, body := client.post("/bench/multi=100//request", requestBody)
+		// The reply's JSON string goes into the done as it is: the
+		// names NUL-joined, each NUL escaped as \u0000.
+		names, ok := bytes.CutPrefix(body, []byte(`{"item_name":"`))
+		names, ok2 := bytes.CutSuffix(names, []byte(`"}`))
+		if status != http.StatusOK || !ok || !ok2 || bytes.Count(names, []byte(`\u0000`)) != multi-1 {
+			b.Fatalf("request: %d %s", status, body)
+		}
+		doneBody = append(append(append(doneBody[:0], `{"downloader": "bencher", "version": "20260101.01", "item": "`...), names...),
+			`", "bytes": {"data": 123456}, "id": {"pipeline_hash": "abc", "python_version": "3.9.2"}}`...)
+		if status, body := client.post("/bench/done", doneBody); status != http.StatusOK || string(body) != "OK\n" {
+			b.Fatalf("done: %d %s", status, body)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64((processCPU(b)-cpuBefore).Microseconds())/float64(b.N), "cpu-us/op")
+}

@@ -120,8 +120,13 @@ type outsideFigure struct {
 	hoardMicros   float64    // hoard CPU per round trip (per item for backfeed)
 	redisReads    float64    // Redis's reads of client input per round trip: how many writes (pipelines) reached it
 	loadMicros    float64    // the load generator's own CPU per round trip (per item for backfeed)
-	load1         string
-	topCommands   string
+	// backfeed: what the warrior load alone cost per round trip in the
+	// quiet run, so that the backfeed's own share of the run beside can be
+	// told from the warriors' (the warriors' load generator runs flat out,
+	// so the figures per new item above count them too)
+	quietRedisMicros, quietHoardMicros float64
+	load1                              string
+	topCommands                        string
 }
 
 func (f outsideFigure) rate() float64 {
@@ -129,6 +134,14 @@ func (f outsideFigure) rate() float64 {
 		return 0
 	}
 	return float64(f.report.RoundTrips) / f.report.Seconds
+}
+
+// warriorShare charges the warriors beside a backfeed perRT (a figure per
+// warrior round trip measured in the quiet run) for each of their round
+// trips, per new item: an estimate, since a warrior beside the backfeed
+// may cost more than a quiet one (Redis's replies batch less).
+func (f outsideFigure) warriorShare(perRT float64) float64 {
+	return perRT * float64(f.warriors.RoundTrips) / float64(max(f.report.Items, 1))
 }
 
 func (f outsideFigure) itemRate() float64 {
@@ -187,7 +200,7 @@ func printOutside(o outsideOptions, scenario string, builds []string, figures []
 	case "multi100":
 		fmt.Printf("\nwarrior round trips, multi=100, %d warriors, keep-alive\n", o.warriors)
 	case "backfeed":
-		fmt.Printf("\nbackfeed: %d senders POST batches of 1,000 new items (Connection: close, as LuaSocket), beside %d keep-alive warriors (multi=1); per-item figures are per new item\n", o.backfeedSends, o.warriors)
+		fmt.Printf("\nbackfeed: %d senders POST batches of 1,000 new items (Connection: close, as LuaSocket), beside %d keep-alive warriors (multi=1); per-item figures are per new item; the \"own\" ones charge the warriors beside at their quiet run's cost per round trip (an estimate: beside the backfeed a warrior costs hoard more)\n", o.backfeedSends, o.warriors)
 	}
 	type stat struct {
 		name string
@@ -215,6 +228,9 @@ func printOutside(o outsideOptions, scenario string, builds []string, figures []
 			{"Redis commands/item", func(f outsideFigure) float64 { return f.redisCommands }, "%.2f"},
 			{"Redis CPU us/item", func(f outsideFigure) float64 { return f.redisMicros }, "%.2f"},
 			{"hoard CPU us/item", func(f outsideFigure) float64 { return f.hoardMicros }, "%.2f"},
+			{"Redis CPU us/item, own", func(f outsideFigure) float64 { return f.redisMicros - f.warriorShare(f.quietRedisMicros) }, "%.2f"},
+			{"hoard CPU us/item, own", func(f outsideFigure) float64 { return f.hoardMicros - f.warriorShare(f.quietHoardMicros) }, "%.2f"},
+			{"senders' CPU us/item", func(f outsideFigure) float64 { return f.loadMicros }, "%.2f"},
 		}
 	}
 	label := func(b int) string {
@@ -360,10 +376,30 @@ func outsideRun(ctx context.Context, o outsideOptions, self, bin, scenario strin
 
 	var fig outsideFigure
 	if beside != nil {
-		// The warrior load alone first: its p99 is the quiet one.
+		// The warrior load alone first: its p99 is the quiet one, and its
+		// CPU per round trip is what the warriors beside are charged.
+		redisQuiet, err := redisCPU(ctx, rdb)
+		if err != nil {
+			return fig, err
+		}
+		hoardQuiet, err := processCPU(serve.Process.Pid)
+		if err != nil {
+			return fig, err
+		}
 		if fig.quiet, err = runLoad(ctx, self, beside); err != nil {
 			return fig, err
 		}
+		redisAfter, err := redisCPU(ctx, rdb)
+		if err != nil {
+			return fig, err
+		}
+		hoardAfter, err := processCPU(serve.Process.Pid)
+		if err != nil {
+			return fig, err
+		}
+		rts := float64(max(fig.quiet.RoundTrips, 1))
+		fig.quietRedisMicros = float64((redisAfter - redisQuiet).Microseconds()) / rts
+		fig.quietHoardMicros = float64((hoardAfter - hoardQuiet).Microseconds()) / rts
 	}
 	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
 		return fig, err

@@ -86,3 +86,17 @@ func TestDescribeCPURatios(t *testing.T) {
 		describeCPURatios(claim, done, ceiling))
 	require.Contains(t, describeCPURatios(runFigure{}, done, ceiling), "by Redis's claim -, done 0.19")
 }
+
+// TestWarriorShareChargesTheWarriorsBesideAtTheirQuietCost: the backfeed's
+// own CPU per new item is the run's less what its warriors' round trips
+// cost in the quiet run; a run that queued nothing divides by one, not zero.
+func TestWarriorShareChargesTheWarriorsBesideAtTheirQuietCost(t *testing.T) {
+	f := outsideFigure{
+		report:   loadReport{Items: 400_000},
+		warriors: loadReport{RoundTrips: 30_000},
+	}
+	// 30,000 round trips at 40 us each over 400,000 new items: 3 us per item.
+	require.InDelta(t, 3.0, f.warriorShare(40), 1e-9)
+	f.report.Items = 0
+	require.InDelta(t, 1_200_000.0, f.warriorShare(40), 1e-9)
+}

@@ -19,6 +19,7 @@ import "sync"
 type Batches[T any] struct {
 	run               func(batch []*T)
 	leaders, maxBatch int
+	opts              Options
 
 	mu      sync.Mutex
 	queue   []*waiting[T]
@@ -48,10 +49,26 @@ type waiting[T any] struct {
 	leader, taken bool
 }
 
+// Options change when a batch goes out. The zero Options are New's.
+type Options struct {
+	// MoreLeadersAt: while a batch is in flight, a further one goes out
+	// only once at least this many calls wait (0 or 1: at once); fewer
+	// wait for a running leader to hand its role on. A second batch pays
+	// its own fixed cost, and one sent with whatever waits at that moment
+	// (often one call) halves the batches. With nothing in flight a call
+	// still leads at once.
+	MoreLeadersAt int
+}
+
 // New returns Batches that run each batch with run, which must fill in
 // every call's result before it returns.
 func New[T any](leaders, maxBatch int, run func(batch []*T)) *Batches[T] {
-	return &Batches[T]{run: run, leaders: max(leaders, 1), maxBatch: max(maxBatch, 1)}
+	return NewWith(leaders, maxBatch, Options{}, run)
+}
+
+// NewWith is New with opts.
+func NewWith[T any](leaders, maxBatch int, opts Options, run func(batch []*T)) *Batches[T] {
+	return &Batches[T]{run: run, leaders: max(leaders, 1), maxBatch: max(maxBatch, 1), opts: opts}
 }
 
 // Do returns once call has been run, in a batch.
@@ -63,7 +80,7 @@ func (b *Batches[T]) Do(call *T) {
 	w.call = call
 	b.mu.Lock()
 	b.queue = append(b.queue, w)
-	lead := b.leading < b.leaders
+	lead := b.leading < b.leaders && (b.leading == 0 || len(b.queue) >= b.opts.MoreLeadersAt)
 	if lead {
 		b.leading++
 		w.leader = true
@@ -136,8 +153,14 @@ func (b *Batches[T]) lead(self *waiting[T]) {
 }
 
 // handOffLocked gives a finishing leader's role to the oldest waiting
-// call that does not lead already, or frees it.
+// call that does not lead already, or frees it: also while another batch
+// is in flight and fewer than MoreLeadersAt calls wait, since that batch's
+// leader hands its role on when it finishes.
 func (b *Batches[T]) handOffLocked() {
+	if b.leading > 1 && len(b.queue) < b.opts.MoreLeadersAt {
+		b.leading--
+		return
+	}
 	for _, w := range b.queue {
 		if !w.leader {
 			w.leader = true
