@@ -505,6 +505,25 @@ const (
 // announce.lua's ARGV.
 const CreditWindowsKey = Prefix + "credit:windows"
 
+// FrontendsKey lists the frontends that stamp the records they write for
+// the feed (HASH frontend id -> "fed up to", ms: what the frontend answered
+// before that time has been delivered to the site). FrontendHeartbeatKey
+// is a frontend's heartbeat (STRING, PX: swarm's heartbeatTTL), kept only
+// while the frontend holds feed changes not yet delivered: an idle
+// frontend writes nothing (s43's step 2a wrote it every second, and Redis
+// never went quiet). A registered frontend whose heartbeat is gone is dead
+// or idle; the feed's backstop finds the records it stamped after its "fed
+// up to" (s43, step 2). Both keys are in one slot, "{frontends}", so that
+// a beat writes them in one transaction and frontend_forget.lua reads and
+// changes them in one step.
+const FrontendsKey = Prefix + "{frontends}"
+
+// FrontendHeartbeatKey is frontend id's heartbeat (see FrontendsKey).
+func FrontendHeartbeatKey(id string) string { return FrontendsKey + ":beat:" + id }
+
+// FrontendKeys are frontend_forget.lua's KEYS.
+func FrontendKeys(id string) []string { return []string{FrontendsKey, FrontendHeartbeatKey(id)} }
+
 // CreditFormKey marks (STRING "extra") that every user-torrent record and
 // every user's totals store the credited transfer as its difference from
 // the raw one (up_extra, down_extra), not whole (up_credit, down_credit,

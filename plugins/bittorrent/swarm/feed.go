@@ -70,14 +70,23 @@ const (
 // deliver refuses stay waiting and are offered again next round; the
 // round goes on with the other shards and returns the first error.
 func (s *Store) FeedRound(ctx context.Context, deliver func(context.Context, []FeedBatch) error) (int, error) {
-	rows := 0
+	rows, _, err := s.feedRound(ctx, deliver)
+	return rows, err
+}
+
+// feedRound is FeedRound, and tells whether the round was complete: it
+// took every torrent indexed and every row of each (no limit reached) and
+// met no error, so every row indexed before it began was delivered.
+func (s *Store) feedRound(ctx context.Context, deliver func(context.Context, []FeedBatch) error) (int, bool, error) {
+	rows, complete := 0, true
 	var firstErr error
 	for shard := range btstore.FeedShards {
-		n, err := s.feedShard(ctx, shard, deliver)
+		n, whole, err := s.feedShard(ctx, shard, deliver)
 		rows += n
+		complete = complete && whole
 		firstErr = firstError(firstErr, err)
 	}
-	return rows, firstErr
+	return rows, complete && firstErr == nil, firstErr
 }
 
 // feedTorrent is one indexed torrent in a round: its index entry as read,
@@ -97,13 +106,18 @@ type feedTorrent struct {
 // rows left off the index. So a round costs Redis a few round trips per
 // shard, not per torrent, and the rows are settled only once the
 // delivery of all of them succeeded.
-func (s *Store) feedShard(ctx context.Context, shard int, deliver func(context.Context, []FeedBatch) error) (int, error) {
+//
+// whole: the shard's torrents and their rows were all taken (no limit
+// reached).
+func (s *Store) feedShard(ctx context.Context, shard int, deliver func(context.Context, []FeedBatch) error) (
+	delivered int, whole bool, err error) {
 	index := btstore.FeedIndexKey(shard)
 	// One more than the limit: the shard's keeper (score 0) comes first.
 	entries, err := s.rdb.ZRangeWithScores(ctx, index, 0, feedRoundLimit).Result()
 	if err != nil {
-		return 0, fmt.Errorf("swarm.FeedRound: %w", err)
+		return 0, false, fmt.Errorf("swarm.FeedRound: %w", err)
 	}
+	whole = len(entries) <= feedRoundLimit
 	torrents := make([]feedTorrent, 0, len(entries))
 	var firstErr error
 	for _, entry := range entries {
@@ -121,7 +135,7 @@ func (s *Store) feedShard(ctx context.Context, shard int, deliver func(context.C
 		torrents = append(torrents, feedTorrent{hash: hash, member: member, score: entry.Score})
 	}
 	if len(torrents) == 0 {
-		return 0, firstErr
+		return 0, whole, firstErr
 	}
 	pipe := s.rdb.Pipeline()
 	for i := range torrents {
@@ -131,7 +145,6 @@ func (s *Store) feedShard(ctx context.Context, shard int, deliver func(context.C
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command
 
-	delivered := 0
 	var batches []FeedBatch
 	var settles []feedSettle
 	var emptied []any // index members and scores of torrents with no rows left
@@ -145,6 +158,9 @@ func (s *Store) feedShard(ctx context.Context, shard int, deliver func(context.C
 			emptied = append(emptied, t.member, t.score)
 			continue
 		}
+		if len(t.rows.Val()) >= feedRowsLimit {
+			whole = false
+		}
 		batch, settle := s.feedBatch(t.hash, t.rows.Val(), t.counter.Val())
 		if len(batch.Rows) > 0 {
 			batches = append(batches, batch)
@@ -155,7 +171,7 @@ func (s *Store) feedShard(ctx context.Context, shard int, deliver func(context.C
 	}
 	if len(batches) > 0 {
 		if err := deliver(ctx, batches); err != nil {
-			return 0, firstError(firstErr, fmt.Errorf("swarm.FeedRound: delivering shard %d: %w", shard, err))
+			return 0, false, firstError(firstErr, fmt.Errorf("swarm.FeedRound: delivering shard %d: %w", shard, err))
 		}
 	}
 	if s.feedHook != nil {
@@ -180,7 +196,7 @@ func (s *Store) feedShard(ctx context.Context, shard int, deliver func(context.C
 			firstErr = firstError(firstErr, fmt.Errorf("swarm.FeedRound: %w", err))
 		}
 	}
-	return delivered, firstErr
+	return delivered, whole, firstErr
 }
 
 // feedSettle is what a round deletes of one torrent's rows once they
@@ -353,7 +369,7 @@ func (s *Store) feedLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-rounds.C:
-			if _, err := s.FeedRound(ctx, s.cfg.OnFeed); err != nil && ctx.Err() == nil {
+			if err := s.feedRoundStamped(ctx); err != nil && ctx.Err() == nil {
 				s.logger.Warn("swarm: a feed round failed; its rows wait for the next", "error", err)
 			}
 		case <-backstop.C:
@@ -364,6 +380,23 @@ func (s *Store) feedLoop(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// feedRoundStamped is the feed loop's round: it flushes the batch first
+// (the marks of every change this frontend answered so far), so a
+// complete round delivers every change the frontend stamped before it
+// began, and then records that (roundDelivered: the frontend stops its
+// heartbeat once it holds nothing more; frontends.go).
+func (s *Store) feedRoundStamped(ctx context.Context) error {
+	start := s.roundStarts()
+	if err := s.flushBatch(ctx); err != nil {
+		return err
+	}
+	_, complete, err := s.feedRound(ctx, s.cfg.OnFeed)
+	if complete {
+		s.roundDelivered(start)
+	}
+	return err
 }
 
 // FeedKey is a row's key: the site keeps the newest seq per user and

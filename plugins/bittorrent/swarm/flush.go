@@ -439,6 +439,9 @@ func (s *Store) flushLoop(ctx context.Context) {
 			if err := s.flushBatch(ctx); err != nil && ctx.Err() == nil {
 				s.logger.Warn("swarm: flush failed", "error", err)
 			}
+			if err := s.beatIfHolding(ctx); err != nil && ctx.Err() == nil {
+				s.logger.Warn("swarm: the frontend's heartbeat failed", "error", err)
+			}
 		}
 	}
 }

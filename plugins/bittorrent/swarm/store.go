@@ -290,6 +290,7 @@ type Store struct {
 	addresses addressSeen
 	pending   pending
 	flushMu   sync.Mutex
+	frontend  frontendState
 
 	counters counters
 
@@ -332,6 +333,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	s := &Store{rdb: rdb, owner: lease.NewOwner(), cfg: cfg, clock: cfg.Clock, logger: cfg.Logger}
 	s.passkeys = newPasskeyCache(maxCachedPasskeys, maxCachedMisses)
 	s.pending.reset()
+	s.frontend.init(s.nowMillis())
 	if cfg.AnnouncePipelines > 0 {
 		s.announces = newCoalescer(s, announceScript, cfg.AnnouncePipelines)
 	}
@@ -526,6 +528,10 @@ func (s *Store) announceCall(ctx context.Context, req *bittorrent.AnnounceReques
 		if windowUp, windowDown, err = s.windowRates(ctx, now); err != nil {
 			return err
 		}
+		// The script may stamp the user's record with this frontend's id.
+		if err = s.ensureBeat(ctx); err != nil {
+			return err
+		}
 	}
 	a.call.keys = btstore.AnnounceKeys(req.InfoHash, req.PeerID, userID)
 	a.call.args = []any{now, req.PeerID[:], peerEntry(req.PeerID, req.Addr), req.Uploaded, req.Downloaded, req.Left,
@@ -534,11 +540,15 @@ func (s *Store) announceCall(ctx context.Context, req *bittorrent.AnnounceReques
 		s.openRetentionMillis(), s.cfg.HnR.MinSeedTime.Milliseconds(), s.cfg.HnR.MinRatio, now + timeout,
 		compactLen(req.PeerFamily), s.cfg.ReaperClaimWindow.Milliseconds(), max(s.cfg.MaxPeersPerOwner, 0),
 		s.cfg.FloodInterval.Milliseconds(), s.cfg.FloodWindow.Milliseconds(), max(s.cfg.FloodReportAfter, 0),
-		s.lastAcceptedHere(req, userID), accounting, windowUp, windowDown}
-	if userID == "" {
-		// Open mode: announce.lua reads its last three arguments for a
+		s.lastAcceptedHere(req, userID), accounting, windowUp, windowDown, s.owner}
+	switch {
+	case userID == "":
+		// Open mode: announce.lua reads its last four arguments for a
 		// user only; each is a string Redis reads into the script's ARGV.
 		a.call.args = a.call.args[:23]
+	case accounting == "0":
+		// The writer's stamp is read only with accounting (user_feed).
+		a.call.args = a.call.args[:26]
 	}
 	return nil
 }
@@ -644,9 +654,13 @@ func (s *Store) recordAnnounce(ctx context.Context, hash bittorrent.InfoHash, us
 			}
 		}
 	}
+	mark := replyInt(reply[18])
 	full := s.pending.addAnnounce(hash, dSeeders, dLeechers, snatched, userID,
 		transfer{replyInt(reply[11]), replyInt(reply[12]), replyInt(reply[14]), replyInt(reply[15])}, update,
-		replyInt(reply[18]) == 1)
+		mark == feedMarked)
+	if mark != 0 {
+		s.stamped()
+	}
 	if full {
 		s.flushIfIdle(ctx)
 	}

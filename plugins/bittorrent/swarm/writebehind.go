@@ -68,6 +68,7 @@ const (
 var refreshCodes = map[string]int64{
 	"REFRESHED": codeRefreshed, "STALE": codeStale, "DROPPED": codeDropped, "UNREGISTERED": codeUnregistered,
 	"TOKEN_USED": tokenUsed, "TOKEN_ENDED": tokenEnded, // user_credit's events, as announce.lua's
+	"FEED_MARKED": feedMarked, "FEED_CHANGED": feedChanged, // user_feed's marks, as announce.lua's
 	"CHEAT_NO_LEECHER": cheatNoLeecher, "CHEAT_UPLOAD_RATE": cheatUploadRate, "CHEAT_OVER_DOWNLOAD": cheatOverDownload,
 }
 
@@ -571,7 +572,7 @@ func (w *writeBehind) answerOrRead(ctx context.Context, req *bittorrent.Announce
 	v.readingAt, v.readDone = now, done
 	v.mu.Unlock()
 	rd := &viewRead{p: p, v: v, done: done, call: w.readCall(req.InfoHash, req.PeerID, p.refresh)}
-	keys, args := w.refreshKeysArgs(req.InfoHash, w.s.cfg.MaxNumWant, rd.call.peers, rd.call.ids)
+	keys, args := w.refreshKeysArgs(ctx, req.InfoHash, w.s.cfg.MaxNumWant, rd.call.peers, rd.call.ids)
 	rd.sc = scriptCall{script: refreshScript, keys: keys, args: args}
 	return nil, rd, true
 }
@@ -700,7 +701,7 @@ func (w *writeBehind) view(ctx context.Context, hash bittorrent.InfoHash, now in
 		return v.copyLocked(), false, nil
 	}
 	call := w.readCall(hash, id, r)
-	keys, args := w.refreshKeysArgs(hash, w.s.cfg.MaxNumWant, call.peers, call.ids)
+	keys, args := w.refreshKeysArgs(ctx, hash, w.s.cfg.MaxNumWant, call.peers, call.ids)
 	reply, err := w.readView(ctx, keys, args)
 	if err != nil {
 		w.putBackAlong(&call)
@@ -809,8 +810,12 @@ func (v *swarmView) installLocked(reply []any, at int64) error {
 // refreshKeysArgs builds refresh.lua's KEYS and ARGV for the given peers
 // (ids[i] is peers[i]'s id) and view sample size. Open mode sends none of
 // the keys and arguments only a user's record needs: each string costs
-// Redis and Lua.
-func (w *writeBehind) refreshKeysArgs(hash bittorrent.InfoHash, sample int, peers []queuedRefresh, ids []bittorrent.PeerID) ([]string, []any) {
+// Redis and Lua. With accounting, the call may stamp the users' records
+// with this frontend's id, so the frontend's heartbeat is made alive
+// first (ensureBeat). A beat that fails is logged and the refresh goes
+// on: while the feed's rows are in Redis (until s43's step 2c) a record
+// stamped by a frontend the registry lacks loses nothing.
+func (w *writeBehind) refreshKeysArgs(ctx context.Context, hash bittorrent.InfoHash, sample int, peers []queuedRefresh, ids []bittorrent.PeerID) ([]string, []any) {
 	timeout := w.s.cfg.PeerTimeout.Milliseconds()
 	claimWindow := w.s.cfg.ReaperClaimWindow.Milliseconds()
 	if !w.s.cfg.Private {
@@ -821,13 +826,16 @@ func (w *writeBehind) refreshKeysArgs(hash bittorrent.InfoHash, sample int, peer
 		}
 		return btstore.RefreshKeys(hash, ids, nil), args
 	}
-	accounting := "0"
+	accounting, writer := "0", ""
 	if !w.s.cfg.NoAccounting {
-		accounting = "1"
+		accounting, writer = "1", w.s.owner
+		if err := w.s.ensureBeat(ctx); err != nil {
+			w.s.logger.Warn("swarm: the frontend's heartbeat before a refresh failed", "error", err)
+		}
 	}
 	args := make([]any, 0, 8+10*len(peers))
 	args = append(args, timeout, claimWindow, sample, "1", w.s.cfg.HnR.MinSeedTime.Milliseconds(), w.s.cfg.HnR.MinRatio,
-		accounting, "") // ARGV[8]: unused since s40 (refresh.lua)
+		accounting, writer) // ARGV[8]: the records' writer stamp, read only with accounting (frontends.go)
 	users := make([]string, len(peers))
 	for i, r := range peers {
 		users[i] = r.user
@@ -937,7 +945,7 @@ func (w *writeBehind) write(ctx context.Context, calls []refreshCall, readAt int
 		if c.view != nil {
 			sample = w.s.cfg.MaxNumWant
 		}
-		keys, args := w.refreshKeysArgs(c.hash, sample, c.peers, c.ids)
+		keys, args := w.refreshKeysArgs(ctx, c.hash, sample, c.peers, c.ids)
 		scripts[i] = scriptCall{keys: keys, args: args}
 	}
 	w.drainCalls.Add(int64(len(calls)))
@@ -1018,8 +1026,12 @@ func (w *writeBehind) applyPeers(c *refreshCall, reply []any) error {
 				update = &userUpdate{key: userTorrent{user: r.user, torrent: torrentID}, hash: c.hash,
 					bits: bits, version: replyInt(res[2])}
 			}
+			mark := replyInt(res[9])
 			w.s.pending.addRefresh(c.hash, r.user, transfer{replyInt(res[3]), replyInt(res[4]), replyInt(res[5]),
-				replyInt(res[6])}, update, replyInt(res[9]) == 1)
+				replyInt(res[6])}, update, mark == feedMarked)
+			if mark != 0 {
+				w.s.stamped()
+			}
 			w.s.reportToken(context.Background(), replyInt(res[7]), c.hash, torrentID, r.user, replyInt(res[8]))
 			w.s.watchTransfer(c.hash, torrentID, r.user, r.at, transfer{replyInt(res[3]), replyInt(res[4]),
 				replyInt(res[5]), replyInt(res[6])}, res[10])

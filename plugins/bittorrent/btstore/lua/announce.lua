@@ -78,6 +78,9 @@
 --          and mark the record for the feed, user_feed)
 -- ARGV[25] the site-wide windows' upload rate now (percent; 100: none open)
 -- ARGV[26] the site-wide windows' download rate now (percent; 100: none open)
+-- ARGV[27] the calling frontend's id, with accounting only: the record's
+--          writer stamp when the announce changes its fed figures
+--          (prelude's user_feed)
 --
 -- Returns
 --   {1, seeders, leechers, snatches, born, d_seeders, d_leechers, snatched,
@@ -92,9 +95,10 @@
 --      into one string, so the reply is one bulk string, not one per peer;
 --      c_uploaded/c_downloaded: the credited deltas; token event: 0, or 1
 --      the user's token was first used, 2 it ended (user_credit); token
---      used: when it was first used (ms), "" when never; feed mark: 1
---      when the user's row is new in KEYS[13] (the caller indexes the
---      torrent for the feed); watch: with accounting on and transfer,
+--      used: when it was first used (ms), "" when never; feed mark:
+--      R.FEED_MARKED when the user's row is new in KEYS[13] (the caller
+--      indexes the torrent for the feed), R.FEED_CHANGED when it replaced
+--      a row waiting, 0 when the fed figures did not change; watch: with accounting on and transfer,
 --      {seq, gap, others, leecher_left, size, downloaded} for the
 --      frontend's ledger and cheat signals (prelude's user_announce), else
 --      an empty list
@@ -366,7 +370,7 @@ if user ~= '' and (known or not leaving) then
     {d_up = d_up, d_down = d_down, elapsed = elapsed, was_seeder = was_seeder, was_active = was_active,
     leaving = leaving, seeding = seeding, snatched = snatched, gap = gap, others = others,
     leecher_left = t[9] or 0, size = t[8] or 0},
-    now, ARGV[1], hnr_seed_ms, hnr_ratio, rates or nil, rates and KEYS[13] or nil)
+    now, ARGV[1], hnr_seed_ms, hnr_ratio, rates or nil, rates and KEYS[13] or nil, ARGV[27])
 end
 
 if snatched == 1 and user ~= '' then

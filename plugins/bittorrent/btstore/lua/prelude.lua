@@ -116,19 +116,34 @@ local user_numbers = {'peers', 'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'd
   'up_extra', 'down_extra', 'seq'}
 -- token_used and token_ended are read only for a record with a token
 -- (user_read): a field a record lacks costs HMGET a walk of the whole
--- record, and most records have no token.
-local user_fields = {'peers', 'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'downloaded',
-  'up_extra', 'down_extra', 'seq', 'complete', 'bits', 'ver', 'first_announce', 'token'}
+-- record, and most records have no token. w is the writer's stamp: the
+-- frontend that last numbered a change of the record's fed figures
+-- (user_feed), written only when it changes (a sticky frontend: once), so
+-- the feed's backstop can find the records a dead frontend changed (s43,
+-- step 2; btstore.FrontendsKey). It is read only with a feed, where
+-- records have it (a record without a stamp would cost the walk on every
+-- announce with accounting off). The fields are named in the HMGET calls
+-- themselves (user_read), not in a table: the prelude runs on every call,
+-- and a second table of fifteen names cost every announce, accounting on
+-- or off, some 3-4k instructions (s43, step 2b).
 
 -- A user's record on one torrent, read with one HMGET. u.was keeps the
 -- values read, so user_write writes only what changed. token is the
 -- personal freeleech token's end (ms, 0: it never ends; nil: no token),
 -- token_used and token_ended when it was first used and seen ended (ms),
--- read by a second HMGET only when there is a token.
-local function user_read(key)
-  local v, o = redis.call('HMGET', key, unpack(user_fields)), 0
+-- read by a second HMGET only when there is a token; fed: with the
+-- writer's stamp (u.w), false when not read.
+local function user_read(key, fed)
+  local v, o
+  if fed then
+    v, o = redis.call('HMGET', key, 'peers', 'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'downloaded',
+      'up_extra', 'down_extra', 'seq', 'complete', 'bits', 'ver', 'first_announce', 'token', 'w'), 0
+  else
+    v, o = redis.call('HMGET', key, 'peers', 'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'downloaded',
+      'up_extra', 'down_extra', 'seq', 'complete', 'bits', 'ver', 'first_announce', 'token'), 0
+  end
   -- Each table is built by a constructor that names every field it will
-  -- hold (v's positions are user_fields'), so Lua sizes it once: filled
+  -- hold (v's positions are the HMGET's), so Lua sizes it once: filled
   -- one field at a time, a table is reallocated and rehashed each time it
   -- doubles, four or five times for each of these, on every announce of
   -- a user. A field set to false here is one the caller sets later.
@@ -137,7 +152,8 @@ local function user_read(key)
     up_extra = tonumber(v[o + 7]) or 0, down_extra = tonumber(v[o + 8]) or 0, seq = tonumber(v[o + 9]) or 0,
     complete = v[o + 10] == '1'}
   local u = {key = key, was = was, complete = was.complete, bits = tonumber(v[o + 11]) or -1,
-    ver = tonumber(v[o + 12]) or 0, first = v[o + 13], token = tonumber(v[o + 14]),
+    ver = tonumber(v[o + 12]) or 0, first = v[o + 13], token = tonumber(v[o + 14]), w = v[o + 15] or false,
+    writer = false,
     peers = was.peers, snatched = was.snatched, seed_ms = was.seed_ms, leech_ms = was.leech_ms,
     uploaded = was.uploaded, downloaded = was.downloaded, up_extra = was.up_extra,
     down_extra = was.down_extra, seq = was.seq,
@@ -188,7 +204,8 @@ end
 
 -- user_write stores what the caller changed in a record read by user_read
 -- (u.last, when set, is the new last_announce as text; u.token_mark, when
--- set, the token stamp to set to now) with one HSET.
+-- set, the token stamp to set to now; u.writer, when set, the writer's
+-- stamp, written only when it differs from the one read) with one HSET.
 -- When the state bits changed it gives them a new version, max(previous +
 -- 1, now), so versions only grow even if the record is ever recreated;
 -- the caller copies changed bits to the user's sets (another slot), and
@@ -196,11 +213,11 @@ end
 -- and version, or -1 and 0 when the state did not change.
 local function user_write(key, u, now, hnr_seed_ms, hnr_ratio)
   -- fields is sized once by its constructor for the most an announce
-  -- with accounting writes (every number and the stamps: 24 slots) and
+  -- with accounting writes (every number and the stamps: 26 slots) and
   -- filled to n; grown one pair at a time it was reallocated five or six
   -- times per announce.
   local fields = {false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false}
+    false, false, false, false, false, false, false, false, false, false, false, false, false, false}
   local n = 0
   for _, name in ipairs(user_numbers) do
     if u[name] ~= u.was[name] then
@@ -222,6 +239,10 @@ local function user_write(key, u, now, hnr_seed_ms, hnr_ratio)
   end
   if u.token_mark then
     fields[n + 1], fields[n + 2] = u.token_mark, int(now)
+    n = n + 2
+  end
+  if u.writer and u.writer ~= u.w then
+    fields[n + 1], fields[n + 2] = 'w', u.writer
     n = n + 2
   end
   local bits = user_bits(u, hnr_seed_ms, hnr_ratio)
@@ -319,11 +340,12 @@ end
 -- new row's cumulative figures include it. The feed reads the rows alone,
 -- never the records, and deletes the rows it delivered with a plain HDEL
 -- of their fields: a field names one seq, so a delete can never take a
--- newer row with it (swarm.FeedRound). Returns 1 when the user had no row
--- waiting (the caller marks the torrent in the feed's index), else 0: the
--- row waiting marked it. A record whose fed figures did not change costs
--- no write.
-local function user_feed(u, user, rows, now_text)
+-- newer row with it (swarm.FeedRound). It stamps the record with writer
+-- (u.writer, user_write). Returns R.FEED_MARKED when the user had no row
+-- waiting (the caller marks the torrent in the feed's index),
+-- R.FEED_CHANGED when a row was waiting (it marked the torrent), 0 when the
+-- record's fed figures did not change: that costs no write.
+local function user_feed(u, user, rows, now_text, writer)
   for _, name in ipairs(fed_numbers) do
     if u[name] ~= u.was[name] then
       local waiting = 0
@@ -335,7 +357,9 @@ local function user_feed(u, user, rows, now_text)
         .. credited_text(u, 'downloaded', 'down_extra') .. ','
         .. user_text(u, 'seed_ms') .. ',' .. user_text(u, 'leech_ms') .. ',' .. user_text(u, 'snatched') .. ','
         .. now_text)
-      return 1 - waiting
+      u.writer = writer
+      if waiting == 1 then return R.FEED_CHANGED end
+      return R.FEED_MARKED
     end
   end
   return 0
@@ -366,7 +390,8 @@ end
 -- in force (credit_rates), nil when accounting is off. It is the one
 -- place an announce's transfer reaches the user's record, whichever
 -- script applies the announce. rows is the torrent's feed rows
--- (user_feed), nil: no feed. Returns what user_write returns, then the
+-- (user_feed), nil: no feed; writer the frontend's id for the record's
+-- stamp (user_feed). Returns what user_write returns, then the
 -- credited deltas, the token event (user_credit), the token's first use
 -- (ms as text, or false), user_feed's mark and the watch figures.
 --
@@ -379,8 +404,8 @@ end
 -- some 57k Redis instructions per announce, a third of accounting's. A
 -- frontend killed before its flush loses those entries and signals,
 -- never credit: crediting is here, from the cumulative counters.
-local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hnr_ratio, rates, rows)
-  local u = user_read(key)
+local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hnr_ratio, rates, rows, writer)
+  local u = user_read(key, rows)
   u.uploaded = u.uploaded + a.d_up
   u.downloaded = u.downloaded + a.d_down
   local c_up, c_down, token_event = 0, 0, 0
@@ -408,7 +433,7 @@ local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hn
     redis.call('SADD', users, user) -- a new record: once per user and torrent
   end
   local mark = 0
-  if rows then mark = user_feed(u, user, rows, now_text) end
+  if rows then mark = user_feed(u, user, rows, now_text, writer) end
   local bits, ver = user_write(key, u, now, hnr_seed_ms, hnr_ratio)
   local watch
   if rates and (a.d_up > 0 or a.d_down > 0) then

@@ -47,9 +47,9 @@
 -- ARGV[6] hit-and-run minimum ratio, 0: none
 -- ARGV[7] "1": accounting on (credit the transfer and mark the record for
 --         the feed, as announce.lua does: prelude's user_announce)
--- ARGV[8] unused (the ledger's and cheat signals' settings before s40,
---         when this script kept them: the frontend does now), so the
---         peers' ARGV stay where they were
+-- ARGV[8] the calling frontend's id: the records' writer stamp (prelude's
+--         user_feed; unused from s40, when the ledger's and cheat signals'
+--         settings left it, to s43)
 -- then per peer i: peer id (20 bytes), compact address (the entry's
 -- tail), uploaded, downloaded, left (as reported, decimal), the
 -- announce's time (ms), its deadline (time + timeout, ms), and in private
@@ -173,7 +173,7 @@ for i = 0, peers - 1 do
           user, {d_up = d_up, d_down = d_down, elapsed = elapsed, was_seeder = seeding, was_active = true,
           leaving = false, seeding = seeding, snatched = 0, gap = at - last, others = others,
           leecher_left = t[9] or 0, size = t[8] or 0}, at, at_text, hnr_seed_ms, hnr_ratio,
-          rates or nil, rates and k_rows or nil)
+          rates or nil, rates and k_rows or nil, ARGV[8])
       end
       applied = applied + 1
       if at > latest then latest, latest_text = at, at_text end

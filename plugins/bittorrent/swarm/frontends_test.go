@@ -1,0 +1,90 @@
+package swarm_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
+)
+
+// A frontend that delivers the feed writes nothing to the registry while
+// it is idle; it beats before a script that may stamp a record with its id (the
+// record's w), keeps its heartbeat while it holds changes not yet
+// delivered, and lets it expire once a complete round delivered them,
+// with a "fed up to" after the change. Another frontend then sees it dead,
+// fed up to that time, and forgets it; the next stamp registers it again
+// before the record carries its id, and a forget while it beats changes
+// nothing. A clean stop leaves no entry and no heartbeat.
+func TestFrontendBeatsOnlyWhileHoldingChanges(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		l := newLedger()
+		cfg := swarm.Config{FlushInterval: 50 * time.Millisecond, FeedInterval: 100 * time.Millisecond, OnFeed: l.deliver}
+		f, hash := privateFixture(t, b, cfg)
+		rdb := b.Client
+		require.NoError(t, f.store.Start(ctx))
+		id := f.store.Owner()
+		record := btstore.UserTorrentKey(hash, "alice")
+
+		// Idle: nothing written. The first announce creates the record
+		// with all its fed figures 0: no change to feed, no stamp (the
+		// frontend beat before it all the same: a script with
+		// accounting may stamp).
+		require.Zero(t, rdb.Exists(ctx, btstore.FrontendsKey, btstore.FrontendHeartbeatKey(id)).Val())
+		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"))
+		require.Empty(t, rdb.HGet(ctx, record, "w").Val())
+
+		f.clock.Advance(time.Minute)
+		at := f.clock.Now().UnixMilli()
+		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), transfer(1000, 0))
+		// Beat before the script: registered and alive as soon as the
+		// record carries the id.
+		require.Equal(t, id, rdb.HGet(ctx, record, "w").Val())
+		require.Equal(t, int64(2), rdb.Exists(ctx, btstore.FrontendsKey, btstore.FrontendHeartbeatKey(id)).Val())
+		// Delivered by a round, then the heartbeat lapses; the entry says
+		// fed up to at least the change.
+		require.Eventually(t, func() bool {
+			l.mu.Lock()
+			row := l.newest["alice:"+btstore.HexInfoHash(hash)]
+			l.mu.Unlock()
+			return row.Uploaded == 1000 && rdb.Exists(ctx, btstore.FrontendHeartbeatKey(id)).Val() == 0
+		}, 15*time.Second, 20*time.Millisecond)
+		fed, err := strconv.ParseInt(rdb.HGet(ctx, btstore.FrontendsKey, id).Val(), 10, 64)
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, fed, at)
+
+		other := newFixture(t, b, swarm.Config{Private: true, OnFeed: l.deliver})
+		dead, err := other.store.DeadFrontends(ctx)
+		require.NoError(t, err)
+		require.Equal(t, map[string]int64{id: fed}, dead)
+		mine, err := f.store.DeadFrontends(ctx)
+		require.NoError(t, err)
+		require.Empty(t, mine, "a frontend never lists itself")
+
+		gone, err := other.store.ForgetFrontend(ctx, id, fed-1)
+		require.NoError(t, err)
+		require.False(t, gone, "a \"fed up to\" other than the one read: it stays")
+		gone, err = other.store.ForgetFrontend(ctx, id, fed)
+		require.NoError(t, err)
+		require.True(t, gone)
+		require.Zero(t, rdb.HExists(ctx, btstore.FrontendsKey, id).Val())
+
+		// The next change registers it again.
+		f.clock.Advance(time.Minute)
+		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), transfer(2000, 0))
+		require.True(t, rdb.HExists(ctx, btstore.FrontendsKey, id).Val())
+		gone, err = other.store.ForgetFrontend(ctx, id, fed)
+		require.NoError(t, err)
+		require.False(t, gone, "alive: it stays")
+		require.True(t, rdb.HExists(ctx, btstore.FrontendsKey, id).Val())
+
+		require.NoError(t, f.store.Stop())
+		require.Zero(t, rdb.Exists(ctx, btstore.FrontendsKey, btstore.FrontendHeartbeatKey(id)).Val())
+	})
+}
