@@ -357,13 +357,15 @@ func (s *Store) FeedBackstop(ctx context.Context) (int, error) {
 
 // feedLoop runs a feed round every FeedInterval and the backstop every
 // FeedBackstopInterval, on every frontend: rounds on two frontends at
-// once deliver some rows twice, with the same keys.
+// once deliver some rows twice, with the same keys. At start and after
+// every round it delivers what dead frontends left (FeedDeadWriters).
 func (s *Store) feedLoop(ctx context.Context) {
 	defer s.wg.Done()
 	rounds := time.NewTicker(s.cfg.FeedInterval)
 	defer rounds.Stop()
 	backstop := time.NewTicker(s.cfg.FeedBackstopInterval)
 	defer backstop.Stop()
+	s.feedDeadWriters(ctx) // what frontends killed before this start left
 	for {
 		select {
 		case <-ctx.Done():
@@ -372,6 +374,9 @@ func (s *Store) feedLoop(ctx context.Context) {
 			if err := s.feedRoundStamped(ctx); err != nil && ctx.Err() == nil {
 				s.logger.Warn("swarm: a feed round failed; its rows wait for the next", "error", err)
 			}
+			// A heartbeat gone since the last round: one read of the
+			// registry per round, a scan only when one is gone.
+			s.feedDeadWriters(ctx)
 		case <-backstop.C:
 			if n, err := s.FeedBackstop(ctx); err != nil && ctx.Err() == nil {
 				s.logger.Warn("swarm: the feed's backstop failed", "error", err)
@@ -379,6 +384,17 @@ func (s *Store) feedLoop(ctx context.Context) {
 				s.logger.Info("swarm: the feed's backstop indexed torrents whose mark was lost", "torrents", n)
 			}
 		}
+	}
+}
+
+// feedDeadWriters runs FeedDeadWriters for the feed loop, logging what it
+// found.
+func (s *Store) feedDeadWriters(ctx context.Context) {
+	n, err := s.FeedDeadWriters(ctx, s.cfg.OnFeed)
+	if err != nil && ctx.Err() == nil {
+		s.logger.Warn("swarm: delivering dead frontends' records failed; the next round tries again", "error", err)
+	} else if n > 0 {
+		s.logger.Info("swarm: delivered the records of frontends whose heartbeat expired", "rows", n)
 	}
 }
 

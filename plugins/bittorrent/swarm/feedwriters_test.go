@@ -1,0 +1,128 @@
+package swarm_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
+)
+
+// killedChange is one change a killed frontend answered.
+type killedChange struct {
+	hash     bittorrent.InfoHash
+	n        int
+	user     string
+	up, down uint64
+}
+
+// killFrontend has a frontend answer changes of two users on two torrents
+// and "kills" it with the feed's rows of those changes only in its memory:
+// it is never started, so it never beats again, and its Redis rows and
+// marks are deleted, as S5 will never write them. It returns the
+// frontend's id and its changes.
+func killFrontend(t *testing.T, b redistest.Backend) (string, []killedChange) {
+	t.Helper()
+	ctx := context.Background()
+	killed, hash := privateFixture(t, b, swarm.Config{FlushInterval: 50 * time.Millisecond,
+		OnFeed: func(context.Context, []swarm.FeedBatch) error { return nil }})
+	// What its Start would have done: the records are in the form of
+	// this build (else a live frontend's Start converts them again).
+	require.NoError(t, b.Client.Set(ctx, btstore.CreditFormKey, btstore.CreditFormDone, 0).Err())
+	other := infoHash("other")
+	require.NoError(t, killed.store.RegisterTorrent(ctx, other, "t2"))
+	changes := []killedChange{{hash, 1, "alice", 1000, 0}, {hash, 2, "bob", 2000, 500}, {other, 3, "alice", 0, 700}}
+	passkeys := map[string]string{"alice": "passkeyA", "bob": "passkeyB"}
+	for _, c := range changes {
+		killed.announce(c.hash, peerID("-TR", c.n), c.n, passkey(passkeys[c.user]))
+	}
+	killed.clock.Advance(time.Minute)
+	for _, c := range changes {
+		killed.announce(c.hash, peerID("-TR", c.n), c.n, passkey(passkeys[c.user]), transfer(c.up, c.down))
+	}
+	killed.flush()
+	for _, h := range []bittorrent.InfoHash{hash, other} {
+		require.NoError(t, b.Client.Del(ctx, btstore.FeedRowsKey(h)).Err())
+	}
+	for shard := range btstore.FeedShards {
+		require.NoError(t, b.Client.Del(ctx, btstore.FeedIndexKey(shard)).Err())
+	}
+	return killed.store.Owner(), changes
+}
+
+// equalsRecords tells whether the ledger's newest row of each change is
+// its record (seq, raw and credited figures).
+func (l *ledger) equalsRecords(t *testing.T, b redistest.Backend, changes []killedChange) bool {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range changes {
+		record := b.Client.HMGet(context.Background(), btstore.UserTorrentKey(c.hash, c.user),
+			"seq", "uploaded", "downloaded").Val()
+		figures := make([]int64, len(record))
+		for i, v := range record {
+			if v != nil { // a figure never written is 0
+				figures[i], _ = strconv.ParseInt(v.(string), 10, 64)
+			}
+		}
+		row, ok := l.newest[c.user+":"+btstore.HexInfoHash(c.hash)]
+		if !ok || row.Seq == 0 || row.Seq != figures[0] || row.Uploaded != figures[1] || row.Downloaded != figures[2] ||
+			row.Uploaded != int64(c.up) || row.Downloaded != int64(c.down) || row.UpCredited != int64(c.up) {
+			return false
+		}
+	}
+	return true
+}
+
+// A frontend killed with its changes' rows only in its memory leaves
+// records stamped with its id: once its heartbeat expired, another
+// frontend's FeedDeadWriters delivers every record it changed since its
+// "fed up to" as the record's row, so the site's ledger equals the
+// records, and forgets it; a second call finds no dead frontend and sends
+// nothing.
+func TestFeedDeadWritersDeliversAKilledFrontendsRecords(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		id, changes := killFrontend(t, b)
+		live := newFixture(t, b, swarm.Config{Private: true, OnFeed: func(context.Context, []swarm.FeedBatch) error { return nil }})
+		require.Eventually(t, func() bool {
+			dead, err := live.store.DeadFrontends(ctx)
+			require.NoError(t, err)
+			_, ok := dead[id]
+			return ok
+		}, 10*time.Second, 20*time.Millisecond, "the killed frontend's heartbeat expires")
+
+		l := newLedger()
+		rows, err := live.store.FeedDeadWriters(ctx, l.deliver)
+		require.NoError(t, err)
+		require.Equal(t, len(changes), rows)
+		require.True(t, l.equalsRecords(t, b, changes), "the ledger's rows are the records: %v", l.newest)
+		require.False(t, b.Client.HExists(ctx, btstore.FrontendsKey, id).Val(), "forgotten once delivered")
+
+		rows, err = live.store.FeedDeadWriters(ctx, l.deliver)
+		require.NoError(t, err)
+		require.Zero(t, rows)
+	})
+}
+
+// The same through a live frontend's feed loop: its rounds see the killed
+// frontend's heartbeat gone and deliver its records, with no call from
+// outside; the site's ledger ends equal to the records.
+func TestFeedLoopDeliversAKilledFrontendsRecordsOnceItsHeartbeatExpires(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		id, changes := killFrontend(t, b)
+		l := newLedger()
+		live := newFixture(t, b, swarm.Config{Private: true, FeedInterval: 50 * time.Millisecond, OnFeed: l.deliver})
+		require.NoError(t, live.store.Start(ctx))
+		require.Eventually(t, func() bool {
+			return l.equalsRecords(t, b, changes) && !b.Client.HExists(ctx, btstore.FrontendsKey, id).Val()
+		}, 15*time.Second, 20*time.Millisecond, "the killed frontend's records reach the ledger")
+	})
+}
