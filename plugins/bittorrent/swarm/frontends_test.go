@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/plugins/bittorrent"
 	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )
@@ -85,6 +86,42 @@ func TestFrontendBeatsOnlyWhileHoldingChanges(t *testing.T) {
 		require.True(t, rdb.HExists(ctx, btstore.FrontendsKey, id).Val())
 
 		require.NoError(t, f.store.Stop())
+		require.Zero(t, rdb.Exists(ctx, btstore.FrontendsKey, btstore.FrontendHeartbeatKey(id)).Val())
+	})
+}
+
+// A frontend with accounting on but no outbox (no OnFeed) never stamps a
+// record with its id: it is never registered, so no backstop would find a
+// record it stamped. Its announces (announce.lua) and written-behind
+// refreshes (refresh.lua) still credit the record and leave its w as it
+// was, and it writes nothing to the registry.
+func TestAFrontendWithoutAnOutboxNeverStamps(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		f, hash := privateFixture(t, b, swarm.Config{})
+		rdb := b.Client
+		id := f.store.Owner()
+		record := btstore.UserTorrentKey(hash, "alice")
+		me := peerID("-TR", 1)
+		f.announce(hash, me, 1, passkey("passkeyA"), event(bittorrent.EventStarted))
+
+		// announce.lua or a view read's refresh.lua, then a queued
+		// refresh written by the flush: each moves the record's upload.
+		f.clock.Advance(time.Minute)
+		f.announce(hash, me, 1, passkey("passkeyA"), transfer(1000, 0))
+		f.clock.Advance(100 * time.Millisecond)
+		f.announce(hash, me, 1, passkey("passkeyA"), transfer(3000, 0))
+		require.Equal(t, 1, f.store.WriteBehindStats().Queued, "answered from the view, queued")
+		f.flush()
+		require.Equal(t, int64(1), f.store.WriteBehindStats().DrainCalls, "the queued refresh was written")
+		require.Equal(t, "3000", rdb.HGet(ctx, record, "uploaded").Val())
+		require.Zero(t, rdb.HExists(ctx, record, "w").Val(), "no stamp")
+
+		// announce.lua itself (an event goes through it).
+		f.clock.Advance(time.Second)
+		f.announce(hash, me, 1, passkey("passkeyA"), transfer(4000, 0), event(bittorrent.EventStopped))
+		require.Equal(t, "4000", rdb.HGet(ctx, record, "uploaded").Val())
+		require.Zero(t, rdb.HExists(ctx, record, "w").Val(), "no stamp")
 		require.Zero(t, rdb.Exists(ctx, btstore.FrontendsKey, btstore.FrontendHeartbeatKey(id)).Val())
 	})
 }

@@ -546,8 +546,11 @@ func (s *Store) announceCall(ctx context.Context, req *bittorrent.AnnounceReques
 		// Open mode: announce.lua reads its last four arguments for a
 		// user only; each is a string Redis reads into the script's ARGV.
 		a.call.args = a.call.args[:23]
-	case accounting == "0":
-		// The writer's stamp is read only with accounting (user_feed).
+	case accounting == "0" || !s.feedOn():
+		// The writer's stamp is read only with accounting (user_feed),
+		// and sent only by a frontend that delivers the feed: one with
+		// no outbox is never registered, so a record stamped with its
+		// id would be found by no backstop (ARGV[27] absent: no stamp).
 		a.call.args = a.call.args[:26]
 	}
 	return nil

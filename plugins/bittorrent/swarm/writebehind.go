@@ -828,7 +828,12 @@ func (w *writeBehind) refreshKeysArgs(ctx context.Context, hash bittorrent.InfoH
 	}
 	accounting, writer := "0", ""
 	if !w.s.cfg.NoAccounting {
-		accounting, writer = "1", w.s.owner
+		accounting = "1"
+		if w.s.feedOn() {
+			// Only a frontend that delivers the feed stamps (see
+			// announceCall): "" leaves the records' w as it is.
+			writer = w.s.owner
+		}
 		if err := w.s.ensureBeat(ctx); err != nil {
 			w.s.logger.Warn("swarm: the frontend's heartbeat before a refresh failed", "error", err)
 		}

@@ -49,7 +49,8 @@
 --         the feed, as announce.lua does: prelude's user_announce)
 -- ARGV[8] the calling frontend's id: the records' writer stamp (prelude's
 --         user_feed; unused from s40, when the ledger's and cheat signals'
---         settings left it, to s43)
+--         settings left it, to s43); "": no stamp (a frontend with no
+--         outbox, which no backstop would find)
 -- then per peer i: peer id (20 bytes), compact address (the entry's
 -- tail), uploaded, downloaded, left (as reported, decimal), the
 -- announce's time (ms), its deadline (time + timeout, ms), and in private
@@ -83,6 +84,8 @@ local key0, arg0, key_step, arg_step = 7, 5, 1, 7
 if private then key0, arg0, key_step, arg_step = 9, 9, 2, 10 end
 local hnr_seed_ms, hnr_ratio = tonumber(ARGV[5]), tonumber(ARGV[6])
 local accounting = private and ARGV[7] == '1'
+-- The writer's stamp, nil for "" (once per call, not per peer).
+local writer = ARGV[8] ~= '' and ARGV[8] or nil
 
 -- The record's counts are the role hashes' lengths, written wherever a
 -- peer joins or leaves (announce.lua, expire.lua); a refresh moves none.
@@ -173,7 +176,7 @@ for i = 0, peers - 1 do
           user, {d_up = d_up, d_down = d_down, elapsed = elapsed, was_seeder = seeding, was_active = true,
           leaving = false, seeding = seeding, snatched = 0, gap = at - last, others = others,
           leecher_left = t[9] or 0, size = t[8] or 0}, at, at_text, hnr_seed_ms, hnr_ratio,
-          rates or nil, rates and k_rows or nil, ARGV[8])
+          rates or nil, rates and k_rows or nil, writer)
       end
       applied = applied + 1
       if at > latest then latest, latest_text = at, at_text end
