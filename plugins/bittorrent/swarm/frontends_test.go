@@ -125,3 +125,53 @@ func TestAFrontendWithoutAnOutboxNeverStamps(t *testing.T) {
 		require.Zero(t, rdb.Exists(ctx, btstore.FrontendsKey, btstore.FrontendHeartbeatKey(id)).Val())
 	})
 }
+
+// If the heartbeat written before a script that may stamp a record fails,
+// the script does not run, so no record carries the id of a frontend the
+// registry does not list alive: a queued refresh stays queued (the flush
+// reports the failure), and an announce gets the tracker's retryable
+// error with the record unchanged. Once the registry can be written again,
+// the queued refresh is written.
+func TestAFailedBeatHoldsTheStampingScriptsBack(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		l := newLedger()
+		f, hash := privateFixture(t, b, swarm.Config{OnFeed: l.deliver})
+		rdb := b.Client
+		record := btstore.UserTorrentKey(hash, "alice")
+		me := peerID("-TR", 1)
+		f.announce(hash, me, 1, passkey("passkeyA"), event(bittorrent.EventStarted))
+		f.clock.Advance(time.Minute)
+		f.announce(hash, me, 1, passkey("passkeyA"), transfer(1000, 0))
+		f.clock.Advance(100 * time.Millisecond)
+		f.announce(hash, me, 1, passkey("passkeyA"), transfer(3000, 0))
+		require.Equal(t, 1, f.store.WriteBehindStats().Queued, "answered from the view, queued")
+		require.Equal(t, "1000", rdb.HGet(ctx, record, "uploaded").Val())
+
+		// The registry cannot be written (a key of another type), and
+		// the last beat is taken as old.
+		require.NoError(t, rdb.Del(ctx, btstore.FrontendsKey).Err())
+		require.NoError(t, rdb.Set(ctx, btstore.FrontendsKey, "not a hash", 0).Err())
+		swarm.ForgetBeat(f.store)
+
+		require.Error(t, f.store.Flush(ctx))
+		require.Equal(t, 1, f.store.WriteBehindStats().Queued, "held back, still queued")
+		require.Zero(t, f.store.WriteBehindStats().DrainCalls)
+		require.Equal(t, "1000", rdb.HGet(ctx, record, "uploaded").Val())
+
+		// A re-announce whose view is stale goes through announce.lua,
+		// which beats first too.
+		f.clock.Advance(time.Second)
+		_, err := f.store.Announce(ctx, request(hash, me, 1, passkey("passkeyA"), transfer(4000, 0)))
+		require.Error(t, err)
+		require.Equal(t, "1000", rdb.HGet(ctx, record, "uploaded").Val())
+		require.Equal(t, 1, f.store.WriteBehindStats().Queued)
+
+		require.NoError(t, rdb.Del(ctx, btstore.FrontendsKey).Err())
+		f.flush()
+		require.Zero(t, f.store.WriteBehindStats().Queued)
+		require.Equal(t, "3000", rdb.HGet(ctx, record, "uploaded").Val())
+		require.Equal(t, f.store.Owner(), rdb.HGet(ctx, record, "w").Val())
+		require.True(t, rdb.HExists(ctx, btstore.FrontendsKey, f.store.Owner()).Val())
+	})
+}

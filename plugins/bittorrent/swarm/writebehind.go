@@ -551,6 +551,11 @@ func (w *writeBehind) answerOrRead(ctx context.Context, req *bittorrent.Announce
 	if !ok {
 		return nil, nil, false
 	}
+	if err := w.beatBeforeStamp(ctx); err != nil {
+		// announce.lua's path beats again and fails the announce with
+		// the tracker's retryable error.
+		return nil, nil, false
+	}
 	v := w.views.of(req.InfoHash, true)
 	v.mu.Lock()
 	if !v.staleLocked(now) {
@@ -694,6 +699,9 @@ type viewCopy struct {
 // announce through announce.lua.
 func (w *writeBehind) view(ctx context.Context, hash bittorrent.InfoHash, now int64, id bittorrent.PeerID,
 	r queuedRefresh) (viewCopy, bool, error) {
+	if err := w.beatBeforeStamp(ctx); err != nil {
+		return viewCopy{}, false, err
+	}
 	v := w.views.of(hash, true)
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -811,10 +819,7 @@ func (v *swarmView) installLocked(reply []any, at int64) error {
 // (ids[i] is peers[i]'s id) and view sample size. Open mode sends none of
 // the keys and arguments only a user's record needs: each string costs
 // Redis and Lua. With accounting, the call may stamp the users' records
-// with this frontend's id, so the frontend's heartbeat is made alive
-// first (ensureBeat). A beat that fails is logged and the refresh goes
-// on: while the feed's rows are in Redis (until s43's step 2c) a record
-// stamped by a frontend the registry lacks loses nothing.
+// with this frontend's id: its callers beat first (beatBeforeStamp).
 func (w *writeBehind) refreshKeysArgs(ctx context.Context, hash bittorrent.InfoHash, sample int, peers []queuedRefresh, ids []bittorrent.PeerID) ([]string, []any) {
 	timeout := w.s.cfg.PeerTimeout.Milliseconds()
 	claimWindow := w.s.cfg.ReaperClaimWindow.Milliseconds()
@@ -834,9 +839,6 @@ func (w *writeBehind) refreshKeysArgs(ctx context.Context, hash bittorrent.InfoH
 			// announceCall): "" leaves the records' w as it is.
 			writer = w.s.owner
 		}
-		if err := w.s.ensureBeat(ctx); err != nil {
-			w.s.logger.Warn("swarm: the frontend's heartbeat before a refresh failed", "error", err)
-		}
 	}
 	args := make([]any, 0, 8+10*len(peers))
 	args = append(args, timeout, claimWindow, sample, "1", w.s.cfg.HnR.MinSeedTime.Milliseconds(), w.s.cfg.HnR.MinRatio,
@@ -847,6 +849,18 @@ func (w *writeBehind) refreshKeysArgs(ctx context.Context, hash bittorrent.InfoH
 		args = append(appendRefreshPeer(args, ids[i], r, timeout), r.user, r.windowUp, r.windowDown)
 	}
 	return btstore.RefreshKeys(hash, ids, users), args
+}
+
+// beatBeforeStamp makes the frontend's heartbeat alive before refresh.lua
+// calls that may stamp users' records with its id (ensureBeat). A beat
+// that fails holds the calls back (the lead's decision on S5's step 2): a
+// record stamped by a frontend the registry does not list alive would be
+// found by no backstop if the frontend died with its rows.
+func (w *writeBehind) beatBeforeStamp(ctx context.Context) error {
+	if !w.s.cfg.Private || w.s.cfg.NoAccounting {
+		return nil
+	}
+	return w.s.ensureBeat(ctx)
 }
 
 // appendRefreshPeer appends the ARGV every mode sends for one peer. The
@@ -943,6 +957,14 @@ func (w *writeBehind) writeTaken(ctx context.Context, taken map[bittorrent.InfoH
 
 // write sends one pipeline of refresh calls and applies the replies.
 func (w *writeBehind) write(ctx context.Context, calls []refreshCall, readAt int64) (int, error) {
+	if err := w.beatBeforeStamp(ctx); err != nil {
+		for i := range calls {
+			for j := range calls[i].peers {
+				w.queue.putBack(calls[i].hash, calls[i].ids[j], calls[i].peers[j])
+			}
+		}
+		return len(calls), err
+	}
 	scripts := make([]scriptCall, len(calls))
 	for i := range calls {
 		c := &calls[i]
