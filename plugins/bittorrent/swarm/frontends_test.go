@@ -105,10 +105,13 @@ func TestAFrontendWithoutAnOutboxNeverStamps(t *testing.T) {
 		me := peerID("-TR", 1)
 		f.announce(hash, me, 1, passkey("passkeyA"), event(bittorrent.EventStarted))
 
-		// announce.lua or a view read's refresh.lua, then a queued
-		// refresh written by the flush: each moves the record's upload.
+		// A view read's refresh.lua, then a queued refresh written by
+		// the flush: each moves the record's upload.
 		f.clock.Advance(time.Minute)
 		f.announce(hash, me, 1, passkey("passkeyA"), transfer(1000, 0))
+		require.Equal(t, int64(1), f.store.WriteBehindStats().ViewReads)
+		require.Equal(t, "1000", rdb.HGet(ctx, record, "uploaded").Val())
+		require.Zero(t, rdb.HExists(ctx, record, "w").Val(), "no stamp")
 		f.clock.Advance(100 * time.Millisecond)
 		f.announce(hash, me, 1, passkey("passkeyA"), transfer(3000, 0))
 		require.Equal(t, 1, f.store.WriteBehindStats().Queued, "answered from the view, queued")
