@@ -49,3 +49,47 @@ const DrainTicks = drainTicks
 // ForgetBeat makes the store take its last heartbeat as too old: the next
 // call that may stamp a record beats first.
 func ForgetBeat(s *Store) { s.frontend.beatNanos.Store(0) }
+
+// FeedRoundStamped runs one of the feed loop's rounds (the batch flushed
+// first; a complete round moves "fed up to").
+func FeedRoundStamped(ctx context.Context, s *Store) error { return s.feedRoundStamped(ctx) }
+
+// FedUpTo is this frontend's "fed up to" (ms), as its next beat writes it.
+func FedUpTo(s *Store) int64 {
+	s.frontend.mu.Lock()
+	defer s.frontend.mu.Unlock()
+	return s.frontend.fedUpTo
+}
+
+// CallBegins counts an announce in flight as prepareAnnounce does for
+// one whose script may stamp a record, and returns its time; CallEnds
+// ends it, as its reply would.
+func CallBegins(s *Store) int64   { return s.callBegins() }
+func CallEnds(s *Store, at int64) { s.callEnds(at) }
+
+// TakeQueue takes the whole write-behind queue as a drain does, and
+// returns the write of what it took: a drain whose calls are in flight
+// until it is called.
+func TakeQueue(ctx context.Context, s *Store) (write func() error) {
+	taken, oldest := s.writeBehind.queue.take()
+	return func() error { return s.writeBehind.writeTaken(ctx, taken, oldest, 0) }
+}
+
+// Undelivered counts the announces counted in flight and the sets of
+// refreshes held out of the write-behind queue: both 0 once every call
+// ended (a count left behind would hold "fed up to" back for good).
+func Undelivered(s *Store) (calls, held int) {
+	s.frontend.callsMu.Lock()
+	for _, n := range s.frontend.calls {
+		calls += n
+	}
+	s.frontend.callsMu.Unlock()
+	if s.writeBehind != nil {
+		s.writeBehind.queue.mu.Lock()
+		for _, n := range s.writeBehind.queue.held {
+			held += n
+		}
+		s.writeBehind.queue.mu.Unlock()
+	}
+	return calls, held
+}

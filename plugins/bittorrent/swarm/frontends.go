@@ -3,6 +3,7 @@ package swarm
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -58,6 +59,12 @@ type frontendState struct {
 	// then). The frontend holds changes while stamps > delivered.
 	stamps atomic.Int64
 
+	// callsMu guards calls: the announces that may stamp a record, by
+	// the time (ms) they read for it (their record's last_announce), from
+	// that reading until their reply was handled (callBegins, callEnds).
+	callsMu sync.Mutex
+	calls   map[int64]int
+
 	mu        sync.Mutex // orders beats, and guards the fields below
 	delivered int64
 	fedUpTo   int64 // ms (Config.Clock): the last complete round's start, or the store's creation
@@ -106,6 +113,31 @@ func (s *Store) holding() bool {
 	return s.frontend.stamps.Load() > s.frontend.delivered
 }
 
+// callBegins reads the time (ms) of an announce whose script may stamp a
+// record with this frontend's id, and counts it in flight until
+// callEnds(at): read and counted under one lock, so a round's feedUpTo
+// either sees it or began before it read its time.
+func (s *Store) callBegins() int64 {
+	s.frontend.callsMu.Lock()
+	defer s.frontend.callsMu.Unlock()
+	at := s.nowMillis()
+	if s.frontend.calls == nil {
+		s.frontend.calls = make(map[int64]int)
+	}
+	s.frontend.calls[at]++
+	return at
+}
+
+// callEnds ends what callBegins counted, once the call's reply was
+// handled (its feed mark in the batch) or it failed.
+func (s *Store) callEnds(at int64) {
+	s.frontend.callsMu.Lock()
+	defer s.frontend.callsMu.Unlock()
+	if s.frontend.calls[at]--; s.frontend.calls[at] <= 0 {
+		delete(s.frontend.calls, at)
+	}
+}
+
 // roundStarts is read at the start of a feed round: what a complete
 // round then settles (roundDelivered).
 type roundStart struct {
@@ -114,14 +146,50 @@ type roundStart struct {
 }
 
 func (s *Store) roundStarts() roundStart {
-	return roundStart{stamps: s.frontend.stamps.Load(), at: s.nowMillis()}
+	stamps := s.frontend.stamps.Load()
+	return roundStart{stamps: stamps, at: s.feedUpTo()}
+}
+
+// feedUpTo is the one place of the lead's decision 6: the "fed up to" a
+// round that starts now may reach once complete. The round's start,
+// unless a change not yet in the batch the round flushes is older: an
+// announce in flight (its script may have run, its reply is not
+// handled), a refresh waiting in the write-behind queue (refresh.lua
+// will set the record's last_announce to the time of the announce it
+// answered, not to when it runs), or one a drain or a view read took
+// from the queue and has not written or put back. Without it, a change
+// of a frontend killed after this round would have a last_announce
+// before its "fed up to", and the backstop (FeedDeadWriters) would miss
+// it.
+//
+// The queue's lock is held across the whole reading, so a refresh that
+// moves from the queue to a drain, or from an announce to the queue, is
+// seen on one side or the other: the announce ends its count (callEnds)
+// only after its refresh is queued, and the drain's hold is taken under
+// the queue's lock. The time is read last, under the calls' lock, so a
+// call counted after it began after it.
+func (s *Store) feedUpTo() int64 {
+	oldest := int64(math.MaxInt64)
+	if w := s.writeBehind; w != nil {
+		w.queue.mu.Lock()
+		defer w.queue.mu.Unlock()
+		oldest = w.queue.oldestLocked()
+	}
+	s.frontend.callsMu.Lock()
+	defer s.frontend.callsMu.Unlock()
+	for at := range s.frontend.calls {
+		oldest = min(oldest, at)
+	}
+	return min(oldest, s.nowMillis())
 }
 
 // roundDelivered records a complete round (every change stamped before
-// its start delivered): the frontend is fed up to the round's start. A
-// round that found nothing newly stamped leaves "fed up to" where it was:
-// moved, it would be beaten into the registry after every round of an
-// idle frontend.
+// it began delivered): the frontend is fed up to feedUpTo's time as the
+// round began, even when that is before the last one (only a clock
+// stepped back makes it so; a later "fed up to" would not be safe). A
+// round that found nothing newly stamped leaves "fed up to" where it
+// was: moved, it would be beaten into the registry after every round of
+// an idle frontend.
 func (s *Store) roundDelivered(r roundStart) {
 	s.frontend.mu.Lock()
 	defer s.frontend.mu.Unlock()
@@ -129,7 +197,7 @@ func (s *Store) roundDelivered(r roundStart) {
 		return
 	}
 	s.frontend.delivered = r.stamps
-	s.frontend.fedUpTo = max(s.frontend.fedUpTo, r.at)
+	s.frontend.fedUpTo = r.at
 }
 
 // beatIfHolding is the flush loop's beat: while the frontend holds

@@ -178,3 +178,100 @@ func TestAFailedBeatHoldsTheStampingScriptsBack(t *testing.T) {
 		require.True(t, rdb.HExists(ctx, btstore.FrontendsKey, f.store.Owner()).Val())
 	})
 }
+
+// The lead's decision 6: a complete round moves "fed up to" only to the
+// oldest change that was not yet in the batch it flushed, so the
+// backstop, which takes a dead frontend's records whose last_announce is
+// at or after it, misses none. Three such changes: a refresh waiting in
+// the write-behind queue (refresh.lua writes its announce's time as the
+// record's last_announce, not the time it runs), an announce whose reply
+// was not in when the round began, and refreshes a drain took from the
+// queue and has not written. Each holds "fed up to" at its time while it
+// is undelivered; once it is, the next round moves "fed up to" to its
+// start. Each assertion fails with "fed up to" taken as the round's
+// start (the rule before).
+func TestFedUpToStaysBeforeTheOldestUndeliveredChange(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		l := newLedger()
+		f, hash := privateFixture(t, b, swarm.Config{OnFeed: l.deliver})
+		me, other := peerID("-TR", 1), peerID("-TR", 2)
+		f.announce(hash, other, 2, passkey("passkeyB"), seeding, event(bittorrent.EventStarted))
+		f.announce(hash, me, 1, passkey("passkeyA"), event(bittorrent.EventStarted))
+		up := uint64(0)
+		// stampAndQueue makes alice's record change twice: once
+		// written at once (a stale view is read in the refresh.lua
+		// call that writes it: stamped), then within the view's age,
+		// answered from the view and queued at the time it returns.
+		stampAndQueue := func() int64 {
+			f.clock.Advance(time.Minute)
+			up += 1000
+			f.announce(hash, me, 1, passkey("passkeyA"), transfer(up, 0))
+			f.clock.Advance(100 * time.Millisecond)
+			up += 1000
+			queuedAt := f.clock.Now().UnixMilli()
+			f.announce(hash, me, 1, passkey("passkeyA"), transfer(up, 0))
+			require.Equal(t, 1, f.store.WriteBehindStats().Queued)
+			return queuedAt
+		}
+		round := func() (startedAt, fed int64) {
+			f.clock.Advance(time.Minute)
+			startedAt = f.clock.Now().UnixMilli()
+			require.NoError(t, swarm.FeedRoundStamped(ctx, f.store))
+			return startedAt, swarm.FedUpTo(f.store)
+		}
+
+		// A written-behind refresh, queued.
+		queuedAt := stampAndQueue()
+		_, fed := round()
+		require.Equal(t, queuedAt, fed, "held at the queued refresh's announce")
+		f.flush() // written: stamped again
+		startedAt, fed := round()
+		require.Equal(t, startedAt, fed)
+
+		// An announce in flight when the round began.
+		f.clock.Advance(time.Minute)
+		inFlight := swarm.CallBegins(f.store)
+		stampAndQueue()
+		f.flush()
+		_, fed = round()
+		require.Equal(t, inFlight, fed, "held at the announce in flight")
+		swarm.CallEnds(f.store, inFlight)
+		stampAndQueue()
+		f.flush()
+		startedAt, fed = round()
+		require.Equal(t, startedAt, fed)
+
+		// Refreshes a drain took and has not written yet.
+		queuedAt = stampAndQueue()
+		write := swarm.TakeQueue(ctx, f.store)
+		require.Equal(t, 1, f.store.WriteBehindStats().Queued, "a drain's taken refreshes count as queued")
+		_, fed = round()
+		require.Equal(t, queuedAt, fed, "held at the drain's oldest refresh")
+		require.NoError(t, write())
+		require.Zero(t, f.store.WriteBehindStats().Queued)
+		startedAt, fed = round()
+		require.Equal(t, startedAt, fed, "written and stamped: delivered by this round")
+
+		// Nothing left counted once every call ended, through Announce
+		// and through AnnounceBatch (a view read taking the queue along
+		// among them), which would hold "fed up to" back for good.
+		stampAndQueue()
+		f.clock.Advance(time.Minute)
+		up += 1000
+		results := make([]bittorrent.AnnounceResult, 2)
+		f.store.AnnounceBatch(ctx, []*bittorrent.AnnounceRequest{
+			request(hash, me, 1, passkey("passkeyA"), transfer(up, 0)),
+			request(hash, other, 2, passkey("passkeyB"), seeding),
+		}, results)
+		for _, r := range results {
+			require.NoError(t, r.Err)
+		}
+		calls, held := swarm.Undelivered(f.store)
+		require.Zero(t, calls)
+		require.Zero(t, held)
+		f.flush()
+		startedAt, fed = round()
+		require.Equal(t, startedAt, fed)
+	})
+}

@@ -353,6 +353,7 @@ func (s *Store) nowMillis() int64 { return s.clock.Now().UnixMilli() }
 // are *bittorrent.ClientError; other errors are internal.
 func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (*bittorrent.AnnounceResponse, error) {
 	var a pendingAnnounce
+	defer s.announceEnds(&a)
 	if resp, done, err := s.prepareAnnounce(ctx, req, &a, nil); done {
 		return resp, err
 	}
@@ -378,6 +379,11 @@ func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (
 // go-redis call and a wake-up each. results[i] answers reqs[i].
 func (s *Store) AnnounceBatch(ctx context.Context, reqs []*bittorrent.AnnounceRequest, results []bittorrent.AnnounceResult) {
 	pending := make([]pendingAnnounce, len(reqs))
+	defer func() {
+		for i := range pending {
+			s.announceEnds(&pending[i])
+		}
+	}()
 	reads := make([]*viewRead, len(reqs))
 	calls := make([]scriptCall, 0, len(reqs))
 	waiting := make([]int, 0, len(reqs))
@@ -462,6 +468,18 @@ type pendingAnnounce struct {
 	now     int64
 	numWant int
 	call    scriptCall
+	// counted: callBegins counted it in flight at now (announceEnds)
+	counted bool
+}
+
+// announceEnds ends the count callBegins made for a, once its reply was
+// handled, its refresh queued, or it was refused: Announce and
+// AnnounceBatch defer it, the one place each.
+func (s *Store) announceEnds(a *pendingAnnounce) {
+	if a.counted {
+		a.counted = false
+		s.callEnds(a.now)
+	}
 }
 
 // prepareAnnounce checks an announce and answers it when it needs no
@@ -489,7 +507,16 @@ func (s *Store) prepareAnnounce(ctx context.Context, req *bittorrent.AnnounceReq
 		return nil, true, err
 	}
 	numWant := min(max(req.NumWant, 0), s.cfg.MaxNumWant)
-	now := s.nowMillis()
+	var now int64
+	if s.feedOn() && s.accounting(userID) {
+		// Its script may stamp the user's record (announce.lua, or a
+		// view read's refresh.lua): in flight for "fed up to" from
+		// this time on, until the caller's one deferred callEnds
+		// (announceEnds).
+		now, a.counted = s.callBegins(), true
+	} else {
+		now = s.nowMillis()
+	}
 	s.watchAddress(ctx, userID, req.Addr.Addr(), now)
 	a.req, a.userID, a.now, a.numWant = req, userID, now, numWant
 	if s.writeBehind != nil && read != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -249,7 +250,13 @@ type refreshQueue struct {
 	// that has not finished writing them (written): len counts them, so
 	// a length of 0 means written, not merely taken
 	writing int
-	tick    int64 // the loop's ticks so far (takeDue)
+	// held counts the sets of refreshes taken out of the queue (by a
+	// drain, or along with a view read) and not yet written or put back,
+	// by the oldest announce time (at, ms) among each set: with the
+	// queue's own entries, what a feed round must not be fed up past
+	// (oldestLocked, decision 6)
+	held map[int64]int
+	tick int64 // the loop's ticks so far (takeDue)
 	// due lists, per tick (modulo len), the torrents whose entry was made
 	// then: takeDue looks at one list, not the whole queue
 	due [drainAfterTicks + 1][]bittorrent.InfoHash
@@ -315,6 +322,7 @@ func (q *refreshQueue) putBack(hash bittorrent.InfoHash, peer bittorrent.PeerID,
 // takeTorrent moves up to limit of the torrent's queued refreshes into
 // call, leaving out peer skip's: its refresh, if queued, is taken too
 // (call.replaced), since the refresh call carries a newer one of it.
+// What it took is held (call.held) until releaseCall.
 func (q *refreshQueue) takeTorrent(call *refreshCall, skip bittorrent.PeerID, limit int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -322,8 +330,10 @@ func (q *refreshQueue) takeTorrent(call *refreshCall, skip bittorrent.PeerID, li
 	if t == nil {
 		return
 	}
+	oldest := int64(math.MaxInt64)
 	if r, ok := t.peers[skip]; ok {
 		call.replaced = &r
+		oldest = r.at
 		delete(t.peers, skip)
 		q.size--
 	}
@@ -333,16 +343,79 @@ func (q *refreshQueue) takeTorrent(call *refreshCall, skip bittorrent.PeerID, li
 		}
 		call.ids = append(call.ids, id)
 		call.peers = append(call.peers, r)
+		oldest = min(oldest, r.at)
 		delete(t.peers, id)
 		q.size--
 	}
 	if len(t.peers) == 0 {
 		delete(q.torrents, call.hash)
 	}
+	if oldest != math.MaxInt64 {
+		q.holdLocked(oldest)
+		call.held, call.heldAt = true, oldest
+	}
 }
 
-// take empties the queue and returns what it held.
-func (q *refreshQueue) take() map[bittorrent.InfoHash]*queuedTorrent {
+// releaseCall ends the hold of what takeTorrent took along into call,
+// once its reply was applied or it was put back.
+func (q *refreshQueue) releaseCall(call *refreshCall) {
+	if !call.held {
+		return
+	}
+	call.held = false
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.releaseLocked(call.heldAt)
+}
+
+func (q *refreshQueue) holdLocked(at int64) {
+	if q.held == nil {
+		q.held = make(map[int64]int)
+	}
+	q.held[at]++
+}
+
+func (q *refreshQueue) releaseLocked(at int64) {
+	if q.held[at]--; q.held[at] <= 0 {
+		delete(q.held, at)
+	}
+}
+
+// oldestLocked is the oldest announce time (ms) among the refreshes
+// queued or held (taken and not yet written or put back);
+// math.MaxInt64: none. A walk of the whole queue, taken once per feed
+// round (feedUpTo), not on the announce's path.
+func (q *refreshQueue) oldestLocked() int64 {
+	oldest := int64(math.MaxInt64)
+	for _, t := range q.torrents {
+		for _, r := range t.peers {
+			oldest = min(oldest, r.at)
+		}
+	}
+	for at := range q.held {
+		oldest = min(oldest, at)
+	}
+	return oldest
+}
+
+// holdTakenLocked holds the oldest announce time among taken refreshes
+// until written is called with it, and returns it.
+func (q *refreshQueue) holdTakenLocked(taken map[bittorrent.InfoHash]*queuedTorrent) int64 {
+	oldest := int64(math.MaxInt64)
+	for _, t := range taken {
+		for _, r := range t.peers {
+			oldest = min(oldest, r.at)
+		}
+	}
+	if oldest != math.MaxInt64 {
+		q.holdLocked(oldest)
+	}
+	return oldest
+}
+
+// take empties the queue and returns what it held, and the oldest
+// announce time among it, held until written.
+func (q *refreshQueue) take() (map[bittorrent.InfoHash]*queuedTorrent, int64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	taken := q.torrents
@@ -351,12 +424,12 @@ func (q *refreshQueue) take() map[bittorrent.InfoHash]*queuedTorrent {
 	for i := range q.due {
 		q.due[i] = q.due[i][:0]
 	}
-	return taken
+	return taken, q.holdTakenLocked(taken)
 }
 
 // takeDue counts a tick and takes the torrents queued drainAfterTicks
-// ticks ago or earlier.
-func (q *refreshQueue) takeDue() map[bittorrent.InfoHash]*queuedTorrent {
+// ticks ago or earlier, as take does.
+func (q *refreshQueue) takeDue() (map[bittorrent.InfoHash]*queuedTorrent, int64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.tick++
@@ -379,15 +452,18 @@ func (q *refreshQueue) takeDue() map[bittorrent.InfoHash]*queuedTorrent {
 		q.writing += len(t.peers)
 	}
 	*slot = (*slot)[:0]
-	return due
+	return due, q.holdTakenLocked(due)
 }
 
 // written says a drain is done with n refreshes take or takeDue handed
-// it (each written or put back).
-func (q *refreshQueue) written(n int) {
+// it (each written or put back), whose oldest announce time was oldest.
+func (q *refreshQueue) written(n int, oldest int64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.writing -= n
+	if oldest != math.MaxInt64 {
+		q.releaseLocked(oldest)
+	}
 }
 
 // len counts the refreshes waiting, those a drain is writing included.
@@ -612,6 +688,7 @@ func (w *writeBehind) follow(ctx context.Context, rd *viewRead, numWant int, now
 func (w *writeBehind) finishRead(rd *viewRead, cmd *redis.Cmd, numWant int, now int64) (*bittorrent.AnnounceResponse, bool) {
 	w.stopMu.RLock()
 	defer w.stopMu.RUnlock()
+	defer w.queue.releaseCall(&rd.call)
 	reply, err := cmdList(cmd)
 	if err != nil {
 		w.putBackAlong(&rd.call)
@@ -709,6 +786,7 @@ func (w *writeBehind) view(ctx context.Context, hash bittorrent.InfoHash, now in
 		return v.copyLocked(), false, nil
 	}
 	call := w.readCall(hash, id, r)
+	defer w.queue.releaseCall(&call)
 	keys, args := w.refreshKeysArgs(ctx, hash, w.s.cfg.MaxNumWant, call.peers, call.ids)
 	reply, err := w.readView(ctx, keys, args)
 	if err != nil {
@@ -879,6 +957,11 @@ type refreshCall struct {
 	// replaced is the queued refresh of a view read's own peer (ids[0]),
 	// which its newer one replaces; nil: none was queued
 	replaced *queuedRefresh
+	// held: what takeTorrent took along (replaced included) is held in
+	// the queue's count under heldAt, its oldest announce time, until
+	// releaseCall
+	held   bool
+	heldAt int64
 	// view is the torrent's view a due drain's call reads too (nil: it
 	// reads none), gen the view's generation when the call was made:
 	// the reply is installed only if no change of this frontend's
@@ -893,7 +976,8 @@ type refreshCall struct {
 func (w *writeBehind) drain(ctx context.Context) error {
 	w.drainMu.Lock()
 	defer w.drainMu.Unlock()
-	return w.writeTaken(ctx, w.queue.take(), 0)
+	taken, oldest := w.queue.take()
+	return w.writeTaken(ctx, taken, oldest, 0)
 }
 
 // drainDue is the loop's tick: it writes the torrents whose oldest
@@ -909,22 +993,26 @@ func (w *writeBehind) drain(ctx context.Context) error {
 func (w *writeBehind) drainDue(ctx context.Context) error {
 	w.drainMu.Lock()
 	defer w.drainMu.Unlock()
-	return w.writeTaken(ctx, w.queue.takeDue(), w.s.nowMillis())
+	taken, oldest := w.queue.takeDue()
+	return w.writeTaken(ctx, taken, oldest, w.s.nowMillis())
 }
 
-// writeTaken writes refreshes taken from the queue; readAt is not 0 when
-// the calls read the views of the torrents that have one (readAt, ms,
-// taken before they are sent, is when those views are read).
-func (w *writeBehind) writeTaken(ctx context.Context, taken map[bittorrent.InfoHash]*queuedTorrent, readAt int64) error {
-	if len(taken) == 0 {
-		return nil
-	}
-	calls := make([]refreshCall, 0, len(taken))
+// writeTaken writes refreshes taken from the queue, oldest the oldest
+// announce time among them (held by take or takeDue); readAt is not 0
+// when the calls read the views of the torrents that have one (readAt,
+// ms, taken before they are sent, is when those views are read).
+func (w *writeBehind) writeTaken(ctx context.Context, taken map[bittorrent.InfoHash]*queuedTorrent, oldest, readAt int64) error {
 	peers := 0
 	for _, t := range taken {
 		peers += len(t.peers)
 	}
-	defer w.queue.written(peers)
+	// Released once every reply was applied (its feed marks in the
+	// batch) or its refreshes were put back.
+	defer w.queue.written(peers, oldest)
+	if len(taken) == 0 {
+		return nil
+	}
+	calls := make([]refreshCall, 0, len(taken))
 	for hash, t := range taken {
 		call := refreshCall{hash: hash}
 		if readAt != 0 {
