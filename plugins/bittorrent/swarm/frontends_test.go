@@ -3,12 +3,16 @@ package swarm_test
 import (
 	"context"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/internal/redistest"
+	"github.com/hoardproject/hoard/internal/redisurl"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
 	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
@@ -273,5 +277,112 @@ func TestFedUpToStaysBeforeTheOldestUndeliveredChange(t *testing.T) {
 		f.flush()
 		startedAt, fed = round()
 		require.Equal(t, startedAt, fed)
+	})
+}
+
+// holdScript is a go-redis hook that, once armed, lets the first script
+// call touching key run in Redis and then holds its reply back until
+// released: an announce whose script ran and whose reply its frontend
+// has not handled yet.
+type holdScript struct {
+	key      string
+	armed    atomic.Bool
+	entered  chan struct{}
+	released chan struct{}
+}
+
+func (h *holdScript) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *holdScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.hold(cmd)
+		return err
+	}
+}
+
+func (h *holdScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			h.hold(cmd)
+		}
+		return err
+	}
+}
+
+func (h *holdScript) hold(cmd redis.Cmder) {
+	if name := cmd.Name(); name != "fcall" && name != "evalsha" && name != "eval" {
+		return
+	}
+	for _, arg := range cmd.Args() {
+		if s, ok := arg.(string); ok && s == h.key && h.armed.CompareAndSwap(true, false) {
+			close(h.entered)
+			<-h.released
+			return
+		}
+	}
+}
+
+// A real announce whose script ran before a round began and whose reply
+// came in after it holds "fed up to" at its time: its record's
+// last_announce. (Another user's change makes the round one that moves
+// "fed up to".)
+func TestFedUpToStaysBeforeAnAnnounceWhoseReplyIsNotIn(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		rdb, err := redisurl.Dial(b.URL)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = rdb.Close() })
+		hash := infoHash("private")
+		hold := &holdScript{key: btstore.UserTorrentKey(hash, "alice"), entered: make(chan struct{}), released: make(chan struct{})}
+		rdb.AddHook(hold)
+		clock := swarm.NewFakeClock(epoch)
+		l := newLedger()
+		store, err := swarm.New(rdb, swarm.Config{Clock: clock, Logger: quietLogger, Interval: 30 * time.Minute,
+			Private: true, OnFeed: l.deliver})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = store.Stop() })
+		// A failed assertion leaves the held call; released first
+		// (cleanups run last in, first out), Stop does not wait on it.
+		release := sync.OnceFunc(func() { close(hold.released) })
+		t.Cleanup(release)
+		require.NoError(t, store.RegisterTorrent(ctx, hash, "t1"))
+		require.NoError(t, store.AddUser(ctx, pk("passkeyA"), "alice"))
+		require.NoError(t, store.AddUser(ctx, pk("passkeyB"), "bob"))
+		require.NoError(t, store.AddClient(ctx, "-TR", "Transmission"))
+		announce := func(peer bittorrent.PeerID, n int, opts ...announceOpt) error {
+			_, err := store.Announce(ctx, request(hash, peer, n, opts...))
+			return err
+		}
+		alice, bob := peerID("-TR", 1), peerID("-TR", 2)
+		require.NoError(t, announce(alice, 1, passkey("passkeyA"), event(bittorrent.EventStarted)))
+		require.NoError(t, announce(bob, 2, passkey("passkeyB"), event(bittorrent.EventStarted)))
+		clock.Advance(time.Minute)
+		require.NoError(t, announce(bob, 2, passkey("passkeyB"), event(bittorrent.EventCompleted), seeding, transfer(0, 1000)))
+
+		hold.armed.Store(true)
+		at := clock.Now().UnixMilli()
+		done := make(chan error, 1)
+		go func() {
+			done <- announce(alice, 1, passkey("passkeyA"), event(bittorrent.EventCompleted), seeding, transfer(0, 1000))
+		}()
+		select {
+		case <-hold.entered:
+		case err := <-done:
+			t.Fatalf("the announce's script was not held: %v", err)
+		}
+		require.Equal(t, strconv.FormatInt(at, 10), b.Client.HGet(ctx, btstore.UserTorrentKey(hash, "alice"), "last_announce").Val(),
+			"the script ran")
+		clock.Advance(time.Minute)
+		require.NoError(t, swarm.FeedRoundStamped(ctx, store))
+		require.Equal(t, at, swarm.FedUpTo(store), "held at the announce whose reply is not in")
+
+		release()
+		require.NoError(t, <-done)
+		clock.Advance(time.Minute)
+		startedAt := clock.Now().UnixMilli()
+		require.NoError(t, swarm.FeedRoundStamped(ctx, store))
+		require.Equal(t, startedAt, swarm.FedUpTo(store))
 	})
 }
