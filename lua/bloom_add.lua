@@ -5,10 +5,13 @@
 --
 -- Every generation keeps the shape it was created with, recorded in meta's
 -- `shapes`: "m:k:cap" for a classic generation (k bits anywhere in m), as
--- every generation before blocked ones was, or "m:k:cap:wW" for a blocked
--- one (k bits in each of W 32-bit words; queues/bloomblocked.go). New
--- generations are blocked. Changing bloom_capacity or bloom_fp_rate shapes
--- only generations started afterwards; the bits already set stay valid.
+-- every generation before blocked ones was, "m:k:cap:wW" for a blocked
+-- one (k bits in each of W 32-bit words; queues/bloomblocked.go), or
+-- "sB:cap" for a sets one (each item's 32-bit fingerprint in one of B
+-- SETs, its buckets; queues/bloomsets.go). New generations are blocked or
+-- sets (bloom_kind). Changing bloom_kind, bloom_capacity or bloom_fp_rate
+-- shapes only generations started afterwards; what is already set stays
+-- valid.
 --
 -- Redis runs nothing else while a script runs, so the caller sizes each
 -- batch by its cost (queues.bloomBatchSize) to keep one call short. What an
@@ -23,6 +26,12 @@
 --   the script's cost (callgrind, docs/warrior-api.md "Backfeed");
 -- - a classic generation is read with GETBIT, stopping at the first zero
 --   bit, and a new item's k bits are set with one BITFIELD;
+-- - a sets generation is read with one SISMEMBER per item, except the
+--   newest generation before this batch, which the SADD that adds an item
+--   to it answers for: one command of three arguments per new item, no
+--   read-modify-write of words, and a small AOF record (27.4k Redis
+--   instructions per new item against the blocked default's 80.5k,
+--   callgrind, docs/warrior-api.md "Backfeed (s44)");
 -- - only the items the filter has not seen are looked up in the places an
 --   item can be without having passed the filter (out, done, released,
 --   recently done, failed, queued): one bulk HMGET/SMISMEMBER/ZMSCORE per
@@ -35,7 +44,10 @@
 --   is nowhere; the look-ups were ~4.3k of ~62k Redis instructions per new
 --   item (callgrind).
 -- Writes come last, pushes before bits, so a failing command (a wrongly
--- typed key) leaves no item in the filter that is queued nowhere.
+-- typed key) leaves no item in the filter that is queued nowhere. The one
+-- write before the pushes, a sets generation's SADD (whose answer says
+-- whether the item is new), is undone with SREM when a later command of
+-- the script fails.
 --
 -- KEYS[1] config   HASH (backfeed_secret is checked here; bloom_only "1":
 --                  every item entered through this filter, set here)
@@ -49,8 +61,12 @@
 -- KEYS[7] recent_done ZSET (nor an item done recently when done_mode is
 --                  count or archive, which keep no done set)
 -- KEYS[8 .. 7+G]   STRING the filter's generations 1..G, then generation G+1
---                  (started when generation G fills up during this batch)
--- KEYS[9+G .. #KEYS-2] the target queues (LIST): a queue and its limit
+--                  (started when generation G fills up during this batch;
+--                  a sets generation's is never written, only its buckets)
+-- KEYS[9+G .. 8+G+n*S] SET per item, for each of the S sets generations
+--                  among 1..G (and G+1 when ARGV[5] names its shape), in
+--                  order: the bucket its fingerprint falls in
+-- KEYS[9+G+n*S .. #KEYS-2] the target queues (LIST): a queue and its limit
 --                  groups' sub-queues
 -- KEYS[#KEYS-1]    failed HASH (nor a failed item: an operator requeues it)
 -- KEYS[#KEYS]      queued SET the items waiting in the list queues (nor an
@@ -74,7 +90,8 @@
 -- ARGV[9] n, the number of items
 -- ARGV[10..] per item: the item, its target (1-based, among the target
 --         queues; only when there are several: with one, every item goes
---         to it), then for each generation 1..G (and G+1 when ARGV[5]
+--         to it), its sets member (a signed 32-bit decimal; only when S >
+--         0), then for each other generation 1..G (and G+1 when ARGV[5]
 --         names its shape) its locations: for a classic generation its k
 --         bit locations, already reduced mod m; for a blocked one a string
 --         of 6 bytes per word (queues.blockedBatch): the word's 1-based
@@ -97,8 +114,12 @@
 -- recent_done), released, failed or waiting in a queue, or came earlier in
 -- this batch (the same string; the bits earlier items of the batch set are
 -- not tested again, so an item they cover by chance is queued, not lost as
--- a false positive). Runs without the prelude: R holds only the codes
--- above.
+-- a false positive; in a sets generation the SADD does see them, so an
+-- item whose fingerprint an earlier item of the batch took is a false
+-- positive there as anywhere). An item already in the newest sets
+-- generation is looked up in the places above before its SADD says so, so
+-- it may be counted as placed or waiting rather than as in the filter.
+-- Runs without the prelude: R holds only the codes above.
 
 if redis.call('EXISTS', KEYS[1]) == 0 then return {R.NO_PROJECT} end
 if ARGV[1] ~= '' then
@@ -114,7 +135,7 @@ if not shapes and meta[4] then
   -- A filter from before shapes were recorded: every generation has the one
   -- m and k, and the capacity the caller also assumes for it.
   -- (ARGV[4] carries it too, built the same way, when ARGV[5] is "".)
-  local cap = string.match(ARGV[5] ~= '' and ARGV[5] or ARGV[4], '^%d+:%d+:(%d+)')
+  local cap = string.match(ARGV[4], '^%d+:%d+:(%d+)') or string.match(ARGV[5], '^%d+:%d+:(%d+)')
   local one = meta[4] .. ':' .. meta[5] .. ':' .. cap
   local list = {}
   for _ = 1, tonumber(meta[1]) do table.insert(list, one) end
@@ -133,17 +154,33 @@ local filtered = tonumber(ARGV[8])
 
 -- Each generation's shape: a classic one ("m:k:cap") carries an item's k
 -- bit locations; a blocked one ("m:k:cap:wW") one string naming its W words
--- (their places in the generation's word list) and its masks in them.
-local ks, caps, words, widths = {}, {}, {}, {}
+-- (their places in the generation's word list) and its masks in them; a
+-- sets one ("sB:cap") nothing of its own: its bucket is a key and the
+-- item's member serves every sets generation. sets[g] is generation g's
+-- place among the sets generations, or nil.
+local ks, caps, words, widths, sets = {}, {}, {}, {}, {}
+local set_count = 0
 local function add_shape(text)
+  local g = #caps + 1
   local _, k, cap, w = string.match(text, '^(%d+):(%d+):(%d+):w(%d+)$')
   if not k then
     _, k, cap = string.match(text, '^(%d+):(%d+):(%d+)$')
   end
-  local g = #ks + 1
+  if not k then
+    _, cap = string.match(text, '^s(%d+):(%d+)$')
+    k = 0
+    set_count = set_count + 1
+    sets[g] = set_count
+  end
   ks[g], caps[g] = tonumber(k), tonumber(cap)
   words[g] = tonumber(w) or 0
-  widths[g] = words[g] > 0 and 1 or ks[g]
+  if sets[g] then
+    widths[g] = 0
+  elseif words[g] > 0 then
+    widths[g] = 1
+  else
+    widths[g] = ks[g]
+  end
 end
 if gens > 0 then
   for text in string.gmatch(ARGV[4], '[^,]+') do add_shape(text) end
@@ -151,16 +188,20 @@ end
 local with_next = ARGV[5] ~= ''
 if with_next then add_shape(ARGV[5]) end
 -- offsets[g]: where generation g's locations start within an item's block.
--- An item carries its target only when there are several.
-local first_target = 9 + gens
+-- An item carries its target only when there are several, and its sets
+-- member only when a generation is a sets one.
+local n = tonumber(ARGV[9])
+local first_bucket = 9 + gens
+local first_target = first_bucket + n * set_count
 local targeted = #KEYS - 2 > first_target
 local offsets, stride = {}, targeted and 2 or 1
+local member_at = stride
+if set_count > 0 then stride = stride + 1 end
 for g = 1, #ks do
   offsets[g] = stride
   stride = stride + widths[g]
 end
 local first_item = 10
-local n = tonumber(ARGV[9])
 if n == 0 then
   if filtered > 0 then redis.call('HINCRBY', KEYS[3], 'items_filtered', filtered) end
   return {0, 0, gens}
@@ -224,9 +265,16 @@ for g = 1, #ks do
 end
 
 local band, bor, tobit, byte = bit.band, bit.bor, bit.tobit, string.byte
--- Whether generation g holds all the item's bits (at = the item's first
--- argument).
-local function in_generation(g, at)
+-- A sets generation g's bucket for item i.
+local function bucket(g, i)
+  return KEYS[first_bucket + (i - 1) * set_count + sets[g] - 1]
+end
+-- Whether generation g holds all the item's bits, or its fingerprint (at =
+-- the item's first argument, i its place in the batch).
+local function in_generation(g, at, i)
+  if sets[g] then
+    return redis.call('SISMEMBER', bucket(g, i), ARGV[at + member_at]) == 1
+  end
   local base = at + offsets[g]
   if words[g] > 0 then
     local known, ref = cache[g], ARGV[base]
@@ -247,13 +295,17 @@ end
 
 -- First the filter as it was before this batch: most duplicates of a
 -- backfeed end here, without the look-ups below. An admin call (no salt)
--- looks every item up, to report where the known ones are.
+-- looks every item up, to report where the known ones are. The newest
+-- generation, when it is a sets one, is left to the SADD below (deferred),
+-- whose answer says whether the item was in it.
 local in_filter, candidates, candidate_at, c = {}, {}, {}, 0
 local admin = ARGV[1] == ''
+local deferred = gens > 0 and sets[gens] ~= nil
+local tested = deferred and gens - 1 or gens
 for i = 1, n do
   local at = first_item + (i - 1) * stride
-  for g = 1, gens do
-    if in_generation(g, at) then in_filter[i] = true break end
+  for g = 1, tested do
+    if in_generation(g, at, i) then in_filter[i] = true break end
   end
   if admin or not in_filter[i] then
     c = c + 1
@@ -306,27 +358,62 @@ local to, all = {}, {}
 local batch = {} -- batch[item]: queued by this batch already
 local target_key = {} -- an item's target argument -> its queue's key
 local dirty = {} -- dirty[g][p]: a blocked word this batch changed
+-- The SADDs done (keys and members): the only writes before the pushes,
+-- undone if a later command fails (a wrongly typed bucket or queue), so
+-- no item is left in the filter that is queued nowhere.
+local added, added_at = {}, {}
+local function undo_adds()
+  for j = 1, #added do redis.call('SREM', added[j], added_at[j]) end
+end
 for i = 1, n do
   local at = first_item + (i - 1) * stride
   local item = ARGV[at]
-  if in_filter[i] or placed[i] or waiting[i] or batch[item] then
-    duplicates = duplicates + 1
-  else
+  local known = in_filter[i] or placed[i] or waiting[i] or batch[item]
+  if not known then
     batch[item] = true
     if current == gens and (gens == 0 or count >= caps[gens]) then
       -- No generation yet, or the newest is full: start the next one.
       current = gens + 1
       count = 0
     end
+    if current > gens and deferred then
+      -- Past the deferred generation: test it as the others were (after
+      -- this batch's first SADDs, so a failure undoes them).
+      local tested_ok, hit = pcall(in_generation, gens, at, i)
+      if not tested_ok then
+        undo_adds()
+        error(hit)
+      end
+      known = hit
+    end
+    if not known and sets[current] then
+      local key, member = bucket(current, i), ARGV[at + member_at]
+      local reply = redis.pcall('SADD', key, member)
+      if type(reply) == 'table' then
+        undo_adds()
+        return reply
+      end
+      known = reply == 0
+      if not known then
+        added[#added + 1] = key
+        added_at[#added] = member
+      end
+    end
+  end
+  if known then
+    duplicates = duplicates + 1
+  else
     local base = at + offsets[current]
-    if words[current] > 0 then
-      local known, ref = cache[current], ARGV[base]
+    if sets[current] then
+      -- Added above.
+    elseif words[current] > 0 then
+      local cached, ref = cache[current], ARGV[base]
       local changed = dirty[current] or {}
       dirty[current] = changed
       for w = 0, 6 * (words[current] - 1), 6 do
         local p1, p2, m1, m2, m3, m4 = byte(ref, w + 1, w + 6)
         local p = p1 * 256 + p2
-        known[p] = bor(known[p] or 0, ((m1 * 256 + m2) * 256 + m3) * 256 + m4)
+        cached[p] = bor(cached[p] or 0, ((m1 * 256 + m2) * 256 + m3) * 256 + m4)
         changed[p] = true
       end
     else
@@ -360,10 +447,16 @@ for i = 1, n do
 end
 -- The pushes before the blocked words: a push that fails (a wrongly typed
 -- queue) leaves no item in the filter that is queued nowhere.
-for key, list in pairs(to) do
-  call_sliced('RPUSH', key, list, 1, #list, 1000)
+local pushed, err = pcall(function()
+  for key, list in pairs(to) do
+    call_sliced('RPUSH', key, list, 1, #list, 1000)
+  end
+  if #all > 0 then call_sliced('SADD', KEYS[#KEYS], all, 1, #all, 1000) end
+end)
+if not pushed then
+  undo_adds()
+  error(err)
 end
-if #all > 0 then call_sliced('SADD', KEYS[#KEYS], all, 1, #all, 1000) end
 local format = string.format
 for g, changed in pairs(dirty) do
   local ops, c = {}, 0

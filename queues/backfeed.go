@@ -167,17 +167,25 @@ func (e *Engine) EnqueueRegistered(ctx context.Context, slug string, q Queue, it
 // items it takes before the next generation starts. A classic generation
 // (words 0) sets k bits anywhere in its m; a blocked one (bloomblocked.go)
 // sets k bits in each of `words` 32-bit words. Generations created before
-// blocked ones existed are classic, and stay so.
+// blocked ones existed are classic, and stay so. A sets generation
+// (buckets > 0, bloomsets.go) has no bits: it keeps each item's 32-bit
+// fingerprint in one of `buckets` Redis sets.
 type bloomShape struct {
 	m, k     uint
 	capacity int
 	words    uint
+	buckets  uint64
 }
 
 // String is the shape as meta's `shapes` records it: "m:k:cap" for a
 // classic generation, "m:k:cap:w<words>" for a blocked one (which a build
-// from before blocked generations refuses to parse, so it writes nothing).
+// from before blocked generations refuses to parse, so it writes nothing),
+// "s<buckets>:cap" for a sets one (which every build before sets refuses
+// to parse, blocked or classic, so it writes nothing either).
 func (s bloomShape) String() string {
+	if s.buckets > 0 {
+		return "s" + strconv.FormatUint(s.buckets, 10) + ":" + strconv.Itoa(s.capacity)
+	}
 	text := strconv.FormatUint(uint64(s.m), 10) + ":" + strconv.FormatUint(uint64(s.k), 10) + ":" + strconv.Itoa(s.capacity)
 	if s.words > 0 {
 		text += ":w" + strconv.FormatUint(uint64(s.words), 10)
@@ -189,6 +197,9 @@ func (s bloomShape) String() string {
 // of bloomScriptBudget: a classic generation's k bits, a blocked one's
 // words at blockedWordCost each.
 func (s bloomShape) cost() int {
+	if s.buckets > 0 {
+		return setsGenerationCost
+	}
 	if s.words > 0 {
 		return int(s.words) * blockedWordCost
 	}
@@ -208,8 +219,12 @@ const blockedWordCost = 8
 
 // argsPerItem is how many script arguments an item carries for this
 // generation: its k bit locations, or one string naming its words
-// (blockedBatch.item).
+// (blockedBatch.item), or none for a sets generation (whose member the
+// item carries once for all of them, and whose bucket is a key).
 func (s bloomShape) argsPerItem() int {
+	if s.buckets > 0 {
+		return 0
+	}
 	if s.words > 0 {
 		return 1
 	}
@@ -218,10 +233,13 @@ func (s bloomShape) argsPerItem() int {
 
 // appendBloomBatch appends a batch to bloom_add.lua's arguments: the item
 // count; per item its name, its target (1-based; only when there are
-// several targets, target non-nil) and, for each generation of shapes, its
-// locations (a classic generation's k bit locations, a blocked one's word
-// references); then each blocked generation's words.
-func appendBloomBatch(args []any, shapes []bloomShape, items []string, target func(item string) int) []any {
+// several targets, target non-nil), its sets member (only when a
+// generation of shapes is a sets one) and, for each other generation of
+// shapes, its locations (a classic generation's k bit locations, a blocked
+// one's word references); then each blocked generation's words. members
+// holds each item's sets member (appendBucketKeys), nil without a sets
+// generation.
+func appendBloomBatch(args []any, shapes []bloomShape, items []string, members []string, target func(item string) int) []any {
 	blocked := make([]*blockedBatch, len(shapes))
 	for g, shape := range shapes {
 		if shape.words > 0 {
@@ -229,12 +247,18 @@ func appendBloomBatch(args []any, shapes []bloomShape, items []string, target fu
 		}
 	}
 	args = append(args, len(items))
-	for _, item := range items {
+	for i, item := range items {
 		args = append(args, item)
 		if target != nil {
 			args = append(args, target(item))
 		}
+		if members != nil {
+			args = append(args, members[i])
+		}
 		for g, shape := range shapes {
+			if shape.buckets > 0 {
+				continue
+			}
 			if blocked[g] != nil {
 				args = append(args, blocked[g].item(item))
 				continue
@@ -250,6 +274,30 @@ func appendBloomBatch(args []any, shapes []bloomShape, items []string, target fu
 		}
 	}
 	return args
+}
+
+// appendBucketKeys appends bloom_add.lua's bucket keys for a batch: per
+// item, for each sets generation of shapes (generation g+1 for shapes[g]),
+// the bucket the item's fingerprint falls in. The script passes them to
+// SISMEMBER and SADD; Redis Cluster sees every key it touches, all in the
+// project's slot. It also returns each item's sets member, from the same
+// hash (nil when no generation of shapes is a sets one), for
+// appendBloomBatch.
+func appendBucketKeys(keys []string, slug string, shapes []bloomShape, items []string) ([]string, []string) {
+	if !slices.ContainsFunc(shapes, func(s bloomShape) bool { return s.buckets > 0 }) {
+		return keys, nil
+	}
+	members := make([]string, len(items))
+	for i, item := range items {
+		high, member := setsHash(item)
+		members[i] = member
+		for g, shape := range shapes {
+			if shape.buckets > 0 {
+				keys = append(keys, BloomBucketKey(slug, g+1, setsBucket(high, shape.buckets)))
+			}
+		}
+	}
+	return keys, members
 }
 
 // MaxBloomGenerationBits is the largest generation: a Redis string holds at
@@ -268,11 +316,25 @@ func newBloomShape(capacity int, fp float64, words int) (bloomShape, error) {
 	return shape, nil
 }
 
-// BloomShape describes the generation a project's settings start now, as
-// meta's `shapes` records it (see bloomShape.String), or why there is none;
-// words is bloom_words (0 = automatic).
+// newGenerationShape sizes the generation a project's settings start now:
+// bloom_kind picks a blocked or a sets generation.
+func newGenerationShape(kind string, capacity int, fp float64, words int) (bloomShape, error) {
+	if kind == BloomKindSets {
+		return newSetsShape(capacity, fp)
+	}
+	return newBloomShape(capacity, fp, words)
+}
+
+// BloomShape describes the (blocked) generation a project's settings start
+// now, as meta's `shapes` records it (see bloomShape.String), or why there
+// is none; words is bloom_words (0 = automatic).
 func BloomShape(capacity int, fp float64, words int) (string, error) {
-	shape, err := newBloomShape(capacity, fp, words)
+	return BloomShapeOf(BloomKindBlocked, capacity, fp, words)
+}
+
+// BloomShapeOf is BloomShape for a generation of bloom_kind kind.
+func BloomShapeOf(kind string, capacity int, fp float64, words int) (string, error) {
+	shape, err := newGenerationShape(kind, capacity, fp, words)
 	if err != nil {
 		return "", err
 	}
@@ -287,6 +349,15 @@ func parseBloomShapes(text string) ([]bloomShape, error) {
 	var shapes []bloomShape
 	for _, part := range strings.Split(text, ",") {
 		fields := strings.Split(part, ":")
+		if len(fields) == 2 && strings.HasPrefix(fields[0], "s") {
+			buckets, errB := strconv.ParseUint(fields[0][1:], 10, 64)
+			capacity, errC := strconv.Atoi(fields[1])
+			if errB != nil || errC != nil || buckets == 0 || capacity <= 0 {
+				return nil, fmt.Errorf("bad generation shape %q", part)
+			}
+			shapes = append(shapes, bloomShape{capacity: capacity, buckets: buckets})
+			continue
+		}
 		var words uint64
 		if len(fields) == 4 && strings.HasPrefix(fields[3], "w") {
 			var err error
@@ -358,7 +429,7 @@ func (e *Engine) bloomAdd(ctx context.Context, slug, secret string, q Queue, ite
 		}
 		valid = append(valid, item)
 	}
-	next, err := newBloomShape(project.BloomCapacity, project.BloomFPRate, project.BloomWords)
+	next, err := newGenerationShape(project.BloomKind, project.BloomCapacity, project.BloomFPRate, project.BloomWords)
 	if err != nil {
 		return result, errorf(op, CodeInvalid, "%v", err)
 	}
@@ -406,13 +477,14 @@ func (e *Engine) bloomAdd(ctx context.Context, slug, secret string, q Queue, ite
 		for g := 1; g <= gens+1; g++ {
 			keys = append(keys, BloomKey(slug, g))
 		}
+		keys, members := appendBucketKeys(keys, slug, passed, kept)
 		keys = append(keys, QueueKey(slug, q))
 		for _, g := range state.groups {
 			keys = append(keys, GroupQueueKey(slug, q, g.Name))
 		}
 		keys = append(keys, FailedKey(slug), QueuedKey(slug))
 		known := make([]string, gens)
-		perItem := 2
+		perItem := 3
 		for g, shape := range passed {
 			if g < gens {
 				known[g] = shape.String()
@@ -429,7 +501,7 @@ func (e *Engine) bloomAdd(ctx context.Context, slug, secret string, q Queue, ite
 		if len(state.groups) > 0 {
 			target = func(item string) int { return groupFor(state.groups, item) + 2 }
 		}
-		args = appendBloomBatch(args, passed, kept, target)
+		args = appendBloomBatch(args, passed, kept, members, target)
 		release, err := e.bloomTurn(ctx, op)
 		if err != nil {
 			return result, err

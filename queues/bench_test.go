@@ -239,55 +239,73 @@ func benchMultiClaimDone(b *testing.B, backend redistest.Backend, multi, callers
 // whose instructions divided by b.N*1000 are Redis's per new item.
 func BenchmarkBackfeedNew(b *testing.B) {
 	for _, backend := range redistest.Backends() {
-		b.Run(backend.Name, func(b *testing.B) {
-			ctx := context.Background()
-			if err := redistest.Flush(ctx, backend); err != nil {
-				b.Fatal(err)
-			}
-			engine := queues.NewEngine(backend.Client, queues.Options{Logger: quietLogger})
-			secret := "bench_secret"
-			if _, err := engine.CreateProject(ctx, "bench", queues.SettingsPatch{BackfeedSecret: &secret}); err != nil {
-				b.Fatal(err)
-			}
-			// The first batch creates the filter's generation and grows its
-			// string to nearly its full size (1,000 random words reach within
-			// 0.1% of its end); keep both out. Counted in, the growth's
-			// zero-filling and copying were 6-9k instructions per new item, more
-			// the larger the generation: a cost a filter pays once, in its
-			// first few thousand items, not per item.
-			warmUp := make([]string, 1000)
-			for j := range warmUp {
-				warmUp[j] = fmt.Sprintf("url:https://example.org/warm-up/i%06d", j)
-			}
-			if _, err := engine.Backfeed(ctx, "bench", secret, warmUp); err != nil {
-				b.Fatal(err)
-			}
-			batches := make([][]string, b.N)
-			for i := range batches {
-				batches[i] = make([]string, 1000)
-				for j := range batches[i] {
-					batches[i][j] = fmt.Sprintf("url:https://example.org/b%06d/i%06d", i, j)
-				}
-			}
-			b.ResetTimer()
-			dump := redistest.CountRedisInstructions(b)
-			for _, batch := range batches {
-				res, err := engine.Backfeed(ctx, "bench", secret, batch)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if res.New != len(batch) {
-					b.Fatalf("%d new of %d", res.New, len(batch))
-				}
-			}
-			wall := dump()
-			b.StopTimer()
-			if wall > 0 {
-				b.ReportMetric(wall.Seconds(), "wall-s")
-			}
-			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*1000), "us/item")
-		})
+		for _, kind := range []string{queues.BloomKindBlocked, queues.BloomKindSets} {
+			b.Run(backend.Name+"/"+kind, func(b *testing.B) { benchmarkBackfeedNew(b, backend, kind) })
+		}
 	}
+}
+
+// benchmarkBackfeedNew is BenchmarkBackfeedNew for one backend and one
+// bloom_kind.
+func benchmarkBackfeedNew(b *testing.B, backend redistest.Backend, kind string) {
+	ctx := context.Background()
+	if err := redistest.Flush(ctx, backend); err != nil {
+		b.Fatal(err)
+	}
+	engine := queues.NewEngine(backend.Client, queues.Options{Logger: quietLogger})
+	secret := "bench_secret"
+	patch := queues.SettingsPatch{BackfeedSecret: &secret, BloomKind: &kind}
+	// The first batch creates the filter's generation and grows its
+	// string to nearly its full size (1,000 random words reach within
+	// 0.1% of its end); keep both out. Counted in, the growth's
+	// zero-filling and copying were 6-9k instructions per new item, more
+	// the larger the generation: a cost a filter pays once, in its
+	// first few thousand items, not per item. A sets generation's cost
+	// grows with its buckets' fill instead (a longer intset to search,
+	// move and grow): it is measured half full, its mean over its life,
+	// in a generation of 100k items (313 buckets) holding 50k.
+	warm := 1000
+	if kind == queues.BloomKindSets {
+		capacity := 100_000
+		patch.BloomCapacity = &capacity
+		warm = capacity / 2
+	}
+	if _, err := engine.CreateProject(ctx, "bench", patch); err != nil {
+		b.Fatal(err)
+	}
+	for start := 0; start < warm; start += 1000 {
+		warmUp := make([]string, 1000)
+		for j := range warmUp {
+			warmUp[j] = fmt.Sprintf("url:https://example.org/warm-up/i%06d", start+j)
+		}
+		if _, err := engine.Backfeed(ctx, "bench", secret, warmUp); err != nil {
+			b.Fatal(err)
+		}
+	}
+	batches := make([][]string, b.N)
+	for i := range batches {
+		batches[i] = make([]string, 1000)
+		for j := range batches[i] {
+			batches[i][j] = fmt.Sprintf("url:https://example.org/b%06d/i%06d", i, j)
+		}
+	}
+	b.ResetTimer()
+	dump := redistest.CountRedisInstructions(b)
+	for _, batch := range batches {
+		res, err := engine.Backfeed(ctx, "bench", secret, batch)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res.New != len(batch) {
+			b.Fatalf("%d new of %d", res.New, len(batch))
+		}
+	}
+	wall := dump()
+	b.StopTimer()
+	if wall > 0 {
+		b.ReportMetric(wall.Seconds(), "wall-s")
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*1000), "us/item")
 }
 
 // BenchmarkScriptCeiling is `hoard-bench script`'s ceiling in the harness

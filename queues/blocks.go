@@ -50,6 +50,10 @@ func (c *globalBlockCache) lookup(ctx context.Context, e *Engine, downloader, ip
 			return "", unavailable("queues.globalBlocks", err)
 		}
 	}
+	if len(entries) == 0 {
+		// Nobody is blocked everywhere (the usual case): no names to fold.
+		return "", nil
+	}
 	for _, who := range []string{blockKey(downloader), downloader, blockKey(ip)} {
 		if entry, ok := entries[who]; ok {
 			return entry, nil

@@ -246,7 +246,7 @@ func TestBloomBatchWithoutNextGenerationIsRefusedWhenItCouldStartOne(t *testing.
 			BloomKey(slug, 1), BloomKey(slug, 2), QueueKey(slug, QueueBackfeed), QueuedKey(slug)}
 		// It also says 3 items were filtered: a refused batch counts none.
 		args := []any{"", "", 1, shapes[0].String(), "", state.version, state.filtersVersion, 3}
-		args = appendBloomBatch(args, shapes[:1], items, nil)
+		args = appendBloomBatch(args, shapes[:1], items, nil, nil)
 		code, _, err := e.runScriptList(ctx, "test", bloomAddScript, keys, args...)
 		require.NoError(t, err)
 		require.EqualValues(t, codeStaleFilter, code)

@@ -55,12 +55,27 @@ type Engine struct {
 	// bloomTurns admits bloom_add.lua calls to Redis, bloomScriptsInFlight
 	// at a time (backfeed.go).
 	bloomTurns chan struct{}
+	// donePlainMulti is the script of a plain done of claimBatchMin or
+	// more items: donePlainWholeScript, or donePlainScript while a
+	// frontend of a build from before claim batches may share the Redis
+	// (Options.PreBatchFrontends). Chosen once, here, so a done pays no
+	// read for it.
+	donePlainMulti *luascript.Script
 }
 
 // Options configure an Engine. Zero values take defaults.
 type Options struct {
 	Clock  Clock
 	Logger *slog.Logger
+	// PreBatchFrontends says a frontend of a build from before claim
+	// batches (main before eb66426) may still run on this Redis. Such a
+	// frontend's done, fail or release of a batched item removes its
+	// record without counting its batch down, so a multi done may not
+	// trust a batch's count (lua/done_plain_whole.lua): with it set, every
+	// plain done reads each item's record (done_plain.lua). Unset (the
+	// default, `hoard serve --all-frontends-count-batches`), a done that
+	// names one whole batch completes it from the batch's record.
+	PreBatchFrontends bool
 }
 
 // NewEngine returns an Engine over rdb.
@@ -71,9 +86,14 @@ func NewEngine(rdb redis.UniversalClient, opts Options) *Engine {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	donePlainMulti := donePlainWholeScript
+	if opts.PreBatchFrontends {
+		donePlainMulti = donePlainScript
+	}
 	return &Engine{rdb: rdb, warriorPath: luascript.NewBatcher(rdb, WarriorPathLeaders, WarriorPathBatch),
 		plainBatches: newPlainBatcher(rdb, plainBatchLeaders, plainBatchMax),
-		clock:        opts.Clock, logger: opts.Logger, bloomTurns: make(chan struct{}, bloomScriptsInFlight)}
+		clock:        opts.Clock, logger: opts.Logger, bloomTurns: make(chan struct{}, bloomScriptsInFlight),
+		donePlainMulti: donePlainMulti}
 }
 
 // At most WarriorPathLeaders batches of the warrior path's scripts are in
@@ -477,21 +497,27 @@ func (e *Engine) Done(ctx context.Context, req DoneRequest) (DoneResult, error) 
 		if len(req.Items) == 1 {
 			// Coalesced with other one-item plain dones of the project
 			// that arrive together (plainbatch.go); alone, done_plain.lua.
-			reply, err = e.plainBatches.do(&plainCall{ctx: ctx, slug: slug, done: true,
+			reply, err = e.plainBatches.do(plainCall{ctx: ctx, slug: slug, done: true,
 				downloader: req.Downloader, item: req.Items[0], keys: plainKeys(projectKeys.donePlain, 1)})
 			if err != nil {
 				err = unavailable(op, err)
 			}
 		} else {
-			reply, err = e.runScript(ctx, op, donePlainScript, plainKeys(projectKeys.donePlain, len(req.Items)), plainArgs...)
+			script := donePlainScript
+			if len(req.Items) >= claimBatchMin {
+				script = e.donePlainMulti
+			}
+			reply, err = e.runScript(ctx, op, script, plainKeys(projectKeys.donePlain, len(req.Items)), plainArgs...)
 		}
-		if one, ok := reply.(string); ok && err == nil && len(req.Items) == 1 {
-			// "<at> <log_length>": the one item is new, the reporter's
-			// first claim.
+		if one, ok := reply.(string); ok && err == nil {
+			// "<at> <log_length>": the one item, or the one whole batch
+			// (done_plain_whole.lua), is new, the reporter's first claim,
+			// every item claimed at <at>.
+			n := int64(len(req.Items))
 			at, logLength, _ := strings.Cut(one, " ")
-			e.countDone(ctx, req, now, total, groups, 1, claimToDoneMS(at, now.UnixMilli()), 1)
+			e.countDone(ctx, req, now, total, groups, int(n), n*claimToDoneMS(at, now.UnixMilli()), n)
 			e.publishLater(ctx, slug, doneLogEntry(req, now, total, tail, distinct), replyLogLength(logLength))
-			return DoneResult{New: 1}, nil
+			return DoneResult{New: int(n)}, nil
 		}
 		if err == nil {
 			code, rest, err = scriptListReply(op, reply)
@@ -626,7 +652,13 @@ func doneLogEntry(req DoneRequest, now time.Time, total int64, tail string, dist
 	if !distinct {
 		seen = make(map[string]bool, len(req.Items))
 	}
-	b := make([]byte, 0, 128+len(tail)+32*len(req.Items))
+	// A one-item done's entry fits the stack buffer: one allocation
+	// (the string) instead of two.
+	var buf [256]byte
+	b := buf[:0]
+	if size := 128 + len(tail) + 32*len(req.Items); size > len(buf) {
+		b = make([]byte, 0, size)
+	}
 	b = append(b, `{"items":[`...)
 	first := true
 	for _, item := range req.Items {

@@ -176,6 +176,14 @@ func BloomKey(slug string, generation int) string {
 	return projectPrefix(slug) + "bloom:" + strconv.Itoa(generation)
 }
 
+// BloomBucketKey holds one bucket of a "sets" generation of the filter
+// (SET of 32-bit fingerprints, an intset; queues/bloomsets.go). Its name
+// follows from the generation and the bucket number, so deleting the
+// project's keys finds every bucket under the project's prefix.
+func BloomBucketKey(slug string, generation int, bucket uint64) string {
+	return projectPrefix(slug) + "bloom:" + strconv.Itoa(generation) + ":" + strconv.FormatUint(bucket, 10)
+}
+
 // RecentDoneKey holds the latest completions (ZSET item -> done at, ms) of a
 // project whose done_mode discards done items, so a repeated done is still
 // recognised; done.lua trims it to recent_done entries.

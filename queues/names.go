@@ -47,9 +47,13 @@ var reservedSlugs = map[string]bool{
 func ValidateSlug(slug string) error {
 	const op = "queues.ValidateSlug"
 	switch {
-	case strings.ContainsAny(slug, "{}"):
-		return errorf(op, CodeInvalid, "project name %q may not contain { or }", slug)
 	case !slugShaped(slug):
+		// Braces are not slug-shaped; they get their own message. Only
+		// here, not first on every request: strings.ContainsAny builds
+		// its byte set on every call.
+		if strings.ContainsAny(slug, "{}") {
+			return errorf(op, CodeInvalid, "project name %q may not contain { or }", slug)
+		}
 		return errorf(op, CodeInvalid, "project name %q must be 1-64 of a-z, 0-9, - and _, starting with a letter or digit", slug)
 	case reservedSlugs[slug]:
 		return errorf(op, CodeInvalid, "project name %q is reserved", slug)
@@ -81,12 +85,25 @@ func ValidateItem(item string) error {
 		return errorf(op, CodeInvalid, "empty item name")
 	case len(item) > MaxItemBytes:
 		return errorf(op, CodeInvalid, "item name of %d bytes is longer than %d", len(item), MaxItemBytes)
-	case strings.ContainsAny(item, "\x00\r\n"):
+	case hasNULOrNewline(item):
 		return errorf(op, CodeInvalid, "item name %q contains NUL, CR or LF", truncate(item, 60))
 	case !utf8.ValidString(item):
 		return errorf(op, CodeInvalid, "item name %q is not valid UTF-8", truncate(item, 60))
 	}
 	return nil
+}
+
+// hasNULOrNewline reports whether s holds a NUL, CR or LF. A loop, not
+// strings.ContainsAny, which builds its byte set on every call: that was
+// 3% of a one-item done's frontend CPU (every item of every done and
+// queue is checked).
+func hasNULOrNewline(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == 0 || c == '\r' || c == '\n' {
+			return true
+		}
+	}
+	return false
 }
 
 func truncate(s string, n int) string {

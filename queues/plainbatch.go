@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 
@@ -75,6 +76,10 @@ type plainCall struct {
 type plainBatcher struct {
 	rdb     luascript.Pipeliner
 	batches *callbatch.Batches[plainCall]
+	// calls are the plainCalls in flight, pooled: a call waiting for its
+	// batch is shared with its leader, so it was one heap allocation per
+	// one-item claim and done.
+	calls sync.Pool
 }
 
 func newPlainBatcher(rdb luascript.Pipeliner, leaders, maxBatch int) *plainBatcher {
@@ -84,9 +89,19 @@ func newPlainBatcher(rdb luascript.Pipeliner, leaders, maxBatch int) *plainBatch
 }
 
 // do returns call's reply once its batch has run.
-func (p *plainBatcher) do(call *plainCall) (any, error) {
-	p.batches.Do(call)
-	return call.reply, call.err
+func (p *plainBatcher) do(call plainCall) (any, error) {
+	c, _ := p.calls.Get().(*plainCall)
+	if c == nil {
+		c = new(plainCall)
+	}
+	*c = call
+	p.batches.Do(c)
+	reply, err := c.reply, c.err
+	// No one holds c once Do has returned: its batch has run and every
+	// leader's slices are cleared (internal/callbatch).
+	*c = plainCall{}
+	p.calls.Put(c)
+	return reply, err
 }
 
 // plainGroup is the calls of one batch that go as one script call: the

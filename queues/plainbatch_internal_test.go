@@ -35,7 +35,7 @@ func holdPlainBatches(t *testing.T, e *Engine) (waiting func() int, open func())
 	e.plainBatches = p
 	held, cancel := context.WithCancel(context.Background())
 	cancel()
-	go func() { _, _ = p.do(&plainCall{ctx: held}) }()
+	go func() { _, _ = p.do(plainCall{ctx: held}) }()
 	<-inRun
 	var opened sync.Once
 	t.Cleanup(func() { opened.Do(func() { close(gate) }) })

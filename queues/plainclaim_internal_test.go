@@ -55,7 +55,9 @@ func newPlainBundle(t *testing.T, b redistest.Backend, slug string) plainBundle 
 			require.NoError(t, err)
 			return len(libs) == 1
 		}
-		return have(claimScript), have(claimPlainScript), have(doneScript), have(donePlainScript)
+		// done_plain.lua runs alone or after done_plain_whole.lua's step
+		// (a done of claimBatchMin or more items).
+		return have(claimScript), have(claimPlainScript), have(doneScript), have(donePlainScript) || have(donePlainWholeScript)
 	}
 	return pb
 }

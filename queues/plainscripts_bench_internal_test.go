@@ -30,29 +30,11 @@ func BenchmarkPlainScriptsDirect(b *testing.B) {
 			const slug = "bench"
 			rounds := (b.N + callers - 1) / callers
 			e, cfg, keys := newPlainBenchProject(ctx, b, backend, slug, rounds*callers)
-			each := func(part func(downloader string, claimed *[]string) error, claimed [][]string) {
-				var wg sync.WaitGroup
-				errs := make(chan error, callers)
-				for w := range callers {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						if err := part(fmt.Sprintf("bench%03d", w), &claimed[w]); err != nil {
-							errs <- err
-						}
-					}()
-				}
-				wg.Wait()
-				close(errs)
-				if err := <-errs; err != nil {
-					b.Fatal(err)
-				}
-			}
 			claimed := make([][]string, callers)
 			const now = int64(1_800_000_000_000)
 			b.ResetTimer()
 			dump := redistest.CountRedisInstructions(b)
-			each(func(downloader string, mine *[]string) error {
+			eachBenchCaller(b, claimed, func(downloader string, mine *[]string) error {
 				record := "1 " + strconv.FormatInt(now, 10) + " " + downloader + " 127.0.0.1 - -"
 				deadline := strconv.FormatInt(now+21_600_000, 10)
 				for range rounds {
@@ -74,10 +56,10 @@ func BenchmarkPlainScriptsDirect(b *testing.B) {
 					}
 				}
 				return nil
-			}, claimed)
+			})
 			claimsWall := dump()
 			dump = redistest.CountRedisInstructions(b)
-			each(func(downloader string, mine *[]string) error {
+			eachBenchCaller(b, claimed, func(downloader string, mine *[]string) error {
 				for _, item := range *mine {
 					reply, err := e.runScript(ctx, "bench", donePlainScript, keys.donePlain, downloader, item)
 					if err != nil {
@@ -93,7 +75,7 @@ func BenchmarkPlainScriptsDirect(b *testing.B) {
 					}
 				}
 				return nil
-			}, claimed)
+			})
 			donesWall := dump()
 			b.StopTimer()
 			endPlainBench(ctx, b, backend, slug, claimsWall, donesWall, rounds*callers)
@@ -171,6 +153,28 @@ func BenchmarkCoalescedPlainScripts(b *testing.B) {
 // newPlainBenchProject starts an engine on a flushed backend with a plain
 // project of n items in todo, and returns the engine, its copy of the
 // project's settings (checked plain) and the project's script keys.
+// eachBenchCaller runs part once per caller at once, caller w as downloader
+// "bench<w>" with claimed[w] its own, and fails the benchmark on the first
+// error any returned.
+func eachBenchCaller[T any](b *testing.B, claimed []T, part func(downloader string, mine *T) error) {
+	var wg sync.WaitGroup
+	errs := make(chan error, len(claimed))
+	for w := range claimed {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := part(fmt.Sprintf("bench%03d", w), &claimed[w]); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatal(err)
+	}
+}
+
 func newPlainBenchProject(ctx context.Context, b *testing.B, backend redistest.Backend, slug string, n int) (*Engine, *plainConfig, *warriorKeys) {
 	b.Helper()
 	if err := redistest.Flush(ctx, backend); err != nil {

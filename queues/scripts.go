@@ -19,6 +19,11 @@ var (
 	// closure made on every call, and these scripts need none of them.
 	claimPlainScript = loadPlainScript("claim_plain.lua")
 	donePlainScript  = loadPlainScript("done_plain.lua")
+	// done_plain.lua after a step that completes a done of one whole claim
+	// batch from the batch's record (lua/done_plain_whole.lua): run only
+	// while every frontend counts batches down (Options.PreBatchFrontends).
+	donePlainWholeScript = luascript.LoadJoined(lua.Files, []string{"done_plain_whole.lua", "done_plain.lua"},
+		luaCodes(plainScriptCodes["done_plain_whole.lua"]...))
 	// Concurrent one-item plain claims and dones of a project, coalesced
 	// into one call (plainbatch.go).
 	claimPlainManyScript = loadPlainScript("claim_plain_many.lua")
@@ -53,6 +58,7 @@ var (
 var plainScriptCodes = map[string][]string{
 	"claim_plain.lua":      {"STALE_CONFIG", "NOT_PLAIN", "CORRUPT"},
 	"done_plain.lua":       {"NOT_PLAIN", "CORRUPT"},
+	"done_plain_whole.lua": {"NOT_PLAIN", "CORRUPT"}, // and done_plain.lua's, which it runs
 	"claim_plain_many.lua": {"STALE_CONFIG", "CORRUPT"},
 	"done_plain_many.lua":  {"NOT_PLAIN", "CORRUPT"},
 	"bloom_add.lua":        {"NO_PROJECT", "BAD_SECRET", "STALE_FILTER", "STALE_GROUPS"},
@@ -62,7 +68,7 @@ var plainScriptCodes = map[string][]string{
 // warrior path's many small concurrent calls gain from sharing a batch. The
 // other scripts are rare, or long enough that a batch would only hold
 // claims behind them.
-var warriorPathScripts = map[*luascript.Script]bool{claimScript: true, doneScript: true, claimPlainScript: true, donePlainScript: true}
+var warriorPathScripts = map[*luascript.Script]bool{claimScript: true, doneScript: true, claimPlainScript: true, donePlainScript: true, donePlainWholeScript: true}
 
 var prelude = luascript.Prelude(lua.Files, "prelude.lua")
 

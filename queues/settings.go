@@ -144,6 +144,15 @@ type Settings struct {
 	// generations"). Like capacity and rate, it shapes only generations
 	// started after it is set.
 	BloomWords int `json:"bloom_words"`
+	// BloomKind is the kind of filter generation started from now on:
+	// "blocked" (a Bloom filter whose words bloom_add.lua reads and writes
+	// with BITFIELD) or "sets" (each item's 32-bit fingerprint in one of
+	// many small Redis sets: about a quarter of the Redis CPU per new item
+	// and less memory, at rates down to ~7.5e-9; docs/warrior-api.md,
+	// "Backfeed (s44)"). A project from before the setting is blocked. Like capacity and rate, it
+	// shapes only generations started after it is set; a frontend of a
+	// build from before sets refuses to write to a filter with one.
+	BloomKind string `json:"bloom_kind"`
 	// OffloadAbove is the most items a shared queue (with its limit groups'
 	// sub-queues) keeps in Redis before its tail moves to segment files on
 	// disk (0 = never). Segments come back when fewer than a quarter of it
@@ -190,6 +199,7 @@ func DefaultSettings() Settings {
 		MaxMulti:            DefaultMaxMulti,
 		BloomCapacity:       DefaultBloomCapacity,
 		BloomFPRate:         DefaultBloomFPRate,
+		BloomKind:           BloomKindBlocked,
 		OffloadSegment:      DefaultOffloadSegment,
 		DoneMode:            DoneKeep,
 		RecentDone:          DefaultRecentDone,
@@ -225,6 +235,7 @@ type SettingsPatch struct {
 	BloomCapacity           *int                        `json:"bloom_capacity,omitempty"`
 	BloomFPRate             *float64                    `json:"bloom_fp_rate,omitempty"`
 	BloomWords              *int                        `json:"bloom_words,omitempty"`
+	BloomKind               *string                     `json:"bloom_kind,omitempty"`
 	OffloadAbove            *int                        `json:"offload_above,omitempty"`
 	OffloadSegment          *int                        `json:"offload_segment,omitempty"`
 	DoneMode                *string                     `json:"done_mode,omitempty"`
@@ -302,6 +313,9 @@ func (p SettingsPatch) Apply(s Settings) (Settings, error) {
 	if p.BloomWords != nil {
 		s.BloomWords = *p.BloomWords
 	}
+	if p.BloomKind != nil {
+		s.BloomKind = *p.BloomKind
+	}
 	if p.OffloadAbove != nil {
 		s.OffloadAbove = *p.OffloadAbove
 	}
@@ -376,6 +390,8 @@ func (s Settings) Validate() error {
 		return bad("bloom_fp_rate", "must be above 0 and at most 0.1")
 	case s.BloomWords != 0 && (s.BloomWords < MinBloomWords || s.BloomWords > MaxBloomWords):
 		return bad("bloom_words", "must be 0 (automatic) or between %d and %d", MinBloomWords, MaxBloomWords)
+	case s.BloomKind != "" && s.BloomKind != BloomKindBlocked && s.BloomKind != BloomKindSets:
+		return bad("bloom_kind", "must be %s or %s", BloomKindBlocked, BloomKindSets)
 	case len(s.UploadTargets) > 100:
 		return bad("upload_targets", "at most 100")
 	case s.OffloadSegment < 1000 || s.OffloadSegment > MaxOffloadSegment:
@@ -393,7 +409,10 @@ func (s Settings) Validate() error {
 	case s.FailReportTo != FailToFailed && s.FailReportTo != FailToRedo:
 		return bad("fail_report_to", "must be failed or redo")
 	}
-	if _, err := newBloomShape(s.BloomCapacity, s.BloomFPRate, s.BloomWords); err != nil {
+	if _, err := newGenerationShape(s.BloomKind, s.BloomCapacity, s.BloomFPRate, s.BloomWords); err != nil {
+		if s.BloomKind == BloomKindSets {
+			return bad("bloom_fp_rate", "%v", err)
+		}
 		return bad("bloom_capacity", "%v", err)
 	}
 	for _, target := range s.UploadTargets {
@@ -444,6 +463,7 @@ func (s Settings) fields() []any {
 		"bloom_capacity", strconv.Itoa(s.BloomCapacity),
 		"bloom_fp_rate", strconv.FormatFloat(s.BloomFPRate, 'g', -1, 64),
 		"bloom_words", strconv.Itoa(s.BloomWords),
+		"bloom_kind", s.BloomKind,
 		"offload_above", strconv.Itoa(s.OffloadAbove),
 		"offload_segment", strconv.Itoa(s.OffloadSegment),
 		"done_mode", s.DoneMode,
@@ -500,6 +520,7 @@ func (p SettingsPatch) fieldNames() []string {
 	add(p.BloomCapacity != nil, "bloom_capacity")
 	add(p.BloomFPRate != nil, "bloom_fp_rate")
 	add(p.BloomWords != nil, "bloom_words")
+	add(p.BloomKind != nil, "bloom_kind")
 	add(p.OffloadAbove != nil, "offload_above")
 	add(p.OffloadSegment != nil, "offload_segment")
 	add(p.DoneMode != nil, "done_mode")
@@ -534,6 +555,9 @@ func settingsFromHash(h map[string]string) Settings {
 	s.BackfeedSecret = h["backfeed_secret"]
 	intField(h, "bloom_capacity", &s.BloomCapacity)
 	intField(h, "bloom_words", &s.BloomWords)
+	if kind := h["bloom_kind"]; kind != "" {
+		s.BloomKind = kind
+	}
 	intField(h, "offload_above", &s.OffloadAbove)
 	intField(h, "offload_segment", &s.OffloadSegment)
 	intField(h, "recent_done", &s.RecentDone)

@@ -35,6 +35,19 @@ func TestValidateNewItem(t *testing.T) {
 	require.NoError(t, queues.ValidateItem("user:\x1b]0;title\x07"))
 }
 
+// TestValidateItemRefusesNULAndNewlines wherever they are; tab and other
+// controls pass (ValidateNewItem refuses those for new items).
+func TestValidateItemRefusesNULAndNewlines(t *testing.T) {
+	for _, bad := range []string{"\x00", "\r", "\n", "a\x00", "\nb", "a\rb", "item\r\n"} {
+		err := queues.ValidateItem(bad)
+		require.ErrorContains(t, err, "contains NUL, CR or LF", "%q", bad)
+		require.Equal(t, queues.CodeInvalid, queues.CodeOf(err))
+	}
+	for _, ok := range []string{"a", "a\tb", "\x01\x0b\x0c\x7f", "é"} {
+		require.NoError(t, queues.ValidateItem(ok), "%q", ok)
+	}
+}
+
 func TestValidateBlockTarget(t *testing.T) {
 	for in, want := range map[string]string{
 		"alice": "alice", "Bob_the-2nd": "Bob_the-2nd", "12345": "12345", "1.2.3.4": "1.2.3.4",

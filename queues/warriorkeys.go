@@ -53,20 +53,26 @@ type counterMinute struct {
 // minute per project (two frontends' goroutines may both build one at a
 // minute's turn; either is right).
 func (k *warriorKeys) minuteKeys(slug string, now time.Time) *counterMinute {
-	unixMinute := now.Unix() / 60
-	if now.Unix() < 0 && now.Unix()%60 != 0 {
-		unixMinute-- // floor, for a clock before 1970
-	}
-	if m := k.minute.Load(); m != nil && m.unixMinute == unixMinute {
+	um := unixMinute(now)
+	if m := k.minute.Load(); m != nil && m.unixMinute == um {
 		return m
 	}
 	utc := now.UTC()
 	minute, hour := utc.Format("1504"), utc.Format("010215")
-	m := &counterMinute{unixMinute: unixMinute,
+	m := &counterMinute{unixMinute: um,
 		hourly: HourlyKey(slug, now), seriesMinute: SeriesMinuteKey(slug, now), seriesHour: SeriesHourKey(slug, now),
 		seriesDownloader: SeriesDownloaderKey(slug, now), recent: RecentDownloadersKey(slug, now),
 		minuteField: minute, minuteBytes: minute + "b", hourField: hour, hourBytes: hour + "b", hourOfDay: hour[4:6] + " "}
 	k.minute.Store(m)
+	return m
+}
+
+// unixMinute is now's minute since 1970 (floored, before 1970 too).
+func unixMinute(now time.Time) int64 {
+	m := now.Unix() / 60
+	if now.Unix() < 0 && now.Unix()%60 != 0 {
+		m--
+	}
 	return m
 }
 

@@ -272,6 +272,9 @@ type announceRun struct {
 	// settled is how long after the run its CPU was still counted
 	// (announce-private: until the run's work was done)
 	settled time.Duration
+	// settleCPU is the part of redisCPU and peerCPU spent settling: how
+	// busy the tracker was in settled, rather than waiting for its tickers
+	settleCPU time.Duration
 }
 
 func benchAnnounce(ctx context.Context, o announceBenchOptions) error {

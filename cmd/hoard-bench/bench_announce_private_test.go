@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -16,40 +17,43 @@ import (
 // announce-private` answers every announce of both configurations (a
 // refused passkey, client or torrent would be an error), prints a row per
 // configuration and their ratio, and the users' totals show accounting
-// credited with it on and nothing with it off.
+// credited with it on and nothing with it off. Each rate comes twice, over
+// the run and over the run with its settling, which is never faster.
 func TestBenchAnnouncePrivateComparesAccountingOnAndOff(t *testing.T) {
 	unittier.Skip(t, "it runs two redis-servers and two trackers")
 	printed, err := runBench(t, "announce-private", "--plugin", "", "--modes", "http-keepalive,udp", "--runs", "2",
 		"--announces", "300", "--torrents", "20", "--users", "3", "--concurrency", "4")
 	require.NoError(t, err, printed)
 	for _, mode := range []string{"http-keepalive", "udp"} {
-		var rates []float64
+		var rates, settled []float64
 		for _, name := range []string{"accounting-on", "accounting-off"} {
-			row := regexp.MustCompile(`(?m)^` + mode + ` +` + name + ` +(\d+) \(\d+ \d+\) .* (\d+) +\d+\.\d +- +\d+\.\d +\d+\.\d$`).FindStringSubmatch(printed)
+			row := regexp.MustCompile(`(?m)^` + mode + ` +` + name + ` +(\d+) +(\d+) \(\d+ \d+\) .* (\d+) +\d+\.\d +- +\d+\.\d +\d+\.\d$`).FindStringSubmatch(printed)
 			require.NotNil(t, row, "%s %s: %s", mode, name, printed)
-			require.Equal(t, "0", row[2], "no errors: %s", printed)
-			rate, err := strconv.ParseFloat(row[1], 64)
-			require.NoError(t, err)
+			require.Equal(t, "0", row[3], "no errors: %s", printed)
+			rate := parseFloat(t, row[1])
 			require.Positive(t, rate)
-			rates = append(rates, rate)
+			withSettle := parseFloat(t, row[2])
+			require.Positive(t, withSettle)
+			require.LessOrEqual(t, withSettle, rate, "the settling only adds time: %s", printed)
+			rates, settled = append(rates, rate), append(settled, withSettle)
 		}
-		ratio := regexp.MustCompile(`(?m)^` + mode + ` +on/off +(\d+\.\d\d)$`).FindStringSubmatch(printed)
+		ratio := regexp.MustCompile(`(?m)^` + mode + ` +on/off +(\d+\.\d\d) +(\d+\.\d\d)$`).FindStringSubmatch(printed)
 		require.NotNil(t, ratio, printed)
-		got, err := strconv.ParseFloat(ratio[1], 64)
-		require.NoError(t, err)
-		require.InDelta(t, rates[0]/rates[1], got, 0.01, printed)
-		// each on run is paired with the off run after it
-		paired := regexp.MustCompile(`(?m)^` + mode + ` +on/off paired +(\d+\.\d\d) \((\d+\.\d\d) (\d+\.\d\d)\)$`).FindStringSubmatch(printed)
+		require.InDelta(t, rates[0]/rates[1], parseFloat(t, ratio[1]), 0.01, printed)
+		require.InDelta(t, settled[0]/settled[1], parseFloat(t, ratio[2]), 0.01, printed)
+		// each on run is paired with the off run beside it
+		paired := regexp.MustCompile(`(?m)^` + mode + ` +on/off paired +(\d+\.\d\d) +(\d+\.\d\d) \(run: (\d+\.\d\d) (\d+\.\d\d); \+settle: (\d+\.\d\d) (\d+\.\d\d)\)$`).FindStringSubmatch(printed)
 		require.NotNil(t, paired, printed)
-		var pairs []float64
-		for _, text := range paired[2:] {
-			r, err := strconv.ParseFloat(text, 64)
-			require.NoError(t, err)
-			require.Positive(t, r)
-			pairs = append(pairs, r)
+		for k, median := range paired[1:3] {
+			pairs := []float64{parseFloat(t, paired[3+2*k]), parseFloat(t, paired[4+2*k])}
+			require.Positive(t, pairs[0])
+			require.Positive(t, pairs[1])
+			require.Equal(t, median, strconv.FormatFloat(max(pairs[0], pairs[1]), 'f', 2, 64), "the median of two is the upper: %s", printed)
 		}
-		require.Equal(t, paired[1], strconv.FormatFloat(max(pairs[0], pairs[1]), 'f', 2, 64), "the median of two is the upper: %s", printed)
 	}
+	// every run says what the other tracker used meanwhile (its last run
+	// settled, so little)
+	require.Len(t, regexp.MustCompile(`(?m)^  run \d .*; accounting-(on|off) meanwhile \d+ms CPU$`).FindAllString(printed, -1), 8, printed)
 	on := regexp.MustCompile(`accounting-on: user u0 uploaded (\d+), downloaded (\d+) bytes; credited (\d+) up, (\d+) down`).FindStringSubmatch(printed)
 	require.NotNil(t, on, printed)
 	require.NotEqual(t, "0", on[1])
@@ -59,6 +63,8 @@ func TestBenchAnnouncePrivateComparesAccountingOnAndOff(t *testing.T) {
 
 	_, err = runBench(t, "announce-private", "--users", "0")
 	require.ErrorContains(t, err, "--users")
+	_, err = runBench(t, "announce-private", "--announces", "0", "--duration", "0")
+	require.ErrorContains(t, err, "nothing would end a run")
 	_, err = runBench(t, "announce-private", "--cpuprofile", filepath.Join(t.TempDir(), "p"), "--plugin", "bin/hoard-bittorrent")
 	require.ErrorContains(t, err, `--plugin ""`)
 	_, err = runBench(t, "announce-private", "--cpuprofile", filepath.Join(t.TempDir(), "p"), "--plugin", "", "--modes", "udp", "--cpuprofile-mode", "http-keepalive")
@@ -67,17 +73,33 @@ func TestBenchAnnouncePrivateComparesAccountingOnAndOff(t *testing.T) {
 
 // TestBenchAnnouncePrivateProfilesEachTracker: --cpuprofile writes one
 // profile of the measured runs in which each tracker's samples carry its
-// own label, and prints each one's top functions.
+// own label, and prints each one's top functions. Its runs are bounded by
+// --duration alone.
 func TestBenchAnnouncePrivateProfilesEachTracker(t *testing.T) {
 	unittier.Skip(t, "it runs two redis-servers and two trackers")
 	path := filepath.Join(t.TempDir(), "private.pprof")
 	printed, err := runBench(t, "announce-private", "--plugin", "", "--modes", "udp", "--runs", "1",
-		"--announces", "3000", "--torrents", "20", "--users", "3", "--concurrency", "4", "--cpuprofile", path)
+		"--duration", "1s", "--torrents", "20", "--users", "3", "--concurrency", "4", "--cpuprofile", path)
 	require.NoError(t, err, printed)
+	runs := regexp.MustCompile(`(?m)^  run 1 +udp +accounting-o(n|ff) +udp: \d+ announces in (\S+) = `).FindAllStringSubmatch(printed, -1)
+	require.Len(t, runs, 2, printed)
+	for _, run := range runs {
+		elapsed, err := time.ParseDuration(run[2])
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, elapsed, time.Second, "--duration ends the run: %s", printed)
+		require.Less(t, elapsed, 3*time.Second, "--duration ends the run: %s", printed)
+	}
 	require.FileExists(t, path)
 	if _, err := exec.LookPath("go"); err == nil {
 		require.Regexp(t, `(?m)^ +tracker: Total`, printed, "the samples split by tracker")
 		require.Contains(t, printed, "accounting-on's goroutines, flat")
 		require.Contains(t, printed, "accounting-off's goroutines, flat")
 	}
+}
+
+func parseFloat(t *testing.T, text string) float64 {
+	t.Helper()
+	f, err := strconv.ParseFloat(text, 64)
+	require.NoError(t, err)
+	return f
 }

@@ -44,6 +44,7 @@ type outsideOptions struct {
 	supply        int
 	multiSupply   int
 	backfeedSends int
+	backfeedKind  string
 	fsync         string
 	dir           string
 	cpuProfile    string
@@ -77,6 +78,7 @@ func benchOutsideCommand() *cobra.Command {
 	f.IntVar(&o.supply, "supply", 200_000, "items queued for a multi=1 run (a run ends early if they run out)")
 	f.IntVar(&o.multiSupply, "multi-supply", 1_000_000, "items queued for a multi=100 run")
 	f.IntVar(&o.backfeedSends, "backfeed-senders", 8, "concurrent backfeed senders (batches of 1,000 items)")
+	f.StringVar(&o.backfeedKind, "backfeed-kind", queues.BloomKindBlocked, "the backfeed project's bloom_kind, blocked or sets, for A and B alike (a build from before sets ignores the setting and starts blocked generations)")
 	f.StringVar(&o.fsync, "redis-fsync", string(localredis.DefaultFsyncPolicy), "the redis-server's appendfsync (hoard serve's default)")
 	f.StringVar(&o.dir, "dir", "", "where the runs' data directories go (default: the system's temp dir)")
 	f.StringVar(&o.client, "client", clientRaw, "the load generator's warrior client (hoard-bench load --client): "+clientRaw+" or "+clientNetHTTP+"; the same for A and B")
@@ -200,7 +202,7 @@ func printOutside(o outsideOptions, scenario string, builds []string, figures []
 	case "multi100":
 		fmt.Printf("\nwarrior round trips, multi=100, %d warriors, keep-alive\n", o.warriors)
 	case "backfeed":
-		fmt.Printf("\nbackfeed: %d senders POST batches of 1,000 new items (Connection: close, as LuaSocket), beside %d keep-alive warriors (multi=1); per-item figures are per new item; the \"own\" ones charge the warriors beside at their quiet run's cost per round trip (an estimate: beside the backfeed a warrior costs hoard more)\n", o.backfeedSends, o.warriors)
+		fmt.Printf("\nbackfeed: %d senders POST batches of 1,000 new items (Connection: close, as LuaSocket) to a project of bloom_kind %s, beside %d keep-alive warriors (multi=1); per-item figures are per new item; the \"own\" ones charge the warriors beside at their quiet run's cost per round trip (an estimate: beside the backfeed a warrior costs hoard more)\n", o.backfeedSends, o.backfeedKind, o.warriors)
 	}
 	type stat struct {
 		name string
@@ -363,7 +365,7 @@ func outsideRun(ctx context.Context, o outsideOptions, self, bin, scenario strin
 			return outsideFigure{}, err
 		}
 		secret := "benchsecret"
-		if _, err := engine.CreateProject(ctx, slug, queues.SettingsPatch{BackfeedSecret: &secret}); err != nil {
+		if _, err := engine.CreateProject(ctx, slug, queues.SettingsPatch{BackfeedSecret: &secret, BloomKind: &o.backfeedKind}); err != nil {
 			return outsideFigure{}, err
 		}
 		loadArgs = []string{"load", "--url", url, "--project", slug, "--mode", "backfeed", "--secret", secret,

@@ -47,6 +47,7 @@ func projectWriteCommand(verb string) *cobra.Command {
 		maxMulti, logLength           int
 		bloomCapacity, offloadAbove   int
 		bloomWords                    int
+		bloomKind                     string
 		offloadSegment, recentDone    int
 		bloomFPRate                   float64
 		doneMode                      string
@@ -132,6 +133,9 @@ func projectWriteCommand(verb string) *cobra.Command {
 			if changed("bloom-words") {
 				p.BloomWords = &bloomWords
 			}
+			if changed("bloom-kind") {
+				p.BloomKind = &bloomKind
+			}
 			if changed("offload-above") {
 				p.OffloadAbove = &offloadAbove
 			}
@@ -192,6 +196,7 @@ func projectWriteCommand(verb string) *cobra.Command {
 	f.StringArrayVar(&extras, "extra", nil, "key=<JSON> sent with every item; repeatable")
 	f.IntVar(&bloomCapacity, "bloom-capacity", queues.DefaultBloomCapacity, "items per backfeed Bloom filter generation")
 	f.Float64Var(&bloomFPRate, "bloom-fp-rate", queues.DefaultBloomFPRate, "false-positive rate of new Bloom filter generations")
+	f.StringVar(&bloomKind, "bloom-kind", queues.BloomKindBlocked, "kind of new backfeed filter generations: blocked (a Bloom filter) or sets (32-bit fingerprints in small Redis sets: less Redis CPU per backfed item and less memory, rates down to ~7.5e-9)")
 	f.IntVar(&bloomWords, "bloom-words", 0, "32-bit words per item in new Bloom filter generations, 2-4 (fewer: less Redis CPU per backfed item, more memory); 0 = automatic")
 	f.IntVar(&offloadAbove, "offload-above", 0, "items a queue keeps in Redis before its tail moves to segment files on disk; 0 = never")
 	f.IntVar(&offloadSegment, "offload-segment", queues.DefaultOffloadSegment, "items per offloaded segment file")

@@ -51,6 +51,9 @@ type serveOptions struct {
 	maxViewers           int
 	maxViewersPerAddress int
 	viewerIdleTimeout    time.Duration
+	// allFrontendsCountBatches: no frontend of a build from before claim
+	// batches runs on this Redis (queues.Options.PreBatchFrontends).
+	allFrontendsCountBatches bool
 	// configPath is the configuration file (empty: none), and
 	// commandLine the flags given, for a reload.
 	configPath  string
@@ -120,6 +123,14 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// engineOptions are the queue engine's options from serve's.
+func engineOptions(o serveOptions, logger *slog.Logger) queues.Options {
+	if !o.allFrontendsCountBatches {
+		logger.Info("--all-frontends-count-batches=false: every multi done reads each item's claim record; set it true once no frontend of a build from before claim batches runs")
+	}
+	return queues.Options{Logger: logger, PreBatchFrontends: !o.allFrontendsCountBatches}
 }
 
 // viewerLimits checks the viewer options and resolves the total cap from
@@ -268,7 +279,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 		return err
 	}
 
-	engine := queues.NewEngine(rdb, queues.Options{Logger: logger})
+	engine := queues.NewEngine(rdb, engineOptions(o, logger))
 	if o.createListed {
 		if err := createListedProjects(ctx, engine, o.projectsFile, logger); err != nil {
 			return err

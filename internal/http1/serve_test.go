@@ -73,7 +73,9 @@ func (h *echoHandler) ServeRequest(c *Conn[int], headLen int) bool {
 		return false
 	}
 	req := c.Input(headLen + n)
+	h.mu.Lock() // connections are served by several workers at once
 	h.requests = append(h.requests, bytes.Clone(req))
+	h.mu.Unlock()
 	c.Out = AppendStatusLine(c.Out[:0], 200)
 	c.Out = append(c.Out, "Content-Length: "+strconv.Itoa(len(req)+h.pad)+"\r\n\r\n"...)
 	c.Out = append(c.Out, req...)
@@ -82,7 +84,9 @@ func (h *echoHandler) ServeRequest(c *Conn[int], headLen int) bool {
 }
 
 func (h *echoHandler) HeadTooLarge(c *Conn[int], err *HeadError) {
+	h.mu.Lock()
 	h.tooLarge = append(h.tooLarge, err)
+	h.mu.Unlock()
 	c.Refuse(err)
 }
 

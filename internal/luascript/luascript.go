@@ -79,12 +79,25 @@ type Script struct {
 // largest prelude is about 25 KB of source, held by about a dozen
 // scripts).
 func Load(files fs.FS, name string, parts ...string) *Script {
-	body, err := fs.ReadFile(files, name)
-	if err != nil {
-		panic(fmt.Sprintf("lua script %s: %v", name, err))
+	return LoadJoined(files, []string{name}, parts...)
+}
+
+// LoadJoined is Load of a script whose body is several files, joined by
+// "\n" in order: a first file that may answer the call itself, then the
+// script it otherwise goes on to run, unchanged (the files are not copied
+// into each other, so the second stays the checked text it is alone). The
+// first file's header is the script's, and File names it.
+func LoadJoined(files fs.FS, names []string, parts ...string) *Script {
+	bodies := make([]string, len(names))
+	for i, name := range names {
+		body, err := fs.ReadFile(files, name)
+		if err != nil {
+			panic(fmt.Sprintf("lua script %s: %v", name, err))
+		}
+		bodies[i] = string(body)
 	}
-	script := newScript(parts, string(body))
-	script.file = name
+	script := newScript(parts, strings.Join(bodies, "\n"))
+	script.file = names[0]
 	loaded.Lock()
 	loaded.scripts = append(loaded.scripts, script)
 	loaded.Unlock()
