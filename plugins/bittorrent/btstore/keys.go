@@ -125,7 +125,7 @@ func AnnounceKeys(hash bittorrent.InfoHash, peer bittorrent.PeerID, userID strin
 	if userID == "" {
 		k.start(hash, 8, open)
 	} else {
-		k.start(hash, 13, open+len(sufUser+sufSnatchers+sufUsers+sufDeleted+sufFeedRows)+len(userID))
+		k.start(hash, 12, open+len(sufUser+sufSnatchers+sufUsers+sufDeleted)+len(userID))
 	}
 	k.add(sufTorrent, "")
 	k.add(sufSeeders, "")
@@ -140,7 +140,6 @@ func AnnounceKeys(hash bittorrent.InfoHash, peer bittorrent.PeerID, userID strin
 		k.add(sufSnatchers, "")
 		k.add(sufUsers, "")
 		k.add(sufDeleted, "")
-		k.add(sufFeedRows, "")
 	}
 	return k.names()
 }
@@ -211,19 +210,19 @@ func (k *keyRun) names() []string {
 	return names
 }
 
-// FeedRowsKey holds the torrent's feed rows not yet fed to the site
+// FeedRowsKey held the torrent's feed rows not yet fed to the site
 // (HASH "<user id>:<seq>" -> "seq,uploaded,downloaded,up_credit,
-// down_credit,seed_ms,leech_ms,snatched,last_announce"): the user's record
-// on the torrent at its newest seq. The script that changes a record's
-// fed figures writes its row here in the same call, deleting the user's
-// row at the previous seq (prelude's user_feed), so the feed reads rows
-// without reading records, and deletes the fields it delivered with a
-// plain HDEL: a newer row is another field. Rows an earlier build wrote
-// are under the user id alone; feed_settle.lua deletes those.
+// down_credit,seed_ms,leech_ms,snatched,last_announce"), written by the
+// announce scripts until S5 (s43). Since S5 no script writes it: the
+// scripts return the row and the frontend that answered holds it (swarm's
+// feedbuf.go). Rows an earlier build left are delivered once, by the
+// drain a feed loop runs at start (swarm's drainLegacyFeed), through the
+// index (FeedIndexKey) and feed_settle.lua as before. Rows an earlier
+// build wrote under the user id alone are deleted by feed_settle.lua.
 func FeedRowsKey(hash bittorrent.InfoHash) string { return torrentPrefix(hash) + sufFeedRows }
 
-// FeedRowsPattern matches every torrent's feed rows: the feed's backstop
-// scans for them, to index a torrent whose mark in FeedIndexKey was lost.
+// FeedRowsPattern matches every torrent's feed rows: the drain at start
+// scans for rows an earlier build left unindexed (its mark lost).
 const FeedRowsPattern = Prefix + "{*}:" + sufFeedRows
 
 // FeedShards is how many shards the feed's index has. It is fixed:
@@ -235,9 +234,9 @@ func FeedShard(hash bittorrent.InfoHash) int { return int(hash[0]) % FeedShards 
 
 // FeedIndexKey is one shard of the feed's index (ZSET hex info-hash ->
 // ms it was marked, and FeedIndexKeeper at 0): the torrents whose feed
-// rows may have entries. A hint, written by the frontends' batched flush
-// after announce.lua reported a mark; the rows are the truth
-// (FeedRowsPattern).
+// rows may have entries. A hint, written until S5 (s43) by the frontends'
+// batched flush after announce.lua reported a mark; the rows are the
+// truth (FeedRowsPattern). Since S5 only the drain at start reads it.
 func FeedIndexKey(shard int) string { return Prefix + "{feed:" + strconv.Itoa(shard) + "}" }
 
 // FeedIndexKeeper is a member every write of a FeedIndexKey shard adds at

@@ -539,7 +539,7 @@ func (s *Store) Stop() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		err = s.Flush(ctx)
-		if s.started {
+		if s.stopFeed(ctx) && s.started {
 			err = errors.Join(err, s.unregisterFrontend(ctx))
 		}
 	})

@@ -50,8 +50,8 @@ const DrainTicks = drainTicks
 // call that may stamp a record beats first.
 func ForgetBeat(s *Store) { s.frontend.beatNanos.Store(0) }
 
-// FeedRoundStamped runs one of the feed loop's rounds (the batch flushed
-// first; a complete round moves "fed up to").
+// FeedRoundStamped runs one of the feed loop's rounds (a complete round
+// moves "fed up to").
 func FeedRoundStamped(ctx context.Context, s *Store) error { return s.feedRoundStamped(ctx) }
 
 // FedUpTo is this frontend's "fed up to" (ms), as its next beat writes it.
@@ -92,4 +92,19 @@ func Undelivered(s *Store) (calls, held int) {
 		s.writeBehind.queue.mu.Unlock()
 	}
 	return calls, held
+}
+
+// FeedDropped runs what the feed loop runs after a round for rows dropped
+// past the buffer's cap: the frontend's own scan of the records it
+// stamped since the oldest dropped.
+func FeedDropped(ctx context.Context, s *Store) error {
+	from, gen := s.feed.droppedSince()
+	if from == 0 {
+		return nil
+	}
+	if _, err := s.FeedOwnRecords(ctx, from, s.cfg.OnFeed); err != nil {
+		return err
+	}
+	s.feed.recovered(gen)
+	return nil
 }

@@ -24,8 +24,8 @@ type killedChange struct {
 
 // killFrontend has a frontend answer changes of two users on two torrents
 // and "kills" it with the feed's rows of those changes only in its memory:
-// it is never started, so it never beats again, and its Redis rows and
-// marks are deleted, as S5 will never write them. It returns the
+// it is never started, so it never beats again, and it writes no row to
+// Redis (S5). It returns the
 // frontend's id and its changes.
 func killFrontend(t *testing.T, b redistest.Backend) (string, []killedChange) {
 	t.Helper()
@@ -47,12 +47,8 @@ func killFrontend(t *testing.T, b redistest.Backend) (string, []killedChange) {
 		killed.announce(c.hash, peerID("-TR", c.n), c.n, passkey(passkeys[c.user]), transfer(c.up, c.down))
 	}
 	killed.flush()
-	for _, h := range []bittorrent.InfoHash{hash, other} {
-		require.NoError(t, b.Client.Del(ctx, btstore.FeedRowsKey(h)).Err())
-	}
-	for shard := range btstore.FeedShards {
-		require.NoError(t, b.Client.Del(ctx, btstore.FeedIndexKey(shard)).Err())
-	}
+	require.Equal(t, 3, killed.store.FeedRowsHeld(), "the rows are only in its memory")
+	noFeedRowsInRedis(t, b, hash, other)
 	return killed.store.Owner(), changes
 }
 

@@ -78,9 +78,6 @@ type pending struct {
 	index  map[bittorrent.InfoHash]*indexDelta
 	users  map[userTorrent]userUpdate
 	totals map[string]*transfer
-	// feed: torrents a script reported a feed mark for (a user's row is
-	// new in its feed rows), to index in btstore.FeedIndexKey
-	feed map[bittorrent.InfoHash]struct{}
 	// ledger: user-torrent record -> its ledger entries since the last
 	// flush (HSET fields and values, in announce order); cheats: the
 	// announces whose figures crossed a signal's threshold (watch.go)
@@ -92,13 +89,12 @@ func (p *pending) reset() {
 	p.index = make(map[bittorrent.InfoHash]*indexDelta)
 	p.users = make(map[userTorrent]userUpdate)
 	p.totals = make(map[string]*transfer)
-	p.feed = make(map[bittorrent.InfoHash]struct{})
 	p.ledger = make(map[string][]any)
 	p.cheats = nil
 }
 
 func (p *pending) size() int {
-	return len(p.index) + len(p.users) + len(p.totals) + len(p.feed) + len(p.ledger) + len(p.cheats)
+	return len(p.index) + len(p.users) + len(p.totals) + len(p.ledger) + len(p.cheats)
 }
 
 // addWatch records one announce's ledger entry (HSET field and value, nil:
@@ -161,12 +157,12 @@ func (p *pending) addTotalsLocked(userID string, d transfer) {
 // addAnnounce records one announce's effects; it reports whether the
 // batch has grown past maxPendingEntries.
 func (p *pending) addAnnounce(hash bittorrent.InfoHash, dSeeders, dLeechers, snatched int64, userID string,
-	moved transfer, update *userUpdate, feedMark bool) bool {
+	moved transfer, update *userUpdate) bool {
 	p.addStat(statAnnounces, 1)
 	p.addStat(statSeeders, dSeeders)
 	p.addStat(statLeechers, dLeechers)
 	p.addStat(statSnatches, snatched)
-	if dSeeders == 0 && dLeechers == 0 && snatched == 0 && update == nil && moved == (transfer{}) && !feedMark {
+	if dSeeders == 0 && dLeechers == 0 && snatched == 0 && update == nil && moved == (transfer{}) {
 		return false // the common announce: nothing but the counter
 	}
 	p.mu.Lock()
@@ -174,25 +170,19 @@ func (p *pending) addAnnounce(hash bittorrent.InfoHash, dSeeders, dLeechers, sna
 	p.addIndexLocked(hash, dSeeders, dLeechers, snatched)
 	p.addUserLocked(update)
 	p.addTotalsLocked(userID, moved.stored())
-	if feedMark {
-		p.feed[hash] = struct{}{}
-	}
 	return p.size() > maxPendingEntries
 }
 
 // addRefresh records a written-behind plain re-announce's effects (its
 // announce was counted when it was answered).
-func (p *pending) addRefresh(hash bittorrent.InfoHash, userID string, moved transfer, update *userUpdate, feedMark bool) {
-	if update == nil && moved == (transfer{}) && !feedMark {
+func (p *pending) addRefresh(userID string, moved transfer, update *userUpdate) {
+	if update == nil && moved == (transfer{}) {
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.addUserLocked(update)
 	p.addTotalsLocked(userID, moved.stored())
-	if feedMark {
-		p.feed[hash] = struct{}{}
-	}
 }
 
 // addExpiry records one expire.lua run's effects.
@@ -214,7 +204,6 @@ type batch struct {
 	index  map[bittorrent.InfoHash]*indexDelta
 	users  map[userTorrent]userUpdate
 	totals map[string]*transfer
-	feed   map[bittorrent.InfoHash]struct{}
 	ledger map[string][]any
 	cheats []*cheatCheck
 }
@@ -227,7 +216,7 @@ func (p *pending) take() batch {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	b.index, b.users, b.totals, b.feed, b.ledger, b.cheats = p.index, p.users, p.totals, p.feed, p.ledger, p.cheats
+	b.index, b.users, b.totals, b.ledger, b.cheats = p.index, p.users, p.totals, p.ledger, p.cheats
 	p.reset()
 	return b
 }
@@ -322,35 +311,6 @@ func (s *Store) flushLocked(ctx context.Context) error {
 				s.pending.mu.Unlock()
 			})
 		}
-	}
-	// One ZADD per shard of the feed's index, every torrent marked since
-	// the last flush in it and the shard's keeper. A plain ZADD: the
-	// score moves to now, so a feed round that read the old score and
-	// found no rows left leaves the entry (zrem_unchanged.lua).
-	now := float64(s.nowMillis())
-	var marked [btstore.FeedShards][]bittorrent.InfoHash
-	for hash := range work.feed {
-		shard := btstore.FeedShard(hash)
-		marked[shard] = append(marked[shard], hash)
-	}
-	for shard, hashes := range marked {
-		if len(hashes) == 0 {
-			continue
-		}
-		// The keeper first: a shard this ZADD creates is then a skiplist
-		// from the start (btstore.FeedIndexKeeper says why).
-		members := make([]redis.Z, len(hashes)+1)
-		members[0] = redis.Z{Score: btstore.FeedIndexKeeperScore, Member: btstore.FeedIndexKeeper}
-		for i, hash := range hashes {
-			members[i+1] = redis.Z{Score: now, Member: btstore.HexInfoHash(hash)}
-		}
-		queue(pipe.ZAdd(ctx, btstore.FeedIndexKey(shard), members...), func() {
-			s.pending.mu.Lock()
-			for _, hash := range hashes {
-				s.pending.feed[hash] = struct{}{}
-			}
-			s.pending.mu.Unlock()
-		})
 	}
 	// The ledger: one HSET per record of the entries since the last
 	// flush. A plain HSET would recreate a deleted record, but a record is

@@ -157,7 +157,8 @@ func (s *Store) roundStarts() roundStart {
 // handled), a refresh waiting in the write-behind queue (refresh.lua
 // will set the record's last_announce to the time of the announce it
 // answered, not to when it runs), or one a drain or a view read took
-// from the queue and has not written or put back. Without it, a change
+// from the queue and has not written or put back, or a row dropped past
+// the buffer's cap and not yet recovered. Without it, a change
 // of a frontend killed after this round would have a last_announce
 // before its "fed up to", and the backstop (FeedDeadWriters) would miss
 // it.
@@ -174,6 +175,11 @@ func (s *Store) feedUpTo() int64 {
 		w.queue.mu.Lock()
 		defer w.queue.mu.Unlock()
 		oldest = w.queue.oldestLocked()
+	}
+	// Rows dropped past the buffer's cap: before the oldest, until this
+	// frontend's own scan delivered their records (feedDropped).
+	if from, _ := s.feed.droppedSince(); from != 0 {
+		oldest = min(oldest, from)
 	}
 	s.frontend.callsMu.Lock()
 	defer s.frontend.callsMu.Unlock()
@@ -243,9 +249,7 @@ func (s *Store) beatLocked(ctx context.Context) error {
 }
 
 // unregisterFrontend takes this frontend off the registry when it stops
-// cleanly. While the feed's rows are in Redis, what it stamped is there
-// for any frontend's round; once they are held in memory (step 2c), Stop
-// delivers them first.
+// cleanly, once Stop delivered every row it held (stopFeed).
 func (s *Store) unregisterFrontend(ctx context.Context) error {
 	if !s.feedOn() {
 		return nil

@@ -70,20 +70,9 @@ const (
 	tokenEnded = 2
 )
 
-// The feed marks announce.lua and refresh.lua return per user (prelude's
-// user_feed), named once here and handed to the scripts as R.FEED_MARKED
-// and R.FEED_CHANGED: the record's fed figures changed, and its row is new
-// in the torrent's feed rows (the flush indexes the torrent) or replaced
-// one waiting; 0: they did not change. Either change stamped the record
-// with this frontend's id (frontends.go).
-const (
-	feedMarked  = 1
-	feedChanged = 2
-)
-
 var announceCodes = map[string]int64{
 	"UNREGISTERED": codeUnregistered, "PEER_TAKEN": codePeerTaken, "PEER_LIMIT": codePeerLimit, "FLOOD": codeFlood,
-	"TOKEN_USED": tokenUsed, "TOKEN_ENDED": tokenEnded, "FEED_MARKED": feedMarked, "FEED_CHANGED": feedChanged,
+	"TOKEN_USED": tokenUsed, "TOKEN_ENDED": tokenEnded,
 }
 
 // runScriptList runs a script that returns an array (luascript.Run: FCALL,

@@ -100,12 +100,17 @@ type Config struct {
 	Watch   WatchConfig
 	OnCheat func(context.Context, CheatSignal)
 	// OnFeed delivers the feed's batches to the site (the plugin appends
-	// them to the outbox); set, Start runs a feed round every
-	// FeedInterval (10s) and the backstop for lost marks every
-	// FeedBackstopInterval (10m). See feed.go.
+	// them to the outbox); set, the frontend holds the rows its replies
+	// carry (feedbuf.go) and Start runs a feed round every FeedInterval
+	// (10s). FeedBackstopInterval is unused since S5 (s43): the feed's
+	// index it scanned for is read only by the drain at start; kept so
+	// settings that name it still parse. FeedBufferRows caps the rows
+	// held (100,000): half of it starts a round at once, past it the
+	// oldest are dropped and left to the frontend's own scan. See feed.go.
 	OnFeed               func(context.Context, []FeedBatch) error
 	FeedInterval         time.Duration
 	FeedBackstopInterval time.Duration
+	FeedBufferRows       int
 	// CacheTTL is how long passkey lookups and the client whitelist are
 	// cached per frontend (10s). A change made through this Store applies
 	// here at once; other frontends see it within CacheTTL.
@@ -196,6 +201,12 @@ func (c *Config) validate() error {
 	}
 	if c.RepairInterval == 0 {
 		c.RepairInterval = time.Hour
+	}
+	if c.FeedBufferRows < 0 {
+		return fmt.Errorf("swarm config: FeedBufferRows must not be negative, got %d", c.FeedBufferRows)
+	}
+	if c.FeedBufferRows == 0 {
+		c.FeedBufferRows = defaultFeedBufferRows
 	}
 	if c.MaxNumWant < 0 {
 		return fmt.Errorf("swarm config: MaxNumWant must not be negative, got %d", c.MaxNumWant)
@@ -291,6 +302,7 @@ type Store struct {
 	pending   pending
 	flushMu   sync.Mutex
 	frontend  frontendState
+	feed      feedBuffer
 
 	counters counters
 
@@ -334,6 +346,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	s.passkeys = newPasskeyCache(maxCachedPasskeys, maxCachedMisses)
 	s.pending.reset()
 	s.frontend.init(s.nowMillis())
+	s.feed.init()
 	if cfg.AnnouncePipelines > 0 {
 		s.announces = newCoalescer(s, announceScript, cfg.AnnouncePipelines)
 	}
@@ -684,11 +697,19 @@ func (s *Store) recordAnnounce(ctx context.Context, hash bittorrent.InfoHash, us
 			}
 		}
 	}
-	mark := replyInt(reply[18])
 	full := s.pending.addAnnounce(hash, dSeeders, dLeechers, snatched, userID,
-		transfer{replyInt(reply[11]), replyInt(reply[12]), replyInt(reply[14]), replyInt(reply[15])}, update,
-		mark == feedMarked)
-	if mark != 0 {
+		transfer{replyInt(reply[11]), replyInt(reply[12]), replyInt(reply[14]), replyInt(reply[15])}, update)
+	if row, ok := reply[18].([]any); ok && s.feedOn() {
+		// Held before it is counted stamped, and both before the
+		// announce's call ends (feedUpTo): a round that saw the stamp
+		// takes the row.
+		seeders := replyInt(reply[1])
+		t := seenTorrent{id: replyString(reply[8]), seeders: seeders, leechers: replyInt(reply[2]),
+			snatches: replyInt(reply[3]), at: now}
+		if seeders > 0 {
+			t.lastAction = now // announce.lua's torrent_counts moved last_action to now
+		}
+		s.holdRow(hash, userID, now, row, t)
 		s.stamped()
 	}
 	if full {
@@ -793,7 +814,16 @@ type counters struct {
 	floodReported    atomic.Int64
 	denied           atomic.Int64
 	cheats           atomic.Int64
+	// feedRowsDropped counts the feed rows dropped past
+	// Config.FeedBufferRows (feedbuf.go); feedDropsLogged is what the
+	// feed loop last logged of it.
+	feedRowsDropped atomic.Int64
+	feedDropsLogged atomic.Int64
 }
+
+// FeedRowsDropped counts the feed rows this Store dropped from memory past
+// Config.FeedBufferRows: their records are delivered by its own scan.
+func (s *Store) FeedRowsDropped() int64 { return s.counters.feedRowsDropped.Load() }
 
 // PeerLimitRefused counts the announces this Store refused because their
 // owner had Config.MaxPeersPerOwner peers on the torrent.

@@ -69,7 +69,6 @@ const (
 var refreshCodes = map[string]int64{
 	"REFRESHED": codeRefreshed, "STALE": codeStale, "DROPPED": codeDropped, "UNREGISTERED": codeUnregistered,
 	"TOKEN_USED": tokenUsed, "TOKEN_ENDED": tokenEnded, // user_credit's events, as announce.lua's
-	"FEED_MARKED": feedMarked, "FEED_CHANGED": feedChanged, // user_feed's marks, as announce.lua's
 	"CHEAT_NO_LEECHER": cheatNoLeecher, "CHEAT_UPLOAD_RATE": cheatUploadRate, "CHEAT_OVER_DOWNLOAD": cheatOverDownload,
 }
 
@@ -1141,10 +1140,17 @@ func (w *writeBehind) applyPeers(c *refreshCall, reply []any) error {
 				update = &userUpdate{key: userTorrent{user: r.user, torrent: torrentID}, hash: c.hash,
 					bits: bits, version: replyInt(res[2])}
 			}
-			mark := replyInt(res[9])
-			w.s.pending.addRefresh(c.hash, r.user, transfer{replyInt(res[3]), replyInt(res[4]), replyInt(res[5]),
-				replyInt(res[6])}, update, mark == feedMarked)
-			if mark != 0 {
+			w.s.pending.addRefresh(r.user, transfer{replyInt(res[3]), replyInt(res[4]), replyInt(res[5]),
+				replyInt(res[6])}, update)
+			if row, ok := res[9].([]any); ok && w.s.feedOn() {
+				// Held before the drain releases its hold (feedUpTo).
+				seeders := replyInt(reply[1])
+				t := seenTorrent{id: torrentID, seeders: seeders, leechers: replyInt(reply[2]),
+					snatches: replyInt(reply[3]), at: r.at}
+				if seeders > 0 {
+					t.lastAction = r.at // refresh.lua moved last_action to its newest announce, this one or later
+				}
+				w.s.holdRow(c.hash, r.user, r.at, row, t)
 				w.s.stamped()
 			}
 			w.s.reportToken(context.Background(), replyInt(res[7]), c.hash, torrentID, r.user, replyInt(res[8]))

@@ -324,42 +324,22 @@ end
 -- (The credited figures change only with a raw one or the difference.)
 local fed_numbers = {'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'downloaded', 'up_extra', 'down_extra'}
 
--- credited_text is a credited figure as text for the feed row: the raw
--- one's text while the difference is 0 (no multiplier or token ever
--- applied, most records), else their sum formatted.
-local function credited_text(u, raw, extra)
-  if u[extra] == 0 then return user_text(u, raw) end
-  return int(u[raw] + u[extra])
-end
-
 -- user_feed numbers a change of the record's fed figures (seq grows by
--- one) and puts the record's row at that seq in the torrent's feed rows
--- (rows: HASH "<user id>:<seq>" -> "seq,uploaded,downloaded,up_credit,
--- down_credit,seed_ms,leech_ms,snatched,last_announce", bytes and ms),
--- deleting the user's row at the previous seq if it was not fed yet: the
--- new row's cumulative figures include it. The feed reads the rows alone,
--- never the records, and deletes the rows it delivered with a plain HDEL
--- of their fields: a field names one seq, so a delete can never take a
--- newer row with it (swarm.FeedRound). It stamps the record with writer
--- (u.writer, user_write). Returns R.FEED_MARKED when the user had no row
--- waiting (the caller marks the torrent in the feed's index),
--- R.FEED_CHANGED when a row was waiting (it marked the torrent), 0 when the
--- record's fed figures did not change: that costs no write.
-local function user_feed(u, user, rows, now_text, writer)
+-- one), stamps the record with writer (u.writer, user_write) and returns
+-- the record's row at that seq, {seq, uploaded, downloaded, up_credited,
+-- down_credited, seed_ms, leech_ms, snatched} (bytes and ms, whole
+-- numbers), for the frontend that answered to hold and deliver (S5, s43:
+-- swarm's feedbuf.go). Nothing of the row is written to Redis: the
+-- record's seq and stamp are what the backstop reads if that frontend
+-- dies first (swarm's FeedDeadWriters). Returns 0 when the record's fed
+-- figures did not change: no new seq, no row.
+local function user_feed(u, writer)
   for _, name in ipairs(fed_numbers) do
     if u[name] ~= u.was[name] then
-      local waiting = 0
-      if u.seq > 0 then waiting = redis.call('HDEL', rows, user .. ':' .. user_text(u, 'seq')) end
       u.seq = u.seq + 1
-      local seq = user_text(u, 'seq')
-      redis.call('HSET', rows, user .. ':' .. seq, seq .. ',' .. user_text(u, 'uploaded') .. ','
-        .. user_text(u, 'downloaded') .. ',' .. credited_text(u, 'uploaded', 'up_extra') .. ','
-        .. credited_text(u, 'downloaded', 'down_extra') .. ','
-        .. user_text(u, 'seed_ms') .. ',' .. user_text(u, 'leech_ms') .. ',' .. user_text(u, 'snatched') .. ','
-        .. now_text)
       u.writer = writer
-      if waiting == 1 then return R.FEED_CHANGED end
-      return R.FEED_MARKED
+      return {whole(u.seq), whole(u.uploaded), whole(u.downloaded), whole(u.uploaded + u.up_extra),
+        whole(u.downloaded + u.down_extra), whole(u.seed_ms), whole(u.leech_ms), whole(u.snatched)}
     end
   end
   return 0
@@ -389,11 +369,11 @@ end
 -- size from the site, as stored; 0: unknown). rates are the multipliers
 -- in force (credit_rates), nil when accounting is off. It is the one
 -- place an announce's transfer reaches the user's record, whichever
--- script applies the announce. rows is the torrent's feed rows
--- (user_feed), nil: no feed; writer the frontend's id for the record's
+-- script applies the announce. fed: the record's changes are numbered
+-- for the feed (accounting on), writer the frontend's id for the record's
 -- stamp (user_feed). Returns what user_write returns, then the
 -- credited deltas, the token event (user_credit), the token's first use
--- (ms as text, or false), user_feed's mark and the watch figures.
+-- (ms as text, or false), user_feed's row (or 0) and the watch figures.
 --
 -- The watch figures, with accounting on and transfer in the announce:
 -- {seq, gap, others, leecher_left, size, downloaded} (the record's seq
@@ -404,8 +384,8 @@ end
 -- some 57k Redis instructions per announce, a third of accounting's. A
 -- frontend killed before its flush loses those entries and signals,
 -- never credit: crediting is here, from the cumulative counters.
-local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hnr_ratio, rates, rows, writer)
-  local u = user_read(key, rows)
+local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hnr_ratio, rates, fed, writer)
+  local u = user_read(key, fed)
   u.uploaded = u.uploaded + a.d_up
   u.downloaded = u.downloaded + a.d_down
   local c_up, c_down, token_event = 0, 0, 0
@@ -432,14 +412,14 @@ local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hn
   if not u.first then
     redis.call('SADD', users, user) -- a new record: once per user and torrent
   end
-  local mark = 0
-  if rows then mark = user_feed(u, user, rows, now_text, writer) end
+  local row = 0
+  if fed then row = user_feed(u, writer) end
   local bits, ver = user_write(key, u, now, hnr_seed_ms, hnr_ratio)
   local watch
   if rates and (a.d_up > 0 or a.d_down > 0) then
     watch = {whole(u.seq), a.gap, a.others, a.leecher_left, a.size, whole(u.downloaded)}
   end
-  return bits, ver, c_up, c_down, token_event, u.token_used or false, mark, watch or no_watch()
+  return bits, ver, c_up, c_down, token_event, u.token_used or false, row, watch or no_watch()
 end
 
 -- reaper_claim records that user reseeded the torrent in the reaper's
