@@ -20,8 +20,10 @@ import (
 // row at its current seq (cumulative: a copy of a row already delivered
 // has the same key, and the site drops it). Then the frontend leaves the
 // registry (ForgetFrontend), so one dead or idle frontend costs one scan.
-// While rows are still written to Redis (until step 2c moves them into
-// memory) its rows are also delivered by the rounds: it sends copies.
+// A row the dead frontend appended before it died comes again, with the
+// same key: the outbox or the site drops it. The same batch code serves
+// a live frontend's scan for the records of rows it dropped past its
+// buffer's cap (FeedOwnRecords).
 
 // deadWriterFields are the record fields FeedDeadWriters reads, in order.
 var deadWriterFields = []string{"w", "last_announce", "seq", "uploaded", "downloaded", "up_extra", "down_extra",

@@ -18,12 +18,12 @@ import (
 // step 2b. Every record whose fed figures a frontend changes carries its
 // id (the record's w, prelude's user_feed), and a frontend that delivers
 // the feed registers with its "fed up to" time and keeps a heartbeat while
-// it holds changes not yet delivered. S5 (docs/bittorrent-site.md, s43)
-// will keep the feed's rows only in the memory of the frontend that
-// answered; then a frontend killed before its round leaves rows that only
-// its stamped records still show, and the backstop of another frontend
-// finds them: a registered frontend with no heartbeat (DeadFrontends), and
-// its records stamped after its "fed up to".
+// it holds changes not yet delivered. Since S5 (docs/bittorrent-site.md,
+// s43) the feed's rows are only in the memory of the frontend that
+// answered (feedbuf.go): a frontend killed before its round leaves rows
+// that only its stamped records still show, and the backstop of another
+// frontend finds them: a registered frontend with no heartbeat
+// (DeadFrontends), and its records stamped after its "fed up to".
 //
 // The heartbeat lives only while the frontend holds changes (step 2a
 // refreshed it every second, so Redis never went quiet and hoard-bench
@@ -33,9 +33,6 @@ import (
 // then after every record it stamped, and the backstop finds none of them.
 // It beats again before it stamps a record (ensureBeat), so no record
 // carries the id of a frontend the registry does not list as alive.
-//
-// While the feed's rows are still in Redis (until S5's step 2c), nothing
-// depends on the heartbeat yet: this is the bookkeeping step 2c builds on.
 
 // heartbeatTTL is how long a frontend's heartbeat outlives its last beat:
 // three flush intervals, so a flush loop slowed by a busy Redis is not
@@ -129,7 +126,7 @@ func (s *Store) callBegins() int64 {
 }
 
 // callEnds ends what callBegins counted, once the call's reply was
-// handled (its feed mark in the batch) or it failed.
+// handled (its row held, feedbuf.go) or it failed.
 func (s *Store) callEnds(at int64) {
 	s.frontend.callsMu.Lock()
 	defer s.frontend.callsMu.Unlock()

@@ -1005,8 +1005,8 @@ func (w *writeBehind) writeTaken(ctx context.Context, taken map[bittorrent.InfoH
 	for _, t := range taken {
 		peers += len(t.peers)
 	}
-	// Released once every reply was applied (its feed marks in the
-	// batch) or its refreshes were put back.
+	// Released once every reply was applied (its feed rows held,
+	// feedbuf.go) or its refreshes were put back.
 	defer w.queue.written(peers, oldest)
 	if len(taken) == 0 {
 		return nil
