@@ -84,12 +84,17 @@ func (b *feedBuffer) hold(r heldRow, t seenTorrent, capRows int) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if el, ok := b.rows[r.key]; ok {
-		if el.Value.(*heldRow).row.Seq >= r.row.Seq {
+		// Replaced in place and moved to the newest end: a record's
+		// every change after its first costs no allocation.
+		h := el.Value.(*heldRow)
+		if h.row.Seq >= r.row.Seq {
 			return 0
 		}
-		b.order.Remove(el)
+		*h = r
+		b.order.MoveToBack(el)
+	} else {
+		b.rows[r.key] = b.order.PushBack(&r)
 	}
-	b.rows[r.key] = b.order.PushBack(&r)
 	if old, ok := b.torrents[r.key.hash]; !ok || t.at >= old.at {
 		if t.lastAction == 0 {
 			t.lastAction = old.lastAction
