@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 
@@ -139,4 +140,86 @@ func (s *Store) feedDeadWritersBatch(ctx context.Context, keys []string, dead ma
 		return 0, fmt.Errorf("delivering %d rows of dead frontends: %w", rows, err)
 	}
 	return rows, nil
+}
+
+// deletedRecord is a record a delete script removed, with what it
+// returned of it: w, last_announce, seq, uploaded, downloaded, up_extra,
+// down_extra, seed_ms, leech_ms, snatched (user_purge_record.lua).
+type deletedRecord struct {
+	hash   bittorrent.InfoHash
+	user   string
+	fields []any
+}
+
+// feedDeleted delivers the rows of deleted records whose writer's "fed up
+// to" is before their last change (a writer the registry does not list is
+// fed up to nothing), the lead's decision 5: the writer may have died with
+// the row only in its memory, and no backstop finds a deleted record. A
+// live writer delivers its own row too; the copy has the same key. One
+// read of the registry per call, one of the torrents' counters. A failed
+// read or delivery holds the rows in this frontend's buffer for its next
+// round (logged): the delete itself is done.
+func (s *Store) feedDeleted(ctx context.Context, deleted []deletedRecord) {
+	if len(deleted) == 0 || !s.feedOn() {
+		return
+	}
+	fed, err := s.rdb.HGetAll(ctx, btstore.FrontendsKey).Result()
+	byTorrent := make(map[bittorrent.InfoHash]*FeedBatch)
+	var order []bittorrent.InfoHash
+	for _, d := range deleted {
+		writer, announced := replyString(d.fields[0]), replyInt(d.fields[1])
+		if entry, ok := fed[writer]; ok && err == nil {
+			if upTo, perr := strconv.ParseInt(entry, 10, 64); perr == nil && announced < upTo {
+				continue // delivered by its writer's rounds
+			}
+		}
+		v := d.fields[2:]
+		uploaded, downloaded := replyInt(v[1]), replyInt(v[2])
+		row := FeedRow{UserID: d.user, Seq: replyInt(v[0]), Uploaded: uploaded, Downloaded: downloaded,
+			UpCredited: uploaded + replyInt(v[3]), DownCredited: downloaded + replyInt(v[4]),
+			SeedMillis: replyInt(v[5]), LeechMillis: replyInt(v[6]), Snatched: replyInt(v[7])}
+		b := byTorrent[d.hash]
+		if b == nil {
+			b = &FeedBatch{InfoHash: d.hash}
+			byTorrent[d.hash] = b
+			order = append(order, d.hash)
+		}
+		b.Rows = append(b.Rows, row)
+		b.Announced = max(b.Announced, announced)
+	}
+	if len(order) == 0 {
+		return
+	}
+	counters := make([]*redis.SliceCmd, len(order))
+	pipe := s.rdb.Pipeline()
+	for i, hash := range order {
+		counters[i] = pipe.HMGet(ctx, btstore.TorrentKey(hash), "id", "seeders", "leechers", "snatches", "last_action")
+	}
+	_, cerr := pipe.Exec(ctx)
+	batches := make([]FeedBatch, len(order))
+	for i, hash := range order {
+		b := byTorrent[hash]
+		if c := counters[i].Val(); len(c) == 5 {
+			b.TorrentID, b.Seeders, b.Leechers = replyString(c[0]), replyInt(c[1]), replyInt(c[2])
+			b.Snatches, b.LastAction = replyInt(c[3]), replyInt(c[4])
+		}
+		batches[i] = *b
+	}
+	if cerr != nil && !errors.Is(cerr, redis.Nil) {
+		err = firstError(err, cerr)
+	} else if err == nil {
+		err = s.cfg.OnFeed(ctx, batches)
+	}
+	if err == nil {
+		return
+	}
+	s.logger.Warn("swarm: delivering deleted records' rows failed; they are held for the next round", "error", err)
+	for _, b := range batches {
+		t := seenTorrent{id: b.TorrentID, seeders: b.Seeders, leechers: b.Leechers, snatches: b.Snatches,
+			lastAction: b.LastAction, at: b.Announced}
+		for _, row := range b.Rows {
+			s.holdRow(b.InfoHash, row.UserID, b.Announced, []any{row.Seq, row.Uploaded, row.Downloaded, row.UpCredited,
+				row.DownCredited, row.SeedMillis, row.LeechMillis, row.Snatched}, t)
+		}
+	}
 }

@@ -122,3 +122,67 @@ func TestFeedLoopDeliversAKilledFrontendsRecordsOnceItsHeartbeatExpires(t *testi
 		}, 15*time.Second, 20*time.Millisecond, "the killed frontend's records reach the ledger")
 	})
 }
+
+// The lead's decision 5 on the purge path: a purge step that deletes
+// records returns the rows of those whose writer's "fed up to" is before
+// their last change, and delivers them before it reports the records
+// gone, so a writer killed with the rows only in its memory loses none
+// even when the delete comes before any backstop; a record whose writer
+// is fed up to after its change is not sent again.
+func TestAPurgeDeliversTheRowsOfRecordsAKilledWriterHeld(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		id, changes := killFrontend(t, b)
+		l := newLedger()
+		live := newFixture(t, b, swarm.Config{Private: true, OnFeed: l.deliver})
+		seqs := map[string]int64{}
+		for _, c := range changes {
+			seq, err := b.Client.HGet(ctx, btstore.UserTorrentKey(c.hash, c.user), "seq").Int64()
+			require.NoError(t, err)
+			seqs[c.user+":"+btstore.HexInfoHash(c.hash)] = seq
+		}
+		// The killed frontend's peers time out (their records keep their
+		// seq: expiry numbers no change), so the records can go.
+		live.clock.Advance(3 * time.Hour)
+		for _, c := range changes {
+			removed, err := swarm.ExpireMember(ctx, live.store, c.hash, peerID("-TR", c.n), c.user)
+			require.NoError(t, err)
+			require.Equal(t, int64(1), removed)
+		}
+		const window = time.Hour
+		purge := func(user, passkeyName string, records int) {
+			require.NoError(t, live.store.RemoveUser(ctx, pk(passkeyName)))
+			live.clock.Advance(window + time.Second)
+			now := live.clock.Now().UnixMilli()
+			state, err := live.store.StartUserPurge(ctx, user, now, window.Milliseconds(), now-1)
+			require.NoError(t, err)
+			require.Equal(t, "purging", state.State)
+			progress, err := live.store.PurgeUserStep(ctx, user, state.PurgeBefore)
+			require.NoError(t, err)
+			require.Equal(t, records, progress.Records)
+		}
+		purge("alice", "passkeyA", 2)
+		l.mu.Lock()
+		for _, c := range changes {
+			at := c.user + ":" + btstore.HexInfoHash(c.hash)
+			row, ok := l.newest[at]
+			if c.user != "alice" {
+				require.False(t, ok, at)
+				continue
+			}
+			require.True(t, ok, "the deleted record's row reached the ledger: %s", at)
+			require.Equal(t, seqs[at], row.Seq)
+			require.Equal(t, int64(c.up), row.Uploaded)
+			require.Equal(t, int64(c.down), row.Downloaded)
+			require.Equal(t, int64(c.up), row.UpCredited)
+		}
+		l.mu.Unlock()
+
+		// bob's writer fed up to after his change: his row is not sent.
+		require.NoError(t, b.Client.HSet(ctx, btstore.FrontendsKey, id, live.clock.Now().UnixMilli()).Err())
+		purge("bob", "passkeyB", 1)
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		require.Len(t, l.seen, 2, "alice's two rows only")
+	})
+}
