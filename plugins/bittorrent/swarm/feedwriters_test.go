@@ -186,3 +186,41 @@ func TestAPurgeDeliversTheRowsOfRecordsAKilledWriterHeld(t *testing.T) {
 		require.Len(t, l.seen, 2, "alice's two rows only")
 	})
 }
+
+// Decision 5 on the operator's PurgeTorrent (no window at all): the rows
+// of the users' records it deletes whose writer's "fed up to" is before
+// their last change are delivered before it returns, so a writer killed
+// with them only in its memory loses none.
+func TestPurgeTorrentDeliversTheRowsOfRecordsAKilledWriterHeld(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		_, changes := killFrontend(t, b)
+		l := newLedger()
+		live := newFixture(t, b, swarm.Config{Private: true, OnFeed: l.deliver})
+		live.clock.Advance(3 * time.Hour)
+		var torrent bittorrent.InfoHash
+		var want killedChange
+		for _, c := range changes {
+			if c.user == "alice" && c.n == 3 { // alice alone on the second torrent
+				torrent, want = c.hash, c
+			}
+		}
+		seq, err := b.Client.HGet(ctx, btstore.UserTorrentKey(torrent, "alice"), "seq").Int64()
+		require.NoError(t, err)
+		removed, err := swarm.ExpireMember(ctx, live.store, torrent, peerID("-TR", want.n), "alice")
+		require.NoError(t, err)
+		require.Equal(t, int64(1), removed)
+		n, err := live.store.PurgeTorrent(ctx, torrent, "")
+		require.NoError(t, err)
+		require.Positive(t, n)
+		require.Zero(t, b.Client.Exists(ctx, btstore.UserTorrentKey(torrent, "alice")).Val(), "the record went")
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		row, ok := l.newest["alice:"+btstore.HexInfoHash(torrent)]
+		require.True(t, ok, "the deleted record's row reached the ledger")
+		require.Equal(t, seq, row.Seq)
+		require.Equal(t, int64(want.down), row.Downloaded)
+		require.Equal(t, int64(want.down), row.DownCredited)
+		require.Len(t, l.seen, 1, "only the purged torrent's record")
+	})
+}
