@@ -182,9 +182,10 @@ type AccountingSettings struct {
 	// is used or reported (swarm.Config.NoAccounting).
 	Off bool `json:"off"`
 	// FeedInterval is how often each frontend feeds the changed figures to
-	// the outbox (10s); FeedBackstop how often it scans for changes whose
-	// mark a crash lost (10m). The feed runs with an outbox, in private
-	// mode, with accounting on.
+	// the outbox (10s). FeedBackstop is parsed and unused since S5 (s43):
+	// the rows are held in the frontend's memory, with no mark to lose;
+	// kept so settings that name it stay valid. The feed runs with an
+	// outbox, in private mode, with accounting on.
 	FeedInterval string `json:"feed_interval"`
 	FeedBackstop string `json:"feed_backstop"`
 	// The transfer ledger and the cheat signals (swarm.WatchConfig), with

@@ -56,7 +56,7 @@ func settingKeys() []plugins.SettingKey {
 		key("limits.flood_report_after", 0, "refusals in flood_window that report a repeat offender as a flood outbox event; 0: 10; -1: never"),
 		key("accounting.off", false, "private mode: keep raw transfer only; no credited transfer (freeleech, windows, tokens) and no token events"),
 		key("accounting.feed_interval", "", "how often each frontend feeds changed transfer figures to the outbox (private mode, with an outbox); empty: 10s"),
-		key("accounting.feed_backstop", "", "how often a frontend scans for changed figures whose mark a crash lost; empty: 10m"),
+		key("accounting.feed_backstop", "", "unused since the feed's rows are held in memory (s43); still accepted"),
 		key("accounting.ledger_entries", DefaultLedgerEntries, "announces with transfer each user-torrent record keeps in its ledger (admin API); 0: off"),
 		key("accounting.signal_period", "", "a cheat signal fires at most once per user, torrent (addresses: user) and period; empty: 24h"),
 		key("accounting.signal_no_leecher", true, "cheat signal: upload reported while the swarm had no other leecher since the peer's previous announce"),

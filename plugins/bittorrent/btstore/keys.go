@@ -125,7 +125,7 @@ func AnnounceKeys(hash bittorrent.InfoHash, peer bittorrent.PeerID, userID strin
 	if userID == "" {
 		k.start(hash, 8, open)
 	} else {
-		k.start(hash, 13, open+len(sufUser+sufSnatchers+sufUsers+sufDeleted+sufFeedRows)+len(userID))
+		k.start(hash, 12, open+len(sufUser+sufSnatchers+sufUsers+sufDeleted)+len(userID))
 	}
 	k.add(sufTorrent, "")
 	k.add(sufSeeders, "")
@@ -140,7 +140,6 @@ func AnnounceKeys(hash bittorrent.InfoHash, peer bittorrent.PeerID, userID strin
 		k.add(sufSnatchers, "")
 		k.add(sufUsers, "")
 		k.add(sufDeleted, "")
-		k.add(sufFeedRows, "")
 	}
 	return k.names()
 }
@@ -211,19 +210,19 @@ func (k *keyRun) names() []string {
 	return names
 }
 
-// FeedRowsKey holds the torrent's feed rows not yet fed to the site
+// FeedRowsKey held the torrent's feed rows not yet fed to the site
 // (HASH "<user id>:<seq>" -> "seq,uploaded,downloaded,up_credit,
-// down_credit,seed_ms,leech_ms,snatched,last_announce"): the user's record
-// on the torrent at its newest seq. The script that changes a record's
-// fed figures writes its row here in the same call, deleting the user's
-// row at the previous seq (prelude's user_feed), so the feed reads rows
-// without reading records, and deletes the fields it delivered with a
-// plain HDEL: a newer row is another field. Rows an earlier build wrote
-// are under the user id alone; feed_settle.lua deletes those.
+// down_credit,seed_ms,leech_ms,snatched,last_announce"), written by the
+// announce scripts until S5 (s43). Since S5 no script writes it: the
+// scripts return the row and the frontend that answered holds it (swarm's
+// feedbuf.go). Rows an earlier build left are delivered once, by the
+// drain a feed loop runs at start (swarm's drainLegacyFeed), through the
+// index (FeedIndexKey) and feed_settle.lua as before. Rows an earlier
+// build wrote under the user id alone are deleted by feed_settle.lua.
 func FeedRowsKey(hash bittorrent.InfoHash) string { return torrentPrefix(hash) + sufFeedRows }
 
-// FeedRowsPattern matches every torrent's feed rows: the feed's backstop
-// scans for them, to index a torrent whose mark in FeedIndexKey was lost.
+// FeedRowsPattern matches every torrent's feed rows: the drain at start
+// scans for rows an earlier build left unindexed (its mark lost).
 const FeedRowsPattern = Prefix + "{*}:" + sufFeedRows
 
 // FeedShards is how many shards the feed's index has. It is fixed:
@@ -235,9 +234,9 @@ func FeedShard(hash bittorrent.InfoHash) int { return int(hash[0]) % FeedShards 
 
 // FeedIndexKey is one shard of the feed's index (ZSET hex info-hash ->
 // ms it was marked, and FeedIndexKeeper at 0): the torrents whose feed
-// rows may have entries. A hint, written by the frontends' batched flush
-// after announce.lua reported a mark; the rows are the truth
-// (FeedRowsPattern).
+// rows may have entries. A hint, written until S5 (s43) by the frontends'
+// batched flush after announce.lua reported a mark; the rows are the
+// truth (FeedRowsPattern). Since S5 only the drain at start reads it.
 func FeedIndexKey(shard int) string { return Prefix + "{feed:" + strconv.Itoa(shard) + "}" }
 
 // FeedIndexKeeper is a member every write of a FeedIndexKey shard adds at
@@ -439,8 +438,9 @@ func ParseTimeoutKey(key string, validUser func(string) bool) (hash bittorrent.I
 // downloaded (bytes, summed over the user's peers), seed_ms, leech_ms,
 // peers (active now), complete, snatched (ms of the first completed
 // event), first_announce, last_announce, bits and ver (the state last
-// copied to the user's sets), up_credit and down_credit (the credited
-// transfer), token, token_used and token_ended (the user's personal
+// copied to the user's sets), up_extra and down_extra (the credited
+// transfer less the raw one: credited = uploaded + up_extra; absent: 0),
+// token, token_used and token_ended (the user's personal
 // freeleech token on the torrent: see token_set.lua) and seq (the feed's
 // numbering of the fed figures; FeedRowsKey).
 // Private mode only; it is the hit-and-run truth, so it has no TTL.
@@ -503,6 +503,39 @@ const (
 // on a hint, and pass the rates of the windows open at each announce in
 // announce.lua's ARGV.
 const CreditWindowsKey = Prefix + "credit:windows"
+
+// FrontendsKey lists the frontends that stamp the records they write for
+// the feed (HASH frontend id -> "fed up to", ms: what the frontend answered
+// before that time has been delivered to the site). FrontendHeartbeatKey
+// is a frontend's heartbeat (STRING, PX: swarm's heartbeatTTL), kept only
+// while the frontend holds feed changes not yet delivered: an idle
+// frontend writes nothing (s43's step 2a wrote it every second, and Redis
+// never went quiet). A registered frontend whose heartbeat is gone is dead
+// or idle; the feed's backstop finds the records it stamped after its "fed
+// up to" (s43, step 2). Both keys are in one slot, "{frontends}", so that
+// a beat writes them in one transaction and frontend_forget.lua reads and
+// changes them in one step.
+const FrontendsKey = Prefix + "{frontends}"
+
+// FrontendHeartbeatKey is frontend id's heartbeat (see FrontendsKey).
+func FrontendHeartbeatKey(id string) string { return FrontendsKey + ":beat:" + id }
+
+// FrontendKeys are frontend_forget.lua's KEYS.
+func FrontendKeys(id string) []string { return []string{FrontendsKey, FrontendHeartbeatKey(id)} }
+
+// CreditFormKey marks (STRING "extra") that every user-torrent record and
+// every user's totals store the credited transfer as its difference from
+// the raw one (up_extra, down_extra), not whole (up_credit, down_credit,
+// builds before s43). A frontend converts them (credit_convert.lua) before
+// it serves an announce, unless this is set; no script reads it.
+const CreditFormKey = Prefix + "credit:form"
+
+// CreditFormDone is CreditFormKey's value once the conversion is done.
+const CreditFormDone = "extra"
+
+// CreditConvertKeys are credit_convert.lua's KEYS: a user-torrent record
+// or a user's totals.
+func CreditConvertKeys(record string) []string { return []string{record} }
 
 // CreditTorrentKeys are credit_torrent.lua's KEYS.
 func CreditTorrentKeys(hash bittorrent.InfoHash) []string { return []string{TorrentKey(hash)} }
@@ -568,8 +601,8 @@ func UserVersionsKey(userID string) string { return userPrefix(userID) + sufUser
 func UserTorrentsKey(userID string) string { return userPrefix(userID) + "torrents" }
 
 // UserStatsKey holds the user's transfer totals over all torrents (HASH:
-// uploaded, downloaded, up_credit, down_credit), summed from announce
-// deltas by the flush.
+// uploaded, downloaded, up_extra, down_extra: the credited totals less
+// the raw ones), summed from announce deltas by the flush.
 func UserStatsKey(userID string) string { return userPrefix(userID) + "stats" }
 
 // UserPasskeysKey lists the passkeys that map to a user (HASH passkey ->
@@ -616,6 +649,7 @@ const (
 	UserTorrentPattern   = Prefix + "{*}:" + sufUser + "*"
 	TorrentKeyPattern    = Prefix + "{*}:*"
 	UserOwnKeyPattern    = Prefix + "user:{*}:*"
+	UserStatsPattern     = Prefix + "user:{*}:stats"
 )
 
 // HashFromKey reads the info-hash back from any torrent key.

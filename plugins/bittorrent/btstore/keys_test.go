@@ -68,7 +68,7 @@ func TestCallKeysMatchTheNameBuilders(t *testing.T) {
 	p := torrentPrefix(hash)
 	open := []string{k.Torrent, k.Seeders, k.Leechers, k.Deadlines, k.Peer(a[:]), p + sufReaper, p + sufReaperClaims, p + sufOwners}
 	require.Equal(t, open, AnnounceKeys(hash, a, ""))
-	require.Equal(t, append(open, k.User("42"), p+sufSnatchers, p+sufUsers, p+sufDeleted, p+sufFeedRows),
+	require.Equal(t, append(open, k.User("42"), p+sufSnatchers, p+sufUsers, p+sufDeleted),
 		AnnounceKeys(hash, a, "42"))
 	fixed := []string{k.Torrent, k.Seeders, k.Leechers, k.Deadlines, p + sufReaper, p + sufReaperClaims}
 	require.Equal(t, append(append([]string{}, fixed...), k.Peer(a[:]), k.Peer(b[:])),

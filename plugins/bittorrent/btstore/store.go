@@ -148,31 +148,70 @@ func ListUserRecords(ctx context.Context, rdb redis.UniversalClient, userID stri
 // not the torrent's records: their owners drop entries whose torrent is
 // gone.
 func RemoveTorrent(ctx context.Context, rdb redis.UniversalClient, hash bittorrent.InfoHash) (int, error) {
+	n, _, err := RemoveTorrentFed(ctx, rdb, hash)
+	return n, err
+}
+
+// DeletedUserRecord is a user's record on a torrent that a delete removed,
+// with what the delete script read of it as it went: Fields are w,
+// last_announce, seq, uploaded, downloaded, up_extra, down_extra, seed_ms,
+// leech_ms and snatched, as stored. Only records with a numbered change
+// (seq > 0) are reported: swarm delivers their rows when their writer's
+// "fed up to" is before last_announce (the lead's decision 5, s43).
+type DeletedUserRecord struct {
+	Key    string
+	Fields []any
+}
+
+// RemoveTorrentFed is RemoveTorrent, and returns the users' records it
+// deleted (DeletedUserRecord).
+func RemoveTorrentFed(ctx context.Context, rdb redis.UniversalClient, hash bittorrent.InfoHash) (int, []DeletedUserRecord, error) {
 	records, err := ListTorrentRecords(ctx, rdb, hash)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	keys := []string{TorrentKey(hash), SeedersKey(hash), LeechersKey(hash)}
+	var users []string
 	for _, r := range records {
 		// The site's deletion reason outlives the records on purpose:
 		// clients read it until it expires by itself.
 		if r.Kind == KindDeleted {
 			continue
 		}
-		if r.Key != keys[0] && r.Key != keys[1] && r.Key != keys[2] {
-			keys = append(keys, r.Key)
+		if r.Key == keys[0] || r.Key == keys[1] || r.Key == keys[2] {
+			continue
 		}
+		if r.Kind == KindUser {
+			users = append(users, r.Key) // last: torrent_remove.lua reads them
+			continue
+		}
+		keys = append(keys, r.Key)
 	}
-	n, err := luascript.Run(ctx, rdb, removeScript, keys)
+	first := len(keys) + 1
+	keys = append(keys, users...)
+	reply, err := luascript.Run(ctx, rdb, removeScript, keys, first)
 	if err != nil {
-		return 0, fmt.Errorf("btstore.RemoveTorrent: %w", err)
+		return 0, nil, fmt.Errorf("btstore.RemoveTorrent: %w", err)
 	}
-	switch code, _ := n.(int64); code {
+	switch code, _ := reply.(int64); code {
 	case codeRegistered:
-		return 0, fmt.Errorf("btstore.RemoveTorrent %s: %w", HexInfoHash(hash), ErrRegistered)
+		return 0, nil, fmt.Errorf("btstore.RemoveTorrent %s: %w", HexInfoHash(hash), ErrRegistered)
 	case codePeers:
-		return 0, fmt.Errorf("btstore.RemoveTorrent %s: %w", HexInfoHash(hash), ErrHasPeers)
-	default:
-		return int(code), nil
+		return 0, nil, fmt.Errorf("btstore.RemoveTorrent %s: %w", HexInfoHash(hash), ErrHasPeers)
 	}
+	out, ok := reply.([]any)
+	if !ok || len(out)%2 != 1 {
+		return 0, nil, fmt.Errorf("btstore.RemoveTorrent: a reply of %T", reply)
+	}
+	n, _ := out[0].(int64)
+	var deleted []DeletedUserRecord
+	for i := 1; i+1 < len(out); i += 2 {
+		at, _ := out[i].(int64)
+		fields, _ := out[i+1].([]any)
+		if at < 1 || int(at) > len(keys) || len(fields) != 10 {
+			return int(n), deleted, fmt.Errorf("btstore.RemoveTorrent: a record's reply at %d", at)
+		}
+		deleted = append(deleted, DeletedUserRecord{Key: keys[at-1], Fields: fields})
+	}
+	return int(n), deleted, nil
 }

@@ -347,12 +347,25 @@ func (s *Store) UserOnTorrent(ctx context.Context, hash bittorrent.InfoHash, use
 		return time.Time{}
 	}
 	_, token := fields["token"]
+	upCredited, downCredited := s.creditOf(num("uploaded"), num("up_extra")), s.creditOf(num("downloaded"), num("down_extra"))
 	return UserTorrent{
-		Uploaded: num("uploaded"), Downloaded: num("downloaded"), UpCredited: num("up_credit"), DownCredited: num("down_credit"),
+		Uploaded: num("uploaded"), Downloaded: num("downloaded"), UpCredited: upCredited, DownCredited: downCredited,
 		SeedTime: time.Duration(num("seed_ms")) * time.Millisecond, LeechTime: time.Duration(num("leech_ms")) * time.Millisecond,
 		Token: token, TokenUntil: at("token"), TokenUsed: at("token_used"), TokenEnded: at("token_ended"),
 		FirstAnnounce: at("first_announce"), LastAnnounce: at("last_announce"), Seq: num("seq"), Ledger: ledgerOf(fields),
 	}, nil
+}
+
+// creditOf is a credited figure from the raw one and the difference the
+// record or the totals store (up_extra, down_extra: prelude's
+// user_numbers). With accounting off nothing is credited, as before s43;
+// the script then writes no difference, so a record's credited figure
+// would otherwise read as its raw one.
+func (s *Store) creditOf(raw, extra int64) int64 {
+	if s.cfg.NoAccounting {
+		return 0
+	}
+	return raw + extra
 }
 
 // runScriptInt runs a script that returns an integer.

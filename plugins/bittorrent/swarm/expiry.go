@@ -477,6 +477,9 @@ func (s *Store) Start(ctx context.Context) error {
 	if s.started {
 		return errAlreadyStarted
 	}
+	if err := s.convertCredit(ctx); err != nil {
+		return err
+	}
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	listener := newExpiryListener(s)
 	if err := listener.start(ctx, loopCtx); err != nil {
@@ -536,6 +539,9 @@ func (s *Store) Stop() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		err = s.Flush(ctx)
+		if s.stopFeed(ctx) && s.started {
+			err = errors.Join(err, s.unregisterFrontend(ctx))
+		}
 	})
 	return err
 }

@@ -1,9 +1,11 @@
 package swarm
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -16,23 +18,24 @@ import (
 
 // The feed to the site (docs/bittorrent-site.md, "The feed"). Each user's
 // record on a torrent numbers every change of its fed figures (seq), and
-// the same script puts the record's row at that seq in the torrent's
-// feed rows (btstore.FeedRowsKey; prelude's user_feed), replacing the
-// user's row not yet fed. A row new there is a mark: the frontend then
-// indexes the torrent (btstore.FeedIndexKey) in its batched flush. A feed
-// round reads the indexed torrents' rows (never the records), hands them
-// to the deliverer (the plugin appends them to the outbox) and only then
-// deletes what it delivered. A row's field names its user and seq, so
-// that delete is a plain HDEL per torrent (no script): a row that moved
-// on meanwhile is another field, which stays for the next round.
+// the same script returns the record's row at that seq (prelude's
+// user_feed); the frontend that answered holds the newest row per record
+// in memory (feedbuf.go) and stamps the record with its id. Its feed
+// round delivers what it holds, with each torrent's counters as the
+// replies said them, and reads nothing of the rows from Redis: a round
+// costs Redis the outbox's append and, for a torrent no reply showed a
+// seeder, one read of its last_action.
 //
 // So every row is a record's cumulative figures at one seq: delivering a
-// row twice (a crash between delivery and settling, two frontends in the
-// same round) sends the same row with the same key, which the outbox and
-// the site drop; no change is ever left out, because a row goes only when
-// the seq delivered is its newest. A mark lost to a kill -9 before the
-// flush leaves rows that no index names: the backstop (FeedBackstop)
-// scans for rows and indexes their torrents again.
+// row twice (a refused delivery retried, a frontend killed after its
+// append) sends the same row with the same key, which the outbox and the
+// site drop; no change is ever left out, because a frontend killed
+// before its round leaves records stamped with its id after its "fed up
+// to", which another frontend's backstop delivers once its heartbeat
+// expired (feedwriters.go, frontends.go). Rows an earlier build wrote to
+// Redis (btstore.FeedRowsKey, indexed in btstore.FeedIndexKey) are
+// delivered once, by the drain a feed loop runs at start
+// (drainLegacyFeed).
 
 // FeedRow is one user's cumulative figures on one torrent at Seq.
 type FeedRow struct {
@@ -56,54 +59,184 @@ type FeedBatch struct {
 	Rows       []FeedRow
 }
 
-// feedRoundLimit bounds the torrents one step of a round takes from a
-// shard, and feedRowsLimit the rows it reads from one torrent, so each
-// step's pipelines stay short. A round takes steps until the shard has no
-// torrent left it has not taken, or its time is up (FeedRound).
+// feedRoundLimit bounds the torrents one deliver call carries, and, in
+// the drain of an earlier build's rows, the torrents it takes from each
+// index shard at a time, and feedRowsLimit the rows it reads from one
+// torrent, so each call is short.
 const (
 	feedRoundLimit = 100
 	feedRowsLimit  = 500
 )
 
-// FeedRound delivers the waiting rows of the indexed torrents, shard by
-// shard in steps of feedRoundLimit torrents, one FeedBatch per torrent
-// and one deliver call per step, and returns how many rows it delivered.
-// A round goes on until every shard's index is taken or FeedInterval has
-// passed since it began (so rounds never pile up); what is left waits for
-// the next round. Until s45 a round took one step per shard, 1,600
-// torrents: a tracker whose announces touched more torrents than that per
-// feed interval (20,000 torrents at 12,000 announces/s; a site's default
-// 10 s interval made it 160 torrents a second) fell further behind every
-// round. The batches of a call deliver refuses stay waiting and are
-// offered again next round; the round goes on with the other shards and
-// returns the first error.
+// FeedRound delivers the rows this frontend holds, one FeedBatch per
+// torrent, in info-hash order, up to feedRoundLimit torrents per deliver
+// call, and returns how many rows it delivered. The rows of a call
+// deliver refuses are held again (unless a newer row of their record came
+// in meanwhile) and offered next round; the round goes on with the other
+// calls and returns the first error.
 func (s *Store) FeedRound(ctx context.Context, deliver func(context.Context, []FeedBatch) error) (int, error) {
-	rows := 0
-	var firstErr error
-	until := s.clock.Now().Add(s.cfg.FeedInterval)
-	for shard := range btstore.FeedShards {
-		n, err := s.feedShard(ctx, shard, until, deliver)
-		rows += n
-		firstErr = firstError(firstErr, err)
-	}
-	return rows, firstErr
+	rows, _, err := s.feedRound(ctx, deliver)
+	return rows, err
 }
 
-// feedShard takes one shard's indexed torrents step by step (feedStep),
-// from the oldest mark, until a step finds fewer than feedRoundLimit, one
-// fails, or the round's time is up. Torrents a step leaves in the index
-// (rows still waiting, or marked again meanwhile) are skipped by the
-// steps after it: offset counts them, in ranks (the keeper's among them).
-func (s *Store) feedShard(ctx context.Context, shard int, until time.Time, deliver func(context.Context, []FeedBatch) error) (int, error) {
-	rows, offset := 0, int64(0)
-	for {
-		n, read, removed, err := s.feedStep(ctx, shard, offset, deliver)
-		rows += n
-		if err != nil || read <= feedRoundLimit || ctx.Err() != nil || !s.clock.Now().Before(until) {
-			return rows, err
-		}
-		offset += int64(read - removed)
+// feedRound is FeedRound, and tells whether the round was complete: every
+// row held when it began was delivered.
+func (s *Store) feedRound(ctx context.Context, deliver func(context.Context, []FeedBatch) error) (int, bool, error) {
+	held, torrents := s.feed.take()
+	if len(held) == 0 {
+		return 0, true, nil
 	}
+	batches, at := feedBatches(held, torrents)
+	if err := s.readLastActions(ctx, batches, torrents); err != nil {
+		s.holdAgain(held, torrents)
+		return 0, false, fmt.Errorf("swarm.FeedRound: %w", err)
+	}
+	delivered := 0
+	var firstErr error
+	for start := 0; start < len(batches); start += feedRoundLimit {
+		call := batches[start:min(start+feedRoundLimit, len(batches))]
+		if err := deliver(ctx, call); err != nil {
+			firstErr = firstError(firstErr, fmt.Errorf("swarm.FeedRound: delivering %d torrents: %w", len(call), err))
+			for _, b := range call {
+				s.holdAgain(held[at[b.InfoHash].first:at[b.InfoHash].end], torrents)
+			}
+			continue
+		}
+		for _, b := range call {
+			delivered += len(b.Rows)
+			if s.feedHook != nil {
+				s.feedHook(b)
+			}
+		}
+	}
+	return delivered, firstErr == nil, firstErr
+}
+
+// heldSpan is where one torrent's rows are in a round's held rows, once
+// sorted by feedBatches.
+type heldSpan struct{ first, end int }
+
+// feedBatches sorts a round's rows by torrent (info-hash order) and user
+// id, and makes one batch per torrent with its counters as the replies
+// said them.
+func feedBatches(held []heldRow, torrents map[bittorrent.InfoHash]seenTorrent) ([]FeedBatch, map[bittorrent.InfoHash]heldSpan) {
+	sort.Slice(held, func(i, j int) bool {
+		if c := bytes.Compare(held[i].key.hash[:], held[j].key.hash[:]); c != 0 {
+			return c < 0
+		}
+		return held[i].key.user < held[j].key.user
+	})
+	var batches []FeedBatch
+	at := make(map[bittorrent.InfoHash]heldSpan)
+	for i := 0; i < len(held); {
+		hash := held[i].key.hash
+		t := torrents[hash]
+		b := FeedBatch{InfoHash: hash, TorrentID: t.id, Seeders: t.seeders, Leechers: t.leechers,
+			Snatches: t.snatches, LastAction: t.lastAction}
+		j := i
+		for ; j < len(held) && held[j].key.hash == hash; j++ {
+			b.Rows = append(b.Rows, held[j].row)
+			b.Announced = max(b.Announced, held[j].announced)
+		}
+		at[hash] = heldSpan{i, j}
+		batches = append(batches, b)
+		i = j
+	}
+	return batches, at
+}
+
+// readLastActions reads the stored last_action of the torrents no reply
+// showed a seeder for (a torrent with one: the reply's time is its
+// last_action), one pipeline; the other counters are the replies'.
+func (s *Store) readLastActions(ctx context.Context, batches []FeedBatch, torrents map[bittorrent.InfoHash]seenTorrent) error {
+	var reads []*redis.StringCmd
+	var which []int
+	pipe := s.rdb.Pipeline()
+	for i := range batches {
+		if torrents[batches[i].InfoHash].lastAction == 0 {
+			reads = append(reads, pipe.HGet(ctx, btstore.TorrentKey(batches[i].InfoHash), "last_action"))
+			which = append(which, i)
+		}
+	}
+	if len(reads) == 0 {
+		return nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return err
+	}
+	for k, cmd := range reads {
+		batches[which[k]].LastAction = replyInt(cmd.Val())
+	}
+	return nil
+}
+
+// holdAgain puts a round's rows back into the buffer, a refused delivery's
+// or a failed read's: each only while no newer row of its record came in.
+func (s *Store) holdAgain(rows []heldRow, torrents map[bittorrent.InfoHash]seenTorrent) {
+	for _, r := range rows {
+		if n := s.feed.hold(r, torrents[r.key.hash], s.cfg.FeedBufferRows); n > 0 {
+			s.counters.feedRowsDropped.Add(int64(n))
+		}
+	}
+}
+
+// holdRow keeps a reply's feed row (user_feed's eight integers: seq,
+// uploaded, downloaded, up and down credited, seed and leech ms, snatched)
+// for the feed round, with the torrent's counters from the same reply.
+func (s *Store) holdRow(hash bittorrent.InfoHash, userID string, announced int64, reply []any, t seenTorrent) {
+	if len(reply) != 8 {
+		// Only user_feed makes rows: one of another shape is never fed
+		// wrong; the record's stamp leaves it to the backstop.
+		s.logger.Warn("swarm: a feed row does not parse; it is left to the backstop", "torrent", btstore.HexInfoHash(hash),
+			"user", userID, "elements", len(reply))
+		return
+	}
+	r := heldRow{key: rowKey{hash: hash, user: userID}, announced: announced,
+		row: FeedRow{UserID: userID, Seq: replyInt(reply[0]), Uploaded: replyInt(reply[1]), Downloaded: replyInt(reply[2]),
+			UpCredited: replyInt(reply[3]), DownCredited: replyInt(reply[4]), SeedMillis: replyInt(reply[5]),
+			LeechMillis: replyInt(reply[6]), Snatched: replyInt(reply[7])}}
+	if n := s.feed.hold(r, t, s.cfg.FeedBufferRows); n > 0 {
+		s.counters.feedRowsDropped.Add(int64(n))
+	}
+}
+
+// FeedRowsHeld is how many rows this frontend holds for its next round.
+func (s *Store) FeedRowsHeld() int { return s.feed.held() }
+
+// drainLegacyFeed delivers, once, the rows an earlier build left in Redis
+// (btstore.FeedRowsKey): it indexes the torrents whose rows no index
+// names (legacyFeedIndex: a scan of every master), then runs rounds over
+// the index until one is complete, settling what it delivered as that
+// build did. The feed loop runs it at start, before its first round; a
+// keyspace an earlier build never wrote rows to costs the one scan.
+func (s *Store) drainLegacyFeed(ctx context.Context, deliver func(context.Context, []FeedBatch) error) (int, error) {
+	if _, err := s.legacyFeedIndex(ctx); err != nil {
+		return 0, err
+	}
+	delivered := 0
+	for {
+		n, complete, err := s.legacyFeedRound(ctx, deliver)
+		delivered += n
+		if err != nil || complete || n == 0 {
+			return delivered, err
+		}
+	}
+}
+
+// legacyFeedRound is one round over the index of an earlier build's rows:
+// up to feedRoundLimit indexed torrents per shard, one deliver call per
+// shard. complete: it took every torrent indexed and every row of each
+// and met no error.
+func (s *Store) legacyFeedRound(ctx context.Context, deliver func(context.Context, []FeedBatch) error) (int, bool, error) {
+	rows, complete := 0, true
+	var firstErr error
+	for shard := range btstore.FeedShards {
+		n, whole, err := s.feedShard(ctx, shard, deliver)
+		rows += n
+		complete = complete && whole
+		firstErr = firstError(firstErr, err)
+	}
+	return rows, complete && firstErr == nil, firstErr
 }
 
 // feedTorrent is one indexed torrent in a round: its index entry as read,
@@ -116,27 +249,27 @@ type feedTorrent struct {
 	counter *redis.SliceCmd
 }
 
-// feedStep takes up to feedRoundLimit torrents of one shard of the index,
-// from rank offset past its keeper. Each part is one call for all the
-// torrents taken: reading the rows and counters
+// feedShard runs a round over one shard of the index. Each step is one
+// call for all the shard's torrents taken: reading the rows and counters
 // (a pipeline), delivering (the plugin appends every batch to the outbox
 // in one script call), settling (a pipeline) and taking torrents with no
 // rows left off the index. So a round costs Redis a few round trips per
 // shard, not per torrent, and the rows are settled only once the
-// delivery of all of them succeeded. Returns the rows delivered, how
-// many index entries it read (feedRoundLimit + 1 at most, the keeper
-// included when it was in range) and how many of those it removed.
-func (s *Store) feedStep(ctx context.Context, shard int, offset int64, deliver func(context.Context, []FeedBatch) error) (
-	delivered, read, removed int, firstErr error) {
+// delivery of all of them succeeded.
+//
+// whole: the shard's torrents and their rows were all taken (no limit
+// reached).
+func (s *Store) feedShard(ctx context.Context, shard int, deliver func(context.Context, []FeedBatch) error) (
+	delivered int, whole bool, err error) {
 	index := btstore.FeedIndexKey(shard)
-	// One more than the limit: the shard's keeper (score 0) comes first,
-	// in the first step's range.
-	entries, err := s.rdb.ZRangeWithScores(ctx, index, offset, offset+feedRoundLimit).Result()
+	// One more than the limit: the shard's keeper (score 0) comes first.
+	entries, err := s.rdb.ZRangeWithScores(ctx, index, 0, feedRoundLimit).Result()
 	if err != nil {
-		return 0, 0, 0, fmt.Errorf("swarm.FeedRound: %w", err)
+		return 0, false, fmt.Errorf("swarm.drainLegacyFeed: %w", err)
 	}
-	read = len(entries)
+	whole = len(entries) <= feedRoundLimit
 	torrents := make([]feedTorrent, 0, len(entries))
+	var firstErr error
 	for _, entry := range entries {
 		member, _ := entry.Member.(string)
 		if member == btstore.FeedIndexKeeper {
@@ -144,17 +277,15 @@ func (s *Store) feedStep(ctx context.Context, shard int, offset int64, deliver f
 		}
 		hash, ok := btstore.ParseHexInfoHash(member)
 		if !ok {
-			if n, err := s.rdb.ZRem(ctx, index, member).Result(); err != nil {
+			if err := s.rdb.ZRem(ctx, index, member).Err(); err != nil {
 				firstErr = firstError(firstErr, fmt.Errorf("swarm.FeedRound: %w", err))
-			} else {
-				removed += int(n)
 			}
 			continue
 		}
 		torrents = append(torrents, feedTorrent{hash: hash, member: member, score: entry.Score})
 	}
 	if len(torrents) == 0 {
-		return 0, read, removed, firstErr
+		return 0, whole, firstErr
 	}
 	pipe := s.rdb.Pipeline()
 	for i := range torrents {
@@ -177,6 +308,9 @@ func (s *Store) feedStep(ctx context.Context, shard int, offset int64, deliver f
 			emptied = append(emptied, t.member, t.score)
 			continue
 		}
+		if len(t.rows.Val()) >= feedRowsLimit {
+			whole = false
+		}
 		batch, settle := s.feedBatch(t.hash, t.rows.Val(), t.counter.Val())
 		if len(batch.Rows) > 0 {
 			batches = append(batches, batch)
@@ -187,7 +321,7 @@ func (s *Store) feedStep(ctx context.Context, shard int, offset int64, deliver f
 	}
 	if len(batches) > 0 {
 		if err := deliver(ctx, batches); err != nil {
-			return 0, read, removed, firstError(firstErr, fmt.Errorf("swarm.FeedRound: delivering shard %d: %w", shard, err))
+			return 0, false, firstError(firstErr, fmt.Errorf("swarm.FeedRound: delivering shard %d: %w", shard, err))
 		}
 	}
 	if s.feedHook != nil {
@@ -208,13 +342,11 @@ func (s *Store) feedStep(ctx context.Context, shard int, offset int64, deliver f
 	if len(emptied) > 0 {
 		// Gone from the index only if no flush marked them since the
 		// read; a mark after it is a new ZADD, with a new score.
-		n, err := zremUnchangedScript.Run(ctx, s.rdb, []string{index}, emptied...).Int()
-		if err != nil {
+		if err := zremUnchangedScript.Run(ctx, s.rdb, []string{index}, emptied...).Err(); err != nil {
 			firstErr = firstError(firstErr, fmt.Errorf("swarm.FeedRound: %w", err))
 		}
-		removed += n
 	}
-	return delivered, read, removed, firstErr
+	return delivered, whole, firstErr
 }
 
 // feedSettle is what a round deletes of one torrent's rows once they
@@ -341,11 +473,10 @@ func parseFeedRow(field, text string) (row storedFeedRow, legacy bool, ok bool) 
 		DownCredited: n[4], SeedMillis: n[5], LeechMillis: n[6], Snatched: n[7]}, announced: n[8]}, !named, true
 }
 
-// FeedBackstop indexes every torrent with feed rows that the index lacks
-// (its mark was lost: a frontend killed before its flush), scanning
-// every master; it returns how many it indexed. It costs a scan of the
-// keyspace, so it runs rarely (the plugin's feed backstop period).
-func (s *Store) FeedBackstop(ctx context.Context) (int, error) {
+// legacyFeedIndex indexes every torrent with feed rows an earlier build
+// wrote that the index lacks (its mark was lost: a frontend killed before
+// its flush), scanning every master; it returns how many it indexed.
+func (s *Store) legacyFeedIndex(ctx context.Context) (int, error) {
 	indexed := 0
 	now := float64(s.nowMillis())
 	err := s.scanKeys(ctx, btstore.FeedRowsPattern, func(keys []string) error {
@@ -368,36 +499,142 @@ func (s *Store) FeedBackstop(ctx context.Context) (int, error) {
 		return nil
 	})
 	if err != nil {
-		return indexed, fmt.Errorf("swarm.FeedBackstop: %w", err)
+		return indexed, fmt.Errorf("swarm.drainLegacyFeed: %w", err)
 	}
 	return indexed, nil
 }
 
-// feedLoop runs a feed round every FeedInterval and the backstop every
-// FeedBackstopInterval, on every frontend: rounds on two frontends at
-// once deliver some rows twice, with the same keys.
+// feedLoop runs, on every frontend with a feed, a round every
+// FeedInterval, or at once when the rows held reach half the buffer's cap.
+// Before its first round it delivers what an earlier build left in Redis
+// (drainLegacyFeed, retried every round until it succeeded) and what
+// frontends killed before this start left (FeedDeadWriters); after every
+// round, what frontends dead since left, and what this one dropped past
+// its cap (feedDropped).
 func (s *Store) feedLoop(ctx context.Context) {
 	defer s.wg.Done()
 	rounds := time.NewTicker(s.cfg.FeedInterval)
 	defer rounds.Stop()
-	backstop := time.NewTicker(s.cfg.FeedBackstopInterval)
-	defer backstop.Stop()
+	legacyDone := s.feedLegacy(ctx)
+	s.feedDeadWriters(ctx)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-rounds.C:
-			if _, err := s.FeedRound(ctx, s.cfg.OnFeed); err != nil && ctx.Err() == nil {
-				s.logger.Warn("swarm: a feed round failed; its rows wait for the next", "error", err)
-			}
-		case <-backstop.C:
-			if n, err := s.FeedBackstop(ctx); err != nil && ctx.Err() == nil {
-				s.logger.Warn("swarm: the feed's backstop failed", "error", err)
-			} else if n > 0 {
-				s.logger.Info("swarm: the feed's backstop indexed torrents whose mark was lost", "torrents", n)
-			}
+		case <-s.feed.wake:
 		}
+		if !legacyDone {
+			legacyDone = s.feedLegacy(ctx)
+		}
+		if err := s.feedRoundStamped(ctx); err != nil && ctx.Err() == nil {
+			s.logger.Warn("swarm: a feed round failed; its rows are held for the next", "error", err)
+		}
+		s.feedDropped(ctx)
+		// A heartbeat gone since the last round: one read of the
+		// registry per round, a scan only when one is gone.
+		s.feedDeadWriters(ctx)
 	}
+}
+
+// feedLegacy runs drainLegacyFeed for the feed loop, logging what it did;
+// it tells whether the drain is done.
+func (s *Store) feedLegacy(ctx context.Context) bool {
+	n, err := s.drainLegacyFeed(ctx, s.cfg.OnFeed)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.logger.Warn("swarm: delivering the feed rows an earlier build left failed; the next round tries again", "error", err)
+		}
+		return false
+	}
+	if n > 0 {
+		s.logger.Info("swarm: delivered the feed rows an earlier build left in Redis", "rows", n)
+	}
+	return true
+}
+
+// feedDeadWriters runs FeedDeadWriters for the feed loop, logging what it
+// found.
+func (s *Store) feedDeadWriters(ctx context.Context) {
+	n, err := s.FeedDeadWriters(ctx, s.cfg.OnFeed)
+	if err != nil && ctx.Err() == nil {
+		s.logger.Warn("swarm: delivering dead frontends' records failed; the next round tries again", "error", err)
+	} else if n > 0 {
+		s.logger.Info("swarm: delivered the records of frontends whose heartbeat expired", "rows", n)
+	}
+}
+
+// feedDropped logs the rows dropped past the buffer's cap since it last
+// did, and delivers the records this frontend stamped since the oldest it
+// dropped (FeedOwnRecords); done, "fed up to" may pass them again.
+func (s *Store) feedDropped(ctx context.Context) {
+	if n, logged := s.counters.feedRowsDropped.Load(), s.counters.feedDropsLogged.Load(); n > logged {
+		s.counters.feedDropsLogged.Store(n)
+		s.logger.Warn("swarm: feed rows were dropped past the buffer's cap; this frontend's scan delivers their records",
+			"rows", n-logged, "cap", s.cfg.FeedBufferRows)
+	}
+	from, gen := s.feed.droppedSince()
+	if from == 0 {
+		return
+	}
+	n, err := s.FeedOwnRecords(ctx, from, s.cfg.OnFeed)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.logger.Warn("swarm: delivering the records of dropped feed rows failed; the next round tries again", "error", err)
+		}
+		return
+	}
+	s.feed.recovered(gen)
+	s.logger.Info("swarm: delivered the records of dropped feed rows", "rows", n)
+}
+
+// FeedOwnRecords delivers the rows of the records this frontend stamped
+// with a last_announce at or after from (ms), as the backstop does for a
+// dead frontend's (feedwriters.go), and returns how many it delivered.
+func (s *Store) FeedOwnRecords(ctx context.Context, from int64, deliver func(context.Context, []FeedBatch) error) (int, error) {
+	mine := map[string]int64{s.owner: from}
+	delivered := 0
+	err := s.scanKeys(ctx, btstore.UserTorrentPattern, func(keys []string) error {
+		n, err := s.feedDeadWritersBatch(ctx, keys, mine, deliver)
+		delivered += n
+		return err
+	})
+	if err != nil {
+		return delivered, fmt.Errorf("swarm.FeedOwnRecords: %w", err)
+	}
+	return delivered, nil
+}
+
+// feedRoundStamped is the feed loop's round, and records a complete one
+// (roundDelivered: the frontend stops its heartbeat once it holds nothing
+// more; frontends.go). Rows are held before their stamp is counted, so
+// every change counted before the round began is in what it takes.
+func (s *Store) feedRoundStamped(ctx context.Context) error {
+	start := s.roundStarts()
+	_, complete, err := s.feedRound(ctx, s.cfg.OnFeed)
+	if complete {
+		s.roundDelivered(start)
+	}
+	return err
+}
+
+// stopFeed is Stop's last round: it delivers every row this frontend
+// holds (the write-behind queue was written before, so its rows are
+// held). It tells whether the frontend may leave the registry: only when
+// everything it answered was delivered; otherwise its entry stays, its
+// heartbeat expires, and another frontend's backstop delivers its
+// records (FeedDeadWriters).
+func (s *Store) stopFeed(ctx context.Context) bool {
+	if !s.feedOn() {
+		return true
+	}
+	n, complete, err := s.feedRound(ctx, s.cfg.OnFeed)
+	if from, _ := s.feed.droppedSince(); complete && from == 0 {
+		return true
+	}
+	s.logger.Warn("swarm: stopping with feed rows not delivered; another frontend's backstop delivers their records",
+		"delivered", n, "held", s.feed.held(), "error", err)
+	return false
 }
 
 // FeedKey is a row's key: the site keeps the newest seq per user and

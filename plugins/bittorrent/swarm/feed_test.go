@@ -2,13 +2,12 @@ package swarm_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hoardproject/hoard/internal/redistest"
@@ -48,46 +47,52 @@ func (l *ledger) deliver(_ context.Context, batches []swarm.FeedBatch) error {
 	return nil
 }
 
-// crash is what a feed hook panics with to stop a round between delivery
-// and settling, as a kill -9 would.
-type crash struct{}
-
-// roundCrashing runs a feed round whose hook crashes it after delivering
-// the first batch, and reports whether it crashed.
-func roundCrashing(t *testing.T, s *swarm.Store, l *ledger) (crashed bool) {
-	t.Helper()
-	swarm.SetFeedHook(s, func(swarm.FeedBatch) { panic(crash{}) })
-	defer swarm.SetFeedHook(s, nil)
-	defer func() {
-		if r := recover(); r != nil {
-			_, crashed = r.(crash)
-			require.True(t, crashed, r)
-		}
-	}()
-	_, err := s.FeedRound(context.Background(), l.deliver)
-	require.NoError(t, err)
-	return false
+// refusing is a deliverer that refuses every call while refuse is set,
+// counting the calls refused, and hands the others to the ledger.
+type refusing struct {
+	l       *ledger
+	refuse  bool
+	refused int
 }
 
-// The site's ledger, fed by two frontends' rounds that overlap and one
-// that crashes between delivery and settling again and again, ends equal
-// to every user's record on every torrent: each change reaches it exactly
-// once after dropping seen keys, none is missed. A mark lost before its
-// flush is found by the backstop.
+func (r *refusing) deliver(ctx context.Context, batches []swarm.FeedBatch) error {
+	if r.refuse {
+		r.refused++
+		return errors.New("the outbox refused the batch")
+	}
+	return r.l.deliver(ctx, batches)
+}
+
+// noFeedRowsInRedis asserts the feed wrote no row and no index entry:
+// since S5 the rows are only in the answering frontend's memory.
+func noFeedRowsInRedis(t *testing.T, b redistest.Backend, hashes ...bittorrent.InfoHash) {
+	t.Helper()
+	ctx := context.Background()
+	for _, hash := range hashes {
+		require.Zero(t, b.Client.Exists(ctx, btstore.FeedRowsKey(hash)).Val(), "no feed row written")
+		require.Zero(t, b.Client.Exists(ctx, btstore.FeedIndexKey(btstore.FeedShard(hash))).Val(), "no index written")
+	}
+}
+
+// The site's ledger, fed by a frontend's rounds from the rows it holds,
+// some of them refused by the outbox, ends equal to every user's record on
+// every torrent: each change reaches it once, none is missed, a refused
+// round's rows wait in memory for the next, and no row or index is
+// written to Redis. Each batch carries its torrent's counters as the
+// replies said them.
 func TestFeedReachesTheLedgerExactlyOnce(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		f, _ := privateFixture(t, b, swarm.Config{})
+		l := newLedger()
+		d := &refusing{l: l}
+		var counters sync.Map // hex info-hash -> the newest batch delivered
+		f, _ := privateFixture(t, b, swarm.Config{OnFeed: d.deliver})
 		ctx := context.Background()
-		other, err := swarm.New(b.Client, swarm.Config{Private: true, Logger: quietLogger, Clock: f.clock})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = other.Stop() })
 		hashes := []bittorrent.InfoHash{infoHash("feed-a"), infoHash("feed-b"), infoHash("feed-c")}
 		for i, hash := range hashes {
 			require.NoError(t, f.store.RegisterTorrent(ctx, hash, fmt.Sprintf("f%d", i)))
 		}
-		l := newLedger()
+		swarm.SetFeedHook(f.store, func(batch swarm.FeedBatch) { counters.Store(btstore.HexInfoHash(batch.InfoHash), batch) })
 		users := []string{"passkeyA", "passkeyB"}
-		crashes := 0
 		for step := 1; step <= 12; step++ {
 			for i, hash := range hashes {
 				for j, p := range users {
@@ -96,37 +101,33 @@ func TestFeedReachesTheLedgerExactlyOnce(t *testing.T) {
 					if step == 1 {
 						ev = event(bittorrent.EventStarted)
 					}
-					f.announce(hash, peerID("-TR", n), n, passkey(p), ev, transfer(uint64(step*100*(j+1)), uint64(step*1000)))
+					opts := []announceOpt{passkey(p), ev, transfer(uint64(step*100*(j+1)), uint64(step*1000))}
+					if j == 1 && step > 6 {
+						opts = append(opts, seeding) // bob seeds from step 7
+					}
+					f.announce(hash, peerID("-TR", n), n, opts...)
 				}
 			}
 			f.flush()
-			switch step % 3 {
-			case 0:
-				if roundCrashing(t, f.store, l) {
-					crashes++
-				}
-			case 1:
-				var wg sync.WaitGroup
-				for _, s := range []*swarm.Store{f.store, other} {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						_, err := s.FeedRound(ctx, l.deliver)
-						require.NoError(t, err)
-					}()
-				}
-				wg.Wait()
+			d.refuse = step%3 == 0
+			_, err := f.store.FeedRound(ctx, d.deliver)
+			if d.refuse {
+				require.Error(t, err)
+				require.Equal(t, len(hashes)*len(users), f.store.FeedRowsHeld(), "a refused round's rows are held again")
+			} else {
+				require.NoError(t, err)
+				require.Zero(t, f.store.FeedRowsHeld())
 			}
 		}
-		require.Positive(t, crashes)
-		// drain
-		for range 3 {
-			_, err := other.FeedRound(ctx, l.deliver)
-			require.NoError(t, err)
-		}
-		rows, err := other.FeedRound(ctx, l.deliver)
+		require.Positive(t, d.refused)
+		d.refuse = false
+		rows, err := f.store.FeedRound(ctx, d.deliver)
 		require.NoError(t, err)
-		require.Zero(t, rows, "nothing left dirty")
+		require.Equal(t, len(hashes)*len(users), rows, "the last refused round's rows")
+		rows, err = f.store.FeedRound(ctx, d.deliver)
+		require.NoError(t, err)
+		require.Zero(t, rows, "nothing left held")
+		noFeedRowsInRedis(t, b, hashes...)
 		for _, hash := range hashes {
 			for _, user := range []string{"alice", "bob"} {
 				want := f.onTorrent(hash, user)
@@ -136,82 +137,71 @@ func TestFeedReachesTheLedgerExactlyOnce(t *testing.T) {
 				require.Equal(t, want.UpCredited, got.UpCredited, user)
 				require.Equal(t, want.DownCredited, got.DownCredited, user)
 				require.Equal(t, want.Seq, got.Seq, user)
+				require.Equal(t, want.SeedTime.Milliseconds(), got.SeedMillis, user)
+				require.Equal(t, want.LeechTime.Milliseconds(), got.LeechMillis, user)
 			}
+			info, err := f.store.Torrent(ctx, hash)
+			require.NoError(t, err)
+			v, ok := counters.Load(btstore.HexInfoHash(hash))
+			require.True(t, ok)
+			batch := v.(swarm.FeedBatch)
+			require.Equal(t, info.ID, batch.TorrentID)
+			require.Equal(t, info.Seeders, batch.Seeders)
+			require.Equal(t, info.Leechers, batch.Leechers)
+			require.Equal(t, info.Snatches, batch.Snatches)
+			require.Equal(t, info.LastAction.UnixMilli(), batch.LastAction, "seeded at the last announce: the reply's time")
 		}
-		require.Positive(t, l.copies, "crashed rounds delivered rows again, dropped by key")
-
-		// A mark lost (the frontend died before its flush): only the
-		// backstop finds the torrent.
-		f.announce(hashes[0], peerID("-TR", 0), 0, passkey("passkeyA"), transfer(99999, 99999))
-		f.flush()
-		for shard := range btstore.FeedShards {
-			require.NoError(t, b.Client.Del(ctx, btstore.FeedIndexKey(shard)).Err())
-		}
-		rows, err = f.store.FeedRound(ctx, l.deliver)
-		require.NoError(t, err)
-		require.Zero(t, rows)
-		indexed, err := f.store.FeedBackstop(ctx)
-		require.NoError(t, err)
-		require.Equal(t, 1, indexed)
-		rows, err = f.store.FeedRound(ctx, l.deliver)
-		require.NoError(t, err)
-		require.Equal(t, 1, rows)
-		require.Equal(t, f.onTorrent(hashes[0], "alice").Uploaded, l.newest["alice:"+btstore.HexInfoHash(hashes[0])].Uploaded)
-		require.Greater(t, l.newest["alice:"+btstore.HexInfoHash(hashes[0])].Uploaded, int64(90000))
+		require.Zero(t, l.copies, "a refused round delivered nothing, so nothing came twice")
 	})
 }
 
-// Rows an earlier build wrote, under the user id alone, are delivered
-// and settled as before (feed_settle.lua), beside the seq-named rows this
-// build writes for the same user.
-func TestFeedDeliversRowsAnEarlierBuildWrote(t *testing.T) {
+// Rows an earlier build left in Redis (btstore.FeedRowsKey, the index's
+// mark lost, one row under the user id alone as builds before s36 wrote
+// it) are delivered once by the drain a feed loop runs at start, and
+// deleted; a second start sends nothing.
+func TestFeedLoopDeliversRowsAnEarlierBuildLeftOnceAtStart(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		f, _ := privateFixture(t, b, swarm.Config{})
 		ctx := context.Background()
-		hash := infoHash("feed-legacy")
-		require.NoError(t, f.store.RegisterTorrent(ctx, hash, "fl"))
-		rowsKey := btstore.FeedRowsKey(hash)
-		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), event(bittorrent.EventStarted), transfer(0, 0))
-		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), transfer(500, 700))
-		f.flush()
-		// As the earlier build left it: the row at seq 1 under "alice".
-		row, err := b.Client.HGet(ctx, rowsKey, "alice:1").Result()
-		require.NoError(t, err)
-		require.NoError(t, b.Client.HDel(ctx, rowsKey, "alice:1").Err())
-		require.NoError(t, b.Client.HSet(ctx, rowsKey, "alice", row).Err())
-		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), transfer(900, 1700))
-		f.flush()
-		fields, err := b.Client.HKeys(ctx, rowsKey).Result()
-		require.NoError(t, err)
-		require.ElementsMatch(t, []string{"alice", "alice:2"}, fields)
-
+		hash, other := infoHash("feed-legacy"), infoHash("feed-legacy-2")
+		// As the earlier build left them: "seq,uploaded,downloaded,
+		// up_credit,down_credit,seed_ms,leech_ms,snatched,last_announce".
+		require.NoError(t, b.Client.HSet(ctx, btstore.FeedRowsKey(hash), "alice", "3,500,700,500,0,0,60000,0,1000",
+			"bob:2", "2,10,20,10,20,0,1000,0,1000").Err())
+		require.NoError(t, b.Client.HSet(ctx, btstore.FeedRowsKey(other), "alice:7", "7,1,2,3,4,5,6,0,1000").Err())
 		l := newLedger()
-		rows, err := f.store.FeedRound(ctx, l.deliver)
-		require.NoError(t, err)
-		require.Equal(t, 2, rows)
-		require.Zero(t, b.Client.Exists(ctx, rowsKey).Val(), "both rows settled")
-		got := l.newest["alice:"+btstore.HexInfoHash(hash)]
-		want := f.onTorrent(hash, "alice")
-		require.Equal(t, want.Seq, got.Seq)
-		require.Equal(t, int64(900), got.Uploaded)
-		require.Equal(t, want.Downloaded, got.Downloaded)
-		require.True(t, l.seen[swarm.FeedKey("alice", hash, 1)], "the earlier build's row was delivered")
+		for start := range 2 {
+			f := newFixture(t, b, swarm.Config{Private: true, FeedInterval: time.Hour, OnFeed: l.deliver})
+			require.NoError(t, f.store.Start(ctx))
+			require.Eventually(t, func() bool {
+				return b.Client.Exists(ctx, btstore.FeedRowsKey(hash)).Val() == 0 &&
+					b.Client.Exists(ctx, btstore.FeedRowsKey(other)).Val() == 0
+			}, 10*time.Second, 10*time.Millisecond, "start %d", start)
+			require.NoError(t, f.store.Stop())
+		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		require.Len(t, l.seen, 3)
+		require.Zero(t, l.copies, "delivered once")
+		require.Equal(t, swarm.FeedRow{UserID: "alice", Seq: 3, Uploaded: 500, Downloaded: 700, UpCredited: 500,
+			LeechMillis: 60000}, l.newest["alice:"+btstore.HexInfoHash(hash)])
+		require.Equal(t, int64(7), l.newest["alice:"+btstore.HexInfoHash(other)].Seq)
+		require.Equal(t, int64(2), l.newest["bob:"+btstore.HexInfoHash(hash)].Seq)
 	})
 }
 
-// A row that a newer announce replaces while its round delivers it stays
-// for the next round: the round deletes the fields it delivered, and the
-// newer row is another field.
+// A row that a newer announce replaces while its round delivers it is
+// held for the next round: the round took the rows it delivers, and the
+// newer one came in after.
 func TestFeedRoundKeepsARowReplacedWhileDelivering(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		f, _ := privateFixture(t, b, swarm.Config{})
+		l := newLedger()
+		f, _ := privateFixture(t, b, swarm.Config{OnFeed: l.deliver})
 		ctx := context.Background()
 		hash := infoHash("feed-replaced")
 		require.NoError(t, f.store.RegisterTorrent(ctx, hash, "fr"))
 		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), event(bittorrent.EventStarted), transfer(0, 0))
 		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), transfer(500, 700))
 		f.flush()
-		l := newLedger()
 		swarm.SetFeedHook(f.store, func(swarm.FeedBatch) {
 			f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), transfer(800, 900))
 		})
@@ -227,122 +217,81 @@ func TestFeedRoundKeepsARowReplacedWhileDelivering(t *testing.T) {
 		got := l.newest["alice:"+btstore.HexInfoHash(hash)]
 		require.Equal(t, int64(800), got.Uploaded)
 		require.Equal(t, f.onTorrent(hash, "alice").Seq, got.Seq)
-		require.Zero(t, b.Client.Exists(ctx, btstore.FeedRowsKey(hash)).Val())
+		noFeedRowsInRedis(t, b, hash)
 	})
 }
 
-// shardHash is a torrent whose feed index shard is 0, so a test can fill
-// one shard with more torrents than one step of a round takes.
-func shardHash(i int) bittorrent.InfoHash {
-	h := infoHash(fmt.Sprintf("feed-shard-%d", i))
-	h[0] = 0
-	return h
-}
-
-// A round takes every torrent its shard has indexed, step after step,
-// not one step's worth (until s45 it took 100 per shard, so a tracker
-// whose announces touched more torrents than 1,600 per feed interval fell
-// behind for good); and it stops when FeedInterval has passed since it
-// began, leaving the rest indexed for the next round.
-func TestFeedRoundTakesTheWholeShard(t *testing.T) {
+// The buffer is bounded: past its cap the oldest rows are dropped and
+// counted, "fed up to" stays before the oldest dropped, and the
+// frontend's own scan of the records it stamped delivers them; at half
+// the cap the feed loop runs a round at once, not at its interval.
+func TestFeedBufferDropsTheOldestPastItsCapAndScansForThem(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		f, _ := privateFixture(t, b, swarm.Config{FeedInterval: time.Second})
-		ctx := context.Background()
-		const torrents = 2*swarm.FeedRoundLimit + 30
-		for i := range torrents {
-			hash := shardHash(i)
-			require.Equal(t, 0, btstore.FeedShard(hash))
-			require.NoError(t, f.store.RegisterTorrent(ctx, hash, fmt.Sprintf("ws%d", i)))
-			f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), event(bittorrent.EventStarted), transfer(0, 0))
-			f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), transfer(uint64(100+i), 7))
-		}
-		f.flush()
 		l := newLedger()
-		rows, err := f.store.FeedRound(ctx, l.deliver)
-		require.NoError(t, err)
-		require.Equal(t, torrents, rows, "one round delivered every torrent's row")
-		require.Len(t, l.newest, torrents)
-		for i := range torrents {
-			require.Equal(t, int64(100+i), l.newest["alice:"+btstore.HexInfoHash(shardHash(i))].Uploaded)
+		f, _ := privateFixture(t, b, swarm.Config{OnFeed: l.deliver, FeedBufferRows: 4})
+		ctx := context.Background()
+		hashes := []bittorrent.InfoHash{infoHash("cap-a"), infoHash("cap-b"), infoHash("cap-c")}
+		for i, hash := range hashes {
+			require.NoError(t, f.store.RegisterTorrent(ctx, hash, fmt.Sprintf("c%d", i)))
 		}
-		require.Equal(t, []string{btstore.FeedIndexKeeper}, b.Client.ZRange(ctx, btstore.FeedIndexKey(0), 0, -1).Val(),
-			"only the keeper is left in the index")
-
-		// Out of time after its first step: the rest waits, indexed.
-		for i := range torrents {
-			f.announce(shardHash(i), peerID("-TR", 1), 1, passkey("passkeyA"), transfer(uint64(1000+i), 7))
+		for i, hash := range hashes {
+			for j, p := range []string{"passkeyA", "passkeyB"} {
+				f.announce(hash, peerID("-TR", 10*i+j), 10*i+j, passkey(p), event(bittorrent.EventStarted))
+			}
+		}
+		require.Zero(t, f.store.FeedRowsHeld(), "a start moves no fed figure")
+		start := f.clock.Now().UnixMilli()
+		for i, hash := range hashes {
+			for j, p := range []string{"passkeyA", "passkeyB"} {
+				f.clock.Advance(time.Second)
+				f.announce(hash, peerID("-TR", 10*i+j), 10*i+j, passkey(p), transfer(uint64(100*(i+1)), 0))
+			}
 		}
 		f.flush()
-		swarm.SetFeedHook(f.store, func(swarm.FeedBatch) { f.clock.Advance(10 * time.Millisecond) })
-		rows, err = f.store.FeedRound(ctx, l.deliver)
-		swarm.SetFeedHook(f.store, nil)
-		require.NoError(t, err)
-		require.Equal(t, swarm.FeedRoundLimit, rows, "the first step's torrents; then the round's second was up")
-		require.Equal(t, int64(torrents-swarm.FeedRoundLimit+1), b.Client.ZCard(ctx, btstore.FeedIndexKey(0)).Val())
-		rows, err = f.store.FeedRound(ctx, l.deliver)
-		require.NoError(t, err)
-		require.Equal(t, torrents-swarm.FeedRoundLimit, rows, "the next round took the rest")
-		for i := range torrents {
-			require.Equal(t, int64(1000+i), l.newest["alice:"+btstore.HexInfoHash(shardHash(i))].Uploaded)
+		require.Equal(t, 4, f.store.FeedRowsHeld())
+		require.Equal(t, int64(2), f.store.FeedRowsDropped(), "the two oldest")
+		require.NoError(t, swarm.FeedRoundStamped(ctx, f.store))
+		require.Len(t, l.seen, 4, "the rows held")
+		require.Equal(t, start+1000, swarm.FedUpTo(f.store), "before the oldest dropped: hashes[0]'s first announce")
+		require.NoError(t, swarm.FeedDropped(ctx, f.store))
+		require.Len(t, l.seen, 6, "the dropped rows' records, from the frontend's scan")
+		for i, hash := range hashes {
+			for _, user := range []string{"alice", "bob"} {
+				require.Equal(t, f.onTorrent(hash, user).Seq, l.newest[user+":"+btstore.HexInfoHash(hash)].Seq, i)
+				require.Equal(t, f.onTorrent(hash, user).Uploaded, l.newest[user+":"+btstore.HexInfoHash(hash)].Uploaded, i)
+			}
 		}
+		f.clock.Advance(time.Second)
+		f.announce(hashes[0], peerID("-TR", 0), 0, passkey("passkeyA"), transfer(5000, 0))
+		f.flush()
+		require.NoError(t, swarm.FeedRoundStamped(ctx, f.store))
+		require.Equal(t, f.clock.Now().UnixMilli(), swarm.FedUpTo(f.store), "recovered: the next round moves it")
+
+		// Half the cap wakes the loop at once (its interval is an hour).
+		woken := newLedger()
+		g, _ := privateFixture(t, b, swarm.Config{OnFeed: woken.deliver, FeedBufferRows: 4, FeedInterval: time.Hour})
+		require.NoError(t, g.store.Start(ctx))
+		for j, p := range []string{"passkeyA", "passkeyB"} {
+			g.announce(hashes[2], peerID("-TR", 100+j), 100+j, passkey(p), event(bittorrent.EventStarted))
+			g.clock.Advance(time.Second)
+			g.announce(hashes[2], peerID("-TR", 100+j), 100+j, passkey(p), transfer(1, 1))
+		}
+		require.Eventually(t, func() bool {
+			woken.mu.Lock()
+			defer woken.mu.Unlock()
+			return len(woken.seen) == 2
+		}, 10*time.Second, 10*time.Millisecond)
 	})
 }
 
-// The feed's index shards are skiplists, never listpacks (whose every
-// ZADD, ZSCORE and ZREM walks the whole set): the flush adds the shard's
-// keeper with its marks, a shard an earlier build left as a listpack is
-// converted by the next flush, rounds skip the keeper and never remove
-// it, and the backstop adds it too.
-func TestFeedIndexStaysASkiplist(t *testing.T) {
-	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		f, _ := privateFixture(t, b, swarm.Config{})
-		ctx := context.Background()
-		hash := infoHash("feed-skiplist")
-		require.NoError(t, f.store.RegisterTorrent(ctx, hash, "fs"))
-		index := btstore.FeedIndexKey(btstore.FeedShard(hash))
-		// As an earlier build left it: a listpack with one stale entry.
-		stale := strings.Repeat("ab", 20)
-		require.NoError(t, b.Client.ZAdd(ctx, index, redis.Z{Score: 1, Member: stale}).Err())
-		require.Equal(t, "listpack", b.Client.ObjectEncoding(ctx, index).Val())
-
-		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), event(bittorrent.EventStarted), transfer(0, 0))
-		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), transfer(500, 700))
-		f.flush()
-		require.Equal(t, "skiplist", b.Client.ObjectEncoding(ctx, index).Val())
-		require.Equal(t, float64(btstore.FeedIndexKeeperScore), b.Client.ZScore(ctx, index, btstore.FeedIndexKeeper).Val())
-
-		l := newLedger()
-		for range 2 {
-			_, err := f.store.FeedRound(ctx, l.deliver)
-			require.NoError(t, err)
-		}
-		require.Equal(t, f.onTorrent(hash, "alice").Seq, l.newest["alice:"+btstore.HexInfoHash(hash)].Seq)
-		require.Equal(t, []string{btstore.FeedIndexKeeper}, b.Client.ZRange(ctx, index, 0, -1).Val(),
-			"the delivered torrent and the stale entry left; the keeper stays")
-		require.Equal(t, "skiplist", b.Client.ObjectEncoding(ctx, index).Val())
-
-		// A lost mark: the backstop indexes the torrent, with the keeper.
-		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), transfer(900, 900))
-		f.flush()
-		require.NoError(t, b.Client.Del(ctx, index).Err())
-		indexed, err := f.store.FeedBackstop(ctx)
-		require.NoError(t, err)
-		require.Equal(t, 1, indexed, "the keeper is not counted")
-		require.Equal(t, "skiplist", b.Client.ObjectEncoding(ctx, index).Val())
-		rows, err := f.store.FeedRound(ctx, l.deliver)
-		require.NoError(t, err)
-		require.Equal(t, 1, rows)
-		require.Equal(t, int64(900), l.newest["alice:"+btstore.HexInfoHash(hash)].Uploaded)
-	})
-}
-
-// A user purged while its row waits in the feed loses nothing the site
-// has not received: the row is the record's figures at its newest seq,
-// kept apart from the record, so the purge deletes the record and the
-// round still delivers the row.
+// A user purged while its row is held loses nothing the site has not
+// received: the row is the record's figures at its newest seq, held apart
+// from the record, so the purge deletes the record and the round still
+// delivers the row.
 func TestFeedDeliversTheRowOfAPurgedRecord(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
-		f, _ := privateFixture(t, b, swarm.Config{})
+		l := newLedger()
+		f, _ := privateFixture(t, b, swarm.Config{OnFeed: l.deliver})
 		ctx := context.Background()
 		hash := infoHash("feed-purged")
 		require.NoError(t, f.store.RegisterTorrent(ctx, hash, "fp"))
@@ -364,11 +313,8 @@ func TestFeedDeliversTheRowOfAPurgedRecord(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 1, progress.Records)
 		require.Zero(t, b.Client.Exists(ctx, btstore.UserTorrentKey(hash, "alice")).Val(), "the record went")
-		fields, err := b.Client.HKeys(ctx, btstore.FeedRowsKey(hash)).Result()
-		require.NoError(t, err)
-		require.Equal(t, []string{fmt.Sprintf("alice:%d", want.Seq)}, fields, "the row waits at its seq")
+		require.Equal(t, 1, f.store.FeedRowsHeld(), "the row is held at its seq")
 
-		l := newLedger()
 		rows, err := f.store.FeedRound(ctx, l.deliver)
 		require.NoError(t, err)
 		require.Equal(t, 1, rows)
@@ -377,6 +323,6 @@ func TestFeedDeliversTheRowOfAPurgedRecord(t *testing.T) {
 		require.Equal(t, want.Uploaded, got.Uploaded)
 		require.Equal(t, want.Downloaded, got.Downloaded)
 		require.Equal(t, want.LeechTime.Milliseconds(), got.LeechMillis)
-		require.Zero(t, b.Client.Exists(ctx, btstore.FeedRowsKey(hash)).Val())
+		noFeedRowsInRedis(t, b, hash)
 	})
 }

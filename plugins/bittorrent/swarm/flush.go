@@ -51,8 +51,16 @@ type userUpdate struct {
 // credited (bytes).
 type transfer [4]int64
 
-// The fields of btstore.UserStatsKey, in transfer's order.
-var transferFields = [4]string{"uploaded", "downloaded", "up_credit", "down_credit"}
+// The fields of btstore.UserStatsKey, in the order of transfer.stored.
+var transferFields = [4]string{"uploaded", "downloaded", "up_extra", "down_extra"}
+
+// stored is t as the totals keep it (btstore.UserStatsKey): the credited
+// figures as their difference from the raw ones, which no multiplier or
+// token makes nonzero on nearly every announce, so the flush skips their
+// HINCRBY (s43). Readers add the raw figure back (Store.User).
+func (t transfer) stored() transfer {
+	return transfer{t[0], t[1], t[2] - t[0], t[3] - t[1]}
+}
 
 // indexDelta is how one torrent's index scores changed.
 type indexDelta struct {
@@ -70,9 +78,6 @@ type pending struct {
 	index  map[bittorrent.InfoHash]*indexDelta
 	users  map[userTorrent]userUpdate
 	totals map[string]*transfer
-	// feed: torrents a script reported a feed mark for (a user's row is
-	// new in its feed rows), to index in btstore.FeedIndexKey
-	feed map[bittorrent.InfoHash]struct{}
 	// ledger: user-torrent record -> its ledger entries since the last
 	// flush (HSET fields and values, in announce order); cheats: the
 	// announces whose figures crossed a signal's threshold (watch.go)
@@ -84,13 +89,12 @@ func (p *pending) reset() {
 	p.index = make(map[bittorrent.InfoHash]*indexDelta)
 	p.users = make(map[userTorrent]userUpdate)
 	p.totals = make(map[string]*transfer)
-	p.feed = make(map[bittorrent.InfoHash]struct{})
 	p.ledger = make(map[string][]any)
 	p.cheats = nil
 }
 
 func (p *pending) size() int {
-	return len(p.index) + len(p.users) + len(p.totals) + len(p.feed) + len(p.ledger) + len(p.cheats)
+	return len(p.index) + len(p.users) + len(p.totals) + len(p.ledger) + len(p.cheats)
 }
 
 // addWatch records one announce's ledger entry (HSET field and value, nil:
@@ -153,38 +157,32 @@ func (p *pending) addTotalsLocked(userID string, d transfer) {
 // addAnnounce records one announce's effects; it reports whether the
 // batch has grown past maxPendingEntries.
 func (p *pending) addAnnounce(hash bittorrent.InfoHash, dSeeders, dLeechers, snatched int64, userID string,
-	moved transfer, update *userUpdate, feedMark bool) bool {
+	moved transfer, update *userUpdate) bool {
 	p.addStat(statAnnounces, 1)
 	p.addStat(statSeeders, dSeeders)
 	p.addStat(statLeechers, dLeechers)
 	p.addStat(statSnatches, snatched)
-	if dSeeders == 0 && dLeechers == 0 && snatched == 0 && update == nil && moved == (transfer{}) && !feedMark {
+	if dSeeders == 0 && dLeechers == 0 && snatched == 0 && update == nil && moved == (transfer{}) {
 		return false // the common announce: nothing but the counter
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.addIndexLocked(hash, dSeeders, dLeechers, snatched)
 	p.addUserLocked(update)
-	p.addTotalsLocked(userID, moved)
-	if feedMark {
-		p.feed[hash] = struct{}{}
-	}
+	p.addTotalsLocked(userID, moved.stored())
 	return p.size() > maxPendingEntries
 }
 
 // addRefresh records a written-behind plain re-announce's effects (its
 // announce was counted when it was answered).
-func (p *pending) addRefresh(hash bittorrent.InfoHash, userID string, moved transfer, update *userUpdate, feedMark bool) {
-	if update == nil && moved == (transfer{}) && !feedMark {
+func (p *pending) addRefresh(userID string, moved transfer, update *userUpdate) {
+	if update == nil && moved == (transfer{}) {
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.addUserLocked(update)
-	p.addTotalsLocked(userID, moved)
-	if feedMark {
-		p.feed[hash] = struct{}{}
-	}
+	p.addTotalsLocked(userID, moved.stored())
 }
 
 // addExpiry records one expire.lua run's effects.
@@ -206,7 +204,6 @@ type batch struct {
 	index  map[bittorrent.InfoHash]*indexDelta
 	users  map[userTorrent]userUpdate
 	totals map[string]*transfer
-	feed   map[bittorrent.InfoHash]struct{}
 	ledger map[string][]any
 	cheats []*cheatCheck
 }
@@ -219,7 +216,7 @@ func (p *pending) take() batch {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	b.index, b.users, b.totals, b.feed, b.ledger, b.cheats = p.index, p.users, p.totals, p.feed, p.ledger, p.cheats
+	b.index, b.users, b.totals, b.ledger, b.cheats = p.index, p.users, p.totals, p.ledger, p.cheats
 	p.reset()
 	return b
 }
@@ -315,35 +312,6 @@ func (s *Store) flushLocked(ctx context.Context) error {
 			})
 		}
 	}
-	// One ZADD per shard of the feed's index, every torrent marked since
-	// the last flush in it and the shard's keeper. A plain ZADD: the
-	// score moves to now, so a feed round that read the old score and
-	// found no rows left leaves the entry (zrem_unchanged.lua).
-	now := float64(s.nowMillis())
-	var marked [btstore.FeedShards][]bittorrent.InfoHash
-	for hash := range work.feed {
-		shard := btstore.FeedShard(hash)
-		marked[shard] = append(marked[shard], hash)
-	}
-	for shard, hashes := range marked {
-		if len(hashes) == 0 {
-			continue
-		}
-		// The keeper first: a shard this ZADD creates is then a skiplist
-		// from the start (btstore.FeedIndexKeeper says why).
-		members := make([]redis.Z, len(hashes)+1)
-		members[0] = redis.Z{Score: btstore.FeedIndexKeeperScore, Member: btstore.FeedIndexKeeper}
-		for i, hash := range hashes {
-			members[i+1] = redis.Z{Score: now, Member: btstore.HexInfoHash(hash)}
-		}
-		queue(pipe.ZAdd(ctx, btstore.FeedIndexKey(shard), members...), func() {
-			s.pending.mu.Lock()
-			for _, hash := range hashes {
-				s.pending.feed[hash] = struct{}{}
-			}
-			s.pending.mu.Unlock()
-		})
-	}
 	// The ledger: one HSET per record of the entries since the last
 	// flush. A plain HSET would recreate a deleted record, but a record is
 	// deleted only a protection window after its last announce (orphan
@@ -430,6 +398,9 @@ func (s *Store) flushLoop(ctx context.Context) {
 			// was about to take along, in calls of their own.
 			if err := s.flushBatch(ctx); err != nil && ctx.Err() == nil {
 				s.logger.Warn("swarm: flush failed", "error", err)
+			}
+			if err := s.beatIfHolding(ctx); err != nil && ctx.Err() == nil {
+				s.logger.Warn("swarm: the frontend's heartbeat failed", "error", err)
 			}
 		}
 	}

@@ -214,7 +214,9 @@ func (s *Store) unregister(ctx context.Context, hash bittorrent.InfoHash, reason
 // btstore.ErrHasPeers and stays unregistered (cleanup removes it a
 // window after they left). Its users' set entries naming it are recorded
 // in cleanup's due set first, and go a window later: a frontend's batched
-// copy of a user's state can still write them meanwhile.
+// copy of a user's state can still write them meanwhile. The rows of the
+// users' records whose writer's "fed up to" is before their last change
+// are delivered before it returns (feedDeleted).
 func (s *Store) PurgeTorrent(ctx context.Context, hash bittorrent.InfoHash, reason string) (int, error) {
 	if err := s.DeleteTorrent(ctx, hash, reason); err != nil {
 		return 0, err
@@ -234,7 +236,22 @@ func (s *Store) PurgeTorrent(ctx context.Context, hash bittorrent.InfoHash, reas
 			return 0, fmt.Errorf("swarm.PurgeTorrent: %w", err)
 		}
 	}
-	return btstore.RemoveTorrent(ctx, s.rdb, hash)
+	n, gone, err := btstore.RemoveTorrentFed(ctx, s.rdb, hash)
+	if err != nil {
+		return n, err
+	}
+	// Before the purge is reported done: a writer killed with these
+	// records' rows only in its memory would otherwise lose them, and no
+	// backstop finds a deleted record (decision 5).
+	prefix := btstore.UserTorrentKey(hash, "")
+	deleted := make([]deletedRecord, 0, len(gone))
+	for _, d := range gone {
+		if len(d.Key) > len(prefix) && d.Key[:len(prefix)] == prefix {
+			deleted = append(deleted, deletedRecord{hash: hash, user: d.Key[len(prefix):], fields: d.Fields})
+		}
+	}
+	s.feedDeleted(ctx, deleted)
+	return n, nil
 }
 
 // TorrentInfo is a torrent's record.
@@ -428,7 +445,10 @@ func (s *Store) User(ctx context.Context, userID string) (UserSummary, error) {
 	return UserSummary{
 		Active: members[0], Complete: members[1], Incomplete: members[2], HnR: members[3],
 		Uploaded: replyInt(totals.Val()[0]), Downloaded: replyInt(totals.Val()[1]),
-		UpCredited: replyInt(totals.Val()[2]), DownCredited: replyInt(totals.Val()[3]),
+		// The totals keep the credited figures as their difference from the
+		// raw ones (transferFields).
+		UpCredited:   s.creditOf(replyInt(totals.Val()[0]), replyInt(totals.Val()[2])),
+		DownCredited: s.creditOf(replyInt(totals.Val()[1]), replyInt(totals.Val()[3])),
 	}, nil
 }
 

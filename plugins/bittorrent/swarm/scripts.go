@@ -40,8 +40,12 @@ var (
 
 	// credited transfer (credit.go)
 	creditTorrentScript = btstore.Script("credit_torrent.lua")
+	creditConvertScript = btstore.Script("credit_convert.lua")
 	tokenSetScript      = btstore.Script("token_set.lua")
 	feedSettleScript    = btstore.Script("feed_settle.lua")
+
+	// the frontends' registry (frontends.go)
+	frontendForgetScript = btstore.Script("frontend_forget.lua")
 
 	// the cheat signals (watch.go)
 	cheatAddrsScript = btstore.Script("cheat_addrs.lua")

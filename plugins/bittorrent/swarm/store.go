@@ -100,12 +100,17 @@ type Config struct {
 	Watch   WatchConfig
 	OnCheat func(context.Context, CheatSignal)
 	// OnFeed delivers the feed's batches to the site (the plugin appends
-	// them to the outbox); set, Start runs a feed round every
-	// FeedInterval (10s) and the backstop for lost marks every
-	// FeedBackstopInterval (10m). See feed.go.
+	// them to the outbox); set, the frontend holds the rows its replies
+	// carry (feedbuf.go) and Start runs a feed round every FeedInterval
+	// (10s). FeedBackstopInterval is unused since S5 (s43): the feed's
+	// index it scanned for is read only by the drain at start; kept so
+	// settings that name it still parse. FeedBufferRows caps the rows
+	// held (100,000): half of it starts a round at once, past it the
+	// oldest are dropped and left to the frontend's own scan. See feed.go.
 	OnFeed               func(context.Context, []FeedBatch) error
 	FeedInterval         time.Duration
 	FeedBackstopInterval time.Duration
+	FeedBufferRows       int
 	// CacheTTL is how long passkey lookups and the client whitelist are
 	// cached per frontend (10s). A change made through this Store applies
 	// here at once; other frontends see it within CacheTTL.
@@ -196,6 +201,12 @@ func (c *Config) validate() error {
 	}
 	if c.RepairInterval == 0 {
 		c.RepairInterval = time.Hour
+	}
+	if c.FeedBufferRows < 0 {
+		return fmt.Errorf("swarm config: FeedBufferRows must not be negative, got %d", c.FeedBufferRows)
+	}
+	if c.FeedBufferRows == 0 {
+		c.FeedBufferRows = defaultFeedBufferRows
 	}
 	if c.MaxNumWant < 0 {
 		return fmt.Errorf("swarm config: MaxNumWant must not be negative, got %d", c.MaxNumWant)
@@ -290,6 +301,8 @@ type Store struct {
 	addresses addressSeen
 	pending   pending
 	flushMu   sync.Mutex
+	frontend  frontendState
+	feed      feedBuffer
 
 	counters counters
 
@@ -332,6 +345,8 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	s := &Store{rdb: rdb, owner: lease.NewOwner(), cfg: cfg, clock: cfg.Clock, logger: cfg.Logger}
 	s.passkeys = newPasskeyCache(maxCachedPasskeys, maxCachedMisses)
 	s.pending.reset()
+	s.frontend.init(s.nowMillis())
+	s.feed.init()
 	if cfg.AnnouncePipelines > 0 {
 		s.announces = newCoalescer(s, announceScript, cfg.AnnouncePipelines)
 	}
@@ -351,6 +366,7 @@ func (s *Store) nowMillis() int64 { return s.clock.Now().UnixMilli() }
 // are *bittorrent.ClientError; other errors are internal.
 func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (*bittorrent.AnnounceResponse, error) {
 	var a pendingAnnounce
+	defer s.announceEnds(&a)
 	if resp, done, err := s.prepareAnnounce(ctx, req, &a, nil); done {
 		return resp, err
 	}
@@ -376,6 +392,11 @@ func (s *Store) Announce(ctx context.Context, req *bittorrent.AnnounceRequest) (
 // go-redis call and a wake-up each. results[i] answers reqs[i].
 func (s *Store) AnnounceBatch(ctx context.Context, reqs []*bittorrent.AnnounceRequest, results []bittorrent.AnnounceResult) {
 	pending := make([]pendingAnnounce, len(reqs))
+	defer func() {
+		for i := range pending {
+			s.announceEnds(&pending[i])
+		}
+	}()
 	reads := make([]*viewRead, len(reqs))
 	calls := make([]scriptCall, 0, len(reqs))
 	waiting := make([]int, 0, len(reqs))
@@ -460,6 +481,18 @@ type pendingAnnounce struct {
 	now     int64
 	numWant int
 	call    scriptCall
+	// counted: callBegins counted it in flight at now (announceEnds)
+	counted bool
+}
+
+// announceEnds ends the count callBegins made for a, once its reply was
+// handled, its refresh queued, or it was refused: Announce and
+// AnnounceBatch defer it, the one place each.
+func (s *Store) announceEnds(a *pendingAnnounce) {
+	if a.counted {
+		a.counted = false
+		s.callEnds(a.now)
+	}
 }
 
 // prepareAnnounce checks an announce and answers it when it needs no
@@ -487,7 +520,16 @@ func (s *Store) prepareAnnounce(ctx context.Context, req *bittorrent.AnnounceReq
 		return nil, true, err
 	}
 	numWant := min(max(req.NumWant, 0), s.cfg.MaxNumWant)
-	now := s.nowMillis()
+	var now int64
+	if s.feedOn() && s.accounting(userID) {
+		// Its script may stamp the user's record (announce.lua, or a
+		// view read's refresh.lua): in flight for "fed up to" from
+		// this time on, until the caller's one deferred callEnds
+		// (announceEnds).
+		now, a.counted = s.callBegins(), true
+	} else {
+		now = s.nowMillis()
+	}
 	s.watchAddress(ctx, userID, req.Addr.Addr(), now)
 	a.req, a.userID, a.now, a.numWant = req, userID, now, numWant
 	if s.writeBehind != nil && read != nil {
@@ -526,6 +568,10 @@ func (s *Store) announceCall(ctx context.Context, req *bittorrent.AnnounceReques
 		if windowUp, windowDown, err = s.windowRates(ctx, now); err != nil {
 			return err
 		}
+		// The script may stamp the user's record with this frontend's id.
+		if err = s.ensureBeat(ctx); err != nil {
+			return err
+		}
 	}
 	a.call.keys = btstore.AnnounceKeys(req.InfoHash, req.PeerID, userID)
 	a.call.args = []any{now, req.PeerID[:], peerEntry(req.PeerID, req.Addr), req.Uploaded, req.Downloaded, req.Left,
@@ -534,11 +580,18 @@ func (s *Store) announceCall(ctx context.Context, req *bittorrent.AnnounceReques
 		s.openRetentionMillis(), s.cfg.HnR.MinSeedTime.Milliseconds(), s.cfg.HnR.MinRatio, now + timeout,
 		compactLen(req.PeerFamily), s.cfg.ReaperClaimWindow.Milliseconds(), max(s.cfg.MaxPeersPerOwner, 0),
 		s.cfg.FloodInterval.Milliseconds(), s.cfg.FloodWindow.Milliseconds(), max(s.cfg.FloodReportAfter, 0),
-		s.lastAcceptedHere(req, userID), accounting, windowUp, windowDown}
-	if userID == "" {
-		// Open mode: announce.lua reads its last three arguments for a
+		s.lastAcceptedHere(req, userID), accounting, windowUp, windowDown, s.owner}
+	switch {
+	case userID == "":
+		// Open mode: announce.lua reads its last four arguments for a
 		// user only; each is a string Redis reads into the script's ARGV.
 		a.call.args = a.call.args[:23]
+	case accounting == "0" || !s.feedOn():
+		// The writer's stamp is read only with accounting (user_feed),
+		// and sent only by a frontend that delivers the feed: one with
+		// no outbox is never registered, so a record stamped with its
+		// id would be found by no backstop (ARGV[27] absent: no stamp).
+		a.call.args = a.call.args[:26]
 	}
 	return nil
 }
@@ -645,8 +698,20 @@ func (s *Store) recordAnnounce(ctx context.Context, hash bittorrent.InfoHash, us
 		}
 	}
 	full := s.pending.addAnnounce(hash, dSeeders, dLeechers, snatched, userID,
-		transfer{replyInt(reply[11]), replyInt(reply[12]), replyInt(reply[14]), replyInt(reply[15])}, update,
-		replyInt(reply[18]) == 1)
+		transfer{replyInt(reply[11]), replyInt(reply[12]), replyInt(reply[14]), replyInt(reply[15])}, update)
+	if row, ok := reply[18].([]any); ok && s.feedOn() {
+		// Held before it is counted stamped, and both before the
+		// announce's call ends (feedUpTo): a round that saw the stamp
+		// takes the row.
+		seeders := replyInt(reply[1])
+		t := seenTorrent{id: replyString(reply[8]), seeders: seeders, leechers: replyInt(reply[2]),
+			snatches: replyInt(reply[3]), at: now}
+		if seeders > 0 {
+			t.lastAction = now // announce.lua's torrent_counts moved last_action to now
+		}
+		s.holdRow(hash, userID, now, row, t)
+		s.stamped()
+	}
 	if full {
 		s.flushIfIdle(ctx)
 	}
@@ -749,7 +814,16 @@ type counters struct {
 	floodReported    atomic.Int64
 	denied           atomic.Int64
 	cheats           atomic.Int64
+	// feedRowsDropped counts the feed rows dropped past
+	// Config.FeedBufferRows (feedbuf.go); feedDropsLogged is what the
+	// feed loop last logged of it.
+	feedRowsDropped atomic.Int64
+	feedDropsLogged atomic.Int64
 }
+
+// FeedRowsDropped counts the feed rows this Store dropped from memory past
+// Config.FeedBufferRows: their records are delivered by its own scan.
+func (s *Store) FeedRowsDropped() int64 { return s.counters.feedRowsDropped.Load() }
 
 // PeerLimitRefused counts the announces this Store refused because their
 // owner had Config.MaxPeersPerOwner peers on the torrent.

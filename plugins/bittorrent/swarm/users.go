@@ -218,17 +218,25 @@ func (s *Store) PurgeUserStep(ctx context.Context, userID string, purgeBefore in
 			args: []any{userID, purgeBefore},
 		})
 	}
-	for _, cmd := range s.runScriptsPipelined(ctx, userPurgeRecordScript, calls) {
-		n, err := cmd.Int()
+	var deleted []deletedRecord
+	for i, cmd := range s.runScriptsPipelined(ctx, userPurgeRecordScript, calls) {
+		reply, err := cmd.Slice()
 		if err != nil {
 			return progress, fmt.Errorf("swarm: user_purge_record.lua: %w", err)
 		}
-		if n == 1 {
-			progress.Records++
-		} else {
+		if len(reply) == 0 || replyInt(reply[0]) != 1 {
 			progress.Kept++
+			continue
+		}
+		progress.Records++
+		if len(reply) == 11 {
+			hash, _ := btstore.HashFromKey(calls[i].keys[0])
+			deleted = append(deleted, deletedRecord{hash: hash, user: userID, fields: reply[1:]})
 		}
 	}
+	// Before the step reports the records gone: a writer killed with
+	// their rows in memory would otherwise lose them (decision 5).
+	s.feedDeleted(ctx, deleted)
 	args := make([]any, 0, len(torrents)+1)
 	args = append(args, purgeBefore)
 	for _, t := range torrents {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -248,7 +249,13 @@ type refreshQueue struct {
 	// that has not finished writing them (written): len counts them, so
 	// a length of 0 means written, not merely taken
 	writing int
-	tick    int64 // the loop's ticks so far (takeDue)
+	// held counts the sets of refreshes taken out of the queue (by a
+	// drain, or along with a view read) and not yet written or put back,
+	// by the oldest announce time (at, ms) among each set: with the
+	// queue's own entries, what a feed round must not be fed up past
+	// (oldestLocked, decision 6)
+	held map[int64]int
+	tick int64 // the loop's ticks so far (takeDue)
 	// due lists, per tick (modulo len), the torrents whose entry was made
 	// then: takeDue looks at one list, not the whole queue
 	due [drainAfterTicks + 1][]bittorrent.InfoHash
@@ -314,6 +321,7 @@ func (q *refreshQueue) putBack(hash bittorrent.InfoHash, peer bittorrent.PeerID,
 // takeTorrent moves up to limit of the torrent's queued refreshes into
 // call, leaving out peer skip's: its refresh, if queued, is taken too
 // (call.replaced), since the refresh call carries a newer one of it.
+// What it took is held (call.held) until releaseCall.
 func (q *refreshQueue) takeTorrent(call *refreshCall, skip bittorrent.PeerID, limit int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -321,8 +329,10 @@ func (q *refreshQueue) takeTorrent(call *refreshCall, skip bittorrent.PeerID, li
 	if t == nil {
 		return
 	}
+	oldest := int64(math.MaxInt64)
 	if r, ok := t.peers[skip]; ok {
 		call.replaced = &r
+		oldest = r.at
 		delete(t.peers, skip)
 		q.size--
 	}
@@ -332,16 +342,79 @@ func (q *refreshQueue) takeTorrent(call *refreshCall, skip bittorrent.PeerID, li
 		}
 		call.ids = append(call.ids, id)
 		call.peers = append(call.peers, r)
+		oldest = min(oldest, r.at)
 		delete(t.peers, id)
 		q.size--
 	}
 	if len(t.peers) == 0 {
 		delete(q.torrents, call.hash)
 	}
+	if oldest != math.MaxInt64 {
+		q.holdLocked(oldest)
+		call.held, call.heldAt = true, oldest
+	}
 }
 
-// take empties the queue and returns what it held.
-func (q *refreshQueue) take() map[bittorrent.InfoHash]*queuedTorrent {
+// releaseCall ends the hold of what takeTorrent took along into call,
+// once its reply was applied or it was put back.
+func (q *refreshQueue) releaseCall(call *refreshCall) {
+	if !call.held {
+		return
+	}
+	call.held = false
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.releaseLocked(call.heldAt)
+}
+
+func (q *refreshQueue) holdLocked(at int64) {
+	if q.held == nil {
+		q.held = make(map[int64]int)
+	}
+	q.held[at]++
+}
+
+func (q *refreshQueue) releaseLocked(at int64) {
+	if q.held[at]--; q.held[at] <= 0 {
+		delete(q.held, at)
+	}
+}
+
+// oldestLocked is the oldest announce time (ms) among the refreshes
+// queued or held (taken and not yet written or put back);
+// math.MaxInt64: none. A walk of the whole queue, taken once per feed
+// round (feedUpTo), not on the announce's path.
+func (q *refreshQueue) oldestLocked() int64 {
+	oldest := int64(math.MaxInt64)
+	for _, t := range q.torrents {
+		for _, r := range t.peers {
+			oldest = min(oldest, r.at)
+		}
+	}
+	for at := range q.held {
+		oldest = min(oldest, at)
+	}
+	return oldest
+}
+
+// holdTakenLocked holds the oldest announce time among taken refreshes
+// until written is called with it, and returns it.
+func (q *refreshQueue) holdTakenLocked(taken map[bittorrent.InfoHash]*queuedTorrent) int64 {
+	oldest := int64(math.MaxInt64)
+	for _, t := range taken {
+		for _, r := range t.peers {
+			oldest = min(oldest, r.at)
+		}
+	}
+	if oldest != math.MaxInt64 {
+		q.holdLocked(oldest)
+	}
+	return oldest
+}
+
+// take empties the queue and returns what it held, and the oldest
+// announce time among it, held until written.
+func (q *refreshQueue) take() (map[bittorrent.InfoHash]*queuedTorrent, int64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	taken := q.torrents
@@ -350,12 +423,12 @@ func (q *refreshQueue) take() map[bittorrent.InfoHash]*queuedTorrent {
 	for i := range q.due {
 		q.due[i] = q.due[i][:0]
 	}
-	return taken
+	return taken, q.holdTakenLocked(taken)
 }
 
 // takeDue counts a tick and takes the torrents queued drainAfterTicks
-// ticks ago or earlier.
-func (q *refreshQueue) takeDue() map[bittorrent.InfoHash]*queuedTorrent {
+// ticks ago or earlier, as take does.
+func (q *refreshQueue) takeDue() (map[bittorrent.InfoHash]*queuedTorrent, int64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.tick++
@@ -378,15 +451,18 @@ func (q *refreshQueue) takeDue() map[bittorrent.InfoHash]*queuedTorrent {
 		q.writing += len(t.peers)
 	}
 	*slot = (*slot)[:0]
-	return due
+	return due, q.holdTakenLocked(due)
 }
 
 // written says a drain is done with n refreshes take or takeDue handed
-// it (each written or put back).
-func (q *refreshQueue) written(n int) {
+// it (each written or put back), whose oldest announce time was oldest.
+func (q *refreshQueue) written(n int, oldest int64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.writing -= n
+	if oldest != math.MaxInt64 {
+		q.releaseLocked(oldest)
+	}
 }
 
 // len counts the refreshes waiting, those a drain is writing included.
@@ -550,6 +626,11 @@ func (w *writeBehind) answerOrRead(ctx context.Context, req *bittorrent.Announce
 	if !ok {
 		return nil, nil, false
 	}
+	if err := w.beatBeforeStamp(ctx); err != nil {
+		// announce.lua's path beats again and fails the announce with
+		// the tracker's retryable error.
+		return nil, nil, false
+	}
 	v := w.views.of(req.InfoHash, true)
 	v.mu.Lock()
 	if !v.staleLocked(now) {
@@ -571,7 +652,7 @@ func (w *writeBehind) answerOrRead(ctx context.Context, req *bittorrent.Announce
 	v.readingAt, v.readDone = now, done
 	v.mu.Unlock()
 	rd := &viewRead{p: p, v: v, done: done, call: w.readCall(req.InfoHash, req.PeerID, p.refresh)}
-	keys, args := w.refreshKeysArgs(req.InfoHash, w.s.cfg.MaxNumWant, rd.call.peers, rd.call.ids)
+	keys, args := w.refreshKeysArgs(ctx, req.InfoHash, w.s.cfg.MaxNumWant, rd.call.peers, rd.call.ids)
 	rd.sc = scriptCall{script: refreshScript, keys: keys, args: args}
 	return nil, rd, true
 }
@@ -606,6 +687,7 @@ func (w *writeBehind) follow(ctx context.Context, rd *viewRead, numWant int, now
 func (w *writeBehind) finishRead(rd *viewRead, cmd *redis.Cmd, numWant int, now int64) (*bittorrent.AnnounceResponse, bool) {
 	w.stopMu.RLock()
 	defer w.stopMu.RUnlock()
+	defer w.queue.releaseCall(&rd.call)
 	reply, err := cmdList(cmd)
 	if err != nil {
 		w.putBackAlong(&rd.call)
@@ -693,6 +775,9 @@ type viewCopy struct {
 // announce through announce.lua.
 func (w *writeBehind) view(ctx context.Context, hash bittorrent.InfoHash, now int64, id bittorrent.PeerID,
 	r queuedRefresh) (viewCopy, bool, error) {
+	if err := w.beatBeforeStamp(ctx); err != nil {
+		return viewCopy{}, false, err
+	}
 	v := w.views.of(hash, true)
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -700,7 +785,8 @@ func (w *writeBehind) view(ctx context.Context, hash bittorrent.InfoHash, now in
 		return v.copyLocked(), false, nil
 	}
 	call := w.readCall(hash, id, r)
-	keys, args := w.refreshKeysArgs(hash, w.s.cfg.MaxNumWant, call.peers, call.ids)
+	defer w.queue.releaseCall(&call)
+	keys, args := w.refreshKeysArgs(ctx, hash, w.s.cfg.MaxNumWant, call.peers, call.ids)
 	reply, err := w.readView(ctx, keys, args)
 	if err != nil {
 		w.putBackAlong(&call)
@@ -809,8 +895,9 @@ func (v *swarmView) installLocked(reply []any, at int64) error {
 // refreshKeysArgs builds refresh.lua's KEYS and ARGV for the given peers
 // (ids[i] is peers[i]'s id) and view sample size. Open mode sends none of
 // the keys and arguments only a user's record needs: each string costs
-// Redis and Lua.
-func (w *writeBehind) refreshKeysArgs(hash bittorrent.InfoHash, sample int, peers []queuedRefresh, ids []bittorrent.PeerID) ([]string, []any) {
+// Redis and Lua. With accounting, the call may stamp the users' records
+// with this frontend's id: its callers beat first (beatBeforeStamp).
+func (w *writeBehind) refreshKeysArgs(ctx context.Context, hash bittorrent.InfoHash, sample int, peers []queuedRefresh, ids []bittorrent.PeerID) ([]string, []any) {
 	timeout := w.s.cfg.PeerTimeout.Milliseconds()
 	claimWindow := w.s.cfg.ReaperClaimWindow.Milliseconds()
 	if !w.s.cfg.Private {
@@ -821,19 +908,36 @@ func (w *writeBehind) refreshKeysArgs(hash bittorrent.InfoHash, sample int, peer
 		}
 		return btstore.RefreshKeys(hash, ids, nil), args
 	}
-	accounting := "0"
+	accounting, writer := "0", ""
 	if !w.s.cfg.NoAccounting {
 		accounting = "1"
+		if w.s.feedOn() {
+			// Only a frontend that delivers the feed stamps (see
+			// announceCall): "" leaves the records' w as it is.
+			writer = w.s.owner
+		}
 	}
 	args := make([]any, 0, 8+10*len(peers))
 	args = append(args, timeout, claimWindow, sample, "1", w.s.cfg.HnR.MinSeedTime.Milliseconds(), w.s.cfg.HnR.MinRatio,
-		accounting, "") // ARGV[8]: unused since s40 (refresh.lua)
+		accounting, writer) // ARGV[8]: the records' writer stamp, read only with accounting (frontends.go)
 	users := make([]string, len(peers))
 	for i, r := range peers {
 		users[i] = r.user
 		args = append(appendRefreshPeer(args, ids[i], r, timeout), r.user, r.windowUp, r.windowDown)
 	}
 	return btstore.RefreshKeys(hash, ids, users), args
+}
+
+// beatBeforeStamp makes the frontend's heartbeat alive before refresh.lua
+// calls that may stamp users' records with its id (ensureBeat). A beat
+// that fails holds the calls back (the lead's decision on S5's step 2): a
+// record stamped by a frontend the registry does not list alive would be
+// found by no backstop if the frontend died with its rows.
+func (w *writeBehind) beatBeforeStamp(ctx context.Context) error {
+	if !w.s.cfg.Private || w.s.cfg.NoAccounting {
+		return nil
+	}
+	return w.s.ensureBeat(ctx)
 }
 
 // appendRefreshPeer appends the ARGV every mode sends for one peer. The
@@ -852,6 +956,11 @@ type refreshCall struct {
 	// replaced is the queued refresh of a view read's own peer (ids[0]),
 	// which its newer one replaces; nil: none was queued
 	replaced *queuedRefresh
+	// held: what takeTorrent took along (replaced included) is held in
+	// the queue's count under heldAt, its oldest announce time, until
+	// releaseCall
+	held   bool
+	heldAt int64
 	// view is the torrent's view a due drain's call reads too (nil: it
 	// reads none), gen the view's generation when the call was made:
 	// the reply is installed only if no change of this frontend's
@@ -866,7 +975,8 @@ type refreshCall struct {
 func (w *writeBehind) drain(ctx context.Context) error {
 	w.drainMu.Lock()
 	defer w.drainMu.Unlock()
-	return w.writeTaken(ctx, w.queue.take(), 0)
+	taken, oldest := w.queue.take()
+	return w.writeTaken(ctx, taken, oldest, 0)
 }
 
 // drainDue is the loop's tick: it writes the torrents whose oldest
@@ -882,22 +992,26 @@ func (w *writeBehind) drain(ctx context.Context) error {
 func (w *writeBehind) drainDue(ctx context.Context) error {
 	w.drainMu.Lock()
 	defer w.drainMu.Unlock()
-	return w.writeTaken(ctx, w.queue.takeDue(), w.s.nowMillis())
+	taken, oldest := w.queue.takeDue()
+	return w.writeTaken(ctx, taken, oldest, w.s.nowMillis())
 }
 
-// writeTaken writes refreshes taken from the queue; readAt is not 0 when
-// the calls read the views of the torrents that have one (readAt, ms,
-// taken before they are sent, is when those views are read).
-func (w *writeBehind) writeTaken(ctx context.Context, taken map[bittorrent.InfoHash]*queuedTorrent, readAt int64) error {
-	if len(taken) == 0 {
-		return nil
-	}
-	calls := make([]refreshCall, 0, len(taken))
+// writeTaken writes refreshes taken from the queue, oldest the oldest
+// announce time among them (held by take or takeDue); readAt is not 0
+// when the calls read the views of the torrents that have one (readAt,
+// ms, taken before they are sent, is when those views are read).
+func (w *writeBehind) writeTaken(ctx context.Context, taken map[bittorrent.InfoHash]*queuedTorrent, oldest, readAt int64) error {
 	peers := 0
 	for _, t := range taken {
 		peers += len(t.peers)
 	}
-	defer w.queue.written(peers)
+	// Released once every reply was applied (its feed rows held,
+	// feedbuf.go) or its refreshes were put back.
+	defer w.queue.written(peers, oldest)
+	if len(taken) == 0 {
+		return nil
+	}
+	calls := make([]refreshCall, 0, len(taken))
 	for hash, t := range taken {
 		call := refreshCall{hash: hash}
 		if readAt != 0 {
@@ -930,6 +1044,14 @@ func (w *writeBehind) writeTaken(ctx context.Context, taken map[bittorrent.InfoH
 
 // write sends one pipeline of refresh calls and applies the replies.
 func (w *writeBehind) write(ctx context.Context, calls []refreshCall, readAt int64) (int, error) {
+	if err := w.beatBeforeStamp(ctx); err != nil {
+		for i := range calls {
+			for j := range calls[i].peers {
+				w.queue.putBack(calls[i].hash, calls[i].ids[j], calls[i].peers[j])
+			}
+		}
+		return len(calls), err
+	}
 	scripts := make([]scriptCall, len(calls))
 	for i := range calls {
 		c := &calls[i]
@@ -937,7 +1059,7 @@ func (w *writeBehind) write(ctx context.Context, calls []refreshCall, readAt int
 		if c.view != nil {
 			sample = w.s.cfg.MaxNumWant
 		}
-		keys, args := w.refreshKeysArgs(c.hash, sample, c.peers, c.ids)
+		keys, args := w.refreshKeysArgs(ctx, c.hash, sample, c.peers, c.ids)
 		scripts[i] = scriptCall{keys: keys, args: args}
 	}
 	w.drainCalls.Add(int64(len(calls)))
@@ -1018,8 +1140,19 @@ func (w *writeBehind) applyPeers(c *refreshCall, reply []any) error {
 				update = &userUpdate{key: userTorrent{user: r.user, torrent: torrentID}, hash: c.hash,
 					bits: bits, version: replyInt(res[2])}
 			}
-			w.s.pending.addRefresh(c.hash, r.user, transfer{replyInt(res[3]), replyInt(res[4]), replyInt(res[5]),
-				replyInt(res[6])}, update, replyInt(res[9]) == 1)
+			w.s.pending.addRefresh(r.user, transfer{replyInt(res[3]), replyInt(res[4]), replyInt(res[5]),
+				replyInt(res[6])}, update)
+			if row, ok := res[9].([]any); ok && w.s.feedOn() {
+				// Held before the drain releases its hold (feedUpTo).
+				seeders := replyInt(reply[1])
+				t := seenTorrent{id: torrentID, seeders: seeders, leechers: replyInt(reply[2]),
+					snatches: replyInt(reply[3]), at: r.at}
+				if seeders > 0 {
+					t.lastAction = r.at // refresh.lua moved last_action to its newest announce, this one or later
+				}
+				w.s.holdRow(c.hash, r.user, r.at, row, t)
+				w.s.stamped()
+			}
 			w.s.reportToken(context.Background(), replyInt(res[7]), c.hash, torrentID, r.user, replyInt(res[8]))
 			w.s.watchTransfer(c.hash, torrentID, r.user, r.at, transfer{replyInt(res[3]), replyInt(res[4]),
 				replyInt(res[5]), replyInt(res[6])}, res[10])

@@ -30,8 +30,6 @@
 -- KEYS[12] deleted   STRING the site's reason for removing the torrent,
 --                          read only when refusing an unregistered one
 --                          (private mode)
--- KEYS[13] feed rows HASH  "<user id>:<seq>" -> the user's record as a
---                          row not yet fed to the site (prelude's user_feed)
 --
 -- ARGV[1]  now (ms)
 -- ARGV[2]  peer id (20 bytes)
@@ -75,14 +73,17 @@
 --          control counts from the later of the two
 -- Open mode passes only ARGV[1..23]: the rest are read for a user only.
 -- ARGV[24] "1": accounting on (credit the transfer, prelude's user_credit,
---          and mark the record for the feed, user_feed)
+--          and number the record's change for the feed, user_feed)
 -- ARGV[25] the site-wide windows' upload rate now (percent; 100: none open)
 -- ARGV[26] the site-wide windows' download rate now (percent; 100: none open)
+-- ARGV[27] the calling frontend's id, with accounting only: the record's
+--          writer stamp when the announce changes its fed figures
+--          (prelude's user_feed)
 --
 -- Returns
 --   {1, seeders, leechers, snatches, born, d_seeders, d_leechers, snatched,
 --    torrent id, user bits, user version, d_uploaded, d_downloaded, peers,
---    c_uploaded, c_downloaded, token event, token used, feed mark, watch}
+--    c_uploaded, c_downloaded, token event, token used, feed row, watch}
 --      born: 1 when the swarm had no peer before this announce (the caller
 --      then indexes it for the expiry sweep); snatched: 1 when this
 --      announce counted a snatch; torrent id "" when not registered; user
@@ -92,9 +93,10 @@
 --      into one string, so the reply is one bulk string, not one per peer;
 --      c_uploaded/c_downloaded: the credited deltas; token event: 0, or 1
 --      the user's token was first used, 2 it ended (user_credit); token
---      used: when it was first used (ms), "" when never; feed mark: 1
---      when the user's row is new in KEYS[13] (the caller indexes the
---      torrent for the feed); watch: with accounting on and transfer,
+--      used: when it was first used (ms), "" when never; feed row:
+--      with accounting on, the record's row at its new seq (prelude's
+--      user_feed: the frontend holds it for its feed round), 0 when the
+--      fed figures did not change; watch: with accounting on and transfer,
 --      {seq, gap, others, leecher_left, size, downloaded} for the
 --      frontend's ledger and cheat signals (prelude's user_announce), else
 --      an empty list
@@ -354,7 +356,7 @@ seeders = seeders or redis.call('HLEN', k_seeders)
 leechers = leechers or redis.call('HLEN', k_leechers)
 
 -- The user's record on this torrent (prelude's user_announce).
-local user_state, user_ver, c_up, c_down, token_event, token_used, feed_mark = -1, 0, 0, 0, 0, false, 0
+local user_state, user_ver, c_up, c_down, token_event, token_used, feed_row = -1, 0, 0, 0, 0, false, 0
 local watch
 if user ~= '' and (known or not leaving) then
   local rates = ARGV[24] == '1' and credit_rates(t[6], t[7], ARGV[25], ARGV[26])
@@ -362,11 +364,11 @@ if user ~= '' and (known or not leaving) then
   if known and p[4] then gap = math.max(0, now - tonumber(p[4])) end
   local others = leechers
   if not leaving and not seeding then others = others - 1 end
-  user_state, user_ver, c_up, c_down, token_event, token_used, feed_mark, watch = user_announce(k_user, k_users, user,
+  user_state, user_ver, c_up, c_down, token_event, token_used, feed_row, watch = user_announce(k_user, k_users, user,
     {d_up = d_up, d_down = d_down, elapsed = elapsed, was_seeder = was_seeder, was_active = was_active,
     leaving = leaving, seeding = seeding, snatched = snatched, gap = gap, others = others,
     leecher_left = t[9] or 0, size = t[8] or 0},
-    now, ARGV[1], hnr_seed_ms, hnr_ratio, rates or nil, rates and KEYS[13] or nil)
+    now, ARGV[1], hnr_seed_ms, hnr_ratio, rates or nil, rates and true or nil, ARGV[27])
 end
 
 if snatched == 1 and user ~= '' then
@@ -416,4 +418,4 @@ torrent_retention(k_torrent, t[1] ~= false, seeders + leechers == 0, born == 1, 
 -- Redis would wrap it converting it to an integer.
 return {1, seeders, leechers, snatches, born, d_seeders, d_leechers, snatched, torrent_id,
   user_state, whole(user_ver), whole(d_up), whole(d_down), table.concat(packed),
-  whole(c_up), whole(c_down), token_event, token_used or '', feed_mark, watch or no_watch()}
+  whole(c_up), whole(c_down), token_event, token_used or '', feed_row, watch or no_watch()}

@@ -102,44 +102,66 @@ local function torrent_retention(k_torrent, registered, empty, born, open_retent
   end
 end
 
--- The numeric fields of a user's record on one torrent. up_credit and
--- down_credit are the credited transfer (the raw one times the
--- multipliers in force at each announce; see credit_rates).
+-- The numeric fields of a user's record on one torrent. up_extra and
+-- down_extra are the credited transfer (the raw one times the
+-- multipliers in force at each announce; see credit_rates) less the raw
+-- one: stored as that difference, they stay unwritten on the announces no
+-- multiplier or token touches, nearly all of them (s43: one field write
+-- and one HINCRBY of the totals fewer per announce). Every reader adds the
+-- raw figure (swarm's creditOf); records of builds that stored the
+-- credited figure whole are converted once, before a frontend serves
+-- (swarm's convertCredit).
 -- seq numbers the record's fed figures (user_feed).
 local user_numbers = {'peers', 'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'downloaded',
-  'up_credit', 'down_credit', 'seq'}
+  'up_extra', 'down_extra', 'seq'}
 -- token_used and token_ended are read only for a record with a token
 -- (user_read): a field a record lacks costs HMGET a walk of the whole
--- record, and most records have no token.
-local user_fields = {'peers', 'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'downloaded',
-  'up_credit', 'down_credit', 'seq', 'complete', 'bits', 'ver', 'first_announce', 'token'}
+-- record, and most records have no token. w is the writer's stamp: the
+-- frontend that last numbered a change of the record's fed figures
+-- (user_feed), written only when it changes (a sticky frontend: once), so
+-- the feed's backstop can find the records a dead frontend changed (s43,
+-- step 2; btstore.FrontendsKey). It is read only with a feed, where
+-- records have it (a record without a stamp would cost the walk on every
+-- announce with accounting off). The fields are named in the HMGET calls
+-- themselves (user_read), not in a table: the prelude runs on every call,
+-- and a second table of fifteen names cost every announce, accounting on
+-- or off, some 3-4k instructions (s43, step 2b).
 
 -- A user's record on one torrent, read with one HMGET. u.was keeps the
 -- values read, so user_write writes only what changed. token is the
 -- personal freeleech token's end (ms, 0: it never ends; nil: no token),
 -- token_used and token_ended when it was first used and seen ended (ms),
--- read by a second HMGET only when there is a token.
-local function user_read(key)
-  local v, o = redis.call('HMGET', key, unpack(user_fields)), 0
+-- read by a second HMGET only when there is a token; fed: with the
+-- writer's stamp (u.w), false when not read.
+local function user_read(key, fed)
+  local v, o
+  if fed then
+    v, o = redis.call('HMGET', key, 'peers', 'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'downloaded',
+      'up_extra', 'down_extra', 'seq', 'complete', 'bits', 'ver', 'first_announce', 'token', 'w'), 0
+  else
+    v, o = redis.call('HMGET', key, 'peers', 'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'downloaded',
+      'up_extra', 'down_extra', 'seq', 'complete', 'bits', 'ver', 'first_announce', 'token'), 0
+  end
   -- Each table is built by a constructor that names every field it will
-  -- hold (v's positions are user_fields'), so Lua sizes it once: filled
+  -- hold (v's positions are the HMGET's), so Lua sizes it once: filled
   -- one field at a time, a table is reallocated and rehashed each time it
   -- doubles, four or five times for each of these, on every announce of
   -- a user. A field set to false here is one the caller sets later.
   local was = {peers = tonumber(v[o + 1]) or 0, snatched = tonumber(v[o + 2]) or 0, seed_ms = tonumber(v[o + 3]) or 0,
     leech_ms = tonumber(v[o + 4]) or 0, uploaded = tonumber(v[o + 5]) or 0, downloaded = tonumber(v[o + 6]) or 0,
-    up_credit = tonumber(v[o + 7]) or 0, down_credit = tonumber(v[o + 8]) or 0, seq = tonumber(v[o + 9]) or 0,
+    up_extra = tonumber(v[o + 7]) or 0, down_extra = tonumber(v[o + 8]) or 0, seq = tonumber(v[o + 9]) or 0,
     complete = v[o + 10] == '1'}
   local u = {key = key, was = was, complete = was.complete, bits = tonumber(v[o + 11]) or -1,
-    ver = tonumber(v[o + 12]) or 0, first = v[o + 13], token = tonumber(v[o + 14]),
+    ver = tonumber(v[o + 12]) or 0, first = v[o + 13], token = tonumber(v[o + 14]), w = v[o + 15] or false,
+    writer = false,
     peers = was.peers, snatched = was.snatched, seed_ms = was.seed_ms, leech_ms = was.leech_ms,
-    uploaded = was.uploaded, downloaded = was.downloaded, up_credit = was.up_credit,
-    down_credit = was.down_credit, seq = was.seq,
+    uploaded = was.uploaded, downloaded = was.downloaded, up_extra = was.up_extra,
+    down_extra = was.down_extra, seq = was.seq,
     text = {peers = v[o + 1], snatched = v[o + 2], seed_ms = v[o + 3], leech_ms = v[o + 4], uploaded = v[o + 5],
-      downloaded = v[o + 6], up_credit = v[o + 7], down_credit = v[o + 8], seq = v[o + 9]},
-    fmt = {uploaded = false, downloaded = false, up_credit = false, down_credit = false, seq = false,
+      downloaded = v[o + 6], up_extra = v[o + 7], down_extra = v[o + 8], seq = v[o + 9]},
+    fmt = {uploaded = false, downloaded = false, up_extra = false, down_extra = false, seq = false,
       seed_ms = false, leech_ms = false, peers = false, snatched = false},
-    fmt_of = {uploaded = false, downloaded = false, up_credit = false, down_credit = false, seq = false,
+    fmt_of = {uploaded = false, downloaded = false, up_extra = false, down_extra = false, seq = false,
       seed_ms = false, leech_ms = false, peers = false, snatched = false},
     token_used = false, token_ended = false, token_mark = false, last = false}
   if u.token then
@@ -182,7 +204,8 @@ end
 
 -- user_write stores what the caller changed in a record read by user_read
 -- (u.last, when set, is the new last_announce as text; u.token_mark, when
--- set, the token stamp to set to now) with one HSET.
+-- set, the token stamp to set to now; u.writer, when set, the writer's
+-- stamp, written only when it differs from the one read) with one HSET.
 -- When the state bits changed it gives them a new version, max(previous +
 -- 1, now), so versions only grow even if the record is ever recreated;
 -- the caller copies changed bits to the user's sets (another slot), and
@@ -190,11 +213,11 @@ end
 -- and version, or -1 and 0 when the state did not change.
 local function user_write(key, u, now, hnr_seed_ms, hnr_ratio)
   -- fields is sized once by its constructor for the most an announce
-  -- with accounting writes (every number and the stamps: 24 slots) and
+  -- with accounting writes (every number and the stamps: 26 slots) and
   -- filled to n; grown one pair at a time it was reallocated five or six
   -- times per announce.
   local fields = {false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false}
+    false, false, false, false, false, false, false, false, false, false, false, false, false, false}
   local n = 0
   for _, name in ipairs(user_numbers) do
     if u[name] ~= u.was[name] then
@@ -216,6 +239,10 @@ local function user_write(key, u, now, hnr_seed_ms, hnr_ratio)
   end
   if u.token_mark then
     fields[n + 1], fields[n + 2] = u.token_mark, int(now)
+    n = n + 2
+  end
+  if u.writer and u.writer ~= u.w then
+    fields[n + 1], fields[n + 2] = 'w', u.writer
     n = n + 2
   end
   local bits = user_bits(u, hnr_seed_ms, hnr_ratio)
@@ -286,38 +313,33 @@ local function user_credit(u, d_up, d_down, rates, now)
   end
   local c_up = math.floor(d_up * rates.up / 100)
   local c_down = math.floor(d_down * down_rate / 100)
-  u.up_credit = u.up_credit + c_up
-  u.down_credit = u.down_credit + c_down
+  -- A multiplier of 100% and no token leave the difference as it was,
+  -- and user_write then writes neither field.
+  u.up_extra = u.up_extra + c_up - d_up
+  u.down_extra = u.down_extra + c_down - d_down
   return c_up, c_down, event
 end
 
 -- The figures the feed to the site carries (user_feed).
-local fed_numbers = {'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'downloaded', 'up_credit', 'down_credit'}
+-- (The credited figures change only with a raw one or the difference.)
+local fed_numbers = {'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'downloaded', 'up_extra', 'down_extra'}
 
 -- user_feed numbers a change of the record's fed figures (seq grows by
--- one) and puts the record's row at that seq in the torrent's feed rows
--- (rows: HASH "<user id>:<seq>" -> "seq,uploaded,downloaded,up_credit,
--- down_credit,seed_ms,leech_ms,snatched,last_announce", bytes and ms),
--- deleting the user's row at the previous seq if it was not fed yet: the
--- new row's cumulative figures include it. The feed reads the rows alone,
--- never the records, and deletes the rows it delivered with a plain HDEL
--- of their fields: a field names one seq, so a delete can never take a
--- newer row with it (swarm.FeedRound). Returns 1 when the user had no row
--- waiting (the caller marks the torrent in the feed's index), else 0: the
--- row waiting marked it. A record whose fed figures did not change costs
--- no write.
-local function user_feed(u, user, rows, now_text)
+-- one), stamps the record with writer (u.writer, user_write) and returns
+-- the record's row at that seq, {seq, uploaded, downloaded, up_credited,
+-- down_credited, seed_ms, leech_ms, snatched} (bytes and ms, whole
+-- numbers), for the frontend that answered to hold and deliver (S5, s43:
+-- swarm's feedbuf.go). Nothing of the row is written to Redis: the
+-- record's seq and stamp are what the backstop reads if that frontend
+-- dies first (swarm's FeedDeadWriters). Returns 0 when the record's fed
+-- figures did not change: no new seq, no row.
+local function user_feed(u, writer)
   for _, name in ipairs(fed_numbers) do
     if u[name] ~= u.was[name] then
-      local waiting = 0
-      if u.seq > 0 then waiting = redis.call('HDEL', rows, user .. ':' .. user_text(u, 'seq')) end
       u.seq = u.seq + 1
-      local seq = user_text(u, 'seq')
-      redis.call('HSET', rows, user .. ':' .. seq, seq .. ',' .. user_text(u, 'uploaded') .. ','
-        .. user_text(u, 'downloaded') .. ',' .. user_text(u, 'up_credit') .. ',' .. user_text(u, 'down_credit') .. ','
-        .. user_text(u, 'seed_ms') .. ',' .. user_text(u, 'leech_ms') .. ',' .. user_text(u, 'snatched') .. ','
-        .. now_text)
-      return 1 - waiting
+      u.writer = writer
+      return {whole(u.seq), whole(u.uploaded), whole(u.downloaded), whole(u.uploaded + u.up_extra),
+        whole(u.downloaded + u.down_extra), whole(u.seed_ms), whole(u.leech_ms), whole(u.snatched)}
     end
   end
   return 0
@@ -347,10 +369,11 @@ end
 -- size from the site, as stored; 0: unknown). rates are the multipliers
 -- in force (credit_rates), nil when accounting is off. It is the one
 -- place an announce's transfer reaches the user's record, whichever
--- script applies the announce. rows is the torrent's feed rows
--- (user_feed), nil: no feed. Returns what user_write returns, then the
+-- script applies the announce. fed: the record's changes are numbered
+-- for the feed (accounting on), writer the frontend's id for the record's
+-- stamp (user_feed). Returns what user_write returns, then the
 -- credited deltas, the token event (user_credit), the token's first use
--- (ms as text, or false), user_feed's mark and the watch figures.
+-- (ms as text, or false), user_feed's row (or 0) and the watch figures.
 --
 -- The watch figures, with accounting on and transfer in the announce:
 -- {seq, gap, others, leecher_left, size, downloaded} (the record's seq
@@ -361,8 +384,8 @@ end
 -- some 57k Redis instructions per announce, a third of accounting's. A
 -- frontend killed before its flush loses those entries and signals,
 -- never credit: crediting is here, from the cumulative counters.
-local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hnr_ratio, rates, rows)
-  local u = user_read(key)
+local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hnr_ratio, rates, fed, writer)
+  local u = user_read(key, fed)
   u.uploaded = u.uploaded + a.d_up
   u.downloaded = u.downloaded + a.d_down
   local c_up, c_down, token_event = 0, 0, 0
@@ -389,14 +412,14 @@ local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hn
   if not u.first then
     redis.call('SADD', users, user) -- a new record: once per user and torrent
   end
-  local mark = 0
-  if rows then mark = user_feed(u, user, rows, now_text) end
+  local row = 0
+  if fed then row = user_feed(u, writer) end
   local bits, ver = user_write(key, u, now, hnr_seed_ms, hnr_ratio)
   local watch
   if rates and (a.d_up > 0 or a.d_down > 0) then
     watch = {whole(u.seq), a.gap, a.others, a.leecher_left, a.size, whole(u.downloaded)}
   end
-  return bits, ver, c_up, c_down, token_event, u.token_used or false, mark, watch or no_watch()
+  return bits, ver, c_up, c_down, token_event, u.token_used or false, row, watch or no_watch()
 end
 
 -- reaper_claim records that user reseeded the torrent in the reaper's

@@ -32,8 +32,10 @@
 -- KEYS[5] reaper     HASH  the unseeded reaper's state (a seeder ends it)
 -- KEYS[6] claims     HASH  reseed claims (package reaper)
 -- private mode: KEYS[7] users SET user ids with a record on the torrent,
--- KEYS[8] feed rows HASH "<user id>:<seq>" -> the user's record as a row
--- not yet fed to the site (prelude's user_feed)
+-- KEYS[8] the torrent's feed rows key (btstore.FeedRowsKey), no longer
+-- touched: since S5 (s43) the script returns the row (prelude's
+-- user_feed) and writes none; the key keeps its place so the peers' keys
+-- keep theirs
 -- then per peer i (from 0) its record (HASH) and, in private mode, its
 -- user's record (HASH): open mode KEYS[7+i], private KEYS[9+2i], KEYS[10+2i]
 --
@@ -45,11 +47,12 @@
 -- private mode:
 -- ARGV[5] hit-and-run minimum seed time (ms), 0: none
 -- ARGV[6] hit-and-run minimum ratio, 0: none
--- ARGV[7] "1": accounting on (credit the transfer and mark the record for
---         the feed, as announce.lua does: prelude's user_announce)
--- ARGV[8] unused (the ledger's and cheat signals' settings before s40,
---         when this script kept them: the frontend does now), so the
---         peers' ARGV stay where they were
+-- ARGV[7] "1": accounting on (credit the transfer and number the record's
+--         change for the feed, as announce.lua does: prelude's user_announce)
+-- ARGV[8] the calling frontend's id: the records' writer stamp (prelude's
+--         user_feed; unused from s40, when the ledger's and cheat signals'
+--         settings left it, to s43); "": no stamp (a frontend with no
+--         outbox, which no backstop would find)
 -- then per peer i: peer id (20 bytes), compact address (the entry's
 -- tail), uploaded, downloaded, left (as reported, decimal), the
 -- announce's time (ms), its deadline (time + timeout, ms), and in private
@@ -61,7 +64,7 @@
 --   {R.REFRESHED, seeders, leechers, snatches, torrent id, seeder entries,
 --    leecher entries, then per peer: status, user bits, user version,
 --    d_uploaded, d_downloaded, c_uploaded, c_downloaded, token event,
---    token used, feed mark, watch (as announce.lua returns them)}; open
+--    token used, feed row, watch (as announce.lua returns them)}; open
 --    mode, which has no user to credit, answers per peer its status
 --    alone (the rest is for the user's record and totals: each element
 --    is one more Redis converts out of Lua and the frontend reads)
@@ -77,12 +80,14 @@ local timeout_ms = tonumber(ARGV[1])
 local sample = tonumber(ARGV[3])
 local private = ARGV[4] == '1'
 local k_torrent, k_seeders, k_leechers, k_deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local k_reaper, k_claims, k_users, k_rows = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local k_reaper, k_claims, k_users = KEYS[5], KEYS[6], KEYS[7]
 -- where the peers start in KEYS and ARGV, and how many each peer has
 local key0, arg0, key_step, arg_step = 7, 5, 1, 7
 if private then key0, arg0, key_step, arg_step = 9, 9, 2, 10 end
 local hnr_seed_ms, hnr_ratio = tonumber(ARGV[5]), tonumber(ARGV[6])
 local accounting = private and ARGV[7] == '1'
+-- The writer's stamp, nil for "" (once per call, not per peer).
+local writer = ARGV[8] ~= '' and ARGV[8] or nil
 
 -- The record's counts are the role hashes' lengths, written wherever a
 -- peer joins or leaves (announce.lua, expire.lua); a refresh moves none.
@@ -134,7 +139,7 @@ for i = 0, peers - 1 do
     'active', 'left', 'addr', 'total_time')
   local last = tonumber(p[4])
   local status, bits, ver, d_up, d_down = R.DROPPED, -1, 0, 0, 0
-  local c_up, c_down, token_event, token_used, feed_mark, watch = 0, 0, 0, false, 0, no_watch()
+  local c_up, c_down, token_event, token_used, feed_row, watch = 0, 0, 0, false, 0, no_watch()
   if p[5] == '1' and p[1] == user and p[7] == addr and last and (p[6] == '0') == seeding then
     if last >= at then
       status = R.STALE
@@ -169,11 +174,11 @@ for i = 0, peers - 1 do
         local rates = accounting and credit_rates(t[6], t[7], ARGV[a + 8], ARGV[a + 9])
         local others = leechers
         if not seeding then others = others - 1 end
-        bits, ver, c_up, c_down, token_event, token_used, feed_mark, watch = user_announce(KEYS[k + 1], k_users,
+        bits, ver, c_up, c_down, token_event, token_used, feed_row, watch = user_announce(KEYS[k + 1], k_users,
           user, {d_up = d_up, d_down = d_down, elapsed = elapsed, was_seeder = seeding, was_active = true,
           leaving = false, seeding = seeding, snatched = 0, gap = at - last, others = others,
           leecher_left = t[9] or 0, size = t[8] or 0}, at, at_text, hnr_seed_ms, hnr_ratio,
-          rates or nil, rates and k_rows or nil)
+          rates or nil, rates and true or nil, writer)
       end
       applied = applied + 1
       if at > latest then latest, latest_text = at, at_text end
@@ -184,7 +189,7 @@ for i = 0, peers - 1 do
   if private then
     out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = status, bits, ver, d_up, d_down
     out[n + 6], out[n + 7], out[n + 8], out[n + 9], out[n + 10] = whole(c_up), whole(c_down), token_event,
-      token_used or '', feed_mark
+      token_used or '', feed_row
     out[n + 11] = watch
   else
     out[n + 1] = status

@@ -9,11 +9,17 @@
 -- KEYS[1] torrent  HASH  id, and the rest of the record
 -- KEYS[2] seeders  HASH
 -- KEYS[3] leechers HASH
--- KEYS[4..] every other record of the torrent
+-- KEYS[4..] every other record of the torrent, its users' records (HASH,
+--          prelude's user_read) last, from KEYS[ARGV[1]]
 --
--- ARGV (none)
+-- ARGV[1] the index in KEYS of the first user record (#KEYS + 1: none)
 --
--- Returns the number of keys deleted (0 or more), or
+-- Returns {the number of keys deleted (0 or more), then per user record
+-- with a numbered change (seq > 0): its index in KEYS and {w,
+-- last_announce, seq, uploaded, downloaded, up_extra, down_extra, seed_ms,
+-- leech_ms, snatched} as stored ("" or "0" when absent)}, so the caller
+-- delivers the rows a writer killed with them only in its memory would
+-- lose (the lead's decision 5, s43); or
 --   R.REGISTERED: the torrent has an id (unregister it first)
 --   R.PEERS: its swarm has peers
 
@@ -23,8 +29,23 @@ end
 if redis.call('HLEN', KEYS[2]) + redis.call('HLEN', KEYS[3]) > 0 then
   return R.PEERS
 end
+local out = {0}
+for i = tonumber(ARGV[1]) or #KEYS + 1, #KEYS do
+  local f = redis.call('HMGET', KEYS[i], 'w', 'last_announce', 'seq', 'uploaded', 'downloaded', 'up_extra',
+    'down_extra', 'seed_ms', 'leech_ms', 'snatched')
+  if (tonumber(f[3]) or 0) > 0 then
+    for j = 1, 10 do
+      if not f[j] then
+        if j == 1 then f[j] = '' else f[j] = '0' end
+      end
+    end
+    local k = #out
+    out[k + 1], out[k + 2] = i, f
+  end
+end
 local n = 0
 for i = 1, #KEYS, 500 do
   n = n + redis.call('DEL', unpack(KEYS, i, math.min(i + 499, #KEYS)))
 end
-return n
+out[1] = n
+return out
