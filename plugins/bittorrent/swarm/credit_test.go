@@ -10,6 +10,7 @@ import (
 
 	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
+	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )
 
@@ -239,6 +240,14 @@ func TestNoAccounting(t *testing.T) {
 		require.Equal(t, int64(1000), got.Uploaded)
 		require.Zero(t, got.UpCredited)
 		require.Zero(t, got.DownCredited)
+		// The totals keep the raw figures and no difference: with
+		// accounting off a flush writes no credited field at all.
+		f.flush()
+		totals := b.Client.HGetAll(context.Background(), btstore.UserStatsKey("alice")).Val()
+		require.Equal(t, "1000", totals["uploaded"])
+		require.Equal(t, "2000", totals["downloaded"])
+		require.NotContains(t, totals, "up_extra")
+		require.NotContains(t, totals, "down_extra")
 	})
 }
 

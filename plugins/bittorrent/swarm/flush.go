@@ -62,6 +62,21 @@ func (t transfer) stored() transfer {
 	return transfer{t[0], t[1], t[2] - t[0], t[3] - t[1]}
 }
 
+// movedBy is one announce's transfer from a script's reply: raw deltas,
+// then credited. With accounting off the scripts credit nothing and write
+// no difference into the record, so the credited figures are taken as the
+// raw ones here, and the totals' difference does not move either: were
+// they 0, every flush would write each moving user's differences (-raw,
+// two HINCRBYs that accounting on, with no multiplier, never pays), and
+// the totals would disagree with the records. Readers say 0 credited
+// while accounting is off (creditOf).
+func (s *Store) movedBy(userID string, up, down, upCredited, downCredited int64) transfer {
+	if !s.accounting(userID) {
+		upCredited, downCredited = up, down
+	}
+	return transfer{up, down, upCredited, downCredited}
+}
+
 // indexDelta is how one torrent's index scores changed.
 type indexDelta struct {
 	seeders, leechers, snatches int64

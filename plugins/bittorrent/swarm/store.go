@@ -698,7 +698,7 @@ func (s *Store) recordAnnounce(ctx context.Context, hash bittorrent.InfoHash, us
 		}
 	}
 	full := s.pending.addAnnounce(hash, dSeeders, dLeechers, snatched, userID,
-		transfer{replyInt(reply[11]), replyInt(reply[12]), replyInt(reply[14]), replyInt(reply[15])}, update)
+		s.movedBy(userID, replyInt(reply[11]), replyInt(reply[12]), replyInt(reply[14]), replyInt(reply[15])), update)
 	if row, ok := reply[18].([]any); ok && s.feedOn() {
 		// Held before it is counted stamped, and both before the
 		// announce's call ends (feedUpTo): a round that saw the stamp

@@ -1140,8 +1140,8 @@ func (w *writeBehind) applyPeers(c *refreshCall, reply []any) error {
 				update = &userUpdate{key: userTorrent{user: r.user, torrent: torrentID}, hash: c.hash,
 					bits: bits, version: replyInt(res[2])}
 			}
-			w.s.pending.addRefresh(r.user, transfer{replyInt(res[3]), replyInt(res[4]), replyInt(res[5]),
-				replyInt(res[6])}, update)
+			w.s.pending.addRefresh(r.user, w.s.movedBy(r.user, replyInt(res[3]), replyInt(res[4]), replyInt(res[5]),
+				replyInt(res[6])), update)
 			if row, ok := res[9].([]any); ok && w.s.feedOn() {
 				// Held before the drain releases its hold (feedUpTo).
 				seeders := replyInt(reply[1])
