@@ -107,8 +107,10 @@ func (d feedDeliverer) deliver(ctx context.Context, batches []swarm.FeedBatch) e
 	if err != nil {
 		return err
 	}
-	// One append: the events are stored together or not at all.
-	if err := d.ob.Append(ctx, events); err != nil {
+	// One append: the events are stored together or not at all. Their
+	// bodies are json.Marshal's text (feedEvents), so the outbox stores
+	// them without compacting them again.
+	if err := d.ob.AppendMarshalled(ctx, events); err != nil {
 		return err
 	}
 	for _, e := range events {
