@@ -73,10 +73,10 @@ type pending struct {
 	// feed: torrents a script reported a feed mark for (a user's row is
 	// new in its feed rows), to index in btstore.FeedIndexKey
 	feed map[bittorrent.InfoHash]struct{}
-	// ledger: user-torrent record -> its ledger entries since the last
-	// flush (HSET fields and values, in announce order); cheats: the
-	// announces whose figures crossed a signal's threshold (watch.go)
-	ledger map[string][]any
+	// ledger: the ledger entries since the last flush, in announce order
+	// (the flush groups them by record); cheats: the announces whose
+	// figures crossed a signal's threshold (watch.go)
+	ledger []ledgerEntry
 	cheats []*cheatCheck
 }
 
@@ -85,7 +85,7 @@ func (p *pending) reset() {
 	p.users = make(map[userTorrent]userUpdate)
 	p.totals = make(map[string]*transfer)
 	p.feed = make(map[bittorrent.InfoHash]struct{})
-	p.ledger = make(map[string][]any)
+	p.ledger = nil
 	p.cheats = nil
 }
 
@@ -93,14 +93,15 @@ func (p *pending) size() int {
 	return len(p.index) + len(p.users) + len(p.totals) + len(p.feed) + len(p.ledger) + len(p.cheats)
 }
 
-// addWatch records one announce's ledger entry (HSET field and value, nil:
-// none) and its signals to check (nil: none) for the user-torrent record
-// key (watchTransfer).
-func (p *pending) addWatch(key string, entry []any, check *cheatCheck) {
+// addWatch records one announce's ledger entry (nil: none) and its
+// signals to check (nil: none) (watchTransfer). The entry is a value in
+// one slice: an announce builds no key, field or text for it; the flush
+// does, per record.
+func (p *pending) addWatch(entry *ledgerEntry, check *cheatCheck) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if entry != nil {
-		p.ledger[key] = append(p.ledger[key], entry...)
+		p.ledger = append(p.ledger, *entry)
 	}
 	if check != nil {
 		p.cheats = append(p.cheats, check)
@@ -207,7 +208,7 @@ type batch struct {
 	users  map[userTorrent]userUpdate
 	totals map[string]*transfer
 	feed   map[bittorrent.InfoHash]struct{}
-	ledger map[string][]any
+	ledger []ledgerEntry
 	cheats []*cheatCheck
 }
 
@@ -349,12 +350,12 @@ func (s *Store) flushLocked(ctx context.Context) error {
 	// deleted only a protection window after its last announce (orphan
 	// cleanup) or its user's removal (a purge), and these entries are a
 	// flush interval old.
-	for key, fields := range work.ledger {
-		queue(pipe.HSet(ctx, key, fields...), func() {
-			s.pending.mu.Lock()
-			s.pending.ledger[key] = append(fields, s.pending.ledger[key]...)
-			s.pending.mu.Unlock()
-		})
+	ledger := ledgerWrites(work.ledger)
+	ledgerCmds := make([]*redis.Cmd, len(ledger.args))
+	for i, args := range ledger.args {
+		ledgerCmds[i] = pipe.Do(ctx, args...)
+		cmds = append(cmds, ledgerCmds[i])
+		requeue = append(requeue, func() {}) // the failed records' entries go back below, in order
 	}
 	userCalls := make([]scriptCall, 0, len(work.users))
 	userUpdates := make([]userUpdate, 0, len(work.users))
@@ -374,6 +375,21 @@ func (s *Store) flushLocked(ctx context.Context) error {
 				requeue[i]()
 			}
 		}
+	}
+	var ledgerFailed map[ledgerRecord]bool
+	for i, cmd := range ledgerCmds {
+		if cmd.Err() != nil {
+			if ledgerFailed == nil {
+				ledgerFailed = make(map[ledgerRecord]bool)
+			}
+			ledgerFailed[ledger.records[i]] = true
+		}
+	}
+	if ledgerFailed != nil {
+		back := ledgerEntriesOf(work.ledger, ledgerFailed)
+		s.pending.mu.Lock()
+		s.pending.ledger = append(back, s.pending.ledger...)
+		s.pending.mu.Unlock()
 	}
 	for i, cmd := range s.runScriptsPipelined(ctx, userSetsScript, userCalls) {
 		if err := cmd.Err(); err != nil {
