@@ -303,13 +303,14 @@ func (s *Store) flushLocked(ctx context.Context) error {
 		}
 	}
 	for userID, t := range work.totals {
+		key := btstore.UserStatsKey(userID) // once per user, not per field
 		for i, field := range transferFields {
 			if t[i] == 0 {
 				continue
 			}
 			var undo transfer
 			undo[i] = t[i]
-			queue(pipe.HIncrBy(ctx, btstore.UserStatsKey(userID), field, t[i]), func() {
+			queue(pipe.HIncrBy(ctx, key, field, t[i]), func() {
 				s.pending.mu.Lock()
 				s.pending.addTotalsLocked(userID, undo)
 				s.pending.mu.Unlock()
