@@ -54,6 +54,10 @@ type transfer [4]int64
 // The fields of btstore.UserStatsKey, in transfer's order.
 var transferFields = [4]string{"uploaded", "downloaded", "up_credit", "down_credit"}
 
+// transferFieldArgs are transferFields boxed once, for the flush's
+// commands.
+var transferFieldArgs = [4]any{transferFields[0], transferFields[1], transferFields[2], transferFields[3]}
+
 // indexDelta is how one torrent's index scores changed.
 type indexDelta struct {
 	seeders, leechers, snatches int64
@@ -302,19 +306,25 @@ func (s *Store) flushLocked(ctx context.Context) error {
 			queue(pipe.ZRemRangeByScore(ctx, btstore.IndexKey(indexes[i]), "-inf", "0"), func() {})
 		}
 	}
+	// The totals: an HINCRBY per user and field, with the key boxed once
+	// per user and the field names once per process; a failed one goes
+	// back into the batch (below), with no closure per command.
+	type totalWrite struct {
+		user  string
+		field int
+		n     int64
+		cmd   *redis.IntCmd
+	}
+	var totals []totalWrite
 	for userID, t := range work.totals {
-		key := btstore.UserStatsKey(userID) // once per user, not per field
-		for i, field := range transferFields {
+		var key any = btstore.UserStatsKey(userID)
+		for i := range transferFields {
 			if t[i] == 0 {
 				continue
 			}
-			var undo transfer
-			undo[i] = t[i]
-			queue(pipe.HIncrBy(ctx, key, field, t[i]), func() {
-				s.pending.mu.Lock()
-				s.pending.addTotalsLocked(userID, undo)
-				s.pending.mu.Unlock()
-			})
+			cmd := redis.NewIntCmd(ctx, "hincrby", key, transferFieldArgs[i], t[i])
+			_ = pipe.Process(ctx, cmd) // queued: errors are read per command
+			totals = append(totals, totalWrite{user: userID, field: i, n: t[i], cmd: cmd})
 		}
 	}
 	// One ZADD per shard of the feed's index, every torrent marked since
@@ -367,7 +377,7 @@ func (s *Store) flushLocked(ctx context.Context) error {
 
 	failed := 0
 	var firstErr error
-	if len(cmds) > 0 {
+	if len(cmds) > 0 || len(totals) > 0 {
 		_, _ = pipe.Exec(ctx) // errors are read per command
 		for i, cmd := range cmds {
 			if err := cmd.Err(); err != nil {
@@ -375,6 +385,17 @@ func (s *Store) flushLocked(ctx context.Context) error {
 				firstErr = firstError(firstErr, err)
 				requeue[i]()
 			}
+		}
+	}
+	for _, w := range totals {
+		if err := w.cmd.Err(); err != nil {
+			failed++
+			firstErr = firstError(firstErr, err)
+			var undo transfer
+			undo[w.field] = w.n
+			s.pending.mu.Lock()
+			s.pending.addTotalsLocked(w.user, undo)
+			s.pending.mu.Unlock()
 		}
 	}
 	var ledgerFailed map[ledgerRecord]bool
@@ -407,7 +428,7 @@ func (s *Store) flushLocked(ctx context.Context) error {
 	if failed > 0 {
 		s.counters.flushFailures.Add(int64(failed))
 		return fmt.Errorf("swarm.Flush: %d of %d writes failed, kept for the next flush: %w",
-			failed, len(cmds)+len(userCalls)+len(work.cheats), firstErr)
+			failed, len(cmds)+len(totals)+len(userCalls)+len(work.cheats), firstErr)
 	}
 	return nil
 }

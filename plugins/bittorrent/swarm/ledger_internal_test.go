@@ -1,11 +1,14 @@
 package swarm
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/hoardproject/hoard/internal/redistest"
 	"github.com/hoardproject/hoard/plugins/bittorrent"
 	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
 )
@@ -68,4 +71,47 @@ func TestLedgerWritesGroupByRecordInAnnounceOrder(t *testing.T) {
 	require.Equal(t, []ledgerEntry{entries[0], entries[1], entries[2], entries[4]}, back)
 	require.Empty(t, ledgerEntriesOf(entries, map[ledgerRecord]bool{}))
 	require.Empty(t, ledgerWrites(nil).args)
+}
+
+// TestFailedTotalsAndLedgerWritesWaitForTheNextFlush: a flush whose
+// totals or ledger write fails (here the key holds a string) says so and
+// keeps exactly those writes, and the next flush writes them once; the
+// writes that succeeded are not repeated.
+func TestFailedTotalsAndLedgerWritesWaitForTheNextFlush(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s, err := New(b.Client, Config{Private: true, Logger: slog.New(slog.DiscardHandler), Watch: WatchConfig{LedgerEntries: 5}})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Stop() })
+		hash := bittorrent.InfoHash{7}
+		record := func(user string) string { return btstore.UserTorrentKey(hash, user) }
+		for _, key := range []string{btstore.UserStatsKey("bad"), record("bad")} {
+			require.NoError(t, b.Client.Set(ctx, key, "not a hash", 0).Err())
+		}
+		s.pending.mu.Lock()
+		s.pending.addTotalsLocked("good", transfer{10, 20, 10, 0})
+		s.pending.addTotalsLocked("bad", transfer{1, 2, 3, 4})
+		s.pending.mu.Unlock()
+		s.pending.addWatch(&ledgerEntry{ledgerRecord: ledgerRecord{hash: hash, user: "good"}, slot: 1, at: 1000, up: 10, upCredited: 10}, nil)
+		s.pending.addWatch(&ledgerEntry{ledgerRecord: ledgerRecord{hash: hash, user: "bad"}, slot: 1, at: 1000, up: 1, upCredited: 1}, nil)
+		s.pending.addWatch(&ledgerEntry{ledgerRecord: ledgerRecord{hash: hash, user: "bad"}, slot: 2, at: 1001, up: 2, upCredited: 2}, nil)
+
+		err = s.Flush(ctx)
+		require.ErrorContains(t, err, "5 of 9 writes failed") // 4 totals and an HSET of 7 totals and 2 HSETs
+		require.Equal(t, map[string]string{"uploaded": "10", "downloaded": "20", "up_credit": "10"},
+			b.Client.HGetAll(ctx, btstore.UserStatsKey("good")).Val())
+		require.Equal(t, "1000,10,0,,,0", b.Client.HGet(ctx, record("good"), "l1").Val())
+		s.pending.mu.Lock()
+		require.Equal(t, map[string]*transfer{"bad": {1, 2, 3, 4}}, s.pending.totals)
+		require.Len(t, s.pending.ledger, 2)
+		s.pending.mu.Unlock()
+
+		require.NoError(t, b.Client.Del(ctx, btstore.UserStatsKey("bad")).Err())
+		require.NoError(t, b.Client.Del(ctx, record("bad")).Err())
+		require.NoError(t, s.Flush(ctx))
+		require.Equal(t, map[string]string{"uploaded": "1", "downloaded": "2", "up_credit": "3", "down_credit": "4"},
+			b.Client.HGetAll(ctx, btstore.UserStatsKey("bad")).Val())
+		require.Equal(t, map[string]string{"l1": "1000,1,0,,,0", "l2": "1001,2,0,,,0"}, b.Client.HGetAll(ctx, record("bad")).Val())
+		require.Equal(t, "10", b.Client.HGet(ctx, btstore.UserStatsKey("good"), "uploaded").Val(), "written once")
+	})
 }
