@@ -1,17 +1,19 @@
 package btplugin
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
 	"encoding/json"
 	"hash"
-	"sort"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
-	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
+	"github.com/hoardproject/hoard/plugins/bittorrent"
 	"github.com/hoardproject/hoard/plugins/bittorrent/outbox"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )
@@ -67,9 +69,6 @@ type TransferRow struct {
 	SeedSeconds  int64      `json:"seed_seconds"`
 	LeechSeconds int64      `json:"leech_seconds"`
 	Snatched     *time.Time `json:"snatched,omitempty"`
-	// infoHash is the torrent's, in hex: with UserID and Seq it makes Key,
-	// which the feed's builder writes itself
-	infoHash string
 }
 
 // SnatchEvent is a "snatch" event's body: the user's first completion of
@@ -107,8 +106,10 @@ func (d feedDeliverer) deliver(ctx context.Context, batches []swarm.FeedBatch) e
 	if err != nil {
 		return err
 	}
-	// One append: the events are stored together or not at all.
-	if err := d.ob.Append(ctx, events); err != nil {
+	// One append: the events are stored together or not at all. Their
+	// bodies are json.Marshal's text (feedEvents), so the outbox stores
+	// them without compacting them again.
+	if err := d.ob.AppendMarshalled(ctx, events); err != nil {
 		return err
 	}
 	for _, e := range events {
@@ -185,29 +186,33 @@ func newTransfersBuilder() *transfersBuilder {
 	return &transfersBuilder{size: transfersFrame, digest: sha1.New()}
 }
 
-// startTorrent begins a torrent: its piece's head, written into the body
-// with its first row in each event.
-func (t *transfersBuilder) startTorrent(e *TransferEvent) error {
+// startTorrent begins batch b's torrent (hash: its info-hash in hex), as
+// its TransferEvent marshals: its piece's head, written into the body
+// with its first row in each event. The builder reads the batch itself,
+// not a TransferEvent with its times behind pointers: those cost three
+// allocations per torrent and row (docs/bittorrent-site.md, "The plugin's
+// CPU").
+func (t *transfersBuilder) startTorrent(b *swarm.FeedBatch, hash []byte) error {
 	h := append(t.head[:0], `{"info_hash":`...)
-	h = appendJSONString(h, e.InfoHash)
+	h = appendJSONBytes(h, hash)
 	h = append(h, `,"torrent_id":`...)
-	h = appendJSONString(h, e.TorrentID)
+	h = appendJSONString(h, b.TorrentID)
 	h = append(h, `,"seeders":`...)
-	h = strconv.AppendInt(h, e.Seeders, 10)
+	h = strconv.AppendInt(h, b.Seeders, 10)
 	h = append(h, `,"leechers":`...)
-	h = strconv.AppendInt(h, e.Leechers, 10)
+	h = strconv.AppendInt(h, b.Leechers, 10)
 	h = append(h, `,"snatches":`...)
-	h = strconv.AppendInt(h, e.Snatches, 10)
+	h = strconv.AppendInt(h, b.Snatches, 10)
 	var err error
-	if e.LastSeeded != nil {
+	if b.LastAction > 0 {
 		h = append(h, `,"last_seeded":`...)
-		if h, err = appendJSONTime(h, *e.LastSeeded); err != nil {
+		if h, err = appendJSONMillis(h, b.LastAction); err != nil {
 			return err
 		}
 	}
-	if e.LastActivity != nil {
+	if b.Announced > 0 {
 		h = append(h, `,"last_activity":`...)
-		if h, err = appendJSONTime(h, *e.LastActivity); err != nil {
+		if h, err = appendJSONMillis(h, b.Announced); err != nil {
 			return err
 		}
 	}
@@ -215,13 +220,14 @@ func (t *transfersBuilder) startTorrent(e *TransferEvent) error {
 	return nil
 }
 
-func (t *transfersBuilder) addRow(row *TransferRow) error {
+// addRow adds row of the current torrent (hash: its info-hash in hex), as
+// its TransferRow marshals.
+func (t *transfersBuilder) addRow(row *swarm.FeedRow, hash []byte) error {
 	k := append(t.key[:0], row.UserID...)
 	k = append(k, ':')
-	k = append(k, row.infoHash...)
+	k = append(k, hash...)
 	k = append(k, ':')
 	k = strconv.AppendInt(k, row.Seq, 10)
-	t.key = k
 	r := append(t.row[:0], `{"key":`...)
 	r = appendJSONBytes(r, k)
 	r = append(r, `,"user_id":`...)
@@ -231,14 +237,14 @@ func (t *transfersBuilder) addRow(row *TransferRow) error {
 		n    int64
 	}{{`,"seq":`, row.Seq}, {`,"uploaded":`, row.Uploaded}, {`,"downloaded":`, row.Downloaded},
 		{`,"up_credited":`, row.UpCredited}, {`,"down_credited":`, row.DownCredited},
-		{`,"seed_seconds":`, row.SeedSeconds}, {`,"leech_seconds":`, row.LeechSeconds}} {
+		{`,"seed_seconds":`, row.SeedMillis / 1000}, {`,"leech_seconds":`, row.LeechMillis / 1000}} {
 		r = append(r, f.name...)
 		r = strconv.AppendInt(r, f.n, 10)
 	}
-	if row.Snatched != nil {
+	if row.Snatched > 0 {
 		r = append(r, `,"snatched":`...)
 		var err error
-		if r, err = appendJSONTime(r, *row.Snatched); err != nil {
+		if r, err = appendJSONMillis(r, row.Snatched); err != nil {
 			return err
 		}
 	}
@@ -263,8 +269,11 @@ func (t *transfersBuilder) addRow(row *TransferRow) error {
 		t.body = append(t.body, ',')
 	}
 	t.body = append(t.body, r...)
-	t.digest.Write(k)
-	t.digest.Write([]byte{'\n'})
+	// the key and its newline in one write, from the builder's scratch
+	// (a []byte{'\n'} literal escaped through the hash.Hash interface:
+	// an allocation per row)
+	t.key = append(k, '\n')
+	t.digest.Write(t.key)
 	t.rows++
 	t.keys++
 	t.size += len(r) + 1
@@ -332,9 +341,11 @@ func jsonPlain(c byte) bool {
 	return c >= 0x20 && c < 0x7f && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
 }
 
-// appendJSONTime appends t as time.Time's MarshalJSON does (RFC 3339
-// with nanoseconds), which refuses years outside 0-9999.
-func appendJSONTime(b []byte, t time.Time) ([]byte, error) {
+// appendJSONMillis appends the time ms (Unix milliseconds, UTC) as
+// time.Time's MarshalJSON does (RFC 3339 with nanoseconds), which refuses
+// years outside 0-9999.
+func appendJSONMillis(b []byte, ms int64) ([]byte, error) {
+	t := time.UnixMilli(ms).UTC()
 	if y := t.Year(); y < 0 || y > 9999 {
 		text, err := t.MarshalJSON()
 		return append(b, text...), err
@@ -346,40 +357,43 @@ func appendJSONTime(b []byte, t time.Time) ([]byte, error) {
 
 // feedEvents is a round's events for batches: the transfers events,
 // then a snatch event per snatched row whose key appended does not have.
+// batches and their rows are left as they are: a round settles them after
+// the delivery.
 func feedEvents(batches []swarm.FeedBatch, appended func(key string) bool) ([]outbox.Event, error) {
-	at := func(ms int64) *time.Time {
-		if ms <= 0 {
-			return nil
-		}
-		t := time.UnixMilli(ms).UTC()
-		return &t
+	sorted := make([]*swarm.FeedBatch, len(batches))
+	for i := range batches {
+		sorted[i] = &batches[i]
 	}
-	sorted := make([]swarm.FeedBatch, len(batches))
-	copy(sorted, batches)
-	sort.Slice(sorted, func(i, j int) bool { return string(sorted[i].InfoHash[:]) < string(sorted[j].InfoHash[:]) })
+	slices.SortFunc(sorted, func(a, b *swarm.FeedBatch) int { return bytes.Compare(a.InfoHash[:], b.InfoHash[:]) })
+	byUser := func(a, b swarm.FeedRow) int { return strings.Compare(a.UserID, b.UserID) }
 	builder := newTransfersBuilder()
 	var snatches []outbox.Event
+	var rows []swarm.FeedRow
+	var hash [2 * len(bittorrent.InfoHash{})]byte
 	for _, b := range sorted {
-		hash := btstore.HexInfoHash(b.InfoHash)
-		if err := builder.startTorrent(&TransferEvent{InfoHash: hash, TorrentID: b.TorrentID, Seeders: b.Seeders, Leechers: b.Leechers,
-			Snatches: b.Snatches, LastSeeded: at(b.LastAction), LastActivity: at(b.Announced)}); err != nil {
+		hex.Encode(hash[:], b.InfoHash[:])
+		if err := builder.startTorrent(b, hash[:]); err != nil {
 			return nil, err
 		}
-		rows := make([]swarm.FeedRow, len(b.Rows))
-		copy(rows, b.Rows)
-		sort.Slice(rows, func(i, j int) bool { return rows[i].UserID < rows[j].UserID })
-		for _, r := range rows {
-			err := builder.addRow(&TransferRow{infoHash: hash, UserID: r.UserID, Seq: r.Seq,
-				Uploaded: r.Uploaded, Downloaded: r.Downloaded, UpCredited: r.UpCredited, DownCredited: r.DownCredited,
-				SeedSeconds: r.SeedMillis / 1000, LeechSeconds: r.LeechMillis / 1000, Snatched: at(r.Snatched)})
-			if err != nil {
+		// Most torrents have one row a round, in order already: sorted
+		// in a copy only when they are not.
+		rows = b.Rows
+		if !slices.IsSortedFunc(rows, byUser) {
+			rows = slices.Clone(rows)
+			slices.SortStableFunc(rows, byUser)
+		}
+		for i := range rows {
+			r := &rows[i]
+			if err := builder.addRow(r, hash[:]); err != nil {
 				return nil, err
 			}
-			if r.Snatched == 0 {
+			if r.Snatched <= 0 {
 				continue
 			}
-			if key := "snatch:" + r.UserID + ":" + hash; !appended(key) {
-				body, err := json.Marshal(SnatchEvent{UserID: r.UserID, InfoHash: hash, TorrentID: b.TorrentID, At: *at(r.Snatched)})
+			hashText := string(hash[:])
+			if key := "snatch:" + r.UserID + ":" + hashText; !appended(key) {
+				body, err := json.Marshal(SnatchEvent{UserID: r.UserID, InfoHash: hashText, TorrentID: b.TorrentID,
+					At: time.UnixMilli(r.Snatched).UTC()})
 				if err != nil {
 					return nil, err
 				}

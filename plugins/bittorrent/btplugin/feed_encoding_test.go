@@ -1,6 +1,7 @@
 package btplugin
 
 import (
+	"bytes"
 	"crypto/sha1"
 	"encoding/hex"
 	"encoding/json"
@@ -62,6 +63,12 @@ func TestFeedEventsAreWhatEncodingJSONWrites(t *testing.T) {
 			require.Equal(t, want[i].Key, got[i].Key, "round %d event %d", round, i)
 			require.Equal(t, want[i].Kind, got[i].Kind, "round %d event %d", round, i)
 			require.Equal(t, string(want[i].Body), string(got[i].Body), "round %d event %d", round, i)
+			// the deliverer stores bodies as they are (outbox.AppendMarshalled):
+			// json.Marshal's text, which compacting and escaping leave alone
+			var compact, escaped bytes.Buffer
+			require.NoError(t, json.Compact(&compact, got[i].Body))
+			json.HTMLEscape(&escaped, compact.Bytes())
+			require.Equal(t, string(got[i].Body), escaped.String(), "round %d event %d", round, i)
 		}
 	}
 }

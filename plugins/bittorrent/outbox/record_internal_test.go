@@ -33,11 +33,28 @@ func TestAppendRecordIsWhatJSONMarshalWrites(t *testing.T) {
 			require.Equal(t, "left as it was"+string(want), string(got), "body %q key %q", body, key)
 		}
 	}
+	// A body that is json.Marshal's text goes in as it is (AppendMarshalled)
+	// and makes the same record.
+	for _, v := range []any{nil, map[string]any{"a": 1, "b": []int{1, 2}}, "<b>&amp;</b>\u2028", []string{"caf\u00e9", `q"uote\\`}} {
+		body, err := json.Marshal(v)
+		require.NoError(t, err)
+		e := Event{Key: "a<b>", Kind: "k", Body: body}
+		want, err := appendRecord(nil, 0, e, at)
+		require.NoError(t, err)
+		got, err := appendRecordAs([]byte("x"), 0, e, at, true)
+		require.NoError(t, err)
+		require.Equal(t, "x"+string(want), string(got), "body %s", body)
+	}
 	for _, e := range []Event{{Key: "k", Kind: "x", Body: json.RawMessage(`{"a":`)}, {Key: "k", Kind: "x", Body: json.RawMessage(`{} {}`)},
 		{Key: "", Kind: "x"}, {Key: "k", Kind: ""}, {Key: "k", Kind: "x", Body: json.RawMessage(`"` + string(make([]byte, MaxBodyBytes)) + `"`)}} {
 		_, err := appendRecord(nil, 0, e, at)
 		require.True(t, errors.Is(err, ErrInvalid), "%v", err)
 		require.Equal(t, Validate([]Event{e}).Error(), err.Error())
+		if validateFrame(0, e) != nil {
+			// the frame is checked on the marshalled path too
+			_, err = appendRecordAs(nil, 0, e, at, true)
+			require.Equal(t, Validate([]Event{e}).Error(), err.Error())
+		}
 	}
 }
 
@@ -52,5 +69,33 @@ func TestHTMLEscapedIsContainsAny(t *testing.T) {
 	for _, body := range bodies {
 		want := bytes.ContainsAny([]byte(body), "<>&\u2028\u2029")
 		require.Equal(t, want, htmlEscaped([]byte(body)), "%q", body)
+	}
+}
+
+// BenchmarkAppendRecord: one op is the record of a 32 KB transfers-like
+// body, compacted and checked (Append) or as it is (AppendMarshalled).
+func BenchmarkAppendRecord(b *testing.B) {
+	row := `{"key":"1234:0123456789abcdef0123456789abcdef01234567:42","user_id":"1234","seq":42,"uploaded":123456789,"downloaded":987654321,"up_credited":123456789,"down_credited":0,"seed_seconds":3600,"leech_seconds":120}`
+	body := []byte(`{"version":2,"torrents":[{"info_hash":"0123456789abcdef0123456789abcdef01234567","torrent_id":"7","seeders":3,"leechers":1,"snatches":9,"rows":[`)
+	for len(body) < 32<<10 {
+		body = append(append(body, row...), ',')
+	}
+	body = append(body[:len(body)-1], "]}]}"...)
+	require.True(b, json.Valid(body))
+	e := Event{Key: "transfers:150:0011223344556677", Kind: "transfers", Body: body}
+	at := time.Date(2026, 11, 30, 12, 0, 0, 1, time.UTC)
+	for _, marshalled := range []bool{false, true} {
+		b.Run(map[bool]string{false: "compact", true: "marshalled"}[marshalled], func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			var rec []byte
+			for b.Loop() {
+				var err error
+				rec, err = appendRecordAs(rec[:0], 0, e, at, marshalled)
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

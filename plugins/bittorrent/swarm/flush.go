@@ -77,6 +77,10 @@ func (s *Store) movedBy(userID string, up, down, upCredited, downCredited int64)
 	return transfer{up, down, upCredited, downCredited}
 }
 
+// transferFieldArgs are transferFields boxed once, for the flush's
+// commands.
+var transferFieldArgs = [4]any{transferFields[0], transferFields[1], transferFields[2], transferFields[3]}
+
 // indexDelta is how one torrent's index scores changed.
 type indexDelta struct {
 	seeders, leechers, snatches int64
@@ -93,10 +97,10 @@ type pending struct {
 	index  map[bittorrent.InfoHash]*indexDelta
 	users  map[userTorrent]userUpdate
 	totals map[string]*transfer
-	// ledger: user-torrent record -> its ledger entries since the last
-	// flush (HSET fields and values, in announce order); cheats: the
-	// announces whose figures crossed a signal's threshold (watch.go)
-	ledger map[string][]any
+	// ledger: the ledger entries since the last flush, in announce order
+	// (the flush groups them by record); cheats: the announces whose
+	// figures crossed a signal's threshold (watch.go)
+	ledger []ledgerEntry
 	cheats []*cheatCheck
 }
 
@@ -104,7 +108,7 @@ func (p *pending) reset() {
 	p.index = make(map[bittorrent.InfoHash]*indexDelta)
 	p.users = make(map[userTorrent]userUpdate)
 	p.totals = make(map[string]*transfer)
-	p.ledger = make(map[string][]any)
+	p.ledger = nil
 	p.cheats = nil
 }
 
@@ -112,14 +116,15 @@ func (p *pending) size() int {
 	return len(p.index) + len(p.users) + len(p.totals) + len(p.ledger) + len(p.cheats)
 }
 
-// addWatch records one announce's ledger entry (HSET field and value, nil:
-// none) and its signals to check (nil: none) for the user-torrent record
-// key (watchTransfer).
-func (p *pending) addWatch(key string, entry []any, check *cheatCheck) {
+// addWatch records one announce's ledger entry (nil: none) and its
+// signals to check (nil: none) (watchTransfer). The entry is a value in
+// one slice: an announce builds no key, field or text for it; the flush
+// does, per record.
+func (p *pending) addWatch(entry *ledgerEntry, check *cheatCheck) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if entry != nil {
-		p.ledger[key] = append(p.ledger[key], entry...)
+		p.ledger = append(p.ledger, *entry)
 	}
 	if check != nil {
 		p.cheats = append(p.cheats, check)
@@ -219,7 +224,7 @@ type batch struct {
 	index  map[bittorrent.InfoHash]*indexDelta
 	users  map[userTorrent]userUpdate
 	totals map[string]*transfer
-	ledger map[string][]any
+	ledger []ledgerEntry
 	cheats []*cheatCheck
 }
 
@@ -313,18 +318,25 @@ func (s *Store) flushLocked(ctx context.Context) error {
 			queue(pipe.ZRemRangeByScore(ctx, btstore.IndexKey(indexes[i]), "-inf", "0"), func() {})
 		}
 	}
+	// The totals: an HINCRBY per user and field, with the key boxed once
+	// per user and the field names once per process; a failed one goes
+	// back into the batch (below), with no closure per command.
+	type totalWrite struct {
+		user  string
+		field int
+		n     int64
+		cmd   *redis.IntCmd
+	}
+	var totals []totalWrite
 	for userID, t := range work.totals {
-		for i, field := range transferFields {
+		var key any = btstore.UserStatsKey(userID)
+		for i := range transferFields {
 			if t[i] == 0 {
 				continue
 			}
-			var undo transfer
-			undo[i] = t[i]
-			queue(pipe.HIncrBy(ctx, btstore.UserStatsKey(userID), field, t[i]), func() {
-				s.pending.mu.Lock()
-				s.pending.addTotalsLocked(userID, undo)
-				s.pending.mu.Unlock()
-			})
+			cmd := redis.NewIntCmd(ctx, "hincrby", key, transferFieldArgs[i], t[i])
+			_ = pipe.Process(ctx, cmd) // queued: errors are read per command
+			totals = append(totals, totalWrite{user: userID, field: i, n: t[i], cmd: cmd})
 		}
 	}
 	// The ledger: one HSET per record of the entries since the last
@@ -332,12 +344,12 @@ func (s *Store) flushLocked(ctx context.Context) error {
 	// deleted only a protection window after its last announce (orphan
 	// cleanup) or its user's removal (a purge), and these entries are a
 	// flush interval old.
-	for key, fields := range work.ledger {
-		queue(pipe.HSet(ctx, key, fields...), func() {
-			s.pending.mu.Lock()
-			s.pending.ledger[key] = append(fields, s.pending.ledger[key]...)
-			s.pending.mu.Unlock()
-		})
+	ledger := ledgerWrites(work.ledger)
+	ledgerCmds := make([]*redis.Cmd, len(ledger.args))
+	for i, args := range ledger.args {
+		ledgerCmds[i] = pipe.Do(ctx, args...)
+		cmds = append(cmds, ledgerCmds[i])
+		requeue = append(requeue, func() {}) // the failed records' entries go back below, in order
 	}
 	userCalls := make([]scriptCall, 0, len(work.users))
 	userUpdates := make([]userUpdate, 0, len(work.users))
@@ -348,7 +360,7 @@ func (s *Store) flushLocked(ctx context.Context) error {
 
 	failed := 0
 	var firstErr error
-	if len(cmds) > 0 {
+	if len(cmds) > 0 || len(totals) > 0 {
 		_, _ = pipe.Exec(ctx) // errors are read per command
 		for i, cmd := range cmds {
 			if err := cmd.Err(); err != nil {
@@ -357,6 +369,32 @@ func (s *Store) flushLocked(ctx context.Context) error {
 				requeue[i]()
 			}
 		}
+	}
+	for _, w := range totals {
+		if err := w.cmd.Err(); err != nil {
+			failed++
+			firstErr = firstError(firstErr, err)
+			var undo transfer
+			undo[w.field] = w.n
+			s.pending.mu.Lock()
+			s.pending.addTotalsLocked(w.user, undo)
+			s.pending.mu.Unlock()
+		}
+	}
+	var ledgerFailed map[ledgerRecord]bool
+	for i, cmd := range ledgerCmds {
+		if cmd.Err() != nil {
+			if ledgerFailed == nil {
+				ledgerFailed = make(map[ledgerRecord]bool)
+			}
+			ledgerFailed[ledger.records[i]] = true
+		}
+	}
+	if ledgerFailed != nil {
+		back := ledgerEntriesOf(work.ledger, ledgerFailed)
+		s.pending.mu.Lock()
+		s.pending.ledger = append(back, s.pending.ledger...)
+		s.pending.mu.Unlock()
 	}
 	for i, cmd := range s.runScriptsPipelined(ctx, userSetsScript, userCalls) {
 		if err := cmd.Err(); err != nil {
@@ -373,7 +411,7 @@ func (s *Store) flushLocked(ctx context.Context) error {
 	if failed > 0 {
 		s.counters.flushFailures.Add(int64(failed))
 		return fmt.Errorf("swarm.Flush: %d of %d writes failed, kept for the next flush: %w",
-			failed, len(cmds)+len(userCalls)+len(work.cheats), firstErr)
+			failed, len(cmds)+len(totals)+len(userCalls)+len(work.cheats), firstErr)
 	}
 	return nil
 }

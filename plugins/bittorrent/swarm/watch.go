@@ -174,12 +174,82 @@ func parseWatchFigures(v any) (watchFigures, bool) {
 		leecherLeft: replyInt(list[3]), size: replyInt(list[4]), downloaded: replyInt(list[5])}, true
 }
 
-// ledgerWrite is one record's ledger entries a flush writes: HSET
-// fields and values.
-type ledgerWrite struct {
-	key    string // the user-torrent record
-	fields []any
+// ledgerRecord names a user-torrent record, the key of its ledger.
+type ledgerRecord struct {
+	hash bittorrent.InfoHash
+	user string
 }
+
+// ledgerEntry is one announce's ledger entry, waiting for the flush:
+// figures, not text, so an announce allocates nothing for it.
+type ledgerEntry struct {
+	ledgerRecord
+	slot                               int64 // the entry's field, "l<slot>"
+	at, up, down, upCredited, downCred int64
+	gap                                int64
+}
+
+// ledgerBatch is a flush's ledger writes: per record, in the order each
+// record first appears, its HSET's arguments ("hset", key, then each
+// entry's field and text in announce order).
+type ledgerBatch struct {
+	records []ledgerRecord
+	args    [][]any
+}
+
+// ledgerWrites groups entries by record. The texts share one buffer and
+// the field names are boxed once per store (ledgerFieldNames), so a
+// record costs its key and argument list, and an entry one small box.
+// The entries' slots are below MaxLedgerEntries (watchTransfer).
+func ledgerWrites(entries []ledgerEntry) ledgerBatch {
+	var b ledgerBatch
+	if len(entries) == 0 {
+		return b
+	}
+	index := make(map[ledgerRecord]int, len(entries))
+	texts := make([]byte, 0, len(entries)*48)
+	for i := range entries {
+		e := &entries[i]
+		n, ok := index[e.ledgerRecord]
+		if !ok {
+			n = len(b.args)
+			index[e.ledgerRecord] = n
+			b.records = append(b.records, e.ledgerRecord)
+			b.args = append(b.args, append(make([]any, 0, 4), "hset", btstore.UserTorrentKey(e.hash, e.user)))
+		}
+		start := len(texts)
+		if cap(texts)-start < 128 {
+			// a new buffer: the texts already boxed keep the old one
+			texts = make([]byte, 0, max(len(entries)*48, 1024))
+			start = 0
+		}
+		texts = appendLedgerText(texts, e.at, e.up, e.down, e.upCredited, e.downCred, e.gap)
+		b.args[n] = append(b.args[n], ledgerFieldNames[e.slot], texts[start:len(texts):len(texts)])
+	}
+	return b
+}
+
+// ledgerEntriesOf is entries' entries of the records in failed, in
+// order: what a flush puts back when their writes failed.
+func ledgerEntriesOf(entries []ledgerEntry, failed map[ledgerRecord]bool) []ledgerEntry {
+	var back []ledgerEntry
+	for _, e := range entries {
+		if failed[e.ledgerRecord] {
+			back = append(back, e)
+		}
+	}
+	return back
+}
+
+// ledgerFieldNames are the ledger's field names, "l0" to "l999", each
+// boxed once: a flush puts one in an HSET's arguments per entry.
+var ledgerFieldNames = func() []any {
+	names := make([]any, MaxLedgerEntries)
+	for i := range names {
+		names[i] = "l" + strconv.Itoa(i)
+	}
+	return names
+}()
 
 // cheatCheck is one announce's signals whose figures crossed their
 // thresholds, waiting for the flush to check their stamps.
@@ -203,15 +273,20 @@ func (s *Store) watchTransfer(hash bittorrent.InfoHash, torrentID, userID string
 		return // no transfer, or accounting off
 	}
 	dUp, dDown, cUp, cDown := moved[0], moved[1], moved[2], moved[3]
-	key := btstore.UserTorrentKey(hash, userID)
-	var entry []any
+	var entry *ledgerEntry
 	if w.LedgerEntries > 0 {
-		entry = []any{"l" + strconv.FormatInt(f.seq%int64(w.LedgerEntries), 10), ledgerText(at, dUp, dDown, cUp, cDown, f.gap)}
+		// a negative seq (only a damaged record) must not index the names
+		slot := f.seq % int64(w.LedgerEntries)
+		if slot < 0 {
+			slot += int64(w.LedgerEntries)
+		}
+		entry = &ledgerEntry{ledgerRecord: ledgerRecord{hash: hash, user: userID}, slot: slot,
+			at: at, up: dUp, down: dDown, upCredited: cUp, downCred: cDown, gap: f.gap}
 	}
 	var check *cheatCheck
 	hit := func(code int, sig CheatSignal) {
 		if check == nil {
-			check = &cheatCheck{key: key, at: at}
+			check = &cheatCheck{key: btstore.UserTorrentKey(hash, userID), at: at}
 		}
 		sig.InfoHash, sig.TorrentID, sig.UserID, sig.At = hash, torrentID, userID, time.UnixMilli(at).UTC()
 		check.signals = append(check.signals, sig)
@@ -237,15 +312,14 @@ func (s *Store) watchTransfer(hash bittorrent.InfoHash, torrentID, userID string
 	if entry == nil && check == nil {
 		return
 	}
-	s.pending.addWatch(key, entry, check)
+	s.pending.addWatch(entry, check)
 }
 
-// ledgerText is one ledger entry as a record's field holds it: "time,raw
+// appendLedgerText appends one ledger entry as a record's field holds it: "time,raw
 // up,raw down,credited up,credited down,ms since the peer's previous
 // announce", a credited figure left empty when it equals the raw one (one
 // short field, so the record stays a listpack: values up to 64 bytes).
-func ledgerText(at, dUp, dDown, cUp, cDown, gap int64) string {
-	b := make([]byte, 0, 64)
+func appendLedgerText(b []byte, at, dUp, dDown, cUp, cDown, gap int64) []byte {
 	b = strconv.AppendInt(b, at, 10)
 	b = append(b, ',')
 	b = strconv.AppendInt(b, dUp, 10)
@@ -260,8 +334,7 @@ func ledgerText(at, dUp, dDown, cUp, cDown, gap int64) string {
 		b = strconv.AppendInt(b, cDown, 10)
 	}
 	b = append(b, ',')
-	b = strconv.AppendInt(b, gap, 10)
-	return string(b)
+	return strconv.AppendInt(b, gap, 10)
 }
 
 // writeCheatChecks checks the stamps of the signals an announce's figures
@@ -289,7 +362,7 @@ func (s *Store) writeCheatChecks(ctx context.Context, checks []*cheatCheck) (fai
 		if err != nil {
 			failed++
 			firstErr = firstError(firstErr, fmt.Errorf("cheat_stamp.lua: %w", err))
-			s.pending.addWatch(checks[i].key, nil, checks[i])
+			s.pending.addWatch(nil, checks[i])
 			continue
 		}
 		for j, sig := range checks[i].signals {
