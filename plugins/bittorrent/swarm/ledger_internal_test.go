@@ -88,6 +88,8 @@ func TestFailedTotalsAndLedgerWritesWaitForTheNextFlush(t *testing.T) {
 		for _, key := range []string{btstore.UserStatsKey("bad"), record("bad")} {
 			require.NoError(t, b.Client.Set(ctx, key, "not a hash", 0).Err())
 		}
+		// addTotalsLocked takes the totals' stored form (raw, then the
+		// credited differences: transfer.stored), field by field.
 		s.pending.mu.Lock()
 		s.pending.addTotalsLocked("good", transfer{10, 20, 10, 0})
 		s.pending.addTotalsLocked("bad", transfer{1, 2, 3, 4})
@@ -98,7 +100,7 @@ func TestFailedTotalsAndLedgerWritesWaitForTheNextFlush(t *testing.T) {
 
 		err = s.Flush(ctx)
 		require.ErrorContains(t, err, "5 of 9 writes failed") // 4 totals and an HSET of 7 totals and 2 HSETs
-		require.Equal(t, map[string]string{"uploaded": "10", "downloaded": "20", "up_credit": "10"},
+		require.Equal(t, map[string]string{"uploaded": "10", "downloaded": "20", "up_extra": "10"},
 			b.Client.HGetAll(ctx, btstore.UserStatsKey("good")).Val())
 		require.Equal(t, "1000,10,0,,,0", b.Client.HGet(ctx, record("good"), "l1").Val())
 		s.pending.mu.Lock()
@@ -109,7 +111,7 @@ func TestFailedTotalsAndLedgerWritesWaitForTheNextFlush(t *testing.T) {
 		require.NoError(t, b.Client.Del(ctx, btstore.UserStatsKey("bad")).Err())
 		require.NoError(t, b.Client.Del(ctx, record("bad")).Err())
 		require.NoError(t, s.Flush(ctx))
-		require.Equal(t, map[string]string{"uploaded": "1", "downloaded": "2", "up_credit": "3", "down_credit": "4"},
+		require.Equal(t, map[string]string{"uploaded": "1", "downloaded": "2", "up_extra": "3", "down_extra": "4"},
 			b.Client.HGetAll(ctx, btstore.UserStatsKey("bad")).Val())
 		require.Equal(t, map[string]string{"l1": "1000,1,0,,,0", "l2": "1001,2,0,,,0"}, b.Client.HGetAll(ctx, record("bad")).Val())
 		require.Equal(t, "10", b.Client.HGet(ctx, btstore.UserStatsKey("good"), "uploaded").Val(), "written once")
