@@ -448,6 +448,22 @@ func UserTorrentKey(hash bittorrent.InfoHash, userID string) string {
 	return KeysOf(hash).User(userID)
 }
 
+// ParseUserTorrentKey reads the info-hash and user id back from a
+// UserTorrentKey name (what a SCAN of UserTorrentPattern finds); ok is
+// false for any other key. validUser says whether a user id is one the
+// tracker gives out.
+func ParseUserTorrentKey(key string, validUser func(string) bool) (hash bittorrent.InfoHash, userID string, ok bool) {
+	hash, ok = HashFromKey(key)
+	if !ok {
+		return hash, "", false
+	}
+	userID, ok = strings.CutPrefix(key, UserTorrentKey(hash, ""))
+	if !ok || userID == "" || !validUser(userID) {
+		return hash, "", false
+	}
+	return hash, userID, true
+}
+
 // DueShards is how many shards the due index has. It is fixed: changing
 // it would strand the entries of the shards that went away.
 const DueShards = 16

@@ -43,6 +43,23 @@ func TestTimeoutKeyRoundTrip(t *testing.T) {
 	}
 }
 
+func TestUserTorrentKeyRoundTrip(t *testing.T) {
+	hash := bittorrent.InfoHash(sha1.Sum([]byte("x")))
+	for _, user := range []string{"alice", "u-1_2", "7"} {
+		h, u, ok := ParseUserTorrentKey(UserTorrentKey(hash, user), validUser)
+		require.True(t, ok)
+		require.Equal(t, hash, h)
+		require.Equal(t, user, u)
+	}
+	for _, key := range []string{
+		"", "hoard:bt:", TorrentKey(hash), UserTorrentKey(hash, ""), UserStatsKey("alice"),
+		UserTorrentKey(hash, "bad{user}"), FeedRowsKey(hash), "hoard:{proj}:user:alice",
+	} {
+		_, _, ok := ParseUserTorrentKey(key, validUser)
+		require.False(t, ok, key)
+	}
+}
+
 func TestEveryTorrentKeySharesTheHashTag(t *testing.T) {
 	hash := bittorrent.InfoHash(sha1.Sum([]byte("y")))
 	var peer bittorrent.PeerID

@@ -73,16 +73,11 @@ func (s *Store) feedDeadWritersBatch(ctx context.Context, keys []string, dead ma
 	records := make([]deadRecord, 0, len(keys))
 	pipe := s.rdb.Pipeline()
 	for _, key := range keys {
-		hash, ok := btstore.HashFromKey(key)
+		hash, user, ok := btstore.ParseUserTorrentKey(key, validName)
 		if !ok {
 			continue
 		}
-		prefix := btstore.UserTorrentKey(hash, "")
-		if len(key) <= len(prefix) || key[:len(prefix)] != prefix || !validName(key[len(prefix):]) {
-			continue
-		}
-		records = append(records, deadRecord{hash: hash, user: key[len(prefix):],
-			fields: pipe.HMGet(ctx, key, deadWriterFields...)})
+		records = append(records, deadRecord{hash: hash, user: user, fields: pipe.HMGet(ctx, key, deadWriterFields...)})
 	}
 	if len(records) == 0 {
 		return 0, nil
@@ -90,8 +85,7 @@ func (s *Store) feedDeadWritersBatch(ctx context.Context, keys []string, dead ma
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return 0, err
 	}
-	byTorrent := make(map[bittorrent.InfoHash]*FeedBatch)
-	var order []bittorrent.InfoHash
+	var g feedGroup
 	for _, r := range records {
 		v := r.fields.Val()
 		fed, ok := dead[replyString(v[0])]
@@ -102,38 +96,17 @@ func (s *Store) feedDeadWritersBatch(ctx context.Context, keys []string, dead ma
 		if announced < fed || seq == 0 {
 			continue // delivered by its writer's rounds (a change at "fed up to" itself may not be), or never numbered
 		}
-		uploaded, downloaded := replyInt(v[3]), replyInt(v[4])
-		row := FeedRow{UserID: r.user, Seq: seq, Uploaded: uploaded, Downloaded: downloaded,
-			UpCredited: uploaded + replyInt(v[5]), DownCredited: downloaded + replyInt(v[6]),
-			SeedMillis: replyInt(v[7]), LeechMillis: replyInt(v[8]), Snatched: replyInt(v[9])}
-		b := byTorrent[r.hash]
-		if b == nil {
-			b = &FeedBatch{InfoHash: r.hash}
-			byTorrent[r.hash] = b
-			order = append(order, r.hash)
-		}
-		b.Rows = append(b.Rows, row)
-		b.Announced = max(b.Announced, announced)
+		g.add(r.hash, announced, recordFeedRow(r.user, seq, v[3:10]))
 	}
-	if len(order) == 0 {
+	if len(g.order) == 0 {
 		return 0, nil
 	}
-	counters := make([]*redis.SliceCmd, len(order))
-	pipe = s.rdb.Pipeline()
-	for i, hash := range order {
-		counters[i] = pipe.HMGet(ctx, btstore.TorrentKey(hash), "id", "seeders", "leechers", "snatches", "last_action")
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	batches, err := g.batches(ctx, s.rdb)
+	if err != nil {
 		return 0, err
 	}
-	batches := make([]FeedBatch, len(order))
 	rows := 0
-	for i, hash := range order {
-		c := counters[i].Val()
-		b := byTorrent[hash]
-		b.TorrentID, b.Seeders, b.Leechers = replyString(c[0]), replyInt(c[1]), replyInt(c[2])
-		b.Snatches, b.LastAction = replyInt(c[3]), replyInt(c[4])
-		batches[i] = *b
+	for _, b := range batches {
 		rows += len(b.Rows)
 	}
 	if err := deliver(ctx, batches); err != nil {
@@ -164,8 +137,7 @@ func (s *Store) feedDeleted(ctx context.Context, deleted []deletedRecord) {
 		return
 	}
 	fed, err := s.rdb.HGetAll(ctx, btstore.FrontendsKey).Result()
-	byTorrent := make(map[bittorrent.InfoHash]*FeedBatch)
-	var order []bittorrent.InfoHash
+	var g feedGroup
 	for _, d := range deleted {
 		writer, announced := replyString(d.fields[0]), replyInt(d.fields[1])
 		if entry, ok := fed[writer]; ok && err == nil {
@@ -173,39 +145,13 @@ func (s *Store) feedDeleted(ctx context.Context, deleted []deletedRecord) {
 				continue // delivered by its writer's rounds
 			}
 		}
-		v := d.fields[2:]
-		uploaded, downloaded := replyInt(v[1]), replyInt(v[2])
-		row := FeedRow{UserID: d.user, Seq: replyInt(v[0]), Uploaded: uploaded, Downloaded: downloaded,
-			UpCredited: uploaded + replyInt(v[3]), DownCredited: downloaded + replyInt(v[4]),
-			SeedMillis: replyInt(v[5]), LeechMillis: replyInt(v[6]), Snatched: replyInt(v[7])}
-		b := byTorrent[d.hash]
-		if b == nil {
-			b = &FeedBatch{InfoHash: d.hash}
-			byTorrent[d.hash] = b
-			order = append(order, d.hash)
-		}
-		b.Rows = append(b.Rows, row)
-		b.Announced = max(b.Announced, announced)
+		g.add(d.hash, announced, recordFeedRow(d.user, replyInt(d.fields[2]), d.fields[3:10]))
 	}
-	if len(order) == 0 {
+	if len(g.order) == 0 {
 		return
 	}
-	counters := make([]*redis.SliceCmd, len(order))
-	pipe := s.rdb.Pipeline()
-	for i, hash := range order {
-		counters[i] = pipe.HMGet(ctx, btstore.TorrentKey(hash), "id", "seeders", "leechers", "snatches", "last_action")
-	}
-	_, cerr := pipe.Exec(ctx)
-	batches := make([]FeedBatch, len(order))
-	for i, hash := range order {
-		b := byTorrent[hash]
-		if c := counters[i].Val(); len(c) == 5 {
-			b.TorrentID, b.Seeders, b.Leechers = replyString(c[0]), replyInt(c[1]), replyInt(c[2])
-			b.Snatches, b.LastAction = replyInt(c[3]), replyInt(c[4])
-		}
-		batches[i] = *b
-	}
-	if cerr != nil && !errors.Is(cerr, redis.Nil) {
+	batches, cerr := g.batches(ctx, s.rdb)
+	if cerr != nil {
 		err = firstError(err, cerr)
 	} else if err == nil {
 		err = s.cfg.OnFeed(ctx, batches)
@@ -222,4 +168,60 @@ func (s *Store) feedDeleted(ctx context.Context, deleted []deletedRecord) {
 				row.DownCredited, row.SeedMillis, row.LeechMillis, row.Snatched}, t)
 		}
 	}
+}
+
+// feedGroup gathers rows read back from records (a dead writer's, a
+// deleted record's) into one FeedBatch per torrent, in the order the
+// torrents first came.
+type feedGroup struct {
+	byTorrent map[bittorrent.InfoHash]*FeedBatch
+	order     []bittorrent.InfoHash
+}
+
+func (g *feedGroup) add(hash bittorrent.InfoHash, announced int64, row FeedRow) {
+	b := g.byTorrent[hash]
+	if b == nil {
+		if g.byTorrent == nil {
+			g.byTorrent = make(map[bittorrent.InfoHash]*FeedBatch)
+		}
+		b = &FeedBatch{InfoHash: hash}
+		g.byTorrent[hash] = b
+		g.order = append(g.order, hash)
+	}
+	b.Rows = append(b.Rows, row)
+	b.Announced = max(b.Announced, announced)
+}
+
+// batches reads the torrents' counters (one pipeline) into their batches.
+// A batch whose counters could not be read has none; the error says so.
+func (g *feedGroup) batches(ctx context.Context, rdb redis.UniversalClient) ([]FeedBatch, error) {
+	counters := make([]*redis.SliceCmd, len(g.order))
+	pipe := rdb.Pipeline()
+	for i, hash := range g.order {
+		counters[i] = pipe.HMGet(ctx, btstore.TorrentKey(hash), "id", "seeders", "leechers", "snatches", "last_action")
+	}
+	_, err := pipe.Exec(ctx)
+	if errors.Is(err, redis.Nil) {
+		err = nil
+	}
+	batches := make([]FeedBatch, len(g.order))
+	for i, hash := range g.order {
+		b := g.byTorrent[hash]
+		if c := counters[i].Val(); len(c) == 5 {
+			b.TorrentID, b.Seeders, b.Leechers = replyString(c[0]), replyInt(c[1]), replyInt(c[2])
+			b.Snatches, b.LastAction = replyInt(c[3]), replyInt(c[4])
+		}
+		batches[i] = *b
+	}
+	return batches, err
+}
+
+// recordFeedRow is a record's row from its stored figures, v: uploaded,
+// downloaded, up_extra, down_extra, seed_ms, leech_ms, snatched (the
+// credited figures stored as their difference from the raw ones).
+func recordFeedRow(user string, seq int64, v []any) FeedRow {
+	uploaded, downloaded := replyInt(v[0]), replyInt(v[1])
+	return FeedRow{UserID: user, Seq: seq, Uploaded: uploaded, Downloaded: downloaded,
+		UpCredited: uploaded + replyInt(v[2]), DownCredited: downloaded + replyInt(v[3]),
+		SeedMillis: replyInt(v[4]), LeechMillis: replyInt(v[5]), Snatched: replyInt(v[6])}
 }

@@ -230,16 +230,8 @@ func (s *Store) repairUserStates(ctx context.Context, keys []string, report *Rep
 	records := make([]record, 0, len(keys))
 	pipe := s.rdb.Pipeline()
 	for _, key := range keys {
-		hash, ok := btstore.HashFromKey(key)
+		hash, userID, ok := btstore.ParseUserTorrentKey(key, validName)
 		if !ok {
-			continue
-		}
-		prefix := btstore.UserTorrentKey(hash, "")
-		if len(key) <= len(prefix) || key[:len(prefix)] != prefix {
-			continue
-		}
-		userID := key[len(prefix):]
-		if !validName(userID) {
 			continue
 		}
 		records = append(records, record{
