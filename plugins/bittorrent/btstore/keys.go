@@ -225,6 +225,19 @@ func FeedRowsKey(hash bittorrent.InfoHash) string { return torrentPrefix(hash) +
 // scans for rows an earlier build left unindexed (its mark lost).
 const FeedRowsPattern = Prefix + "{*}:" + sufFeedRows
 
+// FeedLegacyScannedKey marks (STRING FeedLegacyScanned) that a frontend
+// has scanned the keyspace for feed rows an earlier build left with their
+// index mark lost (FeedRowsPattern; swarm's drainLegacyFeed) and indexed
+// them, so later starts skip that scan and drain the index alone. Only an
+// earlier build writes rows, and only a frontend of one killed before its
+// flush loses a mark: an operator who ran such a build beside this one
+// after the scan deletes the key, and the next start scans again. No
+// script reads it.
+const FeedLegacyScannedKey = Prefix + "feed:legacy"
+
+// FeedLegacyScanned is FeedLegacyScannedKey's value once the scan is done.
+const FeedLegacyScanned = "scanned"
+
 // FeedShards is how many shards the feed's index has. It is fixed:
 // changing it would strand the entries of the shards that went away.
 const FeedShards = 16

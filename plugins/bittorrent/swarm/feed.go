@@ -207,11 +207,23 @@ func (s *Store) FeedRowsHeld() int { return s.feed.held() }
 // (btstore.FeedRowsKey): it indexes the torrents whose rows no index
 // names (legacyFeedIndex: a scan of every master), then runs rounds over
 // the index until one is complete, settling what it delivered as that
-// build did. The feed loop runs it at start, before its first round; a
-// keyspace an earlier build never wrote rows to costs the one scan.
+// build did. The feed loop runs it at start, before its first round. The
+// scan runs until one succeeds and is marked (btstore.FeedLegacyScannedKey):
+// a keyspace of hundreds of millions of keys takes minutes to scan, and
+// every start of every frontend paid for it; the index's rounds, a read of
+// its sixteen shards when it is empty, run on every start.
 func (s *Store) drainLegacyFeed(ctx context.Context, deliver func(context.Context, []FeedBatch) error) (int, error) {
-	if _, err := s.legacyFeedIndex(ctx); err != nil {
-		return 0, err
+	scanned, err := s.rdb.Get(ctx, btstore.FeedLegacyScannedKey).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, fmt.Errorf("swarm.drainLegacyFeed: %w", err)
+	}
+	if scanned != btstore.FeedLegacyScanned {
+		if _, err := s.legacyFeedIndex(ctx); err != nil {
+			return 0, err
+		}
+		if err := s.rdb.Set(ctx, btstore.FeedLegacyScannedKey, btstore.FeedLegacyScanned, 0).Err(); err != nil {
+			return 0, fmt.Errorf("swarm.drainLegacyFeed: %w", err)
+		}
 	}
 	delivered := 0
 	for {

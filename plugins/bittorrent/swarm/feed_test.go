@@ -14,6 +14,7 @@ import (
 	"github.com/hoardproject/hoard/plugins/bittorrent"
 	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
+	"github.com/redis/go-redis/v9"
 )
 
 // ledger is the site's side of the feed: it drops a row whose key it has
@@ -186,6 +187,43 @@ func TestFeedLoopDeliversRowsAnEarlierBuildLeftOnceAtStart(t *testing.T) {
 			LeechMillis: 60000}, l.newest["alice:"+btstore.HexInfoHash(hash)])
 		require.Equal(t, int64(7), l.newest["alice:"+btstore.HexInfoHash(other)].Seq)
 		require.Equal(t, int64(2), l.newest["bob:"+btstore.HexInfoHash(hash)].Seq)
+	})
+}
+
+// The scan for rows whose index mark an earlier build lost runs until one
+// succeeds, then is marked (btstore.FeedLegacyScannedKey): a later start
+// drains rows the index names and scans no more, so a row with no mark
+// stays; with the mark deleted, the next start scans and delivers it.
+func TestFeedLoopScansForUnindexedRowsOnlyUntilMarked(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		l := newLedger()
+		// start runs a frontend until done holds: its drain at start did
+		// that, and the drain runs before the feed loop does anything else.
+		start := func(done func() bool) {
+			t.Helper()
+			f := newFixture(t, b, swarm.Config{Private: true, FeedInterval: time.Hour, OnFeed: l.deliver})
+			require.NoError(t, f.store.Start(ctx))
+			require.Eventually(t, done, 10*time.Second, 10*time.Millisecond)
+			require.NoError(t, f.store.Stop())
+		}
+		start(func() bool { return b.Client.Get(ctx, btstore.FeedLegacyScannedKey).Val() == btstore.FeedLegacyScanned })
+		require.Empty(t, l.seen, "nothing was left")
+
+		indexed, unindexed := infoHash("legacy-indexed"), infoHash("legacy-unindexed")
+		require.NoError(t, b.Client.HSet(ctx, btstore.FeedRowsKey(indexed), "alice:4", "4,10,20,10,20,0,1000,0,1000").Err())
+		require.NoError(t, b.Client.ZAdd(ctx, btstore.FeedIndexKey(btstore.FeedShard(indexed)),
+			redis.Z{Score: 1000, Member: btstore.HexInfoHash(indexed)}).Err())
+		require.NoError(t, b.Client.HSet(ctx, btstore.FeedRowsKey(unindexed), "bob:5", "5,1,2,1,2,0,1000,0,1000").Err())
+		start(func() bool { return b.Client.Exists(ctx, btstore.FeedRowsKey(indexed)).Val() == 0 })
+		require.Equal(t, int64(1), b.Client.Exists(ctx, btstore.FeedRowsKey(unindexed)).Val(), "no scan: the unindexed row stays")
+		require.Len(t, l.seen, 1)
+
+		require.NoError(t, b.Client.Del(ctx, btstore.FeedLegacyScannedKey).Err())
+		start(func() bool { return b.Client.Exists(ctx, btstore.FeedRowsKey(unindexed)).Val() == 0 }) // scanned again
+		require.Len(t, l.seen, 2)
+		require.Equal(t, int64(5), l.newest["bob:"+btstore.HexInfoHash(unindexed)].Seq)
+		require.Zero(t, l.copies)
 	})
 }
 
