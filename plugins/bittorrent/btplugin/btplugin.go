@@ -585,8 +585,11 @@ func (t *Tracker) Configure(ctx context.Context, cfg plugins.Config) error {
 	}
 	var cleaner *orphans.Cleaner
 	if orphanSettings.Enabled {
-		if cleaner, err = orphans.New(rdb, orphans.Config{Store: store.Config(), Policy: orphanPolicy,
-			Logger: t.logger.With("component", "orphans")}); err != nil {
+		orphanCfg := orphans.Config{Store: store.Config(), Policy: orphanPolicy, Logger: t.logger.With("component", "orphans")}
+		if storeCfg.OnFeed != nil {
+			orphanCfg.FeedDeleted = store.FeedDeletedRecords
+		}
+		if cleaner, err = orphans.New(rdb, orphanCfg); err != nil {
 			_ = geo.Close()
 			_ = store.Stop()
 			_ = rdb.Close()

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hoardproject/hoard/internal/luascript"
+	"github.com/hoardproject/hoard/plugins/bittorrent"
 	"github.com/hoardproject/hoard/plugins/bittorrent/btstore"
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )
@@ -27,6 +28,12 @@ type Config struct {
 	// intervals that set the shortest window.
 	Store  swarm.Config
 	Policy Policy
+	// FeedDeleted, when set, hears of the user records of a torrent that
+	// cleanup deleted with a numbered change (seq > 0), before cleanup
+	// reports the torrent gone: swarm.Store.FeedDeletedRecords delivers
+	// the rows their writer may not have (the lead's decision 5). With
+	// accounting off there is no feed, and it is nil.
+	FeedDeleted func(ctx context.Context, hash bittorrent.InfoHash, records []btstore.DeletedUserRecord)
 	// Now is the clock (time.Now when nil); tests inject one.
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -388,6 +395,8 @@ func (c *Cleaner) Passes(ctx context.Context) (map[string]int64, error) {
 type evalCall struct {
 	keys []string
 	args []any
+	// torrent is the torrent of an orphan_torrent.lua call (torrentCall)
+	torrent bittorrent.InfoHash
 }
 
 // runPipelined runs many invocations of one script in one pipeline

@@ -5,8 +5,10 @@ import (
 
 	"context"
 	"encoding/json"
+	"errors"
 	"net/netip"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -366,5 +368,75 @@ func TestTorrentWithManyUsersGoesInChunks(t *testing.T) {
 		require.Equal(t, users, r.UserRecords)
 		require.Equal(t, 1, r.Torrents)
 		require.Empty(t, f.torrentKeys(hash))
+	})
+}
+
+// A frontend killed with a change's feed row only in its memory (S5: rows
+// are held by the frontend that answered, never written to Redis) loses
+// nothing when cleanup deletes the record before any backstop ran: the
+// script returns the record's figures as it deletes it and the cleaner
+// hands them to Config.FeedDeleted (the lead's decision 5), here a live
+// frontend's swarm.Store.FeedDeletedRecords, which delivers the row whose
+// writer is not fed up to it.
+func TestCleanupDeliversTheRowsOfRecordsAKilledWriterHeld(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		clock := swarm.NewFakeClock(epoch)
+		// What a started frontend's Start would have done: the records
+		// are in this build's form.
+		require.NoError(t, b.Client.Set(ctx, btstore.CreditFormKey, btstore.CreditFormDone, 0).Err())
+		killed, err := swarm.New(b.Client, swarm.Config{Private: true, Clock: clock, Logger: quietLogger,
+			OnFeed: func(context.Context, []swarm.FeedBatch) error { return errors.New("never delivers") }})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = killed.Stop() })
+		require.NoError(t, killed.AddClient(ctx, "-TR", "Transmission"))
+		require.NoError(t, killed.AddUser(ctx, pkPrefix+"alice", "alice"))
+		hash := infoHash("orphan-fed")
+		require.NoError(t, killed.Register(ctx, hash, swarm.Registration{ID: "t1"}))
+		f := &fixture{t: t, b: b, store: killed, clock: clock}
+		require.NoError(t, f.announce(hash, 1, pkPrefix+"alice", 100, 0, bittorrent.EventStarted))
+		clock.Advance(time.Minute)
+		require.NoError(t, f.announce(hash, 1, pkPrefix+"alice", 100, 1000, bittorrent.EventNone))
+		clock.Advance(time.Minute)
+		require.NoError(t, f.announce(hash, 1, pkPrefix+"alice", 100, 1500, bittorrent.EventStopped))
+		require.NoError(t, killed.Flush(ctx))
+		require.Positive(t, killed.FeedRowsHeld(), "the rows are only in the killed frontend's memory")
+		record := btstore.UserTorrentKey(hash, "alice")
+		seq, err := b.Client.HGet(ctx, record, "seq").Int64()
+		require.NoError(t, err)
+		require.Positive(t, seq)
+
+		var mu sync.Mutex
+		var rows []swarm.FeedRow
+		live, err := swarm.New(b.Client, swarm.Config{Private: true, Clock: clock, Logger: quietLogger,
+			OnFeed: func(_ context.Context, batches []swarm.FeedBatch) error {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, batch := range batches {
+					require.Equal(t, hash, batch.InfoHash)
+					rows = append(rows, batch.Rows...)
+				}
+				return nil
+			}})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = live.Stop() })
+		cleaner, err := orphans.New(b.Client, orphans.Config{Store: live.Config(), Policy: fixturePolicy, Now: clock.Now,
+			Logger: quietLogger, FeedDeleted: live.FeedDeletedRecords})
+		require.NoError(t, err)
+
+		require.NoError(t, live.UnregisterTorrent(ctx, hash))
+		clock.Advance(window + time.Millisecond)
+		for range 2 {
+			_, err := cleaner.Pass(ctx)
+			require.NoError(t, err)
+		}
+		require.Zero(t, b.Client.Exists(ctx, record).Val(), "cleanup deleted the record")
+		mu.Lock()
+		defer mu.Unlock()
+		require.Len(t, rows, 1, "the deleted record's row, once")
+		require.Equal(t, "alice", rows[0].UserID)
+		require.Equal(t, seq, rows[0].Seq)
+		require.Equal(t, int64(1500), rows[0].Uploaded)
+		require.Equal(t, int64(1500), rows[0].UpCredited)
 	})
 }

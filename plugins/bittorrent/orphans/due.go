@@ -133,7 +133,7 @@ func (c *Cleaner) dueTorrentPage(ctx context.Context, src source, cursor uint64,
 		}
 		var gone []string
 		for i, cmd := range c.runPipelined(ctx, torrentScript, calls) {
-			wasGone, _, err := c.countTorrent(cmd, report)
+			wasGone, _, err := c.countTorrent(ctx, calls[i], cmd, report)
 			if err != nil {
 				return 0, err
 			}

@@ -115,7 +115,7 @@ func (c *Cleaner) torrentPage(ctx context.Context, src source, cursor uint64, re
 	}
 	var unfinished []*group
 	for i, cmd := range c.runPipelined(ctx, torrentScript, calls) {
-		gone, _, err := c.countTorrent(cmd, report)
+		gone, _, err := c.countTorrent(ctx, calls[i], cmd, report)
 		if err != nil {
 			return 0, err
 		}
@@ -147,7 +147,7 @@ func (c *Cleaner) torrentPage(ctx context.Context, src source, cursor uint64, re
 		return 0, err
 	}
 	for i, cmd := range c.runPipelined(ctx, torrentScript, calls) {
-		gone, left, err := c.countTorrent(cmd, report)
+		gone, left, err := c.countTorrent(ctx, calls[i], cmd, report)
 		if err != nil {
 			return 0, err
 		}
@@ -218,7 +218,7 @@ func (c *Cleaner) finishTorrent(ctx context.Context, hash bittorrent.InfoHash, r
 			return false, err
 		}
 		call := c.finishCall(hash, users, nil)
-		gone, left, err := c.countTorrent(torrentScript.Run(ctx, c.rdb, call.keys, call.args...), report)
+		gone, left, err := c.countTorrent(ctx, call, torrentScript.Run(ctx, c.rdb, call.keys, call.args...), report)
 		if err != nil || !gone || left == 0 || (prevLeft >= 0 && left >= prevLeft) {
 			// done, live again, or stuck on a fresh record: the next pass looks again
 			return err == nil && gone && left == 0, err
@@ -241,27 +241,51 @@ func (c *Cleaner) torrentCall(hash bittorrent.InfoHash, extra []string, kinds []
 		fin = "1"
 	}
 	args := append([]any{c.nowMillis(), c.windowMillis(), private, keepOpen, fin}, kinds...)
-	return evalCall{keys: keys, args: args}
+	return evalCall{keys: keys, args: args, torrent: hash}
 }
 
-// countTorrent adds one orphan_torrent.lua reply to the report.
-func (c *Cleaner) countTorrent(cmd *redis.Cmd, report *Report) (gone bool, left int64, err error) {
-	reply, err := cmd.Int64Slice()
+// countTorrent adds one orphan_torrent.lua reply to the report, and hands
+// the user records the call deleted with a numbered change to
+// Config.FeedDeleted before it says the torrent is gone (decision 5): a
+// writer killed with such a record's row only in its memory would lose it,
+// and no backstop finds a deleted record.
+func (c *Cleaner) countTorrent(ctx context.Context, call evalCall, cmd *redis.Cmd, report *Report) (gone bool, left int64, err error) {
+	reply, err := cmd.Slice()
 	if err != nil {
 		return false, 0, err
 	}
-	if len(reply) != 10 {
+	if len(reply) < 10 || len(reply)%2 != 0 {
 		return false, 0, errors.New("orphan_torrent.lua: malformed reply")
 	}
-	report.UserRecords += int(reply[1])
-	report.PeerRecords += int(reply[2])
-	report.Timeouts += int(reply[3])
-	report.ReaperStates += int(reply[4])
-	report.SeenSets += int(reply[5])
-	report.Torrents += int(reply[6])
-	report.ScoreKeys += int(reply[8])
-	report.IPMetrics += int(reply[9])
-	return reply[0] == 1, reply[7], nil
+	counts := make([]int64, 10)
+	for i := range counts {
+		n, ok := reply[i].(int64)
+		if !ok {
+			return false, 0, errors.New("orphan_torrent.lua: malformed reply")
+		}
+		counts[i] = n
+	}
+	var deleted []btstore.DeletedUserRecord
+	for i := 10; i+1 < len(reply); i += 2 {
+		index, _ := reply[i].(int64)
+		fields, ok := reply[i+1].([]any)
+		if index < 1 || int(index) > len(call.keys) || !ok || len(fields) != 10 {
+			return false, 0, errors.New("orphan_torrent.lua: malformed deleted record")
+		}
+		deleted = append(deleted, btstore.DeletedUserRecord{Key: call.keys[index-1], Fields: fields})
+	}
+	if len(deleted) > 0 && c.cfg.FeedDeleted != nil {
+		c.cfg.FeedDeleted(ctx, call.torrent, deleted)
+	}
+	report.UserRecords += int(counts[1])
+	report.PeerRecords += int(counts[2])
+	report.Timeouts += int(counts[3])
+	report.ReaperStates += int(counts[4])
+	report.SeenSets += int(counts[5])
+	report.Torrents += int(counts[6])
+	report.ScoreKeys += int(counts[8])
+	report.IPMetrics += int(counts[9])
+	return counts[0] == 1, counts[7], nil
 }
 
 // userPage reads one SCAN page of users' keys: for each versions hash it

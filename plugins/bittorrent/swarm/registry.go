@@ -243,15 +243,27 @@ func (s *Store) PurgeTorrent(ctx context.Context, hash bittorrent.InfoHash, reas
 	// Before the purge is reported done: a writer killed with these
 	// records' rows only in its memory would otherwise lose them, and no
 	// backstop finds a deleted record (decision 5).
+	s.FeedDeletedRecords(ctx, hash, gone)
+	return n, nil
+}
+
+// FeedDeletedRecords delivers the feed's rows of hash's user records that
+// a delete script removed (btstore.RemoveTorrentFed, orphan cleanup's
+// orphan_torrent.lua) when their writer's "fed up to" is before their last
+// change (the lead's decision 5): a writer killed with the rows only in
+// its memory would lose them, and no backstop finds a deleted record. A
+// record of another torrent, or not a user's, is ignored. Without a feed
+// it does nothing; a failed delivery holds the rows for this frontend's
+// next round (feedDeleted).
+func (s *Store) FeedDeletedRecords(ctx context.Context, hash bittorrent.InfoHash, gone []btstore.DeletedUserRecord) {
 	prefix := btstore.UserTorrentKey(hash, "")
 	deleted := make([]deletedRecord, 0, len(gone))
 	for _, d := range gone {
-		if len(d.Key) > len(prefix) && d.Key[:len(prefix)] == prefix {
+		if len(d.Key) > len(prefix) && d.Key[:len(prefix)] == prefix && len(d.Fields) == 10 {
 			deleted = append(deleted, deletedRecord{hash: hash, user: d.Key[len(prefix):], fields: d.Fields})
 		}
 	}
 	s.feedDeleted(ctx, deleted)
-	return n, nil
 }
 
 // TorrentInfo is a torrent's record.

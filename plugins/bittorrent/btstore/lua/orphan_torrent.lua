@@ -50,7 +50,13 @@
 -- with it, or when there is no record; the trackers list by its own stamp
 -- (a list set for a torrent about to be registered stays the window).
 --
--- Returns {gone, users, peers, timeouts, reapers, seens, torrents, left, scores, ipms}
+-- Returns {gone, users, peers, timeouts, reapers, seens, torrents, left, scores, ipms,
+--   then per user record deleted with a numbered change (seq > 0): its
+--   index in KEYS and {w, last_announce, seq, uploaded, downloaded,
+--   up_extra, down_extra, seed_ms, leech_ms, snatched} as stored ("" or
+--   "0" when absent), as torrent_remove.lua returns them, so the caller
+--   delivers the rows a writer killed with them only in its memory would
+--   lose (the lead's decision 5, s43)}
 --   (reapers counts the reaper's state, snatchers and claims)
 --   gone 0: the torrent is live (or too recent), nothing was deleted;
 --   then how many records of each kind were deleted (torrents is 1 when
@@ -95,6 +101,8 @@ end
 -- so no announce ever sees a torrent with half of its users' records.
 local record_here = redis.call('EXISTS', KEYS[1]) == 1
 local out = {1, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+-- the deleted user records with a numbered change: index, fields
+local fed = {}
 
 -- Scoring's keys: a tombstone older than the window takes the rest with
 -- it; with no record at all the rest is left over already. A finishing
@@ -127,7 +135,19 @@ for i = 13, #KEYS do
       local user = string.match(key, ':user:(.*)$')
       if user then redis.call('SREM', KEYS[4], user) end
     end
-    if delete then out[2] = out[2] + redis.call('DEL', key) end
+    if delete then
+      local f = redis.call('HMGET', key, 'w', 'last_announce', 'seq', 'uploaded', 'downloaded', 'up_extra',
+        'down_extra', 'seed_ms', 'leech_ms', 'snatched')
+      if (tonumber(f[3]) or 0) > 0 then
+        for j = 1, 10 do
+          if not f[j] then
+            if j == 1 then f[j] = '' else f[j] = '0' end
+          end
+        end
+        fed[#fed + 1], fed[#fed + 2] = i, f
+      end
+      out[2] = out[2] + redis.call('DEL', key)
+    end
   elseif kind == 'peer' then
     -- its retention TTL (accounting) outlives a gone torrent for nothing
     local p = redis.call('HMGET', key, 'last_announce', 'first_announce')
@@ -170,4 +190,5 @@ if ARGV[5] == '1' and left == 0 then
   redis.call('DEL', KEYS[4])
 end
 out[8] = left
+for j = 1, #fed do out[10 + j] = fed[j] end
 return out
