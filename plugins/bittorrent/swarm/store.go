@@ -626,10 +626,11 @@ func (s *Store) finishAnnounce(ctx context.Context, a *pendingAnnounce, reply []
 	default:
 		return nil, fmt.Errorf("swarm.Announce: script returned code %d", code)
 	}
-	if len(reply) != announceHeader+creditWidth(s.accounting(userID)) {
+	if len(reply) != announceHeader+1 {
 		return nil, fmt.Errorf("swarm.Announce: %w (%d elements)", errBadReply, len(reply))
 	}
-	credit, err := parseCredit(reply[announceHeader:], s.accounting(userID))
+	packedCredit, _ := reply[announceHeader].(string)
+	credit, err := parseCredit(packedCredit, s.accounting(userID))
 	if err != nil {
 		return nil, fmt.Errorf("swarm.Announce: %w", err)
 	}
@@ -688,7 +689,7 @@ func (s *Store) lastAcceptedHere(req *bittorrent.AnnounceRequest, userID string)
 }
 
 // announceHeader is how many elements announce.lua's reply has before
-// its credit reply (credit_reply.go).
+// its last, the credit reply (credit_reply.go).
 const announceHeader = 12
 
 // recordAnnounce batches the global side effects of one announce (reply:
@@ -700,7 +701,7 @@ func (s *Store) recordAnnounce(ctx context.Context, req *bittorrent.AnnounceRequ
 	torrentID := replyString(reply[8])
 	seeders, leechers := replyInt(reply[1]), replyInt(reply[2])
 	var update *userUpdate
-	if userID != "" && credit.bits > 0 {
+	if userID != "" && credit.bits >= 0 {
 		update = &userUpdate{
 			key:     userTorrent{user: userID, torrent: torrentID},
 			hash:    hash,
