@@ -2,19 +2,17 @@ package swarm
 
 import (
 	"fmt"
-	"math"
+	"strconv"
 )
 
 // The credit reply: what announce.lua (at its reply's end) and
 // refresh.lua (per peer, after its status) answer for one announce of a
-// user (prelude's user_announce and credit_none), its numbers packed as
-// little-endian doubles (prelude's credit_pack). A Lua number is a
-// double, so each comes back exactly as the script held it; Redis makes
-// one string where it made one reply integer per number (and before s46
-// two nested arrays per announce), and the frontend reads it without
-// go-redis boxing each integer into an interface. The width is named here
-// and handed to the scripts as R.CREDIT_OFF and R.CREDIT_ON
-// (announceCodes, refreshCodes); the places below are prelude's order.
+// user (prelude's user_announce and credit_none). It is flat and holds
+// numbers only: a nested list per announce cost Redis a Lua table and a
+// reply array, and the frontend a []any with every element boxed (s46).
+// Its width is named here and handed to the scripts as R.CREDIT_OFF and
+// R.CREDIT_ON (announceCodes, refreshCodes); the places below are
+// prelude's order.
 const (
 	creditWidthOff = 4  // accounting off: bits, version, up, down
 	creditWidthOn  = 17 // accounting on: those, then credit, token, row and gap
@@ -22,7 +20,7 @@ const (
 
 // The places in a credit reply.
 const (
-	creditBits    = iota // the user's state bits, -1: unchanged
+	creditBits    = iota // the user's state bits, 0: unchanged
 	creditVersion        // their version
 	creditUp             // raw deltas since the peer's previous announce
 	creditDown
@@ -51,7 +49,7 @@ func creditWidth(accounting bool) int {
 
 // creditReply is one credit reply, read into figures.
 type creditReply struct {
-	bits, version int64 // bits -1: unchanged
+	bits, version int64 // bits 0: unchanged
 	moved         transfer
 	tokenEvent    int64
 	tokenUsed     int64
@@ -59,53 +57,35 @@ type creditReply struct {
 	gap           int64
 }
 
-// parseCredit reads a credit reply of the width accounting gives from
-// packed, which holds exactly one. A reply of another size is an error:
+// parseCredit reads a credit reply of the width accounting gives. An
+// element that is no number, or a reply of another width, is an error:
 // nothing of it is applied.
-func parseCredit(packed string, accounting bool) (creditReply, error) {
+func parseCredit(v []any, accounting bool) (creditReply, error) {
 	var c creditReply
-	width := creditWidth(accounting)
-	if len(packed) != 8*width {
-		return c, fmt.Errorf("%w: a credit reply of %d bytes, want %d numbers", errBadReply, len(packed), width)
+	if len(v) != creditWidth(accounting) {
+		return c, fmt.Errorf("%w: a credit reply of %d elements, want %d", errBadReply, len(v), creditWidth(accounting))
 	}
-	c.bits, c.version = packedNumber(packed, creditBits), packedNumber(packed, creditVersion)
-	up, down := packedNumber(packed, creditUp), packedNumber(packed, creditDown)
-	c.moved = transfer{up, down, up, down}
+	var n [creditWidthOn]int64
+	for i, e := range v {
+		var ok bool
+		if n[i], ok = replyNumber(e); !ok {
+			return c, fmt.Errorf("%w: credit reply element %d is %T, want a number", errBadReply, i, e)
+		}
+	}
+	c.bits, c.version = n[creditBits], n[creditVersion]
+	up, down := n[creditUp], n[creditDown]
+	c.moved = transfer{up, down, up + n[creditUpExtra], down + n[creditDownExtra]}
 	if !accounting {
 		return c, nil
 	}
-	c.moved[2] += packedNumber(packed, creditUpExtra)
-	c.moved[3] += packedNumber(packed, creditDownExtra)
-	c.tokenEvent, c.tokenUsed = packedNumber(packed, creditTokenEvent), packedNumber(packed, creditTokenUsed)
-	c.gap = packedNumber(packed, creditGap)
-	if seq := packedNumber(packed, creditSeq); seq != 0 {
-		uploaded, downloaded := packedNumber(packed, creditUploaded), packedNumber(packed, creditDownloaded)
-		c.row = FeedRow{Seq: seq, Uploaded: uploaded, Downloaded: downloaded,
-			UpCredited:   uploaded + packedNumber(packed, creditUpExtraTotal),
-			DownCredited: downloaded + packedNumber(packed, creditDownExtraTotal),
-			SeedMillis:   packedNumber(packed, creditSeedMillis), LeechMillis: packedNumber(packed, creditLeechMillis),
-			Snatched: packedNumber(packed, creditSnatched)}
+	c.tokenEvent, c.tokenUsed, c.gap = n[creditTokenEvent], n[creditTokenUsed], n[creditGap]
+	if n[creditSeq] != 0 {
+		uploaded, downloaded := n[creditUploaded], n[creditDownloaded]
+		c.row = FeedRow{Seq: n[creditSeq], Uploaded: uploaded, Downloaded: downloaded,
+			UpCredited: uploaded + n[creditUpExtraTotal], DownCredited: downloaded + n[creditDownExtraTotal],
+			SeedMillis: n[creditSeedMillis], LeechMillis: n[creditLeechMillis], Snatched: n[creditSnatched]}
 	}
 	return c, nil
-}
-
-// packedNumber is the i-th number of packed doubles (credit_pack), a
-// whole number as the scripts keep them. One past int64 (a client may
-// report counters up to 2^64) is held at the bound, NaN read as 0: a
-// script makes neither from figures it stores.
-func packedNumber(packed string, i int) int64 {
-	b := packed[8*i : 8*i+8]
-	f := math.Float64frombits(uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
-		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56)
-	switch {
-	case f != f:
-		return 0
-	case f >= math.MaxInt64:
-		return math.MaxInt64
-	case f <= math.MinInt64:
-		return math.MinInt64
-	}
-	return int64(f)
 }
 
 // watch is the ledger's and the cheat signals' figures of the announce
@@ -124,4 +104,18 @@ func (c *creditReply) watch(leechers, size, leecherLeft int64, leeching bool) (w
 	}
 	return watchFigures{seq: c.row.Seq, gap: c.gap, others: others, leecherLeft: leecherLeft, size: size,
 		downloaded: c.row.Downloaded}, true
+}
+
+// replyNumber reads a reply element that is a number: an integer, or a
+// bulk string in decimal (a figure past 2^53, which Lua returns as text,
+// or a stored field passed back as it is).
+func replyNumber(v any) (int64, bool) {
+	switch v := v.(type) {
+	case int64:
+		return v, true
+	case string:
+		n, err := strconv.ParseInt(v, 10, 64)
+		return n, err == nil
+	}
+	return 0, false
 }

@@ -626,11 +626,10 @@ func (s *Store) finishAnnounce(ctx context.Context, a *pendingAnnounce, reply []
 	default:
 		return nil, fmt.Errorf("swarm.Announce: script returned code %d", code)
 	}
-	if len(reply) != announceHeader+1 {
+	if len(reply) != announceHeader+creditWidth(s.accounting(userID)) {
 		return nil, fmt.Errorf("swarm.Announce: %w (%d elements)", errBadReply, len(reply))
 	}
-	packedCredit, _ := reply[announceHeader].(string)
-	credit, err := parseCredit(packedCredit, s.accounting(userID))
+	credit, err := parseCredit(reply[announceHeader:], s.accounting(userID))
 	if err != nil {
 		return nil, fmt.Errorf("swarm.Announce: %w", err)
 	}
@@ -689,7 +688,7 @@ func (s *Store) lastAcceptedHere(req *bittorrent.AnnounceRequest, userID string)
 }
 
 // announceHeader is how many elements announce.lua's reply has before
-// its last, the credit reply (credit_reply.go).
+// its credit reply (credit_reply.go).
 const announceHeader = 12
 
 // recordAnnounce batches the global side effects of one announce (reply:
@@ -701,7 +700,7 @@ func (s *Store) recordAnnounce(ctx context.Context, req *bittorrent.AnnounceRequ
 	torrentID := replyString(reply[8])
 	seeders, leechers := replyInt(reply[1]), replyInt(reply[2])
 	var update *userUpdate
-	if userID != "" && credit.bits >= 0 {
+	if userID != "" && credit.bits > 0 {
 		update = &userUpdate{
 			key:     userTorrent{user: userID, torrent: torrentID},
 			hash:    hash,

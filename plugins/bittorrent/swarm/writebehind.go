@@ -73,10 +73,11 @@ var refreshCodes = map[string]int64{
 	"CREDIT_OFF": creditWidthOff, "CREDIT_ON": creditWidthOn, // the credit reply's widths (credit_reply.go)
 }
 
-// refresh.lua's reply: in open mode a header of refreshHeader elements,
-// then per peer its status; in private mode refreshPrivateHeader (the
-// torrent's size and leecher_left added) and one string, per peer its
-// status and credit reply packed (credit_reply.go).
+// refresh.lua's reply: a header of refreshHeader elements
+// (refreshPrivateHeader in private mode, with the torrent's size and
+// leecher_left), then per peer its status and, in private mode, its
+// credit reply (credit_reply.go); open mode, with no user to credit,
+// answers a peer's status alone.
 const (
 	refreshHeader        = 7
 	refreshPrivateHeader = 9
@@ -848,7 +849,7 @@ func (w *writeBehind) takeReadLocked(v *swarmView, call *refreshCall, reply []an
 		return viewCopy{}, false, err
 	}
 	w.alongPeers.Add(int64(len(call.ids) - 1))
-	if w.peerStatus(reply) == codeDropped {
+	if replyInt(reply[w.replyHeader()]) == codeDropped { // the view read's own peer, the first
 		return viewCopy{}, false, errPeerChanged
 	}
 	if err := v.installLocked(reply, now); err != nil {
@@ -1115,14 +1116,13 @@ func (w *writeBehind) apply(c *refreshCall, reply []any, readAt int64) error {
 	return nil
 }
 
-// peerStatus is the status of the view read's own peer (the first) in a
-// refresh.lua reply that applyPeers took.
-func (w *writeBehind) peerStatus(reply []any) int64 {
+// replyHeader is how many elements refresh.lua's reply has before its
+// first peer's.
+func (w *writeBehind) replyHeader() int {
 	if w.s.cfg.Private {
-		packed, _ := reply[refreshPrivateHeader].(string)
-		return packedNumber(packed, 0)
+		return refreshPrivateHeader
 	}
-	return replyInt(reply[refreshHeader])
+	return refreshHeader
 }
 
 // applyPeers takes the per-peer results of a refresh.lua reply: the
@@ -1130,42 +1130,45 @@ func (w *writeBehind) peerStatus(reply []any) int64 {
 // peers are forgotten, so their next announce runs announce.lua. A reply
 // of the wrong shape applies nothing.
 func (w *writeBehind) applyPeers(c *refreshCall, reply []any) error {
-	if !w.s.cfg.Private {
-		if len(reply) != refreshHeader+len(c.peers) {
-			return fmt.Errorf("refresh.lua: %w (%d elements for %d peers)", errBadReply, len(reply), len(c.peers))
-		}
-		for j, r := range c.peers {
-			if replyInt(reply[refreshHeader+j]) == codeDropped {
-				w.dropped.Add(1)
-				w.peers.forget(peerKey{hash: c.hash, peer: c.ids[j]}, r.at)
-			}
-			// refreshed: no user, so no credit, totals, token, feed or cheat
-		}
-		return nil
+	header, stride, accounting := w.replyHeader(), 1, false
+	if w.s.cfg.Private {
+		accounting = !w.s.cfg.NoAccounting
+		stride += creditWidth(accounting)
 	}
-	accounting := !w.s.cfg.NoAccounting
-	stride := 8 * (1 + creditWidth(accounting)) // a peer's status and credit reply, packed
-	packed, _ := reply[len(reply)-1].(string)
-	if len(reply) != refreshPrivateHeader+1 || len(packed) != stride*len(c.peers) {
-		return fmt.Errorf("refresh.lua: %w (%d elements, %d bytes of peers for %d)", errBadReply, len(reply),
-			len(packed), len(c.peers))
+	if len(reply) != header+stride*len(c.peers) {
+		return fmt.Errorf("refresh.lua: %w (%d elements for %d peers)", errBadReply, len(reply), len(c.peers))
+	}
+	// Read whole before any of it is applied: a malformed peer's part
+	// must not leave the others half applied.
+	var credits []creditReply
+	if w.s.cfg.Private {
+		credits = make([]creditReply, len(c.peers))
+		for j := range c.peers {
+			var err error
+			at := header + stride*j + 1
+			if credits[j], err = parseCredit(reply[at:at+stride-1], accounting); err != nil {
+				return fmt.Errorf("refresh.lua: peer %d: %w", j, err)
+			}
+		}
 	}
 	torrentID := replyString(reply[4])
 	seeders, leechers := replyInt(reply[1]), replyInt(reply[2])
-	size, leecherLeft := replyInt(reply[7]), replyInt(reply[8])
+	var size, leecherLeft int64
+	if w.s.cfg.Private {
+		size, leecherLeft = replyInt(reply[7]), replyInt(reply[8])
+	}
 	for j, r := range c.peers {
-		peer := packed[stride*j : stride*(j+1)]
-		switch packedNumber(peer, 0) {
+		switch replyInt(reply[header+stride*j]) {
 		case codeDropped:
 			w.dropped.Add(1)
 			w.peers.forget(peerKey{hash: c.hash, peer: c.ids[j]}, r.at)
 		case codeRefreshed:
-			cr, err := parseCredit(peer[8:], accounting)
-			if err != nil { // the sizes were checked: only a build mistake
-				return fmt.Errorf("refresh.lua: peer %d: %w", j, err)
+			if credits == nil {
+				continue // open mode: no user, so no credit, totals, token, feed or cheat
 			}
+			cr := &credits[j]
 			var update *userUpdate
-			if r.user != "" && cr.bits >= 0 {
+			if r.user != "" && cr.bits > 0 {
 				update = &userUpdate{key: userTorrent{user: r.user, torrent: torrentID}, hash: c.hash,
 					bits: cr.bits, version: cr.version}
 			}

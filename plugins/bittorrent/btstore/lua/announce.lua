@@ -82,22 +82,22 @@
 --
 -- Returns
 --   {1, seeders, leechers, snatches, born, d_seeders, d_leechers, snatched,
---    torrent id, peers, size, leecher_left, credit}
+--    torrent id, peers, size, leecher_left, then the credit reply}
 --      born: 1 when the swarm had no peer before this announce (the caller
 --      then indexes it for the expiry sweep); snatched: 1 when this
 --      announce counted a snatch; torrent id "" when not registered;
 --      peers: the chosen peers' entries concatenated into one string, so
 --      the reply is one bulk string, not one per peer; size and
 --      leecher_left: the torrent record's as stored (0 when absent; the
---      ledger's and cheat signals' per-torrent figures); credit: the
---      credit reply, prelude's, packed (credit_pack): R.CREDIT_ON numbers
---      with accounting (ARGV[24] "1"), else R.CREDIT_OFF (open mode too):
---      user bits (-1 when the user's state did not change, see
---      user_write), user version, d_uploaded/d_downloaded (what this peer
---      transferred since its previous announce), and with accounting the
---      credited extra, the token event and its first use, the record's
---      feed row (user_feed: the frontend holds it for its feed round) and
---      the gap since the peer's previous announce
+--      ledger's and cheat signals' per-torrent figures); the credit
+--      reply: prelude's, flat, R.CREDIT_ON elements with accounting
+--      (ARGV[24] "1"), else R.CREDIT_OFF (open mode too): user bits (0
+--      when the user's state did not change, see user_write), user
+--      version, d_uploaded/d_downloaded (what this peer transferred since
+--      its previous announce), and with accounting the credited extra,
+--      the token event and its first use, the record's feed row (user_feed:
+--      the frontend holds it for its feed round) and the gap since the
+--      peer's previous announce
 --  {R.UNREGISTERED [, reason]}  the torrent is not registered (private
 --      mode); reason: KEYS[12], the site's reason while it lasts
 --  {R.PEER_TAKEN}  the peer id is active in this swarm under another user
@@ -354,18 +354,18 @@ seeders = seeders or redis.call('HLEN', k_seeders)
 leechers = leechers or redis.call('HLEN', k_leechers)
 
 -- The user's record on this torrent (prelude's user_announce), whose
--- credit reply ends the reply.
+-- credit reply ends the reply: out's header is filled in at the end.
 local accounting = ARGV[24] == '1'
-local credit = {}
+local out = {1, 0, 0, 0, 0, 0, 0, 0, '', '', t[8] or 0, t[9] or 0}
 if user ~= '' and (known or not leaving) then
   local rates = accounting and credit_rates(t[6], t[7], ARGV[25], ARGV[26])
   local gap = 0
   if known and p[4] then gap = math.max(0, now - tonumber(p[4])) end
   user_announce(k_user, k_users, user, {d_up = d_up, d_down = d_down, elapsed = elapsed, was_seeder = was_seeder,
     was_active = was_active, leaving = leaving, seeding = seeding, snatched = snatched, gap = gap},
-    now, ARGV[1], hnr_seed_ms, hnr_ratio, rates or nil, rates and true or nil, ARGV[27], credit, 0)
+    now, ARGV[1], hnr_seed_ms, hnr_ratio, rates or nil, rates and true or nil, ARGV[27], out)
 else
-  credit_none(credit, 0, accounting, d_up, d_down)
+  credit_none(out, accounting, d_up, d_down)
 end
 
 if snatched == 1 and user ~= '' then
@@ -413,5 +413,7 @@ torrent_retention(k_torrent, t[1] ~= false, seeders + leechers == 0, born == 1, 
 -- Whole numbers go back as integer replies (prelude's whole), which cost
 -- no string.format; one past 2^53 goes back as text, as before, since
 -- Redis would wrap it converting it to an integer.
-return {1, seeders, leechers, snatches, born, d_seeders, d_leechers, snatched, torrent_id, table.concat(packed),
-  t[8] or 0, t[9] or 0, credit_pack(credit, accounting and R.CREDIT_ON or R.CREDIT_OFF)}
+out[2], out[3], out[4], out[5], out[6], out[7], out[8] = seeders, leechers, snatches, born, d_seeders, d_leechers,
+  snatched
+out[9], out[10] = torrent_id, table.concat(packed)
+return out

@@ -343,54 +343,37 @@ local function user_feed(u, writer)
   return false
 end
 
--- The credit reply: the crediting scripts' answer for one announce of a
--- user (announce.lua's, and each peer's after its status in refresh.lua),
--- numbers packed as little-endian doubles into one string (credit_pack):
--- a Lua number is a double, so each goes back exactly as the script
--- holds it, and Redis converts one string where it converted a number
--- each (and two nested tables before s46), and the frontend reads one
--- string where go-redis boxed every integer into an interface. Read by
--- swarm's parseCredit (credit_reply.go), which names the same places and
--- hands the scripts the widths as R.CREDIT_OFF and R.CREDIT_ON; the two
--- change together. Per announce, with accounting off (R.CREDIT_OFF):
---   user bits (-1: the state did not change, see user_write), user
---   version, d_uploaded, d_downloaded (raw, since the peer's previous
---   announce)
+-- The credit reply: the crediting scripts' answer for one announce of a user (announce.lua's
+-- tail, and each peer's after its status in refresh.lua): flat, numbers
+-- only, so Redis makes no nested array and the frontend reads no boxed
+-- list. Read by swarm's parseCredit (credit_reply.go), which names the
+-- same places and hands the scripts the widths as R.CREDIT_OFF and
+-- R.CREDIT_ON; the two change together. Per announce, with accounting
+-- off (R.CREDIT_OFF elements):
+--   user bits (0: the state did not change; a state always has bit 2 or
+--   4), user version, d_uploaded, d_downloaded (raw, since the peer's
+--   previous announce)
 -- with accounting on (R.CREDIT_ON), then:
---   up_extra and down_extra of this announce (credited less raw), token
---   event (user_credit), token used (ms, 0 without an event), and the
---   record's row when its fed figures changed (user_feed): seq, uploaded,
---   downloaded, up_extra, down_extra, seed_ms, leech_ms, snatched (the
---   record's, after the announce; seq 0: no row, all zero), then gap (ms
---   since the peer's previous announce, 0: unknown; with a row). The
---   ledger and cheat signals' other figures are the call's (the
---   torrent's size and leecher_left, in the reply's header) or derived
---   by the frontend (the swarm's leechers but this peer).
--- c is a table of numbers, o where the announce's part starts in it (a
--- script reuses one table for all its peers: each part overwrites all
--- its places).
-
--- credit_none puts the credit reply of an announce that credited no user
+--   up_extra and down_extra of this announce (credited less raw: 0 at
+--   100% and no token, which the frontend reads without boxing a large
+--   number), token event (user_credit), token used (ms, 0 without an
+--   event), and the record's row when its fed figures changed (user_feed):
+--   seq, uploaded, downloaded, up_extra, down_extra, seed_ms, leech_ms,
+--   snatched (the record's, after the announce; seq 0: no row, all zero),
+--   then gap (ms since the peer's previous announce, 0: unknown; with a
+--   row). The ledger and cheat signals' other figures are the call's
+--   (the torrent's size and leecher_left, in the reply's header) or
+--   derived by the frontend (the swarm's leechers but this peer).
+-- credit_none appends the reply of an announce that credited no user
 -- (no user, a peer refresh.lua dropped or found stale, a stopped peer
--- announce.lua did not know) into c after o: unchanged bits, the raw
--- deltas d_up and d_down (0 when none), zeros for the rest.
-local function credit_none(c, o, accounting, d_up, d_down)
-  c[o + 1], c[o + 2], c[o + 3], c[o + 4] = -1, 0, d_up, d_down
+-- announce.lua did not know): unchanged bits, the raw deltas d_up and
+-- d_down (0 when none), zeros for the rest.
+local function credit_none(out, accounting, d_up, d_down)
+  local n = #out
+  out[n + 1], out[n + 2], out[n + 3], out[n + 4] = 0, 0, whole(d_up), whole(d_down)
   if accounting then
-    for i = o + 5, o + R.CREDIT_ON do c[i] = 0 end
+    for i = n + 5, n + R.CREDIT_ON do out[i] = 0 end
   end
-end
-
--- credit_pack packs c[1..n] as little-endian doubles (the formats made
--- once per script run).
-local pack_formats = {}
-local function credit_pack(c, n)
-  local format = pack_formats[n]
-  if not format then
-    format = '<' .. string.rep('d', n)
-    pack_formats[n] = format
-  end
-  return struct.pack(format, unpack(c, 1, n))
 end
 
 -- user_announce applies one announce of user's peer to the user's record
@@ -406,8 +389,8 @@ end
 -- place an announce's transfer reaches the user's record, whichever
 -- script applies the announce. fed: the record's changes are numbered
 -- for the feed (accounting on), writer the frontend's id for the record's
--- stamp (user_feed). Puts the announce's credit reply into c after o (see
--- credit_none: R.CREDIT_ON numbers with rates, else R.CREDIT_OFF).
+-- stamp (user_feed). Appends the announce's credit reply to out (see
+-- R.CREDIT_OFF: R.CREDIT_ON elements with rates, else R.CREDIT_OFF).
 --
 -- The ledger's and cheat signals' figures (the row's seq and downloaded,
 -- gap; the call's size and leecher_left; the swarm's leechers) go back
@@ -417,7 +400,7 @@ end
 -- instructions per announce, a third of accounting's. A frontend killed
 -- before its flush loses those entries and signals, never credit:
 -- crediting is here, from the cumulative counters.
-local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hnr_ratio, rates, fed, writer, c, o)
+local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hnr_ratio, rates, fed, writer, out)
   local u = user_read(key, fed)
   u.uploaded = u.uploaded + a.d_up
   u.downloaded = u.downloaded + a.d_down
@@ -447,16 +430,20 @@ local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hn
   end
   local row = fed and user_feed(u, writer)
   local bits, ver = user_write(key, u, now, hnr_seed_ms, hnr_ratio)
-  c[o + 1], c[o + 2], c[o + 3], c[o + 4] = bits, ver, a.d_up, a.d_down
+  local n = #out
+  if bits < 0 then bits = 0 end
+  out[n + 1], out[n + 2], out[n + 3], out[n + 4] = bits, whole(ver), whole(a.d_up), whole(a.d_down)
   if not rates then return end
-  c[o + 5], c[o + 6] = c_up - a.d_up, c_down - a.d_down
-  c[o + 7], c[o + 8] = token_event, token_event ~= 0 and u.token_used or 0
+  out[n + 5], out[n + 6] = whole(c_up - a.d_up), whole(c_down - a.d_down)
+  out[n + 7], out[n + 8] = token_event, token_event ~= 0 and u.token_used or 0
   if row then
-    c[o + 9], c[o + 10], c[o + 11], c[o + 12] = u.seq, u.uploaded, u.downloaded, u.up_extra
-    c[o + 13], c[o + 14], c[o + 15], c[o + 16] = u.down_extra, u.seed_ms, u.leech_ms, u.snatched
-    c[o + 17] = a.gap
+    out[n + 9], out[n + 10], out[n + 11], out[n + 12] = whole(u.seq), whole(u.uploaded), whole(u.downloaded),
+      whole(u.up_extra)
+    out[n + 13], out[n + 14], out[n + 15], out[n + 16] = whole(u.down_extra), whole(u.seed_ms), whole(u.leech_ms),
+      whole(u.snatched)
+    out[n + 17] = a.gap
   else
-    for i = o + 9, o + R.CREDIT_ON do c[i] = 0 end
+    for i = n + 9, n + R.CREDIT_ON do out[i] = 0 end
   end
 end
 

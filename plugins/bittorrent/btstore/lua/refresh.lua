@@ -61,21 +61,21 @@
 -- answered: open mode ARGV[5+7i .. 11+7i], private ARGV[9+10i .. 18+10i]
 --
 -- Returns
---   open mode: {R.REFRESHED, seeders, leechers, snatches, torrent id,
---    seeder entries, leecher entries, then per peer its status}
---   private mode: {R.REFRESHED, seeders, leechers, snatches, torrent id,
---    seeder entries, leecher entries, size, leecher_left, peers}, peers
---    one string: per peer its status and its credit reply (prelude's:
---    bits, version, raw deltas, and with accounting the credited extra,
---    token, feed row and gap), 1 + R.CREDIT_OFF numbers, 1 + R.CREDIT_ON
---    with accounting, packed (credit_pack)
+--   {R.REFRESHED, seeders, leechers, snatches, torrent id, seeder entries,
+--    leecher entries, [private mode: size, leecher_left,] then per peer:
+--    status, and in private mode its credit reply (prelude's
+--    R.CREDIT_OFF elements, R.CREDIT_ON with accounting: bits, version,
+--    raw deltas, and with accounting the credited extra, token, feed row
+--    and gap, flat)}; open mode, which has no user to credit, answers per
+--    peer its status alone (each element is one more Redis converts out
+--    of Lua and the frontend reads)
 --      seeders, leechers and snatches are the torrent record's (snatches
 --      as the stored text, or 0); size and leecher_left too (as stored,
 --      0 when absent: the ledger's and cheat signals' per-torrent
 --      figures, once per call, not per peer); the entries are "" unless
 --      ARGV[3] asked for them, concatenated as announce.lua returns
 --      peers; status is R.REFRESHED, R.STALE or R.DROPPED; a peer not
---      credited (stale, dropped) has bits -1 and zeros
+--      credited (stale, dropped) has an all-zero credit reply
 --   {R.UNREGISTERED}  private mode and the torrent is not registered:
 --      nothing was written
 
@@ -126,13 +126,7 @@ end
 local seeders, leechers = tonumber(t[3]) or 0, tonumber(t[4]) or 0
 
 local out = {R.REFRESHED, seeders, leechers, t[2] or 0, t[1] or '', '', ''}
--- private mode: every peer's status and credit reply, packed, go in one
--- string after the torrent's size and leecher_left (credit_pack)
-local credit, parts, width = {}, {}, 1
-if private then
-  out[8], out[9] = t[8] or 0, t[9] or 0
-  width = 1 + (accounting and R.CREDIT_ON or R.CREDIT_OFF)
-end
+if private then out[8], out[9] = t[8] or 0, t[9] or 0 end
 local zadd = {}
 local applied = 0
 local latest, latest_text = 0, nil
@@ -149,6 +143,10 @@ for i = 0, peers - 1 do
     'active', 'left', 'addr', 'total_time')
   local last = tonumber(p[4])
   local status, d_up, d_down = R.DROPPED, 0, 0
+  -- the peer's status goes first, its credit reply after it (prelude's
+  -- user_announce appends it; credit_none when no user was credited)
+  local n = #out + 1
+  out[n] = status
   local credited = false
   if p[5] == '1' and p[1] == user and p[7] == addr and last and (p[6] == '0') == seeding then
     if last >= at then
@@ -184,7 +182,7 @@ for i = 0, peers - 1 do
         local rates = accounting and credit_rates(t[6], t[7], ARGV[a + 8], ARGV[a + 9])
         user_announce(KEYS[k + 1], k_users, user, {d_up = d_up, d_down = d_down, elapsed = elapsed,
           was_seeder = seeding, was_active = true, leaving = false, seeding = seeding, snatched = 0, gap = at - last},
-          at, at_text, hnr_seed_ms, hnr_ratio, rates or nil, rates and true or nil, writer, credit, 1)
+          at, at_text, hnr_seed_ms, hnr_ratio, rates or nil, rates and true or nil, writer, out)
         credited = true
       end
       applied = applied + 1
@@ -192,17 +190,9 @@ for i = 0, peers - 1 do
       if seeding then reseeders[#reseeders + 1] = {user, at} end
     end
   end
-  if private then
-    -- the peer's status, then its credit reply (prelude's user_announce
-    -- put it there; credit_none when no user was credited)
-    credit[1] = status
-    if not credited then credit_none(credit, 1, accounting, d_up, d_down) end
-    parts[#parts + 1] = credit_pack(credit, width)
-  else
-    out[#out + 1] = status
-  end
+  out[n] = status
+  if private and not credited then credit_none(out, accounting, d_up, d_down) end
 end
-if private then out[10] = table.concat(parts) end
 
 if applied > 0 then
   redis.call('ZADD', k_deadlines, unpack(zadd))
