@@ -180,21 +180,10 @@ func (s *Store) holdAgain(rows []heldRow, torrents map[bittorrent.InfoHash]seenT
 	}
 }
 
-// holdRow keeps a reply's feed row (user_feed's eight integers: seq,
-// uploaded, downloaded, up and down credited, seed and leech ms, snatched)
-// for the feed round, with the torrent's counters from the same reply.
-func (s *Store) holdRow(hash bittorrent.InfoHash, userID string, announced int64, reply []any, t seenTorrent) {
-	if len(reply) != 8 {
-		// Only user_feed makes rows: one of another shape is never fed
-		// wrong; the record's stamp leaves it to the backstop.
-		s.logger.Warn("swarm: a feed row does not parse; it is left to the backstop", "torrent", btstore.HexInfoHash(hash),
-			"user", userID, "elements", len(reply))
-		return
-	}
-	r := heldRow{key: rowKey{hash: hash, user: userID}, announced: announced,
-		row: FeedRow{UserID: userID, Seq: replyInt(reply[0]), Uploaded: replyInt(reply[1]), Downloaded: replyInt(reply[2]),
-			UpCredited: replyInt(reply[3]), DownCredited: replyInt(reply[4]), SeedMillis: replyInt(reply[5]),
-			LeechMillis: replyInt(reply[6]), Snatched: replyInt(reply[7])}}
+// holdRow keeps a feed row (from a credit reply, user_feed's) for the
+// feed round, with the torrent's counters from the same reply.
+func (s *Store) holdRow(hash bittorrent.InfoHash, announced int64, row FeedRow, t seenTorrent) {
+	r := heldRow{key: rowKey{hash: hash, user: row.UserID}, announced: announced, row: row}
 	if n := s.feed.hold(r, t, s.cfg.FeedBufferRows); n > 0 {
 		s.counters.feedRowsDropped.Add(int64(n))
 	}

@@ -164,8 +164,7 @@ func (s *Store) feedDeleted(ctx context.Context, deleted []deletedRecord) {
 		t := seenTorrent{id: b.TorrentID, seeders: b.Seeders, leechers: b.Leechers, snatches: b.Snatches,
 			lastAction: b.LastAction, at: b.Announced}
 		for _, row := range b.Rows {
-			s.holdRow(b.InfoHash, row.UserID, b.Announced, []any{row.Seq, row.Uploaded, row.Downloaded, row.UpCredited,
-				row.DownCredited, row.SeedMillis, row.LeechMillis, row.Snatched}, t)
+			s.holdRow(b.InfoHash, b.Announced, row, t)
 		}
 	}
 }

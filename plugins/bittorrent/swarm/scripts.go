@@ -73,6 +73,7 @@ const (
 var announceCodes = map[string]int64{
 	"UNREGISTERED": codeUnregistered, "PEER_TAKEN": codePeerTaken, "PEER_LIMIT": codePeerLimit, "FLOOD": codeFlood,
 	"TOKEN_USED": tokenUsed, "TOKEN_ENDED": tokenEnded,
+	"CREDIT_OFF": creditWidthOff, "CREDIT_ON": creditWidthOn, // the credit reply's widths (credit_reply.go)
 }
 
 // runScriptList runs a script that returns an array (luascript.Run: FCALL,

@@ -626,8 +626,12 @@ func (s *Store) finishAnnounce(ctx context.Context, a *pendingAnnounce, reply []
 	default:
 		return nil, fmt.Errorf("swarm.Announce: script returned code %d", code)
 	}
-	if len(reply) != 20 {
+	if len(reply) != announceHeader+creditWidth(s.accounting(userID)) {
 		return nil, fmt.Errorf("swarm.Announce: %w (%d elements)", errBadReply, len(reply))
+	}
+	credit, err := parseCredit(reply[announceHeader:], s.accounting(userID))
+	if err != nil {
+		return nil, fmt.Errorf("swarm.Announce: %w", err)
 	}
 	resp := &bittorrent.AnnounceResponse{
 		Interval:    s.cfg.Interval,
@@ -636,7 +640,7 @@ func (s *Store) finishAnnounce(ctx context.Context, a *pendingAnnounce, reply []
 		Incomplete:  replyInt(reply[2]),
 		Downloaded:  replyInt(reply[3]),
 	}
-	packed, _ := reply[13].(string)
+	packed, _ := reply[9].(string)
 	resp.Peers, err = unpackPeers(packed)
 	if err != nil {
 		return nil, fmt.Errorf("swarm.Announce: %w", err)
@@ -662,7 +666,7 @@ func (s *Store) finishAnnounce(ctx context.Context, a *pendingAnnounce, reply []
 		changed := replyInt(reply[5]) != 0 || replyInt(reply[6]) != 0 || replyInt(reply[7]) != 0
 		s.writeBehind.accepted(req, userID, now, changed)
 	}
-	s.recordAnnounce(ctx, req.InfoHash, userID, now, reply)
+	s.recordAnnounce(ctx, req, userID, now, reply, &credit)
 	return resp, nil
 }
 
@@ -683,42 +687,53 @@ func (s *Store) lastAcceptedHere(req *bittorrent.AnnounceRequest, userID string)
 	return 0
 }
 
-// recordAnnounce batches the global side effects of one announce.
-func (s *Store) recordAnnounce(ctx context.Context, hash bittorrent.InfoHash, userID string, now int64, reply []any) {
+// announceHeader is how many elements announce.lua's reply has before
+// its credit reply (credit_reply.go).
+const announceHeader = 12
+
+// recordAnnounce batches the global side effects of one announce (reply:
+// announce.lua's, credit its credit reply read).
+func (s *Store) recordAnnounce(ctx context.Context, req *bittorrent.AnnounceRequest, userID string, now int64, reply []any,
+	credit *creditReply) {
+	hash := req.InfoHash
 	dSeeders, dLeechers, snatched := replyInt(reply[5]), replyInt(reply[6]), replyInt(reply[7])
+	torrentID := replyString(reply[8])
+	seeders, leechers := replyInt(reply[1]), replyInt(reply[2])
 	var update *userUpdate
-	if userID != "" {
-		if bits := replyInt(reply[9]); bits >= 0 {
-			update = &userUpdate{
-				key:     userTorrent{user: userID, torrent: replyString(reply[8])},
-				hash:    hash,
-				bits:    bits,
-				version: replyInt(reply[10]),
-			}
+	if userID != "" && credit.bits > 0 {
+		update = &userUpdate{
+			key:     userTorrent{user: userID, torrent: torrentID},
+			hash:    hash,
+			bits:    credit.bits,
+			version: credit.version,
 		}
 	}
+	moved := credit.moved
 	full := s.pending.addAnnounce(hash, dSeeders, dLeechers, snatched, userID,
-		s.movedBy(userID, replyInt(reply[11]), replyInt(reply[12]), replyInt(reply[14]), replyInt(reply[15])), update)
-	if row, ok := reply[18].([]any); ok && s.feedOn() {
+		s.movedBy(userID, moved[0], moved[1], moved[2], moved[3]), update)
+	if credit.row.Seq != 0 && s.feedOn() {
 		// Held before it is counted stamped, and both before the
 		// announce's call ends (feedUpTo): a round that saw the stamp
 		// takes the row.
-		seeders := replyInt(reply[1])
-		t := seenTorrent{id: replyString(reply[8]), seeders: seeders, leechers: replyInt(reply[2]),
-			snatches: replyInt(reply[3]), at: now}
+		t := seenTorrent{id: torrentID, seeders: seeders, leechers: leechers, snatches: replyInt(reply[3]), at: now}
 		if seeders > 0 {
 			t.lastAction = now // announce.lua's torrent_counts moved last_action to now
 		}
-		s.holdRow(hash, userID, now, row, t)
+		row := credit.row
+		row.UserID = userID
+		s.holdRow(hash, now, row, t)
 		s.stamped()
 	}
 	if full {
 		s.flushIfIdle(ctx)
 	}
-	s.reportToken(ctx, replyInt(reply[16]), hash, replyString(reply[8]), userID, replyInt(reply[17]))
-	s.watchTransfer(hash, replyString(reply[8]), userID, now,
-		transfer{replyInt(reply[11]), replyInt(reply[12]), replyInt(reply[14]), replyInt(reply[15])}, reply[19])
-	if replyInt(reply[1])+replyInt(reply[2]) == 0 && replyString(reply[8]) == "" {
+	s.reportToken(ctx, credit.tokenEvent, hash, torrentID, userID, credit.tokenUsed)
+	// the peer is among the leechers after the announce unless it left or seeds
+	leeching := req.Event != bittorrent.EventStopped && req.Left != 0
+	if f, ok := credit.watch(leechers, replyInt(reply[10]), replyInt(reply[11]), leeching); ok {
+		s.watchTransfer(hash, torrentID, userID, now, moved, f)
+	}
+	if seeders+leechers == 0 && torrentID == "" {
 		// the last peer of an unregistered torrent stopped: it may be an
 		// orphan a window from now (a rare announce, so one more write)
 		s.markOrphanDue(ctx, hash)

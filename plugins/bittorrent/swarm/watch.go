@@ -153,9 +153,9 @@ type CheatSignal struct {
 	Addresses    []string
 }
 
-// watchFigures are what the crediting script returns for the ledger and
-// the signals (prelude's user_announce): {seq, gap, others, leecher_left,
-// size, downloaded}, empty when the announce moved no transfer.
+// watchFigures are one announce's figures for the ledger and the
+// signals: from its credit reply (creditReply.watch), for an announce
+// with accounting on that moved transfer.
 type watchFigures struct {
 	seq         int64 // the record's seq after the announce: the ledger entry's slot
 	gap         int64 // ms since the peer's previous announce, 0: unknown
@@ -163,15 +163,6 @@ type watchFigures struct {
 	leecherLeft int64 // ms of the torrent's last leecher departure, 0: never
 	size        int64 // the torrent's size (bytes), 0: unknown
 	downloaded  int64 // the user's raw download on the torrent, this announce's included
-}
-
-func parseWatchFigures(v any) (watchFigures, bool) {
-	list, _ := v.([]any)
-	if len(list) != 6 {
-		return watchFigures{}, false
-	}
-	return watchFigures{seq: replyInt(list[0]), gap: replyInt(list[1]), others: replyInt(list[2]),
-		leecherLeft: replyInt(list[3]), size: replyInt(list[4]), downloaded: replyInt(list[5])}, true
 }
 
 // ledgerRecord names a user-torrent record, the key of its ledger.
@@ -263,14 +254,10 @@ type cheatCheck struct {
 // watchTransfer takes the watch figures of one announce with transfer
 // (at: its time, ms; moved: raw and credited deltas) into the batch the
 // flush writes: its ledger entry, and the signals it may fire.
-func (s *Store) watchTransfer(hash bittorrent.InfoHash, torrentID, userID string, at int64, moved transfer, figures any) {
+func (s *Store) watchTransfer(hash bittorrent.InfoHash, torrentID, userID string, at int64, moved transfer, f watchFigures) {
 	w := s.cfg.Watch
 	if userID == "" || !w.enabled() {
 		return
-	}
-	f, ok := parseWatchFigures(figures)
-	if !ok {
-		return // no transfer, or accounting off
 	}
 	dUp, dDown, cUp, cDown := moved[0], moved[1], moved[2], moved[3]
 	var entry *ledgerEntry

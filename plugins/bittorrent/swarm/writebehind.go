@@ -70,14 +70,17 @@ var refreshCodes = map[string]int64{
 	"REFRESHED": codeRefreshed, "STALE": codeStale, "DROPPED": codeDropped, "UNREGISTERED": codeUnregistered,
 	"TOKEN_USED": tokenUsed, "TOKEN_ENDED": tokenEnded, // user_credit's events, as announce.lua's
 	"CHEAT_NO_LEECHER": cheatNoLeecher, "CHEAT_UPLOAD_RATE": cheatUploadRate, "CHEAT_OVER_DOWNLOAD": cheatOverDownload,
+	"CREDIT_OFF": creditWidthOff, "CREDIT_ON": creditWidthOn, // the credit reply's widths (credit_reply.go)
 }
 
-// refreshPeerReply is how many elements refresh.lua answers per peer in
-// private mode; open mode, with no user to credit, answers its status
-// alone (refreshOpenPeerReply).
+// refresh.lua's reply: a header of refreshHeader elements
+// (refreshPrivateHeader in private mode, with the torrent's size and
+// leecher_left), then per peer its status and, in private mode, its
+// credit reply (credit_reply.go); open mode, with no user to credit,
+// answers a peer's status alone.
 const (
-	refreshPeerReply     = 11
-	refreshOpenPeerReply = 1
+	refreshHeader        = 7
+	refreshPrivateHeader = 9
 )
 
 var refreshScript = btstore.Script("refresh.lua", btstore.LuaCodes(refreshCodes), prelude)
@@ -846,7 +849,7 @@ func (w *writeBehind) takeReadLocked(v *swarmView, call *refreshCall, reply []an
 		return viewCopy{}, false, err
 	}
 	w.alongPeers.Add(int64(len(call.ids) - 1))
-	if replyInt(reply[7]) == codeDropped {
+	if replyInt(reply[w.replyHeader()]) == codeDropped { // the view read's own peer, the first
 		return viewCopy{}, false, errPeerChanged
 	}
 	if err := v.installLocked(reply, now); err != nil {
@@ -1113,49 +1116,79 @@ func (w *writeBehind) apply(c *refreshCall, reply []any, readAt int64) error {
 	return nil
 }
 
+// replyHeader is how many elements refresh.lua's reply has before its
+// first peer's.
+func (w *writeBehind) replyHeader() int {
+	if w.s.cfg.Private {
+		return refreshPrivateHeader
+	}
+	return refreshHeader
+}
+
 // applyPeers takes the per-peer results of a refresh.lua reply: the
 // user-side effects go into the batch the flush writes, and dropped
-// peers are forgotten, so their next announce runs announce.lua.
+// peers are forgotten, so their next announce runs announce.lua. A reply
+// of the wrong shape applies nothing.
 func (w *writeBehind) applyPeers(c *refreshCall, reply []any) error {
-	stride := refreshPeerReply
-	if !w.s.cfg.Private {
-		stride = refreshOpenPeerReply
+	header, stride, accounting := w.replyHeader(), 1, false
+	if w.s.cfg.Private {
+		accounting = !w.s.cfg.NoAccounting
+		stride += creditWidth(accounting)
 	}
-	if len(reply) != 7+stride*len(c.peers) {
+	if len(reply) != header+stride*len(c.peers) {
 		return fmt.Errorf("refresh.lua: %w (%d elements for %d peers)", errBadReply, len(reply), len(c.peers))
 	}
+	// Read whole before any of it is applied: a malformed peer's part
+	// must not leave the others half applied.
+	var credits []creditReply
+	if w.s.cfg.Private {
+		credits = make([]creditReply, len(c.peers))
+		for j := range c.peers {
+			var err error
+			at := header + stride*j + 1
+			if credits[j], err = parseCredit(reply[at:at+stride-1], accounting); err != nil {
+				return fmt.Errorf("refresh.lua: peer %d: %w", j, err)
+			}
+		}
+	}
 	torrentID := replyString(reply[4])
+	seeders, leechers := replyInt(reply[1]), replyInt(reply[2])
+	var size, leecherLeft int64
+	if w.s.cfg.Private {
+		size, leecherLeft = replyInt(reply[7]), replyInt(reply[8])
+	}
 	for j, r := range c.peers {
-		res := reply[7+stride*j : 7+stride*(j+1)]
-		switch replyInt(res[0]) {
+		switch replyInt(reply[header+stride*j]) {
 		case codeDropped:
 			w.dropped.Add(1)
 			w.peers.forget(peerKey{hash: c.hash, peer: c.ids[j]}, r.at)
 		case codeRefreshed:
-			if stride == refreshOpenPeerReply {
-				continue // no user: no credit, totals, token, feed or cheat
+			if credits == nil {
+				continue // open mode: no user, so no credit, totals, token, feed or cheat
 			}
+			cr := &credits[j]
 			var update *userUpdate
-			if bits := replyInt(res[1]); r.user != "" && bits >= 0 {
+			if r.user != "" && cr.bits > 0 {
 				update = &userUpdate{key: userTorrent{user: r.user, torrent: torrentID}, hash: c.hash,
-					bits: bits, version: replyInt(res[2])}
+					bits: cr.bits, version: cr.version}
 			}
-			w.s.pending.addRefresh(r.user, w.s.movedBy(r.user, replyInt(res[3]), replyInt(res[4]), replyInt(res[5]),
-				replyInt(res[6])), update)
-			if row, ok := res[9].([]any); ok && w.s.feedOn() {
+			w.s.pending.addRefresh(r.user, w.s.movedBy(r.user, cr.moved[0], cr.moved[1], cr.moved[2], cr.moved[3]), update)
+			if cr.row.Seq != 0 && w.s.feedOn() {
 				// Held before the drain releases its hold (feedUpTo).
-				seeders := replyInt(reply[1])
-				t := seenTorrent{id: torrentID, seeders: seeders, leechers: replyInt(reply[2]),
+				t := seenTorrent{id: torrentID, seeders: seeders, leechers: leechers,
 					snatches: replyInt(reply[3]), at: r.at}
 				if seeders > 0 {
 					t.lastAction = r.at // refresh.lua moved last_action to its newest announce, this one or later
 				}
-				w.s.holdRow(c.hash, r.user, r.at, row, t)
+				row := cr.row
+				row.UserID = r.user
+				w.s.holdRow(c.hash, r.at, row, t)
 				w.s.stamped()
 			}
-			w.s.reportToken(context.Background(), replyInt(res[7]), c.hash, torrentID, r.user, replyInt(res[8]))
-			w.s.watchTransfer(c.hash, torrentID, r.user, r.at, transfer{replyInt(res[3]), replyInt(res[4]),
-				replyInt(res[5]), replyInt(res[6])}, res[10])
+			w.s.reportToken(context.Background(), cr.tokenEvent, c.hash, torrentID, r.user, cr.tokenUsed)
+			if f, ok := cr.watch(leechers, size, leecherLeft, r.left != 0); ok {
+				w.s.watchTransfer(c.hash, torrentID, r.user, r.at, cr.moved, f)
+			}
 		}
 	}
 	return nil

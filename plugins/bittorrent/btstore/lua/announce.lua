@@ -82,24 +82,22 @@
 --
 -- Returns
 --   {1, seeders, leechers, snatches, born, d_seeders, d_leechers, snatched,
---    torrent id, user bits, user version, d_uploaded, d_downloaded, peers,
---    c_uploaded, c_downloaded, token event, token used, feed row, watch}
+--    torrent id, peers, size, leecher_left, then the credit reply}
 --      born: 1 when the swarm had no peer before this announce (the caller
 --      then indexes it for the expiry sweep); snatched: 1 when this
---      announce counted a snatch; torrent id "" when not registered; user
---      bits -1 when the user's state did not change (see user_write);
---      d_uploaded/d_downloaded: what this peer transferred since its
---      previous announce; peers: the chosen peers' entries concatenated
---      into one string, so the reply is one bulk string, not one per peer;
---      c_uploaded/c_downloaded: the credited deltas; token event: 0, or 1
---      the user's token was first used, 2 it ended (user_credit); token
---      used: when it was first used (ms), "" when never; feed row:
---      with accounting on, the record's row at its new seq (prelude's
---      user_feed: the frontend holds it for its feed round), 0 when the
---      fed figures did not change; watch: with accounting on and transfer,
---      {seq, gap, others, leecher_left, size, downloaded} for the
---      frontend's ledger and cheat signals (prelude's user_announce), else
---      an empty list
+--      announce counted a snatch; torrent id "" when not registered;
+--      peers: the chosen peers' entries concatenated into one string, so
+--      the reply is one bulk string, not one per peer; size and
+--      leecher_left: the torrent record's as stored (0 when absent; the
+--      ledger's and cheat signals' per-torrent figures); the credit
+--      reply: prelude's, flat, R.CREDIT_ON elements with accounting
+--      (ARGV[24] "1"), else R.CREDIT_OFF (open mode too): user bits (0
+--      when the user's state did not change, see user_write), user
+--      version, d_uploaded/d_downloaded (what this peer transferred since
+--      its previous announce), and with accounting the credited extra,
+--      the token event and its first use, the record's feed row (user_feed:
+--      the frontend holds it for its feed round) and the gap since the
+--      peer's previous announce
 --  {R.UNREGISTERED [, reason]}  the torrent is not registered (private
 --      mode); reason: KEYS[12], the site's reason while it lasts
 --  {R.PEER_TAKEN}  the peer id is active in this swarm under another user
@@ -355,20 +353,19 @@ end
 seeders = seeders or redis.call('HLEN', k_seeders)
 leechers = leechers or redis.call('HLEN', k_leechers)
 
--- The user's record on this torrent (prelude's user_announce).
-local user_state, user_ver, c_up, c_down, token_event, token_used, feed_row = -1, 0, 0, 0, 0, false, 0
-local watch
+-- The user's record on this torrent (prelude's user_announce), whose
+-- credit reply ends the reply: out's header is filled in at the end.
+local accounting = ARGV[24] == '1'
+local out = {1, 0, 0, 0, 0, 0, 0, 0, '', '', t[8] or 0, t[9] or 0}
 if user ~= '' and (known or not leaving) then
-  local rates = ARGV[24] == '1' and credit_rates(t[6], t[7], ARGV[25], ARGV[26])
+  local rates = accounting and credit_rates(t[6], t[7], ARGV[25], ARGV[26])
   local gap = 0
   if known and p[4] then gap = math.max(0, now - tonumber(p[4])) end
-  local others = leechers
-  if not leaving and not seeding then others = others - 1 end
-  user_state, user_ver, c_up, c_down, token_event, token_used, feed_row, watch = user_announce(k_user, k_users, user,
-    {d_up = d_up, d_down = d_down, elapsed = elapsed, was_seeder = was_seeder, was_active = was_active,
-    leaving = leaving, seeding = seeding, snatched = snatched, gap = gap, others = others,
-    leecher_left = t[9] or 0, size = t[8] or 0},
-    now, ARGV[1], hnr_seed_ms, hnr_ratio, rates or nil, rates and true or nil, ARGV[27])
+  user_announce(k_user, k_users, user, {d_up = d_up, d_down = d_down, elapsed = elapsed, was_seeder = was_seeder,
+    was_active = was_active, leaving = leaving, seeding = seeding, snatched = snatched, gap = gap},
+    now, ARGV[1], hnr_seed_ms, hnr_ratio, rates or nil, rates and true or nil, ARGV[27], out)
+else
+  credit_none(out, accounting, d_up, d_down)
 end
 
 if snatched == 1 and user ~= '' then
@@ -416,6 +413,7 @@ torrent_retention(k_torrent, t[1] ~= false, seeders + leechers == 0, born == 1, 
 -- Whole numbers go back as integer replies (prelude's whole), which cost
 -- no string.format; one past 2^53 goes back as text, as before, since
 -- Redis would wrap it converting it to an integer.
-return {1, seeders, leechers, snatches, born, d_seeders, d_leechers, snatched, torrent_id,
-  user_state, whole(user_ver), whole(d_up), whole(d_down), table.concat(packed),
-  whole(c_up), whole(c_down), token_event, token_used or '', feed_row, watch or no_watch()}
+out[2], out[3], out[4], out[5], out[6], out[7], out[8] = seeders, leechers, snatches, born, d_seeders, d_leechers,
+  snatched
+out[9], out[10] = torrent_id, table.concat(packed)
+return out

@@ -325,34 +325,55 @@ end
 local fed_numbers = {'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'downloaded', 'up_extra', 'down_extra'}
 
 -- user_feed numbers a change of the record's fed figures (seq grows by
--- one), stamps the record with writer (u.writer, user_write) and returns
--- the record's row at that seq, {seq, uploaded, downloaded, up_credited,
--- down_credited, seed_ms, leech_ms, snatched} (bytes and ms, whole
--- numbers), for the frontend that answered to hold and deliver (S5, s43:
--- swarm's feedbuf.go). Nothing of the row is written to Redis: the
--- record's seq and stamp are what the backstop reads if that frontend
--- dies first (swarm's FeedDeadWriters). Returns 0 when the record's fed
--- figures did not change: no new seq, no row.
+-- one) and stamps the record with writer (u.writer, user_write); the
+-- record's row at that seq goes into the reply (R.CREDIT_ON), for the
+-- frontend that answered to hold and deliver (S5, s43: swarm's
+-- feedbuf.go). Nothing of the row is written to Redis: the record's seq
+-- and stamp are what the backstop reads if that frontend dies first
+-- (swarm's FeedDeadWriters). Returns true when the record's fed figures
+-- changed (a new seq, a row), else false.
 local function user_feed(u, writer)
   for _, name in ipairs(fed_numbers) do
     if u[name] ~= u.was[name] then
       u.seq = u.seq + 1
       u.writer = writer
-      return {whole(u.seq), whole(u.uploaded), whole(u.downloaded), whole(u.uploaded + u.up_extra),
-        whole(u.downloaded + u.down_extra), whole(u.seed_ms), whole(u.leech_ms), whole(u.snatched)}
+      return true
     end
   end
-  return 0
+  return false
 end
 
--- no_watch is the empty list of watch figures (user_announce) that every
--- announce without transfer, or with accounting off, hands back: one
--- table made when first needed, not one per announce. The replies only
--- read it.
-local empty_watch
-local function no_watch()
-  if not empty_watch then empty_watch = {} end
-  return empty_watch
+-- The credit reply: the crediting scripts' answer for one announce of a user (announce.lua's
+-- tail, and each peer's after its status in refresh.lua): flat, numbers
+-- only, so Redis makes no nested array and the frontend reads no boxed
+-- list. Read by swarm's parseCredit (credit_reply.go), which names the
+-- same places and hands the scripts the widths as R.CREDIT_OFF and
+-- R.CREDIT_ON; the two change together. Per announce, with accounting
+-- off (R.CREDIT_OFF elements):
+--   user bits (0: the state did not change; a state always has bit 2 or
+--   4), user version, d_uploaded, d_downloaded (raw, since the peer's
+--   previous announce)
+-- with accounting on (R.CREDIT_ON), then:
+--   up_extra and down_extra of this announce (credited less raw: 0 at
+--   100% and no token, which the frontend reads without boxing a large
+--   number), token event (user_credit), token used (ms, 0 without an
+--   event), and the record's row when its fed figures changed (user_feed):
+--   seq, uploaded, downloaded, up_extra, down_extra, seed_ms, leech_ms,
+--   snatched (the record's, after the announce; seq 0: no row, all zero),
+--   then gap (ms since the peer's previous announce, 0: unknown; with a
+--   row). The ledger and cheat signals' other figures are the call's
+--   (the torrent's size and leecher_left, in the reply's header) or
+--   derived by the frontend (the swarm's leechers but this peer).
+-- credit_none appends the reply of an announce that credited no user
+-- (no user, a peer refresh.lua dropped or found stale, a stopped peer
+-- announce.lua did not know): unchanged bits, the raw deltas d_up and
+-- d_down (0 when none), zeros for the rest.
+local function credit_none(out, accounting, d_up, d_down)
+  local n = #out
+  out[n + 1], out[n + 2], out[n + 3], out[n + 4] = 0, 0, whole(d_up), whole(d_down)
+  if accounting then
+    for i = n + 5, n + R.CREDIT_ON do out[i] = 0 end
+  end
 end
 
 -- user_announce applies one announce of user's peer to the user's record
@@ -363,28 +384,23 @@ end
 -- (ms the peer was in the swarm since), was_seeder, was_active, leaving,
 -- seeding and snatched (1 when this announce counted a snatch), and for
 -- the frontend's ledger and cheat signals gap (ms since the peer's
--- previous announce, 0: unknown), others (the swarm's leechers now, this
--- peer not counted), leecher_left (the torrent's stamp of its last
--- leecher's departure, ms, as stored; 0: never) and size (the torrent's
--- size from the site, as stored; 0: unknown). rates are the multipliers
+-- previous announce, 0: unknown). rates are the multipliers
 -- in force (credit_rates), nil when accounting is off. It is the one
 -- place an announce's transfer reaches the user's record, whichever
 -- script applies the announce. fed: the record's changes are numbered
 -- for the feed (accounting on), writer the frontend's id for the record's
--- stamp (user_feed). Returns what user_write returns, then the
--- credited deltas, the token event (user_credit), the token's first use
--- (ms as text, or false), user_feed's row (or 0) and the watch figures.
+-- stamp (user_feed). Appends the announce's credit reply to out (see
+-- R.CREDIT_OFF: R.CREDIT_ON elements with rates, else R.CREDIT_OFF).
 --
--- The watch figures, with accounting on and transfer in the announce:
--- {seq, gap, others, leecher_left, size, downloaded} (the record's seq
--- after the announce, which numbers the ledger entry's slot, and its raw
--- download on the torrent), else an empty list. The frontend writes the
--- ledger entry and checks the signals from them in its batched flush
--- (swarm's watch.go): the ledger's and the signals' bookkeeping here cost
--- some 57k Redis instructions per announce, a third of accounting's. A
--- frontend killed before its flush loses those entries and signals,
--- never credit: crediting is here, from the cumulative counters.
-local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hnr_ratio, rates, fed, writer)
+-- The ledger's and cheat signals' figures (the row's seq and downloaded,
+-- gap; the call's size and leecher_left; the swarm's leechers) go back
+-- with accounting on; the frontend writes the ledger entry and checks
+-- the signals from them in its batched flush (swarm's watch.go): the
+-- ledger's and the signals' bookkeeping here cost some 57k Redis
+-- instructions per announce, a third of accounting's. A frontend killed
+-- before its flush loses those entries and signals, never credit:
+-- crediting is here, from the cumulative counters.
+local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hnr_ratio, rates, fed, writer, out)
   local u = user_read(key, fed)
   u.uploaded = u.uploaded + a.d_up
   u.downloaded = u.downloaded + a.d_down
@@ -412,14 +428,23 @@ local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hn
   if not u.first then
     redis.call('SADD', users, user) -- a new record: once per user and torrent
   end
-  local row = 0
-  if fed then row = user_feed(u, writer) end
+  local row = fed and user_feed(u, writer)
   local bits, ver = user_write(key, u, now, hnr_seed_ms, hnr_ratio)
-  local watch
-  if rates and (a.d_up > 0 or a.d_down > 0) then
-    watch = {whole(u.seq), a.gap, a.others, a.leecher_left, a.size, whole(u.downloaded)}
+  local n = #out
+  if bits < 0 then bits = 0 end
+  out[n + 1], out[n + 2], out[n + 3], out[n + 4] = bits, whole(ver), whole(a.d_up), whole(a.d_down)
+  if not rates then return end
+  out[n + 5], out[n + 6] = whole(c_up - a.d_up), whole(c_down - a.d_down)
+  out[n + 7], out[n + 8] = token_event, token_event ~= 0 and u.token_used or 0
+  if row then
+    out[n + 9], out[n + 10], out[n + 11], out[n + 12] = whole(u.seq), whole(u.uploaded), whole(u.downloaded),
+      whole(u.up_extra)
+    out[n + 13], out[n + 14], out[n + 15], out[n + 16] = whole(u.down_extra), whole(u.seed_ms), whole(u.leech_ms),
+      whole(u.snatched)
+    out[n + 17] = a.gap
+  else
+    for i = n + 9, n + R.CREDIT_ON do out[i] = 0 end
   end
-  return bits, ver, c_up, c_down, token_event, u.token_used or false, row, watch or no_watch()
 end
 
 -- reaper_claim records that user reseeded the torrent in the reaper's

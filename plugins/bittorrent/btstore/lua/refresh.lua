@@ -62,17 +62,20 @@
 --
 -- Returns
 --   {R.REFRESHED, seeders, leechers, snatches, torrent id, seeder entries,
---    leecher entries, then per peer: status, user bits, user version,
---    d_uploaded, d_downloaded, c_uploaded, c_downloaded, token event,
---    token used, feed row, watch (as announce.lua returns them)}; open
---    mode, which has no user to credit, answers per peer its status
---    alone (the rest is for the user's record and totals: each element
---    is one more Redis converts out of Lua and the frontend reads)
+--    leecher entries, [private mode: size, leecher_left,] then per peer:
+--    status, and in private mode its credit reply (prelude's
+--    R.CREDIT_OFF elements, R.CREDIT_ON with accounting: bits, version,
+--    raw deltas, and with accounting the credited extra, token, feed row
+--    and gap, flat)}; open mode, which has no user to credit, answers per
+--    peer its status alone (each element is one more Redis converts out
+--    of Lua and the frontend reads)
 --      seeders, leechers and snatches are the torrent record's (snatches
---      as the stored text, or 0); the
---      entries are "" unless ARGV[3] asked for them, concatenated as
---      announce.lua returns peers; status is R.REFRESHED, R.STALE or
---      R.DROPPED; user bits -1 when the user's state did not change
+--      as the stored text, or 0); size and leecher_left too (as stored,
+--      0 when absent: the ledger's and cheat signals' per-torrent
+--      figures, once per call, not per peer); the entries are "" unless
+--      ARGV[3] asked for them, concatenated as announce.lua returns
+--      peers; status is R.REFRESHED, R.STALE or R.DROPPED; a peer not
+--      credited (stale, dropped) has an all-zero credit reply
 --   {R.UNREGISTERED}  private mode and the torrent is not registered:
 --      nothing was written
 
@@ -123,6 +126,7 @@ end
 local seeders, leechers = tonumber(t[3]) or 0, tonumber(t[4]) or 0
 
 local out = {R.REFRESHED, seeders, leechers, t[2] or 0, t[1] or '', '', ''}
+if private then out[8], out[9] = t[8] or 0, t[9] or 0 end
 local zadd = {}
 local applied = 0
 local latest, latest_text = 0, nil
@@ -138,8 +142,12 @@ for i = 0, peers - 1 do
   local p = redis.call('HMGET', KEYS[k], 'user', 'uploaded', 'downloaded', 'last_announce',
     'active', 'left', 'addr', 'total_time')
   local last = tonumber(p[4])
-  local status, bits, ver, d_up, d_down = R.DROPPED, -1, 0, 0, 0
-  local c_up, c_down, token_event, token_used, feed_row, watch = 0, 0, 0, false, 0, no_watch()
+  local status, d_up, d_down = R.DROPPED, 0, 0
+  -- the peer's status goes first, its credit reply after it (prelude's
+  -- user_announce appends it; credit_none when no user was credited)
+  local n = #out + 1
+  out[n] = status
+  local credited = false
   if p[5] == '1' and p[1] == user and p[7] == addr and last and (p[6] == '0') == seeding then
     if last >= at then
       status = R.STALE
@@ -172,28 +180,18 @@ for i = 0, peers - 1 do
       zadd[#zadd + 1] = peer_id .. user
       if user ~= '' then
         local rates = accounting and credit_rates(t[6], t[7], ARGV[a + 8], ARGV[a + 9])
-        local others = leechers
-        if not seeding then others = others - 1 end
-        bits, ver, c_up, c_down, token_event, token_used, feed_row, watch = user_announce(KEYS[k + 1], k_users,
-          user, {d_up = d_up, d_down = d_down, elapsed = elapsed, was_seeder = seeding, was_active = true,
-          leaving = false, seeding = seeding, snatched = 0, gap = at - last, others = others,
-          leecher_left = t[9] or 0, size = t[8] or 0}, at, at_text, hnr_seed_ms, hnr_ratio,
-          rates or nil, rates and true or nil, writer)
+        user_announce(KEYS[k + 1], k_users, user, {d_up = d_up, d_down = d_down, elapsed = elapsed,
+          was_seeder = seeding, was_active = true, leaving = false, seeding = seeding, snatched = 0, gap = at - last},
+          at, at_text, hnr_seed_ms, hnr_ratio, rates or nil, rates and true or nil, writer, out)
+        credited = true
       end
       applied = applied + 1
       if at > latest then latest, latest_text = at, at_text end
       if seeding then reseeders[#reseeders + 1] = {user, at} end
     end
   end
-  local n = #out
-  if private then
-    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = status, bits, ver, d_up, d_down
-    out[n + 6], out[n + 7], out[n + 8], out[n + 9], out[n + 10] = whole(c_up), whole(c_down), token_event,
-      token_used or '', feed_row
-    out[n + 11] = watch
-  else
-    out[n + 1] = status
-  end
+  out[n] = status
+  if private and not credited then credit_none(out, accounting, d_up, d_down) end
 end
 
 if applied > 0 then
