@@ -74,13 +74,20 @@ type privateBenchOptions struct {
 	profileMode string
 }
 
-// The measured runs: 3 of each configuration, in turn, of 10 s each. Runs
+// The measured runs: 3 of each configuration, in turn, of 30 s each. Runs
 // of 40,000 announces (about 1 s) were bimodal on the quiet 2-core machine
 // (one configuration's five runs spread 25.7k-49.8k/s, the paired on/off
 // ratios 0.47-1.64): a second is shorter than the machine's slow spells, a
 // GC cycle's share and the feed's rounds (1 s apart), so a run's rate said
-// which of those it met more than what it costs. 10 s holds ten feed rounds
-// and averages the spells out. The order alternates, on off off on on off
+// which of those it met more than what it costs. 10 s held ten feed rounds
+// and averaged the spells out, but the +settle rate paid a fixed wait
+// there: with the feed, a run's last rows are delivered at the feed's next
+// tick after the write-behind's last write, 0-1 s of waiting (0.45 s in
+// s46's runs, 1.46 s settling on against 1.02 s off) that is latency, not
+// work a site sustains, and took 4-5% off a 10 s run's on/off ratio. 30 s
+// cuts that to under 2%, while deferred work that grows with the run (s44's
+// capped feed rounds: 10-12 s of settling after 10 s) still shows whole.
+// The order alternates, on off off on on off
 // (runOrder), and each on run is paired with the off run beside it, which
 // shares its moment's load; the median of those ratios is printed beside
 // the ratio of the medians. It is the one to read: in three invocations
@@ -88,7 +95,7 @@ type privateBenchOptions struct {
 // run moves the ratio of medians.
 const (
 	defaultPrivateRuns            = 3
-	defaultPrivateDuration        = 10 * time.Second
+	defaultPrivateDuration        = 30 * time.Second
 	defaultPrivateTorrents        = 20_000
 	defaultPrivatePeersPerTorrent = 20
 	defaultPrivateUsers           = 5_000
