@@ -95,14 +95,24 @@ const transfersBodyBudget = 32 << 10
 type feedDeliverer struct {
 	ob       *outbox.Outbox
 	snatches *appendedKeys
+	// encoder's buffers are reused from one delivery to the next (the
+	// outbox copies the bodies into its records), under mu: the feed
+	// loop delivers one call at a time, but Stop's last round may meet
+	// a backstop's.
+	mu      *sync.Mutex
+	encoder *feedEncoder
 }
 
 func newFeedDeliverer(ob *outbox.Outbox) feedDeliverer {
-	return feedDeliverer{ob: ob, snatches: &appendedKeys{keys: make(map[string]struct{})}}
+	return feedDeliverer{ob: ob, snatches: &appendedKeys{keys: make(map[string]struct{})}, mu: new(sync.Mutex),
+		encoder: newFeedEncoder()}
 }
 
 func (d feedDeliverer) deliver(ctx context.Context, batches []swarm.FeedBatch) error {
-	events, err := feedEvents(batches, d.snatches.has)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	events, err := d.encoder.events(batches, d.snatches.has)
+	defer d.encoder.reuse()
 	if err != nil {
 		return err
 	}
@@ -135,10 +145,10 @@ type appendedKeys struct {
 
 const maxAppendedKeys = 1 << 16
 
-func (a *appendedKeys) has(key string) bool {
+func (a *appendedKeys) has(key []byte) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	_, ok := a.keys[key]
+	_, ok := a.keys[string(key)] // no string made for the look-up
 	return ok
 }
 
@@ -175,6 +185,10 @@ type transfersBuilder struct {
 	row     []byte    // scratch: the row being written
 	key     []byte    // scratch: the row's key
 	scratch []byte    // scratch: a time's text
+	sum     [sha1.Size]byte
+	// free are the bodies of a delivery done with, for the next one's
+	// events (reuse)
+	free [][]byte
 }
 
 // the body's fixed part, `{"version":2,"torrents":[]}`, and the commas
@@ -255,7 +269,7 @@ func (t *transfersBuilder) addRow(row *swarm.FeedRow, hash []byte) error {
 		t.closeEvent()
 	}
 	if t.body == nil {
-		t.body = append(make([]byte, 0, transfersBodyBudget+len(r)+len(t.head)+8), transfersBodyStart...)
+		t.body = t.newBody(transfersBodyBudget + len(r) + len(t.head) + 8)
 	}
 	if t.rows == 0 {
 		if t.pieces > 0 {
@@ -297,8 +311,33 @@ func (t *transfersBuilder) closeEvent() {
 		return
 	}
 	t.body = append(t.body, ']', '}')
-	t.events = append(t.events, outbox.Event{Key: transfersKey(t.keys, t.digest.Sum(nil)), Kind: TransfersEventKind, Body: t.body})
+	t.events = append(t.events, outbox.Event{Key: transfersKey(t.keys, t.digest.Sum(t.sum[:0])), Kind: TransfersEventKind, Body: t.body})
 	t.body, t.pieces, t.keys, t.size = nil, 0, 0, transfersFrame
+	t.digest.Reset()
+}
+
+// newBody is an event's body started, in a body of a delivery done with
+// when one is big enough.
+func (t *transfersBuilder) newBody(size int) []byte {
+	for len(t.free) > 0 {
+		b := t.free[len(t.free)-1]
+		t.free = t.free[:len(t.free)-1]
+		if cap(b) >= size {
+			return append(b[:0], transfersBodyStart...)
+		}
+	}
+	return append(make([]byte, 0, size), transfersBodyStart...)
+}
+
+// reuse starts the builder anew, its events' bodies kept for the next
+// events: the caller is done with them.
+func (t *transfersBuilder) reuse() {
+	for i := range t.events {
+		t.free = append(t.free, t.events[i].Body)
+	}
+	clear(t.events)
+	t.events = t.events[:0]
+	t.body, t.pieces, t.rows, t.keys, t.size = nil, 0, 0, 0, transfersFrame
 	t.digest.Reset()
 }
 
@@ -360,17 +399,50 @@ func appendJSONMillis(b []byte, ms int64) ([]byte, error) {
 // batches and their rows are left as they are: a round settles them after
 // the delivery.
 func feedEvents(batches []swarm.FeedBatch, appended func(key string) bool) ([]outbox.Event, error) {
-	sorted := make([]*swarm.FeedBatch, len(batches))
+	return newFeedEncoder().events(batches, func(key []byte) bool { return appended(string(key)) })
+}
+
+// feedEncoder makes feedEvents's events in buffers it reuses (reuse),
+// so a delivery allocates no event body, scratch or key per row.
+type feedEncoder struct {
+	builder  *transfersBuilder
+	sorted   []*swarm.FeedBatch
+	snatches []outbox.Event
+	key      []byte          // scratch: a snatch event's key
+	rows     []swarm.FeedRow // scratch: a torrent's rows sorted
+}
+
+func newFeedEncoder() *feedEncoder { return &feedEncoder{builder: newTransfersBuilder()} }
+
+// reuse takes back the buffers of the events events returned: the
+// caller is done with them.
+func (e *feedEncoder) reuse() {
+	e.builder.reuse()
+	clear(e.sorted)
+	e.sorted = e.sorted[:0]
+	clear(e.snatches)
+	e.snatches = e.snatches[:0]
+	clear(e.rows)
+	e.rows = e.rows[:0]
+}
+
+// events is feedEvents, appended asking about a snatch key's bytes. The
+// events are valid until reuse.
+func (e *feedEncoder) events(batches []swarm.FeedBatch, appended func(key []byte) bool) ([]outbox.Event, error) {
+	// A round's batches come in info-hash order (swarm.FeedRound): sorted
+	// by pointer only when they are not.
 	for i := range batches {
-		sorted[i] = &batches[i]
+		e.sorted = append(e.sorted, &batches[i])
 	}
-	slices.SortFunc(sorted, func(a, b *swarm.FeedBatch) int { return bytes.Compare(a.InfoHash[:], b.InfoHash[:]) })
+	byHash := func(a, b *swarm.FeedBatch) int { return bytes.Compare(a.InfoHash[:], b.InfoHash[:]) }
+	if !slices.IsSortedFunc(e.sorted, byHash) {
+		slices.SortFunc(e.sorted, byHash)
+	}
 	byUser := func(a, b swarm.FeedRow) int { return strings.Compare(a.UserID, b.UserID) }
-	builder := newTransfersBuilder()
-	var snatches []outbox.Event
+	builder := e.builder
 	var rows []swarm.FeedRow
 	var hash [2 * len(bittorrent.InfoHash{})]byte
-	for _, b := range sorted {
+	for _, b := range e.sorted {
 		hex.Encode(hash[:], b.InfoHash[:])
 		if err := builder.startTorrent(b, hash[:]); err != nil {
 			return nil, err
@@ -379,7 +451,8 @@ func feedEvents(batches []swarm.FeedBatch, appended func(key string) bool) ([]ou
 		// in a copy only when they are not.
 		rows = b.Rows
 		if !slices.IsSortedFunc(rows, byUser) {
-			rows = slices.Clone(rows)
+			e.rows = append(e.rows[:0], rows...)
+			rows = e.rows
 			slices.SortStableFunc(rows, byUser)
 		}
 		for i := range rows {
@@ -390,18 +463,28 @@ func feedEvents(batches []swarm.FeedBatch, appended func(key string) bool) ([]ou
 			if r.Snatched <= 0 {
 				continue
 			}
-			hashText := string(hash[:])
-			if key := "snatch:" + r.UserID + ":" + hashText; !appended(key) {
-				body, err := json.Marshal(SnatchEvent{UserID: r.UserID, InfoHash: hashText, TorrentID: b.TorrentID,
-					At: time.UnixMilli(r.Snatched).UTC()})
-				if err != nil {
-					return nil, err
-				}
-				snatches = append(snatches, outbox.Event{Key: key, Kind: SnatchEventKind, Body: body})
+			// Most snatched rows' events were appended already: the key
+			// is made as text only for those that were not.
+			e.key = append(append(append(append(e.key[:0], "snatch:"...), r.UserID...), ':'), hash[:]...)
+			if appended(e.key) {
+				continue
 			}
+			hashText := string(hash[:])
+			body, err := json.Marshal(SnatchEvent{UserID: r.UserID, InfoHash: hashText, TorrentID: b.TorrentID,
+				At: time.UnixMilli(r.Snatched).UTC()})
+			if err != nil {
+				return nil, err
+			}
+			e.snatches = append(e.snatches, outbox.Event{Key: string(e.key), Kind: SnatchEventKind, Body: body})
 		}
 		builder.closeTorrent()
 	}
 	builder.closeEvent()
-	return append(builder.events, snatches...), nil
+	events := builder.events
+	if len(e.snatches) > 0 {
+		// after the transfers events, in the builder's slice: reuse
+		// takes only the bodies of the transfers events back
+		events = append(events, e.snatches...)
+	}
+	return events, nil
 }

@@ -3,6 +3,7 @@ package btstore
 import (
 	"crypto/sha1"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -112,4 +113,14 @@ func BenchmarkAnnounceKeys(b *testing.B) {
 			b.Fatal("short")
 		}
 	}
+}
+
+// UserTorrentKey is the record's name as the torrent's keys name it, in
+// one allocation (the flush names one per ledger write).
+func TestUserTorrentKeyIsKeysOfsUserInOneString(t *testing.T) {
+	hash := bittorrent.InfoHash{0xab, 0x01, 0xff}
+	for _, user := range []string{"", "alice", strings.Repeat("u", 200)} {
+		require.Equal(t, KeysOf(hash).User(user), UserTorrentKey(hash, user))
+	}
+	require.Equal(t, 1.0, testing.AllocsPerRun(100, func() { _ = UserTorrentKey(hash, "alice") }))
 }

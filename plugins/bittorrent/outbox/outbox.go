@@ -118,6 +118,48 @@ type Outbox struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 	stopped bool
+
+	// records are append's record buffers, kept for the next append: the
+	// client is done with them when the script call returns, and the
+	// feed appends some 30 KB of them per 100 rows.
+	recordsMu sync.Mutex
+	records   [][]byte
+}
+
+// maxRecordBuffers bounds the record buffers an Outbox keeps, and
+// maxRecordBuffer the size of one kept (a transfers event's is about
+// 33 KB).
+const (
+	maxRecordBuffers = 32
+	maxRecordBuffer  = 64 << 10
+)
+
+// recordBuffer is an empty buffer of at least size bytes, one kept when
+// one is big enough.
+func (o *Outbox) recordBuffer(size int) []byte {
+	o.recordsMu.Lock()
+	defer o.recordsMu.Unlock()
+	for i := len(o.records) - 1; i >= 0; i-- {
+		if b := o.records[i]; cap(b) >= size {
+			o.records[i] = o.records[len(o.records)-1]
+			o.records[len(o.records)-1] = nil
+			o.records = o.records[:len(o.records)-1]
+			return b[:0]
+		}
+	}
+	return make([]byte, 0, size)
+}
+
+// keepRecords takes back the record buffers in args (append's ARGV from
+// its fifth on: key, record, ...) once the call is done with them.
+func (o *Outbox) keepRecords(args []any) {
+	o.recordsMu.Lock()
+	defer o.recordsMu.Unlock()
+	for i := 5; i < len(args) && len(o.records) < maxRecordBuffers; i += 2 {
+		if b, ok := args[i].([]byte); ok && cap(b) <= maxRecordBuffer {
+			o.records = append(o.records, b)
+		}
+	}
 }
 
 // New returns an Outbox on rdb.
@@ -315,13 +357,15 @@ func (o *Outbox) appendIDs(ctx context.Context, events []Event, marshalled bool)
 	for i, e := range events {
 		// Each record in a buffer of its own, sized for it, handed to
 		// the client as bytes: no second copy into a string.
-		rec, err := appendRecordAs(make([]byte, 0, len(e.Key)+len(e.Kind)+len(e.Body)+recordOverhead), i, e, now.UTC(), marshalled)
+		rec, err := appendRecordAs(o.recordBuffer(len(e.Key)+len(e.Kind)+len(e.Body)+recordOverhead), i, e, now.UTC(), marshalled)
 		if err != nil {
+			o.keepRecords(args)
 			return nil, err
 		}
 		args = append(args, e.Key, rec)
 	}
 	list, err := luascript.RunList(ctx, o.rdb, appendScript, btstore.OutboxAppendKeys(), args...)
+	o.keepRecords(args)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: append: %w", err)
 	}

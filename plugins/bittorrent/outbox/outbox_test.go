@@ -5,6 +5,7 @@ import (
 
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -61,6 +62,36 @@ func TestAppendStoresABatchOnceAndInOrder(t *testing.T) {
 		ids, err = ob.AppendIDs(ctx, events("a", 1))
 		require.NoError(t, err)
 		require.Equal(t, []uint64{5}, ids)
+	})
+}
+
+// TestAppendsReusingRecordBuffersStoreEachBodyAsGiven: an append's
+// record buffers serve the next appends (a long body's buffer then holds
+// a short one, a failed append's are taken back too), and every event is
+// stored with its own body, none with another's bytes.
+func TestAppendsReusingRecordBuffersStoreEachBodyAsGiven(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		ob := newOutbox(t, b, policy(t, `{"dedup_window":"1h"}`), clock.NewFake(start()))
+		var want []string
+		for round, size := range []int{3000, 10, 2000, 1, 40, 3000} {
+			var batch []outbox.Event
+			for i := range 3 {
+				body := fmt.Sprintf(`{"round":%d,"event":%d,"pad":"%s"}`, round, i, strings.Repeat(string(rune('a'+round)), size+i))
+				batch = append(batch, outbox.Event{Key: fmt.Sprint("r", round, "-", i), Kind: "x", Body: json.RawMessage(body)})
+				want = append(want, body)
+			}
+			require.NoError(t, ob.Append(ctx, batch))
+			bad := []outbox.Event{{Key: "ok", Kind: "x", Body: json.RawMessage(`{"long":"` + strings.Repeat("z", 5000) + `"}`)},
+				{Key: "bad", Kind: "x", Body: json.RawMessage(`{not json`)}}
+			require.ErrorIs(t, ob.Append(ctx, bad), outbox.ErrInvalid)
+		}
+		pending, _, err := ob.Pending(ctx, 0, 100)
+		require.NoError(t, err)
+		require.Len(t, pending, len(want))
+		for i, e := range pending {
+			require.Equal(t, want[i], string(e.Body), "event %d", i)
+		}
 	})
 }
 

@@ -5,7 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -86,7 +86,10 @@ func (s *Store) feedRound(ctx context.Context, deliver func(context.Context, []F
 	if len(held) == 0 {
 		return 0, true, nil
 	}
-	batches, at := feedBatches(held, torrents)
+	// The rows go back to the buffer's spare once the round is done with
+	// them (holdAgain copies what it puts back).
+	defer s.feed.recycle(held, torrents)
+	batches, spans := feedBatches(held, torrents)
 	if err := s.readLastActions(ctx, batches, torrents); err != nil {
 		s.holdAgain(held, torrents)
 		return 0, false, fmt.Errorf("swarm.FeedRound: %w", err)
@@ -94,12 +97,11 @@ func (s *Store) feedRound(ctx context.Context, deliver func(context.Context, []F
 	delivered := 0
 	var firstErr error
 	for start := 0; start < len(batches); start += feedRoundLimit {
-		call := batches[start:min(start+feedRoundLimit, len(batches))]
+		end := min(start+feedRoundLimit, len(batches))
+		call := batches[start:end]
 		if err := deliver(ctx, call); err != nil {
 			firstErr = firstError(firstErr, fmt.Errorf("swarm.FeedRound: delivering %d torrents: %w", len(call), err))
-			for _, b := range call {
-				s.holdAgain(held[at[b.InfoHash].first:at[b.InfoHash].end], torrents)
-			}
+			s.holdAgain(held[spans[start].first:spans[end-1].end], torrents)
 			continue
 		}
 		for _, b := range call {
@@ -118,16 +120,19 @@ type heldSpan struct{ first, end int }
 
 // feedBatches sorts a round's rows by torrent (info-hash order) and user
 // id, and makes one batch per torrent with its counters as the replies
-// said them.
-func feedBatches(held []heldRow, torrents map[bittorrent.InfoHash]seenTorrent) ([]FeedBatch, map[bittorrent.InfoHash]heldSpan) {
-	sort.Slice(held, func(i, j int) bool {
-		if c := bytes.Compare(held[i].key.hash[:], held[j].key.hash[:]); c != 0 {
-			return c < 0
+// said them; spans[i] is where batch i's rows are in held. The batches'
+// rows share one slice, made once per round: a round is about one row per
+// crediting announce.
+func feedBatches(held []heldRow, torrents map[bittorrent.InfoHash]seenTorrent) (batches []FeedBatch, spans []heldSpan) {
+	slices.SortFunc(held, func(a, b heldRow) int {
+		if c := bytes.Compare(a.key.hash[:], b.key.hash[:]); c != 0 {
+			return c
 		}
-		return held[i].key.user < held[j].key.user
+		return strings.Compare(a.key.user, b.key.user)
 	})
-	var batches []FeedBatch
-	at := make(map[bittorrent.InfoHash]heldSpan)
+	rows := make([]FeedRow, len(held))
+	batches = make([]FeedBatch, 0, len(torrents))
+	spans = make([]heldSpan, 0, len(torrents))
 	for i := 0; i < len(held); {
 		hash := held[i].key.hash
 		t := torrents[hash]
@@ -135,14 +140,15 @@ func feedBatches(held []heldRow, torrents map[bittorrent.InfoHash]seenTorrent) (
 			Snatches: t.snatches, LastAction: t.lastAction}
 		j := i
 		for ; j < len(held) && held[j].key.hash == hash; j++ {
-			b.Rows = append(b.Rows, held[j].row)
+			rows[j] = held[j].row
 			b.Announced = max(b.Announced, held[j].announced)
 		}
-		at[hash] = heldSpan{i, j}
+		b.Rows = rows[i:j:j]
+		spans = append(spans, heldSpan{i, j})
 		batches = append(batches, b)
 		i = j
 	}
-	return batches, at
+	return batches, spans
 }
 
 // readLastActions reads the stored last_action of the torrents no reply

@@ -1,7 +1,6 @@
 package swarm
 
 import (
-	"container/list"
 	"sync"
 
 	"github.com/hoardproject/hoard/plugins/bittorrent"
@@ -40,6 +39,9 @@ type heldRow struct {
 	key       rowKey
 	row       FeedRow
 	announced int64
+	// replaced: a newer row of the record came in after this one (its
+	// slot in feedBuffer.rows is dead)
+	replaced bool
 }
 
 // seenTorrent is a torrent's counters as the newest reply that carried one
@@ -53,11 +55,30 @@ type seenTorrent struct {
 	at                          int64
 }
 
+// The rows are values in one slice, in the order of their change, and a
+// map from record to slot: a record's change appends its row and marks
+// the one it replaces dead, and the slice is compacted once the dead
+// outnumber the live. A round takes them into a second slice, which it
+// gives back (recycle) for the round after, and the map and slices are
+// cleared, not made again: held rows cost the feed loop no allocation
+// per announce, and the GC no list element and row box per record
+// (docs/bittorrent-site.md, "The plugin's CPU").
 type feedBuffer struct {
-	mu       sync.Mutex
-	rows     map[rowKey]*list.Element // of *heldRow in order: the oldest change first
-	order    list.List
+	mu sync.Mutex
+	// slot is each held record's newest row's index in rows
+	slot map[rowKey]int
+	// rows from front on are the held rows in order of their change,
+	// the oldest first, with the dead (replaced) among them; before front
+	// are the dropped
+	rows  []heldRow
+	front int
+	live  int
+	// torrents are the counters of the held rows' torrents
 	torrents map[bittorrent.InfoHash]seenTorrent
+	// spare is a round's rows and counters given back: the next take
+	// fills them
+	spare         []heldRow
+	spareTorrents map[bittorrent.InfoHash]seenTorrent
 	// dropped counts the rows dropped past the cap since the store was
 	// made; droppedFrom is the oldest announce among those not yet
 	// recovered by the frontend's own scan (0: none), and droppedGen
@@ -71,7 +92,7 @@ type feedBuffer struct {
 }
 
 func (b *feedBuffer) init() {
-	b.rows = make(map[rowKey]*list.Element)
+	b.slot = make(map[rowKey]int)
 	b.torrents = make(map[bittorrent.InfoHash]seenTorrent)
 	b.wake = make(chan struct{}, 1)
 }
@@ -83,18 +104,20 @@ func (b *feedBuffer) init() {
 func (b *feedBuffer) hold(r heldRow, t seenTorrent, capRows int) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if el, ok := b.rows[r.key]; ok {
-		// Replaced in place and moved to the newest end: a record's
-		// every change after its first costs no allocation.
-		h := el.Value.(*heldRow)
-		if h.row.Seq >= r.row.Seq {
+	r.replaced = false
+	if i, ok := b.slot[r.key]; ok {
+		// The newer row goes to the newest end: the record's change is
+		// the newest.
+		if b.rows[i].row.Seq >= r.row.Seq {
 			return 0
 		}
-		*h = r
-		b.order.MoveToBack(el)
+		b.rows[i].replaced = true
+		b.slot[r.key] = len(b.rows)
 	} else {
-		b.rows[r.key] = b.order.PushBack(&r)
+		b.slot[r.key] = len(b.rows)
+		b.live++
 	}
+	b.rows = append(b.rows, r)
 	if old, ok := b.torrents[r.key.hash]; !ok || t.at >= old.at {
 		if t.lastAction == 0 {
 			t.lastAction = old.lastAction
@@ -104,18 +127,21 @@ func (b *feedBuffer) hold(r heldRow, t seenTorrent, capRows int) int {
 		old.lastAction = t.lastAction
 		b.torrents[r.key.hash] = old
 	}
-	if len(b.rows) >= capRows/2 {
+	if b.live >= capRows/2 {
 		select {
 		case b.wake <- struct{}{}:
 		default:
 		}
 	}
 	dropped := 0
-	for len(b.rows) > capRows {
-		el := b.order.Front()
-		h := el.Value.(*heldRow)
-		b.order.Remove(el)
-		delete(b.rows, h.key)
+	for b.live > capRows {
+		h := &b.rows[b.front]
+		b.front++
+		if h.replaced {
+			continue
+		}
+		delete(b.slot, h.key)
+		b.live--
 		if b.droppedFrom == 0 || h.announced < b.droppedFrom {
 			b.droppedFrom = max(h.announced, 1)
 		}
@@ -123,33 +149,79 @@ func (b *feedBuffer) hold(r heldRow, t seenTorrent, capRows int) int {
 		b.dropped++
 		dropped++
 	}
+	if dead := len(b.rows) - b.live; dead > b.live && dead >= 64 {
+		b.compact()
+	}
 	return dropped
 }
 
+// compact moves the live rows to the slice's start, in order, and their
+// slots with them.
+func (b *feedBuffer) compact() {
+	n := 0
+	for i := b.front; i < len(b.rows); i++ {
+		if b.rows[i].replaced {
+			continue
+		}
+		if n != i {
+			b.rows[n] = b.rows[i]
+			b.slot[b.rows[n].key] = n
+		}
+		n++
+	}
+	clear(b.rows[n:]) // the strings of the rows gone
+	b.rows, b.front = b.rows[:n], 0
+}
+
 // take empties the buffer: its rows, oldest first, and the counters of
-// their torrents.
+// their torrents. The caller gives both back with recycle once it is
+// done with them.
 func (b *feedBuffer) take() ([]heldRow, map[bittorrent.InfoHash]seenTorrent) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if len(b.rows) == 0 {
+	if b.live == 0 {
 		return nil, nil
 	}
-	rows := make([]heldRow, 0, len(b.rows))
-	for el := b.order.Front(); el != nil; el = el.Next() {
-		rows = append(rows, *el.Value.(*heldRow))
+	rows := b.spare[:0]
+	if cap(rows) < b.live {
+		rows = make([]heldRow, 0, b.live)
+	}
+	for i := b.front; i < len(b.rows); i++ {
+		if !b.rows[i].replaced {
+			rows = append(rows, b.rows[i])
+		}
 	}
 	torrents := b.torrents
-	b.rows = make(map[rowKey]*list.Element, len(rows))
-	b.order.Init()
-	b.torrents = make(map[bittorrent.InfoHash]seenTorrent)
+	b.torrents = b.spareTorrents
+	if b.torrents == nil {
+		b.torrents = make(map[bittorrent.InfoHash]seenTorrent, len(torrents))
+	}
+	b.spare, b.spareTorrents = nil, nil
+	clear(b.rows)
+	b.rows, b.front, b.live = b.rows[:0], 0, 0
+	clear(b.slot)
 	return rows, torrents
+}
+
+// recycle gives back what take returned, for the next take to fill.
+func (b *feedBuffer) recycle(rows []heldRow, torrents map[bittorrent.InfoHash]seenTorrent) {
+	clear(rows)
+	clear(torrents)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if cap(rows) > cap(b.spare) {
+		b.spare = rows[:0]
+	}
+	if torrents != nil && b.spareTorrents == nil {
+		b.spareTorrents = torrents
+	}
 }
 
 // held is how many rows the buffer holds.
 func (b *feedBuffer) held() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return len(b.rows)
+	return b.live
 }
 
 // droppedSince is the oldest announce among the rows dropped and not yet

@@ -49,3 +49,49 @@ func TestFeedBufferKeepsTheNewestRowPerRecord(t *testing.T) {
 	require.Zero(t, b.held())
 	require.Equal(t, int64(2), b.dropped)
 }
+
+// Records changed many times between rounds: the dead rows are compacted
+// away (the slice stays within a few times the records), each record's
+// newest row is taken once, in the order of the records' last change,
+// and a round's slices given back are filled by the next take.
+func TestFeedBufferCompactsReplacedRows(t *testing.T) {
+	var b feedBuffer
+	b.init()
+	h := bittorrent.InfoHash{7}
+	users := []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"}
+	for seq := int64(1); seq <= 100; seq++ {
+		for i, u := range users {
+			at := seq*100 + int64(i)
+			require.Zero(t, b.hold(heldRow{key: rowKey{hash: h, user: u}, row: FeedRow{UserID: u, Seq: seq}, announced: at},
+				seenTorrent{id: "7", at: at}, 1000))
+		}
+		require.LessOrEqual(t, len(b.rows), 2*len(users)+64, "dead rows are compacted")
+	}
+	// c's newest change after the others': it goes last.
+	require.Zero(t, b.hold(heldRow{key: rowKey{hash: h, user: "c"}, row: FeedRow{UserID: "c", Seq: 101}, announced: 20000},
+		seenTorrent{id: "7", at: 20000}, 1000))
+	require.Equal(t, len(users), b.held())
+	rows, torrents := b.take()
+	require.Len(t, rows, len(users))
+	var order []string
+	for _, r := range rows {
+		order = append(order, r.key.user)
+		want := int64(100)
+		if r.key.user == "c" {
+			want = 101
+		}
+		require.Equal(t, want, r.row.Seq, r.key.user)
+	}
+	require.Equal(t, []string{"a", "b", "d", "e", "f", "g", "h", "i", "j", "c"}, order)
+	require.Equal(t, int64(20000), torrents[h].at)
+	b.recycle(rows, torrents)
+	require.Zero(t, b.held())
+
+	require.Zero(t, b.hold(heldRow{key: rowKey{hash: h, user: "a"}, row: FeedRow{UserID: "a", Seq: 102}, announced: 30000},
+		seenTorrent{id: "7", at: 30000}, 1000))
+	again, torrents := b.take()
+	require.Len(t, again, 1)
+	require.Equal(t, int64(102), again[0].row.Seq)
+	require.Equal(t, &rows[:1][0], &again[0], "the next take fills the slice given back")
+	require.Equal(t, seenTorrent{id: "7", at: 30000}, torrents[h])
+}

@@ -141,10 +141,32 @@ func replyInt(v any) int64 {
 	case int64:
 		return v
 	case string:
+		if n, ok := parseDecimal(v); ok {
+			return n
+		}
 		n, _ := strconv.ParseInt(v, 10, 64)
 		return n
 	}
 	return 0
+}
+
+// parseDecimal reads s when it is empty (0) or 1 to 18 decimal digits,
+// and says 0 for text ParseInt would refuse too, without the error
+// ParseInt allocates for it: replyInt meets such elements on every
+// announce (the memory profile of BenchmarkFeedSticky). ok is false for
+// a sign or a longer number: ParseInt reads those.
+func parseDecimal(s string) (n int64, ok bool) {
+	if len(s) > 18 {
+		return 0, false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, i > 0 || (c != '-' && c != '+')
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
 }
 
 func replyString(v any) string {
