@@ -25,3 +25,7 @@ func Script(name string, parts ...string) *luascript.Script {
 // Prelude is lua/prelude.lua: the peer-removal and user-state rules the
 // swarm's scripts share, prepended to each of them.
 func Prelude() string { return luascript.Prelude(files, "lua/prelude.lua") }
+
+// FedRecord is fed_record.lua, the part of the scripts that delete users'
+// records on a torrent and return what the feed needs of them.
+func FedRecord() string { return luascript.Prelude(files, "lua/fed_record.lua") }

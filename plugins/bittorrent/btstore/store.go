@@ -38,7 +38,7 @@ func LuaCodes(codes map[string]int64) string {
 	return "local R = {" + strings.Join(fields, ", ") + "}\n"
 }
 
-var removeScript = Script("torrent_remove.lua", LuaCodes(removeCodes))
+var removeScript = Script("torrent_remove.lua", LuaCodes(removeCodes), FedRecord())
 
 // Errors RemoveTorrent refuses with; nothing was deleted.
 var (

@@ -19,7 +19,7 @@ import (
 	"github.com/hoardproject/hoard/plugins/bittorrent/swarm"
 )
 
-var torrentScript = btstore.Script("orphan_torrent.lua")
+var torrentScript = btstore.Script("orphan_torrent.lua", btstore.FedRecord())
 
 // Config configures a Cleaner.
 type Config struct {

@@ -1,5 +1,5 @@
 -- orphan_torrent.lua: orphan cleanup of one torrent's records (package
--- orphans), check and delete in one step. A torrent is gone when nothing
+-- orphans), check and delete in one step (fed_record.lua is prepended). A torrent is gone when nothing
 -- can reach it: it has no registered id, its swarm is empty, and its
 -- record is absent or older than the protection window (in open mode a
 -- record whose retention TTL runs is kept: it expires by itself). Only
@@ -136,16 +136,8 @@ for i = 13, #KEYS do
       if user then redis.call('SREM', KEYS[4], user) end
     end
     if delete then
-      local f = redis.call('HMGET', key, 'w', 'last_announce', 'seq', 'uploaded', 'downloaded', 'up_extra',
-        'down_extra', 'seed_ms', 'leech_ms', 'snatched')
-      if (tonumber(f[3]) or 0) > 0 then
-        for j = 1, 10 do
-          if not f[j] then
-            if j == 1 then f[j] = '' else f[j] = '0' end
-          end
-        end
-        fed[#fed + 1], fed[#fed + 2] = i, f
-      end
+      local f = fed_record(key)
+      if f then fed[#fed + 1], fed[#fed + 2] = i, f end
       out[2] = out[2] + redis.call('DEL', key)
     end
   elseif kind == 'peer' then

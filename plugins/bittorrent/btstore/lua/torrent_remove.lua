@@ -1,5 +1,5 @@
 -- torrent_remove.lua: delete a torrent with every record it owns, in one
--- step in its slot (btstore.RemoveTorrent). The caller lists the records
+-- step in its slot (btstore.RemoveTorrent; fed_record.lua is prepended). The caller lists the records
 -- from btstore's table of record kinds; the check and the delete are this
 -- one script, so an announce or a registration runs wholly before it
 -- (and the torrent is refused here) or wholly after it (and finds a
@@ -31,14 +31,8 @@ if redis.call('HLEN', KEYS[2]) + redis.call('HLEN', KEYS[3]) > 0 then
 end
 local out = {0}
 for i = tonumber(ARGV[1]) or #KEYS + 1, #KEYS do
-  local f = redis.call('HMGET', KEYS[i], 'w', 'last_announce', 'seq', 'uploaded', 'downloaded', 'up_extra',
-    'down_extra', 'seed_ms', 'leech_ms', 'snatched')
-  if (tonumber(f[3]) or 0) > 0 then
-    for j = 1, 10 do
-      if not f[j] then
-        if j == 1 then f[j] = '' else f[j] = '0' end
-      end
-    end
+  local f = fed_record(KEYS[i])
+  if f then
     local k = #out
     out[k + 1], out[k + 2] = i, f
   end
