@@ -128,7 +128,9 @@ for i = 13, #KEYS do
   if (kind == 'user' or kind == 'snatchers' or kind == 'claims' or kind == 'feed_rows') and record_here and ARGV[5] ~= '1' then
     -- deferred to the call that finishes the torrent
   elseif kind == 'user' then
-    local u = redis.call('HMGET', key, 'peers', 'last_announce', 'first_announce')
+    -- seq too: the feed's figures are read again only for a record with
+    -- a numbered change (accounting on), not on every delete
+    local u = redis.call('HMGET', key, 'peers', 'last_announce', 'first_announce', 'seq')
     delete = (tonumber(u[1]) or 0) == 0 and stale(newest({u[2], u[3]}))
     if delete or redis.call('EXISTS', key) == 0 then
       -- the id after "...:user:" names the user
@@ -136,7 +138,7 @@ for i = 13, #KEYS do
       if user then redis.call('SREM', KEYS[4], user) end
     end
     if delete then
-      local f = fed_record(key)
+      local f = (tonumber(u[4]) or 0) > 0 and fed_record(key)
       if f then fed[#fed + 1], fed[#fed + 2] = i, f end
       out[2] = out[2] + redis.call('DEL', key)
     end
