@@ -316,6 +316,10 @@ func (t *transfersBuilder) closeEvent() {
 	t.digest.Reset()
 }
 
+// maxFreeBodies bounds the event bodies a transfersBuilder keeps for the
+// next delivery (reuse).
+const maxFreeBodies = 32
+
 // newBody is an event's body started, in a body of a delivery done with
 // when one is big enough.
 func (t *transfersBuilder) newBody(size int) []byte {
@@ -332,8 +336,13 @@ func (t *transfersBuilder) newBody(size int) []byte {
 // reuse starts the builder anew, its events' bodies kept for the next
 // events: the caller is done with them.
 func (t *transfersBuilder) reuse() {
+	// At most maxFreeBodies kept: a backstop's delivery of a dead
+	// frontend's records can make hundreds of events once, and their
+	// bodies (about 33 KB each) would otherwise stay for good.
 	for i := range t.events {
-		t.free = append(t.free, t.events[i].Body)
+		if len(t.free) < maxFreeBodies {
+			t.free = append(t.free, t.events[i].Body)
+		}
 	}
 	clear(t.events)
 	t.events = t.events[:0]

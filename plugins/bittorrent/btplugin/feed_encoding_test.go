@@ -264,3 +264,15 @@ func reusedFeedEvents() func([]swarm.FeedBatch, func(string) bool) ([]outbox.Eve
 		return e.events(batches, func(key []byte) bool { return appended(string(key)) })
 	}
 }
+
+// An encoder keeps at most maxFreeBodies event bodies for its next
+// delivery, however many one delivery made.
+func TestFeedEncoderKeepsABoundedNumberOfBodies(t *testing.T) {
+	e := newFeedEncoder()
+	for i := range maxFreeBodies + 10 {
+		e.builder.events = append(e.builder.events, outbox.Event{Body: make([]byte, 0, 64+i)})
+	}
+	e.reuse()
+	require.Len(t, e.builder.free, maxFreeBodies)
+	require.Empty(t, e.builder.events)
+}

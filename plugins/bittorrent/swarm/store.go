@@ -626,10 +626,11 @@ func (s *Store) finishAnnounce(ctx context.Context, a *pendingAnnounce, reply []
 	default:
 		return nil, fmt.Errorf("swarm.Announce: script returned code %d", code)
 	}
-	if len(reply) != announceHeader+creditWidth(s.accounting(userID)) {
+	accounting := s.accounting(userID)
+	if len(reply) != announceHeader+creditWidth(accounting) {
 		return nil, fmt.Errorf("swarm.Announce: %w (%d elements)", errBadReply, len(reply))
 	}
-	credit, err := parseCredit(reply[announceHeader:], s.accounting(userID))
+	credit, err := parseCredit(reply[announceHeader:], accounting)
 	if err != nil {
 		return nil, fmt.Errorf("swarm.Announce: %w", err)
 	}
