@@ -32,10 +32,12 @@ func BenchmarkFeedToOutbox(b *testing.B) {
 		b.Run(backend.Name, func(b *testing.B) {
 			ctx := context.Background()
 			require.NoError(b, redistest.Flush(ctx, backend))
-			store, err := swarm.New(backend.Client, swarm.Config{Private: true, Logger: quiet, WriteBehind: -1})
+			deliver := btplugin.FeedDeliverer(outbox.New(backend.Client, outbox.Config{Policy: outbox.DefaultPolicy(), Logger: quiet}))
+			// OnFeed makes the store a frontend with an outbox, which
+			// numbers its records' changes and holds their rows (S5)
+			store, err := swarm.New(backend.Client, swarm.Config{Private: true, Logger: quiet, WriteBehind: -1, OnFeed: deliver})
 			require.NoError(b, err)
 			defer func() { _ = store.Stop() }()
-			deliver := btplugin.FeedDeliverer(outbox.New(backend.Client, outbox.Config{Policy: outbox.DefaultPolicy(), Logger: quiet}))
 			require.NoError(b, store.AddClient(ctx, "-TR", "Transmission"))
 			hashes := make([]bittorrent.InfoHash, torrents)
 			passkey := func(i int) string { return fmt.Sprintf("feedbenchpasskey%016d", i) }
