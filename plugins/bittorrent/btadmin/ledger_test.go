@@ -43,7 +43,8 @@ func TestLedgerAndSizeThroughTheAPI(t *testing.T) {
 			f.clock.Advance(10 * time.Second)
 			f.announceTransfer(hash, peer, passkey, bittorrent.EventNone, 100*i, 1000*i)
 		}
-		// the frontend writes the ledger in its batched flush
+		// plain re-announces are written behind: Flush writes them, each with
+		// its ledger entry (prelude's user_ledger)
 		require.NoError(t, tracker.Flush(context.Background()))
 		got := f.userTorrent("/users/by-id/8/torrents/" + btHex(hash))
 		require.Len(t, got.Ledger, 2, "ledger_entries")

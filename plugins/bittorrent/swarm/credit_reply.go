@@ -88,8 +88,7 @@ func parseCredit(v []any, accounting bool) (creditReply, error) {
 	return c, nil
 }
 
-// watch is the ledger's and the cheat signals' figures of the announce
-// (watchTransfer): with accounting on and transfer (the row then exists,
+// watch is the cheat signals' figures of the announce (watchTransfer): with accounting on and transfer (the row then exists,
 // since the transfer changed the record's fed figures), else false.
 // leechers, size and leecherLeft are the call's (the reply's header);
 // leeching: the peer is in the swarm's leechers after the announce, so
@@ -102,7 +101,7 @@ func (c *creditReply) watch(leechers, size, leecherLeft int64, leeching bool) (w
 	if leeching {
 		others--
 	}
-	return watchFigures{seq: c.row.Seq, gap: c.gap, others: others, leecherLeft: leecherLeft, size: size,
+	return watchFigures{gap: c.gap, others: others, leecherLeft: leecherLeft, size: size,
 		downloaded: c.row.Downloaded}, true
 }
 

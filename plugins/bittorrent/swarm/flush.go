@@ -97,12 +97,10 @@ type pending struct {
 	index  map[bittorrent.InfoHash]*indexDelta
 	users  map[userTorrent]userUpdate
 	totals map[string]*transfer
-	// ledger: the ledger entries since the last flush, in announce order
-	// (the flush groups them by record); cheats: the announces whose
-	// figures crossed a signal's threshold (watch.go)
-	ledger []ledgerEntry
+	// cheats: the announces whose figures crossed a signal's threshold
+	// (watch.go)
 	cheats []*cheatCheck
-	// spare is the last flush's maps and ledger, emptied (recycle): the
+	// spare is the last flush's maps, emptied (recycle): the
 	// next take's batch starts in them, so a flush's batch does not grow
 	// its maps from nothing again (some 45 MB of map growth per 60,000
 	// announces in BenchmarkFeedSticky's memory profile)
@@ -110,7 +108,7 @@ type pending struct {
 }
 
 func (p *pending) reset() {
-	p.index, p.users, p.totals, p.ledger = p.spare.index, p.spare.users, p.spare.totals, p.spare.ledger[:0]
+	p.index, p.users, p.totals = p.spare.index, p.spare.users, p.spare.totals
 	p.spare = batch{}
 	if p.index == nil {
 		p.index = make(map[bittorrent.InfoHash]*indexDelta)
@@ -125,34 +123,25 @@ func (p *pending) reset() {
 }
 
 // recycle empties a flush's batch once the flush is done with it and
-// keeps its maps and ledger for the next take.
+// keeps its maps for the next take.
 func (p *pending) recycle(b *batch) {
 	clear(b.index)
 	clear(b.users)
 	clear(b.totals)
-	clear(b.ledger)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.spare = batch{index: b.index, users: b.users, totals: b.totals, ledger: b.ledger[:0]}
+	p.spare = batch{index: b.index, users: b.users, totals: b.totals}
 }
 
 func (p *pending) size() int {
-	return len(p.index) + len(p.users) + len(p.totals) + len(p.ledger) + len(p.cheats)
+	return len(p.index) + len(p.users) + len(p.totals) + len(p.cheats)
 }
 
-// addWatch records one announce's ledger entry (nil: none) and its
-// signals to check (nil: none) (watchTransfer). The entry is a value in
-// one slice: an announce builds no key, field or text for it; the flush
-// does, per record.
-func (p *pending) addWatch(entry *ledgerEntry, check *cheatCheck) {
+// addCheat records one announce's signals to check (watchTransfer).
+func (p *pending) addCheat(check *cheatCheck) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if entry != nil {
-		p.ledger = append(p.ledger, *entry)
-	}
-	if check != nil {
-		p.cheats = append(p.cheats, check)
-	}
+	p.cheats = append(p.cheats, check)
 }
 
 func (p *pending) addStat(stat int, n int64) {
@@ -248,7 +237,6 @@ type batch struct {
 	index  map[bittorrent.InfoHash]*indexDelta
 	users  map[userTorrent]userUpdate
 	totals map[string]*transfer
-	ledger []ledgerEntry
 	cheats []*cheatCheck
 }
 
@@ -260,7 +248,7 @@ func (p *pending) take() batch {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	b.index, b.users, b.totals, b.ledger, b.cheats = p.index, p.users, p.totals, p.ledger, p.cheats
+	b.index, b.users, b.totals, b.cheats = p.index, p.users, p.totals, p.cheats
 	p.reset()
 	return b
 }
@@ -367,18 +355,6 @@ func (s *Store) flushLocked(ctx context.Context) error {
 			totals = append(totals, totalWrite{user: userID, field: i, n: t[i], cmd: cmd})
 		}
 	}
-	// The ledger: one HSET per record of the entries since the last
-	// flush. A plain HSET would recreate a deleted record, but a record is
-	// deleted only a protection window after its last announce (orphan
-	// cleanup) or its user's removal (a purge), and these entries are a
-	// flush interval old.
-	ledger := ledgerWrites(work.ledger)
-	ledgerCmds := make([]*redis.Cmd, len(ledger.args))
-	for i, args := range ledger.args {
-		ledgerCmds[i] = pipe.Do(ctx, args...)
-		cmds = append(cmds, ledgerCmds[i])
-		requeue = append(requeue, func() {}) // the failed records' entries go back below, in order
-	}
 	userCalls := make([]scriptCall, 0, len(work.users))
 	userUpdates := make([]userUpdate, 0, len(work.users))
 	for _, u := range work.users {
@@ -408,21 +384,6 @@ func (s *Store) flushLocked(ctx context.Context) error {
 			s.pending.addTotalsLocked(w.user, undo)
 			s.pending.mu.Unlock()
 		}
-	}
-	var ledgerFailed map[ledgerRecord]bool
-	for i, cmd := range ledgerCmds {
-		if cmd.Err() != nil {
-			if ledgerFailed == nil {
-				ledgerFailed = make(map[ledgerRecord]bool)
-			}
-			ledgerFailed[ledger.records[i]] = true
-		}
-	}
-	if ledgerFailed != nil {
-		back := ledgerEntriesOf(work.ledger, ledgerFailed)
-		s.pending.mu.Lock()
-		s.pending.ledger = append(back, s.pending.ledger...)
-		s.pending.mu.Unlock()
 	}
 	for i, cmd := range s.runScriptsPipelined(ctx, userSetsScript, userCalls) {
 		if err := cmd.Err(); err != nil {

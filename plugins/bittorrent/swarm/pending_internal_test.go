@@ -17,10 +17,10 @@ func TestPendingBatchesReuseTheLastFlushsMaps(t *testing.T) {
 	h := bittorrent.InfoHash{3}
 	p.addAnnounce(h, 1, 0, 0, "u1", transfer{10, 20, 10, 20},
 		&userUpdate{key: userTorrent{user: "u1", torrent: "t3"}, hash: h, version: 1})
-	p.addWatch(&ledgerEntry{ledgerRecord: ledgerRecord{hash: h, user: "u1"}, slot: 1, at: 5, up: 10}, nil)
+	p.addCheat(&cheatCheck{key: "k", at: 5})
 	first := p.take()
 	require.Len(t, first.users, 1)
-	require.Len(t, first.ledger, 1)
+	require.Len(t, first.cheats, 1)
 	require.Equal(t, int64(10), first.totals["u1"][0])
 	users := first.users
 	p.recycle(&first)
@@ -30,7 +30,7 @@ func TestPendingBatchesReuseTheLastFlushsMaps(t *testing.T) {
 	second := p.take()
 	require.Equal(t, map[userTorrent]userUpdate{{user: "u2", torrent: "t3"}: {key: userTorrent{user: "u2", torrent: "t3"},
 		hash: h, version: 1}}, second.users, "only the second flush's user")
-	require.Empty(t, second.ledger)
+	require.Empty(t, second.cheats)
 	require.NotContains(t, second.totals, "u1")
 	p.addAnnounce(h, 0, 1, 0, "u3", transfer{1, 2, 1, 2},
 		&userUpdate{key: userTorrent{user: "u3", torrent: "t3"}, hash: h, version: 1})

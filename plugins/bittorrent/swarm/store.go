@@ -573,6 +573,13 @@ func (s *Store) announceCall(ctx context.Context, req *bittorrent.AnnounceReques
 			return err
 		}
 	}
+	// The writer's stamp is sent only by a frontend that delivers the
+	// feed: one with no outbox is never registered, so a record stamped
+	// with its id would be found by no backstop ("": no stamp).
+	writer := ""
+	if accounting == "1" && s.feedOn() {
+		writer = s.owner
+	}
 	a.call.keys = btstore.AnnounceKeys(req.InfoHash, req.PeerID, userID)
 	a.call.args = []any{now, req.PeerID[:], peerEntry(req.PeerID, req.Addr), req.Uploaded, req.Downloaded, req.Left,
 		int(req.Event), numWant, private, userID,
@@ -580,17 +587,15 @@ func (s *Store) announceCall(ctx context.Context, req *bittorrent.AnnounceReques
 		s.openRetentionMillis(), s.cfg.HnR.MinSeedTime.Milliseconds(), s.cfg.HnR.MinRatio, now + timeout,
 		compactLen(req.PeerFamily), s.cfg.ReaperClaimWindow.Milliseconds(), max(s.cfg.MaxPeersPerOwner, 0),
 		s.cfg.FloodInterval.Milliseconds(), s.cfg.FloodWindow.Milliseconds(), max(s.cfg.FloodReportAfter, 0),
-		s.lastAcceptedHere(req, userID), accounting, windowUp, windowDown, s.owner}
+		s.lastAcceptedHere(req, userID), accounting, windowUp, windowDown, writer, s.cfg.Watch.LedgerEntries}
 	switch {
 	case userID == "":
-		// Open mode: announce.lua reads its last four arguments for a
-		// user only; each is a string Redis reads into the script's ARGV.
+		// Open mode: announce.lua reads its last arguments for a user
+		// only; each is a string Redis reads into the script's ARGV.
 		a.call.args = a.call.args[:23]
-	case accounting == "0" || !s.feedOn():
-		// The writer's stamp is read only with accounting (user_feed),
-		// and sent only by a frontend that delivers the feed: one with
-		// no outbox is never registered, so a record stamped with its
-		// id would be found by no backstop (ARGV[27] absent: no stamp).
+	case accounting == "0":
+		// The writer's stamp and the ledger's size are read only with
+		// accounting (user_feed, user_ledger).
 		a.call.args = a.call.args[:26]
 	}
 	return nil

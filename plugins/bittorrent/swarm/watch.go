@@ -18,20 +18,19 @@ import (
 // The transfer ledger and the cheat signals (docs/bittorrent-site.md,
 // "Ledger and cheat signals"). The script that credits an announce's
 // transfer to the user's record (prelude's user_announce, from
-// announce.lua and refresh.lua alike) returns the figures they need (the
-// record's seq and raw download, the time since the peer's previous
-// announce, the swarm's other leechers, the torrent's last leecher
-// departure and size); the frontend builds the ledger entry and checks the
-// three per-torrent signals from them, and writes both in its batched
-// flush: the entry with one HSET per record, a signal's once-per-period
-// stamp (cheat_stamp.lua) only when its figures cross the threshold. In
-// the script they cost some 57k Redis instructions per announce, a third
-// of accounting's. So a frontend killed before its flush loses at most a
-// flush interval of ledger entries and signals, never credit, which the
-// script keeps from the cumulative counters. The many-addresses signal
-// spans torrents, so it lives in the user's own slot: each frontend sends
-// a (user, address) it has not sent lately to cheat_addrs.lua, which
-// keeps the user's active addresses.
+// announce.lua and refresh.lua alike) writes the announce's ledger entry
+// into the record in the same HSET (prelude's user_ledger), and returns
+// the figures the signals need (the record's raw download, the time since
+// the peer's previous announce, the swarm's other leechers, the torrent's
+// last leecher departure and size); the frontend checks the three
+// per-torrent signals from them and, only when a signal's figures cross
+// its threshold, checks and sets its once-per-period stamp
+// (cheat_stamp.lua) in its batched flush. So a frontend killed before its
+// flush loses at most a flush interval of signals, never credit nor a
+// ledger entry. The many-addresses signal spans torrents, so it lives in
+// the user's own slot: each frontend sends a (user, address) it has not
+// sent lately to cheat_addrs.lua, which keeps the user's active
+// addresses.
 
 // WatchConfig configures the ledger and the cheat signals. They run only
 // with accounting on (private mode, Config.NoAccounting false). Zero
@@ -94,9 +93,9 @@ func (w *WatchConfig) validate() error {
 	return nil
 }
 
-// enabled says whether the ledger or a per-torrent signal is on.
-func (w WatchConfig) enabled() bool {
-	return w.LedgerEntries > 0 || w.NoLeecher || w.MaxUploadRate > 0 || w.DownloadFactor > 0
+// signalsEnabled says whether a per-torrent signal is on.
+func (w WatchConfig) signalsEnabled() bool {
+	return w.NoLeecher || w.MaxUploadRate > 0 || w.DownloadFactor > 0
 }
 
 // CheatSignalKind names a cheat signal.
@@ -153,94 +152,16 @@ type CheatSignal struct {
 	Addresses    []string
 }
 
-// watchFigures are one announce's figures for the ledger and the
-// signals: from its credit reply (creditReply.watch), for an announce
-// with accounting on that moved transfer.
+// watchFigures are one announce's figures for the cheat signals: from
+// its credit reply (creditReply.watch), for an announce with accounting
+// on that moved transfer.
 type watchFigures struct {
-	seq         int64 // the record's seq after the announce: the ledger entry's slot
 	gap         int64 // ms since the peer's previous announce, 0: unknown
 	others      int64 // the swarm's leechers now, the announcing peer not counted
 	leecherLeft int64 // ms of the torrent's last leecher departure, 0: never
 	size        int64 // the torrent's size (bytes), 0: unknown
 	downloaded  int64 // the user's raw download on the torrent, this announce's included
 }
-
-// ledgerRecord names a user-torrent record, the key of its ledger.
-type ledgerRecord struct {
-	hash bittorrent.InfoHash
-	user string
-}
-
-// ledgerEntry is one announce's ledger entry, waiting for the flush:
-// figures, not text, so an announce allocates nothing for it.
-type ledgerEntry struct {
-	ledgerRecord
-	slot                               int64 // the entry's field, "l<slot>"
-	at, up, down, upCredited, downCred int64
-	gap                                int64
-}
-
-// ledgerBatch is a flush's ledger writes: per record, in the order each
-// record first appears, its HSET's arguments ("hset", key, then each
-// entry's field and text in announce order).
-type ledgerBatch struct {
-	records []ledgerRecord
-	args    [][]any
-}
-
-// ledgerWrites groups entries by record. The texts share one buffer and
-// the field names are boxed once per store (ledgerFieldNames), so a
-// record costs its key and argument list, and an entry one small box.
-// The entries' slots are below MaxLedgerEntries (watchTransfer).
-func ledgerWrites(entries []ledgerEntry) ledgerBatch {
-	var b ledgerBatch
-	if len(entries) == 0 {
-		return b
-	}
-	index := make(map[ledgerRecord]int, len(entries))
-	texts := make([]byte, 0, len(entries)*48)
-	for i := range entries {
-		e := &entries[i]
-		n, ok := index[e.ledgerRecord]
-		if !ok {
-			n = len(b.args)
-			index[e.ledgerRecord] = n
-			b.records = append(b.records, e.ledgerRecord)
-			b.args = append(b.args, append(make([]any, 0, 4), "hset", btstore.UserTorrentKey(e.hash, e.user)))
-		}
-		start := len(texts)
-		if cap(texts)-start < 128 {
-			// a new buffer: the texts already boxed keep the old one
-			texts = make([]byte, 0, max(len(entries)*48, 1024))
-			start = 0
-		}
-		texts = appendLedgerText(texts, e.at, e.up, e.down, e.upCredited, e.downCred, e.gap)
-		b.args[n] = append(b.args[n], ledgerFieldNames[e.slot], texts[start:len(texts):len(texts)])
-	}
-	return b
-}
-
-// ledgerEntriesOf is entries' entries of the records in failed, in
-// order: what a flush puts back when their writes failed.
-func ledgerEntriesOf(entries []ledgerEntry, failed map[ledgerRecord]bool) []ledgerEntry {
-	var back []ledgerEntry
-	for _, e := range entries {
-		if failed[e.ledgerRecord] {
-			back = append(back, e)
-		}
-	}
-	return back
-}
-
-// ledgerFieldNames are the ledger's field names, "l0" to "l999", each
-// boxed once: a flush puts one in an HSET's arguments per entry.
-var ledgerFieldNames = func() []any {
-	names := make([]any, MaxLedgerEntries)
-	for i := range names {
-		names[i] = "l" + strconv.Itoa(i)
-	}
-	return names
-}()
 
 // cheatCheck is one announce's signals whose figures crossed their
 // thresholds, waiting for the flush to check their stamps.
@@ -251,25 +172,17 @@ type cheatCheck struct {
 	codes   []int // each signal's index in cheatFields
 }
 
-// watchTransfer takes the watch figures of one announce with transfer
-// (at: its time, ms; moved: raw and credited deltas) into the batch the
-// flush writes: its ledger entry, and the signals it may fire.
+// watchTransfer checks the watch figures of one announce with transfer
+// (at: its time, ms; moved: raw and credited deltas) against the cheat
+// signals' thresholds, and puts the signals it may fire into the batch
+// the flush checks (their stamps). Its ledger entry is the script's
+// (prelude's user_ledger).
 func (s *Store) watchTransfer(hash bittorrent.InfoHash, torrentID, userID string, at int64, moved transfer, f watchFigures) {
 	w := s.cfg.Watch
-	if userID == "" || !w.enabled() {
+	if userID == "" || !w.signalsEnabled() {
 		return
 	}
-	dUp, dDown, cUp, cDown := moved[0], moved[1], moved[2], moved[3]
-	var entry *ledgerEntry
-	if w.LedgerEntries > 0 {
-		// a negative seq (only a damaged record) must not index the names
-		slot := f.seq % int64(w.LedgerEntries)
-		if slot < 0 {
-			slot += int64(w.LedgerEntries)
-		}
-		entry = &ledgerEntry{ledgerRecord: ledgerRecord{hash: hash, user: userID}, slot: slot,
-			at: at, up: dUp, down: dDown, upCredited: cUp, downCred: cDown, gap: f.gap}
-	}
+	dUp, dDown := moved[0], moved[1]
 	var check *cheatCheck
 	hit := func(code int, sig CheatSignal) {
 		if check == nil {
@@ -296,32 +209,10 @@ func (s *Store) watchTransfer(hash bittorrent.InfoHash, torrentID, userID string
 		hit(cheatOverDownload, CheatSignal{Kind: SignalOverDownload, Downloaded: f.downloaded, Size: f.size,
 			DownloadedDelta: dDown, DownloadFactor: w.DownloadFactor})
 	}
-	if entry == nil && check == nil {
+	if check == nil {
 		return
 	}
-	s.pending.addWatch(entry, check)
-}
-
-// appendLedgerText appends one ledger entry as a record's field holds it: "time,raw
-// up,raw down,credited up,credited down,ms since the peer's previous
-// announce", a credited figure left empty when it equals the raw one (one
-// short field, so the record stays a listpack: values up to 64 bytes).
-func appendLedgerText(b []byte, at, dUp, dDown, cUp, cDown, gap int64) []byte {
-	b = strconv.AppendInt(b, at, 10)
-	b = append(b, ',')
-	b = strconv.AppendInt(b, dUp, 10)
-	b = append(b, ',')
-	b = strconv.AppendInt(b, dDown, 10)
-	b = append(b, ',')
-	if cUp != dUp {
-		b = strconv.AppendInt(b, cUp, 10)
-	}
-	b = append(b, ',')
-	if cDown != dDown {
-		b = strconv.AppendInt(b, cDown, 10)
-	}
-	b = append(b, ',')
-	return strconv.AppendInt(b, gap, 10)
+	s.pending.addCheat(check)
 }
 
 // writeCheatChecks checks the stamps of the signals an announce's figures
@@ -349,7 +240,7 @@ func (s *Store) writeCheatChecks(ctx context.Context, checks []*cheatCheck) (fai
 		if err != nil {
 			failed++
 			firstErr = firstError(firstErr, fmt.Errorf("cheat_stamp.lua: %w", err))
-			s.pending.addWatch(nil, checks[i])
+			s.pending.addCheat(checks[i])
 			continue
 		}
 		for j, sig := range checks[i].signals {

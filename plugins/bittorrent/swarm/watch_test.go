@@ -3,6 +3,8 @@ package swarm_test
 import (
 	"context"
 	"net/netip"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -92,7 +94,18 @@ func TestLedgerKeepsTheLastAnnouncesWithTransfer(t *testing.T) {
 		}
 		f.clock.Advance(time.Minute)
 		f.announce(hash, me, 1, passkey("passkeyA"), transfer(up, down)) // no transfer: no entry
-		f.flush()                                                        // the frontend writes the ledger in its batched flush
+		// The script wrote each entry with its credit, in the same HSET:
+		// there is nothing to flush (until s47 the frontend's flush wrote
+		// them). The transfers are the record's changes 1 to 5 and the
+		// idle announce's leech time its 6th (seq), so the fifth transfer
+		// is in slot 5 mod 3.
+		fields := b.Client.HGetAll(ctx, btstore.UserTorrentKey(hash, "alice")).Val()
+		require.Equal(t, "6", fields["seq"])
+		entry := strings.SplitN(fields["l2"], ",", 2)
+		require.Len(t, entry, 2)
+		require.Equal(t, epoch.Add(15*time.Minute).UnixMilli(), mustInt(t, entry[0]), "the fifth transfer, 15 minutes in")
+		require.Equal(t, "500,5000,1000,,300000", entry[1],
+			"raw up, raw down, credited up (double), credited down left empty (as raw), ms since the previous announce")
 		ledger := f.onTorrent(hash, "alice").Ledger
 		require.Len(t, ledger, 3)
 		for j, e := range ledger {
@@ -119,6 +132,48 @@ func TestLedgerKeepsTheLastAnnouncesWithTransfer(t *testing.T) {
 		require.Empty(t, g.onTorrent(other, "alice").Ledger)
 		require.False(t, b.Client.HExists(ctx, btstore.UserTorrentKey(other, "alice"), "l0").Val())
 	})
+}
+
+// Re-announces written behind (refresh.lua) keep the ledger as
+// announce.lua does, and a figure past 2^53 (counters a client may report
+// up to 2^64) is written whole, not rounded or in exponent form.
+func TestLedgerOfWrittenBehindAnnounces(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f, hash := privateFixture(t, b, swarm.Config{Watch: swarm.WatchConfig{LedgerEntries: 4}})
+		ctx := context.Background()
+		me := peerID("-TR", 1)
+		f.announce(hash, me, 1, passkey("passkeyA"), event(bittorrent.EventStarted))
+		f.clock.Advance(time.Minute)
+		f.announce(hash, me, 1, passkey("passkeyA"), transfer(1<<60, 7))
+		f.clock.Advance(2 * time.Minute)
+		f.announce(hash, me, 1, passkey("passkeyA"), transfer(1<<60+4096, 7)) // a delta a double holds at 2^60
+		f.flush()                                                             // writes the plain re-announces behind: refresh.lua
+		require.EqualValues(t, 2, f.store.WriteBehindStats().Answered, "both re-announces were answered from a view and written behind: refresh.lua")
+		ledger := f.onTorrent(hash, "alice").Ledger
+		require.Len(t, ledger, 2)
+		require.Equal(t, int64(4096), ledger[0].Uploaded)
+		require.Equal(t, 2*time.Minute, ledger[0].Elapsed)
+		require.Equal(t, int64(1<<60), ledger[1].Uploaded, "2^60 exactly")
+		require.Equal(t, int64(7), ledger[1].Downloaded)
+		require.Equal(t, time.Minute, ledger[1].Elapsed)
+		var texts []string
+		for name, v := range b.Client.HGetAll(ctx, btstore.UserTorrentKey(hash, "alice")).Val() {
+			if len(name) > 1 && name[0] == 'l' && name[1] >= '0' && name[1] <= '9' {
+				texts = append(texts, v)
+			}
+		}
+		require.Len(t, texts, 2)
+		for _, text := range texts {
+			require.NotContains(t, text, "e+", "no exponent form")
+		}
+	})
+}
+
+func mustInt(t *testing.T, text string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(text, 10, 64)
+	require.NoError(t, err)
+	return n
 }
 
 // Each per-torrent signal fires on its case, once per period, and the
@@ -352,11 +407,11 @@ func TestRegistrationSize(t *testing.T) {
 }
 
 // A frontend killed before its flush (here: one whose batch is never
-// flushed) loses its ledger entries and signals, never credit: the
-// script credits the record from the cumulative counters, so another
-// frontend's announces carry on from there, and the ledger stays within
-// its bound.
-func TestAbandonedFlushCostsNoCreditAndTheLedgerStaysBounded(t *testing.T) {
+// flushed) loses its signals, never credit nor a ledger entry: the script
+// credits the record from the cumulative counters and writes the ledger
+// entry with the credit, so another frontend's announces carry on from
+// there, and the ledger stays within its bound.
+func TestAbandonedFlushCostsNoCreditNorLedgerAndTheLedgerStaysBounded(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
 		var logA, logB cheatLog
 		cfgA := allSignals(&logA)
@@ -371,7 +426,7 @@ func TestAbandonedFlushCostsNoCreditAndTheLedgerStaysBounded(t *testing.T) {
 			a.clock.Advance(time.Minute)
 			a.announce(hash, me, 1, passkey("passkeyA"), transfer(uint64(100*i), uint64(1000*i)))
 		}
-		// a is killed now: its batch (ledger entries, the signal) is lost.
+		// a is killed now: its batch (the signal) is lost.
 
 		cfgB := allSignals(&logB)
 		cfgB.Watch.MaxUploadRate, cfgB.Watch.NoLeecher = 1, false
@@ -384,8 +439,13 @@ func TestAbandonedFlushCostsNoCreditAndTheLedgerStaysBounded(t *testing.T) {
 		require.Equal(t, int64(500), rec.Uploaded, "every byte credited, the lost frontend's too")
 		require.Equal(t, int64(5000), rec.Downloaded)
 		require.Equal(t, int64(1000), rec.UpCredited, "double upload, from the counters")
-		require.Len(t, rec.Ledger, 1, "only the flushed frontend's entry")
-		require.Equal(t, int64(100), rec.Ledger[0].Uploaded)
+		require.Len(t, rec.Ledger, 3, "the killed frontend's entries are the script's: kept, to the bound")
+		for j, e := range rec.Ledger {
+			require.Equal(t, int64(100), e.Uploaded, "entry %d", j)
+			require.Equal(t, int64(200), e.UpCredited, "entry %d", j)
+		}
+		require.Equal(t, epoch.Add(5*time.Minute), rec.Ledger[0].At, "the surviving frontend's, newest")
+		require.Equal(t, epoch.Add(4*time.Minute), rec.Ledger[1].At, "the killed frontend's")
 		require.Empty(t, logA.take(), "the lost frontend's signal is lost")
 		require.Equal(t, []swarm.CheatSignalKind{swarm.SignalUploadRate}, kinds(logB.take()))
 

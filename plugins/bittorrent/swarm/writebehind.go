@@ -920,9 +920,10 @@ func (w *writeBehind) refreshKeysArgs(ctx context.Context, hash bittorrent.InfoH
 			writer = w.s.owner
 		}
 	}
-	args := make([]any, 0, 8+10*len(peers))
+	args := make([]any, 0, 9+10*len(peers))
 	args = append(args, timeout, claimWindow, sample, "1", w.s.cfg.HnR.MinSeedTime.Milliseconds(), w.s.cfg.HnR.MinRatio,
-		accounting, writer) // ARGV[8]: the records' writer stamp, read only with accounting (frontends.go)
+		accounting, writer, // ARGV[8]: the records' writer stamp, read only with accounting (frontends.go)
+		w.s.cfg.Watch.LedgerEntries) // ARGV[9]: the ledger's size, read only with accounting (prelude's user_ledger)
 	users := make([]string, len(peers))
 	for i, r := range peers {
 		users[i] = r.user

@@ -78,7 +78,9 @@
 -- ARGV[26] the site-wide windows' download rate now (percent; 100: none open)
 -- ARGV[27] the calling frontend's id, with accounting only: the record's
 --          writer stamp when the announce changes its fed figures
---          (prelude's user_feed)
+--          (prelude's user_feed); "": no stamp (a frontend with no outbox)
+-- ARGV[28] how many announces with transfer each user record's ledger
+--          keeps, with accounting (prelude's user_ledger); 0: no ledger
 --
 -- Returns
 --   {1, seeders, leechers, snatches, born, d_seeders, d_leechers, snatched,
@@ -363,7 +365,8 @@ if user ~= '' and (known or not leaving) then
   if known and p[4] then gap = math.max(0, now - tonumber(p[4])) end
   user_announce(k_user, k_users, user, {d_up = d_up, d_down = d_down, elapsed = elapsed, was_seeder = was_seeder,
     was_active = was_active, leaving = leaving, seeding = seeding, snatched = snatched, gap = gap},
-    now, ARGV[1], hnr_seed_ms, hnr_ratio, rates or nil, rates and true or nil, ARGV[27], out)
+    now, ARGV[1], hnr_seed_ms, hnr_ratio, rates or nil, rates and true or nil, ARGV[27] ~= '' and ARGV[27] or nil,
+    accounting and tonumber(ARGV[28]) or 0, out)
 else
   credit_none(out, accounting, d_up, d_down)
 end

@@ -205,19 +205,23 @@ end
 -- user_write stores what the caller changed in a record read by user_read
 -- (u.last, when set, is the new last_announce as text; u.token_mark, when
 -- set, the token stamp to set to now; u.writer, when set, the writer's
--- stamp, written only when it differs from the one read) with one HSET.
+-- stamp, written only when it differs from the one read; ledger_field,
+-- when set, the ledger entry's field and ledger_text its text:
+-- user_ledger; parameters, not fields of u, whose table one more pair of
+-- fields would double) with one HSET.
 -- When the state bits changed it gives them a new version, max(previous +
 -- 1, now), so versions only grow even if the record is ever recreated;
 -- the caller copies changed bits to the user's sets (another slot), and
 -- the versions let that copy ignore stale, reordered writes. Returns bits
 -- and version, or -1 and 0 when the state did not change.
-local function user_write(key, u, now, hnr_seed_ms, hnr_ratio)
+local function user_write(key, u, now, hnr_seed_ms, hnr_ratio, ledger_field, ledger_text)
   -- fields is sized once by its constructor for the most an announce
-  -- with accounting writes (every number and the stamps: 26 slots) and
-  -- filled to n; grown one pair at a time it was reallocated five or six
-  -- times per announce.
+  -- with accounting writes (every number, the stamps and a ledger entry:
+  -- 28 slots) and filled to n; grown one pair at a time it was
+  -- reallocated five or six times per announce.
   local fields = {false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false, false, false}
+    false, false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false}
   local n = 0
   for _, name in ipairs(user_numbers) do
     if u[name] ~= u.was[name] then
@@ -243,6 +247,10 @@ local function user_write(key, u, now, hnr_seed_ms, hnr_ratio)
   end
   if u.writer and u.writer ~= u.w then
     fields[n + 1], fields[n + 2] = 'w', u.writer
+    n = n + 2
+  end
+  if ledger_field then
+    fields[n + 1], fields[n + 2] = ledger_field, ledger_text
     n = n + 2
   end
   local bits = user_bits(u, hnr_seed_ms, hnr_ratio)
@@ -343,6 +351,43 @@ local function user_feed(u, writer)
   return false
 end
 
+-- The ledger's field names, "l0" to "l<n - 1>", each made once per
+-- library (a cache of constants: the names never change) rather than
+-- formatted on every announce.
+local ledger_names = {}
+
+-- user_ledger is the ledger entry of an announce with transfer in u's
+-- record, its field and text for user_write's HSET: the record's slot seq mod size (the ledger keeps the
+-- last size announces with transfer), as "time,raw up,raw down,credited
+-- up,credited down,ms since the peer's previous announce", a credited
+-- figure left empty when it equals the raw one (so an entry stays short
+-- and the record a listpack: values up to 64 bytes; swarm's ledgerOf reads
+-- it). Written with the credit it records, in the same HSET, a ledger
+-- entry is never lost nor written twice: until s47 the frontend wrote it
+-- in its flush, one more command per announce, and lost the entries it
+-- held when killed. One string.format for the whole entry: '%d' where
+-- every figure is a whole number a double holds exactly and Lua's '%d'
+-- is wide enough (int's test), else each figure through int.
+local function user_ledger(u, size, now_text, d_up, d_down, c_up, c_down, gap)
+  local slot = u.seq % size
+  local name = ledger_names[slot]
+  if not name then
+    name = 'l' .. int(slot)
+    ledger_names[slot] = name
+  end
+  local cu, cd = '', ''
+  if c_up ~= d_up then cu = int(c_up) end
+  if c_down ~= d_down then cd = int(c_down) end
+  if wide_d == nil then int(0) end
+  local text
+  if wide_d and d_up < 9007199254740992 and d_down < 9007199254740992 and gap < 9007199254740992 then
+    text = string.format('%s,%d,%d,%s,%s,%d', now_text, d_up, d_down, cu, cd, gap)
+  else
+    text = now_text .. ',' .. int(d_up) .. ',' .. int(d_down) .. ',' .. cu .. ',' .. cd .. ',' .. int(gap)
+  end
+  return name, text
+end
+
 -- The credit reply: the crediting scripts' answer for one announce of a user (announce.lua's
 -- tail, and each peer's after its status in refresh.lua): flat, numbers
 -- only, so Redis makes no nested array and the frontend reads no boxed
@@ -383,24 +428,25 @@ end
 -- did: d_up and d_down (bytes since the peer's previous announce), elapsed
 -- (ms the peer was in the swarm since), was_seeder, was_active, leaving,
 -- seeding and snatched (1 when this announce counted a snatch), and for
--- the frontend's ledger and cheat signals gap (ms since the peer's
+-- the ledger and the frontend's cheat signals gap (ms since the peer's
 -- previous announce, 0: unknown). rates are the multipliers
 -- in force (credit_rates), nil when accounting is off. It is the one
 -- place an announce's transfer reaches the user's record, whichever
 -- script applies the announce. fed: the record's changes are numbered
 -- for the feed (accounting on), writer the frontend's id for the record's
--- stamp (user_feed). Appends the announce's credit reply to out (see
--- R.CREDIT_OFF: R.CREDIT_ON elements with rates, else R.CREDIT_OFF).
+-- stamp (user_feed). ledger: how many announces with transfer the
+-- record's ledger keeps (0: none; user_ledger writes the entry of an
+-- announce with transfer, with accounting). Appends the announce's credit
+-- reply to out (see R.CREDIT_OFF: R.CREDIT_ON elements with rates, else
+-- R.CREDIT_OFF).
 --
--- The ledger's and cheat signals' figures (the row's seq and downloaded,
--- gap; the call's size and leecher_left; the swarm's leechers) go back
--- with accounting on; the frontend writes the ledger entry and checks
--- the signals from them in its batched flush (swarm's watch.go): the
--- ledger's and the signals' bookkeeping here cost some 57k Redis
--- instructions per announce, a third of accounting's. A frontend killed
--- before its flush loses those entries and signals, never credit:
--- crediting is here, from the cumulative counters.
-local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hnr_ratio, rates, fed, writer, out)
+-- The cheat signals' figures (the row's downloaded, gap; the call's size
+-- and leecher_left; the swarm's leechers) go back with accounting on; the
+-- frontend checks the signals from them in its batched flush (swarm's
+-- watch.go): the signals' bookkeeping here cost Redis more than the
+-- check in the frontend. A frontend killed before its flush loses those
+-- signals, never credit nor a ledger entry: both are written here.
+local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hnr_ratio, rates, fed, writer, ledger, out)
   local u = user_read(key, fed)
   u.uploaded = u.uploaded + a.d_up
   u.downloaded = u.downloaded + a.d_down
@@ -429,7 +475,11 @@ local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hn
     redis.call('SADD', users, user) -- a new record: once per user and torrent
   end
   local row = fed and user_feed(u, writer)
-  local bits, ver = user_write(key, u, now, hnr_seed_ms, hnr_ratio)
+  local ledger_field, ledger_text
+  if row and ledger > 0 and (a.d_up > 0 or a.d_down > 0) then
+    ledger_field, ledger_text = user_ledger(u, ledger, now_text, a.d_up, a.d_down, c_up, c_down, a.gap)
+  end
+  local bits, ver = user_write(key, u, now, hnr_seed_ms, hnr_ratio, ledger_field, ledger_text)
   local n = #out
   if bits < 0 then bits = 0 end
   out[n + 1], out[n + 2], out[n + 3], out[n + 4] = bits, whole(ver), whole(a.d_up), whole(a.d_down)

@@ -53,12 +53,14 @@
 --         user_feed; unused from s40, when the ledger's and cheat signals'
 --         settings left it, to s43); "": no stamp (a frontend with no
 --         outbox, which no backstop would find)
+-- ARGV[9] how many announces with transfer each user record's ledger
+--         keeps, with accounting (prelude's user_ledger); 0: no ledger
 -- then per peer i: peer id (20 bytes), compact address (the entry's
 -- tail), uploaded, downloaded, left (as reported, decimal), the
 -- announce's time (ms), its deadline (time + timeout, ms), and in private
 -- mode its user id and the site-wide windows' upload and download rates
 -- (percent) at the announce's time, so it is credited as when it was
--- answered: open mode ARGV[5+7i .. 11+7i], private ARGV[9+10i .. 18+10i]
+-- answered: open mode ARGV[5+7i .. 11+7i], private ARGV[10+10i .. 19+10i]
 --
 -- Returns
 --   {R.REFRESHED, seeders, leechers, snatches, torrent id, seeder entries,
@@ -86,11 +88,12 @@ local k_torrent, k_seeders, k_leechers, k_deadlines = KEYS[1], KEYS[2], KEYS[3],
 local k_reaper, k_claims, k_users = KEYS[5], KEYS[6], KEYS[7]
 -- where the peers start in KEYS and ARGV, and how many each peer has
 local key0, arg0, key_step, arg_step = 7, 5, 1, 7
-if private then key0, arg0, key_step, arg_step = 9, 9, 2, 10 end
+if private then key0, arg0, key_step, arg_step = 9, 10, 2, 10 end
 local hnr_seed_ms, hnr_ratio = tonumber(ARGV[5]), tonumber(ARGV[6])
 local accounting = private and ARGV[7] == '1'
 -- The writer's stamp, nil for "" (once per call, not per peer).
 local writer = ARGV[8] ~= '' and ARGV[8] or nil
+local ledger = accounting and tonumber(ARGV[9]) or 0
 
 -- The record's counts are the role hashes' lengths, written wherever a
 -- peer joins or leaves (announce.lua, expire.lua); a refresh moves none.
@@ -182,7 +185,7 @@ for i = 0, peers - 1 do
         local rates = accounting and credit_rates(t[6], t[7], ARGV[a + 8], ARGV[a + 9])
         user_announce(KEYS[k + 1], k_users, user, {d_up = d_up, d_down = d_down, elapsed = elapsed,
           was_seeder = seeding, was_active = true, leaving = false, seeding = seeding, snatched = 0, gap = at - last},
-          at, at_text, hnr_seed_ms, hnr_ratio, rates or nil, rates and true or nil, writer, out)
+          at, at_text, hnr_seed_ms, hnr_ratio, rates or nil, rates and true or nil, writer, ledger, out)
         credited = true
       end
       applied = applied + 1
