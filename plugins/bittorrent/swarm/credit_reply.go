@@ -10,42 +10,42 @@ import (
 // user (prelude's user_announce and credit_none). It is flat and holds
 // numbers only: a nested list per announce cost Redis a Lua table and a
 // reply array, and the frontend a []any with every element boxed (s46).
-// Its width is named here and handed to the scripts as R.CREDIT_OFF and
-// R.CREDIT_ON (announceCodes, refreshCodes); the places below are
-// prelude's order.
-const (
-	creditWidthOff = 4  // accounting off: bits, version, up, down
-	creditWidthOn  = 17 // accounting on: those, then credit, token, row and gap
-)
+//
+// Every reply starts with creditFixed values: the user's state bits (0:
+// unchanged), their version, and the raw deltas up and down since the
+// peer's previous announce. With accounting off that is all. With
+// accounting on one integer mask follows, then only the groups whose bit
+// it sets, in the bits' order: each value Redis converts out of Lua and
+// the frontend reads costs both, and most of the 13 values accounting
+// added were zeros on nearly every announce (some 13.5k Redis
+// instructions per announce, s47). The bits are named here and handed to
+// the scripts as R.CREDIT_* (announceCodes, refreshCodes).
+const creditFixed = 4 // bits, version, up, down
 
-// The places in a credit reply.
+// The groups of an accounting reply, as bits of its mask and in the
+// order they follow it. What is left off is zero.
 const (
-	creditBits    = iota // the user's state bits, 0: unchanged
-	creditVersion        // their version
-	creditUp             // raw deltas since the peer's previous announce
-	creditDown
-	creditUpExtra // accounting on: credited less raw, this announce
-	creditDownExtra
-	creditTokenEvent // 0, tokenUsed or tokenEnded
-	creditTokenUsed  // ms of the token's first use, 0 without an event
-	creditSeq        // the record's feed row (user_feed), seq 0: none
-	creditUploaded
-	creditDownloaded
-	creditUpExtraTotal
-	creditDownExtraTotal
-	creditSeedMillis
-	creditLeechMillis
+	// this announce's credited less raw, up and down: a multiplier or a
+	// token (user_credit) moved them
+	creditExtra = 1 << iota
+	// the token event (tokenUsed, tokenEnded) and the token's first use (ms)
+	creditToken
+	// the record's feed row when its fed figures changed (user_feed):
+	// seq, uploaded, downloaded, seed_ms, leech_ms, then the gap (ms
+	// since the peer's previous announce, 0: unknown)
+	creditRow
+	// with creditRow: the row's cumulative credited less raw (up_extra,
+	// down_extra), once a multiplier or token ever moved them
+	creditRowExtra
+	// with creditRow: the row's snatched (ms), once the user snatched
 	creditSnatched
-	creditGap // ms since the peer's previous announce, 0: unknown
+
+	creditGroups = creditSnatched<<1 - 1 // every bit a mask may set
 )
 
-// creditWidth is a credit reply's width with accounting on or off.
-func creditWidth(accounting bool) int {
-	if accounting {
-		return creditWidthOn
-	}
-	return creditWidthOff
-}
+// creditGroupWidth is how many values follow the mask for each group,
+// indexed by the group's bit number.
+var creditGroupWidth = [...]int{2, 2, 6, 2, 1}
 
 // creditReply is one credit reply, read into figures.
 type creditReply struct {
@@ -57,35 +57,74 @@ type creditReply struct {
 	gap           int64
 }
 
-// parseCredit reads a credit reply of the width accounting gives. An
-// element that is no number, or a reply of another width, is an error:
-// nothing of it is applied.
-func parseCredit(v []any, accounting bool) (creditReply, error) {
+// parseCredit reads the credit reply at v's start (accounting tells its
+// layout; v may go on past it) and returns it with how many elements it
+// took. An element that is no number, a mask with an unknown bit or a
+// row's part without the row, or a reply shorter than its mask says, is
+// an error: nothing of it is read.
+func parseCredit(v []any, accounting bool) (creditReply, int, error) {
 	var c creditReply
-	if len(v) != creditWidth(accounting) {
-		return c, fmt.Errorf("%w: a credit reply of %d elements, want %d", errBadReply, len(v), creditWidth(accounting))
+	var n [creditFixed + 1 + 13]int64 // the fixed values, the mask, every group
+	width := creditFixed
+	if accounting {
+		width++
 	}
-	var n [creditWidthOn]int64
-	for i, e := range v {
+	if len(v) < width {
+		return c, 0, fmt.Errorf("%w: a credit reply of %d elements, want at least %d", errBadReply, len(v), width)
+	}
+	for i := range width {
 		var ok bool
-		if n[i], ok = replyNumber(e); !ok {
-			return c, fmt.Errorf("%w: credit reply element %d is %T, want a number", errBadReply, i, e)
+		if n[i], ok = replyNumber(v[i]); !ok {
+			return c, 0, fmt.Errorf("%w: credit reply element %d is %T, want a number", errBadReply, i, v[i])
 		}
 	}
-	c.bits, c.version = n[creditBits], n[creditVersion]
-	up, down := n[creditUp], n[creditDown]
-	c.moved = transfer{up, down, up + n[creditUpExtra], down + n[creditDownExtra]}
+	up, down := n[2], n[3]
 	if !accounting {
-		return c, nil
+		c.bits, c.version, c.moved = n[0], n[1], transfer{up, down, up, down}
+		return c, width, nil
 	}
-	c.tokenEvent, c.tokenUsed, c.gap = n[creditTokenEvent], n[creditTokenUsed], n[creditGap]
-	if n[creditSeq] != 0 {
-		uploaded, downloaded := n[creditUploaded], n[creditDownloaded]
-		c.row = FeedRow{Seq: n[creditSeq], Uploaded: uploaded, Downloaded: downloaded,
-			UpCredited: uploaded + n[creditUpExtraTotal], DownCredited: downloaded + n[creditDownExtraTotal],
-			SeedMillis: n[creditSeedMillis], LeechMillis: n[creditLeechMillis], Snatched: n[creditSnatched]}
+	mask := n[creditFixed]
+	if mask&^creditGroups != 0 || (mask&(creditRowExtra|creditSnatched) != 0 && mask&creditRow == 0) {
+		return c, 0, fmt.Errorf("%w: credit reply mask %d", errBadReply, mask)
 	}
-	return c, nil
+	for g, w := range creditGroupWidth {
+		if mask&(1<<g) != 0 {
+			width += w
+		}
+	}
+	if len(v) < width {
+		return c, 0, fmt.Errorf("%w: a credit reply of %d elements, mask %d wants %d", errBadReply, len(v), mask, width)
+	}
+	for i := creditFixed + 1; i < width; i++ {
+		var ok bool
+		if n[i], ok = replyNumber(v[i]); !ok {
+			return c, 0, fmt.Errorf("%w: credit reply element %d is %T, want a number", errBadReply, i, v[i])
+		}
+	}
+	c.bits, c.version, c.moved = n[0], n[1], transfer{up, down, up, down}
+	g := n[creditFixed+1:] // the groups, in order
+	if mask&creditExtra != 0 {
+		c.moved[2], c.moved[3] = up+g[0], down+g[1]
+		g = g[2:]
+	}
+	if mask&creditToken != 0 {
+		c.tokenEvent, c.tokenUsed = g[0], g[1]
+		g = g[2:]
+	}
+	if mask&creditRow != 0 {
+		c.row = FeedRow{Seq: g[0], Uploaded: g[1], Downloaded: g[2], UpCredited: g[1], DownCredited: g[2],
+			SeedMillis: g[3], LeechMillis: g[4]}
+		c.gap = g[5]
+		g = g[6:]
+		if mask&creditRowExtra != 0 {
+			c.row.UpCredited, c.row.DownCredited = c.row.Uploaded+g[0], c.row.Downloaded+g[1]
+			g = g[2:]
+		}
+		if mask&creditSnatched != 0 {
+			c.row.Snatched = g[0]
+		}
+	}
+	return c, width, nil
 }
 
 // watch is the cheat signals' figures of the announce (watchTransfer): with accounting on and transfer (the row then exists,

@@ -29,14 +29,29 @@ func credit(numbers ...any) []any {
 	return v
 }
 
+// with is v with its element i replaced by e, v unchanged.
+func with(v []any, i int, e any) []any {
+	v = append([]any(nil), v...)
+	v[i] = e
+	return v
+}
+
 // TestParseCreditReadsEveryPlace: each place of the credit reply lands
-// in its figure, the credited ones as raw plus extra, and the watch
-// figures derive from the row and the call's header.
+// in its figure, the credited ones as raw plus extra, a group the mask
+// leaves off reads as zeros, and the watch figures derive from the row
+// and the call's header. parseCredit takes the reply at its input's
+// start and says how much it took.
 func TestParseCreditReadsEveryPlace(t *testing.T) {
-	on := credit(6, 1700000000123, 5000, 700, -2500, 0, tokenUsed, "1700000000001",
-		41, "9007199254740993", 9000, 300, -100, 86400000, 3600000, 1699999999999, 29000)
-	c, err := parseCredit(on, true)
+	all := credit(6, 1700000000123, 5000, 700, creditGroups,
+		-2500, 0, // extra
+		tokenUsed, "1700000000001", // token
+		41, "9007199254740993", 9000, 86400000, 3600000, 29000, // row, gap
+		300, -100, // row extra
+		1699999999999) // snatched
+	c, width, err := parseCredit(append(all, "the next peer's"), true)
 	require.NoError(t, err)
+	require.Equal(t, len(all), width)
+	require.Equal(t, creditFixed+1+13, width, "every group")
 	require.Equal(t, creditReply{bits: 6, version: 1700000000123, moved: transfer{5000, 700, 2500, 700},
 		tokenEvent: tokenUsed, tokenUsed: 1700000000001, gap: 29000,
 		row: FeedRow{Seq: 41, Uploaded: 1<<53 + 1, Downloaded: 9000, UpCredited: 1<<53 + 301, DownCredited: 8900,
@@ -50,49 +65,87 @@ func TestParseCreditReadsEveryPlace(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, int64(4), f.others, "a seeder is not among the leechers")
 
+	// The typical announce: a row alone, 4 + 1 + 6 values; credited = raw.
+	typical, width, err := parseCredit(credit(2, 7, 5000, 700, creditRow, 42, 8000, 900, 10, 20, 30000), true)
+	require.NoError(t, err)
+	require.Equal(t, creditFixed+1+6, width)
+	require.Equal(t, creditReply{bits: 2, version: 7, moved: transfer{5000, 700, 5000, 700}, gap: 30000,
+		row: FeedRow{Seq: 42, Uploaded: 8000, Downloaded: 900, UpCredited: 8000, DownCredited: 900,
+			SeedMillis: 10, LeechMillis: 20}}, typical)
+
+	// Each group alone lands in its places and leaves the others zero.
+	for name, tc := range map[string]struct {
+		reply []any
+		want  creditReply
+	}{
+		"extra": {credit(0, 0, 100, 50, creditExtra, 100, -50),
+			creditReply{moved: transfer{100, 50, 200, 0}}},
+		"token": {credit(0, 0, 0, 0, creditToken, tokenEnded, 1234),
+			creditReply{tokenEvent: tokenEnded, tokenUsed: 1234}},
+		"row extra": {credit(0, 0, 0, 0, creditRow|creditRowExtra, 3, 10, 20, 0, 0, 0, 5, 6),
+			creditReply{row: FeedRow{Seq: 3, Uploaded: 10, Downloaded: 20, UpCredited: 15, DownCredited: 26}}},
+		"snatched": {credit(0, 0, 0, 0, creditRow|creditSnatched, 3, 10, 20, 0, 0, 0, 99),
+			creditReply{row: FeedRow{Seq: 3, Uploaded: 10, Downloaded: 20, UpCredited: 10, DownCredited: 20,
+				Snatched: 99}}},
+		"none": {credit(0, 0, 8, 9, 0), creditReply{moved: transfer{8, 9, 8, 9}}},
+	} {
+		c, width, err := parseCredit(tc.reply, true)
+		require.NoError(t, err, name)
+		require.Equal(t, len(tc.reply), width, name)
+		require.Equal(t, tc.want, c, name)
+	}
+
 	// No transfer: a row (seed time moved), nothing for the ledger or the signals.
-	idle, err := parseCredit(credit(0, 0, 0, 0, 0, 0, 0, 0, 42, 1, 1, 0, 0, 5, 5, 0, 30000), true)
+	idle, _, err := parseCredit(credit(0, 0, 0, 0, creditRow, 42, 1, 1, 5, 5, 30000), true)
 	require.NoError(t, err)
 	require.Equal(t, int64(42), idle.row.Seq)
 	_, ok = idle.watch(4, 0, 0, true)
 	require.False(t, ok)
 
-	off, err := parseCredit(credit(0, 0, 5000, 700), false)
+	off, width, err := parseCredit(credit(0, 0, 5000, 700, "the next peer's"), false)
 	require.NoError(t, err)
+	require.Equal(t, creditFixed, width, "accounting off: no mask")
 	require.Equal(t, creditReply{moved: transfer{5000, 700, 5000, 700}}, off)
 	_, ok = off.watch(4, 0, 0, true)
 	require.False(t, ok, "accounting off has no row, so no watch figures")
 }
 
-// TestParseCreditRefusesAMalformedReply: a credit reply is exactly its
-// width's numbers; another width, or an element that is no number (a
-// nested list, as before s46, nil, text that is no integer), is
-// errBadReply, read into nothing.
+// TestParseCreditRefusesAMalformedReply: a credit reply is its fixed
+// numbers and, with accounting, a mask of known bits and the groups it
+// names; fewer elements, a mask with an unknown bit or a row's part
+// without the row, or an element that is no number (a nested list, as
+// before s46, nil, text that is no integer), is errBadReply, read into
+// nothing.
 func TestParseCreditRefusesAMalformedReply(t *testing.T) {
-	on := credit(make([]any, creditWidthOn)...)
-	off := on[:creditWidthOff]
-	with := func(v []any, i int, e any) []any {
-		v = append([]any(nil), v...)
-		v[i] = e
-		return v
-	}
+	on := credit(0, 0, 0, 0, creditGroups, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0)
+	off := on[:creditFixed]
 	for name, tc := range map[string]struct {
 		reply      []any
 		accounting bool
 	}{
-		"empty":              {nil, true},
-		"off's width, on":    {off, true},
-		"on's width, off":    {on, false},
-		"one short":          {on[:creditWidthOn-1], true},
-		"one too many":       {append(append([]any(nil), off...), int64(1)), false},
-		"a nested row":       {with(on, creditSeq, []any{int64(1)}), true},
-		"nil":                {with(off, creditUp, nil), false},
-		"text, not a number": {with(on, creditGap, "soon"), true},
-		"a fraction as text": {with(on, creditUploaded, "1.5"), true},
+		"empty":                 {nil, true},
+		"empty, off":            {nil, false},
+		"off's width, on":       {off, true},
+		"one short":             {on[:len(on)-1], true},
+		"one short, off":        {off[:creditFixed-1], false},
+		"the row's part short":  {credit(0, 0, 0, 0, creditRow, 1, 2, 3, 4, 5), true},
+		"an unknown bit":        {with(on, creditFixed, int64(creditGroups+1)), true},
+		"a negative mask":       {with(on, creditFixed, int64(-1)), true},
+		"row extra, no row":     {credit(0, 0, 0, 0, creditRowExtra, 1, 2), true},
+		"snatched, no row":      {credit(0, 0, 0, 0, creditSnatched, 1), true},
+		"a mask that is text":   {with(on, creditFixed, "row"), true},
+		"a nested row":          {with(on, creditFixed+5, []any{int64(1)}), true},
+		"nil":                   {with(off, 2, nil), false},
+		"text, not a number":    {with(on, creditFixed+10, "soon"), true},
+		"a fraction as text":    {with(on, creditFixed+6, "1.5"), true},
+		"a nested list, last":   {with(on, len(on)-1, []any{}), true},
+		"a nested list, fixed":  {with(on, 1, []any{}), true},
+		"text in the fixed, on": {with(on, 3, "x"), true},
 	} {
-		c, err := parseCredit(tc.reply, tc.accounting)
+		c, width, err := parseCredit(tc.reply, tc.accounting)
 		require.ErrorIs(t, err, errBadReply, name)
 		require.Equal(t, creditReply{}, c, name)
+		require.Zero(t, width, name)
 	}
 }
 
@@ -115,10 +168,10 @@ func TestApplyPeersRefusesAMalformedReply(t *testing.T) {
 			peers: []queuedRefresh{{user: "u1", at: 1000, left: 5}, {user: "u2", at: 1000}}}
 		w.peers.put(peerKey{hash: hash, peer: id2}, knownPeer{user: "u2", last: 1000})
 
-		// a peer's status and credit reply (accounting on)
+		// a peer's status and credit reply (accounting on): a row, whose
+		// width the next peer's place depends on
 		peer := func(status, bits int) []any {
-			return credit(append([]any{status, bits, 1700000000000, 5000, 700},
-				make([]any, creditWidthOn-creditWidthOff)...)...)
+			return credit(status, bits, 1700000000000, 5000, 700, creditRow, 1, 5000, 700, 10, 0, 30000)
 		}
 		header := []any{int64(codeRefreshed), int64(3), int64(2), "0", "t1", "", "", "1000", "0"}
 		reply := func(parts ...[]any) []any {
@@ -129,14 +182,21 @@ func TestApplyPeersRefusesAMalformedReply(t *testing.T) {
 			return v
 		}
 		nested := peer(codeRefreshed, 6)
-		nested[1+creditSeq] = []any{int64(1)}
+		nested[1+creditFixed+1] = []any{int64(1)}
+		badMask := peer(codeRefreshed, 6)
+		badMask[1+creditFixed] = int64(creditGroups + 1)
 		for name, bad := range map[string][]any{
 			"one peer of two":      reply(peer(codeRefreshed, 6)),
-			"one element short":    reply(peer(codeRefreshed, 6), peer(codeDropped, 0))[:len(header)+2*(1+creditWidthOn)-1],
-			"accounting off's":     reply(credit(codeRefreshed, 6, 0, 5000, 700), credit(codeDropped, 0, 0, 0, 0)),
-			"no peers":             reply(),
-			"a nested row":         reply(peer(codeDropped, 0), nested),
-			"open mode's statuses": append(header[:7:7], int64(codeRefreshed), int64(codeDropped)),
+			"one element short":    reply(peer(codeRefreshed, 6), peer(codeDropped, 0))[:len(header)+2*len(peer(0, 0))-1],
+			"one element too many": append(reply(peer(codeRefreshed, 6), peer(codeDropped, 0)), int64(0)),
+			"a mask wider than its peer": reply(with(peer(codeRefreshed, 6), 1+creditFixed, int64(creditRow|creditSnatched)),
+				peer(codeDropped, 0)),
+			"a bad mask bit":             reply(peer(codeDropped, 0), badMask),
+			"a peer's status, no credit": reply(peer(codeRefreshed, 6), credit(codeDropped)),
+			"accounting off's":           reply(credit(codeRefreshed, 6, 0, 5000, 700), credit(codeDropped, 0, 0, 0, 0)),
+			"no peers":                   reply(),
+			"a nested row":               reply(peer(codeDropped, 0), nested),
+			"open mode's statuses":       append(header[:7:7], int64(codeRefreshed), int64(codeDropped)),
 		} {
 			err := w.applyPeers(call, bad)
 			require.ErrorIs(t, err, errBadReply, name)

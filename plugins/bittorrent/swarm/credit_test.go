@@ -345,3 +345,67 @@ func TestAccountingWritesBehindWhatNoAccountingDoes(t *testing.T) {
 		require.Equal(t, answered[true], answered[false], "accounting on answers from the view as often as off")
 	})
 }
+
+// Every group of the credit reply's mask reaches the frontend as the
+// scripts meant it: under a double-upload window and 50% off, with a
+// snatch, the feed's rows (announce.lua's reply, then the write-behind
+// refresh.lua's) carry the record's credited figures and snatch time,
+// and the user's totals the credited transfer.
+func TestCreditReplyGroupsReachTheFeed(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		var rows []swarm.FeedRow
+		deliver := func(_ context.Context, batches []swarm.FeedBatch) error {
+			for _, batch := range batches {
+				rows = append(rows, batch.Rows...)
+			}
+			return nil
+		}
+		f, hash := privateFixture(t, b, swarm.Config{OnFeed: deliver})
+		ctx := context.Background()
+		require.NoError(t, f.store.SetCreditWindow(ctx, swarm.CreditWindow{ID: "du",
+			Credit: swarm.Credit{Kind: swarm.CreditDoubleUpload}, Start: epoch, End: epoch.Add(time.Hour)}))
+		require.NoError(t, f.store.SetTorrentCredit(ctx, hash, swarm.Credit{Kind: swarm.CreditPercentOff, PercentOff: 50}))
+		newest := func() swarm.FeedRow {
+			t.Helper()
+			rows = rows[:0]
+			_, err := f.store.FeedRound(ctx, deliver)
+			require.NoError(t, err)
+			require.NotEmpty(t, rows)
+			last := rows[len(rows)-1]
+			for _, r := range rows {
+				if r.Seq > last.Seq {
+					last = r
+				}
+			}
+			return last
+		}
+
+		me := peerID("-TR", 1)
+		f.announce(hash, me, 1, passkey("passkeyA"), event(bittorrent.EventStarted))
+		f.clock.Advance(time.Minute)
+		f.announce(hash, me, 1, passkey("passkeyA"), transfer(1000, 4000))
+		f.clock.Advance(time.Minute)
+		snatchedAt := f.clock.Now().UnixMilli()
+		f.announce(hash, me, 1, passkey("passkeyA"), transfer(1500, 6000), event(bittorrent.EventCompleted), seeding)
+		f.flush()
+		row := newest()
+		require.Equal(t, swarm.FeedRow{UserID: "alice", Seq: row.Seq, Uploaded: 1500, Downloaded: 6000,
+			UpCredited: 3000, DownCredited: 3000, SeedMillis: 0, LeechMillis: 2 * time.Minute.Milliseconds(),
+			Snatched: snatchedAt}, row, "announce.lua's row: credited extras and the snatch")
+
+		// Plain re-announces, which the write-behind may answer with
+		// refresh.lua: the row keeps the record's extras and snatch.
+		for i := range 3 {
+			f.clock.Advance(time.Minute)
+			f.announce(hash, me, 1, passkey("passkeyA"), transfer(uint64(2000+1000*i), 6000), seeding)
+		}
+		f.flush()
+		row = newest()
+		got := f.onTorrent(hash, "alice")
+		require.Equal(t, swarm.FeedRow{UserID: "alice", Seq: got.Seq, Uploaded: 4000, Downloaded: 6000,
+			UpCredited: 8000, DownCredited: 3000, SeedMillis: 3 * time.Minute.Milliseconds(),
+			LeechMillis: 2 * time.Minute.Milliseconds(), Snatched: snatchedAt}, row)
+		require.Equal(t, got.UpCredited, row.UpCredited)
+		require.Equal(t, got.DownCredited, row.DownCredited)
+	})
+}

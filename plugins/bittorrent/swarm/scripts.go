@@ -73,7 +73,9 @@ const (
 var announceCodes = map[string]int64{
 	"UNREGISTERED": codeUnregistered, "PEER_TAKEN": codePeerTaken, "PEER_LIMIT": codePeerLimit, "FLOOD": codeFlood,
 	"TOKEN_USED": tokenUsed, "TOKEN_ENDED": tokenEnded,
-	"CREDIT_OFF": creditWidthOff, "CREDIT_ON": creditWidthOn, // the credit reply's widths (credit_reply.go)
+	// the credit reply's groups, bits of its mask (credit_reply.go)
+	"CREDIT_EXTRA": creditExtra, "CREDIT_TOKEN": creditToken, "CREDIT_ROW": creditRow,
+	"CREDIT_ROW_EXTRA": creditRowExtra, "CREDIT_SNATCHED": creditSnatched,
 }
 
 // runScriptList runs a script that returns an array (luascript.Run: FCALL,

@@ -632,12 +632,15 @@ func (s *Store) finishAnnounce(ctx context.Context, a *pendingAnnounce, reply []
 		return nil, fmt.Errorf("swarm.Announce: script returned code %d", code)
 	}
 	accounting := s.accounting(userID)
-	if len(reply) != announceHeader+creditWidth(accounting) {
+	if len(reply) < announceHeader {
 		return nil, fmt.Errorf("swarm.Announce: %w (%d elements)", errBadReply, len(reply))
 	}
-	credit, err := parseCredit(reply[announceHeader:], accounting)
+	credit, width, err := parseCredit(reply[announceHeader:], accounting)
 	if err != nil {
 		return nil, fmt.Errorf("swarm.Announce: %w", err)
+	}
+	if len(reply) != announceHeader+width {
+		return nil, fmt.Errorf("swarm.Announce: %w (%d elements, a credit reply of %d)", errBadReply, len(reply), width)
 	}
 	resp := &bittorrent.AnnounceResponse{
 		Interval:    s.cfg.Interval,

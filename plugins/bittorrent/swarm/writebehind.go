@@ -70,7 +70,9 @@ var refreshCodes = map[string]int64{
 	"REFRESHED": codeRefreshed, "STALE": codeStale, "DROPPED": codeDropped, "UNREGISTERED": codeUnregistered,
 	"TOKEN_USED": tokenUsed, "TOKEN_ENDED": tokenEnded, // user_credit's events, as announce.lua's
 	"CHEAT_NO_LEECHER": cheatNoLeecher, "CHEAT_UPLOAD_RATE": cheatUploadRate, "CHEAT_OVER_DOWNLOAD": cheatOverDownload,
-	"CREDIT_OFF": creditWidthOff, "CREDIT_ON": creditWidthOn, // the credit reply's widths (credit_reply.go)
+	// the credit reply's groups, bits of its mask (credit_reply.go)
+	"CREDIT_EXTRA": creditExtra, "CREDIT_TOKEN": creditToken, "CREDIT_ROW": creditRow,
+	"CREDIT_ROW_EXTRA": creditRowExtra, "CREDIT_SNATCHED": creditSnatched,
 }
 
 // refresh.lua's reply: a header of refreshHeader elements
@@ -1131,26 +1133,35 @@ func (w *writeBehind) replyHeader() int {
 // peers are forgotten, so their next announce runs announce.lua. A reply
 // of the wrong shape applies nothing.
 func (w *writeBehind) applyPeers(c *refreshCall, reply []any) error {
-	header, stride, accounting := w.replyHeader(), 1, false
-	if w.s.cfg.Private {
-		accounting = !w.s.cfg.NoAccounting
-		stride += creditWidth(accounting)
-	}
-	if len(reply) != header+stride*len(c.peers) {
-		return fmt.Errorf("refresh.lua: %w (%d elements for %d peers)", errBadReply, len(reply), len(c.peers))
-	}
+	header, accounting := w.replyHeader(), w.s.cfg.Private && !w.s.cfg.NoAccounting
 	// Read whole before any of it is applied: a malformed peer's part
-	// must not leave the others half applied.
+	// must not leave the others half applied. A credit reply's width
+	// depends on what it holds, so the peers are read one after another.
+	// at[j] is peer j's status's place.
 	var credits []creditReply
+	var places [16]int
+	at := places[:0]
 	if w.s.cfg.Private {
 		credits = make([]creditReply, len(c.peers))
-		for j := range c.peers {
+	}
+	next := header
+	for j := range c.peers {
+		if next >= len(reply) {
+			return fmt.Errorf("refresh.lua: %w (%d elements for %d peers)", errBadReply, len(reply), len(c.peers))
+		}
+		at = append(at, next)
+		next++
+		if credits != nil {
+			var width int
 			var err error
-			at := header + stride*j + 1
-			if credits[j], err = parseCredit(reply[at:at+stride-1], accounting); err != nil {
+			if credits[j], width, err = parseCredit(reply[next:], accounting); err != nil {
 				return fmt.Errorf("refresh.lua: peer %d: %w", j, err)
 			}
+			next += width
 		}
+	}
+	if next != len(reply) {
+		return fmt.Errorf("refresh.lua: %w (%d elements for %d peers)", errBadReply, len(reply), len(c.peers))
 	}
 	torrentID := replyString(reply[4])
 	seeders, leechers := replyInt(reply[1]), replyInt(reply[2])
@@ -1159,7 +1170,7 @@ func (w *writeBehind) applyPeers(c *refreshCall, reply []any) error {
 		size, leecherLeft = replyInt(reply[7]), replyInt(reply[8])
 	}
 	for j, r := range c.peers {
-		switch replyInt(reply[header+stride*j]) {
+		switch replyInt(reply[at[j]]) {
 		case codeDropped:
 			w.dropped.Add(1)
 			w.peers.forget(peerKey{hash: c.hash, peer: c.ids[j]}, r.at)

@@ -92,14 +92,15 @@
 --      the reply is one bulk string, not one per peer; size and
 --      leecher_left: the torrent record's as stored (0 when absent; the
 --      ledger's and cheat signals' per-torrent figures); the credit
---      reply: prelude's, flat, R.CREDIT_ON elements with accounting
---      (ARGV[24] "1"), else R.CREDIT_OFF (open mode too): user bits (0
---      when the user's state did not change, see user_write), user
---      version, d_uploaded/d_downloaded (what this peer transferred since
---      its previous announce), and with accounting the credited extra,
---      the token event and its first use, the record's feed row (user_feed:
---      the frontend holds it for its feed round) and the gap since the
---      peer's previous announce
+--      reply: prelude's ("The credit reply"), flat: user bits (0 when
+--      the user's state did not change, see user_write), user version,
+--      d_uploaded/d_downloaded (what this peer transferred since its
+--      previous announce); that is all with accounting off (open mode
+--      too); with accounting on (ARGV[24] "1") then a mask and only the
+--      groups it names: the credited extra, the token event and its first
+--      use, the record's feed row (user_feed: the frontend holds it for
+--      its feed round) with the gap since the peer's previous announce,
+--      the row's cumulative extras, its snatched
 --  {R.UNREGISTERED [, reason]}  the torrent is not registered (private
 --      mode); reason: KEYS[12], the site's reason while it lasts
 --  {R.PEER_TAKEN}  the peer id is active in this swarm under another user

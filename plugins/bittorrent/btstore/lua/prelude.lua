@@ -334,7 +334,7 @@ local fed_numbers = {'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'downloaded'
 
 -- user_feed numbers a change of the record's fed figures (seq grows by
 -- one) and stamps the record with writer (u.writer, user_write); the
--- record's row at that seq goes into the reply (R.CREDIT_ON), for the
+-- record's row at that seq goes into the reply (R.CREDIT_ROW), for the
 -- frontend that answered to hold and deliver (S5, s43: swarm's
 -- feedbuf.go). Nothing of the row is written to Redis: the record's seq
 -- and stamp are what the backstop reads if that frontend dies first
@@ -388,37 +388,44 @@ local function user_ledger(u, size, now_text, d_up, d_down, c_up, c_down, gap)
   return name, text
 end
 
--- The credit reply: the crediting scripts' answer for one announce of a user (announce.lua's
--- tail, and each peer's after its status in refresh.lua): flat, numbers
--- only, so Redis makes no nested array and the frontend reads no boxed
--- list. Read by swarm's parseCredit (credit_reply.go), which names the
--- same places and hands the scripts the widths as R.CREDIT_OFF and
--- R.CREDIT_ON; the two change together. Per announce, with accounting
--- off (R.CREDIT_OFF elements):
+-- The credit reply: the crediting scripts' answer for one announce of a
+-- user (announce.lua's tail, and each peer's after its status in
+-- refresh.lua): flat, numbers only, so Redis makes no nested array and
+-- the frontend reads no boxed list. Read by swarm's parseCredit
+-- (credit_reply.go), which names the mask's bits and hands them to the
+-- scripts as R.CREDIT_*; the two change together. Every reply starts
+-- with 4 values:
 --   user bits (0: the state did not change; a state always has bit 2 or
 --   4), user version, d_uploaded, d_downloaded (raw, since the peer's
 --   previous announce)
--- with accounting on (R.CREDIT_ON), then:
---   up_extra and down_extra of this announce (credited less raw: 0 at
---   100% and no token, which the frontend reads without boxing a large
---   number), token event (user_credit), token used (ms, 0 without an
---   event), and the record's row when its fed figures changed (user_feed):
---   seq, uploaded, downloaded, up_extra, down_extra, seed_ms, leech_ms,
---   snatched (the record's, after the announce; seq 0: no row, all zero),
---   then gap (ms since the peer's previous announce, 0: unknown; with a
---   row). The ledger and cheat signals' other figures are the call's
---   (the torrent's size and leecher_left, in the reply's header) or
---   derived by the frontend (the swarm's leechers but this peer).
+-- With accounting off that is all. With accounting on a mask follows,
+-- the sum of the bits of the groups that follow it, in this order; a
+-- group left off is zero (each value costs Redis a conversion out of
+-- Lua, and most were zeros on nearly every announce):
+--   R.CREDIT_EXTRA: up_extra and down_extra of this announce (credited
+--     less raw), when a multiplier or token (user_credit) made either
+--     non-zero
+--   R.CREDIT_TOKEN: token event (user_credit) and token used (ms)
+--   R.CREDIT_ROW: the record's row when its fed figures changed
+--     (user_feed), after the announce: seq, uploaded, downloaded,
+--     seed_ms, leech_ms, then gap (ms since the peer's previous
+--     announce, 0: unknown)
+--   R.CREDIT_ROW_EXTRA (with the row): the record's up_extra and
+--     down_extra, when either is non-zero
+--   R.CREDIT_SNATCHED (with the row): the record's snatched (ms), when
+--     the user snatched the torrent
+-- A typical announce (a row, no multiplier or token) answers 4 + 1 + 6
+-- values. The ledger and cheat signals' other figures are the call's
+-- (the torrent's size and leecher_left, in the reply's header) or
+-- derived by the frontend (the swarm's leechers but this peer).
 -- credit_none appends the reply of an announce that credited no user
 -- (no user, a peer refresh.lua dropped or found stale, a stopped peer
 -- announce.lua did not know): unchanged bits, the raw deltas d_up and
--- d_down (0 when none), zeros for the rest.
+-- d_down (0 when none), and with accounting an empty mask.
 local function credit_none(out, accounting, d_up, d_down)
   local n = #out
   out[n + 1], out[n + 2], out[n + 3], out[n + 4] = 0, 0, whole(d_up), whole(d_down)
-  if accounting then
-    for i = n + 5, n + R.CREDIT_ON do out[i] = 0 end
-  end
+  if accounting then out[n + 5] = 0 end
 end
 
 -- user_announce applies one announce of user's peer to the user's record
@@ -437,8 +444,8 @@ end
 -- stamp (user_feed). ledger: how many announces with transfer the
 -- record's ledger keeps (0: none; user_ledger writes the entry of an
 -- announce with transfer, with accounting). Appends the announce's credit
--- reply to out (see R.CREDIT_OFF: R.CREDIT_ON elements with rates, else
--- R.CREDIT_OFF).
+-- reply to out (see "The credit reply" above: the mask and its groups
+-- with rates only).
 --
 -- The cheat signals' figures (the row's downloaded, gap; the call's size
 -- and leecher_left; the swarm's leechers) go back with accounting on; the
@@ -482,19 +489,41 @@ local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hn
   local bits, ver = user_write(key, u, now, hnr_seed_ms, hnr_ratio, ledger_field, ledger_text)
   local n = #out
   if bits < 0 then bits = 0 end
-  out[n + 1], out[n + 2], out[n + 3], out[n + 4] = bits, whole(ver), whole(a.d_up), whole(a.d_down)
-  if not rates then return end
-  out[n + 5], out[n + 6] = whole(c_up - a.d_up), whole(c_down - a.d_down)
-  out[n + 7], out[n + 8] = token_event, token_event ~= 0 and u.token_used or 0
-  if row then
-    out[n + 9], out[n + 10], out[n + 11], out[n + 12] = whole(u.seq), whole(u.uploaded), whole(u.downloaded),
-      whole(u.up_extra)
-    out[n + 13], out[n + 14], out[n + 15], out[n + 16] = whole(u.down_extra), whole(u.seed_ms), whole(u.leech_ms),
-      whole(u.snatched)
-    out[n + 17] = a.gap
-  else
-    for i = n + 9, n + R.CREDIT_ON do out[i] = 0 end
+  if not rates then
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4] = bits, whole(ver), whole(a.d_up), whole(a.d_down)
+    return
   end
+  -- The mask's place is filled first (0), so out stays a sequence for
+  -- Lua's array part, and set once the groups are known.
+  out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = bits, whole(ver), whole(a.d_up), whole(a.d_down), 0
+  local mask, m = 0, n + 5
+  local x_up, x_down = c_up - a.d_up, c_down - a.d_down
+  if x_up ~= 0 or x_down ~= 0 then
+    mask = R.CREDIT_EXTRA
+    out[m + 1], out[m + 2] = whole(x_up), whole(x_down)
+    m = m + 2
+  end
+  if token_event ~= 0 then
+    mask = mask + R.CREDIT_TOKEN
+    out[m + 1], out[m + 2] = token_event, u.token_used
+    m = m + 2
+  end
+  if row then
+    mask = mask + R.CREDIT_ROW
+    out[m + 1], out[m + 2], out[m + 3] = whole(u.seq), whole(u.uploaded), whole(u.downloaded)
+    out[m + 4], out[m + 5], out[m + 6] = whole(u.seed_ms), whole(u.leech_ms), a.gap
+    m = m + 6
+    if u.up_extra ~= 0 or u.down_extra ~= 0 then
+      mask = mask + R.CREDIT_ROW_EXTRA
+      out[m + 1], out[m + 2] = whole(u.up_extra), whole(u.down_extra)
+      m = m + 2
+    end
+    if u.snatched ~= 0 then
+      mask = mask + R.CREDIT_SNATCHED
+      out[m + 1] = whole(u.snatched)
+    end
+  end
+  if mask ~= 0 then out[n + 5] = mask end
 end
 
 -- reaper_claim records that user reseeded the torrent in the reaper's

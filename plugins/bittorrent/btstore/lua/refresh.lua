@@ -65,19 +65,21 @@
 -- Returns
 --   {R.REFRESHED, seeders, leechers, snatches, torrent id, seeder entries,
 --    leecher entries, [private mode: size, leecher_left,] then per peer:
---    status, and in private mode its credit reply (prelude's
---    R.CREDIT_OFF elements, R.CREDIT_ON with accounting: bits, version,
---    raw deltas, and with accounting the credited extra, token, feed row
---    and gap, flat)}; open mode, which has no user to credit, answers per
---    peer its status alone (each element is one more Redis converts out
---    of Lua and the frontend reads)
+--    status, and in private mode its credit reply (prelude's "The credit
+--    reply", flat: bits, version, raw deltas, and with accounting a mask
+--    and only the groups it names: credited extra, token, feed row with
+--    gap, the row's extras, snatched; so its width varies, and the
+--    frontend reads the peers one after another)}; open mode, which has
+--    no user to credit, answers per peer its status alone (each element
+--    is one more Redis converts out of Lua and the frontend reads)
 --      seeders, leechers and snatches are the torrent record's (snatches
 --      as the stored text, or 0); size and leecher_left too (as stored,
 --      0 when absent: the ledger's and cheat signals' per-torrent
 --      figures, once per call, not per peer); the entries are "" unless
 --      ARGV[3] asked for them, concatenated as announce.lua returns
 --      peers; status is R.REFRESHED, R.STALE or R.DROPPED; a peer not
---      credited (stale, dropped) has an all-zero credit reply
+--      credited (stale, dropped) has a credit reply of zeros (prelude's
+--      credit_none: 4, with accounting 5 with the mask)
 --   {R.UNREGISTERED}  private mode and the torrent is not registered:
 --      nothing was written
 
