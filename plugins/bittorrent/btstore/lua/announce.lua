@@ -361,12 +361,13 @@ leechers = leechers or redis.call('HLEN', k_leechers)
 local accounting = ARGV[24] == '1'
 local out = {1, 0, 0, 0, 0, 0, 0, 0, '', '', t[8] or 0, t[9] or 0}
 if user ~= '' and (known or not leaving) then
-  local rates = accounting and credit_rates(t[6], t[7], ARGV[25], ARGV[26])
+  local rate_up, rate_down
+  if accounting then rate_up, rate_down = credit_rates(t[6], t[7], ARGV[25], ARGV[26]) end
   local gap = 0
   if known and p[4] then gap = math.max(0, now - tonumber(p[4])) end
   user_announce(k_user, k_users, user, {d_up = d_up, d_down = d_down, elapsed = elapsed, was_seeder = was_seeder,
     was_active = was_active, leaving = leaving, seeding = seeding, snatched = snatched, gap = gap},
-    now, ARGV[1], hnr_seed_ms, hnr_ratio, rates or nil, rates and true or nil, ARGV[27] ~= '' and ARGV[27] or nil,
+    now, ARGV[1], hnr_seed_ms, hnr_ratio, rate_up, rate_down, ARGV[27] ~= '' and ARGV[27] or nil,
     accounting and tonumber(ARGV[28]) or 0, out)
 else
   credit_none(out, accounting, d_up, d_down)

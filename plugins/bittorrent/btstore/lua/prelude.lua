@@ -275,13 +275,14 @@ end
 -- window is open). The most generous download rate wins (the lowest), and
 -- so does the upload rate (the highest), except that a neutral torrent or
 -- window (upload 0) credits no upload at all: neutral means the transfer
--- does not count. Returns {up = , down = }. w_up and w_down may be the
--- ARGV text: "100" and "100", no window open, as on nearly every
--- announce, then cost no tonumber (a strtod each, about 2k instructions).
+-- does not count. Returns the upload and the download rate: two numbers,
+-- no table made per announce. w_up and w_down may be the ARGV text: "100"
+-- and "100", no window open, as on nearly every announce, then cost no
+-- tonumber (a strtod each, about 2k instructions).
 local function credit_rates(t_up, t_down, w_up, w_down)
   local up, down = tonumber(t_up) or 100, tonumber(t_down) or 100
   if w_up == '100' and w_down == '100' then
-    return {up = up, down = down}
+    return up, down
   end
   w_up, w_down = tonumber(w_up), tonumber(w_down)
   if up == 0 or w_up == 0 then
@@ -289,19 +290,20 @@ local function credit_rates(t_up, t_down, w_up, w_down)
   else
     up = math.max(up, w_up)
   end
-  return {up = up, down = math.min(down, w_down)}
+  return up, math.min(down, w_down)
 end
 
 -- user_credit credits one announce's transfer d_up and d_down to the
--- record u at rates (credit_rates) and the user's personal token: a token
+-- record u at rate_up and rate_down (credit_rates) and the user's
+-- personal token: a token
 -- in force (u.token 0, or later than now) makes the download free. It
 -- marks the token's first use (an announce with download credited free by
 -- it) and its end (the first announce at or after its end, once used),
 -- each once per grant. Returns the credited deltas and the token event
 -- (0, R.TOKEN_USED or R.TOKEN_ENDED: a script crediting transfer is loaded
 -- with the announce codes, swarm's announceCodes).
-local function user_credit(u, d_up, d_down, rates, now)
-  local down_rate = rates.down
+local function user_credit(u, d_up, d_down, rate_up, rate_down, now)
+  local down_rate = rate_down
   local event = 0
   if u.token then
     if u.token == 0 or now < u.token then
@@ -319,7 +321,7 @@ local function user_credit(u, d_up, d_down, rates, now)
       event = R.TOKEN_ENDED
     end
   end
-  local c_up = math.floor(d_up * rates.up / 100)
+  local c_up = math.floor(d_up * rate_up / 100)
   local c_down = math.floor(d_down * down_rate / 100)
   -- A multiplier of 100% and no token leave the difference as it was,
   -- and user_write then writes neither field.
@@ -436,16 +438,16 @@ end
 -- (ms the peer was in the swarm since), was_seeder, was_active, leaving,
 -- seeding and snatched (1 when this announce counted a snatch), and for
 -- the ledger and the frontend's cheat signals gap (ms since the peer's
--- previous announce, 0: unknown). rates are the multipliers
--- in force (credit_rates), nil when accounting is off. It is the one
+-- previous announce, 0: unknown). rate_up and rate_down are the
+-- multipliers in force (credit_rates), nil when accounting is off; with
+-- them the record's changes are numbered for the feed too, and writer is
+-- the frontend's id for the record's stamp (user_feed). It is the one
 -- place an announce's transfer reaches the user's record, whichever
--- script applies the announce. fed: the record's changes are numbered
--- for the feed (accounting on), writer the frontend's id for the record's
--- stamp (user_feed). ledger: how many announces with transfer the
+-- script applies the announce. ledger: how many announces with transfer the
 -- record's ledger keeps (0: none; user_ledger writes the entry of an
 -- announce with transfer, with accounting). Appends the announce's credit
 -- reply to out (see "The credit reply" above: the mask and its groups
--- with rates only).
+-- with accounting only).
 --
 -- The cheat signals' figures (the row's downloaded, gap; the call's size
 -- and leecher_left; the swarm's leechers) go back with accounting on; the
@@ -453,13 +455,14 @@ end
 -- watch.go): the signals' bookkeeping here cost Redis more than the
 -- check in the frontend. A frontend killed before its flush loses those
 -- signals, never credit nor a ledger entry: both are written here.
-local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hnr_ratio, rates, fed, writer, ledger, out)
-  local u = user_read(key, fed)
+local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hnr_ratio, rate_up, rate_down, writer,
+    ledger, out)
+  local u = user_read(key, rate_up ~= nil)
   u.uploaded = u.uploaded + a.d_up
   u.downloaded = u.downloaded + a.d_down
   local c_up, c_down, token_event = 0, 0, 0
-  if rates then
-    c_up, c_down, token_event = user_credit(u, a.d_up, a.d_down, rates, now)
+  if rate_up then
+    c_up, c_down, token_event = user_credit(u, a.d_up, a.d_down, rate_up, rate_down, now)
   end
   if a.was_seeder then
     u.seed_ms = u.seed_ms + a.elapsed
@@ -481,7 +484,7 @@ local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hn
   if not u.first then
     redis.call('SADD', users, user) -- a new record: once per user and torrent
   end
-  local row = fed and user_feed(u, writer)
+  local row = rate_up and user_feed(u, writer)
   local ledger_field, ledger_text
   if row and ledger > 0 and (a.d_up > 0 or a.d_down > 0) then
     ledger_field, ledger_text = user_ledger(u, ledger, now_text, a.d_up, a.d_down, c_up, c_down, a.gap)
@@ -489,7 +492,7 @@ local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hn
   local bits, ver = user_write(key, u, now, hnr_seed_ms, hnr_ratio, ledger_field, ledger_text)
   local n = #out
   if bits < 0 then bits = 0 end
-  if not rates then
+  if not rate_up then
     out[n + 1], out[n + 2], out[n + 3], out[n + 4] = bits, whole(ver), whole(a.d_up), whole(a.d_down)
     return
   end

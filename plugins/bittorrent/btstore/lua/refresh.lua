@@ -184,10 +184,11 @@ for i = 0, peers - 1 do
       zadd[#zadd + 1] = ARGV[a + 6]
       zadd[#zadd + 1] = peer_id .. user
       if user ~= '' then
-        local rates = accounting and credit_rates(t[6], t[7], ARGV[a + 8], ARGV[a + 9])
+        local rate_up, rate_down
+        if accounting then rate_up, rate_down = credit_rates(t[6], t[7], ARGV[a + 8], ARGV[a + 9]) end
         user_announce(KEYS[k + 1], k_users, user, {d_up = d_up, d_down = d_down, elapsed = elapsed,
           was_seeder = seeding, was_active = true, leaving = false, seeding = seeding, snatched = 0, gap = at - last},
-          at, at_text, hnr_seed_ms, hnr_ratio, rates or nil, rates and true or nil, writer, ledger, out)
+          at, at_text, hnr_seed_ms, hnr_ratio, rate_up, rate_down, writer, ledger, out)
         credited = true
       end
       applied = applied + 1
