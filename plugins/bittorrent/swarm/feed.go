@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -91,7 +90,9 @@ func (s *Store) feedRound(ctx context.Context, deliver func(context.Context, []F
 	// The rows go back to the buffer's spare once the round is done with
 	// them (holdAgain copies what it puts back).
 	defer s.feed.recycle(held, torrents)
-	batches, spans := feedBatches(held, torrents)
+	order := s.feed.takeOrder()
+	batches, spans := feedBatches(held, torrents, &order)
+	s.feed.recycleOrder(order)
 	if err := s.readLastActions(ctx, batches, torrents); err != nil {
 		s.holdAgain(held, torrents)
 		return 0, false, fmt.Errorf("swarm.FeedRound: %w", err)
@@ -125,8 +126,8 @@ type heldSpan struct{ first, end int }
 // said them; spans[i] is where batch i's rows are in held. The batches'
 // rows share one slice, made once per round: a round is about one row per
 // crediting announce.
-func feedBatches(held []heldRow, torrents map[bittorrent.InfoHash]seenTorrent) (batches []FeedBatch, spans []heldSpan) {
-	sortHeld(held)
+func feedBatches(held []heldRow, torrents map[bittorrent.InfoHash]seenTorrent, order *[]heldOrder) (batches []FeedBatch, spans []heldSpan) {
+	sortHeld(held, order)
 	rows := make([]FeedRow, len(held))
 	batches = make([]FeedBatch, 0, len(torrents))
 	spans = make([]heldSpan, 0, len(torrents))
@@ -156,33 +157,23 @@ func feedBatches(held []heldRow, torrents map[bittorrent.InfoHash]seenTorrent) (
 type heldOrder struct {
 	hi, mid uint64
 	lo      uint32
-	i       int32
+	i       int
 	user    string
 }
 
-var heldOrders sync.Pool // of *[]heldOrder
-
-// sortHeld sorts held by info-hash, then user id. A record is held once,
-// so no two rows compare equal.
-func sortHeld(held []heldRow) {
-	// the order's slice is reused from round to round (a pool: a
-	// backstop's round may run beside the feed loop's)
-	scratch, _ := heldOrders.Get().(*[]heldOrder)
-	if scratch == nil {
-		scratch = new([]heldOrder)
-	}
+// sortHeld sorts held by info-hash, then user id (a record is held once,
+// so no two rows compare equal). scratch is the sort's order, grown as
+// needed, for the next round to reuse (feedBuffer.takeOrder).
+func sortHeld(held []heldRow, scratch *[]heldOrder) {
 	if cap(*scratch) < len(held) {
 		*scratch = make([]heldOrder, len(held))
 	}
 	order := (*scratch)[:len(held)]
-	defer func() {
-		clear(order) // the user ids
-		heldOrders.Put(scratch)
-	}()
+	defer clear(order) // the user ids
 	for i := range held {
 		h := &held[i].key.hash
 		order[i] = heldOrder{hi: binary.BigEndian.Uint64(h[:8]), mid: binary.BigEndian.Uint64(h[8:16]),
-			lo: binary.BigEndian.Uint32(h[16:]), i: int32(i), user: held[i].key.user}
+			lo: binary.BigEndian.Uint32(h[16:]), i: i, user: held[i].key.user}
 	}
 	slices.SortFunc(order, func(a, b heldOrder) int {
 		if c := cmp.Compare(a.hi, b.hi); c != 0 {
@@ -203,14 +194,14 @@ func sortHeld(held []heldRow) {
 		if order[start].i < 0 {
 			continue
 		}
-		if int(order[start].i) == start {
+		if order[start].i == start {
 			order[start].i = -1
 			continue
 		}
 		first := held[start]
 		k := start
 		for {
-			from := int(order[k].i)
+			from := order[k].i
 			order[k].i = -1
 			if from == start {
 				held[k] = first

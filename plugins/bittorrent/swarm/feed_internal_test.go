@@ -65,7 +65,8 @@ func TestFeedBatchesSortsTheRows(t *testing.T) {
 			}
 			return strings.Compare(a.key.user, b.key.user)
 		})
-		batches, spans := feedBatches(held, torrents)
+		var order []heldOrder
+		batches, spans := feedBatches(held, torrents, &order)
 		require.Equal(t, want, held, "%d rows", n)
 		require.Len(t, batches, len(torrents))
 		for i, b := range batches {
