@@ -79,6 +79,8 @@ type feedBuffer struct {
 	// fills them
 	spare         []heldRow
 	spareTorrents map[bittorrent.InfoHash]seenTorrent
+	// spareOrder is a round's sort scratch given back (sortHeld)
+	spareOrder []heldOrder
 	// dropped counts the rows dropped past the cap since the store was
 	// made; droppedFrom is the oldest announce among those not yet
 	// recovered by the frontend's own scan (0: none), and droppedGen
@@ -214,6 +216,24 @@ func (b *feedBuffer) recycle(rows []heldRow, torrents map[bittorrent.InfoHash]se
 	}
 	if torrents != nil && b.spareTorrents == nil {
 		b.spareTorrents = torrents
+	}
+}
+
+// takeOrder is the sort scratch a round gave back, for the next round's
+// sortHeld (nil: none; the sort makes one); recycleOrder gives it back.
+func (b *feedBuffer) takeOrder() []heldOrder {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	o := b.spareOrder
+	b.spareOrder = nil
+	return o
+}
+
+func (b *feedBuffer) recycleOrder(o []heldOrder) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if cap(o) > cap(b.spareOrder) {
+		b.spareOrder = o[:0]
 	}
 }
 

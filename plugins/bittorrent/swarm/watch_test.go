@@ -317,6 +317,48 @@ func TestManyAddressesSignal(t *testing.T) {
 	})
 }
 
+// A frontend sends a (user, address) to cheat_addrs.lua once per quarter
+// of the window: a user's announces from that address (or another in its
+// IPv6 /64) within it leave the address's last-seen time alone, another
+// user's from the same address are sent for that user, and the first
+// announce after the quarter sends it again.
+func TestAddressSentOncePerQuarterWindow(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		var log cheatLog
+		f, hash := privateFixture(t, b, allSignals(&log)) // window 10m: a quarter is 2m30s
+		ctx := context.Background()
+		at := func(ip string) announceOpt {
+			return func(r *bittorrent.AnnounceRequest) { r.Addr = netip.AddrPortFrom(netip.MustParseAddr(ip), 6881) }
+		}
+		seen := func(user, address string) int64 {
+			t.Helper()
+			ms, err := b.Client.ZScore(ctx, btstore.UserAddressesKey(user), address).Result()
+			require.NoError(t, err)
+			return int64(ms)
+		}
+		first := f.clock.Now().UnixMilli()
+		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), at("192.0.2.9"))
+		f.announce(hash, peerID("-TR", 2), 2, passkey("passkeyA"), at("2001:db8:1:2::1"))
+		require.Equal(t, first, seen("alice", "192.0.2.9"))
+		require.Equal(t, first, seen("alice", "2001:db8:1:2::/64"))
+
+		f.clock.Advance(2 * time.Minute)
+		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), at("192.0.2.9"))
+		f.announce(hash, peerID("-TR", 2), 2, passkey("passkeyA"), at("2001:db8:1:2::ffff"))
+		f.announce(hash, peerID("-TR", 3), 3, passkey("passkeyB"), at("192.0.2.9"))
+		require.Equal(t, first, seen("alice", "192.0.2.9"), "sent within the quarter: not again")
+		require.Equal(t, first, seen("alice", "2001:db8:1:2::/64"), "the same /64: not again")
+		require.Equal(t, f.clock.Now().UnixMilli(), seen("bob", "192.0.2.9"), "another user's pair is its own")
+
+		f.clock.Advance(time.Minute)
+		f.announce(hash, peerID("-TR", 1), 1, passkey("passkeyA"), at("192.0.2.9"))
+		f.announce(hash, peerID("-TR", 2), 2, passkey("passkeyA"), at("2001:db8:1:2::2"))
+		require.Equal(t, f.clock.Now().UnixMilli(), seen("alice", "192.0.2.9"), "after the quarter: sent again")
+		require.Equal(t, f.clock.Now().UnixMilli(), seen("alice", "2001:db8:1:2::/64"))
+		require.Empty(t, log.take(), "two addresses are within the limit")
+	})
+}
+
 // A leecher that times out (expire.lua) stamps its departure too: a
 // seeder that uploaded to it before, and reports that upload after the
 // sweep removed it, stays quiet; its next upload with nobody there
