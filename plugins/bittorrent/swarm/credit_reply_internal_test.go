@@ -3,6 +3,7 @@ package swarm
 import (
 	"crypto/sha1"
 	"log/slog"
+	"math/bits"
 	"testing"
 	"time"
 
@@ -213,4 +214,15 @@ func TestApplyPeersRefusesAMalformedReply(t *testing.T) {
 		_, known := w.peers.get(peerKey{hash: hash, peer: id2})
 		require.False(t, known, "the dropped peer is forgotten")
 	})
+}
+
+// The widest reply parseCredit reads into its array is the fixed values,
+// the mask and every group's width.
+func TestCreditMaxWidthHoldsEveryGroup(t *testing.T) {
+	sum := creditFixed + 1
+	for _, w := range creditGroupWidth {
+		sum += w
+	}
+	require.Equal(t, sum, creditMaxWidth)
+	require.Len(t, creditGroupWidth, bits.Len(uint(creditGroups)), "a width per mask bit")
 }

@@ -15,8 +15,12 @@
 -- may reach 2^64) keeps '%.0f', and so does everything where Lua's '%d'
 -- is narrower than 53 bits (a C long of 32 bits), checked once per call.
 local wide_d
-local function int(n)
+local function d_is_wide()
   if wide_d == nil then wide_d = string.format('%d', 2 ^ 52) == '4503599627370496' end
+  return wide_d
+end
+local function int(n)
+  if wide_d == nil then d_is_wide() end -- a call only the first time: int is on every announce
   if wide_d and n % 1 == 0 and n < 9007199254740992 and n > -9007199254740992 then
     return string.format('%d', n)
   end
@@ -303,12 +307,11 @@ end
 -- (0, R.TOKEN_USED or R.TOKEN_ENDED: a script crediting transfer is loaded
 -- with the announce codes, swarm's announceCodes).
 local function user_credit(u, d_up, d_down, rate_up, rate_down, now)
-  local down_rate = rate_down
   local event = 0
   if u.token then
     if u.token == 0 or now < u.token then
-      if d_down > 0 and down_rate > 0 then
-        down_rate = 0
+      if d_down > 0 and rate_down > 0 then
+        rate_down = 0
         if not u.token_used then
           u.token_used = int(now)
           u.token_mark = 'token_used'
@@ -322,7 +325,7 @@ local function user_credit(u, d_up, d_down, rate_up, rate_down, now)
     end
   end
   local c_up = math.floor(d_up * rate_up / 100)
-  local c_down = math.floor(d_down * down_rate / 100)
+  local c_down = math.floor(d_down * rate_down / 100)
   -- A multiplier of 100% and no token leave the difference as it was,
   -- and user_write then writes neither field.
   u.up_extra = u.up_extra + c_up - d_up
@@ -359,9 +362,10 @@ end
 local ledger_names = {}
 
 -- user_ledger is the ledger entry of an announce with transfer in u's
--- record, its field and text for user_write's HSET: the record's slot seq mod size (the ledger keeps the
--- last size announces with transfer), as "time,raw up,raw down,credited
--- up,credited down,ms since the peer's previous announce", a credited
+-- record, its field and text for user_write's HSET: the record's slot seq
+-- mod size (the ledger keeps the last size announces with transfer), as
+-- "time,raw up,raw down,credited up,credited down,ms since the peer's
+-- previous announce", a credited
 -- figure left empty when it equals the raw one (so an entry stays short
 -- and the record a listpack: values up to 64 bytes; swarm's ledgerOf reads
 -- it). Written with the credit it records, in the same HSET, a ledger
@@ -380,9 +384,8 @@ local function user_ledger(u, size, now_text, d_up, d_down, c_up, c_down, gap)
   local cu, cd = '', ''
   if c_up ~= d_up then cu = int(c_up) end
   if c_down ~= d_down then cd = int(c_down) end
-  if wide_d == nil then int(0) end
   local text
-  if wide_d and d_up < 9007199254740992 and d_down < 9007199254740992 and gap < 9007199254740992 then
+  if d_is_wide() and d_up < 9007199254740992 and d_down < 9007199254740992 and gap < 9007199254740992 then
     text = string.format('%s,%d,%d,%s,%s,%d', now_text, d_up, d_down, cu, cd, gap)
   else
     text = now_text .. ',' .. int(d_up) .. ',' .. int(d_down) .. ',' .. cu .. ',' .. cd .. ',' .. int(gap)
