@@ -359,7 +359,12 @@ leechers = leechers or redis.call('HLEN', k_leechers)
 -- The user's record on this torrent (prelude's user_announce), whose
 -- credit reply ends the reply: out's header is filled in at the end.
 local accounting = ARGV[24] == '1'
-local out = {1, 0, 0, 0, 0, 0, 0, 0, '', '', t[8] or 0, t[9] or 0}
+-- Sized once for the longest credit reply (18 values: swarm's
+-- creditMaxWidth): the nils make the constructor size its array part,
+-- and #out stays the count of values set; grown a value at a time it was
+-- reallocated twice with accounting (s48, as refresh.lua's reply).
+local out = {1, 0, 0, 0, 0, 0, 0, 0, '', '', t[8] or 0, t[9] or 0,
+  nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
 if user ~= '' and (known or not leaving) then
   local rate_up, rate_down
   if accounting then rate_up, rate_down = credit_rates(t[6], t[7], ARGV[25], ARGV[26]) end

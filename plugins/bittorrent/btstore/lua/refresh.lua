@@ -130,8 +130,18 @@ end
 -- stored as the frontend formats it, "0" for a seeder).
 local seeders, leechers = tonumber(t[3]) or 0, tonumber(t[4]) or 0
 
-local out = {R.REFRESHED, seeders, leechers, t[2] or 0, t[1] or '', '', ''}
-if private then out[8], out[9] = t[8] or 0, t[9] or 0 end
+local out
+if private then
+  -- The reply's array part sized once for a call of one peer (9, its
+  -- status and the longest credit reply, 18: swarm's creditMaxWidth):
+  -- the nils make the constructor size it, and #out stays the count of
+  -- values set. Grown from 7 a value at a time, Lua reallocated it three
+  -- times per call with accounting (s48).
+  out = {R.REFRESHED, seeders, leechers, t[2] or 0, t[1] or '', '', '', t[8] or 0, t[9] or 0,
+    nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
+else
+  out = {R.REFRESHED, seeders, leechers, t[2] or 0, t[1] or '', '', ''}
+end
 local zadd = {}
 local applied = 0
 local latest, latest_text = 0, nil
