@@ -399,18 +399,18 @@ func jsonPlain(c byte) bool {
 // MarshalJSON.
 func appendJSONMillis(b []byte, ms int64) ([]byte, error) {
 	secs, milli := floorDivMod(ms, 1000)
-	days, second := floorDivMod(secs, 86400)
+	days, ofDay := floorDivMod(secs, 86400)
 	year, month, day := civilDate(days)
 	if year < 0 || year > 9999 {
 		text, err := time.UnixMilli(ms).UTC().MarshalJSON()
 		return append(b, text...), err
 	}
-	hour, minute := second/3600, second/60%60
+	hour, minute, second := ofDay/3600, ofDay/60%60, ofDay%60
 	b = append(b, '"',
 		byte('0'+year/1000), byte('0'+year/100%10), byte('0'+year/10%10), byte('0'+year%10), '-',
 		byte('0'+month/10), byte('0'+month%10), '-', byte('0'+day/10), byte('0'+day%10), 'T',
 		byte('0'+hour/10), byte('0'+hour%10), ':', byte('0'+minute/10), byte('0'+minute%10), ':',
-		byte('0'+second%60/10), byte('0'+second%10))
+		byte('0'+second/10), byte('0'+second%10))
 	if milli != 0 {
 		b = append(b, '.', byte('0'+milli/100))
 		if milli%100 != 0 {
