@@ -2,6 +2,7 @@ package swarm_test
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -61,6 +62,31 @@ func TestCreditedTransferUnderEachTorrentStatus(t *testing.T) {
 		require.Equal(t, int64(5*4000), sum.Uploaded)
 		require.Equal(t, wantUp, sum.UpCredited)
 		require.Equal(t, wantDown, sum.DownCredited)
+	})
+}
+
+// A user's record stores its figures exactly past 2^53 either side of 0:
+// a client may report counters up to 2^64, and on a freeleech torrent
+// down_extra (credited less raw) falls as far below 0. prelude's whole
+// passes a figure within 2^53 to HSET as a Lua number and text beyond it;
+// a number there would reach Redis as %.17g, rounded or in exponent form.
+func TestUserRecordFiguresPast2To53(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		f, hash := privateFixture(t, b, swarm.Config{})
+		ctx := context.Background()
+		require.NoError(t, f.store.SetTorrentCredit(ctx, hash, swarm.Credit{Kind: swarm.CreditFreeleech}))
+		me := peerID("-TR", 1)
+		const huge = int64(1) << 60
+		f.announce(hash, me, 1, passkey("passkeyA"), event(bittorrent.EventStarted))
+		f.announce(hash, me, 1, passkey("passkeyA"), transfer(7, uint64(huge)))
+		rec := f.hash(btstore.UserTorrentKey(hash, "alice"))
+		require.Equal(t, strconv.FormatInt(huge, 10), rec["downloaded"])
+		require.Equal(t, strconv.FormatInt(-huge, 10), rec["down_extra"])
+		require.Equal(t, "7", rec["uploaded"])
+		got := f.onTorrent(hash, "alice")
+		require.Equal(t, huge, got.Downloaded)
+		require.Equal(t, int64(0), got.DownCredited)
+		require.Equal(t, int64(7), got.UpCredited)
 	})
 }
 
