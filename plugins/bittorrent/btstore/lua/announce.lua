@@ -276,11 +276,15 @@ if finished and not (known and p[5] == '1') then
 end
 
 -- The peer record. A stopped event from a peer never seen leaves none.
+-- t_up and t_down are its deltas' text, which the ledger's entry reuses
+-- (prelude's user_ledger).
+local t_up, t_down = '0', '0'
 if known or not leaving then
   local active = '1'
   if leaving then active = '0' end
+  t_up, t_down = int(d_up), int(d_down)
   local fields = {'uploaded', ARGV[4], 'downloaded', ARGV[5], 'left', ARGV[6],
-    'last_announce', ARGV[1], 'active', active, 'up_delta', int(d_up), 'down_delta', int(d_down)}
+    'last_announce', ARGV[1], 'active', active, 'up_delta', t_up, 'down_delta', t_down}
   if not known then
     local n = #fields
     fields[n + 1], fields[n + 2] = 'user', user
@@ -371,7 +375,8 @@ if user ~= '' and (known or not leaving) then
   local gap = 0
   if known and p[4] then gap = math.max(0, now - tonumber(p[4])) end
   user_announce(k_user, k_users, user, {d_up = d_up, d_down = d_down, elapsed = elapsed, was_seeder = was_seeder,
-    was_active = was_active, leaving = leaving, seeding = seeding, snatched = snatched, gap = gap},
+    was_active = was_active, leaving = leaving, seeding = seeding, snatched = snatched, gap = gap,
+    t_up = t_up, t_down = t_down},
     now, ARGV[1], hnr_seed_ms, hnr_ratio, rate_up, rate_down, ARGV[27] ~= '' and ARGV[27] or nil,
     accounting and tonumber(ARGV[28]) or 0, out)
 else

@@ -179,13 +179,19 @@ for i = 0, peers - 1 do
       -- A direction with no transfer (a seeder's download, an idle
       -- peer's upload) writes the constants string.format and Redis
       -- would make of it, with neither formatting anything.
+      -- The deltas go as int's text, which the ledger's entry reuses
+      -- (prelude's user_ledger): one conversion each where Redis's
+      -- %.17g of a number and the entry's string.format made two.
+      local t_up, t_down = '0', '0'
       local fields = {'last_announce', at_text, 'up_delta', '0', 'down_delta', '0',
         'total_time', whole((tonumber(p[8]) or 0) + elapsed), 'speed_up', '0.00', 'speed_down', '0.00'}
       if d_up ~= 0 then
-        fields[4], fields[10] = whole(d_up), string.format('%.2f', d_up * 1000 / elapsed)
+        t_up = int(d_up)
+        fields[4], fields[10] = t_up, string.format('%.2f', d_up * 1000 / elapsed)
       end
       if d_down ~= 0 then
-        fields[6], fields[12] = whole(d_down), string.format('%.2f', d_down * 1000 / elapsed)
+        t_down = int(d_down)
+        fields[6], fields[12] = t_down, string.format('%.2f', d_down * 1000 / elapsed)
       end
       if ARGV[a + 2] ~= p[2] then fields[#fields + 1], fields[#fields + 2] = 'uploaded', ARGV[a + 2] end
       if ARGV[a + 3] ~= p[3] then fields[#fields + 1], fields[#fields + 2] = 'downloaded', ARGV[a + 3] end
@@ -197,7 +203,8 @@ for i = 0, peers - 1 do
         local rate_up, rate_down
         if accounting then rate_up, rate_down = credit_rates(t[6], t[7], ARGV[a + 8], ARGV[a + 9]) end
         user_announce(KEYS[k + 1], k_users, user, {d_up = d_up, d_down = d_down, elapsed = elapsed,
-          was_seeder = seeding, was_active = true, leaving = false, seeding = seeding, snatched = 0, gap = at - last},
+          was_seeder = seeding, was_active = true, leaving = false, seeding = seeding, snatched = 0, gap = at - last,
+          t_up = t_up, t_down = t_down},
           at, at_text, hnr_seed_ms, hnr_ratio, rate_up, rate_down, writer, ledger, out)
         credited = true
       end
