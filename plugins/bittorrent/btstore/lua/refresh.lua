@@ -174,14 +174,12 @@ for i = 0, peers - 1 do
       if ARGV[a + 2] ~= p[2] then d_up = math.max(0, tonumber(ARGV[a + 2]) - (tonumber(p[2]) or 0)) end
       if ARGV[a + 3] ~= p[3] then d_down = math.max(0, tonumber(ARGV[a + 3]) - (tonumber(p[3]) or 0)) end
       -- Only what changed is written (a seeder's left and downloaded
-      -- rarely move, a leecher's uploaded often not), and whole numbers
-      -- go as Lua numbers: Redis formats them, and Lua interns no string.
-      -- A direction with no transfer (a seeder's download, an idle
-      -- peer's upload) writes the constants string.format and Redis
-      -- would make of it, with neither formatting anything.
-      -- The deltas go as int's text, which the ledger's entry reuses
-      -- (prelude's user_ledger): one conversion each where Redis's
-      -- %.17g of a number and the entry's string.format made two.
+      -- rarely move, a leecher's uploaded often not). total_time goes as
+      -- a Lua number (Redis formats it); the deltas as int's text, which
+      -- the ledger's entry reuses (prelude's user_ledger), so each is
+      -- converted once. A direction with no transfer (a seeder's
+      -- download, an idle peer's upload) writes the constants int and
+      -- string.format would make of it, with neither formatting anything.
       local t_up, t_down = '0', '0'
       local fields = {'last_announce', at_text, 'up_delta', '0', 'down_delta', '0',
         'total_time', whole((tonumber(p[8]) or 0) + elapsed), 'speed_up', '0.00', 'speed_down', '0.00'}
