@@ -192,15 +192,16 @@ func (s *Store) feedUpTo() int64 {
 // stepped back makes it so; a later "fed up to" would not be safe). A
 // round that found nothing newly stamped leaves "fed up to" where it
 // was: moved, it would be beaten into the registry after every round of
-// an idle frontend.
-func (s *Store) roundDelivered(r roundStart) {
+// an idle frontend. It tells whether "fed up to" moved.
+func (s *Store) roundDelivered(r roundStart) bool {
 	s.frontend.mu.Lock()
 	defer s.frontend.mu.Unlock()
 	if r.stamps <= s.frontend.delivered {
-		return
+		return false
 	}
 	s.frontend.delivered = r.stamps
 	s.frontend.fedUpTo = r.at
+	return true
 }
 
 // beatIfHolding is the flush loop's beat: while the frontend holds
