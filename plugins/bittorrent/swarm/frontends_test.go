@@ -94,6 +94,39 @@ func TestFrontendBeatsOnlyWhileHoldingChanges(t *testing.T) {
 	})
 }
 
+// A complete round that moved "fed up to" writes it to the registry
+// itself: the flush loop does not run here (the store is not started),
+// and another frontend reads the new time at once. A round with nothing
+// new stamped writes nothing.
+func TestARoundWritesItsFedUpToAtOnce(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		l := newLedger()
+		f, hash := privateFixture(t, b, swarm.Config{OnFeed: l.deliver})
+		rdb := b.Client
+		id := f.store.Owner()
+		me := peerID("-TR", 1)
+		f.announce(hash, me, 1, passkey("passkeyA"), event(bittorrent.EventStarted))
+		f.clock.Advance(time.Minute)
+		f.announce(hash, me, 1, passkey("passkeyA"), transfer(1000, 0)) // stamped: the beat before it registers
+		registered := rdb.HGet(ctx, btstore.FrontendsKey, id).Val()
+		f.clock.Advance(time.Minute)
+		startedAt := f.clock.Now().UnixMilli()
+		require.NoError(t, swarm.FeedRoundStamped(ctx, f.store))
+		require.Equal(t, startedAt, swarm.FedUpTo(f.store))
+		entry := rdb.HGet(ctx, btstore.FrontendsKey, id).Val()
+		require.NotEqual(t, registered, entry)
+		require.Equal(t, strconv.FormatInt(startedAt, 10), entry, "the registry says what the round delivered")
+
+		// Nothing new stamped: the round moves nothing and writes nothing.
+		require.NoError(t, rdb.HSet(ctx, btstore.FrontendsKey, id, "marker").Err())
+		f.clock.Advance(time.Minute)
+		require.NoError(t, swarm.FeedRoundStamped(ctx, f.store))
+		require.Equal(t, startedAt, swarm.FedUpTo(f.store))
+		require.Equal(t, "marker", rdb.HGet(ctx, btstore.FrontendsKey, id).Val())
+	})
+}
+
 // A frontend with accounting on but no outbox (no OnFeed) never stamps a
 // record with its id: it is never registered, so no backstop would find a
 // record it stamped. Its announces (announce.lua) and written-behind
