@@ -13,14 +13,11 @@
 -- instructions for a 12-digit number), and every announce formats several.
 -- Anything else (a fraction, 2^53 and above: counters a client reports
 -- may reach 2^64) keeps '%.0f', and so does everything where Lua's '%d'
--- is narrower than 53 bits (a C long of 32 bits), checked once per call.
+-- is narrower than 53 bits (a C long of 32 bits), checked the first time
+-- int runs (the library's state lives on between calls).
 local wide_d
-local function d_is_wide()
-  if wide_d == nil then wide_d = string.format('%d', 2 ^ 52) == '4503599627370496' end
-  return wide_d
-end
 local function int(n)
-  if wide_d == nil then d_is_wide() end -- a call only the first time: int is on every announce
+  if wide_d == nil then wide_d = string.format('%d', 2 ^ 52) == '4503599627370496' end
   if wide_d and n % 1 == 0 and n < 9007199254740992 and n > -9007199254740992 then
     return string.format('%d', n)
   end
