@@ -65,6 +65,8 @@ type privateBenchOptions struct {
 	pipelines   int
 	plugin      string
 	feed        time.Duration
+	// site: a site reads and acknowledges each outbox (benchSite).
+	site bool
 	// onAccounting is JSON merged into the accounting-on tracker's
 	// "accounting" settings, to tell its parts' costs apart
 	onAccounting string
@@ -150,6 +152,7 @@ label tracker=accounting-on or tracker=accounting-off.`,
 	f.IntVar(&o.pipelines, "announce-pipelines", 0, "hoard's shared announce pipelines (0: its default)")
 	f.StringVar(&o.plugin, "plugin", defaultPluginBinary(), `hoard-bittorrent binary the trackers run as ("": in this process; the plugin column is then "-")`)
 	f.DurationVar(&o.feed, "feed-interval", time.Second, "accounting.feed_interval of both trackers, each with an outbox (0: no outbox, so no feed)")
+	f.BoolVar(&o.site, "site", true, "a site reads and acknowledges each tracker's outbox while announces run (false: events pile up in Redis, as before s51)")
 	f.StringVar(&o.onAccounting, "on-accounting", "", `JSON object merged into the accounting-on tracker's "accounting" settings, e.g. {"ledger_entries":0} to measure without the ledger`)
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", `write a CPU profile of the measured runs in --cpuprofile-mode to this file and print each tracker's top functions (needs --plugin "")`)
 	f.StringVar(&o.profileMode, "cpuprofile-mode", string(btloadgen.ModeUDP), "the mode --cpuprofile profiles")
@@ -210,6 +213,31 @@ type privateTarget struct {
 	accounting bool
 	redis      *redis.Client
 	redisURL   string
+	// site reads and acknowledges the outbox (nil without a feed, or
+	// with --site=false).
+	site *benchSite
+}
+
+// sitePolling runs fn with the site polling t's outbox, then stops it.
+// The site is paused while a run settles (its acknowledgements are writes
+// the settling would wait for, and they are the site's work, not what
+// the tracker deferred); afterSettle catches it up.
+func (t *privateTarget) sitePolling(ctx context.Context, fn func() error) error {
+	if t.site == nil {
+		return fn()
+	}
+	t.site.start(ctx)
+	err := fn()
+	return errors.Join(err, t.site.stopPolling())
+}
+
+// afterSettle reads and acknowledges what the feed delivered while the
+// run settled, so the next run starts with nothing left for the site.
+func (t *privateTarget) afterSettle(ctx context.Context) error {
+	if t.site == nil {
+		return nil
+	}
+	return t.site.drain(ctx)
 }
 
 // privatePasskey is user i's passkey (32 characters, as a site makes them).
@@ -325,7 +353,13 @@ func benchAnnouncePrivate(ctx context.Context, o privateBenchOptions) error {
 			return err
 		}
 		defer stop()
-		targets = append(targets, &privateTarget{announceTarget: t, accounting: accounting, redis: infoClient, redisURL: rs.URL()})
+		target := &privateTarget{announceTarget: t, accounting: accounting, redis: infoClient, redisURL: rs.URL()}
+		if o.feed > 0 && o.site {
+			if target.site, err = newBenchSite(infoClient); err != nil {
+				return err
+			}
+		}
+		targets = append(targets, target)
 	}
 	where := "in this process"
 	if o.plugin != "" {
@@ -338,9 +372,12 @@ func benchAnnouncePrivate(ctx context.Context, o privateBenchOptions) error {
 	}
 	fmt.Printf("load: %d torrents, %d peers (each on one torrent) over %d users' passkeys, every announce reports transfer, numwant %d, %.0f%% seeders, %d in flight; per configuration and mode a warm-up of %s, then %d runs of %s (on, off, off, on, ...), each settled before the next\n",
 		o.torrents, o.peers, o.users, o.numWant, 100*o.seeders, o.concurrency, warmup, o.runs, o.runLength())
-	if o.feed > 0 {
-		fmt.Printf("feed: both trackers have an outbox; accounting.feed_interval %s\n", o.feed)
-	} else {
+	switch {
+	case o.feed > 0 && o.site:
+		fmt.Printf("feed: both trackers have an outbox; accounting.feed_interval %s; the site reads and acknowledges each outbox every %s while announces run, and once more after each run settled\n", o.feed, siteInterval)
+	case o.feed > 0:
+		fmt.Printf("feed: both trackers have an outbox; accounting.feed_interval %s; nothing reads the outbox (--site=false)\n", o.feed)
+	default:
 		fmt.Println("feed: off (no outbox)")
 	}
 	if o.onAccounting != "" {
@@ -363,7 +400,11 @@ func benchAnnouncePrivate(ctx context.Context, o privateBenchOptions) error {
 		for _, t := range targets {
 			cfg := o.loadConfig(mode, t.addr(mode), o.warmup, 0)
 			cfg.EachPeerOnce = o.warmup == 0
-			res, err := btloadgen.Run(ctx, cfg)
+			var res btloadgen.Result
+			err := t.sitePolling(ctx, func() (err error) {
+				res, err = btloadgen.Run(ctx, cfg)
+				return err
+			})
 			if err != nil {
 				return err
 			}
@@ -372,6 +413,9 @@ func benchAnnouncePrivate(ctx context.Context, o privateBenchOptions) error {
 			}
 			if err := o.settle(ctx, t, &announceRun{}); err != nil {
 				return fmt.Errorf("%s %s warm-up: %w", t.name, mode, err)
+			}
+			if err := t.afterSettle(ctx); err != nil {
+				return err
 			}
 			fmt.Printf("  warm-up %-14s %-14s %s\n", mode, t.name, res)
 		}
@@ -399,7 +443,11 @@ func benchAnnouncePrivate(ctx context.Context, o privateBenchOptions) error {
 				if err != nil {
 					return err
 				}
-				r, err := measureAnnounceRun(ctx, o.loadConfig(mode, t.addr(mode), o.announces, o.duration), t.announceTarget, t.redis, "")
+				var r announceRun
+				err = t.sitePolling(ctx, func() (err error) {
+					r, err = measureAnnounceRun(ctx, o.loadConfig(mode, t.addr(mode), o.announces, o.duration), t.announceTarget, t.redis, "")
+					return err
+				})
 				// The other tracker should be idle now: its last run
 				// settled. What it did meanwhile (a flush, a feed round, a
 				// GC cycle left over) took the machine from this run.
@@ -412,6 +460,9 @@ func benchAnnouncePrivate(ctx context.Context, o privateBenchOptions) error {
 				}
 				if err == nil {
 					err = o.settle(ctx, t, &r)
+				}
+				if err == nil {
+					err = t.afterSettle(ctx)
 				}
 				if stopProfile != nil {
 					stopProfile()
@@ -755,8 +806,12 @@ func (o *privateBenchOptions) reportCredit(ctx context.Context, t *privateTarget
 		feedOK := o.feed == 0 || t.accounting == (u.fed > 0)
 		ok := u.up > 0 && (t.accounting == (u.upCredited > 0)) && feedOK
 		if ok || time.Now().After(deadline) {
-			fmt.Printf("%s: user %s uploaded %d, downloaded %d bytes; credited %d up, %d down; outbox events appended %d\n",
-				t.name, user, u.up, u.down, u.upCredited, u.downCredited, u.fed)
+			acked := "nothing read it"
+			if t.site != nil {
+				acked = fmt.Sprintf("the site acknowledged %d", t.site.acknowledged())
+			}
+			fmt.Printf("%s: user %s uploaded %d, downloaded %d bytes; credited %d up, %d down; outbox events appended %d, %s\n",
+				t.name, user, u.up, u.down, u.upCredited, u.downCredited, u.fed, acked)
 			if !ok {
 				return fmt.Errorf("%s: user %s's totals or the outbox do not show the configuration", t.name, user)
 			}

@@ -59,7 +59,14 @@ func TestBenchAnnouncePrivateComparesAccountingOnAndOff(t *testing.T) {
 	require.NotEqual(t, "0", on[1])
 	require.Equal(t, on[1], on[3], "every torrent is normal: credited as raw")
 	require.Equal(t, on[2], on[4])
-	require.Regexp(t, `accounting-off: user u0 uploaded [1-9]\d*, downloaded \d+ bytes; credited 0 up, 0 down`, printed)
+	require.Regexp(t, `accounting-off: user u0 uploaded [1-9]\d*, downloaded \d+ bytes; credited 0 up, 0 down; outbox events appended 0, the site acknowledged 0`, printed)
+	// the site read and acknowledged every event the feed appended: the
+	// last run's settled, and the site caught up after it
+	fed := regexp.MustCompile(`accounting-on: .*; outbox events appended (\d+), the site acknowledged (\d+)`).FindStringSubmatch(printed)
+	require.NotNil(t, fed, printed)
+	require.NotEqual(t, "0", fed[1], printed)
+	require.Equal(t, fed[1], fed[2], printed)
+	require.Contains(t, printed, "the site reads and acknowledges each outbox")
 
 	_, err = runBench(t, "announce-private", "--users", "0")
 	require.ErrorContains(t, err, "--users")
