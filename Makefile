@@ -156,6 +156,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseUDPPacket$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./plugins/bittorrent/wire
 	$(GO) test -run '^$$' -fuzz '^FuzzParseCursor$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./plugins/bittorrent/outbox
 	$(GO) test -run '^$$' -fuzz '^FuzzVerifySignature$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./plugins/bittorrent/outbox
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRecord$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./plugins/bittorrent/outbox
 	$(GO) test -run '^$$' -fuzz '^FuzzBencodeWriter$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./plugins/bittorrent/wire
 	$(GO) test -run '^$$' -fuzz '^FuzzHTTPAnnounceWriter$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./plugins/bittorrent/wire
 	$(GO) test -run '^$$' -fuzz '^FuzzHTTPScrapeWriter$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./plugins/bittorrent/wire

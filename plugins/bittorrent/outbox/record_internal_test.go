@@ -99,3 +99,99 @@ func BenchmarkAppendRecord(b *testing.B) {
 		})
 	}
 }
+
+// TestDecodeRecordReadsTheFrame: every record appendRecord writes is read
+// by the frame (no scan of its body) into what json.Unmarshal reads from
+// it, and a record in another shape still decodes through json.Unmarshal.
+func TestDecodeRecordReadsTheFrame(t *testing.T) {
+	ats := []time.Time{time.Date(2026, 11, 29, 12, 50, 1, 234_567_000, time.UTC), time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+		time.Date(2026, 12, 1, 5, 0, 0, 1, time.FixedZone("x", -7*3600-30*60))}
+	bodies := []string{"", `{}`, `0`, `"s"`, `{"a": 1,  "b" : [1, 2 ,3]}`, `"<b>&amp;</b>"`, `{"at":"x"}`, `[",\"at\":"]`,
+		`{"x":"line` + "\u2028" + `"}`, `{"deep":{"er":[{"st":"q\"uote\\"}]}}`}
+	keys := []string{"k1", "transfers:5:0011223344556677", "a<b>&c", "caf\u00e9", `q"uo\te`, `ends\`, "sep\u2028"}
+	for _, at := range ats {
+		for _, body := range bodies {
+			for _, key := range keys {
+				raw, err := appendRecord(nil, 0, Event{Key: key, Kind: "k<ind>", Body: json.RawMessage(body)}, at)
+				require.NoError(t, err)
+				var want record
+				require.NoError(t, json.Unmarshal(raw, &want))
+				got, ok := decodeRecordFrame(string(raw))
+				require.True(t, ok, "%s", raw)
+				require.Equal(t, Stored{Key: want.Key, Kind: want.Kind, At: want.At, Body: want.Body}, got, "%s", raw)
+				require.True(t, want.At.Equal(at))
+			}
+		}
+	}
+	// another writer's spacing: not the frame, read as before
+	raw := `{ "key": "k", "kind": "x", "body": {"a": 1}, "at": "2026-12-01T05:00:00Z" }`
+	_, ok := decodeRecordFrame(raw)
+	require.False(t, ok)
+	s, err := decodeRecord(7, raw)
+	require.NoError(t, err)
+	require.Equal(t, Stored{ID: 7, Key: "k", Kind: "x", At: time.Date(2026, 12, 1, 5, 0, 0, 0, time.UTC), Body: json.RawMessage(`{"a": 1}`)}, s)
+	for _, bad := range []string{"", "{", `{"key":"k"`, `{"key":"k","kind":"x","body":,"at":"2026-12-01T05:00:00Z"}`,
+		`{"key":"k","kind":"x","body":1,"at":"yesterday"}`, `{"key":k,"kind":"x","body":1,"at":"2026-12-01T05:00:00Z"}`} {
+		_, ok := decodeRecordFrame(bad)
+		require.False(t, ok, bad)
+		_, err := decodeRecord(1, bad)
+		require.Error(t, err, bad)
+	}
+}
+
+// FuzzDecodeRecord: decoding never panics, and what the frame reads from
+// any text whose body is JSON is what json.Unmarshal reads from it.
+func FuzzDecodeRecord(f *testing.F) {
+	at := time.Date(2026, 11, 29, 12, 50, 1, 234_567_000, time.UTC)
+	for _, body := range []string{`{}`, `{"at":"x"}`, `[1,2]`, `null`} {
+		raw, err := appendRecord(nil, 0, Event{Key: `k"1`, Kind: "transfers", Body: json.RawMessage(body)}, at)
+		require.NoError(f, err)
+		f.Add(string(raw))
+	}
+	f.Add(`{"key":"k","kind":"x","body":1,"at":"2026-12-01T05:00:00Z","at":"2027-12-01T05:00:00Z"}`)
+	f.Fuzz(func(t *testing.T, raw string) {
+		got, ok := decodeRecordFrame(raw)
+		_, _ = decodeRecord(1, raw)
+		var want record
+		if !ok || !json.Valid(got.Body) || json.Unmarshal([]byte(raw), &want) != nil {
+			return
+		}
+		require.Equal(t, want.Key, got.Key, raw)
+		require.Equal(t, want.Kind, got.Kind, raw)
+		require.Equal(t, string(want.Body), string(got.Body), raw)
+		require.True(t, want.At.Equal(got.At), raw)
+	})
+}
+
+// BenchmarkDecodeRecord: one op reads the record of a 32 KB transfers-like
+// body, by its frame (decodeRecord) or by json.Unmarshal (before s51).
+func BenchmarkDecodeRecord(b *testing.B) {
+	row := `{"key":"1234:0123456789abcdef0123456789abcdef01234567:42","user_id":"1234","seq":42,"uploaded":123456789,"downloaded":987654321,"up_credited":123456789,"down_credited":0,"seed_seconds":3600,"leech_seconds":120}`
+	body := []byte(`{"version":2,"torrents":[{"info_hash":"0123456789abcdef0123456789abcdef01234567","torrent_id":"7","seeders":3,"leechers":1,"snatches":9,"rows":[`)
+	for len(body) < 32<<10 {
+		body = append(append(body, row...), ',')
+	}
+	body = append(body[:len(body)-1], "]}]}"...)
+	raw, err := appendRecord(nil, 0, Event{Key: "transfers:150:0011223344556677", Kind: "transfers", Body: body}, time.Now())
+	require.NoError(b, err)
+	text := string(raw)
+	b.Run("frame", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(raw)))
+		for b.Loop() {
+			if _, err := decodeRecord(1, text); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("json.Unmarshal", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(raw)))
+		for b.Loop() {
+			var r record
+			if err := json.Unmarshal([]byte(text), &r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
