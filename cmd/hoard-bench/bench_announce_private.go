@@ -67,6 +67,9 @@ type privateBenchOptions struct {
 	feed        time.Duration
 	// site: a site reads and acknowledges each outbox (benchSite).
 	site bool
+	// atOnce: runs in which both trackers take announces at the same
+	// time (atOnceRuns).
+	atOnce int
 	// onAccounting is JSON merged into the accounting-on tracker's
 	// "accounting" settings, to tell its parts' costs apart
 	onAccounting string
@@ -139,6 +142,7 @@ label tracker=accounting-on or tracker=accounting-off.`,
 	f.StringSliceVar(&o.modes, "modes", []string{string(btloadgen.ModeHTTPKeepAlive), string(btloadgen.ModeUDP)},
 		"modes to run: http-keepalive, http-close, udp")
 	f.IntVar(&o.runs, "runs", defaultPrivateRuns, "measured runs per configuration and mode; medians are reported")
+	f.IntVar(&o.atOnce, "at-once", defaultPrivateRuns, "then runs per mode in which both trackers take announces at the same time, --duration long, each half of --concurrency (0: none)")
 	f.IntVar(&o.announces, "announces", 0, "announces per measured run (0: no count, --duration ends it); with --duration, the first reached ends a run")
 	f.DurationVar(&o.duration, "duration", defaultPrivateDuration, "length of each measured run (0: --announces ends it)")
 	f.IntVar(&o.warmup, "warmup", 0, "announces at random peers per configuration and mode before measuring (0: every peer exactly once)")
@@ -169,6 +173,12 @@ func (o *privateBenchOptions) validate() error {
 		return errors.New("--duration must be between 0 and 1h")
 	case o.announces == 0 && o.duration == 0:
 		return errors.New("--announces and --duration are both 0: nothing would end a run")
+	case o.atOnce < 0 || o.atOnce > 100:
+		return errors.New("--at-once must be between 0 and 100")
+	case o.atOnce > 0 && o.duration == 0:
+		return errors.New("--at-once runs end with --duration: give one, or --at-once 0")
+	case o.atOnce > 0 && o.concurrency < 2:
+		return errors.New("--at-once halves --concurrency between the trackers: give at least 2")
 	case o.warmup < 0 || o.warmup > maxBenchAnnounces:
 		return fmt.Errorf("--warmup must be between 0 and %d", maxBenchAnnounces)
 	case o.torrents < 1 || o.torrents > 100_000:
@@ -383,10 +393,16 @@ func benchAnnouncePrivate(ctx context.Context, o privateBenchOptions) error {
 	if o.onAccounting != "" {
 		fmt.Printf("accounting-on's accounting settings also: %s\n", o.onAccounting)
 	}
+	if o.atOnce > 0 {
+		fmt.Printf("then per mode %d runs of %s with both trackers at once, %d in flight each, settled together (\"on/off at once\": on's rate over off's in the same run)\n",
+			o.atOnce, o.duration, o.concurrency/2)
+	}
 
 	type modeFigures struct {
 		mode btloadgen.Mode
 		runs [][]announceRun
+		// atOnce: each at-once run's on and off (atOnceRuns)
+		atOnce [][2]announceRun
 		// commands per target: INFO commandstats over the measured runs
 		commands  []commandStats
 		announces []int64
@@ -488,6 +504,9 @@ func benchAnnouncePrivate(ctx context.Context, o privateBenchOptions) error {
 				fig.runs[i] = append(fig.runs[i], r)
 			}
 		}
+		if fig.atOnce, err = o.atOnceRuns(ctx, mode, targets); err != nil {
+			return err
+		}
 		all = append(all, fig)
 	}
 
@@ -515,6 +534,11 @@ func benchAnnouncePrivate(ctx context.Context, o privateBenchOptions) error {
 		ratio, each := pairedRatios(fig.runs[0], fig.runs[1], func(r announceRun) float64 { return r.res.AnnouncesPerSec })
 		settledRatio, settledEach := pairedRatios(fig.runs[0], fig.runs[1], settledRate)
 		fmt.Printf("%-15s %-15s %10.2f %10.2f (run: %s; +settle: %s)\n", fig.mode, "on/off paired", ratio, settledRatio, each, settledEach)
+		if len(fig.atOnce) > 0 {
+			ratio, each := atOnceRatios(fig.atOnce, func(r announceRun) float64 { return r.res.AnnouncesPerSec })
+			settledRatio, settledEach := atOnceRatios(fig.atOnce, settledRate)
+			fmt.Printf("%-15s %-15s %10.2f %10.2f (run: %s; +settle: %s)\n", fig.mode, "on/off at once", ratio, settledRatio, each, settledEach)
+		}
 		// How far apart one peer's announces were (the pool over the
 		// rate): below the write-behind's second or the feed interval,
 		// announces of a peer were folded into one write, and the ratio

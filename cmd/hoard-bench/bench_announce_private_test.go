@@ -22,7 +22,7 @@ import (
 func TestBenchAnnouncePrivateComparesAccountingOnAndOff(t *testing.T) {
 	unittier.Skip(t, "it runs two redis-servers and two trackers")
 	printed, err := runBench(t, "announce-private", "--plugin", "", "--modes", "http-keepalive,udp", "--runs", "2",
-		"--announces", "300", "--torrents", "20", "--users", "3", "--concurrency", "4")
+		"--announces", "300", "--duration", "1s", "--at-once", "2", "--torrents", "20", "--users", "3", "--concurrency", "4")
 	require.NoError(t, err, printed)
 	for _, mode := range []string{"http-keepalive", "udp"} {
 		var rates, settled []float64
@@ -50,6 +50,21 @@ func TestBenchAnnouncePrivateComparesAccountingOnAndOff(t *testing.T) {
 			require.Positive(t, pairs[1])
 			require.Equal(t, median, strconv.FormatFloat(max(pairs[0], pairs[1]), 'f', 2, 64), "the median of two is the upper: %s", printed)
 		}
+		// and both at once, each run's on over its off, each run --duration long
+		atOnce := regexp.MustCompile(`(?m)^` + mode + ` +on/off at once +(\d+\.\d\d) +(\d+\.\d\d) \(run: (\d+\.\d\d) (\d+\.\d\d); \+settle: (\d+\.\d\d) (\d+\.\d\d)\)$`).FindStringSubmatch(printed)
+		require.NotNil(t, atOnce, printed)
+		for k := range 2 {
+			var rates [2]float64
+			for i, name := range []string{"accounting-on", "accounting-off"} {
+				run := regexp.MustCompile(`(?m)^  at once ` + strconv.Itoa(k+1) + ` +` + mode + ` +` + name + ` +` + mode + `: \d+ announces in (\S+) = (\d+)/s, .*, 0 errors, .*: (\d+)/s with it;`).FindStringSubmatch(printed)
+				require.NotNil(t, run, "%s at once %d %s: %s", mode, k+1, name, printed)
+				elapsed, err := time.ParseDuration(run[1])
+				require.NoError(t, err)
+				require.GreaterOrEqual(t, elapsed, time.Second, "--duration ends an at-once run: %s", printed)
+				rates[i] = parseFloat(t, run[2])
+			}
+			require.InDelta(t, rates[0]/rates[1], parseFloat(t, atOnce[3+k]), 0.01, printed)
+		}
 	}
 	// every run says what the other tracker used meanwhile (its last run
 	// settled, so little)
@@ -72,6 +87,8 @@ func TestBenchAnnouncePrivateComparesAccountingOnAndOff(t *testing.T) {
 	require.ErrorContains(t, err, "--users")
 	_, err = runBench(t, "announce-private", "--announces", "0", "--duration", "0")
 	require.ErrorContains(t, err, "nothing would end a run")
+	_, err = runBench(t, "announce-private", "--announces", "10", "--duration", "0")
+	require.ErrorContains(t, err, "--at-once runs end with --duration")
 	_, err = runBench(t, "announce-private", "--cpuprofile", filepath.Join(t.TempDir(), "p"), "--plugin", "bin/hoard-bittorrent")
 	require.ErrorContains(t, err, `--plugin ""`)
 	_, err = runBench(t, "announce-private", "--cpuprofile", filepath.Join(t.TempDir(), "p"), "--plugin", "", "--modes", "udp", "--cpuprofile-mode", "http-keepalive")
@@ -86,7 +103,7 @@ func TestBenchAnnouncePrivateProfilesEachTracker(t *testing.T) {
 	unittier.Skip(t, "it runs two redis-servers and two trackers")
 	path := filepath.Join(t.TempDir(), "private.pprof")
 	printed, err := runBench(t, "announce-private", "--plugin", "", "--modes", "udp", "--runs", "1",
-		"--duration", "1s", "--torrents", "20", "--users", "3", "--concurrency", "4", "--cpuprofile", path)
+		"--duration", "1s", "--at-once", "0", "--torrents", "20", "--users", "3", "--concurrency", "4", "--cpuprofile", path)
 	require.NoError(t, err, printed)
 	runs := regexp.MustCompile(`(?m)^  run 1 +udp +accounting-o(n|ff) +udp: \d+ announces in (\S+) = `).FindAllStringSubmatch(printed, -1)
 	require.Len(t, runs, 2, printed)
