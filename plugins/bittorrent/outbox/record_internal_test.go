@@ -75,13 +75,7 @@ func TestHTMLEscapedIsContainsAny(t *testing.T) {
 // BenchmarkAppendRecord: one op is the record of a 32 KB transfers-like
 // body, compacted and checked (Append) or as it is (AppendMarshalled).
 func BenchmarkAppendRecord(b *testing.B) {
-	row := `{"key":"1234:0123456789abcdef0123456789abcdef01234567:42","user_id":"1234","seq":42,"uploaded":123456789,"downloaded":987654321,"up_credited":123456789,"down_credited":0,"seed_seconds":3600,"leech_seconds":120}`
-	body := []byte(`{"version":2,"torrents":[{"info_hash":"0123456789abcdef0123456789abcdef01234567","torrent_id":"7","seeders":3,"leechers":1,"snatches":9,"rows":[`)
-	for len(body) < 32<<10 {
-		body = append(append(body, row...), ',')
-	}
-	body = append(body[:len(body)-1], "]}]}"...)
-	require.True(b, json.Valid(body))
+	body := transfersLikeBody(b)
 	e := Event{Key: "transfers:150:0011223344556677", Kind: "transfers", Body: body}
 	at := time.Date(2026, 11, 30, 12, 0, 0, 1, time.UTC)
 	for _, marshalled := range []bool{false, true} {
@@ -166,12 +160,7 @@ func FuzzDecodeRecord(f *testing.F) {
 // BenchmarkDecodeRecord: one op reads the record of a 32 KB transfers-like
 // body, by its frame (decodeRecord) or by json.Unmarshal (before s51).
 func BenchmarkDecodeRecord(b *testing.B) {
-	row := `{"key":"1234:0123456789abcdef0123456789abcdef01234567:42","user_id":"1234","seq":42,"uploaded":123456789,"downloaded":987654321,"up_credited":123456789,"down_credited":0,"seed_seconds":3600,"leech_seconds":120}`
-	body := []byte(`{"version":2,"torrents":[{"info_hash":"0123456789abcdef0123456789abcdef01234567","torrent_id":"7","seeders":3,"leechers":1,"snatches":9,"rows":[`)
-	for len(body) < 32<<10 {
-		body = append(append(body, row...), ',')
-	}
-	body = append(body[:len(body)-1], "]}]}"...)
+	body := transfersLikeBody(b)
 	raw, err := appendRecord(nil, 0, Event{Key: "transfers:150:0011223344556677", Kind: "transfers", Body: body}, time.Now())
 	require.NoError(b, err)
 	text := string(raw)
@@ -194,4 +183,17 @@ func BenchmarkDecodeRecord(b *testing.B) {
 			}
 		}
 	})
+}
+
+// transfersLikeBody is a 32 KB body shaped like a feed round's transfers
+// event: one torrent with many rows.
+func transfersLikeBody(tb testing.TB) []byte {
+	row := `{"key":"1234:0123456789abcdef0123456789abcdef01234567:42","user_id":"1234","seq":42,"uploaded":123456789,"downloaded":987654321,"up_credited":123456789,"down_credited":0,"seed_seconds":3600,"leech_seconds":120}`
+	body := []byte(`{"version":2,"torrents":[{"info_hash":"0123456789abcdef0123456789abcdef01234567","torrent_id":"7","seeders":3,"leechers":1,"snatches":9,"rows":[`)
+	for len(body) < 32<<10 {
+		body = append(append(body, row...), ',')
+	}
+	body = append(body[:len(body)-1], "]}]}"...)
+	require.True(tb, json.Valid(body))
+	return body
 }
