@@ -171,10 +171,7 @@ func Backoff(base, limit time.Duration, attempt int, jitter float64) time.Durati
 }
 
 func (o *Outbox) post(ctx context.Context, body WebhookBody) error {
-	payload, err := json.Marshal(body)
-	if err != nil {
-		return fmt.Errorf("encoding the request: %w", err)
-	}
+	payload := appendWebhookBody(nil, body)
 	ctx, cancel := context.WithTimeout(ctx, o.policy.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, o.policy.WebhookURL.String(), bytes.NewReader(payload))
@@ -266,4 +263,39 @@ func (o *Outbox) Stop() {
 	if done != nil {
 		<-done
 	}
+}
+
+// appendWebhookBody appends the text json.Marshal writes for body, each
+// event's body as the outbox stored it: json.Marshal checked and
+// compacted every body again (see AppendStoredJSON).
+func appendWebhookBody(b []byte, body WebhookBody) []byte {
+	b = append(b, `{"events":`...)
+	if body.Events == nil {
+		return append(b, `null}`...)
+	}
+	b = append(b, '[')
+	for i, e := range body.Events {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		id, _ := json.Marshal(e.ID) // a string always marshals
+		key, _ := json.Marshal(e.Key)
+		kind, _ := json.Marshal(e.Kind)
+		b = append(append(append(append(b, `{"id":`...), id...), `,"idempotency_key":`...), key...)
+		b = append(append(b, `,"kind":`...), kind...)
+		at, err := e.At.MarshalJSON()
+		if err != nil {
+			at = []byte(`null`) // a year past 9999: nothing stores one
+		}
+		b = append(append(b, `,"at":`...), at...)
+		b = strconv.AppendInt(append(b, `,"attempt":`...), int64(e.Attempt), 10)
+		b = append(b, `,"body":`...)
+		if len(e.Body) == 0 {
+			b = append(b, `null`...)
+		} else {
+			b = append(b, e.Body...)
+		}
+		b = append(b, '}')
+	}
+	return append(b, "]}"...)
 }

@@ -197,3 +197,66 @@ func transfersLikeBody(tb testing.TB) []byte {
 	require.True(tb, json.Valid(body))
 	return body
 }
+
+// TestAppendStoredJSONIsWhatJSONMarshalWrites: an event as the outbox
+// hands it out (decodeRecord of what appendRecord stored), with and
+// without attempts and a last error, is written byte for byte as
+// json.Marshal writes it.
+func TestAppendStoredJSONIsWhatJSONMarshalWrites(t *testing.T) {
+	at := time.Date(2026, 11, 29, 12, 50, 1, 234_567_000, time.FixedZone("y", 3600))
+	bodies := []string{"", `{}`, `{"a": 1,  "b" : [1, 2 ,3]}`, `"<b>&amp;</b>"`, `{"x":"line` + "\u2028" + `"}`, `{"k":"caf\u00e9"}`}
+	for _, body := range bodies {
+		for _, key := range []string{"k1", "a<b>&c", `q"uo\te`, "sep\u2029"} {
+			raw, err := appendRecord(nil, 0, Event{Key: key, Kind: "k<ind>", Body: json.RawMessage(body)}, at)
+			require.NoError(t, err)
+			s, err := decodeRecord(18446744073709551615, string(raw))
+			require.NoError(t, err)
+			for _, extra := range []Stored{{}, {Attempts: 3}, {LastError: "webhook answered 503 <Service Unavailable> & \"more\""}, {Attempts: 1, LastError: "x"}} {
+				s.Attempts, s.LastError = extra.Attempts, extra.LastError
+				want, err := json.Marshal(s)
+				require.NoError(t, err)
+				require.Equal(t, "prefix"+string(want), string(AppendStoredJSON([]byte("prefix"), s)), "%s", raw)
+			}
+		}
+	}
+	want, err := json.Marshal(Stored{ID: 1})
+	require.NoError(t, err)
+	require.Equal(t, string(want), string(AppendStoredJSON(nil, Stored{ID: 1})), "no body, the zero time")
+}
+
+// BenchmarkAppendStoredJSON: one op writes an event with a 32 KB
+// transfers-like body as the pull API answers it, by AppendStoredJSON or
+// by json.Marshal (c.JSON, before s51).
+func BenchmarkAppendStoredJSON(b *testing.B) {
+	s := Stored{ID: 17, Key: "transfers:150:0011223344556677", Kind: "transfers", At: time.Now(), Body: transfersLikeBody(b)}
+	b.Run("stored", func(b *testing.B) {
+		b.ReportAllocs()
+		var out []byte
+		for b.Loop() {
+			out = AppendStoredJSON(out[:0], s)
+		}
+	})
+	b.Run("json.Marshal", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := json.Marshal(s); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// TestWebhookBodyIsWhatJSONMarshalWrites: a webhook request's body is
+// byte for byte what json.Marshal wrote for it before s51.
+func TestWebhookBodyIsWhatJSONMarshalWrites(t *testing.T) {
+	at := time.Date(2026, 12, 1, 5, 50, 0, 123, time.FixedZone("z", -3600))
+	for _, events := range [][]WebhookEvent{nil, {}, {
+		{ID: "1", Key: "notice:1", Kind: "notice", At: at, Attempt: 1, Body: json.RawMessage(`{"user":"0"}`)},
+		{ID: "17", Key: "a<b>&\"c\"", Kind: "k<ind>", At: at, Attempt: 3, Body: json.RawMessage(`{"x":"\u003c"}`)},
+		{ID: "18", Key: "k", Kind: "cheat", Body: nil},
+	}} {
+		want, err := json.Marshal(WebhookBody{Events: events})
+		require.NoError(t, err)
+		require.Equal(t, "x"+string(want), string(appendWebhookBody([]byte("x"), WebhookBody{Events: events})))
+	}
+}
