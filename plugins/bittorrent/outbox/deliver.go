@@ -279,23 +279,9 @@ func appendWebhookBody(b []byte, body WebhookBody) []byte {
 			b = append(b, ',')
 		}
 		id, _ := json.Marshal(e.ID) // a string always marshals
-		key, _ := json.Marshal(e.Key)
-		kind, _ := json.Marshal(e.Kind)
-		b = append(append(append(append(b, `{"id":`...), id...), `,"idempotency_key":`...), key...)
-		b = append(append(b, `,"kind":`...), kind...)
-		at, err := e.At.MarshalJSON()
-		if err != nil {
-			at = []byte(`null`) // a year past 9999: nothing stores one
-		}
-		b = append(append(b, `,"at":`...), at...)
+		b = appendKeyKindAt(append(append(b, `{"id":`...), id...), e.Key, e.Kind, e.At)
 		b = strconv.AppendInt(append(b, `,"attempt":`...), int64(e.Attempt), 10)
-		b = append(b, `,"body":`...)
-		if len(e.Body) == 0 {
-			b = append(b, `null`...)
-		} else {
-			b = append(b, e.Body...)
-		}
-		b = append(b, '}')
+		b = append(appendBody(b, e.Body), '}')
 	}
 	return append(b, "]}"...)
 }

@@ -729,21 +729,8 @@ func (o *Outbox) Counts(ctx context.Context) (Counts, error) {
 func AppendStoredJSON(b []byte, s Stored) []byte {
 	b = append(b, `{"id":"`...)
 	b = strconv.AppendUint(b, s.ID, 10)
-	key, _ := json.Marshal(s.Key) // a string always marshals
-	b = append(append(b, `","idempotency_key":`...), key...)
-	kind, _ := json.Marshal(s.Kind)
-	b = append(append(b, `,"kind":`...), kind...)
-	at, err := s.At.MarshalJSON()
-	if err != nil {
-		at = []byte(`null`) // a year past 9999: json.Marshal would refuse it; nothing stores one
-	}
-	b = append(append(b, `,"at":`...), at...)
-	b = append(b, `,"body":`...)
-	if len(s.Body) == 0 {
-		b = append(b, `null`...)
-	} else {
-		b = append(b, s.Body...)
-	}
+	b = appendKeyKindAt(append(b, '"'), s.Key, s.Kind, s.At)
+	b = appendBody(b, s.Body)
 	if s.Attempts != 0 {
 		b = strconv.AppendInt(append(b, `,"attempts":`...), int64(s.Attempts), 10)
 	}
@@ -752,4 +739,28 @@ func AppendStoredJSON(b []byte, s Stored) []byte {
 		b = append(append(b, `,"last_error":`...), text...)
 	}
 	return append(b, '}')
+}
+
+// appendKeyKindAt appends an event's `,"idempotency_key":…,"kind":…,"at":…`
+// as json.Marshal writes them.
+func appendKeyKindAt(b []byte, key, kind string, at time.Time) []byte {
+	keyText, _ := json.Marshal(key) // a string always marshals
+	kindText, _ := json.Marshal(kind)
+	b = append(append(b, `,"idempotency_key":`...), keyText...)
+	b = append(append(b, `,"kind":`...), kindText...)
+	atText, err := at.MarshalJSON()
+	if err != nil {
+		atText = []byte(`null`) // a year past 9999: json.Marshal would refuse it; nothing stores one
+	}
+	return append(append(b, `,"at":`...), atText...)
+}
+
+// appendBody appends `,"body":` and a stored body as it is (null when
+// there is none).
+func appendBody(b []byte, body json.RawMessage) []byte {
+	b = append(b, `,"body":`...)
+	if len(body) == 0 {
+		return append(b, `null`...)
+	}
+	return append(b, body...)
 }
