@@ -54,9 +54,10 @@ func (s *benchSite) start(ctx context.Context) {
 		return
 	}
 	ctx, s.stop = context.WithCancel(ctx)
-	s.done = make(chan struct{})
+	done := make(chan struct{}) // the goroutine's own: stopPolling clears s.done
+	s.done = done
 	go func() {
-		defer close(s.done)
+		defer close(done)
 		tick := time.NewTicker(s.interval)
 		defer tick.Stop()
 		for {
