@@ -242,7 +242,8 @@ func (t *privateTarget) sitePolling(ctx context.Context, fn func() error) error 
 }
 
 // afterSettle reads and acknowledges what the feed delivered while the
-// run settled, so the next run starts with nothing left for the site.
+// run settled (settle calls it), so the next run starts with nothing
+// left for the site.
 func (t *privateTarget) afterSettle(ctx context.Context) error {
 	if t.site == nil {
 		return nil
@@ -430,9 +431,6 @@ func benchAnnouncePrivate(ctx context.Context, o privateBenchOptions) error {
 			if err := o.settle(ctx, t, &announceRun{}); err != nil {
 				return fmt.Errorf("%s %s warm-up: %w", t.name, mode, err)
 			}
-			if err := t.afterSettle(ctx); err != nil {
-				return err
-			}
 			fmt.Printf("  warm-up %-14s %-14s %s\n", mode, t.name, res)
 		}
 		for run := range o.runs {
@@ -476,9 +474,6 @@ func benchAnnouncePrivate(ctx context.Context, o privateBenchOptions) error {
 				}
 				if err == nil {
 					err = o.settle(ctx, t, &r)
-				}
-				if err == nil {
-					err = t.afterSettle(ctx)
 				}
 				if stopProfile != nil {
 					stopProfile()
@@ -683,7 +678,10 @@ func (o *privateBenchOptions) settle(ctx context.Context, t *privateTarget, r *a
 	if o.feed > 0 && t.accounting {
 		waiting = func(ctx context.Context) (int64, error) { return feedIndexed(ctx, t.redis) }
 	}
-	return settleRun(ctx, t.redis, t.processCPU, waiting, r)
+	if err := settleRun(ctx, t.redis, t.processCPU, waiting, r); err != nil {
+		return err
+	}
+	return t.afterSettle(ctx)
 }
 
 // settleRun is settle for any tracker on rdb: waiting, when not nil,

@@ -14,8 +14,8 @@ import (
 // takes half of --concurrency for --duration, and then both settle. The
 // runs in turn (on, off, off, on, ...) compare two half-minutes of a
 // machine whose speed swings by a third from one minute to the next on
-// this project's 2-core KVM (s50 and s51 saw one configuration's runs
-// spread from 7.6k to 13k announces/s in one invocation); at once, both
+// this project's 2-core KVM (one configuration's runs spread from 7.6k
+// to 12.5k announces/s in one invocation in s50, 9.4k to 13k in s51); at once, both
 // trackers meet the same moments. Each tracker still has its own Redis
 // and process, and the two share the machine's cores as they share the
 // load: a tracker that costs more CPU an announce answers fewer of its
@@ -43,9 +43,6 @@ func (o *privateBenchOptions) atOnceRuns(ctx context.Context, mode btloadgen.Mod
 		for i, t := range targets {
 			wg.Go(func() {
 				errs[i] = o.settle(ctx, t, &both[i])
-				if errs[i] == nil {
-					errs[i] = t.afterSettle(ctx)
-				}
 			})
 		}
 		wg.Wait()

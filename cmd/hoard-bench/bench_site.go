@@ -23,8 +23,7 @@ import (
 // decoding of what was read lands in this process, where a site's would
 // be on the site's machine.
 type benchSite struct {
-	box      *outbox.Outbox
-	interval time.Duration
+	box *outbox.Outbox
 
 	mu     sync.Mutex
 	stop   context.CancelFunc
@@ -43,10 +42,10 @@ func newBenchSite(rdb *redis.Client) (*benchSite, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &benchSite{box: outbox.New(rdb, outbox.Config{Policy: policy}), interval: siteInterval}, nil
+	return &benchSite{box: outbox.New(rdb, outbox.Config{Policy: policy})}, nil
 }
 
-// start polls every interval until stopPolling.
+// start polls every siteInterval until stopPolling.
 func (s *benchSite) start(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -58,7 +57,7 @@ func (s *benchSite) start(ctx context.Context) {
 	s.done = done
 	go func() {
 		defer close(done)
-		tick := time.NewTicker(s.interval)
+		tick := time.NewTicker(siteInterval)
 		defer tick.Stop()
 		for {
 			select {
