@@ -83,18 +83,18 @@ func (s *Store) FeedRound(ctx context.Context, deliver func(context.Context, []F
 // feedRound is FeedRound, and tells whether the round was complete: every
 // row held when it began was delivered.
 func (s *Store) feedRound(ctx context.Context, deliver func(context.Context, []FeedBatch) error) (int, bool, error) {
-	held, torrents := s.feed.take()
-	if len(held) == 0 {
+	taken := s.feed.take()
+	if len(taken) == 0 {
 		return 0, true, nil
 	}
 	// The rows go back to the buffer's spare once the round is done with
 	// them (holdAgain copies what it puts back).
-	defer s.feed.recycle(held, torrents)
+	defer s.feed.recycle(taken)
 	order := s.feed.takeOrder()
-	batches, spans := feedBatches(held, torrents, &order)
+	batches, spans, held := feedBatches(taken, &order)
 	s.feed.recycleOrder(order)
-	if err := s.readLastActions(ctx, batches, torrents); err != nil {
-		s.holdAgain(held, torrents)
+	if err := s.readLastActions(ctx, batches); err != nil {
+		s.holdAgain(held)
 		return 0, false, fmt.Errorf("swarm.FeedRound: %w", err)
 	}
 	delivered := 0
@@ -104,7 +104,7 @@ func (s *Store) feedRound(ctx context.Context, deliver func(context.Context, []F
 		call := batches[start:end]
 		if err := deliver(ctx, call); err != nil {
 			firstErr = firstError(firstErr, fmt.Errorf("swarm.FeedRound: delivering %d torrents: %w", len(call), err))
-			s.holdAgain(held[spans[start].first:spans[end-1].end], torrents)
+			s.holdAgain(held[spans[start].first:spans[end-1].end])
 			continue
 		}
 		for _, b := range call {
@@ -121,36 +121,49 @@ func (s *Store) feedRound(ctx context.Context, deliver func(context.Context, []F
 // sorted by feedBatches.
 type heldSpan struct{ first, end int }
 
-// feedBatches sorts a round's rows by torrent (info-hash order) and user
-// id, and makes one batch per torrent with its counters as the replies
-// said them; spans[i] is where batch i's rows are in held. The batches'
-// rows share one slice, made once per round: a round is about one row per
-// crediting announce.
-func feedBatches(held []heldRow, torrents map[bittorrent.InfoHash]seenTorrent, order *[]heldOrder) (batches []FeedBatch, spans []heldSpan) {
-	sortHeld(held, order)
-	rows := make([]FeedRow, len(held))
-	batches = make([]FeedBatch, 0, len(torrents))
-	spans = make([]heldSpan, 0, len(torrents))
-	for i := 0; i < len(held); {
-		hash := held[i].key.hash
-		t := torrents[hash]
-		b := FeedBatch{InfoHash: hash, TorrentID: t.id, Seeders: t.seeders, Leechers: t.leechers,
-			Snatches: t.snatches, LastAction: t.lastAction}
-		j := i
-		for ; j < len(held) && held[j].key.hash == hash; j++ {
-			rows[j] = held[j].row
-			b.Announced = max(b.Announced, held[j].announced)
+// feedBatches sorts a round's rows by torrent (info-hash order), user id
+// and seq, keeps each record's newest row (a record changed twice since
+// the last round was held twice; rows are cumulative, so the newest
+// carries both changes), and makes one batch per torrent with its
+// counters as the newest reply said them, and the latest time a reply
+// showed a seeder. held is the rows kept, in the batches' order: spans[i]
+// is where batch i's rows are in it. The batches' rows share one slice,
+// made once per round: a round is about one row per crediting announce.
+func feedBatches(taken []heldRow, order *[]heldOrder) (batches []FeedBatch, spans []heldSpan, held []heldRow) {
+	sortHeld(taken, order)
+	// One pass: a record's newest row is the last of its run, moved down
+	// to its place in held (never past the row being read); every row of
+	// a torrent, replaced or not, counts for its counters.
+	held = taken[:0]
+	rows := make([]FeedRow, 0, len(taken))
+	for i := 0; i < len(taken); {
+		hash := taken[i].key.hash
+		var t seenTorrent
+		lastAction, announced := int64(0), int64(0)
+		first := len(held)
+		for ; i < len(taken) && taken[i].key.hash == hash; i++ {
+			r := taken[i]
+			announced = max(announced, r.announced)
+			if r.torrent.at >= t.at {
+				t = r.torrent
+			}
+			lastAction = max(lastAction, r.torrent.lastAction)
+			if i+1 < len(taken) && taken[i+1].key == r.key {
+				continue
+			}
+			held = append(held, r)
+			rows = append(rows, r.row)
 		}
-		b.Rows = rows[i:j:j]
-		spans = append(spans, heldSpan{i, j})
-		batches = append(batches, b)
-		i = j
+		batches = append(batches, FeedBatch{InfoHash: hash, TorrentID: t.id, Seeders: t.seeders, Leechers: t.leechers,
+			Snatches: t.snatches, LastAction: lastAction, Announced: announced, Rows: rows[first:len(held):len(held)]})
+		spans = append(spans, heldSpan{first, len(held)})
 	}
-	return batches, spans
+	clear(taken[len(held):]) // the strings of the rows replaced
+	return batches, spans, held
 }
 
 // heldOrder is a held row's place in the sort: its info-hash as three
-// words and its user, with the row's index. Sorting these and then moving
+// words, its user and its seq, with the row's index. Sorting these and then moving
 // each row once costs a round less than sorting the rows themselves (some
 // 130 bytes each, moved at every swap; the sort was 40% of
 // BenchmarkFeedBufferRound).
@@ -158,11 +171,12 @@ type heldOrder struct {
 	hi, mid uint64
 	lo      uint32
 	i       int
+	seq     int64
 	user    string
 }
 
-// sortHeld sorts held by info-hash, then user id (a record is held once,
-// so no two rows compare equal). scratch is the sort's order, grown as
+// sortHeld sorts held by info-hash, then user id, then seq (a record's
+// rows oldest first). scratch is the sort's order, grown as
 // needed, for the next round to reuse (feedBuffer.takeOrder).
 func sortHeld(held []heldRow, scratch *[]heldOrder) {
 	if cap(*scratch) < len(held) {
@@ -173,7 +187,7 @@ func sortHeld(held []heldRow, scratch *[]heldOrder) {
 	for i := range held {
 		h := &held[i].key.hash
 		order[i] = heldOrder{hi: binary.BigEndian.Uint64(h[:8]), mid: binary.BigEndian.Uint64(h[8:16]),
-			lo: binary.BigEndian.Uint32(h[16:]), i: i, user: held[i].key.user}
+			lo: binary.BigEndian.Uint32(h[16:]), i: i, seq: held[i].row.Seq, user: held[i].key.user}
 	}
 	slices.SortFunc(order, func(a, b heldOrder) int {
 		if c := cmp.Compare(a.hi, b.hi); c != 0 {
@@ -185,7 +199,10 @@ func sortHeld(held []heldRow, scratch *[]heldOrder) {
 		if c := cmp.Compare(a.lo, b.lo); c != 0 {
 			return c
 		}
-		return strings.Compare(a.user, b.user)
+		if c := strings.Compare(a.user, b.user); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.seq, b.seq)
 	})
 	// Move the rows into their places, one cycle of the permutation at a
 	// time: held[k] takes the row at order[k].i, and a placed k is marked
@@ -216,12 +233,12 @@ func sortHeld(held []heldRow, scratch *[]heldOrder) {
 // readLastActions reads the stored last_action of the torrents no reply
 // showed a seeder for (a torrent with one: the reply's time is its
 // last_action), one pipeline; the other counters are the replies'.
-func (s *Store) readLastActions(ctx context.Context, batches []FeedBatch, torrents map[bittorrent.InfoHash]seenTorrent) error {
+func (s *Store) readLastActions(ctx context.Context, batches []FeedBatch) error {
 	var reads []*redis.StringCmd
 	var which []int
 	pipe := s.rdb.Pipeline()
 	for i := range batches {
-		if torrents[batches[i].InfoHash].lastAction == 0 {
+		if batches[i].LastAction == 0 {
 			reads = append(reads, pipe.HGet(ctx, btstore.TorrentKey(batches[i].InfoHash), "last_action"))
 			which = append(which, i)
 		}
@@ -239,10 +256,11 @@ func (s *Store) readLastActions(ctx context.Context, batches []FeedBatch, torren
 }
 
 // holdAgain puts a round's rows back into the buffer, a refused delivery's
-// or a failed read's: each only while no newer row of its record came in.
-func (s *Store) holdAgain(rows []heldRow, torrents map[bittorrent.InfoHash]seenTorrent) {
+// or a failed read's (a newer row of the record held meanwhile wins in
+// the next round).
+func (s *Store) holdAgain(rows []heldRow) {
 	for _, r := range rows {
-		if n := s.feed.hold(r, torrents[r.key.hash], s.cfg.FeedBufferRows); n > 0 {
+		if n := s.feed.hold(r, s.cfg.FeedBufferRows); n > 0 {
 			s.counters.feedRowsDropped.Add(int64(n))
 		}
 	}
@@ -251,13 +269,15 @@ func (s *Store) holdAgain(rows []heldRow, torrents map[bittorrent.InfoHash]seenT
 // holdRow keeps a feed row (from a credit reply, user_feed's) for the
 // feed round, with the torrent's counters from the same reply.
 func (s *Store) holdRow(hash bittorrent.InfoHash, announced int64, row FeedRow, t seenTorrent) {
-	r := heldRow{key: rowKey{hash: hash, user: row.UserID}, announced: announced, row: row}
-	if n := s.feed.hold(r, t, s.cfg.FeedBufferRows); n > 0 {
+	r := heldRow{key: rowKey{hash: hash, user: row.UserID}, announced: announced, row: row, torrent: t}
+	if n := s.feed.hold(r, s.cfg.FeedBufferRows); n > 0 {
 		s.counters.feedRowsDropped.Add(int64(n))
 	}
 }
 
-// FeedRowsHeld is how many rows this frontend holds for its next round.
+// FeedRowsHeld is how many rows this frontend holds for its next round:
+// one per change (a record changed twice holds two, of which the round
+// delivers the newest).
 func (s *Store) FeedRowsHeld() int { return s.feed.held() }
 
 // drainLegacyFeed delivers, once, the rows an earlier build left in Redis

@@ -3,6 +3,7 @@ package swarm
 import (
 	"bytes"
 	"encoding/hex"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -38,27 +39,34 @@ func TestFeedRowParsesUserFeedsLayout(t *testing.T) {
 	require.False(t, ok)
 }
 
-// feedBatches leaves a round's rows in info-hash, then user order, each
-// row whole (its figures moved with its key), and makes one batch per
-// torrent over its span of them, whatever order they came in.
+// feedBatches leaves a round's newest row per record in info-hash, then
+// user order, each row whole (its figures moved with its key), and makes
+// one batch per torrent over its span of them, with the newest reply's
+// counters and the latest seeder time among all the torrent's rows,
+// whatever order they came in.
 func TestFeedBatchesSortsTheRows(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	hashes := []bittorrent.InfoHash{{}, {0xff}, {19: 1}, {8: 1}, {16: 1}, {0xff, 19: 0xff}}
-	for _, n := range []int{0, 1, 2, 3, 17, 200} { // of the 240 records
-		var held []heldRow
-		seen := map[rowKey]bool{}
-		torrents := map[bittorrent.InfoHash]seenTorrent{}
-		for len(held) < n {
+	for _, n := range []int{0, 1, 2, 3, 17, 200, 600} { // of the 240 records, some held twice or more
+		var taken []heldRow
+		newest := map[rowKey]heldRow{}
+		type counters struct{ at, lastAction int64 }
+		torrents := map[bittorrent.InfoHash]counters{}
+		for len(taken) < n {
 			k := rowKey{hash: hashes[rng.IntN(len(hashes))], user: strconv.Itoa(rng.IntN(40))}
-			if seen[k] {
-				continue
+			at := int64(rng.IntN(1000) + 1)
+			seen := seenTorrent{id: hex.EncodeToString(k.hash[:]), seeders: at, at: at}
+			if rng.IntN(3) == 0 {
+				seen.lastAction = at
 			}
-			seen[k] = true
-			torrents[k.hash] = seenTorrent{id: hex.EncodeToString(k.hash[:])}
-			held = append(held, heldRow{key: k, announced: int64(len(held)),
-				row: FeedRow{UserID: k.user, Seq: int64(len(held)), Uploaded: int64(1000 + len(held))}})
+			r := heldRow{key: k, announced: at, torrent: seen,
+				row: FeedRow{UserID: k.user, Seq: int64(len(taken)), Uploaded: int64(1000 + len(taken))}}
+			taken = append(taken, r)
+			newest[k] = r // the seqs grow with len(taken)
+			c := torrents[k.hash]
+			torrents[k.hash] = counters{at: max(c.at, at), lastAction: max(c.lastAction, seen.lastAction)}
 		}
-		want := slices.Clone(held)
+		want := slices.Collect(maps.Values(newest))
 		slices.SortFunc(want, func(a, b heldRow) int {
 			if c := bytes.Compare(a.key.hash[:], b.key.hash[:]); c != 0 {
 				return c
@@ -66,11 +74,18 @@ func TestFeedBatchesSortsTheRows(t *testing.T) {
 			return strings.Compare(a.key.user, b.key.user)
 		})
 		var order []heldOrder
-		batches, spans := feedBatches(held, torrents, &order)
-		require.Equal(t, want, held, "%d rows", n)
+		batches, spans, held := feedBatches(taken, &order)
+		if len(want) == 0 {
+			require.Empty(t, held)
+		} else {
+			require.Equal(t, want, held, "%d rows", n)
+		}
 		require.Len(t, batches, len(torrents))
 		for i, b := range batches {
 			require.Equal(t, hex.EncodeToString(b.InfoHash[:]), b.TorrentID)
+			require.Equal(t, torrents[b.InfoHash].at, b.Seeders, "the newest reply's counters")
+			require.Equal(t, torrents[b.InfoHash].at, b.Announced)
+			require.Equal(t, torrents[b.InfoHash].lastAction, b.LastAction, "the latest seeder time of any row")
 			for j, row := range b.Rows {
 				h := held[spans[i].first+j]
 				require.Equal(t, b.InfoHash, h.key.hash)

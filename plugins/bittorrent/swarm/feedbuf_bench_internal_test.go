@@ -39,11 +39,11 @@ func BenchmarkFeedBufferRound(b *testing.B) {
 		}
 		hash, user := hashes[p/peersEach], ids[p%users]
 		buf.hold(heldRow{key: rowKey{hash: hash, user: user}, announced: int64(n),
-			row: FeedRow{UserID: user, Seq: int64(n), Uploaded: int64(n)}}, seenTorrent{id: "t", at: int64(n)}, 100_000)
+			row: FeedRow{UserID: user, Seq: int64(n), Uploaded: int64(n)}, torrent: seenTorrent{id: "t", at: int64(n)}}, 100_000)
 		if n%perRound == perRound-1 {
-			held, seen := buf.take()
-			feedBatches(held, seen, &order)
-			buf.recycle(held, seen)
+			taken := buf.take()
+			feedBatches(taken, &order)
+			buf.recycle(taken)
 		}
 	}
 }
