@@ -3,6 +3,7 @@ package swarm
 import (
 	"net/netip"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -50,25 +51,57 @@ func TestAddressPairs(t *testing.T) {
 	}
 }
 
-// A shard full of pairs is forgotten at once, so the whole stays within
-// maxAddressesCached.
+// The table is bounded by construction (maxAddressesCached slots): a
+// bucket full of other pairs forgets its oldest send, and only it; the
+// others stay remembered.
 func TestAddressSeenBounded(t *testing.T) {
 	var seen addressSeen
 	first := addressPairOf("alice", netip.AddrFrom4([4]byte{10, 0, 0, 0}))
 	require.False(t, seen.sentLately(first, 0, 1000))
-	sh := seen.shard(first)
-	for i := 1; len(sh.sent) < maxAddressesCached/addressShards; i++ {
-		seen.sentLately(addressPairOf("alice", netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})), 0, 1000)
+	require.Len(t, seen.slots, maxAddressesCached)
+	// addressWays more pairs of first's bucket, each sent later.
+	buckets := uint64(maxAddressesCached / addressWays)
+	var others []addressPair
+	for i := 1; len(others) < addressWays; i++ {
+		p := addressPairOf("alice", netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}))
+		if p.key()%buckets == first.key()%buckets {
+			others = append(others, p)
+		}
 	}
-	require.True(t, seen.sentLately(first, 1, 1000), "still remembered while the shard is at its bound")
-	require.False(t, seen.sentLately(addressPairOf("alice", netip.AddrFrom4([4]byte{11, 0, 0, 0})), 1, 1000))
-	total := 0
-	for i := range seen.shards {
-		total += len(seen.shards[i].sent)
+	for i, p := range others[:addressWays-1] {
+		require.False(t, seen.sentLately(p, int64(1+i), 1000))
 	}
-	require.LessOrEqual(t, total, maxAddressesCached)
-	require.Len(t, sh.sent, 1, "the full shard started afresh")
-	require.False(t, seen.sentLately(first, 2, 1000), "a forgotten pair is sent again")
+	require.True(t, seen.sentLately(first, 10, 1000), "still remembered while the bucket has room")
+	require.False(t, seen.sentLately(others[addressWays-1], 11, 1000), "a full bucket takes it")
+	require.False(t, seen.sentLately(first, 12, 1000), "in the place of the oldest send: first's, sent again")
+	for i, p := range others[1:] {
+		require.True(t, seen.sentLately(p, 13, 1000), "pair %d stays remembered", i+1)
+	}
+	require.False(t, seen.sentLately(others[0], 14, 1000), "first's second send took the oldest then: others[0]")
+}
+
+// Many goroutines asking at once (run with -race): each pair's first
+// answer is a send, and its second, at once after, finds it, but where
+// four other pairs of its bucket came in between (a few in 8,000).
+func TestAddressSeenConcurrent(t *testing.T) {
+	var seen addressSeen
+	var wg sync.WaitGroup
+	var found atomic.Int64
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 1000 {
+				p := addressPairOf(strconv.Itoa(g), netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}))
+				require.False(t, seen.sentLately(p, 5, 1000))
+				if seen.sentLately(p, 6, 1000) {
+					found.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.GreaterOrEqual(t, found.Load(), int64(7_990))
 }
 
 // BenchmarkAddressSeen is the per-announce check with accounting on, all
