@@ -138,6 +138,7 @@ func (b *feedBuffer) take() []heldRow {
 	if len(b.rows) == b.front {
 		return nil
 	}
+	clear(b.rows[:b.front]) // the strings of the dropped rows
 	rows := b.rows[b.front:]
 	b.rows, b.front, b.spare = b.spare[:0], 0, nil
 	return rows
