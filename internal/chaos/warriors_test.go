@@ -39,6 +39,11 @@ type warriorPlan struct {
 	// releaseRate, dieRate and failRate (a failure report, POST
 	// /<slug>/fail) are chances per claim.
 	releaseRate, dieRate, failRate float64
+	// firstFailAt is the claim (counting from 1) whose items include the
+	// warrior's first failure report, whatever failRate draws: at 1% a
+	// claim, a short run could otherwise end with no report at all, and
+	// the failed path would go untested by chance (CI saw it once).
+	firstFailAt int
 	// work is about the mean time from one claim to the next: a pause of
 	// up to half of it before claiming, then a quarter to all of it spent
 	// on the items before reporting them.
@@ -54,6 +59,7 @@ func warriorPlans(count, frontends int, work time.Duration) []warriorPlan {
 			multi:       1,
 			releaseRate: 0.03,
 			failRate:    0.01,
+			firstFailAt: 2 + i%5,
 			work:        work,
 		}
 		if i >= count/2 {
@@ -155,6 +161,11 @@ type warrior struct {
 	// to stop.
 	draining *atomic.Bool
 	stop     *atomic.Bool
+	// claimsSeen counts this warrior's claims that handed out items;
+	// failOwed is a failure report decided and not yet answered with a
+	// 200 (a kill or a stall ate it): the next claim's items carry it.
+	claimsSeen int
+	failOwed   bool
 }
 
 // run claims, works and reports until stop is set. It never cancels a
@@ -187,9 +198,14 @@ func (w *warrior) run() {
 				items = items[cut:]
 			}
 		}
-		if !draining && len(items) > 0 && w.rng.Float64() < w.plan.failRate {
+		w.claimsSeen++
+		if w.claimsSeen == w.plan.firstFailAt || w.rng.Float64() < w.plan.failRate {
+			w.failOwed = true
+		}
+		if !draining && len(items) > 0 && w.failOwed {
 			if w.fail(items[:1]) {
 				items = items[1:]
+				w.failOwed = false
 			}
 		}
 		if len(items) > 0 {
