@@ -50,21 +50,27 @@ import (
 // summary prints how far apart a peer's announces were.
 
 type privateBenchOptions struct {
-	modes       []string
-	runs        int
-	announces   int
-	duration    time.Duration
-	warmup      int
-	torrents    int
-	peers       int
-	users       int
-	numWant     int
-	seeders     float64
-	concurrency int
-	seed        uint64
-	pipelines   int
-	plugin      string
-	feed        time.Duration
+	modes     []string
+	runs      int
+	announces int
+	duration  time.Duration
+	warmup    int
+	// warmupPasses is how many times the warm-up announces every peer
+	// (with warmup 0): the first pass makes each peer known, each later
+	// one a re-announce with transfer, so every record has had a change
+	// before the runs (its seq, writer stamp and first ledger entry
+	// written), as a running tracker's records have.
+	warmupPasses int
+	torrents     int
+	peers        int
+	users        int
+	numWant      int
+	seeders      float64
+	concurrency  int
+	seed         uint64
+	pipelines    int
+	plugin       string
+	feed         time.Duration
 	// site: a site reads and acknowledges each outbox (benchSite).
 	site bool
 	// atOnce: runs in which both trackers take announces at the same
@@ -146,6 +152,7 @@ label tracker=accounting-on or tracker=accounting-off.`,
 	f.IntVar(&o.announces, "announces", 0, "announces per measured run (0: no count, --duration ends it); with --duration, the first reached ends a run")
 	f.DurationVar(&o.duration, "duration", defaultPrivateDuration, "length of each measured run (0: --announces ends it)")
 	f.IntVar(&o.warmup, "warmup", 0, "announces at random peers per configuration and mode before measuring (0: every peer exactly once)")
+	f.IntVar(&o.warmupPasses, "warmup-passes", 1, "with --warmup 0: how many times the warm-up announces every peer (2: every record has been credited once before the runs)")
 	f.IntVar(&o.torrents, "torrents", defaultPrivateTorrents, "registered torrents the announces spread over")
 	f.IntVar(&o.peers, "peers", 0, fmt.Sprintf("simulated peers (0: %d x --torrents)", defaultPrivatePeersPerTorrent))
 	f.IntVar(&o.users, "users", defaultPrivateUsers, "registered users; peer p announces with user p mod --users's passkey")
@@ -181,6 +188,10 @@ func (o *privateBenchOptions) validate() error {
 		return errors.New("--at-once halves --concurrency between the trackers: give at least 2")
 	case o.warmup < 0 || o.warmup > maxBenchAnnounces:
 		return fmt.Errorf("--warmup must be between 0 and %d", maxBenchAnnounces)
+	case o.warmupPasses < 1 || o.warmupPasses > 20:
+		return errors.New("--warmup-passes must be between 1 and 20")
+	case o.warmup > 0 && o.warmupPasses != 1:
+		return errors.New("--warmup-passes counts passes over every peer: only with --warmup 0")
 	case o.torrents < 1 || o.torrents > 100_000:
 		return errors.New("--torrents must be between 1 and 100000 (each is registered before the runs)")
 	case o.peers < 0 || o.peers > 100*maxBenchTorrents:
@@ -378,6 +389,9 @@ func benchAnnouncePrivate(ctx context.Context, o privateBenchOptions) error {
 	}
 	fmt.Printf("bench announce-private: trackers %s; GOMAXPROCS=%d; load average %s\n", where, runtime.GOMAXPROCS(0), loadAverage())
 	warmup := "every peer announcing once"
+	if o.warmupPasses > 1 {
+		warmup = fmt.Sprintf("every peer announcing %d times (each record credited before the runs)", o.warmupPasses)
+	}
 	if o.warmup > 0 {
 		warmup = fmt.Sprintf("%d announces at random peers", o.warmup)
 	}
@@ -415,23 +429,25 @@ func benchAnnouncePrivate(ctx context.Context, o privateBenchOptions) error {
 		fig := modeFigures{mode: mode, runs: make([][]announceRun, len(targets)),
 			commands: []commandStats{{}, {}}, announces: make([]int64, len(targets))}
 		for _, t := range targets {
-			cfg := o.loadConfig(mode, t.addr(mode), o.warmup, 0)
-			cfg.EachPeerOnce = o.warmup == 0
-			var res btloadgen.Result
-			err := t.sitePolling(ctx, func() (err error) {
-				res, err = btloadgen.Run(ctx, cfg)
-				return err
-			})
-			if err != nil {
-				return err
+			for pass := range o.warmupPasses {
+				cfg := o.loadConfig(mode, t.addr(mode), o.warmup, 0)
+				cfg.EachPeerOnce = o.warmup == 0
+				var res btloadgen.Result
+				err := t.sitePolling(ctx, func() (err error) {
+					res, err = btloadgen.Run(ctx, cfg)
+					return err
+				})
+				if err != nil {
+					return err
+				}
+				if res.Announces == 0 {
+					return fmt.Errorf("%s %s warm-up: no announce succeeded (%s)", t.name, mode, res.FirstError)
+				}
+				if err := o.settle(ctx, t, &announceRun{}); err != nil {
+					return fmt.Errorf("%s %s warm-up: %w", t.name, mode, err)
+				}
+				fmt.Printf("  warm-up %-14s %-14s pass %d: %s\n", mode, t.name, pass+1, res)
 			}
-			if res.Announces == 0 {
-				return fmt.Errorf("%s %s warm-up: no announce succeeded (%s)", t.name, mode, res.FirstError)
-			}
-			if err := o.settle(ctx, t, &announceRun{}); err != nil {
-				return fmt.Errorf("%s %s warm-up: %w", t.name, mode, err)
-			}
-			fmt.Printf("  warm-up %-14s %-14s %s\n", mode, t.name, res)
 		}
 		for run := range o.runs {
 			for _, i := range runOrder(run, len(targets)) {

@@ -22,8 +22,12 @@ import (
 func TestBenchAnnouncePrivateComparesAccountingOnAndOff(t *testing.T) {
 	unittier.Skip(t, "it runs two redis-servers and two trackers")
 	printed, err := runBench(t, "announce-private", "--plugin", "", "--modes", "http-keepalive,udp", "--runs", "2",
-		"--announces", "300", "--duration", "1s", "--at-once", "2", "--torrents", "20", "--users", "3", "--concurrency", "4")
+		"--announces", "300", "--duration", "1s", "--at-once", "2", "--torrents", "20", "--users", "3", "--concurrency", "4", "--warmup-passes", "2")
 	require.NoError(t, err, printed)
+	// two warm-up passes over every peer per tracker and mode, the load
+	// line saying so
+	require.Contains(t, printed, "every peer announcing 2 times")
+	require.Len(t, regexp.MustCompile(`(?m)^  warm-up \S+ +accounting-(on|off) +pass 2: `).FindAllString(printed, -1), 4, printed)
 	for _, mode := range []string{"http-keepalive", "udp"} {
 		var rates, settled []float64
 		for _, name := range []string{"accounting-on", "accounting-off"} {
@@ -93,6 +97,10 @@ func TestBenchAnnouncePrivateComparesAccountingOnAndOff(t *testing.T) {
 	require.ErrorContains(t, err, "--at-once halves --concurrency")
 	_, err = runBench(t, "announce-private", "--at-once", "-1")
 	require.ErrorContains(t, err, "--at-once must be between 0 and 100")
+	_, err = runBench(t, "announce-private", "--warmup-passes", "0")
+	require.ErrorContains(t, err, "--warmup-passes must be between 1 and 20")
+	_, err = runBench(t, "announce-private", "--warmup", "100", "--warmup-passes", "2")
+	require.ErrorContains(t, err, "only with --warmup 0")
 	_, err = runBench(t, "announce-private", "--cpuprofile", filepath.Join(t.TempDir(), "p"), "--plugin", "bin/hoard-bittorrent")
 	require.ErrorContains(t, err, `--plugin ""`)
 	_, err = runBench(t, "announce-private", "--cpuprofile", filepath.Join(t.TempDir(), "p"), "--plugin", "", "--modes", "udp", "--cpuprofile-mode", "http-keepalive")
