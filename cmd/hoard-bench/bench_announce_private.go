@@ -49,6 +49,10 @@ import (
 // the ratio measured that feedback, not what accounting costs. The
 // summary prints how far apart a peer's announces were.
 
+// maxWarmupPasses bounds --warmup-passes: each pass announces every peer
+// once (400,000 by default, about a minute a tracker and transport).
+const maxWarmupPasses = 20
+
 type privateBenchOptions struct {
 	modes     []string
 	runs      int
@@ -188,8 +192,8 @@ func (o *privateBenchOptions) validate() error {
 		return errors.New("--at-once halves --concurrency between the trackers: give at least 2")
 	case o.warmup < 0 || o.warmup > maxBenchAnnounces:
 		return fmt.Errorf("--warmup must be between 0 and %d", maxBenchAnnounces)
-	case o.warmupPasses < 1 || o.warmupPasses > 20:
-		return errors.New("--warmup-passes must be between 1 and 20")
+	case o.warmupPasses < 1 || o.warmupPasses > maxWarmupPasses:
+		return fmt.Errorf("--warmup-passes must be between 1 and %d", maxWarmupPasses)
 	case o.warmup > 0 && o.warmupPasses != 1:
 		return errors.New("--warmup-passes counts passes over every peer: only with --warmup 0")
 	case o.torrents < 1 || o.torrents > 100_000:
@@ -429,9 +433,9 @@ func benchAnnouncePrivate(ctx context.Context, o privateBenchOptions) error {
 		fig := modeFigures{mode: mode, runs: make([][]announceRun, len(targets)),
 			commands: []commandStats{{}, {}}, announces: make([]int64, len(targets))}
 		for _, t := range targets {
+			cfg := o.loadConfig(mode, t.addr(mode), o.warmup, 0)
+			cfg.EachPeerOnce = o.warmup == 0
 			for pass := range o.warmupPasses {
-				cfg := o.loadConfig(mode, t.addr(mode), o.warmup, 0)
-				cfg.EachPeerOnce = o.warmup == 0
 				var res btloadgen.Result
 				err := t.sitePolling(ctx, func() (err error) {
 					res, err = btloadgen.Run(ctx, cfg)
