@@ -111,7 +111,7 @@ func (r *run) appendHTTPRequest(dst []byte, a *announce, closeEach bool) []byte 
 	q := wire.AnnounceQuery{
 		InfoHash: a.infoHash, PeerID: a.peerID, Port: a.port, Left: a.left,
 		Uploaded: a.uploaded, Downloaded: a.downloaded,
-		Compact: true, NumWant: r.cfg.NumWant, Key: strconv.FormatUint(uint64(a.key), 16),
+		Compact: true, NumWant: r.cfg.NumWant, Key: strconv.FormatUint(uint64(a.key), 16), Event: a.event,
 	}
 	dst = wire.AppendAnnounceQuery(dst, &q)
 	dst = append(dst, " HTTP/1.1\r\nHost: "...)

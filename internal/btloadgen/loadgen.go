@@ -22,6 +22,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/hoardproject/hoard/plugins/bittorrent/wire"
 )
 
 // Mode is how announces are sent.
@@ -98,6 +100,15 @@ type Config struct {
 	Duration  time.Duration
 	// Timeout bounds each announce (default 5s); a timeout is an error.
 	Timeout time.Duration
+	// StopFraction is the fraction of announces that are a peer leaving
+	// (event=stopped, as a client that quits or drops the torrent sends);
+	// the peer's next announce comes back with event=started, a new
+	// session. 0: none, every announce a plain one (no event). Real
+	// swarms always churn, so a tracker's store always holds some
+	// records counting down to their expiry (hoard keeps a stopped
+	// peer's record PeerRetention longer): a run without churn measures
+	// a store with no expiring key at all, which no running tracker has.
+	StopFraction float64
 	// ForwardedFor sends every HTTP announce with an X-Forwarded-For
 	// header naming the peer's own IPv4 address (PeerIP), so a tracker
 	// that trusts loopback as a proxy sees Peers distinct clients instead
@@ -216,6 +227,9 @@ func (c *Config) withDefaults() (Config, error) {
 	case out.SeederFraction > 1:
 		return out, fmt.Errorf("loadgen: SeederFraction %v is more than 1", out.SeederFraction)
 	}
+	if out.StopFraction < 0 || out.StopFraction >= 1 {
+		return out, fmt.Errorf("loadgen: StopFraction %v must be at least 0 and below 1", out.StopFraction)
+	}
 	if out.Concurrency <= 0 {
 		out.Concurrency = DefaultConcurrency
 	}
@@ -304,6 +318,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		budgeted: cfg.Announces > 0,
 	}
 	run.remaining.Store(int64(cfg.Announces))
+	if cfg.StopFraction > 0 {
+		run.stopped = make([]atomic.Uint32, (cfg.Peers+31)/32)
+	}
 
 	workers := make([]*workerStats, cfg.Concurrency)
 	var wg sync.WaitGroup
@@ -350,6 +367,9 @@ type run struct {
 	remaining atomic.Int64
 	// swept counts the peers EachPeerOnce has handed out
 	swept atomic.Uint64
+	// stopped has a bit per peer, set while the peer is stopped (its
+	// last announce was event=stopped), with StopFraction only
+	stopped []atomic.Uint32
 }
 
 // next claims one announce from the budget; false ends the worker.
@@ -371,6 +391,8 @@ type announce struct {
 	path     string     // Path, or the peer's one of Paths
 	// uploaded and downloaded are the counters it reports (Transfer).
 	uploaded, downloaded uint64
+	// event is none, or with StopFraction stopped or started
+	event wire.Event
 }
 
 // TransferRate is the bytes per second a peer's counters grow by with
@@ -418,7 +440,28 @@ func (r *run) pick(rng *rand.Rand) announce {
 			a.downloaded = counter
 		}
 	}
+	if r.stopped != nil && !r.cfg.EachPeerOnce {
+		a.event = r.churn(rng, p)
+	}
 	return a
+}
+
+// churn is the event of peer p's announce with StopFraction: a stopped
+// peer comes back (started); a peer in its swarm leaves (stopped) with
+// that chance, else announces plainly. The peer's bit changes atomically,
+// so two workers that draw the same peer at once send one stop, not two.
+func (r *run) churn(rng *rand.Rand, p uint64) wire.Event {
+	word, bit := &r.stopped[p/32], uint32(1)<<(p%32)
+	if word.Load()&bit != 0 {
+		if word.And(^bit)&bit != 0 {
+			return wire.EventStarted
+		}
+		return wire.EventNone
+	}
+	if rng.Float64() < r.cfg.StopFraction && word.Or(bit)&bit == 0 {
+		return wire.EventStopped
+	}
+	return wire.EventNone
 }
 
 // stickyTorrent is the torrent a Sticky peer announces on: its index

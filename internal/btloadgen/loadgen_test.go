@@ -428,3 +428,46 @@ func TestLocalhostPrefersIPv4(t *testing.T) {
 	require.Equal(t, v4, preferIPv4([]netip.Addr{netip.MustParseAddr("::ffff:127.0.0.1")}))
 	require.Equal(t, v6, preferIPv4([]netip.Addr{v6}))
 }
+
+// StopFraction churns the swarms as clients do: a peer leaves with a
+// stopped event now and then, and its next announce is a started one,
+// never two stops in a row nor a start out of nowhere, over both
+// protocols; a fraction out of range is refused.
+func TestRunStopFractionChurnsPeers(t *testing.T) {
+	swarms := &countingSwarms{}
+	httpAddr, udpAddr := startTrackers(t, swarms)
+	for _, mode := range []Mode{ModeUDP, ModeHTTPKeepAlive} {
+		target := udpAddr
+		if mode == ModeHTTPKeepAlive {
+			target = httpAddr
+		}
+		before := len(swarms.seen())
+		// One worker, so each peer's announces arrive in the order sent.
+		res, err := Run(context.Background(), Config{Mode: mode, Target: target, Sticky: true, Transfer: true,
+			StopFraction: 0.2, Announces: 2000, Concurrency: 1, Torrents: 5, Peers: 50})
+		require.NoError(t, err)
+		require.Equal(t, int64(2000), res.Announces, res.String())
+		last := map[bittorrent.PeerID]bittorrent.Event{}
+		events := map[bittorrent.Event]int{}
+		for _, a := range swarms.seen()[before:] {
+			events[a.Event]++
+			switch prev, seen := last[a.PeerID]; {
+			case prev == bittorrent.EventStopped:
+				require.Equal(t, bittorrent.EventStarted, a.Event, "%s: a stopped peer comes back started", mode)
+			case a.Event == bittorrent.EventStarted:
+				require.Failf(t, "started out of nowhere", "%s: peer %x (seen %v, last %v)", mode, a.PeerID, seen, prev)
+			}
+			last[a.PeerID] = a.Event
+		}
+		// A peer in its swarm stops with chance 0.2 and a stopped one always
+		// starts: one announce in 6 is a stop (2000 announces: sd 0.008).
+		stops := float64(events[bittorrent.EventStopped]) / 2000
+		require.InDelta(t, 1.0/6, stops, 0.05, "%s: %v", mode, events)
+		require.InDelta(t, events[bittorrent.EventStopped], events[bittorrent.EventStarted], 50, "%s: %v", mode, events)
+		require.Zero(t, events[bittorrent.EventCompleted], "%s", mode)
+	}
+	for _, bad := range []float64{-0.1, 1, 2} {
+		_, err := Run(context.Background(), Config{Mode: ModeUDP, Target: udpAddr, StopFraction: bad})
+		require.ErrorContains(t, err, "StopFraction", "%v", bad)
+	}
+}

@@ -53,7 +53,7 @@ func (r *run) udpWorker(ctx context.Context, rng *rand.Rand, stats *workerStats)
 			ConnectionID: connID, Action: wire.ActionAnnounce,
 			InfoHash: a.infoHash, PeerID: a.peerID, Left: a.left,
 			Uploaded: a.uploaded, Downloaded: a.downloaded,
-			Key: a.key, NumWant: int32(r.cfg.NumWant), Port: a.port,
+			Key: a.key, NumWant: int32(r.cfg.NumWant), Port: a.port, Event: a.event,
 		}
 		if a.path != "" {
 			req.URLData = []byte(a.path)

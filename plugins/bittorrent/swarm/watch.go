@@ -446,10 +446,13 @@ type LedgerEntry struct {
 	UploadRate, DownloadRate float64       // bytes/s
 }
 
-// ledgerOf reads a record's ledger (prelude's user_watch: fields "l0",
-// "l1", ..., each "time,up,down,credited up,credited down,elapsed ms",
-// a credited figure empty when it equals the raw one), newest first. An
-// entry that does not parse is skipped: only the scripts write them.
+// ledgerOf reads a record's ledger (prelude's user_ledger: fields "l0",
+// "l1", ..., each "time,up,down,credited up,credited down,,previous
+// announce's time", times in ms, a credited figure empty when it equals
+// the raw one, the previous time empty when unknown; entries written
+// before s56 end in the elapsed ms itself: "time,up,down,credited
+// up,credited down,elapsed"), newest first. An entry that does not parse
+// is skipped: only the scripts write them.
 func ledgerOf(fields map[string]string) []LedgerEntry {
 	var entries []LedgerEntry
 	for name, text := range fields {
@@ -460,7 +463,13 @@ func ledgerOf(fields map[string]string) []LedgerEntry {
 			continue
 		}
 		f := strings.Split(text, ",")
-		if len(f) != 6 {
+		prev := ""
+		switch {
+		case len(f) == 7 && f[5] == "":
+			prev = f[6]
+			f = f[:6]
+			f[5] = "0"
+		case len(f) != 6:
 			continue
 		}
 		if f[3] == "" {
@@ -478,6 +487,13 @@ func ledgerOf(fields map[string]string) []LedgerEntry {
 				break
 			}
 			n[i] = v
+		}
+		if prev != "" {
+			at, err := strconv.ParseInt(prev, 10, 64)
+			if err != nil {
+				ok = false
+			}
+			n[5] = max(0, n[0]-at)
 		}
 		if !ok {
 			continue

@@ -6,9 +6,38 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
+
+// ledgerOf reads both forms of an entry: the previous announce's time
+// (s56 on: elapsed is the difference, 0 when unknown or when the clock
+// went back) and the elapsed ms itself (entries written before), a
+// credited figure left empty as the raw one; anything else is skipped
+// rather than misread.
+func TestLedgerOfReadsBothEntryForms(t *testing.T) {
+	at := time.UnixMilli(1_767_225_600_000).UTC()
+	entries := ledgerOf(map[string]string{
+		"l0":    "1767225600000,4000,1000,,,,1767225598000", // prev known: 2 s
+		"l1":    "1767225599000,500,0,1000,0,,",             // prev unknown, credited up x2
+		"l2":    "1767225598000,300,200,,,1500",             // before s56: elapsed itself
+		"l3":    "1767225597000,100,100,,,,1767225597500",   // prev after at: no elapsed
+		"l4":    "1767225596000,1,1,,,,x",                   // bad prev
+		"l5":    "1767225595000,1,1,,,7,1767225594000",      // seven figures, sixth not empty
+		"l6":    "1767225594000,1,1,,,",                     // five figures
+		"lx":    "1767225593000,1,1,,,,1767225592000",       // not a ledger field
+		"peers": "1",
+	})
+	require.Len(t, entries, 4)
+	require.Equal(t, LedgerEntry{At: at, Uploaded: 4000, Downloaded: 1000, UpCredited: 4000, DownCredited: 1000,
+		Elapsed: 2 * time.Second, UploadRate: 2000, DownloadRate: 500}, entries[0])
+	require.Equal(t, LedgerEntry{At: at.Add(-time.Second), Uploaded: 500, UpCredited: 1000}, entries[1])
+	require.Equal(t, LedgerEntry{At: at.Add(-2 * time.Second), Uploaded: 300, Downloaded: 200, UpCredited: 300,
+		DownCredited: 200, Elapsed: 1500 * time.Millisecond, UploadRate: 200, DownloadRate: 200 * 1000 / 1500.0}, entries[2])
+	require.Equal(t, LedgerEntry{At: at.Add(-3 * time.Second), Uploaded: 100, Downloaded: 100, UpCredited: 100,
+		DownCredited: 100}, entries[3])
+}
 
 // addressSeen answers per (user, counted address): sent lately only
 // within the quarter window after a send, never for a clock gone back,

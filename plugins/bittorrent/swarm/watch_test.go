@@ -2,6 +2,7 @@ package swarm_test
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -104,8 +105,8 @@ func TestLedgerKeepsTheLastAnnouncesWithTransfer(t *testing.T) {
 		entry := strings.SplitN(fields["l2"], ",", 2)
 		require.Len(t, entry, 2)
 		require.Equal(t, epoch.Add(15*time.Minute).UnixMilli(), mustInt(t, entry[0]), "the fifth transfer, 15 minutes in")
-		require.Equal(t, "500,5000,1000,,300000", entry[1],
-			"raw up, raw down, credited up (double), credited down left empty (as raw), ms since the previous announce")
+		require.Equal(t, fmt.Sprintf("500,5000,1000,,,%d", epoch.Add(10*time.Minute).UnixMilli()), entry[1],
+			"raw up, raw down, credited up (double), credited down left empty (as raw), the previous announce's time")
 		ledger := f.onTorrent(hash, "alice").Ledger
 		require.Len(t, ledger, 3)
 		for j, e := range ledger {

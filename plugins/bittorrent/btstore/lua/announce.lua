@@ -372,10 +372,10 @@ local out = {1, 0, 0, 0, 0, 0, 0, 0, '', '', t[8] or 0, t[9] or 0,
 if user ~= '' and (known or not leaving) then
   local rate_up, rate_down
   if accounting then rate_up, rate_down = credit_rates(t[6], t[7], ARGV[25], ARGV[26]) end
-  local gap = 0
-  if known and p[4] then gap = math.max(0, now - tonumber(p[4])) end
+  local gap, prev = 0, ''
+  if known and p[4] then gap, prev = math.max(0, now - tonumber(p[4])), p[4] end
   user_announce(k_user, k_users, user, {d_up = d_up, d_down = d_down, elapsed = elapsed, was_seeder = was_seeder,
-    was_active = was_active, leaving = leaving, seeding = seeding, snatched = snatched, gap = gap,
+    was_active = was_active, leaving = leaving, seeding = seeding, snatched = snatched, gap = gap, prev = prev,
     t_up = t_up, t_down = t_down},
     now, ARGV[1], hnr_seed_ms, hnr_ratio, rate_up, rate_down, ARGV[27] ~= '' and ARGV[27] or nil,
     accounting and tonumber(ARGV[28]) or 0, out)

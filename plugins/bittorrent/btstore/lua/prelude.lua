@@ -351,19 +351,21 @@ local ledger_names = {}
 -- user_ledger is the ledger entry of an announce with transfer in u's
 -- record, its field and text for user_write's HSET: the record's slot seq
 -- mod size (the ledger keeps the last size announces with transfer), as
--- "time,raw up,raw down,credited up,credited down,ms since the peer's
--- previous announce", a credited
+-- "time,raw up,raw down,credited up,credited down,,time of the peer's
+-- previous announce" (ms; empty when unknown), a credited
 -- figure left empty when it equals the raw one (so an entry stays short
 -- and the record a listpack: values up to 64 bytes; swarm's ledgerOf reads
--- it). Written with the credit it records, in the same HSET, a ledger
+-- it, and the entries of builds before s56, whose sixth figure is the gap
+-- itself). Written with the credit it records, in the same HSET, a ledger
 -- entry is never lost nor written twice: until s47 the frontend wrote it
 -- in its flush, one more command per announce, and lost the entries it
 -- held when killed. t_up and t_down are d_up's and d_down's text (int's),
 -- made once by the caller for the peer record's up_delta and down_delta
--- too: the entry is joined from texts, with gap its one conversion. Its
--- string.format of three numbers and the time cost 6.2k instructions an
--- announce, half of the ledger's 12.1k (callgrind, s49).
-local function user_ledger(u, size, now_text, t_up, t_down, d_up, d_down, c_up, c_down, gap)
+-- too, and prev_text is the peer record's last_announce as read: the
+-- entry is joined from texts alone. Until s56 it carried the gap, whose
+-- string.format cost 2.6k instructions an announce (callgrind, s56), the
+-- most of any part of the entry; ledgerOf subtracts instead.
+local function user_ledger(u, size, now_text, t_up, t_down, d_up, d_down, c_up, c_down, prev_text)
   local slot = u.seq % size
   local name = ledger_names[slot]
   if not name then
@@ -374,12 +376,12 @@ local function user_ledger(u, size, now_text, t_up, t_down, d_up, d_down, c_up, 
     -- credited as raw, as nearly always: the general join below gives
     -- the same text, with two empty pieces and two tests more (1.0k
     -- instructions an announce, callgrind s49)
-    return name, now_text .. ',' .. t_up .. ',' .. t_down .. ',,,' .. int(gap)
+    return name, now_text .. ',' .. t_up .. ',' .. t_down .. ',,,,' .. prev_text
   end
   local cu, cd = '', ''
   if c_up ~= d_up then cu = int(c_up) end
   if c_down ~= d_down then cd = int(c_down) end
-  return name, now_text .. ',' .. t_up .. ',' .. t_down .. ',' .. cu .. ',' .. cd .. ',' .. int(gap)
+  return name, now_text .. ',' .. t_up .. ',' .. t_down .. ',' .. cu .. ',' .. cd .. ',,' .. prev_text
 end
 
 -- The credit reply: the crediting scripts' answer for one announce of a
@@ -430,8 +432,10 @@ end
 -- (ms the peer was in the swarm since), was_seeder, was_active, leaving,
 -- seeding and snatched (1 when this announce counted a snatch), and for
 -- the ledger and the frontend's cheat signals gap (ms since the peer's
--- previous announce, 0: unknown), t_up and t_down (d_up's and d_down's
--- text, as the peer record has them: the ledger entry's). rate_up and rate_down are the
+-- previous announce, 0: unknown), prev (that announce's time, the peer
+-- record's last_announce as read, "" when unknown), t_up and t_down
+-- (d_up's and d_down's text, as the peer record has them): the ledger
+-- entry's texts. rate_up and rate_down are the
 -- multipliers in force (credit_rates), nil when accounting is off; with
 -- them the record's changes are numbered for the feed too, and writer is
 -- the frontend's id for the record's stamp (user_feed). It is the one
@@ -481,7 +485,7 @@ local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hn
   local ledger_field, ledger_text
   if row and ledger > 0 and (a.d_up > 0 or a.d_down > 0) then
     ledger_field, ledger_text = user_ledger(u, ledger, now_text, a.t_up, a.t_down, a.d_up, a.d_down, c_up, c_down,
-      a.gap)
+      a.prev)
   end
   local bits, ver = user_write(key, u, now, hnr_seed_ms, hnr_ratio, ledger_field, ledger_text)
   local n = #out

@@ -202,7 +202,7 @@ for i = 0, peers - 1 do
         if accounting then rate_up, rate_down = credit_rates(t[6], t[7], ARGV[a + 8], ARGV[a + 9]) end
         user_announce(KEYS[k + 1], k_users, user, {d_up = d_up, d_down = d_down, elapsed = elapsed,
           was_seeder = seeding, was_active = true, leaving = false, seeding = seeding, snatched = 0, gap = at - last,
-          t_up = t_up, t_down = t_down},
+          prev = p[4], t_up = t_up, t_down = t_down},
           at, at_text, hnr_seed_ms, hnr_ratio, rate_up, rate_down, writer, ledger, out)
         credited = true
       end
