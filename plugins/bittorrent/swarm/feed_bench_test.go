@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -115,7 +116,15 @@ func BenchmarkFeedSticky(b *testing.B) {
 	const torrents, peersEach, users = 2000, 10, 500
 	step := time.Second * 2 / 3 / torrents
 	for _, backend := range redistest.Backends() {
-		for _, variant := range []string{"acct", "acct-noledger", "noacct"} {
+		for _, variant := range []string{"acct", "acct-noledger", "noacct", "acct-churn", "noacct-churn"} {
+			// -churn: one announce in 20 is a peer stopping, and a
+			// stopped peer's next one starts it again, as swarms churn;
+			// a stopped peer's record then counts down to its expiry,
+			// so the store holds keys with a TTL, as every running
+			// tracker's does (without churn only accounting's
+			// many-addresses keys have one).
+			churn := strings.HasSuffix(variant, "-churn")
+			variant := strings.TrimSuffix(variant, "-churn")
 			ctx := context.Background()
 			if err := redistest.Flush(ctx, backend); err != nil {
 				b.Fatal(err)
@@ -155,10 +164,20 @@ func BenchmarkFeedSticky(b *testing.B) {
 				}
 			}
 			moved := uint64(0)
+			stopped := make([]bool, torrents*peersEach)
+			timed := false // the set-up announces every peer into its swarm
+			churnRNG := rand.New(rand.NewPCG(3, 4))
 			announce := func(torrent, peer int) {
 				moved += 1000
 				n := torrent*peersEach + peer
 				req := request(hashes[torrent], peerID("-ST", n), n, numWant(50), transfer(moved, moved))
+				switch {
+				case !churn || !timed:
+				case stopped[n]:
+					req.Event, stopped[n] = bittorrent.EventStarted, false
+				case churnRNG.IntN(20) == 0:
+					req.Event, stopped[n] = bittorrent.EventStopped, true
+				}
 				req.Passkey = pk(fmt.Sprint("sticky", n%users))
 				if peer < peersEach/4 {
 					req.Left = 0
@@ -185,7 +204,12 @@ func BenchmarkFeedSticky(b *testing.B) {
 				b.Fatal(err)
 			}
 			round()
-			b.Run(backend.Name+"/"+variant, func(b *testing.B) {
+			name := variant
+			if churn {
+				name += "-churn"
+			}
+			b.Run(backend.Name+"/"+name, func(b *testing.B) {
+				timed = true
 				rng := rand.New(rand.NewPCG(1, 2))
 				rows = 0
 				resetStats(b, backend.Client)

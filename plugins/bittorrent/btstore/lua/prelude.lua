@@ -115,9 +115,32 @@ end
 -- raw figure (swarm's creditOf); records of builds that stored the
 -- credited figure whole are converted once, before a frontend serves
 -- (swarm's convertCredit).
--- seq numbers the record's fed figures (user_feed).
+-- seq numbers the record's fed figures (user_feed); user_write writes it
+-- apart, from seq_texts.
 local user_numbers = {'peers', 'snatched', 'seed_ms', 'leech_ms', 'uploaded', 'downloaded',
-  'up_extra', 'down_extra', 'seq'}
+  'up_extra', 'down_extra'}
+
+-- seq_texts caches the text of small seqs, made once per library by
+-- int and kept, as ledger_names: seq changes on every announce with
+-- transfer when accounting is on, and a number handed to redis.call is
+-- formatted by Redis 7.0 with snprintf's %.17g, 2.3k instructions a
+-- figure (callgrind, s56), while a table look-up costs a few dozen. Most
+-- records' seqs stay below seq_text_limit (a change per announce with
+-- transfer: some 48 a day for a client announcing every 30 minutes), and
+-- the cache is bounded by it (at most that many short strings, some
+-- 300 KB); a seq above it is formatted every time, as before.
+local seq_texts = {}
+local seq_text_limit = 8192
+local function seq_text(seq)
+  local text = seq_texts[seq]
+  if text then return text end
+  if seq >= 0 and seq < seq_text_limit and seq % 1 == 0 then
+    text = int(seq)
+    seq_texts[seq] = text
+    return text
+  end
+  return whole(seq)
+end
 -- token_used and token_ended are read only for a record with a token
 -- (user_read): a field a record lacks costs HMGET a walk of the whole
 -- record, and most records have no token. w is the writer's stamp: the
@@ -212,6 +235,10 @@ local function user_write(key, u, now, hnr_seed_ms, hnr_ratio, ledger_field, led
       fields[n + 1], fields[n + 2] = name, whole(u[name])
       n = n + 2
     end
+  end
+  if u.seq ~= u.was.seq then
+    fields[n + 1], fields[n + 2] = 'seq', seq_text(u.seq)
+    n = n + 2
   end
   if u.complete ~= u.was.complete then
     fields[n + 1], fields[n + 2] = 'complete', '1'
@@ -325,17 +352,15 @@ end
 -- frontend that answered to hold and deliver (S5, s43: swarm's
 -- feedbuf.go). Nothing of the row is written to Redis: the record's seq
 -- and stamp are what the backstop reads if that frontend dies first
--- (swarm's FeedDeadWriters). Returns true when the record's fed figures
--- changed (a new seq, a row), else false. The fed figures are seed_ms,
--- leech_ms, uploaded, downloaded, up_extra, down_extra and snatched (the
--- credited ones change only with a raw one or the difference), compared
--- one by one: a loop over a table of their names cost an ipairs call
--- and two look-ups per name on every crediting announce (s48).
-local function user_feed(u, writer)
-  local was = u.was
-  if u.seed_ms ~= was.seed_ms or u.leech_ms ~= was.leech_ms or u.uploaded ~= was.uploaded
-    or u.downloaded ~= was.downloaded or u.up_extra ~= was.up_extra or u.down_extra ~= was.down_extra
-    or u.snatched ~= was.snatched then
+-- (swarm's FeedDeadWriters). changed says the record's fed figures
+-- changed (seed_ms, leech_ms, uploaded, downloaded, up_extra, down_extra
+-- or snatched): the caller knows it from what the announce added, d_up,
+-- d_down, elapsed, the credited less the raw and a snatch, without
+-- comparing the seven figures with the values read (s56: 14 table
+-- look-ups and 7 comparisons on every crediting announce). Returns true
+-- when they changed (a new seq, a row), else false.
+local function user_feed(u, writer, changed)
+  if changed then
     u.seq = u.seq + 1
     u.writer = writer
     return true
@@ -481,7 +506,8 @@ local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hn
   if not u.first then
     redis.call('SADD', users, user) -- a new record: once per user and torrent
   end
-  local row = rate_up and user_feed(u, writer)
+  local row = rate_up and user_feed(u, writer, a.d_up ~= 0 or a.d_down ~= 0 or a.elapsed ~= 0 or c_up ~= a.d_up
+    or c_down ~= a.d_down or u.snatched ~= u.was.snatched)
   local ledger_field, ledger_text
   if row and ledger > 0 and (a.d_up > 0 or a.d_down > 0) then
     ledger_field, ledger_text = user_ledger(u, ledger, now_text, a.t_up, a.t_down, a.d_up, a.d_down, c_up, c_down,
@@ -515,7 +541,12 @@ local function user_announce(key, users, user, a, now, now_text, hnr_seed_ms, hn
     -- per announce, gap is a difference of two announce times: all far
     -- below 2^53, so they go as they are, without whole's call; the
     -- transfer a client reports may pass it.
-    out[m + 1], out[m + 2], out[m + 3] = u.seq, whole(u.uploaded), whole(u.downloaded)
+    -- whole's test inline (uploaded and downloaded never go below 0):
+    -- two calls fewer on every crediting announce
+    local up, down = u.uploaded, u.downloaded
+    if up >= 9007199254740992 then up = int(up) end
+    if down >= 9007199254740992 then down = int(down) end
+    out[m + 1], out[m + 2], out[m + 3] = u.seq, up, down
     out[m + 4], out[m + 5], out[m + 6] = u.seed_ms, u.leech_ms, a.gap
     m = m + 6
     if u.up_extra ~= 0 or u.down_extra ~= 0 then
