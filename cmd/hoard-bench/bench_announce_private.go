@@ -75,6 +75,8 @@ type privateBenchOptions struct {
 	pipelines    int
 	plugin       string
 	feed         time.Duration
+	// stopFraction: btloadgen's StopFraction, the swarms' churn
+	stopFraction float64
 	// site: a site reads and acknowledges each outbox (benchSite).
 	site bool
 	// atOnce: runs in which both trackers take announces at the same
@@ -114,6 +116,17 @@ const (
 	defaultPrivateTorrents        = 20_000
 	defaultPrivatePeersPerTorrent = 20
 	defaultPrivateUsers           = 5_000
+	// One measured announce in 20 is a peer stopping, and its next one a
+	// start: a client announcing every 30 minutes whose sessions last
+	// some 10 hours, as seedboxes and desktop clients mixed do. Real
+	// swarms churn, so a running tracker's Redis always holds records
+	// counting down to their expiry (a stopped peer's, PeerRetention
+	// long): without churn (until s56) the accounting-off tracker's Redis
+	// held no key with a TTL at all, and skipped the expires look-up on
+	// every key it touched, which the accounting-on one (its
+	// many-addresses keys expire) paid: 2.9k of the 37k instructions an
+	// announce between them (callgrind, s56).
+	defaultPrivateStopFraction = 0.05
 )
 
 // privateBenchClient is the peer_id prefix btloadgen's peers send; private
@@ -166,6 +179,7 @@ label tracker=accounting-on or tracker=accounting-off.`,
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the torrents and peers")
 	f.IntVar(&o.pipelines, "announce-pipelines", 0, "hoard's shared announce pipelines (0: its default)")
 	f.StringVar(&o.plugin, "plugin", defaultPluginBinary(), `hoard-bittorrent binary the trackers run as ("": in this process; the plugin column is then "-")`)
+	f.Float64Var(&o.stopFraction, "stop-fraction", defaultPrivateStopFraction, "fraction of measured announces that are a peer stopping (its next one starts it again), for both trackers: the swarms' churn (0: none, as before s56)")
 	f.DurationVar(&o.feed, "feed-interval", time.Second, "accounting.feed_interval of both trackers, each with an outbox (0: no outbox, so no feed)")
 	f.BoolVar(&o.site, "site", true, "a site reads and acknowledges each tracker's outbox while announces run (false: events pile up in Redis, as before s51)")
 	f.StringVar(&o.onAccounting, "on-accounting", "", `JSON object merged into the accounting-on tracker's "accounting" settings, e.g. {"ledger_entries":0} to measure without the ledger`)
@@ -210,6 +224,8 @@ func (o *privateBenchOptions) validate() error {
 		return errors.New("--announce-pipelines must be between -1 and 64")
 	case o.concurrency < 1 || o.concurrency > maxBenchConcurrency:
 		return fmt.Errorf("--concurrency must be between 1 and %d", maxBenchConcurrency)
+	case o.stopFraction < 0 || o.stopFraction >= 1:
+		return errors.New("--stop-fraction must be at least 0 and below 1")
 	case o.feed < 0 || (o.feed > 0 && o.feed < 100*time.Millisecond) || o.feed > time.Hour:
 		return errors.New("--feed-interval must be 0 (no feed) or between 100ms and 1h")
 	case o.cpuProfile != "" && o.plugin != "":
@@ -339,7 +355,7 @@ func (o *privateBenchOptions) loadConfig(mode btloadgen.Mode, target string, ann
 	return btloadgen.Config{
 		Mode: mode, Target: target, Torrents: o.torrents, Peers: o.peers, Seed: o.seed,
 		NumWant: o.numWant, SeederFraction: seeders, Concurrency: o.concurrency, Announces: announces, Duration: duration,
-		Paths: paths, Transfer: true, Sticky: true,
+		Paths: paths, Transfer: true, Sticky: true, StopFraction: o.stopFraction,
 	}
 }
 
@@ -401,6 +417,11 @@ func benchAnnouncePrivate(ctx context.Context, o privateBenchOptions) error {
 	}
 	fmt.Printf("load: %d torrents, %d peers (each on one torrent) over %d users' passkeys, every announce reports transfer, numwant %d, %.0f%% seeders, %d in flight; per configuration and mode a warm-up of %s, then %d runs of %s (on, off, off, on, ...), each settled before the next\n",
 		o.torrents, o.peers, o.users, o.numWant, 100*o.seeders, o.concurrency, warmup, o.runs, o.runLength())
+	if o.stopFraction > 0 {
+		fmt.Printf("churn: %.1f%% of the measured announces are a peer stopping, its next one a start (--stop-fraction)\n", 100*o.stopFraction)
+	} else {
+		fmt.Println("churn: none, every measured announce a plain re-announce (--stop-fraction 0)")
+	}
 	switch {
 	case o.feed > 0 && o.site:
 		fmt.Printf("feed: both trackers have an outbox; accounting.feed_interval %s; the site reads and acknowledges each outbox every %s while announces run, and once more after each run settled\n", o.feed, siteInterval)

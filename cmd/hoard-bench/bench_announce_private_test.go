@@ -86,6 +86,8 @@ func TestBenchAnnouncePrivateComparesAccountingOnAndOff(t *testing.T) {
 	require.NotEqual(t, "0", fed[1], printed)
 	require.Equal(t, fed[1], fed[2], printed)
 	require.Contains(t, printed, "the site reads and acknowledges each outbox")
+	// the swarms churn by default, for both trackers
+	require.Contains(t, printed, "churn: 5.0% of the measured announces are a peer stopping, its next one a start")
 
 	_, err = runBench(t, "announce-private", "--users", "0")
 	require.ErrorContains(t, err, "--users")
@@ -97,6 +99,8 @@ func TestBenchAnnouncePrivateComparesAccountingOnAndOff(t *testing.T) {
 	require.ErrorContains(t, err, "--at-once halves --concurrency")
 	_, err = runBench(t, "announce-private", "--at-once", "-1")
 	require.ErrorContains(t, err, "--at-once must be between 0 and 100")
+	_, err = runBench(t, "announce-private", "--stop-fraction", "1")
+	require.ErrorContains(t, err, "--stop-fraction must be at least 0 and below 1")
 	_, err = runBench(t, "announce-private", "--warmup-passes", "0")
 	require.ErrorContains(t, err, "--warmup-passes must be between 1 and 20")
 	_, err = runBench(t, "announce-private", "--warmup", "100", "--warmup-passes", "2")

@@ -102,8 +102,10 @@ type Config struct {
 	Timeout time.Duration
 	// StopFraction is the fraction of announces that are a peer leaving
 	// (event=stopped, as a client that quits or drops the torrent sends);
-	// the peer's next announce comes back with event=started, a new
-	// session. 0: none, every announce a plain one (no event). Real
+	// the peer's next announce in the same Run comes back with
+	// event=started, a new session (a peer a Run left stopped starts the
+	// next Run with a plain announce, which a tracker takes as a return
+	// too). 0: none, every announce a plain one (no event). Real
 	// swarms always churn, so a tracker's store always holds some
 	// records counting down to their expiry (hoard keeps a stopped
 	// peer's record PeerRetention longer): a run without churn measures
