@@ -224,7 +224,7 @@ func (o *privateBenchOptions) validate() error {
 		return errors.New("--announce-pipelines must be between -1 and 64")
 	case o.concurrency < 1 || o.concurrency > maxBenchConcurrency:
 		return fmt.Errorf("--concurrency must be between 1 and %d", maxBenchConcurrency)
-	case o.stopFraction < 0 || o.stopFraction >= 1:
+	case !(o.stopFraction >= 0 && o.stopFraction < 1): // NaN too
 		return errors.New("--stop-fraction must be at least 0 and below 1")
 	case o.feed < 0 || (o.feed > 0 && o.feed < 100*time.Millisecond) || o.feed > time.Hour:
 		return errors.New("--feed-interval must be 0 (no feed) or between 100ms and 1h")

@@ -99,8 +99,10 @@ func TestBenchAnnouncePrivateComparesAccountingOnAndOff(t *testing.T) {
 	require.ErrorContains(t, err, "--at-once halves --concurrency")
 	_, err = runBench(t, "announce-private", "--at-once", "-1")
 	require.ErrorContains(t, err, "--at-once must be between 0 and 100")
-	_, err = runBench(t, "announce-private", "--stop-fraction", "1")
-	require.ErrorContains(t, err, "--stop-fraction must be at least 0 and below 1")
+	for _, bad := range []string{"1", "-0.5", "NaN"} {
+		_, err = runBench(t, "announce-private", "--stop-fraction", bad)
+		require.ErrorContains(t, err, "--stop-fraction must be at least 0 and below 1", bad)
+	}
 	_, err = runBench(t, "announce-private", "--warmup-passes", "0")
 	require.ErrorContains(t, err, "--warmup-passes must be between 1 and 20")
 	_, err = runBench(t, "announce-private", "--warmup", "100", "--warmup-passes", "2")

@@ -229,7 +229,7 @@ func (c *Config) withDefaults() (Config, error) {
 	case out.SeederFraction > 1:
 		return out, fmt.Errorf("loadgen: SeederFraction %v is more than 1", out.SeederFraction)
 	}
-	if out.StopFraction < 0 || out.StopFraction >= 1 {
+	if !(out.StopFraction >= 0 && out.StopFraction < 1) { // NaN too
 		return out, fmt.Errorf("loadgen: StopFraction %v must be at least 0 and below 1", out.StopFraction)
 	}
 	if out.Concurrency <= 0 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -70,15 +71,20 @@ func startTrackers(t *testing.T, swarms bittorrent.Swarms) (httpAddr, udpAddr st
 	return h.Addr(), u.Addr4()
 }
 
+// targetOf is the listener a run in mode announces to.
+func targetOf(mode Mode, httpAddr, udpAddr string) string {
+	if mode == ModeUDP {
+		return udpAddr
+	}
+	return httpAddr
+}
+
 func TestRunAgainstOurListeners(t *testing.T) {
 	for _, mode := range []Mode{ModeHTTPKeepAlive, ModeHTTPClose, ModeUDP} {
 		t.Run(string(mode), func(t *testing.T) {
 			swarms := &countingSwarms{}
 			httpAddr, udpAddr := startTrackers(t, swarms)
-			target := httpAddr
-			if mode == ModeUDP {
-				target = udpAddr
-			}
+			target := targetOf(mode, httpAddr, udpAddr)
 			res, err := Run(context.Background(), Config{
 				Mode: mode, Target: target, Path: "/pk123/announce",
 				Torrents: 100, Announces: 2000, Concurrency: 4, NumWant: 7, Seed: 42,
@@ -229,10 +235,7 @@ func TestRunEachPeerOnceAnnouncesEveryPeerExactlyOnce(t *testing.T) {
 	swarms := &countingSwarms{}
 	httpAddr, udpAddr := startTrackers(t, swarms)
 	for _, mode := range []Mode{ModeUDP, ModeHTTPKeepAlive} {
-		target := udpAddr
-		if mode == ModeHTTPKeepAlive {
-			target = httpAddr
-		}
+		target := targetOf(mode, httpAddr, udpAddr)
 		before := len(swarms.seen())
 		res, err := Run(context.Background(), Config{Mode: mode, Target: target, Sticky: true, Transfer: true,
 			EachPeerOnce: true, Concurrency: 4, Torrents: 7, Peers: 257})
@@ -259,10 +262,7 @@ func TestRunCountsFailureReasons(t *testing.T) {
 	swarms := &countingSwarms{refuse: "Requested download is not authorized for use with this tracker."}
 	httpAddr, udpAddr := startTrackers(t, swarms)
 	for _, mode := range []Mode{ModeHTTPKeepAlive, ModeUDP} {
-		target := httpAddr
-		if mode == ModeUDP {
-			target = udpAddr
-		}
+		target := targetOf(mode, httpAddr, udpAddr)
 		res, err := Run(context.Background(), Config{Mode: mode, Target: target, Announces: 20, Concurrency: 2})
 		require.NoError(t, err)
 		require.Zero(t, res.Announces)
@@ -437,10 +437,7 @@ func TestRunStopFractionChurnsPeers(t *testing.T) {
 	swarms := &countingSwarms{}
 	httpAddr, udpAddr := startTrackers(t, swarms)
 	for _, mode := range []Mode{ModeUDP, ModeHTTPKeepAlive} {
-		target := udpAddr
-		if mode == ModeHTTPKeepAlive {
-			target = httpAddr
-		}
+		target := targetOf(mode, httpAddr, udpAddr)
 		before := len(swarms.seen())
 		// One worker, so each peer's announces arrive in the order sent.
 		res, err := Run(context.Background(), Config{Mode: mode, Target: target, Sticky: true, Transfer: true,
@@ -466,7 +463,7 @@ func TestRunStopFractionChurnsPeers(t *testing.T) {
 		require.InDelta(t, events[bittorrent.EventStopped], events[bittorrent.EventStarted], 50, "%s: %v", mode, events)
 		require.Zero(t, events[bittorrent.EventCompleted], "%s", mode)
 	}
-	for _, bad := range []float64{-0.1, 1, 2} {
+	for _, bad := range []float64{-0.1, 1, 2, math.NaN()} {
 		_, err := Run(context.Background(), Config{Mode: ModeUDP, Target: udpAddr, StopFraction: bad})
 		require.ErrorContains(t, err, "StopFraction", "%v", bad)
 	}

@@ -488,11 +488,9 @@ func ledgerOf(fields map[string]string) []LedgerEntry {
 			}
 			n[i] = v
 		}
-		if prev != "" {
+		if ok && prev != "" {
 			at, err := strconv.ParseInt(prev, 10, 64)
-			if err != nil {
-				ok = false
-			}
+			ok = err == nil
 			n[5] = max(0, n[0]-at)
 		}
 		if !ok {
